@@ -1,0 +1,263 @@
+#include "client/commands.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include <ATen/Parallel.h>
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
+#include <absl/strings/str_split.h>
+
+#include "core/data/cache.h"
+#include "core/model/flux2_keys.h"
+#include "core/model/flux2_model.h"
+#include "core/model/flux2_weights.h"
+#include "core/pipeline/partition.h"
+#include "core/pipeline/schedule.h"
+#include "core/tensor/safetensors.h"
+#include "core/train/common.h"
+#include "core/train/local_trainer.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+absl::Status InitWeights(const Args& args) {
+  if (args.Has("pipeline")) {
+    return absl::UnimplementedError(
+        "--pipeline (a complete tiny FLUX.2 pipeline folder with VAE and text encoder) is not implemented yet: it "
+        "arrives with the encoder worker; use --config for a transformer folder");
+  }
+  if (!args.Has("config")) return absl::InvalidArgumentError("--config is required");
+  ASSIGN_OR_RETURN(Flux2Config config, LoadFlux2Config(args.Get("config")));
+  ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed"));
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
+  ASSIGN_OR_RETURN(int64_t shard_mb, args.GetInt("shard-mb"));
+  std::string out = args.Get("out");
+  if (args.Get("format") == "bfl") {
+    auto diffusers = RandomFlux2StateDict(config, static_cast<uint64_t>(seed), dtype);
+    ASSIGN_OR_RETURN(auto bfl, DiffusersToBflStateDict(diffusers));
+    RETURN_IF_ERROR(MakeDirs(DirName(out)));
+    RETURN_IF_ERROR(WriteSafetensors(out, bfl));
+    std::printf("wrote BFL single file %s (%zu tensors)\n", out.c_str(), bfl.size());
+    return absl::OkStatus();
+  }
+  if (args.Get("format") != "diffusers") return absl::InvalidArgumentError("--format must be diffusers or bfl");
+  RETURN_IF_ERROR(WriteRandomFlux2Weights(config, out, static_cast<uint64_t>(seed), dtype, shard_mb << 20));
+  std::printf("wrote %s: %.3f M parameters, diffusers layout, seed %lld\n", out.c_str(),
+              static_cast<double>(config.TotalParams()) / 1e6, static_cast<long long>(seed));
+  return absl::OkStatus();
+}
+
+absl::Status SyntheticCache(const Args& args) {
+  ASSIGN_OR_RETURN(Flux2Config config, LoadFlux2Config(args.Get("config")));
+  ASSIGN_OR_RETURN(int64_t samples, args.GetInt("samples"));
+  ASSIGN_OR_RETURN(int64_t text_len, args.GetInt("text-len"));
+  ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed"));
+  std::vector<std::pair<int64_t, int64_t>> grids;
+  for (absl::string_view g : absl::StrSplit(args.Get("grids"), ',', absl::SkipEmpty())) {
+    std::vector<std::string> hw = absl::StrSplit(g, 'x');
+    int64_t h, w;
+    if (hw.size() != 2 || !absl::SimpleAtoi(hw[0], &h) || !absl::SimpleAtoi(hw[1], &w) || h <= 0 || w <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--grids: '", g, "' is not HxW (token grid, e.g. 8x8)"));
+    }
+    grids.emplace_back(h, w);
+  }
+  RETURN_IF_ERROR(WriteSyntheticCache(args.Get("out"), config.in_channels, config.joint_attention_dim, samples, grids,
+                                      text_len, static_cast<uint64_t>(seed)));
+  std::printf("wrote synthetic cache %s: %lld samples, grids %s, text length %lld\n", args.Get("out").c_str(),
+              static_cast<long long>(samples), args.Get("grids").c_str(), static_cast<long long>(text_len));
+  return absl::OkStatus();
+}
+
+absl::Status Forward(const Args& args) {
+  at::set_num_threads(1);
+  ASSIGN_OR_RETURN(auto ckpt, Flux2Checkpoint::Open(args.Get("model"), args.Get("config")));
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
+  ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("inputs")));
+  const Flux2Config& c = ckpt->config();
+  std::vector<std::string> required = {"hidden_states", "encoder_hidden_states", "timestep", "img_ids", "txt_ids"};
+  if (c.guidance_embeds) required.push_back("guidance");
+  for (const auto& key : required) {
+    if (!inputs.count(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(args.Get("inputs"), ": missing input '", key, "'"));
+    }
+  }
+  const at::Tensor& hs = inputs["hidden_states"];
+  const at::Tensor& ehs = inputs["encoder_hidden_states"];
+  if (hs.dim() != 3 || hs.size(2) != c.in_channels) {
+    return absl::InvalidArgumentError(absl::StrCat("hidden_states must be [B, S_img, ", c.in_channels, "]"));
+  }
+  if (ehs.dim() != 3 || ehs.size(2) != c.joint_attention_dim || ehs.size(0) != hs.size(0)) {
+    return absl::InvalidArgumentError(absl::StrCat("encoder_hidden_states must be [B, S_txt, ", c.joint_attention_dim, "]"));
+  }
+  auto ids = [](at::Tensor t) { return t.dim() == 3 ? t[0] : t; };  // diffusers accepts batched ids too
+  at::Tensor img_ids = ids(inputs["img_ids"]), txt_ids = ids(inputs["txt_ids"]);
+  if (img_ids.size(0) != hs.size(1) || txt_ids.size(0) != ehs.size(1)) {
+    return absl::InvalidArgumentError("img_ids / txt_ids rows must match the image / text sequence lengths");
+  }
+  ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*ckpt, dtype, at::kCPU));
+  ASSIGN_OR_RETURN(Flux2Stage stage, BuildFlux2Stage(*ckpt, Flux2StageRange::Full(c), dtype, at::kCPU, nullptr, false));
+  at::Tensor out;
+  RETURN_IF_ERROR(TorchCall("forward", [&] {
+    at::NoGradGuard no_grad;
+    out = Flux2Forward(shell, stage, hs.to(dtype), ehs.to(dtype), inputs["timestep"],
+                       c.guidance_embeds ? inputs["guidance"] : at::Tensor(), img_ids, txt_ids);
+  }));
+  RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), {{"output", out}}));
+  std::printf("wrote %s: output [%s] %s\n", args.Get("output").c_str(), absl::StrJoin(out.sizes(), ", ").c_str(),
+              args.Get("dtype").c_str());
+  return absl::OkStatus();
+}
+
+absl::Status TrainLocal(const Args& args) {
+  ASSIGN_OR_RETURN(JobConfig job, LoadJob(args.Get("job")));
+  int64_t steps = job.steps;
+  if (args.Has("steps")) {
+    ASSIGN_OR_RETURN(steps, args.GetInt("steps"));
+  }
+  std::printf("train-local: job %s, %lld steps, batch %lld in %lld micro-batches, output %s\n", job.source.c_str(),
+              static_cast<long long>(steps), static_cast<long long>(job.batch_size),
+              static_cast<long long>(job.micro_batches), args.Get("output").c_str());
+  double elapsed = 0;
+  auto on_step = [&](const StepRecord& r) {
+    elapsed += r.step_seconds;
+    double eta = elapsed / static_cast<double>(r.step) * static_cast<double>(steps - r.step);
+    std::printf("step %4lld/%lld  loss %.5f  lr %.2e  grad_norm %.4f  %.3f s/step  %.1f samples/s  ETA %.0fs\n",
+                static_cast<long long>(r.step), static_cast<long long>(steps), r.loss, r.lr, r.grad_norm,
+                r.step_seconds, r.samples_per_second, eta);
+    std::fflush(stdout);
+  };
+  ASSIGN_OR_RETURN(LocalTrainResult result, RunLocalTraining(job, args.Get("output"), steps, on_step));
+  std::printf("done: loss %.5f → %.5f; wrote %s/lora.safetensors and %s/train_log.jsonl\n", result.steps.front().loss,
+              result.steps.back().loss, args.Get("output").c_str(), args.Get("output").c_str());
+  return absl::OkStatus();
+}
+
+absl::Status PrintSchedule(const Args& args) {
+  ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
+  ASSIGN_OR_RETURN(int64_t m, args.GetInt("micro-batches"));
+  ASSIGN_OR_RETURN(int64_t width, args.GetInt("width"));
+  ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(args.Get("kind")));
+  ASSIGN_OR_RETURN(Schedule schedule, MakeSchedule(kind, static_cast<int>(stages), static_cast<int>(m)));
+  ASSIGN_OR_RETURN(Timeline timeline, SimulateSchedule(schedule, 1.0, 2.0));
+  std::printf("%s schedule, %lld stages, %lld micro-batches (F = 1 unit, B = 2 units)\n", ScheduleKindName(kind),
+              static_cast<long long>(stages), static_cast<long long>(m));
+  std::fputs(RenderTimeline(timeline, static_cast<int>(width)).c_str(), stdout);
+  return absl::OkStatus();
+}
+
+absl::Status PrintPlan(const Args& args) {
+  ASSIGN_OR_RETURN(Flux2Config config, LoadFlux2Config(args.Get("model-config")));
+  PartitionOptions opts;
+  ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
+  opts.stages = static_cast<int>(stages);
+  if (args.Has("memory-per-stage")) {
+    for (absl::string_view part : absl::StrSplit(args.Get("memory-per-stage"), ',')) {
+      ASSIGN_OR_RETURN(int64_t bytes, ParseByteSize(part));
+      opts.memory_budget_bytes.push_back(bytes);
+    }
+  }
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
+  opts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
+  ASSIGN_OR_RETURN(opts.lora_rank, args.GetInt("rank"));
+  ASSIGN_OR_RETURN(Plan plan, PartitionFlux2(config, opts));
+  std::fputs(RenderPlan(config, plan).c_str(), stdout);
+  if (!plan.fits) return absl::FailedPreconditionError(plan.message);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<Command>& AllCommands() {
+  static const auto* commands = new std::vector<Command>{
+      {"train-local",
+       "Train a LoRA in one process (the reference the pipeline must match).",
+       {{"job", "job YAML file", "", true},
+        {"output", "output folder (lora.safetensors, train_log.jsonl)", "", true},
+        {"steps", "override the job's step count"}},
+       TrainLocal},
+      {"init-weights",
+       "Write deterministic random FLUX.2 transformer weights for a config (tests, demo).",
+       {{"config", "diffusers config.json of the transformer"},
+        {"out", "output folder (diffusers) or file (bfl)", "", true},
+        {"seed", "random seed", "0"},
+        {"dtype", "stored dtype: fp32 | bf16", "fp32"},
+        {"format", "diffusers | bfl", "diffusers"},
+        {"shard-mb", "split into shards of at most this many MiB (0 = one file)", "0"},
+        {"pipeline", "write a complete tiny pipeline folder (not implemented yet)"}},
+       InitWeights},
+      {"synthetic-cache",
+       "Write a deterministic synthetic latent/text cache for a model config (until real images are encoded).",
+       {{"config", "diffusers config.json of the transformer", "", true},
+        {"out", "cache folder", "", true},
+        {"samples", "number of samples", "32"},
+        {"grids", "comma-separated token grids HxW (one bucket each)", "8x8"},
+        {"text-len", "text tokens per sample", "16"},
+        {"seed", "random seed", "0"}},
+       SyntheticCache},
+      {"forward",
+       "Run the transformer forward on inputs from a safetensors file (diffusers Flux2Transformer2DModel keys).",
+       {{"model", "diffusers transformer/pipeline folder or BFL .safetensors", "", true},
+        {"inputs", "input safetensors: hidden_states, encoder_hidden_states, timestep, guidance, img_ids, txt_ids", "",
+         true},
+        {"output", "output safetensors (key 'output')", "", true},
+        {"config", "config.json for a BFL single file"},
+        {"dtype", "compute dtype: fp32 | bf16", "fp32"}},
+       Forward},
+      {"schedule",
+       "Print a pipeline schedule's timeline (GPipe or 1F1B) with its bubble.",
+       {{"stages", "pipeline stages", "", true},
+        {"micro-batches", "micro-batches per step", "", true},
+        {"kind", "gpipe | 1f1b", "1f1b"},
+        {"width", "timeline width in characters (0 = automatic)", "0"}},
+       PrintSchedule},
+      {"plan",
+       "Partition a model config into stages by cost within per-stage memory, without allocating weights.",
+       {{"model-config", "diffusers config.json of the transformer", "", true},
+        {"stages", "number of stages", "", true},
+        {"memory-per-stage", "memory budget per stage, e.g. 24GB (or one per stage, comma-separated)"},
+        {"dtype", "frozen weight dtype: bf16 | fp32", "bf16"},
+        {"rank", "LoRA rank", "16"}},
+       PrintPlan},
+  };
+  return *commands;
+}
+
+int RunClient(const std::vector<std::string>& argv) {
+  auto usage = [] {
+    std::string out = "usage: baton <command> [flags]   (baton <command> --help for its flags)\ncommands:\n";
+    for (const auto& c : AllCommands()) out += absl::StrFormat("  %-16s %s\n", c.name, c.summary);
+    return out;
+  };
+  if (argv.empty() || argv[0] == "--help" || argv[0] == "help") {
+    std::fputs(usage().c_str(), argv.empty() ? stderr : stdout);
+    return argv.empty() ? 2 : 0;
+  }
+  for (const auto& c : AllCommands()) {
+    if (c.name != argv[0]) continue;
+    auto args = Args::Parse(std::vector<std::string>(argv.begin() + 1, argv.end()), c.flags);
+    if (!args.ok()) {
+      std::fprintf(stderr, "baton %s: %s\n%s", c.name.c_str(), std::string(args.status().message()).c_str(),
+                   Args::Usage(c.name, c.summary, c.flags).c_str());
+      return 2;
+    }
+    if (args->help()) {
+      std::fputs(Args::Usage(c.name, c.summary, c.flags).c_str(), stdout);
+      return 0;
+    }
+    absl::Status status = c.run(*args);
+    if (!status.ok()) {
+      std::fprintf(stderr, "baton %s: %s\n", c.name.c_str(), status.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "baton: unknown command '%s'\n%s", argv[0].c_str(), usage().c_str());
+  return 2;
+}
+
+}  // namespace baton

@@ -1,0 +1,9 @@
+// baton: the user's command line. Everything lives in baton_client_lib; this only hands over argv.
+#include <string>
+#include <vector>
+
+#include "client/commands.h"
+
+int main(int argc, char** argv) {
+  return baton::RunClient(std::vector<std::string>(argv + 1, argv + argc));
+}

@@ -1,0 +1,177 @@
+#include "core/data/cache.h"
+
+#include <sys/stat.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
+#include <nlohmann/json.hpp>
+
+#include "core/lora/lora_linear.h"
+#include "core/tensor/safetensors.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+constexpr char kFormat[] = "baton-cache-v1";
+
+int64_t FileSize(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+}
+
+}  // namespace
+
+std::string CacheRecordInfo::BucketKey() const { return absl::StrCat(grid_h, "x", grid_w, "/", text_len); }
+
+absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir) {
+  std::string path = JoinPath(dir, "index.json");
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  if (j.value("format", "") != kFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": format is not ", kFormat));
+  }
+  CacheIndex index;
+  try {
+    index.encoder = j.value("encoder", "");
+    index.latent_channels = j.at("latent_channels").get<int64_t>();
+    index.text_dim = j.at("text_dim").get<int64_t>();
+    for (const auto& r : j.at("records")) {
+      CacheRecordInfo info;
+      info.id = r.at("id").get<std::string>();
+      info.file = r.at("file").get<std::string>();
+      info.grid_h = r.at("grid_h").get<int64_t>();
+      info.grid_w = r.at("grid_w").get<int64_t>();
+      info.text_len = r.at("text_len").get<int64_t>();
+      info.hash = r.value("hash", "");
+      info.bytes = r.value("bytes", int64_t{-1});
+      index.records.push_back(info);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
+  }
+  return index;
+}
+
+absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index) {
+  nlohmann::ordered_json j;
+  j["format"] = kFormat;
+  j["encoder"] = index.encoder;
+  j["latent_channels"] = index.latent_channels;
+  j["text_dim"] = index.text_dim;
+  j["records"] = nlohmann::ordered_json::array();
+  for (const auto& r : index.records) {
+    j["records"].push_back({{"id", r.id}, {"file", r.file}, {"grid_h", r.grid_h}, {"grid_w", r.grid_w},
+                            {"text_len", r.text_len}, {"hash", r.hash}, {"bytes", r.bytes}});
+  }
+  return WriteFileAtomic(JoinPath(dir, "index.json"), j.dump(1));
+}
+
+absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::Open(const std::string& dir) {
+  auto reader = std::make_unique<CacheReader>();
+  reader->dir_ = dir;
+  ASSIGN_OR_RETURN(reader->index_, ReadCacheIndex(dir));
+  if (reader->index_.records.empty()) return absl::InvalidArgumentError(absl::StrCat(dir, ": the cache has no records"));
+  return reader;
+}
+
+absl::StatusOr<CacheSample> CacheReader::Load(size_t i) const {
+  const CacheRecordInfo& info = index_.records.at(i);
+  std::string path = JoinPath(dir_, info.file);
+  auto fail = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("cache record ", info.id, " (", path, "): ", why));
+  };
+  if (info.bytes >= 0 && FileSize(path) != info.bytes) {
+    return fail(absl::StrCat("size ", FileSize(path), " bytes, index says ", info.bytes));
+  }
+  auto file = SafetensorsFile::Open(path);
+  if (!file.ok()) return fail(std::string(file.status().message()));
+  auto meta = (*file)->metadata();
+  if (meta["hash"] != info.hash) return fail("hash in the record differs from the index");
+  CacheSample s;
+  s.grid_h = info.grid_h;
+  s.grid_w = info.grid_w;
+  auto latents = (*file)->Load("latents", at::kFloat);
+  auto text = (*file)->Load("prompt_embeds", at::kFloat);
+  if (!latents.ok() || !text.ok()) return fail("missing latents or prompt_embeds");
+  s.latents = *latents;
+  s.prompt_embeds = *text;
+  if (s.latents.dim() != 2 || s.latents.size(0) != info.grid_h * info.grid_w ||
+      s.latents.size(1) != index_.latent_channels) {
+    return fail(absl::StrCat("latents shape [", absl::StrJoin(s.latents.sizes(), ", "), "] does not match grid ",
+                             info.grid_h, "x", info.grid_w, " with ", index_.latent_channels, " channels"));
+  }
+  if (s.prompt_embeds.dim() != 2 || s.prompt_embeds.size(0) != info.text_len ||
+      s.prompt_embeds.size(1) != index_.text_dim) {
+    return fail(absl::StrCat("prompt_embeds shape [", absl::StrJoin(s.prompt_embeds.sizes(), ", "),
+                             "] does not match text_len ", info.text_len, " and text_dim ", index_.text_dim));
+  }
+  if (!at::isfinite(s.latents).all().item<bool>() || !at::isfinite(s.prompt_embeds).all().item<bool>()) {
+    return fail("non-finite values");
+  }
+  return s;
+}
+
+absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id,
+                                                 const std::string& hash, const std::string& encoder,
+                                                 const CacheSample& sample) {
+  RETURN_IF_ERROR(MakeDirs(JoinPath(dir, "records")));
+  CacheRecordInfo info;
+  info.id = id;
+  info.file = absl::StrCat("records/", id, ".safetensors");
+  info.grid_h = sample.grid_h;
+  info.grid_w = sample.grid_w;
+  info.text_len = sample.prompt_embeds.size(0);
+  info.hash = hash;
+  std::map<std::string, std::string> meta = {
+      {"id", id}, {"hash", hash}, {"encoder", encoder}, {"grid_h", std::to_string(info.grid_h)},
+      {"grid_w", std::to_string(info.grid_w)}, {"text_len", std::to_string(info.text_len)}};
+  std::string path = JoinPath(dir, info.file);
+  RETURN_IF_ERROR(WriteSafetensors(
+      path, {{"latents", sample.latents.to(at::kFloat)}, {"prompt_embeds", sample.prompt_embeds.to(at::kFloat)}}, meta));
+  info.bytes = FileSize(path);
+  return info;
+}
+
+absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels, int64_t text_dim,
+                                 int64_t num_samples, const std::vector<std::pair<int64_t, int64_t>>& grids,
+                                 int64_t text_len, uint64_t seed, int64_t num_concepts) {
+  if (grids.empty() || num_samples <= 0 || num_concepts <= 0) {
+    return absl::InvalidArgumentError("synthetic cache needs samples, grids and concepts");
+  }
+  RETURN_IF_ERROR(MakeDirs(dir));
+  CacheIndex index;
+  index.encoder = "synthetic";
+  index.latent_channels = latent_channels;
+  index.text_dim = text_dim;
+  for (int64_t i = 0; i < num_samples; ++i) {
+    const int64_t concept_id = i % num_concepts;
+    const auto [h, w] = grids[static_cast<size_t>(i / num_concepts) % grids.size()];
+    auto concept_gen = at::detail::createCPUGenerator(MixSeed(seed, 1000 + concept_id));
+    auto sample_gen = at::detail::createCPUGenerator(MixSeed(seed, 2000000 + i));
+    // A concept is a smooth pattern: a few channel loadings times low-frequency waves over the grid.
+    at::Tensor loadings = at::randn({3, latent_channels}, concept_gen);
+    at::Tensor phases = at::rand({3, 2}, concept_gen) * 6.2831853;
+    at::Tensor text = at::randn({text_len, text_dim}, concept_gen);
+    at::Tensor ys = at::arange(h, at::kFloat).unsqueeze(1).expand({h, w}).reshape({h * w}) / std::max<int64_t>(h, 1);
+    at::Tensor xs = at::arange(w, at::kFloat).unsqueeze(0).expand({h, w}).reshape({h * w}) / std::max<int64_t>(w, 1);
+    at::Tensor latents = at::zeros({h * w, latent_channels});
+    for (int k = 0; k < 3; ++k) {
+      at::Tensor wave = at::sin(6.2831853 * (k + 1) * ys + phases[k][0]) * at::cos(6.2831853 * (k + 1) * xs + phases[k][1]);
+      latents += wave.unsqueeze(1) * loadings[k].unsqueeze(0);
+    }
+    latents = latents / std::sqrt(1.5) + 0.1 * at::randn({h * w, latent_channels}, sample_gen);
+    CacheSample s{latents, text + 0.05 * at::randn({text_len, text_dim}, sample_gen), h, w};
+    std::string id = absl::StrFormat("%06d", i);
+    ASSIGN_OR_RETURN(CacheRecordInfo info,
+                     WriteCacheRecord(dir, id, absl::StrFormat("synthetic-%d-%d", seed, i), "synthetic", s));
+    index.records.push_back(info);
+  }
+  return WriteCacheIndex(dir, index);
+}
+
+}  // namespace baton

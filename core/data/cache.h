@@ -1,0 +1,77 @@
+// The encoded training cache: what the encoder worker writes and every trainer reads.
+//
+// Layout (format "baton-cache-v1"):
+//   DIR/index.json                 {"format", "encoder", "latent_channels", "text_dim", "records": [{"id",
+//                                    "file", "grid_h", "grid_w", "text_len", "hash", "bytes"}...]}
+//   DIR/records/<id>.safetensors   "latents" [grid_h·grid_w, C] fp32 (patchified, BatchNorm-normalised,
+//                                  packed tokens, row-major over the grid), "prompt_embeds" [text_len, J];
+//                                  metadata: id, hash, encoder, grid_h, grid_w, text_len.
+// Design goals: one self-describing file per sample so a rerun re-encodes only what changed; the index is
+// written last and atomically, so a crash leaves at worst records the index does not list; every record is
+// checked against the index (shapes, hash, size) when read, so a corrupt record is an error, never data.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
+namespace baton {
+
+struct CacheRecordInfo {
+  std::string id;
+  std::string file;  // relative to the cache directory
+  int64_t grid_h = 0, grid_w = 0;  // latent token grid (image pixels / 16)
+  int64_t text_len = 0;
+  std::string hash;    // content hash of the source sample
+  int64_t bytes = 0;   // file size, checked on read
+  // Micro-batches are formed within one bucket: same grid and text length.
+  std::string BucketKey() const;
+};
+
+struct CacheSample {
+  at::Tensor latents;        // [grid_h·grid_w, C] fp32
+  at::Tensor prompt_embeds;  // [text_len, J] fp32
+  int64_t grid_h = 0, grid_w = 0;
+};
+
+struct CacheIndex {
+  std::string encoder;
+  int64_t latent_channels = 0;
+  int64_t text_dim = 0;
+  std::vector<CacheRecordInfo> records;
+};
+
+class CacheReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<CacheReader>> Open(const std::string& dir);
+  const CacheIndex& index() const { return index_; }
+  size_t size() const { return index_.records.size(); }
+  // Reads and validates record i (size, shapes and metadata against the index).
+  absl::StatusOr<CacheSample> Load(size_t i) const;
+
+ private:
+  std::string dir_;
+  CacheIndex index_;
+};
+
+// Writes one record file atomically and returns its index entry.
+absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id,
+                                                 const std::string& hash, const std::string& encoder,
+                                                 const CacheSample& sample);
+// Writes the index atomically (last, after the records).
+absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index);
+absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir);
+
+// A deterministic synthetic cache for a model config: `num_samples` records spread over `grids` (token
+// grids), text length `text_len`. Samples are drawn around a few "concepts" (a latent prototype paired with
+// a text embedding), so a LoRA can learn the text→image relation and the loss visibly falls. Used until real
+// images are encoded, and by tests.
+absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels, int64_t text_dim,
+                                 int64_t num_samples, const std::vector<std::pair<int64_t, int64_t>>& grids,
+                                 int64_t text_len, uint64_t seed, int64_t num_concepts = 4);
+
+}  // namespace baton

@@ -1,0 +1,290 @@
+#include "core/lora/lora.h"
+
+#include <cmath>
+#include <set>
+
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <absl/strings/str_split.h>
+#include <absl/strings/strip.h>
+#include <nlohmann/json.hpp>
+
+#include "core/lora/lora_linear.h"
+#include "core/model/flux2_keys.h"
+#include "core/model/flux2_model.h"
+#include "core/tensor/safetensors.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+constexpr char kLoraA[] = ".lora_A.weight";
+constexpr char kLoraB[] = ".lora_B.weight";
+
+bool InsideBlock(const std::string& name) {
+  return absl::StartsWith(name, "transformer_blocks.") || absl::StartsWith(name, "single_transformer_blocks.");
+}
+
+// Groups PEFT-named tensors by module: module → (A, B).
+absl::StatusOr<std::map<std::string, std::pair<at::Tensor, at::Tensor>>> GroupByModule(
+    const std::map<std::string, at::Tensor>& params) {
+  std::map<std::string, std::pair<at::Tensor, at::Tensor>> out;
+  for (const auto& [name, t] : params) {
+    if (absl::EndsWith(name, kLoraA)) {
+      out[name.substr(0, name.size() - strlen(kLoraA))].first = t;
+    } else if (absl::EndsWith(name, kLoraB)) {
+      out[name.substr(0, name.size() - strlen(kLoraB))].second = t;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("not a LoRA parameter name: ", name));
+    }
+  }
+  for (const auto& [module, ab] : out) {
+    if (!ab.first.defined() || !ab.second.defined()) {
+      return absl::InvalidArgumentError(absl::StrCat("LoRA module ", module, " lacks lora_A or lora_B"));
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::string> Metadata(const LoraSpec& spec, const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> meta = extra;
+  meta["format"] = "pt";
+  return meta;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ResolveLoraTargets(const std::string& preset_or_list) {
+  if (preset_or_list == "attention") {
+    return std::vector<std::string>{"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj",
+                                    "add_v_proj", "to_add_out", "to_qkv_mlp_proj", "attn.to_out"};
+  }
+  if (preset_or_list == "all-linear") {
+    return std::vector<std::string>{"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj",
+                                    "add_v_proj", "to_add_out", "to_qkv_mlp_proj", "attn.to_out",
+                                    "ff.linear_in", "ff.linear_out", "ff_context.linear_in",
+                                    "ff_context.linear_out"};
+  }
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(preset_or_list, ',', absl::SkipWhitespace())) {
+    out.emplace_back(absl::StripAsciiWhitespace(part));
+  }
+  if (out.empty()) return absl::InvalidArgumentError("LoRA targets: empty list");
+  return out;
+}
+
+bool LoraTargetMatches(const std::string& name, const std::vector<std::string>& targets) {
+  for (const auto& t : targets) {
+    if (name == t) return true;
+    if (InsideBlock(name) && absl::EndsWith(name, "." + t)) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<int> AttachLora(torch::nn::Module& root, const LoraSpec& spec) {
+  if (spec.rank <= 0) return absl::InvalidArgumentError("LoRA rank must be positive");
+  if (spec.dropout < 0 || spec.dropout >= 1) return absl::InvalidArgumentError("LoRA dropout must be in [0, 1)");
+  int count = 0;
+  for (auto& [name, linear] : NamedLoraLinears(root)) {
+    if (!LoraTargetMatches(name, spec.targets)) continue;
+    linear->AttachLora(spec.rank, spec.alpha, spec.dropout, MixSeed(spec.seed, HashName(name)));
+    linear->set_layer_id(HashName(name));
+    ++count;
+  }
+  return count;
+}
+
+std::map<std::string, at::Tensor> LoraParameters(torch::nn::Module& root) {
+  std::map<std::string, at::Tensor> out;
+  for (auto& [name, linear] : NamedLoraLinears(root)) {
+    if (!linear->has_lora()) continue;
+    out[name + kLoraA] = linear->lora_A();
+    out[name + kLoraB] = linear->lora_B();
+  }
+  return out;
+}
+
+std::map<std::string, at::Tensor> LoraGradients(torch::nn::Module& root) {
+  std::map<std::string, at::Tensor> out;
+  for (auto& [name, p] : LoraParameters(root)) {
+    out[name] = p.grad().defined() ? p.grad() : at::zeros_like(p);
+  }
+  return out;
+}
+
+void ZeroLoraGradients(torch::nn::Module& root) {
+  for (auto& [name, p] : LoraParameters(root)) {
+    if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+  }
+}
+
+absl::Status AssignLoraParameters(torch::nn::Module& root, const std::map<std::string, at::Tensor>& values) {
+  auto params = LoraParameters(root);
+  std::vector<std::string> problems;
+  for (auto& [name, p] : params) {
+    auto it = values.find(name);
+    if (it == values.end()) {
+      problems.push_back(absl::StrCat(name, " (missing)"));
+    } else if (it->second.sizes() != p.sizes()) {
+      problems.push_back(absl::StrCat(name, " (expected [", absl::StrJoin(p.sizes(), ", "), "], got [",
+                                      absl::StrJoin(it->second.sizes(), ", "), "])"));
+    }
+  }
+  for (const auto& [name, t] : values) {
+    if (!params.count(name)) problems.push_back(absl::StrCat(name, " (no such adapter here)"));
+  }
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("LoRA weights do not fit the model: ", absl::StrJoin(problems, ", ")));
+  }
+  at::NoGradGuard no_grad;
+  for (auto& [name, p] : params) p.copy_(values.at(name));
+  return absl::OkStatus();
+}
+
+void SetLoraDropoutSeed(torch::nn::Module& root, uint64_t seed) {
+  for (auto& [name, linear] : NamedLoraLinears(root)) linear->set_dropout_seed(seed);
+}
+
+absl::Status SaveLoraDiffusers(const std::string& path, const std::map<std::string, at::Tensor>& params,
+                               const LoraSpec& spec, const std::map<std::string, std::string>& extra_metadata) {
+  ASSIGN_OR_RETURN(auto modules, GroupByModule(params));
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, t] : params) out["transformer." + name] = t.detach().to(at::kFloat).cpu();
+  std::set<std::string> target_names;
+  for (const auto& [module, ab] : modules) target_names.insert(module);
+  nlohmann::ordered_json adapter;
+  adapter["transformer.r"] = spec.rank;
+  adapter["transformer.lora_alpha"] = spec.alpha;
+  adapter["transformer.lora_dropout"] = spec.dropout;
+  adapter["transformer.target_modules"] = std::vector<std::string>(target_names.begin(), target_names.end());
+  adapter["transformer.peft_type"] = "LORA";
+  adapter["transformer.bias"] = "none";
+  auto meta = Metadata(spec, extra_metadata);
+  meta["lora_adapter_metadata"] = adapter.dump();
+  return WriteSafetensors(path, out, meta);
+}
+
+absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at::Tensor>& params,
+                         const LoraSpec& spec, const std::map<std::string, std::string>& extra_metadata) {
+  ASSIGN_OR_RETURN(auto modules, GroupByModule(params));
+  const double scale = spec.alpha / static_cast<double>(spec.rank);
+  // BFL module → chunks (A, B) in chunk order.
+  std::map<std::string, std::vector<std::pair<at::Tensor, at::Tensor>>> fused;
+  for (const auto& [module, ab] : modules) {
+    auto loc = DiffusersToBfl(module);
+    if (!loc) return absl::InvalidArgumentError(absl::StrCat("no BFL name for LoRA module ", module));
+    auto& slot = fused[loc->key];
+    slot.resize(loc->num_chunks);
+    at::Tensor b = ab.second.detach().to(at::kFloat).cpu();
+    if (loc->swap_halves) b = SwapHalves(b);
+    slot[loc->chunk] = {ab.first.detach().to(at::kFloat).cpu(), b};
+  }
+  std::map<std::string, at::Tensor> out;
+  for (auto& [bfl, chunks] : fused) {
+    std::vector<at::Tensor> as, bs;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (!chunks[i].first.defined()) {
+        return absl::InvalidArgumentError(absl::StrCat("BFL format fuses q, k and v: adapter ", i, " of ", bfl,
+                                                       " is missing (target all three or use the diffusers format)"));
+      }
+      as.push_back(chunks[i].first);
+      bs.push_back(chunks[i].second);
+    }
+    at::Tensor a = at::cat(as, 0);                                      // [n·r, in]
+    at::Tensor b = bs.size() == 1 ? bs[0] : at::block_diag(bs);         // [n·out, n·r]
+    std::string base = "diffusion_model." + bfl;
+    out[base + kLoraA] = a;
+    out[base + kLoraB] = b;
+    out[base + ".alpha"] = at::scalar_tensor(scale * static_cast<double>(a.size(0)), at::kFloat);
+  }
+  return WriteSafetensors(path, out, Metadata(spec, extra_metadata));
+}
+
+absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::string& path) {
+  ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
+  std::map<std::string, at::Tensor> raw;
+  for (const auto& key : file->Keys()) {
+    ASSIGN_OR_RETURN(raw[key], file->Load(key, at::kFloat));
+  }
+  std::map<std::string, LoraWeights> out;
+  bool bfl = !raw.empty() && absl::StartsWith(raw.begin()->first, "diffusion_model.");
+  if (!bfl) {
+    double alpha = -1, rank = -1;
+    auto it = file->metadata().find("lora_adapter_metadata");
+    if (it != file->metadata().end()) {
+      auto j = nlohmann::json::parse(it->second, nullptr, false);
+      if (!j.is_discarded() && j.contains("transformer.lora_alpha") && j.contains("transformer.r")) {
+        alpha = j["transformer.lora_alpha"].get<double>();
+        rank = j["transformer.r"].get<double>();
+      }
+    }
+    std::map<std::string, at::Tensor> params;
+    for (auto& [key, t] : raw) {
+      absl::string_view name = key;
+      absl::ConsumePrefix(&name, "transformer.");
+      params[std::string(name)] = t;
+    }
+    auto grouped = GroupByModule(params);
+    if (!grouped.ok()) return Annotate(grouped.status(), path);
+    for (auto& [module, ab] : *grouped) {
+      // PEFT: scale = alpha / r from the metadata; files without it are scale 1 (alpha folded in).
+      double scale = alpha > 0 ? alpha / rank : 1.0;
+      out[module] = LoraWeights{ab.first, ab.second, scale};
+    }
+    return out;
+  }
+  std::map<std::string, std::map<std::string, at::Tensor>> by_module;  // bfl module → {A, B, alpha}
+  for (auto& [key, t] : raw) {
+    std::string name = key.substr(strlen("diffusion_model."));
+    for (const char* suffix : {kLoraA, kLoraB, ".alpha"}) {
+      if (absl::EndsWith(name, suffix)) {
+        by_module[name.substr(0, name.size() - strlen(suffix))][suffix] = t;
+      }
+    }
+  }
+  for (auto& [bfl, parts] : by_module) {
+    if (!parts.count(kLoraA) || !parts.count(kLoraB)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": LoRA module ", bfl, " lacks lora_A or lora_B"));
+    }
+    at::Tensor a = parts[kLoraA], b = parts[kLoraB];
+    double scale = parts.count(".alpha") ? parts[".alpha"].item<double>() / static_cast<double>(a.size(0)) : 1.0;
+    auto names = BflToDiffusers(bfl + ".weight");
+    if (names.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": unknown BFL LoRA module ", bfl));
+    const int64_t n = static_cast<int64_t>(names.size());
+    auto strip = [](const std::string& s) { return s.substr(0, s.size() - strlen(".weight")); };
+    if (n == 1) {
+      auto loc = DiffusersToBfl(names[0]);
+      out[strip(names[0])] = LoraWeights{a, loc && loc->swap_halves ? SwapHalves(b) : b, scale};
+      continue;
+    }
+    // Fused qkv: exact split when B is block-diagonal with n equal blocks, else share A (as diffusers does).
+    bool block_diag = a.size(0) % n == 0 && b.size(0) % n == 0;
+    const int64_t r = a.size(0) / n, out_dim = b.size(0) / n;
+    if (block_diag) {
+      at::Tensor mask = at::block_diag(std::vector<at::Tensor>(n, at::ones({out_dim, r})));
+      block_diag = at::equal(b * (1 - mask), at::zeros_like(b));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (block_diag) {
+        out[strip(names[i])] = LoraWeights{a.narrow(0, i * r, r).contiguous(),
+                                           b.narrow(0, i * out_dim, out_dim).narrow(1, i * r, r).contiguous(), scale};
+      } else {
+        out[strip(names[i])] = LoraWeights{a, b.narrow(0, i * out_dim, out_dim).contiguous(), scale};
+      }
+    }
+  }
+  return out;
+}
+
+std::map<std::string, at::Tensor> LoraWeightsToParameters(const std::map<std::string, LoraWeights>& weights,
+                                                          double target_scale) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [module, w] : weights) {
+    out[module + kLoraA] = w.A;
+    out[module + kLoraB] = std::abs(w.scale - target_scale) < 1e-12 ? w.B : w.B * (w.scale / target_scale);
+  }
+  return out;
+}
+
+}  // namespace baton

@@ -1,0 +1,61 @@
+#include "core/lora/lora_linear.h"
+
+#include <cmath>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+namespace baton {
+
+uint64_t MixSeed(uint64_t a, uint64_t b) {
+  uint64_t z = a + 0x9e3779b97f4a7c15ULL * (b + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t HashName(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+LoraLinearImpl::LoraLinearImpl(int64_t in_features, int64_t out_features, const at::TensorOptions& options)
+    : in_features_(in_features), out_features_(out_features) {
+  weight = register_parameter("weight", at::empty({out_features, in_features}, options), /*requires_grad=*/false);
+}
+
+void LoraLinearImpl::AttachLora(int64_t rank, double alpha, double dropout, uint64_t init_seed) {
+  rank_ = rank;
+  scale_ = alpha / static_cast<double>(rank);
+  dropout_ = dropout;
+  // Generated on CPU so the values do not depend on the device.
+  auto gen = at::detail::createCPUGenerator(init_seed);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features_));  // kaiming_uniform(a=√5)
+  at::Tensor a = at::rand({rank, in_features_}, gen, at::kFloat).mul_(2 * bound).sub_(bound);
+  auto opts = at::TensorOptions().dtype(at::kFloat).device(weight.device());
+  // Submodules named lora_A / lora_B holding "weight", so parameter names read ...to_q.lora_A.weight (PEFT).
+  auto holder_a = std::make_shared<torch::nn::Module>();
+  auto holder_b = std::make_shared<torch::nn::Module>();
+  lora_A_ = holder_a->register_parameter("weight", a.to(opts.device()), /*requires_grad=*/true);
+  lora_B_ = holder_b->register_parameter("weight", at::zeros({out_features_, rank}, opts), /*requires_grad=*/true);
+  register_module("lora_A", holder_a);
+  register_module("lora_B", holder_b);
+}
+
+at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
+  at::Tensor y = at::matmul(x, weight.t());
+  if (!lora_A_.defined()) return y;
+  at::Tensor h = x.to(at::kFloat);
+  if (dropout_ > 0.0 && is_training()) {
+    auto gen = at::detail::createCPUGenerator(MixSeed(dropout_seed_, layer_id_));
+    at::Tensor keep = at::bernoulli(at::full(h.sizes(), 1.0 - dropout_, at::kFloat), gen).to(h.device());
+    h = h * keep / (1.0 - dropout_);
+  }
+  at::Tensor delta = at::matmul(at::matmul(h, lora_A_.t()), lora_B_.t()) * scale_;
+  return y + delta.to(y.scalar_type());
+}
+
+}  // namespace baton

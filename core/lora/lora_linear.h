@@ -1,0 +1,57 @@
+// A bias-free Linear layer with a frozen weight and an optional LoRA adapter (PEFT semantics):
+//   y = x·Wᵀ + (alpha/rank) · B(A(dropout(x)))
+// Every Linear inside the FLUX.2 blocks is one of these, so LoRA can target any of them by its diffusers
+// name. The frozen weight never requires grad (no gradient buffer is ever allocated for it); the adapter
+// matrices are fp32 regardless of the compute dtype, and are the only trainable parameters.
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+namespace baton {
+
+class LoraLinearImpl : public torch::nn::Module {
+ public:
+  // Allocates an uninitialized [out, in] weight with `options` (use the meta device for shape-only models).
+  LoraLinearImpl(int64_t in_features, int64_t out_features, const at::TensorOptions& options);
+
+  at::Tensor forward(const at::Tensor& x);
+
+  // Creates lora_A [rank, in] (Kaiming-uniform, a=√5, as PEFT; drawn from a generator seeded by `init_seed`)
+  // and lora_B [out, rank] (zeros), both fp32 on the weight's device, requiring grad.
+  void AttachLora(int64_t rank, double alpha, double dropout, uint64_t init_seed);
+  bool has_lora() const { return lora_A_.defined(); }
+  int64_t rank() const { return rank_; }
+  double scale() const { return scale_; }
+  at::Tensor& lora_A() { return lora_A_; }  // [rank, in] fp32
+  at::Tensor& lora_B() { return lora_B_; }  // [out, rank] fp32
+
+  // Dropout masks are drawn from a generator seeded by (seed, this layer's id) so that a recomputed
+  // forward, or the same micro-batch on another process, sees the same mask.
+  void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
+  void set_layer_id(uint64_t id) { layer_id_ = id; }
+
+  int64_t in_features() const { return in_features_; }
+  int64_t out_features() const { return out_features_; }
+  at::Tensor weight;  // [out, in], frozen
+
+ private:
+  int64_t in_features_, out_features_;
+  int64_t rank_ = 0;
+  double scale_ = 0.0;
+  double dropout_ = 0.0;
+  uint64_t dropout_seed_ = 0;
+  uint64_t layer_id_ = 0;
+  at::Tensor lora_A_, lora_B_;
+};
+TORCH_MODULE(LoraLinear);
+
+// Mixes two 64-bit values into a well-spread seed (splitmix64 finalizer).
+uint64_t MixSeed(uint64_t a, uint64_t b);
+// Stable 64-bit FNV-1a hash of a string (names → seeds; must not change between releases).
+uint64_t HashName(const std::string& s);
+
+}  // namespace baton

@@ -1,0 +1,162 @@
+#include "core/model/flux2_model.h"
+
+#include <functional>
+
+#include "core/model/flux2_ops.h"
+
+namespace baton {
+namespace {
+
+// Registers `child` under a dotted path of plain holder modules, creating them as needed, so names read
+// like diffusers' (e.g. "time_guidance_embed.timestep_embedder.linear_1").
+template <typename M>
+M RegisterAt(torch::nn::Module& root, const std::vector<std::string>& path, M child) {
+  torch::nn::Module* parent = &root;
+  for (size_t i = 0; i + 1 < path.size(); ++i) {
+    auto children = parent->named_children();
+    if (auto* found = children.find(path[i])) {
+      parent = found->get();
+    } else {
+      parent = parent->register_module(path[i], std::make_shared<torch::nn::Module>()).get();
+    }
+  }
+  return parent->register_module(path.back(), child);
+}
+
+}  // namespace
+
+std::vector<at::Tensor> Flux2Activations::Live() const {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor* t : {&img, &txt, &joint, &output}) {
+    if (t->defined()) out.push_back(*t);
+  }
+  return out;
+}
+
+Flux2ShellImpl::Flux2ShellImpl(const Flux2Config& c, const at::TensorOptions& options) : config_(c) {
+  const int64_t d = c.inner_dim(), ch = c.timestep_guidance_channels;
+  t_linear_1_ = RegisterAt(*this, {"time_guidance_embed", "timestep_embedder", "linear_1"}, LoraLinear(ch, d, options));
+  t_linear_2_ = RegisterAt(*this, {"time_guidance_embed", "timestep_embedder", "linear_2"}, LoraLinear(d, d, options));
+  if (c.guidance_embeds) {
+    g_linear_1_ = RegisterAt(*this, {"time_guidance_embed", "guidance_embedder", "linear_1"}, LoraLinear(ch, d, options));
+    g_linear_2_ = RegisterAt(*this, {"time_guidance_embed", "guidance_embedder", "linear_2"}, LoraLinear(d, d, options));
+  }
+  mod_img_ = RegisterAt(*this, {"double_stream_modulation_img", "linear"}, LoraLinear(d, 6 * d, options));
+  mod_txt_ = RegisterAt(*this, {"double_stream_modulation_txt", "linear"}, LoraLinear(d, 6 * d, options));
+  mod_single_ = RegisterAt(*this, {"single_stream_modulation", "linear"}, LoraLinear(d, 3 * d, options));
+  norm_out_linear_ = RegisterAt(*this, {"norm_out", "linear"}, LoraLinear(d, 2 * d, options));
+}
+
+Flux2Constants Flux2ShellImpl::Modulations(const at::Tensor& timestep, const at::Tensor& guidance,
+                                           at::ScalarType dtype) {
+  auto embed = [&](const at::Tensor& t, LoraLinear& l1, LoraLinear& l2) {
+    at::Tensor features = TimestepFeatures(t.to(dtype) * 1000, config_.timestep_guidance_channels).to(dtype);
+    return l2(at::silu(l1(features)));
+  };
+  at::Tensor temb = embed(timestep, t_linear_1_, t_linear_2_);
+  if (config_.guidance_embeds) {
+    TORCH_CHECK(guidance.defined(), "this FLUX.2 config has guidance_embeds: a guidance value is required");
+    temb = temb + embed(guidance, g_linear_1_, g_linear_2_);
+  }
+  at::Tensor act = at::silu(temb);
+  Flux2Constants k;
+  k.mod_img = mod_img_(act);
+  k.mod_txt = mod_txt_(act);
+  k.mod_single = mod_single_(act);
+  k.mod_out = norm_out_linear_(act);
+  return k;
+}
+
+Flux2Constants Flux2ShellImpl::forward(const at::Tensor& timestep, const at::Tensor& guidance,
+                                       const at::Tensor& img_ids, const at::Tensor& txt_ids, at::ScalarType dtype) {
+  Flux2Constants k = Modulations(timestep, guidance, dtype);
+  auto [img_cos, img_sin] = RopeTables(img_ids, config_.axes_dims_rope, config_.rope_theta);
+  auto [txt_cos, txt_sin] = RopeTables(txt_ids, config_.axes_dims_rope, config_.rope_theta);
+  k.rope_cos = at::cat({txt_cos, img_cos}, 0);
+  k.rope_sin = at::cat({txt_sin, img_sin}, 0);
+  return k;
+}
+
+Flux2StageImpl::Flux2StageImpl(const Flux2Config& c, const Flux2StageRange& range, const at::TensorOptions& options)
+    : config_(c), range_(range) {
+  TORCH_CHECK(range.block_begin >= 0 && range.block_begin <= range.block_end && range.block_end <= c.num_blocks(),
+              "bad block range [", range.block_begin, ", ", range.block_end, ") for a model with ", c.num_blocks(),
+              " blocks");
+  const int64_t d = c.inner_dim();
+  if (range.has_embedders) {
+    x_embedder_ = register_module("x_embedder", LoraLinear(c.in_channels, d, options));
+    context_embedder_ = register_module("context_embedder", LoraLinear(c.joint_attention_dim, d, options));
+  }
+  for (int64_t i = range.block_begin; i < range.block_end; ++i) {
+    if (c.IsDoubleBlock(i)) {
+      double_blocks_.push_back(
+          RegisterAt(*this, {"transformer_blocks", std::to_string(i)}, Flux2TransformerBlock(c, options)));
+    } else {
+      single_blocks_.push_back(RegisterAt(*this, {"single_transformer_blocks", std::to_string(i - c.num_layers)},
+                                          Flux2SingleTransformerBlock(c, options)));
+    }
+  }
+  if (range.has_head) proj_out_ = register_module("proj_out", LoraLinear(d, c.out_dim(), options));
+}
+
+Flux2Activations Flux2StageImpl::forward(const Flux2Activations& in, const Flux2Constants& k) {
+  Flux2Activations a = in;
+  if (range_.has_embedders) {
+    a.img = x_embedder_(in.img);
+    a.txt = context_embedder_(in.txt);
+    a.txt_len = in.txt.size(1);
+  }
+  for (auto& block : double_blocks_) {
+    auto [img, txt] = block(a.img, a.txt, k.mod_img, k.mod_txt, k.rope_cos, k.rope_sin);
+    a.img = img;
+    a.txt = txt;
+  }
+  if (!single_blocks_.empty() && !a.joint.defined()) {
+    a.txt_len = a.txt.size(1);
+    a.joint = at::cat({a.txt, a.img}, 1);
+    a.img = at::Tensor();
+    a.txt = at::Tensor();
+  }
+  for (auto& block : single_blocks_) a.joint = block(a.joint, k.mod_single, k.rope_cos, k.rope_sin);
+  if (range_.has_head) {
+    at::Tensor x = a.joint.defined() ? a.joint.narrow(1, a.txt_len, a.joint.size(1) - a.txt_len) : a.img;
+    auto scale_shift = k.mod_out.chunk(2, -1);  // diffusers' AdaLayerNormContinuous order: (scale, shift)
+    x = LayerNormNoAffine(x, config_.eps) * (1 + scale_shift[0].unsqueeze(1)) + scale_shift[1].unsqueeze(1);
+    a.output = proj_out_(x);
+    a.img = a.txt = a.joint = at::Tensor();
+  }
+  return a;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> Flux2ParameterShapes(const Flux2Config& c) {
+  auto meta = at::TensorOptions().device(at::kMeta).dtype(at::kFloat);
+  Flux2Shell shell(c, meta);
+  Flux2Stage stage(c, Flux2StageRange::Full(c), meta);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(shell.get()), static_cast<torch::nn::Module*>(stage.get())}) {
+    for (const auto& p : m->named_parameters()) out.emplace_back(p.key(), p.value().sizes().vec());
+  }
+  return out;
+}
+
+at::Tensor Flux2Forward(Flux2Shell& shell, Flux2Stage& stage, const at::Tensor& hidden_states,
+                        const at::Tensor& encoder_hidden_states, const at::Tensor& timestep,
+                        const at::Tensor& guidance, const at::Tensor& img_ids, const at::Tensor& txt_ids) {
+  Flux2Constants k = shell(timestep, guidance, img_ids, txt_ids, hidden_states.scalar_type());
+  Flux2Activations in;
+  in.img = hidden_states;
+  in.txt = encoder_hidden_states;
+  return stage(in, k).output;
+}
+
+std::vector<std::pair<std::string, LoraLinear>> NamedLoraLinears(torch::nn::Module& root) {
+  std::vector<std::pair<std::string, LoraLinear>> out;
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+    if (auto impl = std::dynamic_pointer_cast<LoraLinearImpl>(item.value())) {
+      out.emplace_back(item.key(), LoraLinear(impl));
+    }
+  }
+  return out;
+}
+
+}  // namespace baton

@@ -1,0 +1,101 @@
+// The FLUX.2 transformer cut into the pieces a pipeline needs:
+//   Flux2Shell  — the small frozen part every block depends on: time/guidance embedding → the shared
+//                 modulation vectors (img, txt, single, norm_out) and the RoPE tables. Run by the coordinator.
+//   Flux2Stage  — a contiguous range of blocks [begin, end) (double blocks first, then single blocks), plus
+//                 x_embedder/context_embedder when it is the first stage and norm_out/proj_out when it is the
+//                 last. Parameter names are the global diffusers names whatever the range.
+// Shell + Stage(all blocks, embedders, head) is exactly diffusers' Flux2Transformer2DModel.forward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include "core/lora/lora_linear.h"
+#include "core/model/flux2_blocks.h"
+#include "core/model/flux2_config.h"
+
+namespace baton {
+
+// Per micro-batch constants, sent to every stage alongside the activations.
+struct Flux2Constants {
+  at::Tensor mod_img;     // [B, 6D] double_stream_modulation_img(temb)
+  at::Tensor mod_txt;     // [B, 6D] double_stream_modulation_txt(temb)
+  at::Tensor mod_single;  // [B, 3D] single_stream_modulation(temb)
+  at::Tensor mod_out;     // [B, 2D] norm_out.linear(silu(temb)), (scale, shift) order
+  at::Tensor rope_cos;    // [St+Si, Dh] fp32, text rows first
+  at::Tensor rope_sin;    // [St+Si, Dh] fp32
+};
+
+class Flux2ShellImpl : public torch::nn::Module {
+ public:
+  Flux2ShellImpl(const Flux2Config& c, const at::TensorOptions& options);
+  // timestep [B] in 0..1, guidance [B] (ignored without guidance_embeds), img_ids [Si, 4], txt_ids [St, 4].
+  // Modulations come out in `dtype` (the compute dtype), RoPE tables in fp32.
+  Flux2Constants forward(const at::Tensor& timestep, const at::Tensor& guidance, const at::Tensor& img_ids,
+                         const at::Tensor& txt_ids, at::ScalarType dtype);
+  // The modulation part only (no RoPE): temb → the four flat modulation tensors.
+  Flux2Constants Modulations(const at::Tensor& timestep, const at::Tensor& guidance, at::ScalarType dtype);
+
+ private:
+  Flux2Config config_;
+  std::shared_ptr<torch::nn::Module> time_guidance_embed_;
+  LoraLinear t_linear_1_{nullptr}, t_linear_2_{nullptr}, g_linear_1_{nullptr}, g_linear_2_{nullptr};
+  LoraLinear mod_img_{nullptr}, mod_txt_{nullptr}, mod_single_{nullptr}, norm_out_linear_{nullptr};
+};
+TORCH_MODULE(Flux2Shell);
+
+struct Flux2StageRange {
+  int64_t block_begin = 0;  // global block index; double blocks are [0, num_layers)
+  int64_t block_end = 0;
+  bool has_embedders = false;
+  bool has_head = false;
+  static Flux2StageRange Full(const Flux2Config& c) { return {0, c.num_blocks(), true, true}; }
+};
+
+// What crosses a stage boundary. In the double-stream part it is the pair (img, txt); from the first
+// single block on it is the joined sequence [txt, img].
+struct Flux2Activations {
+  at::Tensor img;     // [B, Si, D] (stage 0 input: [B, Si, in_channels] before x_embedder)
+  at::Tensor txt;     // [B, St, D] (stage 0 input: [B, St, joint_attention_dim])
+  at::Tensor joint;   // [B, St+Si, D] once in single blocks
+  at::Tensor output;  // [B, Si, out_dim] set by the last stage
+  int64_t txt_len = 0;
+  // The tensors that are live (defined), in a fixed order: img, txt, joint, output.
+  std::vector<at::Tensor> Live() const;
+};
+
+class Flux2StageImpl : public torch::nn::Module {
+ public:
+  Flux2StageImpl(const Flux2Config& c, const Flux2StageRange& range, const at::TensorOptions& options);
+  Flux2Activations forward(const Flux2Activations& in, const Flux2Constants& k);
+
+  const Flux2StageRange& range() const { return range_; }
+  const Flux2Config& config() const { return config_; }
+
+ private:
+  Flux2Config config_;
+  Flux2StageRange range_;
+  LoraLinear x_embedder_{nullptr}, context_embedder_{nullptr}, proj_out_{nullptr};
+  std::vector<Flux2TransformerBlock> double_blocks_;
+  std::vector<Flux2SingleTransformerBlock> single_blocks_;
+};
+TORCH_MODULE(Flux2Stage);
+
+// All frozen parameter names and shapes of the complete model, built on the meta device (no memory).
+std::vector<std::pair<std::string, std::vector<int64_t>>> Flux2ParameterShapes(const Flux2Config& c);
+
+// Full-model forward with diffusers' argument meanings (hidden_states [B, Si, C_in], encoder_hidden_states
+// [B, St, joint_dim], timestep [B] in 0..1, guidance [B] or undefined, img_ids [Si,4], txt_ids [St,4]).
+at::Tensor Flux2Forward(Flux2Shell& shell, Flux2Stage& stage, const at::Tensor& hidden_states,
+                        const at::Tensor& encoder_hidden_states, const at::Tensor& timestep,
+                        const at::Tensor& guidance, const at::Tensor& img_ids, const at::Tensor& txt_ids);
+
+// Every LoraLinear in a module tree with its full name (e.g. "transformer_blocks.3.attn.to_q").
+std::vector<std::pair<std::string, LoraLinear>> NamedLoraLinears(torch::nn::Module& root);
+
+}  // namespace baton

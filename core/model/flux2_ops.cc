@@ -1,0 +1,90 @@
+#include "core/model/flux2_ops.h"
+
+#include <cmath>
+
+#include <torch/version.h>
+
+namespace baton {
+
+at::Tensor TimestepFeatures(const at::Tensor& t, int64_t channels) {
+  const int64_t half = channels / 2;
+  at::Tensor exponent = at::arange(0, half, at::TensorOptions().dtype(at::kFloat).device(t.device())) *
+                        (-std::log(10000.0) / static_cast<double>(half));
+  at::Tensor args = t.to(at::kFloat).unsqueeze(1) * at::exp(exponent).unsqueeze(0);
+  return at::cat({at::cos(args), at::sin(args)}, -1);
+}
+
+std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& ids, const std::vector<int64_t>& axes_dims,
+                                            double theta) {
+  at::Tensor pos = ids.to(at::kFloat);
+  std::vector<at::Tensor> coss, sins;
+  for (size_t i = 0; i < axes_dims.size(); ++i) {
+    const int64_t dim = axes_dims[i];
+    auto f64 = at::TensorOptions().dtype(at::kDouble).device(ids.device());
+    at::Tensor freqs = 1.0 / at::pow(theta, at::arange(0, dim, 2, f64) / static_cast<double>(dim));
+    at::Tensor angles = at::outer(pos.select(1, static_cast<int64_t>(i)).to(at::kDouble), freqs);  // [S, dim/2]
+    coss.push_back(at::cos(angles).repeat_interleave(2, 1).to(at::kFloat));
+    sins.push_back(at::sin(angles).repeat_interleave(2, 1).to(at::kFloat));
+  }
+  return {at::cat(coss, -1), at::cat(sins, -1)};
+}
+
+at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  at::Tensor xf = x.to(at::kFloat);
+  auto sizes = xf.sizes().vec();
+  std::vector<int64_t> pair_shape(sizes.begin(), sizes.end() - 1);
+  pair_shape.push_back(sizes.back() / 2);
+  pair_shape.push_back(2);
+  at::Tensor pairs = xf.reshape(pair_shape);
+  at::Tensor real = pairs.select(-1, 0), imag = pairs.select(-1, 1);
+  at::Tensor rotated = at::stack({-imag, real}, -1).flatten(-2);
+  at::Tensor c = cos.unsqueeze(0).unsqueeze(2), s = sin.unsqueeze(0).unsqueeze(2);  // [1, S, 1, Dh]
+  return (xf * c + rotated * s).to(x.scalar_type());
+}
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (normed * weight.to(at::kFloat)).to(x.scalar_type());
+}
+
+at::Tensor LayerNormNoAffine(const at::Tensor& x, double eps) {
+  return at::layer_norm(x, {x.size(-1)}, {}, {}, eps);
+}
+
+at::Tensor SwiGlu(const at::Tensor& x) {
+  auto halves = x.chunk(2, -1);
+  return at::silu(halves[0]) * halves[1];
+}
+
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  at::Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);  // [B, H, S, Dh]
+  at::Tensor out;
+#if TORCH_VERSION_MAJOR >= 2
+  out = at::scaled_dot_product_attention(qt, kt, vt);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor scores = at::matmul(qt, kt.transpose(-2, -1)) * scale;
+  at::Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(q.scalar_type());
+  out = at::matmul(probs, vt);
+#endif
+  return out.transpose(1, 2).flatten(2, 3);
+}
+
+std::vector<at::Tensor> SplitModulation(const at::Tensor& mod, int64_t n) {
+  return mod.unsqueeze(1).chunk(n, -1);
+}
+
+at::Tensor ImagePositionIds(int64_t h, int64_t w) {
+  at::Tensor rows = at::arange(h, at::kLong).repeat_interleave(w);
+  at::Tensor cols = at::arange(w, at::kLong).repeat({h});
+  at::Tensor zeros = at::zeros({h * w}, at::kLong);
+  return at::stack({zeros, rows, cols, zeros}, 1);
+}
+
+at::Tensor TextPositionIds(int64_t length) {
+  at::Tensor zeros = at::zeros({length}, at::kLong);
+  return at::stack({zeros, zeros, zeros, at::arange(length, at::kLong)}, 1);
+}
+
+}  // namespace baton

@@ -1,0 +1,222 @@
+#include "core/model/flux2_weights.h"
+
+#include <cmath>
+#include <set>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
+#include <nlohmann/json.hpp>
+
+#include "core/lora/lora_linear.h"
+#include "core/model/flux2_keys.h"
+#include "core/model/flux2_model.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+constexpr char kSingleFile[] = "diffusion_pytorch_model.safetensors";
+constexpr char kIndexFile[] = "diffusion_pytorch_model.safetensors.index.json";
+
+std::string ShapeStr(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
+
+bool IsLoraName(const std::string& name) {
+  return absl::StrContains(name, ".lora_A.") || absl::StrContains(name, ".lora_B.");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Flux2Checkpoint>> Flux2Checkpoint::Open(const std::string& path,
+                                                                       const std::string& config_path) {
+  std::unique_ptr<Flux2Checkpoint> ckpt(new Flux2Checkpoint());
+  ckpt->path_ = path;
+  std::string dir = path;
+  if (IsDirectory(path) && !PathExists(JoinPath(path, "config.json")) &&
+      PathExists(JoinPath(path, "transformer/config.json"))) {
+    dir = JoinPath(path, "transformer");  // a diffusers pipeline folder
+  }
+  std::vector<std::string> shard_paths;
+  if (IsDirectory(dir)) {
+    std::string cfg = config_path.empty() ? JoinPath(dir, "config.json") : config_path;
+    ASSIGN_OR_RETURN(ckpt->config_, LoadFlux2Config(cfg));
+    if (PathExists(JoinPath(dir, kIndexFile))) {
+      ASSIGN_OR_RETURN(std::string text, ReadFile(JoinPath(dir, kIndexFile)));
+      auto j = nlohmann::json::parse(text, nullptr, false);
+      if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(JoinPath(dir, kIndexFile), ": no weight_map object"));
+      }
+      std::set<std::string> files;
+      for (auto& [key, file] : j["weight_map"].items()) {
+        if (!file.is_string()) return absl::InvalidArgumentError(absl::StrCat(kIndexFile, ": bad entry for ", key));
+        files.insert(file.get<std::string>());
+      }
+      for (const auto& f : files) shard_paths.push_back(JoinPath(dir, f));
+    } else if (PathExists(JoinPath(dir, kSingleFile))) {
+      shard_paths.push_back(JoinPath(dir, kSingleFile));
+    } else {
+      return absl::NotFoundError(absl::StrCat(dir, ": neither ", kSingleFile, " nor ", kIndexFile, " found"));
+    }
+  } else {
+    if (!PathExists(path)) return absl::NotFoundError(absl::StrCat("model path does not exist: ", path));
+    if (config_path.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " is a single-file (BFL) checkpoint: pass the diffusers-style config.json for it (--config)"));
+    }
+    ASSIGN_OR_RETURN(ckpt->config_, LoadFlux2Config(config_path));
+    shard_paths.push_back(path);
+  }
+  for (const auto& p : shard_paths) {
+    ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(p));
+    for (const auto& key : file->Keys()) ckpt->key_to_file_[key] = file.get();
+    ckpt->files_.push_back(std::move(file));
+  }
+  // BFL files name the first double block "double_blocks.0...."; diffusers files never do.
+  for (const auto& [key, file] : ckpt->key_to_file_) {
+    if (absl::StartsWith(key, "double_blocks.") || absl::StartsWith(key, "single_blocks.") ||
+        absl::StartsWith(key, "img_in.")) {
+      ckpt->is_bfl_ = true;
+      break;
+    }
+  }
+  return ckpt;
+}
+
+absl::StatusOr<const SafetensorsFile*> Flux2Checkpoint::FileFor(const std::string& stored_key) const {
+  auto it = key_to_file_.find(stored_key);
+  if (it == key_to_file_.end()) return absl::NotFoundError(absl::StrCat("tensor '", stored_key, "' not in ", path_));
+  return it->second;
+}
+
+absl::StatusOr<std::vector<int64_t>> Flux2Checkpoint::Shape(const std::string& name) const {
+  if (!is_bfl_) {
+    ASSIGN_OR_RETURN(const SafetensorsFile* f, FileFor(name));
+    ASSIGN_OR_RETURN(SafetensorsEntry e, f->Entry(name));
+    return e.shape;
+  }
+  auto loc = DiffusersToBfl(name);
+  if (!loc) return absl::NotFoundError(absl::StrCat("no BFL name for '", name, "'"));
+  ASSIGN_OR_RETURN(const SafetensorsFile* f, FileFor(loc->key));
+  ASSIGN_OR_RETURN(SafetensorsEntry e, f->Entry(loc->key));
+  std::vector<int64_t> shape = e.shape;
+  if (!shape.empty()) shape[0] /= loc->num_chunks;
+  return shape;
+}
+
+absl::StatusOr<at::Tensor> Flux2Checkpoint::Load(const std::string& name, at::ScalarType dtype) const {
+  if (!is_bfl_) {
+    ASSIGN_OR_RETURN(const SafetensorsFile* f, FileFor(name));
+    return f->Load(name, dtype);
+  }
+  auto loc = DiffusersToBfl(name);
+  if (!loc) return absl::NotFoundError(absl::StrCat("no BFL name for '", name, "'"));
+  ASSIGN_OR_RETURN(const SafetensorsFile* f, FileFor(loc->key));
+  ASSIGN_OR_RETURN(at::Tensor t, f->Load(loc->key, dtype));
+  if (loc->num_chunks > 1) t = t.chunk(loc->num_chunks, 0)[loc->chunk].contiguous();
+  if (loc->swap_halves) t = SwapHalves(t);
+  return t;
+}
+
+std::vector<std::string> Flux2Checkpoint::DiffusersKeys() const {
+  std::vector<std::string> out;
+  for (const auto& [key, file] : key_to_file_) {
+    if (!is_bfl_) {
+      out.push_back(key);
+      continue;
+    }
+    auto names = BflToDiffusers(key);
+    if (names.empty()) out.push_back(key);
+    out.insert(out.end(), names.begin(), names.end());
+  }
+  return out;
+}
+
+absl::Status LoadFlux2Weights(torch::nn::Module& module, const Flux2Checkpoint& ckpt) {
+  std::vector<std::string> missing, misshaped, unexpected;
+  std::set<std::string> known;
+  for (const auto& [name, shape] : Flux2ParameterShapes(ckpt.config())) known.insert(name);
+  for (const auto& key : ckpt.DiffusersKeys()) {
+    if (!known.count(key)) unexpected.push_back(key);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> todo;
+  for (const auto& p : module.named_parameters()) {
+    if (IsLoraName(p.key())) continue;
+    auto shape = ckpt.Shape(p.key());
+    if (!shape.ok()) {
+      missing.push_back(p.key());
+    } else if (*shape != p.value().sizes().vec()) {
+      misshaped.push_back(absl::StrCat(p.key(), " (expected ", ShapeStr(p.value().sizes().vec()), ", found ",
+                                       ShapeStr(*shape), ")"));
+    } else {
+      todo.emplace_back(p.key(), p.value());
+    }
+  }
+  if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
+    std::string msg = absl::StrCat("weights in ", ckpt.path(), " do not match the FLUX.2 config");
+    if (!missing.empty()) absl::StrAppend(&msg, "; missing keys: ", absl::StrJoin(missing, ", "));
+    if (!misshaped.empty()) absl::StrAppend(&msg, "; mis-shaped keys: ", absl::StrJoin(misshaped, ", "));
+    if (!unexpected.empty()) absl::StrAppend(&msg, "; unexpected keys: ", absl::StrJoin(unexpected, ", "));
+    return absl::InvalidArgumentError(msg);
+  }
+  for (auto& [name, param] : todo) {
+    ASSIGN_OR_RETURN(at::Tensor t, ckpt.Load(name, param.scalar_type()));
+    RETURN_IF_ERROR(TorchCall(name.c_str(), [&] {
+      at::NoGradGuard no_grad;
+      param.copy_(t);
+    }));
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, at::Tensor> RandomFlux2StateDict(const Flux2Config& config, uint64_t seed,
+                                                       at::ScalarType dtype) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, shape] : Flux2ParameterShapes(config)) {
+    auto gen = at::detail::createCPUGenerator(MixSeed(seed, HashName(name)));
+    at::Tensor t;
+    if (shape.size() == 1) {
+      t = 1.0 + 0.1 * at::randn(shape, gen, at::kFloat);  // RMSNorm scales near 1
+    } else {
+      // 1/√fan_in keeps activations O(1) through a few random blocks.
+      t = at::randn(shape, gen, at::kFloat) / std::sqrt(static_cast<double>(shape[1]));
+    }
+    out[name] = t.to(dtype);
+  }
+  return out;
+}
+
+absl::Status WriteRandomFlux2Weights(const Flux2Config& config, const std::string& out_dir, uint64_t seed,
+                                     at::ScalarType dtype, int64_t max_shard_bytes) {
+  RETURN_IF_ERROR(MakeDirs(out_dir));
+  auto tensors = RandomFlux2StateDict(config, seed, dtype);
+  if (max_shard_bytes <= 0) {
+    RETURN_IF_ERROR(WriteSafetensors(JoinPath(out_dir, kSingleFile), tensors, {{"format", "pt"}}));
+  } else {
+    std::vector<std::map<std::string, at::Tensor>> shards(1);
+    int64_t bytes = 0, total = 0;
+    for (const auto& [name, t] : tensors) {
+      int64_t n = t.numel() * t.element_size();
+      if (bytes > 0 && bytes + n > max_shard_bytes) {
+        shards.emplace_back();
+        bytes = 0;
+      }
+      shards.back()[name] = t;
+      bytes += n;
+      total += n;
+    }
+    nlohmann::ordered_json index;
+    index["metadata"]["total_size"] = total;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      std::string file = absl::StrFormat("diffusion_pytorch_model-%05d-of-%05d.safetensors", i + 1, shards.size());
+      RETURN_IF_ERROR(WriteSafetensors(JoinPath(out_dir, file), shards[i], {{"format", "pt"}}));
+      for (const auto& [name, t] : shards[i]) index["weight_map"][name] = file;
+    }
+    RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out_dir, kIndexFile), index.dump(2)));
+  }
+  return WriteFileAtomic(JoinPath(out_dir, "config.json"), Flux2ConfigToJson(config));
+}
+
+}  // namespace baton

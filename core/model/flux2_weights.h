@@ -1,0 +1,68 @@
+// Reading and writing FLUX.2 transformer weights.
+// Accepted sources: a diffusers transformer folder (config.json + diffusion_pytorch_model.safetensors, or
+// shards listed in diffusion_pytorch_model.safetensors.index.json), a diffusers pipeline folder (its
+// transformer/ subfolder), or the original BFL single file (flux2-dev.safetensors; config given separately).
+// Files are memory-mapped and only the tensors a module asks for are read, so a pipeline stage touches
+// just its block range of a 64 GB checkpoint.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+#include <torch/nn/module.h>
+
+#include "core/model/flux2_config.h"
+#include "core/tensor/safetensors.h"
+
+namespace baton {
+
+class Flux2Checkpoint {
+ public:
+  // `config_path` is required for a BFL single file and optional otherwise (overrides config.json).
+  static absl::StatusOr<std::unique_ptr<Flux2Checkpoint>> Open(const std::string& path,
+                                                               const std::string& config_path = "");
+
+  const Flux2Config& config() const { return config_; }
+  bool is_bfl() const { return is_bfl_; }
+  const std::string& path() const { return path_; }
+
+  // Shape of a diffusers-named parameter as stored (after qkv split), or NotFound.
+  absl::StatusOr<std::vector<int64_t>> Shape(const std::string& diffusers_name) const;
+  // Reads one parameter by its diffusers name, converted to `dtype`. BFL files are mapped (qkv split,
+  // final-layer halves swapped).
+  absl::StatusOr<at::Tensor> Load(const std::string& diffusers_name, at::ScalarType dtype) const;
+  // Every parameter in the checkpoint, expressed in diffusers names (unknown BFL keys kept verbatim).
+  std::vector<std::string> DiffusersKeys() const;
+
+ private:
+  Flux2Checkpoint() = default;
+  absl::StatusOr<const SafetensorsFile*> FileFor(const std::string& stored_key) const;
+
+  std::string path_;
+  Flux2Config config_;
+  bool is_bfl_ = false;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const SafetensorsFile*> key_to_file_;  // stored key → file
+};
+
+// Loads every frozen (non-LoRA) parameter of `module` — whose parameter names are diffusers names — from
+// the checkpoint, converting to the parameter's dtype and device. All problems are gathered into one
+// InvalidArgument error listing missing keys, mis-shaped keys (expected vs found) and keys in the
+// checkpoint that a FLUX.2 model of this config does not have.
+absl::Status LoadFlux2Weights(torch::nn::Module& module, const Flux2Checkpoint& checkpoint);
+
+// Deterministic random weights for `config`, written in the diffusers layout into `out_dir` (config.json +
+// diffusion_pytorch_model.safetensors, or shards + index when max_shard_bytes > 0). Each tensor is drawn
+// from a generator seeded by (seed, name), so values do not depend on order or sharding.
+absl::Status WriteRandomFlux2Weights(const Flux2Config& config, const std::string& out_dir, uint64_t seed,
+                                     at::ScalarType dtype = at::kFloat, int64_t max_shard_bytes = 0);
+
+// The same random weights as a diffusers-named state dict (tests; small configs only).
+std::map<std::string, at::Tensor> RandomFlux2StateDict(const Flux2Config& config, uint64_t seed,
+                                                       at::ScalarType dtype = at::kFloat);
+
+}  // namespace baton

@@ -1,0 +1,430 @@
+#include "core/pipeline/partition.h"
+
+#include <absl/strings/ascii.h>
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMaxTokens = 100'000'000;
+
+// Sizes every contiguous segment for one stage count; the DPs below only call Cost/Memory/Budget.
+class Sizer {
+ public:
+  Sizer(const Flux2Config& c, const PartitionOptions& o, int stages, std::vector<int64_t> budgets)
+      : stages_(stages), budgets_(std::move(budgets)), options_(o) {
+    const int64_t n = c.num_blocks();
+    cost_prefix_.assign(n + 1, 0);
+    lora_prefix_.assign(n + 1, 0);
+    const int64_t dbl = c.DoubleBlockParams(), sgl = c.SingleBlockParams();
+    const int64_t dbl_lora = DoubleBlockLoraParams(c, o.lora_rank, o.all_linear);
+    const int64_t sgl_lora = SingleBlockLoraParams(c, o.lora_rank, o.all_linear);
+    for (int64_t b = 0; b < n; ++b) {
+      cost_prefix_[b + 1] = cost_prefix_[b] + (c.IsDoubleBlock(b) ? dbl : sgl);
+      lora_prefix_[b + 1] = lora_prefix_[b] + (c.IsDoubleBlock(b) ? dbl_lora : sgl_lora);
+    }
+    embed_ = c.EmbedderParams();
+    head_ = c.HeadParams();
+    act_unit_ = o.tokens_per_micro_batch * c.inner_dim() * o.activation_bytes;
+    const int m = o.micro_batches > 0 ? o.micro_batches : stages;
+    auto schedule = MakeSchedule(o.schedule, stages, m);
+    in_flight_ = schedule.ok() ? PeakInFlight(*schedule) : std::vector<int>(stages, m);
+  }
+
+  int stages() const { return stages_; }
+  int64_t blocks() const { return static_cast<int64_t>(cost_prefix_.size()) - 1; }
+  int64_t Budget(int k) const { return budgets_.empty() ? kUnlimited : budgets_[k]; }
+  int64_t Cost(int k, int64_t i, int64_t j) const {
+    return cost_prefix_[j] - cost_prefix_[i] + (k == 0 ? embed_ : 0) + (k == stages_ - 1 ? head_ : 0);
+  }
+  int64_t Lora(int64_t i, int64_t j) const { return lora_prefix_[j] - lora_prefix_[i]; }
+  int64_t Activation(int k, int64_t i, int64_t j) const {
+    return (in_flight_[k] + (j - i) + kBlockWorkingFactor) * act_unit_;
+  }
+  int64_t Memory(int k, int64_t i, int64_t j) const {
+    return Cost(k, i, j) * options_.bytes_per_param + Lora(i, j) * 4 * 2 + Activation(k, i, j) +
+           options_.overhead_bytes;
+  }
+  // Memory beyond the budget (negative = headroom); very negative for unlimited stages.
+  int64_t Overrun(int k, int64_t i, int64_t j) const {
+    return Budget(k) == kUnlimited ? std::numeric_limits<int64_t>::min() / 2 : Memory(k, i, j) - Budget(k);
+  }
+
+ private:
+  int stages_;
+  std::vector<int64_t> budgets_;  // empty or [stages]
+  PartitionOptions options_;
+  std::vector<int64_t> cost_prefix_, lora_prefix_;
+  int64_t embed_ = 0, head_ = 0, act_unit_ = 0;
+  std::vector<int> in_flight_;
+};
+
+using SegmentFn = std::function<int64_t(int k, int64_t i, int64_t j)>;
+using AllowFn = std::function<bool(int k, int64_t i, int64_t j)>;
+
+// min over contiguous splits (>= 1 block per stage) of max_k metric(stage k); kInf if nothing is allowed.
+int64_t MinMax(const Sizer& z, const SegmentFn& metric, const AllowFn& allowed) {
+  const int p = z.stages();
+  const int64_t n = z.blocks();
+  // best[j]: over the first k stages covering blocks [0, j).
+  std::vector<int64_t> best(n + 1, kInf), next(n + 1, kInf);
+  best[0] = std::numeric_limits<int64_t>::min();
+  for (int k = 0; k < p; ++k) {
+    std::fill(next.begin(), next.end(), kInf);
+    const int64_t j_hi = n - (p - 1 - k);
+    for (int64_t j = k + 1; j <= j_hi; ++j) {
+      if (k == p - 1 && j != n) continue;
+      for (int64_t i = k; i < j; ++i) {
+        if (best[i] == kInf || !allowed(k, i, j)) continue;
+        next[j] = std::min(next[j], std::max(best[i], metric(k, i, j)));
+      }
+    }
+    best.swap(next);
+  }
+  return best[n];
+}
+
+// Among allowed splits, the one with the smallest sum of squared stage costs (earliest boundary on ties).
+// Returns the p+1 boundaries, or empty if none is allowed.
+std::vector<int64_t> MostBalanced(const Sizer& z, const AllowFn& allowed) {
+  const int p = z.stages();
+  const int64_t n = z.blocks();
+  const double kNone = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(p + 1, std::vector<double>(n + 1, kNone));
+  std::vector<std::vector<int64_t>> from(p + 1, std::vector<int64_t>(n + 1, -1));
+  best[0][0] = 0;
+  for (int k = 0; k < p; ++k) {
+    for (int64_t j = k + 1; j <= n - (p - 1 - k); ++j) {
+      if (k == p - 1 && j != n) continue;
+      for (int64_t i = k; i < j; ++i) {
+        if (best[k][i] == kNone || !allowed(k, i, j)) continue;
+        const double c = static_cast<double>(z.Cost(k, i, j));
+        const double v = best[k][i] + c * c;
+        if (v < best[k + 1][j]) {
+          best[k + 1][j] = v;
+          from[k + 1][j] = i;
+        }
+      }
+    }
+  }
+  if (best[p][n] == kNone) return {};
+  std::vector<int64_t> bounds(p + 1);
+  bounds[p] = n;
+  for (int k = p; k > 0; --k) bounds[k - 1] = from[k][bounds[k]];
+  return bounds;
+}
+
+bool FitsBudgets(const Sizer& z) {
+  return MinMax(
+             z, [&](int k, int64_t i, int64_t j) { return z.Overrun(k, i, j); },
+             [](int, int64_t, int64_t) { return true; }) <= 0;
+}
+
+std::string FormatCount(double v) {
+  if (v >= 1e9) return absl::StrFormat("%.2f B", v / 1e9);
+  if (v >= 1e6) return absl::StrFormat("%.1f M", v / 1e6);
+  if (v >= 1e3) return absl::StrFormat("%.1f k", v / 1e3);
+  return absl::StrFormat("%.0f", v);
+}
+
+std::string Range(int64_t a, int64_t b) { return a == b ? absl::StrCat(a) : absl::StrCat(a, "-", b); }
+
+// Explains a plan that does not fit: which stages are over, and what would fit instead.
+std::string ExplainMiss(const Flux2Config& config, const PartitionOptions& o, const Sizer& z,
+                        const std::vector<StageSpec>& stages, const std::vector<int64_t>& budgets) {
+  // Name the worst few stages (by overrun), in stage order; a 56-stage list helps nobody.
+  constexpr size_t kNamed = 3;
+  std::vector<const StageSpec*> over;
+  for (const StageSpec& s : stages) {
+    if (s.budget_bytes > 0 && s.est_memory_bytes > s.budget_bytes) over.push_back(&s);
+  }
+  std::vector<const StageSpec*> named = over;
+  if (named.size() > kNamed) {
+    std::stable_sort(named.begin(), named.end(), [](const StageSpec* a, const StageSpec* b) {
+      return a->est_memory_bytes - a->budget_bytes > b->est_memory_bytes - b->budget_bytes;
+    });
+    named.resize(kNamed);
+    std::sort(named.begin(), named.end(), [](const StageSpec* a, const StageSpec* b) { return a->index < b->index; });
+  }
+  std::vector<std::string> parts;
+  for (const StageSpec* s : named) {
+    parts.push_back(absl::StrCat("stage ", s->index, " (", DescribeBlocks(config, s->block_begin, s->block_end),
+                                 ") needs ~", FormatByteSize(s->est_memory_bytes), " but its budget is ",
+                                 FormatByteSize(s->budget_bytes), ": over by ",
+                                 FormatByteSize(s->est_memory_bytes - s->budget_bytes)));
+  }
+  std::string msg = absl::StrCat("does not fit: ", absl::StrJoin(parts, "; "));
+  if (over.size() > named.size()) {
+    absl::StrAppend(&msg, "; ", over.size() - named.size(), " more stages are over budget");
+  }
+  const int p = z.stages();
+
+  // Smallest uniform budget that works for this many stages.
+  const int64_t need = MinMax(
+      z, [&](int k, int64_t i, int64_t j) { return z.Memory(k, i, j); }, [](int, int64_t, int64_t) { return true; });
+  absl::StrAppend(&msg, ". With ", p, " stages every worker needs >= ", FormatByteSize(need));
+
+  // With one budget for all workers: how many stages of that size would do.
+  const bool uniform = std::all_of(budgets.begin(), budgets.end(), [&](int64_t b) { return b == budgets[0]; });
+  if (uniform) {
+    const int64_t b = budgets[0];
+    int fit_stages = 0;
+    for (int q = p + 1; q <= z.blocks() && fit_stages == 0; ++q) {
+      if (FitsBudgets(Sizer(config, o, q, std::vector<int64_t>(q, b)))) fit_stages = q;
+    }
+    if (fit_stages > 0) {
+      absl::StrAppend(&msg, "; it needs >= ", fit_stages, " stages of ", FormatByteSize(b));
+    } else {
+      absl::StrAppend(&msg, "; no number of stages of ", FormatByteSize(b), " fits (one block per stage is too big)");
+    }
+  }
+  if (o.bytes_per_param > 1) {
+    PartitionOptions int8 = o;
+    int8.bytes_per_param = 1;
+    if (FitsBudgets(Sizer(config, int8, p, budgets))) {
+      absl::StrAppend(&msg, "; with 8-bit frozen weights (bytes_per_param 1) ", p, " stages would fit");
+    }
+  }
+  return msg;
+}
+
+}  // namespace
+
+int64_t DoubleBlockLoraParams(const Flux2Config& c, int64_t rank, bool all_linear) {
+  const int64_t d = c.inner_dim(), m = c.mlp_hidden_dim();
+  if (!all_linear) return rank * 4 * (d + d);  // image stream to_q, to_k, to_v, to_out.0
+  // Both streams' q, k, v, out; both SwiGLU feed-forwards (linear_in D->2M, linear_out M->D).
+  return rank * (8 * (d + d) + 2 * ((d + 2 * m) + (m + d)));
+}
+
+int64_t SingleBlockLoraParams(const Flux2Config& c, int64_t rank, bool all_linear) {
+  const int64_t d = c.inner_dim(), m = c.mlp_hidden_dim();
+  // to_qkv_mlp_proj D -> 3D+2M and to_out (D+M) -> D are the only linears; both sets target them.
+  return rank * ((d + 3 * d + 2 * m) + (d + m + d));
+}
+
+absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOptions& o) {
+  RETURN_IF_ERROR(config.Validate());
+  const int64_t n = config.num_blocks();
+  const int p = o.stages;
+  if (p < 1) return absl::InvalidArgumentError(absl::StrCat("stages must be >= 1; got ", p));
+  if (p > n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot split ", n, " blocks into ", p, " stages: every stage needs at least one block"));
+  }
+  const size_t nb = o.memory_budget_bytes.size();
+  if (nb != 0 && nb != 1 && nb != static_cast<size_t>(p)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory budgets: give none, one for all stages, or one per stage (", p, "); got ", nb));
+  }
+  for (size_t k = 0; k < nb; ++k) {
+    if (o.memory_budget_bytes[k] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("memory budget #", k, " must be > 0 bytes; got ", o.memory_budget_bytes[k]));
+    }
+  }
+  if (o.bytes_per_param < 1 || o.bytes_per_param > 4) {
+    return absl::InvalidArgumentError(absl::StrCat("bytes_per_param must be 1..4; got ", o.bytes_per_param));
+  }
+  if (o.activation_bytes < 1 || o.activation_bytes > 4) {
+    return absl::InvalidArgumentError(absl::StrCat("activation_bytes must be 1..4; got ", o.activation_bytes));
+  }
+  if (o.lora_rank < 0 || o.lora_rank > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("lora_rank must be 0..65536; got ", o.lora_rank));
+  }
+  if (o.tokens_per_micro_batch < 0 || o.tokens_per_micro_batch > kMaxTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens_per_micro_batch must be 0..", kMaxTokens, "; got ", o.tokens_per_micro_batch));
+  }
+  if (o.micro_batches < 0 || o.micro_batches > 65536 || o.overhead_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("micro_batches must be 0..65536 and overhead_bytes >= 0; got ",
+                                                   o.micro_batches, " and ", o.overhead_bytes));
+  }
+  std::vector<int64_t> budgets;
+  if (nb > 0) budgets = nb == 1 ? std::vector<int64_t>(p, o.memory_budget_bytes[0]) : o.memory_budget_bytes;
+
+  const Sizer z(config, o, p, budgets);
+  auto fits = [&](int k, int64_t i, int64_t j) { return z.Memory(k, i, j) <= z.Budget(k); };
+  auto cost = [&](int k, int64_t i, int64_t j) { return z.Cost(k, i, j); };
+
+  Plan plan;
+  plan.options = o;
+  std::vector<int64_t> bounds;
+  const int64_t bottleneck = MinMax(z, cost, fits);
+  if (bottleneck != kInf) {
+    plan.fits = true;
+    bounds =
+        MostBalanced(z, [&](int k, int64_t i, int64_t j) { return z.Cost(k, i, j) <= bottleneck && fits(k, i, j); });
+  } else {
+    const SegmentFn over = [&](int k, int64_t i, int64_t j) { return z.Overrun(k, i, j); };
+    const int64_t worst = MinMax(z, over, [](int, int64_t, int64_t) { return true; });
+    bounds = MostBalanced(z, [&](int k, int64_t i, int64_t j) { return z.Overrun(k, i, j) <= worst; });
+  }
+  if (bounds.size() != static_cast<size_t>(p) + 1) {
+    return absl::InternalError("partitioner found no split (a bug: every split is allowed when none fits)");
+  }
+
+  for (int k = 0; k < p; ++k) {
+    const int64_t i = bounds[k], j = bounds[k + 1];
+    StageSpec s;
+    s.index = k;
+    s.block_begin = i;
+    s.block_end = j;
+    s.has_embedders = k == 0;
+    s.has_head = k == p - 1;
+    s.cost = static_cast<double>(z.Cost(k, i, j));
+    s.param_bytes = z.Cost(k, i, j) * o.bytes_per_param;
+    s.lora_params = z.Lora(i, j);
+    s.activation_bytes = z.Activation(k, i, j);
+    s.est_memory_bytes = z.Memory(k, i, j);
+    s.budget_bytes = budgets.empty() ? 0 : budgets[k];
+    plan.max_cost = std::max(plan.max_cost, s.cost);
+    plan.total_cost += s.cost;
+    plan.stages.push_back(s);
+  }
+  if (plan.fits) {
+    const auto tight = std::max_element(
+        plan.stages.begin(), plan.stages.end(),
+        [](const StageSpec& a, const StageSpec& b) { return a.est_memory_bytes < b.est_memory_bytes; });
+    plan.message = absl::StrCat(
+        "fits: largest stage estimate ~", FormatByteSize(tight->est_memory_bytes), " (stage ", tight->index, ")",
+        tight->budget_bytes > 0 ? absl::StrCat(" of ", FormatByteSize(tight->budget_bytes)) : "",
+        "; slowest stage carries ", absl::StrFormat("%.1f%%", 100.0 * plan.max_cost / plan.total_cost),
+        " of the compute");
+  } else {
+    plan.message = ExplainMiss(config, o, z, plan.stages, budgets);
+  }
+  return plan;
+}
+
+std::string DescribeBlocks(const Flux2Config& config, int64_t block_begin, int64_t block_end) {
+  const int64_t nd = config.num_layers;
+  std::vector<std::string> parts;
+  if (block_begin < nd) parts.push_back("double " + Range(block_begin, std::min(block_end, nd) - 1));
+  if (block_end > nd) parts.push_back("single " + Range(std::max(block_begin, nd) - nd, block_end - nd - 1));
+  return parts.empty() ? "(none)" : absl::StrJoin(parts, ", ");
+}
+
+std::string RenderPlan(const Flux2Config& config, const Plan& plan) {
+  const PartitionOptions& o = plan.options;
+  std::string out = absl::StrFormat(
+      "FLUX.2 plan: %d blocks (%d double, %d single) on %d stage%s; %s schedule; frozen weights %d B/param; "
+      "LoRA rank %d (%s); %d tokens/micro-batch\n",
+      config.num_blocks(), config.num_layers, config.num_single_layers, plan.stages.size(),
+      plan.stages.size() == 1 ? "" : "s", ScheduleKindName(o.schedule), o.bytes_per_param, o.lora_rank,
+      o.all_linear ? "all linears" : "default targets", o.tokens_per_micro_batch);
+  std::vector<std::string> blocks;
+  size_t wb = std::string("blocks").size();
+  for (const StageSpec& s : plan.stages) {
+    std::string b = DescribeBlocks(config, s.block_begin, s.block_end);
+    if (s.has_embedders) b = "embedders, " + b;
+    if (s.has_head) b += ", head";
+    wb = std::max(wb, b.size());
+    blocks.push_back(std::move(b));
+  }
+  absl::StrAppendFormat(&out, "%5s  %-*s  %13s  %11s  %11s  %10s  %10s\n", "stage", wb, "blocks", "frozen params",
+                        "LoRA params", "memory est.", "budget", "cost share");
+  for (size_t k = 0; k < plan.stages.size(); ++k) {
+    const StageSpec& s = plan.stages[k];
+    const bool over = s.budget_bytes > 0 && s.est_memory_bytes > s.budget_bytes;
+    absl::StrAppendFormat(&out, "%5d  %-*s  %13s  %11s  %11s  %10s  %9.1f%%%s\n", s.index, wb, blocks[k],
+                          FormatCount(s.cost), FormatCount(static_cast<double>(s.lora_params)),
+                          FormatByteSize(s.est_memory_bytes), s.budget_bytes > 0 ? FormatByteSize(s.budget_bytes) : "-",
+                          plan.total_cost > 0 ? 100.0 * s.cost / plan.total_cost : 0.0, over ? "  OVER" : "");
+  }
+  absl::StrAppend(&out, plan.message, "\n");
+  absl::StrAppend(&out,
+                  "(memory is an estimate: frozen weights + fp32 LoRA weight and grad + activations with per-block "
+                  "recompute + ",
+                  FormatByteSize(o.overhead_bytes), " overhead)\n");
+  return out;
+}
+
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
+  const absl::string_view t = absl::StripAsciiWhitespace(text);
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte size '", text, "': ", why, " (examples: 24GB, 24GiB, 512MB, 1.5TB, 4096)"));
+  };
+  size_t pos = 0;
+  while (pos < t.size() && absl::ascii_isdigit(t[pos])) ++pos;
+  const size_t int_end = pos;
+  size_t frac_end = pos;
+  if (pos < t.size() && t[pos] == '.') {
+    frac_end = ++pos;
+    while (frac_end < t.size() && absl::ascii_isdigit(t[frac_end])) ++frac_end;
+    if (frac_end == pos) return bad("expected digits after '.'");
+  }
+  if (int_end == 0) return bad("expected a number");
+  const absl::string_view number = t.substr(0, frac_end);
+  const bool fractional = frac_end != int_end;
+  std::string unit = absl::AsciiStrToLower(absl::StripLeadingAsciiWhitespace(t.substr(frac_end)));
+
+  struct Unit {
+    const char* name;
+    int64_t factor;
+  };
+  static const Unit kUnits[] = {
+      {"", 1},
+      {"b", 1},
+      {"k", 1000},
+      {"kb", 1000},
+      {"m", 1000'000},
+      {"mb", 1000'000},
+      {"g", 1000'000'000},
+      {"gb", 1000'000'000},
+      {"t", 1000'000'000'000},
+      {"tb", 1000'000'000'000},
+      {"ki", 1 << 10},
+      {"kib", 1 << 10},
+      {"mi", 1 << 20},
+      {"mib", 1 << 20},
+      {"gi", 1 << 30},
+      {"gib", 1 << 30},
+      {"ti", int64_t{1} << 40},
+      {"tib", int64_t{1} << 40},
+  };
+  int64_t factor = 0;
+  for (const Unit& u : kUnits) {
+    if (unit == u.name) factor = u.factor;
+  }
+  if (factor == 0) return bad(absl::StrCat("unknown unit '", unit, "'"));
+
+  if (!fractional) {
+    uint64_t value = 0;
+    if (!absl::SimpleAtoi(number, &value) ||
+        value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / factor)) {
+      return bad("too large");
+    }
+    return static_cast<int64_t>(value) * factor;
+  }
+  if (factor == 1) return bad("a fraction of a byte needs a larger unit");
+  double value = 0;
+  if (!absl::SimpleAtod(number, &value)) return bad("expected a number");
+  const long double bytes = std::round(static_cast<long double>(value) * factor);
+  if (bytes >= static_cast<long double>(std::numeric_limits<int64_t>::max())) return bad("too large");
+  return static_cast<int64_t>(bytes);
+}
+
+std::string FormatByteSize(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes < 1000) return absl::StrCat(bytes, " B");
+  if (b < 1e6) return absl::StrFormat("%.1f kB", b / 1e3);
+  if (b < 1e9) return absl::StrFormat("%.1f MB", b / 1e6);
+  if (b < 1e12) return absl::StrFormat("%.1f GB", b / 1e9);
+  return absl::StrFormat("%.2f TB", b / 1e12);
+}
+
+}  // namespace baton

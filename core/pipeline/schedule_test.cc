@@ -1,0 +1,250 @@
+#include "core/pipeline/schedule.h"
+
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_split.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace baton {
+namespace {
+
+Action F(int i) { return {Action::kForward, i}; }
+Action B(int i) { return {Action::kBackward, i}; }
+
+std::string Labels(const std::vector<Action>& list) {
+  std::string s;
+  for (const Action& a : list) s += ActionLabel(a) + " ";
+  return s;
+}
+
+TEST(ScheduleTest, ParsesKindNamesInAnyCase) {
+  EXPECT_EQ(*ParseScheduleKind("gpipe"), ScheduleKind::kGPipe);
+  EXPECT_EQ(*ParseScheduleKind("GPipe"), ScheduleKind::kGPipe);
+  EXPECT_EQ(*ParseScheduleKind("1f1b"), ScheduleKind::k1F1B);
+  EXPECT_EQ(*ParseScheduleKind("1F1B"), ScheduleKind::k1F1B);
+  auto bad = ParseScheduleKind("interleaved");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'interleaved'"), absl::string_view::npos);
+  EXPECT_STREQ(ScheduleKindName(*ParseScheduleKind(ScheduleKindName(ScheduleKind::k1F1B))), "1f1b");
+}
+
+TEST(ScheduleTest, RejectsBadSizes) {
+  EXPECT_FALSE(MakeSchedule(ScheduleKind::kGPipe, 0, 4).ok());
+  EXPECT_FALSE(MakeSchedule(ScheduleKind::k1F1B, 2, 0).ok());
+  EXPECT_FALSE(MakeSchedule(ScheduleKind::k1F1B, -1, 4).ok());
+  EXPECT_FALSE(MakeSchedule(ScheduleKind::kGPipe, 1 << 12, 1 << 12).ok());
+}
+
+TEST(ScheduleTest, GPipeRunsAllForwardsThenBackwardsInAscendingOrder) {
+  auto s = MakeSchedule(ScheduleKind::kGPipe, 3, 4);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const auto& list : s->per_stage) {
+    EXPECT_EQ(Labels(list), "F0 F1 F2 F3 B0 B1 B2 B3 ");
+  }
+}
+
+TEST(ScheduleTest, OneFOneBFollowsMegatronWarmupSteadyCooldown) {
+  auto s = MakeSchedule(ScheduleKind::k1F1B, 4, 8);
+  ASSERT_TRUE(s.ok()) << s.status();
+  // Stage 0: 3 warm-up forwards, 5 steady pairs, 3 cool-down backwards.
+  EXPECT_EQ(Labels(s->per_stage[0]), "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7 ");
+  EXPECT_EQ(Labels(s->per_stage[2]), "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7 ");
+  // Last stage: no warm-up, strict alternation.
+  EXPECT_EQ(Labels(s->per_stage[3]), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 ");
+  // Fewer micro-batches than stages: warm-up is capped at m, so stage 0 is pure fill-drain.
+  auto few = MakeSchedule(ScheduleKind::k1F1B, 4, 2);
+  ASSERT_TRUE(few.ok());
+  EXPECT_EQ(Labels(few->per_stage[0]), "F0 F1 B0 B1 ");
+  EXPECT_EQ(Labels(few->per_stage[2]), "F0 F1 B0 B1 ");
+  EXPECT_EQ(Labels(few->per_stage[3]), "F0 B0 F1 B1 ");
+}
+
+TEST(ScheduleTest, EveryGeneratedScheduleValidates) {
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B}) {
+    for (int p = 1; p <= 7; ++p) {
+      for (int m = 1; m <= 12; ++m) {
+        auto s = MakeSchedule(kind, p, m);
+        ASSERT_TRUE(s.ok()) << s.status();
+        EXPECT_TRUE(ValidateSchedule(*s).ok()) << ScheduleKindName(kind) << " p=" << p << " m=" << m;
+      }
+    }
+  }
+}
+
+TEST(ScheduleTest, ValidateNamesStructuralErrors) {
+  Schedule s{ScheduleKind::kGPipe, 2, 2, {{F(0), F(1), B(0), B(1)}, {F(0), F(1), B(0), B(1)}}};
+  ASSERT_TRUE(ValidateSchedule(s).ok());
+
+  Schedule dup = s;
+  dup.per_stage[1] = {F(0), F(0), B(0), B(1)};
+  absl::Status st = ValidateSchedule(dup);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("stage 1 runs F0 twice"), absl::string_view::npos) << st;
+
+  Schedule order = s;
+  order.per_stage[0] = {F(0), B(1), F(1), B(0)};
+  st = ValidateSchedule(order);
+  EXPECT_NE(st.message().find("stage 0 runs B1 (action #1) before F1"), absl::string_view::npos) << st;
+
+  Schedule range = s;
+  range.per_stage[0][1] = F(5);
+  st = ValidateSchedule(range);
+  EXPECT_NE(st.message().find("out of range"), absl::string_view::npos) << st;
+
+  Schedule missing = s;
+  missing.per_stage.pop_back();
+  EXPECT_FALSE(ValidateSchedule(missing).ok());
+}
+
+TEST(ScheduleTest, ValidateDetectsDeadlock) {
+  // Stage 0 wants B0 before sending F1; stage 1 wants F1 before running B0.
+  Schedule s{ScheduleKind::k1F1B, 2, 2, {{F(0), B(0), F(1), B(1)}, {F(0), F(1), B(1), B(0)}}};
+  absl::Status st = ValidateSchedule(s);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("stage 0 waits at B0 for B0 on stage 1"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("stage 1 waits at F1 for F1 on stage 0"), absl::string_view::npos) << st;
+  EXPECT_FALSE(SimulateSchedule(s, 1, 2).ok());
+}
+
+TEST(ScheduleTest, GPipeBubbleMatchesTheoryExactly) {
+  for (int p : {1, 2, 3, 4, 6}) {
+    for (int m : {1, 2, 4, 8, 13}) {
+      for (double f : {1.0, 0.5, 3.0}) {
+        auto s = MakeSchedule(ScheduleKind::kGPipe, p, m);
+        ASSERT_TRUE(s.ok());
+        auto t = SimulateSchedule(*s, f, 2 * f);
+        ASSERT_TRUE(t.ok()) << t.status();
+        EXPECT_NEAR(t->makespan, (m + p - 1) * 3 * f, 1e-9);
+        EXPECT_NEAR(t->bubble_fraction, TheoreticalBubble(p, m), 1e-12) << "p=" << p << " m=" << m;
+      }
+    }
+  }
+}
+
+TEST(ScheduleTest, OneFOneBHasGPipeBubbleButFewerActivationsInFlight) {
+  for (int p : {2, 3, 4, 5}) {
+    for (int m : {1, 3, 4, 8, 16}) {
+      auto gpipe = MakeSchedule(ScheduleKind::kGPipe, p, m);
+      auto ofob = MakeSchedule(ScheduleKind::k1F1B, p, m);
+      ASSERT_TRUE(gpipe.ok() && ofob.ok());
+      for (double b : {1.0, 2.0}) {
+        auto tg = SimulateSchedule(*gpipe, 1.0, b);
+        auto t1 = SimulateSchedule(*ofob, 1.0, b);
+        ASSERT_TRUE(tg.ok() && t1.ok());
+        EXPECT_NEAR(t1->bubble_fraction, TheoreticalBubble(p, m), 1e-12) << "p=" << p << " m=" << m << " b=" << b;
+        EXPECT_NEAR(t1->makespan, tg->makespan, 1e-9);
+      }
+      const std::vector<int> peak_g = PeakInFlight(*gpipe), peak_1 = PeakInFlight(*ofob);
+      for (int s = 0; s < p; ++s) {
+        EXPECT_EQ(peak_g[s], m);
+        EXPECT_EQ(peak_1[s], std::min(p - s, m)) << "p=" << p << " m=" << m << " stage " << s;
+      }
+    }
+  }
+}
+
+TEST(ScheduleTest, TimelineRespectsDependencies) {
+  const double f = 1, b = 2, c = 0.25;
+  auto s = MakeSchedule(ScheduleKind::k1F1B, 4, 6);
+  ASSERT_TRUE(s.ok());
+  auto t = SimulateSchedule(*s, f, b, c);
+  ASSERT_TRUE(t.ok());
+  const int p = 4, m = 6;
+  std::vector<std::vector<TimedAction>> fwd(p, std::vector<TimedAction>(m)), bwd = fwd;
+  for (int st = 0; st < p; ++st) {
+    double prev_end = 0;
+    for (const TimedAction& ta : t->per_stage[st]) {
+      EXPECT_GE(ta.start, prev_end);  // one action at a time, in list order
+      prev_end = ta.end;
+      (ta.action.type == Action::kForward ? fwd : bwd)[st][ta.action.micro_batch] = ta;
+    }
+  }
+  for (int st = 0; st < p; ++st) {
+    for (int i = 0; i < m; ++i) {
+      if (st > 0) {
+        EXPECT_GE(fwd[st][i].start, fwd[st - 1][i].end + c);
+      }
+      if (st < p - 1) {
+        EXPECT_GE(bwd[st][i].start, bwd[st + 1][i].end + c);
+      }
+      EXPECT_GE(bwd[st][i].start, fwd[st][i].end);
+    }
+  }
+}
+
+TEST(ScheduleTest, CommunicationAddsTwoHopsPerBoundaryToGPipe) {
+  // Fill: the last forward reaches the end after p-1 hops; drain: the last backward returns after p-1.
+  const int p = 3, m = 5;
+  const double f = 1, b = 2, c = 0.5;
+  auto s = MakeSchedule(ScheduleKind::kGPipe, p, m);
+  ASSERT_TRUE(s.ok());
+  auto t = SimulateSchedule(*s, f, b, c);
+  ASSERT_TRUE(t.ok());
+  EXPECT_NEAR(t->makespan, (m + p - 1) * (f + b) + 2 * (p - 1) * c, 1e-9);
+  EXPECT_GT(t->bubble_fraction, TheoreticalBubble(p, m));
+}
+
+TEST(ScheduleTest, SlowStageSetsThePace) {
+  const int p = 3, m = 8;
+  auto s = MakeSchedule(ScheduleKind::k1F1B, p, m);
+  ASSERT_TRUE(s.ok());
+  auto t = SimulateScheduleWithCosts(*s, {1, 2, 1}, {2, 4, 2}, 0);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_GE(t->makespan, m * (2 + 4));
+  EXPECT_NEAR(t->busy[1], m * 6.0, 1e-9);
+  EXPECT_NEAR(t->busy[0], m * 3.0, 1e-9);
+  EXPECT_GT(t->bubble_fraction, TheoreticalBubble(p, m));
+}
+
+TEST(ScheduleTest, SimulateRejectsBadCosts) {
+  auto s = MakeSchedule(ScheduleKind::kGPipe, 2, 2);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(SimulateSchedule(*s, 0, 1).ok());
+  EXPECT_FALSE(SimulateSchedule(*s, 1, -2).ok());
+  EXPECT_FALSE(SimulateSchedule(*s, 1, 2, -0.1).ok());
+  EXPECT_FALSE(SimulateScheduleWithCosts(*s, {1}, {2, 2}, 0).ok());
+}
+
+TEST(ScheduleTest, RenderShowsOneRowPerStageAndTheBubble) {
+  const int p = 4, m = 8;
+  auto s = MakeSchedule(ScheduleKind::k1F1B, p, m);
+  ASSERT_TRUE(s.ok());
+  auto t = SimulateSchedule(*s, 1, 2);
+  ASSERT_TRUE(t.ok());
+  const std::string text = RenderTimeline(*t);
+  std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  std::vector<std::string> rows;
+  for (const std::string& l : lines) {
+    if (l.rfind("stage ", 0) == 0) rows.push_back(l);
+  }
+  ASSERT_EQ(rows.size(), static_cast<size_t>(p)) << text;
+  // Auto width gives 2 columns per time unit here (labels are 2 chars, F costs 1).
+  const size_t width = static_cast<size_t>(2 * t->makespan);
+  for (int st = 0; st < p; ++st) {
+    const size_t open = rows[st].find('|'), close = rows[st].find('|', open + 1);
+    ASSERT_NE(close, std::string::npos);
+    const std::string bar = rows[st].substr(open + 1, close - open - 1);
+    EXPECT_EQ(bar.size(), width);
+    const auto idle = std::count(bar.begin(), bar.end(), '.');
+    EXPECT_EQ(idle, static_cast<long>(2 * (t->makespan - t->busy[st]))) << rows[st];
+    EXPECT_NE(rows[st].find(absl::StrFormat("peak in-flight %d", p - st)), std::string::npos) << rows[st];
+  }
+  EXPECT_EQ(rows[0].substr(0, 17), "stage 0 |F0F1F2F3");
+  EXPECT_EQ(rows[3].substr(0, 23), "stage 3 |......F0B0--F1");
+  const std::string pct = absl::StrFormat("%.1f%%", 100 * TheoreticalBubble(p, m));
+  EXPECT_NE(text.find("bubble " + pct + " measured, " + pct + " theory"), std::string::npos) << text;
+
+  // A fixed narrow width still renders every row at that width.
+  const std::string narrow = RenderTimeline(*t, 20);
+  for (const std::string& l : std::vector<std::string>(absl::StrSplit(narrow, '\n'))) {
+    if (l.rfind("stage ", 0) != 0) continue;
+    EXPECT_EQ(l.find('|', l.find('|') + 1) - l.find('|') - 1, 20u) << l;
+  }
+}
+
+}  // namespace
+}  // namespace baton

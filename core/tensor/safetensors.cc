@@ -1,0 +1,369 @@
+#include "core/tensor/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <nlohmann/json.hpp>
+
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+// Tensor bytes are copied verbatim; the format is little-endian.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
+
+namespace baton {
+namespace {
+
+// Same cap as the Rust reference: a header larger than this is an attack or a corrupt file.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// Real headers nest 3 deep; nlohmann's parser recurses, so bound depth before handing it the bytes.
+constexpr int kMaxJsonDepth = 32;
+constexpr const char* kMetadataKey = "__metadata__";
+
+struct DtypeInfo {
+  const char* code;
+  at::ScalarType type;
+  uint64_t itemsize;
+};
+
+constexpr DtypeInfo kDtypes[] = {
+    {"F64", at::kDouble, 8}, {"F32", at::kFloat, 4}, {"F16", at::kHalf, 2},  {"BF16", at::kBFloat16, 2},
+    {"I64", at::kLong, 8},   {"I32", at::kInt, 4},   {"I16", at::kShort, 2}, {"I8", at::kChar, 1},
+    {"U8", at::kByte, 1},    {"BOOL", at::kBool, 1},
+};
+
+const DtypeInfo* FindDtype(const std::string& code) {
+  for (const auto& d : kDtypes) {
+    if (code == d.code) return &d;
+  }
+  return nullptr;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// Product of dims × itemsize; false on uint64 overflow.
+bool ByteSize(const std::vector<int64_t>& shape, uint64_t itemsize, uint64_t* out) {
+  uint64_t n = itemsize;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return false;
+  }
+  *out = n;
+  return true;
+}
+
+// Scans JSON text for bracket nesting deeper than kMaxJsonDepth (ignoring brackets inside strings).
+bool NestingTooDeep(const char* p, size_t n) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < n; ++i) {
+    const char c = p[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxJsonDepth) return true;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+absl::Status Invalid(const std::string& path, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+}
+
+// Parses one header entry; `where` is "<path>: tensor '<key>'" for messages.
+absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& where, const nlohmann::json& j,
+                                            uint64_t data_size) {
+  auto fail = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+  };
+  if (!j.is_object()) return fail(absl::StrCat("entry is not a JSON object but ", j.type_name()));
+  SafetensorsEntry e;
+
+  auto dtype = j.find("dtype");
+  if (dtype == j.end() || !dtype->is_string()) return fail("missing or non-string 'dtype'");
+  e.dtype = dtype->get<std::string>();
+  const DtypeInfo* info = FindDtype(e.dtype);
+  if (info == nullptr) {
+    return fail(absl::StrCat("unsupported dtype '", e.dtype,
+                             "' (known: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)"));
+  }
+
+  auto shape = j.find("shape");
+  if (shape == j.end() || !shape->is_array()) return fail("missing or non-array 'shape'");
+  for (const auto& d : *shape) {
+    if (!d.is_number_unsigned() ||
+        d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return fail(absl::StrCat("shape ", shape->dump(), " has an entry that is not a non-negative integer"));
+    }
+    e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+  }
+
+  auto offsets = j.find("data_offsets");
+  if (offsets == j.end() || !offsets->is_array() || offsets->size() != 2 ||
+      !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+    return fail(absl::StrCat("'data_offsets' must be [begin, end] of non-negative integers, got ",
+                             offsets == j.end() ? "nothing" : offsets->dump()));
+  }
+  e.begin = (*offsets)[0].get<uint64_t>();
+  e.end = (*offsets)[1].get<uint64_t>();
+  const std::string range = absl::StrCat("data_offsets [", e.begin, ", ", e.end, "]");
+  if (e.begin > e.end) return fail(absl::StrCat(range, ": begin > end"));
+  if (e.end > data_size) {
+    return fail(absl::StrCat(range, " exceed the ", data_size,
+                             "-byte data section (file truncated or offsets corrupt)"));
+  }
+  uint64_t need = 0;
+  if (!ByteSize(e.shape, info->itemsize, &need)) {
+    return fail(absl::StrCat(e.dtype, " ", ShapeString(e.shape), " overflows 64-bit byte size"));
+  }
+  if (e.end - e.begin != need) {
+    return fail(absl::StrCat(range, " hold ", e.end - e.begin, " bytes but ", e.dtype, " ",
+                             ShapeString(e.shape), " needs ", need));
+  }
+  return e;
+}
+
+absl::Status ParseMetadata(const std::string& path, const nlohmann::json& j,
+                           std::map<std::string, std::string>* out) {
+  if (!j.is_object()) return Invalid(path, absl::StrCat("'__metadata__' is not an object but ", j.type_name()));
+  for (const auto& [k, v] : j.items()) {
+    if (!v.is_string()) {
+      return Invalid(path, absl::StrCat("'__metadata__' key '", k, "' has a ", v.type_name(),
+                                        " value; only strings are allowed"));
+    }
+    (*out)[k] = v.get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
+// Entries may leave gaps but must not share bytes. Zero-byte entries overlap nothing.
+absl::Status CheckNoOverlap(const std::string& path, const std::map<std::string, SafetensorsEntry>& entries) {
+  std::vector<std::pair<const std::string*, const SafetensorsEntry*>> sorted;
+  for (const auto& [k, e] : entries) {
+    if (e.end > e.begin) sorted.emplace_back(&k, &e);
+  }
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    const auto& [pk, p] = sorted[i - 1];
+    const auto& [ck, c] = sorted[i];
+    if (c->begin < p->end) {
+      return Invalid(path, absl::StrCat("tensors '", *pk, "' [", p->begin, ", ", p->end, "] and '", *ck,
+                                        "' [", c->begin, ", ", c->end, "] overlap"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<at::ScalarType> SafetensorsDtypeToTorch(const std::string& code) {
+  const DtypeInfo* info = FindDtype(code);
+  if (info == nullptr) return absl::InvalidArgumentError(absl::StrCat("unsupported safetensors dtype '", code, "'"));
+  return info->type;
+}
+
+absl::StatusOr<std::string> TorchDtypeToSafetensors(at::ScalarType dtype) {
+  for (const auto& d : kDtypes) {
+    if (d.type == dtype) return std::string(d.code);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("torch dtype ", c10::toString(dtype),
+                                                 " has no supported safetensors code"));
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f->fd_ < 0) {
+    const int err = errno;
+    std::string msg = absl::StrCat("cannot open ", path, ": ", std::strerror(err));
+    if (err == ENOENT) return absl::NotFoundError(msg);
+    if (err == EACCES) return absl::PermissionDeniedError(msg);
+    return absl::InternalError(msg);
+  }
+  struct stat st;
+  if (::fstat(f->fd_, &st) != 0) {
+    return absl::InternalError(absl::StrCat("cannot stat ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) return Invalid(path, "not a regular file");
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size < 8) {
+    return Invalid(path, absl::StrCat("file is ", file_size,
+                                      " bytes, too small for the 8-byte header length (truncated?)"));
+  }
+  f->map_ = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, f->fd_, 0);
+  if (f->map_ == MAP_FAILED) {
+    f->map_ = nullptr;
+    return absl::InternalError(absl::StrCat("cannot mmap ", path, ": ", std::strerror(errno)));
+  }
+  f->map_size_ = file_size;
+  const uint8_t* base = static_cast<const uint8_t*>(f->map_);
+
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];
+  if (header_len > kMaxHeaderBytes) {
+    return Invalid(path, absl::StrCat("header length ", header_len, " exceeds the ", kMaxHeaderBytes,
+                                      "-byte limit (not a safetensors file?)"));
+  }
+  if (header_len > file_size - 8) {
+    return Invalid(path, absl::StrCat("header length ", header_len, " but only ", file_size - 8,
+                                      " bytes follow the length field (file truncated?)"));
+  }
+  const char* header = reinterpret_cast<const char*>(base + 8);
+  f->data_ = base + 8 + header_len;
+  f->data_size_ = file_size - 8 - header_len;
+
+  if (NestingTooDeep(header, header_len)) {
+    return Invalid(path, absl::StrCat("header JSON nests deeper than ", kMaxJsonDepth, " levels"));
+  }
+  nlohmann::json j = nlohmann::json::parse(header, header + header_len, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Invalid(path, absl::StrCat("header (", header_len, " bytes) is not valid JSON"));
+  if (!j.is_object()) return Invalid(path, absl::StrCat("header is JSON ", j.type_name(), ", not an object"));
+
+  for (const auto& [key, value] : j.items()) {
+    if (key == kMetadataKey) {
+      RETURN_IF_ERROR(ParseMetadata(path, value, &f->metadata_));
+      continue;
+    }
+    ASSIGN_OR_RETURN(SafetensorsEntry e, ParseEntry(absl::StrCat(path, ": tensor '", key, "'"), value,
+                                                    f->data_size_));
+    f->entries_.emplace(key, std::move(e));
+  }
+  RETURN_IF_ERROR(CheckNoOverlap(path, f->entries_));
+  return f;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::vector<std::string> SafetensorsFile::Keys() const {
+  std::vector<std::string> keys;
+  keys.reserve(entries_.size());
+  for (const auto& [k, e] : entries_) keys.push_back(k);
+  return keys;
+}
+
+absl::StatusOr<SafetensorsEntry> SafetensorsFile::Entry(const std::string& key) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    return absl::NotFoundError(absl::StrCat(path_, ": no tensor '", key, "' (file has ", entries_.size(),
+                                            " tensors)"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<at::Tensor> SafetensorsFile::Load(const std::string& key, at::ScalarType dtype) const {
+  ASSIGN_OR_RETURN(SafetensorsEntry e, Entry(key));
+  // Validated in Open: dtype is known and end - begin == numel × itemsize.
+  const at::ScalarType stored = FindDtype(e.dtype)->type;
+  const uint64_t nbytes = e.end - e.begin;
+  const uint8_t* src = data_ + e.begin;
+  if (nbytes > 0) {
+    // Start readahead for exactly this tensor's pages; madvise needs a page-aligned start.
+    static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(src) & ~(kPage - 1);
+    ::madvise(reinterpret_cast<void*>(lo), reinterpret_cast<uintptr_t>(src) + nbytes - lo, MADV_WILLNEED);
+  }
+  at::Tensor out;
+  RETURN_IF_ERROR(Annotate(TorchCall("load", [&] {
+                             out = at::empty(e.shape, at::TensorOptions().dtype(stored));
+                             if (nbytes > 0) std::memcpy(out.data_ptr(), src, nbytes);
+                             if (dtype != at::ScalarType::Undefined && dtype != stored) out = out.to(dtype);
+                           }),
+                           absl::StrCat(path_, ": tensor '", key, "'")));
+  return out;
+}
+
+absl::StatusOr<std::string> SerializeSafetensors(const std::map<std::string, at::Tensor>& tensors,
+                                                 const std::map<std::string, std::string>& metadata) {
+  // ordered_json keeps insertion order: __metadata__ first, then tensors in key order, fields as
+  // dtype/shape/data_offsets — the layout the Rust reference writes.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json m = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    header[kMetadataKey] = std::move(m);
+  }
+  std::vector<at::Tensor> cpu;
+  cpu.reserve(tensors.size());
+  uint64_t offset = 0;
+  for (const auto& [key, t] : tensors) {
+    if (key == kMetadataKey) {
+      return absl::InvalidArgumentError("tensor key '__metadata__' is reserved by the safetensors format");
+    }
+    if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat("tensor '", key, "' is undefined"));
+    auto code = TorchDtypeToSafetensors(t.scalar_type());
+    if (!code.ok()) return Annotate(code.status(), absl::StrCat("tensor '", key, "'"));
+    at::Tensor c;
+    RETURN_IF_ERROR(Annotate(TorchCall("to cpu", [&] { c = t.detach().to(at::kCPU).contiguous(); }),
+                             absl::StrCat("tensor '", key, "'")));
+    const uint64_t nbytes = static_cast<uint64_t>(c.numel()) * c.element_size();
+    nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+    entry["dtype"] = *code;
+    entry["shape"] = c.sizes().vec();
+    entry["data_offsets"] = {offset, offset + nbytes};
+    header[key] = std::move(entry);
+    offset += nbytes;
+    cpu.push_back(std::move(c));
+  }
+  std::string json;
+  try {
+    json = header.dump();
+  } catch (const std::exception& e) {
+    // Only failure mode: a key or metadata string that is not valid UTF-8.
+    return absl::InvalidArgumentError(absl::StrCat("cannot encode safetensors header: ", e.what()));
+  }
+  json.append((8 - json.size() % 8) % 8, ' ');
+
+  std::string out;
+  out.reserve(8 + json.size() + offset);
+  const uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  out += json;
+  for (const at::Tensor& c : cpu) {
+    const size_t nbytes = static_cast<size_t>(c.numel()) * c.element_size();
+    if (nbytes > 0) out.append(static_cast<const char*>(c.data_ptr()), nbytes);
+  }
+  return out;
+}
+
+absl::Status WriteSafetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  ASSIGN_OR_RETURN(std::string bytes, SerializeSafetensors(tensors, metadata));
+  return Annotate(WriteFileAtomic(path, bytes), "writing safetensors");
+}
+
+absl::StatusOr<std::map<std::string, at::Tensor>> LoadAllSafetensors(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> f, SafetensorsFile::Open(path));
+  std::map<std::string, at::Tensor> out;
+  for (const std::string& key : f->Keys()) {
+    ASSIGN_OR_RETURN(at::Tensor t, f->Load(key));
+    out.emplace(key, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace baton

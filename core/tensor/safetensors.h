@@ -1,0 +1,75 @@
+// safetensors reader and writer.
+//
+// Format (https://github.com/huggingface/safetensors): 8-byte little-endian header length N, N bytes of
+// JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {str: str}},
+// then the raw little-endian tensor bytes. Design goals: the file is memory-mapped and only the tensors
+// asked for are touched (a pipeline stage reads just its block range of a 64 GB checkpoint); every header
+// is validated before any byte is trusted; writes are atomic so a crash never leaves a torn file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
+namespace baton {
+
+struct SafetensorsEntry {
+  std::string dtype;           // safetensors code: "F32", "BF16", "F16", "I64", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;          // byte offsets relative to the start of the data section
+  uint64_t end = 0;
+};
+
+// A read-only, memory-mapped safetensors file. Thread-safe after Open (all methods are const).
+class SafetensorsFile {
+ public:
+  // Maps the file and validates the header: size bounds (header ≤ 100 MB, fits in file), JSON syntax,
+  // known dtypes, offsets in range and consistent with dtype×shape, no overlaps. Errors name the path.
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  ~SafetensorsFile();
+
+  const std::string& path() const { return path_; }
+  std::vector<std::string> Keys() const;  // sorted
+  bool Contains(const std::string& key) const { return entries_.count(key) > 0; }
+  // NotFound naming the key and the file when absent.
+  absl::StatusOr<SafetensorsEntry> Entry(const std::string& key) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // Copies one tensor out of the mapping into an owned CPU tensor, converting to `dtype` when given
+  // (at::ScalarType::Undefined keeps the stored dtype). Only this tensor's pages are read.
+  absl::StatusOr<at::Tensor> Load(const std::string& key,
+                                  at::ScalarType dtype = at::ScalarType::Undefined) const;
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  int fd_ = -1;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  const uint8_t* data_ = nullptr;  // start of the data section inside the mapping
+  uint64_t data_size_ = 0;
+  std::map<std::string, SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Serializes tensors (any device; copied to CPU, made contiguous) with optional string metadata.
+absl::StatusOr<std::string> SerializeSafetensors(const std::map<std::string, at::Tensor>& tensors,
+                                                 const std::map<std::string, std::string>& metadata = {});
+
+// Writes atomically (temporary file, fsync, rename, fsync of the directory).
+absl::Status WriteSafetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
+// Convenience: loads every tensor (tests, small files).
+absl::StatusOr<std::map<std::string, at::Tensor>> LoadAllSafetensors(const std::string& path);
+
+// dtype mapping. Supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL.
+absl::StatusOr<at::ScalarType> SafetensorsDtypeToTorch(const std::string& code);
+absl::StatusOr<std::string> TorchDtypeToSafetensors(at::ScalarType dtype);
+
+}  // namespace baton

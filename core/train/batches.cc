@@ -1,0 +1,114 @@
+#include "core/train/batches.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <absl/strings/str_cat.h>
+
+#include "core/lora/lora_linear.h"
+#include "core/model/flux2_ops.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+// Deterministic Fisher–Yates with a generator, so the order is the same on every platform.
+void Shuffle(std::vector<int64_t>& v, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (int64_t i = static_cast<int64_t>(v.size()) - 1; i > 0; --i) {
+    int64_t j = at::randint(i + 1, {1}, gen, at::kLong).item<int64_t>();
+    std::swap(v[i], v[j]);
+  }
+}
+
+}  // namespace
+
+double Flux2AutoShift(int64_t image_tokens) {
+  const double m = (1.15 - 0.5) / (4096.0 - 256.0);
+  return std::exp(0.5 + m * (static_cast<double>(image_tokens) - 256.0));
+}
+
+at::Tensor ShiftTimesteps(const at::Tensor& t, double shift) { return shift * t / (1 + (shift - 1) * t); }
+
+absl::StatusOr<StepSampler> StepSampler::Create(const CacheReader* cache, const JobConfig& job, bool has_guidance) {
+  StepSampler s;
+  s.cache_ = cache;
+  s.job_ = job;
+  s.has_guidance_ = has_guidance;
+  std::map<std::string, std::vector<int64_t>> by_key;
+  for (size_t i = 0; i < cache->size(); ++i) by_key[cache->index().records[i].BucketKey()].push_back(i);
+  const int64_t b = job.micro_batch_size();
+  for (auto& [key, members] : by_key) {
+    s.per_epoch_ += static_cast<int64_t>(members.size()) / b;
+    s.buckets_.push_back(members);
+  }
+  if (s.per_epoch_ == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("no bucket of the cache holds ", b,
+                                                   " samples (batch_size / micro_batches); the cache has ",
+                                                   cache->size(), " samples in ", s.buckets_.size(), " buckets"));
+  }
+  return s;
+}
+
+std::vector<int64_t> StepSampler::MicroBatchSamples(int64_t g) const {
+  const int64_t epoch = g / per_epoch_, pos = g % per_epoch_;
+  const int64_t b = job_.micro_batch_size();
+  std::vector<std::vector<int64_t>> chunks;
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    std::vector<int64_t> members = buckets_[k];
+    Shuffle(members, MixSeed(MixSeed(job_.seed, 0x5eed), MixSeed(epoch, k)));
+    for (size_t i = 0; i + b <= members.size(); i += b) chunks.emplace_back(members.begin() + i, members.begin() + i + b);
+  }
+  std::vector<int64_t> order(chunks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  Shuffle(order, MixSeed(MixSeed(job_.seed, 0x0dde), epoch));
+  return chunks[order[pos]];
+}
+
+absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
+  std::vector<MicroBatch> out;
+  for (int64_t i = 0; i < job_.micro_batches; ++i) {
+    MicroBatch mb;
+    mb.step = step;
+    mb.index = i;
+    mb.samples = MicroBatchSamples(step * job_.micro_batches + i);
+    std::vector<at::Tensor> x0s, texts;
+    for (int64_t idx : mb.samples) {
+      ASSIGN_OR_RETURN(CacheSample s, cache_->Load(idx));
+      mb.grid_h = s.grid_h;
+      mb.grid_w = s.grid_w;
+      x0s.push_back(s.latents);
+      texts.push_back(s.prompt_embeds);
+    }
+    at::Tensor x0 = at::stack(x0s);  // [b, Si, C]
+    mb.encoder_hidden_states = at::stack(texts);
+    const int64_t b = x0.size(0), tokens = x0.size(1);
+    auto gen = at::detail::createCPUGenerator(MixSeed(MixSeed(job_.seed, step), i));
+    at::Tensor u = job_.timesteps.sampling == "uniform"
+                       ? at::rand({b}, gen, at::kFloat)
+                       : at::sigmoid(at::randn({b}, gen, at::kFloat) * job_.timesteps.logit_std +
+                                     job_.timesteps.logit_mean);
+    double shift = 1.0;
+    if (job_.timesteps.shift == "auto") {
+      shift = Flux2AutoShift(tokens);
+    } else if (job_.timesteps.shift != "none") {
+      shift = std::stod(job_.timesteps.shift);
+    }
+    at::Tensor t = ShiftTimesteps(u, shift).clamp(1e-5, 1.0 - 1e-5);
+    at::Tensor noise = at::randn(x0.sizes(), gen, at::kFloat);
+    at::Tensor tb = t.view({b, 1, 1});
+    mb.hidden_states = (1 - tb) * x0 + tb * noise;
+    mb.target = noise - x0;
+    mb.timestep = t;
+    if (has_guidance_) mb.guidance = at::full({b}, job_.guidance, at::kFloat);
+    mb.img_ids = ImagePositionIds(mb.grid_h, mb.grid_w);
+    mb.txt_ids = TextPositionIds(mb.encoder_hidden_states.size(1));
+    mb.dropout_seed = MixSeed(MixSeed(job_.seed, 0xd509), MixSeed(step, i));
+    out.push_back(std::move(mb));
+  }
+  return out;
+}
+
+}  // namespace baton

@@ -1,0 +1,61 @@
+// Turns the cache into each step's micro-batches, deterministically from (seed, step): which samples, which
+// timesteps, which noise. The single-process trainer and the coordinator both call this, which is what lets
+// an N-stage pipeline reproduce the single-process LoRA.
+//
+// Sampling: each epoch, the samples of every bucket (same token grid and text length) are shuffled and cut
+// into micro-batches of micro_batch_size (a bucket's remainder is dropped for that epoch), then the list of
+// micro-batches is shuffled. Step s takes micro-batches [s·m, (s+1)·m) of the endless epoch sequence, so a
+// step can mix buckets (different sequence lengths) and resuming needs only the step number.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
+#include "core/data/cache.h"
+#include "core/train/job.h"
+
+namespace baton {
+
+struct MicroBatch {
+  int64_t step = 0;
+  int64_t index = 0;                 // micro-batch index within the step
+  std::vector<int64_t> samples;      // cache record indices
+  int64_t grid_h = 0, grid_w = 0;
+  at::Tensor hidden_states;          // [b, Si, C] x_t = (1-t)·x0 + t·ε
+  at::Tensor encoder_hidden_states;  // [b, St, J]
+  at::Tensor timestep;               // [b] t in (0, 1)
+  at::Tensor guidance;               // [b] constant guidance (undefined when the model has none)
+  at::Tensor img_ids;                // [Si, 4] int64
+  at::Tensor txt_ids;                // [St, 4] int64
+  at::Tensor target;                 // [b, Si, C] ε − x0
+  uint64_t dropout_seed = 0;         // LoRA dropout masks for this micro-batch
+};
+
+// FLUX.2's resolution-dependent shift: mu linear in image tokens (256 → 0.5, 4096 → 1.15), shift = exp(mu).
+double Flux2AutoShift(int64_t image_tokens);
+// t' = s·t / (1 + (s−1)·t).
+at::Tensor ShiftTimesteps(const at::Tensor& t, double shift);
+
+class StepSampler {
+ public:
+  // Fails when no bucket holds at least one micro-batch worth of samples.
+  static absl::StatusOr<StepSampler> Create(const CacheReader* cache, const JobConfig& job, bool has_guidance);
+  // All micro-batches of `step`, inputs on CPU in fp32.
+  absl::StatusOr<std::vector<MicroBatch>> Step(int64_t step) const;
+  int64_t micro_batches_per_epoch() const { return per_epoch_; }
+
+ private:
+  // The record indices of global micro-batch g.
+  std::vector<int64_t> MicroBatchSamples(int64_t g) const;
+
+  const CacheReader* cache_ = nullptr;
+  JobConfig job_;
+  bool has_guidance_ = false;
+  std::vector<std::vector<int64_t>> buckets_;  // record indices per bucket, in index order
+  int64_t per_epoch_ = 0;
+};
+
+}  // namespace baton

@@ -1,0 +1,51 @@
+// Pieces every trainer shares (single-process and pipeline): dtype/device parsing, building a stage with
+// its weights and adapters, the loss, the train log, and writing the LoRA files users load.
+#pragma once
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+#include <nlohmann/json.hpp>
+
+#include "core/model/flux2_model.h"
+#include "core/model/flux2_weights.h"
+#include "core/train/job.h"
+
+namespace baton {
+
+absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);  // fp32 | bf16 | fp16
+absl::StatusOr<at::Device> ParseDevice(const std::string& name);     // cpu | cuda | cuda:N
+
+// Builds the stage for `range` with weights from `checkpoint` (only that range is read) and, when
+// `lora` is given, attached adapters. Modules are in eval mode unless `train` is set (dropout).
+absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, const Flux2StageRange& range,
+                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora,
+                                           bool train);
+absl::StatusOr<Flux2Shell> BuildFlux2Shell(const Flux2Checkpoint& checkpoint, at::ScalarType dtype, at::Device device);
+
+// Flow-matching loss: mean squared error in fp32. pred, target: [b, Si, C].
+at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target);
+
+// One JSON object per line, flushed after each line so a crash loses nothing already logged.
+class JsonlWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<JsonlWriter>> Open(const std::string& path, bool append);
+  ~JsonlWriter();
+  absl::Status Append(const nlohmann::ordered_json& line);
+
+ private:
+  std::FILE* file_ = nullptr;
+  std::string path_;
+};
+
+// Writes <dir>/lora.safetensors (diffusers/PEFT) and, if job.save_bfl, <dir>/lora_bfl.safetensors.
+absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string, at::Tensor>& params,
+                             const JobConfig& job, int64_t step);
+
+// Clones tensors to fp32 CPU (master copies, checkpoints).
+std::map<std::string, at::Tensor> CloneToCpuFloat(const std::map<std::string, at::Tensor>& tensors);
+
+}  // namespace baton

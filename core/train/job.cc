@@ -1,0 +1,181 @@
+#include "core/train/job.h"
+
+#include <functional>
+#include <map>
+#include <set>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
+#include <yaml-cpp/yaml.h>
+
+#include "core/lora/lora_linear.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+std::string Where(const std::string& source, const YAML::Node& node) {
+  if (node.Mark().is_null()) return source;
+  return absl::StrCat(source, ":", node.Mark().line + 1);
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  // Checks that `map` is a mapping with only `allowed` keys.
+  absl::Status Keys(const YAML::Node& map, const std::string& what, const std::set<std::string>& allowed) {
+    if (!map.IsMap()) return absl::InvalidArgumentError(absl::StrCat(Where(source_, map), ": ", what, " must be a mapping"));
+    for (const auto& kv : map) {
+      std::string key = kv.first.as<std::string>();
+      if (!allowed.count(key)) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(source_, kv.first), ": unknown key '", key, "' in ", what,
+                                                       " (allowed: ", absl::StrJoin(allowed, ", "), ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  template <typename T>
+  absl::Status Get(const YAML::Node& map, const std::string& key, T* out) {
+    YAML::Node node = map[key];
+    if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
+    try {
+      *out = node.as<T>();
+    } catch (const YAML::Exception&) {
+      return absl::InvalidArgumentError(absl::StrCat(Where(source_, node), ": '", key, "' has the wrong type"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Check(bool ok, const YAML::Node& map, const std::string& key, const std::string& rule) {
+    if (ok) return absl::OkStatus();
+    YAML::Node node = map[key];
+    return absl::InvalidArgumentError(absl::StrCat(Where(source_, node.IsDefined() ? node : map), ": '", key, "' ", rule));
+  }
+
+ private:
+  std::string source_;
+};
+
+}  // namespace
+
+absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
+  }
+  Reader r(source);
+  JobConfig job;
+  job.source = source;
+  RETURN_IF_ERROR(r.Keys(root, "the job", {"model", "model_config", "dataset", "lora", "optimizer", "timesteps", "steps",
+                                           "batch_size", "micro_batches", "schedule", "recompute", "seed",
+                                           "checkpoint_every", "dtype", "devices", "guidance", "save_bfl", "threads"}));
+  RETURN_IF_ERROR(r.Get(root, "model", &job.model));
+  RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
+  RETURN_IF_ERROR(r.Get(root, "model_config", &job.model_config));
+  RETURN_IF_ERROR(r.Get(root, "dataset", &job.dataset));
+  RETURN_IF_ERROR(r.Check(!job.dataset.empty(), root, "dataset", "is required (an encoded cache folder)"));
+  RETURN_IF_ERROR(r.Get(root, "steps", &job.steps));
+  RETURN_IF_ERROR(r.Check(job.steps > 0, root, "steps", "must be positive"));
+  RETURN_IF_ERROR(r.Get(root, "batch_size", &job.batch_size));
+  RETURN_IF_ERROR(r.Check(job.batch_size > 0, root, "batch_size", "must be positive"));
+  RETURN_IF_ERROR(r.Get(root, "micro_batches", &job.micro_batches));
+  RETURN_IF_ERROR(r.Check(job.micro_batches > 0 && job.batch_size % job.micro_batches == 0, root, "micro_batches",
+                          "must be positive and divide batch_size"));
+  RETURN_IF_ERROR(r.Get(root, "schedule", &job.schedule));
+  RETURN_IF_ERROR(r.Check(job.schedule == "gpipe" || job.schedule == "1f1b", root, "schedule", "must be gpipe or 1f1b"));
+  RETURN_IF_ERROR(r.Get(root, "recompute", &job.recompute));
+  RETURN_IF_ERROR(r.Get(root, "seed", &job.seed));
+  RETURN_IF_ERROR(r.Get(root, "checkpoint_every", &job.checkpoint_every));
+  RETURN_IF_ERROR(r.Check(job.checkpoint_every >= 0, root, "checkpoint_every", "must be ≥ 0"));
+  RETURN_IF_ERROR(r.Get(root, "dtype", &job.dtype));
+  RETURN_IF_ERROR(r.Check(job.dtype == "fp32" || job.dtype == "bf16", root, "dtype", "must be fp32 or bf16"));
+  RETURN_IF_ERROR(r.Get(root, "devices", &job.devices));
+  RETURN_IF_ERROR(r.Get(root, "guidance", &job.guidance));
+  RETURN_IF_ERROR(r.Get(root, "save_bfl", &job.save_bfl));
+  RETURN_IF_ERROR(r.Get(root, "threads", &job.threads));
+  RETURN_IF_ERROR(r.Check(job.threads > 0, root, "threads", "must be positive"));
+
+  if (root["lora"].IsDefined()) {
+    YAML::Node l = root["lora"];
+    RETURN_IF_ERROR(r.Keys(l, "lora", {"rank", "alpha", "targets", "dropout"}));
+    RETURN_IF_ERROR(r.Get(l, "rank", &job.lora.rank));
+    RETURN_IF_ERROR(r.Check(job.lora.rank > 0, l, "rank", "must be positive"));
+    job.lora.alpha = static_cast<double>(job.lora.rank);
+    RETURN_IF_ERROR(r.Get(l, "alpha", &job.lora.alpha));
+    RETURN_IF_ERROR(r.Check(job.lora.alpha > 0, l, "alpha", "must be positive"));
+    if (l["targets"].IsSequence()) {
+      std::vector<std::string> list;
+      RETURN_IF_ERROR(r.Get(l, "targets", &list));
+      job.lora_targets = absl::StrJoin(list, ",");
+    } else {
+      RETURN_IF_ERROR(r.Get(l, "targets", &job.lora_targets));
+    }
+    RETURN_IF_ERROR(r.Get(l, "dropout", &job.lora.dropout));
+    RETURN_IF_ERROR(r.Check(job.lora.dropout >= 0 && job.lora.dropout < 1, l, "dropout", "must be in [0, 1)"));
+  } else {
+    job.lora.alpha = static_cast<double>(job.lora.rank);
+  }
+  auto targets = ResolveLoraTargets(job.lora_targets);
+  if (!targets.ok()) return Annotate(targets.status(), source);
+  job.lora.targets = *targets;
+  job.lora.seed = job.seed;
+
+  if (root["optimizer"].IsDefined()) {
+    YAML::Node o = root["optimizer"];
+    RETURN_IF_ERROR(r.Keys(o, "optimizer", {"lr", "weight_decay", "betas", "eps", "clip", "warmup_steps"}));
+    RETURN_IF_ERROR(r.Get(o, "lr", &job.optimizer.lr));
+    RETURN_IF_ERROR(r.Check(job.optimizer.lr > 0, o, "lr", "must be positive"));
+    RETURN_IF_ERROR(r.Get(o, "weight_decay", &job.optimizer.weight_decay));
+    RETURN_IF_ERROR(r.Check(job.optimizer.weight_decay >= 0, o, "weight_decay", "must be ≥ 0"));
+    std::vector<double> betas = {job.optimizer.beta1, job.optimizer.beta2};
+    RETURN_IF_ERROR(r.Get(o, "betas", &betas));
+    RETURN_IF_ERROR(r.Check(betas.size() == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1, o,
+                            "betas", "must be two numbers in [0, 1)"));
+    job.optimizer.beta1 = betas[0];
+    job.optimizer.beta2 = betas[1];
+    RETURN_IF_ERROR(r.Get(o, "eps", &job.optimizer.eps));
+    RETURN_IF_ERROR(r.Check(job.optimizer.eps > 0, o, "eps", "must be positive"));
+    RETURN_IF_ERROR(r.Get(o, "clip", &job.optimizer.clip));
+    RETURN_IF_ERROR(r.Check(job.optimizer.clip >= 0, o, "clip", "must be ≥ 0 (0 disables clipping)"));
+    RETURN_IF_ERROR(r.Get(o, "warmup_steps", &job.optimizer.warmup_steps));
+    RETURN_IF_ERROR(r.Check(job.optimizer.warmup_steps >= 0, o, "warmup_steps", "must be ≥ 0"));
+  }
+  if (root["timesteps"].IsDefined()) {
+    YAML::Node t = root["timesteps"];
+    RETURN_IF_ERROR(r.Keys(t, "timesteps", {"sampling", "logit_mean", "logit_std", "shift"}));
+    RETURN_IF_ERROR(r.Get(t, "sampling", &job.timesteps.sampling));
+    RETURN_IF_ERROR(r.Check(job.timesteps.sampling == "logit_normal" || job.timesteps.sampling == "uniform", t,
+                            "sampling", "must be logit_normal or uniform"));
+    RETURN_IF_ERROR(r.Get(t, "logit_mean", &job.timesteps.logit_mean));
+    RETURN_IF_ERROR(r.Get(t, "logit_std", &job.timesteps.logit_std));
+    RETURN_IF_ERROR(r.Check(job.timesteps.logit_std > 0, t, "logit_std", "must be positive"));
+    RETURN_IF_ERROR(r.Get(t, "shift", &job.timesteps.shift));
+    bool shift_ok = job.timesteps.shift == "auto" || job.timesteps.shift == "none";
+    if (!shift_ok) {
+      char* end = nullptr;
+      double v = std::strtod(job.timesteps.shift.c_str(), &end);
+      shift_ok = end && *end == '\0' && v > 0;
+    }
+    RETURN_IF_ERROR(r.Check(shift_ok, t, "shift", "must be auto, none or a positive number"));
+  }
+  return job;
+}
+
+absl::StatusOr<JobConfig> LoadJob(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseJobYaml(text, path);
+}
+
+std::string JobHash(const JobConfig& j) {
+  std::string s = absl::StrCat(j.model, "|", j.model_config, "|", j.lora.rank, "|", j.lora.alpha, "|", j.lora_targets,
+                               "|", j.lora.dropout, "|", j.seed, "|", j.dtype, "|", j.recompute);
+  return absl::StrFormat("%016x", HashName(s));
+}
+
+}  // namespace baton

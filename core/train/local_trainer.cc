@@ -1,0 +1,95 @@
+#include "core/train/local_trainer.h"
+
+#include <chrono>
+
+#include <ATen/Parallel.h>
+#include <absl/strings/str_cat.h>
+
+#include "core/data/cache.h"
+#include "core/lora/lora.h"
+#include "core/model/flux2_model.h"
+#include "core/model/flux2_weights.h"
+#include "core/train/adamw.h"
+#include "core/train/batches.h"
+#include "core/train/common.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+
+absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
+                                                  const std::function<void(const StepRecord&)>& on_step) {
+  if (steps <= 0) steps = job.steps;
+  at::set_num_threads(job.threads);
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
+  ASSIGN_OR_RETURN(at::Device device, ParseDevice(job.devices.empty() ? "cpu" : job.devices[0]));
+  ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
+  const Flux2Config& config = checkpoint->config();
+  ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
+  if (cache->index().latent_channels != config.in_channels || cache->index().text_dim != config.joint_attention_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache ", job.dataset, " has latent_channels ", cache->index().latent_channels, " and text_dim ",
+        cache->index().text_dim, " but the model expects ", config.in_channels, " and ", config.joint_attention_dim));
+  }
+  ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(cache.get(), job, config.guidance_embeds));
+  ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*checkpoint, dtype, device));
+  ASSIGN_OR_RETURN(Flux2Stage stage,
+                   BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(config), dtype, device, &job.lora, true));
+
+  std::map<std::string, at::Tensor> master = CloneToCpuFloat(LoraParameters(*stage));
+  if (master.empty()) return absl::InvalidArgumentError("no Linear matched the LoRA targets");
+  AdamW optimizer(job.optimizer);
+  RETURN_IF_ERROR(MakeDirs(output_dir));
+  ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(JoinPath(output_dir, "train_log.jsonl"), /*append=*/false));
+
+  LocalTrainResult result;
+  for (int64_t step = 0; step < steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(std::vector<MicroBatch> mbs, sampler.Step(step));
+    double loss_sum = 0.0;
+    int64_t samples = 0;
+    RETURN_IF_ERROR(TorchCall("training step", [&] {
+      for (const MicroBatch& mb : mbs) {
+        Flux2Constants k;
+        {
+          at::NoGradGuard no_grad;
+          k = shell(mb.timestep.to(device), mb.guidance.defined() ? mb.guidance.to(device) : at::Tensor(),
+                    mb.img_ids.to(device), mb.txt_ids.to(device), dtype);
+        }
+        SetLoraDropoutSeed(*stage, mb.dropout_seed);
+        Flux2Activations in;
+        in.img = mb.hidden_states.to(device, dtype);
+        in.txt = mb.encoder_hidden_states.to(device, dtype);
+        at::Tensor loss = FlowMatchingLoss(stage(in, k).output, mb.target);
+        (loss / static_cast<double>(mbs.size())).backward();
+        loss_sum += loss.item<double>();
+        samples += static_cast<int64_t>(mb.samples.size());
+      }
+    }));
+    std::map<std::string, at::Tensor> grads = CloneToCpuFloat(LoraGradients(*stage));
+    ZeroLoraGradients(*stage);
+    StepRecord rec;
+    rec.step = step + 1;
+    rec.loss = loss_sum / static_cast<double>(mbs.size());
+    rec.lr = LearningRate(job.optimizer, step);
+    rec.grad_norm = ClipGradNorm(grads, job.optimizer.clip);
+    RETURN_IF_ERROR(optimizer.Step(master, grads, rec.lr));
+    RETURN_IF_ERROR(AssignLoraParameters(*stage, master));
+    rec.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rec.samples_per_second = static_cast<double>(samples) / rec.step_seconds;
+    nlohmann::ordered_json line;
+    line["step"] = rec.step;
+    line["loss"] = rec.loss;
+    line["lr"] = rec.lr;
+    line["grad_norm"] = rec.grad_norm;
+    line["step_seconds"] = rec.step_seconds;
+    line["samples_per_second"] = rec.samples_per_second;
+    RETURN_IF_ERROR(log->Append(line));
+    result.steps.push_back(rec);
+    if (on_step) on_step(rec);
+  }
+  RETURN_IF_ERROR(SaveLoraOutputs(output_dir, master, job, steps));
+  return result;
+}
+
+}  // namespace baton

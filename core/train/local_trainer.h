@@ -1,0 +1,35 @@
+// `baton train-local`: the whole transformer in one process. This is the reference every pipeline run is
+// held to: same sampler, same micro-batch order, same loss scaling, same optimizer, so the N-stage LoRA
+// must equal this one up to floating-point reassociation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <absl/status/statusor.h>
+
+#include "core/train/job.h"
+
+namespace baton {
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based: the number of optimizer steps done
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double step_seconds = 0;
+  double samples_per_second = 0;
+};
+
+struct LocalTrainResult {
+  std::vector<StepRecord> steps;
+};
+
+// Trains `steps` steps (job.steps when ≤ 0) and writes <output>/lora.safetensors and
+// <output>/train_log.jsonl. `on_step` (optional) sees each step as it finishes.
+absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
+                                                  const std::function<void(const StepRecord&)>& on_step = {});
+
+}  // namespace baton

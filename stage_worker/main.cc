@@ -1,0 +1,7 @@
+// stage_worker: filled in by a later issue. Until then it says so and fails, rather than pretend.
+#include <cstdio>
+
+int main() {
+  std::fprintf(stderr, "stage_worker: not implemented yet\n");
+  return 2;
+}
