@@ -48,10 +48,11 @@ void LoraLinearImpl::AttachLora(int64_t rank, double alpha, double dropout, uint
 at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
   at::Tensor y = at::matmul(x, weight.t());
   if (!lora_A_.defined()) return y;
-  at::Tensor h = x.to(at::kFloat);
+  // The adapter path runs in the adapters' precision (fp32 masters; fp64 in gradient checks).
+  at::Tensor h = x.to(at::promote_types(x.scalar_type(), lora_A_.scalar_type()));
   if (dropout_ > 0.0 && is_training()) {
     auto gen = at::detail::createCPUGenerator(MixSeed(dropout_seed_, layer_id_));
-    at::Tensor keep = at::bernoulli(at::full(h.sizes(), 1.0 - dropout_, at::kFloat), gen).to(h.device());
+    at::Tensor keep = at::bernoulli(at::full(h.sizes(), 1.0 - dropout_, at::kFloat), gen).to(h.device(), h.scalar_type());
     h = h * keep / (1.0 - dropout_);
   }
   at::Tensor delta = at::matmul(at::matmul(h, lora_A_.t()), lora_B_.t()) * scale_;

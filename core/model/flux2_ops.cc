@@ -30,7 +30,7 @@ std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& ids, const std::v
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor xf = x.to(at::promote_types(x.scalar_type(), at::kFloat));
   auto sizes = xf.sizes().vec();
   std::vector<int64_t> pair_shape(sizes.begin(), sizes.end() - 1);
   pair_shape.push_back(sizes.back() / 2);
@@ -43,9 +43,9 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 }
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor xf = x.to(at::promote_types(x.scalar_type(), at::kFloat));
   at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (normed * weight.to(at::kFloat)).to(x.scalar_type());
+  return (normed * weight.to(xf.scalar_type())).to(x.scalar_type());
 }
 
 at::Tensor LayerNormNoAffine(const at::Tensor& x, double eps) {
@@ -65,7 +65,7 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 #else
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor scores = at::matmul(qt, kt.transpose(-2, -1)) * scale;
-  at::Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(q.scalar_type());
+  at::Tensor probs = at::softmax(scores.to(at::promote_types(scores.scalar_type(), at::kFloat)), -1).to(q.scalar_type());
   out = at::matmul(probs, vt);
 #endif
   return out.transpose(1, 2).flatten(2, 3);

@@ -1,0 +1,145 @@
+#include "core/lora/lora.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/model/flux2_model.h"
+#include "core/tensor/safetensors.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/util/files.h"
+
+namespace baton {
+namespace {
+
+using test_util::MakeTempDir;
+using test_util::TinyFlux2Config;
+
+TEST(LoraTargetsTest, PresetsSelectTheRightLinears) {
+  auto attention = *ResolveLoraTargets("attention");
+  EXPECT_TRUE(LoraTargetMatches("transformer_blocks.0.attn.to_q", attention));
+  EXPECT_TRUE(LoraTargetMatches("transformer_blocks.0.attn.to_out.0", attention));
+  EXPECT_TRUE(LoraTargetMatches("single_transformer_blocks.3.attn.to_out", attention));
+  EXPECT_TRUE(LoraTargetMatches("single_transformer_blocks.3.attn.to_qkv_mlp_proj", attention));
+  EXPECT_FALSE(LoraTargetMatches("transformer_blocks.0.ff.linear_in", attention));
+  EXPECT_FALSE(LoraTargetMatches("x_embedder", attention));
+  auto all = *ResolveLoraTargets("all-linear");
+  EXPECT_TRUE(LoraTargetMatches("transformer_blocks.0.ff_context.linear_out", all));
+  EXPECT_FALSE(LoraTargetMatches("double_stream_modulation_img.linear", all));
+  auto custom = *ResolveLoraTargets("to_q, x_embedder");
+  EXPECT_TRUE(LoraTargetMatches("x_embedder", custom));
+  EXPECT_FALSE(LoraTargetMatches("transformer_blocks.0.attn.add_q_proj", custom));
+  EXPECT_FALSE(ResolveLoraTargets(" , ").ok());
+}
+
+class LoraFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_ = TinyFlux2Config();
+    stage_ = Flux2Stage(config_, Flux2StageRange::Full(config_), at::TensorOptions());
+    spec_ = {3, 6.0, *ResolveLoraTargets("all-linear"), 0.0, 42};
+    ASSERT_TRUE(AttachLora(*stage_, spec_).ok());
+    at::NoGradGuard no_grad;
+    at::manual_seed(1);
+    for (auto& [name, p] : LoraParameters(*stage_)) p.copy_(at::randn_like(p));
+    dir_ = MakeTempDir("lora");
+  }
+  Flux2Config config_;
+  Flux2Stage stage_{nullptr};
+  LoraSpec spec_;
+  std::string dir_;
+};
+
+TEST_F(LoraFileTest, DiffusersFormatRoundTrip) {
+  auto params = LoraParameters(*stage_);
+  std::string path = JoinPath(dir_, "lora.safetensors");
+  ASSERT_TRUE(SaveLoraDiffusers(path, params, spec_).ok());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok());
+  EXPECT_TRUE((*file)->Contains("transformer.transformer_blocks.0.attn.to_q.lora_A.weight"));
+  EXPECT_EQ((*file)->metadata().at("format"), "pt");
+  auto meta = nlohmann::json::parse((*file)->metadata().at("lora_adapter_metadata"));
+  EXPECT_EQ(meta["transformer.r"], 3);
+  EXPECT_EQ(meta["transformer.lora_alpha"], 6.0);
+  auto loaded = LoadLoraFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_DOUBLE_EQ(loaded->at("transformer_blocks.1.attn.to_v").scale, 2.0);
+  auto back = LoraWeightsToParameters(*loaded, 2.0);
+  ASSERT_EQ(back.size(), params.size());
+  for (const auto& [k, v] : params) EXPECT_TRUE(at::equal(back.at(k), v)) << k;
+  // And the loaded weights go straight back into a fresh model.
+  Flux2Stage fresh(config_, Flux2StageRange::Full(config_), at::TensorOptions());
+  ASSERT_TRUE(AttachLora(*fresh, spec_).ok());
+  EXPECT_TRUE(AssignLoraParameters(*fresh, back).ok());
+}
+
+TEST_F(LoraFileTest, BflFormatFusesQkvAndRoundTripsExactly) {
+  auto params = LoraParameters(*stage_);
+  std::string path = JoinPath(dir_, "lora_bfl.safetensors");
+  ASSERT_TRUE(SaveLoraBfl(path, params, spec_).ok());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok());
+  auto entry = (*file)->Entry("diffusion_model.double_blocks.0.img_attn.qkv.lora_A.weight");
+  ASSERT_TRUE(entry.ok());
+  EXPECT_EQ(entry->shape, (std::vector<int64_t>{9, config_.inner_dim()}));  // 3 adapters of rank 3
+  EXPECT_TRUE((*file)->Contains("diffusion_model.single_blocks.2.linear1.alpha"));
+  EXPECT_FALSE((*file)->Contains("diffusion_model.double_blocks.0.img_attn.q.lora_A.weight"));
+  auto loaded = LoadLoraFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto back = LoraWeightsToParameters(*loaded, 2.0);
+  ASSERT_EQ(back.size(), params.size());
+  for (const auto& [k, v] : params) {
+    ASSERT_TRUE(back.count(k)) << k;
+    EXPECT_TRUE(at::allclose(back.at(k), v, 1e-6, 1e-6)) << k;
+  }
+}
+
+TEST_F(LoraFileTest, FusedQkvWithSharedDownProjectionGivesTheSameDeltaW) {
+  // A BFL file from another trainer: one rank-r adapter on the fused qkv (B not block-diagonal).
+  const int64_t d = config_.inner_dim(), r = 2;
+  at::manual_seed(5);
+  at::Tensor a = at::randn({r, d}), b = at::randn({3 * d, r});
+  std::string path = JoinPath(dir_, "foreign.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"diffusion_model.double_blocks.1.txt_attn.qkv.lora_A.weight", a},
+                                      {"diffusion_model.double_blocks.1.txt_attn.qkv.lora_B.weight", b},
+                                      {"diffusion_model.double_blocks.1.txt_attn.qkv.alpha", at::scalar_tensor(4.0)}})
+                  .ok());
+  auto loaded = LoadLoraFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  at::Tensor fused_delta = at::matmul(b, a) * 2.0;  // alpha / r = 2
+  const char* names[] = {"transformer_blocks.1.attn.add_q_proj", "transformer_blocks.1.attn.add_k_proj",
+                         "transformer_blocks.1.attn.add_v_proj"};
+  for (int i = 0; i < 3; ++i) {
+    const LoraWeights& w = loaded->at(names[i]);
+    EXPECT_TRUE(at::allclose(at::matmul(w.B, w.A) * w.scale, fused_delta.narrow(0, i * d, d), 1e-5, 1e-5)) << names[i];
+  }
+}
+
+TEST_F(LoraFileTest, AssignRejectsMismatchesByName) {
+  auto params = LoraParameters(*stage_);
+  params.erase(params.begin());
+  params["transformer_blocks.0.attn.to_q.lora_B.weight"] = at::zeros({1, 1});
+  absl::Status s = AssignLoraParameters(*stage_, params);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("(missing)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("transformer_blocks.0.attn.to_q.lora_B.weight (expected [16, 3], got [1, 1])"),
+            std::string::npos)
+      << s;
+}
+
+TEST(LoraInitTest, AdapterInitDependsOnNameNotOnStageSplit) {
+  Flux2Config c = TinyFlux2Config();
+  LoraSpec spec{4, 4.0, *ResolveLoraTargets("attention"), 0.0, 9};
+  Flux2Stage full(c, Flux2StageRange::Full(c), at::TensorOptions());
+  Flux2Stage tail(c, Flux2StageRange{3, c.num_blocks(), false, true}, at::TensorOptions());
+  ASSERT_TRUE(AttachLora(*full, spec).ok());
+  ASSERT_TRUE(AttachLora(*tail, spec).ok());
+  auto full_params = LoraParameters(*full);
+  for (const auto& [name, p] : LoraParameters(*tail)) EXPECT_TRUE(at::equal(p, full_params.at(name))) << name;
+  // Kaiming-uniform bound 1/sqrt(in) for A; B starts at zero.
+  at::Tensor a = full_params.at("transformer_blocks.0.attn.to_q.lora_A.weight");
+  EXPECT_LE(a.abs().max().item<double>(), 1.0 / std::sqrt(16.0));
+  EXPECT_EQ(full_params.at("transformer_blocks.0.attn.to_q.lora_B.weight").abs().sum().item<double>(), 0.0);
+}
+
+}  // namespace
+}  // namespace baton

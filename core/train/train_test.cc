@@ -1,0 +1,179 @@
+// Tests of the training pieces: job parsing, sampling, the optimizer and the single-process trainer.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "core/data/cache.h"
+#include "core/lora/lora.h"
+#include "core/model/flux2_weights.h"
+#include "core/tensor/safetensors.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/train/adamw.h"
+#include "core/train/batches.h"
+#include "core/train/job.h"
+#include "core/train/local_trainer.h"
+#include "core/util/files.h"
+
+namespace baton {
+namespace {
+
+using test_util::MakeTempDir;
+using test_util::TinyFlux2Config;
+
+TEST(JobTest, ParsesAFullJob) {
+  auto job = ParseJobYaml(R"(
+model: m
+dataset: d
+lora: {rank: 4, targets: [to_q, to_k], dropout: 0.1}
+optimizer: {lr: 0.001, betas: [0.8, 0.99], clip: 0.5, warmup_steps: 3}
+timesteps: {sampling: uniform, shift: "3.0"}
+steps: 7
+batch_size: 6
+micro_batches: 3
+schedule: gpipe
+seed: 5
+)");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->lora.rank, 4);
+  EXPECT_EQ(job->lora.alpha, 4.0);  // alpha defaults to rank
+  EXPECT_EQ(job->lora.targets, (std::vector<std::string>{"to_q", "to_k"}));
+  EXPECT_EQ(job->optimizer.beta1, 0.8);
+  EXPECT_EQ(job->micro_batch_size(), 2);
+  EXPECT_EQ(job->schedule, "gpipe");
+  EXPECT_EQ(job->lora.seed, 5u);
+}
+
+TEST(JobTest, ErrorsNameTheLine) {
+  auto unknown = ParseJobYaml("model: m\ndataset: d\nstepz: 3\n", "job.yaml");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("job.yaml:3: unknown key 'stepz'"), std::string::npos) << unknown.status();
+  auto nested = ParseJobYaml("model: m\ndataset: d\noptimizer:\n  lr: 0.1\n  momentum: 0.9\n", "job.yaml");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.status().message().find("job.yaml:5: unknown key 'momentum' in optimizer"), std::string::npos)
+      << nested.status();
+  auto type = ParseJobYaml("model: m\ndataset: d\nsteps: many\n", "job.yaml");
+  ASSERT_FALSE(type.ok());
+  EXPECT_NE(type.status().message().find("job.yaml:3: 'steps' has the wrong type"), std::string::npos) << type.status();
+  auto divide = ParseJobYaml("model: m\ndataset: d\nbatch_size: 5\nmicro_batches: 2\n", "job.yaml");
+  ASSERT_FALSE(divide.ok());
+  EXPECT_NE(divide.status().message().find("job.yaml:4: 'micro_batches'"), std::string::npos) << divide.status();
+  EXPECT_FALSE(ParseJobYaml("dataset: d\n").ok());
+  auto syntax = ParseJobYaml("model: [unclosed\n", "job.yaml");
+  ASSERT_FALSE(syntax.ok());
+  EXPECT_NE(syntax.status().message().find("YAML syntax error"), std::string::npos);
+}
+
+TEST(AdamWTest, OneStepMatchesTheFormula) {
+  OptimizerConfig opt;
+  opt.lr = 0.1;
+  opt.weight_decay = 0.01;
+  AdamW adamw(opt);
+  std::map<std::string, at::Tensor> params = {{"w", at::tensor({1.0f, -2.0f})}};
+  std::map<std::string, at::Tensor> grads = {{"w", at::tensor({0.5f, 0.25f})}};
+  ASSERT_TRUE(adamw.Step(params, grads, opt.lr).ok());
+  // Step 1: m̂ = g, v̂ = g², update = g / (|g| + eps) = sign(g); decoupled decay first.
+  for (int i = 0; i < 2; ++i) {
+    double p0 = i == 0 ? 1.0 : -2.0, g = i == 0 ? 0.5 : 0.25;
+    double expect = p0 * (1 - 0.1 * 0.01) - 0.1 * g / (std::abs(g) + 1e-8);
+    EXPECT_NEAR(params["w"][i].item<double>(), expect, 1e-6);
+  }
+  auto state = adamw.StateDict();
+  AdamW restored(opt);
+  ASSERT_TRUE(restored.LoadStateDict(state).ok());
+  EXPECT_EQ(restored.steps(), 1);
+}
+
+TEST(AdamWTest, ClipScalesToTheMaxNorm) {
+  std::map<std::string, at::Tensor> grads = {{"a", at::tensor({3.0f})}, {"b", at::tensor({4.0f})}};
+  EXPECT_NEAR(ClipGradNorm(grads, 1.0), 5.0, 1e-9);
+  EXPECT_NEAR(grads["a"].item<double>(), 0.6, 1e-6);
+  EXPECT_NEAR(grads["b"].item<double>(), 0.8, 1e-6);
+}
+
+TEST(SamplingTest, AutoShiftFollowsFlux2Line) {
+  EXPECT_NEAR(Flux2AutoShift(256), std::exp(0.5), 1e-12);
+  EXPECT_NEAR(Flux2AutoShift(4096), std::exp(1.15), 1e-12);
+  at::Tensor t = ShiftTimesteps(at::tensor({0.5}, at::kDouble), 3.0);
+  EXPECT_NEAR(t.item<double>(), 0.75, 1e-12);
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir("trainer");
+    Flux2Config c = TinyFlux2Config();
+    ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(dir_, "model"), 1).ok());
+    ASSERT_TRUE(WriteSyntheticCache(JoinPath(dir_, "cache"), c.in_channels, c.joint_attention_dim, 12,
+                                    {{2, 2}, {2, 3}}, 5, 3)
+                    .ok());
+    auto job = ParseJobYaml(absl::StrCat("model: ", JoinPath(dir_, "model"), "\ndataset: ", JoinPath(dir_, "cache"),
+                                         "\nlora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\n"
+                                         "steps: 6\nbatch_size: 4\nmicro_batches: 2\nseed: 3\n"));
+    ASSERT_TRUE(job.ok()) << job.status();
+    job_ = *job;
+  }
+  std::string dir_;
+  JobConfig job_;
+};
+
+TEST_F(TrainerTest, SamplerIsDeterministicAndMixesBuckets) {
+  auto cache = CacheReader::Open(JoinPath(dir_, "cache"));
+  ASSERT_TRUE(cache.ok());
+  auto sampler = StepSampler::Create(cache->get(), job_, true);
+  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  std::set<int64_t> seq_lens;
+  for (int64_t step = 0; step < 6; ++step) {
+    auto a = sampler->Step(step), b = sampler->Step(step);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_EQ(a->size(), 2u);
+    for (size_t i = 0; i < a->size(); ++i) {
+      EXPECT_EQ((*a)[i].samples, (*b)[i].samples);
+      EXPECT_TRUE(at::equal((*a)[i].hidden_states, (*b)[i].hidden_states));
+      EXPECT_TRUE(at::equal((*a)[i].target, (*b)[i].target));
+      EXPECT_EQ((*a)[i].hidden_states.size(0), 2);
+      seq_lens.insert((*a)[i].hidden_states.size(1));
+      at::Tensor t = (*a)[i].timestep;
+      EXPECT_TRUE((t > 0).all().item<bool>() && (t < 1).all().item<bool>());
+    }
+  }
+  EXPECT_EQ(seq_lens, (std::set<int64_t>{4, 6}));  // both buckets appear
+}
+
+TEST_F(TrainerTest, TrainLocalIsBitwiseRepeatableAndWritesItsFiles) {
+  auto a = RunLocalTraining(job_, JoinPath(dir_, "a"), 4);
+  auto b = RunLocalTraining(job_, JoinPath(dir_, "b"), 4);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(a->steps.size(), 4u);
+  for (size_t i = 0; i < a->steps.size(); ++i) EXPECT_EQ(a->steps[i].loss, b->steps[i].loss);
+  auto la = LoadAllSafetensors(JoinPath(dir_, "a/lora.safetensors"));
+  auto lb = LoadAllSafetensors(JoinPath(dir_, "b/lora.safetensors"));
+  ASSERT_TRUE(la.ok() && lb.ok());
+  ASSERT_FALSE(la->empty());
+  for (const auto& [k, v] : *la) EXPECT_TRUE(at::equal(v, lb->at(k))) << k;
+  // The LoRA moved away from its init (B started at zero).
+  EXPECT_GT(la->at("transformer.transformer_blocks.0.attn.to_q.lora_B.weight").abs().sum().item<double>(), 0.0);
+  auto log = ReadFile(JoinPath(dir_, "a/train_log.jsonl"));
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ(std::count(log->begin(), log->end(), '\n'), 4);
+  for (const char* key : {"\"step\":4", "\"loss\":", "\"lr\":", "\"step_seconds\":", "\"samples_per_second\":"}) {
+    EXPECT_NE(log->find(key), std::string::npos) << key;
+  }
+}
+
+TEST_F(TrainerTest, CorruptCacheRecordIsAnErrorNotData) {
+  auto cache = CacheReader::Open(JoinPath(dir_, "cache"));
+  ASSERT_TRUE(cache.ok());
+  std::string path = JoinPath(JoinPath(dir_, "cache"), (*cache)->index().records[0].file);
+  auto bytes = ReadFile(path);
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_TRUE(WriteFileAtomic(path, bytes->substr(0, bytes->size() / 2)).ok());
+  auto loaded = (*cache)->Load(0);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(loaded.status().message().find("cache record 000000"), std::string::npos) << loaded.status();
+  EXPECT_TRUE((*cache)->Load(1).ok());
+}
+
+}  // namespace
+}  // namespace baton
