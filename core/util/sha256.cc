@@ -1,0 +1,139 @@
+#include "core/util/sha256.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace baton {
+namespace {
+
+// FIPS 180-4 §4.2.2: first 32 bits of the fractional parts of the cube roots of the first 64 primes.
+constexpr uint32_t kRoundConstants[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+// FIPS 180-4 §5.3.3: first 32 bits of the fractional parts of the square roots of the first 8 primes.
+constexpr uint32_t kInitialState[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                       0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+
+inline uint32_t RotR(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+}  // namespace
+
+Sha256::Sha256() { std::memcpy(state_.data(), kInitialState, sizeof(kInitialState)); }
+
+void Sha256::Compress(const uint8_t* block) {
+  uint32_t w[64];
+  for (int t = 0; t < 16; ++t) {
+    w[t] = (uint32_t{block[4 * t]} << 24) | (uint32_t{block[4 * t + 1]} << 16) | (uint32_t{block[4 * t + 2]} << 8) |
+           uint32_t{block[4 * t + 3]};
+  }
+  for (int t = 16; t < 64; ++t) {
+    uint32_t s0 = RotR(w[t - 15], 7) ^ RotR(w[t - 15], 18) ^ (w[t - 15] >> 3);
+    uint32_t s1 = RotR(w[t - 2], 17) ^ RotR(w[t - 2], 19) ^ (w[t - 2] >> 10);
+    w[t] = w[t - 16] + s0 + w[t - 7] + s1;
+  }
+  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
+  uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
+  for (int t = 0; t < 64; ++t) {
+    uint32_t big_s1 = RotR(e, 6) ^ RotR(e, 11) ^ RotR(e, 25);
+    uint32_t ch = (e & f) ^ (~e & g);
+    uint32_t t1 = h + big_s1 + ch + kRoundConstants[t] + w[t];
+    uint32_t big_s0 = RotR(a, 2) ^ RotR(a, 13) ^ RotR(a, 22);
+    uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
+    uint32_t t2 = big_s0 + maj;
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  state_[0] += a;
+  state_[1] += b;
+  state_[2] += c;
+  state_[3] += d;
+  state_[4] += e;
+  state_[5] += f;
+  state_[6] += g;
+  state_[7] += h;
+}
+
+void Sha256::Update(const void* data, size_t size) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  total_bytes_ += size;
+  if (buffered_ > 0) {
+    size_t take = std::min(size, buffer_.size() - buffered_);
+    std::memcpy(buffer_.data() + buffered_, p, take);
+    buffered_ += take;
+    p += take;
+    size -= take;
+    if (buffered_ < buffer_.size()) return;
+    Compress(buffer_.data());
+    buffered_ = 0;
+  }
+  while (size >= 64) {
+    Compress(p);
+    p += 64;
+    size -= 64;
+  }
+  std::memcpy(buffer_.data(), p, size);
+  buffered_ = size;
+}
+
+void Sha256::Update(absl::string_view data) { Update(data.data(), data.size()); }
+
+void Sha256::UpdateFramed(absl::string_view data) {
+  uint8_t len[8];
+  uint64_t n = data.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+  Update(len, sizeof(len));
+  Update(data);
+}
+
+Sha256::Digest Sha256::Finish() {
+  uint64_t bit_length = total_bytes_ * 8;
+  // Padding: 0x80, zeros up to 56 mod 64, then the 64-bit big-endian message length in bits.
+  uint8_t pad[72] = {0x80};
+  size_t pad_len = (buffered_ < 56) ? (56 - buffered_) : (120 - buffered_);
+  for (int i = 0; i < 8; ++i) pad[pad_len + i] = static_cast<uint8_t>(bit_length >> (56 - 8 * i));
+  Update(pad, pad_len + 8);
+  Digest digest;
+  for (int i = 0; i < 8; ++i) {
+    digest[4 * i] = static_cast<uint8_t>(state_[i] >> 24);
+    digest[4 * i + 1] = static_cast<uint8_t>(state_[i] >> 16);
+    digest[4 * i + 2] = static_cast<uint8_t>(state_[i] >> 8);
+    digest[4 * i + 3] = static_cast<uint8_t>(state_[i]);
+  }
+  *this = Sha256();
+  return digest;
+}
+
+std::string DigestToHex(const Sha256::Digest& digest) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(64);
+  for (uint8_t b : digest) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+Sha256::Digest Sha256Digest(absl::string_view data) {
+  Sha256 h;
+  h.Update(data);
+  return h.Finish();
+}
+
+std::string Sha256Hex(absl::string_view data) { return DigestToHex(Sha256Digest(data)); }
+
+}  // namespace baton

@@ -1,0 +1,171 @@
+#include "encoder_worker/dataset.h"
+
+#include <absl/strings/ascii.h>
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_replace.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+
+#include "core/util/files.h"
+#include "core/util/sha256.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+
+enum class FileKind { kIgnored, kImage, kUnsupportedImage };
+
+FileKind Classify(const std::string& extension_lower) {
+  if (extension_lower == ".png" || extension_lower == ".jpg" || extension_lower == ".jpeg") {
+    return FileKind::kImage;
+  }
+  for (const char* ext : {".webp", ".gif", ".bmp", ".tif", ".tiff", ".avif", ".heic", ".heif"}) {
+    if (extension_lower == ext) return FileKind::kUnsupportedImage;
+  }
+  return FileKind::kIgnored;
+}
+
+bool IsValidUtf8(absl::string_view s) {
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  size_t n = s.size(), i = 0;
+  while (i < n) {
+    uint8_t b = p[i];
+    size_t need;
+    uint32_t cp, min;
+    if (b < 0x80) {
+      ++i;
+      continue;
+    } else if ((b & 0xE0) == 0xC0) {
+      need = 1, cp = b & 0x1F, min = 0x80;
+    } else if ((b & 0xF0) == 0xE0) {
+      need = 2, cp = b & 0x0F, min = 0x800;
+    } else if ((b & 0xF8) == 0xF0) {
+      need = 3, cp = b & 0x07, min = 0x10000;
+    } else {
+      return false;
+    }
+    if (i + need >= n) return false;
+    for (size_t k = 1; k <= need; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += need + 1;
+  }
+  return true;
+}
+
+// Everything about one image file; an error status becomes a FileError.
+absl::StatusOr<DatasetSample> LoadSample(const std::string& dir, const std::string& name, const ScanOptions& options) {
+  DatasetSample s;
+  s.name = name;
+  s.image_path = JoinPath(dir, name);
+  s.caption_path = JoinPath(dir, fs::path(name).stem().string() + ".txt");
+  if (!PathExists(s.caption_path)) {
+    return absl::NotFoundError(absl::StrCat(s.image_path, ": missing caption file ", s.caption_path));
+  }
+  ASSIGN_OR_RETURN(std::string bytes, ReadFile(s.image_path));
+  ASSIGN_OR_RETURN(ImageInfo info, ReadImageInfo(bytes, s.image_path));
+  if (options.verify_decode) {
+    RETURN_IF_ERROR(DecodeImage(bytes, s.image_path).status());
+  }
+  ASSIGN_OR_RETURN(std::string caption_text, ReadFile(s.caption_path));
+  ASSIGN_OR_RETURN(std::string caption, CleanCaption(caption_text, s.caption_path));
+  s.caption = ApplyTrigger(caption, options.trigger);
+  s.format = info.format;
+  s.width = info.width;
+  s.height = info.height;
+  s.image_bytes = static_cast<int64_t>(bytes.size());
+  s.image_sha256 = Sha256Hex(bytes);
+  s.content_hash = SampleContentHash(bytes, caption, options.trigger);
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> CleanCaption(absl::string_view text, absl::string_view path) {
+  if (absl::StartsWith(text, "\xEF\xBB\xBF")) text.remove_prefix(3);
+  if (!IsValidUtf8(text)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": caption is not valid UTF-8"));
+  }
+  return std::string(absl::StripAsciiWhitespace(text));
+}
+
+std::string ApplyTrigger(const std::string& caption, const std::string& trigger) {
+  if (trigger.empty()) return caption;
+  std::string out = absl::StrReplaceAll(caption, {{"[trigger]", trigger}});
+  if (out.find(trigger) != std::string::npos) return out;
+  if (out.empty()) return trigger;
+  return absl::StrCat(trigger, ", ", out);
+}
+
+std::string SampleContentHash(absl::string_view image_bytes, absl::string_view caption, absl::string_view trigger) {
+  Sha256 h;
+  h.Update("baton-sample-v1");
+  h.UpdateFramed(image_bytes);
+  h.UpdateFramed(caption);
+  h.UpdateFramed(trigger);
+  return DigestToHex(h.Finish());
+}
+
+absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& options) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("dataset folder ", dir, " does not exist"));
+  }
+  if (!fs::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("dataset path ", dir, " is not a directory"));
+  }
+  std::vector<std::string> names;
+  fs::directory_iterator it(dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot list dataset folder ", dir, ": ", ec.message()));
+  }
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) {
+      return absl::InternalError(absl::StrCat("error listing ", dir, ": ", ec.message()));
+    }
+    std::string name = it->path().filename().string();
+    if (name.empty() || name[0] == '.') continue;  // dotfiles, incl. macOS "._x.jpg" forks
+    std::error_code type_ec;
+    if (!it->is_regular_file(type_ec)) continue;
+    names.push_back(std::move(name));
+  }
+  std::sort(names.begin(), names.end());
+
+  Dataset ds;
+  ds.dir = dir;
+  for (const std::string& name : names) {
+    std::string ext = absl::AsciiStrToLower(fs::path(name).extension().string());
+    FileKind kind = Classify(ext);
+    if (kind == FileKind::kIgnored) continue;
+    std::string path = JoinPath(dir, name);
+    if (kind == FileKind::kUnsupportedImage) {
+      ds.errors.push_back({path, absl::UnimplementedError(absl::StrCat(
+                                     path, ": ", ext.substr(1), " not supported by this build (use PNG or JPEG)"))});
+      continue;
+    }
+    auto sample = LoadSample(dir, name, options);
+    if (sample.ok()) {
+      ds.samples.push_back(*std::move(sample));
+    } else {
+      ds.errors.push_back({path, sample.status()});
+    }
+  }
+  return ds;
+}
+
+absl::StatusOr<Image> LoadSampleImage(const DatasetSample& sample) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadFile(sample.image_path));
+  if (!sample.image_sha256.empty() && Sha256Hex(bytes) != sample.image_sha256) {
+    return absl::FailedPreconditionError(absl::StrCat(sample.image_path, ": file changed since the dataset scan"));
+  }
+  return DecodeImage(bytes, sample.image_path);
+}
+
+}  // namespace baton

@@ -1,0 +1,74 @@
+// Training dataset folder in the kohya / ai-toolkit layout: images (.png, .jpg, .jpeg; any case)
+// with same-named UTF-8 .txt captions beside them ("cat_01.jpg" + "cat_01.txt"). The scan is
+// non-recursive, skips dotfiles, and is sorted by file name (bytewise) so sample order is the same
+// everywhere. Problems with single files (missing caption, zero-byte, unreadable, truncated or
+// non-image file, WebP...) are collected as per-file errors; the scan still returns the good files.
+//
+// Trigger word convention (ai-toolkit style): every "[trigger]" in a caption is replaced by the
+// trigger; then, if the caption does not contain the trigger, it is prepended as
+// "<trigger>, <caption>" (just "<trigger>" for an empty caption), as kohya prepends class tokens.
+#pragma once
+
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "encoder_worker/image.h"
+
+namespace baton {
+
+struct DatasetSample {
+  std::string name;          // image file name, e.g. "cat_01.jpg" (unique within the folder)
+  std::string image_path;    // dir/name
+  std::string caption_path;  // dir/stem.txt
+  std::string caption;       // trimmed, trigger applied: what the text encoder sees
+  ImageFormat format = ImageFormat::kUnknown;
+  int width = 0;  // original image size
+  int height = 0;
+  int64_t image_bytes = 0;
+  std::string image_sha256;  // hex SHA-256 of the image file alone
+  // SHA-256 (hex) over the framed image bytes, raw trimmed caption and trigger (see
+  // SampleContentHash): any change to what would be encoded changes it.
+  std::string content_hash;
+};
+
+struct FileError {
+  std::string path;
+  absl::Status status;  // message names the file
+};
+
+struct Dataset {
+  std::string dir;
+  std::vector<DatasetSample> samples;  // sorted by name
+  std::vector<FileError> errors;       // sorted by path
+};
+
+struct ScanOptions {
+  std::string trigger;  // empty: no trigger word
+  // Fully decode every image during the scan so truncated or corrupt bodies become per-file errors
+  // here rather than at encode time (headers are always checked). Costs one decode per image.
+  bool verify_decode = true;
+};
+
+// Fails only if `dir` is missing, not a directory or cannot be listed.
+absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& options = {});
+
+// Caption file text → caption: drops a UTF-8 BOM and surrounding ASCII whitespace. INVALID_ARGUMENT
+// (naming `path`) if the text is not valid UTF-8.
+absl::StatusOr<std::string> CleanCaption(absl::string_view text, absl::string_view path);
+
+// The trigger convention above, on an already cleaned caption. An empty trigger changes nothing.
+std::string ApplyTrigger(const std::string& caption, const std::string& trigger);
+
+// hex SHA-256 of "baton-sample-v1" then the framed (8-byte length + bytes) image bytes, raw
+// trimmed caption and trigger.
+std::string SampleContentHash(absl::string_view image_bytes, absl::string_view caption, absl::string_view trigger);
+
+// Reads and decodes the sample's image (errors name the path). FAILED_PRECONDITION if the file's
+// bytes no longer match image_sha256 (changed since the scan; rescan).
+absl::StatusOr<Image> LoadSampleImage(const DatasetSample& sample);
+
+}  // namespace baton
