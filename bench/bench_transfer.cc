@@ -1,0 +1,232 @@
+// Activation transfer throughput: the real StageService.Push RPC (chunked envelope over loopback gRPC)
+// against a raw TCP socket over 127.0.0.1 sending the same bytes, for 1..256 MiB tensors. The TCP
+// receiver allocates a tensor-sized buffer per transfer and copies into it, like the gRPC receiver, and
+// both sides wait for an acknowledgement, so each time covers "sender starts" to "receiver holds the
+// tensor". Reports the median of a few repetitions after one warm-up (gRPC's flow-control windows take
+// a transfer or two to settle). The last line is one JSON object.
+//
+//   bench_transfer [--chunk_kib=1024] [--reps=5] [--max_mib=256]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <grpcpp/grpcpp.h>
+
+#include "baton/v1/stage.grpc.pb.h"
+#include "core/tensor/envelope.h"
+#include "core/util/grpc_options.h"
+#include "core/util/grpc_status.h"
+
+namespace baton {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "bench_transfer: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// ---- gRPC ------------------------------------------------------------------------------------------
+
+// Receives each envelope fully (validated, copied into fresh tensors), acks, and drops it.
+class SinkService final : public v1::StageService::Service {
+ public:
+  grpc::Status Push(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck* ack) override {
+    absl::StatusOr<ReceivedEnvelope> envelope = ReadEnvelope(reader);
+    if (!envelope.ok()) return ToGrpcStatus(envelope.status());
+    ack->set_num_tensors(envelope->tensors.size());
+    ack->set_num_bytes(envelope->bytes);
+    return grpc::Status::OK;
+  }
+};
+
+double GrpcPushSeconds(v1::StageService::Stub& stub, const at::Tensor& tensor, size_t chunk_bytes) {
+  const auto start = Clock::now();
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(absl::Minutes(5)));
+  v1::PushAck ack;
+  std::unique_ptr<grpc::ClientWriter<v1::Envelope>> writer = stub.Push(&context, &ack);
+  v1::EnvelopeHeader header;
+  header.set_job_id("bench");
+  header.set_kind(v1::EnvelopeHeader::ACTIVATION);
+  absl::Status sent = WriteEnvelope(writer.get(), header, {{"hidden_states", tensor}}, chunk_bytes);
+  writer->WritesDone();
+  absl::Status done = FromGrpcStatus(writer->Finish(), "Push");
+  const auto end = Clock::now();
+  if (!sent.ok() || !done.ok()) Die(done.ok() ? sent.ToString() : done.ToString());
+  if (ack.num_bytes() != static_cast<uint64_t>(tensor.numel() * tensor.element_size())) Die("short Push");
+  return Seconds(start, end);
+}
+
+// ---- raw TCP ---------------------------------------------------------------------------------------
+
+void SendAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k <= 0) Die(absl::StrFormat("send: %s", std::strerror(errno)));
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+bool RecvAll(int fd, char* p, size_t n) {
+  while (n > 0) {
+    ssize_t k = ::recv(fd, p, n, 0);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+void NoDelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// Receiver: per message an 8-byte length, then the bytes into a freshly allocated tensor; acks 1 byte.
+void TcpReceiver(int listen_fd) {
+  int fd = ::accept(listen_fd, nullptr, nullptr);
+  if (fd < 0) Die("accept failed");
+  NoDelay(fd);
+  uint64_t n = 0;
+  while (RecvAll(fd, reinterpret_cast<char*>(&n), sizeof(n))) {
+    at::Tensor buffer = at::empty({static_cast<int64_t>(n)}, at::kByte);
+    if (!RecvAll(fd, static_cast<char*>(buffer.data_ptr()), n)) Die("short TCP read");
+    const char ack = 1;
+    SendAll(fd, &ack, 1);
+  }
+  ::close(fd);
+}
+
+double TcpSendSeconds(int fd, const at::Tensor& tensor) {
+  const auto start = Clock::now();
+  at::Tensor cpu = tensor.contiguous();  // same preparation AppendTensorChunks does (a no-op here)
+  const uint64_t n = cpu.numel() * cpu.element_size();
+  SendAll(fd, reinterpret_cast<const char*>(&n), sizeof(n));
+  SendAll(fd, static_cast<const char*>(cpu.data_ptr()), n);
+  char ack = 0;
+  if (!RecvAll(fd, &ack, 1)) Die("no TCP ack");
+  return Seconds(start, Clock::now());
+}
+
+struct Row {
+  int mib;
+  double grpc_s, tcp_s;
+};
+
+int Main(int argc, char** argv) {
+  size_t chunk_bytes = kMaxChunkBytes;
+  int reps = 5;
+  int max_mib = 256;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--chunk_kib=", 0) == 0) chunk_bytes = std::stoul(a.substr(12)) << 10;
+    else if (a.rfind("--reps=", 0) == 0) reps = std::stoi(a.substr(7));
+    else if (a.rfind("--max_mib=", 0) == 0) max_mib = std::stoi(a.substr(10));
+    else Die("usage: bench_transfer [--chunk_kib=N] [--reps=N] [--max_mib=N]");
+  }
+  if (chunk_bytes == 0 || reps < 1) Die("--chunk_kib and --reps must be positive");
+
+  // gRPC endpoint.
+  SinkService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  ApplyServerOptions(builder);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) Die("cannot start the gRPC server");
+  std::unique_ptr<v1::StageService::Stub> stub =
+      v1::StageService::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+
+  // Raw TCP endpoint.
+  int listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listen_fd, 1) != 0 ||
+      ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    Die("cannot listen on 127.0.0.1");
+  }
+  std::thread receiver(TcpReceiver, listen_fd);
+  int tcp_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(tcp_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) Die("cannot connect");
+  NoDelay(tcp_fd);
+
+  std::vector<Row> rows;
+  for (int mib : {1, 4, 16, 64, 256}) {
+    if (mib > max_mib) break;
+    at::Tensor t = at::rand({static_cast<int64_t>(mib) << 18});  // f32, mib MiB
+    std::vector<double> g, r;
+    GrpcPushSeconds(*stub, t, chunk_bytes);  // warm-up
+    TcpSendSeconds(tcp_fd, t);
+    for (int i = 0; i < reps; ++i) {  // interleaved so background load hits both alike
+      g.push_back(GrpcPushSeconds(*stub, t, chunk_bytes));
+      r.push_back(TcpSendSeconds(tcp_fd, t));
+    }
+    rows.push_back({mib, Median(g), Median(r)});
+  }
+  ::shutdown(tcp_fd, SHUT_RDWR);
+  ::close(tcp_fd);
+  receiver.join();
+  ::close(listen_fd);
+  server->Shutdown(DeadlineAfter(absl::Seconds(2)));
+
+  auto gbps = [](int mib, double s) { return (static_cast<double>(mib) * (1 << 20)) / s / 1e9; };
+  std::printf("Activation transfer over loopback: gRPC Push (chunk %zu KiB) vs raw TCP, median of %d\n",
+              chunk_bytes >> 10, reps);
+  std::printf("%8s %12s %12s %12s %12s %8s\n", "MiB", "grpc_ms", "tcp_ms", "grpc_GB/s", "tcp_GB/s", "ratio");
+  std::string per_size;
+  double sum_bytes = 0, sum_grpc = 0, sum_tcp = 0;
+  for (const Row& row : rows) {
+    const double g = gbps(row.mib, row.grpc_s), r = gbps(row.mib, row.tcp_s);
+    std::printf("%8d %12.2f %12.2f %12.3f %12.3f %8.3f\n", row.mib, row.grpc_s * 1e3, row.tcp_s * 1e3, g, r, g / r);
+    absl::StrAppendFormat(&per_size,
+                          "%s{\"mib\":%d,\"grpc_gbytes_per_s\":%.4f,\"tcp_gbytes_per_s\":%.4f,\"ratio\":%.4f}",
+                          per_size.empty() ? "" : ",", row.mib, g, r, g / r);
+    sum_bytes += static_cast<double>(row.mib) * (1 << 20);
+    sum_grpc += row.grpc_s;
+    sum_tcp += row.tcp_s;
+  }
+  if (rows.empty()) Die("no sizes ran");
+  const Row& big = rows.back();
+  const double g = gbps(big.mib, big.grpc_s), r = gbps(big.mib, big.tcp_s);
+  std::printf(
+      "{\"bench\":\"transfer\",\"ratio_basis\":\"largest size (%d MiB)\",\"grpc_gbytes_per_s\":%.4f,"
+      "\"tcp_gbytes_per_s\":%.4f,\"ratio\":%.4f,\"aggregate_grpc_gbytes_per_s\":%.4f,"
+      "\"aggregate_tcp_gbytes_per_s\":%.4f,\"aggregate_ratio\":%.4f,\"chunk_bytes\":%zu,\"reps\":%d,"
+      "\"gbyte\":1e9,\"per_size\":[%s]}\n",
+      big.mib, g, r, g / r, sum_bytes / sum_grpc / 1e9, sum_bytes / sum_tcp / 1e9, sum_tcp / sum_grpc, chunk_bytes,
+      reps, per_size.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) { return baton::Main(argc, argv); }
