@@ -1,7 +1,37 @@
-// stage_worker: filled in by a later issue. Until then it says so and fails, rather than pretend.
+// stage_worker: one pipeline stage. Serves StageService over gRPC; prints "LISTENING host:port" on stdout
+// once it accepts calls (the coordinator's embedded mode reads that line).
 #include <cstdio>
+#include <string>
 
-int main() {
-  std::fprintf(stderr, "stage_worker: not implemented yet\n");
-  return 2;
+#include <absl/flags/flag.h>
+#include <absl/flags/parse.h>
+#include <absl/flags/usage.h>
+#include <absl/strings/str_cat.h>
+#include <ATen/Parallel.h>
+
+#include "core/util/log.h"
+#include "stage_worker/stage_service.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "address to serve on (host:port; port 0 picks a free one)");
+ABSL_FLAG(std::string, device, "cpu", "compute device: cpu | cuda | cuda:N");
+ABSL_FLAG(int, threads, 1, "compute threads");
+ABSL_FLAG(int, wait_timeout_s, 300, "longest wait for data from a peer before the step fails");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("stage_worker --listen HOST:PORT [--device cpu|cuda:N] [--threads K]");
+  absl::ParseCommandLine(argc, argv);
+  at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  baton::StageRunnerOptions options;
+  options.device = absl::GetFlag(FLAGS_device);
+  options.wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_wait_timeout_s));
+  absl::Status status = baton::RunStageWorker(absl::GetFlag(FLAGS_listen), options, [&](const std::string& address) {
+    baton::SetLogTag(absl::StrCat("stage_worker ", address));
+    std::printf("LISTENING %s\n", address.c_str());
+    std::fflush(stdout);
+  });
+  if (!status.ok()) {
+    std::fprintf(stderr, "stage_worker: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
 }

@@ -25,6 +25,12 @@ void Shuffle(std::vector<int64_t>& v, uint64_t seed) {
 
 }  // namespace
 
+uint64_t DropoutBaseSeed(uint64_t job_seed) { return MixSeed(job_seed, 0xd509); }
+
+uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index) {
+  return MixSeed(base, MixSeed(static_cast<uint64_t>(step), static_cast<uint64_t>(index)));
+}
+
 double Flux2AutoShift(int64_t image_tokens) {
   const double m = (1.15 - 0.5) / (4096.0 - 256.0);
   return std::exp(0.5 + m * (static_cast<double>(image_tokens) - 256.0));
@@ -105,7 +111,7 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
     if (has_guidance_) mb.guidance = at::full({b}, job_.guidance, at::kFloat);
     mb.img_ids = ImagePositionIds(mb.grid_h, mb.grid_w);
     mb.txt_ids = TextPositionIds(mb.encoder_hidden_states.size(1));
-    mb.dropout_seed = MixSeed(MixSeed(job_.seed, 0xd509), MixSeed(step, i));
+    mb.dropout_seed = MicroBatchDropoutSeed(DropoutBaseSeed(job_.seed), step, i);
     out.push_back(std::move(mb));
   }
   return out;

@@ -34,6 +34,10 @@ struct MicroBatch {
   uint64_t dropout_seed = 0;         // LoRA dropout masks for this micro-batch
 };
 
+// LoRA dropout seed of micro-batch `index` of `step`: the same on every stage and in train-local.
+uint64_t DropoutBaseSeed(uint64_t job_seed);
+uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index);
+
 // FLUX.2's resolution-dependent shift: mu linear in image tokens (256 → 0.5, 4096 → 1.15), shift = exp(mu).
 double Flux2AutoShift(int64_t image_tokens);
 // t' = s·t / (1 + (s−1)·t).

@@ -61,7 +61,9 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
         in.img = mb.hidden_states.to(device, dtype);
         in.txt = mb.encoder_hidden_states.to(device, dtype);
         at::Tensor loss = FlowMatchingLoss(stage(in, k).output, mb.target);
-        (loss / static_cast<double>(mbs.size())).backward();
+        // The same float scale the pipeline's StepPlan.loss_scale carries, so both paths round alike.
+        const float loss_scale = 1.0f / static_cast<float>(mbs.size());
+        (loss * static_cast<double>(loss_scale)).backward();
         loss_sum += loss.item<double>();
         samples += static_cast<int64_t>(mb.samples.size());
       }

@@ -1,0 +1,51 @@
+// The coordinator's training loop: the only owner of trainable state. Each step it draws the micro-batches
+// (the same sampler as train-local), computes the frozen shell's constants, fans inputs/constants/targets
+// out to the stages, drives the schedule (every stage runs its own action list; activations and gradients
+// flow stage to stage directly), gathers each stage's LoRA gradients, clips and steps AdamW on the fp32
+// master weights, and sends each stage its new adapters before its next forward.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <absl/status/statusor.h>
+#include <absl/time/time.h>
+
+#include "core/train/job.h"
+#include "core/train/local_trainer.h"
+
+namespace baton {
+
+struct CoordinatorOptions {
+  int stages = 1;
+  std::vector<std::string> workers;  // host:port per stage; empty = start local stage workers
+  int64_t steps = 0;                 // ≤ 0: the job's
+  std::string output_dir = "out/run";
+  bool resume = false;
+  absl::Duration rpc_timeout = absl::Seconds(300);     // any one RPC, including a whole step
+  absl::Duration connect_timeout = absl::Seconds(20);  // waiting for a worker to answer at all
+  std::string stage_worker_binary;                     // embedded mode; default: next to this binary
+  int worker_wait_timeout_s = 0;                       // embedded workers' peer wait (0 = rpc_timeout)
+  bool quiet = false;                                  // no per-step lines on stdout
+};
+
+struct StageStepStats {
+  double forward_seconds = 0, backward_seconds = 0, idle_seconds = 0;
+};
+
+struct PipelineStepRecord : StepRecord {
+  std::vector<StageStepStats> stages;
+};
+
+struct CoordinatorResult {
+  std::vector<PipelineStepRecord> steps;
+  int64_t first_step = 0;  // 0, or the checkpoint step a resumed run started from
+};
+
+absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& options);
+
+// Asks a running RunCoordinator to finish the current step, checkpoint and return (SIGTERM handler).
+void RequestCoordinatorStop();
+
+}  // namespace baton

@@ -1,0 +1,133 @@
+#include "coordinator/stage_client.h"
+
+#include <absl/strings/str_cat.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "core/tensor/envelope.h"
+#include "core/tensor/wire.h"
+#include "core/util/grpc_options.h"
+#include "core/util/grpc_status.h"
+
+namespace baton {
+
+StageClient::StageClient(int index, std::string address, absl::Duration rpc_timeout)
+    : index_(index), address_(std::move(address)), rpc_timeout_(rpc_timeout) {
+  channel_ = MakeChannel(address_, grpc::InsecureChannelCredentials());
+  stub_ = v1::StageService::NewStub(channel_);
+}
+
+std::string StageClient::name() const { return absl::StrCat("stage ", index_, " (", address_, ")"); }
+
+absl::Status StageClient::Named(const absl::Status& s, const std::string& what) const {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(name(), ": ", what, ": ", s.message()));
+}
+
+absl::Status StageClient::WaitReady(absl::Duration timeout) {
+  if (!channel_->WaitForConnected(DeadlineAfter(timeout))) {
+    return absl::UnavailableError(absl::StrCat(name(), ": no stage worker answered within ",
+                                               absl::FormatDuration(timeout), " (is it running and reachable?)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ConfigureResponse> StageClient::Configure(const v1::ConfigureRequest& request) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_));
+  v1::ConfigureResponse response;
+  absl::Status s = FromGrpcStatus(stub_->Configure(&ctx, request, &response));
+  if (!s.ok()) return Named(s, "Configure");
+  return response;
+}
+
+absl::Status StageClient::Push(const v1::EnvelopeHeader& header, const TensorMap& tensors) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_));
+  v1::PushAck ack;
+  auto writer = stub_->Push(&ctx, &ack);
+  absl::Status s = WriteEnvelope(writer.get(), header, tensors);
+  writer->WritesDone();
+  absl::Status finished = FromGrpcStatus(writer->Finish());
+  if (s.ok() || !finished.ok()) s = finished;
+  return Named(s, absl::StrCat("Push ", v1::EnvelopeHeader::Kind_Name(header.kind()), " step ", header.step(),
+                               " micro-batch ", header.micro_batch()));
+}
+
+absl::StatusOr<v1::StepSummary> StageClient::RunStep(const v1::StepPlan& plan, TensorMap* grads) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return absl::CancelledError(absl::StrCat(name(), ": step ", plan.step(), " cancelled"));
+    active_ = &ctx;
+  }
+  auto reader = stub_->RunStep(&ctx, plan);
+  TensorAssembler assembler(uint64_t{16} << 30);
+  v1::StepReply reply;
+  v1::StepSummary summary;
+  bool have_summary = false;
+  absl::Status status;
+  while (reader->Read(&reply)) {
+    if (reply.has_summary()) {
+      summary = reply.summary();
+      have_summary = true;
+    } else if (reply.has_grad_chunk()) {
+      auto done = assembler.Add(reply.grad_chunk());
+      if (!done.ok()) {
+        status = done.status();
+        ctx.TryCancel();
+        break;
+      }
+      if (done->has_value()) (*grads)[(*done)->name] = std::move((*done)->tensor);
+    }
+  }
+  absl::Status finished = FromGrpcStatus(reader->Finish());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_ = nullptr;
+  }
+  if (status.ok()) status = finished;
+  if (status.ok() && !have_summary) status = absl::DataLossError("the reply stream ended without a summary");
+  if (!status.ok()) return Named(status, absl::StrCat("step ", plan.step()));
+  return summary;
+}
+
+absl::StatusOr<TensorMap> StageClient::GetLora(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_));
+  v1::GetLoraRequest request;
+  request.set_job_id(job_id);
+  auto reader = stub_->GetLora(&ctx, request);
+  TensorAssembler assembler(uint64_t{16} << 30);
+  TensorMap out;
+  v1::TensorChunk chunk;
+  absl::Status status;
+  while (reader->Read(&chunk)) {
+    auto done = assembler.Add(chunk);
+    if (!done.ok()) {
+      status = done.status();
+      ctx.TryCancel();
+      break;
+    }
+    if (done->has_value()) out[(*done)->name] = std::move((*done)->tensor);
+  }
+  absl::Status finished = FromGrpcStatus(reader->Finish());
+  if (status.ok()) status = finished;
+  if (!status.ok()) return Named(status, "GetLora");
+  return out;
+}
+
+absl::Status StageClient::Shutdown() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(absl::Seconds(5)));
+  google::protobuf::Empty req, resp;
+  return Named(FromGrpcStatus(stub_->Shutdown(&ctx, req, &resp)), "Shutdown");
+}
+
+void StageClient::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (active_) active_->TryCancel();
+}
+
+}  // namespace baton

@@ -1,0 +1,50 @@
+// The coordinator's handle on one stage worker: every RPC with a deadline, every error prefixed with the
+// stage's index and address (and the step where there is one), so a dead or absent worker is named.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <absl/status/statusor.h>
+#include <absl/time/time.h>
+#include <grpcpp/grpcpp.h>
+
+#include "baton/v1/stage.grpc.pb.h"
+#include "core/pipeline/stage_io.h"
+
+namespace baton {
+
+class StageClient {
+ public:
+  StageClient(int index, std::string address, absl::Duration rpc_timeout);
+
+  int index() const { return index_; }
+  const std::string& address() const { return address_; }
+  std::string name() const;  // "stage 1 (127.0.0.1:5001)"
+
+  // Waits until the channel connects (and the health service says SERVING), up to `timeout`.
+  absl::Status WaitReady(absl::Duration timeout);
+  absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request);
+  absl::Status Push(const v1::EnvelopeHeader& header, const TensorMap& tensors);
+  // Runs the plan; fills `grads` with the stage's summed LoRA gradients. Cancel() aborts it from another thread.
+  absl::StatusOr<v1::StepSummary> RunStep(const v1::StepPlan& plan, TensorMap* grads);
+  absl::StatusOr<TensorMap> GetLora(const std::string& job_id);
+  absl::Status Shutdown();
+  void Cancel();
+
+ private:
+  absl::Status Named(const absl::Status& s, const std::string& what) const;
+
+  int index_;
+  std::string address_;
+  absl::Duration rpc_timeout_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::StageService::Stub> stub_;
+  std::mutex mu_;
+  grpc::ClientContext* active_ = nullptr;  // the running RunStep, for Cancel()
+  bool cancelled_ = false;
+};
+
+}  // namespace baton

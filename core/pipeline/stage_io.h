@@ -1,0 +1,47 @@
+// How FLUX.2 pipeline data is named on the wire (stage.proto envelopes). One place for the names, so the
+// coordinator, the stage worker and the tests cannot drift apart.
+//   INPUTS     hidden_states [b, Si, C_in], encoder_hidden_states [b, St, J]            (to stage 0)
+//   CONSTANTS  mod_img [b, 6D], mod_txt [b, 6D], mod_single [b, 3D], mod_out [b, 2D],
+//              rope_key/<key> (empty tensor naming the RoPE table to use)              (to every stage)
+//   ROPE       rope_cos/<key>, rope_sin/<key> [St+Si, Dh] fp32                         (once per stage and key)
+//   TARGET     target [b, Si, C_out]                                                    (to the last stage)
+//   ACTIVATION img [b, Si, D] + txt [b, St, D]  |  joint [b, St+Si, D] + txt_len []     (stage k → k+1)
+//   GRADIENT   the same names as the activation it answers                             (stage k+1 → k)
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
+#include "core/model/flux2_config.h"
+#include "core/model/flux2_model.h"
+
+namespace baton {
+
+using TensorMap = std::map<std::string, at::Tensor>;
+
+// RoPE tables a stage keeps (FIFO by arrival). The coordinator mirrors this to know what each stage holds.
+constexpr size_t kRopeCacheEntries = 32;
+
+// RoPE tables depend only on the token grid and text length (image ids (0,h,w,0), text ids (0,0,0,l)).
+std::string RopeKey(int64_t grid_h, int64_t grid_w, int64_t text_len);
+
+TensorMap ActivationTensors(const Flux2Activations& a);
+// Validates names, ranks, hidden size D, dtype and batch agreement; errors say what was wrong.
+absl::StatusOr<Flux2Activations> ActivationsFromTensors(const TensorMap& t, const Flux2Config& c,
+                                                        at::ScalarType dtype);
+// Gradients of a stage's input activation, by the same names (img/txt or joint).
+TensorMap InputGradientTensors(const Flux2Activations& input);
+
+TensorMap ConstantTensors(const Flux2Constants& k, const std::string& rope_key);
+TensorMap RopeTensors(const Flux2Constants& k, const std::string& rope_key);
+// Splits a CONSTANTS bundle into the modulations (validated against D) and the RoPE key it names.
+absl::StatusOr<std::pair<Flux2Constants, std::string>> ConstantsFromTensors(const TensorMap& t, const Flux2Config& c);
+
+// Stage-0 inputs.
+TensorMap InputTensors(const at::Tensor& hidden_states, const at::Tensor& encoder_hidden_states);
+absl::StatusOr<Flux2Activations> InputsFromTensors(const TensorMap& t, const Flux2Config& c, at::ScalarType dtype);
+
+}  // namespace baton

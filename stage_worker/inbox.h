@@ -1,0 +1,47 @@
+// The stage worker's inbox: envelopes pushed by the coordinator and neighbour stages wait here, keyed by
+// (step, micro-batch, kind), until the step runner asks for them. Every wait is bounded by a deadline and
+// can be cut short by cancellation, so a lost neighbour is an error, never a hang.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+#include <absl/time/time.h>
+
+#include "baton/v1/stage.pb.h"
+
+namespace baton {
+
+using TensorMap = std::map<std::string, at::Tensor>;
+
+class Inbox {
+ public:
+  // Stores a bundle; a second bundle for the same key replaces the first (a retried push).
+  void Put(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind, TensorMap tensors);
+
+  // Removes and returns the bundle for the key, waiting up to `timeout`. DeadlineExceeded names what was
+  // awaited; Cancelled when `cancelled()` turns true while waiting.
+  absl::StatusOr<TensorMap> Take(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind,
+                                 absl::Duration timeout, const std::function<bool()>& cancelled,
+                                 const std::string& from);
+
+  // Drops every bundle of steps before `step` (leftovers of an aborted step).
+  void DropBefore(int64_t step);
+  void Clear();
+  size_t size() const;
+
+ private:
+  using Key = std::tuple<int64_t, int32_t, int>;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, TensorMap> items_;
+};
+
+}  // namespace baton

@@ -1,0 +1,91 @@
+#include "stage_worker/peer_sender.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "core/tensor/envelope.h"
+#include "core/util/grpc_options.h"
+#include "core/util/grpc_status.h"
+
+namespace baton {
+
+PeerSender::PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout)
+    : peer_name_(std::move(peer_name)), timeout_(timeout) {
+  stub_ = v1::StageService::NewStub(MakeChannel(address, grpc::InsecureChannelCredentials()));
+  thread_ = std::thread([this] { Loop(); });
+}
+
+PeerSender::~PeerSender() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void PeerSender::Send(v1::EnvelopeHeader header, TensorMap tensors) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(std::move(header), std::move(tensors));
+  }
+  cv_.notify_all();
+}
+
+absl::Status PeerSender::Flush(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  bool done = cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                           [&] { return (queue_.empty() && !busy_) || !error_.ok(); });
+  if (!error_.ok()) return error_;
+  if (!done) {
+    return absl::DeadlineExceededError(absl::StrCat("sending to ", peer_name_, " did not finish within ",
+                                                    absl::FormatDuration(timeout)));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t PeerSender::bytes_sent() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_sent_;
+}
+
+void PeerSender::Loop() {
+  while (true) {
+    std::pair<v1::EnvelopeHeader, TensorMap> item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    absl::Status status;
+    uint64_t bytes = 0;
+    {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(DeadlineAfter(timeout_));
+      v1::PushAck ack;
+      auto writer = stub_->Push(&ctx, &ack);
+      status = WriteEnvelope(writer.get(), item.first, item.second);
+      writer->WritesDone();
+      absl::Status finished = FromGrpcStatus(writer->Finish());
+      if (status.ok() || !finished.ok()) status = finished;  // the server's reason beats "stream broke"
+      bytes = ack.num_bytes();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+      bytes_sent_ += bytes;
+      if (!status.ok() && error_.ok()) {
+        error_ = absl::Status(status.code(), absl::StrCat("sending ", v1::EnvelopeHeader::Kind_Name(item.first.kind()),
+                                                          " of step ", item.first.step(), " micro-batch ",
+                                                          item.first.micro_batch(), " to ", peer_name_, ": ",
+                                                          status.message()));
+        queue_.clear();
+      }
+    }
+    cv_.notify_all();
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,49 @@
+// Sends envelopes to one neighbour stage (activations downstream, gradients upstream) from a background
+// thread, so compute never waits on the network. Sends keep their order. A failed send is sticky: every
+// later call reports it, naming the peer, so the step fails with a clear error instead of hanging.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <absl/status/status.h>
+#include <absl/time/time.h>
+
+#include "baton/v1/stage.grpc.pb.h"
+#include "core/pipeline/stage_io.h"
+
+namespace baton {
+
+class PeerSender {
+ public:
+  // `peer_name` is used in errors, e.g. "stage 1 (127.0.0.1:5001)".
+  PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout);
+  ~PeerSender();
+
+  void Send(v1::EnvelopeHeader header, TensorMap tensors);
+  // Waits until everything queued has been delivered; returns the first error, if any.
+  absl::Status Flush(absl::Duration timeout);
+  uint64_t bytes_sent() const;
+  const std::string& peer_name() const { return peer_name_; }
+
+ private:
+  void Loop();
+
+  std::string peer_name_;
+  absl::Duration timeout_;
+  std::unique_ptr<v1::StageService::Stub> stub_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<v1::EnvelopeHeader, TensorMap>> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  absl::Status error_;
+  uint64_t bytes_sent_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace baton

@@ -1,0 +1,106 @@
+#include "stage_worker/stage_service.h"
+
+#include <csignal>
+#include <thread>
+
+#include <absl/strings/str_cat.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "core/tensor/envelope.h"
+#include "core/tensor/wire.h"
+#include "core/util/grpc_options.h"
+#include "core/util/grpc_status.h"
+#include "core/util/log.h"
+
+namespace baton {
+
+grpc::Status StageServiceImpl::Configure(grpc::ServerContext*, const v1::ConfigureRequest* req,
+                                         v1::ConfigureResponse* resp) {
+  auto result = runner_->Configure(*req);
+  if (!result.ok()) {
+    LogError("Configure failed: ", result.status().ToString());
+    return ToGrpcStatus(result.status());
+  }
+  *resp = std::move(*result);
+  return grpc::Status::OK;
+}
+
+grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader,
+                                    v1::PushAck* ack) {
+  auto envelope = ReadEnvelope(reader);
+  if (!envelope.ok()) return ToGrpcStatus(envelope.status());
+  ack->set_num_tensors(static_cast<uint32_t>(envelope->tensors.size()));
+  ack->set_num_bytes(envelope->bytes);
+  return ToGrpcStatus(runner_->Deliver(std::move(*envelope)));
+}
+
+grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepPlan* plan,
+                                       grpc::ServerWriter<v1::StepReply>* writer) {
+  v1::StepReply reply;
+  auto sink = [&](const std::string& name, const at::Tensor& grad) {
+    return AppendTensorChunks(name, grad, kMaxChunkBytes, [&](v1::TensorChunk&& chunk) {
+      reply.mutable_grad_chunk()->Swap(&chunk);
+      return writer->Write(reply);
+    });
+  };
+  auto summary = runner_->RunStep(*plan, [ctx] { return ctx->IsCancelled(); }, sink);
+  if (!summary.ok()) {
+    LogError("step ", plan->step(), " failed: ", summary.status().ToString());
+    return ToGrpcStatus(summary.status());
+  }
+  v1::StepReply last;
+  *last.mutable_summary() = std::move(*summary);
+  if (!writer->Write(last)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
+  return grpc::Status::OK;
+}
+
+grpc::Status StageServiceImpl::GetLora(grpc::ServerContext*, const v1::GetLoraRequest*,
+                                       grpc::ServerWriter<v1::TensorChunk>* writer) {
+  auto lora = runner_->CurrentLora();
+  if (!lora.ok()) return ToGrpcStatus(lora.status());
+  for (const auto& [name, t] : *lora) {
+    absl::Status s = AppendTensorChunks(name, t, kMaxChunkBytes, [&](v1::TensorChunk&& c) { return writer->Write(c); });
+    if (!s.ok()) return ToGrpcStatus(s);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status StageServiceImpl::Shutdown(grpc::ServerContext*, const google::protobuf::Empty*,
+                                        google::protobuf::Empty*) {
+  if (shutdown_) shutdown_();
+  return grpc::Status::OK;
+}
+
+namespace {
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+}  // namespace
+
+absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions& options,
+                            const std::function<void(const std::string&)>& on_listening) {
+  grpc::EnableDefaultHealthCheckService(true);
+  StageRunnerOptions opts = options;
+  StageRunner runner(opts);
+  StageServiceImpl service(&runner);
+  grpc::ServerBuilder builder;
+  ApplyServerOptions(builder);
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  std::string host = listen.substr(0, listen.rfind(':'));
+  std::string address = absl::StrCat(host, ":", port);
+  LogWarning("serving plaintext gRPC on ", address, " (no TLS: use only on a trusted network)");
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  service.set_shutdown_callback([] { g_stop = true; });
+  runner.set_address(address);  // the runner names itself with its address in errors
+  on_listening(address);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  LogInfo("shutting down");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return absl::OkStatus();
+}
+
+}  // namespace baton

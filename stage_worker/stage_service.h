@@ -1,0 +1,41 @@
+// The StageService gRPC front end: translates RPCs to StageRunner calls and statuses to grpc::Status.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "baton/v1/stage.grpc.pb.h"
+#include "stage_worker/stage_runner.h"
+
+namespace baton {
+
+class StageServiceImpl final : public v1::StageService::Service {
+ public:
+  explicit StageServiceImpl(StageRunner* runner) : runner_(runner) {}
+
+  grpc::Status Configure(grpc::ServerContext* ctx, const v1::ConfigureRequest* req,
+                         v1::ConfigureResponse* resp) override;
+  grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck* ack) override;
+  grpc::Status RunStep(grpc::ServerContext* ctx, const v1::StepPlan* plan,
+                       grpc::ServerWriter<v1::StepReply>* writer) override;
+  grpc::Status GetLora(grpc::ServerContext* ctx, const v1::GetLoraRequest* req,
+                       grpc::ServerWriter<v1::TensorChunk>* writer) override;
+  grpc::Status Shutdown(grpc::ServerContext* ctx, const google::protobuf::Empty* req,
+                        google::protobuf::Empty* resp) override;
+
+  // Set once the server exists; Shutdown() uses it.
+  void set_shutdown_callback(std::function<void()> cb) { shutdown_ = std::move(cb); }
+
+ private:
+  StageRunner* runner_;
+  std::function<void()> shutdown_;
+};
+
+// Runs a stage worker server on `listen` ("host:port", port 0 = any free port) until Shutdown or
+// SIGTERM/SIGINT. Calls `on_listening(address)` with the bound address once serving.
+absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions& options,
+                            const std::function<void(const std::string&)>& on_listening);
+
+}  // namespace baton
