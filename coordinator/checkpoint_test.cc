@@ -13,11 +13,18 @@
 namespace baton {
 namespace {
 
-std::string NewTempDir() {
-  std::string tmpl = JoinPath(::testing::TempDir(), "baton_ckpt_XXXXXX");
-  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-  return tmpl;
-}
+// A fresh directory, removed with everything in it when the test ends.
+class TempDir {
+ public:
+  TempDir() : path_(JoinPath(::testing::TempDir(), "baton_ckpt_XXXXXX")) {
+    EXPECT_NE(::mkdtemp(path_.data()), nullptr) << path_;
+  }
+  ~TempDir() { (void)RemoveAll(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // A state whose tensors depend on `seed`, so checkpoints of different steps differ.
 TrainingState MakeState(int64_t step, uint64_t seed) {
@@ -53,7 +60,8 @@ void FlipByte(const std::string& path, size_t offset_from_end) {
 }
 
 TEST(CheckpointTest, RoundTrip) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   TrainingState s = MakeState(7, 1);
   ASSERT_TRUE(WriteCheckpoint(out, s).ok());
   EXPECT_TRUE(PathExists(JoinPath(CheckpointDir(out, 7), "lora.safetensors")));
@@ -71,7 +79,8 @@ TEST(CheckpointTest, RoundTrip) {
 }
 
 TEST(CheckpointTest, LoraIsStoredAsFp32) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   TrainingState s = MakeState(1, 2);
   at::Tensor bf16 = at::randn({2, 3}).to(at::kBFloat16);
   s.lora["x.lora_A.weight"] = bf16;
@@ -88,7 +97,8 @@ TEST(CheckpointTest, LoraIsStoredAsFp32) {
 }
 
 TEST(CheckpointTest, RejectsExtraThatIsNotAnObject) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   TrainingState s = MakeState(1, 3);
   s.extra_json = "[1, 2";
   EXPECT_EQ(WriteCheckpoint(out, s).code(), absl::StatusCode::kInvalidArgument);
@@ -96,7 +106,8 @@ TEST(CheckpointTest, RejectsExtraThatIsNotAnObject) {
 }
 
 TEST(CheckpointTest, NotFoundWhenEmpty) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   EXPECT_EQ(LoadLatestCheckpoint(out).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(MakeDirs(JoinPath(out, "checkpoints")).ok());
   EXPECT_EQ(LoadLatestCheckpoint(out).status().code(), absl::StatusCode::kNotFound);
@@ -107,7 +118,8 @@ TEST(CheckpointTest, NotFoundWhenEmpty) {
 }
 
 TEST(CheckpointTest, LeftoverTempDirIsIgnoredAndRemoved) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   ASSERT_TRUE(WriteCheckpoint(out, MakeState(5, 4)).ok());
   // An interrupted write of step 9: files present but no state.json, under the temporary name.
   std::string leftover = JoinPath(JoinPath(out, "checkpoints"), "step-9.tmp-12345");
@@ -126,7 +138,8 @@ TEST(CheckpointTest, LeftoverTempDirIsIgnoredAndRemoved) {
 }
 
 TEST(CheckpointTest, CorruptLoraFallsBackToPrevious) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   TrainingState s3 = MakeState(3, 5);
   ASSERT_TRUE(WriteCheckpoint(out, s3).ok());
   ASSERT_TRUE(WriteCheckpoint(out, MakeState(4, 6)).ok());
@@ -141,7 +154,8 @@ TEST(CheckpointTest, CorruptLoraFallsBackToPrevious) {
 }
 
 TEST(CheckpointTest, TruncatedStateJsonFallsBackToPrevious) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   ASSERT_TRUE(WriteCheckpoint(out, MakeState(10, 7)).ok());
   ASSERT_TRUE(WriteCheckpoint(out, MakeState(20, 8)).ok());
   std::string state_path = JoinPath(CheckpointDir(out, 20), "state.json");
@@ -157,7 +171,8 @@ TEST(CheckpointTest, TruncatedStateJsonFallsBackToPrevious) {
 }
 
 TEST(CheckpointTest, TruncatedOptimizerFileIsNotComplete) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   ASSERT_TRUE(WriteCheckpoint(out, MakeState(1, 9)).ok());
   ASSERT_TRUE(WriteCheckpoint(out, MakeState(2, 10)).ok());
   std::string path = JoinPath(CheckpointDir(out, 2), "optimizer.safetensors");
@@ -168,14 +183,16 @@ TEST(CheckpointTest, TruncatedOptimizerFileIsNotComplete) {
 }
 
 TEST(CheckpointTest, AllCorruptIsNotFound) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   ASSERT_TRUE(WriteCheckpoint(out, MakeState(1, 11)).ok());
   FlipByte(JoinPath(CheckpointDir(out, 1), "optimizer.safetensors"), 0);
   EXPECT_EQ(LoadLatestCheckpoint(out).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(CheckpointTest, KeepPrunesOldest) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   for (int64_t step : {1, 2, 3, 4, 5}) ASSERT_TRUE(WriteCheckpoint(out, MakeState(step, step), /*keep=*/2).ok());
   EXPECT_EQ(*ListCheckpointSteps(out), std::vector<int64_t>({4, 5}));
   EXPECT_FALSE(PathExists(CheckpointDir(out, 3)));
@@ -190,7 +207,8 @@ TEST(CheckpointTest, KeepPrunesOldest) {
 }
 
 TEST(CheckpointTest, RewritingTheSameStepReplacesIt) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   ASSERT_TRUE(WriteCheckpoint(out, MakeState(6, 12)).ok());
   TrainingState second = MakeState(6, 13);
   second.job_hash = "job-second";
@@ -209,7 +227,8 @@ TEST(CheckpointTest, RewritingTheSameStepReplacesIt) {
 }
 
 TEST(CheckpointTest, StateJsonRecordsFiles) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   ASSERT_TRUE(WriteCheckpoint(out, MakeState(2, 14)).ok());
   std::string dir = CheckpointDir(out, 2);
   auto j = nlohmann::json::parse(*ReadFile(JoinPath(dir, "state.json")));
@@ -221,7 +240,8 @@ TEST(CheckpointTest, StateJsonRecordsFiles) {
 }
 
 TEST(CheckpointTest, StepMismatchBetweenDirAndStateIsCorrupt) {
-  std::string out = NewTempDir();
+  TempDir tmp;
+  const std::string out = tmp.path();
   ASSERT_TRUE(WriteCheckpoint(out, MakeState(2, 15)).ok());
   std::filesystem::rename(CheckpointDir(out, 2), CheckpointDir(out, 9));
   EXPECT_EQ(LoadCheckpoint(out, 9).status().code(), absl::StatusCode::kDataLoss);

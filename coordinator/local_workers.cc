@@ -184,11 +184,13 @@ void LocalWorkers::ReaderMain(Child* c) {
   ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
   std::string pending;
   bool stopping = false;
+  size_t drained_after_stop = 0;  // bounded, in case something in the group still writes after SIGKILL
   int out_fd = out[0];
   char buf[4096];
   while (true) {
     if (out_fd >= 0) {
       ssize_t n = ::read(out_fd, buf, sizeof(buf));
+      if (n > 0 && stopping && (drained_after_stop += static_cast<size_t>(n)) > kMaxLineBytes * 16) break;
       if (n > 0) {
         pending.append(buf, static_cast<size_t>(n));
         size_t start = 0, nl;

@@ -19,11 +19,18 @@
 namespace baton {
 namespace {
 
-std::string NewTempDir() {
-  std::string tmpl = JoinPath(::testing::TempDir(), "baton_lw_XXXXXX");
-  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-  return tmpl;
-}
+// A fresh directory, removed with everything in it when the test ends.
+class TempDir {
+ public:
+  TempDir() : path_(JoinPath(::testing::TempDir(), "baton_lw_XXXXXX")) {
+    EXPECT_NE(::mkdtemp(path_.data()), nullptr) << path_;
+  }
+  ~TempDir() { (void)RemoveAll(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // Writes an executable /bin/sh script standing in for stage_worker. $DIR is the script's directory.
 std::string WriteFakeWorker(const std::string& dir, const std::string& body) {
@@ -57,7 +64,8 @@ echo "LISTENING 127.0.0.1:12345"
 exec sleep 30)";
 
 TEST(LocalWorkersTest, StartsWorkersAndParsesAddresses) {
-  std::string dir = NewTempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path();
   LocalWorkerOptions opts;
   opts.binary = WriteFakeWorker(dir, kHealthy);
   opts.threads = 3;
@@ -79,7 +87,8 @@ TEST(LocalWorkersTest, StartsWorkersAndParsesAddresses) {
 }
 
 TEST(LocalWorkersTest, StopKillsChildren) {
-  std::string dir = NewTempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path();
   LocalWorkerOptions opts;
   opts.binary = WriteFakeWorker(dir, kHealthy);
   auto w = LocalWorkers::Start(2, opts);
@@ -97,7 +106,8 @@ TEST(LocalWorkersTest, StopKillsChildren) {
 }
 
 TEST(LocalWorkersTest, StopEscalatesToSigkillAfterGrace) {
-  std::string dir = NewTempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path();
   LocalWorkerOptions opts;
   // An ignored SIGTERM survives exec, so sleep ignores it too.
   opts.binary = WriteFakeWorker(dir, "trap '' TERM\necho LISTENING 127.0.0.1:1\nexec sleep 30");
@@ -112,7 +122,8 @@ TEST(LocalWorkersTest, StopEscalatesToSigkillAfterGrace) {
 }
 
 TEST(LocalWorkersTest, DestructorStopsChildren) {
-  std::string dir = NewTempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path();
   LocalWorkerOptions opts;
   opts.binary = WriteFakeWorker(dir, kHealthy);
   std::vector<pid_t> pids;
@@ -125,7 +136,8 @@ TEST(LocalWorkersTest, DestructorStopsChildren) {
 }
 
 TEST(LocalWorkersTest, EarlyExitReportsStatusAndLastOutput) {
-  std::string dir = NewTempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path();
   LocalWorkerOptions opts;
   opts.binary = WriteFakeWorker(dir, "echo loading weights\necho 'fatal: no such checkpoint' >&2\nexit 3");
   auto w = LocalWorkers::Start(1, opts);
@@ -139,7 +151,8 @@ TEST(LocalWorkersTest, EarlyExitReportsStatusAndLastOutput) {
 }
 
 TEST(LocalWorkersTest, OneFailingStageStopsTheOthers) {
-  std::string dir = NewTempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path();
   LocalWorkerOptions opts;
   // The first to create $DIR/first fails (after the others had time to start); the rest are healthy.
   opts.binary = WriteFakeWorker(dir, absl::StrCat("if mkdir \"$DIR/first\" 2>/dev/null; then\n"
@@ -164,7 +177,8 @@ TEST(LocalWorkersTest, OneFailingStageStopsTheOthers) {
 }
 
 TEST(LocalWorkersTest, NeverListeningTimesOut) {
-  std::string dir = NewTempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path();
   LocalWorkerOptions opts;
   opts.binary = WriteFakeWorker(dir, "echo still loading\nexec sleep 30");
   opts.start_timeout = absl::Milliseconds(300);
@@ -181,7 +195,8 @@ TEST(LocalWorkersTest, NeverListeningTimesOut) {
 }
 
 TEST(LocalWorkersTest, MalformedListeningLineIsAnError) {
-  std::string dir = NewTempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path();
   LocalWorkerOptions opts;
   opts.binary = WriteFakeWorker(dir, "echo LISTENING somewhere\nexec sleep 30");
   auto w = LocalWorkers::Start(1, opts);
@@ -190,8 +205,9 @@ TEST(LocalWorkersTest, MalformedListeningLineIsAnError) {
 }
 
 TEST(LocalWorkersTest, MissingBinaryIsAnError) {
+  TempDir tmp;
   LocalWorkerOptions opts;
-  opts.binary = JoinPath(NewTempDir(), "no_such_worker");
+  opts.binary = JoinPath(tmp.path(), "no_such_worker");
   auto w = LocalWorkers::Start(1, opts);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -199,7 +215,8 @@ TEST(LocalWorkersTest, MissingBinaryIsAnError) {
 }
 
 TEST(LocalWorkersTest, KillMakesAStageDead) {
-  std::string dir = NewTempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path();
   LocalWorkerOptions opts;
   opts.binary = WriteFakeWorker(dir, kHealthy);
   auto w = LocalWorkers::Start(2, opts);
@@ -214,15 +231,17 @@ TEST(LocalWorkersTest, KillMakesAStageDead) {
 }
 
 TEST(LocalWorkersTest, ForwardsOutputWithStagePrefix) {
-  std::string dir = NewTempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path();
   LocalWorkerOptions opts;
   opts.binary = WriteFakeWorker(dir, "echo 'hello from stderr' >&2\necho LISTENING 127.0.0.1:7\n"
-                                     "echo 'after listening'\nexec sleep 30");
+                                     "echo 'after listening'\ntouch \"$DIR/done\"\nexec sleep 30");
   ::testing::internal::CaptureStderr();
   {
     auto w = LocalWorkers::Start(1, opts);
     ASSERT_TRUE(w.ok()) << w.status();
-    // Stop drains each child's output before returning.
+    // Once `done` exists the last line is in the pipe; Stop drains each child's output before returning.
+    EXPECT_TRUE(WaitUntil([&] { return PathExists(JoinPath(dir, "done")); }, absl::Seconds(2)));
     EXPECT_TRUE((*w)->Stop().ok());
   }
   std::string err = ::testing::internal::GetCapturedStderr();
@@ -231,7 +250,8 @@ TEST(LocalWorkersTest, ForwardsOutputWithStagePrefix) {
 }
 
 TEST(LocalWorkersTest, ChildrenDieWithTheCoordinator) {
-  std::string dir = NewTempDir();
+  TempDir tmp;
+  const std::string dir = tmp.path();
   LocalWorkerOptions opts;
   opts.binary = WriteFakeWorker(dir, kHealthy);
   int fds[2];

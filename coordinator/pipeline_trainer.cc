@@ -122,8 +122,14 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   popts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
   popts.lora_rank = job.lora.rank;
   popts.micro_batches = m;
+  for (const auto& budget : job.memory_per_stage) {
+    auto bytes = ParseByteSize(budget);
+    if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(job.source, ": memory_per_stage"));
+    popts.memory_budget_bytes.push_back(*bytes);
+  }
   ASSIGN_OR_RETURN(Plan plan, PartitionFlux2(config, popts));
   if (!options.quiet) std::printf("%s", RenderPlan(config, plan).c_str());
+  if (!plan.fits) return absl::ResourceExhaustedError(absl::StrCat("the model does not fit: ", plan.message));
   ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
   ASSIGN_OR_RETURN(Schedule schedule, MakeSchedule(kind, p, m));
 

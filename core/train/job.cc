@@ -74,7 +74,8 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   job.source = source;
   RETURN_IF_ERROR(r.Keys(root, "the job", {"model", "model_config", "dataset", "lora", "optimizer", "timesteps", "steps",
                                            "batch_size", "micro_batches", "schedule", "recompute", "seed",
-                                           "checkpoint_every", "dtype", "devices", "guidance", "save_bfl", "threads"}));
+                                           "checkpoint_every", "dtype", "devices", "guidance", "save_bfl", "threads",
+                                           "memory_per_stage"}));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
   RETURN_IF_ERROR(r.Get(root, "model_config", &job.model_config));
@@ -100,6 +101,13 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   RETURN_IF_ERROR(r.Get(root, "save_bfl", &job.save_bfl));
   RETURN_IF_ERROR(r.Get(root, "threads", &job.threads));
   RETURN_IF_ERROR(r.Check(job.threads > 0, root, "threads", "must be positive"));
+  if (root["memory_per_stage"].IsSequence()) {
+    RETURN_IF_ERROR(r.Get(root, "memory_per_stage", &job.memory_per_stage));
+  } else if (root["memory_per_stage"].IsDefined()) {
+    std::string one;
+    RETURN_IF_ERROR(r.Get(root, "memory_per_stage", &one));
+    job.memory_per_stage = {one};
+  }
 
   if (root["lora"].IsDefined()) {
     YAML::Node l = root["lora"];

@@ -9,6 +9,7 @@
 //   timesteps: {sampling: logit_normal, logit_mean: 0.0, logit_std: 1.0, shift: auto}
 //   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: true, seed: 42
 //   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1
+//   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,8 @@ struct JobConfig {
   double guidance = 3.5;         // used when the model has a guidance embedder
   bool save_bfl = false;         // also write lora_bfl.safetensors (BFL/ComfyUI keys)
   int threads = 1;               // compute threads per process
+  // Memory budget per stage for the partitioner ("24GB"; one for all or one per stage); empty = unlimited.
+  std::vector<std::string> memory_per_stage;
 
   int64_t micro_batch_size() const { return batch_size / micro_batches; }
 };

@@ -1,0 +1,176 @@
+// StageRunner in-process (no gRPC): one stage holding the whole model must produce the gradients the
+// single-process model produces, and bad input must be named, not crash or hang.
+#include "stage_worker/stage_runner.h"
+
+#include <gtest/gtest.h>
+
+#include "core/lora/lora.h"
+#include "core/model/flux2_ops.h"
+#include "core/model/flux2_weights.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/train/batches.h"
+#include "core/train/common.h"
+#include "core/util/files.h"
+
+namespace baton {
+namespace {
+
+class StageRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test_util::MakeTempDir("runner");
+    config_ = test_util::TinyFlux2Config();
+    ASSERT_TRUE(WriteRandomFlux2Weights(config_, dir_, 2).ok());
+    StageRunnerOptions opts;
+    opts.address = "test";
+    opts.wait_timeout = absl::Milliseconds(500);
+    runner_ = std::make_unique<StageRunner>(opts);
+    v1::ConfigureRequest req;
+    req.set_job_id("job");
+    req.set_stage_index(0);
+    req.set_num_stages(1);
+    req.set_model_path(dir_);
+    req.set_block_begin(0);
+    req.set_block_end(static_cast<int32_t>(config_.num_blocks()));
+    req.set_has_embedders(true);
+    req.set_has_head(true);
+    req.set_recompute(true);
+    req.mutable_lora()->set_rank(2);
+    req.mutable_lora()->set_alpha(2);
+    auto targets = ResolveLoraTargets("attention");
+    ASSERT_TRUE(targets.ok());
+    for (const auto& t : *targets) req.mutable_lora()->add_targets(t);
+    req.set_seed(5);
+    auto resp = runner_->Configure(req);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    EXPECT_EQ(resp->lora_param_names_size(), 2 * (8 * config_.num_layers + 2 * config_.num_single_layers));
+  }
+
+  void Deliver(v1::EnvelopeHeader::Kind kind, int mb, TensorMap tensors) {
+    ReceivedEnvelope e;
+    e.header.set_job_id("job");
+    e.header.set_step(0);
+    e.header.set_micro_batch(mb);
+    e.header.set_kind(kind);
+    e.tensors = std::move(tensors);
+    ASSERT_TRUE(runner_->Deliver(std::move(e)).ok());
+  }
+
+  v1::StepPlan Plan(int m) {
+    v1::StepPlan plan;
+    plan.set_job_id("job");
+    plan.set_step(0);
+    plan.set_micro_batches(m);
+    plan.set_loss_scale(1.0f / m);
+    for (int i = 0; i < m; ++i) {
+      auto* a = plan.add_actions();
+      a->set_type(v1::Action::FORWARD);
+      a->set_micro_batch(i);
+      auto* b = plan.add_actions();
+      b->set_type(v1::Action::BACKWARD);
+      b->set_micro_batch(i);
+    }
+    return plan;
+  }
+
+  std::string dir_;
+  Flux2Config config_;
+  std::unique_ptr<StageRunner> runner_;
+};
+
+TEST_F(StageRunnerTest, OneStageStepMatchesInProcessGradients) {
+  auto lora = runner_->CurrentLora();
+  ASSERT_TRUE(lora.ok());
+  // Non-zero B so every adapter gets a gradient.
+  for (auto& [name, t] : *lora) t = t + 0.01;
+  auto in = test_util::MakeTinyInputs(config_, 2, 2, 3, 4, 8);
+  at::Tensor target = at::randn({2, 6, config_.in_channels});
+
+  auto ckpt = Flux2Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok());
+  auto shell = BuildFlux2Shell(**ckpt, at::kFloat, at::kCPU);
+  ASSERT_TRUE(shell.ok());
+  Flux2Constants k;
+  {
+    at::NoGradGuard no_grad;
+    k = (*shell)(in.timestep, in.guidance, in.img_ids, in.txt_ids, at::kFloat);
+  }
+  Deliver(v1::EnvelopeHeader::LORA_WEIGHTS, 0, *lora);
+  ReceivedEnvelope rope;
+  rope.header.set_kind(v1::EnvelopeHeader::ROPE);
+  rope.tensors = RopeTensors(k, "key");
+  ASSERT_TRUE(runner_->Deliver(std::move(rope)).ok());
+  Deliver(v1::EnvelopeHeader::CONSTANTS, 0, ConstantTensors(k, "key"));
+  Deliver(v1::EnvelopeHeader::INPUTS, 0, InputTensors(in.hidden_states, in.encoder_hidden_states));
+  Deliver(v1::EnvelopeHeader::TARGET, 0, {{"target", target}});
+  TensorMap grads;
+  auto summary = runner_->RunStep(Plan(1), nullptr, [&](const std::string& n, const at::Tensor& g) {
+    grads[n] = g;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_EQ(summary->losses_size(), 1);
+
+  // The same computation in one process.
+  LoraSpec spec{2, 2.0, *ResolveLoraTargets("attention"), 0.0, 5};
+  auto stage = BuildFlux2Stage(**ckpt, Flux2StageRange::Full(config_), at::kFloat, at::kCPU, &spec, true);
+  ASSERT_TRUE(stage.ok());
+  ASSERT_TRUE(AssignLoraParameters(**stage, *lora).ok());
+  Flux2Activations a;
+  a.img = in.hidden_states;
+  a.txt = in.encoder_hidden_states;
+  at::Tensor loss = FlowMatchingLoss((*stage)(a, k).output, target);
+  EXPECT_NEAR(summary->losses(0), loss.item<double>(), 1e-6 * loss.item<double>());
+  (loss * static_cast<double>(1.0f)).backward();
+  auto expect = LoraGradients(**stage);
+  ASSERT_EQ(grads.size(), expect.size());
+  for (const auto& [name, g] : expect) EXPECT_TRUE(at::equal(grads.at(name), g)) << name;
+}
+
+TEST_F(StageRunnerTest, MissingDataIsANamedTimeoutNotAHang) {
+  auto lora = runner_->CurrentLora();
+  ASSERT_TRUE(lora.ok());
+  Deliver(v1::EnvelopeHeader::LORA_WEIGHTS, 0, *lora);
+  auto summary = runner_->RunStep(Plan(1), nullptr, [](const std::string&, const at::Tensor&) { return absl::OkStatus(); });
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(summary.status().message().find("no INPUTS for step 0 micro-batch 0 from the coordinator"),
+            std::string::npos)
+      << summary.status();
+}
+
+TEST_F(StageRunnerTest, MalformedConstantsAreRejectedWithTheReason) {
+  auto lora = runner_->CurrentLora();
+  ASSERT_TRUE(lora.ok());
+  Deliver(v1::EnvelopeHeader::LORA_WEIGHTS, 0, *lora);
+  auto in = test_util::MakeTinyInputs(config_, 1, 2, 2, 3, 8);
+  Deliver(v1::EnvelopeHeader::INPUTS, 0, InputTensors(in.hidden_states, in.encoder_hidden_states));
+  TensorMap bad = {{"mod_img", at::zeros({1, 5})}, {"mod_txt", at::zeros({1, 96})}, {"mod_single", at::zeros({1, 48})},
+                   {"mod_out", at::zeros({1, 32})}, {"rope_key/k", at::empty({0})}};
+  Deliver(v1::EnvelopeHeader::CONSTANTS, 0, bad);
+  auto summary = runner_->RunStep(Plan(1), nullptr, [](const std::string&, const at::Tensor&) { return absl::OkStatus(); });
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(summary.status().message().find("'mod_img' has shape [1, 5], last dimension must be 96"), std::string::npos)
+      << summary.status();
+  // The runner keeps serving: a wrong job id is refused cleanly.
+  v1::StepPlan other = Plan(1);
+  other.set_job_id("other");
+  auto refused = runner_->RunStep(other, nullptr, [](const std::string&, const at::Tensor&) { return absl::OkStatus(); });
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(StageRunnerTest, ConfigureRejectsABadBlockRange) {
+  v1::ConfigureRequest req;
+  req.set_job_id("job");
+  req.set_num_stages(1);
+  req.set_model_path(dir_);
+  req.set_block_begin(3);
+  req.set_block_end(99);
+  auto resp = runner_->Configure(req);
+  ASSERT_FALSE(resp.ok());
+  EXPECT_NE(resp.status().message().find("block range [3, 99)"), std::string::npos) << resp.status();
+}
+
+}  // namespace
+}  // namespace baton
