@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
@@ -49,6 +50,7 @@ absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir) {
       info.text_len = r.at("text_len").get<int64_t>();
       info.hash = r.value("hash", "");
       info.bytes = r.value("bytes", int64_t{-1});
+      info.bucket = r.value("bucket", "");
       index.records.push_back(info);
     }
   } catch (const nlohmann::json::exception& e) {
@@ -66,7 +68,8 @@ absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index) {
   j["records"] = nlohmann::ordered_json::array();
   for (const auto& r : index.records) {
     j["records"].push_back({{"id", r.id}, {"file", r.file}, {"grid_h", r.grid_h}, {"grid_w", r.grid_w},
-                            {"text_len", r.text_len}, {"hash", r.hash}, {"bytes", r.bytes}});
+                            {"text_len", r.text_len}, {"hash", r.hash}, {"bytes", r.bytes},
+                            {"bucket", r.bucket}});
   }
   return WriteFileAtomic(JoinPath(dir, "index.json"), j.dump(1));
 }
@@ -79,6 +82,53 @@ absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::Open(const std::string
   return reader;
 }
 
+absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::string& file, int64_t latent_channels,
+                                            int64_t text_dim, CacheRecordInfo* info, std::string* encoder) {
+  std::string path = JoinPath(dir, file);
+  auto fail = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("cache record ", path, ": ", why));
+  };
+  auto opened = SafetensorsFile::Open(path);
+  if (!opened.ok()) return fail(std::string(opened.status().message()));
+  const auto& meta = (*opened)->metadata();
+  auto get = [&](const char* key) {
+    auto it = meta.find(key);
+    return it == meta.end() ? std::string() : it->second;
+  };
+  CacheRecordInfo r;
+  r.id = get("id");
+  r.file = file;
+  r.hash = get("hash");
+  r.bucket = get("bucket");
+  r.bytes = FileSize(path);
+  if (!absl::SimpleAtoi(get("grid_h"), &r.grid_h) || !absl::SimpleAtoi(get("grid_w"), &r.grid_w) ||
+      !absl::SimpleAtoi(get("text_len"), &r.text_len)) {
+    return fail("metadata lacks grid_h / grid_w / text_len");
+  }
+  CacheSample s;
+  s.grid_h = r.grid_h;
+  s.grid_w = r.grid_w;
+  auto latents = (*opened)->Load("latents", at::kFloat);
+  auto text = (*opened)->Load("prompt_embeds", at::kFloat);
+  if (!latents.ok() || !text.ok()) return fail("missing latents or prompt_embeds");
+  s.latents = *latents;
+  s.prompt_embeds = *text;
+  if (s.latents.dim() != 2 || s.latents.size(0) != r.grid_h * r.grid_w || s.latents.size(1) != latent_channels) {
+    return fail(absl::StrCat("latents shape [", absl::StrJoin(s.latents.sizes(), ", "), "] does not match grid ",
+                             r.grid_h, "x", r.grid_w, " with ", latent_channels, " channels"));
+  }
+  if (s.prompt_embeds.dim() != 2 || s.prompt_embeds.size(0) != r.text_len || s.prompt_embeds.size(1) != text_dim) {
+    return fail(absl::StrCat("prompt_embeds shape [", absl::StrJoin(s.prompt_embeds.sizes(), ", "),
+                             "] does not match text_len ", r.text_len, " and text_dim ", text_dim));
+  }
+  if (!at::isfinite(s.latents).all().item<bool>() || !at::isfinite(s.prompt_embeds).all().item<bool>()) {
+    return fail("non-finite values");
+  }
+  if (info) *info = r;
+  if (encoder) *encoder = get("encoder");
+  return s;
+}
+
 absl::StatusOr<CacheSample> CacheReader::Load(size_t i) const {
   const CacheRecordInfo& info = index_.records.at(i);
   std::string path = JoinPath(dir_, info.file);
@@ -88,37 +138,19 @@ absl::StatusOr<CacheSample> CacheReader::Load(size_t i) const {
   if (info.bytes >= 0 && FileSize(path) != info.bytes) {
     return fail(absl::StrCat("size ", FileSize(path), " bytes, index says ", info.bytes));
   }
-  auto file = SafetensorsFile::Open(path);
-  if (!file.ok()) return fail(std::string(file.status().message()));
-  auto meta = (*file)->metadata();
-  if (meta["hash"] != info.hash) return fail("hash in the record differs from the index");
-  CacheSample s;
-  s.grid_h = info.grid_h;
-  s.grid_w = info.grid_w;
-  auto latents = (*file)->Load("latents", at::kFloat);
-  auto text = (*file)->Load("prompt_embeds", at::kFloat);
-  if (!latents.ok() || !text.ok()) return fail("missing latents or prompt_embeds");
-  s.latents = *latents;
-  s.prompt_embeds = *text;
-  if (s.latents.dim() != 2 || s.latents.size(0) != info.grid_h * info.grid_w ||
-      s.latents.size(1) != index_.latent_channels) {
-    return fail(absl::StrCat("latents shape [", absl::StrJoin(s.latents.sizes(), ", "), "] does not match grid ",
-                             info.grid_h, "x", info.grid_w, " with ", index_.latent_channels, " channels"));
-  }
-  if (s.prompt_embeds.dim() != 2 || s.prompt_embeds.size(0) != info.text_len ||
-      s.prompt_embeds.size(1) != index_.text_dim) {
-    return fail(absl::StrCat("prompt_embeds shape [", absl::StrJoin(s.prompt_embeds.sizes(), ", "),
-                             "] does not match text_len ", info.text_len, " and text_dim ", index_.text_dim));
-  }
-  if (!at::isfinite(s.latents).all().item<bool>() || !at::isfinite(s.prompt_embeds).all().item<bool>()) {
-    return fail("non-finite values");
+  CacheRecordInfo found;
+  auto s = ReadCacheRecord(dir_, info.file, index_.latent_channels, index_.text_dim, &found, nullptr);
+  if (!s.ok()) return fail(std::string(s.status().message()));
+  if (found.hash != info.hash) return fail("hash in the record differs from the index");
+  if (found.grid_h != info.grid_h || found.grid_w != info.grid_w || found.text_len != info.text_len) {
+    return fail("grid or text length in the record differs from the index");
   }
   return s;
 }
 
 absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id,
                                                  const std::string& hash, const std::string& encoder,
-                                                 const CacheSample& sample) {
+                                                 const CacheSample& sample, const std::string& bucket) {
   RETURN_IF_ERROR(MakeDirs(JoinPath(dir, "records")));
   CacheRecordInfo info;
   info.id = id;
@@ -127,9 +159,10 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
   info.grid_w = sample.grid_w;
   info.text_len = sample.prompt_embeds.size(0);
   info.hash = hash;
+  info.bucket = bucket;
   std::map<std::string, std::string> meta = {
       {"id", id}, {"hash", hash}, {"encoder", encoder}, {"grid_h", std::to_string(info.grid_h)},
-      {"grid_w", std::to_string(info.grid_w)}, {"text_len", std::to_string(info.text_len)}};
+      {"grid_w", std::to_string(info.grid_w)}, {"text_len", std::to_string(info.text_len)}, {"bucket", bucket}};
   std::string path = JoinPath(dir, info.file);
   RETURN_IF_ERROR(WriteSafetensors(
       path, {{"latents", sample.latents.to(at::kFloat)}, {"prompt_embeds", sample.prompt_embeds.to(at::kFloat)}}, meta));

@@ -2,10 +2,10 @@
 //
 // Layout (format "baton-cache-v1"):
 //   DIR/index.json                 {"format", "encoder", "latent_channels", "text_dim", "records": [{"id",
-//                                    "file", "grid_h", "grid_w", "text_len", "hash", "bytes"}...]}
+//                                    "file", "grid_h", "grid_w", "text_len", "hash", "bytes", "bucket"}...]}
 //   DIR/records/<id>.safetensors   "latents" [grid_h·grid_w, C] fp32 (patchified, BatchNorm-normalised,
 //                                  packed tokens, row-major over the grid), "prompt_embeds" [text_len, J];
-//                                  metadata: id, hash, encoder, grid_h, grid_w, text_len.
+//                                  metadata: id, hash, encoder, grid_h, grid_w, text_len, bucket.
 // Design goals: one self-describing file per sample so a rerun re-encodes only what changed; the index is
 // written last and atomically, so a crash leaves at worst records the index does not list; every record is
 // checked against the index (shapes, hash, size) when read, so a corrupt record is an error, never data.
@@ -28,6 +28,7 @@ struct CacheRecordInfo {
   int64_t text_len = 0;
   std::string hash;    // content hash of the source sample
   int64_t bytes = 0;   // file size, checked on read
+  std::string bucket;  // pixel size the image was resized/cropped to, "WxH" ("" for synthetic data)
   // Micro-batches are formed within one bucket: same grid and text length.
   std::string BucketKey() const;
 };
@@ -61,7 +62,11 @@ class CacheReader {
 // Writes one record file atomically and returns its index entry.
 absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id,
                                                  const std::string& hash, const std::string& encoder,
-                                                 const CacheSample& sample);
+                                                 const CacheSample& sample, const std::string& bucket = "");
+// Reads a record file on its own (no index) and checks it fully: metadata, shapes, finiteness. Used to
+// decide whether a rerun may keep it. `info` receives the entry the index should list.
+absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::string& file, int64_t latent_channels,
+                                            int64_t text_dim, CacheRecordInfo* info, std::string* encoder);
 // Writes the index atomically (last, after the records).
 absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index);
 absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir);

@@ -1,0 +1,118 @@
+#include "encoder_worker/cache_builder.h"
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include "core/data/cache.h"
+#include "core/util/files.h"
+#include "core/util/log.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string RecordFile(const std::string& id) { return absl::StrCat("records/", id, ".safetensors"); }
+
+}  // namespace
+
+at::Tensor ImageToPixels(const Image& image) {
+  at::Tensor t = at::from_blob(const_cast<uint8_t*>(image.pixels.data()), {image.height, image.width, 3}, at::kByte);
+  return t.permute({2, 0, 1}).unsqueeze(0).to(at::kFloat).div(127.5).sub(1.0).contiguous();
+}
+
+absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,
+                                            const std::function<void(const CacheBuildProgress&)>& on_progress) {
+  const auto t0 = Clock::now();
+  ScanOptions scan_options;
+  scan_options.trigger = options.trigger;
+  ASSIGN_OR_RETURN(Dataset dataset, ScanDataset(options.dataset_dir, scan_options));
+  ASSIGN_OR_RETURN(std::vector<Bucket> buckets, MakeBuckets(options.buckets));
+  RETURN_IF_ERROR(MakeDirs(JoinPath(options.cache_dir, "records")));
+
+  CacheBuildReport report;
+  report.samples = static_cast<int64_t>(dataset.samples.size());
+  report.errors = dataset.errors;
+  CacheIndex index;
+  index.encoder = encoder.identity();
+  index.latent_channels = encoder.latent_channels();
+  index.text_dim = encoder.text_dim();
+  CacheBuildProgress progress;
+  progress.total = report.samples;
+  double encode_seconds = 0;
+  std::set<std::string> live_files;
+
+  for (const DatasetSample& sample : dataset.samples) {
+    progress.current = sample.name;
+    const Bucket& bucket = buckets[AssignBucket(buckets, sample.width, sample.height)];
+    const std::string id = sample.name;
+    const std::string file = RecordFile(id);
+    live_files.insert(file);
+    // Keep an existing record only if it is for this exact input, bucket and encoder, and reads back whole.
+    if (PathExists(JoinPath(options.cache_dir, file))) {
+      CacheRecordInfo info;
+      std::string record_encoder;
+      auto existing = ReadCacheRecord(options.cache_dir, file, index.latent_channels, index.text_dim, &info,
+                                      &record_encoder);
+      if (existing.ok() && info.hash == sample.content_hash && info.bucket == bucket.ToString() &&
+          record_encoder == index.encoder) {
+        index.records.push_back(info);
+        ++report.kept;
+        ++progress.kept;
+        ++progress.done;
+        progress.elapsed_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (on_progress) on_progress(progress);
+        continue;
+      }
+      if (!existing.ok()) {
+        LogWarning("re-encoding ", sample.name, ": ", existing.status().message());
+        ++report.reencoded_corrupt;
+      }
+    }
+    auto t1 = Clock::now();
+    auto encode = [&]() -> absl::StatusOr<CacheRecordInfo> {
+      ASSIGN_OR_RETURN(Image image, LoadSampleImage(sample));
+      Image sized = ResizeToBucket(image, bucket);
+      ASSIGN_OR_RETURN(at::Tensor latents, encoder.EncodeImage(sized));
+      ASSIGN_OR_RETURN(at::Tensor text, encoder.EncodeText(sample.caption));
+      CacheSample s{latents, text, bucket.height / 16, bucket.width / 16};
+      if (latents.dim() != 2 || latents.size(0) != s.grid_h * s.grid_w) {
+        return absl::InternalError(absl::StrCat("encoder returned latents [", absl::StrJoin(latents.sizes(), ", "),
+                                                "] for bucket ", bucket.ToString()));
+      }
+      return WriteCacheRecord(options.cache_dir, id, sample.content_hash, index.encoder, s, bucket.ToString());
+    };
+    auto info = encode();
+    encode_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
+    if (info.ok()) {
+      index.records.push_back(*info);
+      ++report.encoded;
+      ++progress.encoded;
+    } else {
+      report.errors.push_back({sample.image_path, info.status()});
+      ++progress.failed;
+      // A stale record for this sample must not survive into the index or stay on disk.
+      (void)RemoveAll(JoinPath(options.cache_dir, file));
+    }
+    ++progress.done;
+    progress.elapsed_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (on_progress) on_progress(progress);
+  }
+  // Records of samples that are gone from the dataset are dropped.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(JoinPath(options.cache_dir, "records"), ec)) {
+    std::string rel = absl::StrCat("records/", entry.path().filename().string());
+    if (!live_files.count(rel)) std::filesystem::remove(entry.path(), ec);
+  }
+  RETURN_IF_ERROR(WriteCacheIndex(options.cache_dir, index));
+  report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  report.seconds_per_encoded_sample = report.encoded > 0 ? encode_seconds / static_cast<double>(report.encoded) : 0;
+  return report;
+}
+
+}  // namespace baton

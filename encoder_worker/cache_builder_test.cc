@@ -1,0 +1,151 @@
+#include "encoder_worker/cache_builder.h"
+
+#include <gtest/gtest.h>
+
+#include "core/data/cache.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/util/files.h"
+
+namespace baton {
+namespace {
+
+// A stand-in for the neural encoders: deterministic functions of the pixels and caption, so the tests are
+// about the cache logic (skip, re-encode, errors) and run in milliseconds. The real encoders have their
+// own tests (flux2_vae_test, text_encoder_test) and the pipeline folder test runs them end to end.
+class FakeEncoder : public SampleEncoder {
+ public:
+  std::string identity() const override { return identity_; }
+  int64_t latent_channels() const override { return 8; }
+  int64_t text_dim() const override { return 4; }
+  absl::StatusOr<at::Tensor> EncodeImage(const Image& image) override {
+    ++image_calls;
+    at::Tensor px = ImageToPixels(image);  // [1, 3, H, W]
+    at::Tensor pooled = at::avg_pool2d(px, 16).squeeze(0);  // [3, H/16, W/16]
+    return pooled.flatten(1).t().repeat({1, 3}).narrow(1, 0, 8).contiguous();  // [tokens, 8]
+  }
+  absl::StatusOr<at::Tensor> EncodeText(const std::string& caption) override {
+    return at::full({5, 4}, static_cast<float>(caption.size()));
+  }
+  std::string identity_ = "fake-v1";
+  int image_calls = 0;
+};
+
+Image Solid(int w, int h, uint8_t r) {
+  Image img;
+  img.width = w;
+  img.height = h;
+  img.pixels.assign(static_cast<size_t>(w) * h * 3, r);
+  return img;
+}
+
+class CacheBuilderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = test_util::MakeTempDir("cachebuild");
+    data_ = JoinPath(root_, "data");
+    ASSERT_TRUE(MakeDirs(data_).ok());
+    ASSERT_TRUE(WritePng(JoinPath(data_, "a.png"), Solid(64, 64, 10)).ok());
+    ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "a.txt"), "a red square").ok());
+    ASSERT_TRUE(WritePng(JoinPath(data_, "b.png"), Solid(96, 48, 200)).ok());
+    ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "b.txt"), "a wide bright image").ok());
+    options_.dataset_dir = data_;
+    options_.cache_dir = JoinPath(root_, "cache");
+    options_.buckets.target_area = 64 * 64;
+    options_.buckets.min_side = 32;
+    options_.buckets.max_side = 256;
+  }
+  std::string root_, data_;
+  CacheBuildOptions options_;
+  FakeEncoder encoder_;
+};
+
+TEST_F(CacheBuilderTest, EncodesThenSkipsUnchangedSamples) {
+  auto first = BuildCache(encoder_, options_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->encoded, 2);
+  EXPECT_EQ(first->kept, 0);
+  EXPECT_TRUE(first->errors.empty());
+  auto reader = CacheReader::Open(options_.cache_dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_EQ((*reader)->size(), 2u);
+  const CacheRecordInfo& b = (*reader)->index().records[1];
+  EXPECT_EQ(b.id, "b.png");
+  EXPECT_EQ(b.grid_w * 16, std::stoi(b.bucket.substr(0, b.bucket.find('x'))));
+  EXPECT_GT(b.grid_w, b.grid_h);  // the wide image went to a landscape bucket
+  auto sample = (*reader)->Load(0);
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  EXPECT_EQ(sample->prompt_embeds[0][0].item<float>(), 12.0f);  // strlen("a red square")
+
+  encoder_.image_calls = 0;
+  auto second = BuildCache(encoder_, options_);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->kept, 2);
+  EXPECT_EQ(second->encoded, 0);
+  EXPECT_EQ(encoder_.image_calls, 0);
+}
+
+TEST_F(CacheBuilderTest, ChangedCaptionOrEncoderReencodes) {
+  ASSERT_TRUE(BuildCache(encoder_, options_).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "a.txt"), "a dark square").ok());
+  auto changed = BuildCache(encoder_, options_);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(changed->encoded, 1);
+  EXPECT_EQ(changed->kept, 1);
+  encoder_.identity_ = "fake-v2";
+  auto other = BuildCache(encoder_, options_);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->encoded, 2);
+}
+
+TEST_F(CacheBuilderTest, CorruptRecordIsDetectedAndReencoded) {
+  ASSERT_TRUE(BuildCache(encoder_, options_).ok());
+  std::string path = JoinPath(options_.cache_dir, "records/a.png.safetensors");
+  auto bytes = ReadFile(path);
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_TRUE(WriteFileAtomic(path, bytes->substr(0, bytes->size() - 7)).ok());  // a torn write
+  // Training refuses it...
+  auto reader = CacheReader::Open(options_.cache_dir);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->Load(0).status().code(), absl::StatusCode::kDataLoss);
+  // ...and a rerun repairs it.
+  auto rerun = BuildCache(encoder_, options_);
+  ASSERT_TRUE(rerun.ok());
+  EXPECT_EQ(rerun->reencoded_corrupt, 1);
+  EXPECT_EQ(rerun->encoded, 1);
+  auto repaired = CacheReader::Open(options_.cache_dir);
+  ASSERT_TRUE(repaired.ok());
+  EXPECT_TRUE((*repaired)->Load(0).ok());
+}
+
+TEST_F(CacheBuilderTest, BadFilesAreReportedAndTheRestEncodes) {
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "c.png"), "").ok());  // zero bytes
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "c.txt"), "empty").ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "d.png"), "this is not an image").ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "d.txt"), "text").ok());
+  ASSERT_TRUE(WritePng(JoinPath(data_, "e.png"), Solid(64, 64, 1)).ok());  // no caption
+  auto png = EncodePng(Solid(64, 64, 5));
+  ASSERT_TRUE(png.ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "f.png"), png->substr(0, png->size() / 2)).ok());  // truncated
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "f.txt"), "cut").ok());
+  auto report = BuildCache(encoder_, options_);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->encoded, 2);
+  ASSERT_EQ(report->errors.size(), 4u);
+  std::string all;
+  for (const auto& e : report->errors) all += e.path + ": " + std::string(e.status.message()) + "\n";
+  for (const char* name : {"c.png", "d.png", "e.png", "f.png"}) EXPECT_NE(all.find(name), std::string::npos) << all;
+}
+
+TEST_F(CacheBuilderTest, RemovedSamplesLeaveTheCache) {
+  ASSERT_TRUE(BuildCache(encoder_, options_).ok());
+  ASSERT_TRUE(RemoveAll(JoinPath(data_, "b.png")).ok());
+  auto report = BuildCache(encoder_, options_);
+  ASSERT_TRUE(report.ok());
+  auto reader = CacheReader::Open(options_.cache_dir);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->size(), 1u);
+  EXPECT_FALSE(PathExists(JoinPath(options_.cache_dir, "records/b.png.safetensors")));
+}
+
+}  // namespace
+}  // namespace baton
