@@ -21,15 +21,21 @@
 #include "core/train/local_trainer.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
+#include "encoder_worker/flux2_encoder.h"
 
 namespace baton {
 namespace {
 
 absl::Status InitWeights(const Args& args) {
   if (args.Has("pipeline")) {
-    return absl::UnimplementedError(
-        "--pipeline (a complete tiny FLUX.2 pipeline folder with VAE and text encoder) is not implemented yet: it "
-        "arrives with the encoder worker; use --config for a transformer folder");
+    if (args.Get("pipeline") != "tiny") {
+      return absl::InvalidArgumentError("--pipeline takes 'tiny' (real pipelines come from their publishers)");
+    }
+    ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed"));
+    RETURN_IF_ERROR(WriteTinyFlux2Pipeline(args.Get("out"), static_cast<uint64_t>(seed)));
+    std::printf("wrote tiny FLUX.2 pipeline %s (transformer/, vae/, text_encoder/, tokenizer/, scheduler/)\n",
+                args.Get("out").c_str());
+    return absl::OkStatus();
   }
   if (!args.Has("config")) return absl::InvalidArgumentError("--config is required");
   ASSIGN_OR_RETURN(Flux2Config config, LoadFlux2Config(args.Get("config")));
@@ -113,6 +119,50 @@ absl::Status Forward(const Args& args) {
   return absl::OkStatus();
 }
 
+absl::Status VaeEncode(const Args& args) {
+  at::set_num_threads(1);
+  ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(JoinPath(args.Get("model"), "vae"), at::kFloat, at::kCPU));
+  ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("inputs")));
+  if (!inputs.count("pixels")) {
+    return absl::InvalidArgumentError(absl::StrCat(args.Get("inputs"), ": missing 'pixels' [B, 3, H, W] in [-1, 1]"));
+  }
+  ASSIGN_OR_RETURN(at::Tensor latents, vae->EncodeMean(inputs["pixels"].to(at::kFloat)));
+  at::Tensor packed;
+  RETURN_IF_ERROR(TorchCall("patchify", [&] { packed = vae->PatchifyAndNormalize(latents); }));
+  RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), {{"latents", latents}, {"packed", packed}}));
+  std::printf("wrote %s: latents [%s], packed [%s]\n", args.Get("output").c_str(),
+              absl::StrJoin(latents.sizes(), ", ").c_str(), absl::StrJoin(packed.sizes(), ", ").c_str());
+  return absl::OkStatus();
+}
+
+absl::Status TextEncode(const Args& args) {
+  at::set_num_threads(1);
+  if (args.Has("prompt") == args.Has("input-ids")) {
+    return absl::InvalidArgumentError("give exactly one of --prompt and --input-ids");
+  }
+  Flux2EncoderOptions options;
+  ASSIGN_OR_RETURN(options.max_sequence_length, args.GetInt("max-sequence-length"));
+  ASSIGN_OR_RETURN(auto encoder, Flux2SampleEncoder::Open(args.Get("model"), options));
+  at::Tensor ids, embeds;
+  if (args.Has("prompt")) {
+    ASSIGN_OR_RETURN(PromptIds prompt, encoder->PromptIdsFor(args.Get("prompt")));
+    ids = prompt.input_ids;
+    ASSIGN_OR_RETURN(embeds, EncodeFlux2Prompt(encoder->text_encoder(), prompt, encoder->family()));
+  } else {
+    ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("input-ids")));
+    if (!inputs.count("input_ids") || inputs["input_ids"].dim() != 2 || inputs["input_ids"].size(0) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(args.Get("input-ids"), ": needs 'input_ids' int64 [1, L]"));
+    }
+    ids = inputs["input_ids"].to(at::kLong);
+    // Straight into the text encoder: no template, no padding, positions 0..L-1.
+    ASSIGN_OR_RETURN(embeds, encoder->text_encoder().Encode(ids, at::Tensor(), Flux2HiddenStateLayers(encoder->family())));
+  }
+  RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), {{"input_ids", ids}, {"prompt_embeds", embeds}}));
+  std::printf("wrote %s: input_ids [%s], prompt_embeds [%s]\n", args.Get("output").c_str(),
+              absl::StrJoin(ids.sizes(), ", ").c_str(), absl::StrJoin(embeds.sizes(), ", ").c_str());
+  return absl::OkStatus();
+}
+
 absl::Status TrainLocal(const Args& args) {
   ASSIGN_OR_RETURN(JobConfig job, LoadJob(args.Get("job")));
   int64_t steps = job.steps;
@@ -188,7 +238,7 @@ const std::vector<Command>& AllCommands() {
         {"dtype", "stored dtype: fp32 | bf16", "fp32"},
         {"format", "diffusers | bfl", "diffusers"},
         {"shard-mb", "split into shards of at most this many MiB (0 = one file)", "0"},
-        {"pipeline", "write a complete tiny pipeline folder (not implemented yet)"}},
+        {"pipeline", "'tiny': write a complete tiny FLUX.2 pipeline folder (all components) to --out"}},
        InitWeights},
       {"synthetic-cache",
        "Write a deterministic synthetic latent/text cache for a model config (until real images are encoded).",
@@ -208,6 +258,20 @@ const std::vector<Command>& AllCommands() {
         {"config", "config.json for a BFL single file"},
         {"dtype", "compute dtype: fp32 | bf16", "fp32"}},
        Forward},
+      {"vae-encode",
+       "Encode pixels with a pipeline's VAE: latents (posterior mean) and packed (patchified, normalised).",
+       {{"model", "FLUX.2 pipeline folder", "", true},
+        {"inputs", "safetensors with 'pixels' [B, 3, H, W] in [-1, 1]", "", true},
+        {"output", "output safetensors: latents [B, 32, H/8, W/8], packed [B, (H/16)(W/16), 128]", "", true}},
+       VaeEncode},
+      {"text-encode",
+       "Encode a prompt (or raw token ids) with a pipeline's text encoder, as Flux2Pipeline.encode_prompt.",
+       {{"model", "FLUX.2 pipeline folder", "", true},
+        {"prompt", "prompt text (chat template, tokenizer, padding as the pipeline)"},
+        {"input-ids", "safetensors with 'input_ids' int64 [1, L] fed straight to the text encoder"},
+        {"output", "output safetensors: input_ids [1, L], prompt_embeds [1, L, 3*hidden]", "", true},
+        {"max-sequence-length", "text tokens (pad/truncate) for --prompt", "512"}},
+       TextEncode},
       {"schedule",
        "Print a pipeline schedule's timeline (GPipe or 1F1B) with its bubble.",
        {{"stages", "pipeline stages", "", true},

@@ -1,7 +1,83 @@
-// encoder_worker: filled in by a later issue. Until then it says so and fails, rather than pretend.
-#include <cstdio>
+// encoder_worker: images + captions → the training cache, on CPU. Batch mode encodes one dataset and
+// exits (non-zero when any file failed); with --listen it serves EncoderService for the coordinator.
+#include <unistd.h>
 
-int main() {
-  std::fprintf(stderr, "encoder_worker: not implemented yet\n");
-  return 2;
+#include <cstdio>
+#include <string>
+
+#include <ATen/Parallel.h>
+#include <absl/flags/flag.h>
+#include <absl/flags/parse.h>
+#include <absl/flags/usage.h>
+#include <sys/resource.h>
+
+#include "core/train/common.h"
+#include "core/util/log.h"
+#include "encoder_worker/encoder_service.h"
+#include "encoder_worker/flux2_encoder.h"
+
+ABSL_FLAG(std::string, dataset, "", "dataset folder: images with same-named .txt captions");
+ABSL_FLAG(std::string, cache, "", "cache folder to write (reruns keep unchanged samples)");
+ABSL_FLAG(std::string, model, "", "FLUX.2 diffusers pipeline folder (vae/, text_encoder/, tokenizer/)");
+ABSL_FLAG(int, threads, 0, "compute threads (0 = all cores)");
+ABSL_FLAG(std::string, trigger, "", "trigger word added to every caption");
+ABSL_FLAG(int64_t, resolution, 1024, "bucket target: area = resolution², sides multiples of 16");
+ABSL_FLAG(int64_t, max_sequence_length, 512, "text tokens per caption (FLUX.2 pads and truncates to this)");
+ABSL_FLAG(std::string, dtype, "fp32", "compute dtype: fp32 | bf16");
+ABSL_FLAG(std::string, listen, "", "serve EncoderService on host:port instead of a batch run");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "encoder_worker --dataset DIR --cache DIR --model FLUX2_PIPELINE_DIR [--threads K]\n"
+      "       encoder_worker --model FLUX2_PIPELINE_DIR --listen HOST:PORT");
+  absl::ParseCommandLine(argc, argv);
+  baton::SetLogTag("encoder_worker");
+  if (absl::GetFlag(FLAGS_model).empty() ||
+      (absl::GetFlag(FLAGS_listen).empty() && (absl::GetFlag(FLAGS_dataset).empty() || absl::GetFlag(FLAGS_cache).empty()))) {
+    std::fprintf(stderr, "encoder_worker: --model and either --dataset/--cache or --listen are required (--help)\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  auto dtype = baton::ParseDtype(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) {
+    std::fprintf(stderr, "encoder_worker: %s\n", std::string(dtype.status().message()).c_str());
+    return 2;
+  }
+  baton::Flux2EncoderOptions options;
+  options.dtype = *dtype;
+  options.max_sequence_length = absl::GetFlag(FLAGS_max_sequence_length);
+  auto encoder = baton::Flux2SampleEncoder::Open(absl::GetFlag(FLAGS_model), options);
+  if (!encoder.ok()) {
+    std::fprintf(stderr, "encoder_worker: %s\n", encoder.status().ToString().c_str());
+    return 1;
+  }
+  if (!absl::GetFlag(FLAGS_listen).empty()) {
+    absl::Status s = baton::ServeEncoder(encoder->get(), absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_resolution));
+    if (!s.ok()) std::fprintf(stderr, "encoder_worker: %s\n", s.ToString().c_str());
+    return s.ok() ? 0 : 1;
+  }
+  baton::CacheBuildOptions build;
+  build.dataset_dir = absl::GetFlag(FLAGS_dataset);
+  build.cache_dir = absl::GetFlag(FLAGS_cache);
+  build.trigger = absl::GetFlag(FLAGS_trigger);
+  build.buckets = baton::BucketsForResolution(absl::GetFlag(FLAGS_resolution));
+  const bool tty = ::isatty(STDOUT_FILENO);
+  auto report = baton::BuildCache(**encoder, build, [&](const baton::CacheBuildProgress& p) {
+    std::printf("%s%s%s", tty ? "\r\033[K" : "", baton::RenderEncodeProgress(p, 0).c_str(), tty ? "" : "\n");
+    std::fflush(stdout);
+  });
+  if (tty) std::printf("\n");
+  if (!report.ok()) {
+    std::fprintf(stderr, "encoder_worker: %s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  for (const auto& e : report->errors) std::fprintf(stderr, "error: %s\n", std::string(e.status.message()).c_str());
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf("encoded %lld, kept %lld unchanged, %zu failed of %lld samples in %.1f s (%.3f s per encoded sample, "
+              "peak RSS %.0f MiB); cache: %s\n",
+              static_cast<long long>(report->encoded), static_cast<long long>(report->kept), report->errors.size(),
+              static_cast<long long>(report->samples), report->seconds, report->seconds_per_encoded_sample,
+              usage.ru_maxrss / 1024.0, build.cache_dir.c_str());
+  return report->errors.empty() ? 0 : 1;
 }

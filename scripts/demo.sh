@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job, end to end: set up, make a small FLUX.2-shaped model and its training cache, then train a
-# LoRA with the transformer split over two stage-worker processes (coordinator --stages 2).
+# The main job, end to end: set up; write a tiny FLUX.2 pipeline (random weights in the real layouts); encode
+# the bundled sample images and captions with its VAE and Mistral-3 text encoder (encoder_worker); then train
+# a LoRA with the transformer split over two stage-worker processes (coordinator --stages 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -9,12 +10,12 @@ export OMP_NUM_THREADS=1
 run() { echo "+ $*"; "$@"; }
 
 rm -rf out/demo
-# Weights: deterministic random FLUX.2 weights in the diffusers layout (no downloads, ever).
-run "$BIN/baton" init-weights --config configs/models/flux2-small.json --out out/demo/model --seed 0
-# Data: a synthetic latent/text cache (see README: real images arrive with the encoder worker).
-run "$BIN/baton" synthetic-cache --config configs/models/flux2-small.json --out out/demo/cache \
-  --samples 32 --grids 8x8,6x10 --text-len 16 --seed 0
-# Training: two local stage workers on loopback, 1F1B over 4 micro-batches per step.
+# 1. Weights: a complete tiny pipeline folder (transformer/, vae/, text_encoder/, tokenizer/). No downloads, ever.
+run "$BIN/baton" init-weights --pipeline tiny --out out/demo/pipeline --seed 0
+# 2. Data: data/sample/*.png + .txt → latents and text embeddings, one cache record per image.
+run "$BIN/encoder_worker" --dataset data/sample --cache out/demo/cache --model out/demo/pipeline \
+  --resolution 128 --max_sequence_length 128 --threads 1
+# 3. Training: two local stage workers on loopback, 1F1B over 4 micro-batches per step.
 run "$BIN/coordinator" --stages 2 --job configs/jobs/demo.yaml --output out/demo
 
 echo

@@ -1,0 +1,102 @@
+#include "encoder_worker/encoder_service.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+
+#include "core/util/grpc_options.h"
+#include "core/util/grpc_status.h"
+#include "core/util/log.h"
+
+namespace baton {
+namespace {
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+}  // namespace
+
+BucketSpec BucketsForResolution(int64_t resolution) {
+  BucketSpec spec;
+  spec.target_area = resolution * resolution;
+  spec.step = 16;
+  spec.min_side = static_cast<int>(std::max<int64_t>(16, (resolution / 2) / 16 * 16));
+  spec.max_side = static_cast<int>(resolution * 2);
+  spec.max_aspect = 2.5;
+  return spec;
+}
+
+std::string RenderEncodeProgress(const CacheBuildProgress& p, double seconds_per_encoded) {
+  const int width = 24;
+  int filled = p.total > 0 ? static_cast<int>(width * p.done / p.total) : width;
+  double rate = p.done > 0 ? p.elapsed_seconds / static_cast<double>(p.done) : 0;
+  double eta = rate * static_cast<double>(p.total - p.done);
+  return absl::StrFormat("[%s%s] %d/%d  encoded %d  kept %d  failed %d  %.2f s/sample  ETA %.0fs  %s",
+                         std::string(filled, '#'), std::string(width - filled, '.'), p.done, p.total, p.encoded,
+                         p.kept, p.failed, seconds_per_encoded > 0 ? seconds_per_encoded : rate, eta, p.current);
+}
+
+grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v1::EncodeDatasetRequest* req,
+                                               grpc::ServerWriter<v1::EncodeProgress>* writer) {
+  std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "this encoder worker is already encoding a dataset");
+  }
+  if (req->dataset_dir().empty() || req->cache_dir().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "dataset_dir and cache_dir are required");
+  }
+  CacheBuildOptions options;
+  options.dataset_dir = req->dataset_dir();
+  options.cache_dir = req->cache_dir();
+  options.trigger = req->trigger();
+  options.buckets = BucketsForResolution(req->resolution() > 0 ? req->resolution() : default_resolution_);
+  LogInfo("encoding ", options.dataset_dir, " into ", options.cache_dir);
+  auto report = BuildCache(*encoder_, options, [&](const CacheBuildProgress& p) {
+    v1::EncodeProgress msg;
+    msg.set_done(p.done);
+    msg.set_total(p.total);
+    msg.set_encoded(p.encoded);
+    msg.set_kept(p.kept);
+    msg.set_failed(p.failed);
+    msg.set_elapsed_seconds(p.elapsed_seconds);
+    msg.set_current(p.current);
+    if (!ctx->IsCancelled()) writer->Write(msg);
+  });
+  if (!report.ok()) return ToGrpcStatus(report.status());
+  v1::EncodeProgress last;
+  last.set_done(report->samples);
+  last.set_total(report->samples);
+  last.set_encoded(report->encoded);
+  last.set_kept(report->kept);
+  last.set_failed(static_cast<int64_t>(report->errors.size()));
+  last.set_elapsed_seconds(report->seconds);
+  last.set_finished(true);
+  for (const auto& e : report->errors) last.add_errors(absl::StrCat(e.path, ": ", e.status.message()));
+  writer->Write(last);
+  return grpc::Status::OK;
+}
+
+absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution) {
+  grpc::EnableDefaultHealthCheckService(true);
+  EncoderServiceImpl service(encoder, default_resolution);
+  grpc::ServerBuilder builder;
+  ApplyServerOptions(builder);
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  std::string address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  LogWarning("serving plaintext gRPC on ", address, " (no TLS: use only on a trusted network)");
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::printf("LISTENING %s\n", address.c_str());
+  std::fflush(stdout);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return absl::OkStatus();
+}
+
+}  // namespace baton

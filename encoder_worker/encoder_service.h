@@ -1,0 +1,37 @@
+// encoder_worker's two modes: a batch run over one dataset (with a progress bar and ETA) and a gRPC
+// EncoderService the coordinator calls to (re)build a cache on demand. Both drive BuildCache.
+#pragma once
+
+#include <mutex>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "baton/v1/encoder.grpc.pb.h"
+#include "encoder_worker/cache_builder.h"
+
+namespace baton {
+
+class EncoderServiceImpl final : public v1::EncoderService::Service {
+ public:
+  EncoderServiceImpl(SampleEncoder* encoder, int64_t default_resolution)
+      : encoder_(encoder), default_resolution_(default_resolution) {}
+  grpc::Status EncodeDataset(grpc::ServerContext* ctx, const v1::EncodeDatasetRequest* req,
+                             grpc::ServerWriter<v1::EncodeProgress>* writer) override;
+
+ private:
+  SampleEncoder* encoder_;
+  int64_t default_resolution_;
+  std::mutex busy_;
+};
+
+// Bucket settings for a square target resolution (area = resolution², sides multiples of 16).
+BucketSpec BucketsForResolution(int64_t resolution);
+
+// Serves EncoderService on `listen` until SIGTERM/SIGINT; prints "LISTENING host:port" once up.
+absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution);
+
+// One line of progress ("[####......]  12/40  0.8 s/sample  ETA 22s  cat_01.jpg").
+std::string RenderEncodeProgress(const CacheBuildProgress& p, double seconds_per_encoded);
+
+}  // namespace baton
