@@ -1,0 +1,164 @@
+// The encoder worker end to end on a tiny but complete FLUX.2 pipeline folder: the real binary in batch
+// mode (exit codes, skip on rerun), the gRPC service mode, and the client's debug commands.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "baton/v1/encoder.grpc.pb.h"
+#include "client/commands.h"
+#include "core/data/cache.h"
+#include "core/tensor/safetensors.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/util/files.h"
+#include "core/util/grpc_options.h"
+#include "encoder_worker/encoder_service.h"
+#include "encoder_worker/flux2_encoder.h"
+
+namespace baton {
+namespace {
+
+std::string BinDir() {
+  const char* dir = std::getenv("BATON_BIN_DIR");
+  return dir ? dir : "build/bin";
+}
+
+// Runs a command, returns (exit code, stdout).
+std::pair<int, std::string> RunCommand(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen((command + " 2>/dev/null").c_str(), "r");
+  if (!pipe) return {-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+Image Picture(int w, int h, uint8_t base) {
+  Image img;
+  img.width = w;
+  img.height = h;
+  img.pixels.resize(static_cast<size_t>(w) * h * 3);
+  for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>(base + (i * 7) % 50);
+  return img;
+}
+
+class EncoderWorkerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new std::string(test_util::MakeTempDir("encoder"));
+    ASSERT_TRUE(WriteTinyFlux2Pipeline(Pipeline(), 0).ok());
+  }
+  static void TearDownTestSuite() { delete root_; }
+  static std::string Pipeline() { return JoinPath(*root_, "pipeline"); }
+
+  std::string MakeDataset(const std::string& name) {
+    std::string dir = JoinPath(*root_, name);
+    EXPECT_TRUE(MakeDirs(dir).ok());
+    EXPECT_TRUE(WritePng(JoinPath(dir, "one.png"), Picture(64, 64, 30)).ok());
+    EXPECT_TRUE(WriteFileAtomic(JoinPath(dir, "one.txt"), "a textured square").ok());
+    EXPECT_TRUE(WritePng(JoinPath(dir, "two.png"), Picture(96, 48, 120)).ok());
+    EXPECT_TRUE(WriteFileAtomic(JoinPath(dir, "two.txt"), "a wide picture").ok());
+    return dir;
+  }
+  static std::string* root_;
+};
+std::string* EncoderWorkerTest::root_ = nullptr;
+
+TEST_F(EncoderWorkerTest, BatchModeEncodesReportsBadFilesAndSkipsOnRerun) {
+  std::string data = MakeDataset("batch");
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "broken.png"), "").ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "broken.txt"), "nothing").ok());
+  std::string cache = JoinPath(*root_, "batch_cache");
+  std::string cmd = absl::StrCat(JoinPath(BinDir(), "encoder_worker"), " --dataset ", data, " --cache ", cache,
+                                 " --model ", Pipeline(), " --resolution 64 --max_sequence_length 96 --threads 1");
+  auto [code, out] = RunCommand(cmd);
+  EXPECT_EQ(code, 1) << out;  // one file failed
+  EXPECT_NE(out.find("encoded 2, kept 0 unchanged, 1 failed of 2 samples"), std::string::npos) << out;
+  auto reader = CacheReader::Open(cache);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_EQ((*reader)->size(), 2u);
+  EXPECT_EQ((*reader)->index().latent_channels, 128);
+  EXPECT_EQ((*reader)->index().text_dim, 96);
+  auto sample = (*reader)->Load(1);
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  EXPECT_EQ(sample->prompt_embeds.size(0), 96);
+  EXPECT_EQ(sample->latents.size(0), sample->grid_h * sample->grid_w);
+  EXPECT_GT(sample->grid_w, sample->grid_h);  // the wide image kept its orientation
+
+  ASSERT_TRUE(RemoveAll(JoinPath(data, "broken.png")).ok());
+  auto [code2, out2] = RunCommand(cmd);
+  EXPECT_EQ(code2, 0) << out2;
+  EXPECT_NE(out2.find("encoded 0, kept 2 unchanged"), std::string::npos) << out2;
+}
+
+TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {
+  auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  EncoderServiceImpl service(encoder->get(), 64);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_TRUE(server && port > 0);
+  auto stub = v1::EncoderService::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  v1::EncodeDatasetRequest req;
+  req.set_dataset_dir(MakeDataset("service"));
+  req.set_cache_dir(JoinPath(*root_, "service_cache"));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(absl::Seconds(60)));
+  auto reader = stub->EncodeDataset(&ctx, req);
+  v1::EncodeProgress msg, last;
+  int messages = 0;
+  while (reader->Read(&msg)) {
+    last = msg;
+    ++messages;
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_GE(messages, 3);  // progress per sample, then the report
+  EXPECT_TRUE(last.finished());
+  EXPECT_EQ(last.encoded(), 2);
+  EXPECT_EQ(last.failed(), 0);
+  EXPECT_TRUE(CacheReader::Open(req.cache_dir()).ok());
+  server->Shutdown();
+}
+
+TEST_F(EncoderWorkerTest, ClientDebugCommandsWriteTheDocumentedKeys) {
+  std::string dir = JoinPath(*root_, "cli");
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "px.safetensors"), {{"pixels", at::rand({2, 3, 32, 48}) * 2 - 1}}).ok());
+  ASSERT_EQ(RunClient({"vae-encode", "--model", Pipeline(), "--inputs", JoinPath(dir, "px.safetensors"), "--output",
+                       JoinPath(dir, "vae.safetensors")}),
+            0);
+  auto vae = LoadAllSafetensors(JoinPath(dir, "vae.safetensors"));
+  ASSERT_TRUE(vae.ok());
+  EXPECT_EQ(vae->at("latents").sizes(), (std::vector<int64_t>{2, 32, 4, 6}));
+  EXPECT_EQ(vae->at("packed").sizes(), (std::vector<int64_t>{2, 6, 128}));
+
+  ASSERT_EQ(RunClient({"text-encode", "--model", Pipeline(), "--prompt", "a cat", "--output",
+                       JoinPath(dir, "text.safetensors"), "--max-sequence-length", "100"}),
+            0);
+  auto text = LoadAllSafetensors(JoinPath(dir, "text.safetensors"));
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->at("input_ids").sizes(), (std::vector<int64_t>{1, 100}));
+  EXPECT_EQ(text->at("prompt_embeds").sizes(), (std::vector<int64_t>{1, 100, 96}));
+
+  // Raw ids skip template and tokenizer: the output has exactly their length.
+  ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "ids.safetensors"), {{"input_ids", at::arange(20, 27).view({1, 7})}}).ok());
+  ASSERT_EQ(RunClient({"text-encode", "--model", Pipeline(), "--input-ids", JoinPath(dir, "ids.safetensors"), "--output",
+                       JoinPath(dir, "ids_out.safetensors")}),
+            0);
+  auto ids = LoadAllSafetensors(JoinPath(dir, "ids_out.safetensors"));
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(ids->at("prompt_embeds").sizes(), (std::vector<int64_t>{1, 7, 96}));
+  EXPECT_EQ(RunClient({"text-encode", "--model", Pipeline(), "--output", JoinPath(dir, "x.safetensors")}), 1);
+}
+
+}  // namespace
+}  // namespace baton
