@@ -16,6 +16,7 @@
 #include <absl/strings/str_join.h>
 
 #include "coordinator/checkpoint.h"
+#include "coordinator/encoder_client.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/stage_client.h"
 #include "core/data/cache.h"
@@ -106,6 +107,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
   ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
   const Flux2Config& config = checkpoint->config();
+  if (!job.encode.encoder_worker.empty()) RETURN_IF_ERROR(EncodeOnWorker(job, options.rpc_timeout, options.quiet));
   ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
   if (cache->index().latent_channels != config.in_channels || cache->index().text_dim != config.joint_attention_dim) {
     return absl::InvalidArgumentError(absl::StrCat("cache ", job.dataset, " does not fit the model (latent channels ",

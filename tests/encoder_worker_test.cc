@@ -10,6 +10,8 @@
 
 #include "baton/v1/encoder.grpc.pb.h"
 #include "client/commands.h"
+#include "coordinator/pipeline_trainer.h"
+#include "core/train/job.h"
 #include "core/data/cache.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/tiny_flux2.h"
@@ -126,6 +128,35 @@ TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {
   EXPECT_EQ(last.encoded(), 2);
   EXPECT_EQ(last.failed(), 0);
   EXPECT_TRUE(CacheReader::Open(req.cache_dir()).ok());
+  server->Shutdown();
+}
+
+TEST_F(EncoderWorkerTest, CoordinatorEncodesOnDemandThenTrains) {
+  auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  EncoderServiceImpl service(encoder->get(), 64);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_TRUE(server && port > 0);
+  std::string cache = JoinPath(*root_, "ondemand_cache");
+  auto job = ParseJobYaml(absl::StrCat("model: ", Pipeline(), "\ndataset: ", cache, "\nencode: {images: ",
+                                       MakeDataset("ondemand"), ", encoder_worker: '127.0.0.1:", port,
+                                       "', resolution: 64}\nsteps: 2\nbatch_size: 2\nmicro_batches: 2\n"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  CoordinatorOptions options;
+  options.stages = 2;
+  options.output_dir = JoinPath(*root_, "ondemand_out");
+  options.stage_worker_binary = JoinPath(BinDir(), "stage_worker");
+  options.quiet = true;
+  auto result = RunCoordinator(*job, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->steps.size(), 2u);
+  auto reader = CacheReader::Open(cache);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->size(), 2u);
   server->Shutdown();
 }
 

@@ -75,7 +75,7 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   RETURN_IF_ERROR(r.Keys(root, "the job", {"model", "model_config", "dataset", "lora", "optimizer", "timesteps", "steps",
                                            "batch_size", "micro_batches", "schedule", "recompute", "seed",
                                            "checkpoint_every", "dtype", "devices", "guidance", "save_bfl", "threads",
-                                           "memory_per_stage"}));
+                                           "memory_per_stage", "encode"}));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
   RETURN_IF_ERROR(r.Get(root, "model_config", &job.model_config));
@@ -109,6 +109,17 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
     job.memory_per_stage = {one};
   }
 
+  if (root["encode"].IsDefined()) {
+    YAML::Node e = root["encode"];
+    RETURN_IF_ERROR(r.Keys(e, "encode", {"images", "encoder_worker", "resolution", "trigger"}));
+    RETURN_IF_ERROR(r.Get(e, "images", &job.encode.images));
+    RETURN_IF_ERROR(r.Get(e, "encoder_worker", &job.encode.encoder_worker));
+    RETURN_IF_ERROR(r.Check(!job.encode.images.empty() && !job.encode.encoder_worker.empty(), e, "images",
+                            "and encoder_worker are both required in encode"));
+    RETURN_IF_ERROR(r.Get(e, "resolution", &job.encode.resolution));
+    RETURN_IF_ERROR(r.Check(job.encode.resolution >= 16, e, "resolution", "must be at least 16"));
+    RETURN_IF_ERROR(r.Get(e, "trigger", &job.encode.trigger));
+  }
   if (root["lora"].IsDefined()) {
     YAML::Node l = root["lora"];
     RETURN_IF_ERROR(r.Keys(l, "lora", {"rank", "alpha", "targets", "dropout"}));

@@ -10,6 +10,7 @@
 //   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: true, seed: 42
 //   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
+//   encode: {images: data/, encoder_worker: host:5000, resolution: 1024}  # optional: build the cache first
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,15 @@ struct TimestepConfig {
   std::string shift = "auto";
 };
 
+// Optional: have an encoder worker (re)build `dataset` from images before training. The worker reads
+// `images` and writes the cache on its own disk, so it must share storage with the coordinator.
+struct EncodeConfig {
+  std::string images;          // dataset folder (images + .txt captions) as the encoder worker sees it
+  std::string encoder_worker;  // host:port of `encoder_worker --listen`
+  int64_t resolution = 1024;   // bucket target area = resolution²
+  std::string trigger;
+};
+
 struct JobConfig {
   std::string source;  // the YAML file (for messages)
   std::string model;
@@ -64,6 +74,7 @@ struct JobConfig {
   int threads = 1;               // compute threads per process
   // Memory budget per stage for the partitioner ("24GB"; one for all or one per stage); empty = unlimited.
   std::vector<std::string> memory_per_stage;
+  EncodeConfig encode;  // encode.encoder_worker empty = use `dataset` as it is
 
   int64_t micro_batch_size() const { return batch_size / micro_batches; }
 };
