@@ -1,0 +1,71 @@
+// The baton CLI's model commands, run in-process through RunClient exactly as a user types them.
+#include <gtest/gtest.h>
+
+#include "client/commands.h"
+#include "core/model/flux2_model.h"
+#include "core/model/flux2_weights.h"
+#include "core/tensor/safetensors.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/train/common.h"
+#include "core/util/files.h"
+
+namespace baton {
+namespace {
+
+TEST(ClientTest, InitWeightsThenForwardMatchesTheLibraryInBothFormats) {
+  std::string dir = test_util::MakeTempDir("client");
+  Flux2Config c = test_util::TinyFlux2Config();
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "config.json"), Flux2ConfigToJson(c)).ok());
+  const std::string config = JoinPath(dir, "config.json");
+  ASSERT_EQ(RunClient({"init-weights", "--config", config, "--out", JoinPath(dir, "model"), "--seed", "4"}), 0);
+  ASSERT_EQ(RunClient({"init-weights", "--config", config, "--out", JoinPath(dir, "flux2.safetensors"), "--seed", "4",
+                       "--format", "bfl"}),
+            0);
+  auto in = test_util::MakeTinyInputs(c, 1, 2, 3, 4, 6);
+  ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "in.safetensors"),
+                               {{"hidden_states", in.hidden_states},
+                                {"encoder_hidden_states", in.encoder_hidden_states},
+                                {"timestep", in.timestep},
+                                {"guidance", in.guidance},
+                                {"img_ids", in.img_ids},
+                                {"txt_ids", in.txt_ids}})
+                  .ok());
+  ASSERT_EQ(RunClient({"forward", "--model", JoinPath(dir, "model"), "--inputs", JoinPath(dir, "in.safetensors"),
+                       "--output", JoinPath(dir, "out.safetensors")}),
+            0);
+  ASSERT_EQ(RunClient({"forward", "--model", JoinPath(dir, "flux2.safetensors"), "--config", config, "--inputs",
+                       JoinPath(dir, "in.safetensors"), "--output", JoinPath(dir, "out_bfl.safetensors")}),
+            0);
+  auto out = LoadAllSafetensors(JoinPath(dir, "out.safetensors"));
+  auto out_bfl = LoadAllSafetensors(JoinPath(dir, "out_bfl.safetensors"));
+  ASSERT_TRUE(out.ok() && out_bfl.ok());
+
+  auto ckpt = Flux2Checkpoint::Open(JoinPath(dir, "model"));
+  ASSERT_TRUE(ckpt.ok());
+  auto shell = BuildFlux2Shell(**ckpt, at::kFloat, at::kCPU);
+  auto stage = BuildFlux2Stage(**ckpt, Flux2StageRange::Full(c), at::kFloat, at::kCPU, nullptr, false);
+  ASSERT_TRUE(shell.ok() && stage.ok());
+  at::NoGradGuard no_grad;
+  at::Tensor expect = Flux2Forward(*shell, *stage, in.hidden_states, in.encoder_hidden_states, in.timestep, in.guidance,
+                                   in.img_ids, in.txt_ids);
+  EXPECT_TRUE(at::equal(out->at("output"), expect));
+  EXPECT_TRUE(at::equal(out_bfl->at("output"), expect));
+
+  // A missing input is a clear failure, not a crash.
+  ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "bad.safetensors"), {{"hidden_states", in.hidden_states}}).ok());
+  EXPECT_EQ(RunClient({"forward", "--model", JoinPath(dir, "model"), "--inputs", JoinPath(dir, "bad.safetensors"),
+                       "--output", JoinPath(dir, "x.safetensors")}),
+            1);
+  EXPECT_EQ(RunClient({"forward", "--bogus"}), 2);
+}
+
+TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {
+  const char* src = std::getenv("BATON_SOURCE_DIR");
+  std::string config = JoinPath(src ? src : ".", "configs/models/flux2-dev.json");
+  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB"}), 1);
+  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "4", "--memory-per-stage", "24GB"}), 0);
+  EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b"}), 0);
+}
+
+}  // namespace
+}  // namespace baton
