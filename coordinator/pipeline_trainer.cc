@@ -368,13 +368,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     rec.loss = loss_sum / m;
     rec.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     rec.samples_per_second = static_cast<double>(job.batch_size) / rec.step_seconds;
-    nlohmann::ordered_json line;
-    line["step"] = rec.step;
-    line["loss"] = rec.loss;
-    line["lr"] = rec.lr;
-    line["grad_norm"] = rec.grad_norm;
-    line["step_seconds"] = rec.step_seconds;
-    line["samples_per_second"] = rec.samples_per_second;
+    nlohmann::ordered_json line = StepRecordJson(rec);
     nlohmann::ordered_json busy = nlohmann::ordered_json::array(), idle = nlohmann::ordered_json::array();
     for (int i = 0; i < p; ++i) {
       StageStepStats st{summaries[i].forward_seconds(), summaries[i].backward_seconds(), summaries[i].idle_seconds()};

@@ -259,32 +259,7 @@ absl::Status WriteRandomTextEncoder(const TextEncoderConfig& config, const std::
     for (const auto& [name, shape] : vision) tensors.emplace_back(name, RandomTensor(name, shape, seed));
   }
 
-  const std::map<std::string, std::string> metadata = {{"format", "pt"}};
-  if (max_shard_bytes <= 0) {
-    std::map<std::string, at::Tensor> all(tensors.begin(), tensors.end());
-    RETURN_IF_ERROR(WriteSafetensors(JoinPath(dir, kSingleFile), all, metadata));
-  } else {
-    std::vector<std::map<std::string, at::Tensor>> shards(1);
-    int64_t bytes = 0, total = 0;
-    for (const auto& [name, t] : tensors) {
-      const int64_t n = t.numel() * static_cast<int64_t>(t.element_size());
-      if (bytes > 0 && bytes + n > max_shard_bytes) {
-        shards.emplace_back();
-        bytes = 0;
-      }
-      shards.back()[name] = t;
-      bytes += n;
-      total += n;
-    }
-    nlohmann::ordered_json index;
-    index["metadata"]["total_size"] = total;
-    for (size_t i = 0; i < shards.size(); ++i) {
-      const std::string file = absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
-      RETURN_IF_ERROR(WriteSafetensors(JoinPath(dir, file), shards[i], metadata));
-      for (const auto& [name, t] : shards[i]) index["weight_map"][name] = file;
-    }
-    RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, kIndexFile), index.dump(2)));
-  }
+  RETURN_IF_ERROR(WriteShardedSafetensors(dir, "model", tensors, {{"format", "pt"}}, max_shard_bytes));
   return WriteFileAtomic(JoinPath(dir, "config.json"), TextEncoderConfigToJson(config));
 }
 

@@ -94,6 +94,10 @@ struct Variant {
   bool recompute;
 };
 
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << v.stages << " stages, " << v.schedule << (v.recompute ? ", recompute" : "");
+}
+
 class PipelineEquivalenceTest : public PipelineTest, public ::testing::WithParamInterface<Variant> {};
 
 TEST_P(PipelineEquivalenceTest, LoraAndLossesMatchTrainLocal) {

@@ -192,30 +192,8 @@ absl::Status WriteRandomFlux2Weights(const Flux2Config& config, const std::strin
                                      at::ScalarType dtype, int64_t max_shard_bytes) {
   RETURN_IF_ERROR(MakeDirs(out_dir));
   auto tensors = RandomFlux2StateDict(config, seed, dtype);
-  if (max_shard_bytes <= 0) {
-    RETURN_IF_ERROR(WriteSafetensors(JoinPath(out_dir, kSingleFile), tensors, {{"format", "pt"}}));
-  } else {
-    std::vector<std::map<std::string, at::Tensor>> shards(1);
-    int64_t bytes = 0, total = 0;
-    for (const auto& [name, t] : tensors) {
-      int64_t n = t.numel() * t.element_size();
-      if (bytes > 0 && bytes + n > max_shard_bytes) {
-        shards.emplace_back();
-        bytes = 0;
-      }
-      shards.back()[name] = t;
-      bytes += n;
-      total += n;
-    }
-    nlohmann::ordered_json index;
-    index["metadata"]["total_size"] = total;
-    for (size_t i = 0; i < shards.size(); ++i) {
-      std::string file = absl::StrFormat("diffusion_pytorch_model-%05d-of-%05d.safetensors", i + 1, shards.size());
-      RETURN_IF_ERROR(WriteSafetensors(JoinPath(out_dir, file), shards[i], {{"format", "pt"}}));
-      for (const auto& [name, t] : shards[i]) index["weight_map"][name] = file;
-    }
-    RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out_dir, kIndexFile), index.dump(2)));
-  }
+  RETURN_IF_ERROR(WriteShardedSafetensors(out_dir, "diffusion_pytorch_model", {tensors.begin(), tensors.end()},
+                                          {{"format", "pt"}}, max_shard_bytes));
   return WriteFileAtomic(JoinPath(out_dir, "config.json"), Flux2ConfigToJson(config));
 }
 

@@ -1,4 +1,5 @@
 #include "core/tensor/safetensors.h"
+#include <absl/strings/str_format.h>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -364,6 +365,36 @@ absl::StatusOr<std::map<std::string, at::Tensor>> LoadAllSafetensors(const std::
     out.emplace(key, std::move(t));
   }
   return out;
+}
+
+absl::Status WriteShardedSafetensors(const std::string& dir, const std::string& stem,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                     const std::map<std::string, std::string>& metadata, int64_t max_shard_bytes) {
+  if (max_shard_bytes <= 0) {
+    std::map<std::string, at::Tensor> all(tensors.begin(), tensors.end());
+    return WriteSafetensors(JoinPath(dir, stem + ".safetensors"), all, metadata);
+  }
+  std::vector<std::map<std::string, at::Tensor>> shards(1);
+  int64_t bytes = 0, total = 0;
+  for (const auto& [name, t] : tensors) {
+    const int64_t n = t.numel() * static_cast<int64_t>(t.element_size());
+    if (bytes > 0 && bytes + n > max_shard_bytes) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back()[name] = t;
+    bytes += n;
+    total += n;
+  }
+  nlohmann::ordered_json index;
+  index["metadata"]["total_size"] = total;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = absl::StrFormat("%s-%05d-of-%05d.safetensors", stem, i + 1, shards.size());
+    absl::Status s = WriteSafetensors(JoinPath(dir, file), shards[i], metadata);
+    if (!s.ok()) return s;
+    for (const auto& [name, t] : shards[i]) index["weight_map"][name] = file;
+  }
+  return WriteFileAtomic(JoinPath(dir, stem + ".safetensors.index.json"), index.dump(2));
 }
 
 }  // namespace baton

@@ -65,6 +65,13 @@ absl::StatusOr<std::string> SerializeSafetensors(const std::map<std::string, at:
 absl::Status WriteSafetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 
+// Writes `tensors` in Hugging Face's layout: one "<stem>.safetensors" when max_shard_bytes ≤ 0, else shards
+// "<stem>-00001-of-0000N.safetensors" of at most max_shard_bytes each (a larger tensor gets a shard of its
+// own), filled in the given order, plus "<stem>.safetensors.index.json" with the weight_map.
+absl::Status WriteShardedSafetensors(const std::string& dir, const std::string& stem,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                     const std::map<std::string, std::string>& metadata, int64_t max_shard_bytes);
+
 // Convenience: loads every tensor (tests, small files).
 absl::StatusOr<std::map<std::string, at::Tensor>> LoadAllSafetensors(const std::string& path);
 

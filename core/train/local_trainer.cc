@@ -17,6 +17,17 @@
 
 namespace baton {
 
+nlohmann::ordered_json StepRecordJson(const StepRecord& rec) {
+  nlohmann::ordered_json line;
+  line["step"] = rec.step;
+  line["loss"] = rec.loss;
+  line["lr"] = rec.lr;
+  line["grad_norm"] = rec.grad_norm;
+  line["step_seconds"] = rec.step_seconds;
+  line["samples_per_second"] = rec.samples_per_second;
+  return line;
+}
+
 absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
                                                   const std::function<void(const StepRecord&)>& on_step) {
   if (steps <= 0) steps = job.steps;
@@ -79,14 +90,7 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
     RETURN_IF_ERROR(AssignLoraParameters(*stage, master));
     rec.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rec.samples_per_second = static_cast<double>(samples) / rec.step_seconds;
-    nlohmann::ordered_json line;
-    line["step"] = rec.step;
-    line["loss"] = rec.loss;
-    line["lr"] = rec.lr;
-    line["grad_norm"] = rec.grad_norm;
-    line["step_seconds"] = rec.step_seconds;
-    line["samples_per_second"] = rec.samples_per_second;
-    RETURN_IF_ERROR(log->Append(line));
+    RETURN_IF_ERROR(log->Append(StepRecordJson(rec)));
     result.steps.push_back(rec);
     if (on_step) on_step(rec);
   }

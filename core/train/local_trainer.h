@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <absl/status/statusor.h>
+#include <nlohmann/json.hpp>
 
 #include "core/train/job.h"
 
@@ -22,6 +23,9 @@ struct StepRecord {
   double step_seconds = 0;
   double samples_per_second = 0;
 };
+
+// The train_log.jsonl line of a step (the pipeline adds its per-stage fields).
+nlohmann::ordered_json StepRecordJson(const StepRecord& record);
 
 struct LocalTrainResult {
   std::vector<StepRecord> steps;
