@@ -4,15 +4,15 @@
 // median samples/s over the steps after the warm-up, the 2-stage speedup, and the measured pipeline bubble
 // 1 - sum_s(forward_s + backward_s) / (p * step_seconds) next to the theory (p-1)/(m+p-1) and to a
 // simulation of the schedule with the run's own per-stage costs (which accounts for stage imbalance).
-// 2-stage runs use the planner's split; the "-bal" rows also run the equal-block-count split (steered
-// through the job's memory_per_stage), because the planner weighs a double block as two single blocks
-// while per token it does about one single block's work. Weights and a synthetic cache are generated into
-// a temp directory; a train-local run of the same job is the no-machinery reference. The last line is one
-// JSON object.
+// 2-stage runs use the planner's split (balanced by compute); the "-params" rows also run the split a
+// parameter-count cost picks (steered through the job's memory_per_stage), which weighs a double block as
+// two single blocks: the planner's rule before it was measured here. Weights and a synthetic cache are
+// generated into a temp directory; a train-local run of the same job is the no-machinery reference. The last
+// line is one JSON object.
 //
 //   bench_pipeline [--dim=384] [--double=2] [--single=4] [--joint=256] [--grid=16] [--text=64] [--m=8]
-//                  [--rank=16] [--targets=all-linear] [--steps=4] [--warmup=1] [--rounds=3]
-//                  [--recompute_off] [--no_balanced] [--only=LABEL_PART] [--keep]
+//                  [--rank=16] [--targets=all-linear] [--steps=3] [--warmup=1] [--rounds=4]
+//                  [--recompute_off] [--no_param_split] [--only=LABEL_PART] [--keep]
 // --recompute_off adds the variants without recompute; --only keeps the variants whose label contains
 // the text (diagnosis; rows it drops read as 0).
 #include <stdlib.h>
@@ -73,9 +73,9 @@ struct Args {
   int m = 8;
   int64_t rank = 16;
   std::string targets = "all-linear";
-  int steps = 4, warmup = 1, rounds = 3;
+  int steps = 3, warmup = 1, rounds = 4;
   bool recompute_off = false;
-  bool balanced = true;
+  bool param_split = true;
   bool keep = false;
   std::string only;  // run only the variants whose label contains this (e.g. "1f1b/rc")
 };
@@ -101,7 +101,7 @@ Args ParseArgs(int argc, char** argv) {
     else if (const char* v = value("--warmup=")) a.warmup = std::atoi(v);
     else if (const char* v = value("--rounds=")) a.rounds = std::atoi(v);
     else if (s == "--recompute_off") a.recompute_off = true;
-    else if (s == "--no_balanced") a.balanced = false;
+    else if (s == "--no_param_split") a.param_split = false;
     else if (s == "--keep") a.keep = true;
     else if (const char* v = value("--only=")) a.only = v;
     else Die("unknown flag " + s + " (see the comment atop bench/bench_pipeline.cc)");
@@ -129,47 +129,78 @@ struct Variant {
   int stages;
   std::string schedule;
   bool recompute;
-  bool balanced = false;  // 2 stages: the equal-block-count split instead of the planner's
+  bool param_split = false;  // 2 stages: the parameter-count split instead of the planner's
   std::string Label() const {
-    return absl::StrCat(stages, "st", balanced ? "-bal" : "", "/", schedule, recompute ? "/rc" : "/norc");
+    return absl::StrCat(stages, "st", param_split ? "-params" : "", "/", schedule, recompute ? "/rc" : "/norc");
   }
 };
 
-// The planner's options exactly as RunCoordinator builds them (coordinator/pipeline_trainer.cc).
-PartitionOptions CoordinatorPartitionOptions(const JobConfig& job, int stages) {
+// The planner's options as RunCoordinator builds them (coordinator/pipeline_trainer.cc) for this bench's
+// job (fp32, one sample per micro-batch, every sample grid x grid image tokens + text tokens).
+PartitionOptions CoordinatorPartitionOptions(const JobConfig& job, const Args& a, int stages) {
   PartitionOptions o;
   o.stages = stages;
-  o.bytes_per_param = 4;  // fp32
+  o.bytes_per_param = 4;
   o.lora_rank = job.lora.rank;
+  o.all_linear = job.lora_targets == "all-linear";
   o.micro_batches = static_cast<int>(job.micro_batches);
+  o.recompute = job.recompute;
+  o.tokens_per_micro_batch = a.grid * a.grid + a.text;
+  o.text_tokens_per_micro_batch = a.text;
   return o;
 }
 
-int64_t LastStageBlocks(const Flux2Config& c, const PartitionOptions& o, int64_t last_stage_budget) {
-  PartitionOptions b = o;
-  b.memory_budget_bytes = {int64_t{1} << 60, last_stage_budget};
-  auto plan = PartitionFlux2(c, b);
-  if (!plan.ok() || !plan->fits) return 0;
-  return plan->stages[1].block_end - plan->stages[1].block_begin;
+// The 2-stage boundary a parameter-count cost would choose: min over splits of the larger stage's params.
+int64_t ParamBalancedBoundary(const Flux2Config& c) {
+  const int64_t n = c.num_blocks();
+  auto params = [&](int64_t i, int64_t j) {
+    int64_t sum = 0;
+    for (int64_t b = i; b < j; ++b) sum += c.IsDoubleBlock(b) ? c.DoubleBlockParams() : c.SingleBlockParams();
+    return sum;
+  };
+  int64_t best = 1, best_max = INT64_MAX;
+  for (int64_t b = 1; b < n; ++b) {
+    const int64_t worst = std::max(params(0, b) + c.EmbedderParams(), params(b, n) + c.HeadParams());
+    if (worst < best_max) best = b, best_max = worst;
+  }
+  return best;
 }
 
-// A memory budget for stage 1 that makes the planner give it exactly `blocks` blocks: halfway between the
-// smallest budgets that admit `blocks` and `blocks` + 1 (found by bisection, so it does not depend on the
-// memory model's details). The planner itself weighs a double block as 2 single blocks (parameter count),
-// while per token a double block does about the compute of one single block; this is how the bench
-// measures a compute-balanced split without changing the planner.
-std::string BudgetForLastStage(const Flux2Config& c, const PartitionOptions& o, int64_t blocks) {
+// Blocks the planner gives stage `k` of 2 when only that stage has a budget (0 if nothing fits).
+int64_t StageBlocks(const Flux2Config& c, const PartitionOptions& o, int k, int64_t budget) {
+  PartitionOptions b = o;
+  b.memory_budget_bytes = {int64_t{1} << 60, int64_t{1} << 60};
+  b.memory_budget_bytes[k] = budget;
+  auto plan = PartitionFlux2(c, b);
+  if (!plan.ok() || !plan->fits) return 0;
+  return plan->stages[k].block_end - plan->stages[k].block_begin;
+}
+
+// Memory budgets (job.memory_per_stage) that make the planner split 2 stages at `boundary`: the stage that
+// must get fewer blocks than the planner would give it is capped halfway between the smallest budgets that
+// admit its block count and one more block (found by bisection, so it does not depend on the memory
+// model's details). This is how the bench runs a split other than the planner's through the real
+// coordinator.
+std::vector<std::string> BudgetsForBoundary(const Flux2Config& c, const PartitionOptions& o, int64_t boundary) {
+  auto plan = PartitionFlux2(c, o);
+  if (!plan.ok()) Die(plan.status().ToString());
+  const int64_t n = c.num_blocks();
+  const int k = boundary < plan->stages[0].block_end ? 0 : 1;  // the stage to cap
+  const int64_t blocks = k == 0 ? boundary : n - boundary;
   auto smallest = [&](int64_t want) {
     int64_t lo = 0, hi = int64_t{1} << 50;
     while (lo + 1 < hi) {
       const int64_t mid = lo + (hi - lo) / 2;
-      (LastStageBlocks(c, o, mid) >= want ? hi : lo) = mid;
+      (StageBlocks(c, o, k, mid) >= want ? hi : lo) = mid;
     }
     return hi;
   };
   const int64_t a = smallest(blocks), b = smallest(blocks + 1);
-  if (LastStageBlocks(c, o, a + (b - a) / 2) != blocks) Die("cannot steer the planner to a balanced split");
-  return absl::StrCat(a + (b - a) / 2);
+  const int64_t cap = a + (b - a) / 2;
+  if (StageBlocks(c, o, k, cap) != blocks) Die("cannot steer the planner to the requested split");
+  std::vector<std::string> budgets = {absl::StrCat(int64_t{1} << 60), absl::StrCat(int64_t{1} << 60)};
+  budgets[k] = absl::StrCat(cap);
+  return budgets;
 }
 
 struct Measured {
@@ -244,14 +275,12 @@ double GemmGflops(int threads, double seconds) {
 void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::string& dir, int round,
              Measured& out) {
   JobConfig job = base;
-  if (v.balanced) {
-    const Flux2Config c = ModelConfig(a);
-    const int64_t n = a.double_blocks + a.single_blocks;
-    job.memory_per_stage = {absl::StrCat(int64_t{1} << 60),
-                            BudgetForLastStage(c, CoordinatorPartitionOptions(base, 2), n - n / 2)};
-  }
   job.schedule = v.schedule;
   job.recompute = v.recompute;
+  if (v.param_split) {
+    const Flux2Config c = ModelConfig(a);
+    job.memory_per_stage = BudgetsForBoundary(c, CoordinatorPartitionOptions(job, a, 2), ParamBalancedBoundary(c));
+  }
   job.steps = a.warmup + a.steps;
   CoordinatorOptions o;
   o.stages = v.stages;
@@ -310,12 +339,13 @@ int Main(int argc, char** argv) {
                           "bench_pipeline job");
   if (!job.ok()) Die(job.status().ToString());
 
-  // The planner's 2-stage split, and the equal-block split when it differs (see BudgetForLastStage).
+  // The planner's 2-stage split, and the parameter-count split when it differs (see BudgetsForBoundary).
   const int64_t n = c.num_blocks();
-  auto planned = PartitionFlux2(c, CoordinatorPartitionOptions(*job, 2));
+  auto planned = PartitionFlux2(c, CoordinatorPartitionOptions(*job, a, 2));
   if (!planned.ok()) Die(planned.status().ToString());
   const int64_t planner_boundary = planned->stages[0].block_end;
-  const bool try_balanced = a.balanced && planner_boundary != n / 2;
+  const int64_t param_boundary = ParamBalancedBoundary(c);
+  const bool try_params = a.param_split && planner_boundary != param_boundary;
 
   std::vector<Variant> variants;
   for (bool rc : {true, false}) {
@@ -323,7 +353,7 @@ int Main(int argc, char** argv) {
     for (const char* sched : {"gpipe", "1f1b"}) {
       variants.push_back({1, sched, rc});
       variants.push_back({2, sched, rc});
-      if (try_balanced) variants.push_back({2, sched, rc, /*balanced=*/true});
+      if (try_params) variants.push_back({2, sched, rc, /*param_split=*/true});
     }
   }
   if (!a.only.empty()) {
@@ -340,17 +370,51 @@ int Main(int argc, char** argv) {
     }
   };
   std::vector<Measured> measured(variants.size());
-  // Rounds interleave the variants, and each 2-stage run is compared with the 1-stage run of the same round
-  // and schedule (minutes apart at most): this machine's single-core speed drifts by tens of percent over
-  // an hour (other tenants of the host), which would otherwise dominate the ratio.
+  // This machine's single-core speed drifts by tens of percent within minutes (other tenants of the host;
+  // see the GEMM range printed below), which would swamp the ratio of runs taken far apart. So rounds
+  // interleave the variants, a closing 1-stage run follows the last round, and every 2-stage run is compared
+  // with the mean of the 1-stage runs just before and just after it (at 1 stage GPipe and 1F1B do the same
+  // work in a different order, so either serves as the reference).
+  struct Run {
+    size_t variant;
+    double samples_per_s;
+  };
+  std::vector<Run> sequence;
+  auto run = [&](size_t i, int round) {
+    std::fprintf(stderr, "bench_pipeline: %s %s  %s\n",
+                 absl::FormatTime("%H:%M:%S", absl::Now(), absl::UTCTimeZone()).c_str(),
+                 round < a.rounds ? absl::StrCat("round ", round + 1, "/", a.rounds).c_str() : "closing run",
+                 variants[i].Label().c_str());
+    RunOnce(*job, variants[i], a, dir, round, measured[i]);
+    sequence.push_back({i, measured[i].round_samples_per_s.back()});
+  };
   for (int round = 0; round < a.rounds; ++round) {
     calibrate();
-    for (size_t i = 0; i < variants.size(); ++i) {
-      std::fprintf(stderr, "bench_pipeline: %s round %d/%d  %s\n", absl::FormatTime("%H:%M:%S", absl::Now(),
-                                                                                  absl::UTCTimeZone()).c_str(),
-                   round + 1, a.rounds, variants[i].Label().c_str());
-      RunOnce(*job, variants[i], a, dir, round, measured[i]);
+    for (size_t i = 0; i < variants.size(); ++i) run(i, round);
+  }
+  for (size_t i = 0; i < variants.size(); ++i) {
+    if (variants[i].stages == 1 && variants[i].recompute == variants.back().recompute) {
+      run(i, a.rounds);  // the closing reference
+      break;
     }
+  }
+  // Per 2-stage variant: its throughput over the bracketing 1-stage runs' mean, one ratio per round.
+  std::vector<std::vector<double>> ratios(variants.size());
+  for (size_t k = 0; k < sequence.size(); ++k) {
+    const Variant& v = variants[sequence[k].variant];
+    if (v.stages == 1) continue;
+    std::vector<double> refs;
+    for (int dir_step : {-1, 1}) {
+      for (int64_t j = static_cast<int64_t>(k) + dir_step; j >= 0 && j < static_cast<int64_t>(sequence.size());
+           j += dir_step) {
+        const Variant& u = variants[sequence[j].variant];
+        if (u.stages == 1 && u.recompute == v.recompute) {
+          refs.push_back(sequence[j].samples_per_s);
+          break;
+        }
+      }
+    }
+    if (!refs.empty()) ratios[sequence[k].variant].push_back(sequence[k].samples_per_s / Mean(refs));
   }
   calibrate();
   const double gemm_scaling = Median(gemm2) / Median(gemm1);
@@ -378,12 +442,12 @@ int Main(int argc, char** argv) {
               "worker); %d warm-up + %d measured steps x %d round(s); samples/s and step_s are medians, the rest "
               "means over measured steps\n",
               a.m, a.m, a.warmup, a.steps, a.rounds);
-  std::printf("2-stage split, planner (cost = parameter count): stage 0 = %s | stage 1 = %s\n",
+  std::printf("2-stage split, planner (cost = compute): stage 0 = %s | stage 1 = %s\n",
               DescribeBlocks(c, 0, planner_boundary).c_str(), DescribeBlocks(c, planner_boundary, n).c_str());
-  if (try_balanced) {
-    std::printf("2-stage split, -bal rows (equal block count, forced with memory_per_stage): stage 0 = %s | "
+  if (try_params) {
+    std::printf("2-stage split, -params rows (cost = parameter count, forced with memory_per_stage): stage 0 = %s | "
                 "stage 1 = %s\n",
-                DescribeBlocks(c, 0, n / 2).c_str(), DescribeBlocks(c, n / 2, n).c_str());
+                DescribeBlocks(c, 0, param_boundary).c_str(), DescribeBlocks(c, param_boundary, n).c_str());
   }
   std::printf("machine: 1-thread GEMM %.1f GFLOP/s (%.1f..%.1f over the run), 2 threads at once %.1f GFLOP/s in "
               "total = %.2fx: the ceiling for 2 single-threaded stages here (medians of 2 per round + 2 after)\n",
@@ -415,20 +479,12 @@ int Main(int argc, char** argv) {
       absl::StrAppendFormat(&per_stage, "%s%.3f / %.3f / %.3f", s ? "  |  " : "", Mean(r.fwd[s]), Mean(r.bwd[s]),
                             Mean(r.idle[s]));
     }
-    // Speedup: per round, against the 1-stage run of the same schedule and round; the median over rounds.
+    // Speedup: the median over rounds of the ratio to the bracketing 1-stage runs.
     std::string speedup_text;
-    const Variant one{1, v.schedule, v.recompute};
-    auto base_it = std::find_if(variants.begin(), variants.end(),
-                                [&](const Variant& u) { return u.Label() == one.Label(); });
-    if (v.stages > 1 && base_it != variants.end()) {
-      const Measured& base = measured[base_it - variants.begin()];
-      std::vector<double> ratios;
-      for (size_t k = 0; k < r.round_samples_per_s.size(); ++k) {
-        ratios.push_back(r.round_samples_per_s[k] / base.round_samples_per_s[k]);
-      }
-      speedups[v.Label()] = Median(ratios);
-      const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
-      speedup_text = absl::StrFormat("%.3fx (%.2f..%.2f)", Median(ratios), *lo, *hi);
+    if (!ratios[i].empty()) {
+      speedups[v.Label()] = Median(ratios[i]);
+      const auto [lo, hi] = std::minmax_element(ratios[i].begin(), ratios[i].end());
+      speedup_text = absl::StrFormat("%.3fx (%.2f..%.2f)", Median(ratios[i]), *lo, *hi);
     }
     std::printf("%-20s %9.3f %8.3f %19s %7.3f %7.3f %9.3f %6.2f %6.2f  %s\n", v.Label().c_str(), tput,
                 Median(r.step_s), speedup_text.c_str(), bubble[v.Label()], TheoreticalBubble(v.stages, a.m),
@@ -447,16 +503,29 @@ int Main(int argc, char** argv) {
   const std::string best_sched = speedups["2st/1f1b/rc"] >= speedups["2st/gpipe/rc"] ? "1f1b" : "gpipe";
   const double best2 = std::max(speedups["2st/1f1b/rc"], speedups["2st/gpipe/rc"]);
   std::printf("\nspeedup_2_stages = %.3fx (2 stages / 1 stage, 1f1b, recompute, planner's split; median over rounds "
-              "of same-round ratios; best 2-stage schedule: %s at %.3fx); target >= 1.7x: %s\n",
+              "of the ratio to the bracketing 1-stage runs; best 2-stage schedule: %s at %.3fx); target >= 1.7x: %s\n",
               speedup, best_sched.c_str(), best2, speedup >= 1.7 ? "met" : "MISSED");
   std::printf("bubble (2 stages, 1f1b, recompute): measured %.3f, simulated %.3f, theory %.3f\n",
               bubble["2st/1f1b/rc"], simulated["2st/1f1b/rc"], theory2);
-  const double speedup_bal = try_balanced ? speedups["2st-bal/1f1b/rc"] : NAN;
-  if (try_balanced) {
-    std::printf("balanced split (1f1b, recompute): speedup %.3fx, bubble measured %.3f, simulated %.3f, theory "
-                "%.3f; target >= 1.7x: %s\n",
-                speedup_bal, bubble["2st-bal/1f1b/rc"], simulated["2st-bal/1f1b/rc"], theory2,
-                speedup_bal >= 1.7 ? "met" : "MISSED");
+  // Drift-free view: if the 2 stages together did exactly the 1-stage run's compute, the speedup would be
+  // p(1 - bubble_2) / (1 - bubble_1), from bubbles that are each measured within one run.
+  auto equal_work = [&](const std::string& label) {
+    std::vector<double> one_stage;
+    for (const char* l : {"1st/gpipe/rc", "1st/1f1b/rc"}) {
+      if (bubble.count(l)) one_stage.push_back(bubble.at(l));
+    }
+    return bubble.count(label) && !one_stage.empty() ? 2 * (1 - bubble.at(label)) / (1 - Mean(one_stage)) : NAN;
+  };
+  std::printf("speedup at equal work, 2(1 - bubble_2st) / (1 - bubble_1st): planner split %.3fx, parameter-count "
+              "split %.3fx (1f1b, recompute); the measured speedup falls below this by the extra compute time of 2 "
+              "busy cores plus noise\n",
+              equal_work("2st/1f1b/rc"), equal_work("2st-params/1f1b/rc"));
+  const double speedup_params = try_params ? speedups["2st-params/1f1b/rc"] : NAN;
+  if (try_params) {
+    std::printf("parameter-count split (1f1b, recompute): speedup %.3fx, bubble measured %.3f, simulated %.3f; "
+                "planner (compute) split / parameter-count split = %.3fx\n",
+                speedup_params, bubble["2st-params/1f1b/rc"], simulated["2st-params/1f1b/rc"],
+                speedup / speedup_params);
   }
 
   std::string raw;
@@ -471,20 +540,23 @@ int Main(int argc, char** argv) {
   }
   std::printf(
       "{\"bench\":\"pipeline\",\"speedup_2_stages\":%s,\"speedup_basis\":\"2 stages / 1 stage, 1f1b, recompute, "
-      "planner split, median of same-round ratios\",\"speedup_2_stages_best_schedule\":%s,\"best_schedule\":\"%s\","
-      "\"speedup_2_stages_balanced_split\":%s,\"bubble_measured\":%s,\"bubble_simulated\":%s,"
-      "\"bubble_theory\":%.4f,\"bubble_measured_balanced_split\":%s,\"samples_per_s_1_stage\":%s,"
-      "\"samples_per_s_2_stages\":%s,\"samples_per_s_2_stages_balanced_split\":%s,"
+      "planner split, median over rounds of the ratio to the bracketing 1-stage runs\","
+      "\"speedup_2_stages_best_schedule\":%s,\"best_schedule\":\"%s\",\"speedup_equal_work\":%s,"
+      "\"speedup_equal_work_param_split\":%s,"
+      "\"speedup_2_stages_param_split\":%s,\"bubble_measured\":%s,\"bubble_simulated\":%s,"
+      "\"bubble_theory\":%.4f,\"bubble_measured_param_split\":%s,\"samples_per_s_1_stage\":%s,"
+      "\"samples_per_s_2_stages\":%s,\"samples_per_s_2_stages_param_split\":%s,"
       "\"samples_per_s_train_local\":%s,\"gemm_1_thread_gflops\":%.2f,\"gemm_2_thread_scaling\":%.4f,"
       "\"max_foreign_cpu_cores\":%.3f,\"planner_split_boundary\":%lld,\"runs\":{%s},\"config\":{\"dim\":%lld,"
       "\"head_dim\":64,\"double_blocks\":%lld,\"single_blocks\":%lld,\"in_channels\":128,"
       "\"joint_attention_dim\":%lld,\"image_tokens\":%lld,\"text_tokens\":%lld,\"micro_batches\":%d,"
       "\"micro_batch_size\":1,\"lora_rank\":%lld,\"lora_targets\":\"%s\",\"dtype\":\"fp32\",\"threads\":1,"
       "\"warmup_steps\":%d,\"measured_steps\":%d,\"rounds\":%d}}\n",
-      num(speedup).c_str(), num(best2).c_str(), best_sched.c_str(), num(speedup_bal).c_str(),
+      num(speedup).c_str(), num(best2).c_str(), best_sched.c_str(), num(equal_work("2st/1f1b/rc")).c_str(),
+      num(equal_work("2st-params/1f1b/rc")).c_str(), num(speedup_params).c_str(),
       num(bubble["2st/1f1b/rc"]).c_str(), num(simulated["2st/1f1b/rc"]).c_str(), theory2,
-      num(try_balanced ? bubble["2st-bal/1f1b/rc"] : NAN).c_str(), num(sps["1st/1f1b/rc"]).c_str(),
-      num(sps["2st/1f1b/rc"]).c_str(), num(try_balanced ? sps["2st-bal/1f1b/rc"] : NAN).c_str(),
+      num(try_params ? bubble["2st-params/1f1b/rc"] : NAN).c_str(), num(sps["1st/1f1b/rc"]).c_str(),
+      num(sps["2st/1f1b/rc"]).c_str(), num(try_params ? sps["2st-params/1f1b/rc"] : NAN).c_str(),
       num(a.only.empty() ? local_sps : NAN).c_str(), Median(gemm1), gemm_scaling, max_others,
       (long long)planner_boundary, raw.c_str(), (long long)a.dim, (long long)a.double_blocks,
       (long long)a.single_blocks, (long long)a.joint, (long long)img_tokens, (long long)a.text, a.m,

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -124,6 +125,16 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   popts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
   popts.lora_rank = job.lora.rank;
   popts.micro_batches = m;
+  popts.recompute = job.recompute;
+  popts.all_linear = job.lora_targets == "all-linear";
+  // Size the plan for the cache's largest micro-batch (memory) and its token mix (compute).
+  int64_t max_img = 0, max_txt = 0;
+  for (const CacheRecordInfo& r : cache->index().records) {
+    max_img = std::max(max_img, r.grid_h * r.grid_w);
+    max_txt = std::max(max_txt, r.text_len);
+  }
+  popts.tokens_per_micro_batch = (max_img + max_txt) * job.micro_batch_size();
+  popts.text_tokens_per_micro_batch = max_txt * job.micro_batch_size();
   for (const auto& budget : job.memory_per_stage) {
     auto bytes = ParseByteSize(budget);
     if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(job.source, ": memory_per_stage"));

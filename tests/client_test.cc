@@ -5,6 +5,7 @@
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
 #include "core/tensor/safetensors.h"
+#include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/train/common.h"
 #include "core/util/files.h"
@@ -60,8 +61,7 @@ TEST(ClientTest, InitWeightsThenForwardMatchesTheLibraryInBothFormats) {
 }
 
 TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {
-  const char* src = std::getenv("BATON_SOURCE_DIR");
-  std::string config = JoinPath(src ? src : ".", "configs/models/flux2-dev.json");
+  const std::string config = JoinPath(test_util::SourceDir(), "configs/models/flux2-dev.json");
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB"}), 1);
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "4", "--memory-per-stage", "24GB"}), 0);
   EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b"}), 0);

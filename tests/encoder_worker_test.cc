@@ -14,6 +14,7 @@
 #include "core/train/job.h"
 #include "core/data/cache.h"
 #include "core/tensor/safetensors.h"
+#include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
 #include "core/util/grpc_options.h"
@@ -23,10 +24,7 @@
 namespace baton {
 namespace {
 
-std::string BinDir() {
-  const char* dir = std::getenv("BATON_BIN_DIR");
-  return dir ? dir : "build/bin";
-}
+using test_util::BinDir;
 
 // Runs a command, returns (exit code, stdout).
 std::pair<int, std::string> RunCommand(const std::string& command) {

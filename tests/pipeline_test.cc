@@ -21,6 +21,7 @@
 #include "core/data/cache.h"
 #include "core/model/flux2_weights.h"
 #include "core/tensor/safetensors.h"
+#include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/train/local_trainer.h"
 #include "core/util/files.h"
@@ -28,10 +29,7 @@
 namespace baton {
 namespace {
 
-std::string BinDir() {
-  const char* dir = std::getenv("BATON_BIN_DIR");
-  return dir ? dir : "build/bin";
-}
+using test_util::BinDir;
 
 class PipelineTest : public ::testing::Test {
  protected:

@@ -16,7 +16,8 @@
 namespace baton {
 namespace {
 
-constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kHuge = 1e300;  // an unlimited budget's headroom
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMaxTokens = 100'000'000;
 
@@ -27,16 +28,20 @@ class Sizer {
       : stages_(stages), budgets_(std::move(budgets)), options_(o) {
     const int64_t n = c.num_blocks();
     cost_prefix_.assign(n + 1, 0);
+    param_prefix_.assign(n + 1, 0);
     lora_prefix_.assign(n + 1, 0);
     const int64_t dbl = c.DoubleBlockParams(), sgl = c.SingleBlockParams();
     const int64_t dbl_lora = DoubleBlockLoraParams(c, o.lora_rank, o.all_linear);
     const int64_t sgl_lora = SingleBlockLoraParams(c, o.lora_rank, o.all_linear);
     for (int64_t b = 0; b < n; ++b) {
-      cost_prefix_[b + 1] = cost_prefix_[b] + (c.IsDoubleBlock(b) ? dbl : sgl);
+      cost_prefix_[b + 1] = cost_prefix_[b] + StageComputeCost(c, o, b, b + 1, false, false);
+      param_prefix_[b + 1] = param_prefix_[b] + (c.IsDoubleBlock(b) ? dbl : sgl);
       lora_prefix_[b + 1] = lora_prefix_[b] + (c.IsDoubleBlock(b) ? dbl_lora : sgl_lora);
     }
-    embed_ = c.EmbedderParams();
-    head_ = c.HeadParams();
+    embed_cost_ = StageComputeCost(c, o, 0, 0, true, false);
+    head_cost_ = StageComputeCost(c, o, 0, 0, false, true);
+    embed_params_ = c.EmbedderParams();
+    head_params_ = c.HeadParams();
     act_unit_ = o.tokens_per_micro_batch * c.inner_dim() * o.activation_bytes;
     const int m = o.micro_batches > 0 ? o.micro_batches : stages;
     auto schedule = MakeSchedule(o.schedule, stages, m);
@@ -46,41 +51,46 @@ class Sizer {
   int stages() const { return stages_; }
   int64_t blocks() const { return static_cast<int64_t>(cost_prefix_.size()) - 1; }
   int64_t Budget(int k) const { return budgets_.empty() ? kUnlimited : budgets_[k]; }
-  int64_t Cost(int k, int64_t i, int64_t j) const {
-    return cost_prefix_[j] - cost_prefix_[i] + (k == 0 ? embed_ : 0) + (k == stages_ - 1 ? head_ : 0);
+  double Cost(int k, int64_t i, int64_t j) const {
+    return cost_prefix_[j] - cost_prefix_[i] + (k == 0 ? embed_cost_ : 0) + (k == stages_ - 1 ? head_cost_ : 0);
+  }
+  int64_t Params(int k, int64_t i, int64_t j) const {
+    return param_prefix_[j] - param_prefix_[i] + (k == 0 ? embed_params_ : 0) + (k == stages_ - 1 ? head_params_ : 0);
   }
   int64_t Lora(int64_t i, int64_t j) const { return lora_prefix_[j] - lora_prefix_[i]; }
   int64_t Activation(int k, int64_t i, int64_t j) const {
     return (in_flight_[k] + (j - i) + kBlockWorkingFactor) * act_unit_;
   }
   int64_t Memory(int k, int64_t i, int64_t j) const {
-    return Cost(k, i, j) * options_.bytes_per_param + Lora(i, j) * 4 * 2 + Activation(k, i, j) +
+    return Params(k, i, j) * options_.bytes_per_param + Lora(i, j) * 4 * 2 + Activation(k, i, j) +
            options_.overhead_bytes;
   }
   // Memory beyond the budget (negative = headroom); very negative for unlimited stages.
-  int64_t Overrun(int k, int64_t i, int64_t j) const {
-    return Budget(k) == kUnlimited ? std::numeric_limits<int64_t>::min() / 2 : Memory(k, i, j) - Budget(k);
+  double Overrun(int k, int64_t i, int64_t j) const {
+    return Budget(k) == kUnlimited ? -kHuge : static_cast<double>(Memory(k, i, j) - Budget(k));
   }
 
  private:
   int stages_;
   std::vector<int64_t> budgets_;  // empty or [stages]
   PartitionOptions options_;
-  std::vector<int64_t> cost_prefix_, lora_prefix_;
-  int64_t embed_ = 0, head_ = 0, act_unit_ = 0;
+  std::vector<double> cost_prefix_;
+  std::vector<int64_t> param_prefix_, lora_prefix_;
+  double embed_cost_ = 0, head_cost_ = 0;
+  int64_t embed_params_ = 0, head_params_ = 0, act_unit_ = 0;
   std::vector<int> in_flight_;
 };
 
-using SegmentFn = std::function<int64_t(int k, int64_t i, int64_t j)>;
+using SegmentFn = std::function<double(int k, int64_t i, int64_t j)>;
 using AllowFn = std::function<bool(int k, int64_t i, int64_t j)>;
 
 // min over contiguous splits (>= 1 block per stage) of max_k metric(stage k); kInf if nothing is allowed.
-int64_t MinMax(const Sizer& z, const SegmentFn& metric, const AllowFn& allowed) {
+double MinMax(const Sizer& z, const SegmentFn& metric, const AllowFn& allowed) {
   const int p = z.stages();
   const int64_t n = z.blocks();
   // best[j]: over the first k stages covering blocks [0, j).
-  std::vector<int64_t> best(n + 1, kInf), next(n + 1, kInf);
-  best[0] = std::numeric_limits<int64_t>::min();
+  std::vector<double> best(n + 1, kInf), next(n + 1, kInf);
+  best[0] = -kInf;
   for (int k = 0; k < p; ++k) {
     std::fill(next.begin(), next.end(), kInf);
     const int64_t j_hi = n - (p - 1 - k);
@@ -110,7 +120,7 @@ std::vector<int64_t> MostBalanced(const Sizer& z, const AllowFn& allowed) {
       if (k == p - 1 && j != n) continue;
       for (int64_t i = k; i < j; ++i) {
         if (best[k][i] == kNone || !allowed(k, i, j)) continue;
-        const double c = static_cast<double>(z.Cost(k, i, j));
+        const double c = z.Cost(k, i, j);
         const double v = best[k][i] + c * c;
         if (v < best[k + 1][j]) {
           best[k + 1][j] = v;
@@ -172,9 +182,10 @@ std::string ExplainMiss(const Flux2Config& config, const PartitionOptions& o, co
   const int p = z.stages();
 
   // Smallest uniform budget that works for this many stages.
-  const int64_t need = MinMax(
-      z, [&](int k, int64_t i, int64_t j) { return z.Memory(k, i, j); }, [](int, int64_t, int64_t) { return true; });
-  absl::StrAppend(&msg, ". With ", p, " stages every worker needs >= ", FormatByteSize(need));
+  const double need = MinMax(
+      z, [&](int k, int64_t i, int64_t j) { return static_cast<double>(z.Memory(k, i, j)); },
+      [](int, int64_t, int64_t) { return true; });
+  absl::StrAppend(&msg, ". With ", p, " stages every worker needs >= ", FormatByteSize(static_cast<int64_t>(need)));
 
   // With one budget for all workers: how many stages of that size would do.
   const bool uniform = std::all_of(budgets.begin(), budgets.end(), [&](int64_t b) { return b == budgets[0]; });
@@ -215,6 +226,24 @@ int64_t SingleBlockLoraParams(const Flux2Config& c, int64_t rank, bool all_linea
   return rank * ((d + 3 * d + 2 * m) + (d + m + d));
 }
 
+double StageComputeCost(const Flux2Config& c, const PartitionOptions& o, int64_t block_begin, int64_t block_end,
+                        bool embedders, bool head) {
+  const double d = static_cast<double>(c.inner_dim()), m = static_cast<double>(c.mlp_hidden_dim());
+  const double t = static_cast<double>(o.tokens_per_micro_batch);
+  const double t_txt = static_cast<double>(std::min(o.text_tokens_per_micro_batch, o.tokens_per_micro_batch));
+  const double t_img = t - t_txt;
+  const double rc = o.recompute ? 1 : 0;
+  // Double and single blocks alike (see the header): the same linear MACs per token and the same attention.
+  const double block = t * (4 * d * d + 3 * m * d) + 2 * t * t * d;
+  double cost = static_cast<double>(block_end - block_begin) * block * (2 + rc);
+  if (embedders) {
+    cost += (t_img * static_cast<double>(c.in_channels) + t_txt * static_cast<double>(c.joint_attention_dim)) * d *
+            (1 + rc);
+  }
+  if (head) cost += t_img * d * static_cast<double>(c.out_dim()) * (2 + rc);
+  return cost;
+}
+
 absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOptions& o) {
   RETURN_IF_ERROR(config.Validate());
   const int64_t n = config.num_blocks();
@@ -248,6 +277,10 @@ absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOp
     return absl::InvalidArgumentError(
         absl::StrCat("tokens_per_micro_batch must be 0..", kMaxTokens, "; got ", o.tokens_per_micro_batch));
   }
+  if (o.text_tokens_per_micro_batch < 0 || o.text_tokens_per_micro_batch > o.tokens_per_micro_batch) {
+    return absl::InvalidArgumentError(absl::StrCat("text_tokens_per_micro_batch must be 0..tokens_per_micro_batch (",
+                                                   o.tokens_per_micro_batch, "); got ", o.text_tokens_per_micro_batch));
+  }
   if (o.micro_batches < 0 || o.micro_batches > 65536 || o.overhead_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("micro_batches must be 0..65536 and overhead_bytes >= 0; got ",
                                                    o.micro_batches, " and ", o.overhead_bytes));
@@ -262,14 +295,14 @@ absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOp
   Plan plan;
   plan.options = o;
   std::vector<int64_t> bounds;
-  const int64_t bottleneck = MinMax(z, cost, fits);
+  const double bottleneck = MinMax(z, cost, fits);
   if (bottleneck != kInf) {
     plan.fits = true;
     bounds =
         MostBalanced(z, [&](int k, int64_t i, int64_t j) { return z.Cost(k, i, j) <= bottleneck && fits(k, i, j); });
   } else {
     const SegmentFn over = [&](int k, int64_t i, int64_t j) { return z.Overrun(k, i, j); };
-    const int64_t worst = MinMax(z, over, [](int, int64_t, int64_t) { return true; });
+    const double worst = MinMax(z, over, [](int, int64_t, int64_t) { return true; });
     bounds = MostBalanced(z, [&](int k, int64_t i, int64_t j) { return z.Overrun(k, i, j) <= worst; });
   }
   if (bounds.size() != static_cast<size_t>(p) + 1) {
@@ -284,8 +317,9 @@ absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOp
     s.block_end = j;
     s.has_embedders = k == 0;
     s.has_head = k == p - 1;
-    s.cost = static_cast<double>(z.Cost(k, i, j));
-    s.param_bytes = z.Cost(k, i, j) * o.bytes_per_param;
+    s.cost = z.Cost(k, i, j);
+    s.params = z.Params(k, i, j);
+    s.param_bytes = s.params * o.bytes_per_param;
     s.lora_params = z.Lora(i, j);
     s.activation_bytes = z.Activation(k, i, j);
     s.est_memory_bytes = z.Memory(k, i, j);
@@ -321,10 +355,11 @@ std::string RenderPlan(const Flux2Config& config, const Plan& plan) {
   const PartitionOptions& o = plan.options;
   std::string out = absl::StrFormat(
       "FLUX.2 plan: %d blocks (%d double, %d single) on %d stage%s; %s schedule; frozen weights %d B/param; "
-      "LoRA rank %d (%s); %d tokens/micro-batch\n",
+      "LoRA rank %d (%s); %d tokens/micro-batch (%d text)%s\n",
       config.num_blocks(), config.num_layers, config.num_single_layers, plan.stages.size(),
       plan.stages.size() == 1 ? "" : "s", ScheduleKindName(o.schedule), o.bytes_per_param, o.lora_rank,
-      o.all_linear ? "all linears" : "default targets", o.tokens_per_micro_batch);
+      o.all_linear ? "all linears" : "default targets", o.tokens_per_micro_batch, o.text_tokens_per_micro_batch,
+      o.recompute ? "; recompute" : "");
   std::vector<std::string> blocks;
   size_t wb = std::string("blocks").size();
   for (const StageSpec& s : plan.stages) {
@@ -335,18 +370,19 @@ std::string RenderPlan(const Flux2Config& config, const Plan& plan) {
     blocks.push_back(std::move(b));
   }
   absl::StrAppendFormat(&out, "%5s  %-*s  %13s  %11s  %11s  %10s  %10s\n", "stage", wb, "blocks", "frozen params",
-                        "LoRA params", "memory est.", "budget", "cost share");
+                        "LoRA params", "memory est.", "budget", "compute");
   for (size_t k = 0; k < plan.stages.size(); ++k) {
     const StageSpec& s = plan.stages[k];
     const bool over = s.budget_bytes > 0 && s.est_memory_bytes > s.budget_bytes;
     absl::StrAppendFormat(&out, "%5d  %-*s  %13s  %11s  %11s  %10s  %9.1f%%%s\n", s.index, wb, blocks[k],
-                          FormatCount(s.cost), FormatCount(static_cast<double>(s.lora_params)),
+                          FormatCount(static_cast<double>(s.params)), FormatCount(static_cast<double>(s.lora_params)),
                           FormatByteSize(s.est_memory_bytes), s.budget_bytes > 0 ? FormatByteSize(s.budget_bytes) : "-",
                           plan.total_cost > 0 ? 100.0 * s.cost / plan.total_cost : 0.0, over ? "  OVER" : "");
   }
   absl::StrAppend(&out, plan.message, "\n");
   absl::StrAppend(&out,
-                  "(memory is an estimate: frozen weights + fp32 LoRA weight and grad + activations with per-block "
+                  "(compute = share of a micro-batch's multiply-adds, double and single blocks alike per token; "
+                  "memory is an estimate: frozen weights + fp32 LoRA weight and grad + activations with per-block "
                   "recompute + ",
                   FormatByteSize(o.overhead_bytes), " overhead)\n");
   return out;

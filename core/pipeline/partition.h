@@ -3,12 +3,22 @@
 // for 2x24 GB on a laptop). Global block index: double-stream blocks are 0..num_layers-1, single-stream
 // blocks follow. Stage 0 also holds x_embedder/context_embedder; the last stage holds norm_out/proj_out.
 //
-// Cost model: a stage's cost is the parameter count of what it holds. Linear-layer FLOPs per token equal
-// 2x the parameter count, so this tracks compute up to attention (the same per block, and not counted:
-// it makes the true double:single ratio a little under 26:13 = 2 at long sequences).
+// Cost model (balances time): a stage's cost is the multiply-accumulates one micro-batch's training step
+// spends on it. Per token, a double-stream block and a single-stream block do the same linear work,
+// 4·D² + 3·M·D MACs (M = mlp hidden): in a double block every token passes through its own stream's
+// q/k/v/out and feed-forward only, so the second stream doubles the parameters but not the FLOPs. Both
+// attend over all T tokens (2·T²·D). So with T tokens:
+//   block    = T·(4·D² + 3·M·D) + 2·T²·D, x (2 + recompute): forward, input-gradient backward (frozen weights
+//              need no weight gradient; LoRA's is negligible), and the recomputed forward
+//   embedders = (T_img·in_channels + T_txt·joint_attention_dim)·D, x (1 + recompute): no backward, the
+//              inputs need no gradient
+//   head     = T_img·D·out_dim, x (2 + recompute)
+// The parameter count, which weighs a double block as two single blocks, is the memory model's input
+// only: balancing by it put 2 double blocks alone against 4 single ones and left one stage idle a third
+// of the time (BENCHMARKS.md, bench_pipeline).
 //
 // Memory model (an ESTIMATE for planning, not a measurement; real use adds allocator slack):
-//   frozen   = frozen params held by the stage x bytes_per_param
+//   frozen   = frozen params held by the stage (`params`) x bytes_per_param
 //   lora     = LoRA params on the stage's blocks x 4 bytes (fp32) x 2 (weight + gradient); the optimizer
 //              state lives on the coordinator, not on stages
 //   act      = (in_flight + blocks) x A + kBlockWorkingFactor x A, with A = tokens_per_micro_batch x D x
@@ -41,8 +51,9 @@ struct StageSpec {
   int64_t block_end = 0;
   bool has_embedders = false;  // x_embedder + context_embedder
   bool has_head = false;       // norm_out.linear + proj_out
-  double cost = 0;             // frozen parameter count (see cost model)
-  int64_t param_bytes = 0;     // frozen params x bytes_per_param
+  double cost = 0;             // MACs per micro-batch training step (see cost model)
+  int64_t params = 0;          // frozen parameters held
+  int64_t param_bytes = 0;     // params x bytes_per_param
   int64_t lora_params = 0;
   int64_t activation_bytes = 0;  // the `act` term of the memory model
   int64_t est_memory_bytes = 0;
@@ -59,6 +70,8 @@ struct PartitionOptions {
   // true: every block linear (adds add_q/k/v_proj, to_add_out and both feed-forwards of double blocks).
   bool all_linear = false;
   int64_t tokens_per_micro_batch = 4608;  // (image + text tokens) x samples: 1024x1024 + 512 text tokens
+  int64_t text_tokens_per_micro_batch = 512;  // the text part of tokens_per_micro_batch
+  bool recompute = true;                      // the cost model counts the recomputed forward
   int activation_bytes = 2;               // bf16 activations
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int micro_batches = 0;  // for the in-flight term; 0 = assume >= stages
@@ -67,8 +80,8 @@ struct PartitionOptions {
 
 struct Plan {
   std::vector<StageSpec> stages;
-  double max_cost = 0;
-  double total_cost = 0;
+  double max_cost = 0;    // MACs per micro-batch on the busiest stage
+  double total_cost = 0;  // summed over stages
   bool fits = false;
   std::string message;  // when !fits: which stage is over by how much, and what would fit
   PartitionOptions options;
@@ -84,7 +97,11 @@ int64_t SingleBlockLoraParams(const Flux2Config& config, int64_t rank, bool all_
 // stages < 1 or > number of blocks, wrong budget count, negative budgets, bytes_per_param not in 1..4.
 absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOptions& options);
 
-// Human table: stage, blocks ("double 0-7, single 0-11"), params, memory estimate vs budget, cost share.
+// MACs of one micro-batch's training step on blocks [begin, end) plus the embedders / head (cost model).
+double StageComputeCost(const Flux2Config& config, const PartitionOptions& options, int64_t block_begin,
+                        int64_t block_end, bool embedders, bool head);
+
+// Human table: stage, blocks ("double 0-7, single 0-11"), params, memory estimate vs budget, compute share.
 std::string RenderPlan(const Flux2Config& config, const Plan& plan);
 // "double 0-7, single 0-11" (single-stream blocks numbered from 0, as in diffusers).
 std::string DescribeBlocks(const Flux2Config& config, int64_t block_begin, int64_t block_end);
