@@ -207,6 +207,7 @@ struct Measured {
   std::vector<double> samples_per_s;  // measured steps, all rounds
   std::vector<double> round_samples_per_s;  // per round: the median over its measured steps
   std::vector<double> step_s;
+  std::vector<double> prepare_s, optimizer_s;  // the coordinator's serial work per measured step
   std::vector<double> bubble;                     // per measured step
   std::vector<std::vector<double>> fwd, bwd, idle;  // [stage][measured step]
   double wall_s = 0, ours_cpu_s = 0, foreign_cpu_s = 0, steal_s = 0;  // whole runs, all rounds
@@ -300,6 +301,8 @@ void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::
     out.samples_per_s.push_back(r.samples_per_second);
     this_round.push_back(r.samples_per_second);
     out.step_s.push_back(r.step_seconds);
+    out.prepare_s.push_back(r.prepare_seconds);
+    out.optimizer_s.push_back(r.optimizer_seconds);
     double busy = 0;
     for (int s = 0; s < v.stages; ++s) {
       const StageStepStats& st = r.stages[s];
@@ -454,9 +457,10 @@ int Main(int argc, char** argv) {
               Median(gemm1), *gemm1_min, *gemm1_max, Median(gemm2), gemm_scaling);
   std::printf("bubble = 1 - sum_s(fwd_s + bwd_s) / (p * step_s); theory = (p-1)/(m+p-1); simulated = the schedule "
               "timed with the run's own per-stage F/B costs (imbalance, no comm); others/steal = CPU cores used by "
-              "other processes / stolen by the hypervisor, averaged over the run\n\n");
-  std::printf("%-20s %9s %8s %19s %7s %7s %9s %6s %6s  %s\n", "variant", "samples/s", "step_s",
-              "speedup (range)", "bubble", "theory", "simulated", "others", "steal",
+              "other processes / stolen by the hypervisor, averaged over the run; coord ms = the coordinator's serial "
+              "work per step: sampling + shell before the stages start, clipping + AdamW after\n\n");
+  std::printf("%-20s %9s %8s %19s %7s %7s %9s %6s %6s %11s  %s\n", "variant", "samples/s", "step_s",
+              "speedup (range)", "bubble", "theory", "simulated", "others", "steal", "coord ms",
               "per stage: fwd / bwd / idle seconds per step");
   std::map<std::string, double> sps, bubble, simulated, speedups;
   double max_others = 0;
@@ -486,9 +490,11 @@ int Main(int argc, char** argv) {
       const auto [lo, hi] = std::minmax_element(ratios[i].begin(), ratios[i].end());
       speedup_text = absl::StrFormat("%.3fx (%.2f..%.2f)", Median(ratios[i]), *lo, *hi);
     }
-    std::printf("%-20s %9.3f %8.3f %19s %7.3f %7.3f %9.3f %6.2f %6.2f  %s\n", v.Label().c_str(), tput,
+    const std::string coord = absl::StrFormat("%.0f + %.0f", 1e3 * Mean(r.prepare_s), 1e3 * Mean(r.optimizer_s));
+    std::printf("%-20s %9.3f %8.3f %19s %7.3f %7.3f %9.3f %6.2f %6.2f %11s  %s\n", v.Label().c_str(), tput,
                 Median(r.step_s), speedup_text.c_str(), bubble[v.Label()], TheoreticalBubble(v.stages, a.m),
-                simulated[v.Label()], r.foreign_cpu_s / r.wall_s, r.steal_s / r.wall_s, per_stage.c_str());
+                simulated[v.Label()], r.foreign_cpu_s / r.wall_s, r.steal_s / r.wall_s, coord.c_str(),
+                per_stage.c_str());
     max_others = std::max(max_others, r.foreign_cpu_s / r.wall_s);
   }
   if (a.only.empty()) {

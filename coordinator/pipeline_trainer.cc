@@ -287,6 +287,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
       h.set_sender("coordinator");
       return h;
     };
+    const auto t_prepared = Clock::now();
     // Feed (weights first, then each micro-batch's data) and run, all stages at once.
     std::vector<TensorMap> grads(p);
     std::vector<v1::StepSummary> summaries(p);
@@ -362,6 +363,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     }
 
     // Optimizer step on the fp32 masters.
+    const auto t_run = Clock::now();
     std::map<std::string, at::Tensor> all_grads;
     for (int i = 0; i < p; ++i) {
       for (auto& [name, g] : grads[i]) all_grads[name] = g;
@@ -378,6 +380,8 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     for (float l : summaries[p - 1].losses()) loss_sum += l;
     rec.loss = loss_sum / m;
     rec.step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    rec.prepare_seconds = std::chrono::duration<double>(t_prepared - t0).count();
+    rec.optimizer_seconds = std::chrono::duration<double>(Clock::now() - t_run).count();
     rec.samples_per_second = static_cast<double>(job.batch_size) / rec.step_seconds;
     nlohmann::ordered_json line = StepRecordJson(rec);
     nlohmann::ordered_json busy = nlohmann::ordered_json::array(), idle = nlohmann::ordered_json::array();
@@ -389,6 +393,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     }
     line["stage_busy_seconds"] = busy;
     line["stage_idle_seconds"] = idle;
+    line["coordinator_seconds"] = {{"prepare", rec.prepare_seconds}, {"optimizer", rec.optimizer_seconds}};
     RETURN_IF_ERROR(log->Append(line));
     elapsed += rec.step_seconds;
     if (!options.quiet) {

@@ -36,6 +36,9 @@ struct StageStepStats {
 
 struct PipelineStepRecord : StepRecord {
   std::vector<StageStepStats> stages;
+  // The coordinator's own serial work in the step: sampling + the shell before the stages can start, and
+  // gradient clipping + AdamW after they finish (train_log.jsonl: coordinator_seconds).
+  double prepare_seconds = 0, optimizer_seconds = 0;
 };
 
 struct CoordinatorResult {

@@ -253,11 +253,12 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t mb, const s
   }
   auto t0 = Clock::now();
   absl::Status run = TorchCall("backward", [&] {
-    Flux2Activations out = config_.recompute() ? RunBlocks(state, plan, mb, /*with_grad=*/true) : state.output;
-    if (config_.has_head()) {
-      at::Tensor loss = config_.recompute() ? FlowMatchingLoss(out.output, state.target) : state.loss;
-      (loss * static_cast<double>(plan.loss_scale())).backward();
-    } else {
+    // Where backward starts: the scaled loss on the last stage, else the received output gradients.
+    auto seed = [&](const Flux2Activations& out) -> std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> {
+      if (config_.has_head()) {
+        at::Tensor loss = config_.recompute() ? FlowMatchingLoss(out.output, state.target) : state.loss;
+        return {{loss * static_cast<double>(plan.loss_scale())}, {}};
+      }
       TensorMap named = ActivationTensors(out);
       std::vector<at::Tensor> outputs, output_grads;
       for (auto& [gname, g] : grads) {
@@ -268,7 +269,15 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t mb, const s
         outputs.push_back(o->second);
         output_grads.push_back(g.to(o->second.device(), o->second.scalar_type()));
       }
-      torch::autograd::backward(outputs, output_grads);
+      return {outputs, output_grads};
+    };
+    if (config_.recompute()) {
+      // Per-block recompute: the stage input and one block's graph at a time, never the whole stage's.
+      SetLoraDropoutSeed(*stage_, MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
+      stage_->BackwardWithRecompute(state.input, state.constants, seed);
+    } else {
+      auto [roots, root_grads] = seed(state.output);
+      torch::autograd::backward(roots, root_grads);
     }
   });
   summary.set_backward_seconds(summary.backward_seconds() + Since(t0));

@@ -1,6 +1,9 @@
 #include "core/model/flux2_model.h"
 
 #include <functional>
+#include <tuple>
+
+#include <torch/csrc/autograd/autograd.h>
 
 #include "core/model/flux2_ops.h"
 
@@ -99,33 +102,113 @@ Flux2StageImpl::Flux2StageImpl(const Flux2Config& c, const Flux2StageRange& rang
   if (range.has_head) proj_out_ = register_module("proj_out", LoraLinear(d, c.out_dim(), options));
 }
 
-Flux2Activations Flux2StageImpl::forward(const Flux2Activations& in, const Flux2Constants& k) {
-  Flux2Activations a = in;
+std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Flux2StageImpl::Pieces(
+    const Flux2Constants& k) {
+  std::vector<std::function<Flux2Activations(const Flux2Activations&)>> pieces;
   if (range_.has_embedders) {
-    a.img = x_embedder_(in.img);
-    a.txt = context_embedder_(in.txt);
-    a.txt_len = in.txt.size(1);
+    pieces.push_back([this](const Flux2Activations& in) {
+      Flux2Activations a = in;
+      a.img = x_embedder_(in.img);
+      a.txt = context_embedder_(in.txt);
+      a.txt_len = in.txt.size(1);
+      return a;
+    });
   }
   for (auto& block : double_blocks_) {
-    auto [img, txt] = block(a.img, a.txt, k.mod_img, k.mod_txt, k.rope_cos, k.rope_sin);
-    a.img = img;
-    a.txt = txt;
+    pieces.push_back([&block, &k](const Flux2Activations& in) {
+      Flux2Activations a = in;
+      std::tie(a.img, a.txt) = block(in.img, in.txt, k.mod_img, k.mod_txt, k.rope_cos, k.rope_sin);
+      return a;
+    });
   }
-  if (!single_blocks_.empty() && !a.joint.defined()) {
-    a.txt_len = a.txt.size(1);
-    a.joint = at::cat({a.txt, a.img}, 1);
-    a.img = at::Tensor();
-    a.txt = at::Tensor();
+  // The join happens on the stage holding single block 0; a stage starting after it receives `joint`.
+  const bool joins = !single_blocks_.empty() && range_.block_begin <= config_.num_layers;
+  if (joins) {
+    pieces.push_back([](const Flux2Activations& in) {
+      Flux2Activations a = in;
+      a.txt_len = in.txt.size(1);
+      a.joint = at::cat({in.txt, in.img}, 1);
+      a.img = at::Tensor();
+      a.txt = at::Tensor();
+      return a;
+    });
   }
-  for (auto& block : single_blocks_) a.joint = block(a.joint, k.mod_single, k.rope_cos, k.rope_sin);
+  for (auto& block : single_blocks_) {
+    pieces.push_back([&block, &k](const Flux2Activations& in) {
+      Flux2Activations a = in;
+      a.joint = block(in.joint, k.mod_single, k.rope_cos, k.rope_sin);
+      return a;
+    });
+  }
   if (range_.has_head) {
-    at::Tensor x = a.joint.defined() ? a.joint.narrow(1, a.txt_len, a.joint.size(1) - a.txt_len) : a.img;
-    auto scale_shift = k.mod_out.chunk(2, -1);  // diffusers' AdaLayerNormContinuous order: (scale, shift)
-    x = LayerNormNoAffine(x, config_.eps) * (1 + scale_shift[0].unsqueeze(1)) + scale_shift[1].unsqueeze(1);
-    a.output = proj_out_(x);
-    a.img = a.txt = a.joint = at::Tensor();
+    pieces.push_back([this, &k](const Flux2Activations& in) {
+      Flux2Activations a = in;
+      at::Tensor x = in.joint.defined() ? in.joint.narrow(1, in.txt_len, in.joint.size(1) - in.txt_len) : in.img;
+      auto scale_shift = k.mod_out.chunk(2, -1);  // diffusers' AdaLayerNormContinuous order: (scale, shift)
+      x = LayerNormNoAffine(x, config_.eps) * (1 + scale_shift[0].unsqueeze(1)) + scale_shift[1].unsqueeze(1);
+      a.output = proj_out_(x);
+      a.img = a.txt = a.joint = at::Tensor();
+      return a;
+    });
   }
+  return pieces;
+}
+
+Flux2Activations Flux2StageImpl::forward(const Flux2Activations& in, const Flux2Constants& k) {
+  Flux2Activations a = in;
+  for (const auto& piece : Pieces(k)) a = piece(a);
   return a;
+}
+
+namespace {
+
+// Detached copies of the live tensors; floating ones require grad so the recomputed piece reports
+// gradients for them.
+Flux2Activations DetachedLeaves(const Flux2Activations& a) {
+  Flux2Activations out = a;
+  for (at::Tensor* t : {&out.img, &out.txt, &out.joint, &out.output}) {
+    if (t->defined()) *t = t->detach().requires_grad_(t->is_floating_point());
+  }
+  return out;
+}
+
+}  // namespace
+
+void Flux2StageImpl::BackwardWithRecompute(const Flux2Activations& in, const Flux2Constants& k,
+                                           const BackwardSeed& seed) {
+  const auto pieces = Pieces(k);
+  // Checkpoints: the input of every piece (piece 0's is `in` itself, whose leaves collect input grads).
+  std::vector<Flux2Activations> inputs(pieces.size());
+  {
+    at::NoGradGuard no_grad;
+    Flux2Activations a = in;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      inputs[i] = i == 0 ? in : DetachedLeaves(a);
+      a = pieces[i](a);
+    }
+  }
+  at::AutoGradMode grad_mode(true);
+  std::vector<at::Tensor> next_inputs;  // piece i+1's recomputed inputs, whose .grad seeds piece i
+  for (size_t i = pieces.size(); i-- > 0;) {
+    const Flux2Activations out = pieces[i](inputs[i]);
+    std::vector<at::Tensor> roots, grads;
+    if (i + 1 == pieces.size()) {
+      std::tie(roots, grads) = seed(out);
+    } else {
+      const std::vector<at::Tensor> live = out.Live();
+      TORCH_CHECK(live.size() == next_inputs.size(), "per-block recompute: piece ", i, " output arity changed");
+      for (size_t j = 0; j < live.size(); ++j) {
+        if (live[j].requires_grad() && next_inputs[j].grad().defined()) {
+          roots.push_back(live[j]);
+          grads.push_back(next_inputs[j].grad());
+        }
+      }
+    }
+    if (!roots.empty()) torch::autograd::backward(roots, grads);
+    next_inputs = inputs[i].Live();
+    inputs[i] = Flux2Activations();  // this piece's checkpoint is no longer needed
+    if (i == 0) break;
+  }
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> Flux2ParameterShapes(const Flux2Config& c) {

@@ -8,8 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -74,10 +76,25 @@ class Flux2StageImpl : public torch::nn::Module {
   Flux2StageImpl(const Flux2Config& c, const Flux2StageRange& range, const at::TensorOptions& options);
   Flux2Activations forward(const Flux2Activations& in, const Flux2Constants& k);
 
+  // Backward with per-block activation recompute: runs the stage once without a graph, keeping only each
+  // piece's input (embedders, each block, the double->single join, the head), then, from the last piece
+  // back, recomputes one piece with a graph and back-propagates through it. Peak memory is those inputs
+  // plus ONE block's graph, not the whole stage's. `seed` receives the recomputed stage output and returns
+  // the tensors to start backward from and their gradients (empty = ones, e.g. a scalar loss). LoRA
+  // gradients accumulate into .grad exactly as a full-graph backward would; input gradients land in the
+  // .grad of `in`'s tensors that require grad. Bitwise the same as forward() + backward: the same ops run
+  // in the same order (LoRA dropout masks are re-drawn from their per-call seed).
+  using BackwardSeed =
+      std::function<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>(const Flux2Activations& out)>;
+  void BackwardWithRecompute(const Flux2Activations& in, const Flux2Constants& k, const BackwardSeed& seed);
+
   const Flux2StageRange& range() const { return range_; }
   const Flux2Config& config() const { return config_; }
 
  private:
+  // The stage as a chain of pieces; forward() applies them in order.
+  std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Pieces(const Flux2Constants& k);
+
   Flux2Config config_;
   Flux2StageRange range_;
   LoraLinear x_embedder_{nullptr}, context_embedder_{nullptr}, proj_out_{nullptr};

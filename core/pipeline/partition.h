@@ -26,7 +26,9 @@
 //              inputs of this stage's blocks for the micro-batch being back-propagated, and one block's
 //              full forward+backward working set (~32 hidden-sized tensors per token; assumes a
 //              flash/memory-efficient attention kernel, i.e. no seq^2 term). in_flight is the schedule's
-//              peak for that stage (1F1B: min(p-s, m); GPipe: m).
+//              peak for that stage (1F1B: min(p-s, m); GPipe: m). This is what the stage worker's
+//              per-block recompute (Flux2Stage::BackwardWithRecompute) holds. Without recompute every
+//              in-flight micro-batch keeps every block's graph: act = in_flight x blocks x 32 x A.
 //   overhead = overhead_bytes (CUDA context, communication buffers, fragmentation)
 //   est_memory_bytes = frozen + lora + act + overhead
 #pragma once

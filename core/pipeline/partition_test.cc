@@ -231,6 +231,15 @@ TEST(PartitionTest, MemoryEstimateFollowsTheDocumentedFormula) {
     EXPECT_EQ(gpipe->stages[k].activation_bytes - s.activation_bytes, (16 - (4 - k)) * unit);
     EXPECT_EQ(int8->stages[k].param_bytes * 2, s.param_bytes);
   }
+  // Without recompute every in-flight micro-batch keeps every block's graph.
+  o = Stages(4);
+  o.recompute = false;
+  auto no_rc = PartitionFlux2(dev, o);
+  ASSERT_TRUE(no_rc.ok());
+  for (int k = 0; k < 4; ++k) {
+    const StageSpec& s = no_rc->stages[k];
+    EXPECT_EQ(s.activation_bytes, (4 - k) * (s.block_end - s.block_begin) * kBlockWorkingFactor * unit);
+  }
 }
 
 TEST(PartitionTest, LoraParamsMatchDiffusersDefaultsAndGrowWithAllLinear) {
