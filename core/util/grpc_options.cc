@@ -2,7 +2,6 @@
 
 #include <grpc/grpc.h>
 #include <grpcpp/create_channel.h>
-#include <cstdlib>
 
 namespace baton {
 namespace {
@@ -21,9 +20,6 @@ grpc::ChannelArguments MakeChannelArguments(const GrpcOptions& options) {
   // Default 2: the client would stop pinging an idle connection after two pings and miss a dead peer.
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, Millis(options.max_reconnect_backoff));
-  if (const char* e = std::getenv("BATON_LOOKAHEAD")) args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, std::atoi(e));
-  if (const char* e = std::getenv("BATON_WRITEBUF")) args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, std::atoi(e));
-  if (const char* e = std::getenv("BATON_BDP")) args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, std::atoi(e));
   return args;
 }
 
@@ -43,9 +39,6 @@ void ApplyServerOptions(grpc::ServerBuilder& builder, const GrpcOptions& options
   // Accept client pings as often as half their interval (default minimum is 5 minutes without data).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              Millis(options.keepalive_time / 2));
-  if (const char* e = std::getenv("BATON_LOOKAHEAD")) builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, std::atoi(e));
-  if (const char* e = std::getenv("BATON_WRITEBUF")) builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, std::atoi(e));
-  if (const char* e = std::getenv("BATON_BDP")) builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, std::atoi(e));
 }
 
 std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
