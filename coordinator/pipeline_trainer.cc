@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <optional>
 #include <set>
 #include <thread>
@@ -265,19 +266,37 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     return absl::OkStatus();
   };
 
-  for (int64_t step = start_step; step < total_steps; ++step) {
-    auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(std::vector<MicroBatch> mbs, sampler.Step(step));
-    std::vector<Flux2Constants> constants(m);
-    std::vector<std::string> rope_keys(m);
+  // A step's inputs: its micro-batches and their shell outputs (modulations, RoPE), computed off the
+  // critical path: step k+1's while the stages run step k.
+  struct Prepared {
+    std::vector<MicroBatch> mbs;
+    std::vector<Flux2Constants> constants;
+    std::vector<std::string> rope_keys;
+  };
+  auto prepare = [&](int64_t step) -> absl::StatusOr<Prepared> {
+    Prepared out;
+    ASSIGN_OR_RETURN(out.mbs, sampler.Step(step));
+    out.constants.resize(m);
+    out.rope_keys.resize(m);
     RETURN_IF_ERROR(TorchCall("computing the shell", [&] {
       at::NoGradGuard no_grad;
       for (int i = 0; i < m; ++i) {
-        const MicroBatch& mb = mbs[i];
-        constants[i] = shell(mb.timestep, mb.guidance, mb.img_ids, mb.txt_ids, dtype);
-        rope_keys[i] = RopeKey(mb.grid_h, mb.grid_w, mb.encoder_hidden_states.size(1));
+        const MicroBatch& mb = out.mbs[i];
+        out.constants[i] = shell(mb.timestep, mb.guidance, mb.img_ids, mb.txt_ids, dtype);
+        out.rope_keys[i] = RopeKey(mb.grid_h, mb.grid_w, mb.encoder_hidden_states.size(1));
       }
     }));
+    return out;
+  };
+  std::future<absl::StatusOr<Prepared>> next_prepared;
+
+  for (int64_t step = start_step; step < total_steps; ++step) {
+    auto t0 = Clock::now();
+    absl::StatusOr<Prepared> prepared = next_prepared.valid() ? next_prepared.get() : prepare(step);
+    if (!prepared.ok()) return prepared.status();
+    const std::vector<MicroBatch>& mbs = prepared->mbs;
+    const std::vector<Flux2Constants>& constants = prepared->constants;
+    const std::vector<std::string>& rope_keys = prepared->rope_keys;
     auto header = [&](int mb, v1::EnvelopeHeader::Kind k) {
       v1::EnvelopeHeader h;
       h.set_job_id(job_id);
@@ -346,6 +365,9 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
           fail_all();
         }
       });
+    }
+    if (step + 1 < total_steps && !g_stop_requested.load()) {
+      next_prepared = std::async(std::launch::async, prepare, step + 1);
     }
     for (auto& t : threads) t.join();
     if (failed) {

@@ -36,8 +36,9 @@ struct StageStepStats {
 
 struct PipelineStepRecord : StepRecord {
   std::vector<StageStepStats> stages;
-  // The coordinator's own serial work in the step: sampling + the shell before the stages can start, and
-  // gradient clipping + AdamW after they finish (train_log.jsonl: coordinator_seconds).
+  // The coordinator's own serial work in the step (train_log.jsonl: coordinator_seconds): waiting for the
+  // step's micro-batches and shell outputs before the stages can start (~0 after the first step: they
+  // are prepared while the stages run the previous step), and gradient clipping + AdamW after they finish.
   double prepare_seconds = 0, optimizer_seconds = 0;
 };
 
