@@ -169,10 +169,11 @@ absl::StatusOr<TensorMap> StageRunner::Await(const v1::StepPlan& plan, int32_t m
   return result;
 }
 
-Flux2Activations StageRunner::RunBlocks(MicroBatchState& state, const v1::StepPlan& plan, int32_t mb,
-                                        bool with_grad) {
+Flux2Activations StageRunner::RunBlocks(MicroBatchState& state, const v1::StepPlan& plan, int32_t mb) {
   SetLoraDropoutSeed(*stage_, MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
-  at::AutoGradMode mode(with_grad);
+  // With recompute: no graph, but every block's input is kept for the per-block recompute in Backward.
+  if (config_.recompute()) return stage_->ForwardCheckpointed(state.input, state.constants, &state.checkpoints);
+  at::AutoGradMode mode(true);
   return stage_->forward(state.input, state.constants);
 }
 
@@ -222,7 +223,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t mb, const st
   }
   auto t0 = Clock::now();
   absl::Status run = TorchCall("forward", [&] {
-    Flux2Activations out = RunBlocks(state, plan, mb, /*with_grad=*/!config_.recompute());
+    Flux2Activations out = RunBlocks(state, plan, mb);
     if (config_.has_head()) {
       at::Tensor loss = FlowMatchingLoss(out.output, state.target);
       summary.set_losses(mb, static_cast<float>(loss.item<double>()));
@@ -274,7 +275,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t mb, const s
     if (config_.recompute()) {
       // Per-block recompute: the stage input and one block's graph at a time, never the whole stage's.
       SetLoraDropoutSeed(*stage_, MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
-      stage_->BackwardWithRecompute(state.input, state.constants, seed);
+      stage_->BackwardFromCheckpoints(std::move(state.checkpoints), state.constants, seed);
     } else {
       auto [roots, root_grads] = seed(state.output);
       torch::autograd::backward(roots, root_grads);

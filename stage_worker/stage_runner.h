@@ -58,6 +58,7 @@ class StageRunner {
   struct MicroBatchState {
     Flux2Activations input;   // leaves; require grad on stages after the first
     Flux2Constants constants;
+    std::vector<Flux2Activations> checkpoints;  // with recompute: every block's input (the first is `input`)
     Flux2Activations output;  // kept only without recompute
     at::Tensor target;        // last stage
     at::Tensor loss;          // last stage, without recompute
@@ -68,7 +69,8 @@ class StageRunner {
   absl::Status Backward(const v1::StepPlan& plan, int32_t mb, const std::function<bool()>& cancelled,
                         std::map<int32_t, MicroBatchState>& states, v1::StepSummary& summary);
   // Runs the stage on a micro-batch's saved input (grad enabled iff `with_grad`).
-  Flux2Activations RunBlocks(MicroBatchState& state, const v1::StepPlan& plan, int32_t mb, bool with_grad);
+  // The stage forward: with a graph, or (recompute) without one, keeping the per-block checkpoints.
+  Flux2Activations RunBlocks(MicroBatchState& state, const v1::StepPlan& plan, int32_t mb);
   absl::StatusOr<TensorMap> Await(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
                                   const std::function<bool()>& cancelled, v1::StepSummary& summary);
   v1::EnvelopeHeader Header(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind) const;

@@ -174,23 +174,28 @@ Flux2Activations DetachedLeaves(const Flux2Activations& a) {
 
 }  // namespace
 
-void Flux2StageImpl::BackwardWithRecompute(const Flux2Activations& in, const Flux2Constants& k,
-                                           const BackwardSeed& seed) {
+Flux2Activations Flux2StageImpl::ForwardCheckpointed(const Flux2Activations& in, const Flux2Constants& k,
+                                                     std::vector<Flux2Activations>* checkpoints) {
+  at::NoGradGuard no_grad;
   const auto pieces = Pieces(k);
-  // Checkpoints: the input of every piece (piece 0's is `in` itself, whose leaves collect input grads).
-  std::vector<Flux2Activations> inputs(pieces.size());
-  {
-    at::NoGradGuard no_grad;
-    Flux2Activations a = in;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      inputs[i] = i == 0 ? in : DetachedLeaves(a);
-      a = pieces[i](a);
-    }
+  checkpoints->clear();
+  Flux2Activations a = in;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    checkpoints->push_back(i == 0 ? in : DetachedLeaves(a));
+    a = pieces[i](a);
   }
+  return a;
+}
+
+void Flux2StageImpl::BackwardFromCheckpoints(std::vector<Flux2Activations> checkpoints, const Flux2Constants& k,
+                                             const BackwardSeed& seed) {
+  const auto pieces = Pieces(k);
+  TORCH_CHECK(checkpoints.size() == pieces.size(), "BackwardFromCheckpoints: ", checkpoints.size(),
+              " checkpoints for ", pieces.size(), " pieces");
   at::AutoGradMode grad_mode(true);
   std::vector<at::Tensor> next_inputs;  // piece i+1's recomputed inputs, whose .grad seeds piece i
   for (size_t i = pieces.size(); i-- > 0;) {
-    const Flux2Activations out = pieces[i](inputs[i]);
+    const Flux2Activations out = pieces[i](checkpoints[i]);
     std::vector<at::Tensor> roots, grads;
     if (i + 1 == pieces.size()) {
       std::tie(roots, grads) = seed(out);
@@ -205,9 +210,8 @@ void Flux2StageImpl::BackwardWithRecompute(const Flux2Activations& in, const Flu
       }
     }
     if (!roots.empty()) torch::autograd::backward(roots, grads);
-    next_inputs = inputs[i].Live();
-    inputs[i] = Flux2Activations();  // this piece's checkpoint is no longer needed
-    if (i == 0) break;
+    next_inputs = checkpoints[i].Live();
+    checkpoints[i] = Flux2Activations();  // used; free it
   }
 }
 

@@ -76,17 +76,22 @@ class Flux2StageImpl : public torch::nn::Module {
   Flux2StageImpl(const Flux2Config& c, const Flux2StageRange& range, const at::TensorOptions& options);
   Flux2Activations forward(const Flux2Activations& in, const Flux2Constants& k);
 
-  // Backward with per-block activation recompute: runs the stage once without a graph, keeping only each
-  // piece's input (embedders, each block, the double->single join, the head), then, from the last piece
-  // back, recomputes one piece with a graph and back-propagates through it. Peak memory is those inputs
-  // plus ONE block's graph, not the whole stage's. `seed` receives the recomputed stage output and returns
-  // the tensors to start backward from and their gradients (empty = ones, e.g. a scalar loss). LoRA
-  // gradients accumulate into .grad exactly as a full-graph backward would; input gradients land in the
-  // .grad of `in`'s tensors that require grad. Bitwise the same as forward() + backward: the same ops run
-  // in the same order (LoRA dropout masks are re-drawn from their per-call seed).
+  // Activation checkpointing per block. ForwardCheckpointed runs the stage without a graph and keeps each
+  // piece's input (embedders, each block, the double->single join, the head): `checkpoints` ends up with
+  // one entry per piece, the first being `in` itself. BackwardFromCheckpoints then, from the last piece
+  // back, recomputes one piece with a graph and back-propagates through it, dropping each checkpoint once
+  // used. Memory: the checkpoints (one hidden-sized tensor per block) plus ONE block's graph, instead of the
+  // whole stage's graph; compute: one extra forward, as with any recompute. `seed` receives the recomputed
+  // stage output and returns the tensors to start backward from and their gradients (empty = ones, e.g.
+  // a scalar loss). LoRA gradients accumulate into .grad and input gradients land in the .grad of the
+  // first checkpoint's tensors that require grad, bitwise as forward() + backward would give them (the
+  // same ops in the same order; LoRA dropout masks are re-drawn from their per-call seed).
   using BackwardSeed =
       std::function<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>(const Flux2Activations& out)>;
-  void BackwardWithRecompute(const Flux2Activations& in, const Flux2Constants& k, const BackwardSeed& seed);
+  Flux2Activations ForwardCheckpointed(const Flux2Activations& in, const Flux2Constants& k,
+                                       std::vector<Flux2Activations>* checkpoints);
+  void BackwardFromCheckpoints(std::vector<Flux2Activations> checkpoints, const Flux2Constants& k,
+                               const BackwardSeed& seed);
 
   const Flux2StageRange& range() const { return range_; }
   const Flux2Config& config() const { return config_; }

@@ -60,7 +60,7 @@ class Sizer {
   int64_t Lora(int64_t i, int64_t j) const { return lora_prefix_[j] - lora_prefix_[i]; }
   int64_t Activation(int k, int64_t i, int64_t j) const {
     if (!options_.recompute) return in_flight_[k] * (j - i) * kBlockWorkingFactor * act_unit_;
-    return (in_flight_[k] + (j - i) + kBlockWorkingFactor) * act_unit_;
+    return (in_flight_[k] * (j - i) + kBlockWorkingFactor) * act_unit_;
   }
   int64_t Memory(int k, int64_t i, int64_t j) const {
     return Params(k, i, j) * options_.bytes_per_param + Lora(i, j) * 4 * 2 + Activation(k, i, j) +

@@ -21,13 +21,13 @@
 //   frozen   = frozen params held by the stage (`params`) x bytes_per_param
 //   lora     = LoRA params on the stage's blocks x 4 bytes (fp32) x 2 (weight + gradient); the optimizer
 //              state lives on the coordinator, not on stages
-//   act      = (in_flight + blocks) x A + kBlockWorkingFactor x A, with A = tokens_per_micro_batch x D x
-//              activation_bytes: per-block recompute keeps each in-flight micro-batch's stage input, the
-//              inputs of this stage's blocks for the micro-batch being back-propagated, and one block's
-//              full forward+backward working set (~32 hidden-sized tensors per token; assumes a
+//   act      = (in_flight x blocks + kBlockWorkingFactor) x A, with A = tokens_per_micro_batch x D x
+//              activation_bytes: per-block recompute keeps, for each in-flight micro-batch, the input of
+//              every block of this stage (its checkpoints), plus one block's full forward+backward
+//              working set (~32 hidden-sized tensors per token; assumes a
 //              flash/memory-efficient attention kernel, i.e. no seq^2 term). in_flight is the schedule's
 //              peak for that stage (1F1B: min(p-s, m); GPipe: m). This is what the stage worker's
-//              per-block recompute (Flux2Stage::BackwardWithRecompute) holds. Without recompute every
+//              per-block recompute (Flux2Stage::ForwardCheckpointed / BackwardFromCheckpoints) holds. Without recompute every
 //              in-flight micro-batch keeps every block's graph: act = in_flight x blocks x 32 x A.
 //   overhead = overhead_bytes (CUDA context, communication buffers, fragmentation)
 //   est_memory_bytes = frozen + lora + act + overhead
