@@ -273,7 +273,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t mb, const s
       return {outputs, output_grads};
     };
     if (config_.recompute()) {
-      // Per-block recompute: the stage input and one block's graph at a time, never the whole stage's.
+      // Per-block recompute from the checkpoints Forward kept: one block's graph at a time, never the stage's.
       SetLoraDropoutSeed(*stage_, MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
       stage_->BackwardFromCheckpoints(std::move(state.checkpoints), state.constants, seed);
     } else {

@@ -1,8 +1,9 @@
 // StageRunner: everything a stage worker does, without RPC code (the gRPC service only translates).
 // It holds one contiguous block range of the FLUX.2 transformer with LoRA adapters, receives envelopes
 // into its inbox, and executes a step plan (the schedule's F/B actions for this stage): forward with the
-// constants the coordinator sent, activations sent straight to the next stage, backward (recomputing the
-// forward from the saved stage input when recompute is on), input gradients sent upstream, LoRA gradients
+// constants the coordinator sent, activations sent straight to the next stage, backward (with recompute:
+// block by block from the block inputs the forward kept, one block's graph at a time; without: through the
+// graph the forward kept), input gradients sent upstream, LoRA gradients
 // summed over the micro-batches in action order and handed back at the end of the step.
 // Thread-safety: Deliver() may run concurrently with RunStep(); Configure() and RunStep() serialize.
 #pragma once
@@ -68,7 +69,6 @@ class StageRunner {
                        std::map<int32_t, MicroBatchState>& states, v1::StepSummary& summary);
   absl::Status Backward(const v1::StepPlan& plan, int32_t mb, const std::function<bool()>& cancelled,
                         std::map<int32_t, MicroBatchState>& states, v1::StepSummary& summary);
-  // Runs the stage on a micro-batch's saved input (grad enabled iff `with_grad`).
   // The stage forward: with a graph, or (recompute) without one, keeping the per-block checkpoints.
   Flux2Activations RunBlocks(MicroBatchState& state, const v1::StepPlan& plan, int32_t mb);
   absl::StatusOr<TensorMap> Await(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
