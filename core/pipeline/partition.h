@@ -14,8 +14,8 @@
 //              inputs need no gradient
 //   head     = T_img·D·out_dim, x (2 + recompute)
 // The parameter count, which weighs a double block as two single blocks, is the memory model's input
-// only: balancing by it put 2 double blocks alone against 4 single ones and left one stage idle a third
-// of the time (BENCHMARKS.md, bench_pipeline).
+// only: balancing by it put 2 double blocks alone against 4 single ones, and the measured pipeline bubble
+// rose from 0.16 to 0.27 (BENCHMARKS.md, bench_pipeline).
 //
 // Memory model (an ESTIMATE for planning, not a measurement; real use adds allocator slack):
 //   frozen   = frozen params held by the stage (`params`) x bytes_per_param
@@ -27,8 +27,9 @@
 //              working set (~32 hidden-sized tensors per token; assumes a
 //              flash/memory-efficient attention kernel, i.e. no seq^2 term). in_flight is the schedule's
 //              peak for that stage (1F1B: min(p-s, m); GPipe: m). This is what the stage worker's
-//              per-block recompute (Flux2Stage::ForwardCheckpointed / BackwardFromCheckpoints) holds. Without recompute every
-//              in-flight micro-batch keeps every block's graph: act = in_flight x blocks x 32 x A.
+//              per-block recompute (Flux2Stage::ForwardCheckpointed / BackwardFromCheckpoints) holds.
+//              Without recompute every in-flight micro-batch keeps every block's graph:
+//              act = in_flight x blocks x kBlockWorkingFactor x A.
 //   overhead = overhead_bytes (CUDA context, communication buffers, fragmentation)
 //   est_memory_bytes = frozen + lora + act + overhead
 #pragma once
