@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <map>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -10,7 +9,6 @@
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
-#include <nlohmann/json.hpp>
 
 #include "core/lora/lora_linear.h"
 #include "core/tensor/safetensors.h"
@@ -21,7 +19,6 @@ namespace baton {
 namespace {
 
 constexpr char kSingleFile[] = "diffusion_pytorch_model.safetensors";
-constexpr char kIndexFile[] = "diffusion_pytorch_model.safetensors.index.json";
 constexpr char kNumBatchesTracked[] = "bn.num_batches_tracked";
 
 std::string ShapeStr(at::IntArrayRef s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
@@ -33,28 +30,7 @@ struct VaeFiles {
 };
 
 absl::StatusOr<VaeFiles> OpenVaeFiles(const std::string& dir) {
-  std::vector<std::string> paths;
-  if (PathExists(JoinPath(dir, kIndexFile))) {
-    const std::string index_path = JoinPath(dir, kIndexFile);
-    ASSIGN_OR_RETURN(std::string text, ReadFile(index_path));
-    auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(index_path, ": no weight_map object"));
-    }
-    std::set<std::string> names;
-    for (auto& [key, file] : j["weight_map"].items()) {
-      if (!file.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map entry for '", key,
-                                                       "' is not a file name"));
-      }
-      names.insert(file.get<std::string>());
-    }
-    for (const auto& n : names) paths.push_back(JoinPath(dir, n));
-  } else if (PathExists(JoinPath(dir, kSingleFile))) {
-    paths.push_back(JoinPath(dir, kSingleFile));
-  } else {
-    return absl::NotFoundError(absl::StrCat(dir, ": neither ", kSingleFile, " nor ", kIndexFile, " found"));
-  }
+  ASSIGN_OR_RETURN(std::vector<std::string> paths, SafetensorsShardPaths(dir, "diffusion_pytorch_model"));
   VaeFiles out;
   for (const auto& p : paths) {
     ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(p));

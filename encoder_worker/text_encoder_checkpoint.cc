@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "core/lora/lora_linear.h"
@@ -21,7 +20,6 @@
 namespace baton {
 namespace {
 
-constexpr char kSingleFile[] = "model.safetensors";
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 // Where transformers puts the decoder, most specific first (see the header).
 constexpr const char* kLayoutPrefixes[] = {"model.language_model.", "language_model.model.", "model.", ""};
@@ -107,29 +105,12 @@ std::vector<TextEncoderTensorSpec> TextEncoderTensorSpecs(const TextEncoderConfi
 absl::StatusOr<std::unique_ptr<TextEncoderCheckpoint>> TextEncoderCheckpoint::Open(const std::string& dir) {
   std::unique_ptr<TextEncoderCheckpoint> ckpt(new TextEncoderCheckpoint());
   ckpt->dir_ = dir;
-  const std::string index_path = JoinPath(dir, kIndexFile), single_path = JoinPath(dir, kSingleFile);
-  if (PathExists(index_path)) {
-    ASSIGN_OR_RETURN(std::string text, ReadFile(index_path));
-    auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(index_path, ": not a JSON object with a weight_map"));
-    }
-    for (auto& [key, file] : j["weight_map"].items()) {
-      if (!file.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map['", key, "'] is not a string"));
-      }
-      const std::string name = file.get<std::string>();
-      if (name.empty() || name[0] == '/' || name.find("..") != std::string::npos) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(index_path, ": shard name '", name, "' for '", key, "' leaves the folder"));
-      }
-      ckpt->file_of_[key] = JoinPath(dir, name);
-    }
-  } else if (PathExists(single_path)) {
-    ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(single_path));
-    for (const auto& key : file->Keys()) ckpt->file_of_[key] = single_path;
+  if (PathExists(JoinPath(dir, kIndexFile))) {
+    ASSIGN_OR_RETURN(ckpt->file_of_, ReadSafetensorsIndex(dir, "model"));
   } else {
-    return absl::NotFoundError(absl::StrCat(dir, ": neither ", kIndexFile, " nor ", kSingleFile, " found"));
+    ASSIGN_OR_RETURN(std::vector<std::string> single, SafetensorsShardPaths(dir, "model"));
+    ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(single.front()));
+    for (const auto& key : file->Keys()) ckpt->file_of_[key] = single.front();
   }
   bool found = false;
   std::vector<std::string> tried;

@@ -1,14 +1,12 @@
 #include "core/model/flux2_weights.h"
 
 #include <cmath>
-#include <set>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
-#include <nlohmann/json.hpp>
 
 #include "core/lora/lora_linear.h"
 #include "core/model/flux2_keys.h"
@@ -18,9 +16,6 @@
 
 namespace baton {
 namespace {
-
-constexpr char kSingleFile[] = "diffusion_pytorch_model.safetensors";
-constexpr char kIndexFile[] = "diffusion_pytorch_model.safetensors.index.json";
 
 std::string ShapeStr(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
 
@@ -43,23 +38,7 @@ absl::StatusOr<std::unique_ptr<Flux2Checkpoint>> Flux2Checkpoint::Open(const std
   if (IsDirectory(dir)) {
     std::string cfg = config_path.empty() ? JoinPath(dir, "config.json") : config_path;
     ASSIGN_OR_RETURN(ckpt->config_, LoadFlux2Config(cfg));
-    if (PathExists(JoinPath(dir, kIndexFile))) {
-      ASSIGN_OR_RETURN(std::string text, ReadFile(JoinPath(dir, kIndexFile)));
-      auto j = nlohmann::json::parse(text, nullptr, false);
-      if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(JoinPath(dir, kIndexFile), ": no weight_map object"));
-      }
-      std::set<std::string> files;
-      for (auto& [key, file] : j["weight_map"].items()) {
-        if (!file.is_string()) return absl::InvalidArgumentError(absl::StrCat(kIndexFile, ": bad entry for ", key));
-        files.insert(file.get<std::string>());
-      }
-      for (const auto& f : files) shard_paths.push_back(JoinPath(dir, f));
-    } else if (PathExists(JoinPath(dir, kSingleFile))) {
-      shard_paths.push_back(JoinPath(dir, kSingleFile));
-    } else {
-      return absl::NotFoundError(absl::StrCat(dir, ": neither ", kSingleFile, " nor ", kIndexFile, " found"));
-    }
+    ASSIGN_OR_RETURN(shard_paths, SafetensorsShardPaths(dir, "diffusion_pytorch_model"));
   } else {
     if (!PathExists(path)) return absl::NotFoundError(absl::StrCat("model path does not exist: ", path));
     if (config_path.empty()) {

@@ -1,5 +1,4 @@
 #include "core/tensor/safetensors.h"
-#include <absl/strings/str_format.h>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,9 +9,11 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 #include <nlohmann/json.hpp>
 
@@ -390,11 +391,45 @@ absl::Status WriteShardedSafetensors(const std::string& dir, const std::string& 
   index["metadata"]["total_size"] = total;
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string file = absl::StrFormat("%s-%05d-of-%05d.safetensors", stem, i + 1, shards.size());
-    absl::Status s = WriteSafetensors(JoinPath(dir, file), shards[i], metadata);
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(WriteSafetensors(JoinPath(dir, file), shards[i], metadata));
     for (const auto& [name, t] : shards[i]) index["weight_map"][name] = file;
   }
   return WriteFileAtomic(JoinPath(dir, stem + ".safetensors.index.json"), index.dump(2));
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsIndex(const std::string& dir,
+                                                                       const std::string& stem) {
+  const std::string index_path = JoinPath(dir, stem + ".safetensors.index.json");
+  ASSIGN_OR_RETURN(std::string text, ReadFile(index_path));
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(index_path, ": not a JSON object with a weight_map"));
+  }
+  std::map<std::string, std::string> out;
+  for (auto& [key, file] : j["weight_map"].items()) {
+    if (!file.is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map['", key, "'] is not a string"));
+    }
+    const std::string name = file.get<std::string>();
+    if (name.empty() || name[0] == '/' || name.find("..") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path, ": shard name '", name, "' for '", key, "' leaves the folder"));
+    }
+    out[key] = JoinPath(dir, name);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> SafetensorsShardPaths(const std::string& dir, const std::string& stem) {
+  const std::string index = stem + ".safetensors.index.json", single = stem + ".safetensors";
+  if (PathExists(JoinPath(dir, index))) {
+    ASSIGN_OR_RETURN(auto weight_map, ReadSafetensorsIndex(dir, stem));
+    std::set<std::string> files;
+    for (const auto& [key, path] : weight_map) files.insert(path);
+    return std::vector<std::string>(files.begin(), files.end());
+  }
+  if (PathExists(JoinPath(dir, single))) return std::vector<std::string>{JoinPath(dir, single)};
+  return absl::NotFoundError(absl::StrCat(dir, ": neither ", single, " nor ", index, " found"));
 }
 
 }  // namespace baton

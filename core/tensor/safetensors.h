@@ -72,6 +72,13 @@ absl::Status WriteShardedSafetensors(const std::string& dir, const std::string& 
                                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                                      const std::map<std::string, std::string>& metadata, int64_t max_shard_bytes);
 
+// The reading side of that layout. ReadSafetensorsIndex parses "<stem>.safetensors.index.json" into
+// tensor name -> shard path (joined to the index's folder; a shard name that would leave the folder is an
+// error). SafetensorsShardPaths lists the distinct files of a folder: the index's shards (sorted) when
+// there is an index, else the single "<stem>.safetensors"; NotFound names both when neither exists.
+absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsIndex(const std::string& dir, const std::string& stem);
+absl::StatusOr<std::vector<std::string>> SafetensorsShardPaths(const std::string& dir, const std::string& stem);
+
 // Convenience: loads every tensor (tests, small files).
 absl::StatusOr<std::map<std::string, at::Tensor>> LoadAllSafetensors(const std::string& path);
 

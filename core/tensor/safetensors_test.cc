@@ -2,6 +2,8 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
@@ -237,6 +239,41 @@ TEST(SafetensorsTest, DtypeMappingRoundTrips) {
 }
 
 // ---- Broken files ----
+
+TEST(SafetensorsTest, ShardedFolderRoundTripsThroughTheIndex) {
+  const std::string dir = TestDir();
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (int i = 0; i < 5; ++i) tensors.emplace_back(absl::StrCat("w", i), at::full({256}, static_cast<float>(i)));
+  // 1 KiB tensors, 2 KiB shards: 3 files, filled in order.
+  ASSERT_TRUE(WriteShardedSafetensors(dir, "model", tensors, {{"format", "pt"}}, 2048).ok());
+  auto paths = SafetensorsShardPaths(dir, "model");
+  ASSERT_TRUE(paths.ok()) << paths.status();
+  ASSERT_EQ(paths->size(), 3u);
+  EXPECT_EQ(paths->front(), JoinPath(dir, "model-00001-of-00003.safetensors"));
+  auto weight_map = ReadSafetensorsIndex(dir, "model");
+  ASSERT_TRUE(weight_map.ok()) << weight_map.status();
+  ASSERT_EQ(weight_map->size(), 5u);
+  for (const auto& [name, t] : tensors) {
+    auto file = LoadAllSafetensors(weight_map->at(name));
+    ASSERT_TRUE(file.ok()) << name;
+    EXPECT_TRUE(at::equal(file->at(name), t)) << name;
+  }
+  // Unsharded: the single file; nothing: an error naming both layouts.
+  ASSERT_TRUE(WriteShardedSafetensors(dir, "single", tensors, {}, 0).ok());
+  auto single = SafetensorsShardPaths(dir, "single");
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ(*single, std::vector<std::string>{JoinPath(dir, "single.safetensors")});
+  auto none = SafetensorsShardPaths(dir, "absent");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("absent.safetensors.index.json"), absl::string_view::npos);
+  // A shard name that leaves the folder is refused.
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "evil.safetensors.index.json"),
+                              R"({"weight_map": {"w0": "../outside.safetensors"}})")
+                  .ok());
+  auto evil = ReadSafetensorsIndex(dir, "evil");
+  ASSERT_FALSE(evil.ok());
+  EXPECT_NE(evil.status().message().find("leaves the folder"), absl::string_view::npos);
+}
 
 TEST(SafetensorsTest, RejectsTruncatedData) {
   auto bytes = SerializeSafetensors({{"w", at::ones({4, 4})}});
