@@ -210,7 +210,7 @@ struct Measured {
   std::vector<double> prepare_s, optimizer_s;  // the coordinator's serial work per measured step
   std::vector<double> bubble;                     // per measured step
   std::vector<std::vector<double>> fwd, bwd, idle;  // [stage][measured step]
-  double wall_s = 0, ours_cpu_s = 0, foreign_cpu_s = 0, steal_s = 0;  // whole runs, all rounds
+  double wall_s = 0, foreign_cpu_s = 0, steal_s = 0;  // whole runs, all rounds
 };
 
 // CPU accounting, to tell how quiet the machine was: all CPUs' busy and steal time (/proc/stat) against
@@ -240,7 +240,6 @@ CpuSample SampleCpu() {
 
 void AddCpu(const CpuSample& a, const CpuSample& b, Measured& out) {
   out.wall_s += std::chrono::duration<double>(b.t - a.t).count();
-  out.ours_cpu_s += b.ours_s - a.ours_s;
   out.foreign_cpu_s += std::max(0.0, (b.busy_s - a.busy_s) - (b.ours_s - a.ours_s));
   out.steal_s += b.steal_s - a.steal_s;
 }
