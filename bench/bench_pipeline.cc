@@ -15,13 +15,18 @@
 //                  [--recompute_off] [--no_param_split] [--only=LABEL_PART] [--keep]
 // --recompute_off adds the variants without recompute; --only keeps the variants whose label contains
 // the text (diagnosis; rows it drops read as 0).
+#include <ATen/Parallel.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/time/clock.h>
+#include <absl/time/time.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,12 +35,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <ATen/Parallel.h>
-#include <absl/strings/str_cat.h>
-#include <absl/strings/str_format.h>
-#include <absl/time/clock.h>
-#include <absl/time/time.h>
 
 #include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
@@ -88,23 +87,40 @@ Args ParseArgs(int argc, char** argv) {
       size_t n = std::strlen(flag);
       return s.compare(0, n, flag) == 0 ? s.c_str() + n : nullptr;
     };
-    if (const char* v = value("--dim=")) a.dim = std::atoll(v);
-    else if (const char* v = value("--double=")) a.double_blocks = std::atoll(v);
-    else if (const char* v = value("--single=")) a.single_blocks = std::atoll(v);
-    else if (const char* v = value("--joint=")) a.joint = std::atoll(v);
-    else if (const char* v = value("--grid=")) a.grid = std::atoll(v);
-    else if (const char* v = value("--text=")) a.text = std::atoll(v);
-    else if (const char* v = value("--m=")) a.m = std::atoi(v);
-    else if (const char* v = value("--rank=")) a.rank = std::atoll(v);
-    else if (const char* v = value("--targets=")) a.targets = v;
-    else if (const char* v = value("--steps=")) a.steps = std::atoi(v);
-    else if (const char* v = value("--warmup=")) a.warmup = std::atoi(v);
-    else if (const char* v = value("--rounds=")) a.rounds = std::atoi(v);
-    else if (s == "--recompute_off") a.recompute_off = true;
-    else if (s == "--no_param_split") a.param_split = false;
-    else if (s == "--keep") a.keep = true;
-    else if (const char* v = value("--only=")) a.only = v;
-    else Die("unknown flag " + s + " (see the comment atop bench/bench_pipeline.cc)");
+    if (const char* v = value("--dim="))
+      a.dim = std::atoll(v);
+    else if (const char* v = value("--double="))
+      a.double_blocks = std::atoll(v);
+    else if (const char* v = value("--single="))
+      a.single_blocks = std::atoll(v);
+    else if (const char* v = value("--joint="))
+      a.joint = std::atoll(v);
+    else if (const char* v = value("--grid="))
+      a.grid = std::atoll(v);
+    else if (const char* v = value("--text="))
+      a.text = std::atoll(v);
+    else if (const char* v = value("--m="))
+      a.m = std::atoi(v);
+    else if (const char* v = value("--rank="))
+      a.rank = std::atoll(v);
+    else if (const char* v = value("--targets="))
+      a.targets = v;
+    else if (const char* v = value("--steps="))
+      a.steps = std::atoi(v);
+    else if (const char* v = value("--warmup="))
+      a.warmup = std::atoi(v);
+    else if (const char* v = value("--rounds="))
+      a.rounds = std::atoi(v);
+    else if (s == "--recompute_off")
+      a.recompute_off = true;
+    else if (s == "--no_param_split")
+      a.param_split = false;
+    else if (s == "--keep")
+      a.keep = true;
+    else if (const char* v = value("--only="))
+      a.only = v;
+    else
+      Die("unknown flag " + s + " (see the comment atop bench/bench_pipeline.cc)");
   }
   if (a.dim % 64 != 0 || a.m < 1 || a.steps < 1 || a.warmup < 0 || a.rounds < 1) {
     Die("--dim must be a multiple of 64 (head_dim 64); --m, --steps, --rounds ≥ 1; --warmup ≥ 0");
@@ -204,12 +220,12 @@ std::vector<std::string> BudgetsForBoundary(const Flux2Config& c, const Partitio
 }
 
 struct Measured {
-  std::vector<double> samples_per_s;  // measured steps, all rounds
+  std::vector<double> samples_per_s;        // measured steps, all rounds
   std::vector<double> round_samples_per_s;  // per round: the median over its measured steps
   std::vector<double> step_s;
-  std::vector<double> prepare_s, optimizer_s;  // the coordinator's serial work per measured step
-  std::vector<double> bubble;                     // per measured step
-  std::vector<std::vector<double>> fwd, bwd, idle;  // [stage][measured step]
+  std::vector<double> prepare_s, optimizer_s;         // the coordinator's serial work per measured step
+  std::vector<double> bubble;                         // per measured step
+  std::vector<std::vector<double>> fwd, bwd, idle;    // [stage][measured step]
   double wall_s = 0, foreign_cpu_s = 0, steal_s = 0;  // whole runs, all rounds
 };
 
@@ -272,8 +288,7 @@ double GemmGflops(int threads, double seconds) {
 }
 
 // One RunCoordinator (fresh local workers), keeping the steps after the warm-up.
-void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::string& dir, int round,
-             Measured& out) {
+void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::string& dir, int round, Measured& out) {
   JobConfig job = base;
   job.schedule = v.schedule;
   job.recompute = v.recompute;
@@ -329,16 +344,16 @@ int Main(int argc, char** argv) {
   const std::string model = JoinPath(dir, "model"), cache = JoinPath(dir, "cache");
   if (absl::Status s = WriteRandomFlux2Weights(c, model, 1); !s.ok()) Die(s.ToString());
   const int64_t samples = 4 * a.m;
-  if (absl::Status s = WriteSyntheticCache(cache, c.in_channels, c.joint_attention_dim, samples, {{a.grid, a.grid}},
-                                           a.text, 7);
+  if (absl::Status s =
+          WriteSyntheticCache(cache, c.in_channels, c.joint_attention_dim, samples, {{a.grid, a.grid}}, a.text, 7);
       !s.ok()) {
     Die(s.ToString());
   }
-  auto job = ParseJobYaml(absl::StrCat("model: ", model, "\ndataset: ", cache, "\nlora: {rank: ", a.rank,
-                                       ", alpha: ", a.rank, ", targets: ", a.targets,
-                                       "}\noptimizer: {lr: 1.0e-3}\nsteps: 1\nbatch_size: ", a.m,
-                                       "\nmicro_batches: ", a.m, "\nseed: 1\ndtype: fp32\nthreads: 1\n"),
-                          "bench_pipeline job");
+  auto job =
+      ParseJobYaml(absl::StrCat("model: ", model, "\ndataset: ", cache, "\nlora: {rank: ", a.rank, ", alpha: ", a.rank,
+                                ", targets: ", a.targets, "}\noptimizer: {lr: 1.0e-3}\nsteps: 1\nbatch_size: ", a.m,
+                                "\nmicro_batches: ", a.m, "\nseed: 1\ndtype: fp32\nthreads: 1\n"),
+                   "bench_pipeline job");
   if (!job.ok()) Die(job.status().ToString());
 
   // The planner's 2-stage split, and the parameter-count split when it differs (see BudgetsForBoundary).
@@ -435,31 +450,36 @@ int Main(int argc, char** argv) {
 
   // ---- report -----------------------------------------------------------------------------------------
   const int64_t img_tokens = a.grid * a.grid;
-  std::printf("FLUX.2-shaped model: D=%lld (%lld heads x 64), %lld double + %lld single blocks, in_channels %lld, "
-              "joint_attention_dim %lld; %lld image + %lld text tokens; LoRA rank %lld on %s; fp32\n",
-              (long long)a.dim, (long long)c.num_attention_heads, (long long)a.double_blocks,
-              (long long)a.single_blocks, (long long)c.in_channels, (long long)a.joint, (long long)img_tokens,
-              (long long)a.text, (long long)a.rank, a.targets.c_str());
-  std::printf("batch %d = m %d micro-batches of 1; 1 compute thread per process (coordinator and each stage "
-              "worker); %d warm-up + %d measured steps x %d round(s); samples/s and step_s are medians, the rest "
-              "means over measured steps\n",
-              a.m, a.m, a.warmup, a.steps, a.rounds);
+  std::printf(
+      "FLUX.2-shaped model: D=%lld (%lld heads x 64), %lld double + %lld single blocks, in_channels %lld, "
+      "joint_attention_dim %lld; %lld image + %lld text tokens; LoRA rank %lld on %s; fp32\n",
+      (long long)a.dim, (long long)c.num_attention_heads, (long long)a.double_blocks, (long long)a.single_blocks,
+      (long long)c.in_channels, (long long)a.joint, (long long)img_tokens, (long long)a.text, (long long)a.rank,
+      a.targets.c_str());
+  std::printf(
+      "batch %d = m %d micro-batches of 1; 1 compute thread per process (coordinator and each stage "
+      "worker); %d warm-up + %d measured steps x %d round(s); samples/s and step_s are medians, the rest "
+      "means over measured steps\n",
+      a.m, a.m, a.warmup, a.steps, a.rounds);
   std::printf("2-stage split, planner (cost = compute): stage 0 = %s | stage 1 = %s\n",
               DescribeBlocks(c, 0, planner_boundary).c_str(), DescribeBlocks(c, planner_boundary, n).c_str());
   if (try_params) {
-    std::printf("2-stage split, -params rows (cost = parameter count, forced with memory_per_stage): stage 0 = %s | "
-                "stage 1 = %s\n",
-                DescribeBlocks(c, 0, param_boundary).c_str(), DescribeBlocks(c, param_boundary, n).c_str());
+    std::printf(
+        "2-stage split, -params rows (cost = parameter count, forced with memory_per_stage): stage 0 = %s | "
+        "stage 1 = %s\n",
+        DescribeBlocks(c, 0, param_boundary).c_str(), DescribeBlocks(c, param_boundary, n).c_str());
   }
-  std::printf("machine: 1-thread GEMM %.1f GFLOP/s (%.1f..%.1f over the run), 2 threads at once %.1f GFLOP/s in "
-              "total = %.2fx: the ceiling for 2 single-threaded stages here (medians of 2 per round + 2 after)\n",
-              Median(gemm1), *gemm1_min, *gemm1_max, Median(gemm2), gemm_scaling);
-  std::printf("bubble = 1 - sum_s(fwd_s + bwd_s) / (p * step_s); theory = (p-1)/(m+p-1); simulated = the schedule "
-              "timed with the run's own per-stage F/B costs (imbalance, no comm); others/steal = CPU cores used by "
-              "other processes / stolen by the hypervisor, averaged over the run; coord ms = the coordinator's serial "
-              "work per step: sampling + shell before the stages start, clipping + AdamW after\n\n");
-  std::printf("%-20s %9s %8s %19s %7s %7s %9s %6s %6s %11s  %s\n", "variant", "samples/s", "step_s",
-              "speedup (range)", "bubble", "theory", "simulated", "others", "steal", "coord ms",
+  std::printf(
+      "machine: 1-thread GEMM %.1f GFLOP/s (%.1f..%.1f over the run), 2 threads at once %.1f GFLOP/s in "
+      "total = %.2fx: the ceiling for 2 single-threaded stages here (medians of 2 per round + 2 after)\n",
+      Median(gemm1), *gemm1_min, *gemm1_max, Median(gemm2), gemm_scaling);
+  std::printf(
+      "bubble = 1 - sum_s(fwd_s + bwd_s) / (p * step_s); theory = (p-1)/(m+p-1); simulated = the schedule "
+      "timed with the run's own per-stage F/B costs (imbalance, no comm); others/steal = CPU cores used by "
+      "other processes / stolen by the hypervisor, averaged over the run; coord ms = the coordinator's serial "
+      "work per step: sampling + shell before the stages start, clipping + AdamW after\n\n");
+  std::printf("%-20s %9s %8s %19s %7s %7s %9s %6s %6s %11s  %s\n", "variant", "samples/s", "step_s", "speedup (range)",
+              "bubble", "theory", "simulated", "others", "steal", "coord ms",
               "per stage: fwd / bwd / idle seconds per step");
   std::map<std::string, double> sps, bubble, simulated, speedups;
   double max_others = 0;
@@ -507,11 +527,12 @@ int Main(int argc, char** argv) {
   const double speedup = speedups["2st/1f1b/rc"];
   const std::string best_sched = speedups["2st/1f1b/rc"] >= speedups["2st/gpipe/rc"] ? "1f1b" : "gpipe";
   const double best2 = std::max(speedups["2st/1f1b/rc"], speedups["2st/gpipe/rc"]);
-  std::printf("\nspeedup_2_stages = %.3fx (2 stages / 1 stage, 1f1b, recompute, planner's split; median over rounds "
-              "of the ratio to the bracketing 1-stage runs; best 2-stage schedule: %s at %.3fx); target >= 1.7x: %s\n",
-              speedup, best_sched.c_str(), best2, speedup >= 1.7 ? "met" : "MISSED");
-  std::printf("bubble (2 stages, 1f1b, recompute): measured %.3f, simulated %.3f, theory %.3f\n",
-              bubble["2st/1f1b/rc"], simulated["2st/1f1b/rc"], theory2);
+  std::printf(
+      "\nspeedup_2_stages = %.3fx (2 stages / 1 stage, 1f1b, recompute, planner's split; median over rounds "
+      "of the ratio to the bracketing 1-stage runs; best 2-stage schedule: %s at %.3fx); target >= 1.7x: %s\n",
+      speedup, best_sched.c_str(), best2, speedup >= 1.7 ? "met" : "MISSED");
+  std::printf("bubble (2 stages, 1f1b, recompute): measured %.3f, simulated %.3f, theory %.3f\n", bubble["2st/1f1b/rc"],
+              simulated["2st/1f1b/rc"], theory2);
   // Drift-free view: if the 2 stages together did exactly the 1-stage run's compute, the speedup would be
   // p(1 - bubble_2) / (1 - bubble_1), from bubbles that are each measured within one run.
   auto equal_work = [&](const std::string& label) {
@@ -521,16 +542,17 @@ int Main(int argc, char** argv) {
     }
     return bubble.count(label) && !one_stage.empty() ? 2 * (1 - bubble.at(label)) / (1 - Mean(one_stage)) : NAN;
   };
-  std::printf("speedup at equal work, 2(1 - bubble_2st) / (1 - bubble_1st): planner split %.3fx, parameter-count "
-              "split %.3fx (1f1b, recompute); the measured speedup falls below this by the extra compute time of 2 "
-              "busy cores plus noise\n",
-              equal_work("2st/1f1b/rc"), equal_work("2st-params/1f1b/rc"));
+  std::printf(
+      "speedup at equal work, 2(1 - bubble_2st) / (1 - bubble_1st): planner split %.3fx, parameter-count "
+      "split %.3fx (1f1b, recompute); the measured speedup falls below this by the extra compute time of 2 "
+      "busy cores plus noise\n",
+      equal_work("2st/1f1b/rc"), equal_work("2st-params/1f1b/rc"));
   const double speedup_params = try_params ? speedups["2st-params/1f1b/rc"] : NAN;
   if (try_params) {
-    std::printf("parameter-count split (1f1b, recompute): speedup %.3fx, bubble measured %.3f, simulated %.3f; "
-                "planner (compute) split / parameter-count split = %.3fx\n",
-                speedup_params, bubble["2st-params/1f1b/rc"], simulated["2st-params/1f1b/rc"],
-                speedup / speedup_params);
+    std::printf(
+        "parameter-count split (1f1b, recompute): speedup %.3fx, bubble measured %.3f, simulated %.3f; "
+        "planner (compute) split / parameter-count split = %.3fx\n",
+        speedup_params, bubble["2st-params/1f1b/rc"], simulated["2st-params/1f1b/rc"], speedup / speedup_params);
   }
 
   std::string raw;
@@ -558,14 +580,13 @@ int Main(int argc, char** argv) {
       "\"micro_batch_size\":1,\"lora_rank\":%lld,\"lora_targets\":\"%s\",\"dtype\":\"fp32\",\"threads\":1,"
       "\"warmup_steps\":%d,\"measured_steps\":%d,\"rounds\":%d}}\n",
       num(speedup).c_str(), num(best2).c_str(), best_sched.c_str(), num(equal_work("2st/1f1b/rc")).c_str(),
-      num(equal_work("2st-params/1f1b/rc")).c_str(), num(speedup_params).c_str(),
-      num(bubble["2st/1f1b/rc"]).c_str(), num(simulated["2st/1f1b/rc"]).c_str(), theory2,
-      num(try_params ? bubble["2st-params/1f1b/rc"] : NAN).c_str(), num(sps["1st/1f1b/rc"]).c_str(),
-      num(sps["2st/1f1b/rc"]).c_str(), num(try_params ? sps["2st-params/1f1b/rc"] : NAN).c_str(),
-      num(a.only.empty() ? local_sps : NAN).c_str(), Median(gemm1), gemm_scaling, max_others,
-      (long long)planner_boundary, raw.c_str(), (long long)a.dim, (long long)a.double_blocks,
-      (long long)a.single_blocks, (long long)a.joint, (long long)img_tokens, (long long)a.text, a.m,
-      (long long)a.rank, a.targets.c_str(), a.warmup, a.steps, a.rounds);
+      num(equal_work("2st-params/1f1b/rc")).c_str(), num(speedup_params).c_str(), num(bubble["2st/1f1b/rc"]).c_str(),
+      num(simulated["2st/1f1b/rc"]).c_str(), theory2, num(try_params ? bubble["2st-params/1f1b/rc"] : NAN).c_str(),
+      num(sps["1st/1f1b/rc"]).c_str(), num(sps["2st/1f1b/rc"]).c_str(),
+      num(try_params ? sps["2st-params/1f1b/rc"] : NAN).c_str(), num(a.only.empty() ? local_sps : NAN).c_str(),
+      Median(gemm1), gemm_scaling, max_others, (long long)planner_boundary, raw.c_str(), (long long)a.dim,
+      (long long)a.double_blocks, (long long)a.single_blocks, (long long)a.joint, (long long)img_tokens,
+      (long long)a.text, a.m, (long long)a.rank, a.targets.c_str(), a.warmup, a.steps, a.rounds);
   if (!a.keep) (void)RemoveAll(dir);
   return 0;
 }

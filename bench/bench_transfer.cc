@@ -6,7 +6,11 @@
 // a transfer or two to settle). The last line is one JSON object.
 //
 //   bench_transfer [--chunk_kib=1024] [--reps=5] [--max_mib=256]
+#include <ATen/ATen.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
 #include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -22,15 +26,10 @@
 #include <thread>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <absl/strings/str_cat.h>
-#include <absl/strings/str_format.h>
-#include <grpcpp/grpcpp.h>
-
 #include "baton/v1/stage.grpc.pb.h"
-#include "core/tensor/envelope.h"
-#include "core/util/grpc_options.h"
-#include "core/util/grpc_status.h"
+#include "rpc/envelope.h"
+#include "rpc/grpc_options.h"
+#include "rpc/grpc_status.h"
 
 namespace baton {
 namespace {
@@ -144,10 +143,14 @@ int Main(int argc, char** argv) {
   int max_mib = 256;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--chunk_kib=", 0) == 0) chunk_bytes = std::stoul(a.substr(12)) << 10;
-    else if (a.rfind("--reps=", 0) == 0) reps = std::stoi(a.substr(7));
-    else if (a.rfind("--max_mib=", 0) == 0) max_mib = std::stoi(a.substr(10));
-    else Die("usage: bench_transfer [--chunk_kib=N] [--reps=N] [--max_mib=N]");
+    if (a.rfind("--chunk_kib=", 0) == 0)
+      chunk_bytes = std::stoul(a.substr(12)) << 10;
+    else if (a.rfind("--reps=", 0) == 0)
+      reps = std::stoi(a.substr(7));
+    else if (a.rfind("--max_mib=", 0) == 0)
+      max_mib = std::stoi(a.substr(10));
+    else
+      Die("usage: bench_transfer [--chunk_kib=N] [--reps=N] [--max_mib=N]");
   }
   if (chunk_bytes == 0 || reps < 1) Die("--chunk_kib and --reps must be positive");
 

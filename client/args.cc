@@ -16,7 +16,8 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv, const std
       args.help_ = true;
       return args;
     }
-    if (!absl::StartsWith(arg, "--")) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    if (!absl::StartsWith(arg, "--"))
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
     std::string name = arg.substr(2), value;
     bool has_value = false;
     if (auto eq = name.find('='); eq != std::string::npos) {

@@ -4,11 +4,11 @@
 // not a multi-command client.)
 #pragma once
 
+#include <absl/status/statusor.h>
+
 #include <map>
 #include <string>
 #include <vector>
-
-#include <absl/status/statusor.h>
 
 namespace baton {
 

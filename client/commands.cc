@@ -1,8 +1,5 @@
 #include "client/commands.h"
 
-#include <cstdio>
-#include <iostream>
-
 #include <ATen/Parallel.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
@@ -10,7 +7,11 @@
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 
+#include <cstdio>
+#include <iostream>
+
 #include "core/data/cache.h"
+#include "core/encode/flux2_encoder.h"
 #include "core/model/flux2_keys.h"
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
@@ -21,7 +22,6 @@
 #include "core/train/local_trainer.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
-#include "encoder_worker/flux2_encoder.h"
 
 namespace baton {
 namespace {
@@ -98,7 +98,8 @@ absl::Status Forward(const Args& args) {
     return absl::InvalidArgumentError(absl::StrCat("hidden_states must be [B, S_img, ", c.in_channels, "]"));
   }
   if (ehs.dim() != 3 || ehs.size(2) != c.joint_attention_dim || ehs.size(0) != hs.size(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("encoder_hidden_states must be [B, S_txt, ", c.joint_attention_dim, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("encoder_hidden_states must be [B, S_txt, ", c.joint_attention_dim, "]"));
   }
   auto ids = [](at::Tensor t) { return t.dim() == 3 ? t[0] : t; };  // diffusers accepts batched ids too
   at::Tensor img_ids = ids(inputs["img_ids"]), txt_ids = ids(inputs["txt_ids"]);
@@ -155,7 +156,8 @@ absl::Status TextEncode(const Args& args) {
     }
     ids = inputs["input_ids"].to(at::kLong);
     // Straight into the text encoder: no template, no padding, positions 0..L-1.
-    ASSIGN_OR_RETURN(embeds, encoder->text_encoder().Encode(ids, at::Tensor(), Flux2HiddenStateLayers(encoder->family())));
+    ASSIGN_OR_RETURN(embeds,
+                     encoder->text_encoder().Encode(ids, at::Tensor(), Flux2HiddenStateLayers(encoder->family())));
   }
   RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), {{"input_ids", ids}, {"prompt_embeds", embeds}}));
   std::printf("wrote %s: input_ids [%s], prompt_embeds [%s]\n", args.Get("output").c_str(),

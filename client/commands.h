@@ -2,11 +2,11 @@
 // dispatches. Commands that talk to a running coordinator arrive with the job API.
 #pragma once
 
+#include <absl/status/status.h>
+
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <absl/status/status.h>
 
 #include "client/args.h"
 

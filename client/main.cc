@@ -4,6 +4,4 @@
 
 #include "client/commands.h"
 
-int main(int argc, char** argv) {
-  return baton::RunClient(std::vector<std::string>(argv + 1, argv + argc));
-}
+int main(int argc, char** argv) { return baton::RunClient(std::vector<std::string>(argv + 1, argv + argc)); }

@@ -1,5 +1,8 @@
 #include "coordinator/checkpoint.h"
 
+#include <absl/strings/match.h>
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,10 +13,6 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-
-#include <absl/strings/match.h>
-#include <absl/strings/numbers.h>
-#include <absl/strings/str_cat.h>
 #include <nlohmann/json.hpp>
 
 #include "core/tensor/safetensors.h"
@@ -104,8 +103,8 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir) {
     if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
       return bad(absl::StrCat("bad file name \"", name, "\""));
     }
-    if (!rec.is_object() || !rec.contains("bytes") || !rec["bytes"].is_number_unsigned() ||
-        !rec.contains("sha256") || !rec["sha256"].is_string() || rec["sha256"].get<std::string>().size() != 64) {
+    if (!rec.is_object() || !rec.contains("bytes") || !rec["bytes"].is_number_unsigned() || !rec.contains("sha256") ||
+        !rec["sha256"].is_string() || rec["sha256"].get<std::string>().size() != 64) {
       return bad(absl::StrCat("files.", name, " needs unsigned \"bytes\" and 64-hex-digit \"sha256\""));
     }
     m.files[name] = FileRecord{rec["bytes"].get<uint64_t>(), rec["sha256"].get<std::string>()};
@@ -131,16 +130,14 @@ absl::StatusOr<Manifest> VerifyCheckpointDir(const std::string& dir, int64_t ste
         return absl::DataLossError(absl::StrCat("cannot stat ", path, ": ", std::strerror(errno)));
       }
       if (static_cast<uint64_t>(st.st_size) != rec.bytes) {
-        return absl::DataLossError(
-            absl::StrCat(path, ": size ", st.st_size, " bytes, state.json records ", rec.bytes));
+        return absl::DataLossError(absl::StrCat(path, ": size ", st.st_size, " bytes, state.json records ", rec.bytes));
       }
       continue;
     }
     auto data = ReadFile(path);
     if (!data.ok()) return absl::DataLossError(std::string(data.status().message()));
     if (data->size() != rec.bytes) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": size ", data->size(), " bytes, state.json records ", rec.bytes));
+      return absl::DataLossError(absl::StrCat(path, ": size ", data->size(), " bytes, state.json records ", rec.bytes));
     }
     std::string actual = Sha256Hex(*data);
     if (actual != rec.sha256) {
@@ -207,9 +204,8 @@ absl::StatusOr<std::string> SerializeLora(const std::map<std::string, at::Tensor
   for (const auto& [key, t] : lora) {
     if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat("LoRA tensor '", key, "' is undefined"));
     if (!at::isFloatingType(t.scalar_type())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("LoRA tensor '", key, "' has dtype ", c10::toString(t.scalar_type()),
-                       "; expected floating point"));
+      return absl::InvalidArgumentError(absl::StrCat("LoRA tensor '", key, "' has dtype ",
+                                                     c10::toString(t.scalar_type()), "; expected floating point"));
     }
     RETURN_IF_ERROR(TorchCall("LoRA tensor to fp32", [&] { fp32[key] = t.detach().to(at::kFloat); }));
   }
@@ -251,8 +247,11 @@ absl::Status WriteCheckpoint(const std::string& output_dir, const TrainingState&
       RETURN_IF_ERROR(WriteFileAtomic(JoinPath(tmp, name), data));
       files[name] = {{"bytes", static_cast<uint64_t>(data.size())}, {"sha256", Sha256Hex(data)}};
     }
-    nlohmann::json manifest = {{"version", kFormatVersion}, {"step", state.step}, {"job_hash", state.job_hash},
-                               {"extra", extra},           {"files", files}};
+    nlohmann::json manifest = {{"version", kFormatVersion},
+                               {"step", state.step},
+                               {"job_hash", state.job_hash},
+                               {"extra", extra},
+                               {"files", files}};
     std::string text;
     try {
       text = manifest.dump(2);

@@ -6,14 +6,14 @@
 // Not thread-safe per output_dir: one writer (the coordinator) at a time.
 #pragma once
 
+#include <ATen/ATen.h>
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <absl/status/status.h>
-#include <absl/status/statusor.h>
 
 namespace baton {
 

@@ -1,14 +1,14 @@
 #include "coordinator/encoder_client.h"
 
-#include <cstdio>
-
 #include <absl/strings/str_cat.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cstdio>
+
 #include "baton/v1/encoder.grpc.pb.h"
-#include "core/util/grpc_options.h"
-#include "core/util/grpc_status.h"
 #include "core/util/log.h"
+#include "rpc/grpc_options.h"
+#include "rpc/grpc_status.h"
 
 namespace baton {
 
@@ -40,8 +40,8 @@ absl::Status EncodeOnWorker(const JobConfig& job, absl::Duration timeout, bool q
   if (!s.ok()) return s;
   for (const auto& e : last.errors()) LogWarning("encoder worker: ", e);
   if (last.encoded() + last.kept() == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("encoder worker ", address, " produced no samples from ",
-                                                      job.encode.images));
+    return absl::FailedPreconditionError(
+        absl::StrCat("encoder worker ", address, " produced no samples from ", job.encode.images));
   }
   if (!quiet) {
     std::printf("cache %s ready: %lld encoded, %lld unchanged, %d failed\n", job.dataset.c_str(),

@@ -1,5 +1,11 @@
 #include "coordinator/local_workers.h"
 
+#include <absl/strings/match.h>
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <absl/strings/strip.h>
+#include <absl/time/clock.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,13 +18,6 @@
 #include <cstring>
 #include <deque>
 #include <thread>
-
-#include <absl/strings/match.h>
-#include <absl/strings/numbers.h>
-#include <absl/strings/str_cat.h>
-#include <absl/strings/str_join.h>
-#include <absl/strings/strip.h>
-#include <absl/time/clock.h>
 
 #include "core/util/log.h"
 
@@ -80,8 +79,8 @@ size_t FormatInt(int v, char* buf) {
 struct LocalWorkers::Child {
   int index = 0;
   std::vector<std::string> argv;
-  std::string command;  // argv joined, for messages
-  std::thread reader;   // forks the child, then forwards its output until told to stop
+  std::string command;     // argv joined, for messages
+  std::thread reader;      // forks the child, then forwards its output until told to stop
   int wake[2] = {-1, -1};  // writing to wake[1] tells the reader to drain and exit
 
   // Guarded by LocalWorkers::mu_.
@@ -250,15 +249,14 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(int n, const L
   if (::access(binary.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("stage worker binary ", binary, " is not executable: ", ErrnoText(),
-                     options.binary.empty() ? " (build stage_worker next to the coordinator, or pass --workers)"
-                                            : ""));
+                     options.binary.empty() ? " (build stage_worker next to the coordinator, or pass --workers)" : ""));
   }
   std::unique_ptr<LocalWorkers> w(new LocalWorkers());
   for (int i = 0; i < n; ++i) {
     auto c = std::make_unique<Child>();
     c->index = i;
-    c->argv = {binary, "--listen", "127.0.0.1:0", "--threads", absl::StrCat(options.threads), "--device",
-               options.device};
+    c->argv = {binary,     "--listen",    "127.0.0.1:0", "--threads", absl::StrCat(options.threads),
+               "--device", options.device};
     c->argv.insert(c->argv.end(), options.extra_args.begin(), options.extra_args.end());
     c->command = absl::StrJoin(c->argv, " ");
     if (::pipe2(c->wake, O_CLOEXEC) != 0) {
@@ -309,8 +307,8 @@ absl::Status LocalWorkers::WaitListening(int i, std::chrono::steady_clock::time_
       lock.lock();
     }
     std::string how = c.reaped ? DescribeWaitStatus(c.wait_status) : "closed its output";
-    return absl::UnavailableError(absl::StrCat("stage ", i, " ", how, " before printing LISTENING; command: `",
-                                               c.command, "`", last_output()));
+    return absl::UnavailableError(
+        absl::StrCat("stage ", i, " ", how, " before printing LISTENING; command: `", c.command, "`", last_output()));
   }
   return absl::DeadlineExceededError(absl::StrCat("stage ", i, " (pid ", c.pid,
                                                   ") did not print LISTENING before the start timeout; command: `",

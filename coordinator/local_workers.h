@@ -7,6 +7,9 @@
 // and get SIGKILL if the coordinator dies (PR_SET_PDEATHSIG). Thread-safe.
 #pragma once
 
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+#include <absl/time/time.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -15,10 +18,6 @@
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <absl/status/status.h>
-#include <absl/status/statusor.h>
-#include <absl/time/time.h>
 
 namespace baton {
 
@@ -72,7 +71,7 @@ class LocalWorkers {
   // std::mutex rather than absl::Mutex: Debian's Abseil is not TSan-instrumented, so TSan builds would
   // report false races on everything absl::Mutex guards.
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // a child's start state changed (spawned, LISTENING, output closed)
+  std::condition_variable cv_;                    // a child's start state changed (spawned, LISTENING, output closed)
   std::vector<std::unique_ptr<Child>> children_;  // index = stage; set in Start, then fixed
   std::vector<std::string> addresses_;            // set in Start, then fixed
   bool stopped_ = false;                          // guarded by mu_

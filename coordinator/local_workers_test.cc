@@ -1,5 +1,9 @@
 #include "coordinator/local_workers.h"
 
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_split.h>
+#include <absl/time/clock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -8,11 +12,6 @@
 
 #include <cerrno>
 #include <regex>
-
-#include <absl/strings/numbers.h>
-#include <absl/strings/str_split.h>
-#include <absl/time/clock.h>
-#include <gtest/gtest.h>
 
 #include "core/util/files.h"
 
@@ -234,8 +233,9 @@ TEST(LocalWorkersTest, ForwardsOutputWithStagePrefix) {
   TempDir tmp;
   const std::string dir = tmp.path();
   LocalWorkerOptions opts;
-  opts.binary = WriteFakeWorker(dir, "echo 'hello from stderr' >&2\necho LISTENING 127.0.0.1:7\n"
-                                     "echo 'after listening'\ntouch \"$DIR/done\"\nexec sleep 30");
+  opts.binary = WriteFakeWorker(dir,
+                                "echo 'hello from stderr' >&2\necho LISTENING 127.0.0.1:7\n"
+                                "echo 'after listening'\ntouch \"$DIR/done\"\nexec sleep 30");
   ::testing::internal::CaptureStderr();
   {
     auto w = LocalWorkers::Start(1, opts);

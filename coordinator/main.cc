@@ -1,22 +1,23 @@
 // coordinator: trains a LoRA with the transformer split over --stages stage workers.
 // Without --workers it starts the stage workers itself on loopback and stops them on exit.
-#include <csignal>
-#include <cstdio>
-#include <string>
-#include <vector>
-
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/usage.h>
 #include <absl/strings/str_split.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 #include "coordinator/pipeline_trainer.h"
 #include "core/util/log.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages");
 ABSL_FLAG(std::string, job, "", "job YAML file (required)");
-ABSL_FLAG(std::string, workers, "", "comma-separated host:port of running stage workers, one per stage "
-                                    "(default: start them locally on loopback)");
+ABSL_FLAG(std::string, workers, "",
+          "comma-separated host:port of running stage workers, one per stage "
+          "(default: start them locally on loopback)");
 ABSL_FLAG(int64_t, steps, 0, "override the job's step count");
 ABSL_FLAG(std::string, output, "out/run", "output folder: lora.safetensors, train_log.jsonl, checkpoints/");
 ABSL_FLAG(bool, resume, false, "continue from the newest complete checkpoint in --output");

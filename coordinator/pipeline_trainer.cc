@@ -1,5 +1,9 @@
 #include "coordinator/pipeline_trainer.h"
 
+#include <ATen/Parallel.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,11 +15,6 @@
 #include <optional>
 #include <set>
 #include <thread>
-
-#include <ATen/Parallel.h>
-#include <absl/strings/str_cat.h>
-#include <absl/strings/str_format.h>
-#include <absl/strings/str_join.h>
 
 #include "coordinator/checkpoint.h"
 #include "coordinator/encoder_client.h"
@@ -100,8 +99,8 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   const int p = options.stages;
   if (p < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
   if (!options.workers.empty() && static_cast<int>(options.workers.size()) != p) {
-    return absl::InvalidArgumentError(absl::StrCat("--workers lists ", options.workers.size(), " addresses for ", p,
-                                                   " stages"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workers lists ", options.workers.size(), " addresses for ", p, " stages"));
   }
   const int64_t total_steps = options.steps > 0 ? options.steps : job.steps;
   const int m = static_cast<int>(job.micro_batches);
@@ -112,10 +111,9 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   if (!job.encode.encoder_worker.empty()) RETURN_IF_ERROR(EncodeOnWorker(job, options.rpc_timeout, options.quiet));
   ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
   if (cache->index().latent_channels != config.in_channels || cache->index().text_dim != config.joint_attention_dim) {
-    return absl::InvalidArgumentError(absl::StrCat("cache ", job.dataset, " does not fit the model (latent channels ",
-                                                   cache->index().latent_channels, " vs ", config.in_channels,
-                                                   ", text dim ", cache->index().text_dim, " vs ",
-                                                   config.joint_attention_dim, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache ", job.dataset, " does not fit the model (latent channels ", cache->index().latent_channels, " vs ",
+        config.in_channels, ", text dim ", cache->index().text_dim, " vs ", config.joint_attention_dim, ")"));
   }
   ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(cache.get(), job, config.guidance_embeds));
   ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*checkpoint, dtype, at::kCPU));
@@ -206,8 +204,8 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     auto state = LoadLatestCheckpoint(options.output_dir);
     if (state.ok()) {
       if (state->job_hash != job_id) {
-        return absl::FailedPreconditionError(absl::StrCat("checkpoint in ", options.output_dir, " is from another job (",
-                                                          state->job_hash, " vs ", job_id, ")"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint in ", options.output_dir, " is from another job (", state->job_hash, " vs ", job_id, ")"));
       }
       resumed = std::move(*state);
     } else if (state.status().code() != absl::StatusCode::kNotFound) {
@@ -326,8 +324,8 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
           RETURN_IF_ERROR(clients[i]->Push(header(0, v1::EnvelopeHeader::LORA_WEIGHTS), weights));
           for (int mb = 0; mb < m; ++mb) {
             if (!rope[i].Has(rope_keys[mb])) {
-              RETURN_IF_ERROR(clients[i]->Push(header(mb, v1::EnvelopeHeader::ROPE),
-                                               RopeTensors(constants[mb], rope_keys[mb])));
+              RETURN_IF_ERROR(
+                  clients[i]->Push(header(mb, v1::EnvelopeHeader::ROPE), RopeTensors(constants[mb], rope_keys[mb])));
               rope[i].Add(rope_keys[mb]);
             }
             RETURN_IF_ERROR(clients[i]->Push(header(mb, v1::EnvelopeHeader::CONSTANTS),
@@ -376,7 +374,8 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
       for (int i = 0; i < p; ++i) {
         for (const absl::Status& s : {run_status[i], feed_status[i]}) {
           if (s.ok()) continue;
-          if (first.ok() || (first.code() == absl::StatusCode::kCancelled && s.code() != absl::StatusCode::kCancelled)) {
+          if (first.ok() ||
+              (first.code() == absl::StatusCode::kCancelled && s.code() != absl::StatusCode::kCancelled)) {
             first = s;
           }
         }

@@ -5,12 +5,12 @@
 // master weights, and sends each stage its new adapters before its next forward.
 #pragma once
 
+#include <absl/status/statusor.h>
+#include <absl/time/time.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <absl/status/statusor.h>
-#include <absl/time/time.h>
 
 #include "core/train/job.h"
 #include "core/train/local_trainer.h"

@@ -3,10 +3,10 @@
 #include <absl/strings/str_cat.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include "core/tensor/envelope.h"
-#include "core/tensor/wire.h"
-#include "core/util/grpc_options.h"
-#include "core/util/grpc_status.h"
+#include "rpc/envelope.h"
+#include "rpc/grpc_options.h"
+#include "rpc/grpc_status.h"
+#include "rpc/wire.h"
 
 namespace baton {
 

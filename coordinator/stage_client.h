@@ -2,14 +2,14 @@
 // stage's index and address (and the step where there is one), so a dead or absent worker is named.
 #pragma once
 
+#include <absl/status/statusor.h>
+#include <absl/time/time.h>
+#include <grpcpp/grpcpp.h>
+
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-
-#include <absl/status/statusor.h>
-#include <absl/time/time.h>
-#include <grpcpp/grpcpp.h>
 
 #include "baton/v1/stage.grpc.pb.h"
 #include "core/pipeline/stage_io.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "encoder_worker/image.h"
+#include "core/image/image.h"
 
 namespace baton {
 

@@ -1,11 +1,11 @@
 #include "encoder_worker/cache_builder.h"
 
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
 #include <chrono>
 #include <filesystem>
 #include <set>
-
-#include <absl/strings/str_cat.h>
-#include <absl/strings/str_join.h>
 
 #include "core/data/cache.h"
 #include "core/util/files.h"
@@ -20,11 +20,6 @@ using Clock = std::chrono::steady_clock;
 std::string RecordFile(const std::string& id) { return absl::StrCat("records/", id, ".safetensors"); }
 
 }  // namespace
-
-at::Tensor ImageToPixels(const Image& image) {
-  at::Tensor t = at::from_blob(const_cast<uint8_t*>(image.pixels.data()), {image.height, image.width, 3}, at::kByte);
-  return t.permute({2, 0, 1}).unsqueeze(0).to(at::kFloat).div(127.5).sub(1.0).contiguous();
-}
 
 absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,
                                             const std::function<void(const CacheBuildProgress&)>& on_progress) {
@@ -57,8 +52,8 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
     if (PathExists(JoinPath(options.cache_dir, file))) {
       CacheRecordInfo info;
       std::string record_encoder;
-      auto existing = ReadCacheRecord(options.cache_dir, file, index.latent_channels, index.text_dim, &info,
-                                      &record_encoder);
+      auto existing =
+          ReadCacheRecord(options.cache_dir, file, index.latent_channels, index.text_dim, &info, &record_encoder);
       if (existing.ok() && info.hash == sample.content_hash && info.bucket == bucket.ToString() &&
           record_encoder == index.encoder) {
         index.records.push_back(info);

@@ -5,33 +5,20 @@
 // are reported and the rest of the dataset still encodes.
 #pragma once
 
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <absl/status/statusor.h>
-
+#include "core/encode/sample_encoder.h"
+#include "core/image/image.h"
 #include "encoder_worker/bucket.h"
 #include "encoder_worker/dataset.h"
-#include "encoder_worker/image.h"
 
 namespace baton {
-
-// What turns one sample into cache tensors. The real one is Flux2SampleEncoder (VAE + text encoder).
-class SampleEncoder {
- public:
-  virtual ~SampleEncoder() = default;
-  // Names the models and settings; a record made by another identity is re-encoded.
-  virtual std::string identity() const = 0;
-  virtual int64_t latent_channels() const = 0;
-  virtual int64_t text_dim() const = 0;
-  // image: already resized/cropped to its bucket → packed latents [grid_h·grid_w, C] fp32.
-  virtual absl::StatusOr<at::Tensor> EncodeImage(const Image& image) = 0;
-  // caption → prompt embeddings [L, J] fp32.
-  virtual absl::StatusOr<at::Tensor> EncodeText(const std::string& caption) = 0;
-};
 
 struct CacheBuildOptions {
   std::string dataset_dir;
@@ -48,17 +35,14 @@ struct CacheBuildProgress {
 };
 
 struct CacheBuildReport {
-  int64_t samples = 0;       // images found with captions
-  int64_t encoded = 0;       // newly encoded (including re-encoded corrupt ones)
-  int64_t kept = 0;          // unchanged records skipped
+  int64_t samples = 0;  // images found with captions
+  int64_t encoded = 0;  // newly encoded (including re-encoded corrupt ones)
+  int64_t kept = 0;     // unchanged records skipped
   int64_t reencoded_corrupt = 0;
   std::vector<FileError> errors;  // scan and encode errors, per file
   double seconds = 0;
   double seconds_per_encoded_sample = 0;
 };
-
-// Pixels in [0, 255] RGB8 → [1, 3, H, W] fp32 in [-1, 1] (what the VAE expects).
-at::Tensor ImageToPixels(const Image& image);
 
 absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,
                                             const std::function<void(const CacheBuildProgress&)>& on_progress = {});

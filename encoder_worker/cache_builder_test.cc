@@ -19,8 +19,8 @@ class FakeEncoder : public SampleEncoder {
   int64_t text_dim() const override { return 4; }
   absl::StatusOr<at::Tensor> EncodeImage(const Image& image) override {
     ++image_calls;
-    at::Tensor px = ImageToPixels(image);  // [1, 3, H, W]
-    at::Tensor pooled = at::avg_pool2d(px, 16).squeeze(0);  // [3, H/16, W/16]
+    at::Tensor px = ImageToPixels(image);                                      // [1, 3, H, W]
+    at::Tensor pooled = at::avg_pool2d(px, 16).squeeze(0);                     // [3, H/16, W/16]
     return pooled.flatten(1).t().repeat({1, 3}).narrow(1, 0, 8).contiguous();  // [tokens, 8]
   }
   absl::StatusOr<at::Tensor> EncodeText(const std::string& caption) override {

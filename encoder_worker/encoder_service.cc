@@ -1,16 +1,16 @@
 #include "encoder_worker/encoder_service.h"
 
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <thread>
 
-#include <absl/strings/str_cat.h>
-#include <absl/strings/str_format.h>
-
-#include "core/util/grpc_options.h"
-#include "core/util/grpc_status.h"
 #include "core/util/log.h"
+#include "rpc/grpc_options.h"
+#include "rpc/grpc_status.h"
 
 namespace baton {
 namespace {
@@ -34,8 +34,8 @@ std::string RenderEncodeProgress(const CacheBuildProgress& p, double seconds_per
   double rate = p.done > 0 ? p.elapsed_seconds / static_cast<double>(p.done) : 0;
   double eta = rate * static_cast<double>(p.total - p.done);
   return absl::StrFormat("[%s%s] %d/%d  encoded %d  kept %d  failed %d  %.2f s/sample  ETA %.0fs  %s",
-                         std::string(filled, '#'), std::string(width - filled, '.'), p.done, p.total, p.encoded,
-                         p.kept, p.failed, seconds_per_encoded > 0 ? seconds_per_encoded : rate, eta, p.current);
+                         std::string(filled, '#'), std::string(width - filled, '.'), p.done, p.total, p.encoded, p.kept,
+                         p.failed, seconds_per_encoded > 0 ? seconds_per_encoded : rate, eta, p.current);
 }
 
 grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v1::EncodeDatasetRequest* req,

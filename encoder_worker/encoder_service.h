@@ -2,10 +2,10 @@
 // EncoderService the coordinator calls to (re)build a cache on demand. Both drive BuildCache.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <mutex>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "baton/v1/encoder.grpc.pb.h"
 #include "encoder_worker/cache_builder.h"

@@ -1,20 +1,19 @@
 // encoder_worker: images + captions → the training cache, on CPU. Batch mode encodes one dataset and
 // exits (non-zero when any file failed); with --listen it serves EncoderService for the coordinator.
-#include <unistd.h>
-
-#include <cstdio>
-#include <string>
-
 #include <ATen/Parallel.h>
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/usage.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <string>
+
+#include "core/encode/flux2_encoder.h"
 #include "core/train/common.h"
 #include "core/util/log.h"
 #include "encoder_worker/encoder_service.h"
-#include "encoder_worker/flux2_encoder.h"
 
 ABSL_FLAG(std::string, dataset, "", "dataset folder: images with same-named .txt captions");
 ABSL_FLAG(std::string, cache, "", "cache folder to write (reruns keep unchanged samples)");
@@ -33,7 +32,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   baton::SetLogTag("encoder_worker");
   if (absl::GetFlag(FLAGS_model).empty() ||
-      (absl::GetFlag(FLAGS_listen).empty() && (absl::GetFlag(FLAGS_dataset).empty() || absl::GetFlag(FLAGS_cache).empty()))) {
+      (absl::GetFlag(FLAGS_listen).empty() &&
+       (absl::GetFlag(FLAGS_dataset).empty() || absl::GetFlag(FLAGS_cache).empty()))) {
     std::fprintf(stderr, "encoder_worker: --model and either --dataset/--cache or --listen are required (--help)\n");
     return 2;
   }
@@ -74,10 +74,11 @@ int main(int argc, char** argv) {
   for (const auto& e : report->errors) std::fprintf(stderr, "error: %s\n", std::string(e.status.message()).c_str());
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
-  std::printf("encoded %lld, kept %lld unchanged, %zu failed of %lld samples in %.1f s (%.3f s per encoded sample, "
-              "peak RSS %.0f MiB); cache: %s\n",
-              static_cast<long long>(report->encoded), static_cast<long long>(report->kept), report->errors.size(),
-              static_cast<long long>(report->samples), report->seconds, report->seconds_per_encoded_sample,
-              usage.ru_maxrss / 1024.0, build.cache_dir.c_str());
+  std::printf(
+      "encoded %lld, kept %lld unchanged, %zu failed of %lld samples in %.1f s (%.3f s per encoded sample, "
+      "peak RSS %.0f MiB); cache: %s\n",
+      static_cast<long long>(report->encoded), static_cast<long long>(report->kept), report->errors.size(),
+      static_cast<long long>(report->samples), report->seconds, report->seconds_per_encoded_sample,
+      usage.ru_maxrss / 1024.0, build.cache_dir.c_str());
   return report->errors.empty() ? 0 : 1;
 }

@@ -1,8 +1,8 @@
 #include "stage_worker/inbox.h"
 
-#include <chrono>
-
 #include <absl/strings/str_cat.h>
+
+#include <chrono>
 
 namespace baton {
 

@@ -3,6 +3,10 @@
 // can be cut short by cancellation, so a lost neighbour is an error, never a hang.
 #pragma once
 
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+#include <absl/time/time.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -10,10 +14,6 @@
 #include <mutex>
 #include <string>
 #include <tuple>
-
-#include <ATen/ATen.h>
-#include <absl/status/statusor.h>
-#include <absl/time/time.h>
 
 #include "baton/v1/stage.pb.h"
 

@@ -1,13 +1,13 @@
 // stage_worker: one pipeline stage. Serves StageService over gRPC; prints "LISTENING host:port" on stdout
 // once it accepts calls (the coordinator's embedded mode reads that line).
-#include <cstdio>
-#include <string>
-
+#include <ATen/Parallel.h>
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/usage.h>
 #include <absl/strings/str_cat.h>
-#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <string>
 
 #include "core/util/log.h"
 #include "stage_worker/stage_service.h"

@@ -2,9 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "core/tensor/envelope.h"
-#include "core/util/grpc_options.h"
-#include "core/util/grpc_status.h"
+#include "rpc/envelope.h"
+#include "rpc/grpc_options.h"
+#include "rpc/grpc_status.h"
 
 namespace baton {
 
@@ -37,8 +37,8 @@ absl::Status PeerSender::Flush(absl::Duration timeout) {
                            [&] { return (queue_.empty() && !busy_) || !error_.ok(); });
   if (!error_.ok()) return error_;
   if (!done) {
-    return absl::DeadlineExceededError(absl::StrCat("sending to ", peer_name_, " did not finish within ",
-                                                    absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("sending to ", peer_name_, " did not finish within ", absl::FormatDuration(timeout)));
   }
   return absl::OkStatus();
 }
@@ -77,10 +77,10 @@ void PeerSender::Loop() {
       busy_ = false;
       bytes_sent_ += bytes;
       if (!status.ok() && error_.ok()) {
-        error_ = absl::Status(status.code(), absl::StrCat("sending ", v1::EnvelopeHeader::Kind_Name(item.first.kind()),
-                                                          " of step ", item.first.step(), " micro-batch ",
-                                                          item.first.micro_batch(), " to ", peer_name_, ": ",
-                                                          status.message()));
+        error_ = absl::Status(
+            status.code(),
+            absl::StrCat("sending ", v1::EnvelopeHeader::Kind_Name(item.first.kind()), " of step ", item.first.step(),
+                         " micro-batch ", item.first.micro_batch(), " to ", peer_name_, ": ", status.message()));
         queue_.clear();
       }
     }

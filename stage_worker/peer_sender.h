@@ -3,15 +3,15 @@
 // later call reports it, naming the peer, so the step fails with a clear error instead of hanging.
 #pragma once
 
+#include <absl/status/status.h>
+#include <absl/time/time.h>
+
 #include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-
-#include <absl/status/status.h>
-#include <absl/time/time.h>
 
 #include "baton/v1/stage.grpc.pb.h"
 #include "core/pipeline/stage_io.h"

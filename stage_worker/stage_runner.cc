@@ -1,11 +1,11 @@
 #include "stage_worker/stage_runner.h"
 
-#include <chrono>
-
 #include <ATen/Parallel.h>
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <torch/csrc/autograd/autograd.h>
+
+#include <chrono>
 
 #include "core/lora/lora.h"
 #include "core/train/batches.h"
@@ -50,8 +50,8 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   }
   if (req.job_id().empty()) return absl::InvalidArgumentError("Configure: job_id is empty");
   if (req.num_stages() < 1 || req.stage_index() < 0 || req.stage_index() >= req.num_stages()) {
-    return absl::InvalidArgumentError(absl::StrCat("Configure: stage_index ", req.stage_index(), " of ",
-                                                   req.num_stages(), " stages"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Configure: stage_index ", req.stage_index(), " of ", req.num_stages(), " stages"));
   }
   if (req.threads() > 0) at::set_num_threads(req.threads());
   ASSIGN_OR_RETURN(dtype_, ParseDtype(req.dtype().empty() ? "fp32" : req.dtype()));
@@ -61,9 +61,8 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   checkpoint_ = std::move(*checkpoint);
   const Flux2Config& c = checkpoint_->config();
   if (req.block_begin() < 0 || req.block_begin() >= req.block_end() || req.block_end() > c.num_blocks()) {
-    return absl::InvalidArgumentError(absl::StrCat("Configure: block range [", req.block_begin(), ", ",
-                                                   req.block_end(), ") is not inside the model's ", c.num_blocks(),
-                                                   " blocks"));
+    return absl::InvalidArgumentError(absl::StrCat("Configure: block range [", req.block_begin(), ", ", req.block_end(),
+                                                   ") is not inside the model's ", c.num_blocks(), " blocks"));
   }
   LoraSpec spec;
   spec.rank = req.lora().rank();
@@ -76,14 +75,12 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   config_ = req;
   const absl::Duration timeout = options_.wait_timeout;
   if (!req.next_address().empty()) {
-    next_ = std::make_unique<PeerSender>(req.next_address(),
-                                         absl::StrCat("stage ", req.stage_index() + 1, " (", req.next_address(), ")"),
-                                         timeout);
+    next_ = std::make_unique<PeerSender>(
+        req.next_address(), absl::StrCat("stage ", req.stage_index() + 1, " (", req.next_address(), ")"), timeout);
   }
   if (!req.prev_address().empty()) {
-    prev_ = std::make_unique<PeerSender>(req.prev_address(),
-                                         absl::StrCat("stage ", req.stage_index() - 1, " (", req.prev_address(), ")"),
-                                         timeout);
+    prev_ = std::make_unique<PeerSender>(
+        req.prev_address(), absl::StrCat("stage ", req.stage_index() - 1, " (", req.prev_address(), ")"), timeout);
   }
   v1::ConfigureResponse response;
   int64_t numel = 0;
@@ -113,7 +110,8 @@ absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
     std::map<std::string, std::pair<at::Tensor, at::Tensor>> tables;
     for (auto& [tname, t] : envelope.tensors) {
       bool is_cos = absl::StartsWith(tname, "rope_cos/"), is_sin = absl::StartsWith(tname, "rope_sin/");
-      if (!is_cos && !is_sin) return absl::InvalidArgumentError(absl::StrCat("ROPE envelope: unexpected tensor ", tname));
+      if (!is_cos && !is_sin)
+        return absl::InvalidArgumentError(absl::StrCat("ROPE envelope: unexpected tensor ", tname));
       if (t.dim() != 2 || t.scalar_type() != at::kFloat) {
         return absl::InvalidArgumentError(absl::StrCat("ROPE envelope: ", tname, " must be a 2-d fp32 table"));
       }
@@ -199,8 +197,8 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t mb, const st
   auto constants = ConstantsFromTensors(kt, c);
   if (!constants.ok()) return Annotate(constants.status(), absl::StrCat(name(), " micro-batch ", mb));
   state.constants = constants->first;
-  for (at::Tensor* t : {&state.constants.mod_img, &state.constants.mod_txt, &state.constants.mod_single,
-                        &state.constants.mod_out}) {
+  for (at::Tensor* t :
+       {&state.constants.mod_img, &state.constants.mod_txt, &state.constants.mod_single, &state.constants.mod_out}) {
     *t = t->to(device_, dtype_);
   }
   {
@@ -216,8 +214,8 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t mb, const st
   if (config_.has_head()) {
     ASSIGN_OR_RETURN(TensorMap t, Await(plan, mb, v1::EnvelopeHeader::TARGET, cancelled, summary));
     if (!t.count("target") || t.at("target").dim() != 3 || t.at("target").size(-1) != c.out_dim()) {
-      return absl::InvalidArgumentError(absl::StrCat(name(), ": TARGET of micro-batch ", mb, " must be [b, Si, ",
-                                                     c.out_dim(), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": TARGET of micro-batch ", mb, " must be [b, Si, ", c.out_dim(), "]"));
     }
     state.target = t.at("target").to(device_);
   }

@@ -8,20 +8,20 @@
 // Thread-safety: Deliver() may run concurrently with RunStep(); Configure() and RunStep() serialize.
 #pragma once
 
+#include <absl/status/statusor.h>
+#include <absl/time/time.h>
+
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 
-#include <absl/status/statusor.h>
-#include <absl/time/time.h>
-
 #include "baton/v1/stage.pb.h"
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
 #include "core/pipeline/stage_io.h"
-#include "core/tensor/envelope.h"
+#include "rpc/envelope.h"
 #include "stage_worker/inbox.h"
 #include "stage_worker/peer_sender.h"
 
@@ -31,7 +31,7 @@ struct StageRunnerOptions {
   std::string address;  // our own listen address (for messages)
   std::string device = "cpu";
   absl::Duration wait_timeout = absl::Seconds(300);  // any single wait for data from a peer
-  size_t rope_cache_entries = kRopeCacheEntries;   // FIFO; the coordinator mirrors it
+  size_t rope_cache_entries = kRopeCacheEntries;     // FIFO; the coordinator mirrors it
 };
 
 class StageRunner {
@@ -57,12 +57,12 @@ class StageRunner {
 
  private:
   struct MicroBatchState {
-    Flux2Activations input;   // leaves; require grad on stages after the first
+    Flux2Activations input;  // leaves; require grad on stages after the first
     Flux2Constants constants;
     std::vector<Flux2Activations> checkpoints;  // with recompute: every block's input (the first is `input`)
-    Flux2Activations output;  // kept only without recompute
-    at::Tensor target;        // last stage
-    at::Tensor loss;          // last stage, without recompute
+    Flux2Activations output;                    // kept only without recompute
+    at::Tensor target;                          // last stage
+    at::Tensor loss;                            // last stage, without recompute
   };
 
   absl::Status Forward(const v1::StepPlan& plan, int32_t mb, const std::function<bool()>& cancelled,

@@ -131,7 +131,8 @@ TEST_F(StageRunnerTest, MissingDataIsANamedTimeoutNotAHang) {
   auto lora = runner_->CurrentLora();
   ASSERT_TRUE(lora.ok());
   Deliver(v1::EnvelopeHeader::LORA_WEIGHTS, 0, *lora);
-  auto summary = runner_->RunStep(Plan(1), nullptr, [](const std::string&, const at::Tensor&) { return absl::OkStatus(); });
+  auto summary =
+      runner_->RunStep(Plan(1), nullptr, [](const std::string&, const at::Tensor&) { return absl::OkStatus(); });
   ASSERT_FALSE(summary.ok());
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(summary.status().message().find("no INPUTS for step 0 micro-batch 0 from the coordinator"),
@@ -145,10 +146,14 @@ TEST_F(StageRunnerTest, MalformedConstantsAreRejectedWithTheReason) {
   Deliver(v1::EnvelopeHeader::LORA_WEIGHTS, 0, *lora);
   auto in = test_util::MakeTinyInputs(config_, 1, 2, 2, 3, 8);
   Deliver(v1::EnvelopeHeader::INPUTS, 0, InputTensors(in.hidden_states, in.encoder_hidden_states));
-  TensorMap bad = {{"mod_img", at::zeros({1, 5})}, {"mod_txt", at::zeros({1, 96})}, {"mod_single", at::zeros({1, 48})},
-                   {"mod_out", at::zeros({1, 32})}, {"rope_key/k", at::empty({0})}};
+  TensorMap bad = {{"mod_img", at::zeros({1, 5})},
+                   {"mod_txt", at::zeros({1, 96})},
+                   {"mod_single", at::zeros({1, 48})},
+                   {"mod_out", at::zeros({1, 32})},
+                   {"rope_key/k", at::empty({0})}};
   Deliver(v1::EnvelopeHeader::CONSTANTS, 0, bad);
-  auto summary = runner_->RunStep(Plan(1), nullptr, [](const std::string&, const at::Tensor&) { return absl::OkStatus(); });
+  auto summary =
+      runner_->RunStep(Plan(1), nullptr, [](const std::string&, const at::Tensor&) { return absl::OkStatus(); });
   ASSERT_FALSE(summary.ok());
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(summary.status().message().find("'mod_img' has shape [1, 5], last dimension must be 96"), std::string::npos)
@@ -156,7 +161,8 @@ TEST_F(StageRunnerTest, MalformedConstantsAreRejectedWithTheReason) {
   // The runner keeps serving: a wrong job id is refused cleanly.
   v1::StepPlan other = Plan(1);
   other.set_job_id("other");
-  auto refused = runner_->RunStep(other, nullptr, [](const std::string&, const at::Tensor&) { return absl::OkStatus(); });
+  auto refused =
+      runner_->RunStep(other, nullptr, [](const std::string&, const at::Tensor&) { return absl::OkStatus(); });
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 

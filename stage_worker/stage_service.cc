@@ -1,16 +1,16 @@
 #include "stage_worker/stage_service.h"
 
-#include <csignal>
-#include <thread>
-
 #include <absl/strings/str_cat.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include "core/tensor/envelope.h"
-#include "core/tensor/wire.h"
-#include "core/util/grpc_options.h"
-#include "core/util/grpc_status.h"
+#include <csignal>
+#include <thread>
+
 #include "core/util/log.h"
+#include "rpc/envelope.h"
+#include "rpc/grpc_options.h"
+#include "rpc/grpc_status.h"
+#include "rpc/wire.h"
 
 namespace baton {
 
@@ -25,8 +25,7 @@ grpc::Status StageServiceImpl::Configure(grpc::ServerContext*, const v1::Configu
   return grpc::Status::OK;
 }
 
-grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader,
-                                    v1::PushAck* ack) {
+grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck* ack) {
   auto envelope = ReadEnvelope(reader);
   if (!envelope.ok()) return ToGrpcStatus(envelope.status());
   ack->set_num_tensors(static_cast<uint32_t>(envelope->tensors.size()));
@@ -43,7 +42,8 @@ grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepP
       return writer->Write(reply);
     });
   };
-  auto summary = runner_->RunStep(*plan, [ctx] { return ctx->IsCancelled(); }, sink);
+  auto summary = runner_->RunStep(
+      *plan, [ctx] { return ctx->IsCancelled(); }, sink);
   if (!summary.ok()) {
     LogError("step ", plan->step(), " failed: ", summary.status().ToString());
     return ToGrpcStatus(summary.status());

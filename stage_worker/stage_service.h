@@ -1,10 +1,10 @@
 // The StageService gRPC front end: translates RPCs to StageRunner calls and statuses to grpc::Status.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "baton/v1/stage.grpc.pb.h"
 #include "stage_worker/stage_runner.h"

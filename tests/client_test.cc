@@ -23,13 +23,12 @@ TEST(ClientTest, InitWeightsThenForwardMatchesTheLibraryInBothFormats) {
                        "--format", "bfl"}),
             0);
   auto in = test_util::MakeTinyInputs(c, 1, 2, 3, 4, 6);
-  ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "in.safetensors"),
-                               {{"hidden_states", in.hidden_states},
-                                {"encoder_hidden_states", in.encoder_hidden_states},
-                                {"timestep", in.timestep},
-                                {"guidance", in.guidance},
-                                {"img_ids", in.img_ids},
-                                {"txt_ids", in.txt_ids}})
+  ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "in.safetensors"), {{"hidden_states", in.hidden_states},
+                                                                 {"encoder_hidden_states", in.encoder_hidden_states},
+                                                                 {"timestep", in.timestep},
+                                                                 {"guidance", in.guidance},
+                                                                 {"img_ids", in.img_ids},
+                                                                 {"txt_ids", in.txt_ids}})
                   .ok());
   ASSERT_EQ(RunClient({"forward", "--model", JoinPath(dir, "model"), "--inputs", JoinPath(dir, "in.safetensors"),
                        "--output", JoinPath(dir, "out.safetensors")}),

@@ -1,25 +1,24 @@
 // The encoder worker end to end on a tiny but complete FLUX.2 pipeline folder: the real binary in batch
 // mode (exit codes, skip on rerun), the gRPC service mode, and the client's debug commands.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
 
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-
 #include "baton/v1/encoder.grpc.pb.h"
 #include "client/commands.h"
 #include "coordinator/pipeline_trainer.h"
-#include "core/train/job.h"
 #include "core/data/cache.h"
+#include "core/encode/flux2_encoder.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
+#include "core/train/job.h"
 #include "core/util/files.h"
-#include "core/util/grpc_options.h"
 #include "encoder_worker/encoder_service.h"
-#include "encoder_worker/flux2_encoder.h"
+#include "rpc/grpc_options.h"
 
 namespace baton {
 namespace {
@@ -106,8 +105,8 @@ TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {
   builder.RegisterService(&service);
   auto server = builder.BuildAndStart();
   ASSERT_TRUE(server && port > 0);
-  auto stub = v1::EncoderService::NewStub(
-      MakeChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::EncoderService::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   v1::EncodeDatasetRequest req;
   req.set_dataset_dir(MakeDataset("service"));
   req.set_cache_dir(JoinPath(*root_, "service_cache"));
@@ -140,9 +139,9 @@ TEST_F(EncoderWorkerTest, CoordinatorEncodesOnDemandThenTrains) {
   auto server = builder.BuildAndStart();
   ASSERT_TRUE(server && port > 0);
   std::string cache = JoinPath(*root_, "ondemand_cache");
-  auto job = ParseJobYaml(absl::StrCat("model: ", Pipeline(), "\ndataset: ", cache, "\nencode: {images: ",
-                                       MakeDataset("ondemand"), ", encoder_worker: '127.0.0.1:", port,
-                                       "', resolution: 64}\nsteps: 2\nbatch_size: 2\nmicro_batches: 2\n"));
+  auto job = ParseJobYaml(absl::StrCat(
+      "model: ", Pipeline(), "\ndataset: ", cache, "\nencode: {images: ", MakeDataset("ondemand"),
+      ", encoder_worker: '127.0.0.1:", port, "', resolution: 64}\nsteps: 2\nbatch_size: 2\nmicro_batches: 2\n"));
   ASSERT_TRUE(job.ok()) << job.status();
   CoordinatorOptions options;
   options.stages = 2;
@@ -179,9 +178,10 @@ TEST_F(EncoderWorkerTest, ClientDebugCommandsWriteTheDocumentedKeys) {
   EXPECT_EQ(text->at("prompt_embeds").sizes(), (std::vector<int64_t>{1, 100, 96}));
 
   // Raw ids skip template and tokenizer: the output has exactly their length.
-  ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "ids.safetensors"), {{"input_ids", at::arange(20, 27).view({1, 7})}}).ok());
-  ASSERT_EQ(RunClient({"text-encode", "--model", Pipeline(), "--input-ids", JoinPath(dir, "ids.safetensors"), "--output",
-                       JoinPath(dir, "ids_out.safetensors")}),
+  ASSERT_TRUE(
+      WriteSafetensors(JoinPath(dir, "ids.safetensors"), {{"input_ids", at::arange(20, 27).view({1, 7})}}).ok());
+  ASSERT_EQ(RunClient({"text-encode", "--model", Pipeline(), "--input-ids", JoinPath(dir, "ids.safetensors"),
+                       "--output", JoinPath(dir, "ids_out.safetensors")}),
             0);
   auto ids = LoadAllSafetensors(JoinPath(dir, "ids_out.safetensors"));
   ASSERT_TRUE(ids.ok());

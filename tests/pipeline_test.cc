@@ -7,14 +7,13 @@
 // observe it; the assertion allows 1e-6 absolute on weights of magnitude ~0.1 only so that a BLAS that
 // blocks a split batch differently on another machine does not fail the suite — anything larger means the
 // pipeline computes something different.
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
@@ -38,9 +37,9 @@ class PipelineTest : public ::testing::Test {
     Flux2Config c = test_util::TinyFlux2Config();
     ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(*dir_, "model"), 1).ok());
     // Two resolution buckets: steps mix micro-batches of 4 and 6 image tokens.
-    ASSERT_TRUE(WriteSyntheticCache(JoinPath(*dir_, "cache"), c.in_channels, c.joint_attention_dim, 12,
-                                    {{2, 2}, {2, 3}}, 5, 3)
-                    .ok());
+    ASSERT_TRUE(
+        WriteSyntheticCache(JoinPath(*dir_, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
+            .ok());
   }
   static void TearDownTestSuite() { delete dir_; }
 
@@ -116,14 +115,15 @@ TEST_P(PipelineEquivalenceTest, LoraAndLossesMatchTrainLocal) {
   ExpectSameLora(ref, out);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllSchedules, PipelineEquivalenceTest,
-    ::testing::Values(Variant{1, "1f1b", true}, Variant{2, "gpipe", true}, Variant{2, "1f1b", true},
-                      Variant{2, "gpipe", false}, Variant{2, "1f1b", false}, Variant{3, "gpipe", true},
-                      Variant{3, "1f1b", false}),
-    [](const auto& info) {
-      return absl::StrCat(info.param.stages, "stages_", info.param.schedule, info.param.recompute ? "_recompute" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(AllSchedules, PipelineEquivalenceTest,
+                         ::testing::Values(Variant{1, "1f1b", true}, Variant{2, "gpipe", true},
+                                           Variant{2, "1f1b", true}, Variant{2, "gpipe", false},
+                                           Variant{2, "1f1b", false}, Variant{3, "gpipe", true},
+                                           Variant{3, "1f1b", false}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.stages, "stages_", info.param.schedule,
+                                               info.param.recompute ? "_recompute" : "");
+                         });
 
 TEST_F(PipelineTest, ResumedRunEqualsUninterruptedRun) {
   JobConfig job = Job("1f1b", true);

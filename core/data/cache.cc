@@ -1,12 +1,12 @@
 #include "core/data/cache.h"
 
-#include <sys/stat.h>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
+#include <sys/stat.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/lora/lora_linear.h"
@@ -67,8 +67,13 @@ absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index) {
   j["text_dim"] = index.text_dim;
   j["records"] = nlohmann::ordered_json::array();
   for (const auto& r : index.records) {
-    j["records"].push_back({{"id", r.id}, {"file", r.file}, {"grid_h", r.grid_h}, {"grid_w", r.grid_w},
-                            {"text_len", r.text_len}, {"hash", r.hash}, {"bytes", r.bytes},
+    j["records"].push_back({{"id", r.id},
+                            {"file", r.file},
+                            {"grid_h", r.grid_h},
+                            {"grid_w", r.grid_w},
+                            {"text_len", r.text_len},
+                            {"hash", r.hash},
+                            {"bytes", r.bytes},
                             {"bucket", r.bucket}});
   }
   return WriteFileAtomic(JoinPath(dir, "index.json"), j.dump(1));
@@ -78,7 +83,8 @@ absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::Open(const std::string
   auto reader = std::make_unique<CacheReader>();
   reader->dir_ = dir;
   ASSIGN_OR_RETURN(reader->index_, ReadCacheIndex(dir));
-  if (reader->index_.records.empty()) return absl::InvalidArgumentError(absl::StrCat(dir, ": the cache has no records"));
+  if (reader->index_.records.empty())
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": the cache has no records"));
   return reader;
 }
 
@@ -148,9 +154,9 @@ absl::StatusOr<CacheSample> CacheReader::Load(size_t i) const {
   return s;
 }
 
-absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id,
-                                                 const std::string& hash, const std::string& encoder,
-                                                 const CacheSample& sample, const std::string& bucket) {
+absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id, const std::string& hash,
+                                                 const std::string& encoder, const CacheSample& sample,
+                                                 const std::string& bucket) {
   RETURN_IF_ERROR(MakeDirs(JoinPath(dir, "records")));
   CacheRecordInfo info;
   info.id = id;
@@ -160,19 +166,24 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
   info.text_len = sample.prompt_embeds.size(0);
   info.hash = hash;
   info.bucket = bucket;
-  std::map<std::string, std::string> meta = {
-      {"id", id}, {"hash", hash}, {"encoder", encoder}, {"grid_h", std::to_string(info.grid_h)},
-      {"grid_w", std::to_string(info.grid_w)}, {"text_len", std::to_string(info.text_len)}, {"bucket", bucket}};
+  std::map<std::string, std::string> meta = {{"id", id},
+                                             {"hash", hash},
+                                             {"encoder", encoder},
+                                             {"grid_h", std::to_string(info.grid_h)},
+                                             {"grid_w", std::to_string(info.grid_w)},
+                                             {"text_len", std::to_string(info.text_len)},
+                                             {"bucket", bucket}};
   std::string path = JoinPath(dir, info.file);
   RETURN_IF_ERROR(WriteSafetensors(
-      path, {{"latents", sample.latents.to(at::kFloat)}, {"prompt_embeds", sample.prompt_embeds.to(at::kFloat)}}, meta));
+      path, {{"latents", sample.latents.to(at::kFloat)}, {"prompt_embeds", sample.prompt_embeds.to(at::kFloat)}},
+      meta));
   info.bytes = FileSize(path);
   return info;
 }
 
-absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels, int64_t text_dim,
-                                 int64_t num_samples, const std::vector<std::pair<int64_t, int64_t>>& grids,
-                                 int64_t text_len, uint64_t seed, int64_t num_concepts) {
+absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels, int64_t text_dim, int64_t num_samples,
+                                 const std::vector<std::pair<int64_t, int64_t>>& grids, int64_t text_len, uint64_t seed,
+                                 int64_t num_concepts) {
   if (grids.empty() || num_samples <= 0 || num_concepts <= 0) {
     return absl::InvalidArgumentError("synthetic cache needs samples, grids and concepts");
   }
@@ -194,7 +205,8 @@ absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels
     at::Tensor xs = at::arange(w, at::kFloat).unsqueeze(0).expand({h, w}).reshape({h * w}) / std::max<int64_t>(w, 1);
     at::Tensor latents = at::zeros({h * w, latent_channels});
     for (int k = 0; k < 3; ++k) {
-      at::Tensor wave = at::sin(6.2831853 * (k + 1) * ys + phases[k][0]) * at::cos(6.2831853 * (k + 1) * xs + phases[k][1]);
+      at::Tensor wave =
+          at::sin(6.2831853 * (k + 1) * ys + phases[k][0]) * at::cos(6.2831853 * (k + 1) * xs + phases[k][1]);
       latents += wave.unsqueeze(1) * loadings[k].unsqueeze(0);
     }
     latents = latents / std::sqrt(1.5) + 0.1 * at::randn({h * w, latent_channels}, sample_gen);

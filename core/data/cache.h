@@ -11,19 +11,19 @@
 // checked against the index (shapes, hash, size) when read, so a corrupt record is an error, never data.
 #pragma once
 
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <absl/status/statusor.h>
-
 namespace baton {
 
 struct CacheRecordInfo {
   std::string id;
-  std::string file;  // relative to the cache directory
+  std::string file;                // relative to the cache directory
   int64_t grid_h = 0, grid_w = 0;  // latent token grid (image pixels / 16)
   int64_t text_len = 0;
   std::string hash;    // content hash of the source sample
@@ -60,9 +60,9 @@ class CacheReader {
 };
 
 // Writes one record file atomically and returns its index entry.
-absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id,
-                                                 const std::string& hash, const std::string& encoder,
-                                                 const CacheSample& sample, const std::string& bucket = "");
+absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id, const std::string& hash,
+                                                 const std::string& encoder, const CacheSample& sample,
+                                                 const std::string& bucket = "");
 // Reads a record file on its own (no index) and checks it fully: metadata, shapes, finiteness. Used to
 // decide whether a rerun may keep it. `info` receives the entry the index should list.
 absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::string& file, int64_t latent_channels,
@@ -75,8 +75,8 @@ absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir);
 // grids), text length `text_len`. Samples are drawn around a few "concepts" (a latent prototype paired with
 // a text embedding), so a LoRA can learn the text→image relation and the loss visibly falls. Used until real
 // images are encoded, and by tests.
-absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels, int64_t text_dim,
-                                 int64_t num_samples, const std::vector<std::pair<int64_t, int64_t>>& grids,
-                                 int64_t text_len, uint64_t seed, int64_t num_concepts = 4);
+absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels, int64_t text_dim, int64_t num_samples,
+                                 const std::vector<std::pair<int64_t, int64_t>>& grids, int64_t text_len, uint64_t seed,
+                                 int64_t num_concepts = 4);
 
 }  // namespace baton

@@ -1,14 +1,14 @@
 #include "core/lora/lora.h"
 
-#include <cmath>
-#include <set>
-
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 #include <absl/strings/strip.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/lora/lora_linear.h"
 #include "core/model/flux2_keys.h"
@@ -57,13 +57,23 @@ std::map<std::string, std::string> Metadata(const LoraSpec& spec, const std::map
 
 absl::StatusOr<std::vector<std::string>> ResolveLoraTargets(const std::string& preset_or_list) {
   if (preset_or_list == "attention") {
-    return std::vector<std::string>{"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj",
-                                    "add_v_proj", "to_add_out", "to_qkv_mlp_proj", "attn.to_out"};
+    return std::vector<std::string>{"to_q",       "to_k",       "to_v",       "to_out.0",        "add_q_proj",
+                                    "add_k_proj", "add_v_proj", "to_add_out", "to_qkv_mlp_proj", "attn.to_out"};
   }
   if (preset_or_list == "all-linear") {
-    return std::vector<std::string>{"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj",
-                                    "add_v_proj", "to_add_out", "to_qkv_mlp_proj", "attn.to_out",
-                                    "ff.linear_in", "ff.linear_out", "ff_context.linear_in",
+    return std::vector<std::string>{"to_q",
+                                    "to_k",
+                                    "to_v",
+                                    "to_out.0",
+                                    "add_q_proj",
+                                    "add_k_proj",
+                                    "add_v_proj",
+                                    "to_add_out",
+                                    "to_qkv_mlp_proj",
+                                    "attn.to_out",
+                                    "ff.linear_in",
+                                    "ff.linear_out",
+                                    "ff_context.linear_in",
                                     "ff_context.linear_out"};
   }
   std::vector<std::string> out;
@@ -135,7 +145,8 @@ absl::Status AssignLoraParameters(torch::nn::Module& root, const std::map<std::s
     if (!params.count(name)) problems.push_back(absl::StrCat(name, " (no such adapter here)"));
   }
   if (!problems.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("LoRA weights do not fit the model: ", absl::StrJoin(problems, ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoRA weights do not fit the model: ", absl::StrJoin(problems, ", ")));
   }
   at::NoGradGuard no_grad;
   for (auto& [name, p] : params) p.copy_(values.at(name));
@@ -165,8 +176,8 @@ absl::Status SaveLoraDiffusers(const std::string& path, const std::map<std::stri
   return WriteSafetensors(path, out, meta);
 }
 
-absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at::Tensor>& params,
-                         const LoraSpec& spec, const std::map<std::string, std::string>& extra_metadata) {
+absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at::Tensor>& params, const LoraSpec& spec,
+                         const std::map<std::string, std::string>& extra_metadata) {
   ASSIGN_OR_RETURN(auto modules, GroupByModule(params));
   const double scale = spec.alpha / static_cast<double>(spec.rank);
   // BFL module → chunks (A, B) in chunk order.
@@ -191,8 +202,8 @@ absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at
       as.push_back(chunks[i].first);
       bs.push_back(chunks[i].second);
     }
-    at::Tensor a = at::cat(as, 0);                                      // [n·r, in]
-    at::Tensor b = bs.size() == 1 ? bs[0] : at::block_diag(bs);         // [n·out, n·r]
+    at::Tensor a = at::cat(as, 0);                               // [n·r, in]
+    at::Tensor b = bs.size() == 1 ? bs[0] : at::block_diag(bs);  // [n·out, n·r]
     std::string base = "diffusion_model." + bfl;
     out[base + kLoraA] = a;
     out[base + kLoraB] = b;

@@ -6,14 +6,14 @@
 //                   q,k,v adapters fused into one qkv adapter (A stacked, B block-diagonal: exact, rank 3r).
 #pragma once
 
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+#include <torch/nn/module.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <absl/status/statusor.h>
-#include <torch/nn/module.h>
 
 namespace baton {
 
@@ -49,8 +49,8 @@ void SetLoraDropoutSeed(torch::nn::Module& root, uint64_t seed);
 
 // One adapter as stored in a file, keyed by diffusers module name.
 struct LoraWeights {
-  at::Tensor A;  // [r, in]
-  at::Tensor B;  // [out, r]
+  at::Tensor A;        // [r, in]
+  at::Tensor B;        // [out, r]
   double scale = 1.0;  // alpha / r
 };
 
@@ -58,8 +58,8 @@ struct LoraWeights {
 absl::Status SaveLoraDiffusers(const std::string& path, const std::map<std::string, at::Tensor>& params,
                                const LoraSpec& spec, const std::map<std::string, std::string>& extra_metadata = {});
 // Saves in BFL/ComfyUI format (diffusion_model. prefix, fused qkv, .alpha tensors).
-absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at::Tensor>& params,
-                         const LoraSpec& spec, const std::map<std::string, std::string>& extra_metadata = {});
+absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at::Tensor>& params, const LoraSpec& spec,
+                         const std::map<std::string, std::string>& extra_metadata = {});
 
 // Loads either format (detected from the keys) into diffusers module names. Fused BFL qkv adapters are split
 // exactly when B is block-diagonal, else as diffusers does (A shared, B chunked in three).

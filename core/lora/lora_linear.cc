@@ -1,8 +1,8 @@
 #include "core/lora/lora_linear.h"
 
-#include <cmath>
-
 #include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
 
 namespace baton {
 
@@ -52,7 +52,8 @@ at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
   at::Tensor h = x.to(at::promote_types(x.scalar_type(), lora_A_.scalar_type()));
   if (dropout_ > 0.0 && is_training()) {
     auto gen = at::detail::createCPUGenerator(MixSeed(dropout_seed_, layer_id_));
-    at::Tensor keep = at::bernoulli(at::full(h.sizes(), 1.0 - dropout_, at::kFloat), gen).to(h.device(), h.scalar_type());
+    at::Tensor keep =
+        at::bernoulli(at::full(h.sizes(), 1.0 - dropout_, at::kFloat), gen).to(h.device(), h.scalar_type());
     h = h * keep / (1.0 - dropout_);
   }
   at::Tensor delta = at::matmul(at::matmul(h, lora_A_.t()), lora_B_.t()) * scale_;

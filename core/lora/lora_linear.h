@@ -5,11 +5,11 @@
 // matrices are fp32 regardless of the compute dtype, and are the only trainable parameters.
 #pragma once
 
-#include <cstdint>
-
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
+
+#include <cstdint>
 
 namespace baton {
 

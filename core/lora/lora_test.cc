@@ -1,6 +1,7 @@
 #include "core/lora/lora.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/model/flux2_model.h"

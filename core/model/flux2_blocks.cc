@@ -4,9 +4,7 @@
 
 namespace baton {
 
-at::Tensor ClipFp16(const at::Tensor& x) {
-  return x.scalar_type() == at::kHalf ? x.clamp(-65504, 65504) : x;
-}
+at::Tensor ClipFp16(const at::Tensor& x) { return x.scalar_type() == at::kHalf ? x.clamp(-65504, 65504) : x; }
 
 RmsNormWeightImpl::RmsNormWeightImpl(int64_t dim, const at::TensorOptions& options) {
   weight = register_parameter("weight", at::empty({dim}, options), /*requires_grad=*/false);
@@ -17,9 +15,7 @@ Flux2FeedForwardImpl::Flux2FeedForwardImpl(int64_t dim, int64_t hidden, const at
   linear_out = register_module("linear_out", LoraLinear(hidden, dim, options));
 }
 
-at::Tensor Flux2FeedForwardImpl::forward(const at::Tensor& x) {
-  return linear_out(SwiGlu(linear_in(x)));
-}
+at::Tensor Flux2FeedForwardImpl::forward(const at::Tensor& x) { return linear_out(SwiGlu(linear_in(x))); }
 
 Flux2AttentionImpl::Flux2AttentionImpl(const Flux2Config& c, const at::TensorOptions& options)
     : heads_(c.num_attention_heads), eps_(c.eps) {
@@ -67,8 +63,8 @@ Flux2TransformerBlockImpl::Flux2TransformerBlockImpl(const Flux2Config& c, const
 
 std::pair<at::Tensor, at::Tensor> Flux2TransformerBlockImpl::forward(const at::Tensor& img, const at::Tensor& txt,
                                                                      const at::Tensor& mod_img,
-                                                                     const at::Tensor& mod_txt,
-                                                                     const at::Tensor& cos, const at::Tensor& sin) {
+                                                                     const at::Tensor& mod_txt, const at::Tensor& cos,
+                                                                     const at::Tensor& sin) {
   auto m = SplitModulation(mod_img, 6);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
   auto c = SplitModulation(mod_txt, 6);
   at::Tensor norm_img = (1 + m[1]) * LayerNormNoAffine(img, eps_) + m[0];
@@ -83,18 +79,16 @@ std::pair<at::Tensor, at::Tensor> Flux2TransformerBlockImpl::forward(const at::T
   return {h, ClipFp16(e)};
 }
 
-Flux2ParallelSelfAttentionImpl::Flux2ParallelSelfAttentionImpl(const Flux2Config& c,
-                                                               const at::TensorOptions& options)
+Flux2ParallelSelfAttentionImpl::Flux2ParallelSelfAttentionImpl(const Flux2Config& c, const at::TensorOptions& options)
     : heads_(c.num_attention_heads), inner_dim_(c.inner_dim()), mlp_hidden_(c.mlp_hidden_dim()), eps_(c.eps) {
-  to_qkv_mlp_proj = register_module("to_qkv_mlp_proj", LoraLinear(inner_dim_, 3 * inner_dim_ + 2 * mlp_hidden_,
-                                                                   options));
+  to_qkv_mlp_proj =
+      register_module("to_qkv_mlp_proj", LoraLinear(inner_dim_, 3 * inner_dim_ + 2 * mlp_hidden_, options));
   norm_q = register_module("norm_q", RmsNormWeight(c.attention_head_dim, options));
   norm_k = register_module("norm_k", RmsNormWeight(c.attention_head_dim, options));
   to_out = register_module("to_out", LoraLinear(inner_dim_ + mlp_hidden_, inner_dim_, options));
 }
 
-at::Tensor Flux2ParallelSelfAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
-                                                   const at::Tensor& sin) {
+at::Tensor Flux2ParallelSelfAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   at::Tensor proj = to_qkv_mlp_proj(x);
   at::Tensor qkv = proj.narrow(-1, 0, 3 * inner_dim_);
   at::Tensor mlp = proj.narrow(-1, 3 * inner_dim_, 2 * mlp_hidden_);
@@ -106,8 +100,7 @@ at::Tensor Flux2ParallelSelfAttentionImpl::forward(const at::Tensor& x, const at
   return to_out(at::cat({attn_out, SwiGlu(mlp)}, -1));
 }
 
-Flux2SingleTransformerBlockImpl::Flux2SingleTransformerBlockImpl(const Flux2Config& c,
-                                                                 const at::TensorOptions& options)
+Flux2SingleTransformerBlockImpl::Flux2SingleTransformerBlockImpl(const Flux2Config& c, const at::TensorOptions& options)
     : eps_(c.eps) {
   attn = register_module("attn", Flux2ParallelSelfAttention(c, options));
 }

@@ -3,11 +3,11 @@
 // Blocks hold no modulation weights: the shared modulation vectors arrive as one flat tensor per stream.
 #pragma once
 
-#include <utility>
-
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
+
+#include <utility>
 
 #include "core/lora/lora_linear.h"
 #include "core/model/flux2_config.h"
@@ -39,8 +39,8 @@ class Flux2AttentionImpl : public torch::nn::Module {
   // img [B, Si, D], txt [B, St, D], cos/sin [St+Si, Dh] → (img_out [B, Si, D], txt_out [B, St, D]).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& img, const at::Tensor& txt, const at::Tensor& cos,
                                             const at::Tensor& sin);
-  LoraLinear to_q{nullptr}, to_k{nullptr}, to_v{nullptr}, add_q_proj{nullptr}, add_k_proj{nullptr},
-      add_v_proj{nullptr}, to_add_out{nullptr};
+  LoraLinear to_q{nullptr}, to_k{nullptr}, to_v{nullptr}, add_q_proj{nullptr}, add_k_proj{nullptr}, add_v_proj{nullptr},
+      to_add_out{nullptr};
   torch::nn::ModuleList to_out;  // [0] = LoraLinear (diffusers keeps Dropout at [1]; it has no weights)
   RmsNormWeight norm_q{nullptr}, norm_k{nullptr}, norm_added_q{nullptr}, norm_added_k{nullptr};
 

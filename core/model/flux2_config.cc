@@ -33,13 +33,9 @@ int64_t Flux2Config::SingleBlockParams() const {
   return d * (3 * d + 2 * m) + (d + m) * d + 2 * h;
 }
 
-int64_t Flux2Config::EmbedderParams() const {
-  return in_channels * inner_dim() + joint_attention_dim * inner_dim();
-}
+int64_t Flux2Config::EmbedderParams() const { return in_channels * inner_dim() + joint_attention_dim * inner_dim(); }
 
-int64_t Flux2Config::HeadParams() const {
-  return inner_dim() * 2 * inner_dim() + inner_dim() * out_dim();
-}
+int64_t Flux2Config::HeadParams() const { return inner_dim() * 2 * inner_dim() + inner_dim() * out_dim(); }
 
 int64_t Flux2Config::ShellParams() const {
   const int64_t d = inner_dim();
@@ -50,14 +46,14 @@ int64_t Flux2Config::ShellParams() const {
 
 int64_t Flux2Config::TotalParams() const {
   // norm_out.linear counted once (it is in ShellParams and HeadParams).
-  return ShellParams() + EmbedderParams() + num_layers * DoubleBlockParams() +
-         num_single_layers * SingleBlockParams() + inner_dim() * out_dim();
+  return ShellParams() + EmbedderParams() + num_layers * DoubleBlockParams() + num_single_layers * SingleBlockParams() +
+         inner_dim() * out_dim();
 }
 
 absl::Status Flux2Config::Validate() const {
-  if (patch_size <= 0 || in_channels <= 0 || num_layers < 0 || num_single_layers < 0 ||
-      attention_head_dim <= 0 || num_attention_heads <= 0 || joint_attention_dim <= 0 ||
-      timestep_guidance_channels <= 0 || timestep_guidance_channels % 2 != 0 || mlp_ratio <= 0) {
+  if (patch_size <= 0 || in_channels <= 0 || num_layers < 0 || num_single_layers < 0 || attention_head_dim <= 0 ||
+      num_attention_heads <= 0 || joint_attention_dim <= 0 || timestep_guidance_channels <= 0 ||
+      timestep_guidance_channels % 2 != 0 || mlp_ratio <= 0) {
     return absl::InvalidArgumentError("FLUX.2 config has a non-positive size (or odd timestep_guidance_channels)");
   }
   if (num_blocks() == 0) return absl::InvalidArgumentError("FLUX.2 config has no blocks");
@@ -67,8 +63,8 @@ absl::Status Flux2Config::Validate() const {
     sum += a;
   }
   if (sum != attention_head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat("axes_dims_rope sum to ", sum, " but attention_head_dim is ",
-                                                   attention_head_dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("axes_dims_rope sum to ", sum, " but attention_head_dim is ", attention_head_dim));
   }
   return absl::OkStatus();
 }
@@ -107,7 +103,10 @@ std::string Flux2ConfigToJson(const Flux2Config& c) {
   j["_class_name"] = "Flux2Transformer2DModel";
   j["patch_size"] = c.patch_size;
   j["in_channels"] = c.in_channels;
-  if (c.out_channels > 0) j["out_channels"] = c.out_channels; else j["out_channels"] = nullptr;
+  if (c.out_channels > 0)
+    j["out_channels"] = c.out_channels;
+  else
+    j["out_channels"] = nullptr;
   j["num_layers"] = c.num_layers;
   j["num_single_layers"] = c.num_single_layers;
   j["attention_head_dim"] = c.attention_head_dim;

@@ -3,20 +3,20 @@
 // FLUX.2-dev (32 B parameters) without allocating anything.
 #pragma once
 
+#include <absl/status/statusor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <absl/status/statusor.h>
 
 namespace baton {
 
 struct Flux2Config {
   int64_t patch_size = 1;
   int64_t in_channels = 128;
-  int64_t out_channels = 0;  // 0 = in_channels (diffusers: None)
-  int64_t num_layers = 8;           // double-stream blocks
-  int64_t num_single_layers = 48;   // single-stream blocks
+  int64_t out_channels = 0;        // 0 = in_channels (diffusers: None)
+  int64_t num_layers = 8;          // double-stream blocks
+  int64_t num_single_layers = 48;  // single-stream blocks
   int64_t attention_head_dim = 128;
   int64_t num_attention_heads = 48;
   int64_t joint_attention_dim = 15360;

@@ -1,11 +1,11 @@
 #include "core/model/flux2_keys.h"
 
-#include <cstdlib>
-
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
+
+#include <cstdlib>
 
 namespace baton {
 namespace {
@@ -34,18 +34,12 @@ constexpr Rule kModelRules[] = {
 };
 
 constexpr Rule kDoubleRules[] = {
-    {"attn.to_q", "img_attn.qkv", 0, 3, false},
-    {"attn.to_k", "img_attn.qkv", 1, 3, false},
-    {"attn.to_v", "img_attn.qkv", 2, 3, false},
-    {"attn.add_q_proj", "txt_attn.qkv", 0, 3, false},
-    {"attn.add_k_proj", "txt_attn.qkv", 1, 3, false},
-    {"attn.add_v_proj", "txt_attn.qkv", 2, 3, false},
-    {"attn.to_out.0", "img_attn.proj", 0, 1, false},
-    {"attn.to_add_out", "txt_attn.proj", 0, 1, false},
-    {"ff.linear_in", "img_mlp.0", 0, 1, false},
-    {"ff.linear_out", "img_mlp.2", 0, 1, false},
-    {"ff_context.linear_in", "txt_mlp.0", 0, 1, false},
-    {"ff_context.linear_out", "txt_mlp.2", 0, 1, false},
+    {"attn.to_q", "img_attn.qkv", 0, 3, false},         {"attn.to_k", "img_attn.qkv", 1, 3, false},
+    {"attn.to_v", "img_attn.qkv", 2, 3, false},         {"attn.add_q_proj", "txt_attn.qkv", 0, 3, false},
+    {"attn.add_k_proj", "txt_attn.qkv", 1, 3, false},   {"attn.add_v_proj", "txt_attn.qkv", 2, 3, false},
+    {"attn.to_out.0", "img_attn.proj", 0, 1, false},    {"attn.to_add_out", "txt_attn.proj", 0, 1, false},
+    {"ff.linear_in", "img_mlp.0", 0, 1, false},         {"ff.linear_out", "img_mlp.2", 0, 1, false},
+    {"ff_context.linear_in", "txt_mlp.0", 0, 1, false}, {"ff_context.linear_out", "txt_mlp.2", 0, 1, false},
 };
 
 constexpr Rule kSingleRules[] = {
@@ -102,12 +96,16 @@ std::optional<BflLocation> DiffusersToBfl(const std::string& diffusers_key) {
   std::string rest;
   if (SplitBlock(module, "transformer_blocks", &n, &rest)) {
     std::string base = absl::StrCat("double_blocks.", n, ".");
-    for (const Rule& r : kDoubleRules) if (rest == r.diffusers) return make(base + r.bfl, r, false);
-    for (const Rule& r : kDoubleNormRules) if (rest == r.diffusers) return make(base + r.bfl, r, true);
+    for (const Rule& r : kDoubleRules)
+      if (rest == r.diffusers) return make(base + r.bfl, r, false);
+    for (const Rule& r : kDoubleNormRules)
+      if (rest == r.diffusers) return make(base + r.bfl, r, true);
   } else if (SplitBlock(module, "single_transformer_blocks", &n, &rest)) {
     std::string base = absl::StrCat("single_blocks.", n, ".");
-    for (const Rule& r : kSingleRules) if (rest == r.diffusers) return make(base + r.bfl, r, false);
-    for (const Rule& r : kSingleNormRules) if (rest == r.diffusers) return make(base + r.bfl, r, true);
+    for (const Rule& r : kSingleRules)
+      if (rest == r.diffusers) return make(base + r.bfl, r, false);
+    for (const Rule& r : kSingleNormRules)
+      if (rest == r.diffusers) return make(base + r.bfl, r, true);
   }
   return std::nullopt;
 }
@@ -126,12 +124,16 @@ std::vector<std::string> BflToDiffusers(const std::string& bfl_key) {
   std::string rest;
   if (SplitBlock(module, "double_blocks", &n, &rest)) {
     std::string base = absl::StrCat("transformer_blocks.", n, ".");
-    for (const Rule& r : kDoubleRules) if (rest == r.bfl) add(base + r.diffusers, false);
-    for (const Rule& r : kDoubleNormRules) if (rest == r.bfl) add(base + r.diffusers, true);
+    for (const Rule& r : kDoubleRules)
+      if (rest == r.bfl) add(base + r.diffusers, false);
+    for (const Rule& r : kDoubleNormRules)
+      if (rest == r.bfl) add(base + r.diffusers, true);
   } else if (SplitBlock(module, "single_blocks", &n, &rest)) {
     std::string base = absl::StrCat("single_transformer_blocks.", n, ".");
-    for (const Rule& r : kSingleRules) if (rest == r.bfl) add(base + r.diffusers, false);
-    for (const Rule& r : kSingleNormRules) if (rest == r.bfl) add(base + r.diffusers, true);
+    for (const Rule& r : kSingleRules)
+      if (rest == r.bfl) add(base + r.diffusers, false);
+    for (const Rule& r : kSingleNormRules)
+      if (rest == r.bfl) add(base + r.diffusers, true);
   }
   return out;
 }
@@ -164,8 +166,8 @@ absl::StatusOr<std::map<std::string, at::Tensor>> DiffusersToBflStateDict(
   for (auto& [key, chunks] : parts) {
     for (size_t i = 0; i < chunks.size(); ++i) {
       if (!chunks[i].defined()) {
-        return absl::InvalidArgumentError(absl::StrCat("cannot fuse ", key, ": chunk ", i, " of ", chunks.size(),
-                                                       " is missing"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot fuse ", key, ": chunk ", i, " of ", chunks.size(), " is missing"));
       }
     }
     out[key] = chunks.size() == 1 ? chunks[0] : at::cat(chunks, 0);
@@ -173,7 +175,8 @@ absl::StatusOr<std::map<std::string, at::Tensor>> DiffusersToBflStateDict(
   return out;
 }
 
-absl::StatusOr<std::map<std::string, at::Tensor>> BflToDiffusersStateDict(const std::map<std::string, at::Tensor>& bfl) {
+absl::StatusOr<std::map<std::string, at::Tensor>> BflToDiffusersStateDict(
+    const std::map<std::string, at::Tensor>& bfl) {
   std::map<std::string, at::Tensor> out;
   std::vector<std::string> unknown;
   for (const auto& [key, tensor] : bfl) {

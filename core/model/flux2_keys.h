@@ -3,21 +3,21 @@
 // stores (shift, scale) where diffusers' norm_out stores (scale, shift). Table: reference/models-and-trainers.md A1.
 #pragma once
 
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <absl/status/statusor.h>
-
 namespace baton {
 
 // Where a diffusers parameter lives in a BFL file.
 struct BflLocation {
-  std::string key;        // BFL key, e.g. "double_blocks.3.img_attn.qkv.weight"
-  int chunk = 0;          // which of num_chunks equal parts along dim 0
-  int num_chunks = 1;     // 3 for fused qkv
+  std::string key;           // BFL key, e.g. "double_blocks.3.img_attn.qkv.weight"
+  int chunk = 0;             // which of num_chunks equal parts along dim 0
+  int num_chunks = 1;        // 3 for fused qkv
   bool swap_halves = false;  // norm_out.linear: halves along dim 0 are swapped
 };
 

@@ -1,9 +1,9 @@
 #include "core/model/flux2_model.h"
 
+#include <torch/csrc/autograd/autograd.h>
+
 #include <functional>
 #include <tuple>
-
-#include <torch/csrc/autograd/autograd.h>
 
 #include "core/model/flux2_ops.h"
 
@@ -41,8 +41,10 @@ Flux2ShellImpl::Flux2ShellImpl(const Flux2Config& c, const at::TensorOptions& op
   t_linear_1_ = RegisterAt(*this, {"time_guidance_embed", "timestep_embedder", "linear_1"}, LoraLinear(ch, d, options));
   t_linear_2_ = RegisterAt(*this, {"time_guidance_embed", "timestep_embedder", "linear_2"}, LoraLinear(d, d, options));
   if (c.guidance_embeds) {
-    g_linear_1_ = RegisterAt(*this, {"time_guidance_embed", "guidance_embedder", "linear_1"}, LoraLinear(ch, d, options));
-    g_linear_2_ = RegisterAt(*this, {"time_guidance_embed", "guidance_embedder", "linear_2"}, LoraLinear(d, d, options));
+    g_linear_1_ =
+        RegisterAt(*this, {"time_guidance_embed", "guidance_embedder", "linear_1"}, LoraLinear(ch, d, options));
+    g_linear_2_ =
+        RegisterAt(*this, {"time_guidance_embed", "guidance_embedder", "linear_2"}, LoraLinear(d, d, options));
   }
   mod_img_ = RegisterAt(*this, {"double_stream_modulation_img", "linear"}, LoraLinear(d, 6 * d, options));
   mod_txt_ = RegisterAt(*this, {"double_stream_modulation_txt", "linear"}, LoraLinear(d, 6 * d, options));
@@ -102,8 +104,7 @@ Flux2StageImpl::Flux2StageImpl(const Flux2Config& c, const Flux2StageRange& rang
   if (range.has_head) proj_out_ = register_module("proj_out", LoraLinear(d, c.out_dim(), options));
 }
 
-std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Flux2StageImpl::Pieces(
-    const Flux2Constants& k) {
+std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Flux2StageImpl::Pieces(const Flux2Constants& k) {
   std::vector<std::function<Flux2Activations(const Flux2Activations&)>> pieces;
   if (range_.has_embedders) {
     pieces.push_back([this](const Flux2Activations& in) {
@@ -190,8 +191,8 @@ Flux2Activations Flux2StageImpl::ForwardCheckpointed(const Flux2Activations& in,
 void Flux2StageImpl::BackwardFromCheckpoints(std::vector<Flux2Activations> checkpoints, const Flux2Constants& k,
                                              const BackwardSeed& seed) {
   const auto pieces = Pieces(k);
-  TORCH_CHECK(checkpoints.size() == pieces.size(), "BackwardFromCheckpoints: ", checkpoints.size(),
-              " checkpoints for ", pieces.size(), " pieces");
+  TORCH_CHECK(checkpoints.size() == pieces.size(), "BackwardFromCheckpoints: ", checkpoints.size(), " checkpoints for ",
+              pieces.size(), " pieces");
   at::AutoGradMode grad_mode(true);
   std::vector<at::Tensor> next_inputs;  // piece i+1's recomputed inputs, whose .grad seeds piece i
   for (size_t i = pieces.size(); i-- > 0;) {
@@ -220,15 +221,16 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> Flux2ParameterShapes(c
   Flux2Shell shell(c, meta);
   Flux2Stage stage(c, Flux2StageRange::Full(c), meta);
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-  for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(shell.get()), static_cast<torch::nn::Module*>(stage.get())}) {
+  for (torch::nn::Module* m :
+       {static_cast<torch::nn::Module*>(shell.get()), static_cast<torch::nn::Module*>(stage.get())}) {
     for (const auto& p : m->named_parameters()) out.emplace_back(p.key(), p.value().sizes().vec());
   }
   return out;
 }
 
 at::Tensor Flux2Forward(Flux2Shell& shell, Flux2Stage& stage, const at::Tensor& hidden_states,
-                        const at::Tensor& encoder_hidden_states, const at::Tensor& timestep,
-                        const at::Tensor& guidance, const at::Tensor& img_ids, const at::Tensor& txt_ids) {
+                        const at::Tensor& encoder_hidden_states, const at::Tensor& timestep, const at::Tensor& guidance,
+                        const at::Tensor& img_ids, const at::Tensor& txt_ids) {
   Flux2Constants k = shell(timestep, guidance, img_ids, txt_ids, hidden_states.scalar_type());
   Flux2Activations in;
   in.img = hidden_states;

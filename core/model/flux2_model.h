@@ -7,15 +7,15 @@
 // Shell + Stage(all blocks, embedders, head) is exactly diffusers' Flux2Transformer2DModel.forward.
 #pragma once
 
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <torch/nn/module.h>
 
 #include "core/lora/lora_linear.h"
 #include "core/model/flux2_blocks.h"
@@ -114,8 +114,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> Flux2ParameterShapes(c
 // Full-model forward with diffusers' argument meanings (hidden_states [B, Si, C_in], encoder_hidden_states
 // [B, St, joint_dim], timestep [B] in 0..1, guidance [B] or undefined, img_ids [Si,4], txt_ids [St,4]).
 at::Tensor Flux2Forward(Flux2Shell& shell, Flux2Stage& stage, const at::Tensor& hidden_states,
-                        const at::Tensor& encoder_hidden_states, const at::Tensor& timestep,
-                        const at::Tensor& guidance, const at::Tensor& img_ids, const at::Tensor& txt_ids);
+                        const at::Tensor& encoder_hidden_states, const at::Tensor& timestep, const at::Tensor& guidance,
+                        const at::Tensor& img_ids, const at::Tensor& txt_ids);
 
 // Every LoraLinear in a module tree with its full name (e.g. "transformer_blocks.3.attn.to_q").
 std::vector<std::pair<std::string, LoraLinear>> NamedLoraLinears(torch::nn::Module& root);

@@ -111,7 +111,8 @@ TEST(Flux2ModelTest, PerBlockRecomputeBackwardEqualsFullGraphBackward) {
   for (int64_t cut = 0; cut < n; ++cut) {
     for (bool head : {false, true}) {
       // [0, cut+1) with embedders, or [cut, n) with the head: every boundary on both sides.
-      const Flux2StageRange range = head ? Flux2StageRange{cut, n, false, true} : Flux2StageRange{0, cut + 1, true, false};
+      const Flux2StageRange range =
+          head ? Flux2StageRange{cut, n, false, true} : Flux2StageRange{0, cut + 1, true, false};
       Flux2Activations x;
       {
         at::NoGradGuard no_grad;
@@ -222,9 +223,10 @@ TEST(Flux2ModelTest, LoraGradientsMatchFiniteDifferences) {
   loss_fn().backward();
   auto params = LoraParameters(*m.stage);
   int checked = 0;
-  for (const char* name : {"transformer_blocks.0.attn.to_q.lora_A.weight", "transformer_blocks.1.attn.to_add_out.lora_B.weight",
-                           "single_transformer_blocks.2.attn.to_qkv_mlp_proj.lora_A.weight",
-                           "single_transformer_blocks.0.attn.to_out.lora_B.weight"}) {
+  for (const char* name :
+       {"transformer_blocks.0.attn.to_q.lora_A.weight", "transformer_blocks.1.attn.to_add_out.lora_B.weight",
+        "single_transformer_blocks.2.attn.to_qkv_mlp_proj.lora_A.weight",
+        "single_transformer_blocks.0.attn.to_out.lora_B.weight"}) {
     at::Tensor p = params.at(name);
     at::Tensor grad = p.grad().clone();
     for (int64_t idx : {int64_t{0}, p.numel() / 2, p.numel() - 1}) {
@@ -317,7 +319,8 @@ TEST(Flux2ModelTest, SingleBlockMatchesIndependentReference) {
   at::Tensor proj = at::matmul(h, w1.t());
   at::Tensor attn_out = at::zeros({1, S, D}, at::kDouble);
   for (int64_t head = 0; head < H; ++head) {
-    auto qh = proj.narrow(2, head * Dh, Dh), kh = proj.narrow(2, D + head * Dh, Dh), vh = proj.narrow(2, 2 * D + head * Dh, Dh);
+    auto qh = proj.narrow(2, head * Dh, Dh), kh = proj.narrow(2, D + head * Dh, Dh),
+         vh = proj.narrow(2, 2 * D + head * Dh, Dh);
     auto rms = [&](at::Tensor t, at::Tensor w) { return t / at::sqrt(t.pow(2).mean(-1, true) + c.eps) * w; };
     qh = rms(qh, block->attn->norm_q->weight);
     kh = rms(kh, block->attn->norm_k->weight);
@@ -347,8 +350,8 @@ TEST(Flux2ModelTest, KleinConfigWithoutGuidanceRuns) {
   TinyModel m = MakeModel(c);
   auto in = MakeTinyInputs(c, 1, 2, 2, 3, 5);
   at::NoGradGuard no_grad;
-  at::Tensor out = Flux2Forward(m.shell, m.stage, in.hidden_states, in.encoder_hidden_states, in.timestep,
-                                at::Tensor(), in.img_ids, in.txt_ids);
+  at::Tensor out = Flux2Forward(m.shell, m.stage, in.hidden_states, in.encoder_hidden_states, in.timestep, at::Tensor(),
+                                in.img_ids, in.txt_ids);
   EXPECT_EQ(out.sizes(), (std::vector<int64_t>{1, 4, c.in_channels}));
   EXPECT_TRUE(at::isfinite(out).all().item<bool>());
 }

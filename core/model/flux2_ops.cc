@@ -1,8 +1,8 @@
 #include "core/model/flux2_ops.h"
 
-#include <cmath>
-
 #include <torch/version.h>
+
+#include <cmath>
 
 namespace baton {
 
@@ -15,7 +15,7 @@ at::Tensor TimestepFeatures(const at::Tensor& t, int64_t channels) {
 }
 
 std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& ids, const std::vector<int64_t>& axes_dims,
-                                            double theta) {
+                                             double theta) {
   at::Tensor pos = ids.to(at::kFloat);
   std::vector<at::Tensor> coss, sins;
   for (size_t i = 0; i < axes_dims.size(); ++i) {
@@ -48,9 +48,7 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return (normed * weight.to(xf.scalar_type())).to(x.scalar_type());
 }
 
-at::Tensor LayerNormNoAffine(const at::Tensor& x, double eps) {
-  return at::layer_norm(x, {x.size(-1)}, {}, {}, eps);
-}
+at::Tensor LayerNormNoAffine(const at::Tensor& x, double eps) { return at::layer_norm(x, {x.size(-1)}, {}, {}, eps); }
 
 at::Tensor SwiGlu(const at::Tensor& x) {
   auto halves = x.chunk(2, -1);
@@ -59,21 +57,11 @@ at::Tensor SwiGlu(const at::Tensor& x) {
 
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   at::Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);  // [B, H, S, Dh]
-  at::Tensor out;
-#if TORCH_VERSION_MAJOR >= 2
-  out = at::scaled_dot_product_attention(qt, kt, vt);
-#else
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  at::Tensor scores = at::matmul(qt, kt.transpose(-2, -1)) * scale;
-  at::Tensor probs = at::softmax(scores.to(at::promote_types(scores.scalar_type(), at::kFloat)), -1).to(q.scalar_type());
-  out = at::matmul(probs, vt);
-#endif
+  at::Tensor out = at::scaled_dot_product_attention(qt, kt, vt);
   return out.transpose(1, 2).flatten(2, 3);
 }
 
-std::vector<at::Tensor> SplitModulation(const at::Tensor& mod, int64_t n) {
-  return mod.unsqueeze(1).chunk(n, -1);
-}
+std::vector<at::Tensor> SplitModulation(const at::Tensor& mod, int64_t n) { return mod.unsqueeze(1).chunk(n, -1); }
 
 at::Tensor ImagePositionIds(int64_t h, int64_t w) {
   at::Tensor rows = at::arange(h, at::kLong).repeat_interleave(w);

@@ -4,11 +4,11 @@
 // H = heads, Dh = head dim, D = H·Dh.
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <utility>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 namespace baton {
 
@@ -20,7 +20,7 @@ at::Tensor TimestepFeatures(const at::Tensor& t, int64_t channels);
 // Each axis i contributes axes_dims[i] columns, frequencies theta^(-2j/axes_dims[i]) computed in fp64,
 // each value repeated twice (interleaved pairs), as diffusers' get_1d_rotary_pos_embed(repeat_interleave_real).
 std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& ids, const std::vector<int64_t>& axes_dims,
-                                            double theta);
+                                             double theta);
 
 // Rotates interleaved pairs: x [B, S, H, Dh], cos/sin [S, Dh] fp32. Computed in fp32, returned in x's dtype.
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);

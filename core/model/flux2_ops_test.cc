@@ -1,8 +1,8 @@
 #include "core/model/flux2_ops.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 namespace baton {
 namespace {

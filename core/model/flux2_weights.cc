@@ -1,12 +1,12 @@
 #include "core/model/flux2_weights.h"
 
-#include <cmath>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
+
+#include <cmath>
 
 #include "core/lora/lora_linear.h"
 #include "core/model/flux2_keys.h"
@@ -127,8 +127,8 @@ absl::Status LoadFlux2Weights(torch::nn::Module& module, const Flux2Checkpoint& 
     if (!shape.ok()) {
       missing.push_back(p.key());
     } else if (*shape != p.value().sizes().vec()) {
-      misshaped.push_back(absl::StrCat(p.key(), " (expected ", ShapeStr(p.value().sizes().vec()), ", found ",
-                                       ShapeStr(*shape), ")"));
+      misshaped.push_back(
+          absl::StrCat(p.key(), " (expected ", ShapeStr(p.value().sizes().vec()), ", found ", ShapeStr(*shape), ")"));
     } else {
       todo.emplace_back(p.key(), p.value());
     }
@@ -150,8 +150,7 @@ absl::Status LoadFlux2Weights(torch::nn::Module& module, const Flux2Checkpoint& 
   return absl::OkStatus();
 }
 
-std::map<std::string, at::Tensor> RandomFlux2StateDict(const Flux2Config& config, uint64_t seed,
-                                                       at::ScalarType dtype) {
+std::map<std::string, at::Tensor> RandomFlux2StateDict(const Flux2Config& config, uint64_t seed, at::ScalarType dtype) {
   std::map<std::string, at::Tensor> out;
   for (const auto& [name, shape] : Flux2ParameterShapes(config)) {
     auto gen = at::detail::createCPUGenerator(MixSeed(seed, HashName(name)));

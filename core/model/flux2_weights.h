@@ -6,14 +6,14 @@
 // just its block range of a 64 GB checkpoint.
 #pragma once
 
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+#include <torch/nn/module.h>
+
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <absl/status/statusor.h>
-#include <torch/nn/module.h>
 
 #include "core/model/flux2_config.h"
 #include "core/tensor/safetensors.h"

@@ -15,7 +15,8 @@ using test_util::MakeTempDir;
 using test_util::MakeTinyInputs;
 using test_util::TinyFlux2Config;
 
-at::Tensor ForwardFrom(const Flux2Checkpoint& ckpt, const test_util::TinyInputs& in, at::ScalarType dtype = at::kFloat) {
+at::Tensor ForwardFrom(const Flux2Checkpoint& ckpt, const test_util::TinyInputs& in,
+                       at::ScalarType dtype = at::kFloat) {
   auto shell = BuildFlux2Shell(ckpt, dtype, at::kCPU);
   auto stage = BuildFlux2Stage(ckpt, Flux2StageRange::Full(ckpt.config()), dtype, at::kCPU, nullptr, false);
   EXPECT_TRUE(shell.ok()) << shell.status();

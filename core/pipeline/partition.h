@@ -72,10 +72,10 @@ struct PartitionOptions {
   // false: diffusers' FLUX.2 defaults (double: to_q/k/v, to_out.0; single: to_qkv_mlp_proj, to_out).
   // true: every block linear (adds add_q/k/v_proj, to_add_out and both feed-forwards of double blocks).
   bool all_linear = false;
-  int64_t tokens_per_micro_batch = 4608;  // (image + text tokens) x samples: 1024x1024 + 512 text tokens
+  int64_t tokens_per_micro_batch = 4608;      // (image + text tokens) x samples: 1024x1024 + 512 text tokens
   int64_t text_tokens_per_micro_batch = 512;  // the text part of tokens_per_micro_batch
   bool recompute = true;                      // the cost model counts the recomputed forward
-  int activation_bytes = 2;               // bf16 activations
+  int activation_bytes = 2;                   // bf16 activations
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int micro_batches = 0;  // for the in-flight term; 0 = assume >= stages
   int64_t overhead_bytes = 1000'000'000;

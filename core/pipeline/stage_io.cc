@@ -15,16 +15,16 @@ absl::StatusOr<at::Tensor> Get(const TensorMap& t, const std::string& name, int6
   auto it = t.find(name);
   if (it == t.end()) return absl::InvalidArgumentError(absl::StrCat(what, ": tensor '", name, "' is missing"));
   if (it->second.dim() != dim) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": '", name, "' has shape ", Shape(it->second), ", expected ",
-                                                   dim, " dimensions"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": '", name, "' has shape ", Shape(it->second), ", expected ", dim, " dimensions"));
   }
   return it->second;
 }
 
 absl::Status CheckLast(const at::Tensor& t, const std::string& name, int64_t size, const std::string& what) {
   if (t.size(-1) != size) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": '", name, "' has shape ", Shape(t), ", last dimension must be ",
-                                                   size));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": '", name, "' has shape ", Shape(t), ", last dimension must be ", size));
   }
   return absl::OkStatus();
 }
@@ -59,8 +59,8 @@ absl::StatusOr<Flux2Activations> ActivationsFromTensors(const TensorMap& t, cons
     a.joint = *joint;
     a.txt_len = len.item<int64_t>();
     if (a.txt_len < 0 || a.txt_len > a.joint.size(1)) {
-      return absl::InvalidArgumentError(absl::StrCat("activation: txt_len ", a.txt_len, " outside the sequence of ",
-                                                     a.joint.size(1)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("activation: txt_len ", a.txt_len, " outside the sequence of ", a.joint.size(1)));
     }
   } else {
     if (t.size() != 2) return absl::InvalidArgumentError("activation: expected exactly 'img' and 'txt' (or 'joint')");
@@ -97,7 +97,10 @@ TensorMap InputGradientTensors(const Flux2Activations& input) {
 }
 
 TensorMap ConstantTensors(const Flux2Constants& k, const std::string& rope_key) {
-  return {{"mod_img", k.mod_img}, {"mod_txt", k.mod_txt}, {"mod_single", k.mod_single}, {"mod_out", k.mod_out},
+  return {{"mod_img", k.mod_img},
+          {"mod_txt", k.mod_txt},
+          {"mod_single", k.mod_single},
+          {"mod_out", k.mod_out},
           {kRopeKeyPrefix + rope_key, at::empty({0})}};
 }
 
@@ -110,7 +113,11 @@ absl::StatusOr<std::pair<Flux2Constants, std::string>> ConstantsFromTensors(cons
   const int64_t d = c.inner_dim();
   Flux2Constants k;
   std::string key;
-  struct Field { const char* name; at::Tensor* dst; int64_t width; };
+  struct Field {
+    const char* name;
+    at::Tensor* dst;
+    int64_t width;
+  };
   for (const Field& f : {Field{"mod_img", &k.mod_img, 6 * d}, Field{"mod_txt", &k.mod_txt, 6 * d},
                          Field{"mod_single", &k.mod_single, 3 * d}, Field{"mod_out", &k.mod_out, 2 * d}}) {
     auto x = Get(t, f.name, 2, what);

@@ -9,11 +9,11 @@
 //   GRADIENT   the same names as the activation it answers                             (stage k+1 → k)
 #pragma once
 
-#include <map>
-#include <string>
-
 #include <ATen/ATen.h>
 #include <absl/status/statusor.h>
+
+#include <map>
+#include <string>
 
 #include "core/model/flux2_config.h"
 #include "core/model/flux2_model.h"
@@ -30,8 +30,7 @@ std::string RopeKey(int64_t grid_h, int64_t grid_w, int64_t text_len);
 
 TensorMap ActivationTensors(const Flux2Activations& a);
 // Validates names, ranks, hidden size D, dtype and batch agreement; errors say what was wrong.
-absl::StatusOr<Flux2Activations> ActivationsFromTensors(const TensorMap& t, const Flux2Config& c,
-                                                        at::ScalarType dtype);
+absl::StatusOr<Flux2Activations> ActivationsFromTensors(const TensorMap& t, const Flux2Config& c, at::ScalarType dtype);
 // Gradients of a stage's input activation, by the same names (img/txt or joint).
 TensorMap InputGradientTensors(const Flux2Activations& input);
 

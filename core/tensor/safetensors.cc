@@ -1,5 +1,8 @@
 #include "core/tensor/safetensors.h"
 
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -9,13 +12,9 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
-
-#include <absl/strings/str_cat.h>
-#include <absl/strings/str_format.h>
-#include <absl/strings/str_join.h>
-#include <nlohmann/json.hpp>
 
 #include "core/util/files.h"
 #include "core/util/status.h"
@@ -93,11 +92,8 @@ absl::Status Invalid(const std::string& path, const std::string& what) {
 }
 
 // Parses one header entry; `where` is "<path>: tensor '<key>'" for messages.
-absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& where, const nlohmann::json& j,
-                                            uint64_t data_size) {
-  auto fail = [&](const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
-  };
+absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& where, const nlohmann::json& j, uint64_t data_size) {
+  auto fail = [&](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat(where, ": ", what)); };
   if (!j.is_object()) return fail(absl::StrCat("entry is not a JSON object but ", j.type_name()));
   SafetensorsEntry e;
 
@@ -106,23 +102,21 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& where, const nloh
   e.dtype = dtype->get<std::string>();
   const DtypeInfo* info = FindDtype(e.dtype);
   if (info == nullptr) {
-    return fail(absl::StrCat("unsupported dtype '", e.dtype,
-                             "' (known: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)"));
+    return fail(absl::StrCat("unsupported dtype '", e.dtype, "' (known: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)"));
   }
 
   auto shape = j.find("shape");
   if (shape == j.end() || !shape->is_array()) return fail("missing or non-array 'shape'");
   for (const auto& d : *shape) {
-    if (!d.is_number_unsigned() ||
-        d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       return fail(absl::StrCat("shape ", shape->dump(), " has an entry that is not a non-negative integer"));
     }
     e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
   }
 
   auto offsets = j.find("data_offsets");
-  if (offsets == j.end() || !offsets->is_array() || offsets->size() != 2 ||
-      !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+  if (offsets == j.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+      !(*offsets)[1].is_number_unsigned()) {
     return fail(absl::StrCat("'data_offsets' must be [begin, end] of non-negative integers, got ",
                              offsets == j.end() ? "nothing" : offsets->dump()));
   }
@@ -131,27 +125,26 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& where, const nloh
   const std::string range = absl::StrCat("data_offsets [", e.begin, ", ", e.end, "]");
   if (e.begin > e.end) return fail(absl::StrCat(range, ": begin > end"));
   if (e.end > data_size) {
-    return fail(absl::StrCat(range, " exceed the ", data_size,
-                             "-byte data section (file truncated or offsets corrupt)"));
+    return fail(
+        absl::StrCat(range, " exceed the ", data_size, "-byte data section (file truncated or offsets corrupt)"));
   }
   uint64_t need = 0;
   if (!ByteSize(e.shape, info->itemsize, &need)) {
     return fail(absl::StrCat(e.dtype, " ", ShapeString(e.shape), " overflows 64-bit byte size"));
   }
   if (e.end - e.begin != need) {
-    return fail(absl::StrCat(range, " hold ", e.end - e.begin, " bytes but ", e.dtype, " ",
-                             ShapeString(e.shape), " needs ", need));
+    return fail(absl::StrCat(range, " hold ", e.end - e.begin, " bytes but ", e.dtype, " ", ShapeString(e.shape),
+                             " needs ", need));
   }
   return e;
 }
 
-absl::Status ParseMetadata(const std::string& path, const nlohmann::json& j,
-                           std::map<std::string, std::string>* out) {
+absl::Status ParseMetadata(const std::string& path, const nlohmann::json& j, std::map<std::string, std::string>* out) {
   if (!j.is_object()) return Invalid(path, absl::StrCat("'__metadata__' is not an object but ", j.type_name()));
   for (const auto& [k, v] : j.items()) {
     if (!v.is_string()) {
-      return Invalid(path, absl::StrCat("'__metadata__' key '", k, "' has a ", v.type_name(),
-                                        " value; only strings are allowed"));
+      return Invalid(
+          path, absl::StrCat("'__metadata__' key '", k, "' has a ", v.type_name(), " value; only strings are allowed"));
     }
     (*out)[k] = v.get<std::string>();
   }
@@ -170,8 +163,8 @@ absl::Status CheckNoOverlap(const std::string& path, const std::map<std::string,
     const auto& [pk, p] = sorted[i - 1];
     const auto& [ck, c] = sorted[i];
     if (c->begin < p->end) {
-      return Invalid(path, absl::StrCat("tensors '", *pk, "' [", p->begin, ", ", p->end, "] and '", *ck,
-                                        "' [", c->begin, ", ", c->end, "] overlap"));
+      return Invalid(path, absl::StrCat("tensors '", *pk, "' [", p->begin, ", ", p->end, "] and '", *ck, "' [",
+                                        c->begin, ", ", c->end, "] overlap"));
     }
   }
   return absl::OkStatus();
@@ -189,8 +182,8 @@ absl::StatusOr<std::string> TorchDtypeToSafetensors(at::ScalarType dtype) {
   for (const auto& d : kDtypes) {
     if (d.type == dtype) return std::string(d.code);
   }
-  return absl::InvalidArgumentError(absl::StrCat("torch dtype ", c10::toString(dtype),
-                                                 " has no supported safetensors code"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("torch dtype ", c10::toString(dtype), " has no supported safetensors code"));
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
@@ -211,8 +204,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   if (!S_ISREG(st.st_mode)) return Invalid(path, "not a regular file");
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8) {
-    return Invalid(path, absl::StrCat("file is ", file_size,
-                                      " bytes, too small for the 8-byte header length (truncated?)"));
+    return Invalid(path,
+                   absl::StrCat("file is ", file_size, " bytes, too small for the 8-byte header length (truncated?)"));
   }
   f->map_ = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, f->fd_, 0);
   if (f->map_ == MAP_FAILED) {
@@ -248,8 +241,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
       RETURN_IF_ERROR(ParseMetadata(path, value, &f->metadata_));
       continue;
     }
-    ASSIGN_OR_RETURN(SafetensorsEntry e, ParseEntry(absl::StrCat(path, ": tensor '", key, "'"), value,
-                                                    f->data_size_));
+    ASSIGN_OR_RETURN(SafetensorsEntry e, ParseEntry(absl::StrCat(path, ": tensor '", key, "'"), value, f->data_size_));
     f->entries_.emplace(key, std::move(e));
   }
   RETURN_IF_ERROR(CheckNoOverlap(path, f->entries_));
@@ -271,8 +263,7 @@ std::vector<std::string> SafetensorsFile::Keys() const {
 absl::StatusOr<SafetensorsEntry> SafetensorsFile::Entry(const std::string& key) const {
   auto it = entries_.find(key);
   if (it == entries_.end()) {
-    return absl::NotFoundError(absl::StrCat(path_, ": no tensor '", key, "' (file has ", entries_.size(),
-                                            " tensors)"));
+    return absl::NotFoundError(absl::StrCat(path_, ": no tensor '", key, "' (file has ", entries_.size(), " tensors)"));
   }
   return it->second;
 }
@@ -290,11 +281,12 @@ absl::StatusOr<at::Tensor> SafetensorsFile::Load(const std::string& key, at::Sca
     ::madvise(reinterpret_cast<void*>(lo), reinterpret_cast<uintptr_t>(src) + nbytes - lo, MADV_WILLNEED);
   }
   at::Tensor out;
-  RETURN_IF_ERROR(Annotate(TorchCall("load", [&] {
-                             out = at::empty(e.shape, at::TensorOptions().dtype(stored));
-                             if (nbytes > 0) std::memcpy(out.data_ptr(), src, nbytes);
-                             if (dtype != at::ScalarType::Undefined && dtype != stored) out = out.to(dtype);
-                           }),
+  RETURN_IF_ERROR(Annotate(TorchCall("load",
+                                     [&] {
+                                       out = at::empty(e.shape, at::TensorOptions().dtype(stored));
+                                       if (nbytes > 0) std::memcpy(out.data_ptr(), src, nbytes);
+                                       if (dtype != at::ScalarType::Undefined && dtype != stored) out = out.to(dtype);
+                                     }),
                            absl::StrCat(path_, ": tensor '", key, "'")));
   return out;
 }
@@ -398,7 +390,7 @@ absl::Status WriteShardedSafetensors(const std::string& dir, const std::string& 
 }
 
 absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsIndex(const std::string& dir,
-                                                                       const std::string& stem) {
+                                                                        const std::string& stem) {
   const std::string index_path = JoinPath(dir, stem + ".safetensors.index.json");
   ASSIGN_OR_RETURN(std::string text, ReadFile(index_path));
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

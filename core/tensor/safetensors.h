@@ -7,21 +7,21 @@
 // is validated before any byte is trusted; writes are atomic so a crash never leaves a torn file.
 #pragma once
 
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <absl/status/statusor.h>
-
 namespace baton {
 
 struct SafetensorsEntry {
-  std::string dtype;           // safetensors code: "F32", "BF16", "F16", "I64", ...
+  std::string dtype;  // safetensors code: "F32", "BF16", "F16", "I64", ...
   std::vector<int64_t> shape;
-  uint64_t begin = 0;          // byte offsets relative to the start of the data section
+  uint64_t begin = 0;  // byte offsets relative to the start of the data section
   uint64_t end = 0;
 };
 
@@ -42,8 +42,7 @@ class SafetensorsFile {
 
   // Copies one tensor out of the mapping into an owned CPU tensor, converting to `dtype` when given
   // (at::ScalarType::Undefined keeps the stored dtype). Only this tensor's pages are read.
-  absl::StatusOr<at::Tensor> Load(const std::string& key,
-                                  at::ScalarType dtype = at::ScalarType::Undefined) const;
+  absl::StatusOr<at::Tensor> Load(const std::string& key, at::ScalarType dtype = at::ScalarType::Undefined) const;
 
  private:
   SafetensorsFile() = default;
@@ -76,7 +75,8 @@ absl::Status WriteShardedSafetensors(const std::string& dir, const std::string& 
 // tensor name -> shard path (joined to the index's folder; a shard name that would leave the folder is an
 // error). SafetensorsShardPaths lists the distinct files of a folder: the index's shards (sorted) when
 // there is an index, else the single "<stem>.safetensors"; NotFound names both when neither exists.
-absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsIndex(const std::string& dir, const std::string& stem);
+absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsIndex(const std::string& dir,
+                                                                        const std::string& stem);
 absl::StatusOr<std::vector<std::string>> SafetensorsShardPaths(const std::string& dir, const std::string& stem);
 
 // Convenience: loads every tensor (tests, small files).

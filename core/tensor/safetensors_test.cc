@@ -1,12 +1,12 @@
 #include "core/tensor/safetensors.h"
 
+#include <absl/strings/str_cat.h>
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <absl/strings/str_cat.h>
-#include <gtest/gtest.h>
 
 #include "core/util/files.h"
 
@@ -143,19 +143,18 @@ TEST(SafetensorsTest, LoadConvertsDtype) {
 
 TEST(SafetensorsTest, ReadsHandBuiltFile) {
   // Unsorted keys, __metadata__ in the middle, unpadded header, a 3-byte gap before the last tensor.
-  const std::string header =
-      R"({"zeta":{"dtype":"I16","shape":[1,2],"data_offsets":[8,12]},)"
-      R"("__metadata__":{"format":"pt"},)"
-      R"("Alpha":{"shape":[2],"dtype":"F32","data_offsets":[0,8]},)"
-      R"("mid":{"dtype":"BF16","shape":[],"data_offsets":[12,14]},)"
-      R"("flags":{"dtype":"BOOL","shape":[3],"data_offsets":[17,20]},)"
-      R"("none":{"dtype":"F16","shape":[0],"data_offsets":[14,14]}})";
-  const std::string data = Bytes({0x00, 0x00, 0xC0, 0x3F,   // 1.5f
-                                  0x00, 0x00, 0x00, 0xC0,   // -2.0f
-                                  0x02, 0x01, 0xFF, 0xFF,   // int16 258, -1
-                                  0x80, 0x3F,               // bf16 1.0
-                                  0xAA, 0xAA, 0xAA,         // gap
-                                  0x01, 0x00, 0x01});       // true false true
+  const std::string header = R"({"zeta":{"dtype":"I16","shape":[1,2],"data_offsets":[8,12]},)"
+                             R"("__metadata__":{"format":"pt"},)"
+                             R"("Alpha":{"shape":[2],"dtype":"F32","data_offsets":[0,8]},)"
+                             R"("mid":{"dtype":"BF16","shape":[],"data_offsets":[12,14]},)"
+                             R"("flags":{"dtype":"BOOL","shape":[3],"data_offsets":[17,20]},)"
+                             R"("none":{"dtype":"F16","shape":[0],"data_offsets":[14,14]}})";
+  const std::string data = Bytes({0x00, 0x00, 0xC0, 0x3F,  // 1.5f
+                                  0x00, 0x00, 0x00, 0xC0,  // -2.0f
+                                  0x02, 0x01, 0xFF, 0xFF,  // int16 258, -1
+                                  0x80, 0x3F,              // bf16 1.0
+                                  0xAA, 0xAA, 0xAA,        // gap
+                                  0x01, 0x00, 0x01});      // true false true
   const std::string path = WriteRaw(TestDir(), RawFile(header, data));
   auto f = SafetensorsFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status();
@@ -206,9 +205,8 @@ TEST(SafetensorsTest, WriterUsesReferenceLayout) {
   std::map<std::string, at::Tensor> tensors = {{"b", at::tensor({int16_t{258}})}, {"a", at::tensor({1.5f, -2.0f})}};
   auto bytes = SerializeSafetensors(tensors, {{"k", "v"}});
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  std::string header =
-      R"({"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"I16","shape":[1],"data_offsets":[8,10]}})";
+  std::string header = R"({"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                       R"("b":{"dtype":"I16","shape":[1],"data_offsets":[8,10]}})";
   header.append((8 - header.size() % 8) % 8, ' ');
   const std::string data = Bytes({0x00, 0x00, 0xC0, 0x3F, 0x00, 0x00, 0x00, 0xC0, 0x02, 0x01});
   EXPECT_EQ(*bytes, RawFile(header, data));
@@ -294,8 +292,8 @@ TEST(SafetensorsTest, RejectsHeaderThatIsNotJsonObject) {
   ExpectOpenError(RawFile(R"({"w": {"dtype": "F32",)", ""), absl::StatusCode::kInvalidArgument, "not valid JSON");
   ExpectOpenError(RawFile("", ""), absl::StatusCode::kInvalidArgument, "not valid JSON");
   ExpectOpenError(RawFile("[1, 2]", ""), absl::StatusCode::kInvalidArgument, "not an object");
-  ExpectOpenError(RawFile(std::string(5000, '[') + std::string(5000, ']'), ""),
-                  absl::StatusCode::kInvalidArgument, "nests deeper");
+  ExpectOpenError(RawFile(std::string(5000, '[') + std::string(5000, ']'), ""), absl::StatusCode::kInvalidArgument,
+                  "nests deeper");
 }
 
 TEST(SafetensorsTest, RejectsBadDtype) {
@@ -310,8 +308,8 @@ TEST(SafetensorsTest, RejectsBadShape) {
                   absl::StatusCode::kInvalidArgument, "not a non-negative integer");
   ExpectOpenError(RawFile(R"({"x":{"dtype":"U8","shape":[2.0],"data_offsets":[0,2]}})", "ab"),
                   absl::StatusCode::kInvalidArgument, "not a non-negative integer");
-  ExpectOpenError(RawFile(R"({"x":{"dtype":"U8","data_offsets":[0,2]}})", "ab"),
-                  absl::StatusCode::kInvalidArgument, "'shape'");
+  ExpectOpenError(RawFile(R"({"x":{"dtype":"U8","data_offsets":[0,2]}})", "ab"), absl::StatusCode::kInvalidArgument,
+                  "'shape'");
 }
 
 TEST(SafetensorsTest, RejectsOffsetsOutOfRange) {
@@ -331,8 +329,7 @@ TEST(SafetensorsTest, RejectsOverlappingOffsets) {
 }
 
 TEST(SafetensorsTest, RejectsShapeSizeMismatch) {
-  ExpectOpenError(RawFile(R"({"x.weight":{"dtype":"F32","shape":[4,8],"data_offsets":[0,96]}})",
-                          std::string(96, '\0')),
+  ExpectOpenError(RawFile(R"({"x.weight":{"dtype":"F32","shape":[4,8],"data_offsets":[0,96]}})", std::string(96, '\0')),
                   absl::StatusCode::kInvalidArgument,
                   "tensor 'x.weight': data_offsets [0, 96] hold 96 bytes but F32 [4, 8] needs 128");
   // numel × itemsize that overflows 64 bits must not wrap around to a small "valid" size.

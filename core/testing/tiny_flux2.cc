@@ -1,12 +1,11 @@
 #include "core/testing/tiny_flux2.h"
 
-#include <unistd.h>
-
-#include <cstdlib>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "core/lora/lora_linear.h"
 #include "core/model/flux2_ops.h"

@@ -1,10 +1,10 @@
 // Test helpers: tiny FLUX.2 configs and inputs, so model tests run in milliseconds on CPU.
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <string>
-
-#include <ATen/ATen.h>
 
 #include "core/model/flux2_config.h"
 #include "core/model/flux2_model.h"

@@ -1,9 +1,9 @@
 #include "core/train/adamw.h"
 
-#include <cmath>
-
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
+
+#include <cmath>
 
 namespace baton {
 

@@ -3,12 +3,12 @@
 // The coordinator owns one of these for the whole pipeline; `baton train-local` uses the same class.
 #pragma once
 
+#include <ATen/ATen.h>
+#include <absl/status/status.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
-
-#include <ATen/ATen.h>
-#include <absl/status/status.h>
 
 #include "core/train/job.h"
 

@@ -1,11 +1,11 @@
 #include "core/train/batches.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <absl/strings/str_cat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
-
-#include <ATen/CPUGeneratorImpl.h>
-#include <absl/strings/str_cat.h>
 
 #include "core/lora/lora_linear.h"
 #include "core/model/flux2_ops.h"
@@ -65,7 +65,8 @@ std::vector<int64_t> StepSampler::MicroBatchSamples(int64_t g) const {
   for (size_t k = 0; k < buckets_.size(); ++k) {
     std::vector<int64_t> members = buckets_[k];
     Shuffle(members, MixSeed(MixSeed(job_.seed, 0x5eed), MixSeed(epoch, k)));
-    for (size_t i = 0; i + b <= members.size(); i += b) chunks.emplace_back(members.begin() + i, members.begin() + i + b);
+    for (size_t i = 0; i + b <= members.size(); i += b)
+      chunks.emplace_back(members.begin() + i, members.begin() + i + b);
   }
   std::vector<int64_t> order(chunks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
@@ -92,10 +93,10 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
     mb.encoder_hidden_states = at::stack(texts);
     const int64_t b = x0.size(0), tokens = x0.size(1);
     auto gen = at::detail::createCPUGenerator(MixSeed(MixSeed(job_.seed, step), i));
-    at::Tensor u = job_.timesteps.sampling == "uniform"
-                       ? at::rand({b}, gen, at::kFloat)
-                       : at::sigmoid(at::randn({b}, gen, at::kFloat) * job_.timesteps.logit_std +
-                                     job_.timesteps.logit_mean);
+    at::Tensor u =
+        job_.timesteps.sampling == "uniform"
+            ? at::rand({b}, gen, at::kFloat)
+            : at::sigmoid(at::randn({b}, gen, at::kFloat) * job_.timesteps.logit_std + job_.timesteps.logit_mean);
     double shift = 1.0;
     if (job_.timesteps.shift == "auto") {
       shift = Flux2AutoShift(tokens);

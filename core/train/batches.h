@@ -8,11 +8,11 @@
 // step can mix buckets (different sequence lengths) and resuming needs only the step number.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include <ATen/ATen.h>
 #include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <vector>
 
 #include "core/data/cache.h"
 #include "core/train/job.h"
@@ -21,8 +21,8 @@ namespace baton {
 
 struct MicroBatch {
   int64_t step = 0;
-  int64_t index = 0;                 // micro-batch index within the step
-  std::vector<int64_t> samples;      // cache record indices
+  int64_t index = 0;             // micro-batch index within the step
+  std::vector<int64_t> samples;  // cache record indices
   int64_t grid_h = 0, grid_w = 0;
   at::Tensor hidden_states;          // [b, Si, C] x_t = (1-t)·x0 + t·ε
   at::Tensor encoder_hidden_states;  // [b, St, J]

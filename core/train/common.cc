@@ -28,8 +28,7 @@ absl::StatusOr<at::Device> ParseDevice(const std::string& name) {
 }
 
 absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, const Flux2StageRange& range,
-                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora,
-                                           bool train) {
+                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train) {
   Flux2Stage stage{nullptr};
   RETURN_IF_ERROR(TorchCall("building the stage", [&] {
     stage = Flux2Stage(checkpoint.config(), range, at::TensorOptions().dtype(dtype).device(device));
@@ -80,8 +79,8 @@ absl::Status JsonlWriter::Append(const nlohmann::ordered_json& line) {
 absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string, at::Tensor>& params,
                              const JobConfig& job, int64_t step) {
   RETURN_IF_ERROR(MakeDirs(dir));
-  std::map<std::string, std::string> meta = {{"software", "baton"}, {"baton_step", std::to_string(step)},
-                                             {"baton_job_hash", JobHash(job)}};
+  std::map<std::string, std::string> meta = {
+      {"software", "baton"}, {"baton_step", std::to_string(step)}, {"baton_job_hash", JobHash(job)}};
   RETURN_IF_ERROR(SaveLoraDiffusers(JoinPath(dir, "lora.safetensors"), params, job.lora, meta));
   if (job.save_bfl) RETURN_IF_ERROR(SaveLoraBfl(JoinPath(dir, "lora_bfl.safetensors"), params, job.lora, meta));
   return absl::OkStatus();

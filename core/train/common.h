@@ -2,13 +2,13 @@
 // its weights and adapters, the loss, the train log, and writing the LoRA files users load.
 #pragma once
 
-#include <cstdio>
-#include <map>
-#include <string>
-
 #include <ATen/ATen.h>
 #include <absl/status/statusor.h>
+
+#include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
@@ -22,8 +22,7 @@ absl::StatusOr<at::Device> ParseDevice(const std::string& name);     // cpu | cu
 // Builds the stage for `range` with weights from `checkpoint` (only that range is read) and, when
 // `lora` is given, attached adapters. Modules are in eval mode unless `train` is set (dropout).
 absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, const Flux2StageRange& range,
-                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora,
-                                           bool train);
+                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train);
 absl::StatusOr<Flux2Shell> BuildFlux2Shell(const Flux2Checkpoint& checkpoint, at::ScalarType dtype, at::Device device);
 
 // Flow-matching loss: mean squared error in fp32. pred, target: [b, Si, C].

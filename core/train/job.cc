@@ -1,13 +1,13 @@
 #include "core/train/job.h"
 
-#include <functional>
-#include <map>
-#include <set>
-
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 #include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <map>
+#include <set>
 
 #include "core/lora/lora_linear.h"
 #include "core/util/files.h"
@@ -27,7 +27,8 @@ class Reader {
 
   // Checks that `map` is a mapping with only `allowed` keys.
   absl::Status Keys(const YAML::Node& map, const std::string& what, const std::set<std::string>& allowed) {
-    if (!map.IsMap()) return absl::InvalidArgumentError(absl::StrCat(Where(source_, map), ": ", what, " must be a mapping"));
+    if (!map.IsMap())
+      return absl::InvalidArgumentError(absl::StrCat(Where(source_, map), ": ", what, " must be a mapping"));
     for (const auto& kv : map) {
       std::string key = kv.first.as<std::string>();
       if (!allowed.count(key)) {
@@ -53,7 +54,8 @@ class Reader {
   absl::Status Check(bool ok, const YAML::Node& map, const std::string& key, const std::string& rule) {
     if (ok) return absl::OkStatus();
     YAML::Node node = map[key];
-    return absl::InvalidArgumentError(absl::StrCat(Where(source_, node.IsDefined() ? node : map), ": '", key, "' ", rule));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(source_, node.IsDefined() ? node : map), ": '", key, "' ", rule));
   }
 
  private:
@@ -72,10 +74,26 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   Reader r(source);
   JobConfig job;
   job.source = source;
-  RETURN_IF_ERROR(r.Keys(root, "the job", {"model", "model_config", "dataset", "lora", "optimizer", "timesteps", "steps",
-                                           "batch_size", "micro_batches", "schedule", "recompute", "seed",
-                                           "checkpoint_every", "dtype", "devices", "guidance", "save_bfl", "threads",
-                                           "memory_per_stage", "encode"}));
+  RETURN_IF_ERROR(r.Keys(root, "the job", {"model",
+                                           "model_config",
+                                           "dataset",
+                                           "lora",
+                                           "optimizer",
+                                           "timesteps",
+                                           "steps",
+                                           "batch_size",
+                                           "micro_batches",
+                                           "schedule",
+                                           "recompute",
+                                           "seed",
+                                           "checkpoint_every",
+                                           "dtype",
+                                           "devices",
+                                           "guidance",
+                                           "save_bfl",
+                                           "threads",
+                                           "memory_per_stage",
+                                           "encode"}));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
   RETURN_IF_ERROR(r.Get(root, "model_config", &job.model_config));
@@ -89,7 +107,8 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   RETURN_IF_ERROR(r.Check(job.micro_batches > 0 && job.batch_size % job.micro_batches == 0, root, "micro_batches",
                           "must be positive and divide batch_size"));
   RETURN_IF_ERROR(r.Get(root, "schedule", &job.schedule));
-  RETURN_IF_ERROR(r.Check(job.schedule == "gpipe" || job.schedule == "1f1b", root, "schedule", "must be gpipe or 1f1b"));
+  RETURN_IF_ERROR(
+      r.Check(job.schedule == "gpipe" || job.schedule == "1f1b", root, "schedule", "must be gpipe or 1f1b"));
   RETURN_IF_ERROR(r.Get(root, "recompute", &job.recompute));
   RETURN_IF_ERROR(r.Get(root, "seed", &job.seed));
   RETURN_IF_ERROR(r.Get(root, "checkpoint_every", &job.checkpoint_every));

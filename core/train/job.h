@@ -13,11 +13,11 @@
 //   encode: {images: data/, encoder_worker: host:5000, resolution: 1024}  # optional: build the cache first
 #pragma once
 
+#include <absl/status/statusor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <absl/status/statusor.h>
 
 #include "core/lora/lora.h"
 
@@ -56,7 +56,7 @@ struct JobConfig {
   std::string model;
   std::string model_config;
   std::string dataset;
-  LoraSpec lora;               // targets resolved; seed = job seed
+  LoraSpec lora;  // targets resolved; seed = job seed
   std::string lora_targets = "attention";
   OptimizerConfig optimizer;
   TimestepConfig timesteps;
@@ -66,12 +66,12 @@ struct JobConfig {
   std::string schedule = "1f1b";  // gpipe | 1f1b
   bool recompute = true;
   uint64_t seed = 0;
-  int64_t checkpoint_every = 0;  // 0: only at the end
-  std::string dtype = "fp32";    // fp32 | bf16
+  int64_t checkpoint_every = 0;      // 0: only at the end
+  std::string dtype = "fp32";        // fp32 | bf16
   std::vector<std::string> devices;  // per stage; empty = cpu everywhere
-  double guidance = 3.5;         // used when the model has a guidance embedder
-  bool save_bfl = false;         // also write lora_bfl.safetensors (BFL/ComfyUI keys)
-  int threads = 1;               // compute threads per process
+  double guidance = 3.5;             // used when the model has a guidance embedder
+  bool save_bfl = false;             // also write lora_bfl.safetensors (BFL/ComfyUI keys)
+  int threads = 1;                   // compute threads per process
   // Memory budget per stage for the partitioner ("24GB"; one for all or one per stage); empty = unlimited.
   std::vector<std::string> memory_per_stage;
   EncodeConfig encode;  // encode.encoder_worker empty = use `dataset` as it is

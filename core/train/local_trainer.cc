@@ -1,9 +1,9 @@
 #include "core/train/local_trainer.h"
 
-#include <chrono>
-
 #include <ATen/Parallel.h>
 #include <absl/strings/str_cat.h>
+
+#include <chrono>
 
 #include "core/data/cache.h"
 #include "core/lora/lora.h"

@@ -3,13 +3,13 @@
 // must equal this one up to floating-point reassociation.
 #pragma once
 
+#include <absl/status/statusor.h>
+
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <absl/status/statusor.h>
-#include <nlohmann/json.hpp>
 
 #include "core/train/job.h"
 

@@ -1,7 +1,7 @@
 // Tests of the training pieces: job parsing, sampling, the optimizer and the single-process trainer.
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "core/data/cache.h"
 #include "core/lora/lora.h"
@@ -103,9 +103,9 @@ class TrainerTest : public ::testing::Test {
     dir_ = MakeTempDir("trainer");
     Flux2Config c = TinyFlux2Config();
     ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(dir_, "model"), 1).ok());
-    ASSERT_TRUE(WriteSyntheticCache(JoinPath(dir_, "cache"), c.in_channels, c.joint_attention_dim, 12,
-                                    {{2, 2}, {2, 3}}, 5, 3)
-                    .ok());
+    ASSERT_TRUE(
+        WriteSyntheticCache(JoinPath(dir_, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
+            .ok());
     auto job = ParseJobYaml(absl::StrCat("model: ", JoinPath(dir_, "model"), "\ndataset: ", JoinPath(dir_, "cache"),
                                          "\nlora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\n"
                                          "steps: 6\nbatch_size: 4\nmicro_batches: 2\nseed: 3\n"));

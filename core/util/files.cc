@@ -1,5 +1,6 @@
 #include "core/util/files.h"
 
+#include <absl/strings/str_cat.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <absl/strings/str_cat.h>
 
 namespace baton {
 namespace {

@@ -2,11 +2,11 @@
 // directory), so a reader never sees a half-written file under the final name.
 #pragma once
 
-#include <string>
-
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 #include <absl/strings/string_view.h>
+
+#include <string>
 
 namespace baton {
 

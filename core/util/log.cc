@@ -1,10 +1,10 @@
 #include "core/util/log.h"
 
-#include <cstdio>
-#include <mutex>
-
 #include <absl/time/clock.h>
 #include <absl/time/time.h>
+
+#include <cstdio>
+#include <mutex>
 
 namespace baton {
 namespace {

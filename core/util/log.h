@@ -9,11 +9,17 @@ enum class LogLevel { kInfo, kWarning, kError };
 void LogLine(LogLevel level, const std::string& message);
 
 template <typename... Args>
-void LogInfo(const Args&... args) { LogLine(LogLevel::kInfo, absl::StrCat(args...)); }
+void LogInfo(const Args&... args) {
+  LogLine(LogLevel::kInfo, absl::StrCat(args...));
+}
 template <typename... Args>
-void LogWarning(const Args&... args) { LogLine(LogLevel::kWarning, absl::StrCat(args...)); }
+void LogWarning(const Args&... args) {
+  LogLine(LogLevel::kWarning, absl::StrCat(args...));
+}
 template <typename... Args>
-void LogError(const Args&... args) { LogLine(LogLevel::kError, absl::StrCat(args...)); }
+void LogError(const Args&... args) {
+  LogLine(LogLevel::kError, absl::StrCat(args...));
+}
 
 // Set by each binary's main (e.g. "stage_worker[1]") so interleaved logs say who spoke.
 void SetLogTag(const std::string& tag);

@@ -3,19 +3,19 @@
 // where untrusted input reaches libtorch.
 #pragma once
 
-#include <exception>
-#include <utility>
-
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 #include <absl/strings/str_cat.h>
 
+#include <exception>
+#include <utility>
+
 #define BATON_CONCAT_INNER_(a, b) a##b
 #define BATON_CONCAT_(a, b) BATON_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    ::absl::Status baton_status_ = (expr);     \
+#define RETURN_IF_ERROR(expr)                      \
+  do {                                             \
+    ::absl::Status baton_status_ = (expr);         \
     if (!baton_status_.ok()) return baton_status_; \
   } while (0)
 
@@ -24,8 +24,7 @@
   if (!tmp.ok()) return tmp.status();          \
   lhs = std::move(tmp).value()
 
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL_(BATON_CONCAT_(baton_statusor_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr) ASSIGN_OR_RETURN_IMPL_(BATON_CONCAT_(baton_statusor_, __LINE__), lhs, expr)
 
 namespace baton {
 

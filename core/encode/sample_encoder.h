@@ -1,0 +1,30 @@
+// The interface between a dataset and the models that encode it: one sample (a bucket-sized image and its
+// caption) in, the tensors the transformer trains on out. The cache builder (encoder_worker/) drives it; the
+// FLUX.2 implementation is Flux2SampleEncoder (flux2_encoder.h).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/image/image.h"
+
+namespace baton {
+
+// What turns one sample into cache tensors. The real one is Flux2SampleEncoder (VAE + text encoder).
+class SampleEncoder {
+ public:
+  virtual ~SampleEncoder() = default;
+  // Names the models and settings; a record made by another identity is re-encoded.
+  virtual std::string identity() const = 0;
+  virtual int64_t latent_channels() const = 0;
+  virtual int64_t text_dim() const = 0;
+  // image: already resized/cropped to its bucket → packed latents [grid_h·grid_w, C] fp32.
+  virtual absl::StatusOr<at::Tensor> EncodeImage(const Image& image) = 0;
+  // caption → prompt embeddings [L, J] fp32.
+  virtual absl::StatusOr<at::Tensor> EncodeText(const std::string& caption) = 0;
+};
+
+}  // namespace baton
