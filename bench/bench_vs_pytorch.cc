@@ -1,0 +1,213 @@
+// The Baton half of bench/bench_vs_pytorch.py: Baton's single-process LoRA training step, timed on weights,
+// inputs and initial adapters that the Python script wrote, so that diffusers + peft on the same torch can be
+// timed on exactly the same problem. Run that script, not this binary (it starts and drives this one).
+//
+// The step is the body of `baton train-local`'s loop (core/train/local_trainer.cc) with the sampler's output
+// replaced by the fixed inputs: shell without grad, stage forward, FlowMatchingLoss, backward, gradients to
+// fp32 CPU copies, zeroing, ClipGradNorm, AdamW on the fp32 masters, copy back into the adapters.
+//
+//   bench_vs_pytorch --model DIR --inputs FILE --lora FILE [--threads 1] [--rank 16] [--alpha 16]
+//                    [--targets attention] [--lr 1e-3] [--clip 1.0]
+//
+// --inputs holds hidden_states [1, Si, C], encoder_hidden_states [1, St, Dj], timestep [1], guidance [1],
+// img_ids [Si, 4], txt_ids [St, 4], target [1, Si, C]; --lora holds every adapter under its PEFT name
+// ("transformer_blocks.0.attn.to_q.lora_A.weight"): a missing or extra name is an error, which is how the
+// script knows both sides put LoRA on the same Linears. Once loaded it prints {"ready": ...}, then reads one
+// integer per stdin line, runs that many steps and prints one JSON line of per-step seconds, losses and
+// gradient norms; it exits at end of input.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <absl/status/statusor.h>
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/lora/lora.h"
+#include "core/model/flux2_model.h"
+#include "core/model/flux2_weights.h"
+#include "core/tensor/safetensors.h"
+#include "core/train/adamw.h"
+#include "core/train/common.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+struct Args {
+  std::string model, inputs, lora;
+  int threads = 1;
+  int64_t rank = 16;
+  double alpha = 16;
+  std::string targets = "attention";
+  double lr = 1e-3;
+  double clip = 1.0;
+};
+
+absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("flag ", s, " needs a value"));
+    std::string v = argv[++i];
+    bool ok = true;
+    if (s == "--model") {
+      a.model = v;
+    } else if (s == "--inputs") {
+      a.inputs = v;
+    } else if (s == "--lora") {
+      a.lora = v;
+    } else if (s == "--targets") {
+      a.targets = v;
+    } else if (s == "--threads") {
+      ok = absl::SimpleAtoi(v, &a.threads) && a.threads >= 1;
+    } else if (s == "--rank") {
+      ok = absl::SimpleAtoi(v, &a.rank);
+    } else if (s == "--alpha") {
+      ok = absl::SimpleAtod(v, &a.alpha);
+    } else if (s == "--lr") {
+      ok = absl::SimpleAtod(v, &a.lr);
+    } else if (s == "--clip") {
+      ok = absl::SimpleAtod(v, &a.clip);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", s, " (see bench/bench_vs_pytorch.cc)"));
+    }
+    if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad value '", v, "' for ", s));
+  }
+  if (a.model.empty() || a.inputs.empty() || a.lora.empty()) {
+    return absl::InvalidArgumentError("--model, --inputs and --lora are required");
+  }
+  return a;
+}
+
+absl::StatusOr<at::Tensor> Get(const std::map<std::string, at::Tensor>& tensors, const std::string& key,
+                               const std::string& file) {
+  auto it = tensors.find(key);
+  if (it == tensors.end()) return absl::InvalidArgumentError(absl::StrCat(file, " lacks tensor '", key, "'"));
+  return it->second;
+}
+
+// Everything one step touches, built once.
+struct Trainer {
+  Flux2Shell shell{nullptr};
+  Flux2Stage stage{nullptr};
+  std::map<std::string, at::Tensor> master;  // fp32 CPU LoRA masters, PEFT names
+  std::unique_ptr<AdamW> optimizer;
+  OptimizerConfig opt;
+  at::Tensor hidden_states, encoder_hidden_states, timestep, guidance, img_ids, txt_ids, target;
+  int64_t step = 0;
+};
+
+struct StepResult {
+  double seconds = 0, loss = 0, grad_norm = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Trainer>> Build(const Args& a) {
+  auto t = std::make_unique<Trainer>();
+  ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(a.model));
+  LoraSpec spec;
+  spec.rank = a.rank;
+  spec.alpha = a.alpha;
+  ASSIGN_OR_RETURN(spec.targets, ResolveLoraTargets(a.targets));
+  ASSIGN_OR_RETURN(t->shell, BuildFlux2Shell(*checkpoint, at::kFloat, at::kCPU));
+  ASSIGN_OR_RETURN(t->stage, BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(checkpoint->config()), at::kFloat,
+                                             at::kCPU, &spec, true));
+  ASSIGN_OR_RETURN(auto lora, LoadAllSafetensors(a.lora));
+  RETURN_IF_ERROR(Annotate(AssignLoraParameters(*t->stage, lora), a.lora));
+  t->master = CloneToCpuFloat(LoraParameters(*t->stage));
+  t->opt.lr = a.lr;
+  t->opt.clip = a.clip;
+  t->optimizer = std::make_unique<AdamW>(t->opt);
+
+  ASSIGN_OR_RETURN(auto in, LoadAllSafetensors(a.inputs));
+  ASSIGN_OR_RETURN(t->hidden_states, Get(in, "hidden_states", a.inputs));
+  ASSIGN_OR_RETURN(t->encoder_hidden_states, Get(in, "encoder_hidden_states", a.inputs));
+  ASSIGN_OR_RETURN(t->timestep, Get(in, "timestep", a.inputs));
+  ASSIGN_OR_RETURN(t->guidance, Get(in, "guidance", a.inputs));
+  ASSIGN_OR_RETURN(t->img_ids, Get(in, "img_ids", a.inputs));
+  ASSIGN_OR_RETURN(t->txt_ids, Get(in, "txt_ids", a.inputs));
+  ASSIGN_OR_RETURN(t->target, Get(in, "target", a.inputs));
+  return t;
+}
+
+// One optimizer step of one micro-batch: local_trainer.cc's loop body, statement for statement.
+absl::StatusOr<StepResult> Step(Trainer& t) {
+  const at::ScalarType dtype = at::kFloat;
+  const at::Device device(at::kCPU);
+  auto t0 = std::chrono::steady_clock::now();
+  double loss_sum = 0.0;
+  RETURN_IF_ERROR(TorchCall("training step", [&] {
+    Flux2Constants k;
+    {
+      at::NoGradGuard no_grad;
+      k = t.shell(t.timestep.to(device), t.guidance.to(device), t.img_ids.to(device), t.txt_ids.to(device), dtype);
+    }
+    SetLoraDropoutSeed(*t.stage, 0);
+    Flux2Activations in;
+    in.img = t.hidden_states.to(device, dtype);
+    in.txt = t.encoder_hidden_states.to(device, dtype);
+    at::Tensor loss = FlowMatchingLoss(t.stage(in, k).output, t.target);
+    const float loss_scale = 1.0f;  // one micro-batch
+    (loss * static_cast<double>(loss_scale)).backward();
+    loss_sum += loss.item<double>();
+  }));
+  std::map<std::string, at::Tensor> grads = CloneToCpuFloat(LoraGradients(*t.stage));
+  ZeroLoraGradients(*t.stage);
+  StepResult r;
+  r.loss = loss_sum;
+  r.grad_norm = ClipGradNorm(grads, t.opt.clip);
+  RETURN_IF_ERROR(t.optimizer->Step(t.master, grads, LearningRate(t.opt, t.step)));
+  RETURN_IF_ERROR(AssignLoraParameters(*t.stage, t.master));
+  ++t.step;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+absl::Status Run(int argc, char** argv) {
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv));
+  at::set_num_threads(a.threads);
+  ASSIGN_OR_RETURN(auto trainer, Build(a));
+  nlohmann::ordered_json ready;
+  ready["ready"] = true;
+  ready["threads"] = at::get_num_threads();
+  ready["lora_tensors"] = trainer->master.size();
+  std::cout << ready.dump() << std::endl;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(line, &n) || n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("expected a step count on stdin, got '", line, "'"));
+    }
+    nlohmann::ordered_json out;
+    out["seconds"] = nlohmann::json::array();
+    out["loss"] = nlohmann::json::array();
+    out["grad_norm"] = nlohmann::json::array();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSIGN_OR_RETURN(StepResult r, Step(*trainer));
+      out["seconds"].push_back(r.seconds);
+      out["loss"].push_back(r.loss);
+      out["grad_norm"].push_back(r.grad_norm);
+    }
+    std::cout << out.dump() << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  absl::Status s = baton::Run(argc, argv);
+  if (!s.ok()) {
+    std::fprintf(stderr, "bench_vs_pytorch: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
