@@ -16,7 +16,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
+#include "core/image/exif.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -317,21 +319,23 @@ absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view bytes, absl::string_vi
     RETURN_IF_ERROR(CheckSize(be32(16), be32(20), name));
     info.width = static_cast<int>(be32(16));
     info.height = static_cast<int>(be32(20));
-    return info;
+  } else {
+    JpegError err;
+    Image header;
+    if (!DecodeJpegRaw(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                       /*header_only=*/true, InitJpegError(&err), &header)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": bad JPEG: ", err.message));
+    }
+    RETURN_IF_ERROR(CheckSize(header.width, header.height, name));
+    info.width = header.width;
+    info.height = header.height;
   }
-  JpegError err;
-  Image header;
-  if (!DecodeJpegRaw(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
-                     /*header_only=*/true, InitJpegError(&err), &header)) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": bad JPEG: ", err.message));
-  }
-  RETURN_IF_ERROR(CheckSize(header.width, header.height, name));
-  info.width = header.width;
-  info.height = header.height;
+  info.orientation = ReadExifOrientation(bytes);
+  if (OrientationSwapsAxes(info.orientation)) std::swap(info.width, info.height);
   return info;
 }
 
-absl::StatusOr<Image> DecodeImage(absl::string_view bytes, absl::string_view name) {
+absl::StatusOr<Image> DecodeImage(absl::string_view bytes, absl::string_view name, ExifOrientationMode orientation) {
   ImageFormat format = DetectImageFormat(bytes);
   RETURN_IF_ERROR(CheckDecodable(format, bytes, name));
   Image image;
@@ -350,6 +354,10 @@ absl::StatusOr<Image> DecodeImage(absl::string_view bytes, absl::string_view nam
     }
   }
   RETURN_IF_ERROR(CheckImageValid(image, name));
+  if (orientation == ExifOrientationMode::kApply) {
+    const int exif_orientation = ReadExifOrientation(bytes);
+    if (exif_orientation != 1) image = ApplyExifOrientation(image, exif_orientation);
+  }
   return image;
 }
 

@@ -2,8 +2,9 @@
 // layout, PNG/JPEG encoding (sample datasets, tests), and the resize/crop used by bucketing.
 // The format is detected from magic bytes, never the extension. Decoding matches PIL's
 // `Image.open(f).convert("RGB")`: alpha is dropped (not composited), 16-bit samples keep their
-// high byte, gamma chunks and EXIF orientation are ignored. Every decode error is a Status that
-// names the file; libpng/libjpeg errors are caught with setjmp/longjmp, never exit().
+// high byte, gamma chunks are ignored, and the EXIF orientation is applied as diffusers' trainers do
+// (`PIL.ImageOps.exif_transpose`, see exif.h). Every decode error is a Status that names the file;
+// libpng/libjpeg errors are caught with setjmp/longjmp, never exit().
 #pragma once
 
 #include <ATen/ATen.h>
@@ -39,19 +40,23 @@ const char* ImageFormatName(ImageFormat format);
 
 struct ImageInfo {
   ImageFormat format = ImageFormat::kUnknown;
-  int width = 0;
+  int width = 0;  // as displayed: after the EXIF orientation
   int height = 0;
+  int orientation = 1;  // EXIF orientation 1..8 (1 = as stored, or no EXIF)
 };
 
-// Format and size from the header only (PNG IHDR, JPEG SOF), without decoding pixels. Errors as
-// DecodeImage for empty, non-image and unsupported input; a damaged body is not detected here.
+// Format and displayed size from the header only (PNG IHDR, JPEG SOF, EXIF orientation), without
+// decoding pixels. Errors as DecodeImage for empty, non-image and unsupported input; a damaged body is
+// not detected here.
 absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view bytes, absl::string_view name);
 
 // Decodes PNG (any color type and bit depth, interlaced or not) or JPEG (grayscale, YCbCr/RGB;
 // CMYK/YCCK is rejected) to RGB8. `name` (usually the path) prefixes every error message.
 // INVALID_ARGUMENT for empty, truncated, corrupt or non-image data; UNIMPLEMENTED for formats
-// this build cannot decode (WebP, GIF, BMP, TIFF).
-absl::StatusOr<Image> DecodeImage(absl::string_view bytes, absl::string_view name);
+// this build cannot decode (WebP, GIF, BMP, TIFF). kIgnore returns the pixels as stored (debugging).
+enum class ExifOrientationMode { kApply, kIgnore };
+absl::StatusOr<Image> DecodeImage(absl::string_view bytes, absl::string_view name,
+                                  ExifOrientationMode orientation = ExifOrientationMode::kApply);
 absl::StatusOr<Image> ReadImageFile(const std::string& path);
 
 absl::StatusOr<std::string> EncodePng(const Image& image);
