@@ -4,11 +4,11 @@
 #include <absl/strings/str_cat.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 
 #include "core/lora/lora_linear.h"
 #include "core/model/flux2_ops.h"
+#include "core/train/timesteps.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -30,13 +30,6 @@ uint64_t DropoutBaseSeed(uint64_t job_seed) { return MixSeed(job_seed, 0xd509); 
 uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index) {
   return MixSeed(base, MixSeed(static_cast<uint64_t>(step), static_cast<uint64_t>(index)));
 }
-
-double Flux2AutoShift(int64_t image_tokens) {
-  const double m = (1.15 - 0.5) / (4096.0 - 256.0);
-  return std::exp(0.5 + m * (static_cast<double>(image_tokens) - 256.0));
-}
-
-at::Tensor ShiftTimesteps(const at::Tensor& t, double shift) { return shift * t / (1 + (shift - 1) * t); }
 
 absl::StatusOr<StepSampler> StepSampler::Create(const CacheReader* cache, const JobConfig& job, bool has_guidance) {
   StepSampler s;
@@ -93,17 +86,7 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
     mb.encoder_hidden_states = at::stack(texts);
     const int64_t b = x0.size(0), tokens = x0.size(1);
     auto gen = at::detail::createCPUGenerator(MixSeed(MixSeed(job_.seed, step), i));
-    at::Tensor u =
-        job_.timesteps.sampling == "uniform"
-            ? at::rand({b}, gen, at::kFloat)
-            : at::sigmoid(at::randn({b}, gen, at::kFloat) * job_.timesteps.logit_std + job_.timesteps.logit_mean);
-    double shift = 1.0;
-    if (job_.timesteps.shift == "auto") {
-      shift = Flux2AutoShift(tokens);
-    } else if (job_.timesteps.shift != "none") {
-      shift = std::stod(job_.timesteps.shift);
-    }
-    at::Tensor t = ShiftTimesteps(u, shift).clamp(1e-5, 1.0 - 1e-5);
+    at::Tensor t = SampleTimesteps(job_.timesteps, b, tokens, gen);
     at::Tensor noise = at::randn(x0.sizes(), gen, at::kFloat);
     at::Tensor tb = t.view({b, 1, 1});
     mb.hidden_states = (1 - tb) * x0 + tb * noise;

@@ -26,7 +26,7 @@ struct MicroBatch {
   int64_t grid_h = 0, grid_w = 0;
   at::Tensor hidden_states;          // [b, Si, C] x_t = (1-t)·x0 + t·ε
   at::Tensor encoder_hidden_states;  // [b, St, J]
-  at::Tensor timestep;               // [b] t in (0, 1)
+  at::Tensor timestep;               // [b] t in (0, 1] (core/train/timesteps.h)
   at::Tensor guidance;               // [b] constant guidance (undefined when the model has none)
   at::Tensor img_ids;                // [Si, 4] int64
   at::Tensor txt_ids;                // [St, 4] int64
@@ -37,11 +37,6 @@ struct MicroBatch {
 // LoRA dropout seed of micro-batch `index` of `step`: the same on every stage and in train-local.
 uint64_t DropoutBaseSeed(uint64_t job_seed);
 uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index);
-
-// FLUX.2's resolution-dependent shift: mu linear in image tokens (256 → 0.5, 4096 → 1.15), shift = exp(mu).
-double Flux2AutoShift(int64_t image_tokens);
-// t' = s·t / (1 + (s−1)·t).
-at::Tensor ShiftTimesteps(const at::Tensor& t, double shift);
 
 class StepSampler {
  public:

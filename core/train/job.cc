@@ -5,6 +5,7 @@
 #include <absl/strings/str_join.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -186,21 +187,32 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   }
   if (root["timesteps"].IsDefined()) {
     YAML::Node t = root["timesteps"];
-    RETURN_IF_ERROR(r.Keys(t, "timesteps", {"sampling", "logit_mean", "logit_std", "shift"}));
-    RETURN_IF_ERROR(r.Get(t, "sampling", &job.timesteps.sampling));
-    RETURN_IF_ERROR(r.Check(job.timesteps.sampling == "logit_normal" || job.timesteps.sampling == "uniform", t,
-                            "sampling", "must be logit_normal or uniform"));
-    RETURN_IF_ERROR(r.Get(t, "logit_mean", &job.timesteps.logit_mean));
-    RETURN_IF_ERROR(r.Get(t, "logit_std", &job.timesteps.logit_std));
-    RETURN_IF_ERROR(r.Check(job.timesteps.logit_std > 0, t, "logit_std", "must be positive"));
-    RETURN_IF_ERROR(r.Get(t, "shift", &job.timesteps.shift));
-    bool shift_ok = job.timesteps.shift == "auto" || job.timesteps.shift == "none";
+    TimestepConfig& ts = job.timesteps;
+    RETURN_IF_ERROR(
+        r.Keys(t, "timesteps", {"sampling", "logit_mean", "logit_std", "mode_scale", "shift", "shift_steps"}));
+    RETURN_IF_ERROR(r.Get(t, "sampling", &ts.sampling));
+    if (ts.sampling == "uniform") ts.sampling = "none";
+    RETURN_IF_ERROR(r.Check(ts.sampling == "none" || ts.sampling == "logit_normal" || ts.sampling == "mode", t,
+                            "sampling", "must be none (uniform), logit_normal or mode"));
+    RETURN_IF_ERROR(r.Get(t, "logit_mean", &ts.logit_mean));
+    RETURN_IF_ERROR(r.Get(t, "logit_std", &ts.logit_std));
+    RETURN_IF_ERROR(r.Check(ts.logit_std > 0, t, "logit_std", "must be positive"));
+    RETURN_IF_ERROR(r.Get(t, "mode_scale", &ts.mode_scale));
+    RETURN_IF_ERROR(r.Check(ts.mode_scale >= -1 && ts.mode_scale <= 1 / (M_PI / 2 - 1), t, "mode_scale",
+                            "must be in [-1, 1/(pi/2 - 1) = 1.7519] (outside it u leaves [0, 1])"));
+    RETURN_IF_ERROR(r.Get(t, "shift", &ts.shift));
+    bool shift_ok = ts.shift == "none" || ts.shift == "flux2_empirical" || ts.shift == "flux1_linear";
     if (!shift_ok) {
       char* end = nullptr;
-      double v = std::strtod(job.timesteps.shift.c_str(), &end);
-      shift_ok = end && *end == '\0' && v > 0;
+      double v = std::strtod(ts.shift.c_str(), &end);
+      shift_ok = !ts.shift.empty() && end && *end == '\0' && v > 0;
     }
-    RETURN_IF_ERROR(r.Check(shift_ok, t, "shift", "must be auto, none or a positive number"));
+    RETURN_IF_ERROR(r.Check(shift_ok, t, "shift",
+                            ts.shift == "auto" ? "auto was FLUX.1's linear mu (now flux1_linear); FLUX.2's inference "
+                                                 "shift is flux2_empirical, and diffusers' FLUX.2 trainer uses none"
+                                               : "must be none, flux2_empirical, flux1_linear or a positive number"));
+    RETURN_IF_ERROR(r.Get(t, "shift_steps", &ts.shift_steps));
+    RETURN_IF_ERROR(r.Check(ts.shift_steps > 0, t, "shift_steps", "must be positive"));
   }
   return job;
 }

@@ -6,7 +6,7 @@
 //   dataset: out/demo/cache             # encoded cache (core/data/cache.h)
 //   lora: {rank: 8, alpha: 8, targets: attention, dropout: 0.0}
 //   optimizer: {lr: 1e-3, weight_decay: 0.0, betas: [0.9, 0.999], eps: 1e-8, clip: 1.0, warmup_steps: 0}
-//   timesteps: {sampling: logit_normal, logit_mean: 0.0, logit_std: 1.0, shift: auto}
+//   timesteps: {sampling: none, logit_mean: 0.0, logit_std: 1.0, mode_scale: 1.29, shift: none, shift_steps: 50}
 //   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: true, seed: 42
 //   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
@@ -33,13 +33,27 @@ struct OptimizerConfig {
   int64_t warmup_steps = 0;
 };
 
+// How each micro-batch's flow-matching t (sigma: x_t = (1 − t)·x0 + t·ε) is drawn; core/train/timesteps.h
+// does it. The names, formulas and defaults are those of diffusers' FLUX.2 LoRA trainer
+// (train_dreambooth_lora_flux2.py: --weighting_scheme none, --logit_mean 0, --logit_std 1, --mode_scale 1.29,
+// and no shift), so a default job samples as that trainer does. u is drawn by the scheme, then
+// t = 1 − floor(1000·u)/1000 (the scheduler's training table: large u, little noise), then shifted.
 struct TimestepConfig {
-  std::string sampling = "logit_normal";  // logit_normal | uniform
+  // "none" (alias "uniform"): u ~ U[0, 1).
+  // "logit_normal": u = sigmoid(N(logit_mean, logit_std²)) (SD3); logit_mean > 0 means less noise, as in diffusers.
+  // "mode": u = 1 − v − mode_scale·(cos²(π·v/2) − 1 + v), v ~ U[0, 1) (SD3's mode sampling with heavy tails);
+  //   mode_scale in [−1, 1/(π/2 − 1) ≈ 1.75] keeps u monotone in [0, 1].
+  std::string sampling = "none";
   double logit_mean = 0.0;
   double logit_std = 1.0;
-  // "auto": FLUX.2's resolution-dependent shift exp(mu), mu linear in image tokens (256 → 0.5, 4096 → 1.15);
-  // "none": no shift; a number: that fixed shift.
-  std::string shift = "auto";
+  double mode_scale = 1.29;
+  // "none": t as drawn (what the diffusers trainer does).
+  // "flux2_empirical": s = exp(mu), mu = compute_empirical_mu(image tokens, shift_steps) from diffusers'
+  //   Flux2Pipeline: the shift FLUX.2 uses at inference for that many steps.
+  // "flux1_linear": s = exp(mu), mu linear in image tokens (256 → 0.5, 4096 → 1.15): FLUX.1's calculate_shift.
+  // A positive number: that fixed s.  The shifted t is s·t / (1 + (s − 1)·t).
+  std::string shift = "none";
+  int64_t shift_steps = 50;  // num_steps of compute_empirical_mu (Flux2Pipeline's default num_inference_steps)
 };
 
 // Optional: have an encoder worker (re)build `dataset` from images before training. The worker reads

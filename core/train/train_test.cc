@@ -90,13 +90,6 @@ TEST(AdamWTest, ClipScalesToTheMaxNorm) {
   EXPECT_NEAR(grads["b"].item<double>(), 0.8, 1e-6);
 }
 
-TEST(SamplingTest, AutoShiftFollowsFlux2Line) {
-  EXPECT_NEAR(Flux2AutoShift(256), std::exp(0.5), 1e-12);
-  EXPECT_NEAR(Flux2AutoShift(4096), std::exp(1.15), 1e-12);
-  at::Tensor t = ShiftTimesteps(at::tensor({0.5}, at::kDouble), 3.0);
-  EXPECT_NEAR(t.item<double>(), 0.75, 1e-12);
-}
-
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
