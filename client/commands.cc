@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "client/debug_commands.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/model/flux2_keys.h"
@@ -289,6 +290,8 @@ const std::vector<Command>& AllCommands() {
         {"dtype", "frozen weight dtype: bf16 | fp32", "bf16"},
         {"rank", "LoRA rank", "16"}},
        PrintPlan},
+      DecodeImageCommand(),
+      SampleTimestepsCommand(),
   };
   return *commands;
 }

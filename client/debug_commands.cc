@@ -1,0 +1,79 @@
+#include "client/debug_commands.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <absl/strings/str_cat.h>
+
+#include <cstdio>
+
+#include "core/image/exif.h"
+#include "core/image/image.h"
+#include "core/tensor/safetensors.h"
+#include "core/train/job.h"
+#include "core/train/timesteps.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+absl::Status DecodeImageToPng(const Args& args) {
+  const std::string input = args.Get("input");
+  ASSIGN_OR_RETURN(std::string bytes, ReadFile(input));
+  const bool raw = args.GetBool("ignore-orientation");
+  ASSIGN_OR_RETURN(Image image,
+                   DecodeImage(bytes, input, raw ? ExifOrientationMode::kIgnore : ExifOrientationMode::kApply));
+  RETURN_IF_ERROR(WritePng(args.Get("output"), image));
+  std::printf("wrote %s: %dx%d, EXIF orientation %d%s\n", args.Get("output").c_str(), image.width, image.height,
+              ReadExifOrientation(bytes), raw ? " (not applied)" : "");
+  return absl::OkStatus();
+}
+
+// The draws StepSampler makes for one micro-batch, from a generator seeded with --seed instead of the
+// job's per-micro-batch seed, so a referee can seed a torch.Generator the same way.
+absl::Status SampleTimestepsToFile(const Args& args) {
+  ASSIGN_OR_RETURN(JobConfig job, LoadJob(args.Get("job")));
+  ASSIGN_OR_RETURN(int64_t count, args.GetInt("count"));
+  ASSIGN_OR_RETURN(int64_t tokens, args.GetInt("image-tokens"));
+  ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed"));
+  if (count <= 0 || tokens <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--count (", count, ") and --image-tokens (", tokens, ") must be positive"));
+  }
+  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  at::Tensor u = SampleTimestepDensity(job.timesteps, count, gen);
+  at::Tensor sigma = DensityToSigma(u);
+  const double shift = TimestepShift(job.timesteps, tokens);
+  auto replay = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  at::Tensor timestep = SampleTimesteps(job.timesteps, count, tokens, replay);
+  RETURN_IF_ERROR(WriteSafetensors(
+      args.Get("output"),
+      {{"u", u}, {"sigma", sigma}, {"timestep", timestep}, {"shift", at::tensor({shift}, at::kDouble)}}));
+  std::printf("wrote %s: %lld timesteps (sampling %s, shift %s = %.9g at %lld image tokens)\n",
+              args.Get("output").c_str(), static_cast<long long>(count), job.timesteps.sampling.c_str(),
+              job.timesteps.shift.c_str(), shift, static_cast<long long>(tokens));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Command DecodeImageCommand() {
+  return {"decode-image",
+          "Decode an image as training does (PNG/JPEG, EXIF orientation applied) and write it as PNG.",
+          {{"input", "PNG or JPEG file", "", true},
+           {"output", "PNG file to write (RGB8)", "", true},
+           {"ignore-orientation", "write the pixels as stored, without the EXIF orientation", "", false, true}},
+          DecodeImageToPng};
+}
+
+Command SampleTimestepsCommand() {
+  return {"sample-timesteps",
+          "Draw a job's training timesteps from a seeded generator (u, sigma, shifted timestep), for referees.",
+          {{"job", "job YAML file (its timesteps: section is used)", "", true},
+           {"output", "safetensors: u, sigma, timestep [count] fp32; shift [1] fp64", "", true},
+           {"count", "number of draws", "20000"},
+           {"image-tokens", "image tokens per sample (for the resolution-dependent shifts)", "4096"},
+           {"seed", "seed of the CPU generator", "0"}},
+          SampleTimestepsToFile};
+}
+
+}  // namespace baton

@@ -1,0 +1,13 @@
+// `baton` debug commands that expose one piece of core/ to the upstream referees (tests/upstream/):
+// decode-image (the training image decoder, EXIF orientation included) and sample-timesteps (a job's
+// timestep sampler). They print nothing a training run needs.
+#pragma once
+
+#include "client/commands.h"
+
+namespace baton {
+
+Command DecodeImageCommand();
+Command SampleTimestepsCommand();
+
+}  // namespace baton
