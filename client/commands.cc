@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "client/debug_commands.h"
+#include "client/tokenize_command.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/model/flux2_keys.h"
@@ -142,14 +143,19 @@ absl::Status TextEncode(const Args& args) {
   if (args.Has("prompt") == args.Has("input-ids")) {
     return absl::InvalidArgumentError("give exactly one of --prompt and --input-ids");
   }
-  Flux2EncoderOptions options;
-  ASSIGN_OR_RETURN(options.max_sequence_length, args.GetInt("max-sequence-length"));
-  ASSIGN_OR_RETURN(auto encoder, Flux2SampleEncoder::Open(args.Get("model"), options));
+  // Only text_encoder/ (and tokenizer/ for --prompt) are read: a folder without vae/ will do.
+  const std::string model = args.Get("model");
+  ASSIGN_OR_RETURN(auto encoder, TextEncoder::Open(JoinPath(model, "text_encoder"), at::kFloat, at::kCPU));
+  ASSIGN_OR_RETURN(TextEncoderFamily family, Flux2FamilyForConfig(encoder->config()));
   at::Tensor ids, embeds;
   if (args.Has("prompt")) {
-    ASSIGN_OR_RETURN(PromptIds prompt, encoder->PromptIdsFor(args.Get("prompt")));
+    ASSIGN_OR_RETURN(int64_t max_length, args.GetInt("max-sequence-length"));
+    ASSIGN_OR_RETURN(auto tokenizer, BpeTokenizer::Load(JoinPath(model, "tokenizer/tokenizer.json")));
+    ASSIGN_OR_RETURN(auto padding_side, ReadTokenizerPaddingSide(JoinPath(model, "tokenizer/tokenizer_config.json")));
+    ASSIGN_OR_RETURN(PromptIds prompt,
+                     BuildFlux2PromptIds(*tokenizer, args.Get("prompt"), family, max_length, padding_side));
     ids = prompt.input_ids;
-    ASSIGN_OR_RETURN(embeds, EncodeFlux2Prompt(encoder->text_encoder(), prompt, encoder->family()));
+    ASSIGN_OR_RETURN(embeds, EncodeFlux2Prompt(*encoder, prompt, family));
   } else {
     ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("input-ids")));
     if (!inputs.count("input_ids") || inputs["input_ids"].dim() != 2 || inputs["input_ids"].size(0) != 1) {
@@ -157,8 +163,7 @@ absl::Status TextEncode(const Args& args) {
     }
     ids = inputs["input_ids"].to(at::kLong);
     // Straight into the text encoder: no template, no padding, positions 0..L-1.
-    ASSIGN_OR_RETURN(embeds,
-                     encoder->text_encoder().Encode(ids, at::Tensor(), Flux2HiddenStateLayers(encoder->family())));
+    ASSIGN_OR_RETURN(embeds, encoder->Encode(ids, at::Tensor(), Flux2HiddenStateLayers(family)));
   }
   RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), {{"input_ids", ids}, {"prompt_embeds", embeds}}));
   std::printf("wrote %s: input_ids [%s], prompt_embeds [%s]\n", args.Get("output").c_str(),
@@ -292,6 +297,7 @@ const std::vector<Command>& AllCommands() {
        PrintPlan},
       DecodeImageCommand(),
       SampleTimestepsCommand(),
+      TokenizeCommand(),
   };
   return *commands;
 }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/text/nfc.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -216,10 +217,11 @@ absl::Status BpeTokenizer::Parse(absl::string_view tokenizer_json, absl::string_
     merges_.emplace(key, Merge{static_cast<int32_t>(rank), out->second});
   }
 
-  // normalizer: none, or NFC (treated as identity: inputs are expected to be NFC already).
+  // normalizer: none, or NFC (Qwen2/3), applied to the text between added tokens.
   if (j.contains("normalizer") && !j["normalizer"].is_null()) {
     std::string ntype = j["normalizer"].value("type", "");
     if (ntype != "NFC") return error("normalizer \"", ntype, "\" is not supported");
+    nfc_ = true;
   }
 
   // pre_tokenizer: ByteLevel alone, or Sequence[Split(Regex, Isolated), ByteLevel(use_regex=false)].
@@ -344,6 +346,11 @@ std::vector<int64_t> BpeTokenizer::Encode(absl::string_view text) const {
 
 void BpeTokenizer::EncodeSegment(absl::string_view segment, std::vector<int64_t>* out) const {
   if (segment.empty()) return;
+  std::string normalized;
+  if (nfc_) {
+    normalized = NfcNormalize(segment);
+    segment = normalized;
+  }
   std::string prefixed;
   if (add_prefix_space_ && segment[0] != ' ') {
     prefixed = absl::StrCat(" ", segment);

@@ -3,10 +3,12 @@
 // the rest is split by the pre-tokenizer regex (pre_tokenizer.h), mapped byte → printable char
 // (GPT-2 `bytes_to_unicode`) and merged by BPE merge rank. No post-processing: Encode() adds no
 // BOS/EOS, as `add_special_tokens=False` (chat templates write "<s>" themselves).
-// Checked id-for-id against tokenizers.js on fuzzed text for the Tekken and Qwen2 patterns.
-// Limits: an NFC normalizer (Qwen) is accepted but not applied, so decomposed input ("e" + U+0301)
-// tokenizes unlike HF there (Tekken has no normalizer); lstrip/rstrip use ASCII whitespace and
-// single_word uses ASCII word characters; BPE dropout is ignored (inference behaviour).
+// Checked id-for-id against Hugging Face tokenizers (tests/upstream/test_tokenizer.py) on hard and
+// fuzzed strings for Tekken- and Qwen2-style tokenizer.json files.
+// An NFC normalizer (Qwen2/3; nfc.h) is applied to the text between added tokens, as HF does for
+// added tokens with normalized=false (all of Qwen's). Limits: added tokens with normalized=true are
+// still matched on the raw text; lstrip/rstrip use ASCII whitespace and single_word uses ASCII word
+// characters; BPE dropout is ignored (inference behaviour).
 // Thread-safe after Load(): Encode/Decode are const and use no shared mutable state.
 #pragma once
 
@@ -86,6 +88,7 @@ class BpeTokenizer {
   std::optional<SplitPattern> split_;
   bool ignore_merges_ = false;
   bool add_prefix_space_ = false;
+  bool nfc_ = false;  // normalizer NFC
   std::optional<int64_t> bos_id_, eos_id_, pad_id_;
 };
 
