@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "coordinator/pipeline_trainer.h"
+#include "core/device/device.h"
 #include "core/util/log.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages");
@@ -32,6 +33,7 @@ void OnSignal(int) { baton::RequestCoordinatorStop(); }
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume]");
+  baton::InstallVersionFlag();
   absl::ParseCommandLine(argc, argv);
   baton::SetLogTag("coordinator");
   if (absl::GetFlag(FLAGS_job).empty()) {

@@ -1,6 +1,5 @@
 // encoder_worker: images + captions → the training cache, on CPU. Batch mode encodes one dataset and
 // exits (non-zero when any file failed); with --listen it serves EncoderService for the coordinator.
-#include <ATen/Parallel.h>
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/usage.h>
@@ -10,9 +9,11 @@
 #include <cstdio>
 #include <string>
 
+#include "core/device/device.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/train/common.h"
 #include "core/util/log.h"
+#include "core/util/threads.h"
 #include "encoder_worker/encoder_service.h"
 
 ABSL_FLAG(std::string, dataset, "", "dataset folder: images with same-named .txt captions");
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "encoder_worker --dataset DIR --cache DIR --model FLUX2_PIPELINE_DIR [--threads K]\n"
       "       encoder_worker --model FLUX2_PIPELINE_DIR --listen HOST:PORT");
+  baton::InstallVersionFlag();
   absl::ParseCommandLine(argc, argv);
   baton::SetLogTag("encoder_worker");
   if (absl::GetFlag(FLAGS_model).empty() ||
@@ -37,7 +39,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "encoder_worker: --model and either --dataset/--cache or --listen are required (--help)\n");
     return 2;
   }
-  if (absl::GetFlag(FLAGS_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  if (absl::GetFlag(FLAGS_threads) > 0) baton::SetComputeThreads(absl::GetFlag(FLAGS_threads));
   auto dtype = baton::ParseDtype(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) {
     std::fprintf(stderr, "encoder_worker: %s\n", std::string(dtype.status().message()).c_str());

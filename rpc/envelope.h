@@ -33,6 +33,10 @@ struct EnvelopeLimits {
   uint64_t max_total_bytes = uint64_t{16} << 30;  // whole envelope
 };
 
+// Where ReadEnvelope puts the tensors: ordinary or page-locked host memory (a CUDA stage uploads from pinned
+// memory asynchronously; see core/device/transfer.h).
+enum class HostMemory { kPageable, kPinned };
+
 // Writes `header`, then each tensor's chunks (map order), to `writer` (grpc::ClientWriter<v1::Envelope>
 // or anything with `bool Write(const v1::Envelope&)`). Does not call WritesDone/Finish. Unavailable when
 // the stream breaks, InvalidArgument for a tensor that cannot be sent.
@@ -59,7 +63,8 @@ absl::Status WriteEnvelope(Writer* writer, const v1::EnvelopeHeader& header,
 // is malformed (see TensorAssembler), a name repeats, the byte budget is exceeded, or the stream ends inside a tensor.
 // The header's job/step/micro-batch are the caller's to check against its own state.
 template <typename Reader>
-absl::StatusOr<ReceivedEnvelope> ReadEnvelope(Reader* reader, const EnvelopeLimits& limits = {}) {
+absl::StatusOr<ReceivedEnvelope> ReadEnvelope(Reader* reader, const EnvelopeLimits& limits = {},
+                                              HostMemory memory = HostMemory::kPageable) {
   ReceivedEnvelope envelope;
   v1::Envelope message;
   if (!reader->Read(&message)) return absl::InvalidArgumentError("envelope stream ended before its header");
@@ -78,7 +83,7 @@ absl::StatusOr<ReceivedEnvelope> ReadEnvelope(Reader* reader, const EnvelopeLimi
   }
   const std::string what = absl::StrCat(v1::EnvelopeHeader::Kind_Name(envelope.header.kind()), " envelope for step ",
                                         envelope.header.step(), " micro-batch ", envelope.header.micro_batch());
-  TensorAssembler assembler(limits.max_tensor_bytes);
+  TensorAssembler assembler(limits.max_tensor_bytes, memory == HostMemory::kPinned);
   while (reader->Read(&message)) {
     if (!message.has_chunk()) {
       return absl::InvalidArgumentError(

@@ -137,7 +137,8 @@ absl::Status AppendTensorChunks(const std::string& name, const at::Tensor& tenso
   return absl::OkStatus();
 }
 
-TensorAssembler::TensorAssembler(uint64_t max_tensor_bytes) : max_tensor_bytes_(max_tensor_bytes) {}
+TensorAssembler::TensorAssembler(uint64_t max_tensor_bytes, bool pin_memory)
+    : max_tensor_bytes_(max_tensor_bytes), pin_memory_(pin_memory) {}
 
 absl::Status TensorAssembler::Fail(absl::Status status) {
   error_ = status;
@@ -183,8 +184,9 @@ absl::Status TensorAssembler::StartTensor(const v1::TensorHeader& header) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is ", bytes, " bytes; the limit is ", max_tensor_bytes_));
   }
   std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
-  RETURN_IF_ERROR(TorchCall(absl::StrCat("allocating ", what).c_str(),
-                            [&] { tensor_ = at::empty(shape, at::TensorOptions().dtype(*dtype)); }));
+  RETURN_IF_ERROR(TorchCall(absl::StrCat("allocating ", what).c_str(), [&] {
+    tensor_ = at::empty(shape, at::TensorOptions().dtype(*dtype).pinned_memory(pin_memory_));
+  }));
   name_ = name;
   total_bytes_ = bytes;
   received_ = 0;

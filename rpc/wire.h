@@ -64,8 +64,9 @@ absl::Status AppendTensorChunks(const std::string& name, const at::Tensor& tenso
 // Every error is InvalidArgument naming the tensor; after an error the assembler stays failed.
 class TensorAssembler {
  public:
-  // `max_tensor_bytes` caps each tensor's declared total_bytes, checked before any allocation.
-  explicit TensorAssembler(uint64_t max_tensor_bytes);
+  // `max_tensor_bytes` caps each tensor's declared total_bytes, checked before any allocation. With
+  // `pin_memory` tensors are allocated in page-locked host memory (for asynchronous uploads to a CUDA device).
+  explicit TensorAssembler(uint64_t max_tensor_bytes, bool pin_memory = false);
 
   // Consumes one chunk (its bytes are copied into the tensor, so the caller may reuse the message and
   // its buffer for the next Read). Returns the tensor when this chunk completes it, std::nullopt otherwise.
@@ -90,6 +91,7 @@ class TensorAssembler {
   absl::Status Fail(absl::Status status);
 
   const uint64_t max_tensor_bytes_;
+  const bool pin_memory_;
   bool in_progress_ = false;
   absl::Status error_;        // sticky first error
   std::string name_;          // tensor being assembled

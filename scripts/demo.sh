@@ -6,7 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 BIN=${BUILD_DIR:-build}/bin
-export OMP_NUM_THREADS=1
 run() { echo "+ $*"; "$@"; }
 
 rm -rf out/demo

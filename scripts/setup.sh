@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Installs Baton's Debian packages (if missing) and builds Release into build/. Idempotent: a second run
-# installs nothing and rebuilds only what changed.
+# Installs what Baton needs and builds Release into build/. Idempotent: a second run installs nothing and
+# rebuilds only what changed.
+#   1. Debian packages (gRPC, protobuf, Abseil, prometheus-cpp, GoogleTest, ...), if missing.
+#   2. The project venv .venv/ with the exact pins of scripts/requirements.txt: the PyPI torch wheel, whose
+#      libtorch (CUDA-enabled) Baton links, and the upstream referees the tests use (diffusers, peft,
+#      transformers, tokenizers, safetensors). Reinstalled only when requirements.txt changes.
+#   3. CMake finds that libtorch through torch.utils.cmake_prefix_path.
+# Environment: BUILD_DIR (build), JOBS (nproc), BATON_WERROR (OFF; scripts/test.sh turns it on), CMAKE_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config
-  libtorch-dev libopenblas0-openmp   # OpenBLAS: the default reference BLAS makes libtorch ~17x slower
+  build-essential cmake ninja-build ccache pkg-config clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libgtest-dev libgmock-dev libyaml-cpp-dev nlohmann-json3-dev
   libpng-dev libjpeg-dev
 )
+# A python3 that already makes venvs (e.g. pyenv's) needs neither Debian python package.
+command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || PACKAGES+=(python3 python3-venv)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -23,10 +30,29 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+VENV=.venv
+REQ=scripts/requirements.txt
+stamp=$VENV/.requirements.sha256
+want=$(sha256sum "$REQ" | cut -d' ' -f1)
+if [[ ! -x $VENV/bin/python || ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  echo "setup: installing the project venv ($VENV) from $REQ (torch wheel with CUDA libraries: a few GB, once)"
+  [[ -x $VENV/bin/python ]] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q --progress-bar off -r "$REQ"
+  echo "$want" >"$stamp"
+fi
+TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
-if [[ ! -f $BUILD_DIR/build.ninja ]]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+# A build dir configured against another libtorch (e.g. the old Debian libtorch-dev) starts over.
+if [[ -f $BUILD_DIR/CMakeCache.txt ]] && ! grep -q "Torch_DIR:PATH=$TORCH_PREFIX" "$BUILD_DIR/CMakeCache.txt"; then
+  echo "setup: $BUILD_DIR was configured against another libtorch; reconfiguring"
+  rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
+fi
+if [[ ! -f $BUILD_DIR/build.ninja ]] || ! grep -q "BATON_WERROR:BOOL=${BATON_WERROR:-OFF}" "$BUILD_DIR/CMakeCache.txt"; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+    -DBATON_PYTHON="$PWD/$VENV/bin/python" -DBATON_WERROR="${BATON_WERROR:-OFF}" ${CMAKE_ARGS:-} >/dev/null
 fi
 echo "setup: building in $BUILD_DIR with $JOBS jobs"
 cmake --build "$BUILD_DIR" -j "$JOBS"

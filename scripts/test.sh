@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Set up (packages + build), then run the whole test suite with ctest.
+# The whole test suite: set up (packages, venv, build with warnings as errors), check formatting, run ctest.
+# Includes the upstream referee tests (ctest -L upstream), which run diffusers/peft/transformers/tokenizers
+# from .venv on tiny random weights.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export BATON_WERROR=ON
 scripts/setup.sh
-export OMP_NUM_THREADS=1
+scripts/check_format.sh
 cd "${BUILD_DIR:-build}"
 ctest --output-on-failure -j "$(nproc)" --timeout 300

@@ -1,6 +1,5 @@
 // stage_worker: one pipeline stage. Serves StageService over gRPC; prints "LISTENING host:port" on stdout
 // once it accepts calls (the coordinator's embedded mode reads that line).
-#include <ATen/Parallel.h>
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/usage.h>
@@ -9,7 +8,9 @@
 #include <cstdio>
 #include <string>
 
+#include "core/device/device.h"
 #include "core/util/log.h"
+#include "core/util/threads.h"
 #include "stage_worker/stage_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "address to serve on (host:port; port 0 picks a free one)");
@@ -19,8 +20,15 @@ ABSL_FLAG(int, wait_timeout_s, 300, "longest wait for data from a peer before th
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("stage_worker --listen HOST:PORT [--device cpu|cuda:N] [--threads K]");
+  baton::InstallVersionFlag();
   absl::ParseCommandLine(argc, argv);
-  at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  // Refuse a device this machine lacks before serving: a clear message and exit 1, never a crash later.
+  auto device = baton::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) {
+    std::fprintf(stderr, "stage_worker: %s\n", std::string(device.status().message()).c_str());
+    return 1;
+  }
+  baton::SetComputeThreads(absl::GetFlag(FLAGS_threads));
   baton::StageRunnerOptions options;
   options.device = absl::GetFlag(FLAGS_device);
   options.wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_wait_timeout_s));

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "core/util/threads.h"
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
@@ -11,7 +12,10 @@ namespace baton {
 PeerSender::PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout)
     : peer_name_(std::move(peer_name)), timeout_(timeout) {
   stub_ = v1::StageService::NewStub(MakeChannel(address, grpc::InsecureChannelCredentials()));
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    EnterComputeThread();
+    Loop();
+  });
 }
 
 PeerSender::~PeerSender() {

@@ -12,6 +12,7 @@
 #include "core/train/common.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
+#include "core/util/threads.h"
 
 namespace baton {
 namespace {
@@ -53,9 +54,11 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     return absl::InvalidArgumentError(
         absl::StrCat("Configure: stage_index ", req.stage_index(), " of ", req.num_stages(), " stages"));
   }
-  if (req.threads() > 0) at::set_num_threads(req.threads());
+  if (req.threads() > 0) SetComputeThreads(req.threads());
   ASSIGN_OR_RETURN(dtype_, ParseDtype(req.dtype().empty() ? "fp32" : req.dtype()));
   ASSIGN_OR_RETURN(device_, ParseDevice(req.device().empty() ? options_.device : req.device()));
+  transfer_ = std::make_unique<DeviceTransfer>(device_);
+  pinned_host_ = transfer_->wants_pinned_host();
   auto checkpoint = Flux2Checkpoint::Open(req.model_path(), req.model_config_path());
   if (!checkpoint.ok()) return Annotate(checkpoint.status(), "Configure: opening the model on this worker");
   checkpoint_ = std::move(*checkpoint);
@@ -107,6 +110,7 @@ absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
     bytes_received_ += envelope.bytes;
   }
   if (h.kind() == v1::EnvelopeHeader::ROPE) {
+    if (!transfer_) return absl::FailedPreconditionError(absl::StrCat(name(), ": ROPE tables before Configure"));
     std::map<std::string, std::pair<at::Tensor, at::Tensor>> tables;
     for (auto& [tname, t] : envelope.tensors) {
       bool is_cos = absl::StartsWith(tname, "rope_cos/"), is_sin = absl::StartsWith(tname, "rope_sin/");
@@ -116,7 +120,7 @@ absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
         return absl::InvalidArgumentError(absl::StrCat("ROPE envelope: ", tname, " must be a 2-d fp32 table"));
       }
       auto& slot = tables[tname.substr(9)];
-      (is_cos ? slot.first : slot.second) = t.to(device_);
+      (is_cos ? slot.first : slot.second) = transfer_->Upload(t);
     }
     std::lock_guard<std::mutex> rope_lock(rope_mu_);
     for (auto& [key, pair] : tables) {
@@ -191,7 +195,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t mb, const st
     state.input = MakeLeaves(*in, true);
   }
   for (at::Tensor* t : {&state.input.img, &state.input.txt, &state.input.joint}) {
-    if (t->defined()) *t = t->to(device_).detach().requires_grad_(t->requires_grad());
+    if (t->defined()) *t = transfer_->Upload(*t).detach().requires_grad_(t->requires_grad());
   }
   ASSIGN_OR_RETURN(TensorMap kt, Await(plan, mb, v1::EnvelopeHeader::CONSTANTS, cancelled, summary));
   auto constants = ConstantsFromTensors(kt, c);
@@ -199,7 +203,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t mb, const st
   state.constants = constants->first;
   for (at::Tensor* t :
        {&state.constants.mod_img, &state.constants.mod_txt, &state.constants.mod_single, &state.constants.mod_out}) {
-    *t = t->to(device_, dtype_);
+    *t = transfer_->Upload(*t, dtype_);
   }
   {
     std::lock_guard<std::mutex> rope_lock(rope_mu_);
@@ -217,7 +221,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t mb, const st
       return absl::InvalidArgumentError(
           absl::StrCat(name(), ": TARGET of micro-batch ", mb, " must be [b, Si, ", c.out_dim(), "]"));
     }
-    state.target = t.at("target").to(device_);
+    state.target = transfer_->Upload(t.at("target"));
   }
   auto t0 = Clock::now();
   absl::Status run = TorchCall("forward", [&] {

@@ -11,6 +11,7 @@
 #include <absl/status/statusor.h>
 #include <absl/time/time.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <string>
 
 #include "baton/v1/stage.pb.h"
+#include "core/device/transfer.h"
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
 #include "core/pipeline/stage_io.h"
@@ -42,6 +44,8 @@ class StageRunner {
   absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request);
   // Routes an envelope from a Push: ROPE into the RoPE cache, everything else into the inbox.
   absl::Status Deliver(ReceivedEnvelope envelope);
+  // Whether incoming tensors should be assembled in pinned host memory (the stage computes on CUDA).
+  bool wants_pinned_host() const { return pinned_host_.load(); }
 
   using GradSink = std::function<absl::Status(const std::string& name, const at::Tensor& grad)>;
   // Runs the plan's actions; streams this stage's summed LoRA gradients to `sink` (sorted by name) and
@@ -86,6 +90,8 @@ class StageRunner {
   Flux2Stage stage_{nullptr};
   at::ScalarType dtype_ = at::kFloat;
   at::Device device_{at::kCPU};
+  std::unique_ptr<DeviceTransfer> transfer_;  // host → device uploads (side stream + pinned memory on CUDA)
+  std::atomic<bool> pinned_host_{false};      // read by Push handlers without run_mu_
   std::unique_ptr<PeerSender> next_, prev_;
 
   std::mutex rope_mu_;

@@ -14,6 +14,7 @@
 #include "core/encode/flux2_encoder.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
+#include "core/testing/run_command.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/train/job.h"
 #include "core/util/files.h"
@@ -25,16 +26,10 @@ namespace {
 
 using test_util::BinDir;
 
-// Runs a command, returns (exit code, stdout).
+// (exit code, stdout) of a shell command.
 std::pair<int, std::string> RunCommand(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen((command + " 2>/dev/null").c_str(), "r");
-  if (!pipe) return {-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  auto result = test_util::RunCommand(command);
+  return {result.exit_code, result.output};
 }
 
 Image Picture(int w, int h, uint8_t base) {

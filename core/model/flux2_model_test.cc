@@ -157,7 +157,9 @@ TEST(Flux2ModelTest, PerBlockRecomputeBackwardEqualsFullGraphBackward) {
       const auto live_a = in_a.Live(), live_b = in_b.Live();
       for (size_t i = 0; i < live_a.size(); ++i) {
         EXPECT_EQ(live_a[i].grad().defined(), head) << where;
-        if (head) EXPECT_TRUE(at::equal(live_a[i].grad(), live_b[i].grad())) << where << " input " << i;
+        if (head) {
+          EXPECT_TRUE(at::equal(live_a[i].grad(), live_b[i].grad())) << where << " input " << i;
+        }
       }
     }
   }
