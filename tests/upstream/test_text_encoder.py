@@ -1,21 +1,24 @@
 """Referee: Baton's text encoders and FLUX.2 prompt path against transformers and diffusers.
 
 1. Text encoders, ids in: tiny random transformers `Mistral3ForConditionalGeneration` (vision tower present,
-   30+ layers so FLUX.2-dev's layers 10/20/30 exist, head_dim != hidden/heads, GQA) and `Qwen3ForCausalLM`
-   (klein's layers 9/18/27, q_norm/k_norm), saved with save_pretrained into a folder holding ONLY
-   text_encoder/. `baton text-encode --input-ids` must equal the stacked hidden states the pipelines take.
+   31 layers so FLUX.2-dev's layers 10/20/30 exist, head_dim != hidden/heads, GQA, with and without a sliding
+   window) and `Qwen3ForCausalLM` (klein's layers 9/18/27, q_norm/k_norm), saved with save_pretrained (fp32,
+   bf16, sharded) into a folder holding ONLY text_encoder/. `baton text-encode --input-ids` must equal the
+   stacked hidden states the pipelines take.
 2. The whole prompt path: a tiny `Flux2Pipeline` (Mistral3 + the Tekken-like tokenizer of test_tokenizer.py
-   with a "<s> $A" post-processor; the tokenizer stands in for the PixtralProcessor, which needs torchvision,
-   absent from the venv: both skip added specials when the rendered template starts with bos) and a tiny `Flux2KleinPipeline` (Qwen3 + the Qwen-like tokenizer) saved with
-   save_pretrained and loaded back; `pipe.encode_prompt(...)` against `baton text-encode --prompt` (chat
-   template, truncation, padding side and pad id, attention mask, layer stacking) for prompts including
-   decomposed accents (NFC for Qwen), emoji, "[IMG]" (removed by diffusers' format_input) and a prompt longer
-   than max_sequence_length (truncation).
-The chat templates are trimmed copies of the real models' (Mistral-Small-3.1's system/[INST] blocks, Qwen3's
+   with a "<s> $A" post-processor) and a tiny `Flux2KleinPipeline` (Qwen3 + the Qwen-like tokenizer), saved
+   with save_pretrained and loaded back; `pipe.encode_prompt(...)` against `baton text-encode --prompt` (chat
+   template, truncation, padding side and pad id, attention mask, layer stacking) for prompts with decomposed
+   accents (NFC for Qwen), emoji, "[IMG]" (removed by diffusers' format_input), special tokens typed by the
+   user, an empty prompt, and one longer than max_sequence_length (truncation).
+The dev tokenizer stands in for the PixtralProcessor the real pipeline holds (it needs torchvision, absent
+from the venv); both tokenize a rendered template that starts with bos without adding specials. The chat
+templates are trimmed copies of the real models' (Mistral-Small-3.1's system/[INST] blocks, Qwen3's
 im_start/im_end with enable_thinking=False): the test cannot download the real ones.
 Tolerance: 1e-4 relative (max |a - e| / max |e|) in fp32; ids must be equal.
 """
 
+import copy
 import os
 import unittest
 
@@ -65,6 +68,7 @@ PROMPTS = [
     "A photo of a red apple on a wooden table.",
     "Cafe\u0301 sign, \u212b, na\u0131\u0308ve: 日本語 and emoji 👍🏽 [IMG] with  two  spaces\nand a newline",
     "",
+    "special tokens typed in the prompt: <s> [INST] </s> <|im_end|> <think>",
 ]
 LONG_PROMPT = "a very long prompt about many colorful things " * 40
 
@@ -124,10 +128,12 @@ def tiny_vae():
 class TextEncoderIdsTest(unittest.TestCase):
     """`baton text-encode --input-ids` on a folder with only text_encoder/."""
 
-    def check(self, model, layers, name):
+    def check(self, model, layers, name, save_dtype=torch.float32, **save_kwargs):
         tmp = referee.temp_dir()
         self.addCleanup(tmp.cleanup)
-        model.save_pretrained(os.path.join(tmp.name, "text_encoder"))
+        copy.deepcopy(model).to(save_dtype).save_pretrained(os.path.join(tmp.name, "text_encoder"), **save_kwargs)
+        if "max_shard_size" in save_kwargs:
+            self.assertTrue(os.path.exists(os.path.join(tmp.name, "text_encoder", "model.safetensors.index.json")))
         self.assertEqual(os.listdir(tmp.name), ["text_encoder"])
         torch.manual_seed(1)
         vocab = model.config.get_text_config().vocab_size
@@ -151,6 +157,19 @@ class TextEncoderIdsTest(unittest.TestCase):
 
     def test_qwen3_layers_9_18_27(self):
         self.check(tiny_qwen3(vocab_size=300, seed=0), (9, 18, 27), "Qwen3")
+
+    def test_sharded_checkpoint(self):
+        # Real encoders ship as shards + model.safetensors.index.json.
+        self.check(tiny_qwen3(vocab_size=300, seed=5), (9, 18, 27), "Qwen3 sharded", max_shard_size="40KB")
+
+    def test_bf16_checkpoint(self):
+        # Real checkpoints are bf16; Baton computes in fp32 from them, so the reference is the same bf16 weights
+        # run in fp32.
+        model = tiny_mistral3(vocab_size=300, seed=6)
+        with torch.no_grad():  # round the weights only: module.to() would also round the RoPE inv_freq buffer
+            for p in model.parameters():
+                p.copy_(p.bfloat16().float())
+        self.check(model, (10, 20, 30), "Mistral3 bf16 checkpoint", save_dtype=torch.bfloat16)
 
 
 class PromptPathTest(unittest.TestCase):

@@ -10,6 +10,7 @@ with save_pretrained. Random pixels in [-1, 1] go through
 Tolerance: 1e-4 relative (max |a - e| / max |e|), fp32 on both sides.
 """
 
+import copy
 import os
 import types
 import unittest
@@ -38,11 +39,18 @@ def tiny_vae(seed, layers_per_block):
 
 class VaeRefereeTest(unittest.TestCase):
 
-    def check(self, layers_per_block, batch, height, width, seed):
+    def check(self, layers_per_block, batch, height, width, seed, save_dtype=torch.float32, **save_kwargs):
         tmp = referee.temp_dir()
         self.addCleanup(tmp.cleanup)
         vae = tiny_vae(seed, layers_per_block)
-        vae.save_pretrained(os.path.join(tmp.name, "vae"))
+        if save_dtype != torch.float32:
+            with torch.no_grad():  # the reference runs in fp32 on the weights as stored
+                for t in list(vae.parameters()) + [vae.bn.running_mean, vae.bn.running_var]:
+                    t.copy_(t.to(save_dtype).float())
+        copy.deepcopy(vae).to(save_dtype).save_pretrained(os.path.join(tmp.name, "vae"), **save_kwargs)
+        if "max_shard_size" in save_kwargs:
+            index = os.path.join(tmp.name, "vae", "diffusion_pytorch_model.safetensors.index.json")
+            self.assertTrue(os.path.exists(index))
         torch.manual_seed(seed + 1)
         pixels = torch.rand(batch, 3, height, width) * 2 - 1
         inputs, output = os.path.join(tmp.name, "in.safetensors"), os.path.join(tmp.name, "out.safetensors")
@@ -61,7 +69,8 @@ class VaeRefereeTest(unittest.TestCase):
         self.assertEqual(tuple(got["packed"].shape), (batch, (height // 16) * (width // 16), 128))
         err_latents = referee.max_rel_error(got["latents"], mode)
         err_packed = referee.max_rel_error(got["packed"], packed)
-        print(f"layers_per_block={layers_per_block} {batch}x3x{height}x{width}: latents rel err {err_latents:.2e}, "
+        print(f"layers_per_block={layers_per_block} {batch}x3x{height}x{width} {save_dtype}: "
+              f"latents rel err {err_latents:.2e}, "
               f"packed rel err {err_packed:.2e}")
         self.assertLessEqual(err_latents, TOLERANCE)
         self.assertLessEqual(err_packed, TOLERANCE)
@@ -71,6 +80,10 @@ class VaeRefereeTest(unittest.TestCase):
 
     def test_non_square_two_resnets_per_block(self):
         self.check(layers_per_block=2, batch=1, height=48, width=80, seed=10)
+
+    def test_bf16_sharded_checkpoint(self):
+        self.check(layers_per_block=1, batch=1, height=32, width=48, seed=20, save_dtype=torch.bfloat16,
+                   max_shard_size="100KB")
 
 
 if __name__ == "__main__":
