@@ -14,6 +14,7 @@
 #include "client/tokenize_command.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
+#include "core/lora/lora.h"
 #include "core/model/flux2_keys.h"
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
@@ -110,6 +111,13 @@ absl::Status Forward(const Args& args) {
   }
   ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*ckpt, dtype, at::kCPU));
   ASSIGN_OR_RETURN(Flux2Stage stage, BuildFlux2Stage(*ckpt, Flux2StageRange::Full(c), dtype, at::kCPU, nullptr, false));
+  if (args.Has("lora")) {
+    ASSIGN_OR_RETURN(double lora_scale, args.GetDouble("lora-scale"));
+    ASSIGN_OR_RETURN(auto lora, LoadLoraFile(args.Get("lora")));
+    auto attached = AttachLoraWeights(*stage, lora, lora_scale);
+    if (!attached.ok()) return Annotate(attached.status(), args.Get("lora"));
+    std::printf("applied %d LoRA adapters from %s (scale %g)\n", *attached, args.Get("lora").c_str(), lora_scale);
+  }
   at::Tensor out;
   RETURN_IF_ERROR(TorchCall("forward", [&] {
     at::NoGradGuard no_grad;
@@ -264,7 +272,9 @@ const std::vector<Command>& AllCommands() {
          true},
         {"output", "output safetensors (key 'output')", "", true},
         {"config", "config.json for a BFL single file"},
-        {"dtype", "compute dtype: fp32 | bf16", "fp32"}},
+        {"dtype", "compute dtype: fp32 | bf16", "fp32"},
+        {"lora", "LoRA file to apply: diffusers/PEFT or BFL/ComfyUI keys"},
+        {"lora-scale", "multiplier on the LoRA's own alpha/r (diffusers' adapter weight)", "1.0"}},
        Forward},
       {"vae-encode",
        "Encode pixels with a pipeline's VAE: latents (posterior mean) and packed (patchified, normalised).",

@@ -29,6 +29,7 @@
 #include "core/train/adamw.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
+#include "core/train/init_lora.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
@@ -223,6 +224,9 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     for (int i = 0; i < p; ++i) {
       ASSIGN_OR_RETURN(TensorMap w, clients[i]->GetLora(job_id));
       for (auto& [name, t] : w) master[name] = t;
+    }
+    if (!job.init_lora.empty()) {
+      ASSIGN_OR_RETURN(master, LoadInitLora(job.init_lora, job.lora, master));
     }
   }
   for (int i = 0; i < p; ++i) {

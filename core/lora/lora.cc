@@ -47,6 +47,43 @@ absl::StatusOr<std::map<std::string, std::pair<at::Tensor, at::Tensor>>> GroupBy
   return out;
 }
 
+// PEFT's per-module scale from a file's "lora_adapter_metadata" (a LoraConfig as JSON). Pipeline files
+// (Flux2Pipeline.save_lora_weights, Baton) prefix the keys with "transformer."; transformer.save_lora_adapter
+// files do not. Files without metadata were saved with alpha folded in (scale 1), as diffusers assumes.
+struct PeftScaling {
+  double alpha = -1;  // lora_alpha; < 0: none given
+  bool rslora = false;
+  std::map<std::string, double> alpha_pattern;  // module-name suffix → alpha
+
+  double ScaleFor(const std::string& module, int64_t rank) const {
+    double a = alpha;
+    for (const auto& [pattern, value] : alpha_pattern) {
+      if (module == pattern || absl::EndsWith(module, "." + pattern)) a = value;
+    }
+    if (a <= 0) return 1.0;
+    return rslora ? a / std::sqrt(static_cast<double>(rank)) : a / static_cast<double>(rank);
+  }
+};
+
+absl::StatusOr<PeftScaling> ParsePeftScaling(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("lora_adapter_metadata is not JSON");
+  std::string prefix = j.contains("transformer.lora_alpha") ? "transformer." : "";
+  PeftScaling out;
+  try {
+    if (j.contains(prefix + "lora_alpha")) out.alpha = j[prefix + "lora_alpha"].get<double>();
+    if (j.contains(prefix + "use_rslora") && j[prefix + "use_rslora"].is_boolean()) {
+      out.rslora = j[prefix + "use_rslora"].get<bool>();
+    }
+    if (j.contains(prefix + "alpha_pattern") && j[prefix + "alpha_pattern"].is_object()) {
+      for (const auto& [k, v] : j[prefix + "alpha_pattern"].items()) out.alpha_pattern[k] = v.get<double>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("lora_adapter_metadata: ", e.what()));
+  }
+  return out;
+}
+
 std::map<std::string, std::string> Metadata(const LoraSpec& spec, const std::map<std::string, std::string>& extra) {
   std::map<std::string, std::string> meta = extra;
   meta["format"] = "pt";
@@ -160,13 +197,19 @@ void SetLoraDropoutSeed(torch::nn::Module& root, uint64_t seed) {
 absl::Status SaveLoraDiffusers(const std::string& path, const std::map<std::string, at::Tensor>& params,
                                const LoraSpec& spec, const std::map<std::string, std::string>& extra_metadata) {
   ASSIGN_OR_RETURN(auto modules, GroupByModule(params));
+  // alpha/r is folded into lora_B and the metadata says lora_alpha = r: the file means the same with or without
+  // its metadata (transformer.load_lora_adapter(path) without use_safetensors=True, and many tools, ignore it).
+  const double scale = spec.alpha / static_cast<double>(spec.rank);
   std::map<std::string, at::Tensor> out;
-  for (const auto& [name, t] : params) out["transformer." + name] = t.detach().to(at::kFloat).cpu();
+  for (const auto& [name, t] : params) {
+    at::Tensor v = t.detach().to(at::kFloat).cpu();
+    out["transformer." + name] = absl::EndsWith(name, kLoraB) && scale != 1.0 ? v * scale : v;
+  }
   std::set<std::string> target_names;
   for (const auto& [module, ab] : modules) target_names.insert(module);
   nlohmann::ordered_json adapter;
   adapter["transformer.r"] = spec.rank;
-  adapter["transformer.lora_alpha"] = spec.alpha;
+  adapter["transformer.lora_alpha"] = spec.rank;
   adapter["transformer.lora_dropout"] = spec.dropout;
   adapter["transformer.target_modules"] = std::vector<std::string>(target_names.begin(), target_names.end());
   adapter["transformer.peft_type"] = "LORA";
@@ -206,8 +249,9 @@ absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at
     at::Tensor b = bs.size() == 1 ? bs[0] : at::block_diag(bs);  // [n·out, n·r]
     std::string base = "diffusion_model." + bfl;
     out[base + kLoraA] = a;
-    out[base + kLoraB] = b;
-    out[base + ".alpha"] = at::scalar_tensor(scale * static_cast<double>(a.size(0)), at::kFloat);
+    // alpha/r folded into B and no ".alpha" tensor: diffusers' FLUX.2 converter accepts only lora_A/lora_B keys
+    // (it raises on leftovers) and, like ComfyUI without ".alpha", applies the adapter with scale 1.
+    out[base + kLoraB] = b * scale;
   }
   return WriteSafetensors(path, out, Metadata(spec, extra_metadata));
 }
@@ -221,14 +265,12 @@ absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::strin
   std::map<std::string, LoraWeights> out;
   bool bfl = !raw.empty() && absl::StartsWith(raw.begin()->first, "diffusion_model.");
   if (!bfl) {
-    double alpha = -1, rank = -1;
+    PeftScaling scaling;
     auto it = file->metadata().find("lora_adapter_metadata");
     if (it != file->metadata().end()) {
-      auto j = nlohmann::json::parse(it->second, nullptr, false);
-      if (!j.is_discarded() && j.contains("transformer.lora_alpha") && j.contains("transformer.r")) {
-        alpha = j["transformer.lora_alpha"].get<double>();
-        rank = j["transformer.r"].get<double>();
-      }
+      auto parsed = ParsePeftScaling(it->second);
+      if (!parsed.ok()) return Annotate(parsed.status(), path);
+      scaling = *parsed;
     }
     std::map<std::string, at::Tensor> params;
     for (auto& [key, t] : raw) {
@@ -239,9 +281,7 @@ absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::strin
     auto grouped = GroupByModule(params);
     if (!grouped.ok()) return Annotate(grouped.status(), path);
     for (auto& [module, ab] : *grouped) {
-      // PEFT: scale = alpha / r from the metadata; files without it are scale 1 (alpha folded in).
-      double scale = alpha > 0 ? alpha / rank : 1.0;
-      out[module] = LoraWeights{ab.first, ab.second, scale};
+      out[module] = LoraWeights{ab.first, ab.second, scaling.ScaleFor(module, ab.first.size(0))};
     }
     return out;
   }
@@ -286,6 +326,40 @@ absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::strin
     }
   }
   return out;
+}
+
+absl::StatusOr<int> AttachLoraWeights(torch::nn::Module& root, const std::map<std::string, LoraWeights>& weights,
+                                      double multiplier) {
+  std::map<std::string, LoraLinear> linears;
+  for (auto& [name, linear] : NamedLoraLinears(root)) linears.emplace(name, linear);
+  std::vector<std::string> problems;
+  for (const auto& [module, w] : weights) {
+    auto it = linears.find(module);
+    if (it == linears.end()) {
+      problems.push_back(absl::StrCat(module, " (no such Linear in the model)"));
+      continue;
+    }
+    LoraLinearImpl& linear = *it->second;
+    const int64_t r = w.A.dim() == 2 ? w.A.size(0) : -1;
+    if (r <= 0 || w.A.size(1) != linear.in_features() || w.B.dim() != 2 || w.B.size(0) != linear.out_features() ||
+        w.B.size(1) != r) {
+      problems.push_back(absl::StrCat(module, " (lora_A [", absl::StrJoin(w.A.sizes(), ", "), "], lora_B [",
+                                      absl::StrJoin(w.B.sizes(), ", "), "] do not fit a Linear ", linear.in_features(),
+                                      " -> ", linear.out_features(), ")"));
+    }
+  }
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("LoRA does not fit the model: ", absl::StrJoin(problems, ", ")));
+  }
+  at::NoGradGuard no_grad;
+  for (const auto& [module, w] : weights) {
+    LoraLinearImpl& linear = *linears.at(module);
+    const int64_t r = w.A.size(0);
+    linear.AttachLora(r, w.scale * multiplier * static_cast<double>(r), 0.0, 0);
+    linear.lora_A().copy_(w.A);
+    linear.lora_B().copy_(w.B);
+  }
+  return static_cast<int>(weights.size());
 }
 
 std::map<std::string, at::Tensor> LoraWeightsToParameters(const std::map<std::string, LoraWeights>& weights,

@@ -1,8 +1,10 @@
 // LoRA adapters on the FLUX.2 transformer: choosing target Linears by diffusers name, attaching adapters,
 // collecting/assigning their weights, and the two file formats users load:
-//   diffusers/PEFT: "transformer.<module>.lora_A.weight" [r, in] / ".lora_B.weight" [out, r], header metadata
-//                   {"format": "pt", "lora_adapter_metadata": {"transformer.r": .., "transformer.lora_alpha": ..}}
-//   BFL/ComfyUI:    "diffusion_model.<BFL module>.lora_A.weight" / ".lora_B.weight" / ".alpha", with the img/txt
+//   diffusers/PEFT: "transformer.<module>.lora_A.weight" [r, in] / ".lora_B.weight" [out, r] with alpha/r folded
+//                   into B, header metadata {"format": "pt", "lora_adapter_metadata": {"transformer.r": r,
+//                   "transformer.lora_alpha": r, ...}} (files from peft with lora_alpha ≠ r load too)
+//   BFL/ComfyUI:    "diffusion_model.<BFL module>.lora_A.weight" / ".lora_B.weight" with alpha/r folded into B
+//                   (no ".alpha": diffusers' converter rejects it; files that have one still load), the img/txt
 //                   q,k,v adapters fused into one qkv adapter (A stacked, B block-diagonal: exact, rank 3r).
 #pragma once
 
@@ -54,16 +56,23 @@ struct LoraWeights {
   double scale = 1.0;  // alpha / r
 };
 
-// Saves adapters (PEFT names → tensors, as from LoraParameters) in diffusers/PEFT format.
+// Saves adapters (PEFT names → tensors, as from LoraParameters) in diffusers/PEFT format (alpha/r folded into B).
 absl::Status SaveLoraDiffusers(const std::string& path, const std::map<std::string, at::Tensor>& params,
                                const LoraSpec& spec, const std::map<std::string, std::string>& extra_metadata = {});
-// Saves in BFL/ComfyUI format (diffusion_model. prefix, fused qkv, .alpha tensors).
+// Saves in BFL/ComfyUI format (diffusion_model. prefix, fused qkv, alpha/r folded into lora_B).
 absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at::Tensor>& params, const LoraSpec& spec,
                          const std::map<std::string, std::string>& extra_metadata = {});
 
 // Loads either format (detected from the keys) into diffusers module names. Fused BFL qkv adapters are split
-// exactly when B is block-diagonal, else as diffusers does (A shared, B chunked in three).
+// exactly when B is block-diagonal, else as diffusers does (A shared, B chunked in three). The scale is PEFT's
+// (lora_adapter_metadata: lora_alpha, alpha_pattern, use_rslora; keys with or without the "transformer."
+// prefix), a BFL ".alpha" / rank, or 1 when the file has neither (alpha folded in).
 absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::string& path);
+
+// Attaches one adapter per loaded module (its own rank) with scale `w.scale * multiplier` and copies the
+// weights in (inference: `baton forward --lora`). Errors list modules the model lacks and misfit shapes.
+absl::StatusOr<int> AttachLoraWeights(torch::nn::Module& root, const std::map<std::string, LoraWeights>& weights,
+                                      double multiplier = 1.0);
 
 // Converts loaded adapters to PEFT parameter names for AssignLoraParameters; the scale must equal each
 // attached adapter's scale (alpha/r), else it is folded into B.

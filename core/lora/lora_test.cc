@@ -1,5 +1,6 @@
 #include "core/lora/lora.h"
 
+#include <absl/strings/match.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -59,14 +60,19 @@ TEST_F(LoraFileTest, DiffusersFormatRoundTrip) {
   EXPECT_TRUE((*file)->Contains("transformer.transformer_blocks.0.attn.to_q.lora_A.weight"));
   EXPECT_EQ((*file)->metadata().at("format"), "pt");
   auto meta = nlohmann::json::parse((*file)->metadata().at("lora_adapter_metadata"));
+  // alpha/r (2) is folded into B, so the file means the same to a reader that ignores the metadata.
   EXPECT_EQ(meta["transformer.r"], 3);
-  EXPECT_EQ(meta["transformer.lora_alpha"], 6.0);
+  EXPECT_EQ(meta["transformer.lora_alpha"], 3);
+  auto stored = LoadAllSafetensors(path);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_TRUE(at::equal(stored->at("transformer.transformer_blocks.1.attn.to_v.lora_B.weight"),
+                        params.at("transformer_blocks.1.attn.to_v.lora_B.weight") * 2.0));
   auto loaded = LoadLoraFile(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_DOUBLE_EQ(loaded->at("transformer_blocks.1.attn.to_v").scale, 2.0);
+  EXPECT_DOUBLE_EQ(loaded->at("transformer_blocks.1.attn.to_v").scale, 1.0);
   auto back = LoraWeightsToParameters(*loaded, 2.0);
   ASSERT_EQ(back.size(), params.size());
-  for (const auto& [k, v] : params) EXPECT_TRUE(at::equal(back.at(k), v)) << k;
+  for (const auto& [k, v] : params) EXPECT_TRUE(at::equal(back.at(k), v)) << k;  // ×2 then ÷2 is exact
   // And the loaded weights go straight back into a fresh model.
   Flux2Stage fresh(config_, Flux2StageRange::Full(config_), at::TensorOptions());
   ASSERT_TRUE(AttachLora(*fresh, spec_).ok());
@@ -82,16 +88,89 @@ TEST_F(LoraFileTest, BflFormatFusesQkvAndRoundTripsExactly) {
   auto entry = (*file)->Entry("diffusion_model.double_blocks.0.img_attn.qkv.lora_A.weight");
   ASSERT_TRUE(entry.ok());
   EXPECT_EQ(entry->shape, (std::vector<int64_t>{9, config_.inner_dim()}));  // 3 adapters of rank 3
-  EXPECT_TRUE((*file)->Contains("diffusion_model.single_blocks.2.linear1.alpha"));
+  // alpha/r is folded into lora_B: diffusers' FLUX.2 converter rejects leftover ".alpha" keys.
+  for (const auto& key : (*file)->Keys()) EXPECT_FALSE(absl::EndsWith(key, ".alpha")) << key;
   EXPECT_FALSE((*file)->Contains("diffusion_model.double_blocks.0.img_attn.q.lora_A.weight"));
   auto loaded = LoadLoraFile(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_DOUBLE_EQ(loaded->at("single_transformer_blocks.2.attn.to_out").scale, 1.0);
   auto back = LoraWeightsToParameters(*loaded, 2.0);
   ASSERT_EQ(back.size(), params.size());
   for (const auto& [k, v] : params) {
     ASSERT_TRUE(back.count(k)) << k;
     EXPECT_TRUE(at::allclose(back.at(k), v, 1e-6, 1e-6)) << k;
   }
+}
+
+TEST_F(LoraFileTest, OldBflFilesWithAlphaStillLoad) {
+  // Baton before the alpha fold wrote B unscaled plus ".alpha" = (alpha/r)·rows(A).
+  auto params = LoraParameters(*stage_);
+  std::string path = JoinPath(dir_, "new_bfl.safetensors");
+  ASSERT_TRUE(SaveLoraBfl(path, params, spec_).ok());
+  auto tensors = LoadAllSafetensors(path);
+  ASSERT_TRUE(tensors.ok());
+  std::map<std::string, at::Tensor> old_layout;
+  for (const auto& [key, t] : *tensors) {
+    if (!absl::EndsWith(key, ".lora_B.weight")) continue;
+    std::string base = key.substr(0, key.size() - strlen(".lora_B.weight"));
+    at::Tensor a = tensors->at(base + ".lora_A.weight");
+    old_layout[base + ".lora_A.weight"] = a;
+    old_layout[key] = t / 2.0;
+    old_layout[base + ".alpha"] = at::scalar_tensor(2.0 * static_cast<double>(a.size(0)));
+  }
+  std::string old_path = JoinPath(dir_, "old_bfl.safetensors");
+  ASSERT_TRUE(WriteSafetensors(old_path, old_layout).ok());
+  auto loaded = LoadLoraFile(old_path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_DOUBLE_EQ(loaded->at("transformer_blocks.0.attn.to_q").scale, 2.0);
+  auto back = LoraWeightsToParameters(*loaded, 2.0);
+  ASSERT_EQ(back.size(), params.size());
+  for (const auto& [k, v] : params) EXPECT_TRUE(at::allclose(back.at(k), v, 1e-6, 1e-6)) << k;
+}
+
+TEST_F(LoraFileTest, PeftMetadataWithoutPrefixAndAlphaPattern) {
+  // transformer.save_lora_adapter writes unprefixed keys and a LoraConfig without the "transformer." prefix.
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, t] : LoraParameters(*stage_)) tensors[name] = t.detach().clone();
+  std::string path = JoinPath(dir_, "adapter.safetensors");
+  nlohmann::json meta = {{"r", 3}, {"lora_alpha", 12.0}, {"alpha_pattern", {{"attn.to_out", 1.5}}}};
+  ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}, {"lora_adapter_metadata", meta.dump()}}).ok());
+  auto loaded = LoadLoraFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_DOUBLE_EQ(loaded->at("transformer_blocks.0.attn.to_q").scale, 4.0);
+  EXPECT_DOUBLE_EQ(loaded->at("single_transformer_blocks.1.attn.to_out").scale, 0.5);
+  EXPECT_DOUBLE_EQ(loaded->at("transformer_blocks.0.attn.to_out.0").scale, 4.0);
+}
+
+TEST_F(LoraFileTest, AttachLoraWeightsGivesTheSameDeltaWTimesTheMultiplier) {
+  std::string path = JoinPath(dir_, "lora.safetensors");
+  ASSERT_TRUE(SaveLoraBfl(path, LoraParameters(*stage_), spec_).ok());
+  auto loaded = LoadLoraFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  Flux2Stage fresh(config_, Flux2StageRange::Full(config_), at::TensorOptions());
+  auto attached = AttachLoraWeights(*fresh, *loaded, 0.5);
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  auto original = NamedLoraLinears(*stage_);
+  auto applied = NamedLoraLinears(*fresh);
+  ASSERT_EQ(original.size(), applied.size());
+  int compared = 0;
+  for (size_t i = 0; i < original.size(); ++i) {
+    auto& o = original[i].second;
+    auto& a = applied[i].second;
+    ASSERT_EQ(o->has_lora(), a->has_lora()) << original[i].first;
+    if (!o->has_lora()) continue;
+    at::Tensor expected = at::matmul(o->lora_B(), o->lora_A()) * (o->scale() * 0.5);
+    EXPECT_TRUE(at::allclose(at::matmul(a->lora_B(), a->lora_A()) * a->scale(), expected, 1e-5, 1e-6))
+        << original[i].first;
+    ++compared;
+  }
+  EXPECT_EQ(compared, *attached);
+  std::map<std::string, LoraWeights> stray = {{"transformer_blocks.9.attn.to_q", loaded->begin()->second}};
+  auto bad = AttachLoraWeights(*fresh, stray);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("transformer_blocks.9.attn.to_q (no such Linear in the model)"),
+            std::string::npos)
+      << bad.status();
 }
 
 TEST_F(LoraFileTest, FusedQkvWithSharedDownProjectionGivesTheSameDeltaW) {

@@ -82,7 +82,12 @@ absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string,
   std::map<std::string, std::string> meta = {
       {"software", "baton"}, {"baton_step", std::to_string(step)}, {"baton_job_hash", JobHash(job)}};
   RETURN_IF_ERROR(SaveLoraDiffusers(JoinPath(dir, "lora.safetensors"), params, job.lora, meta));
-  if (job.save_bfl) RETURN_IF_ERROR(SaveLoraBfl(JoinPath(dir, "lora_bfl.safetensors"), params, job.lora, meta));
+  if (job.save_bfl) {
+    // In a subfolder: diffusers' load_lora_weights(dir) guesses among the folder's top-level .safetensors files.
+    RETURN_IF_ERROR(MakeDirs(JoinPath(dir, kBflLoraSubdir)));
+    RETURN_IF_ERROR(
+        SaveLoraBfl(JoinPath(JoinPath(dir, kBflLoraSubdir), "lora_bfl.safetensors"), params, job.lora, meta));
+  }
   return absl::OkStatus();
 }
 

@@ -40,7 +40,9 @@ class JsonlWriter {
   std::string path_;
 };
 
-// Writes <dir>/lora.safetensors (diffusers/PEFT) and, if job.save_bfl, <dir>/lora_bfl.safetensors.
+// Writes <dir>/lora.safetensors (diffusers/PEFT) and, if job.save_bfl, <dir>/bfl/lora_bfl.safetensors
+// (BFL/ComfyUI). The diffusers file is the only .safetensors at the top, so load_lora_weights(dir) picks it.
+inline constexpr char kBflLoraSubdir[] = "bfl";
 absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string, at::Tensor>& params,
                              const JobConfig& job, int64_t step);
 

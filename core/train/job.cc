@@ -75,25 +75,11 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   Reader r(source);
   JobConfig job;
   job.source = source;
-  RETURN_IF_ERROR(r.Keys(root, "the job", {"model",
-                                           "model_config",
-                                           "dataset",
-                                           "lora",
-                                           "optimizer",
-                                           "timesteps",
-                                           "steps",
-                                           "batch_size",
-                                           "micro_batches",
-                                           "schedule",
-                                           "recompute",
-                                           "seed",
-                                           "checkpoint_every",
-                                           "dtype",
-                                           "devices",
-                                           "guidance",
-                                           "save_bfl",
-                                           "threads",
-                                           "memory_per_stage",
+  RETURN_IF_ERROR(r.Keys(root, "the job", {"model",      "model_config",     "dataset",   "lora",
+                                           "init_lora",  "optimizer",        "timesteps", "steps",
+                                           "batch_size", "micro_batches",    "schedule",  "recompute",
+                                           "seed",       "checkpoint_every", "dtype",     "devices",
+                                           "guidance",   "save_bfl",         "threads",   "memory_per_stage",
                                            "encode"}));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
@@ -160,6 +146,7 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   } else {
     job.lora.alpha = static_cast<double>(job.lora.rank);
   }
+  RETURN_IF_ERROR(r.Get(root, "init_lora", &job.init_lora));
   auto targets = ResolveLoraTargets(job.lora_targets);
   if (!targets.ok()) return Annotate(targets.status(), source);
   job.lora.targets = *targets;
@@ -225,6 +212,7 @@ absl::StatusOr<JobConfig> LoadJob(const std::string& path) {
 std::string JobHash(const JobConfig& j) {
   std::string s = absl::StrCat(j.model, "|", j.model_config, "|", j.lora.rank, "|", j.lora.alpha, "|", j.lora_targets,
                                "|", j.lora.dropout, "|", j.seed, "|", j.dtype, "|", j.recompute);
+  if (!j.init_lora.empty()) absl::StrAppend(&s, "|init_lora=", j.init_lora);
   return absl::StrFormat("%016x", HashName(s));
 }
 

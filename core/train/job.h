@@ -5,6 +5,7 @@
 //   model_config: ""                    # config.json for a BFL single file
 //   dataset: out/demo/cache             # encoded cache (core/data/cache.h)
 //   lora: {rank: 8, alpha: 8, targets: attention, dropout: 0.0}
+//   init_lora: ""                       # optional LoRA file to start from (same targets and rank as `lora`)
 //   optimizer: {lr: 1e-3, weight_decay: 0.0, betas: [0.9, 0.999], eps: 1e-8, clip: 1.0, warmup_steps: 0}
 //   timesteps: {sampling: none, logit_mean: 0.0, logit_std: 1.0, mode_scale: 1.29, shift: none, shift_steps: 50}
 //   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: true, seed: 42
@@ -72,6 +73,7 @@ struct JobConfig {
   std::string dataset;
   LoraSpec lora;  // targets resolved; seed = job seed
   std::string lora_targets = "attention";
+  std::string init_lora;  // empty: adapters start from the seeded init (core/train/init_lora.h)
   OptimizerConfig optimizer;
   TimestepConfig timesteps;
   int64_t steps = 100;
@@ -84,7 +86,7 @@ struct JobConfig {
   std::string dtype = "fp32";        // fp32 | bf16
   std::vector<std::string> devices;  // per stage; empty = cpu everywhere
   double guidance = 3.5;             // used when the model has a guidance embedder
-  bool save_bfl = false;             // also write lora_bfl.safetensors (BFL/ComfyUI keys)
+  bool save_bfl = false;             // also write bfl/lora_bfl.safetensors (BFL/ComfyUI keys)
   int threads = 1;                   // compute threads per process
   // Memory budget per stage for the partitioner ("24GB"; one for all or one per stage); empty = unlimited.
   std::vector<std::string> memory_per_stage;

@@ -12,6 +12,7 @@
 #include "core/train/adamw.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
+#include "core/train/init_lora.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -49,6 +50,10 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
 
   std::map<std::string, at::Tensor> master = CloneToCpuFloat(LoraParameters(*stage));
   if (master.empty()) return absl::InvalidArgumentError("no Linear matched the LoRA targets");
+  if (!job.init_lora.empty()) {
+    ASSIGN_OR_RETURN(master, LoadInitLora(job.init_lora, job.lora, master));
+    RETURN_IF_ERROR(AssignLoraParameters(*stage, master));
+  }
   AdamW optimizer(job.optimizer);
   RETURN_IF_ERROR(MakeDirs(output_dir));
   ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(JoinPath(output_dir, "train_log.jsonl"), /*append=*/false));
