@@ -24,8 +24,9 @@ TEST(CudaBuildTest, BinariesLinkLibtorchCuda) {
   for (const char* binary : {"stage_worker", "coordinator", "baton", "encoder_worker"}) {
     const std::string needed = Needed(binary);
     EXPECT_NE(needed.find("libtorch_cuda.so"), std::string::npos) << binary << " links:\n" << needed;
-    EXPECT_NE(needed.find("libc10_cuda.so"), std::string::npos) << binary << " links:\n" << needed;
   }
+  // The stage worker calls libtorch's CUDA stream API itself (side-stream uploads, core/device/transfer.h).
+  EXPECT_NE(Needed("stage_worker").find("libc10_cuda.so"), std::string::npos);
   // The CUDA libraries resolve at run time (the wheel's nvidia/* libraries through libtorch's RUNPATH).
   auto ldd = RunCommand("ldd " + BinDir() + "/stage_worker");
   EXPECT_EQ(ldd.output.find("not found"), std::string::npos) << ldd.output;
