@@ -103,7 +103,8 @@ def to_bfl_state_dict(sd: dict) -> dict:
         parts = key.split(".")
         if parts[0] == "transformer_blocks":
             n, rest = parts[1], ".".join(parts[2:])
-            for stream, names in (("img", ("to_q", "to_k", "to_v")), ("txt", ("add_q_proj", "add_k_proj", "add_v_proj"))):
+            streams = (("img", ("to_q", "to_k", "to_v")), ("txt", ("add_q_proj", "add_k_proj", "add_v_proj")))
+            for stream, names in streams:
                 if rest == f"attn.{names[0]}.weight":
                     qkv = [sd[f"transformer_blocks.{n}.attn.{m}.weight"] for m in names]
                     out[f"double_blocks.{n}.{stream}_attn.qkv.weight"] = torch.cat(qkv, 0)

@@ -13,6 +13,7 @@ LoRA moves the output by far more than the tolerance, so a LoRA that was silentl
 
 import copy
 import os
+import subprocess
 import unittest
 
 import torch
@@ -23,7 +24,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from flux2_tiny import baton_forward, diffusers_forward, make_inputs, make_model, write_config
-from referee import baton, max_rel_error, temp_dir
+from referee import BIN_DIR, baton, max_rel_error, temp_dir
 
 TOLERANCE = 1e-4
 MIN_EFFECT = 1e-2  # the LoRA must change the output by at least this (relative), 100× the tolerance
@@ -121,6 +122,12 @@ class BatonLoraInDiffusersTest(unittest.TestCase):
             keys = list(f.keys())
         self.assertTrue(all(k.startswith("diffusion_model.") for k in keys))
         self.assertFalse(any(k.endswith(".alpha") for k in keys))
+        # The layout Baton wrote before (".alpha" tensors) is what the converter refuses.
+        old_layout = dict(load_file(bfl))
+        for key in [k for k in old_layout if k.endswith(".lora_A.weight")]:
+            old_layout[key.replace(".lora_A.weight", ".alpha")] = torch.tensor(3.0 * old_layout[key].shape[0])
+        with self.assertRaisesRegex(ValueError, "should be empty"):
+            Flux2Pipeline.lora_state_dict(old_layout)
         pipe = tiny_pipeline(copy.deepcopy(self.model))
         pipe.load_lora_weights(bfl, adapter_name="baton_bfl")
         expected = diffusers_forward(pipe.transformer, self.inputs)
@@ -196,9 +203,7 @@ class PeftLoraInBatonTest(unittest.TestCase):
         out = os.path.join(self.tmp, name)
         return baton("train-local", "--job", job, "--output", out, check=check), out
 
-    def test_job_starts_from_init_lora(self):
-        # lr 1e-9: Adam's first step moves each weight by at most lr, so after one step the LoRA is the file's.
-        _, out = self.run_job("init", 4, BATON_TARGETS, steps=1, optimizer="{lr: 1.0e-9}")
+    def check_started_from_file(self, out):
         saved = load_file(os.path.join(out, "lora.safetensors"))
         source = load_file(self.pipeline_file)
         self.assertEqual(sorted(saved), sorted(source))
@@ -208,7 +213,28 @@ class PeftLoraInBatonTest(unittest.TestCase):
             if ".lora_B." in key:
                 ratio = 0.5 if "single_transformer_blocks.1.attn.to_out." in key else 2.0
             self.assertLess((saved[key] - t * ratio).abs().max().item(), 1e-8, key)
+
+    def test_job_starts_from_init_lora(self):
+        # lr 1e-9: Adam's first step moves each weight by at most lr, so after one step the LoRA is the file's.
+        _, out = self.run_job("init", 4, BATON_TARGETS, steps=1, optimizer="{lr: 1.0e-9}")
+        self.check_started_from_file(out)
         self.compare("1-step job from init_lora", os.path.join(out, "lora.safetensors"))
+
+    def test_coordinator_starts_from_init_lora(self):
+        # The same job over two stage workers: the coordinator's master LoRA starts from the file.
+        cache = os.path.join(self.tmp, "cache")
+        if not os.path.isdir(cache):
+            baton("synthetic-cache", "--config", self.config, "--out", cache, "--samples", 2, "--grids", "2x2",
+                  "--text-len", 3)
+        job = os.path.join(self.tmp, "pipeline.yaml")
+        write_job(job, self.folder, cache, 4, 4, BATON_TARGETS, init_lora=self.pipeline_file, batch_size=2,
+                  micro_batches=2, seed=1, steps=1, optimizer="{lr: 1.0e-9}")
+        out = os.path.join(self.tmp, "pipeline_out")
+        cmd = [os.path.join(BIN_DIR, "coordinator"), "--stages", "2", "--job", job, "--output", out]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
+        self.check_started_from_file(out)
+        self.compare("2-stage job from init_lora", os.path.join(out, "lora.safetensors"))
 
     def test_init_lora_mismatch_is_named(self):
         proc, _ = self.run_job("rank8", 8, BATON_TARGETS, check=False, steps=1)
