@@ -1,5 +1,6 @@
 #include "rpc/wire.h"
 
+#include <absl/strings/str_cat.h>
 #include <absl/synchronization/mutex.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
@@ -89,7 +90,7 @@ TEST(WireTest, RoundTripsDtypesAndShapes) {
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const at::Tensor& t = cases[i].tensor;
-    const std::string name = "t" + std::to_string(i);
+    const std::string name = absl::StrCat("t", i);  // not "t" + to_string: GCC 12 -O3 -Wrestrict false positive
     std::vector<v1::TensorChunk> chunks = Chunks(name, t, cases[i].chunk);
     const size_t bytes = t.numel() * t.element_size();
     const size_t expected_chunks = bytes == 0 ? 1 : (bytes + cases[i].chunk - 1) / cases[i].chunk;
