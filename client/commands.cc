@@ -25,6 +25,7 @@
 #include "core/train/local_trainer.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
+#include "core/util/threads.h"
 
 namespace baton {
 namespace {
@@ -83,7 +84,7 @@ absl::Status SyntheticCache(const Args& args) {
 }
 
 absl::Status Forward(const Args& args) {
-  at::set_num_threads(1);
+  SetComputeThreads(1);
   ASSIGN_OR_RETURN(auto ckpt, Flux2Checkpoint::Open(args.Get("model"), args.Get("config")));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("inputs")));
@@ -131,7 +132,7 @@ absl::Status Forward(const Args& args) {
 }
 
 absl::Status VaeEncode(const Args& args) {
-  at::set_num_threads(1);
+  SetComputeThreads(1);
   ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(JoinPath(args.Get("model"), "vae"), at::kFloat, at::kCPU));
   ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("inputs")));
   if (!inputs.count("pixels")) {
@@ -147,7 +148,7 @@ absl::Status VaeEncode(const Args& args) {
 }
 
 absl::Status TextEncode(const Args& args) {
-  at::set_num_threads(1);
+  SetComputeThreads(1);
   if (args.Has("prompt") == args.Has("input-ids")) {
     return absl::InvalidArgumentError("give exactly one of --prompt and --input-ids");
   }

@@ -33,6 +33,7 @@
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
+#include "core/util/threads.h"
 
 namespace baton {
 namespace {
@@ -44,7 +45,12 @@ using Clock = std::chrono::steady_clock;
 absl::Status ParallelFor(int n, const std::function<absl::Status(int)>& fn) {
   std::vector<absl::Status> results(n);
   std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { results[i] = fn(i); });
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      EnterComputeThread();
+      results[i] = fn(i);
+    });
+  }
   for (auto& t : threads) t.join();
   for (const auto& s : results) {
     if (!s.ok()) return s;
@@ -105,7 +111,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   }
   const int64_t total_steps = options.steps > 0 ? options.steps : job.steps;
   const int m = static_cast<int>(job.micro_batches);
-  at::set_num_threads(job.threads);
+  SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
   ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
   const Flux2Config& config = checkpoint->config();
@@ -369,7 +375,10 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
       });
     }
     if (step + 1 < total_steps && !g_stop_requested.load()) {
-      next_prepared = std::async(std::launch::async, prepare, step + 1);
+      next_prepared = std::async(std::launch::async, [&prepare, step] {
+        EnterComputeThread();
+        return prepare(step + 1);
+      });
     }
     for (auto& t : threads) t.join();
     if (failed) {

@@ -16,17 +16,6 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "' (fp32, bf16 or fp16)"));
 }
 
-absl::StatusOr<at::Device> ParseDevice(const std::string& name) {
-  if (name.empty() || name == "cpu") return at::Device(at::kCPU);
-  if (name == "cuda" || absl::StartsWith(name, "cuda:")) {
-    try {
-      return at::Device(name);
-    } catch (const std::exception&) {
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown device '", name, "' (cpu, cuda or cuda:N)"));
-}
-
 absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, const Flux2StageRange& range,
                                            at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train) {
   Flux2Stage stage{nullptr};

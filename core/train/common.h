@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/device/device.h"
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
 #include "core/train/job.h"
@@ -17,7 +18,6 @@
 namespace baton {
 
 absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);  // fp32 | bf16 | fp16
-absl::StatusOr<at::Device> ParseDevice(const std::string& name);     // cpu | cuda | cuda:N
 
 // Builds the stage for `range` with weights from `checkpoint` (only that range is read) and, when
 // `lora` is given, attached adapters. Modules are in eval mode unless `train` is set (dropout).

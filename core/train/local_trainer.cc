@@ -15,6 +15,7 @@
 #include "core/train/init_lora.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
+#include "core/util/threads.h"
 
 namespace baton {
 
@@ -32,7 +33,7 @@ nlohmann::ordered_json StepRecordJson(const StepRecord& rec) {
 absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
                                                   const std::function<void(const StepRecord&)>& on_step) {
   if (steps <= 0) steps = job.steps;
-  at::set_num_threads(job.threads);
+  SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
   ASSIGN_OR_RETURN(at::Device device, ParseDevice(job.devices.empty() ? "cpu" : job.devices[0]));
   ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
