@@ -203,11 +203,37 @@ absl::Status WriteTinyBpeTokenizerJson(const std::string& path) {
   return WriteFileAtomic(path, BuildTinyBpeTokenizerJson().json);
 }
 
+// Mistral-Small-3.1's chat template trimmed to system + user text (what Flux2Pipeline renders), so that
+// transformers' apply_chat_template on this folder gives RenderFlux2Prompt's text.
+constexpr const char kMistralChatTemplate[] =
+    "{{- bos_token }}"
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{%- if messages[0]['content'] is string %}{%- set system_message = messages[0]['content'] %}"
+    "{%- else %}{%- set system_message = messages[0]['content'][0]['text'] %}{%- endif %}"
+    "{%- set loop_messages = messages[1:] %}"
+    "{%- else %}{%- set system_message = '' %}{%- set loop_messages = messages %}{%- endif %}"
+    "{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}"
+    "{%- for message in loop_messages %}"
+    "{%- if message['role'] == 'user' %}"
+    "{%- if message['content'] is string %}{{- '[INST]' + message['content'] + '[/INST]' }}"
+    "{%- else %}{{- '[INST]' }}{%- for block in message['content'] %}"
+    "{%- if block['type'] == 'text' %}{{- block['text'] }}{%- else %}{{- '[IMG]' }}{%- endif %}"
+    "{%- endfor %}{{- '[/INST]' }}{%- endif %}"
+    "{%- elif message['role'] == 'assistant' %}{{- message['content'] + eos_token }}{%- endif %}"
+    "{%- endfor %}";
+
 std::string TinyTokenizerConfigJson() {
-  OrderedJson j = {{"bos_token", "<s>"},         {"eos_token", "</s>"},
-                   {"pad_token", "<pad>"},       {"unk_token", "<unk>"},
-                   {"add_bos_token", false},     {"add_eos_token", false},
-                   {"model_max_length", 131072}, {"tokenizer_class", "PreTrainedTokenizerFast"}};
+  // padding_side "left" as Mistral-Small-3.1's LlamaTokenizerFast: PreTrainedTokenizerFast would pad right.
+  OrderedJson j = {{"bos_token", "<s>"},
+                   {"eos_token", "</s>"},
+                   {"pad_token", "<pad>"},
+                   {"unk_token", "<unk>"},
+                   {"add_bos_token", false},
+                   {"add_eos_token", false},
+                   {"model_max_length", 131072},
+                   {"padding_side", "left"},
+                   {"chat_template", kMistralChatTemplate},
+                   {"tokenizer_class", "PreTrainedTokenizerFast"}};
   return j.dump(2) + "\n";
 }
 

@@ -172,8 +172,8 @@ class TextEncoderIdsTest(unittest.TestCase):
         self.check(model, (10, 20, 30), "Mistral3 bf16 checkpoint", save_dtype=torch.bfloat16)
 
 
-class PromptPathTest(unittest.TestCase):
-    """`baton text-encode --prompt` against Flux2Pipeline / Flux2KleinPipeline.encode_prompt."""
+class EncodePromptCase(unittest.TestCase):
+    """Holds compare(): `baton text-encode --prompt` against the pipeline's encode_prompt (no tests itself)."""
 
     def compare(self, pipe_dir, pipe, prompt, max_sequence_length):
         output = os.path.join(pipe_dir, "out.safetensors")
@@ -196,6 +196,10 @@ class PromptPathTest(unittest.TestCase):
         err = referee.max_rel_error(got["prompt_embeds"], want)
         print(f"{type(pipe).__name__} L={max_sequence_length} {prompt[:30]!r}: ids equal, rel err {err:.2e}")
         self.assertLessEqual(err, TOLERANCE, prompt)
+
+
+class PromptPathTest(EncodePromptCase):
+    """Tiny pipelines built and saved by diffusers."""
 
     def test_flux2_dev_encode_prompt(self):
         tmp = referee.temp_dir()
@@ -228,6 +232,29 @@ class PromptPathTest(unittest.TestCase):
         for prompt in PROMPTS:
             self.compare(tmp.name, pipe, prompt, 512)
         self.compare(tmp.name, pipe, LONG_PROMPT, 100)
+
+
+class BatonTinyPipelineTest(EncodePromptCase):
+    """The folder `baton init-weights --pipeline tiny` writes, read by transformers/diffusers: its text encoder,
+    tokenizer (chat template, left padding) and transformer load upstream, and encode_prompt agrees with Baton."""
+
+    def test_baton_tiny_pipeline_encode_prompt(self):
+        tmp = referee.temp_dir()
+        self.addCleanup(tmp.cleanup)
+        referee.baton("init-weights", "--pipeline", "tiny", "--out", tmp.name, "--seed", 3)
+
+        def sub(name):
+            return os.path.join(tmp.name, name)
+
+        pipe = Flux2Pipeline(
+            scheduler=FlowMatchEulerDiscreteScheduler.from_pretrained(sub("scheduler")),
+            vae=AutoencoderKLFlux2.from_pretrained(sub("vae")),
+            text_encoder=Mistral3ForConditionalGeneration.from_pretrained(sub("text_encoder"),
+                                                                          dtype=torch.float32).eval(),
+            tokenizer=PreTrainedTokenizerFast.from_pretrained(sub("tokenizer")),
+            transformer=Flux2Transformer2DModel.from_pretrained(sub("transformer")))
+        for prompt in PROMPTS:
+            self.compare(tmp.name, pipe, prompt, 512)
 
 
 if __name__ == "__main__":

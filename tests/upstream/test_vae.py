@@ -7,6 +7,8 @@ with save_pretrained. Random pixels in [-1, 1] go through
   - the posterior mode (`retrieve_latents(..., sample_mode="argmax")`), compared with Baton's `latents`;
   - Flux2Pipeline._encode_vae_image (its own code: patchify, BatchNorm normalisation) and
     Flux2Pipeline._pack_latents, compared with Baton's `packed` tokens.
+Cases: fp32 and bf16 (sharded) checkpoints, batch 2 and non-square images, and the vae/ that
+`baton init-weights --pipeline tiny` writes, loaded by diffusers.
 Tolerance: 1e-4 relative (max |a - e| / max |e|), fp32 on both sides.
 """
 
@@ -51,11 +53,16 @@ class VaeRefereeTest(unittest.TestCase):
         if "max_shard_size" in save_kwargs:
             index = os.path.join(tmp.name, "vae", "diffusion_pytorch_model.safetensors.index.json")
             self.assertTrue(os.path.exists(index))
+        self.compare(tmp.name, vae, batch, height, width, seed, f"layers_per_block={layers_per_block} {save_dtype}")
+
+    def compare(self, pipe_dir, vae, batch, height, width, seed, name):
+        tmp = referee.temp_dir()
+        self.addCleanup(tmp.cleanup)
         torch.manual_seed(seed + 1)
         pixels = torch.rand(batch, 3, height, width) * 2 - 1
         inputs, output = os.path.join(tmp.name, "in.safetensors"), os.path.join(tmp.name, "out.safetensors")
         save_file({"pixels": pixels}, inputs)
-        referee.baton("vae-encode", "--model", tmp.name, "--inputs", inputs, "--output", output)
+        referee.baton("vae-encode", "--model", pipe_dir, "--inputs", inputs, "--output", output)
         got = load_file(output)
 
         with torch.no_grad():
@@ -69,9 +76,7 @@ class VaeRefereeTest(unittest.TestCase):
         self.assertEqual(tuple(got["packed"].shape), (batch, (height // 16) * (width // 16), 128))
         err_latents = referee.max_rel_error(got["latents"], mode)
         err_packed = referee.max_rel_error(got["packed"], packed)
-        print(f"layers_per_block={layers_per_block} {batch}x3x{height}x{width} {save_dtype}: "
-              f"latents rel err {err_latents:.2e}, "
-              f"packed rel err {err_packed:.2e}")
+        print(f"{name} {batch}x3x{height}x{width}: latents rel err {err_latents:.2e}, packed rel err {err_packed:.2e}")
         self.assertLessEqual(err_latents, TOLERANCE)
         self.assertLessEqual(err_packed, TOLERANCE)
 
@@ -84,6 +89,14 @@ class VaeRefereeTest(unittest.TestCase):
     def test_bf16_sharded_checkpoint(self):
         self.check(layers_per_block=1, batch=1, height=32, width=48, seed=20, save_dtype=torch.bfloat16,
                    max_shard_size="100KB")
+
+    def test_baton_written_vae_loads_in_diffusers(self):
+        # The vae/ that `baton init-weights --pipeline tiny` writes, read by diffusers.
+        tmp = referee.temp_dir()
+        self.addCleanup(tmp.cleanup)
+        referee.baton("init-weights", "--pipeline", "tiny", "--out", tmp.name, "--seed", 5)
+        vae = AutoencoderKLFlux2.from_pretrained(os.path.join(tmp.name, "vae")).eval()
+        self.compare(tmp.name, vae, batch=1, height=32, width=64, seed=30, name="baton tiny pipeline vae")
 
 
 if __name__ == "__main__":
