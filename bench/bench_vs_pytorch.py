@@ -199,6 +199,19 @@ class BatonSide:
             raise SystemExit(f"bench_vs_pytorch exited {self.proc.returncode}")
 
 
+def cpu_seconds_busy():
+    """Seconds of CPU time the whole machine has spent busy (all cores; /proc/stat, excluding idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
@@ -244,6 +257,9 @@ def bench_threads(args, out_dir, targets, threads):
     settle()
     pt.steps(args.warmup)
     times = {"baton": [], "pytorch": []}
+    # Other processes' CPU use during the timed rounds: the machine's busy time minus both sides'.
+    wall0, busy0 = time.perf_counter(), cpu_seconds_busy()
+    own0 = process_cpu_seconds(os.getpid()) + process_cpu_seconds(bt.proc.pid)
     round_ratios = []
     for r in range(args.rounds):
         order = ["baton", "pytorch"] if r % 2 == 0 else ["pytorch", "baton"]
@@ -256,6 +272,8 @@ def bench_threads(args, out_dir, targets, threads):
         round_ratios.append(med["pytorch"] / med["baton"])
         print(f"threads={threads} round {r + 1}/{args.rounds} ({order[0]} first): Baton {med['baton']:.4f} s/step, "
               f"PyTorch {med['pytorch']:.4f} s/step, PyTorch/Baton {round_ratios[-1]:.3f}", flush=True)
+    own = process_cpu_seconds(os.getpid()) + process_cpu_seconds(bt.proc.pid) - own0
+    others = max(0.0, cpu_seconds_busy() - busy0 - own) / (time.perf_counter() - wall0)
     bt.close()
     if args.profile:
         profile_pytorch(pt)
@@ -263,8 +281,9 @@ def bench_threads(args, out_dir, targets, threads):
     pytorch_s = statistics.median(times["pytorch"])
     return {"threads": threads, "baton_s_per_step": round(baton_s, 5), "pytorch_s_per_step": round(pytorch_s, 5),
             "speedup": round(pytorch_s / baton_s, 4),
+            "speedup_round_median": round(statistics.median(round_ratios), 4),
             "speedup_round_range": [round(min(round_ratios), 4), round(max(round_ratios), 4)],
-            "check_max_rel": float(f"{worst:.3e}"), "check_update_rel": float(f"{update_rel:.3e}")}
+            "others_cpu_cores": round(others, 3), "check_max_rel": float(f"{worst:.3e}"), "check_update_rel": float(f"{update_rel:.3e}")}
 
 
 def profile_pytorch(pt):
@@ -295,7 +314,11 @@ def main():
             res = bench_threads(args, out_dir, targets, threads)
             print(f"threads={threads}: Baton {res['baton_s_per_step']:.4f} s/step, PyTorch "
                   f"{res['pytorch_s_per_step']:.4f} s/step, speedup {res['speedup']:.3f}x "
-                  f"(rounds {res['speedup_round_range'][0]:.3f}..{res['speedup_round_range'][1]:.3f})", flush=True)
+                  f"(rounds {res['speedup_round_range'][0]:.3f}..{res['speedup_round_range'][1]:.3f}); other processes used "
+                  f"{res['others_cpu_cores']:.2f} cores meanwhile", flush=True)
+            if res["others_cpu_cores"] > 0.05:
+                print(f"WARNING: other processes were using the CPU during the {threads}-thread rounds: "
+                      "these times are not a clean measurement", flush=True)
             results.append(res)
     print(json.dumps({"bench": "vs_pytorch", "torch": torch.__version__, "results": results,
                       "config": {"dim": d, "heads": args.heads, "double_blocks": args.double,
