@@ -45,12 +45,7 @@ using Clock = std::chrono::steady_clock;
 absl::Status ParallelFor(int n, const std::function<absl::Status(int)>& fn) {
   std::vector<absl::Status> results(n);
   std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      EnterComputeThread();
-      results[i] = fn(i);
-    });
-  }
+  for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { results[i] = fn(i); });
   for (auto& t : threads) t.join();
   for (const auto& s : results) {
     if (!s.ok()) return s;
@@ -375,10 +370,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
       });
     }
     if (step + 1 < total_steps && !g_stop_requested.load()) {
-      next_prepared = std::async(std::launch::async, [&prepare, step] {
-        EnterComputeThread();
-        return prepare(step + 1);
-      });
+      next_prepared = std::async(std::launch::async, prepare, step + 1);
     }
     for (auto& t : threads) t.join();
     if (failed) {

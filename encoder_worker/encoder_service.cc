@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "core/util/log.h"
-#include "core/util/threads.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 
@@ -41,7 +40,6 @@ std::string RenderEncodeProgress(const CacheBuildProgress& p, double seconds_per
 
 grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v1::EncodeDatasetRequest* req,
                                                grpc::ServerWriter<v1::EncodeProgress>* writer) {
-  EnterComputeThread();
   std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
   if (!lock.owns_lock()) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "this encoder worker is already encoding a dataset");

@@ -2,7 +2,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "core/util/threads.h"
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
@@ -12,10 +11,7 @@ namespace baton {
 PeerSender::PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout)
     : peer_name_(std::move(peer_name)), timeout_(timeout) {
   stub_ = v1::StageService::NewStub(MakeChannel(address, grpc::InsecureChannelCredentials()));
-  thread_ = std::thread([this] {
-    EnterComputeThread();
-    Loop();
-  });
+  thread_ = std::thread([this] { Loop(); });
 }
 
 PeerSender::~PeerSender() {

@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "core/util/log.h"
-#include "core/util/threads.h"
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
@@ -17,7 +16,6 @@ namespace baton {
 
 grpc::Status StageServiceImpl::Configure(grpc::ServerContext*, const v1::ConfigureRequest* req,
                                          v1::ConfigureResponse* resp) {
-  EnterComputeThread();
   auto result = runner_->Configure(*req);
   if (!result.ok()) {
     LogError("Configure failed: ", result.status().ToString());
@@ -28,7 +26,6 @@ grpc::Status StageServiceImpl::Configure(grpc::ServerContext*, const v1::Configu
 }
 
 grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck* ack) {
-  EnterComputeThread();
   auto envelope = ReadEnvelope(reader, {}, runner_->wants_pinned_host() ? HostMemory::kPinned : HostMemory::kPageable);
   if (!envelope.ok()) return ToGrpcStatus(envelope.status());
   ack->set_num_tensors(static_cast<uint32_t>(envelope->tensors.size()));
@@ -38,7 +35,6 @@ grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1:
 
 grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepPlan* plan,
                                        grpc::ServerWriter<v1::StepReply>* writer) {
-  EnterComputeThread();  // the step's forward/backward runs on this gRPC thread
   v1::StepReply reply;
   auto sink = [&](const std::string& name, const at::Tensor& grad) {
     return AppendTensorChunks(name, grad, kMaxChunkBytes, [&](v1::TensorChunk&& chunk) {
@@ -60,7 +56,6 @@ grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepP
 
 grpc::Status StageServiceImpl::GetLora(grpc::ServerContext*, const v1::GetLoraRequest*,
                                        grpc::ServerWriter<v1::TensorChunk>* writer) {
-  EnterComputeThread();
   auto lora = runner_->CurrentLora();
   if (!lora.ok()) return ToGrpcStatus(lora.status());
   for (const auto& [name, t] : *lora) {

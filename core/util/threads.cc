@@ -2,20 +2,13 @@
 
 #include <ATen/Parallel.h>
 
-#include <atomic>
 #include <mutex>
 
 namespace baton {
-namespace {
-
-std::atomic<int> g_threads{0};
-
-}  // namespace
 
 void SetComputeThreads(int n) {
   if (n < 1) n = 1;
-  g_threads.store(n);
-  at::set_num_threads(n);  // records n for at::init_num_threads; sets OpenMP (this thread) and MKL
+  at::set_num_threads(n);  // process-wide; OpenMP and MKL pick it up in every thread (see the header)
   static std::once_flag interop_once;
   std::call_once(interop_once, [n] {
     try {
@@ -25,11 +18,5 @@ void SetComputeThreads(int n) {
     }
   });
 }
-
-void EnterComputeThread() {
-  if (g_threads.load() > 0) at::init_num_threads();
-}
-
-int ComputeThreads() { return g_threads.load(); }
 
 }  // namespace baton
