@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/text/unicode_nfc_data.h"
+#include "core/text/utf8.h"
 
 namespace baton {
 namespace {
@@ -16,61 +17,18 @@ constexpr uint32_t kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount *
 constexpr uint32_t kRawByte = 0x110000;
 
 void DecodeUtf8(absl::string_view text, std::vector<uint32_t>* out) {
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t b = s[i];
-    if (b < 0x80) {
-      out->push_back(b);
-      ++i;
-      continue;
-    }
-    size_t need = 0;
-    uint32_t cp = 0, min = 0;
-    if ((b & 0xE0) == 0xC0) {
-      need = 1, cp = b & 0x1F, min = 0x80;
-    } else if ((b & 0xF0) == 0xE0) {
-      need = 2, cp = b & 0x0F, min = 0x800;
-    } else if ((b & 0xF8) == 0xF0) {
-      need = 3, cp = b & 0x07, min = 0x10000;
-    }
-    bool ok = need > 0 && i + need < n;
-    for (size_t k = 1; ok && k <= need; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) {
-        ok = false;
-      } else {
-        cp = (cp << 6) | (s[i + k] & 0x3F);
-      }
-    }
-    if (ok && (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
-    if (ok) {
-      out->push_back(cp);
-      i += need + 1;
-    } else {
-      out->push_back(kRawByte + b);
-      ++i;
-    }
+  for (size_t i = 0; i < text.size();) {
+    const Utf8Step step = DecodeUtf8At(text, i);
+    out->push_back(step.valid ? step.cp : kRawByte + static_cast<uint8_t>(text[i]));
+    i += step.length;
   }
 }
 
-void AppendUtf8(uint32_t cp, std::string* out) {
+void AppendCodePoint(uint32_t cp, std::string* out) {
   if (cp >= kRawByte) {
     out->push_back(static_cast<char>(cp - kRawByte));
-  } else if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    AppendUtf8(cp, out);
   }
 }
 
@@ -173,7 +131,7 @@ std::string NfcNormalize(absl::string_view utf8) {
 
   std::string result;
   result.reserve(utf8.size());
-  for (uint32_t cp : out) AppendUtf8(cp, &result);
+  for (uint32_t cp : out) AppendCodePoint(cp, &result);
   return result;
 }
 

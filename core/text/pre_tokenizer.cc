@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/text/unicode_class.h"
+#include "core/text/utf8.h"
 
 namespace baton {
 namespace {
@@ -29,42 +30,11 @@ struct CodePoint {
 std::vector<CodePoint> DecodeUtf8(absl::string_view text) {
   std::vector<CodePoint> out;
   out.reserve(text.size());
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    uint8_t b = s[i];
-    uint32_t cp = 0xFFFD;
-    size_t len = 1;
-    if (b < 0x80) {
-      cp = b;
-    } else {
-      size_t need = 0;
-      uint32_t min = 0;
-      if ((b & 0xE0) == 0xC0) {
-        need = 1, cp = b & 0x1F, min = 0x80;
-      } else if ((b & 0xF0) == 0xE0) {
-        need = 2, cp = b & 0x0F, min = 0x800;
-      } else if ((b & 0xF8) == 0xF0) {
-        need = 3, cp = b & 0x07, min = 0x10000;
-      }
-      bool ok = need > 0;
-      for (size_t k = 1; ok && k <= need; ++k) {
-        if (i + k >= n || (s[i + k] & 0xC0) != 0x80) {
-          ok = false;
-        } else {
-          cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-      }
-      if (ok && (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
-      if (ok) {
-        len = need + 1;
-      } else {
-        cp = 0xFFFD;
-      }
-    }
+  for (size_t i = 0; i < text.size();) {
+    const Utf8Step step = DecodeUtf8At(text, i);
+    const uint32_t cp = step.valid ? step.cp : 0xFFFD;
     out.push_back({cp, static_cast<uint32_t>(i), ClassifyCodePoint(cp)});
-    i += len;
+    i += step.length;
   }
   return out;
 }
