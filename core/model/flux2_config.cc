@@ -3,22 +3,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/util/files.h"
+#include "core/util/json_field.h"
 #include "core/util/status.h"
 
 namespace baton {
 namespace {
 
-template <typename T>
-absl::Status Read(const nlohmann::json& j, const char* key, T* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return absl::OkStatus();
-  try {
-    *out = it->get<T>();
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("config field '", key, "': ", e.what()));
-  }
-  return absl::OkStatus();
-}
+constexpr absl::string_view kSource = "FLUX.2 config";
 
 }  // namespace
 
@@ -73,20 +64,20 @@ absl::StatusOr<Flux2Config> ParseFlux2Config(const std::string& json_text) {
   nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("config is not a JSON object");
   Flux2Config c;
-  RETURN_IF_ERROR(Read(j, "patch_size", &c.patch_size));
-  RETURN_IF_ERROR(Read(j, "in_channels", &c.in_channels));
-  RETURN_IF_ERROR(Read(j, "out_channels", &c.out_channels));
-  RETURN_IF_ERROR(Read(j, "num_layers", &c.num_layers));
-  RETURN_IF_ERROR(Read(j, "num_single_layers", &c.num_single_layers));
-  RETURN_IF_ERROR(Read(j, "attention_head_dim", &c.attention_head_dim));
-  RETURN_IF_ERROR(Read(j, "num_attention_heads", &c.num_attention_heads));
-  RETURN_IF_ERROR(Read(j, "joint_attention_dim", &c.joint_attention_dim));
-  RETURN_IF_ERROR(Read(j, "timestep_guidance_channels", &c.timestep_guidance_channels));
-  RETURN_IF_ERROR(Read(j, "mlp_ratio", &c.mlp_ratio));
-  RETURN_IF_ERROR(Read(j, "axes_dims_rope", &c.axes_dims_rope));
-  RETURN_IF_ERROR(Read(j, "rope_theta", &c.rope_theta));
-  RETURN_IF_ERROR(Read(j, "eps", &c.eps));
-  RETURN_IF_ERROR(Read(j, "guidance_embeds", &c.guidance_embeds));
+  RETURN_IF_ERROR(ReadJsonField(j, "patch_size", kSource, &c.patch_size));
+  RETURN_IF_ERROR(ReadJsonField(j, "in_channels", kSource, &c.in_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "out_channels", kSource, &c.out_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "num_layers", kSource, &c.num_layers));
+  RETURN_IF_ERROR(ReadJsonField(j, "num_single_layers", kSource, &c.num_single_layers));
+  RETURN_IF_ERROR(ReadJsonField(j, "attention_head_dim", kSource, &c.attention_head_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "num_attention_heads", kSource, &c.num_attention_heads));
+  RETURN_IF_ERROR(ReadJsonField(j, "joint_attention_dim", kSource, &c.joint_attention_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "timestep_guidance_channels", kSource, &c.timestep_guidance_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "mlp_ratio", kSource, &c.mlp_ratio));
+  RETURN_IF_ERROR(ReadJsonField(j, "axes_dims_rope", kSource, &c.axes_dims_rope));
+  RETURN_IF_ERROR(ReadJsonField(j, "rope_theta", kSource, &c.rope_theta));
+  RETURN_IF_ERROR(ReadJsonField(j, "eps", kSource, &c.eps));
+  RETURN_IF_ERROR(ReadJsonField(j, "guidance_embeds", kSource, &c.guidance_embeds));
   RETURN_IF_ERROR(c.Validate());
   return c;
 }

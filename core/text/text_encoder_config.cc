@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/util/files.h"
+#include "core/util/json_field.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -11,24 +12,9 @@ namespace {
 using Json = nlohmann::json;
 using OrderedJson = nlohmann::ordered_json;
 
-// Reads `key` into *out when present and not null; *found says whether it was.
-template <typename T>
-absl::Status ReadField(const Json& j, const char* key, absl::string_view source, T* out, bool* found = nullptr) {
-  if (found != nullptr) *found = false;
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return absl::OkStatus();
-  try {
-    *out = it->get<T>();
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": field '", key, "': ", e.what()));
-  }
-  if (found != nullptr) *found = true;
-  return absl::OkStatus();
-}
-
 absl::Status RequireInt(const Json& j, const char* key, absl::string_view source, int64_t* out) {
   bool found = false;
-  RETURN_IF_ERROR(ReadField(j, key, source, out, &found));
+  RETURN_IF_ERROR(ReadJsonField(j, key, source, out, &found));
   if (!found) return absl::InvalidArgumentError(absl::StrCat(source, ": required field '", key, "' is missing"));
   return absl::OkStatus();
 }
@@ -95,7 +81,7 @@ absl::StatusOr<TextEncoderConfig> ParseTextEncoderConfig(absl::string_view json_
     c.architecture = (*arch)[0].get<std::string>();
   }
   std::string top_type;
-  RETURN_IF_ERROR(ReadField(top, "model_type", source, &top_type));
+  RETURN_IF_ERROR(ReadJsonField(top, "model_type", source, &top_type));
   // Mistral3ForConditionalGeneration (and other multimodal wrappers) nest the language model.
   const Json* lm = &top;
   auto text_config = top.find("text_config");
@@ -104,7 +90,7 @@ absl::StatusOr<TextEncoderConfig> ParseTextEncoderConfig(absl::string_view json_
     if (c.architecture.empty() && top_type == "mistral3") c.architecture = "Mistral3ForConditionalGeneration";
   }
   std::string where = lm == &top ? std::string(source) : absl::StrCat(source, " text_config");
-  RETURN_IF_ERROR(ReadField(*lm, "model_type", where, &c.model_type));
+  RETURN_IF_ERROR(ReadJsonField(*lm, "model_type", where, &c.model_type));
   if (c.model_type.empty() && top_type == "mistral3") c.model_type = "mistral";
   if (c.model_type.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": no model_type"));
 
@@ -114,24 +100,24 @@ absl::StatusOr<TextEncoderConfig> ParseTextEncoderConfig(absl::string_view json_
   RETURN_IF_ERROR(RequireInt(*lm, "num_attention_heads", where, &c.num_attention_heads));
   RETURN_IF_ERROR(RequireInt(*lm, "vocab_size", where, &c.vocab_size));
   c.num_key_value_heads = c.num_attention_heads;
-  RETURN_IF_ERROR(ReadField(*lm, "num_key_value_heads", where, &c.num_key_value_heads));
+  RETURN_IF_ERROR(ReadJsonField(*lm, "num_key_value_heads", where, &c.num_key_value_heads));
   if (c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
-  RETURN_IF_ERROR(ReadField(*lm, "head_dim", where, &c.head_dim));
-  RETURN_IF_ERROR(ReadField(*lm, "max_position_embeddings", where, &c.max_position_embeddings));
-  RETURN_IF_ERROR(ReadField(*lm, "rms_norm_eps", where, &c.rms_norm_eps));
+  RETURN_IF_ERROR(ReadJsonField(*lm, "head_dim", where, &c.head_dim));
+  RETURN_IF_ERROR(ReadJsonField(*lm, "max_position_embeddings", where, &c.max_position_embeddings));
+  RETURN_IF_ERROR(ReadJsonField(*lm, "rms_norm_eps", where, &c.rms_norm_eps));
   bool found_theta = false;
-  RETURN_IF_ERROR(ReadField(*lm, "rope_theta", where, &c.rope_theta, &found_theta));
+  RETURN_IF_ERROR(ReadJsonField(*lm, "rope_theta", where, &c.rope_theta, &found_theta));
   auto rope_params = lm->find("rope_parameters");
   if (!found_theta && rope_params != lm->end() && rope_params->is_object()) {
-    RETURN_IF_ERROR(ReadField(*rope_params, "rope_theta", where, &c.rope_theta));
+    RETURN_IF_ERROR(ReadJsonField(*rope_params, "rope_theta", where, &c.rope_theta));
   }
   RETURN_IF_ERROR(CheckDefaultRope(*lm, where));
   std::string act = "silu";
-  RETURN_IF_ERROR(ReadField(*lm, "hidden_act", where, &act));
+  RETURN_IF_ERROR(ReadJsonField(*lm, "hidden_act", where, &act));
   if (act != "silu") {
     return absl::UnimplementedError(absl::StrCat(where, ": hidden_act '", act, "' is not supported (silu)"));
   }
-  RETURN_IF_ERROR(ReadField(*lm, "attention_bias", where, &c.attention_bias));
+  RETURN_IF_ERROR(ReadJsonField(*lm, "attention_bias", where, &c.attention_bias));
 
   if (c.model_type == "mistral") {
     // transformers' MistralConfig defaults sliding_window to 4096; an explicit null disables it.
@@ -139,12 +125,12 @@ absl::StatusOr<TextEncoderConfig> ParseTextEncoderConfig(absl::string_view json_
     if (it == lm->end()) {
       c.sliding_window = 4096;
     } else if (!it->is_null()) {
-      RETURN_IF_ERROR(ReadField(*lm, "sliding_window", where, &c.sliding_window));
+      RETURN_IF_ERROR(ReadJsonField(*lm, "sliding_window", where, &c.sliding_window));
     }
   } else if (c.model_type == "qwen3") {
     c.qk_norm = true;
     bool use_sliding = false;
-    RETURN_IF_ERROR(ReadField(*lm, "use_sliding_window", where, &use_sliding));
+    RETURN_IF_ERROR(ReadJsonField(*lm, "use_sliding_window", where, &use_sliding));
     if (use_sliding) {
       return absl::UnimplementedError(absl::StrCat(where, ": Qwen3 use_sliding_window=true is not supported"));
     }
