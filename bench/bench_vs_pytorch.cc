@@ -2,9 +2,9 @@
 // inputs and initial adapters that the Python script wrote, so that diffusers + peft on the same torch can be
 // timed on exactly the same problem. Run that script, not this binary (it starts and drives this one).
 //
-// The step is the body of `baton train-local`'s loop (core/train/local_trainer.cc) with the sampler's output
-// replaced by the fixed inputs: shell without grad, stage forward, FlowMatchingLoss, backward, gradients to
-// fp32 CPU copies, zeroing, ClipGradNorm, AdamW on the fp32 masters, copy back into the adapters.
+// The step is RunLocalStep (core/train/local_step.h), the function `baton train-local` runs every step, on one
+// fixed micro-batch instead of the sampler's: shell without grad, stage forward, FlowMatchingLoss, backward,
+// gradients to fp32 CPU copies, ClipGradNorm, AdamW on the fp32 masters, copy back into the adapters.
 //
 //   bench_vs_pytorch --model DIR --inputs FILE --lora FILE [--threads 1] [--rank 16] [--alpha 16]
 //                    [--targets attention] [--lr 1e-3] [--clip 1.0]
@@ -36,7 +36,9 @@
 #include "core/tensor/safetensors.h"
 #include "core/train/adamw.h"
 #include "core/train/common.h"
+#include "core/train/local_step.h"
 #include "core/util/status.h"
+#include "core/util/threads.h"
 
 namespace baton {
 namespace {
@@ -96,12 +98,11 @@ absl::StatusOr<at::Tensor> Get(const std::map<std::string, at::Tensor>& tensors,
 
 // Everything one step touches, built once.
 struct Trainer {
-  Flux2Shell shell{nullptr};
-  Flux2Stage stage{nullptr};
+  LocalModel model;
   std::map<std::string, at::Tensor> master;  // fp32 CPU LoRA masters, PEFT names
   std::unique_ptr<AdamW> optimizer;
   OptimizerConfig opt;
-  at::Tensor hidden_states, encoder_hidden_states, timestep, guidance, img_ids, txt_ids, target;
+  std::vector<MicroBatch> micro_batches;  // the one fixed micro-batch of every step
   int64_t step = 0;
 };
 
@@ -116,63 +117,44 @@ absl::StatusOr<std::unique_ptr<Trainer>> Build(const Args& a) {
   spec.rank = a.rank;
   spec.alpha = a.alpha;
   ASSIGN_OR_RETURN(spec.targets, ResolveLoraTargets(a.targets));
-  ASSIGN_OR_RETURN(t->shell, BuildFlux2Shell(*checkpoint, at::kFloat, at::kCPU));
-  ASSIGN_OR_RETURN(t->stage, BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(checkpoint->config()), at::kFloat,
-                                             at::kCPU, &spec, true));
+  ASSIGN_OR_RETURN(t->model.shell, BuildFlux2Shell(*checkpoint, at::kFloat, at::kCPU));
+  ASSIGN_OR_RETURN(t->model.stage, BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(checkpoint->config()), at::kFloat,
+                                                   at::kCPU, &spec, true));
   ASSIGN_OR_RETURN(auto lora, LoadAllSafetensors(a.lora));
-  RETURN_IF_ERROR(Annotate(AssignLoraParameters(*t->stage, lora), a.lora));
-  t->master = CloneToCpuFloat(LoraParameters(*t->stage));
+  RETURN_IF_ERROR(Annotate(AssignLoraParameters(*t->model.stage, lora), a.lora));
+  t->master = CloneToCpuFloat(LoraParameters(*t->model.stage));
   t->opt.lr = a.lr;
   t->opt.clip = a.clip;
   t->optimizer = std::make_unique<AdamW>(t->opt);
 
   ASSIGN_OR_RETURN(auto in, LoadAllSafetensors(a.inputs));
-  ASSIGN_OR_RETURN(t->hidden_states, Get(in, "hidden_states", a.inputs));
-  ASSIGN_OR_RETURN(t->encoder_hidden_states, Get(in, "encoder_hidden_states", a.inputs));
-  ASSIGN_OR_RETURN(t->timestep, Get(in, "timestep", a.inputs));
-  ASSIGN_OR_RETURN(t->guidance, Get(in, "guidance", a.inputs));
-  ASSIGN_OR_RETURN(t->img_ids, Get(in, "img_ids", a.inputs));
-  ASSIGN_OR_RETURN(t->txt_ids, Get(in, "txt_ids", a.inputs));
-  ASSIGN_OR_RETURN(t->target, Get(in, "target", a.inputs));
+  MicroBatch mb;
+  mb.samples = {0};
+  ASSIGN_OR_RETURN(mb.hidden_states, Get(in, "hidden_states", a.inputs));
+  ASSIGN_OR_RETURN(mb.encoder_hidden_states, Get(in, "encoder_hidden_states", a.inputs));
+  ASSIGN_OR_RETURN(mb.timestep, Get(in, "timestep", a.inputs));
+  ASSIGN_OR_RETURN(mb.guidance, Get(in, "guidance", a.inputs));
+  ASSIGN_OR_RETURN(mb.img_ids, Get(in, "img_ids", a.inputs));
+  ASSIGN_OR_RETURN(mb.txt_ids, Get(in, "txt_ids", a.inputs));
+  ASSIGN_OR_RETURN(mb.target, Get(in, "target", a.inputs));
+  t->micro_batches.push_back(std::move(mb));
   return t;
 }
 
-// One optimizer step of one micro-batch: local_trainer.cc's loop body, statement for statement.
 absl::StatusOr<StepResult> Step(Trainer& t) {
-  const at::ScalarType dtype = at::kFloat;
-  const at::Device device(at::kCPU);
   auto t0 = std::chrono::steady_clock::now();
-  double loss_sum = 0.0;
-  RETURN_IF_ERROR(TorchCall("training step", [&] {
-    Flux2Constants k;
-    {
-      at::NoGradGuard no_grad;
-      k = t.shell(t.timestep.to(device), t.guidance.to(device), t.img_ids.to(device), t.txt_ids.to(device), dtype);
-    }
-    SetLoraDropoutSeed(*t.stage, 0);
-    Flux2Activations in;
-    in.img = t.hidden_states.to(device, dtype);
-    in.txt = t.encoder_hidden_states.to(device, dtype);
-    at::Tensor loss = FlowMatchingLoss(t.stage(in, k).output, t.target);
-    const float loss_scale = 1.0f;  // one micro-batch
-    (loss * static_cast<double>(loss_scale)).backward();
-    loss_sum += loss.item<double>();
-  }));
-  std::map<std::string, at::Tensor> grads = CloneToCpuFloat(LoraGradients(*t.stage));
-  ZeroLoraGradients(*t.stage);
-  StepResult r;
-  r.loss = loss_sum;
-  r.grad_norm = ClipGradNorm(grads, t.opt.clip);
-  RETURN_IF_ERROR(t.optimizer->Step(t.master, grads, LearningRate(t.opt, t.step)));
-  RETURN_IF_ERROR(AssignLoraParameters(*t.stage, t.master));
+  ASSIGN_OR_RETURN(LocalStepResult step, RunLocalStep(t.model, t.micro_batches, t.step, t.opt, *t.optimizer, t.master));
   ++t.step;
+  StepResult r;
+  r.loss = step.loss;
+  r.grad_norm = step.grad_norm;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
 absl::Status Run(int argc, char** argv) {
   ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv));
-  at::set_num_threads(a.threads);
+  SetComputeThreads(a.threads);
   ASSIGN_OR_RETURN(auto trainer, Build(a));
   nlohmann::ordered_json ready;
   ready["ready"] = true;

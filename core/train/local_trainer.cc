@@ -1,6 +1,5 @@
 #include "core/train/local_trainer.h"
 
-#include <ATen/Parallel.h>
 #include <absl/strings/str_cat.h>
 
 #include <chrono>
@@ -13,6 +12,7 @@
 #include "core/train/batches.h"
 #include "core/train/common.h"
 #include "core/train/init_lora.h"
+#include "core/train/local_step.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
@@ -45,15 +45,18 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
         cache->index().text_dim, " but the model expects ", config.in_channels, " and ", config.joint_attention_dim));
   }
   ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(cache.get(), job, config.guidance_embeds));
-  ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*checkpoint, dtype, device));
-  ASSIGN_OR_RETURN(Flux2Stage stage,
+  LocalModel model;
+  model.device = device;
+  model.dtype = dtype;
+  ASSIGN_OR_RETURN(model.shell, BuildFlux2Shell(*checkpoint, dtype, device));
+  ASSIGN_OR_RETURN(model.stage,
                    BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(config), dtype, device, &job.lora, true));
 
-  std::map<std::string, at::Tensor> master = CloneToCpuFloat(LoraParameters(*stage));
+  std::map<std::string, at::Tensor> master = CloneToCpuFloat(LoraParameters(*model.stage));
   if (master.empty()) return absl::InvalidArgumentError("no Linear matched the LoRA targets");
   if (!job.init_lora.empty()) {
     ASSIGN_OR_RETURN(master, LoadInitLora(job.init_lora, job.lora, master));
-    RETURN_IF_ERROR(AssignLoraParameters(*stage, master));
+    RETURN_IF_ERROR(AssignLoraParameters(*model.stage, master));
   }
   AdamW optimizer(job.optimizer);
   RETURN_IF_ERROR(MakeDirs(output_dir));
@@ -63,39 +66,14 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
   for (int64_t step = 0; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(std::vector<MicroBatch> mbs, sampler.Step(step));
-    double loss_sum = 0.0;
-    int64_t samples = 0;
-    RETURN_IF_ERROR(TorchCall("training step", [&] {
-      for (const MicroBatch& mb : mbs) {
-        Flux2Constants k;
-        {
-          at::NoGradGuard no_grad;
-          k = shell(mb.timestep.to(device), mb.guidance.defined() ? mb.guidance.to(device) : at::Tensor(),
-                    mb.img_ids.to(device), mb.txt_ids.to(device), dtype);
-        }
-        SetLoraDropoutSeed(*stage, mb.dropout_seed);
-        Flux2Activations in;
-        in.img = mb.hidden_states.to(device, dtype);
-        in.txt = mb.encoder_hidden_states.to(device, dtype);
-        at::Tensor loss = FlowMatchingLoss(stage(in, k).output, mb.target);
-        // The same float scale the pipeline's StepPlan.loss_scale carries, so both paths round alike.
-        const float loss_scale = 1.0f / static_cast<float>(mbs.size());
-        (loss * static_cast<double>(loss_scale)).backward();
-        loss_sum += loss.item<double>();
-        samples += static_cast<int64_t>(mb.samples.size());
-      }
-    }));
-    std::map<std::string, at::Tensor> grads = CloneToCpuFloat(LoraGradients(*stage));
-    ZeroLoraGradients(*stage);
+    ASSIGN_OR_RETURN(LocalStepResult r, RunLocalStep(model, mbs, step, job.optimizer, optimizer, master));
     StepRecord rec;
     rec.step = step + 1;
-    rec.loss = loss_sum / static_cast<double>(mbs.size());
-    rec.lr = LearningRate(job.optimizer, step);
-    rec.grad_norm = ClipGradNorm(grads, job.optimizer.clip);
-    RETURN_IF_ERROR(optimizer.Step(master, grads, rec.lr));
-    RETURN_IF_ERROR(AssignLoraParameters(*stage, master));
+    rec.loss = r.loss;
+    rec.lr = r.lr;
+    rec.grad_norm = r.grad_norm;
     rec.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rec.samples_per_second = static_cast<double>(samples) / rec.step_seconds;
+    rec.samples_per_second = static_cast<double>(r.samples) / rec.step_seconds;
     RETURN_IF_ERROR(log->Append(StepRecordJson(rec)));
     result.steps.push_back(rec);
     if (on_step) on_step(rec);

@@ -1,0 +1,46 @@
+#include "core/train/local_step.h"
+
+#include "core/lora/lora.h"
+#include "core/train/common.h"
+#include "core/util/status.h"
+
+namespace baton {
+
+absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
+                                             int64_t step, const OptimizerConfig& optimizer_config, AdamW& optimizer,
+                                             std::map<std::string, at::Tensor>& master) {
+  const at::Device device = model.device;
+  const at::ScalarType dtype = model.dtype;
+  LocalStepResult result;
+  double loss_sum = 0.0;
+  RETURN_IF_ERROR(TorchCall("training step", [&] {
+    for (const MicroBatch& mb : micro_batches) {
+      Flux2Constants k;
+      {
+        at::NoGradGuard no_grad;
+        k = model.shell(mb.timestep.to(device), mb.guidance.defined() ? mb.guidance.to(device) : at::Tensor(),
+                        mb.img_ids.to(device), mb.txt_ids.to(device), dtype);
+      }
+      SetLoraDropoutSeed(*model.stage, mb.dropout_seed);
+      Flux2Activations in;
+      in.img = mb.hidden_states.to(device, dtype);
+      in.txt = mb.encoder_hidden_states.to(device, dtype);
+      at::Tensor loss = FlowMatchingLoss(model.stage(in, k).output, mb.target);
+      // The same float scale the pipeline's StepPlan.loss_scale carries, so both paths round alike.
+      const float loss_scale = 1.0f / static_cast<float>(micro_batches.size());
+      (loss * static_cast<double>(loss_scale)).backward();
+      loss_sum += loss.item<double>();
+      result.samples += static_cast<int64_t>(mb.samples.size());
+    }
+  }));
+  std::map<std::string, at::Tensor> grads = CloneToCpuFloat(LoraGradients(*model.stage));
+  ZeroLoraGradients(*model.stage);
+  result.loss = loss_sum / static_cast<double>(micro_batches.size());
+  result.lr = LearningRate(optimizer_config, step);
+  result.grad_norm = ClipGradNorm(grads, optimizer_config.clip);
+  RETURN_IF_ERROR(optimizer.Step(master, grads, result.lr));
+  RETURN_IF_ERROR(AssignLoraParameters(*model.stage, master));
+  return result;
+}
+
+}  // namespace baton

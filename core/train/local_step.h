@@ -1,0 +1,43 @@
+// One optimizer step of the single-process trainer on micro-batches already drawn: for each micro-batch the
+// shell's constants (no grad), the stage's forward with LoRA, the flow-matching loss and its backward (scaled
+// by 1/m, as the pipeline's StepPlan.loss_scale scales it); then the fp32 gradients, clipping, AdamW on the fp32
+// masters and the new weights back into the adapters. `baton train-local` runs it every step, and
+// bench/bench_vs_pytorch times exactly this function against PyTorch.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/model/flux2_model.h"
+#include "core/train/adamw.h"
+#include "core/train/batches.h"
+#include "core/train/job.h"
+
+namespace baton {
+
+// The whole model of one process, LoRA attached to `stage`.
+struct LocalModel {
+  Flux2Shell shell{nullptr};
+  Flux2Stage stage{nullptr};
+  at::Device device = at::kCPU;
+  at::ScalarType dtype = at::kFloat;
+};
+
+struct LocalStepResult {
+  double loss = 0;       // mean over the micro-batches
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  int64_t samples = 0;
+};
+
+// `step` is 0-based (it picks the learning rate). `master` holds the fp32 LoRA masters by PEFT name.
+absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
+                                             int64_t step, const OptimizerConfig& optimizer_config, AdamW& optimizer,
+                                             std::map<std::string, at::Tensor>& master);
+
+}  // namespace baton
