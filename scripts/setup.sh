@@ -6,7 +6,7 @@
 #      libtorch (CUDA-enabled) Baton links, and the upstream referees the tests use (diffusers, peft,
 #      transformers, tokenizers, safetensors). Reinstalled only when requirements.txt changes.
 #   3. CMake finds that libtorch through torch.utils.cmake_prefix_path.
-# Environment: BUILD_DIR (build), JOBS (nproc), BATON_WERROR (OFF; scripts/test.sh turns it on), CMAKE_ARGS.
+# Environment: BUILD_DIR (build), JOBS (nproc), BATON_WERROR (ON/OFF; scripts/test.sh sets ON), CMAKE_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,9 +50,18 @@ if [[ -f $BUILD_DIR/CMakeCache.txt ]] && ! grep -q "Torch_DIR:PATH=$TORCH_PREFIX
   echo "setup: $BUILD_DIR was configured against another libtorch; reconfiguring"
   rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
 fi
-if [[ ! -f $BUILD_DIR/build.ninja ]] || ! grep -q "BATON_WERROR:BOOL=${BATON_WERROR:-OFF}" "$BUILD_DIR/CMakeCache.txt"; then
+# BATON_WERROR, when set, is applied (a change reconfigures); when unset the build keeps what it has, so the
+# demo after the tests does not rebuild everything without -Werror.
+werror=()
+[[ -n ${BATON_WERROR:-} ]] && werror=(-DBATON_WERROR="$BATON_WERROR")
+configure=false
+[[ -f $BUILD_DIR/build.ninja ]] || configure=true
+if [[ -n ${BATON_WERROR:-} ]] && ! grep -q "BATON_WERROR:BOOL=$BATON_WERROR" "$BUILD_DIR/CMakeCache.txt" 2>/dev/null; then
+  configure=true
+fi
+if $configure; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
-    -DBATON_PYTHON="$PWD/$VENV/bin/python" -DBATON_WERROR="${BATON_WERROR:-OFF}" ${CMAKE_ARGS:-} >/dev/null
+    -DBATON_PYTHON="$PWD/$VENV/bin/python" "${werror[@]}" ${CMAKE_ARGS:-} >/dev/null
 fi
 echo "setup: building in $BUILD_DIR with $JOBS jobs"
 cmake --build "$BUILD_DIR" -j "$JOBS"
