@@ -11,6 +11,7 @@
 
 #include "core/lora/lora_linear.h"
 #include "core/tensor/safetensors.h"
+#include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -120,12 +121,12 @@ absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::s
   s.latents = *latents;
   s.prompt_embeds = *text;
   if (s.latents.dim() != 2 || s.latents.size(0) != r.grid_h * r.grid_w || s.latents.size(1) != latent_channels) {
-    return fail(absl::StrCat("latents shape [", absl::StrJoin(s.latents.sizes(), ", "), "] does not match grid ",
-                             r.grid_h, "x", r.grid_w, " with ", latent_channels, " channels"));
+    return fail(absl::StrCat("latents shape ", ShapeString(s.latents.sizes()), " does not match grid ", r.grid_h, "x",
+                             r.grid_w, " with ", latent_channels, " channels"));
   }
   if (s.prompt_embeds.dim() != 2 || s.prompt_embeds.size(0) != r.text_len || s.prompt_embeds.size(1) != text_dim) {
-    return fail(absl::StrCat("prompt_embeds shape [", absl::StrJoin(s.prompt_embeds.sizes(), ", "),
-                             "] does not match text_len ", r.text_len, " and text_dim ", text_dim));
+    return fail(absl::StrCat("prompt_embeds shape ", ShapeString(s.prompt_embeds.sizes()), " does not match text_len ",
+                             r.text_len, " and text_dim ", text_dim));
   }
   if (!at::isfinite(s.latents).all().item<bool>() || !at::isfinite(s.prompt_embeds).all().item<bool>()) {
     return fail("non-finite values");

@@ -14,6 +14,7 @@
 #include "core/model/flux2_keys.h"
 #include "core/model/flux2_model.h"
 #include "core/tensor/safetensors.h"
+#include "core/tensor/shape.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -174,8 +175,8 @@ absl::Status AssignLoraParameters(torch::nn::Module& root, const std::map<std::s
     if (it == values.end()) {
       problems.push_back(absl::StrCat(name, " (missing)"));
     } else if (it->second.sizes() != p.sizes()) {
-      problems.push_back(absl::StrCat(name, " (expected [", absl::StrJoin(p.sizes(), ", "), "], got [",
-                                      absl::StrJoin(it->second.sizes(), ", "), "])"));
+      problems.push_back(
+          absl::StrCat(name, " (expected ", ShapeString(p.sizes()), ", got ", ShapeString(it->second.sizes()), ")"));
     }
   }
   for (const auto& [name, t] : values) {

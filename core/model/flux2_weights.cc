@@ -11,13 +11,12 @@
 #include "core/lora/lora_linear.h"
 #include "core/model/flux2_keys.h"
 #include "core/model/flux2_model.h"
+#include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
 namespace baton {
 namespace {
-
-std::string ShapeStr(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
 
 bool IsLoraName(const std::string& name) {
   return absl::StrContains(name, ".lora_A.") || absl::StrContains(name, ".lora_B.");
@@ -128,7 +127,7 @@ absl::Status LoadFlux2Weights(torch::nn::Module& module, const Flux2Checkpoint& 
       missing.push_back(p.key());
     } else if (*shape != p.value().sizes().vec()) {
       misshaped.push_back(
-          absl::StrCat(p.key(), " (expected ", ShapeStr(p.value().sizes().vec()), ", found ", ShapeStr(*shape), ")"));
+          absl::StrCat(p.key(), " (expected ", ShapeString(p.value().sizes()), ", found ", ShapeString(*shape), ")"));
     } else {
       todo.emplace_back(p.key(), p.value());
     }

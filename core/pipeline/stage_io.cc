@@ -4,19 +4,19 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "core/tensor/shape.h"
+
 namespace baton {
 namespace {
 
 constexpr char kRopeKeyPrefix[] = "rope_key/";
 
-std::string Shape(const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]"); }
-
 absl::StatusOr<at::Tensor> Get(const TensorMap& t, const std::string& name, int64_t dim, const std::string& what) {
   auto it = t.find(name);
   if (it == t.end()) return absl::InvalidArgumentError(absl::StrCat(what, ": tensor '", name, "' is missing"));
   if (it->second.dim() != dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": '", name, "' has shape ", Shape(it->second), ", expected ", dim, " dimensions"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": '", name, "' has shape ", ShapeString(it->second.sizes()),
+                                                   ", expected ", dim, " dimensions"));
   }
   return it->second;
 }
@@ -24,7 +24,7 @@ absl::StatusOr<at::Tensor> Get(const TensorMap& t, const std::string& name, int6
 absl::Status CheckLast(const at::Tensor& t, const std::string& name, int64_t size, const std::string& what) {
   if (t.size(-1) != size) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": '", name, "' has shape ", Shape(t), ", last dimension must be ", size));
+        absl::StrCat(what, ": '", name, "' has shape ", ShapeString(t.sizes()), ", last dimension must be ", size));
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #include <set>
 #include <utility>
 
+#include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -48,10 +49,6 @@ const DtypeInfo* FindDtype(const std::string& code) {
     if (code == d.code) return &d;
   }
   return nullptr;
-}
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
 // Product of dims × itemsize; false on uint64 overflow.

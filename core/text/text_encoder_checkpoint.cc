@@ -14,6 +14,7 @@
 
 #include "core/lora/lora_linear.h"
 #include "core/tensor/safetensors.h"
+#include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -23,10 +24,6 @@ namespace {
 constexpr char kIndexFile[] = "model.safetensors.index.json";
 // Where transformers puts the decoder, most specific first (see the header).
 constexpr const char* kLayoutPrefixes[] = {"model.language_model.", "language_model.model.", "model.", ""};
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
 
 absl::Status CheckShape(const std::string& key, const std::string& path, const SafetensorsEntry& entry,
                         const std::vector<int64_t>& expected) {

@@ -7,14 +7,13 @@
 #include <set>
 #include <vector>
 
+#include "core/tensor/shape.h"
 #include "core/util/status.h"
 
 namespace baton {
 namespace {
 
 constexpr char kLoraASuffix[] = ".lora_A.weight";
-
-std::string Shape(const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]"); }
 
 }  // namespace
 
@@ -39,8 +38,9 @@ absl::StatusOr<std::map<std::string, at::Tensor>> LoadInitLora(const std::string
     if (w.A.size(0) != spec.rank) {
       misfit.push_back(absl::StrCat(module, " has rank ", w.A.size(0), " but the job's lora.rank is ", spec.rank));
     } else if (w.A.sizes() != a.sizes() || w.B.sizes() != b.sizes()) {
-      misfit.push_back(absl::StrCat(module, " has lora_A ", Shape(w.A), ", lora_B ", Shape(w.B),
-                                    " but the model needs ", Shape(a), ", ", Shape(b)));
+      misfit.push_back(absl::StrCat(module, " has lora_A ", ShapeString(w.A.sizes()), ", lora_B ",
+                                    ShapeString(w.B.sizes()), " but the model needs ", ShapeString(a.sizes()), ", ",
+                                    ShapeString(b.sizes())));
     }
   }
   std::vector<std::string> problems;

@@ -12,6 +12,7 @@
 
 #include "core/lora/lora_linear.h"
 #include "core/tensor/safetensors.h"
+#include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -20,8 +21,6 @@ namespace {
 
 constexpr char kSingleFile[] = "diffusion_pytorch_model.safetensors";
 constexpr char kNumBatchesTracked[] = "bn.num_batches_tracked";
-
-std::string ShapeStr(at::IntArrayRef s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
 
 // The safetensors files of a diffusers model folder, with the file holding each key.
 struct VaeFiles {
@@ -59,7 +58,7 @@ absl::Status LoadEncoderTensors(AutoencoderKLFlux2Encoder& module, const VaeFile
     ASSIGN_OR_RETURN(SafetensorsEntry e, it->second->Entry(name));
     if (e.shape != tensor.sizes().vec()) {
       misshaped.push_back(
-          absl::StrCat(name, " (expected ", ShapeStr(tensor.sizes()), ", found ", ShapeStr(e.shape), ")"));
+          absl::StrCat(name, " (expected ", ShapeString(tensor.sizes()), ", found ", ShapeString(e.shape), ")"));
       continue;
     }
     todo.push_back({it->second, {name, tensor}});
@@ -140,15 +139,16 @@ absl::StatusOr<at::Tensor> Flux2VaeEncoder::EncodeMoments(const at::Tensor& pixe
   const int64_t multiple = 2 * config_.downsample_factor();
   if (!pixels.defined() || pixels.dim() != 4 || pixels.size(1) != config_.in_channels ||
       !at::isFloatingType(pixels.scalar_type())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("VAE input must be a floating [B, ", config_.in_channels, ", H, W] tensor, got ",
-                     pixels.defined() ? absl::StrCat(c10::toString(pixels.scalar_type()), " ", ShapeStr(pixels.sizes()))
-                                      : "an undefined tensor"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "VAE input must be a floating [B, ", config_.in_channels, ", H, W] tensor, got ",
+        pixels.defined() ? absl::StrCat(c10::toString(pixels.scalar_type()), " ", ShapeString(pixels.sizes()))
+                         : "an undefined tensor"));
   }
   const int64_t b = pixels.size(0), h = pixels.size(2), w = pixels.size(3);
   if (b == 0 || h == 0 || w == 0 || h % multiple != 0 || w % multiple != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "VAE input ", ShapeStr(pixels.sizes()), ": batch must be non-empty and H, W positive multiples of ", multiple));
+    return absl::InvalidArgumentError(absl::StrCat("VAE input ", ShapeString(pixels.sizes()),
+                                                   ": batch must be non-empty and H, W positive multiples of ",
+                                                   multiple));
   }
   at::Tensor moments;
   RETURN_IF_ERROR(TorchCall("VAE encode", [&] {
