@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "core/text/utf8.h"
 #include "core/util/files.h"
 #include "core/util/sha256.h"
 #include "core/util/status.h"
@@ -28,36 +29,6 @@ FileKind Classify(const std::string& extension_lower) {
     if (extension_lower == ext) return FileKind::kUnsupportedImage;
   }
   return FileKind::kIgnored;
-}
-
-bool IsValidUtf8(absl::string_view s) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  size_t n = s.size(), i = 0;
-  while (i < n) {
-    uint8_t b = p[i];
-    size_t need;
-    uint32_t cp, min;
-    if (b < 0x80) {
-      ++i;
-      continue;
-    } else if ((b & 0xE0) == 0xC0) {
-      need = 1, cp = b & 0x1F, min = 0x80;
-    } else if ((b & 0xF0) == 0xE0) {
-      need = 2, cp = b & 0x0F, min = 0x800;
-    } else if ((b & 0xF8) == 0xF0) {
-      need = 3, cp = b & 0x07, min = 0x10000;
-    } else {
-      return false;
-    }
-    if (i + need >= n) return false;
-    for (size_t k = 1; k <= need; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += need + 1;
-  }
-  return true;
 }
 
 // Everything about one image file; an error status becomes a FileError.

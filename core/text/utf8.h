@@ -43,6 +43,16 @@ inline Utf8Step DecodeUtf8At(absl::string_view text, size_t i) {
   return {cp, need + 1, true};
 }
 
+// True when all of `text` is strict UTF-8.
+inline bool IsValidUtf8(absl::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const Utf8Step step = DecodeUtf8At(text, i);
+    if (!step.valid) return false;
+    i += step.length;
+  }
+  return true;
+}
+
 // Appends the UTF-8 bytes of `cp` (≤ U+10FFFF) to `out`.
 inline void AppendUtf8(uint32_t cp, std::string* out) {
   if (cp < 0x80) {
