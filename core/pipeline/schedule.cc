@@ -15,54 +15,87 @@ namespace baton {
 namespace {
 
 constexpr int64_t kMaxActions = int64_t{1} << 24;
+constexpr int kMaxChunks = 26;  // labels name chunks a..z
 
-// Structural checks: sizes, ids in range, each F/B exactly once per stage, B(i) after F(i).
+// Structural checks: sizes, ids in range, each F/B of each chunk exactly once per stage, B after F.
 absl::Status CheckStructure(const Schedule& s) {
-  if (s.stages < 1 || s.micro_batches < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "schedule needs >= 1 stage and >= 1 micro-batch; got stages=", s.stages, " micro_batches=", s.micro_batches));
+  if (s.stages < 1 || s.micro_batches < 1 || s.chunks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("schedule needs >= 1 stage, micro-batch and chunk; got stages=",
+                                                   s.stages, " micro_batches=", s.micro_batches, " chunks=", s.chunks));
   }
   if (static_cast<int>(s.per_stage.size()) != s.stages) {
     return absl::InvalidArgumentError(
         absl::StrCat("schedule has ", s.per_stage.size(), " action lists but stages=", s.stages));
   }
+  const int m = s.micro_batches, v = s.chunks;
   for (int st = 0; st < s.stages; ++st) {
-    std::vector<int> f_pos(s.micro_batches, -1), b_pos(s.micro_batches, -1);
+    std::vector<int> f_pos(v * m, -1), b_pos(v * m, -1);  // [chunk * m + micro_batch]
     const auto& list = s.per_stage[st];
     for (int k = 0; k < static_cast<int>(list.size()); ++k) {
       const Action& a = list[k];
-      if (a.micro_batch < 0 || a.micro_batch >= s.micro_batches) {
-        return absl::InvalidArgumentError(absl::StrCat("stage ", st, " action #", k, " ", ActionLabel(a),
-                                                       ": micro-batch out of range [0, ", s.micro_batches, ")"));
+      if (a.micro_batch < 0 || a.micro_batch >= m) {
+        return absl::InvalidArgumentError(absl::StrCat("stage ", st, " action #", k, " ", ActionLabel(a, v),
+                                                       ": micro-batch out of range [0, ", m, ")"));
+      }
+      if (a.chunk < 0 || a.chunk >= v) {
+        return absl::InvalidArgumentError(absl::StrCat("stage ", st, " action #", k, " ", ActionLabel(a, v), ": chunk ",
+                                                       a.chunk, " out of range [0, ", v, ")"));
       }
       std::vector<int>& pos = a.type == Action::kForward ? f_pos : b_pos;
-      if (pos[a.micro_batch] >= 0) {
-        return absl::InvalidArgumentError(absl::StrCat("stage ", st, " runs ", ActionLabel(a), " twice (actions #",
-                                                       pos[a.micro_batch], " and #", k, ")"));
+      const int id = a.chunk * m + a.micro_batch;
+      if (pos[id] >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("stage ", st, " runs ", ActionLabel(a, v), " twice (actions #", pos[id], " and #", k, ")"));
       }
-      pos[a.micro_batch] = k;
+      pos[id] = k;
     }
-    for (int i = 0; i < s.micro_batches; ++i) {
-      if (f_pos[i] < 0 || b_pos[i] < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("stage ", st, " never runs ", f_pos[i] < 0 ? "F" : "B", i));
+    for (int id = 0; id < v * m; ++id) {
+      const Action f{Action::kForward, id % m, id / m}, b{Action::kBackward, id % m, id / m};
+      if (f_pos[id] < 0 || b_pos[id] < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("stage ", st, " never runs ", ActionLabel(f_pos[id] < 0 ? f : b, v)));
       }
-      if (b_pos[i] < f_pos[i]) {
-        return absl::InvalidArgumentError(absl::StrCat("stage ", st, " runs B", i, " (action #", b_pos[i], ") before F",
-                                                       i, " (action #", f_pos[i], ")"));
+      if (b_pos[id] < f_pos[id]) {
+        return absl::InvalidArgumentError(absl::StrCat("stage ", st, " runs ", ActionLabel(b, v), " (action #",
+                                                       b_pos[id], ") before ", ActionLabel(f, v), " (action #",
+                                                       f_pos[id], ")"));
       }
     }
   }
   return absl::OkStatus();
 }
 
+// The action `a` on stage `st` waits for (virtual stage u = chunk*p + st): F on u-1, or B on u+1, or -- for B on
+// the last virtual stage -- its own F. Sets *dep and *dep_stage; returns false for F on virtual stage 0 (fed by
+// the coordinator).
+bool Dependency(const Schedule& s, int st, const Action& a, Action* dep, int* dep_stage) {
+  const int p = s.stages, last = s.chunks * p - 1;
+  const int u = a.chunk * p + st;
+  int du;
+  if (a.type == Action::kForward) {
+    if (u == 0) return false;
+    du = u - 1;
+    *dep = {Action::kForward, a.micro_batch, du / p};
+  } else if (u == last) {
+    du = u;
+    *dep = {Action::kForward, a.micro_batch, a.chunk};
+  } else {
+    du = u + 1;
+    *dep = {Action::kBackward, a.micro_batch, du / p};
+  }
+  *dep_stage = du % p;
+  return true;
+}
+
 // Discrete-event simulation. Assumes CheckStructure passed. Fills per_stage timings and makespan; returns
 // FAILED_PRECONDITION naming every blocked stage if the lists cannot all run to completion.
 absl::Status Simulate(const Schedule& s, const std::vector<double>& fc, const std::vector<double>& bc, double comm,
                       Timeline* out) {
-  const int p = s.stages, m = s.micro_batches;
+  const int p = s.stages, m = s.micro_batches, v = s.chunks;
   constexpr double kNotDone = -1;
-  std::vector<std::vector<double>> f_end(p, std::vector<double>(m, kNotDone));
-  std::vector<std::vector<double>> b_end(p, std::vector<double>(m, kNotDone));
+  // [stage][chunk * m + micro_batch]
+  std::vector<std::vector<double>> f_end(p, std::vector<double>(v * m, kNotDone));
+  std::vector<std::vector<double>> b_end(p, std::vector<double>(v * m, kNotDone));
   std::vector<size_t> next(p, 0);
   std::vector<double> free_at(p, 0);
   out->per_stage.assign(p, {});
@@ -70,13 +103,12 @@ absl::Status Simulate(const Schedule& s, const std::vector<double>& fc, const st
 
   // Returns the time the dependency is satisfied at stage `st`, or kNotDone.
   auto ready_time = [&](int st, const Action& a) -> double {
-    const int i = a.micro_batch;
-    if (a.type == Action::kForward) {
-      if (st == 0) return 0;
-      return f_end[st - 1][i] < 0 ? kNotDone : f_end[st - 1][i] + comm;
-    }
-    if (st == p - 1) return f_end[st][i];  // loss computed locally, no hop
-    return b_end[st + 1][i] < 0 ? kNotDone : b_end[st + 1][i] + comm;
+    Action dep;
+    int dep_stage;
+    if (!Dependency(s, st, a, &dep, &dep_stage)) return 0;
+    const double end = (dep.type == Action::kForward ? f_end : b_end)[dep_stage][dep.chunk * m + dep.micro_batch];
+    if (end < 0) return kNotDone;
+    return dep_stage == st ? end : end + comm;
   };
 
   bool progressed = true;
@@ -88,8 +120,8 @@ absl::Status Simulate(const Schedule& s, const std::vector<double>& fc, const st
         const double ready = ready_time(st, a);
         if (ready < 0) break;
         const double start = std::max(free_at[st], ready);
-        const double end = start + (a.type == Action::kForward ? fc[st] : bc[st]);
-        (a.type == Action::kForward ? f_end : b_end)[st][a.micro_batch] = end;
+        const double end = start + (a.type == Action::kForward ? fc[st] : bc[st]) / v;
+        (a.type == Action::kForward ? f_end : b_end)[st][a.chunk * m + a.micro_batch] = end;
         free_at[st] = end;
         out->per_stage[st].push_back({a, start, end});
         ++next[st];
@@ -102,15 +134,11 @@ absl::Status Simulate(const Schedule& s, const std::vector<double>& fc, const st
   for (int st = 0; st < p; ++st) {
     if (next[st] == s.per_stage[st].size()) continue;
     const Action& a = s.per_stage[st][next[st]];
-    std::string needs;
-    if (a.type == Action::kForward) {
-      needs = absl::StrCat("F", a.micro_batch, " on stage ", st - 1);
-    } else if (st == p - 1) {
-      needs = absl::StrCat("F", a.micro_batch, " on stage ", st);
-    } else {
-      needs = absl::StrCat("B", a.micro_batch, " on stage ", st + 1);
-    }
-    blocked.push_back(absl::StrCat("stage ", st, " waits at ", ActionLabel(a), " for ", needs));
+    Action dep;
+    int dep_stage = 0;
+    Dependency(s, st, a, &dep, &dep_stage);  // true: an F on virtual stage 0 never blocks
+    blocked.push_back(absl::StrCat("stage ", st, " waits at ", ActionLabel(a, v), " for ", ActionLabel(dep, v),
+                                   " on stage ", dep_stage));
   }
   if (!blocked.empty()) {
     return absl::FailedPreconditionError(
@@ -118,6 +146,26 @@ absl::Status Simulate(const Schedule& s, const std::vector<double>& fc, const st
   }
   out->makespan = *std::max_element(free_at.begin(), free_at.end());
   return absl::OkStatus();
+}
+
+// Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th forward (backward) chunk-action of a
+// stage runs micro-batch (k / (p*v))*p + k % p on chunk (k % (p*v)) / p (backward: v-1 minus that).
+std::vector<Action> InterleavedList(int p, int m, int v, int st) {
+  const int total = v * m;
+  const int warmup = std::min((p - st - 1) * 2 + (v - 1) * p, total);
+  auto at = [&](Action::Type type, int k) {
+    const int chunk = (k % (p * v)) / p;
+    return Action{type, (k / (p * v)) * p + k % p, type == Action::kForward ? chunk : v - 1 - chunk};
+  };
+  std::vector<Action> list;
+  list.reserve(2 * total);
+  for (int k = 0; k < warmup; ++k) list.push_back(at(Action::kForward, k));
+  for (int k = 0; k < total - warmup; ++k) {
+    list.push_back(at(Action::kForward, warmup + k));
+    list.push_back(at(Action::kBackward, k));
+  }
+  for (int k = total - warmup; k < total; ++k) list.push_back(at(Action::kBackward, k));
+  return list;
 }
 
 int Digits(int v) {
@@ -139,7 +187,9 @@ absl::StatusOr<ScheduleKind> ParseScheduleKind(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
   if (lower == "gpipe") return ScheduleKind::kGPipe;
   if (lower == "1f1b") return ScheduleKind::k1F1B;
-  return absl::InvalidArgumentError(absl::StrCat("unknown pipeline schedule '", name, "'; expected 'gpipe' or '1f1b'"));
+  if (lower == "interleaved") return ScheduleKind::kInterleaved1F1B;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown pipeline schedule '", name, "'; expected 'gpipe', '1f1b' or 'interleaved'"));
 }
 
 const char* ScheduleKindName(ScheduleKind kind) {
@@ -148,27 +198,58 @@ const char* ScheduleKindName(ScheduleKind kind) {
       return "gpipe";
     case ScheduleKind::k1F1B:
       return "1f1b";
+    case ScheduleKind::kInterleaved1F1B:
+      return "interleaved";
   }
   return "unknown";
 }
 
-std::string ActionLabel(const Action& action) {
-  return absl::StrCat(action.type == Action::kForward ? "F" : "B", action.micro_batch);
+std::string ActionLabel(const Action& action, int chunks) {
+  std::string label = absl::StrCat(action.type == Action::kForward ? "F" : "B", action.micro_batch);
+  if (chunks > 1) {
+    label += action.chunk >= 0 && action.chunk < kMaxChunks ? std::string(1, static_cast<char>('a' + action.chunk))
+                                                            : absl::StrCat(".", action.chunk);
+  }
+  return label;
 }
 
 absl::StatusOr<Schedule> MakeSchedule(ScheduleKind kind, int stages, int micro_batches) {
+  return MakeSchedule(kind, stages, micro_batches, 1);
+}
+
+absl::StatusOr<Schedule> MakeSchedule(ScheduleKind kind, int stages, int micro_batches, int chunks) {
   if (stages < 1 || micro_batches < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a schedule needs >= 1 stage and >= 1 micro-batch; got stages=", stages, " micro_batches=", micro_batches));
   }
-  if (int64_t{2} * stages * micro_batches > kMaxActions) {
-    return absl::InvalidArgumentError(absl::StrCat("schedule of ", stages, " stages x ", micro_batches,
-                                                   " micro-batches is too large (limit ", kMaxActions, " actions)"));
+  if (kind == ScheduleKind::kInterleaved1F1B) {
+    if (chunks < 2 || chunks > kMaxChunks) {
+      return absl::InvalidArgumentError(absl::StrCat("the interleaved schedule needs 2 to ", kMaxChunks,
+                                                     " chunks (model chunks per stage); got chunks=", chunks));
+    }
+    if (micro_batches % stages != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the interleaved schedule needs micro-batches to be a multiple of stages (as Megatron-LM); got ",
+                       micro_batches, " micro-batches for ", stages, " stages"));
+    }
+  } else if (chunks != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", ScheduleKindName(kind),
+                                                   " schedule runs 1 chunk per stage; got chunks=", chunks,
+                                                   " (more than one needs the interleaved schedule)"));
   }
-  Schedule s{kind, stages, micro_batches, std::vector<std::vector<Action>>(stages)};
+  if (int64_t{2} * stages * micro_batches * chunks > kMaxActions) {
+    return absl::InvalidArgumentError(absl::StrCat("schedule of ", stages, " stages x ", micro_batches,
+                                                   " micro-batches x ", chunks, " chunks is too large (limit ",
+                                                   kMaxActions, " actions)"));
+  }
+  Schedule s{kind, stages, micro_batches, std::vector<std::vector<Action>>(stages), chunks};
   const int m = micro_batches;
   for (int st = 0; st < stages; ++st) {
     auto& list = s.per_stage[st];
+    if (kind == ScheduleKind::kInterleaved1F1B) {
+      list = InterleavedList(stages, m, chunks, st);
+      continue;
+    }
     list.reserve(2 * m);
     if (kind == ScheduleKind::kGPipe) {
       for (int i = 0; i < m; ++i) list.push_back({Action::kForward, i});
@@ -206,8 +287,8 @@ std::vector<int> PeakInFlight(const Schedule& schedule) {
   return peak;
 }
 
-double TheoreticalBubble(int stages, int micro_batches) {
-  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
+double TheoreticalBubble(int stages, int micro_batches, int chunks) {
+  return static_cast<double>(stages - 1) / (static_cast<double>(chunks) * micro_batches + stages - 1);
 }
 
 absl::StatusOr<Timeline> SimulateSchedule(const Schedule& schedule, double forward_cost, double backward_cost,
@@ -242,6 +323,7 @@ absl::StatusOr<Timeline> SimulateScheduleWithCosts(const Schedule& schedule, con
   t.kind = schedule.kind;
   t.stages = p;
   t.micro_batches = schedule.micro_batches;
+  t.chunks = schedule.chunks;
   t.forward_cost = forward_cost;
   t.backward_cost = backward_cost;
   t.comm_cost = comm_cost;
@@ -260,11 +342,12 @@ absl::StatusOr<Timeline> SimulateScheduleWithCosts(const Schedule& schedule, con
 std::string RenderTimeline(const Timeline& t, int width_chars) {
   const int p = t.stages;
   if (p < 1 || t.per_stage.size() != static_cast<size_t>(p) || !(t.makespan > 0)) return "(empty timeline)\n";
-  const int label_len = 1 + Digits(std::max(0, t.micro_batches - 1));
+  const int v = std::max(1, t.chunks);
+  const int label_len = 1 + Digits(std::max(0, t.micro_batches - 1)) + (v > 1 ? 1 : 0);
   int width = width_chars;
   if (width <= 0) {
     double shortest = std::numeric_limits<double>::infinity();
-    for (int st = 0; st < p; ++st) shortest = std::min({shortest, t.forward_cost[st], t.backward_cost[st]});
+    for (int st = 0; st < p; ++st) shortest = std::min({shortest, t.forward_cost[st] / v, t.backward_cost[st] / v});
     const double cols = std::ceil(t.makespan * label_len / shortest - 1e-9);
     width = static_cast<int>(std::min(240.0, std::max(static_cast<double>(label_len), cols)));
   }
@@ -278,8 +361,9 @@ std::string RenderTimeline(const Timeline& t, int width_chars) {
   } else {
     costs = "per-stage F/B costs";
   }
-  absl::StrAppendFormat(&out, "%s schedule: %d stages x %d micro-batches (%s, comm=%g); 1 column = %.3g time units\n",
-                        ScheduleKindName(t.kind), p, t.micro_batches, costs, t.comm_cost, dt);
+  const std::string chunks = v > 1 ? absl::StrFormat(" x %d chunks", v) : "";
+  absl::StrAppendFormat(&out, "%s schedule: %d stages x %d micro-batches%s (%s, comm=%g); 1 column = %.3g time units\n",
+                        ScheduleKindName(t.kind), p, t.micro_batches, chunks, costs, t.comm_cost, dt);
   for (int st = 0; st < p; ++st) {
     std::string bar(width, '.');
     for (const TimedAction& ta : t.per_stage[st]) {
@@ -287,7 +371,7 @@ std::string RenderTimeline(const Timeline& t, int width_chars) {
       int c1 = static_cast<int>(std::lround(ta.end / dt));
       c0 = std::min(std::max(c0, 0), width - 1);
       c1 = std::min(std::max(c1, c0 + 1), width);
-      const std::string label = ActionLabel(ta.action);
+      const std::string label = ActionLabel(ta.action, v);
       for (int c = c0; c < c1; ++c) {
         const size_t k = c - c0;
         bar[c] = k < label.size() ? label[k] : '-';
@@ -297,13 +381,18 @@ std::string RenderTimeline(const Timeline& t, int width_chars) {
                           100.0 * t.busy[st] / t.makespan, t.peak_in_flight[st]);
   }
   absl::StrAppendFormat(&out,
-                        "makespan %g time units; bubble %.1f%% measured, %.1f%% theory (p-1)/(m+p-1) = %d/%d "
+                        "makespan %g time units; bubble %.1f%% measured, %.1f%% theory (p-1)/(%sm+p-1) = %d/%d "
                         "(equal stage costs, free communication)\n",
-                        t.makespan, 100.0 * t.bubble_fraction, 100.0 * TheoreticalBubble(p, t.micro_batches), p - 1,
-                        t.micro_batches + p - 1);
+                        t.makespan, 100.0 * t.bubble_fraction, 100.0 * TheoreticalBubble(p, t.micro_batches, v),
+                        v > 1 ? "v*" : "", p - 1, v * t.micro_batches + p - 1);
   std::vector<std::string> peaks;
-  for (int v : t.peak_in_flight) peaks.push_back(absl::StrCat(v));
-  absl::StrAppend(&out, "peak micro-batches in flight per stage: ", absl::StrJoin(peaks, " "), "\n");
+  for (int n : t.peak_in_flight) peaks.push_back(absl::StrCat(n));
+  if (v > 1) {
+    absl::StrAppend(&out, "peak chunk-activations in flight per stage (each 1/", v,
+                    " of a stage's activations): ", absl::StrJoin(peaks, " "), "\n");
+  } else {
+    absl::StrAppend(&out, "peak micro-batches in flight per stage: ", absl::StrJoin(peaks, " "), "\n");
+  }
   return out;
 }
 

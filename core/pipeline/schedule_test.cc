@@ -14,9 +14,9 @@ namespace {
 Action F(int i) { return {Action::kForward, i}; }
 Action B(int i) { return {Action::kBackward, i}; }
 
-std::string Labels(const std::vector<Action>& list) {
+std::string Labels(const std::vector<Action>& list, int chunks = 1) {
   std::string s;
-  for (const Action& a : list) s += ActionLabel(a) + " ";
+  for (const Action& a : list) s += ActionLabel(a, chunks) + " ";
   return s;
 }
 
@@ -25,9 +25,10 @@ TEST(ScheduleTest, ParsesKindNamesInAnyCase) {
   EXPECT_EQ(*ParseScheduleKind("GPipe"), ScheduleKind::kGPipe);
   EXPECT_EQ(*ParseScheduleKind("1f1b"), ScheduleKind::k1F1B);
   EXPECT_EQ(*ParseScheduleKind("1F1B"), ScheduleKind::k1F1B);
-  auto bad = ParseScheduleKind("interleaved");
+  EXPECT_EQ(*ParseScheduleKind("Interleaved"), ScheduleKind::kInterleaved1F1B);
+  auto bad = ParseScheduleKind("zigzag");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("'interleaved'"), absl::string_view::npos);
+  EXPECT_NE(bad.status().message().find("'zigzag'"), absl::string_view::npos);
   EXPECT_STREQ(ScheduleKindName(*ParseScheduleKind(ScheduleKindName(ScheduleKind::k1F1B))), "1f1b");
 }
 
@@ -244,6 +245,195 @@ TEST(ScheduleTest, RenderShowsOneRowPerStageAndTheBubble) {
     if (l.rfind("stage ", 0) != 0) continue;
     EXPECT_EQ(l.find('|', l.find('|') + 1) - l.find('|') - 1, 20u) << l;
   }
+}
+
+TEST(InterleavedScheduleTest, FollowsMegatronChunkOrder) {
+  // p = 2, v = 2: chunk-actions in groups of p*v = 4: (F0a F1a F0b F1b) (F2a F3a F2b F3b); backwards walk the
+  // chunks in reverse (B0b B1b B0a B1a) ... Warm-up: stage 0 (2-0-1)*2 + (2-1)*2 = 4, stage 1 0 + 2 = 2.
+  auto s = MakeSchedule(ScheduleKind::kInterleaved1F1B, 2, 4, 2);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->chunks, 2);
+  EXPECT_EQ(Labels(s->per_stage[0], 2), "F0a F1a F0b F1b F2a B0b F3a B1b F2b B0a F3b B1a B2b B3b B2a B3a ");
+  EXPECT_EQ(Labels(s->per_stage[1], 2), "F0a F1a F0b B0b F1b B1b F2a B0a F3a B1a F2b B2b F3b B3b B2a B3a ");
+}
+
+TEST(InterleavedScheduleTest, EveryCombinationRunsEachChunkActionOnceAndValidates) {
+  for (int p = 1; p <= 6; ++p) {
+    for (int m = p; m <= 4 * p; m += p) {
+      for (int v = 2; v <= 4; ++v) {
+        auto s = MakeSchedule(ScheduleKind::kInterleaved1F1B, p, m, v);
+        ASSERT_TRUE(s.ok()) << s.status();
+        EXPECT_TRUE(ValidateSchedule(*s).ok()) << "p=" << p << " m=" << m << " v=" << v << ": " << ValidateSchedule(*s);
+        for (int st = 0; st < p; ++st) {
+          std::vector<int> f_count(v * m, 0), b_count(v * m, 0);
+          for (const Action& a : s->per_stage[st]) {
+            ASSERT_TRUE(a.chunk >= 0 && a.chunk < v && a.micro_batch >= 0 && a.micro_batch < m);
+            (a.type == Action::kForward ? f_count : b_count)[a.chunk * m + a.micro_batch]++;
+          }
+          EXPECT_EQ(f_count, std::vector<int>(v * m, 1)) << "p=" << p << " m=" << m << " v=" << v << " stage " << st;
+          EXPECT_EQ(b_count, std::vector<int>(v * m, 1)) << "p=" << p << " m=" << m << " v=" << v << " stage " << st;
+        }
+      }
+    }
+  }
+}
+
+TEST(InterleavedScheduleTest, BubbleMatchesTheoryAndBeatsOneFOneB) {
+  // Equal stage costs, free communication: the makespan is (m + (p-1)/v)(F+B), so the bubble is exactly
+  // (p-1)/(v*m+p-1). Sums of multiples of 1/v (v = 2, 4: exact in binary; v = 3: rounding), hence 1e-9.
+  struct Case {
+    int p, m, v;
+  };
+  for (const Case& c : std::vector<Case>{{2, 2, 2},
+                                         {2, 4, 2},
+                                         {2, 8, 4},
+                                         {3, 6, 2},
+                                         {3, 9, 3},
+                                         {4, 4, 2},
+                                         {4, 8, 2},
+                                         {4, 8, 4},
+                                         {4, 16, 3},
+                                         {6, 12, 2}}) {
+    auto inter = MakeSchedule(ScheduleKind::kInterleaved1F1B, c.p, c.m, c.v);
+    auto ofob = MakeSchedule(ScheduleKind::k1F1B, c.p, c.m);
+    ASSERT_TRUE(inter.ok() && ofob.ok()) << inter.status();
+    for (double b : {1.0, 2.0}) {
+      auto ti = SimulateSchedule(*inter, 1.0, b);
+      auto t1 = SimulateSchedule(*ofob, 1.0, b);
+      ASSERT_TRUE(ti.ok() && t1.ok()) << ti.status();
+      const std::string where = absl::StrFormat("p=%d m=%d v=%d B=%g", c.p, c.m, c.v, b);
+      EXPECT_NEAR(ti->bubble_fraction, TheoreticalBubble(c.p, c.m, c.v), 1e-9) << where;
+      EXPECT_NEAR(ti->makespan, (c.m + (c.p - 1.0) / c.v) * (1.0 + b), 1e-9) << where;
+      EXPECT_LT(ti->bubble_fraction, t1->bubble_fraction) << where;
+      EXPECT_NEAR(ti->busy[0], c.m * (1.0 + b), 1e-9) << where;  // v chunks of 1/v each
+    }
+  }
+  EXPECT_DOUBLE_EQ(TheoreticalBubble(4, 8, 2), 3.0 / 19.0);
+  EXPECT_DOUBLE_EQ(TheoreticalBubble(4, 8), 3.0 / 11.0);
+}
+
+TEST(InterleavedScheduleTest, PeakInFlightMatchesMegatronWarmup) {
+  // Megatron holds every warm-up chunk-activation plus the one the first steady-state F adds before its B
+  // frees one: min((p-s-1)*2 + (v-1)*p + 1, v*m) chunk-activations, each 1/v of a stage's.
+  auto s48 = MakeSchedule(ScheduleKind::kInterleaved1F1B, 4, 8, 2);
+  ASSERT_TRUE(s48.ok());
+  EXPECT_EQ(PeakInFlight(*s48), (std::vector<int>{11, 9, 7, 5}));
+  // m = p: stages 0 and 1 reach the cap v*m = 8 (all forwards before any backward).
+  auto s44 = MakeSchedule(ScheduleKind::kInterleaved1F1B, 4, 4, 2);
+  ASSERT_TRUE(s44.ok());
+  EXPECT_EQ(PeakInFlight(*s44), (std::vector<int>{8, 8, 7, 5}));
+  auto s24 = MakeSchedule(ScheduleKind::kInterleaved1F1B, 2, 4, 3);
+  ASSERT_TRUE(s24.ok());
+  EXPECT_EQ(PeakInFlight(*s24), (std::vector<int>{7, 5}));
+  for (int p : {2, 3, 5}) {
+    for (int v : {2, 3}) {
+      const int m = 3 * p;
+      auto s = MakeSchedule(ScheduleKind::kInterleaved1F1B, p, m, v);
+      ASSERT_TRUE(s.ok());
+      const std::vector<int> peak = PeakInFlight(*s);
+      for (int st = 0; st < p; ++st) {
+        EXPECT_EQ(peak[st], std::min((p - st - 1) * 2 + (v - 1) * p + 1, v * m)) << p << " " << v << " " << st;
+      }
+    }
+  }
+}
+
+TEST(InterleavedScheduleTest, RejectsBadChunksAndMicroBatchCounts) {
+  auto uneven = MakeSchedule(ScheduleKind::kInterleaved1F1B, 4, 6, 2);
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.status().message().find("multiple of stages"), absl::string_view::npos) << uneven.status();
+  EXPECT_NE(uneven.status().message().find("6 micro-batches for 4 stages"), absl::string_view::npos);
+  for (int v : {1, 0, -2, 27}) {
+    auto bad = MakeSchedule(ScheduleKind::kInterleaved1F1B, 2, 4, v);
+    ASSERT_FALSE(bad.ok()) << v;
+    EXPECT_NE(bad.status().message().find(absl::StrFormat("2 to 26 chunks (model chunks per stage); got chunks=%d", v)),
+              absl::string_view::npos)
+        << bad.status();
+  }
+  auto old_signature = MakeSchedule(ScheduleKind::kInterleaved1F1B, 2, 4);
+  ASSERT_FALSE(old_signature.ok());
+  EXPECT_NE(old_signature.status().message().find("got chunks=1"), absl::string_view::npos);
+  auto chunked_1f1b = MakeSchedule(ScheduleKind::k1F1B, 2, 4, 2);
+  ASSERT_FALSE(chunked_1f1b.ok());
+  EXPECT_NE(chunked_1f1b.status().message().find("the 1f1b schedule runs 1 chunk per stage; got chunks=2"),
+            absl::string_view::npos)
+      << chunked_1f1b.status();
+  EXPECT_TRUE(MakeSchedule(ScheduleKind::kGPipe, 2, 3, 1).ok());
+}
+
+TEST(InterleavedScheduleTest, ValidateNamesChunkErrorsAndDeadlocks) {
+  auto good = MakeSchedule(ScheduleKind::kInterleaved1F1B, 2, 2, 2);
+  ASSERT_TRUE(good.ok());
+  ASSERT_TRUE(ValidateSchedule(*good).ok());
+
+  Schedule dup = *good;
+  dup.per_stage[1][1] = dup.per_stage[1][0];  // F0a twice, F1a never
+  absl::Status st = ValidateSchedule(dup);
+  EXPECT_NE(st.message().find("stage 1 runs F0a twice"), absl::string_view::npos) << st;
+
+  Schedule range = *good;
+  range.per_stage[0][0].chunk = 2;
+  st = ValidateSchedule(range);
+  EXPECT_NE(st.message().find("chunk 2 out of range [0, 2)"), absl::string_view::npos) << st;
+
+  // Stage 0 wants chunk 1's F0 before sending chunk 0's F0 to stage 1, whose output chunk 1 needs.
+  Schedule cycle{ScheduleKind::kInterleaved1F1B, 2, 1, {}, 2};
+  const Action f0a{Action::kForward, 0, 0}, f0b{Action::kForward, 0, 1};
+  const Action b0a{Action::kBackward, 0, 0}, b0b{Action::kBackward, 0, 1};
+  cycle.per_stage = {{f0b, f0a, b0b, b0a}, {f0a, f0b, b0b, b0a}};
+  st = ValidateSchedule(cycle);
+  ASSERT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("stage 0 waits at F0b for F0a on stage 1"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("stage 1 waits at F0a for F0a on stage 0"), absl::string_view::npos) << st;
+}
+
+TEST(InterleavedScheduleTest, TimelineRespectsVirtualStageDependencies) {
+  const int p = 3, m = 6, v = 2;
+  const double f = 1, b = 2, c = 0.25;
+  auto s = MakeSchedule(ScheduleKind::kInterleaved1F1B, p, m, v);
+  ASSERT_TRUE(s.ok());
+  auto t = SimulateSchedule(*s, f, b, c);
+  ASSERT_TRUE(t.ok()) << t.status();
+  // [virtual stage u = chunk*p + stage][micro-batch]
+  std::vector<std::vector<TimedAction>> fwd(v * p, std::vector<TimedAction>(m)), bwd = fwd;
+  for (int st = 0; st < p; ++st) {
+    double prev_end = 0;
+    for (const TimedAction& ta : t->per_stage[st]) {
+      EXPECT_GE(ta.start, prev_end);
+      EXPECT_NEAR(ta.end - ta.start, (ta.action.type == Action::kForward ? f : b) / v, 1e-12);
+      prev_end = ta.end;
+      (ta.action.type == Action::kForward ? fwd : bwd)[ta.action.chunk * p + st][ta.action.micro_batch] = ta;
+    }
+  }
+  for (int u = 0; u < v * p; ++u) {
+    for (int i = 0; i < m; ++i) {
+      if (u > 0) {
+        EXPECT_GE(fwd[u][i].start, fwd[u - 1][i].end + c - 1e-12) << "u=" << u << " i=" << i;
+      }
+      if (u < v * p - 1) {
+        EXPECT_GE(bwd[u][i].start, bwd[u + 1][i].end + c - 1e-12) << "u=" << u << " i=" << i;
+      }
+      EXPECT_GE(bwd[u][i].start, fwd[u][i].end);
+    }
+  }
+  EXPECT_GT(t->bubble_fraction, TheoreticalBubble(p, m, v));
+}
+
+TEST(InterleavedScheduleTest, RenderLabelsChunksAndNamesTheTheory) {
+  auto s = MakeSchedule(ScheduleKind::kInterleaved1F1B, 4, 8, 2);
+  ASSERT_TRUE(s.ok());
+  auto t = SimulateSchedule(*s, 1, 2);
+  ASSERT_TRUE(t.ok());
+  const std::string text = RenderTimeline(*t);
+  EXPECT_NE(text.find("interleaved schedule: 4 stages x 8 micro-batches x 2 chunks"), std::string::npos) << text;
+  // Auto width: labels are 3 chars and the shortest action (F/2) lasts 0.5, so 6 columns per time unit.
+  EXPECT_NE(text.find("stage 0 |F0aF1aF2aF3aF0bF1b"), std::string::npos) << text;
+  const std::string pct = absl::StrFormat("%.1f%%", 100 * TheoreticalBubble(4, 8, 2));
+  EXPECT_NE(text.find("bubble " + pct + " measured, " + pct + " theory (p-1)/(v*m+p-1) = 3/19"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("peak chunk-activations in flight per stage (each 1/2 of a stage's activations): 11 9 7 5"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace
