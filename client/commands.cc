@@ -208,12 +208,37 @@ absl::Status PrintSchedule(const Args& args) {
   ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
   ASSIGN_OR_RETURN(int64_t m, args.GetInt("micro-batches"));
   ASSIGN_OR_RETURN(int64_t width, args.GetInt("width"));
+  ASSIGN_OR_RETURN(int64_t chunks, args.GetInt("chunks"));
   ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(args.Get("kind")));
-  ASSIGN_OR_RETURN(Schedule schedule, MakeSchedule(kind, static_cast<int>(stages), static_cast<int>(m)));
+  const bool interleaved = kind == ScheduleKind::kInterleaved1F1B;
+  if (chunks > 1 && !interleaved) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunks ", chunks, " needs --kind interleaved (", ScheduleKindName(kind), " runs 1 chunk)"));
+  }
+  if (interleaved && chunks < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kind interleaved needs --chunks >= 2 (model chunks per stage); got ", chunks));
+  }
+  if (chunks > 1000) return absl::InvalidArgumentError(absl::StrCat("--chunks ", chunks, " is too large"));
+  ASSIGN_OR_RETURN(Schedule schedule,
+                   MakeSchedule(kind, static_cast<int>(stages), static_cast<int>(m), static_cast<int>(chunks)));
   ASSIGN_OR_RETURN(Timeline timeline, SimulateSchedule(schedule, 1.0, 2.0));
-  std::printf("%s schedule, %lld stages, %lld micro-batches (F = 1 unit, B = 2 units)\n", ScheduleKindName(kind),
-              static_cast<long long>(stages), static_cast<long long>(m));
+  if (interleaved) {
+    std::printf(
+        "%s schedule, %lld stages x %lld chunks (virtual stages), %lld micro-batches (a stage's F = 1 unit, "
+        "B = 2 units; each chunk 1/%lld of that)\n",
+        ScheduleKindName(kind), static_cast<long long>(stages), static_cast<long long>(chunks),
+        static_cast<long long>(m), static_cast<long long>(chunks));
+  } else {
+    std::printf("%s schedule, %lld stages, %lld micro-batches (F = 1 unit, B = 2 units)\n", ScheduleKindName(kind),
+                static_cast<long long>(stages), static_cast<long long>(m));
+  }
   std::fputs(RenderTimeline(timeline, static_cast<int>(width)).c_str(), stdout);
+  if (interleaved) {
+    std::printf(
+        "note: a plan and its simulation only -- the trainer (coordinator, train-local) runs gpipe and 1f1b only "
+        "for now.\n");
+  }
   return absl::OkStatus();
 }
 
@@ -292,10 +317,11 @@ const std::vector<Command>& AllCommands() {
         {"max-sequence-length", "text tokens (pad/truncate) for --prompt", "512"}},
        TextEncode},
       {"schedule",
-       "Print a pipeline schedule's timeline (GPipe or 1F1B) with its bubble.",
+       "Print a pipeline schedule's timeline (GPipe, 1F1B or interleaved 1F1B) with its bubble.",
        {{"stages", "pipeline stages", "", true},
         {"micro-batches", "micro-batches per step", "", true},
-        {"kind", "gpipe | 1f1b", "1f1b"},
+        {"kind", "gpipe | 1f1b | interleaved (simulation only: the trainer runs gpipe/1f1b)", "1f1b"},
+        {"chunks", "model chunks per stage (virtual stages); > 1 only with --kind interleaved", "1"},
         {"width", "timeline width in characters (0 = automatic)", "0"}},
        PrintSchedule},
       {"plan",
