@@ -64,6 +64,12 @@ TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB"}), 1);
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "4", "--memory-per-stage", "24GB"}), 0);
   EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b"}), 0);
+  EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "interleaved", "--chunks", "2"}),
+            0);
+  // Interleaving needs micro-batches in multiples of the stages, and --chunks only goes with it.
+  EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "6", "--kind", "interleaved", "--chunks", "2"}),
+            1);
+  EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b", "--chunks", "2"}), 1);
 }
 
 }  // namespace
