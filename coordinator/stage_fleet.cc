@@ -1,0 +1,133 @@
+#include "coordinator/stage_fleet.h"
+
+#include <absl/strings/str_cat.h>
+
+#include <atomic>
+#include <thread>
+
+#include "core/pipeline/stage_io.h"
+#include "core/util/status.h"
+
+namespace baton {
+
+absl::Status ParallelFor(int n, const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> results(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { results[i] = fn(i); });
+  for (auto& t : threads) t.join();
+  for (const auto& s : results) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void RopeMirror::Add(const std::string& key) {
+  keys_.insert(key);
+  order_.push_back(key);
+  while (order_.size() > kRopeCacheEntries) {
+    keys_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind) const {
+  v1::EnvelopeHeader h;
+  h.set_job_id(job_id);
+  h.set_step(step);
+  h.set_micro_batch(micro_batch);
+  h.set_kind(kind);
+  h.set_sender("coordinator");
+  return h;
+}
+
+absl::Status StageFleet::Feed(int i, int64_t step, const StepInputs& in,
+                              const std::map<std::string, at::Tensor>& master) {
+  StageClient& client = *clients[i];
+  TensorMap weights;
+  for (const auto& name : params[i]) weights[name] = master.at(name);
+  RETURN_IF_ERROR(client.Push(Header(step, 0, v1::EnvelopeHeader::LORA_WEIGHTS), weights));
+  const int m = static_cast<int>(in.micro_batches.size());
+  for (int mb = 0; mb < m; ++mb) {
+    if (!rope[i].Has(in.rope_keys[mb])) {
+      RETURN_IF_ERROR(
+          client.Push(Header(step, mb, v1::EnvelopeHeader::ROPE), RopeTensors(in.constants[mb], in.rope_keys[mb])));
+      rope[i].Add(in.rope_keys[mb]);
+    }
+    RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::CONSTANTS),
+                                ConstantTensors(in.constants[mb], in.rope_keys[mb])));
+    if (i == 0) {
+      RETURN_IF_ERROR(
+          client.Push(Header(step, mb, v1::EnvelopeHeader::INPUTS),
+                      InputTensors(in.micro_batches[mb].hidden_states, in.micro_batches[mb].encoder_hidden_states)));
+    }
+    if (i == size() - 1) {
+      RETURN_IF_ERROR(
+          client.Push(Header(step, mb, v1::EnvelopeHeader::TARGET), {{"target", in.micro_batches[mb].target}}));
+    }
+  }
+  return absl::OkStatus();
+}
+
+v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
+  v1::StepPlan plan;
+  plan.set_job_id(job_id);
+  plan.set_step(step);
+  plan.set_micro_batches(schedule.micro_batches);
+  plan.set_loss_scale(loss_scale);
+  plan.set_dropout_seed(dropout_seed);
+  for (const Action& a : schedule.per_stage[i]) {
+    v1::Action* action = plan.add_actions();
+    action->set_type(a.type == Action::kForward ? v1::Action::FORWARD : v1::Action::BACKWARD);
+    action->set_micro_batch(a.micro_batch);
+  }
+  return plan;
+}
+
+absl::StatusOr<StepOutputs> StageFleet::RunStep(int64_t step, const StepInputs& inputs,
+                                                const std::map<std::string, at::Tensor>& master,
+                                                const std::function<void()>& on_started) {
+  const int p = size();
+  StepOutputs out;
+  out.grads.resize(p);
+  out.summaries.resize(p);
+  // Feed (weights first, then each micro-batch's data) and run, all stages at once.
+  std::vector<absl::Status> feed_status(p), run_status(p);
+  std::vector<std::thread> threads;
+  std::atomic<bool> failed{false};
+  auto fail_all = [&] {
+    if (!failed.exchange(true)) {
+      for (auto& c : clients) c->Cancel();
+    }
+  };
+  for (int i = 0; i < p; ++i) {
+    threads.emplace_back([&, i] {
+      feed_status[i] = Feed(i, step, inputs, master);
+      if (!feed_status[i].ok()) fail_all();
+    });
+    threads.emplace_back([&, i] {
+      auto summary = clients[i]->RunStep(Plan(i, step), &out.grads[i]);
+      if (summary.ok()) {
+        out.summaries[i] = std::move(*summary);
+      } else {
+        run_status[i] = summary.status();
+        fail_all();
+      }
+    });
+  }
+  if (on_started) on_started();
+  for (auto& t : threads) t.join();
+  if (!failed) return out;
+  // Report the root cause: a stage's own failure beats the cancellations it caused elsewhere.
+  absl::Status first;
+  for (int i = 0; i < p; ++i) {
+    for (const absl::Status& s : {run_status[i], feed_status[i]}) {
+      if (s.ok()) continue;
+      if (first.ok() || (first.code() == absl::StatusCode::kCancelled && s.code() != absl::StatusCode::kCancelled)) {
+        first = s;
+      }
+    }
+  }
+  return absl::Status(first.code(), absl::StrCat("step ", step + 1, " failed: ", first.message()));
+}
+
+}  // namespace baton

@@ -1,0 +1,77 @@
+// The coordinator's stages during a run: their clients, which LoRA parameters each holds, what each has in its
+// RoPE cache, and the schedule they follow. RunStep drives one training step over all of them: it feeds each
+// stage its current adapters and, per micro-batch, the RoPE tables it lacks, the constants, the inputs (stage 0)
+// and the target (last stage); runs every stage's action list at once; and gathers each stage's summed LoRA
+// gradients and step summary. The first failing stage cancels the others, and the error names the root cause.
+#pragma once
+
+#include <absl/status/status.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "baton/v1/stage.pb.h"
+#include "coordinator/stage_client.h"
+#include "core/model/flux2_model.h"
+#include "core/pipeline/schedule.h"
+#include "core/train/batches.h"
+
+namespace baton {
+
+// Runs fn(i) for i in [0, n) on n threads; returns the first error (by index).
+absl::Status ParallelFor(int n, const std::function<absl::Status(int)>& fn);
+
+// What the coordinator knows a stage holds in its RoPE cache (mirrors the stage's FIFO).
+class RopeMirror {
+ public:
+  bool Has(const std::string& key) const { return keys_.count(key) > 0; }
+  void Add(const std::string& key);
+
+ private:
+  std::set<std::string> keys_;
+  std::deque<std::string> order_;
+};
+
+// A step's inputs: its micro-batches and their shell outputs (modulations, RoPE tables and their cache keys).
+struct StepInputs {
+  std::vector<MicroBatch> micro_batches;
+  std::vector<Flux2Constants> constants;
+  std::vector<std::string> rope_keys;
+};
+
+// What the stages return from one step.
+struct StepOutputs {
+  std::vector<TensorMap> grads;            // [stage] summed LoRA gradients by PEFT name
+  std::vector<v1::StepSummary> summaries;  // [stage]
+};
+
+struct StageFleet {
+  std::string job_id;
+  Schedule schedule;
+  float loss_scale = 1.0f;                            // 1/m
+  uint64_t dropout_seed = 0;                          // the job's LoRA dropout base seed
+  std::vector<std::unique_ptr<StageClient>> clients;  // [stage]
+  std::vector<std::vector<std::string>> params;       // [stage] LoRA parameter names it holds
+  std::vector<RopeMirror> rope;                       // [stage]
+
+  int size() const { return static_cast<int>(clients.size()); }
+
+  // One step (0-based) over every stage, with the adapters in `master`. `on_started` runs once every stage has
+  // been given its work (the coordinator prepares the next step's inputs meanwhile).
+  absl::StatusOr<StepOutputs> RunStep(int64_t step, const StepInputs& inputs,
+                                      const std::map<std::string, at::Tensor>& master,
+                                      const std::function<void()>& on_started);
+
+ private:
+  v1::EnvelopeHeader Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind) const;
+  absl::Status Feed(int stage, int64_t step, const StepInputs& inputs, const std::map<std::string, at::Tensor>& master);
+  v1::StepPlan Plan(int stage, int64_t step) const;
+};
+
+}  // namespace baton
