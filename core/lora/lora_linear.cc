@@ -46,7 +46,7 @@ void LoraLinearImpl::AttachLora(int64_t rank, double alpha, double dropout, uint
 }
 
 at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
-  at::Tensor y = at::matmul(x, weight.t());
+  at::Tensor y = at::matmul(x, frozen_weight().t());
   if (!lora_A_.defined()) return y;
   // The adapter path runs in the adapters' precision (fp32 masters; fp64 in gradient checks).
   at::Tensor h = x.to(at::promote_types(x.scalar_type(), lora_A_.scalar_type()));

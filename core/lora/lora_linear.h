@@ -34,6 +34,11 @@ class LoraLinearImpl : public torch::nn::Module {
   void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
   void set_layer_id(uint64_t id) { layer_id_ = id; }
 
+  // The frozen weight [out, in] in the compute dtype, as forward() multiplies by it. Today that is `weight`
+  // itself; with 8-bit storage (quantize: int8 | fp8) it is dequantized here, one layer at a time, so a
+  // full-precision copy of a whole stage never exists.
+  at::Tensor frozen_weight() const { return weight; }
+
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
   at::Tensor weight;  // [out, in], frozen
