@@ -144,6 +144,7 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   if (i > 0) req.set_prev_address(addresses[i - 1]);
   req.set_threads(job.threads);
   req.set_seed(job.seed);
+  req.set_wire_dtype(job.wire_dtype);
   return req;
 }
 

@@ -42,16 +42,20 @@ enum class HostMemory { kPageable, kPinned };
 // the stream breaks, InvalidArgument for a tensor that cannot be sent.
 template <typename Writer>
 absl::Status WriteEnvelope(Writer* writer, const v1::EnvelopeHeader& header,
-                           const std::map<std::string, at::Tensor>& tensors, size_t max_chunk_bytes = kMaxChunkBytes) {
+                           const std::map<std::string, at::Tensor>& tensors, size_t max_chunk_bytes = kMaxChunkBytes,
+                           WireDtype wire_dtype = WireDtype::kNone) {
   v1::Envelope first;
   *first.mutable_header() = header;
   if (!writer->Write(first)) return absl::UnavailableError("stream broke while sending the envelope header");
   v1::Envelope message;
   for (const auto& [name, tensor] : tensors) {
-    absl::Status sent = AppendTensorChunks(name, tensor, max_chunk_bytes, [&](v1::TensorChunk&& chunk) {
-      message.mutable_chunk()->Swap(&chunk);  // no copy; `chunk` gets the previous buffer back to reuse
-      return writer->Write(message);
-    });
+    absl::Status sent = AppendTensorChunks(
+        name, tensor, max_chunk_bytes,
+        [&](v1::TensorChunk&& chunk) {
+          message.mutable_chunk()->Swap(&chunk);  // no copy; `chunk` gets the previous buffer back to reuse
+          return writer->Write(message);
+        },
+        wire_dtype);
     if (!sent.ok()) return sent;
   }
   return absl::OkStatus();

@@ -49,6 +49,8 @@ absl::StatusOr<at::ScalarType> WireDTypeToTorch(v1::DType dtype) {
       return at::kByte;
     case v1::DTYPE_BOOL:
       return at::kBool;
+    case v1::DTYPE_F8_E4M3:
+      return at::kFloat8_e4m3fn;
     default:
       break;
   }
@@ -77,6 +79,8 @@ absl::StatusOr<v1::DType> TorchToWireDType(at::ScalarType dtype) {
       return v1::DTYPE_U8;
     case at::kBool:
       return v1::DTYPE_BOOL;
+    case at::kFloat8_e4m3fn:
+      return v1::DTYPE_F8_E4M3;
     default:
       break;
   }
@@ -84,7 +88,7 @@ absl::StatusOr<v1::DType> TorchToWireDType(at::ScalarType dtype) {
 }
 
 absl::Status AppendTensorChunks(const std::string& name, const at::Tensor& tensor, size_t max_chunk_bytes,
-                                const std::function<bool(v1::TensorChunk&&)>& emit) {
+                                const std::function<bool(v1::TensorChunk&&)>& emit, WireDtype wire_dtype) {
   if (name.empty() || name.size() > kMaxWireNameBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor name must be 1..", kMaxWireNameBytes, " bytes, got ", name.size()));
@@ -105,9 +109,11 @@ absl::Status AppendTensorChunks(const std::string& name, const at::Tensor& tenso
   absl::StatusOr<v1::DType> dtype = TorchToWireDType(tensor.scalar_type());
   if (!dtype.ok()) return Annotate(dtype.status(), absl::StrCat("tensor ", Quote(name)));
 
-  at::Tensor cpu;
+  WirePayload wire;
   RETURN_IF_ERROR(TorchCall(absl::StrCat("moving tensor ", Quote(name), " to CPU").c_str(),
-                            [&] { cpu = tensor.detach().to(at::kCPU).contiguous(); }));
+                            [&] { wire = CompressForWire(tensor.detach().to(at::kCPU).contiguous(), wire_dtype); }));
+  const at::Tensor& cpu = wire.payload;
+  if (wire.decode_dtype != v1::DTYPE_UNSPECIFIED) dtype = *TorchToWireDType(cpu.scalar_type());
   const uint64_t total = static_cast<uint64_t>(cpu.numel()) * cpu.element_size();
   const char* bytes = static_cast<const char*>(cpu.data_ptr());
 
@@ -124,6 +130,13 @@ absl::Status AppendTensorChunks(const std::string& name, const at::Tensor& tenso
       header->set_dtype(*dtype);
       for (int64_t d : cpu.sizes()) header->add_shape(d);
       header->set_total_bytes(total);
+      if (wire.decode_dtype != v1::DTYPE_UNSPECIFIED) {
+        header->set_decode_dtype(wire.decode_dtype);
+        if (wire.row_scales.defined()) {
+          const float* s = wire.row_scales.data_ptr<float>();
+          header->mutable_row_scales()->Assign(s, s + wire.row_scales.numel());
+        }
+      }
     }
     chunk.set_offset(offset);
     chunk.mutable_data()->assign(bytes + offset, n);
@@ -180,14 +193,18 @@ absl::Status TensorAssembler::StartTensor(const v1::TensorHeader& header) {
                                                    " does not match shape ", ShapeString(header), " x ", itemsize,
                                                    " bytes = ", bytes));
   }
-  if (bytes > max_tensor_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is ", bytes, " bytes; the limit is ", max_tensor_bytes_));
+  absl::StatusOr<uint64_t> decoded_bytes = DecodedBytes(header, bytes);
+  if (!decoded_bytes.ok()) return Annotate(decoded_bytes.status(), what);
+  if (std::max(bytes, *decoded_bytes) > max_tensor_bytes_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is ", std::max(bytes, *decoded_bytes), " bytes; the limit is ", max_tensor_bytes_));
   }
   std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
   RETURN_IF_ERROR(TorchCall(absl::StrCat("allocating ", what).c_str(), [&] {
     tensor_ = at::empty(shape, at::TensorOptions().dtype(*dtype).pinned_memory(pin_memory_));
   }));
   name_ = name;
+  header_ = header;
   total_bytes_ = bytes;
   received_ = 0;
   is_bool_ = *dtype == at::kBool;
@@ -248,8 +265,11 @@ absl::StatusOr<std::optional<NamedTensor>> TensorAssembler::Add(const v1::Tensor
   if (!completes) return std::optional<NamedTensor>();
 
   in_progress_ = false;
+  absl::StatusOr<at::Tensor> restored = DecompressFromWire(header_, std::move(tensor_));
+  if (!restored.ok()) return Fail(Annotate(restored.status(), what));
+  if (pin_memory_ && header_.decode_dtype() != v1::DTYPE_UNSPECIFIED) restored = restored->pin_memory();
   ++tensors_completed_;
-  return std::optional<NamedTensor>(NamedTensor{name_, std::move(tensor_)});
+  return std::optional<NamedTensor>(NamedTensor{name_, *std::move(restored)});
 }
 
 absl::Status TensorAssembler::Finish() const {

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "baton/v1/tensor.pb.h"
+#include "rpc/wire_compression.h"
 
 namespace baton {
 
@@ -33,7 +34,7 @@ inline constexpr int kMaxWireDims = 16;
 // Longest tensor name accepted on the wire.
 inline constexpr size_t kMaxWireNameBytes = 1024;
 
-// dtype mapping. Supported: F32 BF16 F16 F64 I64 I32 I16 I8 U8 BOOL. Errors are InvalidArgument.
+// dtype mapping. Supported: F32 BF16 F16 F64 I64 I32 I16 I8 U8 BOOL F8_E4M3. Errors are InvalidArgument.
 absl::StatusOr<at::ScalarType> WireDTypeToTorch(v1::DType dtype);
 absl::StatusOr<v1::DType> TorchToWireDType(at::ScalarType dtype);
 
@@ -48,9 +49,11 @@ struct NamedTensor {
 // chunk with empty data. `emit` returns false when the stream is broken; that stops emission and
 // returns Unavailable naming the tensor. The chunk object is reused between calls: whatever `emit` leaves
 // in it (e.g. the previous message, swapped out) keeps its buffer for the next chunk's bytes. InvalidArgument for an
-// empty name, undefined tensor or unsupported dtype.
+// empty name, undefined tensor or unsupported dtype. `wire_dtype` other than kNone sends a floating tensor
+// compressed (wire_compression.h); the assembler restores it.
 absl::Status AppendTensorChunks(const std::string& name, const at::Tensor& tensor, size_t max_chunk_bytes,
-                                const std::function<bool(v1::TensorChunk&&)>& emit);
+                                const std::function<bool(v1::TensorChunk&&)>& emit,
+                                WireDtype wire_dtype = WireDtype::kNone);
 
 // Reassembles tensors from chunks received in order. One assembler per stream; not thread-safe.
 //
@@ -74,7 +77,8 @@ class TensorAssembler {
   // known; at most kMaxWireDims dims, each ≥ 0; numel × itemsize without overflow and equal to
   // total_bytes; total_bytes ≤ the cap; offset equal to the bytes received so far; data within
   // total_bytes; empty data only on a zero-byte tensor; last set exactly on the chunk that completes the
-  // tensor; bool bytes 0 or 1.
+  // tensor; bool bytes 0 or 1; compression fields consistent (wire_compression.h), the decoded size too
+  // within the cap. A compressed tensor comes back restored to its original dtype.
   absl::StatusOr<std::optional<NamedTensor>> Add(const v1::TensorChunk& chunk);
 
   // Call when the stream ends: InvalidArgument if a tensor is still incomplete.
@@ -95,6 +99,7 @@ class TensorAssembler {
   bool in_progress_ = false;
   absl::Status error_;        // sticky first error
   std::string name_;          // tensor being assembled
+  v1::TensorHeader header_;   // its header (compression fields are applied on completion)
   at::Tensor tensor_;         // preallocated from its header
   uint64_t total_bytes_ = 0;  // its declared size
   uint64_t received_ = 0;     // its bytes so far

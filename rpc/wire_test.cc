@@ -54,7 +54,7 @@ absl::StatusOr<std::vector<NamedTensor>> Assemble(std::vector<v1::TensorChunk> c
 
 TEST(WireTest, DTypeMappingRoundTrips) {
   for (at::ScalarType t : {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble, at::kLong, at::kInt, at::kShort,
-                           at::kChar, at::kByte, at::kBool}) {
+                           at::kChar, at::kByte, at::kBool, at::kFloat8_e4m3fn}) {
     absl::StatusOr<v1::DType> wire = TorchToWireDType(t);
     ASSERT_TRUE(wire.ok()) << c10::toString(t);
     absl::StatusOr<at::ScalarType> back = WireDTypeToTorch(*wire);

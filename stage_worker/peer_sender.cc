@@ -8,8 +8,8 @@
 
 namespace baton {
 
-PeerSender::PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout)
-    : peer_name_(std::move(peer_name)), timeout_(timeout) {
+PeerSender::PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout, WireDtype wire_dtype)
+    : peer_name_(std::move(peer_name)), timeout_(timeout), wire_dtype_(wire_dtype) {
   stub_ = v1::StageService::NewStub(MakeChannel(address, grpc::InsecureChannelCredentials()));
   thread_ = std::thread([this] { Loop(); });
 }
@@ -66,7 +66,7 @@ void PeerSender::Loop() {
       ctx.set_deadline(DeadlineAfter(timeout_));
       v1::PushAck ack;
       auto writer = stub_->Push(&ctx, &ack);
-      status = WriteEnvelope(writer.get(), item.first, item.second);
+      status = WriteEnvelope(writer.get(), item.first, item.second, kMaxChunkBytes, wire_dtype_);
       writer->WritesDone();
       absl::Status finished = FromGrpcStatus(writer->Finish());
       if (status.ok() || !finished.ok()) status = finished;  // the server's reason beats "stream broke"

@@ -15,13 +15,16 @@
 
 #include "baton/v1/stage.grpc.pb.h"
 #include "core/pipeline/stage_io.h"
+#include "rpc/wire_compression.h"
 
 namespace baton {
 
 class PeerSender {
  public:
   // `peer_name` is used in errors, e.g. "stage 1 (127.0.0.1:5001)".
-  PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout);
+  // `wire_dtype` compresses the floating tensors sent (rpc/wire_compression.h); kNone sends them exactly.
+  PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout,
+             WireDtype wire_dtype = WireDtype::kNone);
   ~PeerSender();
 
   void Send(v1::EnvelopeHeader header, TensorMap tensors);
@@ -35,6 +38,7 @@ class PeerSender {
 
   std::string peer_name_;
   absl::Duration timeout_;
+  WireDtype wire_dtype_;
   std::unique_ptr<v1::StageService::Stub> stub_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

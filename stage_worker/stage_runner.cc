@@ -57,6 +57,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   if (req.threads() > 0) SetComputeThreads(req.threads());
   ASSIGN_OR_RETURN(dtype_, ParseDtype(req.dtype().empty() ? "fp32" : req.dtype()));
   ASSIGN_OR_RETURN(device_, ParseDevice(req.device().empty() ? options_.device : req.device()));
+  ASSIGN_OR_RETURN(WireDtype wire, ParseWireDtype(req.wire_dtype().empty() ? "none" : req.wire_dtype()));
   transfer_ = std::make_unique<DeviceTransfer>(device_);
   pinned_host_ = transfer_->wants_pinned_host();
   auto checkpoint = Flux2Checkpoint::Open(req.model_path(), req.model_config_path());
@@ -78,12 +79,14 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   config_ = req;
   const absl::Duration timeout = options_.wait_timeout;
   if (!req.next_address().empty()) {
-    next_ = std::make_unique<PeerSender>(
-        req.next_address(), absl::StrCat("stage ", req.stage_index() + 1, " (", req.next_address(), ")"), timeout);
+    next_ = std::make_unique<PeerSender>(req.next_address(),
+                                         absl::StrCat("stage ", req.stage_index() + 1, " (", req.next_address(), ")"),
+                                         timeout, wire);
   }
   if (!req.prev_address().empty()) {
-    prev_ = std::make_unique<PeerSender>(
-        req.prev_address(), absl::StrCat("stage ", req.stage_index() - 1, " (", req.prev_address(), ")"), timeout);
+    prev_ = std::make_unique<PeerSender>(req.prev_address(),
+                                         absl::StrCat("stage ", req.stage_index() - 1, " (", req.prev_address(), ")"),
+                                         timeout, wire);
   }
   v1::ConfigureResponse response;
   int64_t numel = 0;

@@ -80,7 +80,7 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
                                            "batch_size", "micro_batches",    "schedule",  "recompute",
                                            "seed",       "checkpoint_every", "dtype",     "devices",
                                            "guidance",   "save_bfl",         "threads",   "memory_per_stage",
-                                           "encode"}));
+                                           "encode",     "wire_dtype"}));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
   RETURN_IF_ERROR(r.Get(root, "model_config", &job.model_config));
@@ -97,6 +97,9 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   RETURN_IF_ERROR(
       r.Check(job.schedule == "gpipe" || job.schedule == "1f1b", root, "schedule", "must be gpipe or 1f1b"));
   RETURN_IF_ERROR(r.Get(root, "recompute", &job.recompute));
+  RETURN_IF_ERROR(r.Get(root, "wire_dtype", &job.wire_dtype));
+  RETURN_IF_ERROR(r.Check(job.wire_dtype == "none" || job.wire_dtype == "bf16" || job.wire_dtype == "fp8", root,
+                          "wire_dtype", "must be none, bf16 or fp8"));
   RETURN_IF_ERROR(r.Get(root, "seed", &job.seed));
   RETURN_IF_ERROR(r.Get(root, "checkpoint_every", &job.checkpoint_every));
   RETURN_IF_ERROR(r.Check(job.checkpoint_every >= 0, root, "checkpoint_every", "must be ≥ 0"));
@@ -213,6 +216,7 @@ std::string JobHash(const JobConfig& j) {
   std::string s = absl::StrCat(j.model, "|", j.model_config, "|", j.lora.rank, "|", j.lora.alpha, "|", j.lora_targets,
                                "|", j.lora.dropout, "|", j.seed, "|", j.dtype, "|", j.recompute);
   if (!j.init_lora.empty()) absl::StrAppend(&s, "|init_lora=", j.init_lora);
+  if (j.wire_dtype != "none") absl::StrAppend(&s, "|wire_dtype=", j.wire_dtype);
   return absl::StrFormat("%016x", HashName(s));
 }
 

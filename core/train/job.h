@@ -81,6 +81,9 @@ struct JobConfig {
   int64_t micro_batches = 1;
   std::string schedule = "1f1b";  // gpipe | 1f1b
   bool recompute = true;
+  // Activations and their gradients between stages: none (exact) | bf16 | fp8 (per-token scale); lossy,
+  // for slow links (rpc/wire_compression.h).
+  std::string wire_dtype = "none";
   uint64_t seed = 0;
   int64_t checkpoint_every = 0;      // 0: only at the end
   std::string dtype = "fp32";        // fp32 | bf16
