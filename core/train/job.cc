@@ -96,7 +96,13 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   RETURN_IF_ERROR(r.Get(root, "schedule", &job.schedule));
   RETURN_IF_ERROR(
       r.Check(job.schedule == "gpipe" || job.schedule == "1f1b", root, "schedule", "must be gpipe or 1f1b"));
-  RETURN_IF_ERROR(r.Get(root, "recompute", &job.recompute));
+  if (root["recompute"].IsDefined() && !root["recompute"].IsNull()) {
+    std::string recompute;
+    RETURN_IF_ERROR(r.Get(root, "recompute", &recompute));
+    auto policy = ParseRecomputePolicy(recompute);
+    RETURN_IF_ERROR(r.Check(policy.ok(), root, "recompute", "must be auto, true or false"));
+    job.recompute = *policy;
+  }
   RETURN_IF_ERROR(r.Get(root, "seed", &job.seed));
   RETURN_IF_ERROR(r.Get(root, "checkpoint_every", &job.checkpoint_every));
   RETURN_IF_ERROR(r.Check(job.checkpoint_every >= 0, root, "checkpoint_every", "must be ≥ 0"));
@@ -211,7 +217,7 @@ absl::StatusOr<JobConfig> LoadJob(const std::string& path) {
 
 std::string JobHash(const JobConfig& j) {
   std::string s = absl::StrCat(j.model, "|", j.model_config, "|", j.lora.rank, "|", j.lora.alpha, "|", j.lora_targets,
-                               "|", j.lora.dropout, "|", j.seed, "|", j.dtype, "|", j.recompute);
+                               "|", j.lora.dropout, "|", j.seed, "|", j.dtype, "|", RecomputePolicyName(j.recompute));
   if (!j.init_lora.empty()) absl::StrAppend(&s, "|init_lora=", j.init_lora);
   return absl::StrFormat("%016x", HashName(s));
 }
