@@ -12,9 +12,10 @@
 //
 //   bench_pipeline [--dim=384] [--double=2] [--single=4] [--joint=256] [--grid=16] [--text=64] [--m=8]
 //                  [--rank=16] [--targets=all-linear] [--steps=3] [--warmup=1] [--rounds=4]
-//                  [--recompute_off] [--no_param_split] [--only=LABEL_PART] [--keep]
-// --recompute_off adds the variants without recompute; --only keeps the variants whose label contains
-// the text (diagnosis; rows it drops read as 0).
+//                  [--recompute_off] [--recompute_auto] [--no_param_split] [--only=LABEL_PART] [--keep]
+// --recompute_off adds the variants without recompute; --recompute_auto the variants with `recompute: auto`
+// (the planner recomputes only where a stage's budget requires it: with no budget, nothing) and their ratio
+// to train-local; --only keeps the variants whose label contains the text (diagnosis; rows it drops read as 0).
 #include <ATen/Parallel.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
@@ -74,6 +75,7 @@ struct Args {
   std::string targets = "all-linear";
   int steps = 3, warmup = 1, rounds = 4;
   bool recompute_off = false;
+  bool recompute_auto = false;
   bool param_split = true;
   bool keep = false;
   std::string only;  // run only the variants whose label contains this (e.g. "1f1b/rc")
@@ -113,6 +115,8 @@ Args ParseArgs(int argc, char** argv) {
       a.rounds = std::atoi(v);
     else if (s == "--recompute_off")
       a.recompute_off = true;
+    else if (s == "--recompute_auto")
+      a.recompute_auto = true;
     else if (s == "--no_param_split")
       a.param_split = false;
     else if (s == "--keep")
@@ -144,10 +148,13 @@ Flux2Config ModelConfig(const Args& a) {
 struct Variant {
   int stages;
   std::string schedule;
-  bool recompute;
+  RecomputePolicy recompute;
   bool param_split = false;  // 2 stages: the parameter-count split instead of the planner's
   std::string Label() const {
-    return absl::StrCat(stages, "st", param_split ? "-params" : "", "/", schedule, recompute ? "/rc" : "/norc");
+    const char* rc = recompute == RecomputePolicy::kAll    ? "/rc"
+                     : recompute == RecomputePolicy::kNone ? "/norc"
+                                                           : "/auto";
+    return absl::StrCat(stages, "st", param_split ? "-params" : "", "/", schedule, rc);
   }
 };
 
@@ -161,6 +168,9 @@ PartitionOptions CoordinatorPartitionOptions(const JobConfig& job, const Args& a
   o.all_linear = job.lora_targets == "all-linear";
   o.micro_batches = static_cast<int>(job.micro_batches);
   o.recompute = job.recompute;
+  o.schedule = job.schedule == "gpipe" ? ScheduleKind::kGPipe : ScheduleKind::k1F1B;
+  o.device = PlanDevice::kCpu;
+  o.activation_bytes = 4;
   o.tokens_per_micro_batch = a.grid * a.grid + a.text;
   o.text_tokens_per_micro_batch = a.text;
   return o;
@@ -299,7 +309,7 @@ void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::
   job.steps = a.warmup + a.steps;
   CoordinatorOptions o;
   o.stages = v.stages;
-  o.output_dir = JoinPath(dir, absl::StrCat("run_", v.stages, v.schedule, v.recompute, "_", round));
+  o.output_dir = JoinPath(dir, absl::StrCat("run_", v.stages, v.schedule, static_cast<int>(v.recompute), "_", round));
   o.quiet = true;
   o.rpc_timeout = absl::Seconds(600);
   const char* bin = std::getenv("BATON_BIN_DIR");
@@ -364,10 +374,21 @@ int Main(int argc, char** argv) {
   const int64_t param_boundary = ParamBalancedBoundary(c);
   const bool try_params = a.param_split && planner_boundary != param_boundary;
 
+  // What `recompute: auto` decides for the 2-stage split (no budget: nothing).
+  int64_t auto_rc[2] = {0, 0};
+  {
+    JobConfig j = *job;
+    j.recompute = RecomputePolicy::kAuto;
+    auto p = PartitionFlux2(c, CoordinatorPartitionOptions(j, a, 2));
+    if (!p.ok()) Die(p.status().ToString());
+    for (int k = 0; k < 2; ++k) auto_rc[k] = p->stages[k].recompute_blocks;
+  }
   std::vector<Variant> variants;
-  for (bool rc : {true, false}) {
-    if (!rc && !a.recompute_off) continue;
+  for (RecomputePolicy rc : {RecomputePolicy::kAll, RecomputePolicy::kNone, RecomputePolicy::kAuto}) {
+    if (rc == RecomputePolicy::kNone && !a.recompute_off) continue;
+    if (rc == RecomputePolicy::kAuto && !a.recompute_auto) continue;
     for (const char* sched : {"gpipe", "1f1b"}) {
+      if (rc == RecomputePolicy::kAuto && std::string(sched) == "gpipe") continue;  // 1f1b is the default job
       variants.push_back({1, sched, rc});
       variants.push_back({2, sched, rc});
       if (try_params) variants.push_back({2, sched, rc, /*param_split=*/true});
@@ -519,6 +540,12 @@ int Main(int argc, char** argv) {
   if (a.only.empty()) {
     std::printf("%-20s %9.3f   (one process, no pipeline machinery and no recompute; last, not interleaved)\n",
                 "train-local", local_sps);
+  }
+  if (a.recompute_auto && local_sps > 0 && sps.count("2st/1f1b/auto")) {
+    std::printf(
+        "recompute auto: 2 stages (1f1b) %.3f samples/s = %.3fx train-local (target > 1x when the model fits one "
+        "process); the planner recomputed %lld + %lld blocks on the 2 stages\n",
+        sps["2st/1f1b/auto"], sps["2st/1f1b/auto"] / local_sps, (long long)auto_rc[0], (long long)auto_rc[1]);
   }
 
   // Headline: the default job (1F1B, recompute, the planner's split).

@@ -256,6 +256,11 @@ absl::Status PrintPlan(const Args& args) {
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   opts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
   ASSIGN_OR_RETURN(opts.lora_rank, args.GetInt("rank"));
+  ASSIGN_OR_RETURN(opts.quantize, ParseWeightQuant(args.Get("quantize")));
+  ASSIGN_OR_RETURN(opts.recompute, ParseRecomputePolicy(args.Get("recompute")));
+  ASSIGN_OR_RETURN(opts.device, ParsePlanDevice(args.Get("device")));
+  ASSIGN_OR_RETURN(int64_t micro_batches, args.GetInt("micro-batches"));
+  opts.micro_batches = static_cast<int>(micro_batches);
   ASSIGN_OR_RETURN(Plan plan, PartitionFlux2(config, opts));
   std::fputs(RenderPlan(config, plan).c_str(), stdout);
   if (!plan.fits) return absl::FailedPreconditionError(plan.message);
@@ -330,6 +335,10 @@ const std::vector<Command>& AllCommands() {
         {"stages", "number of stages", "", true},
         {"memory-per-stage", "memory budget per stage, e.g. 24GB (or one per stage, comma-separated)"},
         {"dtype", "frozen weight dtype: bf16 | fp32", "bf16"},
+        {"quantize", "block linears stored 8-bit: none | int8 | fp8", "none"},
+        {"recompute", "auto (recompute the fewest blocks that fit the budget) | true (all) | false", "auto"},
+        {"device", "cuda | cpu (the fixed per-process memory: estimated on cuda, measured on cpu)", "cuda"},
+        {"micro-batches", "micro-batches per step (in-flight activations); 0 = as many as stages", "0"},
         {"rank", "LoRA rank", "16"}},
        PrintPlan},
       DecodeImageCommand(),

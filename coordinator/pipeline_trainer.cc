@@ -84,7 +84,10 @@ absl::StatusOr<Plan> PlanStages(const JobConfig& job, const Flux2Config& config,
   popts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
   popts.lora_rank = job.lora.rank;
   popts.micro_batches = static_cast<int>(job.micro_batches);
+  ASSIGN_OR_RETURN(popts.schedule, ParseScheduleKind(job.schedule));
   popts.recompute = job.recompute;
+  popts.device = !job.devices.empty() && job.devices[0] != "cpu" ? PlanDevice::kCuda : PlanDevice::kCpu;
+  popts.activation_bytes = static_cast<int>(c10::elementSize(dtype));
   popts.all_linear = job.lora_targets == "all-linear";
   int64_t max_img = 0, max_txt = 0;
   for (const CacheRecordInfo& r : cache.index().records) {
@@ -135,7 +138,9 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.set_has_head(spec.has_head);
   req.set_dtype(job.dtype);
   req.set_device(i < static_cast<int>(job.devices.size()) ? job.devices[i] : "cpu");
-  req.set_recompute(job.recompute);
+  // The planner's per-stage decision (recompute: auto decides from the budget; true = all, false = none).
+  req.set_recompute(spec.recompute_blocks > 0);
+  req.set_recompute_blocks(static_cast<int32_t>(spec.recompute_blocks));
   req.mutable_lora()->set_rank(static_cast<int32_t>(job.lora.rank));
   req.mutable_lora()->set_alpha(static_cast<float>(job.lora.alpha));
   for (const auto& t : job.lora.targets) req.mutable_lora()->add_targets(t);

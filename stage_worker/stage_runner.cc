@@ -174,10 +174,17 @@ absl::StatusOr<TensorMap> StageRunner::Await(const v1::StepPlan& plan, int32_t m
   return result;
 }
 
+// Blocks recomputed under recompute: the planner's choice (0 from the coordinator = all of them).
+static int64_t RecomputeBlocks(const v1::ConfigureRequest& c) {
+  return c.recompute_blocks() > 0 ? c.recompute_blocks() : Flux2StageImpl::kAllBlocks;
+}
+
 Flux2Activations StageRunner::RunBlocks(MicroBatchState& state, const v1::StepPlan& plan, int32_t mb) {
   SetLoraDropoutSeed(*stage_, MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
   // With recompute: no graph, but every block's input is kept for the per-block recompute in Backward.
-  if (config_.recompute()) return stage_->ForwardCheckpointed(state.input, state.constants, &state.checkpoints);
+  if (config_.recompute()) {
+    return stage_->ForwardCheckpointed(state.input, state.constants, &state.checkpoints, RecomputeBlocks(config_));
+  }
   at::AutoGradMode mode(true);
   return stage_->forward(state.input, state.constants);
 }
@@ -280,7 +287,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t mb, const s
     if (config_.recompute()) {
       // Per-block recompute from the checkpoints Forward kept: one block's graph at a time, never the stage's.
       SetLoraDropoutSeed(*stage_, MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
-      stage_->BackwardFromCheckpoints(std::move(state.checkpoints), state.constants, seed);
+      stage_->BackwardFromCheckpoints(std::move(state.checkpoints), state.constants, seed, RecomputeBlocks(config_));
     } else {
       auto [roots, root_grads] = seed(state.output);
       torch::autograd::backward(roots, root_grads);

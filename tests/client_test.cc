@@ -63,6 +63,13 @@ TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {
   const std::string config = JoinPath(test_util::SourceDir(), "configs/models/flux2-dev.json");
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB"}), 1);
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "4", "--memory-per-stage", "24GB"}), 0);
+  // With 8-bit block weights two 24 GB cards do (the planner recomputes where it must); bad values are refused.
+  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB", "--quantize",
+                       "int8"}),
+            0);
+  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--quantize", "int4"}), 1);
+  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--recompute", "maybe"}), 1);
+  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--device", "tpu"}), 1);
   EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b"}), 0);
   EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "interleaved", "--chunks", "2"}),
             0);

@@ -20,6 +20,7 @@
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_weights.h"
+#include "core/pipeline/partition.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
@@ -147,6 +148,56 @@ TEST_F(PipelineTest, Fp8WireStaysCloseToExactAndIsDeterministic) {
   // AdamW moves a weight by about lr per step whatever the gradient's size, so two runs whose gradients
   // differ slightly can drift up to 2·lr·steps apart; the losses above are the closeness check.
   EXPECT_LE(max_diff, 2 * exact.optimizer.lr * exact.steps);
+}
+
+// recompute: auto under a budget that one stage fits only by recomputing some (not all) of its blocks: the
+// stages run the hybrid (checkpointed head of the stage, graph for the rest) and still match train-local.
+TEST_F(PipelineTest, AutoRecomputeUnderABudgetMatchesTrainLocal) {
+  const Flux2Config c = test_util::TinyFlux2Config();
+  JobConfig job = Job("1f1b", false, /*dropout=*/0.1);
+  job.recompute = RecomputePolicy::kAuto;
+  // The planner's options as the coordinator builds them for this job (PlanStages): fp32 on cpu, the
+  // cache's largest micro-batch (2x3 image + 5 text tokens, one sample).
+  PartitionOptions o;
+  o.stages = 2;
+  o.bytes_per_param = 4;
+  o.activation_bytes = 4;
+  o.lora_rank = 4;
+  o.all_linear = true;
+  o.micro_batches = 4;
+  o.recompute = RecomputePolicy::kNone;
+  o.device = PlanDevice::kCpu;
+  o.tokens_per_micro_batch = 11;
+  o.text_tokens_per_micro_batch = 5;
+  // The smallest uniform budget that fits without recompute, minus the graph of one block's share.
+  auto plan = PartitionFlux2(c, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int64_t lo = 0, hi = plan->stages[0].est_memory_bytes + plan->stages[1].est_memory_bytes;
+  while (lo + 1 < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    o.memory_budget_bytes = {mid};
+    (PartitionFlux2(c, o)->fits ? hi : lo) = mid;
+  }
+  o.recompute = RecomputePolicy::kAuto;
+  o.memory_budget_bytes = {hi - 1};
+  plan = PartitionFlux2(c, o);
+  ASSERT_TRUE(plan.ok() && plan->fits) << plan.status();
+  bool hybrid = false;
+  for (const StageSpec& s : plan->stages) {
+    hybrid |= s.recompute_blocks > 0 && s.recompute_blocks < s.block_end - s.block_begin;
+  }
+  ASSERT_TRUE(hybrid) << RenderPlan(c, *plan);
+  job.memory_per_stage = {absl::StrCat(hi - 1)};
+
+  auto local = RunLocalTraining(job, JoinPath(*dir_, "ref_auto"), 0);
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto pipe = RunCoordinator(job, Options(2, "pp_auto"));
+  ASSERT_TRUE(pipe.ok()) << pipe.status();
+  ASSERT_EQ(pipe->steps.size(), local->steps.size());
+  for (size_t i = 0; i < local->steps.size(); ++i) {
+    EXPECT_NEAR(pipe->steps[i].loss, local->steps[i].loss, 1e-6 * local->steps[i].loss) << "step " << i + 1;
+  }
+  ExpectSameLora("ref_auto", "pp_auto");
 }
 
 TEST_F(PipelineTest, ResumedRunEqualsUninterruptedRun) {

@@ -175,27 +175,59 @@ Flux2Activations DetachedLeaves(const Flux2Activations& a) {
 
 }  // namespace
 
+size_t Flux2StageImpl::CheckpointedPieces(int64_t recompute_blocks, size_t pieces) const {
+  const int64_t nd = static_cast<int64_t>(double_blocks_.size());
+  const int64_t n = nd + static_cast<int64_t>(single_blocks_.size());
+  if (recompute_blocks < 0 || recompute_blocks >= n) return pieces;
+  if (recompute_blocks == 0) return 0;
+  // Pieces: [embedders], double blocks, [join], single blocks, [head] (see Pieces).
+  const bool joins = !single_blocks_.empty() && range_.block_begin <= config_.num_layers;
+  const int64_t k = recompute_blocks;
+  return static_cast<size_t>((range_.has_embedders ? 1 : 0) + k + (k > nd && joins ? 1 : 0));
+}
+
 Flux2Activations Flux2StageImpl::ForwardCheckpointed(const Flux2Activations& in, const Flux2Constants& k,
-                                                     std::vector<Flux2Activations>* checkpoints) {
-  at::NoGradGuard no_grad;
+                                                     std::vector<Flux2Activations>* checkpoints,
+                                                     int64_t recompute_blocks) {
   const auto pieces = Pieces(k);
+  const size_t c = CheckpointedPieces(recompute_blocks, pieces.size());
   checkpoints->clear();
   Flux2Activations a = in;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    checkpoints->push_back(i == 0 ? in : DetachedLeaves(a));
-    a = pieces[i](a);
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < c; ++i) {
+      checkpoints->push_back(i == 0 ? in : DetachedLeaves(a));
+      a = pieces[i](a);
+    }
   }
+  if (c == pieces.size()) return a;
+  // The graph tail: its input is a leaf (unless nothing before it is checkpointed) whose .grad seeds the
+  // recompute of the checkpointed pieces in BackwardFromCheckpoints.
+  at::AutoGradMode grad_mode(true);
+  if (c > 0) a = DetachedLeaves(a);
+  checkpoints->push_back(a);
+  for (size_t i = c; i < pieces.size(); ++i) a = pieces[i](a);
+  checkpoints->push_back(a);
   return a;
 }
 
 void Flux2StageImpl::BackwardFromCheckpoints(std::vector<Flux2Activations> checkpoints, const Flux2Constants& k,
-                                             const BackwardSeed& seed) {
+                                             const BackwardSeed& seed, int64_t recompute_blocks) {
   const auto pieces = Pieces(k);
-  TORCH_CHECK(checkpoints.size() == pieces.size(), "BackwardFromCheckpoints: ", checkpoints.size(), " checkpoints for ",
-              pieces.size(), " pieces");
+  const size_t c = CheckpointedPieces(recompute_blocks, pieces.size());
+  const size_t expected = c == pieces.size() ? c : c + 2;
+  TORCH_CHECK(checkpoints.size() == expected, "BackwardFromCheckpoints: ", checkpoints.size(), " checkpoints for ",
+              pieces.size(), " pieces, ", c, " of them checkpointed");
   at::AutoGradMode grad_mode(true);
   std::vector<at::Tensor> next_inputs;  // piece i+1's recomputed inputs, whose .grad seeds piece i
-  for (size_t i = pieces.size(); i-- > 0;) {
+  if (c < pieces.size()) {
+    // The graph tail first: its output's graph reaches back to the tail's leaf input.
+    auto [roots, grads] = seed(checkpoints.back());
+    if (!roots.empty()) torch::autograd::backward(roots, grads);
+    next_inputs = checkpoints[c].Live();
+    checkpoints.resize(c);
+  }
+  for (size_t i = c; i-- > 0;) {
     const Flux2Activations out = pieces[i](checkpoints[i]);
     std::vector<at::Tensor> roots, grads;
     if (i + 1 == pieces.size()) {

@@ -86,12 +86,22 @@ class Flux2StageImpl : public torch::nn::Module {
   // a scalar loss). LoRA gradients accumulate into .grad and input gradients land in the .grad of the
   // first checkpoint's tensors that require grad, bitwise as forward() + backward would give them (the
   // same ops in the same order; LoRA dropout masks are re-drawn from their per-call seed).
+  //
+  // Hybrid (recompute only where memory requires it): with 0 <= recompute_blocks < the stage's block count,
+  // only the pieces up to and including the first `recompute_blocks` blocks (and the embedders before them)
+  // are checkpointed; the rest of the stage runs with its graph, from a leaf that collects the gradient
+  // for the recomputed part. `checkpoints` then holds the checkpointed pieces' inputs, that leaf and the
+  // graph tail's output (the forward's return value). recompute_blocks = 0 keeps the whole graph;
+  // kAllBlocks (or >= the block count) is full per-block recompute. Pass the same value to both calls.
+  // Gradients are bitwise those of forward() + backward for every value.
+  static constexpr int64_t kAllBlocks = -1;
   using BackwardSeed =
       std::function<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>(const Flux2Activations& out)>;
   Flux2Activations ForwardCheckpointed(const Flux2Activations& in, const Flux2Constants& k,
-                                       std::vector<Flux2Activations>* checkpoints);
+                                       std::vector<Flux2Activations>* checkpoints,
+                                       int64_t recompute_blocks = kAllBlocks);
   void BackwardFromCheckpoints(std::vector<Flux2Activations> checkpoints, const Flux2Constants& k,
-                               const BackwardSeed& seed);
+                               const BackwardSeed& seed, int64_t recompute_blocks = kAllBlocks);
 
   const Flux2StageRange& range() const { return range_; }
   const Flux2Config& config() const { return config_; }
@@ -99,6 +109,8 @@ class Flux2StageImpl : public torch::nn::Module {
  private:
   // The stage as a chain of pieces; forward() applies them in order.
   std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Pieces(const Flux2Constants& k);
+  // How many leading pieces of `pieces` a hybrid with `recompute_blocks` checkpoints (see above).
+  size_t CheckpointedPieces(int64_t recompute_blocks, size_t pieces) const;
 
   Flux2Config config_;
   Flux2StageRange range_;

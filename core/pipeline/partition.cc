@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 
+#include "core/quant/weight_quant.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -21,50 +22,101 @@ constexpr double kHuge = 1e300;  // an unlimited budget's headroom
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMaxTokens = 100'000'000;
 
+// Forward MACs of one micro-batch: one block (double and single alike, see the header), the embedders, the
+// head. A training step costs 2x forward for a block or the head (forward + input-gradient backward) and 1x
+// for the embedders (their inputs need no gradient), plus one forward per recomputed piece.
+struct ForwardCosts {
+  double block = 0, embed = 0, head = 0;
+};
+
+ForwardCosts ForwardMacs(const Flux2Config& c, const PartitionOptions& o) {
+  const double d = static_cast<double>(c.inner_dim()), m = static_cast<double>(c.mlp_hidden_dim());
+  const double t = static_cast<double>(o.tokens_per_micro_batch);
+  const double t_txt = static_cast<double>(std::min(o.text_tokens_per_micro_batch, o.tokens_per_micro_batch));
+  const double t_img = t - t_txt;
+  ForwardCosts f;
+  f.block = t * (4 * d * d + 3 * m * d) + 2 * t * t * d;
+  f.embed = (t_img * static_cast<double>(c.in_channels) + t_txt * static_cast<double>(c.joint_attention_dim)) * d;
+  f.head = t_img * d * static_cast<double>(c.out_dim());
+  return f;
+}
+
+// One micro-batch's training-step MACs for n blocks with the first r recomputed (embedders recomputed with
+// them when r > 0; the head only under full recompute, r == n: the hybrid keeps its graph).
+double SegmentCost(const ForwardCosts& f, int64_t n, int64_t r, bool embedders, bool head) {
+  double cost = static_cast<double>(2 * n + r) * f.block;
+  if (embedders) cost += f.embed * (r > 0 ? 2 : 1);
+  if (head) cost += f.head * (r == n && n > 0 ? 3 : 2);
+  return cost;
+}
+
 // Sizes every contiguous segment for one stage count; the DPs below only call Cost/Memory/Budget.
 class Sizer {
  public:
-  Sizer(const Flux2Config& c, const PartitionOptions& o, int stages, std::vector<int64_t> budgets)
-      : stages_(stages), budgets_(std::move(budgets)), options_(o) {
+  Sizer(const Flux2Config& c, const PartitionOptions& o, const FrozenSizes& frozen, int stages,
+        std::vector<int64_t> budgets)
+      : stages_(stages), budgets_(std::move(budgets)), options_(o), frozen_(frozen), fwd_(ForwardMacs(c, o)) {
     const int64_t n = c.num_blocks();
-    cost_prefix_.assign(n + 1, 0);
     param_prefix_.assign(n + 1, 0);
+    bytes_prefix_.assign(n + 1, 0);
     lora_prefix_.assign(n + 1, 0);
-    const int64_t dbl = c.DoubleBlockParams(), sgl = c.SingleBlockParams();
     const int64_t dbl_lora = DoubleBlockLoraParams(c, o.lora_rank, o.all_linear);
     const int64_t sgl_lora = SingleBlockLoraParams(c, o.lora_rank, o.all_linear);
     for (int64_t b = 0; b < n; ++b) {
-      cost_prefix_[b + 1] = cost_prefix_[b] + StageComputeCost(c, o, b, b + 1, false, false);
-      param_prefix_[b + 1] = param_prefix_[b] + (c.IsDoubleBlock(b) ? dbl : sgl);
+      param_prefix_[b + 1] = param_prefix_[b] + frozen.block_params[b];
+      bytes_prefix_[b + 1] = bytes_prefix_[b] + frozen.block_bytes[b];
       lora_prefix_[b + 1] = lora_prefix_[b] + (c.IsDoubleBlock(b) ? dbl_lora : sgl_lora);
     }
-    embed_cost_ = StageComputeCost(c, o, 0, 0, true, false);
-    head_cost_ = StageComputeCost(c, o, 0, 0, false, true);
-    embed_params_ = c.EmbedderParams();
-    head_params_ = c.HeadParams();
     act_unit_ = o.tokens_per_micro_batch * c.inner_dim() * o.activation_bytes;
+    overhead_ = o.overhead_bytes >= 0 ? o.overhead_bytes : DeviceProcessBytes(o.device);
     const int m = o.micro_batches > 0 ? o.micro_batches : stages;
     auto schedule = MakeSchedule(o.schedule, stages, m);
     in_flight_ = schedule.ok() ? PeakInFlight(*schedule) : std::vector<int>(stages, m);
   }
 
   int stages() const { return stages_; }
-  int64_t blocks() const { return static_cast<int64_t>(cost_prefix_.size()) - 1; }
+  int64_t blocks() const { return static_cast<int64_t>(param_prefix_.size()) - 1; }
   int64_t Budget(int k) const { return budgets_.empty() ? kUnlimited : budgets_[k]; }
+  int InFlight(int k) const { return in_flight_[k]; }
+  int64_t Overhead() const { return overhead_; }
   double Cost(int k, int64_t i, int64_t j) const {
-    return cost_prefix_[j] - cost_prefix_[i] + (k == 0 ? embed_cost_ : 0) + (k == stages_ - 1 ? head_cost_ : 0);
+    return SegmentCost(fwd_, j - i, Recompute(k, i, j), k == 0, k == stages_ - 1);
   }
   int64_t Params(int k, int64_t i, int64_t j) const {
-    return param_prefix_[j] - param_prefix_[i] + (k == 0 ? embed_params_ : 0) + (k == stages_ - 1 ? head_params_ : 0);
+    return param_prefix_[j] - param_prefix_[i] + (k == 0 ? frozen_.embed_params : 0) +
+           (k == stages_ - 1 ? frozen_.head_params : 0);
+  }
+  int64_t Weights(int k, int64_t i, int64_t j) const {
+    return bytes_prefix_[j] - bytes_prefix_[i] + (k == 0 ? frozen_.embed_bytes : 0) +
+           (k == stages_ - 1 ? frozen_.head_bytes : 0);
   }
   int64_t Lora(int64_t i, int64_t j) const { return lora_prefix_[j] - lora_prefix_[i]; }
-  int64_t Activation(int k, int64_t i, int64_t j) const {
-    if (!options_.recompute) return in_flight_[k] * (j - i) * kBlockWorkingFactor * act_unit_;
-    return (in_flight_[k] * (j - i) + kBlockWorkingFactor) * act_unit_;
+  // The `act` term for a stage of n blocks, the first r recomputed (header).
+  int64_t Activation(int k, int64_t n, int64_t r) const {
+    const int64_t kept = in_flight_[k] * (r + (n - r) * kBlockWorkingFactor);
+    return (kept + (r > 0 ? kBlockWorkingFactor : 0)) * act_unit_;
+  }
+  int64_t ActivationPerMicroBatch(int64_t n, int64_t r) const {
+    return (r + (n - r) * kBlockWorkingFactor) * act_unit_;
+  }
+  // Everything but the activations.
+  int64_t Fixed(int k, int64_t i, int64_t j) const { return Weights(k, i, j) + Lora(i, j) * 4 * 2 + overhead_; }
+  // How many leading blocks of the segment are recomputed: the policy, or under auto the fewest that fit.
+  int64_t Recompute(int k, int64_t i, int64_t j) const {
+    const int64_t n = j - i;
+    if (options_.recompute == RecomputePolicy::kNone) return 0;
+    if (options_.recompute == RecomputePolicy::kAll) return n;
+    if (Budget(k) == kUnlimited) return 0;
+    const int64_t room = Budget(k) - Fixed(k, i, j);
+    if (Activation(k, n, 0) <= room) return 0;
+    // Activation(k, n, r) for r >= 1 falls by in_flight x (W - 1) x A per recomputed block.
+    const int64_t start = Activation(k, n, 1), step = in_flight_[k] * (kBlockWorkingFactor - 1) * act_unit_;
+    if (start <= room || step <= 0) return std::min<int64_t>(1, n);
+    const int64_t r = 1 + (start - room + step - 1) / step;
+    return std::min(r, n);
   }
   int64_t Memory(int k, int64_t i, int64_t j) const {
-    return Params(k, i, j) * options_.bytes_per_param + Lora(i, j) * 4 * 2 + Activation(k, i, j) +
-           options_.overhead_bytes;
+    return Fixed(k, i, j) + Activation(k, j - i, Recompute(k, i, j));
   }
   // Memory beyond the budget (negative = headroom); very negative for unlimited stages.
   double Overrun(int k, int64_t i, int64_t j) const {
@@ -75,10 +127,10 @@ class Sizer {
   int stages_;
   std::vector<int64_t> budgets_;  // empty or [stages]
   PartitionOptions options_;
-  std::vector<double> cost_prefix_;
-  std::vector<int64_t> param_prefix_, lora_prefix_;
-  double embed_cost_ = 0, head_cost_ = 0;
-  int64_t embed_params_ = 0, head_params_ = 0, act_unit_ = 0;
+  const FrozenSizes& frozen_;
+  ForwardCosts fwd_;
+  std::vector<int64_t> param_prefix_, bytes_prefix_, lora_prefix_;
+  int64_t act_unit_ = 0, overhead_ = 0;
   std::vector<int> in_flight_;
 };
 
@@ -153,7 +205,7 @@ std::string FormatCount(double v) {
 std::string Range(int64_t a, int64_t b) { return a == b ? absl::StrCat(a) : absl::StrCat(a, "-", b); }
 
 // Explains a plan that does not fit: which stages are over, and what would fit instead.
-std::string ExplainMiss(const Flux2Config& config, const PartitionOptions& o, const Sizer& z,
+std::string ExplainMiss(const Flux2Config& config, const PartitionOptions& o, const FrozenSizes& frozen, const Sizer& z,
                         const std::vector<StageSpec>& stages, const std::vector<int64_t>& budgets) {
   // Name the worst few stages (by overrun), in stage order; a 56-stage list helps nobody.
   constexpr size_t kNamed = 3;
@@ -194,7 +246,7 @@ std::string ExplainMiss(const Flux2Config& config, const PartitionOptions& o, co
     const int64_t b = budgets[0];
     int fit_stages = 0;
     for (int q = p + 1; q <= z.blocks() && fit_stages == 0; ++q) {
-      if (FitsBudgets(Sizer(config, o, q, std::vector<int64_t>(q, b)))) fit_stages = q;
+      if (FitsBudgets(Sizer(config, o, frozen, q, std::vector<int64_t>(q, b)))) fit_stages = q;
     }
     if (fit_stages > 0) {
       absl::StrAppend(&msg, "; it needs >= ", fit_stages, " stages of ", FormatByteSize(b));
@@ -202,11 +254,19 @@ std::string ExplainMiss(const Flux2Config& config, const PartitionOptions& o, co
       absl::StrAppend(&msg, "; no number of stages of ", FormatByteSize(b), " fits (one block per stage is too big)");
     }
   }
-  if (o.bytes_per_param > 1) {
+  if (o.quantize == WeightQuant::kNone && o.bytes_per_param > 1) {
     PartitionOptions int8 = o;
-    int8.bytes_per_param = 1;
-    if (FitsBudgets(Sizer(config, int8, p, budgets))) {
-      absl::StrAppend(&msg, "; with 8-bit frozen weights (bytes_per_param 1) ", p, " stages would fit");
+    int8.quantize = WeightQuant::kInt8;
+    const FrozenSizes int8_frozen = ComputeFrozenSizes(config, WeightQuant::kInt8, o.bytes_per_param);
+    if (FitsBudgets(Sizer(config, int8, int8_frozen, p, budgets))) {
+      absl::StrAppend(&msg, "; with 8-bit frozen weights (quantize: int8 or fp8) ", p, " stages would fit");
+    }
+  }
+  if (o.recompute == RecomputePolicy::kNone) {
+    PartitionOptions rc = o;
+    rc.recompute = RecomputePolicy::kAuto;
+    if (FitsBudgets(Sizer(config, rc, frozen, p, budgets))) {
+      absl::StrAppend(&msg, "; with recompute: auto ", p, " stages would fit");
     }
   }
   return msg;
@@ -228,21 +288,15 @@ int64_t SingleBlockLoraParams(const Flux2Config& c, int64_t rank, bool all_linea
 }
 
 double StageComputeCost(const Flux2Config& c, const PartitionOptions& o, int64_t block_begin, int64_t block_end,
-                        bool embedders, bool head) {
-  const double d = static_cast<double>(c.inner_dim()), m = static_cast<double>(c.mlp_hidden_dim());
-  const double t = static_cast<double>(o.tokens_per_micro_batch);
-  const double t_txt = static_cast<double>(std::min(o.text_tokens_per_micro_batch, o.tokens_per_micro_batch));
-  const double t_img = t - t_txt;
-  const double rc = o.recompute ? 1 : 0;
-  // Double and single blocks alike (see the header): the same linear MACs per token and the same attention.
-  const double block = t * (4 * d * d + 3 * m * d) + 2 * t * t * d;
-  double cost = static_cast<double>(block_end - block_begin) * block * (2 + rc);
-  if (embedders) {
-    cost += (t_img * static_cast<double>(c.in_channels) + t_txt * static_cast<double>(c.joint_attention_dim)) * d *
-            (1 + rc);
+                        bool embedders, bool head, int64_t recompute_blocks) {
+  const int64_t n = block_end - block_begin;
+  const ForwardCosts f = ForwardMacs(c, o);
+  if (recompute_blocks < 0) {
+    if (o.recompute != RecomputePolicy::kAll) return SegmentCost(f, n, 0, embedders, head);
+    // Everything recomputed, the embedders and the head too, even on a stage of no blocks.
+    return static_cast<double>(3 * n) * f.block + (embedders ? 2 * f.embed : 0) + (head ? 3 * f.head : 0);
   }
-  if (head) cost += t_img * d * static_cast<double>(c.out_dim()) * (2 + rc);
-  return cost;
+  return SegmentCost(f, n, std::min(recompute_blocks, n), embedders, head);
 }
 
 absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOptions& o) {
@@ -289,7 +343,8 @@ absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOp
   std::vector<int64_t> budgets;
   if (nb > 0) budgets = nb == 1 ? std::vector<int64_t>(p, o.memory_budget_bytes[0]) : o.memory_budget_bytes;
 
-  const Sizer z(config, o, p, budgets);
+  const FrozenSizes frozen = ComputeFrozenSizes(config, o.quantize, o.bytes_per_param);
+  const Sizer z(config, o, frozen, p, budgets);
   auto fits = [&](int k, int64_t i, int64_t j) { return z.Memory(k, i, j) <= z.Budget(k); };
   auto cost = [&](int k, int64_t i, int64_t j) { return z.Cost(k, i, j); };
 
@@ -320,9 +375,15 @@ absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOp
     s.has_head = k == p - 1;
     s.cost = z.Cost(k, i, j);
     s.params = z.Params(k, i, j);
-    s.param_bytes = s.params * o.bytes_per_param;
+    s.param_bytes = z.Weights(k, i, j);
     s.lora_params = z.Lora(i, j);
-    s.activation_bytes = z.Activation(k, i, j);
+    s.lora_bytes = s.lora_params * 4 * 2;
+    s.in_flight = z.InFlight(k);
+    s.recompute_blocks = z.Recompute(k, i, j);
+    s.activation_bytes = z.Activation(k, j - i, s.recompute_blocks);
+    s.activation_bytes_per_mb_no_recompute = z.ActivationPerMicroBatch(j - i, 0);
+    s.activation_bytes_per_mb_recompute = z.ActivationPerMicroBatch(j - i, j - i);
+    s.overhead_bytes = z.Overhead();
     s.est_memory_bytes = z.Memory(k, i, j);
     s.budget_bytes = budgets.empty() ? 0 : budgets[k];
     plan.max_cost = std::max(plan.max_cost, s.cost);
@@ -339,7 +400,7 @@ absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOp
         "; slowest stage carries ", absl::StrFormat("%.1f%%", 100.0 * plan.max_cost / plan.total_cost),
         " of the compute");
   } else {
-    plan.message = ExplainMiss(config, o, z, plan.stages, budgets);
+    plan.message = ExplainMiss(config, o, frozen, z, plan.stages, budgets);
   }
   return plan;
 }
@@ -352,15 +413,29 @@ std::string DescribeBlocks(const Flux2Config& config, int64_t block_begin, int64
   return parts.empty() ? "(none)" : absl::StrJoin(parts, ", ");
 }
 
+namespace {
+
+std::string DescribeRecompute(const StageSpec& s) {
+  const int64_t n = s.block_end - s.block_begin;
+  if (s.recompute_blocks == 0) return "none";
+  if (s.recompute_blocks >= n) return absl::StrCat("all ", n);
+  return absl::StrCat("first ", s.recompute_blocks, "/", n);
+}
+
+}  // namespace
+
 std::string RenderPlan(const Flux2Config& config, const Plan& plan) {
   const PartitionOptions& o = plan.options;
   std::string out = absl::StrFormat(
-      "FLUX.2 plan: %d blocks (%d double, %d single) on %d stage%s; %s schedule; frozen weights %d B/param; "
+      "FLUX.2 plan: %d blocks (%d double, %d single) on %d stage%s; %s schedule; frozen weights %d B/param%s; "
       "LoRA rank %d (%s); %d tokens/micro-batch (%d text)%s\n",
       config.num_blocks(), config.num_layers, config.num_single_layers, plan.stages.size(),
-      plan.stages.size() == 1 ? "" : "s", ScheduleKindName(o.schedule), o.bytes_per_param, o.lora_rank,
-      o.all_linear ? "all linears" : "default targets", o.tokens_per_micro_batch, o.text_tokens_per_micro_batch,
-      o.recompute ? "; recompute" : "");
+      plan.stages.size() == 1 ? "" : "s", ScheduleKindName(o.schedule), o.bytes_per_param,
+      o.quantize == WeightQuant::kNone ? ""
+                                       : absl::StrCat(", block linears ", WeightQuantName(o.quantize), " (1 B/param)"),
+      o.lora_rank, o.all_linear ? "all linears" : "default targets", o.tokens_per_micro_batch,
+      o.text_tokens_per_micro_batch,
+      absl::StrCat("; recompute ", RecomputePolicyName(o.recompute), "; device ", PlanDeviceName(o.device)));
   std::vector<std::string> blocks;
   size_t wb = std::string("blocks").size();
   for (const StageSpec& s : plan.stages) {
@@ -370,22 +445,33 @@ std::string RenderPlan(const Flux2Config& config, const Plan& plan) {
     wb = std::max(wb, b.size());
     blocks.push_back(std::move(b));
   }
-  absl::StrAppendFormat(&out, "%5s  %-*s  %13s  %11s  %11s  %10s  %10s\n", "stage", wb, "blocks", "frozen params",
-                        "LoRA params", "memory est.", "budget", "compute");
+  absl::StrAppendFormat(&out, "%5s  %-*s  %13s  %11s  %11s  %10s  %10s  %9s  %10s  %19s  %15s  %10s  %10s\n", "stage",
+                        wb, "blocks", "frozen params", "LoRA params", "memory est.", "budget", "compute", "weights",
+                        "LoRA+grad*", "act/mb rc|no-rc", "activations", "overhead", "recompute");
   for (size_t k = 0; k < plan.stages.size(); ++k) {
     const StageSpec& s = plan.stages[k];
     const bool over = s.budget_bytes > 0 && s.est_memory_bytes > s.budget_bytes;
-    absl::StrAppendFormat(&out, "%5d  %-*s  %13s  %11s  %11s  %10s  %9.1f%%%s\n", s.index, wb, blocks[k],
-                          FormatCount(static_cast<double>(s.params)), FormatCount(static_cast<double>(s.lora_params)),
-                          FormatByteSize(s.est_memory_bytes), s.budget_bytes > 0 ? FormatByteSize(s.budget_bytes) : "-",
-                          plan.total_cost > 0 ? 100.0 * s.cost / plan.total_cost : 0.0, over ? "  OVER" : "");
+    absl::StrAppendFormat(&out, "%5d  %-*s  %13s  %11s  %11s  %10s  %9.1f%%  %9s  %10s  %19s  %15s  %10s  %10s%s\n",
+                          s.index, wb, blocks[k], FormatCount(static_cast<double>(s.params)),
+                          FormatCount(static_cast<double>(s.lora_params)), FormatByteSize(s.est_memory_bytes),
+                          s.budget_bytes > 0 ? FormatByteSize(s.budget_bytes) : "-",
+                          plan.total_cost > 0 ? 100.0 * s.cost / plan.total_cost : 0.0, FormatByteSize(s.param_bytes),
+                          FormatByteSize(s.lora_bytes),
+                          absl::StrCat(FormatByteSize(s.activation_bytes_per_mb_recompute), " | ",
+                                       FormatByteSize(s.activation_bytes_per_mb_no_recompute)),
+                          absl::StrCat(FormatByteSize(s.activation_bytes), " (", s.in_flight, " mb)"),
+                          FormatByteSize(s.overhead_bytes), DescribeRecompute(s), over ? "  OVER" : "");
   }
   absl::StrAppend(&out, plan.message, "\n");
-  absl::StrAppend(&out,
-                  "(compute = share of a micro-batch's multiply-adds, double and single blocks alike per token; "
-                  "memory is an estimate: frozen weights + fp32 LoRA weight and grad + activations with per-block "
-                  "recompute + ",
-                  FormatByteSize(o.overhead_bytes), " overhead)\n");
+  absl::StrAppend(
+      &out,
+      "(compute = share of a micro-batch's multiply-adds, double and single blocks alike per token; memory is an "
+      "estimate: weights (block linears 8-bit when quantized) + LoRA + activations + the device's fixed per-process "
+      "overhead (",
+      PlanDeviceName(o.device), ": ", o.device == PlanDevice::kCpu ? "measured" : "estimated, not measured",
+      ").\n * LoRA+grad: fp32 LoRA weights and their gradients on the stage; the optimizer state (AdamW moments) "
+      "lives on the coordinator. act/mb: activations one in-flight micro-batch keeps with every block recomputed | "
+      "with none; activations: the stage's total for the recompute shown, at its peak in-flight micro-batches (mb))\n");
   return out;
 }
 

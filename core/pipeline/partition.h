@@ -17,21 +17,24 @@
 // only: balancing by it put 2 double blocks alone against 4 single ones, and the measured pipeline bubble
 // rose from 0.16 to 0.27 (BENCHMARKS.md, bench_pipeline).
 //
-// Memory model (an ESTIMATE for planning, not a measurement; real use adds allocator slack):
-//   frozen   = frozen params held by the stage (`params`) x bytes_per_param
+// Memory model (an ESTIMATE for planning; bench/bench_memory holds it to measured peaks on CPU):
+//   weights  = the stage's frozen parameters, each FrozenParamBytes: block linears 1 byte/element + an fp32
+//              scale per output row under `quantize: int8|fp8`, everything else bytes_per_param (stage_memory.h)
 //   lora     = LoRA params on the stage's blocks x 4 bytes (fp32) x 2 (weight + gradient); the optimizer
-//              state lives on the coordinator, not on stages
-//   act      = (in_flight x blocks + kBlockWorkingFactor) x A, with A = tokens_per_micro_batch x D x
-//              activation_bytes: per-block recompute keeps, for each in-flight micro-batch, the input of
-//              every block of this stage (its checkpoints), plus one block's full forward+backward
-//              working set (~32 hidden-sized tensors per token; assumes a
-//              flash/memory-efficient attention kernel, i.e. no seq^2 term). in_flight is the schedule's
-//              peak for that stage (1F1B: min(p-s, m); GPipe: m). This is what the stage worker's
-//              per-block recompute (Flux2Stage::ForwardCheckpointed / BackwardFromCheckpoints) holds.
-//              Without recompute every in-flight micro-batch keeps every block's graph:
-//              act = in_flight x blocks x kBlockWorkingFactor x A.
-//   overhead = overhead_bytes (CUDA context, communication buffers, fragmentation)
-//   est_memory_bytes = frozen + lora + act + overhead
+//              state (AdamW's two moments) lives on the coordinator, not on stages
+//   act      = per in-flight micro-batch, with A = tokens_per_micro_batch x D x activation_bytes: a block
+//              run with its graph keeps ~kBlockWorkingFactor x A (every intermediate of its forward); a
+//              recomputed block keeps only its input, 1 x A (its checkpoint), and the stage then needs one
+//              block's graph, kBlockWorkingFactor x A, while it recomputes. With r of the stage's n blocks
+//              recomputed (the first r, see Flux2Stage::ForwardCheckpointed):
+//                act = in_flight x (r + (n - r) x kBlockWorkingFactor) x A + (r > 0 ? kBlockWorkingFactor x A : 0)
+//              in_flight is the schedule's peak for that stage (1F1B: min(p-s, m); GPipe: m). Assumes a
+//              flash/memory-efficient attention kernel (no seq^2 term).
+//   overhead = the device's fixed per-process cost (DeviceProcessBytes: measured on CPU, estimated on CUDA),
+//              unless overhead_bytes overrides it
+//   est_memory_bytes = weights + lora + act + overhead
+// Recompute: `recompute: true` recomputes every block (r = n), false none (r = 0), auto the smallest r with
+// which the stage fits its budget (0 without a budget); the compute cost counts the r recomputed forwards.
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -43,6 +46,8 @@
 
 #include "core/model/flux2_config.h"
 #include "core/pipeline/schedule.h"
+#include "core/pipeline/stage_memory.h"
+#include "core/quant/weight_quant.h"
 
 namespace baton {
 
@@ -56,9 +61,15 @@ struct StageSpec {
   bool has_head = false;       // norm_out.linear + proj_out
   double cost = 0;             // MACs per micro-batch training step (see cost model)
   int64_t params = 0;          // frozen parameters held
-  int64_t param_bytes = 0;     // params x bytes_per_param
+  int64_t param_bytes = 0;     // the `weights` term: their bytes (quantized where `quantize` says)
   int64_t lora_params = 0;
-  int64_t activation_bytes = 0;  // the `act` term of the memory model
+  int64_t lora_bytes = 0;        // the `lora` term (weight + gradient, fp32)
+  int in_flight = 0;             // peak micro-batches held at once under the schedule
+  int64_t recompute_blocks = 0;  // the first this-many blocks of the stage are recomputed (0 = none)
+  int64_t activation_bytes = 0;  // the `act` term of the memory model, with recompute_blocks
+  int64_t activation_bytes_per_mb_no_recompute = 0;  // one in-flight micro-batch's `act` share, r = 0
+  int64_t activation_bytes_per_mb_recompute = 0;     // the same with every block recomputed (r = n)
+  int64_t overhead_bytes = 0;
   int64_t est_memory_bytes = 0;
   int64_t budget_bytes = 0;  // 0 = unlimited
 };
@@ -67,18 +78,20 @@ struct PartitionOptions {
   int stages = 1;
   // Empty = unlimited; one entry = the same budget for every stage; else exactly one per stage.
   std::vector<int64_t> memory_budget_bytes;
-  int bytes_per_param = 2;  // frozen weights: bf16 = 2, fp32 = 4, int8/fp8 = 1
+  int bytes_per_param = 2;  // frozen weights' compute dtype: bf16 = 2, fp32 = 4 (1 = everything 8-bit)
+  WeightQuant quantize = WeightQuant::kNone;  // block linears in 8 bits (int8/fp8), the rest bytes_per_param
   int64_t lora_rank = 16;
   // false: diffusers' FLUX.2 defaults (double: to_q/k/v, to_out.0; single: to_qkv_mlp_proj, to_out).
   // true: every block linear (adds add_q/k/v_proj, to_add_out and both feed-forwards of double blocks).
   bool all_linear = false;
-  int64_t tokens_per_micro_batch = 4608;      // (image + text tokens) x samples: 1024x1024 + 512 text tokens
-  int64_t text_tokens_per_micro_batch = 512;  // the text part of tokens_per_micro_batch
-  bool recompute = true;                      // the cost model counts the recomputed forward
-  int activation_bytes = 2;                   // bf16 activations
+  int64_t tokens_per_micro_batch = 4608;              // (image + text tokens) x samples: 1024x1024 + 512 text tokens
+  int64_t text_tokens_per_micro_batch = 512;          // the text part of tokens_per_micro_batch
+  RecomputePolicy recompute = RecomputePolicy::kAll;  // see "Recompute" above
+  int activation_bytes = 2;                           // bf16 activations
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int micro_batches = 0;  // for the in-flight term; 0 = assume >= stages
-  int64_t overhead_bytes = 1000'000'000;
+  PlanDevice device = PlanDevice::kCuda;
+  int64_t overhead_bytes = -1;  // -1: the device's fixed per-process cost (DeviceProcessBytes)
 };
 
 struct Plan {
@@ -100,9 +113,11 @@ int64_t SingleBlockLoraParams(const Flux2Config& config, int64_t rank, bool all_
 // stages < 1 or > number of blocks, wrong budget count, negative budgets, bytes_per_param not in 1..4.
 absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOptions& options);
 
-// MACs of one micro-batch's training step on blocks [begin, end) plus the embedders / head (cost model).
+// MACs of one micro-batch's training step on blocks [begin, end) plus the embedders / head (cost model),
+// with the first `recompute_blocks` blocks recomputed (-1: as options.recompute says for all blocks, i.e. all
+// of them under true, none otherwise).
 double StageComputeCost(const Flux2Config& config, const PartitionOptions& options, int64_t block_begin,
-                        int64_t block_end, bool embedders, bool head);
+                        int64_t block_end, bool embedders, bool head, int64_t recompute_blocks = -1);
 
 // Human table: stage, blocks ("double 0-7, single 0-11"), params, memory estimate vs budget, compute share.
 std::string RenderPlan(const Flux2Config& config, const Plan& plan);

@@ -54,7 +54,7 @@ int64_t SplitParams(const Flux2Config& c, int k, int p, int64_t i, int64_t j) {
   int64_t params = 0;
   for (int64_t b = i; b < j; ++b) params += c.IsDoubleBlock(b) ? c.DoubleBlockParams() : c.SingleBlockParams();
   if (k == 0) params += c.EmbedderParams();
-  if (k == p - 1) params += c.HeadParams();
+  if (k == p - 1) params += c.inner_dim() * c.out_dim();  // proj_out; norm_out.linear is the shell's
   return params;
 }
 
@@ -86,9 +86,8 @@ TEST(PartitionTest, TwoStagesOfDevBalanceWithinOneBlock) {
   EXPECT_LE(diff, SplitCost(dev, 1, 3, 20, 21));  // one (middle) block
   // 28 blocks each: all 8 double blocks and 20 single blocks on stage 0.
   EXPECT_EQ(plan->stages[0].block_end, 28);
-  // Every frozen parameter except the coordinator's shell is on some stage; norm_out.linear is on both.
-  const int64_t d = dev.inner_dim();
-  EXPECT_EQ(plan->stages[0].params + plan->stages[1].params, dev.TotalParams() - dev.ShellParams() + 2 * d * d);
+  // Every frozen parameter except the coordinator's shell (norm_out.linear included) is on exactly one stage.
+  EXPECT_EQ(plan->stages[0].params + plan->stages[1].params, dev.TotalParams() - dev.ShellParams());
   // ...so memory, which follows parameters, is not balanced: stage 0 holds the double blocks' second stream.
   EXPECT_GT(plan->stages[0].param_bytes, plan->stages[1].param_bytes * 5 / 4);
 }
@@ -105,7 +104,7 @@ TEST(PartitionTest, DoubleAndSingleBlocksCostTheSameComputeButNotTheSameMemory) 
   EXPECT_GT(dev.DoubleBlockParams(), 2 * dev.SingleBlockParams() * 99 / 100);
   // Recompute adds one forward to the two passes of a block.
   PartitionOptions no_rc;
-  no_rc.recompute = false;
+  no_rc.recompute = RecomputePolicy::kNone;
   EXPECT_NEAR(StageComputeCost(dev, no_rc, 0, 1, false, false) * 3, 2 * dbl, 1e-9 * dbl);
 }
 
@@ -225,7 +224,8 @@ TEST(PartitionTest, MemoryEstimateFollowsTheDocumentedFormula) {
     const StageSpec& s = one_f->stages[k];
     const int64_t blocks = s.block_end - s.block_begin;
     EXPECT_EQ(s.activation_bytes, ((4 - k) * blocks + kBlockWorkingFactor) * unit);
-    EXPECT_EQ(s.est_memory_bytes, s.param_bytes + s.lora_params * 8 + s.activation_bytes + o.overhead_bytes);
+    EXPECT_EQ(s.overhead_bytes, kCudaProcessBytes);  // the default device: cuda, an estimate
+    EXPECT_EQ(s.est_memory_bytes, s.param_bytes + s.lora_params * 8 + s.activation_bytes + s.overhead_bytes);
     EXPECT_EQ(s.param_bytes, s.params * 2);
     // Same split (costs decide it), but GPipe keeps all 16 micro-batches' inputs alive.
     EXPECT_EQ(gpipe->stages[k].block_end, s.block_end);
@@ -234,7 +234,7 @@ TEST(PartitionTest, MemoryEstimateFollowsTheDocumentedFormula) {
   }
   // Without recompute every in-flight micro-batch keeps every block's graph.
   o = Stages(4);
-  o.recompute = false;
+  o.recompute = RecomputePolicy::kNone;
   auto no_rc = PartitionFlux2(dev, o);
   ASSERT_TRUE(no_rc.ok());
   for (int k = 0; k < 4; ++k) {
@@ -299,6 +299,109 @@ TEST(PartitionTest, RenderPlanShowsOneRowPerStageAndFlagsOverBudget) {
   auto fits = PartitionFlux2(dev, Stages(4, {24 * kGB}));
   ASSERT_TRUE(fits.ok());
   EXPECT_EQ(RenderPlan(dev, *fits).find("OVER"), std::string::npos);
+}
+
+// Under quantize: int8 the block linears take 1 byte per weight plus an fp32 scale per output row; norms,
+// embedders and the head stay in the compute dtype. Checked against the layer shapes of one single block
+// (to_qkv_mlp_proj D -> 3D+2M and to_out D+M -> D, no bias; q/k RMSNorm scales of head_dim each).
+TEST(PartitionTest, QuantizedWeightsAreSizedPerParameter) {
+  const Flux2Config dev = LoadModel("flux2-dev");
+  const int64_t d = dev.inner_dim(), m = dev.mlp_hidden_dim(), dh = dev.attention_head_dim;
+  const FrozenSizes bf16 = ComputeFrozenSizes(dev, WeightQuant::kNone, 2);
+  const FrozenSizes int8 = ComputeFrozenSizes(dev, WeightQuant::kInt8, 2);
+  const int64_t last = dev.num_blocks() - 1;
+  EXPECT_EQ(int8.block_params[last], dev.SingleBlockParams());
+  EXPECT_EQ(int8.block_bytes[last], d * (3 * d + 2 * m) + (3 * d + 2 * m) * 4 + (d + m) * d + d * 4 + 2 * dh * 2);
+  EXPECT_EQ(bf16.block_bytes[last], dev.SingleBlockParams() * 2);
+  EXPECT_EQ(int8.embed_bytes, bf16.embed_bytes);  // embedders and head are never quantized
+  EXPECT_EQ(int8.head_bytes, d * dev.out_dim() * 2);
+}
+
+// The headline: FLUX.2-dev on two 24 GB cards with int8 block weights. bf16 does not fit.
+TEST(PartitionTest, DevWithInt8WeightsFitsTwo24GBCards) {
+  const Flux2Config dev = LoadModel("flux2-dev");
+  PartitionOptions o = Stages(2, {24 * kGB});
+  o.quantize = WeightQuant::kInt8;
+  o.recompute = RecomputePolicy::kAuto;
+  auto plan = PartitionFlux2(dev, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->fits) << plan->message;
+  for (const StageSpec& s : plan->stages) {
+    EXPECT_LE(s.est_memory_bytes, 24 * kGB) << "stage " << s.index;
+    EXPECT_LT(s.param_bytes, 17 * kGB) << "stage " << s.index;  // ~32 B params / 2, at ~1 byte each
+    EXPECT_GT(s.recompute_blocks, 0) << "stage " << s.index << ": without recompute the graphs need ~100 GB";
+  }
+  o.quantize = WeightQuant::kNone;
+  auto bf16 = PartitionFlux2(dev, o);
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_FALSE(bf16->fits);
+}
+
+// recompute: auto recomputes the fewest leading blocks with which each stage fits: none without a budget,
+// and with one, r such that r fits and r - 1 would not (the act formula of partition.h, computed here).
+TEST(PartitionTest, AutoRecomputeTakesTheFewestBlocksThatFit) {
+  const Flux2Config klein = LoadModel("flux2-klein-4b");
+  PartitionOptions o = Stages(2);
+  o.recompute = RecomputePolicy::kAuto;
+  auto free = PartitionFlux2(klein, o);
+  ASSERT_TRUE(free.ok());
+  for (const StageSpec& s : free->stages) EXPECT_EQ(s.recompute_blocks, 0);
+  o.recompute = RecomputePolicy::kNone;
+  auto none = PartitionFlux2(klein, o);
+  ASSERT_TRUE(none.ok());
+  EXPECT_DOUBLE_EQ(none->max_cost, free->max_cost);  // same work as no recompute
+
+  const int64_t unit = o.tokens_per_micro_batch * klein.inner_dim() * o.activation_bytes;
+  for (int64_t budget : {8 * kGB, 12 * kGB, 60 * kGB}) {
+    o = Stages(2, {budget});
+    o.recompute = RecomputePolicy::kAuto;
+    auto plan = PartitionFlux2(klein, o);
+    ASSERT_TRUE(plan.ok());
+    ASSERT_TRUE(plan->fits) << budget << ": " << plan->message;
+    for (const StageSpec& s : plan->stages) {
+      const int64_t n = s.block_end - s.block_begin, r = s.recompute_blocks;
+      auto act = [&](int64_t rr) {
+        return (s.in_flight * (rr + (n - rr) * kBlockWorkingFactor) + (rr > 0 ? kBlockWorkingFactor : 0)) * unit;
+      };
+      EXPECT_EQ(s.activation_bytes, act(r)) << budget;
+      const int64_t fixed = s.est_memory_bytes - s.activation_bytes;
+      EXPECT_LE(fixed + act(r), budget);
+      if (r > 0) {
+        EXPECT_GT(fixed + act(r - 1), budget) << "stage " << s.index << " recomputes more than it must";
+      }
+      // The cost counts the recomputed forwards: between no recompute and full recompute of the stage.
+      EXPECT_GE(s.cost, StageComputeCost(klein, o, s.block_begin, s.block_end, s.has_embedders, s.has_head, 0));
+      EXPECT_EQ(s.cost, StageComputeCost(klein, o, s.block_begin, s.block_end, s.has_embedders, s.has_head, r));
+    }
+  }
+  // 12 GB forces recompute somewhere (no recompute needs ~27 GB on stage 0), 60 GB fits without.
+  auto at = [&](int64_t budget) {
+    PartitionOptions q = Stages(2, {budget});
+    q.recompute = RecomputePolicy::kAuto;
+    return PartitionFlux2(klein, q)->stages;
+  };
+  EXPECT_GT(at(12 * kGB)[0].recompute_blocks + at(12 * kGB)[1].recompute_blocks, 0);
+  EXPECT_EQ(at(60 * kGB)[0].recompute_blocks + at(60 * kGB)[1].recompute_blocks, 0);
+}
+
+TEST(PartitionTest, OverheadIsTheDevicesFixedCost) {
+  const Flux2Config klein = LoadModel("flux2-klein-4b");
+  PartitionOptions o = Stages(1);
+  o.device = PlanDevice::kCpu;
+  auto cpu = PartitionFlux2(klein, o);
+  o.device = PlanDevice::kCuda;
+  auto cuda = PartitionFlux2(klein, o);
+  o.overhead_bytes = 7;
+  auto fixed = PartitionFlux2(klein, o);
+  ASSERT_TRUE(cpu.ok() && cuda.ok() && fixed.ok());
+  EXPECT_EQ(cpu->stages[0].overhead_bytes, kCpuProcessBytes);
+  EXPECT_EQ(cuda->stages[0].overhead_bytes, kCudaProcessBytes);
+  EXPECT_EQ(fixed->stages[0].overhead_bytes, 7);
+  EXPECT_EQ(cuda->stages[0].est_memory_bytes - cpu->stages[0].est_memory_bytes, kCudaProcessBytes - kCpuProcessBytes);
+  EXPECT_FALSE(ParsePlanDevice("tpu").ok());
+  EXPECT_TRUE(ParsePlanDevice("cuda:1").ok());
+  EXPECT_FALSE(ParseRecomputePolicy("yes").ok());
+  EXPECT_EQ(*ParseRecomputePolicy("true"), RecomputePolicy::kAll);
 }
 
 TEST(PartitionTest, ParsesByteSizes) {

@@ -285,7 +285,21 @@ absl::StatusOr<at::Tensor> SafetensorsFile::Load(const std::string& key, at::Sca
                                        if (dtype != at::ScalarType::Undefined && dtype != stored) out = out.to(dtype);
                                      }),
                            absl::StrCat(path_, ": tensor '", key, "'")));
+  ReleaseMappedPages(src, nbytes);
   return out;
+}
+
+void SafetensorsFile::ReleaseMappedPages(const uint8_t* src, uint64_t nbytes) {
+  if (nbytes == 0) return;
+  // The copy above is what the caller keeps; the mapping's pages of this tensor would otherwise stay
+  // resident in this process too, holding the weights twice (a stage's RSS was anonymous copy + file
+  // pages). MADV_DONTNEED on a read-only private file mapping only unmaps them from this process: the
+  // file's pages stay in the page cache (shared, reclaimable) and a later read faults them back in, so
+  // it is safe for the partial pages shared with neighbouring tensors or the header too.
+  static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(src) & ~(kPage - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(src) + nbytes + kPage - 1) & ~(kPage - 1);
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 absl::StatusOr<std::string> SerializeSafetensors(const std::map<std::string, at::Tensor>& tensors,

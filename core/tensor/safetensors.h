@@ -41,11 +41,13 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   // Copies one tensor out of the mapping into an owned CPU tensor, converting to `dtype` when given
-  // (at::ScalarType::Undefined keeps the stored dtype). Only this tensor's pages are read.
+  // (at::ScalarType::Undefined keeps the stored dtype). Only this tensor's pages are read, and they are
+  // released from this process once copied: the process holds the weights once (the copy), not twice.
   absl::StatusOr<at::Tensor> Load(const std::string& key, at::ScalarType dtype = at::ScalarType::Undefined) const;
 
  private:
   SafetensorsFile() = default;
+  static void ReleaseMappedPages(const uint8_t* src, uint64_t nbytes);
   std::string path_;
   int fd_ = -1;
   void* map_ = nullptr;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -366,6 +367,47 @@ TEST(SafetensorsTest, LoadAllReturnsEveryTensor) {
   ASSERT_EQ(all->size(), 2u);
   EXPECT_TRUE(at::equal(all->at("a"), tensors.at("a")));
   EXPECT_TRUE(at::equal(all->at("b"), tensors.at("b")));
+}
+
+// kB of one "Name:  123 kB" line of /proc/self/status (-1 when absent, e.g. not Linux).
+int64_t StatusKb(const std::string& name) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + ":", 0) == 0) return std::stoll(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
+// A stage must hold its frozen weights once: loading N bytes of tensors grows the process by ~N (the owned
+// copies), not ~2N (copies + the mapping's file pages, which is what a 2-stage klein-4B run showed).
+// RssFile is the direct measure: the file pages this process maps. It must not grow by more than a
+// quarter of the weights (page-granular slack); the total must stay under 1.3x (anonymous copies are
+// exactly 1x; the bound leaves room for allocator noise, not for a second copy).
+TEST(SafetensorsTest, LoadedWeightsAreResidentOnce) {
+  if (StatusKb("RssFile") < 0) GTEST_SKIP() << "no /proc/self/status RssFile";
+  constexpr int kTensors = 8;
+  constexpr int64_t kRows = 2048, kCols = 2048;  // 16 MiB fp32 each, 128 MiB in all
+  const std::string path = JoinPath(TestDir(), "big.safetensors");
+  {
+    std::map<std::string, at::Tensor> tensors;
+    for (int i = 0; i < kTensors; ++i) tensors[absl::StrCat("w", i)] = at::full({kRows, kCols}, 1.0f + i);
+    ASSERT_TRUE(WriteSafetensors(path, tensors).ok());
+  }
+  const double weights_kb = kTensors * kRows * kCols * 4 / 1024.0;
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const int64_t rss0 = StatusKb("VmRSS"), file0 = StatusKb("RssFile");
+  std::vector<at::Tensor> kept;
+  for (int i = 0; i < kTensors; ++i) {
+    auto t = (*f)->Load(absl::StrCat("w", i));
+    ASSERT_TRUE(t.ok()) << t.status();
+    kept.push_back(*t);
+  }
+  const int64_t rss1 = StatusKb("VmRSS"), file1 = StatusKb("RssFile");
+  EXPECT_LT(static_cast<double>(file1 - file0), 0.25 * weights_kb) << "mapped file pages stayed resident";
+  EXPECT_LT(static_cast<double>(rss1 - rss0), 1.3 * weights_kb) << "weights resident more than once";
+  for (int i = 0; i < kTensors; ++i) EXPECT_EQ(kept[i][kRows - 1][kCols - 1].item<float>(), 1.0f + i);
 }
 
 }  // namespace

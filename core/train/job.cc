@@ -96,7 +96,13 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   RETURN_IF_ERROR(r.Get(root, "schedule", &job.schedule));
   RETURN_IF_ERROR(
       r.Check(job.schedule == "gpipe" || job.schedule == "1f1b", root, "schedule", "must be gpipe or 1f1b"));
-  RETURN_IF_ERROR(r.Get(root, "recompute", &job.recompute));
+  if (root["recompute"].IsDefined() && !root["recompute"].IsNull()) {
+    std::string recompute;
+    RETURN_IF_ERROR(r.Get(root, "recompute", &recompute));
+    auto policy = ParseRecomputePolicy(recompute);
+    RETURN_IF_ERROR(r.Check(policy.ok(), root, "recompute", "must be auto, true or false"));
+    job.recompute = *policy;
+  }
   RETURN_IF_ERROR(r.Get(root, "wire_dtype", &job.wire_dtype));
   RETURN_IF_ERROR(r.Check(job.wire_dtype == "none" || job.wire_dtype == "bf16" || job.wire_dtype == "fp8", root,
                           "wire_dtype", "must be none, bf16 or fp8"));
@@ -214,7 +220,7 @@ absl::StatusOr<JobConfig> LoadJob(const std::string& path) {
 
 std::string JobHash(const JobConfig& j) {
   std::string s = absl::StrCat(j.model, "|", j.model_config, "|", j.lora.rank, "|", j.lora.alpha, "|", j.lora_targets,
-                               "|", j.lora.dropout, "|", j.seed, "|", j.dtype, "|", j.recompute);
+                               "|", j.lora.dropout, "|", j.seed, "|", j.dtype, "|", RecomputePolicyName(j.recompute));
   if (!j.init_lora.empty()) absl::StrAppend(&s, "|init_lora=", j.init_lora);
   if (j.wire_dtype != "none") absl::StrAppend(&s, "|wire_dtype=", j.wire_dtype);
   return absl::StrFormat("%016x", HashName(s));

@@ -8,7 +8,7 @@
 //   init_lora: ""                       # optional LoRA file to start from (same targets and rank as `lora`)
 //   optimizer: {lr: 1e-3, weight_decay: 0.0, betas: [0.9, 0.999], eps: 1e-8, clip: 1.0, warmup_steps: 0}
 //   timesteps: {sampling: none, logit_mean: 0.0, logit_std: 1.0, mode_scale: 1.29, shift: none, shift_steps: 50}
-//   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: true, seed: 42
+//   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: auto, seed: 42
 //   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
 //   encode: {images: data/, encoder_worker: host:5000, resolution: 1024}  # optional: build the cache first
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/lora/lora.h"
+#include "core/pipeline/stage_memory.h"
 
 namespace baton {
 
@@ -80,7 +81,9 @@ struct JobConfig {
   int64_t batch_size = 1;
   int64_t micro_batches = 1;
   std::string schedule = "1f1b";  // gpipe | 1f1b
-  bool recompute = true;
+  // auto: the planner recomputes the first blocks of a stage only where its memory budget requires it;
+  // true: every block (per-block activation checkpointing); false: none.
+  RecomputePolicy recompute = RecomputePolicy::kAuto;
   // Activations and their gradients between stages: none (exact) | bf16 | fp8 (per-token scale); lossy,
   // for slow links (rpc/wire_compression.h).
   std::string wire_dtype = "none";
