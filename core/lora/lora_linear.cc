@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/quant/quantize_tensor.h"
+
 namespace baton {
 
 uint64_t MixSeed(uint64_t a, uint64_t b) {
@@ -23,8 +25,26 @@ uint64_t HashName(const std::string& s) {
 }
 
 LoraLinearImpl::LoraLinearImpl(int64_t in_features, int64_t out_features, const at::TensorOptions& options)
-    : in_features_(in_features), out_features_(out_features) {
+    : in_features_(in_features), out_features_(out_features), compute_dtype_(options.dtype().toScalarType()) {
   weight = register_parameter("weight", at::empty({out_features, in_features}, options), /*requires_grad=*/false);
+}
+
+at::Tensor LoraLinearImpl::frozen_weight() const {
+  if (quant_ == WeightQuant::kNone) return weight;
+  return DequantizeWeight(weight, weight_scale, compute_dtype_);
+}
+
+void LoraLinearImpl::UseQuantizedWeight(WeightQuant q) {
+  TORCH_CHECK(q != WeightQuant::kNone && quant_ == WeightQuant::kNone, "UseQuantizedWeight: bad call");
+  const at::Device device = weight.device();
+  // parameters_ is the Module's own registry (public in libtorch); erasing drops the full-precision tensor
+  // before it was ever written, so its pages were never touched.
+  parameters_.erase("weight");
+  weight = register_buffer("weight", at::empty({out_features_, in_features_},
+                                               at::TensorOptions().dtype(QuantStorageDtype(q)).device(device)));
+  weight_scale =
+      register_buffer("weight_scale", at::empty({out_features_}, at::TensorOptions(at::kFloat).device(device)));
+  quant_ = q;
 }
 
 void LoraLinearImpl::AttachLora(int64_t rank, double alpha, double dropout, uint64_t init_seed) {
