@@ -136,6 +136,7 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.set_dtype(job.dtype);
   req.set_device(i < static_cast<int>(job.devices.size()) ? job.devices[i] : "cpu");
   req.set_recompute(job.recompute);
+  req.set_quantize(job.quantize);
   req.mutable_lora()->set_rank(static_cast<int32_t>(job.lora.rank));
   req.mutable_lora()->set_alpha(static_cast<float>(job.lora.alpha));
   for (const auto& t : job.lora.targets) req.mutable_lora()->add_targets(t);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/quant/quantize_tensor.h"
+#include "core/quant/quantized_matmul.h"
 
 namespace baton {
 
@@ -32,6 +33,11 @@ LoraLinearImpl::LoraLinearImpl(int64_t in_features, int64_t out_features, const 
 at::Tensor LoraLinearImpl::frozen_weight() const {
   if (quant_ == WeightQuant::kNone) return weight;
   return DequantizeWeight(weight, weight_scale, compute_dtype_);
+}
+
+at::Tensor LoraLinearImpl::frozen_matmul(const at::Tensor& x) const {
+  if (quant_ == WeightQuant::kNone) return at::matmul(x, frozen_weight().t());
+  return QuantizedMatmul(x, weight, weight_scale, compute_dtype_);
 }
 
 void LoraLinearImpl::UseQuantizedWeight(WeightQuant q) {
@@ -66,7 +72,7 @@ void LoraLinearImpl::AttachLora(int64_t rank, double alpha, double dropout, uint
 }
 
 at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
-  at::Tensor y = at::matmul(x, frozen_weight().t());
+  at::Tensor y = frozen_matmul(x);
   if (!lora_A_.defined()) return y;
   // The adapter path runs in the adapters' precision (fp32 masters; fp64 in gradient checks).
   at::Tensor h = x.to(at::promote_types(x.scalar_type(), lora_A_.scalar_type()));

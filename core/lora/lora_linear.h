@@ -40,6 +40,11 @@ class LoraLinearImpl : public torch::nn::Module {
   // with 8-bit storage (quantize: int8 | fp8), `weight` dequantized here, one layer at a time, so a
   // full-precision copy of a whole stage never exists (the temporary lives for one matmul).
   at::Tensor frozen_weight() const;
+  // x [..., in] · frozen_weight()ᵀ, as forward() computes it. With 8-bit storage the autograd graph keeps the
+  // 8-bit weight, not its dequantized copy (core/quant/quantized_matmul.h), so a stage trained without
+  // recompute still never holds a full-precision copy of its weights. Use this rather than
+  // matmul(x, frozen_weight().t()) wherever a graph may be recorded.
+  at::Tensor frozen_matmul(const at::Tensor& x) const;
 
   // Switches to 8-bit storage before any weight is loaded: the full-precision `weight` parameter is dropped
   // and `weight` becomes a buffer [out, in] int8 | float8_e4m3fn with a buffer `weight_scale` [out] fp32,

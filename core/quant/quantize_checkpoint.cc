@@ -4,12 +4,12 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_split.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "core/model/flux2_model.h"
 #include "core/quant/quantize_tensor.h"
@@ -163,8 +163,8 @@ class ProgressByBlock {
   }
   void Flush() {
     if (current_.empty() || !options_.progress) return;
-    options_.progress(absl::StrFormat("quantize: %s done (%d/%d blocks, %.1f MiB written so far)", current_,
-                                      ++done_, blocks_, static_cast<double>(bytes_) / (1 << 20)));
+    options_.progress(absl::StrFormat("quantize: %s done (%d/%d blocks, %.1f MiB written so far)", current_, ++done_,
+                                      blocks_, static_cast<double>(bytes_) / (1 << 20)));
     current_.clear();
   }
 
@@ -203,7 +203,8 @@ absl::Status WriteShard(const std::string& path, const std::vector<Planned>& ten
     }
     progress.Wrote(p);
   }
-  if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) return fail(absl::InternalError(absl::StrCat("cannot sync ", tmp)));
+  if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0)
+    return fail(absl::InternalError(absl::StrCat("cannot sync ", tmp)));
   std::fclose(f);
   return RenameDurable(tmp, path);
 }
@@ -240,8 +241,8 @@ absl::Status WriteQuantizedFlux2Checkpoint(const Flux2Checkpoint& ckpt, const st
   const Flux2Config& c = ckpt.config();
   ProgressByBlock progress(options, c.num_layers, c.num_blocks());
   if (shards.size() == 1) {
-    RETURN_IF_ERROR(WriteShard(JoinPath(out_dir, absl::StrCat(kStem, ".safetensors")), shards[0], metadata, source,
-                               progress));
+    RETURN_IF_ERROR(
+        WriteShard(JoinPath(out_dir, absl::StrCat(kStem, ".safetensors")), shards[0], metadata, source, progress));
   } else {
     nlohmann::ordered_json index;
     int64_t total = 0;

@@ -11,6 +11,7 @@
 #include "core/quant/quantize_checkpoint.h"
 #include "core/quant/quantize_module.h"
 #include "core/quant/quantize_tensor.h"
+#include "core/quant/quantized_matmul.h"
 #include "core/quant/stored_quant.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/tiny_flux2.h"
@@ -25,7 +26,8 @@ using test_util::MakeTinyInputs;
 using test_util::TinyFlux2Config;
 
 double RelErr(const at::Tensor& got, const at::Tensor& want) {
-  return (got.to(at::kDouble) - want.to(at::kDouble)).norm().item<double>() / want.to(at::kDouble).norm().item<double>();
+  return (got.to(at::kDouble) - want.to(at::kDouble)).norm().item<double>() /
+         want.to(at::kDouble).norm().item<double>();
 }
 
 // D = 256 (4 heads × 64) as bench_vs_pytorch, one double and one single block: widths where per-row scales
@@ -66,6 +68,20 @@ TEST(QuantizeTensorTest, Fp8KeepsThreeMantissaBits) {
   // are off by at most half their spacing 2^-9 · s.
   at::Tensor bound = at::maximum(w.abs() * (1.0 / 16), q.scale.unsqueeze(1) * std::ldexp(1.0, -10)) * (1 + 1e-5);
   EXPECT_TRUE(((back - w).abs() <= bound).all().item<bool>());
+}
+
+// The 8-bit autograd node against autograd through a plain matmul with the dequantized weight.
+TEST(QuantizeTensorTest, QuantizedMatmulMatchesMatmulOnTheDequantizedWeight) {
+  auto gen = at::detail::createCPUGenerator(4);
+  QuantizedWeight q = QuantizeWeight(at::randn({24, 40}, gen), WeightQuant::kInt8);
+  const at::Tensor x0 = at::randn({2, 5, 40}, gen), g = at::randn({2, 5, 24}, gen);
+  at::Tensor xa = x0.clone().requires_grad_(true), xb = x0.clone().requires_grad_(true);
+  at::Tensor ya = QuantizedMatmul(xa, q.data, q.scale, at::kFloat);
+  at::Tensor yb = at::matmul(xb, DequantizeWeight(q.data, q.scale, at::kFloat).t());
+  EXPECT_TRUE(at::equal(ya, yb));
+  ya.backward(g);
+  yb.backward(g);
+  EXPECT_TRUE(at::allclose(xa.grad(), xb.grad(), 1e-6, 1e-6));
 }
 
 // Builds a stage from the checkpoint in `dir` holding blocks [begin, end) and runs it on (img, txt).
@@ -146,6 +162,46 @@ TEST(QuantizeModuleTest, EightBitWeightsAreBuffersNotParameters) {
   for (const auto& [name, t] : LoraParameters(**stage)) EXPECT_EQ(t.scalar_type(), at::kFloat) << name;
 }
 
+// What a stage holds matches what the planner counts (FrozenParamBytes over IsQuantizedFlux2Param), and the
+// saving it reports: stages built on the meta device (shapes only), the tiny config and FLUX.2-dev in two
+// halves (blocks [0, n/2) + embedders, [n/2, n) + head), bf16 compute.
+TEST(QuantizeModuleTest, StageBytesMatchThePlannersCount) {
+  Flux2Config dev;   // defaults are FLUX.2-dev
+  Flux2Config demo;  // the demo's tiny pipeline (baton init-weights --pipeline tiny): D = 64, 2 + 4 blocks
+  demo.in_channels = 128;
+  demo.num_layers = 2;
+  demo.num_single_layers = 4;
+  demo.attention_head_dim = 16;
+  demo.num_attention_heads = 4;
+  demo.joint_attention_dim = 96;
+  demo.axes_dims_rope = {4, 4, 4, 4};
+  for (const Flux2Config& c : {TinyFlux2Config(), demo, dev}) {
+    const int64_t half = c.num_blocks() / 2;
+    for (Flux2StageRange range :
+         {Flux2StageRange{0, half, true, false}, Flux2StageRange{half, c.num_blocks(), false, true}}) {
+      Flux2Stage stage(c, range, at::TensorOptions().dtype(at::kBFloat16).device(at::kMeta));
+      const int64_t before = FrozenBytes(*stage);
+      int64_t planned = 0;
+      for (const auto& p : stage->named_parameters()) {
+        const auto shape = p.value().sizes().vec();
+        planned += FrozenParamBytes(shape, IsQuantizedFlux2Param(p.key(), shape), 2);
+      }
+      UseQuantizedFlux2Weights(*stage, WeightQuant::kInt8);
+      const int64_t after = FrozenBytes(*stage);
+      EXPECT_EQ(after, planned);
+      std::printf(
+          "[memory] D=%lld blocks [%lld, %lld): frozen weights bf16 %lld B (%.3f GiB) -> int8 %lld B (%.3f GiB), "
+          "%.1f%%\n",
+          static_cast<long long>(c.inner_dim()), static_cast<long long>(range.block_begin),
+          static_cast<long long>(range.block_end), static_cast<long long>(before), before / 1073741824.0,
+          static_cast<long long>(after), after / 1073741824.0, 100.0 * after / before);
+      if (c.inner_dim() == dev.inner_dim()) {
+        EXPECT_LT(after, 0.52 * before);  // blocks are ~all of the bytes
+      }
+    }
+  }
+}
+
 // `baton quantize` then load == quantize while loading, bit for bit; the file is what the README says.
 TEST(QuantizeCheckpointTest, PreQuantizedForwardIsBitwiseOnTheFly) {
   const Flux2Config c = TinyFlux2Config();
@@ -211,7 +267,8 @@ TEST(QuantizeCheckpointTest, MismatchedKindIsAClearError) {
   ASSERT_TRUE(WriteQuantizedFlux2Checkpoint(**src, JoinPath(dir, "int8"), options).ok());
   auto pre = Flux2Checkpoint::Open(JoinPath(dir, "int8"));
   ASSERT_TRUE(pre.ok());
-  auto stage = BuildFlux2Stage(**pre, Flux2StageRange::Full(c), at::kFloat, at::kCPU, nullptr, false, WeightQuant::kFp8);
+  auto stage =
+      BuildFlux2Stage(**pre, Flux2StageRange::Full(c), at::kFloat, at::kCPU, nullptr, false, WeightQuant::kFp8);
   ASSERT_FALSE(stage.ok());
   EXPECT_NE(stage.status().message().find("quantize: fp8 does not match"), absl::string_view::npos) << stage.status();
   EXPECT_NE(stage.status().message().find("pre-quantized as int8"), absl::string_view::npos);
@@ -259,7 +316,8 @@ TEST(QuantizeCheckpointTest, ReadsComfyScaledFp8SingleFiles) {
     EXPECT_LT(RelErr(linear->frozen_weight(), diffusers.at(name + ".weight")), 0.05);
   }
   // A ComfyUI layer in a format other than float8_e4m3fn is refused by name.
-  std::vector<uint8_t> record = {'{', '"', 'f', 'o', 'r', 'm', 'a', 't', '"', ':', '"', 'n', 'v', 'f', 'p', '4', '"', '}'};
+  std::vector<uint8_t> record = {'{', '"', 'f', 'o', 'r', 'm', 'a', 't', '"',
+                                 ':', '"', 'n', 'v', 'f', 'p', '4', '"', '}'};
   file["double_blocks.0.img_attn.proj.comfy_quant"] = at::tensor(at::ArrayRef<uint8_t>(record), at::kByte);
   ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "nvfp4.safetensors"), file).ok());
   auto bad = Flux2Checkpoint::Open(JoinPath(dir, "nvfp4.safetensors"), JoinPath(dir, "config.json"));

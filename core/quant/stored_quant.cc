@@ -11,7 +11,7 @@
 namespace baton {
 namespace {
 
-constexpr const char* kSideSuffixes[] = {".weight_scale", ".scale_weight", ".input_scale",   ".scale_input",
+constexpr const char* kSideSuffixes[] = {".weight_scale", ".scale_weight",   ".input_scale",    ".scale_input",
                                          ".comfy_quant",  ".weight_scale_2", ".pre_quant_scale"};
 
 std::string LayerOf(const std::string& weight_key) {
@@ -26,8 +26,9 @@ absl::Status CheckComfyQuantRecord(const SafetensorsFile& file, const std::strin
   bytes = bytes.contiguous();
   std::string text(reinterpret_cast<const char*>(bytes.data_ptr()), bytes.numel());
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  std::string format = (j.is_object() && j.contains("format") && j["format"].is_string()) ? j["format"].get<std::string>()
-                                                                                           : "<unreadable>";
+  std::string format = (j.is_object() && j.contains("format") && j["format"].is_string())
+                           ? j["format"].get<std::string>()
+                           : "<unreadable>";
   if (format != "float8_e4m3fn") {
     return absl::InvalidArgumentError(absl::StrCat(file.path(), ": layer '", LayerOf(weight_key),
                                                    "' uses ComfyUI quantization format '", format,
@@ -63,7 +64,8 @@ absl::StatusOr<std::pair<at::Tensor, at::Tensor>> LoadEightBitWeight(const Safet
     return absl::InvalidArgumentError(absl::StrCat(where, " is float8_e5m2; only float8_e4m3fn and int8 are read"));
   }
   if (entry.shape.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": 8-bit weights must be 2-D, got ", ShapeString(entry.shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": 8-bit weights must be 2-D, got ", ShapeString(entry.shape)));
   }
   RETURN_IF_ERROR(CheckComfyQuantRecord(file, weight_key));
   ASSIGN_OR_RETURN(at::Tensor scale, scale_file.Load(scale_key, at::kFloat));
@@ -71,9 +73,9 @@ absl::StatusOr<std::pair<at::Tensor, at::Tensor>> LoadEightBitWeight(const Safet
   if (scale.numel() == 1 && scale.dim() <= 1) {
     scale = scale.reshape({1}).expand({rows}).contiguous();  // per tensor → per row
   } else if (scale.dim() != 1 || scale.size(0) != rows) {
-    return absl::InvalidArgumentError(absl::StrCat(scale_file.path(), ": scale '", scale_key, "' has shape ",
-                                                   ShapeString(scale.sizes()), "; only a per-tensor ([] or [1]) or per-row ([",
-                                                   rows, "]) scale is supported (block-wise scales are not)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        scale_file.path(), ": scale '", scale_key, "' has shape ", ShapeString(scale.sizes()),
+        "; only a per-tensor ([] or [1]) or per-row ([", rows, "]) scale is supported (block-wise scales are not)"));
   }
   ASSIGN_OR_RETURN(at::Tensor data, file.Load(weight_key));
   return std::make_pair(std::move(data), std::move(scale));
