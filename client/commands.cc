@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "client/debug_commands.h"
+#include "client/quantize_command.h"
 #include "client/tokenize_command.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
@@ -111,7 +112,9 @@ absl::Status Forward(const Args& args) {
     return absl::InvalidArgumentError("img_ids / txt_ids rows must match the image / text sequence lengths");
   }
   ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*ckpt, dtype, at::kCPU));
-  ASSIGN_OR_RETURN(Flux2Stage stage, BuildFlux2Stage(*ckpt, Flux2StageRange::Full(c), dtype, at::kCPU, nullptr, false));
+  ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(args.Get("quantize")));
+  ASSIGN_OR_RETURN(Flux2Stage stage,
+                   BuildFlux2Stage(*ckpt, Flux2StageRange::Full(c), dtype, at::kCPU, nullptr, false, quant));
   if (args.Has("lora")) {
     ASSIGN_OR_RETURN(double lora_scale, args.GetDouble("lora-scale"));
     ASSIGN_OR_RETURN(auto lora, LoadLoraFile(args.Get("lora")));
@@ -304,6 +307,8 @@ const std::vector<Command>& AllCommands() {
         {"output", "output safetensors (key 'output')", "", true},
         {"config", "config.json for a BFL single file"},
         {"dtype", "compute dtype: fp32 | bf16", "fp32"},
+        {"quantize", "blocks' frozen Linear weights: none | int8 | fp8 (a pre-quantized --model is used as stored)",
+         "none"},
         {"lora", "LoRA file to apply: diffusers/PEFT or BFL/ComfyUI keys"},
         {"lora-scale", "multiplier on the LoRA's own alpha/r (diffusers' adapter weight)", "1.0"}},
        Forward},
@@ -344,6 +349,7 @@ const std::vector<Command>& AllCommands() {
       DecodeImageCommand(),
       SampleTimestepsCommand(),
       TokenizeCommand(),
+      QuantizeCommand(),
   };
   return *commands;
 }

@@ -27,6 +27,7 @@
 #include "core/pipeline/partition.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/stage_io.h"
+#include "core/quant/weight_quant.h"
 #include "core/train/adamw.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
@@ -82,6 +83,7 @@ absl::StatusOr<Plan> PlanStages(const JobConfig& job, const Flux2Config& config,
   PartitionOptions popts;
   popts.stages = stages;
   popts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
+  ASSIGN_OR_RETURN(popts.quantize, ParseWeightQuant(job.quantize));
   popts.lora_rank = job.lora.rank;
   popts.micro_batches = static_cast<int>(job.micro_batches);
   ASSIGN_OR_RETURN(popts.schedule, ParseScheduleKind(job.schedule));
@@ -141,6 +143,7 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   // The planner's per-stage decision (recompute: auto decides from the budget; true = all, false = none).
   req.set_recompute(spec.recompute_blocks > 0);
   req.set_recompute_blocks(static_cast<int32_t>(spec.recompute_blocks));
+  req.set_quantize(job.quantize);
   req.mutable_lora()->set_rank(static_cast<int32_t>(job.lora.rank));
   req.mutable_lora()->set_alpha(static_cast<float>(job.lora.alpha));
   for (const auto& t : job.lora.targets) req.mutable_lora()->add_targets(t);

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "core/lora/lora.h"
+#include "core/quant/quantize_module.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
 #include "core/util/log.h"
@@ -74,8 +75,9 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   spec.targets.assign(req.lora().targets().begin(), req.lora().targets().end());
   spec.dropout = req.lora().dropout();
   spec.seed = req.seed();
+  ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(req.quantize().empty() ? "none" : req.quantize()));
   Flux2StageRange range{req.block_begin(), req.block_end(), req.has_embedders(), req.has_head()};
-  ASSIGN_OR_RETURN(stage_, BuildFlux2Stage(*checkpoint_, range, dtype_, device_, &spec, /*train=*/true));
+  ASSIGN_OR_RETURN(stage_, BuildFlux2Stage(*checkpoint_, range, dtype_, device_, &spec, /*train=*/true, quant));
   config_ = req;
   const absl::Duration timeout = options_.wait_timeout;
   if (!req.next_address().empty()) {
@@ -95,14 +97,13 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     numel += p.numel();
   }
   response.set_num_lora_params(numel);
-  uint64_t bytes = 0;
-  for (const auto& p : stage_->parameters()) bytes += p.numel() * p.element_size();
+  const uint64_t bytes = static_cast<uint64_t>(FrozenBytes(*stage_));  // 8-bit weights are buffers
   response.set_loaded_bytes(bytes);
   configured_ = true;
   LogInfo(name(), ": configured blocks [", req.block_begin(), ", ", req.block_end(), ")",
           req.has_embedders() ? " + embedders" : "", req.has_head() ? " + head" : "", ", ",
-          response.lora_param_names_size(), " LoRA tensors, ", bytes >> 20, " MiB of weights, recompute ",
-          req.recompute() ? "on" : "off");
+          response.lora_param_names_size(), " LoRA tensors, ", bytes >> 20, " MiB of frozen weights (quantize ",
+          WeightQuantName(quant), "), recompute ", req.recompute() ? "on" : "off");
   return response;
 }
 

@@ -59,6 +59,45 @@ TEST(ClientTest, InitWeightsThenForwardMatchesTheLibraryInBothFormats) {
   EXPECT_EQ(RunClient({"forward", "--bogus"}), 2);
 }
 
+// `baton quantize` from a BFL single file, then `baton forward` on the result == `baton forward --quantize`
+// on the source, bit for bit; fp8 over the int8 folder is refused (exit 1).
+TEST(ClientTest, QuantizeThenForwardEqualsForwardQuantize) {
+  std::string dir = test_util::MakeTempDir("client_quant");
+  Flux2Config c = test_util::TinyFlux2Config();
+  const std::string config = JoinPath(dir, "config.json");
+  ASSERT_TRUE(WriteFileAtomic(config, Flux2ConfigToJson(c)).ok());
+  const std::string bfl = JoinPath(dir, "flux2.safetensors");
+  ASSERT_EQ(RunClient({"init-weights", "--config", config, "--out", bfl, "--seed", "2", "--format", "bfl"}), 0);
+  auto in = test_util::MakeTinyInputs(c, 1, 2, 3, 4, 6);
+  const std::string inputs = JoinPath(dir, "in.safetensors");
+  ASSERT_TRUE(WriteSafetensors(inputs, {{"hidden_states", in.hidden_states},
+                                        {"encoder_hidden_states", in.encoder_hidden_states},
+                                        {"timestep", in.timestep},
+                                        {"guidance", in.guidance},
+                                        {"img_ids", in.img_ids},
+                                        {"txt_ids", in.txt_ids}})
+                  .ok());
+  const std::string q = JoinPath(dir, "int8");
+  ASSERT_EQ(RunClient({"quantize", "--model", bfl, "--config", config, "--out", q, "--quantize", "int8"}), 0);
+  ASSERT_EQ(RunClient({"forward", "--model", bfl, "--config", config, "--inputs", inputs, "--output",
+                       JoinPath(dir, "a.safetensors"), "--quantize", "int8"}),
+            0);
+  ASSERT_EQ(RunClient({"forward", "--model", q, "--inputs", inputs, "--output", JoinPath(dir, "b.safetensors")}), 0);
+  ASSERT_EQ(RunClient({"forward", "--model", bfl, "--config", config, "--inputs", inputs, "--output",
+                       JoinPath(dir, "full.safetensors")}),
+            0);
+  auto a = LoadAllSafetensors(JoinPath(dir, "a.safetensors"));
+  auto b = LoadAllSafetensors(JoinPath(dir, "b.safetensors"));
+  auto full = LoadAllSafetensors(JoinPath(dir, "full.safetensors"));
+  ASSERT_TRUE(a.ok() && b.ok() && full.ok());
+  EXPECT_TRUE(at::equal(a->at("output"), b->at("output")));
+  EXPECT_FALSE(at::equal(a->at("output"), full->at("output")));
+  EXPECT_EQ(RunClient({"forward", "--model", q, "--inputs", inputs, "--output", JoinPath(dir, "c.safetensors"),
+                       "--quantize", "fp8"}),
+            1);
+  EXPECT_EQ(RunClient({"quantize", "--model", q, "--out", JoinPath(dir, "x"), "--quantize", "none"}), 1);
+}
+
 TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {
   const std::string config = JoinPath(test_util::SourceDir(), "configs/models/flux2-dev.json");
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB"}), 1);

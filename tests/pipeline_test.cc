@@ -200,6 +200,25 @@ TEST_F(PipelineTest, AutoRecomputeUnderABudgetMatchesTrainLocal) {
   ExpectSameLora("ref_auto", "pp_auto");
 }
 
+// quantize: int8 reaches every stage worker (through ConfigureRequest.quantize): two stages quantize their own
+// blocks while loading and train exactly as train-local's int8 run, and differently from the fp32 base.
+TEST_F(PipelineTest, Int8StagesMatchTrainLocalInt8) {
+  JobConfig job = Job("1f1b", true);
+  job.quantize = "int8";
+  auto local = RunLocalTraining(job, JoinPath(*dir_, "ref_int8"), 0);
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto pipe = RunCoordinator(job, Options(2, "pp_int8"));
+  ASSERT_TRUE(pipe.ok()) << pipe.status();
+  auto full = RunLocalTraining(Job("1f1b", true), JoinPath(*dir_, "ref_full"), 0);
+  ASSERT_TRUE(full.ok());
+  ASSERT_EQ(pipe->steps.size(), local->steps.size());
+  for (size_t i = 0; i < local->steps.size(); ++i) {
+    EXPECT_NEAR(pipe->steps[i].loss, local->steps[i].loss, 1e-6 * local->steps[i].loss) << "step " << i + 1;
+  }
+  EXPECT_NE(local->steps[0].loss, full->steps[0].loss);
+  ExpectSameLora("ref_int8", "pp_int8");
+}
+
 TEST_F(PipelineTest, ResumedRunEqualsUninterruptedRun) {
   JobConfig job = Job("1f1b", true);
   job.checkpoint_every = 1;

@@ -4,6 +4,9 @@
 
 #include <cmath>
 
+#include "core/quant/quantize_tensor.h"
+#include "core/quant/quantized_matmul.h"
+
 namespace baton {
 
 uint64_t MixSeed(uint64_t a, uint64_t b) {
@@ -23,8 +26,31 @@ uint64_t HashName(const std::string& s) {
 }
 
 LoraLinearImpl::LoraLinearImpl(int64_t in_features, int64_t out_features, const at::TensorOptions& options)
-    : in_features_(in_features), out_features_(out_features) {
+    : in_features_(in_features), out_features_(out_features), compute_dtype_(options.dtype().toScalarType()) {
   weight = register_parameter("weight", at::empty({out_features, in_features}, options), /*requires_grad=*/false);
+}
+
+at::Tensor LoraLinearImpl::frozen_weight() const {
+  if (quant_ == WeightQuant::kNone) return weight;
+  return DequantizeWeight(weight, weight_scale, compute_dtype_);
+}
+
+at::Tensor LoraLinearImpl::frozen_matmul(const at::Tensor& x) const {
+  if (quant_ == WeightQuant::kNone) return at::matmul(x, frozen_weight().t());
+  return QuantizedMatmul(x, weight, weight_scale, compute_dtype_);
+}
+
+void LoraLinearImpl::UseQuantizedWeight(WeightQuant q) {
+  TORCH_CHECK(q != WeightQuant::kNone && quant_ == WeightQuant::kNone, "UseQuantizedWeight: bad call");
+  const at::Device device = weight.device();
+  // parameters_ is the Module's own registry (public in libtorch); erasing drops the full-precision tensor
+  // before it was ever written, so its pages were never touched.
+  parameters_.erase("weight");
+  weight = register_buffer("weight", at::empty({out_features_, in_features_},
+                                               at::TensorOptions().dtype(QuantStorageDtype(q)).device(device)));
+  weight_scale =
+      register_buffer("weight_scale", at::empty({out_features_}, at::TensorOptions(at::kFloat).device(device)));
+  quant_ = q;
 }
 
 void LoraLinearImpl::AttachLora(int64_t rank, double alpha, double dropout, uint64_t init_seed) {
@@ -46,7 +72,7 @@ void LoraLinearImpl::AttachLora(int64_t rank, double alpha, double dropout, uint
 }
 
 at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
-  at::Tensor y = at::matmul(x, frozen_weight().t());
+  at::Tensor y = frozen_matmul(x);
   if (!lora_A_.defined()) return y;
   // The adapter path runs in the adapters' precision (fp32 masters; fp64 in gradient checks).
   at::Tensor h = x.to(at::promote_types(x.scalar_type(), lora_A_.scalar_type()));

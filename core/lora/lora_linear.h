@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "core/quant/weight_quant.h"
+
 namespace baton {
 
 class LoraLinearImpl : public torch::nn::Module {
@@ -34,17 +36,32 @@ class LoraLinearImpl : public torch::nn::Module {
   void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
   void set_layer_id(uint64_t id) { layer_id_ = id; }
 
-  // The frozen weight [out, in] in the compute dtype, as forward() multiplies by it. Today that is `weight`
-  // itself; with 8-bit storage (quantize: int8 | fp8) it is dequantized here, one layer at a time, so a
-  // full-precision copy of a whole stage never exists.
-  at::Tensor frozen_weight() const { return weight; }
+  // The frozen weight [out, in] in the compute dtype, as forward() multiplies by it: `weight` itself, or,
+  // with 8-bit storage (quantize: int8 | fp8), `weight` dequantized here, one layer at a time, so a
+  // full-precision copy of a whole stage never exists (the temporary lives for one matmul).
+  at::Tensor frozen_weight() const;
+  // x [..., in] · frozen_weight()ᵀ, as forward() computes it. With 8-bit storage the autograd graph keeps the
+  // 8-bit weight, not its dequantized copy (core/quant/quantized_matmul.h), so a stage trained without
+  // recompute still never holds a full-precision copy of its weights. Use this rather than
+  // matmul(x, frozen_weight().t()) wherever a graph may be recorded.
+  at::Tensor frozen_matmul(const at::Tensor& x) const;
+
+  // Switches to 8-bit storage before any weight is loaded: the full-precision `weight` parameter is dropped
+  // and `weight` becomes a buffer [out, in] int8 | float8_e4m3fn with a buffer `weight_scale` [out] fp32,
+  // both uninitialized (the loader fills them) on the same device. Buffers: they never require grad and
+  // never appear among the LoRA parameters. `q` must not be kNone; calling it twice is a bug.
+  void UseQuantizedWeight(WeightQuant q);
+  WeightQuant weight_quant() const { return quant_; }
 
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
-  at::Tensor weight;  // [out, in], frozen
+  at::Tensor weight;        // [out, in] frozen: the compute dtype, or 8-bit after UseQuantizedWeight
+  at::Tensor weight_scale;  // [out] fp32 per-row scale; undefined unless 8-bit
 
  private:
   int64_t in_features_, out_features_;
+  at::ScalarType compute_dtype_;  // what frozen_weight() returns
+  WeightQuant quant_ = WeightQuant::kNone;
   int64_t rank_ = 0;
   double scale_ = 0.0;
   double dropout_ = 0.0;

@@ -11,6 +11,7 @@
 #include "core/lora/lora_linear.h"
 #include "core/model/flux2_keys.h"
 #include "core/model/flux2_model.h"
+#include "core/quant/stored_quant.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
@@ -60,7 +61,22 @@ absl::StatusOr<std::unique_ptr<Flux2Checkpoint>> Flux2Checkpoint::Open(const std
       break;
     }
   }
+  RETURN_IF_ERROR(ckpt->DetectStoredQuant());
   return ckpt;
+}
+
+absl::Status Flux2Checkpoint::DetectStoredQuant() {
+  std::set<WeightQuant> kinds;
+  for (const auto& [key, file] : key_to_file_) {
+    if (IsQuantSideKey(key)) continue;
+    ASSIGN_OR_RETURN(SafetensorsEntry e, file->Entry(key));
+    if (IsEightBitDtype(e.dtype)) kinds.insert(e.dtype == "I8" ? WeightQuant::kInt8 : WeightQuant::kFp8);
+  }
+  if (kinds.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, " mixes int8 and fp8 weights; one kind per checkpoint"));
+  }
+  if (!kinds.empty()) stored_quant_ = *kinds.begin();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<const SafetensorsFile*> Flux2Checkpoint::FileFor(const std::string& stored_key) const {
@@ -84,7 +100,46 @@ absl::StatusOr<std::vector<int64_t>> Flux2Checkpoint::Shape(const std::string& n
   return shape;
 }
 
+absl::StatusOr<std::optional<QuantizedWeight>> Flux2Checkpoint::LoadQuantized(const std::string& name) const {
+  std::optional<BflLocation> loc;
+  if (is_bfl_) {
+    loc = DiffusersToBfl(name);
+    if (!loc) return absl::NotFoundError(absl::StrCat("no BFL name for '", name, "'"));
+  }
+  const std::string stored_key = loc ? loc->key : name;
+  ASSIGN_OR_RETURN(const SafetensorsFile* f, FileFor(stored_key));
+  ASSIGN_OR_RETURN(SafetensorsEntry e, f->Entry(stored_key));
+  if (!IsEightBitDtype(e.dtype)) return std::optional<QuantizedWeight>();
+  const SafetensorsFile* scale_file = nullptr;
+  std::string scale_key;
+  for (const std::string& candidate : ScaleKeyCandidates(stored_key)) {
+    auto it = key_to_file_.find(candidate);  // any shard: a weight and its scale may sit in different files
+    if (it == key_to_file_.end()) continue;
+    scale_file = it->second;
+    scale_key = candidate;
+    break;
+  }
+  if (scale_file == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": 8-bit tensor '", stored_key, "' has no scale (",
+                                                   absl::StrJoin(ScaleKeyCandidates(stored_key), " or "),
+                                                   " expected)"));
+  }
+  ASSIGN_OR_RETURN(auto pair, LoadEightBitWeight(*f, stored_key, *scale_file, scale_key));
+  QuantizedWeight q{std::move(pair.first), std::move(pair.second)};
+  if (loc && loc->num_chunks > 1) {  // fused BFL qkv: rows split, each row keeps its scale
+    q.data = q.data.chunk(loc->num_chunks, 0)[loc->chunk].contiguous();
+    q.scale = q.scale.chunk(loc->num_chunks, 0)[loc->chunk].contiguous();
+  }
+  if (loc && loc->swap_halves) {
+    q.data = SwapHalves(q.data);
+    q.scale = SwapHalves(q.scale);
+  }
+  return std::optional<QuantizedWeight>(std::move(q));
+}
+
 absl::StatusOr<at::Tensor> Flux2Checkpoint::Load(const std::string& name, at::ScalarType dtype) const {
+  ASSIGN_OR_RETURN(std::optional<QuantizedWeight> q, LoadQuantized(name));
+  if (q) return DequantizeWeight(q->data, q->scale, dtype == at::ScalarType::Undefined ? at::kFloat : dtype);
   if (!is_bfl_) {
     ASSIGN_OR_RETURN(const SafetensorsFile* f, FileFor(name));
     return f->Load(name, dtype);
@@ -98,9 +153,28 @@ absl::StatusOr<at::Tensor> Flux2Checkpoint::Load(const std::string& name, at::Sc
   return t;
 }
 
+absl::StatusOr<std::string> Flux2Checkpoint::StoredDtype(const std::string& name) const {
+  std::string stored_key = name;
+  if (is_bfl_) {
+    auto loc = DiffusersToBfl(name);
+    if (!loc) return absl::NotFoundError(absl::StrCat("no BFL name for '", name, "'"));
+    stored_key = loc->key;
+  }
+  ASSIGN_OR_RETURN(const SafetensorsFile* f, FileFor(stored_key));
+  ASSIGN_OR_RETURN(SafetensorsEntry e, f->Entry(stored_key));
+  return e.dtype;
+}
+
+std::vector<std::string> Flux2Checkpoint::FilePaths() const {
+  std::vector<std::string> out;
+  for (const auto& f : files_) out.push_back(f->path());
+  return out;
+}
+
 std::vector<std::string> Flux2Checkpoint::DiffusersKeys() const {
   std::vector<std::string> out;
   for (const auto& [key, file] : key_to_file_) {
+    if (IsQuantSideKey(key)) continue;
     if (!is_bfl_) {
       out.push_back(key);
       continue;

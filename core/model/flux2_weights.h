@@ -3,7 +3,8 @@
 // shards listed in diffusion_pytorch_model.safetensors.index.json), a diffusers pipeline folder (its
 // transformer/ subfolder), or the original BFL single file (flux2-dev.safetensors; config given separately).
 // Files are memory-mapped and only the tensors a module asks for are read, so a pipeline stage touches
-// just its block range of a 64 GB checkpoint.
+// just its block range of a 64 GB checkpoint. Any of these may hold 8-bit weights with scales (`baton
+// quantize` output, ComfyUI scaled fp8; layouts in core/quant/stored_quant.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -12,10 +13,13 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/model/flux2_config.h"
+#include "core/quant/quantize_tensor.h"
+#include "core/quant/weight_quant.h"
 #include "core/tensor/safetensors.h"
 
 namespace baton {
@@ -33,14 +37,27 @@ class Flux2Checkpoint {
   // Shape of a diffusers-named parameter as stored (after qkv split), or NotFound.
   absl::StatusOr<std::vector<int64_t>> Shape(const std::string& diffusers_name) const;
   // Reads one parameter by its diffusers name, converted to `dtype`. BFL files are mapped (qkv split,
-  // final-layer halves swapped).
+  // final-layer halves swapped). An 8-bit stored weight is dequantized (to fp32 when dtype is Undefined).
   absl::StatusOr<at::Tensor> Load(const std::string& diffusers_name, at::ScalarType dtype) const;
-  // Every parameter in the checkpoint, expressed in diffusers names (unknown BFL keys kept verbatim).
+  // The stored 8-bit form of a weight (data as stored, scale per row, BFL mapping applied), or nullopt when
+  // the checkpoint holds it in full precision.
+  absl::StatusOr<std::optional<QuantizedWeight>> LoadQuantized(const std::string& diffusers_name) const;
+  // The safetensors dtype code a parameter is stored with ("BF16", "I8", ...), or NotFound.
+  absl::StatusOr<std::string> StoredDtype(const std::string& diffusers_name) const;
+  // The safetensors files behind the checkpoint (one, or the shards).
+  std::vector<std::string> FilePaths() const;
+  // kInt8 / kFp8 when the checkpoint's weights are stored in 8 bits (pre-quantized), else kNone.
+  WeightQuant stored_quant() const { return stored_quant_; }
+  // Every parameter in the checkpoint, expressed in diffusers names (unknown BFL keys kept verbatim;
+  // quantization scales and markers left out: they belong to their weight).
   std::vector<std::string> DiffusersKeys() const;
 
  private:
   Flux2Checkpoint() = default;
   absl::StatusOr<const SafetensorsFile*> FileFor(const std::string& stored_key) const;
+  absl::Status DetectStoredQuant();
+
+  WeightQuant stored_quant_ = WeightQuant::kNone;
 
   std::string path_;
   Flux2Config config_;

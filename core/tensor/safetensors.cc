@@ -39,9 +39,19 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"F64", at::kDouble, 8}, {"F32", at::kFloat, 4}, {"F16", at::kHalf, 2},  {"BF16", at::kBFloat16, 2},
-    {"I64", at::kLong, 8},   {"I32", at::kInt, 4},   {"I16", at::kShort, 2}, {"I8", at::kChar, 1},
-    {"U8", at::kByte, 1},    {"BOOL", at::kBool, 1},
+    {"F64", at::kDouble, 8},
+    {"F32", at::kFloat, 4},
+    {"F16", at::kHalf, 2},
+    {"BF16", at::kBFloat16, 2},
+    {"I64", at::kLong, 8},
+    {"I32", at::kInt, 4},
+    {"I16", at::kShort, 2},
+    {"I8", at::kChar, 1},
+    {"U8", at::kByte, 1},
+    {"BOOL", at::kBool, 1},
+    // 8-bit floats (quantized frozen weights; core/quant/stored_quant.h).
+    {"F8_E4M3", at::kFloat8_e4m3fn, 1},
+    {"F8_E5M2", at::kFloat8_e5m2, 1},
 };
 
 const DtypeInfo* FindDtype(const std::string& code) {
@@ -99,7 +109,8 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& where, const nloh
   e.dtype = dtype->get<std::string>();
   const DtypeInfo* info = FindDtype(e.dtype);
   if (info == nullptr) {
-    return fail(absl::StrCat("unsupported dtype '", e.dtype, "' (known: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)"));
+    return fail(absl::StrCat("unsupported dtype '", e.dtype,
+                             "' (known: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL F8_E4M3 F8_E5M2)"));
   }
 
   auto shape = j.find("shape");

@@ -84,7 +84,7 @@ absl::StatusOr<std::vector<std::string>> SafetensorsShardPaths(const std::string
 // Convenience: loads every tensor (tests, small files).
 absl::StatusOr<std::map<std::string, at::Tensor>> LoadAllSafetensors(const std::string& path);
 
-// dtype mapping. Supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL.
+// dtype mapping. Supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL F8_E4M3 (float8_e4m3fn) F8_E5M2.
 absl::StatusOr<at::ScalarType> SafetensorsDtypeToTorch(const std::string& code);
 absl::StatusOr<std::string> TorchDtypeToSafetensors(at::ScalarType dtype);
 

@@ -225,7 +225,8 @@ TEST(SafetensorsTest, WriterRejectsReservedKeyAndUnsupportedDtype) {
 }
 
 TEST(SafetensorsTest, DtypeMappingRoundTrips) {
-  for (const char* code : {"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL"}) {
+  for (const char* code :
+       {"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL", "F8_E4M3", "F8_E5M2"}) {
     auto t = SafetensorsDtypeToTorch(code);
     ASSERT_TRUE(t.ok()) << code;
     auto back = TorchDtypeToSafetensors(*t);
@@ -234,7 +235,28 @@ TEST(SafetensorsTest, DtypeMappingRoundTrips) {
   }
   EXPECT_EQ(*SafetensorsDtypeToTorch("BF16"), at::kBFloat16);
   EXPECT_EQ(*SafetensorsDtypeToTorch("F16"), at::kHalf);
-  EXPECT_EQ(SafetensorsDtypeToTorch("F8_E4M3").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*SafetensorsDtypeToTorch("F8_E4M3"), at::kFloat8_e4m3fn);
+  EXPECT_EQ(SafetensorsDtypeToTorch("F4").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// 8-bit quantized weights (core/quant) are stored as I8 and F8_E4M3 and must come back bit for bit.
+TEST(SafetensorsTest, EightBitTensorsRoundTripBitwise) {
+  const std::string path = JoinPath(TestDir(), "q.safetensors");
+  at::Tensor i8 = at::arange(-127, 128, at::kShort).to(at::kChar).reshape({5, 51});
+  at::Tensor f8 = (at::linspace(-448, 448, 64, at::kFloat)).to(at::kFloat8_e4m3fn).reshape({8, 8});
+  ASSERT_TRUE(WriteSafetensors(path, {{"a", i8}, {"b", f8}}).ok());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->Entry("b")->dtype, "F8_E4M3");
+  auto a = (*file)->Load("a");
+  auto b = (*file)->Load("b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(at::equal(*a, i8));
+  ASSERT_EQ(b->scalar_type(), at::kFloat8_e4m3fn);
+  EXPECT_TRUE(at::equal(b->view(at::kByte), f8.view(at::kByte)));
+  auto widened = (*file)->Load("b", at::kFloat);  // conversion on load works for fp8 too
+  ASSERT_TRUE(widened.ok());
+  EXPECT_TRUE(at::equal(*widened, f8.to(at::kFloat)));
 }
 
 // ---- Broken files ----

@@ -4,6 +4,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/lora/lora.h"
+#include "core/quant/quantize_module.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -17,12 +18,17 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
 }
 
 absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, const Flux2StageRange& range,
-                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train) {
+                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train,
+                                           WeightQuant quant) {
+  ASSIGN_OR_RETURN(const WeightQuant storage, ResolveWeightQuant(quant, checkpoint));
   Flux2Stage stage{nullptr};
   RETURN_IF_ERROR(TorchCall("building the stage", [&] {
     stage = Flux2Stage(checkpoint.config(), range, at::TensorOptions().dtype(dtype).device(device));
+    // Before any weight is written: the full-precision tensors it drops were never touched.
+    UseQuantizedFlux2Weights(*stage, storage);
   }));
-  RETURN_IF_ERROR(LoadFlux2Weights(*stage, checkpoint));
+  RETURN_IF_ERROR(LoadFlux2Weights(*stage, checkpoint));  // the rest: norms, embedders, head
+  RETURN_IF_ERROR(LoadQuantizedFlux2Weights(*stage, checkpoint));
   if (lora) {
     ASSIGN_OR_RETURN(int attached, AttachLora(*stage, *lora));
     (void)attached;  // a stage may legitimately hold no targeted Linear (e.g. only embedders)

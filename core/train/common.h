@@ -21,8 +21,11 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);  // fp32 | b
 
 // Builds the stage for `range` with weights from `checkpoint` (only that range is read) and, when
 // `lora` is given, attached adapters. Modules are in eval mode unless `train` is set (dropout).
+// `quant` (the job's `quantize`) stores the blocks' frozen Linear weights in 8 bits, quantized tensor by
+// tensor while loading; a pre-quantized checkpoint is used as stored (core/quant/quantize_module.h).
 absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, const Flux2StageRange& range,
-                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train);
+                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train,
+                                           WeightQuant quant = WeightQuant::kNone);
 absl::StatusOr<Flux2Shell> BuildFlux2Shell(const Flux2Checkpoint& checkpoint, at::ScalarType dtype, at::Device device);
 
 // Flow-matching loss: mean squared error in fp32. pred, target: [b, Si, C].

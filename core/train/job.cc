@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/lora/lora_linear.h"
+#include "core/quant/weight_quant.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -80,7 +81,7 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
                                            "batch_size", "micro_batches",    "schedule",  "recompute",
                                            "seed",       "checkpoint_every", "dtype",     "devices",
                                            "guidance",   "save_bfl",         "threads",   "memory_per_stage",
-                                           "encode",     "wire_dtype"}));
+                                           "encode",     "wire_dtype",       "quantize"}));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
   RETURN_IF_ERROR(r.Get(root, "model_config", &job.model_config));
@@ -111,6 +112,8 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   RETURN_IF_ERROR(r.Check(job.checkpoint_every >= 0, root, "checkpoint_every", "must be ≥ 0"));
   RETURN_IF_ERROR(r.Get(root, "dtype", &job.dtype));
   RETURN_IF_ERROR(r.Check(job.dtype == "fp32" || job.dtype == "bf16", root, "dtype", "must be fp32 or bf16"));
+  RETURN_IF_ERROR(r.Get(root, "quantize", &job.quantize));
+  RETURN_IF_ERROR(r.Check(ParseWeightQuant(job.quantize).ok(), root, "quantize", "must be none, int8 or fp8"));
   RETURN_IF_ERROR(r.Get(root, "devices", &job.devices));
   RETURN_IF_ERROR(r.Get(root, "guidance", &job.guidance));
   RETURN_IF_ERROR(r.Get(root, "save_bfl", &job.save_bfl));
@@ -223,6 +226,7 @@ std::string JobHash(const JobConfig& j) {
                                "|", j.lora.dropout, "|", j.seed, "|", j.dtype, "|", RecomputePolicyName(j.recompute));
   if (!j.init_lora.empty()) absl::StrAppend(&s, "|init_lora=", j.init_lora);
   if (j.wire_dtype != "none") absl::StrAppend(&s, "|wire_dtype=", j.wire_dtype);
+  if (j.quantize != "none") absl::StrAppend(&s, "|quantize=", j.quantize);  // absent: older hashes stay valid
   return absl::StrFormat("%016x", HashName(s));
 }
 

@@ -10,6 +10,7 @@
 //   timesteps: {sampling: none, logit_mean: 0.0, logit_std: 1.0, mode_scale: 1.29, shift: none, shift_steps: 50}
 //   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: auto, seed: 42
 //   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1
+//   quantize: none                      # none | int8 | fp8: the blocks' frozen Linear weights in 8 bits
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
 //   encode: {images: data/, encoder_worker: host:5000, resolution: 1024}  # optional: build the cache first
 #pragma once
@@ -90,6 +91,7 @@ struct JobConfig {
   uint64_t seed = 0;
   int64_t checkpoint_every = 0;      // 0: only at the end
   std::string dtype = "fp32";        // fp32 | bf16
+  std::string quantize = "none";     // none | int8 | fp8 (core/quant/weight_quant.h), validated on parse
   std::vector<std::string> devices;  // per stage; empty = cpu everywhere
   double guidance = 3.5;             // used when the model has a guidance embedder
   bool save_bfl = false;             // also write bfl/lora_bfl.safetensors (BFL/ComfyUI keys)

@@ -49,8 +49,9 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
   model.device = device;
   model.dtype = dtype;
   ASSIGN_OR_RETURN(model.shell, BuildFlux2Shell(*checkpoint, dtype, device));
+  ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(job.quantize));
   ASSIGN_OR_RETURN(model.stage,
-                   BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(config), dtype, device, &job.lora, true));
+                   BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(config), dtype, device, &job.lora, true, quant));
 
   std::map<std::string, at::Tensor> master = CloneToCpuFloat(LoraParameters(*model.stage));
   if (master.empty()) return absl::InvalidArgumentError("no Linear matched the LoRA targets");

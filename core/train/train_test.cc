@@ -43,6 +43,20 @@ seed: 5
   EXPECT_EQ(job->lora.seed, 5u);
 }
 
+TEST(JobTest, QuantizeIsNoneInt8OrFp8) {
+  auto plain = ParseJobYaml("model: m\ndataset: d\n");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->quantize, "none");
+  auto int8 = ParseJobYaml("model: m\ndataset: d\nquantize: int8\n");
+  ASSERT_TRUE(int8.ok());
+  EXPECT_EQ(int8->quantize, "int8");
+  EXPECT_NE(JobHash(*int8), JobHash(*plain));  // stages configured for the other storage are not reused
+  auto bad = ParseJobYaml("model: m\ndataset: d\nquantize: int4\n", "job.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("job.yaml:3: 'quantize' must be none, int8 or fp8"), std::string::npos)
+      << bad.status();
+}
+
 TEST(JobTest, ErrorsNameTheLine) {
   auto unknown = ParseJobYaml("model: m\ndataset: d\nstepz: 3\n", "job.yaml");
   ASSERT_FALSE(unknown.ok());
@@ -151,6 +165,27 @@ TEST_F(TrainerTest, TrainLocalIsBitwiseRepeatableAndWritesItsFiles) {
   EXPECT_EQ(std::count(log->begin(), log->end(), '\n'), 4);
   for (const char* key : {"\"step\":4", "\"loss\":", "\"lr\":", "\"step_seconds\":", "\"samples_per_second\":"}) {
     EXPECT_NE(log->find(key), std::string::npos) << key;
+  }
+}
+
+// quantize: int8 trains (the loss moves like the full-precision run's) and the LoRA file holds only the fp32
+// adapters: no 8-bit tensor and no scale ever reaches it.
+TEST_F(TrainerTest, LoraTrainedOnAnInt8BaseHoldsNoQuantizedTensors) {
+  JobConfig job = job_;
+  job.quantize = "int8";
+  auto q = RunLocalTraining(job, JoinPath(dir_, "int8"), 3);
+  auto full = RunLocalTraining(job_, JoinPath(dir_, "full"), 3);
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_TRUE(full.ok());
+  EXPECT_NE(q->steps[0].loss, full->steps[0].loss);  // the base really was quantized
+  EXPECT_NEAR(q->steps[2].loss, full->steps[2].loss, 0.02 * full->steps[2].loss);
+  auto file = SafetensorsFile::Open(JoinPath(dir_, "int8/lora.safetensors"));
+  ASSERT_TRUE(file.ok());
+  ASSERT_FALSE((*file)->Keys().empty());
+  for (const auto& key : (*file)->Keys()) {
+    EXPECT_TRUE(key.find(".lora_A.") != std::string::npos || key.find(".lora_B.") != std::string::npos) << key;
+    EXPECT_EQ(key.find("scale"), std::string::npos) << key;
+    EXPECT_EQ((*file)->Entry(key)->dtype, "F32") << key;
   }
 }
 

@@ -1,0 +1,11 @@
+// `baton quantize`: writes a pre-quantized copy of a FLUX.2 checkpoint (core/quant/quantize_checkpoint.h)
+// that stages load without quantizing again.
+#pragma once
+
+#include "client/commands.h"
+
+namespace baton {
+
+Command QuantizeCommand();
+
+}  // namespace baton
