@@ -31,7 +31,8 @@ enum class ScheduleKind {
   // Megatron-LM forward_backward_pipelining_with_interleaving (virtual stages): each stage holds v >= 2 chunks
   // and m % p == 0. Chunk-actions k = 0..v*m-1 go in groups of p*v: micro-batches in blocks of p per chunk,
   // chunks ascending for F and descending for B. Warm-up min((p-s-1)*2 + (v-1)*p, v*m) forwards, then F/B
-  // pairs, then the remaining backwards. Bubble (p-1)/(v*m+p-1); not yet run by the trainer.
+  // pairs, then the remaining backwards. Bubble (p-1)/(v*m+p-1). Within a chunk, backwards run in micro-batch order
+  // (as 1F1B's), so gradient accumulation matches train-local's bit for bit.
   kInterleaved1F1B,
 };
 

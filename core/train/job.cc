@@ -75,12 +75,17 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   Reader r(source);
   JobConfig job;
   job.source = source;
-  RETURN_IF_ERROR(r.Keys(root, "the job", {"model",      "model_config",     "dataset",   "lora",
-                                           "init_lora",  "optimizer",        "timesteps", "steps",
-                                           "batch_size", "micro_batches",    "schedule",  "recompute",
-                                           "seed",       "checkpoint_every", "dtype",     "devices",
-                                           "guidance",   "save_bfl",         "threads",   "memory_per_stage",
-                                           "encode"}));
+  RETURN_IF_ERROR(r.Keys(root, "the job", {"model",      "model_config",
+                                           "dataset",    "lora",
+                                           "init_lora",  "optimizer",
+                                           "timesteps",  "steps",
+                                           "batch_size", "micro_batches",
+                                           "schedule",   "recompute",
+                                           "seed",       "checkpoint_every",
+                                           "dtype",      "devices",
+                                           "guidance",   "save_bfl",
+                                           "threads",    "memory_per_stage",
+                                           "encode",     "chunks"}));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
   RETURN_IF_ERROR(r.Get(root, "model_config", &job.model_config));
@@ -94,8 +99,17 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   RETURN_IF_ERROR(r.Check(job.micro_batches > 0 && job.batch_size % job.micro_batches == 0, root, "micro_batches",
                           "must be positive and divide batch_size"));
   RETURN_IF_ERROR(r.Get(root, "schedule", &job.schedule));
-  RETURN_IF_ERROR(
-      r.Check(job.schedule == "gpipe" || job.schedule == "1f1b", root, "schedule", "must be gpipe or 1f1b"));
+  RETURN_IF_ERROR(r.Check(job.schedule == "gpipe" || job.schedule == "1f1b" || job.schedule == "interleaved", root,
+                          "schedule", "must be gpipe, 1f1b or interleaved"));
+  // Model chunks per stage (virtual stages) of the interleaved schedule; the other schedules run one.
+  if (job.schedule == "interleaved") job.chunks = 2;
+  RETURN_IF_ERROR(r.Get(root, "chunks", &job.chunks));
+  if (job.schedule == "interleaved") {
+    RETURN_IF_ERROR(r.Check(job.chunks >= 2 && job.chunks <= 26, root, "chunks",
+                            "must be 2 to 26 with schedule: interleaved (model chunks per stage)"));
+  } else {
+    RETURN_IF_ERROR(r.Check(job.chunks == 1, root, "chunks", "needs schedule: interleaved (gpipe and 1f1b run 1)"));
+  }
   RETURN_IF_ERROR(r.Get(root, "recompute", &job.recompute));
   RETURN_IF_ERROR(r.Get(root, "seed", &job.seed));
   RETURN_IF_ERROR(r.Get(root, "checkpoint_every", &job.checkpoint_every));

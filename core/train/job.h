@@ -10,6 +10,7 @@
 //   timesteps: {sampling: none, logit_mean: 0.0, logit_std: 1.0, mode_scale: 1.29, shift: none, shift_steps: 50}
 //   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: true, seed: 42
 //   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1
+//   schedule: interleaved, chunks: 2    # interleaved 1F1B: chunks (2..26, default 2) model chunks per stage
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
 //   encode: {images: data/, encoder_worker: host:5000, resolution: 1024}  # optional: build the cache first
 #pragma once
@@ -79,7 +80,8 @@ struct JobConfig {
   int64_t steps = 100;
   int64_t batch_size = 1;
   int64_t micro_batches = 1;
-  std::string schedule = "1f1b";  // gpipe | 1f1b
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  int64_t chunks = 1;             // model chunks per stage: 1, or >= 2 (default 2) with interleaved
   bool recompute = true;
   uint64_t seed = 0;
   int64_t checkpoint_every = 0;      // 0: only at the end
