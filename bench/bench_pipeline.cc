@@ -43,6 +43,7 @@
 #include "core/data/cache.h"
 #include "core/model/flux2_config.h"
 #include "core/model/flux2_weights.h"
+#include "core/pipeline/chunks.h"
 #include "core/pipeline/partition.h"
 #include "core/pipeline/schedule.h"
 #include "core/train/job.h"
@@ -369,6 +370,11 @@ int Main(int argc, char** argv) {
   const int64_t planner_boundary = planned->stages[0].block_end;
   const int64_t param_boundary = ParamBalancedBoundary(c);
   const bool try_params = a.param_split && planner_boundary != param_boundary;
+  // The interleaved rows' split (as the coordinator plans it): the simulation shares each stage's measured cost
+  // among its chunks by this plan's cost model.
+  PartitionOptions interleaved_options = CoordinatorPartitionOptions(*job, a, 2);
+  interleaved_options.schedule = ScheduleKind::kInterleaved1F1B;
+  const absl::StatusOr<ChunkPlan> chunk_plan = PartitionFlux2Chunks(c, interleaved_options, a.chunks);
 
   std::vector<Variant> variants;
   for (bool rc : {true, false}) {
@@ -476,6 +482,7 @@ int Main(int argc, char** argv) {
         "stage 1 = %s\n",
         DescribeBlocks(c, 0, param_boundary).c_str(), DescribeBlocks(c, param_boundary, n).c_str());
   }
+  if (chunk_plan.ok()) std::printf("interleaved rows, the chunk planner's %s", RenderChunkPlan(c, *chunk_plan).c_str());
   std::printf(
       "machine: 1-thread GEMM %.1f GFLOP/s (%.1f..%.1f over the run), 2 threads at once %.1f GFLOP/s in "
       "total = %.2fx: the ceiling for 2 single-threaded stages here (medians of 2 per round + 2 after)\n",
@@ -483,7 +490,7 @@ int Main(int argc, char** argv) {
   std::printf(
       "bubble = 1 - sum_s(fwd_s + bwd_s) / (p * step_s); theory = (p-1)/(v*m+p-1) (v = 1 but interleaved); "
       "simulated = the schedule timed with the run's own per-stage F/B costs (imbalance, no comm; interleaved: "
-      "a stage's chunks taken as equal); others/steal = CPU cores used by "
+      "each stage's cost shared among its chunks by the planner's cost model); others/steal = CPU cores used by "
       "other processes / stolen by the hypervisor, averaged over the run; coord ms = the coordinator's serial "
       "work per step: sampling + shell before the stages start, clipping + AdamW after\n\n");
   std::printf("%-20s %9s %8s %19s %7s %7s %9s %6s %6s %11s  %s\n", "variant", "samples/s", "step_s", "speedup (range)",
@@ -506,6 +513,19 @@ int Main(int argc, char** argv) {
     auto kind = ParseScheduleKind(v.schedule);
     auto sched = kind.ok() ? MakeSchedule(*kind, v.stages, a.m, v_chunks) : kind.status();
     auto tl = sched.ok() ? SimulateScheduleWithCosts(*sched, f, b, 0) : sched.status();
+    if (sched.ok() && v_chunks > 1 && chunk_plan.ok()) {
+      std::vector<std::vector<double>> fc(v.stages), bc(v.stages);
+      for (int s = 0; s < v.stages; ++s) {
+        const std::vector<int> us = WorkerVirtualStages(v.stages, v_chunks, s);
+        double total = 0;
+        for (int u : us) total += chunk_plan->virtual_stages[u].cost;
+        for (int u : us) {
+          fc[s].push_back(f[s] * chunk_plan->virtual_stages[u].cost / total);
+          bc[s].push_back(b[s] * chunk_plan->virtual_stages[u].cost / total);
+        }
+      }
+      tl = SimulateScheduleWithChunkCosts(*sched, fc, bc, 0);
+    }
     simulated[v.Label()] = tl.ok() ? tl->bubble_fraction : -1;
     std::string per_stage;
     for (int s = 0; s < v.stages; ++s) {

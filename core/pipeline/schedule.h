@@ -108,6 +108,13 @@ absl::StatusOr<Timeline> SimulateSchedule(const Schedule& schedule, double forwa
 absl::StatusOr<Timeline> SimulateScheduleWithCosts(const Schedule& schedule, const std::vector<double>& forward_cost,
                                                    const std::vector<double>& backward_cost, double comm_cost);
 
+// Same with a cost per chunk: [stage][chunk] time of one F (B) of that chunk on that stage (interleaved chunks
+// of unequal size); the timeline's per-stage costs are the sums over the chunks.
+absl::StatusOr<Timeline> SimulateScheduleWithChunkCosts(const Schedule& schedule,
+                                                        const std::vector<std::vector<double>>& forward_cost,
+                                                        const std::vector<std::vector<double>>& backward_cost,
+                                                        double comm_cost);
+
 // ASCII timeline, one row per stage, `width_chars` columns for the time axis (<= 0: pick a width at which
 // the shortest action shows its full label, capped at 240). Forward spans read "F3", backward "B3--",
 // idle '.'; each row ends with the stage's busy share and peak in-flight count, and a summary gives the
