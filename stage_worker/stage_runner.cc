@@ -314,10 +314,8 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
       if (!config_.recompute()) state.loss = loss;
     } else {
       if (!config_.recompute()) state.output = out;
-      TensorMap tensors;
-      for (auto& [tname, t] : ActivationTensors(out)) tensors[tname] = t.detach();
       // Queued: the peer sender's thread ships it while we compute the next action.
-      next_->Send(Header(plan, mb, v1::EnvelopeHeader::ACTIVATION, NextChunk(chunk)), std::move(tensors));
+      SendAsync(*next_, Header(plan, mb, v1::EnvelopeHeader::ACTIVATION, NextChunk(chunk)), ActivationTensors(out));
     }
   });
   summary.set_forward_seconds(summary.forward_seconds() + Since(t0));
@@ -372,10 +370,28 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
   summary.set_backward_seconds(summary.backward_seconds() + Since(t0));
   if (!run.ok()) return Annotate(run, absl::StrCat(name(), " micro-batch ", mb));
   if (!range.has_embedders) {
-    prev_->Send(Header(plan, mb, v1::EnvelopeHeader::GRADIENT, PrevChunk(chunk)), InputGradientTensors(state.input));
+    SendAsync(*prev_, Header(plan, mb, v1::EnvelopeHeader::GRADIENT, PrevChunk(chunk)),
+              InputGradientTensors(state.input));
   }
   step.live.erase(it);
   return absl::OkStatus();
+}
+
+void StageRunner::SendAsync(PeerSender& peer, v1::EnvelopeHeader header, const TensorMap& tensors) {
+  TensorMap host;
+  std::vector<std::function<void()>> waits;
+  for (const auto& [tname, t] : tensors) {
+    DeviceTransfer::PendingDownload d = transfer_->DownloadAsync(t.detach());
+    host[tname] = std::move(d.host);
+    if (d.wait) waits.push_back(std::move(d.wait));
+  }
+  std::function<void()> ready;
+  if (!waits.empty()) {
+    ready = [waits = std::move(waits)] {
+      for (const auto& wait : waits) wait();
+    };
+  }
+  peer.Send(std::move(header), std::move(host), std::move(ready));
 }
 
 absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, const std::function<bool()>& cancelled,

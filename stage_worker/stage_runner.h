@@ -103,6 +103,9 @@ class StageRunner {
   // The receiver's chunk of chunk c's output (next virtual stage) and of its input gradient (previous one).
   int32_t NextChunk(int32_t c) const { return config_.stage_index() + 1 == config_.num_stages() ? c + 1 : c; }
   int32_t PrevChunk(int32_t c) const { return config_.stage_index() == 0 ? c - 1 : c; }
+  // Queues `tensors` (device tensors) for `peer`: on CUDA their copy to host starts now on the side stream and
+  // the sender's thread waits for it, so the compute stream goes straight on with the next action.
+  void SendAsync(PeerSender& peer, v1::EnvelopeHeader header, const TensorMap& tensors);
   // All chunks' adapters by PEFT name (names are global block paths, so chunks never collide).
   std::map<std::string, at::Tensor> AllLora();
 
