@@ -1,8 +1,9 @@
 // Pipeline throughput: the same FLUX.2 LoRA job trained by the coordinator over 1 stage and over 2 stage
-// worker processes (gRPC on loopback), GPipe and 1F1B, with and without recompute; every process computes
+// worker processes (gRPC on loopback), GPipe, 1F1B and interleaved 1F1B (2 stages, --chunks model chunks per
+// stage: Megatron virtual stages), with and without recompute; every process computes
 // on ONE thread, so 2 stages can at best use the machine's 2 cores where 1 stage uses one. Reports the
 // median samples/s over the steps after the warm-up, the 2-stage speedup, and the measured pipeline bubble
-// 1 - sum_s(forward_s + backward_s) / (p * step_seconds) next to the theory (p-1)/(m+p-1) and to a
+// 1 - sum_s(forward_s + backward_s) / (p * step_seconds) next to the theory (p-1)/(v*m+p-1) and to a
 // simulation of the schedule with the run's own per-stage costs (which accounts for stage imbalance).
 // 2-stage runs use the planner's split (balanced by compute); the "-params" rows also run the split a
 // parameter-count cost picks (steered through the job's memory_per_stage), which weighs a double block as
@@ -11,8 +12,9 @@
 // line is one JSON object.
 //
 //   bench_pipeline [--dim=384] [--double=2] [--single=4] [--joint=256] [--grid=16] [--text=64] [--m=8]
-//                  [--rank=16] [--targets=all-linear] [--steps=3] [--warmup=1] [--rounds=4]
+//                  [--rank=16] [--targets=all-linear] [--steps=3] [--warmup=1] [--rounds=4] [--chunks=2]
 //                  [--recompute_off] [--recompute_auto] [--no_param_split] [--only=LABEL_PART] [--keep]
+// The interleaved rows run when m is a multiple of 2 (Megatron's rule: m % stages == 0).
 // --recompute_off adds the variants without recompute; --recompute_auto the variants with `recompute: auto`
 // (the planner recomputes only where a stage's budget requires it: with no budget, nothing) and their ratio
 // to train-local; --only keeps the variants whose label contains the text (diagnosis; rows it drops read as 0).
@@ -42,6 +44,7 @@
 #include "core/data/cache.h"
 #include "core/model/flux2_config.h"
 #include "core/model/flux2_weights.h"
+#include "core/pipeline/chunks.h"
 #include "core/pipeline/partition.h"
 #include "core/pipeline/schedule.h"
 #include "core/train/job.h"
@@ -74,6 +77,7 @@ struct Args {
   int64_t rank = 16;
   std::string targets = "all-linear";
   int steps = 3, warmup = 1, rounds = 4;
+  int chunks = 2;  // interleaved: model chunks per stage
   bool recompute_off = false;
   bool recompute_auto = false;
   bool param_split = true;
@@ -113,6 +117,8 @@ Args ParseArgs(int argc, char** argv) {
       a.warmup = std::atoi(v);
     else if (const char* v = value("--rounds="))
       a.rounds = std::atoi(v);
+    else if (const char* v = value("--chunks="))
+      a.chunks = std::atoi(v);
     else if (s == "--recompute_off")
       a.recompute_off = true;
     else if (s == "--recompute_auto")
@@ -126,8 +132,8 @@ Args ParseArgs(int argc, char** argv) {
     else
       Die("unknown flag " + s + " (see the comment atop bench/bench_pipeline.cc)");
   }
-  if (a.dim % 64 != 0 || a.m < 1 || a.steps < 1 || a.warmup < 0 || a.rounds < 1) {
-    Die("--dim must be a multiple of 64 (head_dim 64); --m, --steps, --rounds ≥ 1; --warmup ≥ 0");
+  if (a.dim % 64 != 0 || a.m < 1 || a.steps < 1 || a.warmup < 0 || a.rounds < 1 || a.chunks < 2) {
+    Die("--dim must be a multiple of 64 (head_dim 64); --m, --steps, --rounds ≥ 1; --warmup ≥ 0; --chunks ≥ 2");
   }
   return a;
 }
@@ -301,6 +307,7 @@ double GemmGflops(int threads, double seconds) {
 void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::string& dir, int round, Measured& out) {
   JobConfig job = base;
   job.schedule = v.schedule;
+  job.chunks = v.schedule == "interleaved" ? a.chunks : 1;
   job.recompute = v.recompute;
   if (v.param_split) {
     const Flux2Config c = ModelConfig(a);
@@ -373,6 +380,11 @@ int Main(int argc, char** argv) {
   const int64_t planner_boundary = planned->stages[0].block_end;
   const int64_t param_boundary = ParamBalancedBoundary(c);
   const bool try_params = a.param_split && planner_boundary != param_boundary;
+  // The interleaved rows' split (as the coordinator plans it): the simulation shares each stage's measured cost
+  // among its chunks by this plan's cost model.
+  PartitionOptions interleaved_options = CoordinatorPartitionOptions(*job, a, 2);
+  interleaved_options.schedule = ScheduleKind::kInterleaved1F1B;
+  const absl::StatusOr<ChunkPlan> chunk_plan = PartitionFlux2Chunks(c, interleaved_options, a.chunks);
 
   // What `recompute: auto` decides for the 2-stage split (no budget: nothing).
   int64_t auto_rc[2] = {0, 0};
@@ -393,6 +405,7 @@ int Main(int argc, char** argv) {
       variants.push_back({2, sched, rc});
       if (try_params) variants.push_back({2, sched, rc, /*param_split=*/true});
     }
+    if (a.m % 2 == 0) variants.push_back({2, "interleaved", rc});
   }
   if (!a.only.empty()) {
     variants.erase(std::remove_if(variants.begin(), variants.end(),
@@ -490,13 +503,15 @@ int Main(int argc, char** argv) {
         "stage 1 = %s\n",
         DescribeBlocks(c, 0, param_boundary).c_str(), DescribeBlocks(c, param_boundary, n).c_str());
   }
+  if (chunk_plan.ok()) std::printf("interleaved rows, the chunk planner's %s", RenderChunkPlan(c, *chunk_plan).c_str());
   std::printf(
       "machine: 1-thread GEMM %.1f GFLOP/s (%.1f..%.1f over the run), 2 threads at once %.1f GFLOP/s in "
       "total = %.2fx: the ceiling for 2 single-threaded stages here (medians of 2 per round + 2 after)\n",
       Median(gemm1), *gemm1_min, *gemm1_max, Median(gemm2), gemm_scaling);
   std::printf(
-      "bubble = 1 - sum_s(fwd_s + bwd_s) / (p * step_s); theory = (p-1)/(m+p-1); simulated = the schedule "
-      "timed with the run's own per-stage F/B costs (imbalance, no comm); others/steal = CPU cores used by "
+      "bubble = 1 - sum_s(fwd_s + bwd_s) / (p * step_s); theory = (p-1)/(v*m+p-1) (v = 1 but interleaved); "
+      "simulated = the schedule timed with the run's own per-stage F/B costs (imbalance, no comm; interleaved: "
+      "each stage's cost shared among its chunks by the planner's cost model); others/steal = CPU cores used by "
       "other processes / stolen by the hypervisor, averaged over the run; coord ms = the coordinator's serial "
       "work per step: sampling + shell before the stages start, clipping + AdamW after\n\n");
   std::printf("%-20s %9s %8s %19s %7s %7s %9s %6s %6s %11s  %s\n", "variant", "samples/s", "step_s", "speedup (range)",
@@ -515,8 +530,23 @@ int Main(int argc, char** argv) {
       f.push_back(Mean(r.fwd[s]) / a.m);
       b.push_back(Mean(r.bwd[s]) / a.m);
     }
-    auto sched = MakeSchedule(v.schedule == "gpipe" ? ScheduleKind::kGPipe : ScheduleKind::k1F1B, v.stages, a.m);
+    const int v_chunks = v.schedule == "interleaved" ? a.chunks : 1;
+    auto kind = ParseScheduleKind(v.schedule);
+    auto sched = kind.ok() ? MakeSchedule(*kind, v.stages, a.m, v_chunks) : kind.status();
     auto tl = sched.ok() ? SimulateScheduleWithCosts(*sched, f, b, 0) : sched.status();
+    if (sched.ok() && v_chunks > 1 && chunk_plan.ok()) {
+      std::vector<std::vector<double>> fc(v.stages), bc(v.stages);
+      for (int s = 0; s < v.stages; ++s) {
+        const std::vector<int> us = WorkerVirtualStages(v.stages, v_chunks, s);
+        double total = 0;
+        for (int u : us) total += chunk_plan->virtual_stages[u].cost;
+        for (int u : us) {
+          fc[s].push_back(f[s] * chunk_plan->virtual_stages[u].cost / total);
+          bc[s].push_back(b[s] * chunk_plan->virtual_stages[u].cost / total);
+        }
+      }
+      tl = SimulateScheduleWithChunkCosts(*sched, fc, bc, 0);
+    }
     simulated[v.Label()] = tl.ok() ? tl->bubble_fraction : -1;
     std::string per_stage;
     for (int s = 0; s < v.stages; ++s) {
@@ -532,7 +562,7 @@ int Main(int argc, char** argv) {
     }
     const std::string coord = absl::StrFormat("%.0f + %.0f", 1e3 * Mean(r.prepare_s), 1e3 * Mean(r.optimizer_s));
     std::printf("%-20s %9.3f %8.3f %19s %7.3f %7.3f %9.3f %6.2f %6.2f %11s  %s\n", v.Label().c_str(), tput,
-                Median(r.step_s), speedup_text.c_str(), bubble[v.Label()], TheoreticalBubble(v.stages, a.m),
+                Median(r.step_s), speedup_text.c_str(), bubble[v.Label()], TheoreticalBubble(v.stages, a.m, v_chunks),
                 simulated[v.Label()], r.foreign_cpu_s / r.wall_s, r.steal_s / r.wall_s, coord.c_str(),
                 per_stage.c_str());
     max_others = std::max(max_others, r.foreign_cpu_s / r.wall_s);
@@ -582,6 +612,20 @@ int Main(int argc, char** argv) {
         speedup_params, bubble["2st-params/1f1b/rc"], simulated["2st-params/1f1b/rc"], speedup / speedup_params);
   }
 
+  // Interleaved 1F1B (Megatron virtual stages), recompute, the chunk planner's split.
+  const std::string il = "2st/interleaved/rc";
+  const bool have_il = speedups.count(il) > 0;
+  const double il_speedup = have_il ? speedups[il] : NAN;
+  const double il_theory = TheoreticalBubble(2, a.m, a.chunks);
+  if (have_il) {
+    std::printf(
+        "speedup_2_stages_interleaved = %.3fx (2 stages x %d chunks / 1 stage, recompute); target >= 1.8x: %s; "
+        "bubble measured %.3f, simulated %.3f, theory (p-1)/(v*m+p-1) = %.3f: %.3f beyond theory; at equal work "
+        "%.3fx\n",
+        il_speedup, a.chunks, il_speedup >= 1.8 ? "met" : "MISSED", bubble[il], simulated[il], il_theory,
+        bubble[il] - il_theory, equal_work(il));
+  }
+
   std::string raw;
   for (size_t i = 0; i < variants.size(); ++i) {
     const std::string l = variants[i].Label();
@@ -597,7 +641,9 @@ int Main(int argc, char** argv) {
       "planner split, median over rounds of the ratio to the bracketing 1-stage runs\","
       "\"speedup_2_stages_best_schedule\":%s,\"best_schedule\":\"%s\",\"speedup_equal_work\":%s,"
       "\"speedup_equal_work_param_split\":%s,"
-      "\"speedup_2_stages_param_split\":%s,\"bubble_measured\":%s,\"bubble_simulated\":%s,"
+      "\"speedup_2_stages_param_split\":%s,\"speedup_2_stages_interleaved\":%s,\"chunks\":%d,"
+      "\"bubble_measured_interleaved\":%s,\"bubble_theory_interleaved\":%.4f,"
+      "\"speedup_equal_work_interleaved\":%s,\"bubble_measured\":%s,\"bubble_simulated\":%s,"
       "\"bubble_theory\":%.4f,\"bubble_measured_param_split\":%s,\"samples_per_s_1_stage\":%s,"
       "\"samples_per_s_2_stages\":%s,\"samples_per_s_2_stages_param_split\":%s,"
       "\"samples_per_s_train_local\":%s,\"gemm_1_thread_gflops\":%.2f,\"gemm_2_thread_scaling\":%.4f,"
@@ -607,13 +653,15 @@ int Main(int argc, char** argv) {
       "\"micro_batch_size\":1,\"lora_rank\":%lld,\"lora_targets\":\"%s\",\"dtype\":\"fp32\",\"threads\":1,"
       "\"warmup_steps\":%d,\"measured_steps\":%d,\"rounds\":%d}}\n",
       num(speedup).c_str(), num(best2).c_str(), best_sched.c_str(), num(equal_work("2st/1f1b/rc")).c_str(),
-      num(equal_work("2st-params/1f1b/rc")).c_str(), num(speedup_params).c_str(), num(bubble["2st/1f1b/rc"]).c_str(),
-      num(simulated["2st/1f1b/rc"]).c_str(), theory2, num(try_params ? bubble["2st-params/1f1b/rc"] : NAN).c_str(),
-      num(sps["1st/1f1b/rc"]).c_str(), num(sps["2st/1f1b/rc"]).c_str(),
-      num(try_params ? sps["2st-params/1f1b/rc"] : NAN).c_str(), num(a.only.empty() ? local_sps : NAN).c_str(),
-      Median(gemm1), gemm_scaling, max_others, (long long)planner_boundary, raw.c_str(), (long long)a.dim,
-      (long long)a.double_blocks, (long long)a.single_blocks, (long long)a.joint, (long long)img_tokens,
-      (long long)a.text, a.m, (long long)a.rank, a.targets.c_str(), a.warmup, a.steps, a.rounds);
+      num(equal_work("2st-params/1f1b/rc")).c_str(), num(speedup_params).c_str(), num(il_speedup).c_str(), a.chunks,
+      num(have_il ? bubble[il] : NAN).c_str(), il_theory, num(have_il ? equal_work(il) : NAN).c_str(),
+      num(bubble["2st/1f1b/rc"]).c_str(), num(simulated["2st/1f1b/rc"]).c_str(), theory2,
+      num(try_params ? bubble["2st-params/1f1b/rc"] : NAN).c_str(), num(sps["1st/1f1b/rc"]).c_str(),
+      num(sps["2st/1f1b/rc"]).c_str(), num(try_params ? sps["2st-params/1f1b/rc"] : NAN).c_str(),
+      num(a.only.empty() ? local_sps : NAN).c_str(), Median(gemm1), gemm_scaling, max_others,
+      (long long)planner_boundary, raw.c_str(), (long long)a.dim, (long long)a.double_blocks,
+      (long long)a.single_blocks, (long long)a.joint, (long long)img_tokens, (long long)a.text, a.m, (long long)a.rank,
+      a.targets.c_str(), a.warmup, a.steps, a.rounds);
   if (!a.keep) (void)RemoveAll(dir);
   return 0;
 }

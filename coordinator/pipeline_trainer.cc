@@ -24,6 +24,7 @@
 #include "core/data/cache.h"
 #include "core/lora/lora.h"
 #include "core/model/flux2_weights.h"
+#include "core/pipeline/chunks.h"
 #include "core/pipeline/partition.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/stage_io.h"
@@ -76,10 +77,9 @@ absl::Status CheckOptions(const CoordinatorOptions& options) {
   return absl::OkStatus();
 }
 
-// The split: blocks to stages by compute, within each stage's memory budget, sized for the cache's largest
-// micro-batch (memory) and its token mix (compute).
-absl::StatusOr<Plan> PlanStages(const JobConfig& job, const Flux2Config& config, const CacheReader& cache, int stages,
-                                at::ScalarType dtype) {
+// The planner's options: sized for the cache's largest micro-batch (memory) and its token mix (compute).
+absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, const CacheReader& cache, int stages,
+                                                       at::ScalarType dtype) {
   PartitionOptions popts;
   popts.stages = stages;
   popts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
@@ -103,7 +103,31 @@ absl::StatusOr<Plan> PlanStages(const JobConfig& job, const Flux2Config& config,
     if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(job.source, ": memory_per_stage"));
     popts.memory_budget_bytes.push_back(*bytes);
   }
-  return PartitionFlux2(config, popts);
+  return popts;
+}
+
+// What each worker runs: [worker][chunk] block ranges -- one per worker, or v (interleaved) -- from the planner:
+// blocks to stages (or to p·v chunks) by compute, within each worker's memory budget. Prints the plan.
+absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const Flux2Config& config,
+                                                               const CacheReader& cache, int stages, int chunks,
+                                                               at::ScalarType dtype, bool quiet) {
+  ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(job, cache, stages, dtype));
+  std::vector<std::vector<StageSpec>> out(stages);
+  if (chunks == 1) {
+    ASSIGN_OR_RETURN(Plan plan, PartitionFlux2(config, popts));
+    if (!quiet) std::printf("%s", RenderPlan(config, plan).c_str());
+    if (!plan.fits) return absl::ResourceExhaustedError(absl::StrCat("the model does not fit: ", plan.message));
+    for (int i = 0; i < stages; ++i) out[i] = {plan.stages[i]};
+    return out;
+  }
+  popts.schedule = ScheduleKind::kInterleaved1F1B;
+  ASSIGN_OR_RETURN(ChunkPlan plan, PartitionFlux2Chunks(config, popts, chunks));
+  if (!quiet) std::printf("%s", RenderChunkPlan(config, plan).c_str());
+  if (!plan.fits) return absl::ResourceExhaustedError(absl::StrCat("the model does not fit: ", plan.message));
+  for (int i = 0; i < stages; ++i) {
+    for (int u : WorkerVirtualStages(stages, chunks, i)) out[i].push_back(plan.virtual_stages[u]);
+  }
+  return out;
 }
 
 // Workers: embedded local processes (started here, into *local), or the ones given. Returns their addresses.
@@ -124,9 +148,13 @@ absl::StatusOr<std::vector<std::string>> StartWorkers(const JobConfig& job, cons
   return addresses;
 }
 
-v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string& job_id, const StageSpec& spec, int i,
+// Worker i's request; `chunks` holds its one block range, or its v chunks (interleaved: the neighbours wrap
+// around, worker p-1's outputs feeding worker 0's next chunk).
+v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string& job_id,
+                                         const std::vector<StageSpec>& chunks, int i,
                                          const std::vector<std::string>& addresses) {
   const int p = static_cast<int>(addresses.size());
+  const StageSpec& spec = chunks.front();
   v1::ConfigureRequest req;
   req.set_job_id(job_id);
   req.set_config_hash(job_id);
@@ -141,8 +169,13 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.set_dtype(job.dtype);
   req.set_device(i < static_cast<int>(job.devices.size()) ? job.devices[i] : "cpu");
   // The planner's per-stage decision (recompute: auto decides from the budget; true = all, false = none).
-  req.set_recompute(spec.recompute_blocks > 0);
-  req.set_recompute_blocks(static_cast<int32_t>(spec.recompute_blocks));
+  // Interleaved chunks are not sized one by one: any recompute other than false checkpoints every block.
+  if (chunks.size() > 1) {
+    req.set_recompute(job.recompute != RecomputePolicy::kNone);
+  } else {
+    req.set_recompute(spec.recompute_blocks > 0);
+    req.set_recompute_blocks(static_cast<int32_t>(spec.recompute_blocks));
+  }
   req.set_quantize(job.quantize);
   req.mutable_lora()->set_rank(static_cast<int32_t>(job.lora.rank));
   req.mutable_lora()->set_alpha(static_cast<float>(job.lora.alpha));
@@ -150,6 +183,17 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.mutable_lora()->set_dropout(static_cast<float>(job.lora.dropout));
   if (i + 1 < p) req.set_next_address(addresses[i + 1]);
   if (i > 0) req.set_prev_address(addresses[i - 1]);
+  if (chunks.size() > 1) {
+    for (const StageSpec& c : chunks) {
+      v1::StageChunk* ch = req.add_chunks();
+      ch->set_block_begin(static_cast<int32_t>(c.block_begin));
+      ch->set_block_end(static_cast<int32_t>(c.block_end));
+      ch->set_has_embedders(c.has_embedders);
+      ch->set_has_head(c.has_head);
+    }
+    req.set_next_address(addresses[(i + 1) % p]);
+    req.set_prev_address(addresses[(i + p - 1) % p]);
+  }
   req.set_threads(job.threads);
   req.set_seed(job.seed);
   req.set_wire_dtype(job.wire_dtype);
@@ -157,7 +201,8 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
 }
 
 // Connects to every stage and configures it with its slice; the fleet learns which LoRA parameters each holds.
-absl::Status ConnectAndConfigure(const JobConfig& job, const CoordinatorOptions& options, const Plan& plan,
+absl::Status ConnectAndConfigure(const JobConfig& job, const CoordinatorOptions& options,
+                                 const std::vector<std::vector<StageSpec>>& plan,
                                  const std::vector<std::string>& addresses, StageFleet* fleet) {
   const int p = static_cast<int>(addresses.size());
   for (int i = 0; i < p; ++i) {
@@ -167,8 +212,8 @@ absl::Status ConnectAndConfigure(const JobConfig& job, const CoordinatorOptions&
   fleet->params.assign(p, {});
   fleet->rope.assign(p, RopeMirror());
   return ParallelFor(p, [&](int i) -> absl::Status {
-    ASSIGN_OR_RETURN(v1::ConfigureResponse resp, fleet->clients[i]->Configure(ConfigureRequestFor(
-                                                     job, fleet->job_id, plan.stages[i], i, addresses)));
+    ASSIGN_OR_RETURN(v1::ConfigureResponse resp,
+                     fleet->clients[i]->Configure(ConfigureRequestFor(job, fleet->job_id, plan[i], i, addresses)));
     fleet->params[i].assign(resp.lora_param_names().begin(), resp.lora_param_names().end());
     return absl::OkStatus();
   });
@@ -303,13 +348,17 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(cache.get(), job, config.guidance_embeds));
   ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*checkpoint, dtype, at::kCPU));
 
-  ASSIGN_OR_RETURN(Plan plan, PlanStages(job, config, *cache, p, dtype));
-  if (!options.quiet) std::printf("%s", RenderPlan(config, plan).c_str());
-  if (!plan.fits) return absl::ResourceExhaustedError(absl::StrCat("the model does not fit: ", plan.message));
   StageFleet fleet;
   fleet.job_id = JobHash(job);
   ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
-  ASSIGN_OR_RETURN(fleet.schedule, MakeSchedule(kind, p, m));
+  const int chunks = kind == ScheduleKind::kInterleaved1F1B ? static_cast<int>(job.chunks) : 1;
+  auto schedule = MakeSchedule(kind, p, m, chunks);
+  if (!schedule.ok()) {
+    return Annotate(schedule.status(), absl::StrCat(job.source, ": schedule: ", job.schedule, " with micro_batches: ",
+                                                    m, ", chunks: ", chunks, " on --stages ", p));
+  }
+  fleet.schedule = std::move(*schedule);
+  ASSIGN_OR_RETURN(auto plan, PlanStages(job, config, *cache, p, chunks, dtype, options.quiet));
   fleet.loss_scale = 1.0f / static_cast<float>(m);
   fleet.dropout_seed = DropoutBaseSeed(job.seed);
   std::unique_ptr<LocalWorkers> local;
@@ -340,7 +389,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   };
   // A step's inputs (micro-batches and shell outputs), computed off the critical path: step k+1's while the
   // stages run step k.
-  auto prepare = [&](int64_t step) -> absl::StatusOr<StepInputs> {
+  auto prepare = [&](int64_t step, bool push) -> absl::StatusOr<StepInputs> {
     StepInputs in;
     ASSIGN_OR_RETURN(in.micro_batches, sampler.Step(step));
     in.constants.resize(m);
@@ -353,6 +402,10 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
         in.rope_keys[i] = RopeKey(mb.grid_h, mb.grid_w, mb.encoder_hidden_states.size(1));
       }
     }));
+    if (push) {  // while the previous step runs: the boundary then carries only the new adapters
+      RETURN_IF_ERROR(fleet.PushData(step, in));
+      in.data_pushed = true;
+    }
     return in;
   };
   std::future<absl::StatusOr<StepInputs>> next_inputs;
@@ -364,12 +417,12 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   g_stop_requested = false;
   for (int64_t step = start.step; step < total_steps; ++step) {
     auto t0 = Clock::now();
-    absl::StatusOr<StepInputs> inputs = next_inputs.valid() ? next_inputs.get() : prepare(step);
+    absl::StatusOr<StepInputs> inputs = next_inputs.valid() ? next_inputs.get() : prepare(step, false);
     if (!inputs.ok()) return inputs.status();
     const double prepare_seconds = SecondsSince(t0);
     ASSIGN_OR_RETURN(StepOutputs outputs, fleet.RunStep(step, *inputs, master, [&] {
       if (step + 1 < total_steps && !g_stop_requested.load()) {
-        next_inputs = std::async(std::launch::async, prepare, step + 1);
+        next_inputs = std::async(std::launch::async, prepare, step + 1, true);
       }
     }));
     const auto t_run = Clock::now();

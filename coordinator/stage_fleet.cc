@@ -43,16 +43,25 @@ v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::Envelop
 absl::Status StageFleet::Feed(int i, int64_t step, const StepInputs& in,
                               const std::map<std::string, at::Tensor>& master) {
   StageClient& client = *clients[i];
-  TensorMap weights;
-  for (const auto& name : params[i]) weights[name] = master.at(name);
-  RETURN_IF_ERROR(client.Push(Header(step, 0, v1::EnvelopeHeader::LORA_WEIGHTS), weights));
   const int m = static_cast<int>(in.micro_batches.size());
+  // RoPE tables before the weights: a stage looks a table up only after it has its step's weights.
   for (int mb = 0; mb < m; ++mb) {
     if (!rope[i].Has(in.rope_keys[mb])) {
       RETURN_IF_ERROR(
           client.Push(Header(step, mb, v1::EnvelopeHeader::ROPE), RopeTensors(in.constants[mb], in.rope_keys[mb])));
       rope[i].Add(in.rope_keys[mb]);
     }
+  }
+  TensorMap weights;
+  for (const auto& name : params[i]) weights[name] = master.at(name);
+  RETURN_IF_ERROR(client.Push(Header(step, 0, v1::EnvelopeHeader::LORA_WEIGHTS), weights));
+  return in.data_pushed ? absl::OkStatus() : PushStageData(i, step, in);
+}
+
+absl::Status StageFleet::PushStageData(int i, int64_t step, const StepInputs& in) {
+  StageClient& client = *clients[i];
+  const int m = static_cast<int>(in.micro_batches.size());
+  for (int mb = 0; mb < m; ++mb) {
     RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::CONSTANTS),
                                 ConstantTensors(in.constants[mb], in.rope_keys[mb])));
     if (i == 0) {
@@ -68,6 +77,10 @@ absl::Status StageFleet::Feed(int i, int64_t step, const StepInputs& in,
   return absl::OkStatus();
 }
 
+absl::Status StageFleet::PushData(int64_t step, const StepInputs& inputs) {
+  return ParallelFor(size(), [&](int i) { return PushStageData(i, step, inputs); });
+}
+
 v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
   v1::StepPlan plan;
   plan.set_job_id(job_id);
@@ -79,6 +92,7 @@ v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
     v1::Action* action = plan.add_actions();
     action->set_type(a.type == Action::kForward ? v1::Action::FORWARD : v1::Action::BACKWARD);
     action->set_micro_batch(a.micro_batch);
+    action->set_chunk(a.chunk);
   }
   return plan;
 }

@@ -1,8 +1,14 @@
 // The coordinator's stages during a run: their clients, which LoRA parameters each holds, what each has in its
 // RoPE cache, and the schedule they follow. RunStep drives one training step over all of them: it feeds each
-// stage its current adapters and, per micro-batch, the RoPE tables it lacks, the constants, the inputs (stage 0)
-// and the target (last stage); runs every stage's action list at once; and gathers each stage's summed LoRA
-// gradients and step summary. The first failing stage cancels the others, and the error names the root cause.
+// stage, per micro-batch, the RoPE tables it lacks, then its current adapters, and the constants, the inputs
+// (stage 0) and the target (last stage) unless PushData already sent those; runs every stage's action list at
+// once; and gathers each stage's summed LoRA gradients and step summary. The first failing stage cancels the
+// others, and the error names the root cause.
+//
+// Step boundary overlap: the trainer calls PushData for step n+1 while step n runs, so at the boundary only the
+// new adapters (and any new RoPE table) travel; the stages wait for their adapters only right before their first
+// computation, so stage s > 0 receives its weights while the stages before it compute their first forwards.
+// RoPE tables never travel early: a new one could evict from a stage's FIFO cache a table step n still uses.
 #pragma once
 
 #include <absl/status/status.h>
@@ -43,6 +49,7 @@ struct StepInputs {
   std::vector<MicroBatch> micro_batches;
   std::vector<Flux2Constants> constants;
   std::vector<std::string> rope_keys;
+  bool data_pushed = false;  // PushData sent the constants, inputs and targets already
 };
 
 // What the stages return from one step.
@@ -67,10 +74,14 @@ struct StageFleet {
   absl::StatusOr<StepOutputs> RunStep(int64_t step, const StepInputs& inputs,
                                       const std::map<std::string, at::Tensor>& master,
                                       const std::function<void()>& on_started);
+  // Pushes the step's constants (every stage), inputs (stage 0) and targets (last stage) -- no RoPE tables, no
+  // weights -- to every stage at once; safe while another step runs (the stages key their inbox by step).
+  absl::Status PushData(int64_t step, const StepInputs& inputs);
 
  private:
   v1::EnvelopeHeader Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind) const;
   absl::Status Feed(int stage, int64_t step, const StepInputs& inputs, const std::map<std::string, at::Tensor>& master);
+  absl::Status PushStageData(int stage, int64_t step, const StepInputs& inputs);
   v1::StepPlan Plan(int stage, int64_t step) const;
 };
 

@@ -6,18 +6,18 @@
 
 namespace baton {
 
-void Inbox::Put(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind, TensorMap tensors) {
+void Inbox::Put(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind, TensorMap tensors, int32_t chunk) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    items_[Key{step, micro_batch, static_cast<int>(kind)}] = std::move(tensors);
+    items_[Key{step, micro_batch, static_cast<int>(kind), chunk}] = std::move(tensors);
   }
   cv_.notify_all();
 }
 
 absl::StatusOr<TensorMap> Inbox::Take(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind,
                                       absl::Duration timeout, const std::function<bool()>& cancelled,
-                                      const std::string& from) {
-  const Key key{step, micro_batch, static_cast<int>(kind)};
+                                      const std::string& from, int32_t chunk) {
+  const Key key{step, micro_batch, static_cast<int>(kind), chunk};
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
@@ -29,13 +29,14 @@ absl::StatusOr<TensorMap> Inbox::Take(int64_t step, int32_t micro_batch, v1::Env
     }
     if (cancelled && cancelled()) {
       return absl::CancelledError(absl::StrCat("cancelled while waiting for ", v1::EnvelopeHeader::Kind_Name(kind),
-                                               " of step ", step, " micro-batch ", micro_batch));
+                                               " of step ", step, " micro-batch ", micro_batch,
+                                               chunk ? absl::StrCat(" chunk ", chunk) : ""));
     }
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("no ", v1::EnvelopeHeader::Kind_Name(kind), " for step ", step,
-                                                      " micro-batch ", micro_batch, " from ", from, " within ",
-                                                      absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no ", v1::EnvelopeHeader::Kind_Name(kind), " for step ", step, " micro-batch ", micro_batch,
+          chunk ? absl::StrCat(" chunk ", chunk) : "", " from ", from, " within ", absl::FormatDuration(timeout)));
     }
     // Wake at least every 100 ms to notice cancellation.
     cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)));

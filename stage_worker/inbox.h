@@ -1,6 +1,7 @@
 // The stage worker's inbox: envelopes pushed by the coordinator and neighbour stages wait here, keyed by
-// (step, micro-batch, kind), until the step runner asks for them. Every wait is bounded by a deadline and
-// can be cut short by cancellation, so a lost neighbour is an error, never a hang.
+// (step, micro-batch, kind, chunk) -- chunk: the receiver's model chunk (interleaved schedule; else 0) -- until the
+// step runner asks for them. Every wait is bounded by a deadline and can be cut short by cancellation, so a lost
+// neighbour is an error, never a hang.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -24,13 +25,13 @@ using TensorMap = std::map<std::string, at::Tensor>;
 class Inbox {
  public:
   // Stores a bundle; a second bundle for the same key replaces the first (a retried push).
-  void Put(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind, TensorMap tensors);
+  void Put(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind, TensorMap tensors, int32_t chunk = 0);
 
   // Removes and returns the bundle for the key, waiting up to `timeout`. DeadlineExceeded names what was
   // awaited; Cancelled when `cancelled()` turns true while waiting.
   absl::StatusOr<TensorMap> Take(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind,
                                  absl::Duration timeout, const std::function<bool()>& cancelled,
-                                 const std::string& from);
+                                 const std::string& from, int32_t chunk = 0);
 
   // Drops every bundle of steps before `step` (leftovers of an aborted step).
   void DropBefore(int64_t step);
@@ -38,7 +39,7 @@ class Inbox {
   size_t size() const;
 
  private:
-  using Key = std::tuple<int64_t, int32_t, int>;
+  using Key = std::tuple<int64_t, int32_t, int, int32_t>;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, TensorMap> items_;

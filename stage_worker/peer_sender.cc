@@ -23,10 +23,10 @@ PeerSender::~PeerSender() {
   thread_.join();
 }
 
-void PeerSender::Send(v1::EnvelopeHeader header, TensorMap tensors) {
+void PeerSender::Send(v1::EnvelopeHeader header, TensorMap tensors, std::function<void()> ready) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.emplace_back(std::move(header), std::move(tensors));
+    queue_.push_back({std::move(header), std::move(tensors), std::move(ready)});
   }
   cv_.notify_all();
 }
@@ -50,7 +50,7 @@ uint64_t PeerSender::bytes_sent() const {
 
 void PeerSender::Loop() {
   while (true) {
-    std::pair<v1::EnvelopeHeader, TensorMap> item;
+    Item item;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -61,12 +61,13 @@ void PeerSender::Loop() {
     }
     absl::Status status;
     uint64_t bytes = 0;
+    if (item.ready) item.ready();
     {
       grpc::ClientContext ctx;
       ctx.set_deadline(DeadlineAfter(timeout_));
       v1::PushAck ack;
       auto writer = stub_->Push(&ctx, &ack);
-      status = WriteEnvelope(writer.get(), item.first, item.second, kMaxChunkBytes, wire_dtype_);
+      status = WriteEnvelope(writer.get(), item.header, item.tensors, kMaxChunkBytes, wire_dtype_);
       writer->WritesDone();
       absl::Status finished = FromGrpcStatus(writer->Finish());
       if (status.ok() || !finished.ok()) status = finished;  // the server's reason beats "stream broke"
@@ -79,8 +80,8 @@ void PeerSender::Loop() {
       if (!status.ok() && error_.ok()) {
         error_ = absl::Status(
             status.code(),
-            absl::StrCat("sending ", v1::EnvelopeHeader::Kind_Name(item.first.kind()), " of step ", item.first.step(),
-                         " micro-batch ", item.first.micro_batch(), " to ", peer_name_, ": ", status.message()));
+            absl::StrCat("sending ", v1::EnvelopeHeader::Kind_Name(item.header.kind()), " of step ", item.header.step(),
+                         " micro-batch ", item.header.micro_batch(), " to ", peer_name_, ": ", status.message()));
         queue_.clear();
       }
     }

@@ -8,6 +8,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,7 +28,8 @@ class PeerSender {
              WireDtype wire_dtype = WireDtype::kNone);
   ~PeerSender();
 
-  void Send(v1::EnvelopeHeader header, TensorMap tensors);
+  // `ready`, if set, runs on the sender's thread before the tensors are read (e.g. waits for a device → host copy).
+  void Send(v1::EnvelopeHeader header, TensorMap tensors, std::function<void()> ready = nullptr);
   // Waits until everything queued has been delivered; returns the first error, if any.
   absl::Status Flush(absl::Duration timeout);
   uint64_t bytes_sent() const;
@@ -42,7 +44,12 @@ class PeerSender {
   std::unique_ptr<v1::StageService::Stub> stub_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<v1::EnvelopeHeader, TensorMap>> queue_;
+  struct Item {
+    v1::EnvelopeHeader header;
+    TensorMap tensors;
+    std::function<void()> ready;
+  };
+  std::deque<Item> queue_;
   bool busy_ = false;
   bool stop_ = false;
   absl::Status error_;

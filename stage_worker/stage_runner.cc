@@ -30,6 +30,35 @@ Flux2Activations MakeLeaves(const Flux2Activations& in, bool requires_grad) {
   return out;
 }
 
+// The chunks a request configures: its `chunks`, or the one range of its top-level fields.
+absl::StatusOr<std::vector<Flux2StageRange>> RequestedRanges(const v1::ConfigureRequest& req, const Flux2Config& c) {
+  std::vector<Flux2StageRange> ranges;
+  if (req.chunks().empty()) {
+    ranges.push_back({req.block_begin(), req.block_end(), req.has_embedders(), req.has_head()});
+  }
+  for (const v1::StageChunk& ch : req.chunks()) {
+    ranges.push_back({ch.block_begin(), ch.block_end(), ch.has_embedders(), ch.has_head()});
+  }
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    const Flux2StageRange& r = ranges[k];
+    const std::string what = req.chunks().empty() ? "" : absl::StrCat(" of chunk ", k);
+    if (r.block_begin < 0 || r.block_begin >= r.block_end || r.block_end > c.num_blocks()) {
+      return absl::InvalidArgumentError(absl::StrCat("Configure: block range", what, " [", r.block_begin, ", ",
+                                                     r.block_end, ") is not inside the model's ", c.num_blocks(),
+                                                     " blocks"));
+    }
+    // Every chunk's output goes somewhere and every input gradient too (interleaved: the neighbours wrap).
+    if (!r.has_head && req.next_address().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("Configure: chunk ", k, " has no head but next_address is empty"));
+    }
+    if (!r.has_embedders && req.prev_address().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Configure: chunk ", k, " has no embedders but prev_address is empty"));
+    }
+  }
+  return ranges;
+}
+
 }  // namespace
 
 StageRunner::StageRunner(StageRunnerOptions options) : options_(std::move(options)) {}
@@ -37,6 +66,12 @@ StageRunner::~StageRunner() = default;
 
 std::string StageRunner::name() const {
   return absl::StrCat("stage ", config_.stage_index(), " (", options_.address, ")");
+}
+
+std::map<std::string, at::Tensor> StageRunner::AllLora() {
+  std::map<std::string, at::Tensor> all;
+  for (auto& chunk : chunks_) all.merge(LoraParameters(*chunk));
+  return all;
 }
 
 absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::ConfigureRequest& req) {
@@ -64,11 +99,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   auto checkpoint = Flux2Checkpoint::Open(req.model_path(), req.model_config_path());
   if (!checkpoint.ok()) return Annotate(checkpoint.status(), "Configure: opening the model on this worker");
   checkpoint_ = std::move(*checkpoint);
-  const Flux2Config& c = checkpoint_->config();
-  if (req.block_begin() < 0 || req.block_begin() >= req.block_end() || req.block_end() > c.num_blocks()) {
-    return absl::InvalidArgumentError(absl::StrCat("Configure: block range [", req.block_begin(), ", ", req.block_end(),
-                                                   ") is not inside the model's ", c.num_blocks(), " blocks"));
-  }
+  ASSIGN_OR_RETURN(ranges_, RequestedRanges(req, checkpoint_->config()));
   LoraSpec spec;
   spec.rank = req.lora().rank();
   spec.alpha = req.lora().alpha();
@@ -76,34 +107,42 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   spec.dropout = req.lora().dropout();
   spec.seed = req.seed();
   ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(req.quantize().empty() ? "none" : req.quantize()));
-  Flux2StageRange range{req.block_begin(), req.block_end(), req.has_embedders(), req.has_head()};
-  ASSIGN_OR_RETURN(stage_, BuildFlux2Stage(*checkpoint_, range, dtype_, device_, &spec, /*train=*/true, quant));
+  chunks_.clear();
+  for (const Flux2StageRange& range : ranges_) {
+    ASSIGN_OR_RETURN(Flux2Stage chunk,
+                     BuildFlux2Stage(*checkpoint_, range, dtype_, device_, &spec, /*train=*/true, quant));
+    chunks_.push_back(std::move(chunk));
+  }
   config_ = req;
   const absl::Duration timeout = options_.wait_timeout;
+  const int p = req.num_stages(), s = req.stage_index();
   if (!req.next_address().empty()) {
-    next_ = std::make_unique<PeerSender>(req.next_address(),
-                                         absl::StrCat("stage ", req.stage_index() + 1, " (", req.next_address(), ")"),
-                                         timeout, wire);
+    next_ = std::make_unique<PeerSender>(
+        req.next_address(), absl::StrCat("stage ", (s + 1) % p, " (", req.next_address(), ")"), timeout, wire);
   }
   if (!req.prev_address().empty()) {
-    prev_ = std::make_unique<PeerSender>(req.prev_address(),
-                                         absl::StrCat("stage ", req.stage_index() - 1, " (", req.prev_address(), ")"),
-                                         timeout, wire);
+    prev_ = std::make_unique<PeerSender>(
+        req.prev_address(), absl::StrCat("stage ", (s + p - 1) % p, " (", req.prev_address(), ")"), timeout, wire);
   }
   v1::ConfigureResponse response;
   int64_t numel = 0;
-  for (const auto& [pname, p] : LoraParameters(*stage_)) {
+  for (const auto& [pname, p] : AllLora()) {
     response.add_lora_param_names(pname);
     numel += p.numel();
   }
   response.set_num_lora_params(numel);
-  const uint64_t bytes = static_cast<uint64_t>(FrozenBytes(*stage_));  // 8-bit weights are buffers
+  uint64_t bytes = 0;  // 8-bit weights are buffers, FrozenBytes counts them
+  for (auto& chunk : chunks_) bytes += static_cast<uint64_t>(FrozenBytes(*chunk));
   response.set_loaded_bytes(bytes);
   configured_ = true;
-  LogInfo(name(), ": configured blocks [", req.block_begin(), ", ", req.block_end(), ")",
-          req.has_embedders() ? " + embedders" : "", req.has_head() ? " + head" : "", ", ",
-          response.lora_param_names_size(), " LoRA tensors, ", bytes >> 20, " MiB of frozen weights (quantize ",
-          WeightQuantName(quant), "), recompute ", req.recompute() ? "on" : "off");
+  std::string blocks;
+  for (const Flux2StageRange& r : ranges_) {
+    absl::StrAppend(&blocks, blocks.empty() ? "" : " + ", "[", r.block_begin, ", ", r.block_end, ")",
+                    r.has_embedders ? " + embedders" : "", r.has_head ? " + head" : "");
+  }
+  LogInfo(name(), ": configured ", ranges_.size() > 1 ? absl::StrCat(ranges_.size(), " chunks, blocks ") : "blocks ",
+          blocks, ", ", response.lora_param_names_size(), " LoRA tensors, ", bytes >> 20,
+          " MiB of frozen weights (quantize ", WeightQuantName(quant), "), recompute ", req.recompute() ? "on" : "off");
   return response;
 }
 
@@ -140,27 +179,31 @@ absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
     }
     return absl::OkStatus();
   }
-  inbox_.Put(h.step(), h.micro_batch(), h.kind(), std::move(envelope.tensors));
+  if (h.chunk() < 0) return absl::InvalidArgumentError(absl::StrCat("envelope: chunk ", h.chunk(), " is negative"));
+  inbox_.Put(h.step(), h.micro_batch(), h.kind(), std::move(envelope.tensors), h.chunk());
   return absl::OkStatus();
 }
 
-v1::EnvelopeHeader StageRunner::Header(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind) const {
+v1::EnvelopeHeader StageRunner::Header(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
+                                       int32_t chunk) const {
   v1::EnvelopeHeader h;
   h.set_job_id(plan.job_id());
   h.set_step(plan.step());
   h.set_micro_batch(mb);
   h.set_kind(kind);
   h.set_sender(name());
+  h.set_chunk(chunk);
   return h;
 }
 
 absl::StatusOr<TensorMap> StageRunner::Await(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
-                                             const std::function<bool()>& cancelled, v1::StepSummary& summary) {
+                                             const std::function<bool()>& cancelled, v1::StepSummary& summary,
+                                             int32_t chunk) {
   std::string from = "the coordinator";
   if (kind == v1::EnvelopeHeader::ACTIVATION && prev_) from = prev_->peer_name();
   if (kind == v1::EnvelopeHeader::GRADIENT && next_) from = next_->peer_name();
   auto t0 = Clock::now();
-  auto result = inbox_.Take(plan.step(), mb, kind, options_.wait_timeout, cancelled, from);
+  auto result = inbox_.Take(plan.step(), mb, kind, options_.wait_timeout, cancelled, from, chunk);
   summary.set_idle_seconds(summary.idle_seconds() + Since(t0));
   if (!result.ok()) {
     // A neighbour that failed to deliver explains a timeout better than the timeout itself.
@@ -180,53 +223,90 @@ static int64_t RecomputeBlocks(const v1::ConfigureRequest& c) {
   return c.recompute_blocks() > 0 ? c.recompute_blocks() : Flux2StageImpl::kAllBlocks;
 }
 
-Flux2Activations StageRunner::RunBlocks(MicroBatchState& state, const v1::StepPlan& plan, int32_t mb) {
-  SetLoraDropoutSeed(*stage_, MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
-  // With recompute: no graph, but every block's input is kept for the per-block recompute in Backward.
-  if (config_.recompute()) {
-    return stage_->ForwardCheckpointed(state.input, state.constants, &state.checkpoints, RecomputeBlocks(config_));
+absl::Status StageRunner::EnsureWeights(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
+                                        StepState& step, v1::StepSummary& summary) {
+  if (step.weights_loaded) return absl::OkStatus();
+  // The weights for this step come before any computation: a stage never computes with stale adapters.
+  ASSIGN_OR_RETURN(TensorMap weights, Await(plan, 0, v1::EnvelopeHeader::LORA_WEIGHTS, cancelled, summary));
+  for (Flux2Stage& chunk : chunks_) {
+    std::map<std::string, at::Tensor> mine;
+    for (const auto& [pname, p] : LoraParameters(*chunk)) {
+      auto it = weights.find(pname);
+      if (it == weights.end()) continue;  // AssignLoraParameters names it as missing
+      mine[pname] = it->second;
+      weights.erase(it);
+    }
+    RETURN_IF_ERROR(Annotate(AssignLoraParameters(*chunk, mine), name()));
+    ZeroLoraGradients(*chunk);
   }
-  at::AutoGradMode mode(true);
-  return stage_->forward(state.input, state.constants);
+  if (!weights.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name(), ": LoRA weights do not fit the model: ", weights.begin()->first, " (no such adapter here)"));
+  }
+  step.weights_loaded = true;
+  return absl::OkStatus();
 }
 
-absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t mb, const std::function<bool()>& cancelled,
-                                  std::map<int32_t, MicroBatchState>& states, v1::StepSummary& summary) {
+absl::StatusOr<Flux2Activations> StageRunner::AwaitInput(const v1::StepPlan& plan, int32_t chunk, int32_t mb,
+                                                         const std::function<bool()>& cancelled,
+                                                         v1::StepSummary& summary) {
   const Flux2Config& c = checkpoint_->config();
-  MicroBatchState state;
-  if (config_.has_embedders()) {
-    ASSIGN_OR_RETURN(TensorMap t, Await(plan, mb, v1::EnvelopeHeader::INPUTS, cancelled, summary));
-    auto in = InputsFromTensors(t, c, dtype_);
-    if (!in.ok()) return Annotate(in.status(), absl::StrCat(name(), " micro-batch ", mb));
-    state.input = MakeLeaves(*in, false);
-  } else {
-    ASSIGN_OR_RETURN(TensorMap t, Await(plan, mb, v1::EnvelopeHeader::ACTIVATION, cancelled, summary));
-    auto in = ActivationsFromTensors(t, c, dtype_);
-    if (!in.ok()) return Annotate(in.status(), absl::StrCat(name(), " micro-batch ", mb));
-    state.input = MakeLeaves(*in, true);
-  }
-  for (at::Tensor* t : {&state.input.img, &state.input.txt, &state.input.joint}) {
+  const bool first = ranges_[chunk].has_embedders;  // the model's inputs come from the coordinator
+  ASSIGN_OR_RETURN(TensorMap t, Await(plan, mb, first ? v1::EnvelopeHeader::INPUTS : v1::EnvelopeHeader::ACTIVATION,
+                                      cancelled, summary, first ? 0 : chunk));
+  auto in = first ? InputsFromTensors(t, c, dtype_) : ActivationsFromTensors(t, c, dtype_);
+  if (!in.ok()) return Annotate(in.status(), absl::StrCat(name(), " micro-batch ", mb));
+  Flux2Activations leaves = MakeLeaves(*in, !first);
+  for (at::Tensor* t : {&leaves.img, &leaves.txt, &leaves.joint}) {
     if (t->defined()) *t = transfer_->Upload(*t).detach().requires_grad_(t->requires_grad());
   }
+  return leaves;
+}
+
+absl::StatusOr<Flux2Constants> StageRunner::Constants(const v1::StepPlan& plan, int32_t mb,
+                                                      const std::function<bool()>& cancelled, StepState& step,
+                                                      v1::StepSummary& summary) {
+  auto cached = step.constants.find(mb);
+  if (cached != step.constants.end()) return cached->second;
   ASSIGN_OR_RETURN(TensorMap kt, Await(plan, mb, v1::EnvelopeHeader::CONSTANTS, cancelled, summary));
-  auto constants = ConstantsFromTensors(kt, c);
+  auto constants = ConstantsFromTensors(kt, checkpoint_->config());
   if (!constants.ok()) return Annotate(constants.status(), absl::StrCat(name(), " micro-batch ", mb));
-  state.constants = constants->first;
-  for (at::Tensor* t :
-       {&state.constants.mod_img, &state.constants.mod_txt, &state.constants.mod_single, &state.constants.mod_out}) {
-    *t = transfer_->Upload(*t, dtype_);
-  }
+  Flux2Constants out = constants->first;
+  for (at::Tensor* t : {&out.mod_img, &out.mod_txt, &out.mod_single, &out.mod_out}) *t = transfer_->Upload(*t, dtype_);
   {
     std::lock_guard<std::mutex> rope_lock(rope_mu_);
     auto it = rope_.find(constants->second);
     if (it == rope_.end()) {
       return absl::FailedPreconditionError(absl::StrCat(name(), ": no RoPE table '", constants->second,
-                                                        "' (the coordinator must send ROPE before CONSTANTS)"));
+                                                        "' (the coordinator must send ROPE before LORA_WEIGHTS)"));
     }
-    state.constants.rope_cos = it->second.first;
-    state.constants.rope_sin = it->second.second;
+    out.rope_cos = it->second.first;
+    out.rope_sin = it->second.second;
   }
-  if (config_.has_head()) {
+  step.constants[mb] = out;
+  return out;
+}
+
+Flux2Activations StageRunner::RunBlocks(int32_t chunk, MicroBatchState& state, const v1::StepPlan& plan, int32_t mb) {
+  Flux2Stage& stage = chunks_[chunk];
+  SetLoraDropoutSeed(*stage, MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
+  // With recompute: no graph, but every block's input is kept for the per-block recompute in Backward.
+  if (config_.recompute()) {
+    return stage->ForwardCheckpointed(state.input, state.constants, &state.checkpoints, RecomputeBlocks(config_));
+  }
+  at::AutoGradMode mode(true);
+  return stage->forward(state.input, state.constants);
+}
+
+absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32_t mb,
+                                  const std::function<bool()>& cancelled, StepState& step, v1::StepSummary& summary) {
+  const Flux2Config& c = checkpoint_->config();
+  const Flux2StageRange& range = ranges_[chunk];
+  MicroBatchState state;
+  ASSIGN_OR_RETURN(state.input, AwaitInput(plan, chunk, mb, cancelled, summary));
+  RETURN_IF_ERROR(EnsureWeights(plan, cancelled, step, summary));
+  ASSIGN_OR_RETURN(state.constants, Constants(plan, mb, cancelled, step, summary));
+  if (range.has_head) {
     ASSIGN_OR_RETURN(TensorMap t, Await(plan, mb, v1::EnvelopeHeader::TARGET, cancelled, summary));
     if (!t.count("target") || t.at("target").dim() != 3 || t.at("target").size(-1) != c.out_dim()) {
       return absl::InvalidArgumentError(
@@ -236,40 +316,42 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t mb, const st
   }
   auto t0 = Clock::now();
   absl::Status run = TorchCall("forward", [&] {
-    Flux2Activations out = RunBlocks(state, plan, mb);
-    if (config_.has_head()) {
+    Flux2Activations out = RunBlocks(chunk, state, plan, mb);
+    if (range.has_head) {
       at::Tensor loss = FlowMatchingLoss(out.output, state.target);
       summary.set_losses(mb, static_cast<float>(loss.item<double>()));
       if (!config_.recompute()) state.loss = loss;
     } else {
       if (!config_.recompute()) state.output = out;
-      TensorMap tensors;
-      for (auto& [tname, t] : ActivationTensors(out)) tensors[tname] = t.detach();
-      next_->Send(Header(plan, mb, v1::EnvelopeHeader::ACTIVATION), std::move(tensors));
+      // Queued: the peer sender's thread ships it while we compute the next action.
+      SendAsync(*next_, Header(plan, mb, v1::EnvelopeHeader::ACTIVATION, NextChunk(chunk)), ActivationTensors(out));
     }
   });
   summary.set_forward_seconds(summary.forward_seconds() + Since(t0));
   if (!run.ok()) return Annotate(run, absl::StrCat(name(), " micro-batch ", mb));
-  states[mb] = std::move(state);
+  step.live[{chunk, mb}] = std::move(state);
   return absl::OkStatus();
 }
 
-absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t mb, const std::function<bool()>& cancelled,
-                                   std::map<int32_t, MicroBatchState>& states, v1::StepSummary& summary) {
-  auto it = states.find(mb);
-  if (it == states.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(name(), ": B", mb, " before F", mb, " in the step plan"));
+absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int32_t mb,
+                                   const std::function<bool()>& cancelled, StepState& step, v1::StepSummary& summary) {
+  auto it = step.live.find({chunk, mb});
+  if (it == step.live.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": B", mb, " before F", mb,
+                                                   chunks_.size() > 1 ? absl::StrCat(" of chunk ", chunk) : "",
+                                                   " in the step plan"));
   }
+  const Flux2StageRange& range = ranges_[chunk];
   MicroBatchState& state = it->second;
   TensorMap grads;
-  if (!config_.has_head()) {
-    ASSIGN_OR_RETURN(grads, Await(plan, mb, v1::EnvelopeHeader::GRADIENT, cancelled, summary));
+  if (!range.has_head) {
+    ASSIGN_OR_RETURN(grads, Await(plan, mb, v1::EnvelopeHeader::GRADIENT, cancelled, summary, chunk));
   }
   auto t0 = Clock::now();
   absl::Status run = TorchCall("backward", [&] {
     // Where backward starts: the scaled loss on the last stage, else the received output gradients.
     auto seed = [&](const Flux2Activations& out) -> std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> {
-      if (config_.has_head()) {
+      if (range.has_head) {
         at::Tensor loss = config_.recompute() ? FlowMatchingLoss(out.output, state.target) : state.loss;
         return {{loss * static_cast<double>(plan.loss_scale())}, {}};
       }
@@ -287,8 +369,9 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t mb, const s
     };
     if (config_.recompute()) {
       // Per-block recompute from the checkpoints Forward kept: one block's graph at a time, never the stage's.
-      SetLoraDropoutSeed(*stage_, MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
-      stage_->BackwardFromCheckpoints(std::move(state.checkpoints), state.constants, seed, RecomputeBlocks(config_));
+      SetLoraDropoutSeed(*chunks_[chunk], MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
+      chunks_[chunk]->BackwardFromCheckpoints(std::move(state.checkpoints), state.constants, seed,
+                                              RecomputeBlocks(config_));
     } else {
       auto [roots, root_grads] = seed(state.output);
       torch::autograd::backward(roots, root_grads);
@@ -296,9 +379,29 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t mb, const s
   });
   summary.set_backward_seconds(summary.backward_seconds() + Since(t0));
   if (!run.ok()) return Annotate(run, absl::StrCat(name(), " micro-batch ", mb));
-  if (prev_) prev_->Send(Header(plan, mb, v1::EnvelopeHeader::GRADIENT), InputGradientTensors(state.input));
-  states.erase(it);
+  if (!range.has_embedders) {
+    SendAsync(*prev_, Header(plan, mb, v1::EnvelopeHeader::GRADIENT, PrevChunk(chunk)),
+              InputGradientTensors(state.input));
+  }
+  step.live.erase(it);
   return absl::OkStatus();
+}
+
+void StageRunner::SendAsync(PeerSender& peer, v1::EnvelopeHeader header, const TensorMap& tensors) {
+  TensorMap host;
+  std::vector<std::function<void()>> waits;
+  for (const auto& [tname, t] : tensors) {
+    DeviceTransfer::PendingDownload d = transfer_->DownloadAsync(t.detach());
+    host[tname] = std::move(d.host);
+    if (d.wait) waits.push_back(std::move(d.wait));
+  }
+  std::function<void()> ready;
+  if (!waits.empty()) {
+    ready = [waits = std::move(waits)] {
+      for (const auto& wait : waits) wait();
+    };
+  }
+  peer.Send(std::move(header), std::move(host), std::move(ready));
 }
 
 absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
@@ -314,32 +417,32 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, c
   summary.set_step(plan.step());
   for (int i = 0; i < plan.micro_batches(); ++i) summary.add_losses(0.0f);
 
-  // The weights for this step come first: a stage never computes with stale adapters.
-  ASSIGN_OR_RETURN(TensorMap weights, Await(plan, 0, v1::EnvelopeHeader::LORA_WEIGHTS, cancelled, summary));
-  RETURN_IF_ERROR(Annotate(AssignLoraParameters(*stage_, weights), name()));
-  ZeroLoraGradients(*stage_);
-
-  std::map<int32_t, MicroBatchState> states;
+  StepState step;
   for (const v1::Action& action : plan.actions()) {
     if (action.micro_batch() < 0 || action.micro_batch() >= plan.micro_batches()) {
       return absl::InvalidArgumentError(absl::StrCat("step plan: micro-batch ", action.micro_batch(), " out of range"));
     }
+    if (action.chunk() < 0 || action.chunk() >= static_cast<int32_t>(chunks_.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step plan: chunk ", action.chunk(), " out of range [0, ", chunks_.size(), ") on ", name()));
+    }
     if (action.type() == v1::Action::FORWARD) {
-      RETURN_IF_ERROR(Forward(plan, action.micro_batch(), cancelled, states, summary));
+      RETURN_IF_ERROR(Forward(plan, action.chunk(), action.micro_batch(), cancelled, step, summary));
     } else if (action.type() == v1::Action::BACKWARD) {
-      RETURN_IF_ERROR(Backward(plan, action.micro_batch(), cancelled, states, summary));
+      RETURN_IF_ERROR(Backward(plan, action.chunk(), action.micro_batch(), cancelled, step, summary));
     } else {
       return absl::InvalidArgumentError("step plan: action without a type");
     }
   }
-  if (!states.empty()) return absl::InvalidArgumentError("step plan: some forwards had no backward");
+  if (!step.live.empty()) return absl::InvalidArgumentError("step plan: some forwards had no backward");
+  RETURN_IF_ERROR(EnsureWeights(plan, cancelled, step, summary));  // a plan without actions still takes them
   for (PeerSender* peer : {next_.get(), prev_.get()}) {
     if (peer) RETURN_IF_ERROR(Annotate(peer->Flush(options_.wait_timeout), name()));
   }
-  for (const auto& [pname, g] : LoraGradients(*stage_)) {
-    RETURN_IF_ERROR(sink(pname, g.detach().to(at::kCPU, at::kFloat)));
-  }
-  ZeroLoraGradients(*stage_);
+  std::map<std::string, at::Tensor> grads;
+  for (Flux2Stage& chunk : chunks_) grads.merge(LoraGradients(*chunk));
+  for (const auto& [pname, g] : grads) RETURN_IF_ERROR(sink(pname, g.detach().to(at::kCPU, at::kFloat)));
+  for (Flux2Stage& chunk : chunks_) ZeroLoraGradients(*chunk);
   inbox_.DropBefore(plan.step() + 1);
   uint64_t sent = 0;
   for (PeerSender* peer : {next_.get(), prev_.get()}) sent += peer ? peer->bytes_sent() : 0;
@@ -354,7 +457,7 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, c
 absl::StatusOr<TensorMap> StageRunner::CurrentLora() {
   std::lock_guard<std::mutex> lock(run_mu_);
   if (!configured_) return absl::FailedPreconditionError(absl::StrCat(name(), ": not configured"));
-  return CloneToCpuFloat(LoraParameters(*stage_));
+  return CloneToCpuFloat(AllLora());
 }
 
 }  // namespace baton

@@ -1,10 +1,16 @@
 // StageRunner: everything a stage worker does, without RPC code (the gRPC service only translates).
-// It holds one contiguous block range of the FLUX.2 transformer with LoRA adapters, receives envelopes
-// into its inbox, and executes a step plan (the schedule's F/B actions for this stage): forward with the
+// It holds one contiguous block range of the FLUX.2 transformer with LoRA adapters -- or, for the interleaved
+// schedule, v such ranges (model chunks, non-contiguous; chunk c is virtual stage c·p + stage_index) -- receives
+// envelopes into its inbox, and executes a step plan (the schedule's F/B actions for this stage, each naming
+// its chunk): forward with the
 // constants the coordinator sent, activations sent straight to the next stage, backward (with recompute:
 // block by block from the block inputs the forward kept, one block's graph at a time; without: through the
 // graph the forward kept), input gradients sent upstream, LoRA gradients
-// summed over the micro-batches in action order and handed back at the end of the step.
+// summed over the micro-batches in action order and handed back at the end of the step. A chunk's output goes to
+// the next virtual stage: chunk c on the next worker, or -- from the last worker -- chunk c+1 on worker 0 (its
+// next_address wraps around); input gradients go the opposite way. The step's adapter weights are awaited just
+// before the first computation, not at the start: a stage that first waits for activations receives its
+// weights meanwhile (the step boundary overlaps the upstream stages' first forwards).
 // Thread-safety: Deliver() may run concurrently with RunStep(); Configure() and RunStep() serialize.
 #pragma once
 
@@ -68,16 +74,40 @@ class StageRunner {
     at::Tensor target;                          // last stage
     at::Tensor loss;                            // last stage, without recompute
   };
+  // One RunStep's working state.
+  struct StepState {
+    std::map<std::pair<int32_t, int32_t>, MicroBatchState> live;  // (chunk, micro-batch) between its F and B
+    std::map<int32_t, Flux2Constants> constants;                  // per micro-batch, shared by the chunks
+    bool weights_loaded = false;
+  };
 
-  absl::Status Forward(const v1::StepPlan& plan, int32_t mb, const std::function<bool()>& cancelled,
-                       std::map<int32_t, MicroBatchState>& states, v1::StepSummary& summary);
-  absl::Status Backward(const v1::StepPlan& plan, int32_t mb, const std::function<bool()>& cancelled,
-                        std::map<int32_t, MicroBatchState>& states, v1::StepSummary& summary);
-  // The stage forward: with a graph, or (recompute) without one, keeping the per-block checkpoints.
-  Flux2Activations RunBlocks(MicroBatchState& state, const v1::StepPlan& plan, int32_t mb);
+  absl::Status Forward(const v1::StepPlan& plan, int32_t chunk, int32_t mb, const std::function<bool()>& cancelled,
+                       StepState& step, v1::StepSummary& summary);
+  absl::Status Backward(const v1::StepPlan& plan, int32_t chunk, int32_t mb, const std::function<bool()>& cancelled,
+                        StepState& step, v1::StepSummary& summary);
+  // The stage's input for (chunk, mb): INPUTS on the first virtual stage, else the previous one's ACTIVATION.
+  absl::StatusOr<Flux2Activations> AwaitInput(const v1::StepPlan& plan, int32_t chunk, int32_t mb,
+                                              const std::function<bool()>& cancelled, v1::StepSummary& summary);
+  // The micro-batch's constants (received once per step, kept for every chunk), with the cached RoPE tables.
+  absl::StatusOr<Flux2Constants> Constants(const v1::StepPlan& plan, int32_t mb, const std::function<bool()>& cancelled,
+                                           StepState& step, v1::StepSummary& summary);
+  // Waits for this step's adapter weights once, before the step's first computation.
+  absl::Status EnsureWeights(const v1::StepPlan& plan, const std::function<bool()>& cancelled, StepState& step,
+                             v1::StepSummary& summary);
+  // The chunk forward: with a graph, or (recompute) without one, keeping the per-block checkpoints.
+  Flux2Activations RunBlocks(int32_t chunk, MicroBatchState& state, const v1::StepPlan& plan, int32_t mb);
   absl::StatusOr<TensorMap> Await(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
-                                  const std::function<bool()>& cancelled, v1::StepSummary& summary);
-  v1::EnvelopeHeader Header(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind) const;
+                                  const std::function<bool()>& cancelled, v1::StepSummary& summary, int32_t chunk = 0);
+  v1::EnvelopeHeader Header(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
+                            int32_t chunk = 0) const;
+  // The receiver's chunk of chunk c's output (next virtual stage) and of its input gradient (previous one).
+  int32_t NextChunk(int32_t c) const { return config_.stage_index() + 1 == config_.num_stages() ? c + 1 : c; }
+  int32_t PrevChunk(int32_t c) const { return config_.stage_index() == 0 ? c - 1 : c; }
+  // Queues `tensors` (device tensors) for `peer`: on CUDA their copy to host starts now on the side stream and
+  // the sender's thread waits for it, so the compute stream goes straight on with the next action.
+  void SendAsync(PeerSender& peer, v1::EnvelopeHeader header, const TensorMap& tensors);
+  // All chunks' adapters by PEFT name (names are global block paths, so chunks never collide).
+  std::map<std::string, at::Tensor> AllLora();
 
   StageRunnerOptions options_;
   std::mutex run_mu_;  // Configure / RunStep
@@ -87,7 +117,8 @@ class StageRunner {
   v1::ConfigureRequest config_;
   bool configured_ = false;
   std::unique_ptr<Flux2Checkpoint> checkpoint_;
-  Flux2Stage stage_{nullptr};
+  std::vector<Flux2Stage> chunks_;       // [chunk]; one unless interleaved
+  std::vector<Flux2StageRange> ranges_;  // [chunk]
   at::ScalarType dtype_ = at::kFloat;
   at::Device device_{at::kCPU};
   std::unique_ptr<DeviceTransfer> transfer_;  // host → device uploads (side stream + pinned memory on CUDA)

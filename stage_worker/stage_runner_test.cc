@@ -178,5 +178,33 @@ TEST_F(StageRunnerTest, ConfigureRejectsABadBlockRange) {
   EXPECT_NE(resp.status().message().find("block range [3, 99)"), std::string::npos) << resp.status();
 }
 
+TEST_F(StageRunnerTest, ConfigureRejectsChunksWithNowhereToSend) {
+  v1::ConfigureRequest req;
+  req.set_job_id("job");
+  req.set_num_stages(1);
+  req.set_model_path(dir_);
+  v1::StageChunk* first = req.add_chunks();
+  first->set_block_begin(0);
+  first->set_block_end(2);
+  first->set_has_embedders(true);
+  v1::StageChunk* second = req.add_chunks();
+  second->set_block_begin(2);
+  second->set_block_end(static_cast<int32_t>(config_.num_blocks()));
+  second->set_has_head(true);
+  auto resp = runner_->Configure(req);
+  ASSERT_FALSE(resp.ok());
+  EXPECT_NE(resp.status().message().find("chunk 0 has no head but next_address is empty"), std::string::npos)
+      << resp.status();
+  req.set_next_address("127.0.0.1:1");
+  resp = runner_->Configure(req);
+  ASSERT_FALSE(resp.ok());
+  EXPECT_NE(resp.status().message().find("chunk 1 has no embedders but prev_address is empty"), std::string::npos)
+      << resp.status();
+  second->set_block_end(99);
+  resp = runner_->Configure(req);
+  ASSERT_FALSE(resp.ok());
+  EXPECT_NE(resp.status().message().find("block range of chunk 1 [2, 99)"), std::string::npos) << resp.status();
+}
+
 }  // namespace
 }  // namespace baton

@@ -121,7 +121,8 @@ INSTANTIATE_TEST_SUITE_P(AllSchedules, PipelineEquivalenceTest,
                          ::testing::Values(Variant{1, "1f1b", true}, Variant{2, "gpipe", true},
                                            Variant{2, "1f1b", true}, Variant{2, "gpipe", false},
                                            Variant{2, "1f1b", false}, Variant{3, "gpipe", true},
-                                           Variant{3, "1f1b", false}),
+                                           Variant{3, "1f1b", false}, Variant{2, "interleaved", true},
+                                           Variant{2, "interleaved", false}, Variant{1, "interleaved", true}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.stages, "stages_", info.param.schedule,
                                                info.param.recompute ? "_recompute" : "");
@@ -242,6 +243,24 @@ TEST_F(PipelineTest, ResumedRunEqualsUninterruptedRun) {
   for (const char* key : {"\"stage_busy_seconds\":[", "\"samples_per_second\":"}) {
     EXPECT_NE(log->find(key), std::string::npos) << key;
   }
+}
+
+TEST_F(PipelineTest, InterleavedRefusesWhatItCannotSplit) {
+  // 4 micro-batches over 3 stages: Megatron's interleaving needs a multiple of the stage count.
+  auto uneven = RunCoordinator(Job("interleaved", true), Options(3, "uneven"));
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_EQ(uneven.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(uneven.status().message().find("micro-batches to be a multiple of stages"), std::string::npos)
+      << uneven.status();
+  EXPECT_NE(uneven.status().message().find("micro_batches: 4, chunks: 2 on --stages 3"), std::string::npos)
+      << uneven.status();
+  // 2 stages x 3 chunks = 6 virtual stages, but the tiny model has 5 blocks.
+  JobConfig job = Job("interleaved", true);
+  job.chunks = 3;
+  auto too_many = RunCoordinator(job, Options(2, "too_many"));
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("6 virtual stages, but the model has only 5 blocks"), std::string::npos)
+      << too_many.status();
 }
 
 TEST_F(PipelineTest, StageThatWasNeverStartedIsNamed) {

@@ -2,6 +2,7 @@
 
 #ifdef BATON_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -64,6 +65,28 @@ at::Tensor DeviceTransfer::Download(const at::Tensor& tensor) {
   return dst;
 #else
   return tensor.cpu();
+#endif
+}
+
+DeviceTransfer::PendingDownload DeviceTransfer::DownloadAsync(const at::Tensor& tensor) {
+  if (!tensor.is_cuda()) return {tensor, nullptr};
+#ifdef BATON_WITH_CUDA
+  c10::cuda::CUDAGuard guard(tensor.device());
+  at::cuda::CUDAEvent produced;
+  produced.record(c10::cuda::getCurrentCUDAStream(tensor.device().index()));
+  produced.block(cuda_->side);
+  at::Tensor dst = at::empty(tensor.sizes(), tensor.options().device(at::kCPU).pinned_memory(true));
+  {
+    c10::cuda::CUDAStreamGuard on_side(cuda_->side);
+    dst.copy_(tensor, /*non_blocking=*/true);
+  }
+  // The compute stream may reuse the source's memory only after the side stream's copy.
+  c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), cuda_->side);
+  auto copied = std::make_shared<at::cuda::CUDAEvent>();
+  copied->record(cuda_->side);
+  return {dst, [copied] { copied->synchronize(); }};
+#else
+  return {tensor.cpu(), nullptr};
 #endif
 }
 

@@ -89,8 +89,9 @@ bool Dependency(const Schedule& s, int st, const Action& a, Action* dep, int* de
 
 // Discrete-event simulation. Assumes CheckStructure passed. Fills per_stage timings and makespan; returns
 // FAILED_PRECONDITION naming every blocked stage if the lists cannot all run to completion.
-absl::Status Simulate(const Schedule& s, const std::vector<double>& fc, const std::vector<double>& bc, double comm,
-                      Timeline* out) {
+// fc/bc: [stage][chunk] time of one F/B of that chunk.
+absl::Status Simulate(const Schedule& s, const std::vector<std::vector<double>>& fc,
+                      const std::vector<std::vector<double>>& bc, double comm, Timeline* out) {
   const int p = s.stages, m = s.micro_batches, v = s.chunks;
   constexpr double kNotDone = -1;
   // [stage][chunk * m + micro_batch]
@@ -120,7 +121,7 @@ absl::Status Simulate(const Schedule& s, const std::vector<double>& fc, const st
         const double ready = ready_time(st, a);
         if (ready < 0) break;
         const double start = std::max(free_at[st], ready);
-        const double end = start + (a.type == Action::kForward ? fc[st] : bc[st]) / v;
+        const double end = start + (a.type == Action::kForward ? fc : bc)[st][a.chunk];
         (a.type == Action::kForward ? f_end : b_end)[st][a.chunk * m + a.micro_batch] = end;
         free_at[st] = end;
         out->per_stage[st].push_back({a, start, end});
@@ -271,8 +272,9 @@ absl::StatusOr<Schedule> MakeSchedule(ScheduleKind kind, int stages, int micro_b
 absl::Status ValidateSchedule(const Schedule& schedule) {
   RETURN_IF_ERROR(CheckStructure(schedule));
   Timeline scratch;
-  return Simulate(schedule, std::vector<double>(schedule.stages, 1.0), std::vector<double>(schedule.stages, 2.0), 0.0,
-                  &scratch);
+  const int p = schedule.stages, v = schedule.chunks;
+  return Simulate(schedule, std::vector<std::vector<double>>(p, std::vector<double>(v, 1.0)),
+                  std::vector<std::vector<double>>(p, std::vector<double>(v, 2.0)), 0.0, &scratch);
 }
 
 std::vector<int> PeakInFlight(const Schedule& schedule) {
@@ -301,31 +303,59 @@ absl::StatusOr<Timeline> SimulateSchedule(const Schedule& schedule, double forwa
 absl::StatusOr<Timeline> SimulateScheduleWithCosts(const Schedule& schedule, const std::vector<double>& forward_cost,
                                                    const std::vector<double>& backward_cost, double comm_cost) {
   RETURN_IF_ERROR(CheckStructure(schedule));
-  const int p = schedule.stages;
+  const int p = schedule.stages, v = schedule.chunks;
   if (static_cast<int>(forward_cost.size()) != p || static_cast<int>(backward_cost.size()) != p) {
     return absl::InvalidArgumentError(absl::StrCat("need one forward and one backward cost per stage (", p, "); got ",
                                                    forward_cost.size(), " and ", backward_cost.size()));
   }
+  std::vector<std::vector<double>> fc(p), bc(p);
   for (int st = 0; st < p; ++st) {
-    for (double c : {forward_cost[st], backward_cost[st]}) {
-      if (!std::isfinite(c) || c <= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("stage ", st, " cost must be finite and > 0; got ", absl::StrFormat("%g", c)));
+    fc[st].assign(v, forward_cost[st] / v);
+    bc[st].assign(v, backward_cost[st] / v);
+  }
+  return SimulateScheduleWithChunkCosts(schedule, fc, bc, comm_cost);
+}
+
+absl::StatusOr<Timeline> SimulateScheduleWithChunkCosts(const Schedule& schedule,
+                                                        const std::vector<std::vector<double>>& forward_cost,
+                                                        const std::vector<std::vector<double>>& backward_cost,
+                                                        double comm_cost) {
+  RETURN_IF_ERROR(CheckStructure(schedule));
+  const int p = schedule.stages, v = schedule.chunks;
+  if (static_cast<int>(forward_cost.size()) != p || static_cast<int>(backward_cost.size()) != p) {
+    return absl::InvalidArgumentError(absl::StrCat("need forward and backward costs for each of the ", p,
+                                                   " stages; got ", forward_cost.size(), " and ",
+                                                   backward_cost.size()));
+  }
+  Timeline t;
+  t.forward_cost.assign(p, 0);
+  t.backward_cost.assign(p, 0);
+  for (int st = 0; st < p; ++st) {
+    if (static_cast<int>(forward_cost[st].size()) != v || static_cast<int>(backward_cost[st].size()) != v) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", st, " needs one forward and one backward cost per chunk (", v, "); got ",
+                       forward_cost[st].size(), " and ", backward_cost[st].size()));
+    }
+    for (int c = 0; c < v; ++c) {
+      for (double x : {forward_cost[st][c], backward_cost[st][c]}) {
+        if (!std::isfinite(x) || x <= 0) {
+          return absl::InvalidArgumentError(absl::StrCat("stage ", st, v > 1 ? absl::StrCat(" chunk ", c) : "",
+                                                         " cost must be finite and > 0; got ",
+                                                         absl::StrFormat("%g", x)));
+        }
       }
+      t.forward_cost[st] += forward_cost[st][c];
+      t.backward_cost[st] += backward_cost[st][c];
     }
   }
   if (!std::isfinite(comm_cost) || comm_cost < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("communication cost must be finite and >= 0; got ", absl::StrFormat("%g", comm_cost)));
   }
-
-  Timeline t;
   t.kind = schedule.kind;
   t.stages = p;
   t.micro_batches = schedule.micro_batches;
-  t.chunks = schedule.chunks;
-  t.forward_cost = forward_cost;
-  t.backward_cost = backward_cost;
+  t.chunks = v;
   t.comm_cost = comm_cost;
   RETURN_IF_ERROR(Simulate(schedule, forward_cost, backward_cost, comm_cost, &t));
   t.busy.assign(p, 0);

@@ -31,7 +31,8 @@ enum class ScheduleKind {
   // Megatron-LM forward_backward_pipelining_with_interleaving (virtual stages): each stage holds v >= 2 chunks
   // and m % p == 0. Chunk-actions k = 0..v*m-1 go in groups of p*v: micro-batches in blocks of p per chunk,
   // chunks ascending for F and descending for B. Warm-up min((p-s-1)*2 + (v-1)*p, v*m) forwards, then F/B
-  // pairs, then the remaining backwards. Bubble (p-1)/(v*m+p-1); not yet run by the trainer.
+  // pairs, then the remaining backwards. Bubble (p-1)/(v*m+p-1). Within a chunk, backwards run in micro-batch order
+  // (as 1F1B's), so gradient accumulation matches train-local's bit for bit.
   kInterleaved1F1B,
 };
 
@@ -106,6 +107,13 @@ absl::StatusOr<Timeline> SimulateSchedule(const Schedule& schedule, double forwa
 // Same with per-stage costs (e.g. a partition plan's stage costs); both vectors have one entry per stage.
 absl::StatusOr<Timeline> SimulateScheduleWithCosts(const Schedule& schedule, const std::vector<double>& forward_cost,
                                                    const std::vector<double>& backward_cost, double comm_cost);
+
+// Same with a cost per chunk: [stage][chunk] time of one F (B) of that chunk on that stage (interleaved chunks
+// of unequal size); the timeline's per-stage costs are the sums over the chunks.
+absl::StatusOr<Timeline> SimulateScheduleWithChunkCosts(const Schedule& schedule,
+                                                        const std::vector<std::vector<double>>& forward_cost,
+                                                        const std::vector<std::vector<double>>& backward_cost,
+                                                        double comm_cost);
 
 // ASCII timeline, one row per stage, `width_chars` columns for the time axis (<= 0: pick a width at which
 // the shortest action shows its full label, capped at 240). Forward spans read "F3", backward "B3--",

@@ -436,5 +436,30 @@ TEST(InterleavedScheduleTest, RenderLabelsChunksAndNamesTheTheory) {
       << text;
 }
 
+TEST(InterleavedScheduleTest, ChunkCostsShapeTheTimeline) {
+  auto s = MakeSchedule(ScheduleKind::kInterleaved1F1B, 2, 8, 2);
+  ASSERT_TRUE(s.ok());
+  // Equal chunks: the same timeline as per-stage costs split evenly, and the theory's bubble.
+  auto even = SimulateScheduleWithChunkCosts(*s, {{0.5, 0.5}, {0.5, 0.5}}, {{1, 1}, {1, 1}}, 0);
+  auto per_stage = SimulateScheduleWithCosts(*s, {1, 1}, {2, 2}, 0);
+  ASSERT_TRUE(even.ok() && per_stage.ok());
+  EXPECT_DOUBLE_EQ(even->makespan, per_stage->makespan);
+  EXPECT_NEAR(even->bubble_fraction, TheoreticalBubble(2, 8, 2), 1e-12);
+  EXPECT_EQ(even->forward_cost, (std::vector<double>{1, 1}));
+  // bench_pipeline's 6 blocks in 4 chunks: 1 + 2 blocks on stage 0, 2 + 1 on stage 1. Same work per stage, but
+  // the first and last virtual stages are the short ones, so the pipeline fills and drains faster: less bubble.
+  auto uneven = SimulateScheduleWithChunkCosts(*s, {{1.0 / 3, 2.0 / 3}, {2.0 / 3, 1.0 / 3}},
+                                               {{2.0 / 3, 4.0 / 3}, {4.0 / 3, 2.0 / 3}}, 0);
+  ASSERT_TRUE(uneven.ok());
+  for (int st = 0; st < 2; ++st) EXPECT_NEAR(uneven->busy[st], even->busy[st], 1e-9);
+  EXPECT_LT(uneven->bubble_fraction, even->bubble_fraction - 0.005);
+  auto wrong = SimulateScheduleWithChunkCosts(*s, {{1}, {1}}, {{1, 1}, {1, 1}}, 0);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("stage 0 needs one forward and one backward cost per chunk (2)"),
+            std::string::npos)
+      << wrong.status();
+  EXPECT_FALSE(SimulateScheduleWithChunkCosts(*s, {{1, 0}, {1, 1}}, {{1, 1}, {1, 1}}, 0).ok());
+}
+
 }  // namespace
 }  // namespace baton

@@ -81,7 +81,7 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
                                            "batch_size", "micro_batches",    "schedule",  "recompute",
                                            "seed",       "checkpoint_every", "dtype",     "devices",
                                            "guidance",   "save_bfl",         "threads",   "memory_per_stage",
-                                           "encode",     "wire_dtype",       "quantize"}));
+                                           "encode",     "wire_dtype",       "quantize",  "chunks"}));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
   RETURN_IF_ERROR(r.Get(root, "model_config", &job.model_config));
@@ -95,8 +95,17 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   RETURN_IF_ERROR(r.Check(job.micro_batches > 0 && job.batch_size % job.micro_batches == 0, root, "micro_batches",
                           "must be positive and divide batch_size"));
   RETURN_IF_ERROR(r.Get(root, "schedule", &job.schedule));
-  RETURN_IF_ERROR(
-      r.Check(job.schedule == "gpipe" || job.schedule == "1f1b", root, "schedule", "must be gpipe or 1f1b"));
+  RETURN_IF_ERROR(r.Check(job.schedule == "gpipe" || job.schedule == "1f1b" || job.schedule == "interleaved", root,
+                          "schedule", "must be gpipe, 1f1b or interleaved"));
+  // Model chunks per stage (virtual stages) of the interleaved schedule; the other schedules run one.
+  if (job.schedule == "interleaved") job.chunks = 2;
+  RETURN_IF_ERROR(r.Get(root, "chunks", &job.chunks));
+  if (job.schedule == "interleaved") {
+    RETURN_IF_ERROR(r.Check(job.chunks >= 2 && job.chunks <= 26, root, "chunks",
+                            "must be 2 to 26 with schedule: interleaved (model chunks per stage)"));
+  } else {
+    RETURN_IF_ERROR(r.Check(job.chunks == 1, root, "chunks", "needs schedule: interleaved (gpipe and 1f1b run 1)"));
+  }
   if (root["recompute"].IsDefined() && !root["recompute"].IsNull()) {
     std::string recompute;
     RETURN_IF_ERROR(r.Get(root, "recompute", &recompute));

@@ -11,6 +11,7 @@
 //   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: auto, seed: 42
 //   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1
 //   quantize: none                      # none | int8 | fp8: the blocks' frozen Linear weights in 8 bits
+//   schedule: interleaved, chunks: 2    # interleaved 1F1B: chunks (2..26, default 2) model chunks per stage
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
 //   encode: {images: data/, encoder_worker: host:5000, resolution: 1024}  # optional: build the cache first
 #pragma once
@@ -81,7 +82,8 @@ struct JobConfig {
   int64_t steps = 100;
   int64_t batch_size = 1;
   int64_t micro_batches = 1;
-  std::string schedule = "1f1b";  // gpipe | 1f1b
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  int64_t chunks = 1;             // model chunks per stage: 1, or >= 2 (default 2) with interleaved
   // auto: the planner recomputes the first blocks of a stage only where its memory budget requires it;
   // true: every block (per-block activation checkpointing); false: none.
   RecomputePolicy recompute = RecomputePolicy::kAuto;

@@ -77,6 +77,29 @@ TEST(JobTest, ErrorsNameTheLine) {
   EXPECT_NE(syntax.status().message().find("YAML syntax error"), std::string::npos);
 }
 
+TEST(JobTest, InterleavedScheduleTakesChunks) {
+  auto job = ParseJobYaml("model: m\ndataset: d\nschedule: interleaved\n", "job.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->schedule, "interleaved");
+  EXPECT_EQ(job->chunks, 2);  // the default with interleaved
+  auto three = ParseJobYaml("model: m\ndataset: d\nschedule: interleaved\nchunks: 3\n", "job.yaml");
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->chunks, 3);
+  auto plain = ParseJobYaml("model: m\ndataset: d\n", "job.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->chunks, 1);
+  auto one = ParseJobYaml("model: m\ndataset: d\nschedule: interleaved\nchunks: 1\n", "job.yaml");
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.status().message().find("job.yaml:4: 'chunks' must be 2 to 26"), std::string::npos) << one.status();
+  auto stray = ParseJobYaml("model: m\ndataset: d\nschedule: 1f1b\nchunks: 2\n", "job.yaml");
+  ASSERT_FALSE(stray.ok());
+  EXPECT_NE(stray.status().message().find("'chunks' needs schedule: interleaved"), std::string::npos) << stray.status();
+  auto unknown = ParseJobYaml("model: m\ndataset: d\nschedule: zigzag\n", "job.yaml");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("must be gpipe, 1f1b or interleaved"), std::string::npos)
+      << unknown.status();
+}
+
 TEST(AdamWTest, OneStepMatchesTheFormula) {
   OptimizerConfig opt;
   opt.lr = 0.1;
