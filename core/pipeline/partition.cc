@@ -336,8 +336,8 @@ absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOp
     return absl::InvalidArgumentError(absl::StrCat("text_tokens_per_micro_batch must be 0..tokens_per_micro_batch (",
                                                    o.tokens_per_micro_batch, "); got ", o.text_tokens_per_micro_batch));
   }
-  if (o.micro_batches < 0 || o.micro_batches > 65536 || o.overhead_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("micro_batches must be 0..65536 and overhead_bytes >= 0; got ",
+  if (o.micro_batches < 0 || o.micro_batches > 65536 || o.overhead_bytes < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("micro_batches must be 0..65536 and overhead_bytes >= -1; got ",
                                                    o.micro_batches, " and ", o.overhead_bytes));
   }
   std::vector<int64_t> budgets;

@@ -328,7 +328,7 @@ TEST(PartitionTest, DevWithInt8WeightsFitsTwo24GBCards) {
   EXPECT_TRUE(plan->fits) << plan->message;
   for (const StageSpec& s : plan->stages) {
     EXPECT_LE(s.est_memory_bytes, 24 * kGB) << "stage " << s.index;
-    EXPECT_LT(s.param_bytes, 17 * kGB) << "stage " << s.index;  // ~32 B params / 2, at ~1 byte each
+    EXPECT_LT(s.param_bytes, 18 * kGB) << "stage " << s.index;  // ~32 B params / 2, at ~1 byte each
     EXPECT_GT(s.recompute_blocks, 0) << "stage " << s.index << ": without recompute the graphs need ~100 GB";
   }
   o.quantize = WeightQuant::kNone;
