@@ -98,8 +98,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     }
     if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad value '", v, "' for ", s));
   }
-  if (a.write.empty() && (a.model.empty() || a.image.empty() || a.captions.empty() || a.ids.empty() ||
-                          a.width == 0 || a.height == 0)) {
+  if (a.write.empty() &&
+      (a.model.empty() || a.image.empty() || a.captions.empty() || a.ids.empty() || a.width == 0 || a.height == 0)) {
     return absl::InvalidArgumentError(
         "either --write DIR, or --model, --image, --width, --height, --captions and --ids are required");
   }
@@ -227,7 +227,8 @@ absl::Status Serve(Bench& b) {
   std::string line;
   while (std::getline(std::cin, line)) {
     std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (words.size() != 2) return absl::InvalidArgumentError(absl::StrCat("expected '<command> <arg>', got '", line, "'"));
+    if (words.size() != 2)
+      return absl::InvalidArgumentError(absl::StrCat("expected '<command> <arg>', got '", line, "'"));
     if (words[0] == "dump") {
       RETURN_IF_ERROR(Dump(b, words[1]));
       std::cout << nlohmann::json{{"dumped", words[1]}}.dump() << std::endl;
