@@ -125,9 +125,10 @@ class PyTorchSide:
 
     def caption_ids(self, caption):
         from diffusers.pipelines.flux2.pipeline_flux2 import format_input
-        return self.tokenizer.apply_chat_template(format_input([caption]), add_generation_prompt=False, tokenize=True,
-                                                  return_dict=True, return_tensors="pt", padding="max_length",
-                                                  truncation=True, max_length=self.args.max_sequence_length)["input_ids"]
+        out = self.tokenizer.apply_chat_template(format_input([caption]), add_generation_prompt=False, tokenize=True,
+                                                 return_dict=True, return_tensors="pt", padding="max_length",
+                                                 truncation=True, max_length=self.args.max_sequence_length)
+        return out["input_ids"]
 
     def load_pixels(self):
         side = self.problem["side"]
