@@ -1,0 +1,272 @@
+// The Baton half of bench/bench_encoder.py: the encoder worker's per-sample work, timed in-process (no RPC) on
+// a FLUX.2 pipeline folder, so that transformers + diffusers on the same torch can be timed on the same
+// weights, captions and image. Run that script, not this binary (it starts and drives this one).
+//
+//   bench_encoder --write DIR --config tiny|scaled [--seed 0]
+//       writes the pipeline folder the bench times: `tiny` is WriteTinyFlux2Pipeline (what
+//       `baton init-weights --pipeline tiny` writes); `scaled` is the same layout with a bigger Mistral-3 text
+//       encoder and VAE (ScaledTextConfig / ScaledVaeConfig below). Then exits.
+//   bench_encoder --model DIR --image FILE --width W --height H --captions FILE --ids FILE [--threads 1]
+//                 [--max-sequence-length 512]
+//       opens Flux2SampleEncoder on DIR, prints {"ready": ...}, then reads commands on stdin, one per line:
+//         caption N  N captions (cycling through FILE's lines): BuildFlux2PromptIds + EncodeFlux2Prompt, i.e.
+//                    Flux2SampleEncoder::EncodeText, at --max-sequence-length;
+//         image N    N times: read FILE, DecodeImage, resize to cover W x H + center crop (the encoder
+//                    worker's ResizeToBucket), EncodeImage (VAE posterior mean, patchify, BatchNorm, pack);
+//         tokens N   N times: the text encoder alone on --ids's `input_ids` [1, T] (no padding), layers
+//                    10/20/30 — the tokens/s figure;
+//         dump PATH  writes caption 0's input_ids and embeddings, the image's cropped pixels and packed
+//                    latents and the tokens output to PATH (safetensors), for the script's agreement check.
+//       Each timing command prints one JSON line {"seconds": [...]}; the binary exits at end of input.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <absl/status/statusor.h>
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_split.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/encode/flux2_encoder.h"
+#include "core/image/image.h"
+#include "core/lora/lora_linear.h"
+#include "core/tensor/safetensors.h"
+#include "core/text/prompt.h"
+#include "core/text/text_encoder_checkpoint.h"
+#include "core/text/text_encoder_config.h"
+#include "core/text/tiny_tokenizer.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+#include "core/util/threads.h"
+#include "core/vae/flux2_vae.h"
+#include "core/vae/flux2_vae_config.h"
+
+namespace baton {
+namespace {
+
+struct Args {
+  std::string write, config = "tiny";
+  uint64_t seed = 0;
+  std::string model, image, captions, ids;
+  int width = 0, height = 0;
+  int threads = 1;
+  int64_t max_sequence_length = kFlux2MaxSequenceLength;
+};
+
+absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("flag ", s, " needs a value"));
+    std::string v = argv[++i];
+    bool ok = true;
+    if (s == "--write") {
+      a.write = v;
+    } else if (s == "--config") {
+      a.config = v;
+      ok = v == "tiny" || v == "scaled";
+    } else if (s == "--seed") {
+      ok = absl::SimpleAtoi(v, &a.seed);
+    } else if (s == "--model") {
+      a.model = v;
+    } else if (s == "--image") {
+      a.image = v;
+    } else if (s == "--captions") {
+      a.captions = v;
+    } else if (s == "--ids") {
+      a.ids = v;
+    } else if (s == "--width") {
+      ok = absl::SimpleAtoi(v, &a.width) && a.width > 0;
+    } else if (s == "--height") {
+      ok = absl::SimpleAtoi(v, &a.height) && a.height > 0;
+    } else if (s == "--threads") {
+      ok = absl::SimpleAtoi(v, &a.threads) && a.threads >= 1;
+    } else if (s == "--max-sequence-length") {
+      ok = absl::SimpleAtoi(v, &a.max_sequence_length) && a.max_sequence_length >= 1;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", s, " (see bench/bench_encoder.cc)"));
+    }
+    if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad value '", v, "' for ", s));
+  }
+  if (a.write.empty() &&
+      (a.model.empty() || a.image.empty() || a.captions.empty() || a.ids.empty() || a.width == 0 || a.height == 0)) {
+    return absl::InvalidArgumentError(
+        "either --write DIR, or --model, --image, --width, --height, --captions and --ids are required");
+  }
+  return a;
+}
+
+// The scaled text encoder: Mistral-3 layout with the real 40 layers (FLUX.2-dev reads 10/20/30), hidden 256
+// (8x the tiny one), GQA 8 query / 2 key-value heads of head_dim 64 (q_dim 512 != hidden, as Mistral-Small-3.1's
+// 4096 != 5120), SwiGLU 1024. ~1.1 M parameters per layer, ~34 GFLOP for 512 tokens through layer 30.
+TextEncoderConfig ScaledTextConfig() {
+  TextEncoderConfig c = TinyMistral3TextConfig();
+  c.hidden_size = 256;
+  c.intermediate_size = 1024;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  return c;
+}
+
+// The scaled VAE: FLUX.2's structure (4 levels, 2 resnets per block, mid-block attention, 32 groups) at half
+// its channel widths.
+Flux2VaeConfig ScaledVaeConfig() {
+  Flux2VaeConfig c;
+  c.block_out_channels = {64, 128, 256, 256};
+  c.layers_per_block = 2;
+  c.norm_num_groups = 32;
+  return c;
+}
+
+absl::Status WritePipeline(const Args& a) {
+  if (a.config == "tiny") return WriteTinyFlux2Pipeline(a.write, a.seed);
+  RETURN_IF_ERROR(MakeDirs(a.write));
+  RETURN_IF_ERROR(WriteRandomFlux2Vae(ScaledVaeConfig(), JoinPath(a.write, "vae"), MixSeed(a.seed, 2)));
+  RETURN_IF_ERROR(WriteRandomTextEncoder(ScaledTextConfig(), JoinPath(a.write, "text_encoder"), MixSeed(a.seed, 3)));
+  RETURN_IF_ERROR(MakeDirs(JoinPath(a.write, "tokenizer")));
+  RETURN_IF_ERROR(WriteTinyBpeTokenizerJson(JoinPath(a.write, "tokenizer/tokenizer.json")));
+  return WriteFileAtomic(JoinPath(a.write, "tokenizer/tokenizer_config.json"), TinyTokenizerConfigJson());
+}
+
+// The encoder worker's ResizeToBucket (encoder_worker/bucket.cc, not linked into benches): scale so the image
+// covers the bucket (one side equal, the other rounded to nearest and at least the bucket's), then crop.
+Image ResizeCover(const Image& image, int width, int height) {
+  double scale = std::max(static_cast<double>(width) / image.width, static_cast<double>(height) / image.height);
+  int w = std::max(width, static_cast<int>(std::lround(image.width * scale)));
+  int h = std::max(height, static_cast<int>(std::lround(image.height * scale)));
+  return CenterCrop(ResizeImage(image, w, h), width, height);
+}
+
+struct Bench {
+  Args args;
+  std::unique_ptr<Flux2SampleEncoder> encoder;
+  std::vector<std::string> captions;
+  at::Tensor ids;  // [1, T] for `tokens`
+  size_t next_caption = 0;
+};
+
+absl::StatusOr<Image> LoadImage(const Bench& b) {
+  ASSIGN_OR_RETURN(Image image, ReadImageFile(b.args.image));
+  return ResizeCover(image, b.args.width, b.args.height);
+}
+
+absl::StatusOr<at::Tensor> EncodeTokens(Bench& b) {
+  std::vector<int64_t> layers = Flux2HiddenStateLayers(b.encoder->family());
+  return b.encoder->text_encoder().Encode(b.ids, at::Tensor(), layers);
+}
+
+// Runs `one` n times, returning each call's seconds.
+absl::StatusOr<std::vector<double>> Time(int64_t n, const std::function<absl::Status()>& one) {
+  std::vector<double> seconds;
+  for (int64_t i = 0; i < n; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(one());
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return seconds;
+}
+
+absl::StatusOr<std::vector<double>> RunTimed(Bench& b, const std::string& what, int64_t n) {
+  if (what == "caption") {
+    return Time(n, [&]() -> absl::Status {
+      const std::string& caption = b.captions[b.next_caption++ % b.captions.size()];
+      return b.encoder->EncodeText(caption).status();
+    });
+  }
+  if (what == "image") {
+    return Time(n, [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(Image sized, LoadImage(b));
+      return b.encoder->EncodeImage(sized).status();
+    });
+  }
+  if (what == "tokens") return Time(n, [&]() { return EncodeTokens(b).status(); });
+  return absl::InvalidArgumentError(absl::StrCat("unknown command '", what, "' (caption|image|tokens|dump)"));
+}
+
+absl::Status Dump(Bench& b, const std::string& path) {
+  std::map<std::string, at::Tensor> out;
+  ASSIGN_OR_RETURN(PromptIds ids, b.encoder->PromptIdsFor(b.captions[0]));
+  out["input_ids"] = ids.input_ids;
+  ASSIGN_OR_RETURN(out["prompt_embeds"], b.encoder->EncodeText(b.captions[0]));
+  ASSIGN_OR_RETURN(Image sized, LoadImage(b));
+  out["pixels"] = ImageToPixels(sized).contiguous();
+  ASSIGN_OR_RETURN(out["packed"], b.encoder->EncodeImage(sized));
+  ASSIGN_OR_RETURN(out["tokens_out"], EncodeTokens(b));
+  for (auto& [name, t] : out) t = t.contiguous();
+  return WriteSafetensors(path, out);
+}
+
+absl::StatusOr<std::unique_ptr<Bench>> Open(const Args& a) {
+  auto b = std::make_unique<Bench>();
+  b->args = a;
+  Flux2EncoderOptions options;
+  options.max_sequence_length = a.max_sequence_length;
+  ASSIGN_OR_RETURN(b->encoder, Flux2SampleEncoder::Open(a.model, options));
+  ASSIGN_OR_RETURN(std::string text, ReadFile(a.captions));
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) b->captions.emplace_back(line);
+  if (b->captions.empty()) return absl::InvalidArgumentError(absl::StrCat(a.captions, " holds no caption lines"));
+  ASSIGN_OR_RETURN(auto ids, LoadAllSafetensors(a.ids));
+  auto it = ids.find("input_ids");
+  if (it == ids.end()) return absl::InvalidArgumentError(absl::StrCat(a.ids, " lacks tensor 'input_ids'"));
+  b->ids = it->second.to(at::kLong);
+  return b;
+}
+
+absl::Status Serve(Bench& b) {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.size() != 2)
+      return absl::InvalidArgumentError(absl::StrCat("expected '<command> <arg>', got '", line, "'"));
+    if (words[0] == "dump") {
+      RETURN_IF_ERROR(Dump(b, words[1]));
+      std::cout << nlohmann::json{{"dumped", words[1]}}.dump() << std::endl;
+      continue;
+    }
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(words[1], &n) || n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("expected a count after '", words[0], "', got '", words[1], "'"));
+    }
+    ASSIGN_OR_RETURN(std::vector<double> seconds, RunTimed(b, words[0], n));
+    std::cout << nlohmann::json{{"seconds", seconds}}.dump() << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run(int argc, char** argv) {
+  ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv));
+  if (!a.write.empty()) return WritePipeline(a);
+  SetComputeThreads(a.threads);
+  ASSIGN_OR_RETURN(auto bench, Open(a));
+  nlohmann::ordered_json ready;
+  ready["ready"] = true;
+  ready["threads"] = at::get_num_threads();
+  ready["identity"] = bench->encoder->identity();
+  ready["text_dim"] = bench->encoder->text_dim();
+  ready["latent_channels"] = bench->encoder->latent_channels();
+  std::cout << ready.dump() << std::endl;
+  return Serve(*bench);
+}
+
+}  // namespace
+}  // namespace baton
+
+int main(int argc, char** argv) {
+  absl::Status s = baton::Run(argc, argv);
+  if (!s.ok()) {
+    std::fprintf(stderr, "bench_encoder: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
