@@ -4,6 +4,9 @@
 
 #include <cmath>
 
+#include "core/lora/cpu_linear.h"
+#include "core/lora/lora_linear_function.h"
+
 namespace baton {
 
 uint64_t MixSeed(uint64_t a, uint64_t b) {
@@ -46,7 +49,13 @@ void LoraLinearImpl::AttachLora(int64_t rank, double alpha, double dropout, uint
 }
 
 at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
-  at::Tensor y = at::matmul(x, frozen_weight().t());
+  const at::Tensor w = frozen_weight();
+  const bool onednn = UsesOnednn(x, w);
+  // The fused path covers the common case (adapters in the compute dtype, no dropout); the rest stays generic.
+  if (onednn && lora_A_.defined() && lora_A_.scalar_type() == x.scalar_type() && (dropout_ == 0.0 || !is_training())) {
+    return LoraLinearOnednn(x, w, lora_A_, lora_B_, scale_);
+  }
+  at::Tensor y = onednn ? FrozenLinearOnednn(x, w) : at::matmul(x, w.t());
   if (!lora_A_.defined()) return y;
   // The adapter path runs in the adapters' precision (fp32 masters; fp64 in gradient checks).
   at::Tensor h = x.to(at::promote_types(x.scalar_type(), lora_A_.scalar_type()));
