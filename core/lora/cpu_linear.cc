@@ -15,11 +15,11 @@ std::atomic<CpuLinearBackend> g_backend{CpuLinearBackend::kOnednn};
 
 // mkldnn::_linear_pointwise(Tensor X, Tensor W, Tensor? B, str attr, Scalar?[] scalars, str? algorithm)
 at::Tensor CallLinearPointwise(const at::Tensor& x, const at::Tensor& w) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                               std::string_view, c10::List<std::optional<at::Scalar>>,
-                                               std::optional<std::string_view>)>();
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, std::string_view,
+                            c10::List<std::optional<at::Scalar>>, std::optional<std::string_view>)>();
   return op.call(x, w, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(), std::nullopt);
 }
 

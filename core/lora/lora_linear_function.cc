@@ -28,7 +28,7 @@ struct FrozenLinearFunction : public torch::autograd::Function<FrozenLinearFunct
 struct LoraLinearFunction : public torch::autograd::Function<LoraLinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& a,
                             const at::Tensor& b, double scale) {
-    at::Tensor xa = LinearNoBias(x, a).mul_(scale);       // [..., r] = s·x·Aᵀ
+    at::Tensor xa = LinearNoBias(x, a).mul_(scale);             // [..., r] = s·x·Aᵀ
     at::Tensor y = LinearNoBiasAdd(xa, b, LinearNoBias(x, w));  // s·x·Aᵀ·Bᵀ + x·Wᵀ
     ctx->save_for_backward({x, w, a, b, xa});
     ctx->saved_data["scale"] = scale;
@@ -41,7 +41,7 @@ struct LoraLinearFunction : public torch::autograd::Function<LoraLinearFunction>
     const at::Tensor dy = grads[0];
     at::Tensor g = LinearNoBias(dy, b.t()).mul_(scale);  // [..., r] = s·dy·B
     at::Tensor dx;
-    if (ctx->needs_input_grad(0)) dx = LinearNoBiasAdd(g, a.t(), LinearNoBias(dy, w.t()));  // dy·W + g·A
+    if (ctx->needs_input_grad(0)) dx = LinearNoBiasAdd(g, a.t(), LinearNoBias(dy, w.t()));     // dy·W + g·A
     at::Tensor da = ctx->needs_input_grad(2) ? at::mm(Rows(g).t(), Rows(x)) : at::Tensor();    // [r, in]
     at::Tensor db = ctx->needs_input_grad(3) ? at::mm(Rows(dy).t(), Rows(xa)) : at::Tensor();  // [out, r]
     return {dx, at::Tensor(), da, db, at::Tensor()};

@@ -82,7 +82,8 @@ TEST(LoraLinearFunctionTest, ModuleAgreesAcrossCpuLinearBackends) {
     at::Tensor xi = x.clone().requires_grad_();
     at::Tensor y = layer(xi);
     (y * y).sum().backward();
-    return std::vector<at::Tensor>{y.detach(), xi.grad(), layer->lora_A().grad().clone(), layer->lora_B().grad().clone()};
+    return std::vector<at::Tensor>{y.detach(), xi.grad(), layer->lora_A().grad().clone(),
+                                   layer->lora_B().grad().clone()};
   };
   auto onednn = run(CpuLinearBackend::kOnednn);
   auto aten = run(CpuLinearBackend::kAten);
