@@ -7,7 +7,10 @@
 // gradients to fp32 CPU copies, ClipGradNorm, AdamW on the fp32 masters, copy back into the adapters.
 //
 //   bench_vs_pytorch --model DIR --inputs FILE --lora FILE [--threads 1] [--rank 16] [--alpha 16]
-//                    [--targets attention] [--lr 1e-3] [--clip 1.0]
+//                    [--targets attention] [--lr 1e-3] [--clip 1.0] [--cpu_linear onednn|aten]
+//
+// --cpu_linear picks the GEMM behind the frozen Linears on CPU (core/lora/cpu_linear.h): onednn (default) or
+// aten (at::matmul → MKL sgemm, what eager PyTorch runs), to measure what the choice buys.
 //
 // --inputs holds hidden_states [1, Si, C], encoder_hidden_states [1, St, Dj], timestep [1], guidance [1],
 // img_ids [Si, 4], txt_ids [St, 4], target [1, Si, C]; --lora holds every adapter under its PEFT name
@@ -30,6 +33,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/lora/cpu_linear.h"
 #include "core/lora/lora.h"
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
@@ -51,6 +55,7 @@ struct Args {
   std::string targets = "attention";
   double lr = 1e-3;
   double clip = 1.0;
+  CpuLinearBackend cpu_linear = CpuLinearBackend::kOnednn;
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -78,6 +83,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ok = absl::SimpleAtod(v, &a.lr);
     } else if (s == "--clip") {
       ok = absl::SimpleAtod(v, &a.clip);
+    } else if (s == "--cpu_linear") {
+      ASSIGN_OR_RETURN(a.cpu_linear, ParseCpuLinearBackend(v));
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", s, " (see bench/bench_vs_pytorch.cc)"));
     }
@@ -155,11 +162,13 @@ absl::StatusOr<StepResult> Step(Trainer& t) {
 absl::Status Run(int argc, char** argv) {
   ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv));
   SetComputeThreads(a.threads);
+  SetCpuLinearBackend(a.cpu_linear);
   ASSIGN_OR_RETURN(auto trainer, Build(a));
   nlohmann::ordered_json ready;
   ready["ready"] = true;
   ready["threads"] = at::get_num_threads();
   ready["lora_tensors"] = trainer->master.size();
+  ready["cpu_linear"] = a.cpu_linear == CpuLinearBackend::kOnednn ? "onednn" : "aten";
   std::cout << ready.dump() << std::endl;
   std::string line;
   while (std::getline(std::cin, line)) {

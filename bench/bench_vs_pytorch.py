@@ -61,6 +61,8 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--check_tol", type=float, default=1e-4)
     p.add_argument("--profile", action="store_true", help="also print torch.profiler's op table for the PyTorch step")
+    p.add_argument("--baton_args", default="",
+                   help="extra flags for the Baton binary, e.g. '--cpu_linear aten' (eager PyTorch's GEMM backend)")
     return p.parse_args()
 
 
@@ -178,7 +180,7 @@ class BatonSide:
                "--inputs", os.path.join(out_dir, "inputs.safetensors"),
                "--lora", os.path.join(out_dir, "lora_init.safetensors"),
                "--threads", str(threads), "--rank", str(args.rank), "--alpha", str(args.rank),
-               "--targets", "attention", "--lr", repr(args.lr), "--clip", "1.0"]
+               "--targets", "attention", "--lr", repr(args.lr), "--clip", "1.0"] + args.baton_args.split()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.ready = self._read()
 
@@ -206,10 +208,19 @@ def cpu_seconds_busy():
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def process_cpu_seconds(pid):
+def proc_stat_fields(pid):
     with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+        return f.read().rsplit(")", 1)[1].split()  # fields from 3 (state) on
+
+
+def process_cpu_seconds(pid):
+    fields = proc_stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def minor_faults(pid):
+    """Minor page faults of a process so far (/proc/PID/stat minflt): memory freshly mapped and touched."""
+    return int(proc_stat_fields(pid)[7])
 
 
 def rel(a, b):
@@ -261,12 +272,18 @@ def bench_threads(args, out_dir, targets, threads):
     wall0, busy0 = time.perf_counter(), cpu_seconds_busy()
     own0 = process_cpu_seconds(os.getpid()) + process_cpu_seconds(bt.proc.pid)
     round_ratios = []
+    faults = {"baton": 0, "pytorch": 0}
+    cpu = {"baton": 0.0, "pytorch": 0.0}  # CPU seconds each side's process used in its timed steps
     for r in range(args.rounds):
         order = ["baton", "pytorch"] if r % 2 == 0 else ["pytorch", "baton"]
         med = {}
         for side in order:
             settle()
+            pid = bt.proc.pid if side == "baton" else os.getpid()
+            f0, c0 = minor_faults(pid), process_cpu_seconds(pid)
             out = bt.steps(args.steps) if side == "baton" else pt.steps(args.steps)
+            faults[side] += minor_faults(pid) - f0
+            cpu[side] += process_cpu_seconds(pid) - c0
             times[side] += out["seconds"]
             med[side] = statistics.median(out["seconds"])
         round_ratios.append(med["pytorch"] / med["baton"])
@@ -283,6 +300,11 @@ def bench_threads(args, out_dir, targets, threads):
             "speedup": round(pytorch_s / baton_s, 4),
             "speedup_round_median": round(statistics.median(round_ratios), 4),
             "speedup_round_range": [round(min(round_ratios), 4), round(max(round_ratios), 4)],
+            # CPU time per step is less disturbed by other processes than wall time (1 thread: the same
+            # thing on a quiet machine); a secondary figure for busy machines, not the headline.
+            "cpu_speedup": round(cpu["pytorch"] / max(cpu["baton"], 1e-9), 4),
+            "baton_faults_per_step": round(faults["baton"] / len(times["baton"])),
+            "pytorch_faults_per_step": round(faults["pytorch"] / len(times["pytorch"])),
             "others_cpu_cores": round(others, 3), "check_max_rel": float(f"{worst:.3e}"), "check_update_rel": float(f"{update_rel:.3e}")}
 
 
@@ -315,7 +337,8 @@ def main():
             print(f"threads={threads}: Baton {res['baton_s_per_step']:.4f} s/step, PyTorch "
                   f"{res['pytorch_s_per_step']:.4f} s/step, speedup {res['speedup']:.3f}x "
                   f"(rounds {res['speedup_round_range'][0]:.3f}..{res['speedup_round_range'][1]:.3f}); other processes used "
-                  f"{res['others_cpu_cores']:.2f} cores meanwhile", flush=True)
+                  f"{res['others_cpu_cores']:.2f} cores meanwhile; CPU-time ratio {res['cpu_speedup']:.3f}x; minor page faults per step Baton "
+                  f"{res['baton_faults_per_step']}, PyTorch {res['pytorch_faults_per_step']}", flush=True)
             if res["others_cpu_cores"] > 0.05:
                 print(f"WARNING: other processes were using the CPU during the {threads}-thread rounds: "
                       "these times are not a clean measurement", flush=True)
@@ -326,7 +349,7 @@ def main():
                                  "joint_attention_dim": args.joint, "image_tokens": args.grid * args.grid,
                                  "text_tokens": args.text, "lora_rank": args.rank, "lora_targets": "attention",
                                  "dtype": "fp32", "batch": 1, "warmup": args.warmup, "rounds": args.rounds,
-                                 "steps_per_round": args.steps}}))
+                                 "steps_per_round": args.steps, "baton_args": args.baton_args}}))
 
 
 if __name__ == "__main__":

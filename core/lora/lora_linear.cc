@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/lora/cpu_linear.h"
+#include "core/lora/lora_linear_function.h"
 #include "core/quant/quantize_tensor.h"
 #include "core/quant/quantized_matmul.h"
 
@@ -72,7 +74,18 @@ void LoraLinearImpl::AttachLora(int64_t rank, double alpha, double dropout, uint
 }
 
 at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
-  at::Tensor y = frozen_matmul(x);
+  // 8-bit weights: the quantized matmul keeps only the 8-bit weight for backward (never a dequantized copy).
+  if (quant_ != WeightQuant::kNone) return AddLora(x, frozen_matmul(x));
+  const at::Tensor w = frozen_weight();
+  const bool onednn = UsesOnednn(x, w);
+  // The fused path covers the common case (adapters in the compute dtype, no dropout); the rest stays generic.
+  if (onednn && lora_A_.defined() && lora_A_.scalar_type() == x.scalar_type() && (dropout_ == 0.0 || !is_training())) {
+    return LoraLinearOnednn(x, w, lora_A_, lora_B_, scale_);
+  }
+  return AddLora(x, onednn ? FrozenLinearOnednn(x, w) : at::matmul(x, w.t()));
+}
+
+at::Tensor LoraLinearImpl::AddLora(const at::Tensor& x, at::Tensor y) {
   if (!lora_A_.defined()) return y;
   // The adapter path runs in the adapters' precision (fp32 masters; fp64 in gradient checks).
   at::Tensor h = x.to(at::promote_types(x.scalar_type(), lora_A_.scalar_type()));

@@ -59,6 +59,9 @@ class LoraLinearImpl : public torch::nn::Module {
   at::Tensor weight_scale;  // [out] fp32 per-row scale; undefined unless 8-bit
 
  private:
+  // y plus the adapter's delta for input x (generic path: any dtype, dropout, device).
+  at::Tensor AddLora(const at::Tensor& x, at::Tensor y);
+
   int64_t in_features_, out_features_;
   at::ScalarType compute_dtype_;  // what frozen_weight() returns
   WeightQuant quant_ = WeightQuant::kNone;

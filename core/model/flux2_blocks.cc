@@ -67,15 +67,16 @@ std::pair<at::Tensor, at::Tensor> Flux2TransformerBlockImpl::forward(const at::T
                                                                      const at::Tensor& sin) {
   auto m = SplitModulation(mod_img, 6);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
   auto c = SplitModulation(mod_txt, 6);
-  at::Tensor norm_img = (1 + m[1]) * LayerNormNoAffine(img, eps_) + m[0];
-  at::Tensor norm_txt = (1 + c[1]) * LayerNormNoAffine(txt, eps_) + c[0];
+  at::Tensor norm_img = ModulatedLayerNorm(img, m[1], m[0], eps_);
+  at::Tensor norm_txt = ModulatedLayerNorm(txt, c[1], c[0], eps_);
   auto [attn_img, attn_txt] = attn(norm_img, norm_txt, cos, sin);
 
-  at::Tensor h = img + m[2] * attn_img;
-  h = h + m[5] * ff(LayerNormNoAffine(h, eps_) * (1 + m[4]) + m[3]);
+  // Residual + gate · branch as one addcmul kernel (forward) instead of a multiply and an add.
+  at::Tensor h = at::addcmul(img, m[2], attn_img);
+  h = at::addcmul(h, m[5], ff(ModulatedLayerNorm(h, m[4], m[3], eps_)));
 
-  at::Tensor e = txt + c[2] * attn_txt;
-  e = e + c[5] * ff_context(LayerNormNoAffine(e, eps_) * (1 + c[4]) + c[3]);
+  at::Tensor e = at::addcmul(txt, c[2], attn_txt);
+  e = at::addcmul(e, c[5], ff_context(ModulatedLayerNorm(e, c[4], c[3], eps_)));
   return {h, ClipFp16(e)};
 }
 
@@ -108,8 +109,7 @@ Flux2SingleTransformerBlockImpl::Flux2SingleTransformerBlockImpl(const Flux2Conf
 at::Tensor Flux2SingleTransformerBlockImpl::forward(const at::Tensor& x, const at::Tensor& mod, const at::Tensor& cos,
                                                     const at::Tensor& sin) {
   auto m = SplitModulation(mod, 3);  // shift, scale, gate
-  at::Tensor normed = (1 + m[1]) * LayerNormNoAffine(x, eps_) + m[0];
-  return ClipFp16(x + m[2] * attn(normed, cos, sin));
+  return ClipFp16(at::addcmul(x, m[2], attn(ModulatedLayerNorm(x, m[1], m[0], eps_), cos, sin)));
 }
 
 }  // namespace baton

@@ -146,7 +146,7 @@ std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Flux2Stage
       Flux2Activations a = in;
       at::Tensor x = in.joint.defined() ? in.joint.narrow(1, in.txt_len, in.joint.size(1) - in.txt_len) : in.img;
       auto scale_shift = k.mod_out.chunk(2, -1);  // diffusers' AdaLayerNormContinuous order: (scale, shift)
-      x = LayerNormNoAffine(x, config_.eps) * (1 + scale_shift[0].unsqueeze(1)) + scale_shift[1].unsqueeze(1);
+      x = ModulatedLayerNorm(x, scale_shift[0].unsqueeze(1), scale_shift[1].unsqueeze(1), config_.eps);
       a.output = proj_out_(x);
       a.img = a.txt = a.joint = at::Tensor();
       return a;

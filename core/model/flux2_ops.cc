@@ -30,25 +30,37 @@ std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& ids, const std::v
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  at::Tensor xf = x.to(at::promote_types(x.scalar_type(), at::kFloat));
-  auto sizes = xf.sizes().vec();
-  std::vector<int64_t> pair_shape(sizes.begin(), sizes.end() - 1);
-  pair_shape.push_back(sizes.back() / 2);
-  pair_shape.push_back(2);
-  at::Tensor pairs = xf.reshape(pair_shape);
-  at::Tensor real = pairs.select(-1, 0), imag = pairs.select(-1, 1);
-  at::Tensor rotated = at::stack({-imag, real}, -1).flatten(-2);
-  at::Tensor c = cos.unsqueeze(0).unsqueeze(2), s = sin.unsqueeze(0).unsqueeze(2);  // [1, S, 1, Dh]
-  return (xf * c + rotated * s).to(x.scalar_type());
+  // Each interleaved pair (a, b) turns into (a·c - b·s, b·c + a·s): one complex multiply per pair, which is one
+  // kernel forward and one backward instead of the stack/negate/two-multiply/add chain of the real form.
+  const at::ScalarType compute = at::promote_types(x.scalar_type(), at::kFloat);
+  const int64_t dh = x.size(-1);
+  at::Tensor rotation = at::complex(cos.slice(1, 0, dh, 2).to(compute), sin.slice(1, 0, dh, 2).to(compute));
+  auto sizes = x.sizes().vec();
+  sizes.back() = dh / 2;
+  sizes.push_back(2);
+  at::Tensor pairs = at::view_as_complex(x.to(compute).reshape(sizes));  // [B, S, H, Dh/2] complex
+  at::Tensor out = at::view_as_real(pairs * rotation.unsqueeze(0).unsqueeze(2)).flatten(-2);
+  return out.to(x.scalar_type());
 }
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  at::Tensor xf = x.to(at::promote_types(x.scalar_type(), at::kFloat));
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (normed * weight.to(xf.scalar_type())).to(x.scalar_type());
+  // at::rms_norm is one fused kernel each way (torch.nn.RMSNorm, which diffusers uses, calls the same).
+  const at::ScalarType compute = at::promote_types(x.scalar_type(), at::kFloat);
+  return at::rms_norm(x.to(compute), {x.size(-1)}, weight.to(compute), eps).to(x.scalar_type());
 }
 
 at::Tensor LayerNormNoAffine(const at::Tensor& x, double eps) { return at::layer_norm(x, {x.size(-1)}, {}, {}, eps); }
+
+at::Tensor ModulatedLayerNorm(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift, double eps) {
+  const int64_t d = x.size(-1);
+  // One sample: (1 + scale, shift) are plain per-feature vectors, i.e. LayerNorm's own affine, fused into its
+  // kernel (forward and backward). Several samples have several vectors, which LayerNorm cannot take.
+  if (x.size(0) == 1 && scale.numel() == d && shift.numel() == d) {
+    return at::layer_norm(x, {d}, (scale.reshape({d}) + 1).to(x.scalar_type()), shift.reshape({d}).to(x.scalar_type()),
+                          eps);
+  }
+  return at::addcmul(shift, LayerNormNoAffine(x, eps), 1 + scale);
+}
 
 at::Tensor SwiGlu(const at::Tensor& x) {
   auto halves = x.chunk(2, -1);

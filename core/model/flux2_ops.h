@@ -31,6 +31,9 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // LayerNorm over the last dim without affine parameters.
 at::Tensor LayerNormNoAffine(const at::Tensor& x, double eps);
 
+// (1 + scale) · LayerNormNoAffine(x) + shift, diffusers' adaLN modulation. x [B, S, D], scale/shift [B, 1, D].
+at::Tensor ModulatedLayerNorm(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift, double eps);
+
 // silu(first half) · second half along the last dim.
 at::Tensor SwiGlu(const at::Tensor& x);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/pipeline/stage_memory.h"
 #include "core/testing/paths.h"
 #include "core/util/files.h"
 
@@ -100,12 +101,13 @@ TEST(ChunksTest, MemoryIsPerWorkerAndChecksTheBudget) {
   auto roomy = PartitionFlux2Chunks(c, Workers(2, {int64_t{1} << 40}), 2);
   ASSERT_TRUE(roomy.ok()) << roomy.status();
   EXPECT_TRUE(roomy->fits);
-  // Each worker holds the frozen weights of both its chunks and pays the overhead once.
+  // Each worker holds the frozen weights of both its chunks and pays the device's fixed overhead once.
+  const int64_t overhead = DeviceProcessBytes(Workers(2).device);
   for (int w = 0; w < 2; ++w) {
     int64_t frozen = 0;
     for (int u : WorkerVirtualStages(2, 2, w)) frozen += roomy->virtual_stages[u].param_bytes;
-    EXPECT_GT(roomy->worker_memory_bytes[w], frozen + Workers(2).overhead_bytes);
-    EXPECT_LT(roomy->worker_memory_bytes[w], frozen + 2 * Workers(2).overhead_bytes);
+    EXPECT_GT(roomy->worker_memory_bytes[w], frozen + overhead);
+    EXPECT_LT(roomy->worker_memory_bytes[w], frozen + 2 * overhead);
   }
   auto tight = PartitionFlux2Chunks(c, Workers(2, {roomy->worker_memory_bytes[0] - 1, int64_t{1} << 40}), 2);
   ASSERT_TRUE(tight.ok()) << tight.status();
