@@ -121,11 +121,24 @@ absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& 
     return out;
   }
   popts.schedule = ScheduleKind::kInterleaved1F1B;
+  // Chunks are not sized one by one: recompute is all or nothing per job. auto: none when that fits.
+  const RecomputePolicy asked = popts.recompute;
+  if (asked == RecomputePolicy::kAuto) popts.recompute = RecomputePolicy::kNone;
   ASSIGN_OR_RETURN(ChunkPlan plan, PartitionFlux2Chunks(config, popts, chunks));
+  if (!plan.fits && asked == RecomputePolicy::kAuto) {
+    popts.recompute = RecomputePolicy::kAll;
+    ASSIGN_OR_RETURN(plan, PartitionFlux2Chunks(config, popts, chunks));
+  }
   if (!quiet) std::printf("%s", RenderChunkPlan(config, plan).c_str());
   if (!plan.fits) return absl::ResourceExhaustedError(absl::StrCat("the model does not fit: ", plan.message));
+  const bool recompute = popts.recompute != RecomputePolicy::kNone;
+  if (!quiet) std::printf("recompute: %s (interleaved: every block or none)\n", recompute ? "every block" : "none");
   for (int i = 0; i < stages; ++i) {
-    for (int u : WorkerVirtualStages(stages, chunks, i)) out[i].push_back(plan.virtual_stages[u]);
+    for (int u : WorkerVirtualStages(stages, chunks, i)) {
+      StageSpec spec = plan.virtual_stages[u];
+      spec.recompute_blocks = recompute ? spec.block_end - spec.block_begin : 0;
+      out[i].push_back(spec);
+    }
   }
   return out;
 }
@@ -169,9 +182,9 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.set_dtype(job.dtype);
   req.set_device(i < static_cast<int>(job.devices.size()) ? job.devices[i] : "cpu");
   // The planner's per-stage decision (recompute: auto decides from the budget; true = all, false = none).
-  // Interleaved chunks are not sized one by one: any recompute other than false checkpoints every block.
+  // Interleaved: every chunk of every worker got the same all-or-nothing decision (PlanStages).
   if (chunks.size() > 1) {
-    req.set_recompute(job.recompute != RecomputePolicy::kNone);
+    req.set_recompute(spec.recompute_blocks > 0);
   } else {
     req.set_recompute(spec.recompute_blocks > 0);
     req.set_recompute_blocks(static_cast<int32_t>(spec.recompute_blocks));

@@ -64,6 +64,43 @@ class Reader {
   std::string source_;
 };
 
+// How the model is spread over the stages: schedule (+ chunks), recompute, wire compression, 8-bit
+// weights and per-stage memory budgets. `root` by value: yaml-cpp's const operator[] throws on a missing key.
+absl::Status ParsePipelineKeys(Reader& r, YAML::Node root, JobConfig& job) {
+  RETURN_IF_ERROR(r.Get(root, "schedule", &job.schedule));
+  RETURN_IF_ERROR(r.Check(job.schedule == "gpipe" || job.schedule == "1f1b" || job.schedule == "interleaved", root,
+                          "schedule", "must be gpipe, 1f1b or interleaved"));
+  // Model chunks per stage (virtual stages) of the interleaved schedule; the other schedules run one.
+  if (job.schedule == "interleaved") job.chunks = 2;
+  RETURN_IF_ERROR(r.Get(root, "chunks", &job.chunks));
+  if (job.schedule == "interleaved") {
+    RETURN_IF_ERROR(r.Check(job.chunks >= 2 && job.chunks <= 26, root, "chunks",
+                            "must be 2 to 26 with schedule: interleaved (model chunks per stage)"));
+  } else {
+    RETURN_IF_ERROR(r.Check(job.chunks == 1, root, "chunks", "needs schedule: interleaved (gpipe and 1f1b run 1)"));
+  }
+  if (root["recompute"].IsDefined() && !root["recompute"].IsNull()) {
+    std::string recompute;
+    RETURN_IF_ERROR(r.Get(root, "recompute", &recompute));
+    auto policy = ParseRecomputePolicy(recompute);
+    RETURN_IF_ERROR(r.Check(policy.ok(), root, "recompute", "must be auto, true or false"));
+    job.recompute = *policy;
+  }
+  RETURN_IF_ERROR(r.Get(root, "wire_dtype", &job.wire_dtype));
+  RETURN_IF_ERROR(r.Check(job.wire_dtype == "none" || job.wire_dtype == "bf16" || job.wire_dtype == "fp8", root,
+                          "wire_dtype", "must be none, bf16 or fp8"));
+  RETURN_IF_ERROR(r.Get(root, "quantize", &job.quantize));
+  RETURN_IF_ERROR(r.Check(ParseWeightQuant(job.quantize).ok(), root, "quantize", "must be none, int8 or fp8"));
+  if (root["memory_per_stage"].IsSequence()) {
+    RETURN_IF_ERROR(r.Get(root, "memory_per_stage", &job.memory_per_stage));
+  } else if (root["memory_per_stage"].IsDefined()) {
+    std::string one;
+    RETURN_IF_ERROR(r.Get(root, "memory_per_stage", &one));
+    job.memory_per_stage = {one};
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::string& source) {
@@ -94,47 +131,17 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
   RETURN_IF_ERROR(r.Get(root, "micro_batches", &job.micro_batches));
   RETURN_IF_ERROR(r.Check(job.micro_batches > 0 && job.batch_size % job.micro_batches == 0, root, "micro_batches",
                           "must be positive and divide batch_size"));
-  RETURN_IF_ERROR(r.Get(root, "schedule", &job.schedule));
-  RETURN_IF_ERROR(r.Check(job.schedule == "gpipe" || job.schedule == "1f1b" || job.schedule == "interleaved", root,
-                          "schedule", "must be gpipe, 1f1b or interleaved"));
-  // Model chunks per stage (virtual stages) of the interleaved schedule; the other schedules run one.
-  if (job.schedule == "interleaved") job.chunks = 2;
-  RETURN_IF_ERROR(r.Get(root, "chunks", &job.chunks));
-  if (job.schedule == "interleaved") {
-    RETURN_IF_ERROR(r.Check(job.chunks >= 2 && job.chunks <= 26, root, "chunks",
-                            "must be 2 to 26 with schedule: interleaved (model chunks per stage)"));
-  } else {
-    RETURN_IF_ERROR(r.Check(job.chunks == 1, root, "chunks", "needs schedule: interleaved (gpipe and 1f1b run 1)"));
-  }
-  if (root["recompute"].IsDefined() && !root["recompute"].IsNull()) {
-    std::string recompute;
-    RETURN_IF_ERROR(r.Get(root, "recompute", &recompute));
-    auto policy = ParseRecomputePolicy(recompute);
-    RETURN_IF_ERROR(r.Check(policy.ok(), root, "recompute", "must be auto, true or false"));
-    job.recompute = *policy;
-  }
-  RETURN_IF_ERROR(r.Get(root, "wire_dtype", &job.wire_dtype));
-  RETURN_IF_ERROR(r.Check(job.wire_dtype == "none" || job.wire_dtype == "bf16" || job.wire_dtype == "fp8", root,
-                          "wire_dtype", "must be none, bf16 or fp8"));
+  RETURN_IF_ERROR(ParsePipelineKeys(r, root, job));
   RETURN_IF_ERROR(r.Get(root, "seed", &job.seed));
   RETURN_IF_ERROR(r.Get(root, "checkpoint_every", &job.checkpoint_every));
   RETURN_IF_ERROR(r.Check(job.checkpoint_every >= 0, root, "checkpoint_every", "must be ≥ 0"));
   RETURN_IF_ERROR(r.Get(root, "dtype", &job.dtype));
   RETURN_IF_ERROR(r.Check(job.dtype == "fp32" || job.dtype == "bf16", root, "dtype", "must be fp32 or bf16"));
-  RETURN_IF_ERROR(r.Get(root, "quantize", &job.quantize));
-  RETURN_IF_ERROR(r.Check(ParseWeightQuant(job.quantize).ok(), root, "quantize", "must be none, int8 or fp8"));
   RETURN_IF_ERROR(r.Get(root, "devices", &job.devices));
   RETURN_IF_ERROR(r.Get(root, "guidance", &job.guidance));
   RETURN_IF_ERROR(r.Get(root, "save_bfl", &job.save_bfl));
   RETURN_IF_ERROR(r.Get(root, "threads", &job.threads));
   RETURN_IF_ERROR(r.Check(job.threads > 0, root, "threads", "must be positive"));
-  if (root["memory_per_stage"].IsSequence()) {
-    RETURN_IF_ERROR(r.Get(root, "memory_per_stage", &job.memory_per_stage));
-  } else if (root["memory_per_stage"].IsDefined()) {
-    std::string one;
-    RETURN_IF_ERROR(r.Get(root, "memory_per_stage", &one));
-    job.memory_per_stage = {one};
-  }
 
   if (root["encode"].IsDefined()) {
     YAML::Node e = root["encode"];
