@@ -330,7 +330,7 @@ const std::vector<Command>& AllCommands() {
        "Print a pipeline schedule's timeline (GPipe, 1F1B or interleaved 1F1B) with its bubble.",
        {{"stages", "pipeline stages", "", true},
         {"micro-batches", "micro-batches per step", "", true},
-        {"kind", "gpipe | 1f1b | interleaved (each also runs as the job key schedule:)", "1f1b"},
+        {"kind", "gpipe | 1f1b | interleaved (the job key schedule: takes the same names)", "1f1b"},
         {"chunks", "model chunks per stage (virtual stages); > 1 only with --kind interleaved", "1"},
         {"width", "timeline width in characters (0 = automatic)", "0"}},
        PrintSchedule},
