@@ -348,23 +348,29 @@ void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::
   (void)RemoveAll(o.output_dir);
 }
 
-int Main(int argc, char** argv) {
-  const Args a = ParseArgs(argc, argv);
-  at::set_num_threads(1);
+// What every run shares: the problem on disk, the job, the splits the planner picks and the variants to run.
+struct Setup {
+  Flux2Config c;
+  std::string dir;
+  JobConfig job;
+  int64_t planner_boundary = 0, param_boundary = 0;
+  bool try_params = false;
+  absl::StatusOr<ChunkPlan> chunk_plan;  // the interleaved rows' split, as the coordinator plans it
+  int64_t auto_rc[2] = {0, 0};           // what `recompute: auto` decides for the 2-stage split
+  std::vector<Variant> variants;
+};
 
-  const Flux2Config c = ModelConfig(a);
-  if (absl::Status s = c.Validate(); !s.ok()) Die(s.ToString());
-
+// Random weights and a synthetic cache in a temp dir, and the job that trains on them.
+void WriteProblem(const Args& a, Setup& s) {
   char tmpl[] = "/tmp/bench_pipeline_XXXXXX";
   if (!::mkdtemp(tmpl)) Die("mkdtemp failed");
-  const std::string dir = tmpl;
-  const std::string model = JoinPath(dir, "model"), cache = JoinPath(dir, "cache");
-  if (absl::Status s = WriteRandomFlux2Weights(c, model, 1); !s.ok()) Die(s.ToString());
-  const int64_t samples = 4 * a.m;
-  if (absl::Status s =
-          WriteSyntheticCache(cache, c.in_channels, c.joint_attention_dim, samples, {{a.grid, a.grid}}, a.text, 7);
-      !s.ok()) {
-    Die(s.ToString());
+  s.dir = tmpl;
+  const std::string model = JoinPath(s.dir, "model"), cache = JoinPath(s.dir, "cache");
+  if (absl::Status st = WriteRandomFlux2Weights(s.c, model, 1); !st.ok()) Die(st.ToString());
+  if (absl::Status st =
+          WriteSyntheticCache(cache, s.c.in_channels, s.c.joint_attention_dim, 4 * a.m, {{a.grid, a.grid}}, a.text, 7);
+      !st.ok()) {
+    Die(st.ToString());
   }
   auto job =
       ParseJobYaml(absl::StrCat("model: ", model, "\ndataset: ", cache, "\nlora: {rank: ", a.rank, ", alpha: ", a.rank,
@@ -372,29 +378,29 @@ int Main(int argc, char** argv) {
                                 "\nmicro_batches: ", a.m, "\nseed: 1\ndtype: fp32\nthreads: 1\n"),
                    "bench_pipeline job");
   if (!job.ok()) Die(job.status().ToString());
+  s.job = *job;
+}
 
-  // The planner's 2-stage split, and the parameter-count split when it differs (see BudgetsForBoundary).
-  const int64_t n = c.num_blocks();
-  auto planned = PartitionFlux2(c, CoordinatorPartitionOptions(*job, a, 2));
+// The planner's 2-stage split, the parameter-count split when it differs (see BudgetsForBoundary), the chunk
+// plan of the interleaved rows (the simulation shares each stage's measured cost among its chunks by it) and
+// what `recompute: auto` decides (no budget: nothing).
+void PlanSplits(const Args& a, Setup& s) {
+  auto planned = PartitionFlux2(s.c, CoordinatorPartitionOptions(s.job, a, 2));
   if (!planned.ok()) Die(planned.status().ToString());
-  const int64_t planner_boundary = planned->stages[0].block_end;
-  const int64_t param_boundary = ParamBalancedBoundary(c);
-  const bool try_params = a.param_split && planner_boundary != param_boundary;
-  // The interleaved rows' split (as the coordinator plans it): the simulation shares each stage's measured cost
-  // among its chunks by this plan's cost model.
-  PartitionOptions interleaved_options = CoordinatorPartitionOptions(*job, a, 2);
+  s.planner_boundary = planned->stages[0].block_end;
+  s.param_boundary = ParamBalancedBoundary(s.c);
+  s.try_params = a.param_split && s.planner_boundary != s.param_boundary;
+  PartitionOptions interleaved_options = CoordinatorPartitionOptions(s.job, a, 2);
   interleaved_options.schedule = ScheduleKind::kInterleaved1F1B;
-  const absl::StatusOr<ChunkPlan> chunk_plan = PartitionFlux2Chunks(c, interleaved_options, a.chunks);
+  s.chunk_plan = PartitionFlux2Chunks(s.c, interleaved_options, a.chunks);
+  JobConfig j = s.job;
+  j.recompute = RecomputePolicy::kAuto;
+  auto p = PartitionFlux2(s.c, CoordinatorPartitionOptions(j, a, 2));
+  if (!p.ok()) Die(p.status().ToString());
+  for (int k = 0; k < 2; ++k) s.auto_rc[k] = p->stages[k].recompute_blocks;
+}
 
-  // What `recompute: auto` decides for the 2-stage split (no budget: nothing).
-  int64_t auto_rc[2] = {0, 0};
-  {
-    JobConfig j = *job;
-    j.recompute = RecomputePolicy::kAuto;
-    auto p = PartitionFlux2(c, CoordinatorPartitionOptions(j, a, 2));
-    if (!p.ok()) Die(p.status().ToString());
-    for (int k = 0; k < 2; ++k) auto_rc[k] = p->stages[k].recompute_blocks;
-  }
+std::vector<Variant> Variants(const Args& a, bool try_params) {
   std::vector<Variant> variants;
   for (RecomputePolicy rc : {RecomputePolicy::kAll, RecomputePolicy::kNone, RecomputePolicy::kAuto}) {
     if (rc == RecomputePolicy::kNone && !a.recompute_off) continue;
@@ -412,44 +418,34 @@ int Main(int argc, char** argv) {
                                   [&](const Variant& v) { return v.Label().find(a.only) == std::string::npos; }),
                    variants.end());
   }
-  // Machine calibration: GEMM throughput on 1 thread vs 2 threads at once, before every round and after.
-  std::vector<double> gemm1, gemm2;
-  auto calibrate = [&] {
-    for (int r = 0; r < 2; ++r) {
-      gemm1.push_back(GemmGflops(1, 1.5));
-      gemm2.push_back(GemmGflops(2, 1.5));
-    }
-  };
-  std::vector<Measured> measured(variants.size());
-  // This machine's single-core speed drifts by tens of percent within minutes (other tenants of the host;
-  // see the GEMM range printed below), which would swamp the ratio of runs taken far apart. So rounds
-  // interleave the variants, a closing 1-stage run follows the last round, and every 2-stage run is compared
-  // with the mean of the 1-stage runs just before and just after it (at 1 stage GPipe and 1F1B do the same
-  // work in a different order, so either serves as the reference).
-  struct Run {
-    size_t variant;
-    double samples_per_s;
-  };
-  std::vector<Run> sequence;
-  auto run = [&](size_t i, int round) {
-    std::fprintf(stderr, "bench_pipeline: %s %s  %s\n",
-                 absl::FormatTime("%H:%M:%S", absl::Now(), absl::UTCTimeZone()).c_str(),
-                 round < a.rounds ? absl::StrCat("round ", round + 1, "/", a.rounds).c_str() : "closing run",
-                 variants[i].Label().c_str());
-    RunOnce(*job, variants[i], a, dir, round, measured[i]);
-    sequence.push_back({i, measured[i].round_samples_per_s.back()});
-  };
-  for (int round = 0; round < a.rounds; ++round) {
-    calibrate();
-    for (size_t i = 0; i < variants.size(); ++i) run(i, round);
-  }
-  for (size_t i = 0; i < variants.size(); ++i) {
-    if (variants[i].stages == 1 && variants[i].recompute == variants.back().recompute) {
-      run(i, a.rounds);  // the closing reference
-      break;
-    }
-  }
-  // Per 2-stage variant: its throughput over the bracketing 1-stage runs' mean, one ratio per round.
+  return variants;
+}
+
+Setup Prepare(const Args& a) {
+  Setup s;
+  s.c = ModelConfig(a);
+  if (absl::Status st = s.c.Validate(); !st.ok()) Die(st.ToString());
+  WriteProblem(a, s);
+  PlanSplits(a, s);
+  s.variants = Variants(a, s.try_params);
+  return s;
+}
+
+struct Results {
+  std::vector<Measured> measured;           // per variant
+  std::vector<std::vector<double>> ratios;  // per 2-stage variant: over the bracketing 1-stage runs, per round
+  std::vector<double> gemm1, gemm2;         // machine calibration, GFLOP/s
+  double local_sps = 0;                     // train-local (0 with --only)
+};
+
+// One variant run, in the order runs happened.
+struct Run {
+  size_t variant;
+  double samples_per_s;
+};
+
+// Each 2-stage run's throughput over the mean of the 1-stage runs just before and just after it.
+std::vector<std::vector<double>> BracketRatios(const std::vector<Variant>& variants, const std::vector<Run>& sequence) {
   std::vector<std::vector<double>> ratios(variants.size());
   for (size_t k = 0; k < sequence.size(); ++k) {
     const Variant& v = variants[sequence[k].variant];
@@ -467,28 +463,69 @@ int Main(int argc, char** argv) {
     }
     if (!refs.empty()) ratios[sequence[k].variant].push_back(sequence[k].samples_per_s / Mean(refs));
   }
-  calibrate();
-  const double gemm_scaling = Median(gemm2) / Median(gemm1);
-  const auto [gemm1_min, gemm1_max] = std::minmax_element(gemm1.begin(), gemm1.end());
-  // Single-process reference (train-local), same job: what the pipeline machinery costs at 1 stage.
-  double local_sps = 0;
-  if (a.only.empty()) {
-    JobConfig j = *job;
-    j.steps = a.warmup + a.steps;
-    auto local = RunLocalTraining(j, JoinPath(dir, "local"), 0);
-    if (!local.ok()) Die(local.status().ToString());
-    std::vector<double> sps;
-    for (size_t i = a.warmup; i < local->steps.size(); ++i) sps.push_back(local->steps[i].samples_per_second);
-    local_sps = Median(sps);
-  }
+  return ratios;
+}
 
-  // ---- report -----------------------------------------------------------------------------------------
-  const int64_t img_tokens = a.grid * a.grid;
+// Single-process reference (train-local), same job: what the pipeline machinery costs at 1 stage.
+double TrainLocalSamplesPerSecond(const Args& a, const Setup& s) {
+  JobConfig j = s.job;
+  j.steps = a.warmup + a.steps;
+  auto local = RunLocalTraining(j, JoinPath(s.dir, "local"), 0);
+  if (!local.ok()) Die(local.status().ToString());
+  std::vector<double> sps;
+  for (size_t i = a.warmup; i < local->steps.size(); ++i) sps.push_back(local->steps[i].samples_per_second);
+  return Median(sps);
+}
+
+// This machine's single-core speed drifts by tens of percent within minutes (other tenants of the host; see
+// the GEMM range printed below), which would swamp the ratio of runs taken far apart. So rounds interleave the
+// variants, a closing 1-stage run follows the last round, and every 2-stage run is compared with the mean of
+// the 1-stage runs just before and just after it (at 1 stage GPipe and 1F1B do the same work in a different
+// order, so either serves as the reference). GEMM throughput on 1 thread vs 2 at once is calibrated before
+// every round and after.
+Results MeasureAll(const Args& a, const Setup& s) {
+  const std::vector<Variant>& variants = s.variants;
+  Results out;
+  out.measured.resize(variants.size());
+  auto calibrate = [&] {
+    for (int r = 0; r < 2; ++r) {
+      out.gemm1.push_back(GemmGflops(1, 1.5));
+      out.gemm2.push_back(GemmGflops(2, 1.5));
+    }
+  };
+  std::vector<Run> sequence;
+  auto run = [&](size_t i, int round) {
+    std::fprintf(stderr, "bench_pipeline: %s %s  %s\n",
+                 absl::FormatTime("%H:%M:%S", absl::Now(), absl::UTCTimeZone()).c_str(),
+                 round < a.rounds ? absl::StrCat("round ", round + 1, "/", a.rounds).c_str() : "closing run",
+                 variants[i].Label().c_str());
+    RunOnce(s.job, variants[i], a, s.dir, round, out.measured[i]);
+    sequence.push_back({i, out.measured[i].round_samples_per_s.back()});
+  };
+  for (int round = 0; round < a.rounds; ++round) {
+    calibrate();
+    for (size_t i = 0; i < variants.size(); ++i) run(i, round);
+  }
+  for (size_t i = 0; i < variants.size(); ++i) {
+    if (variants[i].stages == 1 && variants[i].recompute == variants.back().recompute) {
+      run(i, a.rounds);  // the closing reference
+      break;
+    }
+  }
+  out.ratios = BracketRatios(variants, sequence);
+  calibrate();
+  if (a.only.empty()) out.local_sps = TrainLocalSamplesPerSecond(a, s);
+  return out;
+}
+
+void PrintHeader(const Args& a, const Setup& s, const Results& r) {
+  const Flux2Config& c = s.c;
+  const int64_t n = c.num_blocks();
   std::printf(
       "FLUX.2-shaped model: D=%lld (%lld heads x 64), %lld double + %lld single blocks, in_channels %lld, "
       "joint_attention_dim %lld; %lld image + %lld text tokens; LoRA rank %lld on %s; fp32\n",
       (long long)a.dim, (long long)c.num_attention_heads, (long long)a.double_blocks, (long long)a.single_blocks,
-      (long long)c.in_channels, (long long)a.joint, (long long)img_tokens, (long long)a.text, (long long)a.rank,
+      (long long)c.in_channels, (long long)a.joint, (long long)(a.grid * a.grid), (long long)a.text, (long long)a.rank,
       a.targets.c_str());
   std::printf(
       "batch %d = m %d micro-batches of 1; 1 compute thread per process (coordinator and each stage "
@@ -496,18 +533,21 @@ int Main(int argc, char** argv) {
       "means over measured steps\n",
       a.m, a.m, a.warmup, a.steps, a.rounds);
   std::printf("2-stage split, planner (cost = compute): stage 0 = %s | stage 1 = %s\n",
-              DescribeBlocks(c, 0, planner_boundary).c_str(), DescribeBlocks(c, planner_boundary, n).c_str());
-  if (try_params) {
+              DescribeBlocks(c, 0, s.planner_boundary).c_str(), DescribeBlocks(c, s.planner_boundary, n).c_str());
+  if (s.try_params) {
     std::printf(
         "2-stage split, -params rows (cost = parameter count, forced with memory_per_stage): stage 0 = %s | "
         "stage 1 = %s\n",
-        DescribeBlocks(c, 0, param_boundary).c_str(), DescribeBlocks(c, param_boundary, n).c_str());
+        DescribeBlocks(c, 0, s.param_boundary).c_str(), DescribeBlocks(c, s.param_boundary, n).c_str());
   }
-  if (chunk_plan.ok()) std::printf("interleaved rows, the chunk planner's %s", RenderChunkPlan(c, *chunk_plan).c_str());
+  if (s.chunk_plan.ok()) {
+    std::printf("interleaved rows, the chunk planner's %s", RenderChunkPlan(c, *s.chunk_plan).c_str());
+  }
+  const auto [gemm1_min, gemm1_max] = std::minmax_element(r.gemm1.begin(), r.gemm1.end());
   std::printf(
       "machine: 1-thread GEMM %.1f GFLOP/s (%.1f..%.1f over the run), 2 threads at once %.1f GFLOP/s in "
       "total = %.2fx: the ceiling for 2 single-threaded stages here (medians of 2 per round + 2 after)\n",
-      Median(gemm1), *gemm1_min, *gemm1_max, Median(gemm2), gemm_scaling);
+      Median(r.gemm1), *gemm1_min, *gemm1_max, Median(r.gemm2), Median(r.gemm2) / Median(r.gemm1));
   std::printf(
       "bubble = 1 - sum_s(fwd_s + bwd_s) / (p * step_s); theory = (p-1)/(v*m+p-1) (v = 1 but interleaved); "
       "simulated = the schedule timed with the run's own per-stage F/B costs (imbalance, no comm; interleaved: "
@@ -517,124 +557,161 @@ int Main(int argc, char** argv) {
   std::printf("%-20s %9s %8s %19s %7s %7s %9s %6s %6s %11s  %s\n", "variant", "samples/s", "step_s", "speedup (range)",
               "bubble", "theory", "simulated", "others", "steal", "coord ms",
               "per stage: fwd / bwd / idle seconds per step");
+}
+
+// The schedule's bubble timed with the run's own per-stage costs (per micro-batch); interleaved shares each
+// stage's cost among its chunks by the chunk plan's cost model. -1 when it cannot be simulated.
+double SimulatedBubble(const Args& a, const Setup& s, const Variant& v, const std::vector<double>& f,
+                       const std::vector<double>& b) {
+  const int v_chunks = v.schedule == "interleaved" ? a.chunks : 1;
+  auto kind = ParseScheduleKind(v.schedule);
+  auto sched = kind.ok() ? MakeSchedule(*kind, v.stages, a.m, v_chunks) : kind.status();
+  auto tl = sched.ok() ? SimulateScheduleWithCosts(*sched, f, b, 0) : sched.status();
+  if (sched.ok() && v_chunks > 1 && s.chunk_plan.ok()) {
+    std::vector<std::vector<double>> fc(v.stages), bc(v.stages);
+    for (int st = 0; st < v.stages; ++st) {
+      const std::vector<int> us = WorkerVirtualStages(v.stages, v_chunks, st);
+      double total = 0;
+      for (int u : us) total += s.chunk_plan->virtual_stages[u].cost;
+      for (int u : us) {
+        fc[st].push_back(f[st] * s.chunk_plan->virtual_stages[u].cost / total);
+        bc[st].push_back(b[st] * s.chunk_plan->virtual_stages[u].cost / total);
+      }
+    }
+    tl = SimulateScheduleWithChunkCosts(*sched, fc, bc, 0);
+  }
+  return tl.ok() ? tl->bubble_fraction : -1;
+}
+
+// Per-variant figures the table prints and the headline and JSON reuse, keyed by label.
+struct Summary {
   std::map<std::string, double> sps, bubble, simulated, speedups;
   double max_others = 0;
-  for (size_t i = 0; i < variants.size(); ++i) {
-    const Variant& v = variants[i];
-    const Measured& r = measured[i];
-    const double tput = Median(r.samples_per_s);
-    sps[v.Label()] = tput;
-    bubble[v.Label()] = Mean(r.bubble);
-    std::vector<double> f, b;  // per micro-batch
-    for (int s = 0; s < v.stages; ++s) {
-      f.push_back(Mean(r.fwd[s]) / a.m);
-      b.push_back(Mean(r.bwd[s]) / a.m);
-    }
-    const int v_chunks = v.schedule == "interleaved" ? a.chunks : 1;
-    auto kind = ParseScheduleKind(v.schedule);
-    auto sched = kind.ok() ? MakeSchedule(*kind, v.stages, a.m, v_chunks) : kind.status();
-    auto tl = sched.ok() ? SimulateScheduleWithCosts(*sched, f, b, 0) : sched.status();
-    if (sched.ok() && v_chunks > 1 && chunk_plan.ok()) {
-      std::vector<std::vector<double>> fc(v.stages), bc(v.stages);
-      for (int s = 0; s < v.stages; ++s) {
-        const std::vector<int> us = WorkerVirtualStages(v.stages, v_chunks, s);
-        double total = 0;
-        for (int u : us) total += chunk_plan->virtual_stages[u].cost;
-        for (int u : us) {
-          fc[s].push_back(f[s] * chunk_plan->virtual_stages[u].cost / total);
-          bc[s].push_back(b[s] * chunk_plan->virtual_stages[u].cost / total);
-        }
-      }
-      tl = SimulateScheduleWithChunkCosts(*sched, fc, bc, 0);
-    }
-    simulated[v.Label()] = tl.ok() ? tl->bubble_fraction : -1;
-    std::string per_stage;
-    for (int s = 0; s < v.stages; ++s) {
-      absl::StrAppendFormat(&per_stage, "%s%.3f / %.3f / %.3f", s ? "  |  " : "", Mean(r.fwd[s]), Mean(r.bwd[s]),
-                            Mean(r.idle[s]));
-    }
-    // Speedup: the median over rounds of the ratio to the bracketing 1-stage runs.
-    std::string speedup_text;
-    if (!ratios[i].empty()) {
-      speedups[v.Label()] = Median(ratios[i]);
-      const auto [lo, hi] = std::minmax_element(ratios[i].begin(), ratios[i].end());
-      speedup_text = absl::StrFormat("%.3fx (%.2f..%.2f)", Median(ratios[i]), *lo, *hi);
-    }
-    const std::string coord = absl::StrFormat("%.0f + %.0f", 1e3 * Mean(r.prepare_s), 1e3 * Mean(r.optimizer_s));
-    std::printf("%-20s %9.3f %8.3f %19s %7.3f %7.3f %9.3f %6.2f %6.2f %11s  %s\n", v.Label().c_str(), tput,
-                Median(r.step_s), speedup_text.c_str(), bubble[v.Label()], TheoreticalBubble(v.stages, a.m, v_chunks),
-                simulated[v.Label()], r.foreign_cpu_s / r.wall_s, r.steal_s / r.wall_s, coord.c_str(),
-                per_stage.c_str());
-    max_others = std::max(max_others, r.foreign_cpu_s / r.wall_s);
+};
+
+void PrintRow(const Args& a, const Setup& s, const Results& r, size_t i, Summary& sum) {
+  const Variant& v = s.variants[i];
+  const Measured& m = r.measured[i];
+  const std::string label = v.Label();
+  const double tput = Median(m.samples_per_s);
+  sum.sps[label] = tput;
+  sum.bubble[label] = Mean(m.bubble);
+  std::vector<double> f, b;  // per micro-batch
+  for (int st = 0; st < v.stages; ++st) {
+    f.push_back(Mean(m.fwd[st]) / a.m);
+    b.push_back(Mean(m.bwd[st]) / a.m);
   }
+  sum.simulated[label] = SimulatedBubble(a, s, v, f, b);
+  std::string per_stage;
+  for (int st = 0; st < v.stages; ++st) {
+    absl::StrAppendFormat(&per_stage, "%s%.3f / %.3f / %.3f", st ? "  |  " : "", Mean(m.fwd[st]), Mean(m.bwd[st]),
+                          Mean(m.idle[st]));
+  }
+  // Speedup: the median over rounds of the ratio to the bracketing 1-stage runs.
+  std::string speedup_text;
+  if (!r.ratios[i].empty()) {
+    sum.speedups[label] = Median(r.ratios[i]);
+    const auto [lo, hi] = std::minmax_element(r.ratios[i].begin(), r.ratios[i].end());
+    speedup_text = absl::StrFormat("%.3fx (%.2f..%.2f)", Median(r.ratios[i]), *lo, *hi);
+  }
+  const std::string coord = absl::StrFormat("%.0f + %.0f", 1e3 * Mean(m.prepare_s), 1e3 * Mean(m.optimizer_s));
+  const int v_chunks = v.schedule == "interleaved" ? a.chunks : 1;
+  std::printf("%-20s %9.3f %8.3f %19s %7.3f %7.3f %9.3f %6.2f %6.2f %11s  %s\n", label.c_str(), tput, Median(m.step_s),
+              speedup_text.c_str(), sum.bubble[label], TheoreticalBubble(v.stages, a.m, v_chunks), sum.simulated[label],
+              m.foreign_cpu_s / m.wall_s, m.steal_s / m.wall_s, coord.c_str(), per_stage.c_str());
+  sum.max_others = std::max(sum.max_others, m.foreign_cpu_s / m.wall_s);
+}
+
+Summary PrintTable(const Args& a, const Setup& s, const Results& r) {
+  PrintHeader(a, s, r);
+  Summary sum;
+  for (size_t i = 0; i < s.variants.size(); ++i) PrintRow(a, s, r, i, sum);
   if (a.only.empty()) {
     std::printf("%-20s %9.3f   (one process, no pipeline machinery and no recompute; last, not interleaved)\n",
-                "train-local", local_sps);
+                "train-local", r.local_sps);
   }
-  if (a.recompute_auto && local_sps > 0 && sps.count("2st/1f1b/auto")) {
+  if (a.recompute_auto && r.local_sps > 0 && sum.sps.count("2st/1f1b/auto")) {
     std::printf(
         "recompute auto: 2 stages (1f1b) %.3f samples/s = %.3fx train-local (target > 1x when the model fits one "
         "process); the planner recomputed %lld + %lld blocks on the 2 stages\n",
-        sps["2st/1f1b/auto"], sps["2st/1f1b/auto"] / local_sps, (long long)auto_rc[0], (long long)auto_rc[1]);
+        sum.sps["2st/1f1b/auto"], sum.sps["2st/1f1b/auto"] / r.local_sps, (long long)s.auto_rc[0],
+        (long long)s.auto_rc[1]);
   }
+  return sum;
+}
 
-  // Headline: the default job (1F1B, recompute, the planner's split).
-  auto num = [](double x) { return std::isfinite(x) ? absl::StrFormat("%.4f", x) : std::string("null"); };
-  const double theory2 = TheoreticalBubble(2, a.m);
-  const double speedup = speedups["2st/1f1b/rc"];
-  const std::string best_sched = speedups["2st/1f1b/rc"] >= speedups["2st/gpipe/rc"] ? "1f1b" : "gpipe";
-  const double best2 = std::max(speedups["2st/1f1b/rc"], speedups["2st/gpipe/rc"]);
+// Drift-free view: if the 2 stages together did exactly the 1-stage run's compute, the speedup would be
+// p(1 - bubble_2) / (1 - bubble_1), from bubbles that are each measured within one run. NAN when not measured.
+double EqualWorkSpeedup(const std::map<std::string, double>& bubble, const std::string& label) {
+  std::vector<double> one_stage;
+  for (const char* l : {"1st/gpipe/rc", "1st/1f1b/rc"}) {
+    if (bubble.count(l)) one_stage.push_back(bubble.at(l));
+  }
+  return bubble.count(label) && !one_stage.empty() ? 2 * (1 - bubble.at(label)) / (1 - Mean(one_stage)) : NAN;
+}
+
+std::string Num(double x) { return std::isfinite(x) ? absl::StrFormat("%.4f", x) : std::string("null"); }
+
+// The headline figures, printed as sentences and then as the one-line JSON.
+struct Headline {
+  double theory2, speedup, best2, speedup_params, il_speedup, il_theory, il_bubble, il_equal;
+  std::string best_sched;
+};
+
+Headline PrintHeadline(const Args& a, const Setup& s, Summary& sum) {
+  // The default job (1F1B, recompute, the planner's split).
+  Headline h;
+  h.theory2 = TheoreticalBubble(2, a.m);
+  h.speedup = sum.speedups["2st/1f1b/rc"];
+  h.best_sched = sum.speedups["2st/1f1b/rc"] >= sum.speedups["2st/gpipe/rc"] ? "1f1b" : "gpipe";
+  h.best2 = std::max(sum.speedups["2st/1f1b/rc"], sum.speedups["2st/gpipe/rc"]);
   std::printf(
       "\nspeedup_2_stages = %.3fx (2 stages / 1 stage, 1f1b, recompute, planner's split; median over rounds "
       "of the ratio to the bracketing 1-stage runs; best 2-stage schedule: %s at %.3fx); target >= 1.7x: %s\n",
-      speedup, best_sched.c_str(), best2, speedup >= 1.7 ? "met" : "MISSED");
-  std::printf("bubble (2 stages, 1f1b, recompute): measured %.3f, simulated %.3f, theory %.3f\n", bubble["2st/1f1b/rc"],
-              simulated["2st/1f1b/rc"], theory2);
-  // Drift-free view: if the 2 stages together did exactly the 1-stage run's compute, the speedup would be
-  // p(1 - bubble_2) / (1 - bubble_1), from bubbles that are each measured within one run.
-  auto equal_work = [&](const std::string& label) {
-    std::vector<double> one_stage;
-    for (const char* l : {"1st/gpipe/rc", "1st/1f1b/rc"}) {
-      if (bubble.count(l)) one_stage.push_back(bubble.at(l));
-    }
-    return bubble.count(label) && !one_stage.empty() ? 2 * (1 - bubble.at(label)) / (1 - Mean(one_stage)) : NAN;
-  };
+      h.speedup, h.best_sched.c_str(), h.best2, h.speedup >= 1.7 ? "met" : "MISSED");
+  std::printf("bubble (2 stages, 1f1b, recompute): measured %.3f, simulated %.3f, theory %.3f\n",
+              sum.bubble["2st/1f1b/rc"], sum.simulated["2st/1f1b/rc"], h.theory2);
   std::printf(
       "speedup at equal work, 2(1 - bubble_2st) / (1 - bubble_1st): planner split %.3fx, parameter-count "
       "split %.3fx (1f1b, recompute); the measured speedup falls below this by the extra compute time of 2 "
       "busy cores plus noise\n",
-      equal_work("2st/1f1b/rc"), equal_work("2st-params/1f1b/rc"));
-  const double speedup_params = try_params ? speedups["2st-params/1f1b/rc"] : NAN;
-  if (try_params) {
+      EqualWorkSpeedup(sum.bubble, "2st/1f1b/rc"), EqualWorkSpeedup(sum.bubble, "2st-params/1f1b/rc"));
+  h.speedup_params = s.try_params ? sum.speedups["2st-params/1f1b/rc"] : NAN;
+  if (s.try_params) {
     std::printf(
         "parameter-count split (1f1b, recompute): speedup %.3fx, bubble measured %.3f, simulated %.3f; "
         "planner (compute) split / parameter-count split = %.3fx\n",
-        speedup_params, bubble["2st-params/1f1b/rc"], simulated["2st-params/1f1b/rc"], speedup / speedup_params);
+        h.speedup_params, sum.bubble["2st-params/1f1b/rc"], sum.simulated["2st-params/1f1b/rc"],
+        h.speedup / h.speedup_params);
   }
-
   // Interleaved 1F1B (Megatron virtual stages), recompute, the chunk planner's split.
   const std::string il = "2st/interleaved/rc";
-  const bool have_il = speedups.count(il) > 0;
-  const double il_speedup = have_il ? speedups[il] : NAN;
-  const double il_theory = TheoreticalBubble(2, a.m, a.chunks);
+  const bool have_il = sum.speedups.count(il) > 0;
+  h.il_speedup = have_il ? sum.speedups[il] : NAN;
+  h.il_theory = TheoreticalBubble(2, a.m, a.chunks);
+  h.il_bubble = have_il ? sum.bubble[il] : NAN;
+  h.il_equal = have_il ? EqualWorkSpeedup(sum.bubble, il) : NAN;
   if (have_il) {
     std::printf(
         "speedup_2_stages_interleaved = %.3fx (2 stages x %d chunks / 1 stage, recompute); target >= 1.8x: %s; "
         "bubble measured %.3f, simulated %.3f, theory (p-1)/(v*m+p-1) = %.3f: %.3f beyond theory; at equal work "
         "%.3fx\n",
-        il_speedup, a.chunks, il_speedup >= 1.8 ? "met" : "MISSED", bubble[il], simulated[il], il_theory,
-        bubble[il] - il_theory, equal_work(il));
+        h.il_speedup, a.chunks, h.il_speedup >= 1.8 ? "met" : "MISSED", h.il_bubble, sum.simulated[il], h.il_theory,
+        h.il_bubble - h.il_theory, h.il_equal);
   }
+  return h;
+}
 
+void PrintJson(const Args& a, const Setup& s, const Results& r, Summary& sum, const Headline& h) {
   std::string raw;
-  for (size_t i = 0; i < variants.size(); ++i) {
-    const std::string l = variants[i].Label();
-    const Measured& r = measured[i];
+  for (size_t i = 0; i < s.variants.size(); ++i) {
+    const std::string l = s.variants[i].Label();
+    const Measured& m = r.measured[i];
     absl::StrAppendFormat(&raw,
                           "%s\"%s\":{\"samples_per_s\":%.4f,\"speedup\":%s,\"bubble\":%.4f,"
                           "\"bubble_simulated\":%.4f,\"foreign_cpu_cores\":%.3f,\"steal_cores\":%.3f}",
-                          i ? "," : "", l, sps[l], speedups.count(l) ? num(speedups[l]) : "null", bubble[l],
-                          simulated[l], r.foreign_cpu_s / r.wall_s, r.steal_s / r.wall_s);
+                          i ? "," : "", l, sum.sps[l], sum.speedups.count(l) ? Num(sum.speedups[l]) : "null",
+                          sum.bubble[l], sum.simulated[l], m.foreign_cpu_s / m.wall_s, m.steal_s / m.wall_s);
   }
   std::printf(
       "{\"bench\":\"pipeline\",\"speedup_2_stages\":%s,\"speedup_basis\":\"2 stages / 1 stage, 1f1b, recompute, "
@@ -652,17 +729,28 @@ int Main(int argc, char** argv) {
       "\"joint_attention_dim\":%lld,\"image_tokens\":%lld,\"text_tokens\":%lld,\"micro_batches\":%d,"
       "\"micro_batch_size\":1,\"lora_rank\":%lld,\"lora_targets\":\"%s\",\"dtype\":\"fp32\",\"threads\":1,"
       "\"warmup_steps\":%d,\"measured_steps\":%d,\"rounds\":%d}}\n",
-      num(speedup).c_str(), num(best2).c_str(), best_sched.c_str(), num(equal_work("2st/1f1b/rc")).c_str(),
-      num(equal_work("2st-params/1f1b/rc")).c_str(), num(speedup_params).c_str(), num(il_speedup).c_str(), a.chunks,
-      num(have_il ? bubble[il] : NAN).c_str(), il_theory, num(have_il ? equal_work(il) : NAN).c_str(),
-      num(bubble["2st/1f1b/rc"]).c_str(), num(simulated["2st/1f1b/rc"]).c_str(), theory2,
-      num(try_params ? bubble["2st-params/1f1b/rc"] : NAN).c_str(), num(sps["1st/1f1b/rc"]).c_str(),
-      num(sps["2st/1f1b/rc"]).c_str(), num(try_params ? sps["2st-params/1f1b/rc"] : NAN).c_str(),
-      num(a.only.empty() ? local_sps : NAN).c_str(), Median(gemm1), gemm_scaling, max_others,
-      (long long)planner_boundary, raw.c_str(), (long long)a.dim, (long long)a.double_blocks,
-      (long long)a.single_blocks, (long long)a.joint, (long long)img_tokens, (long long)a.text, a.m, (long long)a.rank,
-      a.targets.c_str(), a.warmup, a.steps, a.rounds);
-  if (!a.keep) (void)RemoveAll(dir);
+      Num(h.speedup).c_str(), Num(h.best2).c_str(), h.best_sched.c_str(),
+      Num(EqualWorkSpeedup(sum.bubble, "2st/1f1b/rc")).c_str(),
+      Num(EqualWorkSpeedup(sum.bubble, "2st-params/1f1b/rc")).c_str(), Num(h.speedup_params).c_str(),
+      Num(h.il_speedup).c_str(), a.chunks, Num(h.il_bubble).c_str(), h.il_theory, Num(h.il_equal).c_str(),
+      Num(sum.bubble["2st/1f1b/rc"]).c_str(), Num(sum.simulated["2st/1f1b/rc"]).c_str(), h.theory2,
+      Num(s.try_params ? sum.bubble["2st-params/1f1b/rc"] : NAN).c_str(), Num(sum.sps["1st/1f1b/rc"]).c_str(),
+      Num(sum.sps["2st/1f1b/rc"]).c_str(), Num(s.try_params ? sum.sps["2st-params/1f1b/rc"] : NAN).c_str(),
+      Num(a.only.empty() ? r.local_sps : NAN).c_str(), Median(r.gemm1), Median(r.gemm2) / Median(r.gemm1),
+      sum.max_others, (long long)s.planner_boundary, raw.c_str(), (long long)a.dim, (long long)a.double_blocks,
+      (long long)a.single_blocks, (long long)a.joint, (long long)(a.grid * a.grid), (long long)a.text, a.m,
+      (long long)a.rank, a.targets.c_str(), a.warmup, a.steps, a.rounds);
+}
+
+int Main(int argc, char** argv) {
+  const Args a = ParseArgs(argc, argv);
+  at::set_num_threads(1);
+  const Setup s = Prepare(a);
+  const Results r = MeasureAll(a, s);
+  Summary sum = PrintTable(a, s, r);
+  const Headline h = PrintHeadline(a, s, sum);
+  PrintJson(a, s, r, sum, h);
+  if (!a.keep) (void)RemoveAll(s.dir);
   return 0;
 }
 
