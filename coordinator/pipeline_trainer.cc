@@ -395,9 +395,9 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     state.job_hash = fleet.job_id;
     RETURN_IF_ERROR(WriteCheckpoint(options.output_dir, state));
     RETURN_IF_ERROR(SaveLoraOutputs(options.output_dir, master, job, step));
-    if (!options.quiet) {
-      std::printf("checkpoint step-%lld written in %.2f s\n", static_cast<long long>(step), SecondsSince(t0));
-    }
+    const double seconds = SecondsSince(t0);
+    if (!options.quiet) std::printf("checkpoint step-%lld written in %.2f s\n", static_cast<long long>(step), seconds);
+    if (options.hooks.on_checkpoint) options.hooks.on_checkpoint(step, seconds);
     return absl::OkStatus();
   };
   // A step's inputs (micro-batches and shell outputs), computed off the critical path: step k+1's while the
@@ -428,13 +428,17 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   result.first_step = start.step;
   double elapsed = 0;
   g_stop_requested = false;
+  auto stop_requested = [&] {
+    return g_stop_requested.load() || (options.hooks.stop != nullptr && options.hooks.stop->load());
+  };
+  if (options.hooks.on_start) options.hooks.on_start({fleet.job_id, start.step, total_steps, addresses});
   for (int64_t step = start.step; step < total_steps; ++step) {
     auto t0 = Clock::now();
     absl::StatusOr<StepInputs> inputs = next_inputs.valid() ? next_inputs.get() : prepare(step, false);
     if (!inputs.ok()) return inputs.status();
     const double prepare_seconds = SecondsSince(t0);
     ASSIGN_OR_RETURN(StepOutputs outputs, fleet.RunStep(step, *inputs, master, [&] {
-      if (step + 1 < total_steps && !g_stop_requested.load()) {
+      if (step + 1 < total_steps && !stop_requested()) {
         next_inputs = std::async(std::launch::async, prepare, step + 1, true);
       }
     }));
@@ -447,9 +451,10 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     RETURN_IF_ERROR(log->Append(StepLine(rec)));
     elapsed += rec.step_seconds;
     if (!options.quiet) PrintProgress(rec, start.step, total_steps, elapsed, tty);
+    if (options.hooks.on_step) options.hooks.on_step(rec);
     result.steps.push_back(rec);
     const bool last = step + 1 == total_steps;
-    const bool stop = g_stop_requested.load();
+    const bool stop = stop_requested();
     if (last || stop || (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0)) {
       if (tty && !options.quiet) std::printf("\n");
       RETURN_IF_ERROR(checkpoint_now(step + 1));

@@ -8,7 +8,9 @@
 #include <absl/status/statusor.h>
 #include <absl/time/time.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,23 @@
 #include "core/train/local_trainer.h"
 
 namespace baton {
+
+struct PipelineStepRecord;
+
+// What a run reports as it goes, for whoever watches it (the metrics, the job service). Every hook is
+// optional and runs on the coordinator's thread, so it must be quick.
+struct RunStart {
+  std::string job_id;                  // the job hash the stages were configured with
+  int64_t first_step = 0;              // 0, or the checkpoint step a resumed run starts from
+  int64_t total_steps = 0;             // the step the run ends at
+  std::vector<std::string> addresses;  // stage workers, by stage
+};
+struct CoordinatorHooks {
+  std::function<void(const RunStart&)> on_start;                    // stages configured, before the first step
+  std::function<void(const PipelineStepRecord&)> on_step;           // after each optimizer step
+  std::function<void(int64_t step, double seconds)> on_checkpoint;  // a checkpoint written
+  const std::atomic<bool>* stop = nullptr;  // set: finish the step, checkpoint, return (like SIGTERM)
+};
 
 struct CoordinatorOptions {
   int stages = 1;
@@ -28,6 +47,7 @@ struct CoordinatorOptions {
   std::string stage_worker_binary;                     // embedded mode; default: next to this binary
   int worker_wait_timeout_s = 0;                       // embedded workers' peer wait (0 = rpc_timeout)
   bool quiet = false;                                  // no per-step lines on stdout
+  CoordinatorHooks hooks;
 };
 
 struct StageStepStats {
