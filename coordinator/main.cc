@@ -12,6 +12,7 @@
 
 #include "coordinator/pipeline_trainer.h"
 #include "core/device/device.h"
+#include "core/util/flags.h"
 #include "core/util/log.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages");
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume]");
   baton::InstallVersionFlag();
+  baton::InstallFlagsHelp();
   absl::ParseCommandLine(argc, argv);
   baton::SetLogTag("coordinator");
   if (absl::GetFlag(FLAGS_job).empty()) {

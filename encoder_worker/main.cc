@@ -12,6 +12,7 @@
 #include "core/device/device.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/train/common.h"
+#include "core/util/flags.h"
 #include "core/util/log.h"
 #include "core/util/threads.h"
 #include "encoder_worker/encoder_service.h"
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
       "encoder_worker --dataset DIR --cache DIR --model FLUX2_PIPELINE_DIR [--threads K]\n"
       "       encoder_worker --model FLUX2_PIPELINE_DIR --listen HOST:PORT");
   baton::InstallVersionFlag();
+  baton::InstallFlagsHelp();
   absl::ParseCommandLine(argc, argv);
   baton::SetLogTag("encoder_worker");
   if (absl::GetFlag(FLAGS_model).empty() ||

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/device/device.h"
+#include "core/util/flags.h"
 #include "core/util/log.h"
 #include "core/util/threads.h"
 #include "stage_worker/stage_service.h"
@@ -21,6 +22,7 @@ ABSL_FLAG(int, wait_timeout_s, 300, "longest wait for data from a peer before th
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("stage_worker --listen HOST:PORT [--device cpu|cuda:N] [--threads K]");
   baton::InstallVersionFlag();
+  baton::InstallFlagsHelp();
   absl::ParseCommandLine(argc, argv);
   // Refuse a device this machine lacks before serving: a clear message and exit 1, never a crash later.
   auto device = baton::ParseDevice(absl::GetFlag(FLAGS_device));

@@ -1,0 +1,22 @@
+// Makes a binary's `--help` list every flag Baton defines in it, with default and meaning. Abseil 20220623
+// lists under --help only the flags of a file named after the program (coordinator.cc, ...); ours live in
+// main.cc and libraries, so without this `--help` printed "No flags matched". Abseil's own flags (--flagfile,
+// --fromenv, ...) stay under --helpfull.
+#pragma once
+
+#include <absl/strings/string_view.h>
+
+#include <string>
+
+namespace baton {
+
+// True for a flag defined in Baton's sources, false for Abseil's own (defined under absl/).
+bool IsBatonFlagFile(absl::string_view filename);
+
+// A flag's defining file as printed by --help: relative to the source tree ("coordinator/main.cc").
+std::string NormalizeFlagFile(absl::string_view filename);
+
+// Installs both for --help and --helpshort. Call before absl::ParseCommandLine.
+void InstallFlagsHelp();
+
+}  // namespace baton

@@ -1,0 +1,91 @@
+// `--help` of every binary, run as a user runs it: it lists each of the binary's own flags with its default
+// and meaning (Abseil 20220623 printed "No flags matched." for binaries whose flags live in main.cc), and
+// none of Abseil's own. `baton --help` lists every client command.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <regex>
+#include <string>
+
+#include "client/commands.h"
+#include "core/testing/paths.h"
+#include "core/testing/run_command.h"
+#include "core/util/files.h"
+
+namespace baton {
+namespace {
+
+// Flag name → default as --help prints them ("--stages (number of pipeline stages); default: 2;"). Abseil
+// wraps long help text, so whitespace runs are folded first.
+std::map<std::string, std::string> ListedFlags(const std::string& help) {
+  std::string flat = std::regex_replace(help, std::regex("\\s+"), " ");
+  std::map<std::string, std::string> flags;
+  std::regex entry(" --?([a-z_0-9]+) \\((.*?)\\); default: (.*?);");
+  for (std::sregex_iterator it(flat.begin(), flat.end(), entry), end; it != end; ++it) {
+    flags[(*it)[1]] = (*it)[3];
+  }
+  return flags;
+}
+
+void ExpectHelpLists(const std::string& binary, const std::map<std::string, std::string>& expected) {
+  auto result = test_util::RunCommand(JoinPath(test_util::BinDir(), binary) + " --help", /*with_stderr=*/true);
+  SCOPED_TRACE(binary + " --help:\n" + result.output);
+  EXPECT_EQ(result.output.find("No flags matched"), std::string::npos);
+  EXPECT_NE(result.output.find(binary + " --"), std::string::npos) << "no usage line";
+  const auto listed = ListedFlags(result.output);
+  for (const auto& [name, default_value] : expected) {
+    auto it = listed.find(name);
+    ASSERT_NE(it, listed.end()) << "--" << name << " is not listed";
+    EXPECT_EQ(it->second, default_value) << "--" << name;
+  }
+  for (const char* abseil_flag : {"flagfile", "fromenv", "tryfromenv", "undefok", "helpfull"}) {
+    EXPECT_EQ(listed.count(abseil_flag), 0u) << "Abseil's own --" << abseil_flag << " belongs to --helpfull";
+  }
+}
+
+TEST(HelpTest, CoordinatorListsItsFlagsWithDefaults) {
+  ExpectHelpLists("coordinator", {{"stages", "2"},
+                                  {"job", "\"\""},
+                                  {"workers", "\"\""},
+                                  {"steps", "0"},
+                                  {"output", "\"out/run\""},
+                                  {"resume", "false"},
+                                  {"rpc_timeout_s", "300"},
+                                  {"connect_timeout_s", "20"},
+                                  {"stage_worker", "\"\""}});
+}
+
+TEST(HelpTest, StageWorkerListsItsFlagsWithDefaults) {
+  ExpectHelpLists("stage_worker",
+                  {{"listen", "\"127.0.0.1:0\""}, {"device", "\"cpu\""}, {"threads", "1"}, {"wait_timeout_s", "300"}});
+}
+
+TEST(HelpTest, EncoderWorkerListsItsFlagsWithDefaults) {
+  ExpectHelpLists("encoder_worker", {{"dataset", "\"\""},
+                                     {"cache", "\"\""},
+                                     {"model", "\"\""},
+                                     {"threads", "0"},
+                                     {"trigger", "\"\""},
+                                     {"resolution", "1024"},
+                                     {"max_sequence_length", "512"},
+                                     {"dtype", "\"fp32\""},
+                                     {"listen", "\"\""}});
+}
+
+TEST(HelpTest, BatonListsEveryCommand) {
+  auto result = test_util::RunCommand(JoinPath(test_util::BinDir(), "baton") + " --help", /*with_stderr=*/true);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  ASSERT_FALSE(AllCommands().empty());
+  for (const Command& c : AllCommands()) {
+    EXPECT_NE(result.output.find("  " + c.name + " "), std::string::npos) << c.name << " missing from:\n"
+                                                                          << result.output;
+  }
+  EXPECT_NE(result.output.find("  health "), std::string::npos);
+  auto health = test_util::RunCommand(JoinPath(test_util::BinDir(), "baton") + " health --help", true);
+  EXPECT_EQ(health.exit_code, 0);
+  EXPECT_NE(health.output.find("usage: baton health ADDRESS [flags]"), std::string::npos) << health.output;
+  EXPECT_NE(health.output.find("--service VALUE"), std::string::npos) << health.output;
+}
+
+}  // namespace
+}  // namespace baton
