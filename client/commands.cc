@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "client/debug_commands.h"
+#include "client/health_command.h"
 #include "client/quantize_command.h"
 #include "client/tokenize_command.h"
 #include "core/data/cache.h"
@@ -350,6 +351,7 @@ const std::vector<Command>& AllCommands() {
       SampleTimestepsCommand(),
       TokenizeCommand(),
       QuantizeCommand(),
+      HealthCommand(),
   };
   return *commands;
 }

@@ -11,6 +11,7 @@
 #include "core/util/log.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
+#include "rpc/health.h"
 
 namespace baton {
 namespace {
@@ -79,7 +80,7 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
 }
 
 absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution) {
-  grpc::EnableDefaultHealthCheckService(true);
+  EnableHealthService();
   EncoderServiceImpl service(encoder, default_resolution);
   grpc::ServerBuilder builder;
   ApplyServerOptions(builder);
@@ -88,6 +89,7 @@ absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int
   builder.RegisterService(&service);
   auto server = builder.BuildAndStart();
   if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  MarkServing(*server, {kEncoderServiceName});
   std::string address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
   LogWarning("serving plaintext gRPC on ", address, " (no TLS: use only on a trusted network)");
   std::signal(SIGTERM, OnSignal);
@@ -95,6 +97,7 @@ absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int
   std::printf("LISTENING %s\n", address.c_str());
   std::fflush(stdout);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  MarkNotServing(*server);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return absl::OkStatus();
 }

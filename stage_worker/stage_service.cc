@@ -1,7 +1,6 @@
 #include "stage_worker/stage_service.h"
 
 #include <absl/strings/str_cat.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <csignal>
 #include <thread>
@@ -10,6 +9,7 @@
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
+#include "rpc/health.h"
 #include "rpc/wire.h"
 
 namespace baton {
@@ -78,7 +78,7 @@ void OnSignal(int) { g_stop = true; }
 
 absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions& options,
                             const std::function<void(const std::string&)>& on_listening) {
-  grpc::EnableDefaultHealthCheckService(true);
+  EnableHealthService();
   StageRunnerOptions opts = options;
   StageRunner runner(opts);
   StageServiceImpl service(&runner);
@@ -89,6 +89,7 @@ absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions&
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  MarkServing(*server, {kStageServiceName});
   std::string host = listen.substr(0, listen.rfind(':'));
   std::string address = absl::StrCat(host, ":", port);
   LogWarning("serving plaintext gRPC on ", address, " (no TLS: use only on a trusted network)");
@@ -99,6 +100,7 @@ absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions&
   on_listening(address);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   LogInfo("shutting down");
+  MarkNotServing(*server);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return absl::OkStatus();
 }
