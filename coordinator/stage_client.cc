@@ -1,11 +1,13 @@
 #include "coordinator/stage_client.h"
 
 #include <absl/strings/str_cat.h>
-#include <grpcpp/health_check_service_interface.h>
+
+#include <algorithm>
 
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
+#include "rpc/health.h"
 #include "rpc/wire.h"
 
 namespace baton {
@@ -24,9 +26,20 @@ absl::Status StageClient::Named(const absl::Status& s, const std::string& what) 
 }
 
 absl::Status StageClient::WaitReady(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
   if (!channel_->WaitForConnected(DeadlineAfter(timeout))) {
     return absl::UnavailableError(absl::StrCat(name(), ": no stage worker answered within ",
                                                absl::FormatDuration(timeout), " (is it running and reachable?)"));
+  }
+  // Connected to something: make sure it is a stage worker that is not shutting down.
+  auto state = CheckHealth(channel_, address_, kStageServiceName, std::max(deadline - absl::Now(), absl::Seconds(1)));
+  if (!state.ok() && state.status().code() == absl::StatusCode::kNotFound) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name(), ": the server there is not a stage worker (it does not serve ", kStageServiceName, ")"));
+  }
+  if (!state.ok()) return Named(state.status(), "health check");
+  if (*state != HealthState::kServing) {
+    return absl::UnavailableError(absl::StrCat(name(), ": the stage worker is ", HealthStateName(*state)));
   }
   return absl::OkStatus();
 }

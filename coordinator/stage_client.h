@@ -24,7 +24,8 @@ class StageClient {
   const std::string& address() const { return address_; }
   std::string name() const;  // "stage 1 (127.0.0.1:5001)"
 
-  // Waits until the channel connects (and the health service says SERVING), up to `timeout`.
+  // Waits until the channel connects and the health service says StageService is SERVING, up to `timeout`.
+  // A server that is not a stage worker (e.g. --workers pointing at an encoder worker) is FAILED_PRECONDITION.
   absl::Status WaitReady(absl::Duration timeout);
   absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request);
   absl::Status Push(const v1::EnvelopeHeader& header, const TensorMap& tensors);

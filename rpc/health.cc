@@ -39,7 +39,12 @@ const char* HealthStateName(HealthState state) {
 
 absl::StatusOr<HealthState> CheckHealth(const std::string& address, const std::string& service,
                                         absl::Duration timeout) {
-  auto stub = grpc::health::v1::Health::NewStub(MakeChannel(address, grpc::InsecureChannelCredentials()));
+  return CheckHealth(MakeChannel(address, grpc::InsecureChannelCredentials()), address, service, timeout);
+}
+
+absl::StatusOr<HealthState> CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
+                                        const std::string& service, absl::Duration timeout) {
+  auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(timeout));
   grpc::health::v1::HealthCheckRequest request;

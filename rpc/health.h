@@ -7,9 +7,11 @@
 
 #include <absl/status/statusor.h>
 #include <absl/time/time.h>
+#include <grpcpp/channel.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,5 +40,8 @@ const char* HealthStateName(HealthState state);  // "SERVING" | "NOT_SERVING" | 
 // UNAVAILABLE and an unknown service NOT_FOUND, both naming the address; a server without the health
 // service is UNIMPLEMENTED.
 absl::StatusOr<HealthState> CheckHealth(const std::string& address, const std::string& service, absl::Duration timeout);
+// Same, over an existing channel (errors name `address`).
+absl::StatusOr<HealthState> CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
+                                        const std::string& service, absl::Duration timeout);
 
 }  // namespace baton

@@ -5,14 +5,18 @@
 
 #include <chrono>
 
+#include "baton/v1/stage.grpc.pb.h"
+
 namespace baton {
 namespace {
 
 TEST(HealthServiceTest, ServingOnceMarkedThenNotServingWhileDraining) {
   EnableHealthService();
+  v1::StageService::Service stage;  // every method UNIMPLEMENTED: a server needs one synchronous service
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&stage);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_TRUE(server && port != 0);
   const std::string address = "127.0.0.1:" + std::to_string(port);

@@ -5,9 +5,13 @@
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
 
+#include "baton/v1/encoder.grpc.pb.h"
 #include "coordinator/local_workers.h"
+#include "coordinator/stage_client.h"
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
 #include "core/util/files.h"
@@ -55,6 +59,26 @@ TEST(HealthTest, StageWorkerServesTheStandardHealthService) {
   ASSERT_TRUE((*workers)->Stop().ok());
   auto gone = test_util::RunCommand(baton + " health " + address + " --timeout-s 2", true);
   EXPECT_EQ(gone.exit_code, 1) << gone.output;
+}
+
+// --workers pointing at a gRPC server that is not a stage worker (an encoder worker's port, say) fails at
+// connect time with a message that says so, instead of an UNIMPLEMENTED Configure later.
+TEST(HealthTest, CoordinatorRefusesAServerThatIsNotAStageWorker) {
+  EnableHealthService();
+  v1::EncoderService::Service encoder;  // every method UNIMPLEMENTED; the health service says what it is
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&encoder);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_TRUE(server && port != 0);
+  MarkServing(*server, {kEncoderServiceName});
+  StageClient client(1, "127.0.0.1:" + std::to_string(port), absl::Seconds(5));
+  absl::Status status = client.WaitReady(absl::Seconds(5));
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("stage 1 (127.0.0.1:"), absl::string_view::npos) << status;
+  EXPECT_NE(status.message().find("not a stage worker"), absl::string_view::npos) << status;
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
 }  // namespace
