@@ -63,7 +63,7 @@ std::string BuildAndDeviceSummary() {
 }
 
 void InstallVersionFlag() {
-  absl::FlagsUsageConfig config;
+  absl::FlagsUsageConfig config = absl::flags_internal::GetUsageConfig();  // keep --help's filters
   config.version_string = [] { return BuildAndDeviceSummary() + "\n"; };
   absl::SetFlagsUsageConfig(config);
 }

@@ -25,7 +25,9 @@ std::string NormalizeFlagFile(absl::string_view filename) {
 }
 
 void InstallFlagsHelp() {
-  absl::FlagsUsageConfig config;  // fields left empty keep their current value (e.g. --version's)
+  // Start from the current config: SetFlagsUsageConfig resets every empty field to Abseil's default (it
+  // would drop the --version text InstallVersionFlag set).
+  absl::FlagsUsageConfig config = absl::flags_internal::GetUsageConfig();
   config.contains_help_flags = IsBatonFlagFile;
   config.contains_helpshort_flags = IsBatonFlagFile;
   config.normalize_filename = NormalizeFlagFile;
