@@ -171,8 +171,8 @@ def main():
         assert qdiscs.count("tbf") == len(HOSTS), f"expected a tbf qdisc on every switch port:\n{qdiscs}"
         before, after, netns_seconds = run_in_namespaces(tag, work, job)
         tensors = assert_same_lora(f"{work}/loopback", f"{work}/netns")
-        print(f"LoRA ({tensors} tensors) and losses of {STEPS} steps equal bitwise: namespaces "
-              f"({netns_seconds:.1f} s) vs loopback ({loop_seconds:.1f} s)")
+        print(f"LoRA ({tensors} tensors) and losses of {STEPS} steps equal bitwise; coordinator wall time: "
+              f"namespaces {netns_seconds:.1f} s, loopback {loop_seconds:.1f} s (there including its workers' start)")
         report(tag, before, after, f"{work}/loopback", f"{work}/netns")
     finally:
         subprocess.run([TOPOLOGY, "down", tag], check=False)
