@@ -4,6 +4,8 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 
+#include <algorithm>
+
 namespace baton {
 
 absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv, const std::vector<FlagSpec>& specs) {
@@ -16,8 +18,13 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv, const std
       args.help_ = true;
       return args;
     }
-    if (!absl::StartsWith(arg, "--"))
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    if (!absl::StartsWith(arg, "--")) {
+      auto next = std::find_if(specs.begin(), specs.end(),
+                               [&](const FlagSpec& s) { return s.positional && !args.values_.count(s.name); });
+      if (next == specs.end()) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+      args.values_[next->name] = arg;
+      continue;
+    }
     std::string name = arg.substr(2), value;
     bool has_value = false;
     if (auto eq = name.find('='); eq != std::string::npos) {
@@ -26,7 +33,8 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv, const std
       has_value = true;
     }
     auto it = by_name.find(name);
-    if (it == by_name.end()) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    if (it == by_name.end() || it->second->positional)
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     if (it->second->boolean) {
       if (!has_value) value = "true";
     } else if (!has_value) {
@@ -37,7 +45,10 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv, const std
   }
   for (const auto& s : specs) {
     if (!args.values_.count(s.name)) {
-      if (s.required) return absl::InvalidArgumentError(absl::StrCat("--", s.name, " is required (", s.help, ")"));
+      if (s.required) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(s.positional ? "" : "--", s.name, " is required (", s.help, ")"));
+      }
       if (!s.default_value.empty()) args.values_[s.name] = s.default_value;
     }
   }
@@ -45,8 +56,16 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv, const std
 }
 
 std::string Args::Usage(const std::string& command, const std::string& summary, const std::vector<FlagSpec>& specs) {
-  std::string out = absl::StrCat("usage: baton ", command, " [flags]\n  ", summary, "\n");
+  std::string positionals;
   for (const auto& s : specs) {
+    if (s.positional) absl::StrAppend(&positionals, " ", s.required ? "" : "[", s.name, s.required ? "" : "]");
+  }
+  std::string out = absl::StrCat("usage: baton ", command, positionals, " [flags]\n  ", summary, "\n");
+  for (const auto& s : specs) {
+    if (s.positional) {
+      absl::StrAppend(&out, "  ", s.name, "  ", s.help, "\n");
+      continue;
+    }
     absl::StrAppend(&out, "  --", s.name, s.boolean ? "" : " VALUE", "  ", s.help);
     if (s.required) absl::StrAppend(&out, " (required)");
     if (!s.default_value.empty()) absl::StrAppend(&out, " [default ", s.default_value, "]");

@@ -18,6 +18,9 @@ struct FlagSpec {
   std::string default_value;  // "" = none
   bool required = false;
   bool boolean = false;
+  // A bare argument (`baton submit JOB.yaml`): bare arguments fill the positional specs in order; Get(name)
+  // reads them like flags.
+  bool positional = false;
 };
 
 class Args {
