@@ -119,17 +119,26 @@ grpc::Status JobServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchRequ
     version = update->version;
     v1::WatchEvent event;
     *event.mutable_job() = update->job;
+    // In step order: a checkpoint of step k follows step k's event.
+    size_t c = 0;
+    auto send_checkpoints_upto = [&](int64_t step) {
+      for (; c < update->checkpoints.size() && update->checkpoints[c] <= step; ++c) {
+        event.clear_step();
+        event.set_checkpoint_step(update->checkpoints[c]);
+        if (!writer->Write(event)) return false;
+        ++checkpoints_seen;
+      }
+      return true;
+    };
     for (const v1::StepProgress& step : update->steps) {
+      if (!send_checkpoints_upto(step.step() - 1)) return grpc::Status::CANCELLED;
+      event.clear_checkpoint_step();
       *event.mutable_step() = step;
       if (!writer->Write(event)) return grpc::Status::CANCELLED;
       from_step = step.step();
     }
+    if (!send_checkpoints_upto(INT64_MAX)) return grpc::Status::CANCELLED;
     event.clear_step();
-    for (int64_t step : update->checkpoints) {
-      event.set_checkpoint_step(step);
-      if (!writer->Write(event)) return grpc::Status::CANCELLED;
-      ++checkpoints_seen;
-    }
     event.clear_checkpoint_step();
     if (update->ended()) {
       event.set_final(true);

@@ -186,7 +186,11 @@ TEST_F(JobServiceTest, SecondJobWaitsForTheFirstAndWatchStreamsEveryStep) {
         << "step " << step << " missing from:\n"
         << watch.output;
   }
-  EXPECT_NE(watch.output.find(absl::StrCat("job ", b, " finished: step 3/3")), std::string::npos) << watch.output;
+  const size_t last_step = watch.output.find(absl::StrCat("job ", b, " step 3/3 "));
+  const size_t checkpoint = watch.output.find(absl::StrCat("job ", b, " checkpoint step 3\n"));
+  const size_t finished = watch.output.find(absl::StrCat("job ", b, " finished: step 3/3"));
+  EXPECT_NE(finished, std::string::npos) << watch.output;
+  EXPECT_TRUE(last_step < checkpoint && checkpoint < finished) << "events out of order:\n" << watch.output;
 
   v1::JobInfo ja = service_->Status(a), jb = service_->Status(b);
   EXPECT_EQ(ja.state(), v1::JOB_STATE_FINISHED);
@@ -220,6 +224,26 @@ TEST_F(JobServiceTest, BadJobIsRefusedAtSubmitWithFileAndLine) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find(absl::StrCat(missing, ":2: model: ")), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("INVALID_ARGUMENT"), std::string::npos) << r.output;
+}
+
+// Relative paths mean what they mean to `coordinator --job` run where the user typed `baton submit`.
+TEST_F(JobServiceTest, RelativePathsResolveAgainstTheSubmittersDirectory) {
+  const std::string sub = JoinPath(*dir_, "relative");
+  ASSERT_TRUE(MakeDirs(sub).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(sub, "rel.yaml"), "model: ../model\ndataset: ../cache\nsteps: 2\n").ok());
+  auto r = RunCommand(absl::StrCat("cd ", sub, " && ", BinDir(), "/baton submit rel.yaml --name rel --coordinator ",
+                                   service_->address()),
+                      true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("^job (\\d+) "))) << r.output;
+  v1::JobInfo done = service_->WaitFor(m[1], Ended);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_FINISHED) << done.error();
+  EXPECT_EQ(done.name(), "rel");
+  // Submitted from another directory the same file names nothing there: refused at submit, naming the line.
+  auto wrong = Baton(absl::StrCat("submit ", JoinPath(sub, "rel.yaml")));
+  EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
+  EXPECT_NE(wrong.output.find("rel.yaml:1: model: "), std::string::npos) << wrong.output;
 }
 
 TEST_F(JobServiceTest, StopCheckpointsARunningJob) {
