@@ -165,7 +165,13 @@ void JobQueue::RunOne(int64_t id) {
   options.quiet = true;
   options.hooks = HooksFor(id);
   LogInfo("job ", id, ": running into ", options.output_dir);
-  absl::StatusOr<CoordinatorResult> result = RunCoordinator(*config, options);
+  // The service outlives its jobs: an exception that escapes a run fails that job, not the process.
+  absl::StatusOr<CoordinatorResult> result = absl::InternalError("no result");
+  try {
+    result = RunCoordinator(*config, options);
+  } catch (const std::exception& e) {
+    result = absl::InternalError(absl::StrCat("the run threw: ", e.what()));
+  }
   Finish(id, result);
 }
 
