@@ -108,11 +108,21 @@ absl::Status List(const Args& args) {
 absl::Status Watch(const Args& args) {
   v1::WatchRequest req;
   req.set_job_id(args.Get("JOB_ID"));
-  ASSIGN_OR_RETURN(int64_t from_step, args.GetInt("from-step"));
-  req.set_from_step(from_step);
   const bool tty = ::isatty(STDOUT_FILENO) && !args.GetBool("plain");
-  grpc::ClientContext ctx;  // no deadline: a job runs for hours
   auto stub = Connect(args);
+  if (args.Has("from-step")) {
+    ASSIGN_OR_RETURN(int64_t from_step, args.GetInt("from-step"));
+    req.set_from_step(from_step);
+  } else if (tty) {  // the panel shows the latest step: no need to redraw the whole history first
+    grpc::ClientContext status_ctx;
+    SetDeadline(&status_ctx);
+    v1::StatusRequest status_req;
+    status_req.set_job_id(req.job_id());
+    v1::JobInfo now;
+    if (stub->Status(&status_ctx, status_req, &now).ok())
+      req.set_from_step(std::max<int64_t>(0, now.last_step().step() - 1));
+  }
+  grpc::ClientContext ctx;  // no deadline: a job runs for hours
   auto reader = stub->Watch(&ctx, req);
   v1::WatchEvent event;
   v1::JobInfo last;
@@ -235,7 +245,7 @@ std::vector<Command> JobCommands() {
        "a terminal) until it ends; exits non-zero if it failed.",
        {JobIdArg(false),
         CoordinatorFlag(),
-        {"from-step", "replay steps after this one first (0: the whole run)", "0"},
+        {"from-step", "replay the steps after this one first (default: all when not a terminal, the latest on one)"},
         {"plain", "one line per step even on a terminal", "", false, true}},
        Watch},
       {"stop",

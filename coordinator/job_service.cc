@@ -123,6 +123,10 @@ grpc::Status JobServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchRequ
     size_t c = 0;
     auto send_checkpoints_upto = [&](int64_t step) {
       for (; c < update->checkpoints.size() && update->checkpoints[c] <= step; ++c) {
+        if (update->checkpoints[c] <= req->from_step()) {  // the client asked for what came after
+          ++checkpoints_seen;
+          continue;
+        }
         event.clear_step();
         event.set_checkpoint_step(update->checkpoints[c]);
         if (!writer->Write(event)) return false;
