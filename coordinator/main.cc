@@ -1,52 +1,49 @@
 // coordinator: trains a LoRA with the transformer split over --stages stage workers.
-// Without --workers it starts the stage workers itself on loopback and stops them on exit.
+// Without --workers it starts the stage workers itself on loopback (per job) and stops them on exit.
+// Two modes: `--job JOB.yaml` runs one job and exits; `--listen HOST:PORT` serves JobService (job_service.h):
+// clients submit jobs that run one at a time.
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
+#include <absl/flags/reflection.h>
 #include <absl/flags/usage.h>
 #include <absl/strings/str_split.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "coordinator/job_service.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/device/device.h"
 #include "core/util/flags.h"
 #include "core/util/log.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages");
-ABSL_FLAG(std::string, job, "", "job YAML file (required)");
+ABSL_FLAG(std::string, job, "", "job YAML file: run this one job and exit (or --listen)");
+ABSL_FLAG(std::string, listen, "",
+          "serve the job service on host:port (port 0: a free one) and run submitted jobs one at a time "
+          "(baton submit); prints LISTENING host:port");
 ABSL_FLAG(std::string, workers, "",
           "comma-separated host:port of running stage workers, one per stage "
           "(default: start them locally on loopback)");
 ABSL_FLAG(int64_t, steps, 0, "override the job's step count");
-ABSL_FLAG(std::string, output, "out/run", "output folder: lora.safetensors, train_log.jsonl, checkpoints/");
+ABSL_FLAG(std::string, output, "out/run",
+          "output folder: lora.safetensors, train_log.jsonl, checkpoints/; with --listen the root of the jobs' "
+          "folders <output>/<name>-<id>/ (default there: out/jobs)");
 ABSL_FLAG(bool, resume, false, "continue from the newest complete checkpoint in --output");
 ABSL_FLAG(int, rpc_timeout_s, 300, "deadline of every RPC, including a whole step");
 ABSL_FLAG(int, connect_timeout_s, 20, "how long to wait for a stage worker to answer at all");
 ABSL_FLAG(std::string, stage_worker, "", "stage_worker binary for local workers (default: next to coordinator)");
 
 namespace {
-void OnSignal(int) { baton::RequestCoordinatorStop(); }
-}  // namespace
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume]");
-  baton::InstallVersionFlag();
-  baton::InstallFlagsHelp();
-  absl::ParseCommandLine(argc, argv);
-  baton::SetLogTag("coordinator");
-  if (absl::GetFlag(FLAGS_job).empty()) {
-    std::fprintf(stderr, "coordinator: --job is required\n");
-    return 2;
-  }
-  auto job = baton::LoadJob(absl::GetFlag(FLAGS_job));
-  if (!job.ok()) {
-    std::fprintf(stderr, "coordinator: %s\n", std::string(job.status().message()).c_str());
-    return 2;
-  }
+std::atomic<bool> g_shutdown{false};
+void OnSignal(int) { baton::RequestCoordinatorStop(); }
+void OnServiceSignal(int) { g_shutdown = true; }
+
+baton::CoordinatorOptions OptionsFromFlags() {
   baton::CoordinatorOptions options;
   options.stages = absl::GetFlag(FLAGS_stages);
   std::string workers = absl::GetFlag(FLAGS_workers);
@@ -57,6 +54,59 @@ int main(int argc, char** argv) {
   options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   options.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   options.stage_worker_binary = absl::GetFlag(FLAGS_stage_worker);
+  return options;
+}
+
+int ServeJobs() {
+  baton::JobServiceOptions service;
+  service.listen = absl::GetFlag(FLAGS_listen);
+  service.base = OptionsFromFlags();
+  // The one-job default out/run would mix the jobs' folders with a run's files.
+  const std::string output = absl::GetFlag(FLAGS_output);
+  service.output_root = output == absl::GetFlagReflectionHandle(FLAGS_output).DefaultValue() ? "out/jobs" : output;
+  std::signal(SIGTERM, OnServiceSignal);
+  std::signal(SIGINT, OnServiceSignal);
+  absl::Status status = baton::RunJobService(
+      service,
+      [](const std::string& address) {
+        std::printf("LISTENING %s\n", address.c_str());
+        std::fflush(stdout);
+      },
+      &g_shutdown);
+  if (!status.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume]\n"
+      "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT]");
+  baton::InstallVersionFlag();
+  baton::InstallFlagsHelp();
+  absl::ParseCommandLine(argc, argv);
+  baton::SetLogTag("coordinator");
+  if (!absl::GetFlag(FLAGS_listen).empty()) {
+    if (!absl::GetFlag(FLAGS_job).empty()) {
+      std::fprintf(stderr, "coordinator: --job and --listen exclude each other (submit jobs with baton submit)\n");
+      return 2;
+    }
+    return ServeJobs();
+  }
+  if (absl::GetFlag(FLAGS_job).empty()) {
+    std::fprintf(stderr, "coordinator: --job (one job) or --listen (the job service) is required\n");
+    return 2;
+  }
+  auto job = baton::LoadJob(absl::GetFlag(FLAGS_job));
+  if (!job.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", std::string(job.status().message()).c_str());
+    return 2;
+  }
+  baton::CoordinatorOptions options = OptionsFromFlags();
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   auto result = baton::RunCoordinator(*job, options);

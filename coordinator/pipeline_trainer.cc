@@ -342,6 +342,27 @@ void PrintProgress(const PipelineStepRecord& rec, int64_t start_step, int64_t to
 
 void RequestCoordinatorStop() { g_stop_requested = true; }
 
+absl::Status CheckJobPlan(const JobConfig& job, int stages) {
+  if (stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
+  ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
+  if (!job.encode.encoder_worker.empty()) return absl::OkStatus();  // the cache is built at run time
+  const Flux2Config& config = checkpoint->config();
+  ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
+  if (cache->index().latent_channels != config.in_channels || cache->index().text_dim != config.joint_attention_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("cache ", job.dataset, " does not fit the model (latent channels ",
+                                                   cache->index().latent_channels, " vs ", config.in_channels, ")"));
+  }
+  ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
+  const int chunks = kind == ScheduleKind::kInterleaved1F1B ? static_cast<int>(job.chunks) : 1;
+  auto schedule = MakeSchedule(kind, stages, static_cast<int>(job.micro_batches), chunks);
+  if (!schedule.ok()) {
+    return Annotate(schedule.status(), absl::StrCat(job.source, ": schedule: ", job.schedule, " with micro_batches: ",
+                                                    job.micro_batches, ", chunks: ", chunks, " on --stages ", stages));
+  }
+  return PlanStages(job, config, *cache, stages, chunks, dtype, /*quiet=*/true).status();
+}
+
 absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& options) {
   RETURN_IF_ERROR(CheckOptions(options));
   const int p = options.stages;
