@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/device/device.h"
+#include "core/metrics/metrics_server.h"
 #include "core/util/log.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages");
@@ -25,6 +27,9 @@ ABSL_FLAG(bool, resume, false, "continue from the newest complete checkpoint in 
 ABSL_FLAG(int, rpc_timeout_s, 300, "deadline of every RPC, including a whole step");
 ABSL_FLAG(int, connect_timeout_s, 20, "how long to wait for a stage worker to answer at all");
 ABSL_FLAG(std::string, stage_worker, "", "stage_worker binary for local workers (default: next to coordinator)");
+ABSL_FLAG(std::string, metrics, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); local stage workers "
+          "serve theirs on HOST:PORT+1+i (free ports when PORT is 0); empty = no metrics");
 
 namespace {
 void OnSignal(int) { baton::RequestCoordinatorStop(); }
@@ -32,10 +37,18 @@ void OnSignal(int) { baton::RequestCoordinatorStop(); }
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume]");
+      "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume] "
+      "[--metrics HOST:PORT]");
   baton::InstallVersionFlag();
   absl::ParseCommandLine(argc, argv);
   baton::SetLogTag("coordinator");
+  // First: a bad --metrics fails before any work, and Prometheus sees the process while it loads.
+  // Its `metrics: coordinator H:P, stage 0 H:P, ...` line comes once the stage workers are known.
+  auto metrics = baton::StartMetricsServerFromFlag(absl::GetFlag(FLAGS_metrics), "coordinator", /*print=*/false);
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", std::string(metrics.status().message()).c_str());
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_job).empty()) {
     std::fprintf(stderr, "coordinator: --job is required\n");
     return 2;
@@ -55,6 +68,11 @@ int main(int argc, char** argv) {
   options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   options.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   options.stage_worker_binary = absl::GetFlag(FLAGS_stage_worker);
+  if (*metrics) {
+    options.metrics_listen = absl::GetFlag(FLAGS_metrics);
+    options.metrics_address = (*metrics)->address();
+    baton::AddMetricsHooks(baton::JobName(*job), &options.hooks);
+  }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   auto result = baton::RunCoordinator(*job, options);
