@@ -32,6 +32,7 @@ PROMETHEUS_DIR = os.path.join(ROOT, "deploy", "prometheus")
 SCRAPE_INTERVAL_S = 1
 PROCESSES = 4  # coordinator, stage 0, stage 1, encoder worker
 JOB_STEPS = 100000  # never reached: the fixture stops the job
+JOB_NAME = "observe"  # the job file's stem: Baton's `job` label
 
 
 def fail(message):
@@ -236,7 +237,7 @@ class LiveJob:
 
     def _start_coordinator(self):
         self.output = os.path.join(self.tmp, "out")
-        job_path = os.path.join(self.tmp, "observe.yaml")
+        job_path = os.path.join(self.tmp, f"{JOB_NAME}.yaml")
         with open(job_path, "w") as f:
             f.write(f"""model: {self.pipeline}
 dataset: {os.path.join(self.tmp, 'cache')}
@@ -268,19 +269,27 @@ threads: 1
             return len(targets) == PROCESSES and all(t["health"] == "up" for t in targets) and targets
         return wait_until(f"{PROCESSES} Prometheus targets, all up", all_up, timeout_s, alive=self.check_alive)
 
-    def wait_value(self, what, expr, predicate, timeout_s=60):
-        """Waits until every sample of `expr` satisfies predicate (and there is one); returns {labels: value}."""
+    def wait_value(self, what, expr, predicate, timeout_s=60, series=None):
+        """Waits until every sample of `expr` satisfies predicate, and there are `series` of them (default: at
+        least one); returns {labels: value}."""
         def check():
             v = self.prom.values(expr)
-            return v if v and all(predicate(x) for x in v.values()) else None
+            enough = len(v) == series if series is not None else bool(v)
+            return v if enough and all(predicate(x) for x in v.values()) else None
         return wait_until(what, check, timeout_s, alive=self.check_alive)
 
-    def wait_training(self, min_steps=8):
-        """Until Prometheus has seen min_steps steps, a checkpoint, and two scrapes of each stage mid-training."""
+    def wait_training(self, min_steps=8, scrapes=8):
+        """Until every target is up, Prometheus has seen min_steps steps and a checkpoint, and the coordinator
+        and both stages have been scraped `scrapes` times in the last scrapes + 2 seconds of training (so that
+        every rate window of the tests and the dashboard holds several samples)."""
         self.wait_all_up()
         self.wait_value(f"baton_step >= {min_steps}", "max(baton_step)", lambda x: x >= min_steps, 90)
         self.wait_value("a successful checkpoint", "baton_checkpoint_last_success_timestamp_seconds",
                         lambda x: x > 0, 30)
+        window = f"[{(scrapes + 2) * SCRAPE_INTERVAL_S}s]"
+        counts = f"count_over_time(baton_step{window}) or count_over_time(baton_stage_forward_seconds_total{window})"
+        self.wait_value(f"{scrapes} scrapes of the training coordinator and stages", counts,
+                        lambda x: x >= scrapes, 30, series=3)
 
 
 def is_finite(x):

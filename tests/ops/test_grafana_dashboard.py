@@ -15,7 +15,7 @@ import time
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prometheus_fixture import (PROMETHEUS_DIR, ROOT, SCRAPE_INTERVAL_S, LiveJob, fail,  # noqa: E402
+from prometheus_fixture import (JOB_NAME, PROMETHEUS_DIR, ROOT, SCRAPE_INTERVAL_S, LiveJob, fail,  # noqa: E402
                                 label_string)
 
 GRAFANA_DIR = os.path.join(ROOT, "deploy", "grafana")
@@ -25,6 +25,7 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 ROWS = ["progress", "loss", "utilisation", "links", "memory", "errors"]  # words each row title must hold, in order
 # Empty while nothing fails and no GPU is used; every other panel must show data during training.
 OPTIONAL_PANELS = {"RPC errors / s", "Device memory allocated"}
+STAGES = {"0", "1"}  # a per-stage panel shows every stage of the 2-stage job
 MAX_DATA_POINTS = 1000  # about a full-width panel's pixels: Grafana's default maxDataPoints
 
 
@@ -150,10 +151,13 @@ def evaluate_panels(dashboard, job, variables):
             if len(result) > 4:
                 print(f"    ... {len(result)} series")
             values = [float(r["value"][1]) for r in result]
+            stages = {r["metric"]["stage"] for r in result if "stage" in r["metric"]}
             if core and not result:
                 failures.append(f"{name}: empty result for {query}")
             elif core and any(math.isnan(v) for v in values):
                 failures.append(f"{name}: NaN in {query}")
+            elif core and stages and stages != STAGES:
+                failures.append(f"{name}: stages {sorted(stages)}, want {sorted(STAGES)}, from {query}")
     return failures
 
 
@@ -172,8 +176,8 @@ def main():
         job.wait_training()
         # label_values(baton_step, job): Grafana asks exactly this of the Prometheus API.
         job_values = job.prom.get("/api/v1/label/job/values", **{"match[]": "baton_step"})["data"]
-        if len(job_values) != 1:
-            fail(f"variable job: label_values(baton_step, job) = {job_values}, want the one running job")
+        if job_values != [JOB_NAME]:
+            fail(f"variable job: label_values(baton_step, job) = {job_values}, want [{JOB_NAME!r}]")
         variables = grafana_variables(dashboard, job_values)
         print(f"variables: {json.dumps(variables)}")
         failures = evaluate_panels(dashboard, job, variables)

@@ -11,7 +11,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from prometheus_fixture import PROMETHEUS_DIR, LiveJob, fail, find_prometheus, is_finite  # noqa: E402
+from prometheus_fixture import JOB_NAME, PROMETHEUS_DIR, LiveJob, fail, find_prometheus, is_finite  # noqa: E402
 
 HISTOGRAM = ("_bucket", "_sum", "_count")
 # Families each kind of process must expose (core/metrics/families.h). baton_rpc_errors_total appears with
@@ -74,10 +74,9 @@ def check_families(prom, check):
         missing = [n for n in names + EVERY_PROCESS if n not in present.get(kind, set())]
         check.expect(not missing, f"{kind}: {len(names + EVERY_PROCESS)} required families"
                      + (f", missing {missing}" if missing else ""))
-    job_labels = prom.values("count by (job, exported_job) (baton_step)")
-    check.expect(len(job_labels) == 1 and "exported_job" not in next(iter(job_labels))
-                 and 'job="baton"' not in next(iter(job_labels)),
-                 f"honor_labels keeps Baton's job label: {list(job_labels)}")
+    # honor_labels: Baton's job label (the job file's stem) stays `job`, not `exported_job`.
+    job_labels = list(prom.values('count by (job, exported_job) ({__name__=~"baton_step|baton_stage_.+"})'))
+    check.expect(job_labels == [f'{{job="{JOB_NAME}"}}'], f"job labels of coordinator and stage series: {job_labels}")
 
 
 def check_moving(job, check):
