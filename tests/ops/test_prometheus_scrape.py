@@ -10,6 +10,8 @@ import sys
 import time
 import urllib.request
 
+import yaml
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from prometheus_fixture import JOB_NAME, PROMETHEUS_DIR, LiveJob, fail, find_prometheus, is_finite  # noqa: E402
 
@@ -124,9 +126,25 @@ def check_values(job, check):
     stamp = list(prom.values("baton_checkpoint_last_success_timestamp_seconds").values())
     check.expect(len(stamp) == 1 and job.start_time <= stamp[0] <= time.time() + 1,
                  f"last checkpoint {time.time() - stamp[0]:.1f} s ago" if stamp else "no checkpoint time")
-    busy = job.wait_value("recorded busy ratio of both stages", "job_stage:baton_stage_busy:ratio_rate1m",
-                          lambda x: 0 < x <= 1.05, 20)
-    check.expect(len(busy) == 2, f"recording rule busy ratio: {busy}")
+
+
+def check_rules(job, check):
+    """Every recording rule of deploy/prometheus/rules/ yields finite data from the live job, every rule
+    evaluates without error, and no alert fires on a healthy run."""
+    with open(os.path.join(PROMETHEUS_DIR, "rules", "baton.rules.yml")) as f:
+        rules = [r for g in yaml.safe_load(f)["groups"] for r in g["rules"]]
+    for rule in rules:
+        if "record" in rule:
+            v = job.wait_value(f"recorded {rule['record']}", rule["record"], is_finite, 20)
+            check.expect(True, f"{rule['record']}: " + ", ".join(f"{x:.4g}" for x in v.values()))
+    busy = job.prom.values("job_stage:baton_stage_busy:ratio_rate1m")
+    check.expect(len(busy) == 2 and all(0 < x <= 1.05 for x in busy.values()),
+                 f"busy ratio of both stages in (0, 1]: {list(busy.values())}")
+    loaded = [r for g in job.prom.get("/api/v1/rules")["data"]["groups"] for r in g["rules"]]
+    bad = [(r["name"], r.get("lastError")) for r in loaded if r["health"] != "ok"]
+    firing = [r["name"] for r in loaded if r.get("state") == "firing"]
+    check.expect(len(loaded) == len(rules) and not bad and not firing,
+                 f"{len(loaded)} rules loaded, evaluation errors {bad}, firing {firing}")
 
 
 def print_scrapes(targets):
@@ -152,6 +170,7 @@ def main():
         check_families(job.prom, check)
         check_moving(job, check)
         check_values(job, check)
+        check_rules(job, check)
         print_scrapes(targets)
         if check.failures:
             fail(f"{len(check.failures)} checks failed: {check.failures}")
