@@ -109,6 +109,13 @@ class Prometheus:
             return [{"metric": {}, "value": data["result"]}]
         return data["result"]
 
+    def query_range(self, expr, start, end, step_s):
+        """Range query as a Grafana time series panel sends it: the result matrix; ValueError on a query error."""
+        body = self.get("/api/v1/query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=f"{step_s}s")
+        if body.get("status") != "success":
+            raise ValueError(f"{body.get('errorType')}: {body.get('error')}")
+        return body["data"]["result"]
+
     def values(self, expr, at=None):
         """{label-string: float} of an instant query."""
         return {label_string(r["metric"]): float(r["value"][1]) for r in self.query(expr, at)}
@@ -175,7 +182,8 @@ class LiveJob:
         log = open(os.path.join(self.tmp, f"{name}.log"), "w")
         self.logs[name] = log
         print("+ " + " ".join(argv), flush=True)
-        # Own process group: cleanup reaches the stage workers the coordinator started, and only them.
+        # Own process group, so that cleanup signals only what we started; the coordinator's stage workers die
+        # with it (PR_SET_PDEATHSIG, coordinator/local_workers.h).
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def log_tail(self, name, lines=30):
@@ -259,7 +267,7 @@ threads: 1
         text = wait_until(f"{targets_file} (the coordinator writes it when started with --metrics)",
                           lambda: os.path.exists(targets_file) and open(targets_file).read(), 60,
                           alive=self.check_alive)
-        self.coordinator_targets = json.loads(text)
+        json.loads(text)  # a malformed file fails here rather than as a silently ignored file_sd list
         write_atomic(os.path.join(self.targets_dir, "run.json"), text)
 
     # --- waiting on Prometheus -----------------------------------------------------------------------------

@@ -131,7 +131,8 @@ def expand(expr, variables):
 
 
 def evaluate_panels(dashboard, job, variables):
-    """Evaluates every target at one instant; returns the failures."""
+    """Evaluates every target at one instant (and as a range query where the panel draws a time series);
+    returns the failures."""
     failures = []
     at = time.time()
     for row, panel in panels_with_rows(dashboard):
@@ -141,6 +142,9 @@ def evaluate_panels(dashboard, job, variables):
             try:
                 query = expand(target["expr"], variables)
                 result = job.prom.query(query, at)
+                if panel["type"] == "timeseries":  # Grafana draws these from range queries, step $__interval
+                    step_s = int(variables["__interval_ms"]) // 1000
+                    job.prom.query_range(query, at - 12 * step_s, at, step_s)
             except (KeyError, ValueError) as e:
                 print(f"{name}\n    ERROR {e}")
                 failures.append(f"{name}: {e}")
