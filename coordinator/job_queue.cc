@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "coordinator/coordinator_metrics.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
@@ -154,16 +155,19 @@ void JobQueue::RunnerMain() {
 void JobQueue::RunOne(int64_t id) {
   CoordinatorOptions options = base_;
   const JobConfig* config = nullptr;
+  std::string name;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const Job& job = jobs_.at(id);
     options.output_dir = job.info.output_dir();
     options.steps = job.config.steps;
     options.resume = job.resume;
+    name = job.info.name();
     config = &job.config;  // std::map nodes are stable and the config is not written while it runs
   }
   options.quiet = true;
   options.hooks = HooksFor(id);
+  if (!options.metrics_address.empty()) AddMetricsHooks(name, &options.hooks);  // label job = the job's name
   LogInfo("job ", id, ": running into ", options.output_dir);
   // The service outlives its jobs: an exception that escapes a run fails that job, not the process.
   absl::StatusOr<CoordinatorResult> result = absl::InternalError("no result");

@@ -11,12 +11,15 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_service.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/device/device.h"
+#include "core/metrics/metrics_server.h"
 #include "core/util/flags.h"
 #include "core/util/log.h"
 
@@ -36,12 +39,18 @@ ABSL_FLAG(bool, resume, false, "continue from the newest complete checkpoint in 
 ABSL_FLAG(int, rpc_timeout_s, 300, "deadline of every RPC, including a whole step");
 ABSL_FLAG(int, connect_timeout_s, 20, "how long to wait for a stage worker to answer at all");
 ABSL_FLAG(std::string, stage_worker, "", "stage_worker binary for local workers (default: next to coordinator)");
+ABSL_FLAG(std::string, metrics, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); local stage workers "
+          "serve theirs on HOST:PORT+1+i (free ports when PORT is 0); empty = no metrics");
 
 namespace {
 
 std::atomic<bool> g_shutdown{false};
 void OnSignal(int) { baton::RequestCoordinatorStop(); }
 void OnServiceSignal(int) { g_shutdown = true; }
+
+// The metrics server (null without --metrics); set in main before either mode runs.
+std::unique_ptr<baton::MetricsServer> g_metrics;
 
 baton::CoordinatorOptions OptionsFromFlags() {
   baton::CoordinatorOptions options;
@@ -54,6 +63,10 @@ baton::CoordinatorOptions OptionsFromFlags() {
   options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   options.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   options.stage_worker_binary = absl::GetFlag(FLAGS_stage_worker);
+  if (g_metrics) {
+    options.metrics_listen = absl::GetFlag(FLAGS_metrics);
+    options.metrics_address = g_metrics->address();
+  }
   return options;
 }
 
@@ -85,11 +98,20 @@ int ServeJobs() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume]\n"
-      "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT]");
+      "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT]\n"
+      "  either with [--metrics HOST:PORT]");
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
   absl::ParseCommandLine(argc, argv);
   baton::SetLogTag("coordinator");
+  // First: a bad --metrics fails before any work, and Prometheus sees the process while it loads.
+  // Its `metrics: coordinator H:P, stage 0 H:P, ...` line comes once the stage workers are known.
+  auto metrics = baton::StartMetricsServerFromFlag(absl::GetFlag(FLAGS_metrics), "coordinator", /*print=*/false);
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", std::string(metrics.status().message()).c_str());
+    return 2;
+  }
+  g_metrics = std::move(*metrics);
   if (!absl::GetFlag(FLAGS_listen).empty()) {
     if (!absl::GetFlag(FLAGS_job).empty()) {
       std::fprintf(stderr, "coordinator: --job and --listen exclude each other (submit jobs with baton submit)\n");
@@ -107,6 +129,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   baton::CoordinatorOptions options = OptionsFromFlags();
+  if (g_metrics) baton::AddMetricsHooks(baton::JobName(*job), &options.hooks);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   auto result = baton::RunCoordinator(*job, options);

@@ -47,6 +47,10 @@ struct CoordinatorOptions {
   std::string stage_worker_binary;                     // embedded mode; default: next to this binary
   int worker_wait_timeout_s = 0;                       // embedded workers' peer wait (0 = rpc_timeout)
   bool quiet = false;                                  // no per-step lines on stdout
+  // Metrics (coordinator/coordinator_metrics.h): --metrics as given ("HOST:PORT"; empty = off) and where the
+  // coordinator's own server is bound. Local stage workers serve theirs on HOST:PORT+1+i (PORT 0: free ports);
+  // the run prints them all and writes <output_dir>/prometheus_targets.json.
+  std::string metrics_listen, metrics_address;
   CoordinatorHooks hooks;
 };
 
