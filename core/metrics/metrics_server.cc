@@ -3,12 +3,18 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <exception>
+#include <thread>
 
 #include "core/metrics/families.h"
 #include "core/metrics/process_memory.h"
@@ -29,6 +35,18 @@ class RefreshingRegistry : public prometheus::Collectable {
 absl::Status BadAddress(const std::string& text, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("--metrics '", text, "': ", why, " (expected HOST:PORT, e.g. ",
                                                  "127.0.0.1:9400 or 0.0.0.0:0 for any free port)"));
+}
+
+// Opens and closes a TCP connection to host:port (IPv4; 0.0.0.0 means loopback), ignoring failures.
+void KnockOnce(const std::string& host, int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host == "0.0.0.0" ? "127.0.0.1" : host.c_str(), &addr.sin_addr) != 1) return;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  close(fd);
 }
 
 }  // namespace
@@ -82,7 +100,20 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   return server;
 }
 
-MetricsServer::~MetricsServer() = default;
+MetricsServer::~MetricsServer() {
+  // civetweb's listening thread notices a stop only when its poll() returns, which without traffic takes up to
+  // 2 s; knocking on the port while the Exposer stops ends that wait at once.
+  std::atomic<bool> stopped{false};
+  std::thread knock([&] {
+    while (!stopped.load()) {
+      KnockOnce(address_.substr(0, address_.rfind(':')), port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  exposer_.reset();
+  stopped = true;
+  knock.join();
+}
 
 std::string MetricsServer::url() const { return absl::StrCat("http://", address_, "/metrics"); }
 
