@@ -12,6 +12,7 @@
 
 #include "client/debug_commands.h"
 #include "client/health_command.h"
+#include "client/job_commands.h"
 #include "client/quantize_command.h"
 #include "client/tokenize_command.h"
 #include "core/data/cache.h"
@@ -274,7 +275,7 @@ absl::Status PrintPlan(const Args& args) {
 }  // namespace
 
 const std::vector<Command>& AllCommands() {
-  static const auto* commands = new std::vector<Command>{
+  static auto* commands = new std::vector<Command>{
       {"train-local",
        "Train a LoRA in one process (the reference the pipeline must match).",
        {{"job", "job YAML file", "", true},
@@ -353,6 +354,11 @@ const std::vector<Command>& AllCommands() {
       QuantizeCommand(),
       HealthCommand(),
   };
+  static const bool jobs_added = [] {
+    for (Command& c : JobCommands()) commands->push_back(std::move(c));
+    return true;
+  }();
+  (void)jobs_added;
   return *commands;
 }
 

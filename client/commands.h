@@ -1,5 +1,5 @@
 // The `baton` client's subcommands. Each is a function from parsed flags to a status; main.cc only
-// dispatches. Commands that talk to a running coordinator arrive with the job API.
+// dispatches. Commands that talk to a coordinator's job service are in job_commands.h.
 #pragma once
 
 #include <absl/status/status.h>

@@ -25,6 +25,7 @@ namespace baton {
 namespace {
 
 constexpr char kListeningPrefix[] = "LISTENING ";
+constexpr char kMetricsPrefix[] = "metrics: http://";
 constexpr size_t kTailLines = 10;
 constexpr size_t kMaxLineBytes = 64 << 10;  // a longer line without '\n' is forwarded in pieces
 
@@ -88,6 +89,7 @@ struct LocalWorkers::Child {
   std::string spawn_error;
   pid_t pid = -1;
   std::string listening;  // address from the LISTENING line
+  std::string metrics;    // host:port from the `metrics: http://host:port/metrics` line
   bool eof = false;       // the child closed its output (usually: it exited)
   std::deque<std::string> tail;
   bool reaped = false;
@@ -135,6 +137,11 @@ void LocalWorkers::HandleLine(Child* c, std::string line) {
   std::lock_guard<std::mutex> lock(mu_);
   if (c->listening.empty() && absl::StartsWith(line, kListeningPrefix)) {
     c->listening = std::string(absl::StripAsciiWhitespace(line.substr(std::strlen(kListeningPrefix))));
+  }
+  absl::string_view metrics = line;
+  if (c->metrics.empty() && absl::ConsumePrefix(&metrics, kMetricsPrefix) &&
+      absl::ConsumeSuffix(&metrics, "/metrics")) {
+    c->metrics = std::string(metrics);
   }
   c->tail.push_back(std::move(line));
   if (c->tail.size() > kTailLines) c->tail.pop_front();
@@ -258,6 +265,9 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(int n, const L
     c->argv = {binary,     "--listen",    "127.0.0.1:0", "--threads", absl::StrCat(options.threads),
                "--device", options.device};
     c->argv.insert(c->argv.end(), options.extra_args.begin(), options.extra_args.end());
+    if (i < static_cast<int>(options.worker_args.size())) {
+      c->argv.insert(c->argv.end(), options.worker_args[i].begin(), options.worker_args[i].end());
+    }
     c->command = absl::StrJoin(c->argv, " ");
     if (::pipe2(c->wake, O_CLOEXEC) != 0) {
       absl::Status s = absl::InternalError(absl::StrCat("local workers: pipe: ", ErrnoText()));
@@ -278,7 +288,10 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(int n, const L
     }
   }
   std::lock_guard<std::mutex> lock(w->mu_);
-  for (const auto& c : w->children_) w->addresses_.push_back(c->listening);
+  for (const auto& c : w->children_) {
+    w->addresses_.push_back(c->listening);
+    w->metrics_addresses_.push_back(c->metrics);
+  }
   return w;
 }
 

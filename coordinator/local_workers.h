@@ -1,8 +1,9 @@
 // The embedded default: `coordinator --stages N` without --workers starts N local stage_worker processes
 // on free loopback ports and stops them on exit. Each child runs
 //   <binary> --listen 127.0.0.1:0 --threads K --device D [extra_args...]
-// and must print one line `LISTENING <host>:<port>` on stdout (flushed) once its gRPC server is up. Every
-// other line a child prints on stdout or stderr is forwarded to our stderr as `[stage i] ...`.
+// and must print one line `LISTENING <host>:<port>` on stdout (flushed) once its gRPC server is up; a child
+// started with --metrics prints `metrics: http://<host>:<port>/metrics` before it. Every other line a child
+// prints on stdout or stderr is forwarded to our stderr as `[stage i] ...`.
 // Children run in their own process group (Ctrl-C reaches only the coordinator, which stops them in order)
 // and get SIGKILL if the coordinator dies (PR_SET_PDEATHSIG). Thread-safe.
 #pragma once
@@ -28,8 +29,9 @@ struct LocalWorkerOptions {
   std::string binary;  // path to stage_worker; empty = DefaultStageWorkerBinary()
   int threads = 1;     // --threads for each worker
   std::string device = "cpu";
-  absl::Duration start_timeout = absl::Seconds(30);  // for all N to print LISTENING
-  std::vector<std::string> extra_args;               // appended to every worker's command line
+  absl::Duration start_timeout = absl::Seconds(30);   // for all N to print LISTENING
+  std::vector<std::string> extra_args;                // appended to every worker's command line
+  std::vector<std::vector<std::string>> worker_args;  // [i]: appended to worker i's command line only
 };
 
 class LocalWorkers {
@@ -46,6 +48,8 @@ class LocalWorkers {
   int size() const { return static_cast<int>(addresses_.size()); }
   // "host:port" per worker as it printed it; index = stage.
   const std::vector<std::string>& addresses() const { return addresses_; }
+  // "host:port" of each worker's metrics server from its `metrics:` line; "" for a worker that printed none.
+  const std::vector<std::string>& metrics_addresses() const { return metrics_addresses_; }
   std::vector<pid_t> pids() const;
 
   // False once stage i has exited (reaps it; waitpid WNOHANG).
@@ -74,6 +78,7 @@ class LocalWorkers {
   std::condition_variable cv_;                    // a child's start state changed (spawned, LISTENING, output closed)
   std::vector<std::unique_ptr<Child>> children_;  // index = stage; set in Start, then fixed
   std::vector<std::string> addresses_;            // set in Start, then fixed
+  std::vector<std::string> metrics_addresses_;    // set in Start, then fixed
   bool stopped_ = false;                          // guarded by mu_
 };
 

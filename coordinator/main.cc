@@ -1,52 +1,58 @@
 // coordinator: trains a LoRA with the transformer split over --stages stage workers.
-// Without --workers it starts the stage workers itself on loopback and stops them on exit.
+// Without --workers it starts the stage workers itself on loopback (per job) and stops them on exit.
+// Two modes: `--job JOB.yaml` runs one job and exits; `--listen HOST:PORT` serves JobService (job_service.h):
+// clients submit jobs that run one at a time.
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
+#include <absl/flags/reflection.h>
 #include <absl/flags/usage.h>
 #include <absl/strings/str_split.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_service.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/device/device.h"
+#include "core/metrics/metrics_server.h"
 #include "core/util/flags.h"
 #include "core/util/log.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages");
-ABSL_FLAG(std::string, job, "", "job YAML file (required)");
+ABSL_FLAG(std::string, job, "", "job YAML file: run this one job and exit (or --listen)");
+ABSL_FLAG(std::string, listen, "",
+          "serve the job service on host:port (port 0: a free one) and run submitted jobs one at a time "
+          "(baton submit); prints LISTENING host:port");
 ABSL_FLAG(std::string, workers, "",
           "comma-separated host:port of running stage workers, one per stage "
           "(default: start them locally on loopback)");
 ABSL_FLAG(int64_t, steps, 0, "override the job's step count");
-ABSL_FLAG(std::string, output, "out/run", "output folder: lora.safetensors, train_log.jsonl, checkpoints/");
+ABSL_FLAG(std::string, output, "out/run",
+          "output folder: lora.safetensors, train_log.jsonl, checkpoints/; with --listen the root of the jobs' "
+          "folders <output>/<name>-<id>/ (default there: out/jobs)");
 ABSL_FLAG(bool, resume, false, "continue from the newest complete checkpoint in --output");
 ABSL_FLAG(int, rpc_timeout_s, 300, "deadline of every RPC, including a whole step");
 ABSL_FLAG(int, connect_timeout_s, 20, "how long to wait for a stage worker to answer at all");
 ABSL_FLAG(std::string, stage_worker, "", "stage_worker binary for local workers (default: next to coordinator)");
+ABSL_FLAG(std::string, metrics, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); local stage workers "
+          "serve theirs on HOST:PORT+1+i (free ports when PORT is 0); empty = no metrics");
 
 namespace {
-void OnSignal(int) { baton::RequestCoordinatorStop(); }
-}  // namespace
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume]");
-  baton::InstallVersionFlag();
-  baton::InstallFlagsHelp();
-  absl::ParseCommandLine(argc, argv);
-  baton::SetLogTag("coordinator");
-  if (absl::GetFlag(FLAGS_job).empty()) {
-    std::fprintf(stderr, "coordinator: --job is required\n");
-    return 2;
-  }
-  auto job = baton::LoadJob(absl::GetFlag(FLAGS_job));
-  if (!job.ok()) {
-    std::fprintf(stderr, "coordinator: %s\n", std::string(job.status().message()).c_str());
-    return 2;
-  }
+std::atomic<bool> g_shutdown{false};
+void OnSignal(int) { baton::RequestCoordinatorStop(); }
+void OnServiceSignal(int) { g_shutdown = true; }
+
+// The metrics server (null without --metrics); set in main before either mode runs.
+std::unique_ptr<baton::MetricsServer> g_metrics;
+
+baton::CoordinatorOptions OptionsFromFlags() {
   baton::CoordinatorOptions options;
   options.stages = absl::GetFlag(FLAGS_stages);
   std::string workers = absl::GetFlag(FLAGS_workers);
@@ -57,6 +63,73 @@ int main(int argc, char** argv) {
   options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   options.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   options.stage_worker_binary = absl::GetFlag(FLAGS_stage_worker);
+  if (g_metrics) {
+    options.metrics_listen = absl::GetFlag(FLAGS_metrics);
+    options.metrics_address = g_metrics->address();
+  }
+  return options;
+}
+
+int ServeJobs() {
+  baton::JobServiceOptions service;
+  service.listen = absl::GetFlag(FLAGS_listen);
+  service.base = OptionsFromFlags();
+  // The one-job default out/run would mix the jobs' folders with a run's files.
+  const std::string output = absl::GetFlag(FLAGS_output);
+  service.output_root = output == absl::GetFlagReflectionHandle(FLAGS_output).DefaultValue() ? "out/jobs" : output;
+  std::signal(SIGTERM, OnServiceSignal);
+  std::signal(SIGINT, OnServiceSignal);
+  absl::Status status = baton::RunJobService(
+      service,
+      [](const std::string& address) {
+        std::printf("LISTENING %s\n", address.c_str());
+        std::fflush(stdout);
+      },
+      &g_shutdown);
+  if (!status.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume]\n"
+      "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT]\n"
+      "  either with [--metrics HOST:PORT]");
+  baton::InstallVersionFlag();
+  baton::InstallFlagsHelp();
+  absl::ParseCommandLine(argc, argv);
+  baton::SetLogTag("coordinator");
+  // First: a bad --metrics fails before any work, and Prometheus sees the process while it loads.
+  // Its `metrics: coordinator H:P, stage 0 H:P, ...` line comes once the stage workers are known.
+  auto metrics = baton::StartMetricsServerFromFlag(absl::GetFlag(FLAGS_metrics), "coordinator", /*print=*/false);
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", std::string(metrics.status().message()).c_str());
+    return 2;
+  }
+  g_metrics = std::move(*metrics);
+  if (!absl::GetFlag(FLAGS_listen).empty()) {
+    if (!absl::GetFlag(FLAGS_job).empty()) {
+      std::fprintf(stderr, "coordinator: --job and --listen exclude each other (submit jobs with baton submit)\n");
+      return 2;
+    }
+    return ServeJobs();
+  }
+  if (absl::GetFlag(FLAGS_job).empty()) {
+    std::fprintf(stderr, "coordinator: --job (one job) or --listen (the job service) is required\n");
+    return 2;
+  }
+  auto job = baton::LoadJob(absl::GetFlag(FLAGS_job));
+  if (!job.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", std::string(job.status().message()).c_str());
+    return 2;
+  }
+  baton::CoordinatorOptions options = OptionsFromFlags();
+  if (g_metrics) baton::AddMetricsHooks(baton::JobName(*job), &options.hooks);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   auto result = baton::RunCoordinator(*job, options);

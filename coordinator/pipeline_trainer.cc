@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "coordinator/checkpoint.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/encoder_client.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/stage_client.h"
@@ -146,17 +147,30 @@ absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& 
 // Workers: embedded local processes (started here, into *local), or the ones given. Returns their addresses.
 absl::StatusOr<std::vector<std::string>> StartWorkers(const JobConfig& job, const CoordinatorOptions& options,
                                                       std::unique_ptr<LocalWorkers>* local) {
-  if (!options.workers.empty()) return options.workers;
+  if (!options.workers.empty()) {
+    if (!options.metrics_address.empty()) {  // remote workers' metrics ports are their operators' to list
+      RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, {}, !options.quiet));
+    }
+    return options.workers;
+  }
   LocalWorkerOptions lopts;
   if (!options.stage_worker_binary.empty()) lopts.binary = options.stage_worker_binary;
   lopts.threads = job.threads;
   int wait_s = options.worker_wait_timeout_s > 0 ? options.worker_wait_timeout_s
                                                  : static_cast<int>(absl::ToInt64Seconds(options.rpc_timeout));
   lopts.extra_args = {absl::StrCat("--wait_timeout_s=", wait_s)};
+  for (int i = 0; i < options.stages && !options.metrics_listen.empty(); ++i) {
+    ASSIGN_OR_RETURN(std::string listen, StageMetricsListen(options.metrics_listen, i));
+    lopts.worker_args.push_back({absl::StrCat("--metrics=", listen)});
+  }
   ASSIGN_OR_RETURN(*local, LocalWorkers::Start(options.stages, lopts));
   std::vector<std::string> addresses = (*local)->addresses();
   if (!options.quiet) {
     std::printf("started %d local stage workers: %s\n", options.stages, absl::StrJoin(addresses, ", ").c_str());
+  }
+  if (!options.metrics_address.empty()) {
+    RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, (*local)->metrics_addresses(),
+                                          !options.quiet));
   }
   return addresses;
 }
@@ -170,6 +184,7 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   const StageSpec& spec = chunks.front();
   v1::ConfigureRequest req;
   req.set_job_id(job_id);
+  req.set_job_name(JobName(job));
   req.set_config_hash(job_id);
   req.set_stage_index(i);
   req.set_num_stages(p);
@@ -220,6 +235,8 @@ absl::Status ConnectAndConfigure(const JobConfig& job, const CoordinatorOptions&
   const int p = static_cast<int>(addresses.size());
   for (int i = 0; i < p; ++i) {
     fleet->clients.push_back(std::make_unique<StageClient>(i, addresses[i], options.rpc_timeout));
+    if (!options.metrics_address.empty())
+      fleet->clients.back()->set_up_gauge(StageUpGauge(JobName(job), i, addresses[i]));
   }
   RETURN_IF_ERROR(ParallelFor(p, [&](int i) { return fleet->clients[i]->WaitReady(options.connect_timeout); }));
   fleet->params.assign(p, {});
@@ -341,6 +358,27 @@ void PrintProgress(const PipelineStepRecord& rec, int64_t start_step, int64_t to
 }  // namespace
 
 void RequestCoordinatorStop() { g_stop_requested = true; }
+
+absl::Status CheckJobPlan(const JobConfig& job, int stages) {
+  if (stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
+  ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
+  if (!job.encode.encoder_worker.empty()) return absl::OkStatus();  // the cache is built at run time
+  const Flux2Config& config = checkpoint->config();
+  ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
+  if (cache->index().latent_channels != config.in_channels || cache->index().text_dim != config.joint_attention_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("cache ", job.dataset, " does not fit the model (latent channels ",
+                                                   cache->index().latent_channels, " vs ", config.in_channels, ")"));
+  }
+  ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
+  const int chunks = kind == ScheduleKind::kInterleaved1F1B ? static_cast<int>(job.chunks) : 1;
+  auto schedule = MakeSchedule(kind, stages, static_cast<int>(job.micro_batches), chunks);
+  if (!schedule.ok()) {
+    return Annotate(schedule.status(), absl::StrCat(job.source, ": schedule: ", job.schedule, " with micro_batches: ",
+                                                    job.micro_batches, ", chunks: ", chunks, " on --stages ", stages));
+  }
+  return PlanStages(job, config, *cache, stages, chunks, dtype, /*quiet=*/true).status();
+}
 
 absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& options) {
   RETURN_IF_ERROR(CheckOptions(options));

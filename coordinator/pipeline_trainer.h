@@ -47,6 +47,10 @@ struct CoordinatorOptions {
   std::string stage_worker_binary;                     // embedded mode; default: next to this binary
   int worker_wait_timeout_s = 0;                       // embedded workers' peer wait (0 = rpc_timeout)
   bool quiet = false;                                  // no per-step lines on stdout
+  // Metrics (coordinator/coordinator_metrics.h): --metrics as given ("HOST:PORT"; empty = off) and where the
+  // coordinator's own server is bound. Local stage workers serve theirs on HOST:PORT+1+i (PORT 0: free ports);
+  // the run prints them all and writes <output_dir>/prometheus_targets.json.
+  std::string metrics_listen, metrics_address;
   CoordinatorHooks hooks;
 };
 
@@ -68,6 +72,11 @@ struct CoordinatorResult {
 };
 
 absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& options);
+
+// What RunCoordinator checks before it starts any worker, without starting one: the model and dataset open and
+// fit each other, the schedule suits `stages`, and the planner fits the model into them (job service: at submit).
+// A job whose dataset an encoder worker builds first is checked only as far as the model.
+absl::Status CheckJobPlan(const JobConfig& job, int stages);
 
 // Asks a running RunCoordinator to finish the current step, checkpoint and return (SIGTERM handler).
 void RequestCoordinatorStop();

@@ -21,6 +21,7 @@ StageClient::StageClient(int index, std::string address, absl::Duration rpc_time
 std::string StageClient::name() const { return absl::StrCat("stage ", index_, " (", address_, ")"); }
 
 absl::Status StageClient::Named(const absl::Status& s, const std::string& what) const {
+  if (up_ != nullptr) up_->Set(s.code() == absl::StatusCode::kUnavailable ? 0 : 1);
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(name(), ": ", what, ": ", s.message()));
 }
@@ -28,6 +29,7 @@ absl::Status StageClient::Named(const absl::Status& s, const std::string& what) 
 absl::Status StageClient::WaitReady(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   if (!channel_->WaitForConnected(DeadlineAfter(timeout))) {
+    if (up_ != nullptr) up_->Set(0);
     return absl::UnavailableError(absl::StrCat(name(), ": no stage worker answered within ",
                                                absl::FormatDuration(timeout), " (is it running and reachable?)"));
   }
@@ -41,6 +43,7 @@ absl::Status StageClient::WaitReady(absl::Duration timeout) {
   if (*state != HealthState::kServing) {
     return absl::UnavailableError(absl::StrCat(name(), ": the stage worker is ", HealthStateName(*state)));
   }
+  if (up_ != nullptr) up_->Set(1);
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <absl/status/statusor.h>
 #include <absl/time/time.h>
 #include <grpcpp/grpcpp.h>
+#include <prometheus/gauge.h>
 
 #include <map>
 #include <memory>
@@ -23,6 +24,9 @@ class StageClient {
   int index() const { return index_; }
   const std::string& address() const { return address_; }
   std::string name() const;  // "stage 1 (127.0.0.1:5001)"
+  // After every call: 1 if the worker answered (even with an error), 0 if it could not be reached
+  // (UNAVAILABLE, or WaitReady timing out). Optional (baton_stage_up).
+  void set_up_gauge(prometheus::Gauge* gauge) { up_ = gauge; }
 
   // Waits until the channel connects and the health service says StageService is SERVING, up to `timeout`.
   // A server that is not a stage worker (e.g. --workers pointing at an encoder worker) is FAILED_PRECONDITION.
@@ -43,6 +47,7 @@ class StageClient {
   absl::Duration rpc_timeout_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::StageService::Stub> stub_;
+  prometheus::Gauge* up_ = nullptr;
   std::mutex mu_;
   grpc::ClientContext* active_ = nullptr;  // the running RunStep, for Cancel()
   bool cancelled_ = false;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/data/cache.h"
+#include "core/metrics/families.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
@@ -21,6 +22,14 @@ std::string RecordFile(const std::string& id) { return absl::StrCat("records/", 
 
 }  // namespace
 
+void StartEncoderMetrics() {
+  EncoderMetrics& metrics = EncoderFamilies();
+  metrics.samples_encoded.Add({});
+  metrics.samples_kept.Add({});
+  metrics.samples_failed.Add({});
+  metrics.sample_seconds.Add({}, EncoderSampleBuckets());
+}
+
 absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,
                                             const std::function<void(const CacheBuildProgress&)>& on_progress) {
   const auto t0 = Clock::now();
@@ -33,6 +42,12 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
   CacheBuildReport report;
   report.samples = static_cast<int64_t>(dataset.samples.size());
   report.errors = dataset.errors;
+  EncoderMetrics& metrics = EncoderFamilies();
+  prometheus::Counter& encoded_total = metrics.samples_encoded.Add({});
+  prometheus::Counter& kept_total = metrics.samples_kept.Add({});
+  prometheus::Counter& failed_total = metrics.samples_failed.Add({});
+  prometheus::Histogram& sample_seconds = metrics.sample_seconds.Add({}, EncoderSampleBuckets());
+  failed_total.Increment(static_cast<double>(dataset.errors.size()));  // unreadable files found by the scan
   CacheIndex index;
   index.encoder = encoder.identity();
   index.latent_channels = encoder.latent_channels();
@@ -58,6 +73,7 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
           record_encoder == index.encoder) {
         index.records.push_back(info);
         ++report.kept;
+        kept_total.Increment();
         ++progress.kept;
         ++progress.done;
         progress.elapsed_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -83,13 +99,17 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
       return WriteCacheRecord(options.cache_dir, id, sample.content_hash, index.encoder, s, bucket.ToString());
     };
     auto info = encode();
-    encode_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
+    const double seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+    encode_seconds += seconds;
     if (info.ok()) {
       index.records.push_back(*info);
       ++report.encoded;
+      encoded_total.Increment();
+      sample_seconds.Observe(seconds);
       ++progress.encoded;
     } else {
       report.errors.push_back({sample.image_path, info.status()});
+      failed_total.Increment();
       ++progress.failed;
       // A stale record for this sample must not survive into the index or stay on disk.
       (void)RemoveAll(JoinPath(options.cache_dir, file));

@@ -44,6 +44,10 @@ struct CacheBuildReport {
   double seconds_per_encoded_sample = 0;
 };
 
+// Creates the encoder's metric series (baton_encoder_*) at zero, so a scrape shows them before the first sample.
+// BuildCache counts every sample it encodes, keeps or fails in them.
+void StartEncoderMetrics();
+
 absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,
                                             const std::function<void(const CacheBuildProgress&)>& on_progress = {});
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/data/cache.h"
+#include "core/metrics/families.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
 
@@ -145,6 +146,29 @@ TEST_F(CacheBuilderTest, RemovedSamplesLeaveTheCache) {
   ASSERT_TRUE(reader.ok());
   EXPECT_EQ((*reader)->size(), 1u);
   EXPECT_FALSE(PathExists(JoinPath(options_.cache_dir, "records/b.png.safetensors")));
+}
+
+// baton_encoder_*: what BuildCache reports, counted (deltas: the registry is process-wide).
+TEST_F(CacheBuilderTest, MetricsCountEncodedKeptAndFailedSamples) {
+  EncoderMetrics& m = EncoderFamilies();
+  auto values = [&] {
+    return std::vector<double>{
+        m.samples_encoded.Add({}).Value(), m.samples_kept.Add({}).Value(), m.samples_failed.Add({}).Value(),
+        static_cast<double>(m.sample_seconds.Add({}, EncoderSampleBuckets()).Collect().histogram.sample_count)};
+  };
+  const std::vector<double> before = values();
+  ASSERT_TRUE(BuildCache(encoder_, options_).ok());  // a, b encoded
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "d.png"), "this is not an image").ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "d.txt"), "text").ok());
+  ASSERT_TRUE(WritePng(JoinPath(data_, "e.png"), Solid(64, 64, 1)).ok());  // no caption: a scan error
+  auto rerun = BuildCache(encoder_, options_);                             // a, b kept; d, e failed
+  ASSERT_TRUE(rerun.ok()) << rerun.status();
+  ASSERT_EQ(rerun->errors.size(), 2u);
+  const std::vector<double> after = values();
+  EXPECT_EQ(after[0] - before[0], 2) << "encoded";
+  EXPECT_EQ(after[1] - before[1], 2) << "kept";
+  EXPECT_EQ(after[2] - before[2], 2) << "failed";
+  EXPECT_EQ(after[3] - before[3], 2) << "seconds per sample: one observation per encoded sample";
 }
 
 }  // namespace

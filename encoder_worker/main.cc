@@ -11,10 +11,12 @@
 
 #include "core/device/device.h"
 #include "core/encode/flux2_encoder.h"
+#include "core/metrics/metrics_server.h"
 #include "core/train/common.h"
 #include "core/util/flags.h"
 #include "core/util/log.h"
 #include "core/util/threads.h"
+#include "encoder_worker/cache_builder.h"
 #include "encoder_worker/encoder_service.h"
 
 ABSL_FLAG(std::string, dataset, "", "dataset folder: images with same-named .txt captions");
@@ -26,10 +28,12 @@ ABSL_FLAG(int64_t, resolution, 1024, "bucket target: area = resolution², sides 
 ABSL_FLAG(int64_t, max_sequence_length, 512, "text tokens per caption (FLUX.2 pads and truncates to this)");
 ABSL_FLAG(std::string, dtype, "fp32", "compute dtype: fp32 | bf16");
 ABSL_FLAG(std::string, listen, "", "serve EncoderService on host:port instead of a batch run");
+ABSL_FLAG(std::string, metrics, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); empty = no metrics");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "encoder_worker --dataset DIR --cache DIR --model FLUX2_PIPELINE_DIR [--threads K]\n"
+      "encoder_worker --dataset DIR --cache DIR --model FLUX2_PIPELINE_DIR [--threads K] [--metrics HOST:PORT]\n"
       "       encoder_worker --model FLUX2_PIPELINE_DIR --listen HOST:PORT");
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
@@ -41,6 +45,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "encoder_worker: --model and either --dataset/--cache or --listen are required (--help)\n");
     return 2;
   }
+  auto metrics = baton::StartMetricsServerFromFlag(absl::GetFlag(FLAGS_metrics), "encoder_worker");
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "encoder_worker: %s\n", std::string(metrics.status().message()).c_str());
+    return 2;
+  }
+  if (*metrics) baton::StartEncoderMetrics();
   if (absl::GetFlag(FLAGS_threads) > 0) baton::SetComputeThreads(absl::GetFlag(FLAGS_threads));
   auto dtype = baton::ParseDtype(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) {

@@ -3,6 +3,8 @@
 #include <grpc/grpc.h>
 #include <grpcpp/create_channel.h>
 
+#include "rpc/rpc_metrics.h"
+
 namespace baton {
 namespace {
 
@@ -26,10 +28,13 @@ grpc::ChannelArguments MakeChannelArguments(const GrpcOptions& options) {
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                                            const GrpcOptions& options) {
-  return grpc::CreateCustomChannel(address, credentials, MakeChannelArguments(options));
+  // Every channel counts its failed calls in baton_rpc_errors_total{side="client"}.
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, MakeChannelArguments(options),
+                                                                 RpcErrorClientInterceptors());
 }
 
 void ApplyServerOptions(grpc::ServerBuilder& builder, const GrpcOptions& options) {
+  builder.experimental().SetInterceptorCreators(RpcErrorServerInterceptors());  // baton_rpc_errors_total
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(options.keepalive_time));

@@ -1,5 +1,6 @@
 // stage_worker: one pipeline stage. Serves StageService over gRPC; prints "LISTENING host:port" on stdout
-// once it accepts calls (the coordinator's embedded mode reads that line).
+// once it accepts calls (the coordinator's embedded mode reads that line), and before it, with --metrics,
+// "metrics: http://HOST:PORT/metrics".
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/usage.h>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "core/device/device.h"
+#include "core/metrics/metrics_server.h"
 #include "core/util/flags.h"
 #include "core/util/log.h"
 #include "core/util/threads.h"
@@ -18,9 +20,12 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0", "address to serve on (host:port; p
 ABSL_FLAG(std::string, device, "cpu", "compute device: cpu | cuda | cuda:N");
 ABSL_FLAG(int, threads, 1, "compute threads");
 ABSL_FLAG(int, wait_timeout_s, 300, "longest wait for data from a peer before the step fails");
+ABSL_FLAG(std::string, metrics, "",
+          "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); empty = no metrics");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("stage_worker --listen HOST:PORT [--device cpu|cuda:N] [--threads K]");
+  absl::SetProgramUsageMessage(
+      "stage_worker --listen HOST:PORT [--device cpu|cuda:N] [--threads K] [--metrics HOST:PORT]");
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
   absl::ParseCommandLine(argc, argv);
@@ -29,6 +34,11 @@ int main(int argc, char** argv) {
   if (!device.ok()) {
     std::fprintf(stderr, "stage_worker: %s\n", std::string(device.status().message()).c_str());
     return 1;
+  }
+  auto metrics = baton::StartMetricsServerFromFlag(absl::GetFlag(FLAGS_metrics), "stage_worker");
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "stage_worker: %s\n", std::string(metrics.status().message()).c_str());
+    return 2;
   }
   baton::SetComputeThreads(absl::GetFlag(FLAGS_threads));
   baton::StageRunnerOptions options;

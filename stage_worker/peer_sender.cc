@@ -2,14 +2,17 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
+
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 
 namespace baton {
 
-PeerSender::PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout, WireDtype wire_dtype)
-    : peer_name_(std::move(peer_name)), timeout_(timeout), wire_dtype_(wire_dtype) {
+PeerSender::PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout, WireDtype wire_dtype,
+                       LinkCounters link)
+    : peer_name_(std::move(peer_name)), timeout_(timeout), wire_dtype_(wire_dtype), link_(link) {
   stub_ = v1::StageService::NewStub(MakeChannel(address, grpc::InsecureChannelCredentials()));
   thread_ = std::thread([this] { Loop(); });
 }
@@ -62,6 +65,7 @@ void PeerSender::Loop() {
     absl::Status status;
     uint64_t bytes = 0;
     if (item.ready) item.ready();
+    const auto t0 = std::chrono::steady_clock::now();
     {
       grpc::ClientContext ctx;
       ctx.set_deadline(DeadlineAfter(timeout_));
@@ -73,6 +77,7 @@ void PeerSender::Loop() {
       if (status.ok() || !finished.ok()) status = finished;  // the server's reason beats "stream broke"
       bytes = ack.num_bytes();
     }
+    link_.Sent(bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;

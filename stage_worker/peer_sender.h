@@ -17,6 +17,7 @@
 #include "baton/v1/stage.grpc.pb.h"
 #include "core/pipeline/stage_io.h"
 #include "rpc/wire_compression.h"
+#include "stage_worker/stage_metrics.h"
 
 namespace baton {
 
@@ -24,8 +25,9 @@ class PeerSender {
  public:
   // `peer_name` is used in errors, e.g. "stage 1 (127.0.0.1:5001)".
   // `wire_dtype` compresses the floating tensors sent (rpc/wire_compression.h); kNone sends them exactly.
+  // `link` counts the bytes sent and the seconds each Push took (baton_link_*{peer}).
   PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout,
-             WireDtype wire_dtype = WireDtype::kNone);
+             WireDtype wire_dtype = WireDtype::kNone, LinkCounters link = {});
   ~PeerSender();
 
   // `ready`, if set, runs on the sender's thread before the tensors are read (e.g. waits for a device → host copy).
@@ -41,6 +43,7 @@ class PeerSender {
   std::string peer_name_;
   absl::Duration timeout_;
   WireDtype wire_dtype_;
+  LinkCounters link_;
   std::unique_ptr<v1::StageService::Stub> stub_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "core/lora/lora.h"
+#include "core/metrics/process_memory.h"
 #include "core/quant/quantize_module.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
@@ -93,6 +94,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   if (req.threads() > 0) SetComputeThreads(req.threads());
   ASSIGN_OR_RETURN(dtype_, ParseDtype(req.dtype().empty() ? "fp32" : req.dtype()));
   ASSIGN_OR_RETURN(device_, ParseDevice(req.device().empty() ? options_.device : req.device()));
+  if (device_.is_cuda()) NoteCudaDeviceInUse(device_.index());  // baton_device_memory_allocated_bytes
   ASSIGN_OR_RETURN(WireDtype wire, ParseWireDtype(req.wire_dtype().empty() ? "none" : req.wire_dtype()));
   transfer_ = std::make_unique<DeviceTransfer>(device_);
   pinned_host_ = transfer_->wants_pinned_host();
@@ -114,15 +116,18 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     chunks_.push_back(std::move(chunk));
   }
   config_ = req;
+  metrics_.Configure(req.job_name(), req.stage_index());
   const absl::Duration timeout = options_.wait_timeout;
   const int p = req.num_stages(), s = req.stage_index();
   if (!req.next_address().empty()) {
-    next_ = std::make_unique<PeerSender>(
-        req.next_address(), absl::StrCat("stage ", (s + 1) % p, " (", req.next_address(), ")"), timeout, wire);
+    next_ = std::make_unique<PeerSender>(req.next_address(),
+                                         absl::StrCat("stage ", (s + 1) % p, " (", req.next_address(), ")"), timeout,
+                                         wire, metrics_.Link(absl::StrCat("stage", (s + 1) % p)));
   }
   if (!req.prev_address().empty()) {
-    prev_ = std::make_unique<PeerSender>(
-        req.prev_address(), absl::StrCat("stage ", (s + p - 1) % p, " (", req.prev_address(), ")"), timeout, wire);
+    prev_ = std::make_unique<PeerSender>(req.prev_address(),
+                                         absl::StrCat("stage ", (s + p - 1) % p, " (", req.prev_address(), ")"),
+                                         timeout, wire, metrics_.Link(absl::StrCat("stage", (s + p - 1) % p)));
   }
   v1::ConfigureResponse response;
   int64_t numel = 0;
@@ -204,7 +209,9 @@ absl::StatusOr<TensorMap> StageRunner::Await(const v1::StepPlan& plan, int32_t m
   if (kind == v1::EnvelopeHeader::GRADIENT && next_) from = next_->peer_name();
   auto t0 = Clock::now();
   auto result = inbox_.Take(plan.step(), mb, kind, options_.wait_timeout, cancelled, from, chunk);
-  summary.set_idle_seconds(summary.idle_seconds() + Since(t0));
+  const double idle = Since(t0);
+  summary.set_idle_seconds(summary.idle_seconds() + idle);
+  metrics_.AddIdleSeconds(idle);
   if (!result.ok()) {
     // A neighbour that failed to deliver explains a timeout better than the timeout itself.
     for (PeerSender* peer : {next_.get(), prev_.get()}) {
@@ -327,9 +334,12 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
       SendAsync(*next_, Header(plan, mb, v1::EnvelopeHeader::ACTIVATION, NextChunk(chunk)), ActivationTensors(out));
     }
   });
-  summary.set_forward_seconds(summary.forward_seconds() + Since(t0));
+  const double seconds = Since(t0);
+  summary.set_forward_seconds(summary.forward_seconds() + seconds);
+  metrics_.AddForwardSeconds(seconds);
   if (!run.ok()) return Annotate(run, absl::StrCat(name(), " micro-batch ", mb));
   step.live[{chunk, mb}] = std::move(state);
+  metrics_.SetInFlight(step.live.size());
   return absl::OkStatus();
 }
 
@@ -377,13 +387,16 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
       torch::autograd::backward(roots, root_grads);
     }
   });
-  summary.set_backward_seconds(summary.backward_seconds() + Since(t0));
+  const double seconds = Since(t0);
+  summary.set_backward_seconds(summary.backward_seconds() + seconds);
+  metrics_.AddBackwardSeconds(seconds);
   if (!run.ok()) return Annotate(run, absl::StrCat(name(), " micro-batch ", mb));
   if (!range.has_embedders) {
     SendAsync(*prev_, Header(plan, mb, v1::EnvelopeHeader::GRADIENT, PrevChunk(chunk)),
               InputGradientTensors(state.input));
   }
   step.live.erase(it);
+  metrics_.SetInFlight(step.live.size());
   return absl::OkStatus();
 }
 
@@ -418,6 +431,7 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, c
   for (int i = 0; i < plan.micro_batches(); ++i) summary.add_losses(0.0f);
 
   StepState step;
+  metrics_.SetInFlight(0);  // a failed step may have left some
   for (const v1::Action& action : plan.actions()) {
     if (action.micro_batch() < 0 || action.micro_batch() >= plan.micro_batches()) {
       return absl::InvalidArgumentError(absl::StrCat("step plan: micro-batch ", action.micro_batch(), " out of range"));

@@ -32,6 +32,7 @@
 #include "rpc/envelope.h"
 #include "stage_worker/inbox.h"
 #include "stage_worker/peer_sender.h"
+#include "stage_worker/stage_metrics.h"
 
 namespace baton {
 
@@ -62,6 +63,8 @@ class StageRunner {
   // Current adapter weights (fp32, CPU), PEFT names.
   absl::StatusOr<TensorMap> CurrentLora();
   std::string name() const;
+  // This worker's metrics (bound to its job and stage at Configure); the RPC front end counts links with it.
+  StageInstruments& metrics() { return metrics_; }
   // Our own address, known only once the server has bound its port.
   void set_address(const std::string& address) { options_.address = address; }
 
@@ -110,6 +113,7 @@ class StageRunner {
   std::map<std::string, at::Tensor> AllLora();
 
   StageRunnerOptions options_;
+  StageInstruments metrics_;
   std::mutex run_mu_;  // Configure / RunStep
   Inbox inbox_;
 

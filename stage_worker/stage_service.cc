@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include <chrono>
 #include <csignal>
 #include <thread>
 
@@ -13,6 +14,13 @@
 #include "rpc/wire.h"
 
 namespace baton {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
 
 grpc::Status StageServiceImpl::Configure(grpc::ServerContext*, const v1::ConfigureRequest* req,
                                          v1::ConfigureResponse* resp) {
@@ -26,8 +34,12 @@ grpc::Status StageServiceImpl::Configure(grpc::ServerContext*, const v1::Configu
 }
 
 grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck* ack) {
+  const auto t0 = std::chrono::steady_clock::now();
   auto envelope = ReadEnvelope(reader, {}, runner_->wants_pinned_host() ? HostMemory::kPinned : HostMemory::kPageable);
   if (!envelope.ok()) return ToGrpcStatus(envelope.status());
+  runner_->metrics()
+      .Link(StageInstruments::PeerLabel(envelope->header.sender()))
+      .Received(envelope->bytes, SecondsSince(t0));
   ack->set_num_tensors(static_cast<uint32_t>(envelope->tensors.size()));
   ack->set_num_bytes(envelope->bytes);
   return ToGrpcStatus(runner_->Deliver(std::move(*envelope)));
@@ -37,10 +49,13 @@ grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepP
                                        grpc::ServerWriter<v1::StepReply>* writer) {
   v1::StepReply reply;
   auto sink = [&](const std::string& name, const at::Tensor& grad) {
-    return AppendTensorChunks(name, grad, kMaxChunkBytes, [&](v1::TensorChunk&& chunk) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = AppendTensorChunks(name, grad, kMaxChunkBytes, [&](v1::TensorChunk&& chunk) {
       reply.mutable_grad_chunk()->Swap(&chunk);
       return writer->Write(reply);
     });
+    runner_->metrics().Link("coordinator").Sent(grad.nbytes(), SecondsSince(t0));
+    return s;
   };
   auto summary = runner_->RunStep(
       *plan, [ctx] { return ctx->IsCancelled(); }, sink);

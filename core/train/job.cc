@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
@@ -118,7 +119,9 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
                                            "batch_size", "micro_batches",    "schedule",  "recompute",
                                            "seed",       "checkpoint_every", "dtype",     "devices",
                                            "guidance",   "save_bfl",         "threads",   "memory_per_stage",
-                                           "encode",     "wire_dtype",       "quantize",  "chunks"}));
+                                           "encode",     "wire_dtype",       "quantize",  "chunks",
+                                           "name"}));
+  RETURN_IF_ERROR(r.Get(root, "name", &job.name));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
   RETURN_IF_ERROR(r.Get(root, "model_config", &job.model_config));
@@ -235,6 +238,13 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
 absl::StatusOr<JobConfig> LoadJob(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   return ParseJobYaml(text, path);
+}
+
+std::string JobName(const JobConfig& job) {
+  if (!job.name.empty()) return job.name;
+  std::string stem = std::filesystem::path(job.source).stem().string();
+  if (stem.empty() || job.source == "<job>") return "job";
+  return stem;
 }
 
 std::string JobHash(const JobConfig& j) {

@@ -71,6 +71,7 @@ struct EncodeConfig {
 
 struct JobConfig {
   std::string source;  // the YAML file (for messages)
+  std::string name;    // the job's `name:` key; empty = JobName() uses the file's stem
   std::string model;
   std::string model_config;
   std::string dataset;
@@ -107,6 +108,9 @@ struct JobConfig {
 
 absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::string& source = "<job>");
 absl::StatusOr<JobConfig> LoadJob(const std::string& path);
+// What the job is called in metrics (label job) and listings: its `name:` key, else the YAML file's stem
+// ("jobs/flux2-dog.yaml" → "flux2-dog"), else "job".
+std::string JobName(const JobConfig& job);
 // A stable hash of everything that changes the numbers (stages check they were configured for this job).
 std::string JobHash(const JobConfig& job);
 

@@ -57,6 +57,17 @@ TEST(JobTest, QuantizeIsNoneInt8OrFp8) {
       << bad.status();
 }
 
+TEST(JobTest, NameIsTheNameKeyElseTheFileStem) {
+  auto named = ParseJobYaml("name: dog-lora\nmodel: m\ndataset: d\n", "jobs/x.yaml");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(JobName(*named), "dog-lora");
+  auto file = ParseJobYaml("model: m\ndataset: d\n", "jobs/flux2-dog.yaml");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(JobName(*file), "flux2-dog");
+  EXPECT_EQ(JobName(*ParseJobYaml("model: m\ndataset: d\n")), "job");
+  EXPECT_EQ(JobHash(*named), JobHash(*file)) << "the name changes no number";
+}
+
 TEST(JobTest, ErrorsNameTheLine) {
   auto unknown = ParseJobYaml("model: m\ndataset: d\nstepz: 3\n", "job.yaml");
   ASSERT_FALSE(unknown.ok());

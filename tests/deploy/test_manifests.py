@@ -21,12 +21,6 @@ BIN_DIR = os.environ.get("BATON_BIN_DIR", os.path.join(os.path.dirname(__file__)
 DEPLOY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy")
 SERVERS = ("coordinator", "stage_worker", "encoder_worker")
 
-# Flags of issue 9's contracts that other branches add (--metrics: helper "metrics"; the coordinator's
-# --listen: helper "jobs"). The manifests already use them. DELETE THIS SET WHEN THOSE BRANCHES ARE MERGED:
-# an entry for a flag the binary has is an error, so a stale entry cannot linger.
-EXPECTED_MISSING = {("coordinator", "listen"), ("coordinator", "metrics"), ("stage_worker", "metrics"),
-                    ("encoder_worker", "metrics")}
-
 
 def help_flags(binary):
     """name -> default, from `binary --help` as Abseil prints it ("--stages (...); default: 2;")."""
@@ -186,14 +180,9 @@ class ManifestTest(unittest.TestCase):
     def test_every_flag_exists_in_the_binary(self):
         for b in SERVERS:
             self.assertTrue(self.flags[b], f"{b} --help lists no flags")
-        for b, flag in sorted(EXPECTED_MISSING):
-            self.assertNotIn(flag, self.flags[b], f"--{flag} exists in {b} now: delete it from EXPECTED_MISSING")
         for p in self.processes:
             self.assertIn(p.binary, SERVERS, p.where)
             for flag in p.flags(self.booleans[p.binary]):
-                if (p.binary, flag) in EXPECTED_MISSING:
-                    print(f"note: {p.where} uses --{flag}, not in this branch's {p.binary} yet (EXPECTED_MISSING)")
-                    continue
                 self.assertIn(flag, self.flags[p.binary], f"{p.where}: {p.binary} has no --{flag}")
 
     def test_container_ports_are_the_listen_and_metrics_ports(self):

@@ -1,0 +1,269 @@
+#include "client/job_commands.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/time/clock.h>
+#include <absl/time/time.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "baton/v1/job_service.grpc.pb.h"
+#include "client/watch_view.h"
+#include "core/util/files.h"
+#include "core/util/sha256.h"
+#include "core/util/status.h"
+#include "rpc/grpc_options.h"
+#include "rpc/grpc_status.h"
+
+namespace baton {
+namespace {
+
+constexpr absl::Duration kCallTimeout = absl::Seconds(60);  // unary calls; Submit validates the job meanwhile
+
+std::string DefaultCoordinator() {
+  const char* env = std::getenv("BATON_COORDINATOR");
+  return env != nullptr && *env != '\0' ? env : "127.0.0.1:7070";
+}
+
+FlagSpec CoordinatorFlag() {
+  return {"coordinator", "job service address (coordinator --listen); env BATON_COORDINATOR", DefaultCoordinator()};
+}
+
+std::unique_ptr<v1::JobService::Stub> Connect(const Args& args) {
+  return v1::JobService::NewStub(MakeChannel(args.Get("coordinator"), grpc::InsecureChannelCredentials()));
+}
+
+absl::Status CallStatus(const grpc::Status& status, const Args& args) {
+  return FromGrpcStatus(status, absl::StrCat("coordinator ", args.Get("coordinator")));
+}
+
+void SetDeadline(grpc::ClientContext* ctx) { ctx->set_deadline(DeadlineAfter(kCallTimeout)); }
+
+std::string Clock(double unix_seconds) {
+  if (unix_seconds <= 0) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMicros(static_cast<int64_t>(unix_seconds * 1e6)),
+                          absl::LocalTimeZone());
+}
+
+absl::Status Submit(const Args& args) {
+  const std::string file = args.Get("JOB.yaml");
+  ASSIGN_OR_RETURN(std::string yaml, ReadFile(file));
+  v1::SubmitRequest req;
+  req.set_job_yaml(yaml);
+  req.set_job_file(file);
+  char cwd[4096];
+  if (::getcwd(cwd, sizeof cwd) != nullptr) req.set_working_dir(cwd);
+  req.set_name(args.Get("name"));
+  ASSIGN_OR_RETURN(int64_t steps, args.GetInt("steps"));
+  req.set_steps(steps);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::SubmitResponse resp;
+  RETURN_IF_ERROR(CallStatus(Connect(args)->Submit(&ctx, req, &resp), args));
+  std::printf(
+      "job %s (%s) %s; output %s on the coordinator\n", resp.job_id().c_str(), resp.job().name().c_str(),
+      resp.queue_position() == 0 ? "starts now" : absl::StrCat("queued at position ", resp.queue_position()).c_str(),
+      resp.job().output_dir().c_str());
+  return absl::OkStatus();
+}
+
+absl::Status ShowStatus(const Args& args) {
+  v1::StatusRequest req;
+  req.set_job_id(args.Get("JOB_ID"));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::JobInfo job;
+  RETURN_IF_ERROR(CallStatus(Connect(args)->Status(&ctx, req, &job), args));
+  std::printf("%s", JobPanel(job).c_str());
+  if (job.state() == v1::JOB_STATE_QUEUED) std::printf("queue position: %d\n", job.queue_position());
+  std::printf("submitted %s  started %s  ended %s\noutput: %s\n", Clock(job.submit_time_unix()).c_str(),
+              Clock(job.start_time_unix()).c_str(), Clock(job.end_time_unix()).c_str(), job.output_dir().c_str());
+  return absl::OkStatus();
+}
+
+absl::Status List(const Args& args) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::ListResponse resp;
+  RETURN_IF_ERROR(CallStatus(Connect(args)->List(&ctx, v1::ListRequest(), &resp), args));
+  std::printf("%-6s %-24s %-9s %-13s %-9s %-9s %s\n", "ID", "NAME", "STATE", "STEP", "LOSS", "S/STEP", "ETA/QUEUE");
+  for (const v1::JobInfo& j : resp.jobs()) {
+    const v1::StepProgress& s = j.last_step();
+    std::string when = j.state() == v1::JOB_STATE_QUEUED    ? absl::StrCat("#", j.queue_position())
+                       : j.state() == v1::JOB_STATE_RUNNING ? FormatDuration(s.eta_seconds())
+                                                            : Clock(j.end_time_unix());
+    std::printf("%-6s %-24s %-9s %-13s %-9s %-9s %s\n", j.job_id().c_str(), j.name().c_str(),
+                JobStateName(j.state()).c_str(), absl::StrCat(s.step(), "/", j.total_steps()).c_str(),
+                j.has_last_step() ? absl::StrFormat("%.5f", s.loss()).c_str() : "-",
+                j.has_last_step() ? absl::StrFormat("%.3f", s.step_seconds()).c_str() : "-", when.c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Watch(const Args& args) {
+  v1::WatchRequest req;
+  req.set_job_id(args.Get("JOB_ID"));
+  const bool tty = ::isatty(STDOUT_FILENO) && !args.GetBool("plain");
+  auto stub = Connect(args);
+  if (args.Has("from-step")) {
+    ASSIGN_OR_RETURN(int64_t from_step, args.GetInt("from-step"));
+    req.set_from_step(from_step);
+  } else if (tty) {  // the panel shows the latest step: no need to redraw the whole history first
+    grpc::ClientContext status_ctx;
+    SetDeadline(&status_ctx);
+    v1::StatusRequest status_req;
+    status_req.set_job_id(req.job_id());
+    v1::JobInfo now;
+    if (stub->Status(&status_ctx, status_req, &now).ok())
+      req.set_from_step(std::max<int64_t>(0, now.last_step().step() - 1));
+  }
+  grpc::ClientContext ctx;  // no deadline: a job runs for hours
+  auto reader = stub->Watch(&ctx, req);
+  v1::WatchEvent event;
+  v1::JobInfo last;
+  int drawn_lines = 0;
+  while (reader->Read(&event)) {
+    last = event.job();
+    if (tty) {
+      std::string panel = JobPanel(last);
+      std::printf("%s%s", drawn_lines > 0 ? absl::StrCat("\033[", drawn_lines, "A\033[J").c_str() : "", panel.c_str());
+      drawn_lines = static_cast<int>(std::count(panel.begin(), panel.end(), '\n'));
+    } else if (event.has_step()) {
+      std::printf("%s\n", PlainStepLine(last, event.step()).c_str());
+    } else if (event.checkpoint_step() > 0) {
+      std::printf("job %s checkpoint step %lld\n", last.job_id().c_str(),
+                  static_cast<long long>(event.checkpoint_step()));
+    } else {
+      std::printf("%s\n", JobSummaryLine(last).c_str());
+    }
+    std::fflush(stdout);
+    if (event.final()) break;
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return CallStatus(status, args);
+  if (!event.final()) return absl::UnavailableError("the watch ended before the job did");
+  if (tty) std::printf("%s\n", JobSummaryLine(last).c_str());
+  if (last.state() == v1::JOB_STATE_FAILED) {
+    return absl::AbortedError(absl::StrCat("job ", last.job_id(), " failed: ", last.error()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Stop(const Args& args) {
+  v1::StopRequest req;
+  req.set_job_id(args.Get("JOB_ID"));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::JobInfo job;
+  RETURN_IF_ERROR(CallStatus(Connect(args)->Stop(&ctx, req, &job), args));
+  if (job.state() == v1::JOB_STATE_STOPPED) {
+    std::printf("job %s removed from the queue\n", job.job_id().c_str());
+  } else {
+    std::printf("job %s stops after its current step, with a checkpoint (baton watch %s)\n", job.job_id().c_str(),
+                job.job_id().c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoints(const Args& args) {
+  v1::ListCheckpointsRequest req;
+  req.set_job_id(args.Get("JOB_ID"));
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::ListCheckpointsResponse resp;
+  RETURN_IF_ERROR(CallStatus(Connect(args)->ListCheckpoints(&ctx, req, &resp), args));
+  if (resp.checkpoints().empty()) std::printf("job %s has no checkpoints yet\n", req.job_id().c_str());
+  for (const v1::CheckpointInfo& c : resp.checkpoints()) {
+    std::printf("step %-8lld %s  lora %.2f MB  total %.2f MB  %s\n", static_cast<long long>(c.step()),
+                Clock(c.time_unix()).c_str(), static_cast<double>(c.lora_bytes()) / 1e6,
+                static_cast<double>(c.total_bytes()) / 1e6, c.path().c_str());
+  }
+  return absl::OkStatus();
+}
+
+// Streams the file into memory, checks its size and SHA-256, then writes --out atomically.
+absl::Status Download(const Args& args) {
+  v1::DownloadRequest req;
+  req.set_job_id(args.Get("JOB_ID"));
+  ASSIGN_OR_RETURN(int64_t step, args.GetInt("checkpoint"));
+  req.set_checkpoint_step(step);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(absl::Minutes(30)));
+  auto stub = Connect(args);
+  auto reader = stub->Download(&ctx, req);
+  v1::FileChunk chunk;
+  std::string data, sha;
+  int64_t total = -1;
+  while (reader->Read(&chunk)) {
+    if (chunk.offset() != static_cast<int64_t>(data.size())) return absl::DataLossError("download: chunk out of order");
+    data += chunk.data();
+    total = chunk.total_bytes();
+    if (!chunk.sha256().empty()) sha = chunk.sha256();
+  }
+  RETURN_IF_ERROR(CallStatus(reader->Finish(), args));
+  Sha256 hash;
+  hash.Update(data);
+  if (static_cast<int64_t>(data.size()) != total || DigestToHex(hash.Finish()) != sha) {
+    return absl::DataLossError(absl::StrCat("download: got ", data.size(), " of ", total, " bytes or a wrong SHA-256"));
+  }
+  RETURN_IF_ERROR(WriteFileAtomic(args.Get("out"), data));
+  std::printf("wrote %s (%.2f MB, sha256 %s)\n", args.Get("out").c_str(), static_cast<double>(data.size()) / 1e6,
+              sha.c_str());
+  return absl::OkStatus();
+}
+
+FlagSpec JobIdArg(bool required) {
+  return {"JOB_ID", required ? "job id (baton list)" : "job id (default: the running job, else the newest)",
+          "",       required,
+          false,    true};
+}
+
+}  // namespace
+
+std::vector<Command> JobCommands() {
+  return {
+      {"submit",
+       "Queue a job on a coordinator's job service; prints its id and queue position. The job is checked at once "
+       "(errors name file:line); relative paths in it resolve against this directory.",
+       {{"JOB.yaml", "job YAML file (as coordinator --job takes)", "", true, false, true},
+        CoordinatorFlag(),
+        {"name", "job name (default: the file's base name); output goes to <root>/<name>-<id>/"},
+        {"steps", "override the job's step count", "0"}},
+       Submit},
+      {"status",
+       "Show one job: state, step, loss, pace, ETA, per-stage busy, checkpoint, error.",
+       {JobIdArg(false), CoordinatorFlag()},
+       ShowStatus},
+      {"list", "List the running job, the queue in order, and finished jobs.", {CoordinatorFlag()}, List},
+      {"watch",
+       "Follow a job live (step, loss, s/step, ETA, per-stage busy bars; one plain line per step when stdout is not "
+       "a terminal) until it ends; exits non-zero if it failed.",
+       {JobIdArg(false),
+        CoordinatorFlag(),
+        {"from-step", "replay the steps after this one first (default: all when not a terminal, the latest on one)"},
+        {"plain", "one line per step even on a terminal", "", false, true}},
+       Watch},
+      {"stop",
+       "Stop a job: a running one checkpoints after its current step; a queued one leaves the queue.",
+       {JobIdArg(true), CoordinatorFlag()},
+       Stop},
+      {"checkpoints",
+       "List a job's checkpoints: step, time, size, path on the coordinator.",
+       {JobIdArg(true), CoordinatorFlag()},
+       Checkpoints},
+      {"download",
+       "Fetch a job's LoRA (lora.safetensors): the latest, or one checkpoint's; checked and written atomically.",
+       {JobIdArg(true),
+        CoordinatorFlag(),
+        {"checkpoint", "checkpoint step (0: the job's latest lora.safetensors)", "0"},
+        {"out", "file to write", "", true}},
+       Download},
+  };
+}
+
+}  // namespace baton

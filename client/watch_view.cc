@@ -1,0 +1,107 @@
+#include "client/watch_view.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/time/clock.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace baton {
+namespace {
+
+double Elapsed(const v1::JobInfo& job) {
+  if (job.start_time_unix() <= 0) return 0;
+  const double end =
+      job.end_time_unix() > 0 ? job.end_time_unix() : absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  return end - job.start_time_unix();
+}
+
+}  // namespace
+
+std::string JobStateName(v1::JobState state) {
+  switch (state) {
+    case v1::JOB_STATE_QUEUED:
+      return "queued";
+    case v1::JOB_STATE_RUNNING:
+      return "running";
+    case v1::JOB_STATE_FINISHED:
+      return "finished";
+    case v1::JOB_STATE_FAILED:
+      return "failed";
+    case v1::JOB_STATE_STOPPED:
+      return "stopped";
+    default:
+      return "unknown";
+  }
+}
+
+std::string FormatDuration(double seconds) {
+  if (seconds < 0 || !std::isfinite(seconds)) return "-";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+}
+
+std::string BlockBar(double fraction, int width) {
+  static const char* const kEighths[] = {"", "▏", "▎", "▍", "▌", "▋", "▊", "▉"};
+  fraction = std::clamp(std::isfinite(fraction) ? fraction : 0.0, 0.0, 1.0);
+  const int eighths = static_cast<int>(std::lround(fraction * width * 8));
+  const int full = eighths / 8, rest = eighths % 8;
+  std::string out;
+  for (int i = 0; i < full; ++i) out += "█";
+  int cells = full;
+  if (rest > 0) {
+    out += kEighths[rest];
+    ++cells;
+  }
+  return out + std::string(static_cast<size_t>(std::max(0, width - cells)), ' ');
+}
+
+std::string PlainStepLine(const v1::JobInfo& job, const v1::StepProgress& step) {
+  std::string busy;
+  for (const v1::StageStats& s : step.stages()) {
+    absl::StrAppend(&busy, " ", std::lround(100 * s.busy_seconds() / std::max(step.step_seconds(), 1e-9)), "%");
+  }
+  return absl::StrFormat("job %s step %d/%d loss %.5f lr %.2e %.3f s/step %.1f samples/s ETA %s busy%s", job.job_id(),
+                         step.step(), step.total_steps(), step.loss(), step.learning_rate(), step.step_seconds(),
+                         step.samples_per_second(), FormatDuration(step.eta_seconds()), busy);
+}
+
+std::string JobPanel(const v1::JobInfo& job, int bar_width) {
+  const v1::StepProgress& step = job.last_step();
+  const int64_t total = std::max<int64_t>(job.total_steps(), 1);
+  std::string out =
+      absl::StrFormat("job %s  %s  %s  step %d/%d  %s %3d%%\n", job.job_id(), job.name(), JobStateName(job.state()),
+                      step.step(), job.total_steps(), BlockBar(static_cast<double>(step.step()) / total, bar_width),
+                      static_cast<int>(100 * step.step() / total));
+  if (job.has_last_step()) {
+    absl::StrAppend(
+        &out, absl::StrFormat("loss %.5f  lr %.2e  %.3f s/step  %.1f samples/s  elapsed %s  ETA %s\n", step.loss(),
+                              step.learning_rate(), step.step_seconds(), step.samples_per_second(),
+                              FormatDuration(Elapsed(job)), FormatDuration(step.eta_seconds())));
+  }
+  for (int i = 0; i < step.stages_size(); ++i) {
+    const double busy = step.stages(i).busy_seconds() / std::max(step.step_seconds(), 1e-9);
+    const v1::StageStats& t = job.stage_totals_size() > i ? job.stage_totals(i) : v1::StageStats();
+    const double mean = t.busy_seconds() / std::max(t.busy_seconds() + t.idle_seconds(), 1e-9);
+    absl::StrAppend(
+        &out, absl::StrFormat("stage %d  %s %3d%% busy (run: %d%%)\n", i, BlockBar(busy, bar_width),
+                              static_cast<int>(std::lround(100 * busy)), static_cast<int>(std::lround(100 * mean))));
+  }
+  if (job.last_checkpoint_step() > 0) absl::StrAppend(&out, "checkpoint: step ", job.last_checkpoint_step(), "\n");
+  if (!job.error().empty()) absl::StrAppend(&out, "error: ", job.error(), "\n");
+  return out;
+}
+
+std::string JobSummaryLine(const v1::JobInfo& job) {
+  std::string out = absl::StrFormat("job %s %s: step %d/%d", job.job_id(), JobStateName(job.state()),
+                                    job.last_step().step(), job.total_steps());
+  if (job.has_last_step()) absl::StrAppend(&out, absl::StrFormat(", loss %.5f", job.last_step().loss()));
+  if (job.start_time_unix() > 0) absl::StrAppend(&out, ", ", FormatDuration(Elapsed(job)));
+  if (!job.error().empty()) absl::StrAppend(&out, ": ", job.error());
+  return out;
+}
+
+}  // namespace baton

@@ -1,0 +1,26 @@
+// How `baton watch`, `status` and `list` draw a job: a panel with a progress bar and one busy bar per stage
+// (block characters, redrawn in place on a terminal), or one plain line per step when stdout is not a terminal
+// (logs, pipes). Pure functions of the job service's messages.
+#pragma once
+
+#include <string>
+
+#include "baton/v1/job_service.pb.h"
+
+namespace baton {
+
+// "queued", "running", "finished", "failed", "stopped".
+std::string JobStateName(v1::JobState state);
+// "42s", "3m05s", "2h07m"; "-" when negative.
+std::string FormatDuration(double seconds);
+// `width` cells of █ with an eighth-block tip (▏▎▍▌▋▊▉) and spaces; fraction clamped to [0, 1].
+std::string BlockBar(double fraction, int width);
+// One line per step: "job 3 step 12/100 loss 0.12345 lr 1.00e-04 0.840 s/step 4.8 samples/s ETA 1m14s busy 78% 55%".
+std::string PlainStepLine(const v1::JobInfo& job, const v1::StepProgress& step);
+// The terminal panel (several lines, each ending in '\n'): job, state, progress bar, pace and ETA, a busy bar
+// per stage for the last step (busy / step time) with the run's mean, the last checkpoint, and the error.
+std::string JobPanel(const v1::JobInfo& job, int bar_width = 30);
+// One line for a final or state event: "job 3 finished: step 100/100, loss 0.01234, 2m13s".
+std::string JobSummaryLine(const v1::JobInfo& job);
+
+}  // namespace baton

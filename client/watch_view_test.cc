@@ -1,0 +1,57 @@
+#include "client/watch_view.h"
+
+#include <gtest/gtest.h>
+
+namespace baton {
+namespace {
+
+// Display width in cells: each block character is one cell (3 bytes in UTF-8), a space one.
+int Cells(const std::string& s) {
+  int n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+TEST(WatchViewTest, BlockBarHasTheWidthAndEighthsOfTheFraction) {
+  EXPECT_EQ(BlockBar(0, 8), std::string(8, ' '));
+  EXPECT_EQ(BlockBar(1, 4), "████");
+  EXPECT_EQ(BlockBar(0.5, 4), "██  ");
+  EXPECT_EQ(BlockBar(1.0 / 32, 4), "▏   ");  // one eighth of one cell
+  EXPECT_EQ(BlockBar(2.5, 3), "███");        // clamped
+  for (double f : {0.0, 0.13, 0.5, 0.77, 1.0}) EXPECT_EQ(Cells(BlockBar(f, 20)), 20) << f;
+}
+
+TEST(WatchViewTest, DurationsReadAsAPersonWritesThem) {
+  EXPECT_EQ(FormatDuration(42.4), "42s");
+  EXPECT_EQ(FormatDuration(185), "3m05s");
+  EXPECT_EQ(FormatDuration(7620), "2h07m");
+  EXPECT_EQ(FormatDuration(-1), "-");
+}
+
+TEST(WatchViewTest, PlainLineAndPanelShowStepLossPaceAndStageBusy) {
+  v1::JobInfo job;
+  job.set_job_id("7");
+  job.set_name("style");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_total_steps(100);
+  v1::StepProgress* step = job.mutable_last_step();
+  step->set_step(25);
+  step->set_total_steps(100);
+  step->set_loss(0.125);
+  step->set_learning_rate(1e-4);
+  step->set_step_seconds(2.0);
+  step->set_samples_per_second(2.0);
+  step->set_eta_seconds(150);
+  step->add_stages()->set_busy_seconds(1.5);
+  step->add_stages()->set_busy_seconds(1.0);
+  EXPECT_EQ(PlainStepLine(job, *step),
+            "job 7 step 25/100 loss 0.12500 lr 1.00e-04 2.000 s/step 2.0 samples/s ETA 2m30s busy 75% 50%");
+  const std::string panel = JobPanel(job, 8);
+  EXPECT_NE(panel.find("job 7  style  running  step 25/100  ██        25%"), std::string::npos) << panel;
+  EXPECT_NE(panel.find("stage 0  ██████    75% busy"), std::string::npos) << panel;
+  EXPECT_NE(panel.find("stage 1  ████      50% busy"), std::string::npos) << panel;
+  EXPECT_NE(panel.find("ETA 2m30s"), std::string::npos) << panel;
+}
+
+}  // namespace
+}  // namespace baton

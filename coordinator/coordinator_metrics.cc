@@ -1,0 +1,105 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <absl/time/clock.h>
+
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/metrics/families.h"
+#include "core/metrics/metrics_server.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+// One run's series, resolved once.
+struct RunSeries {
+  explicit RunSeries(const std::string& job)
+      : m(CoordinatorFamilies()),
+        labels{{"job", job}},
+        steps_completed(m.steps_completed.Add(labels)),
+        step(m.step.Add(labels)),
+        steps_target(m.steps_target.Add(labels)),
+        step_duration(m.step_duration_seconds.Add(labels, StepDurationBuckets())),
+        loss(m.loss.Add(labels)),
+        learning_rate(m.learning_rate.Add(labels)),
+        gradient_norm(m.gradient_norm.Add(labels)),
+        samples_per_second(m.samples_per_second.Add(labels)),
+        checkpoint_duration(m.checkpoint_duration_seconds.Add(labels, CheckpointDurationBuckets())),
+        checkpoint_last_success(m.checkpoint_last_success_timestamp_seconds.Add(labels)) {}
+
+  CoordinatorMetrics& m;
+  prometheus::Labels labels;
+  prometheus::Counter& steps_completed;
+  prometheus::Gauge &step, &steps_target;
+  prometheus::Histogram& step_duration;
+  prometheus::Gauge &loss, &learning_rate, &gradient_norm, &samples_per_second;
+  prometheus::Histogram& checkpoint_duration;
+  prometheus::Gauge& checkpoint_last_success;
+};
+
+}  // namespace
+
+void AddMetricsHooks(const std::string& job_name, CoordinatorHooks* hooks) {
+  auto series = std::make_shared<RunSeries>(job_name);
+  hooks->on_start = [series, next = std::move(hooks->on_start)](const RunStart& start) {
+    series->steps_target.Set(static_cast<double>(start.total_steps));
+    series->step.Set(static_cast<double>(start.first_step));
+    if (next) next(start);
+  };
+  hooks->on_step = [series, next = std::move(hooks->on_step)](const PipelineStepRecord& rec) {
+    series->steps_completed.Increment();
+    series->step.Set(static_cast<double>(rec.step));
+    series->step_duration.Observe(rec.step_seconds);
+    series->loss.Set(rec.loss);
+    series->learning_rate.Set(rec.lr);
+    series->gradient_norm.Set(rec.grad_norm);
+    series->samples_per_second.Set(rec.samples_per_second);
+    if (next) next(rec);
+  };
+  hooks->on_checkpoint = [series, next = std::move(hooks->on_checkpoint)](int64_t step, double seconds) {
+    series->checkpoint_duration.Observe(seconds);
+    series->checkpoint_last_success.Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+    if (next) next(step, seconds);
+  };
+}
+
+absl::StatusOr<std::string> StageMetricsListen(const std::string& coordinator_listen, int stage) {
+  ASSIGN_OR_RETURN(MetricsAddress address, ParseMetricsAddress(coordinator_listen));
+  if (address.port == 0) return absl::StrCat(address.host, ":0");
+  const int port = address.port + 1 + stage;
+  if (port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--metrics ", coordinator_listen, ": stage ", stage,
+                                                   " would serve its metrics on port ", port, " (past 65535)"));
+  }
+  return absl::StrCat(address.host, ":", port);
+}
+
+absl::Status PublishMetricsTargets(const std::string& output_dir, const std::string& coordinator,
+                                   const std::vector<std::string>& stages, bool print) {
+  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+  groups.push_back({{"targets", {coordinator}}, {"labels", {{"baton_process", "coordinator"}}}});
+  std::vector<std::string> line = {absl::StrCat("coordinator ", coordinator)};
+  for (size_t i = 0; i < stages.size(); ++i) {
+    if (stages[i].empty()) continue;
+    groups.push_back(
+        {{"targets", {stages[i]}}, {"labels", {{"baton_process", "stage_worker"}, {"stage", absl::StrCat(i)}}}});
+    line.push_back(absl::StrCat("stage ", i, " ", stages[i]));
+  }
+  if (print) {
+    std::printf("metrics: %s\n", absl::StrJoin(line, ", ").c_str());
+    std::fflush(stdout);
+  }
+  RETURN_IF_ERROR(MakeDirs(output_dir));
+  return WriteFileAtomic(JoinPath(output_dir, "prometheus_targets.json"), groups.dump(2) + "\n");
+}
+
+prometheus::Gauge* StageUpGauge(const std::string& job_name, int stage, const std::string& address) {
+  return &CoordinatorFamilies().stage_up.Add({{"job", job_name}, {"stage", absl::StrCat(stage)}, {"peer", address}});
+}
+
+}  // namespace baton

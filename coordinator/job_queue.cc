@@ -1,0 +1,356 @@
+#include "coordinator/job_queue.h"
+
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "coordinator/coordinator_metrics.h"
+#include "core/util/files.h"
+#include "core/util/log.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+double NowUnix() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+
+bool Ended(v1::JobState s) { return s >= v1::JOB_STATE_FINISHED; }
+
+}  // namespace
+
+JobQueue::JobQueue(CoordinatorOptions base, std::string output_root) : base_(std::move(base)), root_(output_root) {}
+
+JobQueue::~JobQueue() { Shutdown(); }
+
+absl::Status JobQueue::Start() {
+  RETURN_IF_ERROR(MakeDirs(root_));
+  RETURN_IF_ERROR(Reload());
+  runner_ = std::thread([this] { RunnerMain(); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted) {
+  ASSIGN_OR_RETURN(JobConfig config, ParseSubmittedJob(submitted));
+  RETURN_IF_ERROR(ValidateSubmittedJob(submitted, config, base_.stages));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");
+  const int64_t id = next_id_++;
+  Job& job = jobs_[id];
+  job.submitted = submitted;
+  job.submitted.name = submitted.name.empty() ? DefaultJobName(submitted.job_file) : SafeJobName(submitted.name);
+  job.config = std::move(config);
+  job.info.set_job_id(absl::StrCat(id));
+  job.info.set_name(job.submitted.name);
+  job.info.set_state(v1::JOB_STATE_QUEUED);
+  job.info.set_job_file(submitted.job_file);
+  job.info.set_output_dir(JoinPath(root_, absl::StrCat(job.submitted.name, "-", id)));
+  job.info.set_submit_time_unix(NowUnix());
+  job.info.set_total_steps(job.config.steps);
+  queue_.push_back(id);
+  Persist(job);
+  Changed(job);
+  return InfoLocked(job);
+}
+
+absl::StatusOr<v1::JobInfo> JobQueue::Get(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Job* job = FindLocked(job_id);
+  if (job == nullptr) return absl::NotFoundError(job_id.empty() ? "no jobs yet" : absl::StrCat("no job ", job_id));
+  return InfoLocked(*job);
+}
+
+std::vector<v1::JobInfo> JobQueue::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::JobInfo> out;
+  if (running_ != 0) out.push_back(InfoLocked(jobs_.at(running_)));
+  for (int64_t id : queue_) out.push_back(InfoLocked(jobs_.at(id)));
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    if (Ended(it->second.info.state())) out.push_back(InfoLocked(it->second));
+  }
+  return out;
+}
+
+absl::StatusOr<v1::JobInfo> JobQueue::Stop(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t id = 0;
+  if (!absl::SimpleAtoi(job_id, &id) || !jobs_.count(id)) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  Job& job = jobs_.at(id);
+  if (Ended(job.info.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " has already ended (", v1::JobState_Name(job.info.state()), ")"));
+  }
+  job.info.set_stop_requested(true);
+  job.stop->store(true);
+  if (job.info.state() == v1::JOB_STATE_QUEUED) {
+    queue_.erase(std::find(queue_.begin(), queue_.end(), id));
+    job.info.set_state(v1::JOB_STATE_STOPPED);
+    job.info.set_end_time_unix(NowUnix());
+    Persist(job);
+  }
+  Changed(job);
+  return InfoLocked(job);
+}
+
+absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uint64_t seen_version, int64_t from_step,
+                                                  size_t checkpoints_seen, absl::Duration timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::string id = job_id;
+  if (id.empty()) {
+    if (running_ == 0 && queue_.empty()) return absl::NotFoundError("no job is running or queued");
+    id = absl::StrCat(running_ != 0 ? running_ : queue_.front());
+  }
+  const Job* job = FindLocked(id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return job->version != seen_version; });
+  JobUpdate update;
+  update.job = InfoLocked(*job);
+  update.version = job->version;
+  for (const v1::StepProgress& s : job->steps) {
+    if (s.step() > from_step) update.steps.push_back(s);
+  }
+  for (size_t i = checkpoints_seen; i < job->checkpoints.size(); ++i) update.checkpoints.push_back(job->checkpoints[i]);
+  return update;
+}
+
+void JobQueue::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+    if (running_ != 0) {
+      Job& job = jobs_.at(running_);
+      job.interrupted = true;
+      job.stop->store(true);
+      Changed(job);
+    }
+    changed_.notify_all();
+  }
+  if (runner_.joinable()) runner_.join();
+}
+
+void JobQueue::RunnerMain() {
+  while (true) {
+    int64_t id = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [&] { return shutdown_ || !queue_.empty(); });
+      if (shutdown_) return;
+      id = queue_.front();
+      queue_.pop_front();
+      running_ = id;
+      Job& job = jobs_.at(id);
+      job.info.set_state(v1::JOB_STATE_RUNNING);
+      job.info.set_start_time_unix(NowUnix());
+      Persist(job);
+      Changed(job);
+    }
+    RunOne(id);
+  }
+}
+
+void JobQueue::RunOne(int64_t id) {
+  CoordinatorOptions options = base_;
+  const JobConfig* config = nullptr;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Job& job = jobs_.at(id);
+    options.output_dir = job.info.output_dir();
+    options.steps = job.config.steps;
+    options.resume = job.resume;
+    name = job.info.name();
+    config = &job.config;  // std::map nodes are stable and the config is not written while it runs
+  }
+  options.quiet = true;
+  options.hooks = HooksFor(id);
+  if (!options.metrics_address.empty()) AddMetricsHooks(name, &options.hooks);  // label job = the job's name
+  LogInfo("job ", id, ": running into ", options.output_dir);
+  // The service outlives its jobs: an exception that escapes a run fails that job, not the process.
+  absl::StatusOr<CoordinatorResult> result = absl::InternalError("no result");
+  try {
+    result = RunCoordinator(*config, options);
+  } catch (const std::exception& e) {
+    result = absl::InternalError(absl::StrCat("the run threw: ", e.what()));
+  }
+  Finish(id, result);
+}
+
+// The queue's hooks, each followed by the base options' own (e.g. the metrics), which see every job.
+CoordinatorHooks JobQueue::HooksFor(int64_t id) {
+  const CoordinatorHooks& base = base_.hooks;
+  CoordinatorHooks hooks;
+  std::lock_guard<std::mutex> lock(mu_);
+  hooks.stop = jobs_.at(id).stop.get();
+  hooks.on_start = [this, id, next = base.on_start](const RunStart& start) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Job& job = jobs_.at(id);
+      job.info.set_first_step(start.first_step);
+      job.info.set_total_steps(start.total_steps);
+      job.info.mutable_stage_addresses()->Assign(start.addresses.begin(), start.addresses.end());
+      Changed(job);
+    }
+    if (next) next(start);
+  };
+  hooks.on_step = [this, id, next = base.on_step](const PipelineStepRecord& rec) {
+    OnStep(id, rec);
+    if (next) next(rec);
+  };
+  hooks.on_checkpoint = [this, id, next = base.on_checkpoint](int64_t step, double seconds) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Job& job = jobs_.at(id);
+      job.info.set_last_checkpoint_step(step);
+      job.checkpoints.push_back(step);
+      Changed(job);
+    }
+    if (next) next(step, seconds);
+  };
+  return hooks;
+}
+
+void JobQueue::OnStep(int64_t id, const PipelineStepRecord& rec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Job& job = jobs_.at(id);
+  job.run_seconds += rec.step_seconds;
+  const int64_t done = rec.step - job.info.first_step();
+  v1::StepProgress p;
+  p.set_step(rec.step);
+  p.set_total_steps(job.info.total_steps());
+  p.set_loss(rec.loss);
+  p.set_learning_rate(rec.lr);
+  p.set_grad_norm(rec.grad_norm);
+  p.set_step_seconds(rec.step_seconds);
+  p.set_samples_per_second(rec.samples_per_second);
+  p.set_eta_seconds(done > 0 ? job.run_seconds / static_cast<double>(done) *
+                                   static_cast<double>(job.info.total_steps() - rec.step)
+                             : 0);
+  while (job.info.stage_totals_size() < static_cast<int>(rec.stages.size())) job.info.add_stage_totals();
+  for (size_t i = 0; i < rec.stages.size(); ++i) {
+    v1::StageStats* s = p.add_stages();
+    s->set_busy_seconds(rec.stages[i].forward_seconds + rec.stages[i].backward_seconds);
+    s->set_idle_seconds(rec.stages[i].idle_seconds);
+    v1::StageStats* total = job.info.mutable_stage_totals(static_cast<int>(i));
+    total->set_busy_seconds(total->busy_seconds() + s->busy_seconds());
+    total->set_idle_seconds(total->idle_seconds() + s->idle_seconds());
+  }
+  *job.info.mutable_last_step() = p;
+  job.steps.push_back(std::move(p));
+  Changed(job);
+}
+
+void JobQueue::Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Job& job = jobs_.at(id);
+  running_ = 0;
+  job.info.set_end_time_unix(NowUnix());
+  if (!result.ok()) {
+    job.info.set_state(v1::JOB_STATE_FAILED);
+    job.info.set_error(result.status().ToString());
+    LogWarning("job ", id, " failed: ", result.status().ToString());
+  } else if (job.info.last_step().step() < job.info.total_steps()) {
+    job.info.set_state(v1::JOB_STATE_STOPPED);
+  } else {
+    job.info.set_state(v1::JOB_STATE_FINISHED);
+  }
+  LogInfo("job ", id, ": ", v1::JobState_Name(job.info.state()));
+  Persist(job);
+  Changed(job);
+}
+
+void JobQueue::Changed(Job& job) {
+  ++job.version;
+  changed_.notify_all();
+}
+
+// job.json: the JobInfo (proto JSON) and what it takes to queue the job again.
+void JobQueue::Persist(const Job& job) const {
+  std::string info_json;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(job.info, &info_json, opts);
+  nlohmann::json j = {{"info", nlohmann::json::parse(info_json)},
+                      {"yaml", job.submitted.yaml},
+                      {"working_dir", job.submitted.working_dir},
+                      {"steps", job.submitted.steps},
+                      {"resume", job.info.state() == v1::JOB_STATE_QUEUED
+                                     ? job.resume
+                                     : job.interrupted && job.info.state() == v1::JOB_STATE_STOPPED}};
+  absl::Status s = MakeDirs(job.info.output_dir());
+  if (s.ok()) s = WriteFileAtomic(JoinPath(job.info.output_dir(), "job.json"), j.dump(1));
+  if (!s.ok()) LogWarning("job ", job.info.job_id(), ": cannot record its state: ", s.ToString());
+}
+
+absl::Status JobQueue::Reload() {
+  std::error_code ec;
+  std::vector<std::pair<int64_t, Job>> found;
+  for (const auto& entry : std::filesystem::directory_iterator(root_, ec)) {
+    const std::string path = JoinPath(entry.path().string(), "job.json");
+    if (!PathExists(path)) continue;
+    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    Job job;
+    if (j.is_discarded() || !google::protobuf::util::JsonStringToMessage(j["info"].dump(), &job.info).ok()) {
+      LogWarning("skipping unreadable ", path);
+      continue;
+    }
+    job.submitted = {j["yaml"].get<std::string>(), job.info.job_file(), j["working_dir"].get<std::string>(),
+                     job.info.name(), j["steps"].get<int64_t>()};
+    job.resume = j.value("resume", false);
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(job.info.job_id(), &id)) continue;
+    found.emplace_back(id, std::move(job));
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, job] : found) {
+    next_id_ = std::max(next_id_, id + 1);
+    if (job.info.state() == v1::JOB_STATE_RUNNING) {
+      job.info.set_state(v1::JOB_STATE_FAILED);
+      job.info.set_error("the coordinator exited while the job ran; its checkpoints are in its output folder");
+    } else if (job.info.state() == v1::JOB_STATE_QUEUED || (job.resume && job.info.state() == v1::JOB_STATE_STOPPED)) {
+      job.info.set_state(v1::JOB_STATE_QUEUED);
+      job.info.set_end_time_unix(0);
+      auto config = ParseSubmittedJob(job.submitted);
+      if (config.ok()) {
+        job.config = *config;
+        queue_.push_back(id);
+      } else {
+        job.info.set_state(v1::JOB_STATE_FAILED);
+        job.info.set_error(config.status().ToString());
+      }
+    }
+    Persist(job);
+    jobs_[id] = std::move(job);
+  }
+  return absl::OkStatus();
+}
+
+const JobQueue::Job* JobQueue::FindLocked(const std::string& job_id) const {
+  if (job_id.empty()) {
+    if (running_ != 0) return &jobs_.at(running_);
+    return jobs_.empty() ? nullptr : &jobs_.rbegin()->second;
+  }
+  int64_t id = 0;
+  if (!absl::SimpleAtoi(job_id, &id)) return nullptr;
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+v1::JobInfo JobQueue::InfoLocked(const Job& job) const {
+  v1::JobInfo info = job.info;
+  info.set_queue_position(0);
+  if (info.state() == v1::JOB_STATE_QUEUED) {
+    int64_t id = 0;
+    (void)absl::SimpleAtoi(info.job_id(), &id);
+    auto it = std::find(queue_.begin(), queue_.end(), id);
+    info.set_queue_position(static_cast<int32_t>(it - queue_.begin()) + (running_ != 0 ? 1 : 0));
+  }
+  return info;
+}
+
+}  // namespace baton

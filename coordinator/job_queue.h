@@ -1,0 +1,103 @@
+// The job service's core, with no RPC in it: submitted jobs wait in order and one runner thread runs them one
+// at a time through RunCoordinator on the service's set of stage workers, each into its own output folder
+// <root>/<name>-<id>/. The queue records each job's state and every step (CoordinatorHooks), so that status,
+// list and watch can read them, and keeps <root>/<name>-<id>/job.json current on every state change: after a
+// restart the finished history is back, the job that Shutdown stopped resumes from its checkpoint first, and
+// jobs that were queued are queued again (a job that was running when the process died without Shutdown is
+// marked failed; its checkpoints stay). Thread-safe.
+#pragma once
+
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+#include <absl/time/time.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "baton/v1/job_service.pb.h"
+#include "coordinator/job_submission.h"
+#include "coordinator/pipeline_trainer.h"
+
+namespace baton {
+
+// What a watcher has not seen yet: the job now, and the steps and checkpoints after the ones it had.
+struct JobUpdate {
+  v1::JobInfo job;
+  std::vector<v1::StepProgress> steps;  // steps after `from_step`, in order
+  std::vector<int64_t> checkpoints;     // checkpoint steps after the first `checkpoints_seen`
+  uint64_t version = 0;                 // pass back to WaitForUpdate
+  bool ended() const { return job.state() >= v1::JOB_STATE_FINISHED; }
+};
+
+class JobQueue {
+ public:
+  // `base`: every job's options (stages, workers, timeouts). output_dir, steps, resume and quiet are set per job;
+  // base.hooks (on_start, on_step, on_checkpoint) run after the queue's own for every job; the stop flag is
+  // per job.
+  JobQueue(CoordinatorOptions base, std::string output_root);
+  ~JobQueue();  // Shutdown()
+
+  // Reloads <root>/*/job.json and starts the runner thread.
+  absl::Status Start();
+  // Parses, validates (InvalidArgument with file:line) and queues a job.
+  absl::StatusOr<v1::JobInfo> Submit(const SubmittedJob& submitted);
+  // By id; empty id: the running job, else the newest one. NotFound.
+  absl::StatusOr<v1::JobInfo> Get(const std::string& job_id) const;
+  // Running, then queued in order, then ended ones newest first.
+  std::vector<v1::JobInfo> List() const;
+  // Running: stop after the current step with a checkpoint. Queued: dropped (STOPPED). Ended: FailedPrecondition.
+  absl::StatusOr<v1::JobInfo> Stop(const std::string& job_id);
+  // Blocks until the job's version passes `seen_version` or `timeout` passes, then returns what is new.
+  // Empty job_id: the running job, else the first queued one (NotFound when neither).
+  absl::StatusOr<JobUpdate> WaitForUpdate(const std::string& job_id, uint64_t seen_version, int64_t from_step,
+                                          size_t checkpoints_seen, absl::Duration timeout) const;
+  // Stops the running job with a checkpoint and waits for it; job.json marks it to resume on the next Start,
+  // and queued jobs stay queued.
+  void Shutdown();
+
+ private:
+  struct Job {
+    v1::JobInfo info;
+    SubmittedJob submitted;
+    JobConfig config;
+    std::vector<v1::StepProgress> steps;
+    std::vector<int64_t> checkpoints;
+    uint64_t version = 1;
+    double run_seconds = 0;    // sum of step times, for the ETA
+    bool resume = false;       // continue from the newest checkpoint in the output folder
+    bool interrupted = false;  // stopped by Shutdown, not by a client: resumes after a restart
+    std::unique_ptr<std::atomic<bool>> stop = std::make_unique<std::atomic<bool>>(false);
+  };
+
+  void RunnerMain();
+  void RunOne(int64_t id);
+  CoordinatorHooks HooksFor(int64_t id);
+  void OnStep(int64_t id, const PipelineStepRecord& rec);
+  void Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& result);
+  void Changed(Job& job);              // requires mu_: bumps the version, wakes watchers
+  void Persist(const Job& job) const;  // requires mu_
+  absl::Status Reload();
+  const Job* FindLocked(const std::string& job_id) const;  // requires mu_; empty id: running, else newest
+  v1::JobInfo InfoLocked(const Job& job) const;            // requires mu_: with its queue position
+
+  const CoordinatorOptions base_;
+  const std::string root_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
+  std::map<int64_t, Job> jobs_;  // by id; guarded by mu_
+  std::deque<int64_t> queue_;    // waiting, in order; guarded by mu_
+  int64_t running_ = 0;          // 0: none; guarded by mu_
+  int64_t next_id_ = 1;          // guarded by mu_
+  bool shutdown_ = false;        // guarded by mu_
+  std::thread runner_;
+};
+
+}  // namespace baton

@@ -1,0 +1,222 @@
+#include "coordinator/job_service.h"
+
+#include <absl/strings/str_cat.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "baton/v1/job_service.grpc.pb.h"
+#include "coordinator/checkpoint.h"
+#include "coordinator/job_queue.h"
+#include "core/util/files.h"
+#include "core/util/log.h"
+#include "core/util/sha256.h"
+#include "core/util/status.h"
+#include "rpc/grpc_options.h"
+#include "rpc/grpc_status.h"
+#include "rpc/health.h"
+
+namespace baton {
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;
+
+// Sum of the sizes of the files in `dir` (one level: a checkpoint has no subfolders).
+int64_t DirBytes(const std::string& dir) {
+  std::error_code ec;
+  int64_t total = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.is_regular_file(ec)) total += static_cast<int64_t>(e.file_size(ec));
+  }
+  return total;
+}
+
+double MtimeUnix(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) * 1e-9;
+}
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  explicit JobServiceImpl(JobQueue* queue) : queue_(queue) {}
+
+  grpc::Status Submit(grpc::ServerContext*, const v1::SubmitRequest* req, v1::SubmitResponse* resp) override {
+    SubmittedJob s{req->job_yaml(), req->job_file().empty() ? "<job>" : req->job_file(), req->working_dir(),
+                   req->name(), req->steps()};
+    auto info = queue_->Submit(s);
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    resp->set_job_id(info->job_id());
+    resp->set_queue_position(info->queue_position());
+    *resp->mutable_job() = *info;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Status(grpc::ServerContext*, const v1::StatusRequest* req, v1::JobInfo* resp) override {
+    auto info = queue_->Get(req->job_id());
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    *resp = *info;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status List(grpc::ServerContext*, const v1::ListRequest*, v1::ListResponse* resp) override {
+    for (v1::JobInfo& info : queue_->List()) *resp->add_jobs() = std::move(info);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
+                     grpc::ServerWriter<v1::WatchEvent>* writer) override;
+
+  grpc::Status Stop(grpc::ServerContext*, const v1::StopRequest* req, v1::JobInfo* resp) override {
+    auto info = queue_->Stop(req->job_id());
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    *resp = *info;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest* req,
+                               v1::ListCheckpointsResponse* resp) override {
+    auto info = queue_->Get(req->job_id());
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    auto steps = ListCheckpointSteps(info->output_dir());
+    if (!steps.ok()) return ToGrpcStatus(steps.status());
+    for (int64_t step : *steps) {
+      const std::string dir = CheckpointDir(info->output_dir(), step);
+      v1::CheckpointInfo* c = resp->add_checkpoints();
+      c->set_step(step);
+      c->set_time_unix(MtimeUnix(JoinPath(dir, "state.json")));
+      std::error_code ec;
+      c->set_lora_bytes(static_cast<int64_t>(std::filesystem::file_size(JoinPath(dir, "lora.safetensors"), ec)));
+      c->set_total_bytes(DirBytes(dir));
+      c->set_path(dir);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Download(grpc::ServerContext* ctx, const v1::DownloadRequest* req,
+                        grpc::ServerWriter<v1::FileChunk>* writer) override;
+
+ private:
+  JobQueue* queue_;
+};
+
+// Events for what changed since the last round: one per new step, one per new checkpoint, one per state
+// change, and a last one marked final.
+grpc::Status JobServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
+                                   grpc::ServerWriter<v1::WatchEvent>* writer) {
+  std::string id = req->job_id();
+  uint64_t version = 0;
+  int64_t from_step = req->from_step();
+  size_t checkpoints_seen = 0;
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  while (!ctx->IsCancelled()) {
+    auto update = queue_->WaitForUpdate(id, version, from_step, checkpoints_seen, absl::Milliseconds(500));
+    if (!update.ok()) return ToGrpcStatus(update.status());
+    id = update->job.job_id();  // an empty id follows the job it found first
+    version = update->version;
+    v1::WatchEvent event;
+    *event.mutable_job() = update->job;
+    // In step order: a checkpoint of step k follows step k's event.
+    size_t c = 0;
+    auto send_checkpoints_upto = [&](int64_t step) {
+      for (; c < update->checkpoints.size() && update->checkpoints[c] <= step; ++c) {
+        if (update->checkpoints[c] <= req->from_step()) {  // the client asked for what came after
+          ++checkpoints_seen;
+          continue;
+        }
+        event.clear_step();
+        event.set_checkpoint_step(update->checkpoints[c]);
+        if (!writer->Write(event)) return false;
+        ++checkpoints_seen;
+      }
+      return true;
+    };
+    for (const v1::StepProgress& step : update->steps) {
+      if (!send_checkpoints_upto(step.step() - 1)) return grpc::Status::CANCELLED;
+      event.clear_checkpoint_step();
+      *event.mutable_step() = step;
+      if (!writer->Write(event)) return grpc::Status::CANCELLED;
+      from_step = step.step();
+    }
+    if (!send_checkpoints_upto(INT64_MAX)) return grpc::Status::CANCELLED;
+    event.clear_step();
+    event.clear_checkpoint_step();
+    if (update->ended()) {
+      event.set_final(true);
+      writer->Write(event);
+      return grpc::Status::OK;
+    }
+    if (update->job.state() != state) {
+      state = update->job.state();
+      if (!writer->Write(event)) return grpc::Status::CANCELLED;
+    }
+  }
+  return grpc::Status::CANCELLED;
+}
+
+grpc::Status JobServiceImpl::Download(grpc::ServerContext* ctx, const v1::DownloadRequest* req,
+                                      grpc::ServerWriter<v1::FileChunk>* writer) {
+  auto info = queue_->Get(req->job_id());
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  if (req->job_id().empty()) return ToGrpcStatus(absl::InvalidArgumentError("job_id is required"));
+  const std::string dir =
+      req->checkpoint_step() > 0 ? CheckpointDir(info->output_dir(), req->checkpoint_step()) : info->output_dir();
+  const std::string path = JoinPath(dir, "lora.safetensors");
+  // Whole file read at once: a LoRA is tens of MB, and the job may replace the file (atomically) meanwhile.
+  auto data = ReadFile(path);
+  if (!data.ok()) {
+    return ToGrpcStatus(absl::NotFoundError(
+        absl::StrCat("job ", req->job_id(), " has no ", path,
+                     req->checkpoint_step() > 0 ? " (see baton checkpoints)" : " yet (no checkpoint written)")));
+  }
+  Sha256 hash;
+  hash.Update(*data);
+  const std::string hex = DigestToHex(hash.Finish());
+  size_t offset = 0;
+  do {
+    if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
+    v1::FileChunk chunk;
+    const size_t n = std::min(kChunkBytes, data->size() - offset);
+    chunk.set_data(data->substr(offset, n));
+    chunk.set_offset(static_cast<int64_t>(offset));
+    chunk.set_total_bytes(static_cast<int64_t>(data->size()));
+    chunk.set_file_name("lora.safetensors");
+    offset += n;
+    if (offset == data->size()) chunk.set_sha256(hex);
+    if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
+  } while (offset < data->size());
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+absl::Status RunJobService(const JobServiceOptions& options,
+                           const std::function<void(const std::string&)>& on_listening,
+                           const std::atomic<bool>* shutdown) {
+  JobQueue queue(options.base, options.output_root);
+  RETURN_IF_ERROR(queue.Start());
+  JobServiceImpl service(&queue);
+  EnableHealthService();
+  grpc::ServerBuilder builder;
+  ApplyServerOptions(builder);
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  const std::string address = absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  LogWarning("serving plaintext gRPC on ", address, " (no TLS: use only on a trusted network)");
+  MarkServing(*server, {kJobServiceName});
+  on_listening(address);
+  while (!shutdown->load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  LogInfo("shutting down: stopping the running job with a checkpoint");
+  MarkNotServing(*server);
+  queue.Shutdown();  // watchers see the job's final event before the server goes
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return absl::OkStatus();
+}
+
+}  // namespace baton

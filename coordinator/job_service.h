@@ -1,0 +1,28 @@
+// `coordinator --listen HOST:PORT`: the JobService front end over a JobQueue. It only translates between gRPC
+// and the queue (rpc/grpc_status.h converts the statuses); the queue owns the jobs. Serves until `*shutdown`
+// turns true (SIGTERM), then stops the running job with a checkpoint and returns.
+#pragma once
+
+#include <absl/status/status.h>
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "coordinator/pipeline_trainer.h"
+
+namespace baton {
+
+struct JobServiceOptions {
+  std::string listen = "127.0.0.1:7070";  // host:port; port 0 picks a free one
+  std::string output_root = "out/jobs";   // each job writes into <output_root>/<name>-<id>/
+  CoordinatorOptions base;                // stages, workers, timeouts: the same for every job
+};
+
+// Serves JobService (and gRPC health) on options.listen; calls on_listening("host:port") once it accepts
+// calls. Returns when *shutdown is set, after the running job has checkpointed and stopped.
+absl::Status RunJobService(const JobServiceOptions& options,
+                           const std::function<void(const std::string&)>& on_listening,
+                           const std::atomic<bool>* shutdown);
+
+}  // namespace baton

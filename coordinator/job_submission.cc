@@ -1,0 +1,80 @@
+#include "coordinator/job_submission.h"
+
+#include <absl/strings/ascii.h>
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <yaml-cpp/yaml.h>
+
+#include "coordinator/pipeline_trainer.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+std::string Resolve(const std::string& path, const std::string& base) {
+  if (path.empty() || path[0] == '/' || base.empty()) return path;
+  return JoinPath(base, path);
+}
+
+// "job.yaml:4" for a top-level key (or "job.yaml" when the text does not show it).
+std::string KeyPosition(const SubmittedJob& s, const std::string& key) {
+  try {
+    YAML::Node root = YAML::Load(s.yaml);
+    YAML::Node node = root[key];
+    if (node.IsDefined() && node.Mark().line >= 0) return absl::StrCat(s.job_file, ":", node.Mark().line + 1);
+  } catch (const YAML::Exception&) {
+  }
+  return s.job_file;
+}
+
+}  // namespace
+
+absl::StatusOr<JobConfig> ParseSubmittedJob(const SubmittedJob& submitted) {
+  ASSIGN_OR_RETURN(JobConfig job, ParseJobYaml(submitted.yaml, submitted.job_file));
+  const std::string& base = submitted.working_dir;
+  job.model = Resolve(job.model, base);
+  job.model_config = Resolve(job.model_config, base);
+  job.dataset = Resolve(job.dataset, base);
+  job.init_lora = Resolve(job.init_lora, base);
+  if (submitted.steps > 0) job.steps = submitted.steps;
+  return job;
+}
+
+absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig& job, int stages) {
+  struct PathKey {
+    const char* key;
+    const std::string& path;
+    bool needed;
+  };
+  const PathKey keys[] = {{"model", job.model, true},
+                          {"model_config", job.model_config, !job.model_config.empty()},
+                          {"dataset", job.dataset, job.encode.encoder_worker.empty()},
+                          {"init_lora", job.init_lora, !job.init_lora.empty()}};
+  for (const PathKey& k : keys) {
+    if (k.needed && !PathExists(k.path)) {
+      return absl::InvalidArgumentError(absl::StrCat(KeyPosition(submitted, k.key), ": ", k.key, ": ", k.path,
+                                                     " does not exist on the coordinator's host"));
+    }
+  }
+  absl::Status plan = CheckJobPlan(job, stages);
+  if (!plan.ok()) {
+    const bool named = absl::StartsWith(plan.message(), submitted.job_file);
+    return absl::InvalidArgumentError(absl::StrCat(named ? "" : submitted.job_file, named ? "" : ": ", plan.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::string DefaultJobName(const std::string& job_file) {
+  std::string name = job_file.substr(job_file.rfind('/') + 1);
+  if (size_t dot = name.rfind('.'); dot != std::string::npos && dot > 0) name = name.substr(0, dot);
+  return SafeJobName(name);
+}
+
+std::string SafeJobName(const std::string& name) {
+  std::string out;
+  for (char c : name.substr(0, 64)) out += absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' ? c : '_';
+  return out.empty() || out[0] == '.' ? absl::StrCat("job", out) : out;
+}
+
+}  // namespace baton

@@ -1,0 +1,37 @@
+// A job as the job service receives it: YAML text, the file name the client gave, and the client's working
+// directory. It is read exactly as `coordinator --job FILE` run in that directory reads it (ParseJobYaml),
+// then checked as far as can be without workers, so that a bad job is refused at submit with `file:line`.
+#pragma once
+
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+
+#include <string>
+
+#include "core/train/job.h"
+
+namespace baton {
+
+struct SubmittedJob {
+  std::string yaml;         // the job file's text
+  std::string job_file;     // its path as the client named it (messages: job_file:line)
+  std::string working_dir;  // the client's cwd; empty: the coordinator's
+  std::string name;         // empty: job_file's base name without extension
+  int64_t steps = 0;        // > 0: overrides the job's step count
+};
+
+// Parses the YAML and makes the relative paths among model, model_config, dataset and init_lora absolute
+// against working_dir (`coordinator --job` resolves them against its cwd; a service has its own). The
+// encoder worker's encode.images is passed on as written (it names a path on the encoder's host).
+absl::StatusOr<JobConfig> ParseSubmittedJob(const SubmittedJob& submitted);
+
+// The model, model_config, dataset and init_lora exist (NotFound → InvalidArgument naming `file:line` of
+// the key), and CheckJobPlan passes for `stages`.
+absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig& job, int stages);
+
+// "lora-style" from "jobs/lora-style.yaml" (then SafeJobName).
+std::string DefaultJobName(const std::string& job_file);
+// A name fit for a folder: letters, digits, '-', '_', '.' (others become '_'), at most 64, not starting with '.'.
+std::string SafeJobName(const std::string& name);
+
+}  // namespace baton

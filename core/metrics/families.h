@@ -1,0 +1,83 @@
+// Every Baton metric family, declared in this one file (Triton's habit): names `baton_<thing>_<unit>` in base
+// units (seconds, bytes), counters ending in `_total`. Families live on one process-wide prometheus::Registry
+// and are registered the first time a role asks for them, so a process exposes its own role's families plus
+// ProcessFamilies(). Labels: job (the job's name), stage (0-based index), peer ("stage<N>" or "coordinator").
+// Thread-safe: the accessors, Family::Add and every counter/gauge/histogram update.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+
+namespace baton {
+
+// The registry every family below is on; the metrics server exposes it.
+std::shared_ptr<prometheus::Registry> MetricsRegistry();
+
+// Every process.
+struct ProcessMetrics {
+  prometheus::Family<prometheus::Counter>& rpc_errors;             // {side, method, code}
+  prometheus::Family<prometheus::Gauge>& resident_memory_bytes;    // {}; refreshed at scrape time
+  prometheus::Family<prometheus::Gauge>& device_memory_allocated;  // {device}; CUDA only, refreshed at scrape time
+  prometheus::Family<prometheus::Gauge>& build_info;               // {process, version} = 1
+};
+ProcessMetrics& ProcessFamilies();
+
+// The coordinator (label job on all; stage_up also stage and peer = the worker's address).
+struct CoordinatorMetrics {
+  prometheus::Family<prometheus::Counter>& steps_completed;
+  prometheus::Family<prometheus::Gauge>& step;          // last completed step
+  prometheus::Family<prometheus::Gauge>& steps_target;  // the step the run ends at
+  prometheus::Family<prometheus::Histogram>& step_duration_seconds;
+  prometheus::Family<prometheus::Gauge>& loss;
+  prometheus::Family<prometheus::Gauge>& learning_rate;
+  prometheus::Family<prometheus::Gauge>& gradient_norm;
+  prometheus::Family<prometheus::Gauge>& samples_per_second;
+  prometheus::Family<prometheus::Histogram>& checkpoint_duration_seconds;
+  prometheus::Family<prometheus::Gauge>& checkpoint_last_success_timestamp_seconds;
+  prometheus::Family<prometheus::Gauge>& stage_up;  // {job, stage, peer}
+};
+CoordinatorMetrics& CoordinatorFamilies();
+
+// A stage worker (labels job and stage; the link families also peer).
+struct StageMetrics {
+  prometheus::Family<prometheus::Counter>& forward_seconds;
+  prometheus::Family<prometheus::Counter>& backward_seconds;
+  prometheus::Family<prometheus::Counter>& idle_seconds;
+  prometheus::Family<prometheus::Gauge>& microbatches_in_flight;
+  prometheus::Family<prometheus::Gauge>& worker_configured;  // 1 once configured for {job, stage}
+  prometheus::Family<prometheus::Counter>& link_sent_bytes;
+  prometheus::Family<prometheus::Counter>& link_received_bytes;
+  prometheus::Family<prometheus::Counter>& link_transfer_seconds;
+};
+StageMetrics& StageFamilies();
+
+// An encoder worker (batch mode and --listen).
+struct EncoderMetrics {
+  prometheus::Family<prometheus::Counter>& samples_encoded;
+  prometheus::Family<prometheus::Counter>& samples_kept;  // unchanged since the cache was built: reused
+  prometheus::Family<prometheus::Counter>& samples_failed;
+  prometheus::Family<prometheus::Histogram>& sample_seconds;
+};
+EncoderMetrics& EncoderFamilies();
+
+// Histogram buckets (seconds).
+prometheus::Histogram::BucketBoundaries StepDurationBuckets();        // 10 ms .. ~10 min
+prometheus::Histogram::BucketBoundaries CheckpointDurationBuckets();  // 10 ms .. ~10 min
+prometheus::Histogram::BucketBoundaries EncoderSampleBuckets();       // 1 ms .. ~1 min
+
+// baton_build_info{process, version} = 1. `process`: "coordinator", "stage_worker", "encoder_worker".
+void SetBuildInfo(const std::string& process);
+// The version baton_build_info reports (git describe at configure time, or "unknown").
+std::string BatonVersion();
+
+// baton_rpc_errors_total{side, method, code} += 1. side: "server" | "client"; method e.g. "StageService/Push";
+// code: the gRPC code's name, e.g. "UNAVAILABLE".
+void CountRpcError(const std::string& side, const std::string& method, const std::string& code);
+
+}  // namespace baton

@@ -1,0 +1,60 @@
+#include "core/metrics/process_memory.h"
+
+#include <absl/strings/str_cat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <mutex>
+#include <set>
+
+#include "core/metrics/families.h"
+
+#ifdef BATON_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace baton {
+namespace {
+
+std::mutex g_mu;
+std::set<int>& CudaDevices() {  // guarded by g_mu
+  static auto* devices = new std::set<int>();
+  return *devices;
+}
+
+}  // namespace
+
+int64_t ResidentMemoryBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  if (n != 2) return -1;
+  return static_cast<int64_t>(resident) * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+void NoteCudaDeviceInUse(int index) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  CudaDevices().insert(index);
+}
+
+void RefreshProcessGauges() {
+  ProcessMetrics& m = ProcessFamilies();
+  const int64_t rss = ResidentMemoryBytes();
+  if (rss >= 0) m.resident_memory_bytes.Add({}).Set(static_cast<double>(rss));
+  std::set<int> devices;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    devices = CudaDevices();
+  }
+#ifdef BATON_WITH_CUDA
+  for (int d : devices) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+    const auto& allocated = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    m.device_memory_allocated.Add({{"device", absl::StrCat("cuda:", d)}}).Set(static_cast<double>(allocated.current));
+  }
+#endif
+}
+
+}  // namespace baton

@@ -1,0 +1,19 @@
+// Process-level gauges refreshed when Prometheus scrapes: resident memory from /proc/self/statm, and the CUDA
+// caching allocator's allocated bytes on each device the process has said it computes on. CUDA is touched only
+// for devices passed to NoteCudaDeviceInUse, so a CPU-only process never initializes the CUDA runtime.
+#pragma once
+
+#include <cstdint>
+
+namespace baton {
+
+// Resident set size in bytes, or -1 when /proc/self/statm cannot be read.
+int64_t ResidentMemoryBytes();
+
+// Adds cuda:`index` to the devices baton_device_memory_allocated_bytes reports. Thread-safe.
+void NoteCudaDeviceInUse(int index);
+
+// Sets baton_process_resident_memory_bytes and baton_device_memory_allocated_bytes{device} to their values now.
+void RefreshProcessGauges();
+
+}  // namespace baton

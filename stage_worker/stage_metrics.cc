@@ -1,0 +1,90 @@
+#include "stage_worker/stage_metrics.h"
+
+#include <absl/strings/ascii.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/strip.h>
+
+#include "core/metrics/families.h"
+
+namespace baton {
+
+void LinkCounters::Sent(uint64_t bytes, double seconds) const {
+  if (sent_bytes == nullptr) return;
+  sent_bytes->Increment(static_cast<double>(bytes));
+  transfer_seconds->Increment(seconds);
+}
+
+void LinkCounters::Received(uint64_t bytes, double seconds) const {
+  if (received_bytes == nullptr) return;
+  received_bytes->Increment(static_cast<double>(bytes));
+  transfer_seconds->Increment(seconds);
+}
+
+StageInstruments::StageInstruments() {
+  configured_ = &StageFamilies().worker_configured.Add({{"job", ""}, {"stage", ""}});
+  configured_->Set(0);
+}
+
+void StageInstruments::Configure(const std::string& job, int stage) {
+  StageMetrics& m = StageFamilies();
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string job_label = job.empty() ? "unnamed" : job, stage_label = absl::StrCat(stage);
+  if (job_label == job_ && stage_label == stage_) return;
+  m.worker_configured.Remove(configured_);
+  job_ = job_label;
+  stage_ = stage_label;
+  const prometheus::Labels labels = {{"job", job_}, {"stage", stage_}};
+  configured_ = &m.worker_configured.Add(labels);
+  configured_->Set(1);
+  forward_ = &m.forward_seconds.Add(labels);
+  backward_ = &m.backward_seconds.Add(labels);
+  idle_ = &m.idle_seconds.Add(labels);
+  in_flight_ = &m.microbatches_in_flight.Add(labels);
+  in_flight_->Set(0);
+  links_.clear();
+}
+
+void StageInstruments::AddForwardSeconds(double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (forward_) forward_->Increment(s);
+}
+
+void StageInstruments::AddBackwardSeconds(double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (backward_) backward_->Increment(s);
+}
+
+void StageInstruments::AddIdleSeconds(double s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (idle_) idle_->Increment(s);
+}
+
+void StageInstruments::SetInFlight(size_t micro_batches) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (in_flight_) in_flight_->Set(static_cast<double>(micro_batches));
+}
+
+LinkCounters StageInstruments::Link(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (job_.empty()) return {};
+  auto it = links_.find(peer);
+  if (it != links_.end()) return it->second;
+  StageMetrics& m = StageFamilies();
+  const prometheus::Labels labels = {{"job", job_}, {"stage", stage_}, {"peer", peer}};
+  LinkCounters link{&m.link_sent_bytes.Add(labels), &m.link_received_bytes.Add(labels),
+                    &m.link_transfer_seconds.Add(labels)};
+  links_[peer] = link;
+  return link;
+}
+
+std::string StageInstruments::PeerLabel(const std::string& sender) {
+  absl::string_view rest = sender;
+  if (absl::ConsumePrefix(&rest, "stage ")) {
+    const size_t end = rest.find_first_not_of("0123456789");
+    const absl::string_view digits = rest.substr(0, end);
+    if (!digits.empty()) return absl::StrCat("stage", digits);
+  }
+  return "coordinator";
+}
+
+}  // namespace baton

@@ -1,0 +1,53 @@
+// A stage worker's metrics (core/metrics/families.h StageFamilies) bound to the job and stage it is configured
+// for: compute and idle seconds, micro-batches in flight, and per-link bytes and transfer seconds (peer
+// "stage<N>" or "coordinator"). Before Configure the worker shows baton_worker_configured{job="",stage=""} 0
+// and counts nothing. Thread-safe.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace baton {
+
+// One link's counters; null members (an unconfigured worker) count nothing.
+struct LinkCounters {
+  prometheus::Counter* sent_bytes = nullptr;
+  prometheus::Counter* received_bytes = nullptr;
+  prometheus::Counter* transfer_seconds = nullptr;
+
+  void Sent(uint64_t bytes, double seconds) const;
+  void Received(uint64_t bytes, double seconds) const;
+};
+
+class StageInstruments {
+ public:
+  StageInstruments();
+
+  // Binds the labels (job: the job's name, "unnamed" when empty) and sets baton_worker_configured to 1 for them;
+  // the previous binding's configured series goes away.
+  void Configure(const std::string& job, int stage);
+  void AddForwardSeconds(double s);
+  void AddBackwardSeconds(double s);
+  void AddIdleSeconds(double s);
+  void SetInFlight(size_t micro_batches);
+  // The counters of the link to `peer` ("stage1", "coordinator").
+  LinkCounters Link(const std::string& peer);
+
+  // An envelope's sender ("stage 1 (10.0.0.2:7001)", "coordinator") as a peer label: "stage1", "coordinator".
+  static std::string PeerLabel(const std::string& sender);
+
+ private:
+  std::mutex mu_;
+  std::string job_, stage_;  // empty until Configure
+  prometheus::Gauge* configured_ = nullptr;
+  prometheus::Counter *forward_ = nullptr, *backward_ = nullptr, *idle_ = nullptr;
+  prometheus::Gauge* in_flight_ = nullptr;
+  std::map<std::string, LinkCounters> links_;  // by peer, for the current binding
+};
+
+}  // namespace baton

@@ -1,0 +1,333 @@
+// The job service end to end, as a user drives it: a real `coordinator --listen` process (which starts two
+// local stage workers per job) and the real `baton` client commands, on a tiny model. Checks the queue order,
+// that watch streams every step and the end state, that a bad job is refused at submit with file:line, that
+// stop checkpoints a running job, that download returns the job's LoRA byte for byte — the same bytes
+// `coordinator --job` writes for the same job — and that SIGTERM checkpoints the running job and a restarted
+// service still knows it.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <regex>
+#include <thread>
+#include <vector>
+
+#include "baton/v1/job_service.grpc.pb.h"
+#include "coordinator/checkpoint.h"
+#include "core/data/cache.h"
+#include "core/model/flux2_weights.h"
+#include "core/testing/paths.h"
+#include "core/testing/run_command.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/util/files.h"
+#include "rpc/grpc_options.h"
+
+namespace baton {
+namespace {
+
+using test_util::BinDir;
+using test_util::RunCommand;
+
+// A `coordinator --listen 127.0.0.1:0 --stages 2` child; its output goes to <dir>/coordinator-<n>.log.
+class Service {
+ public:
+  Service(const std::string& dir, const std::string& root) {
+    static int count = 0;
+    log_ = JoinPath(dir, absl::StrCat("coordinator-", ++count, ".log"));
+    std::vector<std::string> args = {JoinPath(BinDir(), "coordinator"),
+                                     "--listen=127.0.0.1:0",
+                                     "--stages=2",
+                                     absl::StrCat("--output=", root),
+                                     "--rpc_timeout_s=60",
+                                     absl::StrCat("--stage_worker=", JoinPath(BinDir(), "stage_worker"))};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = 0;
+    posix_spawn_file_actions_destroy(&actions);
+    static const std::regex kListening("LISTENING (\\S+)");
+    for (int i = 0; i < 1200 && pid_ > 0 && address_.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::smatch m;
+      const std::string text = log();
+      if (std::regex_search(text, m, kListening)) address_ = m[1];
+    }
+    stub_ = v1::JobService::NewStub(MakeChannel(address_, grpc::InsecureChannelCredentials()));
+  }
+  ~Service() {
+    if (pid_ > 0) Terminate();
+  }
+  // SIGTERM, then its exit code (-1: killed after 60 s, or died by a signal).
+  int Terminate() {
+    if (pid_ <= 0) return -1;
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 600; ++i) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status, 0);
+    pid_ = 0;
+    return -1;
+  }
+  const std::string& address() const { return address_; }
+  std::string log() const { return ReadFile(log_).value_or(""); }
+
+  v1::JobInfo Status(const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::StatusRequest req;
+    req.set_job_id(id);
+    v1::JobInfo info;
+    grpc::Status s = stub_->Status(&ctx, req, &info);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return info;
+  }
+  // Polls until `done(status)` or 60 s.
+  template <typename F>
+  v1::JobInfo WaitFor(const std::string& id, F done) {
+    v1::JobInfo info;
+    for (int i = 0; i < 1200; ++i) {
+      info = Status(id);
+      if (done(info)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return info;
+  }
+
+ private:
+  pid_t pid_ = 0;
+  std::string log_, address_;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+};
+
+class JobServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(test_util::MakeTempDir("job_service"));
+    Flux2Config c = test_util::TinyFlux2Config();
+    ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(*dir_, "model"), 1).ok());
+    ASSERT_TRUE(
+        WriteSyntheticCache(JoinPath(*dir_, "cache"), c.in_channels, c.joint_attention_dim, 8, {{2, 2}, {2, 3}}, 5, 3)
+            .ok());
+    service_ = new Service(*dir_, JoinPath(*dir_, "jobs"));
+    ASSERT_FALSE(service_->address().empty()) << service_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(service_->Terminate(), 0) << service_->log();
+    delete service_;
+    delete dir_;
+  }
+
+  // A job file with absolute paths (so `coordinator --job` from anywhere reads the same job).
+  static std::string WriteJob(const std::string& name, int steps, int checkpoint_every = 0) {
+    const std::string path = JoinPath(*dir_, name + ".yaml");
+    EXPECT_TRUE(
+        WriteFileAtomic(path, absl::StrCat("model: ", JoinPath(*dir_, "model"), "\ndataset: ", JoinPath(*dir_, "cache"),
+                                           "\nlora: {rank: 4, targets: all-linear}\n"
+                                           "optimizer: {lr: 0.01}\nsteps: ",
+                                           steps,
+                                           "\nbatch_size: 2\nmicro_batches: 2\nseed: 5\n"
+                                           "checkpoint_every: ",
+                                           checkpoint_every, "\n"))
+            .ok());
+    return path;
+  }
+
+  static test_util::CommandResult Baton(const std::string& args, Service* service = nullptr) {
+    return RunCommand(
+        absl::StrCat(BinDir(), "/baton ", args, " --coordinator ", (service ? service : service_)->address()),
+        /*with_stderr=*/true);
+  }
+
+  // `baton submit`; returns the job id it prints ("job 3 (name) ...").
+  static std::string Submit(const std::string& job_file, std::string* output = nullptr, Service* service = nullptr) {
+    auto r = Baton(absl::StrCat("submit ", job_file), service);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    if (output != nullptr) *output = r.output;
+    std::smatch m;
+    static const std::regex kJob("job (\\d+) \\(");  // anywhere: gRPC may log to stderr first
+    return std::regex_search(r.output, m, kJob) ? std::string(m[1]) : "";
+  }
+
+  static std::string* dir_;
+  static Service* service_;
+};
+std::string* JobServiceTest::dir_ = nullptr;
+Service* JobServiceTest::service_ = nullptr;
+
+bool Ended(const v1::JobInfo& j) { return j.state() >= v1::JOB_STATE_FINISHED; }
+
+TEST_F(JobServiceTest, SecondJobWaitsForTheFirstAndWatchStreamsEveryStep) {
+  std::string out_a, out_b;
+  const std::string a = Submit(WriteJob("first", 4), &out_a);
+  const std::string b = Submit(WriteJob("second", 3), &out_b);
+  ASSERT_FALSE(a.empty() || b.empty()) << out_a << out_b;
+  EXPECT_NE(out_b.find("queued at position 1"), std::string::npos) << out_b;
+  v1::JobInfo queued = service_->Status(b);
+  EXPECT_EQ(queued.state(), v1::JOB_STATE_QUEUED) << service_->Status(a).error() << service_->log();
+  EXPECT_EQ(queued.queue_position(), 1);
+
+  auto watch = Baton(absl::StrCat("watch ", b));  // stdout is a pipe: plain lines
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  for (int step = 1; step <= 3; ++step) {
+    EXPECT_NE(watch.output.find(absl::StrCat("job ", b, " step ", step, "/3 loss ")), std::string::npos)
+        << "step " << step << " missing from:\n"
+        << watch.output;
+  }
+  const size_t last_step = watch.output.find(absl::StrCat("job ", b, " step 3/3 "));
+  const size_t checkpoint = watch.output.find(absl::StrCat("job ", b, " checkpoint step 3\n"));
+  const size_t finished = watch.output.find(absl::StrCat("job ", b, " finished: step 3/3"));
+  EXPECT_NE(finished, std::string::npos) << watch.output;
+  EXPECT_TRUE(last_step < checkpoint && checkpoint < finished) << "events out of order:\n" << watch.output;
+
+  v1::JobInfo ja = service_->Status(a), jb = service_->Status(b);
+  EXPECT_EQ(ja.state(), v1::JOB_STATE_FINISHED) << ja.error();
+  EXPECT_EQ(jb.state(), v1::JOB_STATE_FINISHED) << jb.error();
+  EXPECT_GE(jb.start_time_unix(), ja.end_time_unix()) << "the second job started before the first ended";
+  ASSERT_EQ(jb.stage_totals_size(), 2);
+  EXPECT_GT(jb.stage_totals(0).busy_seconds(), 0);
+  EXPECT_GT(jb.stage_totals(1).busy_seconds(), 0);
+
+  auto list = Baton("list");
+  EXPECT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_LT(list.output.find(absl::StrCat("\n", b, " ")), list.output.find(absl::StrCat("\n", a, " ")))
+      << "finished jobs are listed newest first:\n"
+      << list.output;
+}
+
+TEST_F(JobServiceTest, BadJobIsRefusedAtSubmitWithFileAndLine) {
+  const std::string bad = JoinPath(*dir_, "bad.yaml");
+  ASSERT_TRUE(WriteFileAtomic(bad, absl::StrCat("model: ", JoinPath(*dir_, "model"),
+                                                "\ndataset: ", JoinPath(*dir_, "cache"), "\nsteps: -2\n"))
+                  .ok());
+  auto r = Baton(absl::StrCat("submit ", bad));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(absl::StrCat(bad, ":3")), std::string::npos) << r.output;
+
+  const std::string missing = JoinPath(*dir_, "missing.yaml");
+  ASSERT_TRUE(WriteFileAtomic(missing,
+                              absl::StrCat("steps: 2\nmodel: no/such/model\ndataset: ", JoinPath(*dir_, "cache"), "\n"))
+                  .ok());
+  r = Baton(absl::StrCat("submit ", missing));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(absl::StrCat(missing, ":2: model: ")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("INVALID_ARGUMENT"), std::string::npos) << r.output;
+}
+
+// Relative paths mean what they mean to `coordinator --job` run where the user typed `baton submit`.
+TEST_F(JobServiceTest, RelativePathsResolveAgainstTheSubmittersDirectory) {
+  const std::string sub = JoinPath(*dir_, "relative");
+  ASSERT_TRUE(MakeDirs(sub).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(sub, "rel.yaml"), "model: ../model\ndataset: ../cache\nsteps: 2\n").ok());
+  auto r = RunCommand(absl::StrCat("cd ", sub, " && ", BinDir(), "/baton submit rel.yaml --name rel --coordinator ",
+                                   service_->address()),
+                      true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("job (\\d+) \\("))) << r.output;
+  v1::JobInfo done = service_->WaitFor(m[1], Ended);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_FINISHED) << done.error();
+  EXPECT_EQ(done.name(), "rel");
+  // Submitted from another directory the same file names nothing there: refused at submit, naming the line.
+  auto wrong = Baton(absl::StrCat("submit ", JoinPath(sub, "rel.yaml")));
+  EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
+  EXPECT_NE(wrong.output.find("rel.yaml:1: model: "), std::string::npos) << wrong.output;
+}
+
+TEST_F(JobServiceTest, StopCheckpointsARunningJob) {
+  const std::string id = Submit(WriteJob("long", 100000));
+  ASSERT_FALSE(id.empty());
+  v1::JobInfo running = service_->WaitFor(id, [](const v1::JobInfo& j) { return j.last_step().step() >= 2; });
+  ASSERT_GE(running.last_step().step(), 2) << service_->log();
+  auto stop = Baton(absl::StrCat("stop ", id));
+  EXPECT_EQ(stop.exit_code, 0) << stop.output;
+  v1::JobInfo stopped = service_->WaitFor(id, Ended);
+  EXPECT_EQ(stopped.state(), v1::JOB_STATE_STOPPED) << stopped.error();
+  EXPECT_LT(stopped.last_step().step(), 100000);
+  EXPECT_EQ(stopped.last_checkpoint_step(), stopped.last_step().step());
+
+  auto list = Baton(absl::StrCat("checkpoints ", id));
+  EXPECT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_NE(list.output.find(absl::StrCat("step ", stopped.last_step().step(), " ")), std::string::npos) << list.output;
+  const std::string file = JoinPath(*dir_, "stopped.safetensors");
+  auto dl = Baton(absl::StrCat("download ", id, " --checkpoint ", stopped.last_step().step(), " --out ", file));
+  EXPECT_EQ(dl.exit_code, 0) << dl.output;
+  EXPECT_EQ(ReadFile(file).value_or("a"),
+            ReadFile(JoinPath(CheckpointDir(stopped.output_dir(), stopped.last_step().step()), "lora.safetensors"))
+                .value_or("b"));
+  EXPECT_EQ(Baton(absl::StrCat("stop ", id)).exit_code, 1) << "stopping an ended job is an error";
+}
+
+TEST_F(JobServiceTest, DownloadEqualsTheJobsOutputAndCoordinatorJobBitwise) {
+  const std::string job = WriteJob("same", 3, /*checkpoint_every=*/2);
+  const std::string id = Submit(job);
+  ASSERT_FALSE(id.empty());
+  v1::JobInfo done = service_->WaitFor(id, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_FINISHED) << done.error();
+  const std::string file = JoinPath(*dir_, "downloaded.safetensors");
+  auto dl = Baton(absl::StrCat("download ", id, " --out ", file));
+  ASSERT_EQ(dl.exit_code, 0) << dl.output;
+  auto downloaded = ReadFile(file);
+  ASSERT_TRUE(downloaded.ok());
+  EXPECT_EQ(*downloaded, ReadFile(JoinPath(done.output_dir(), "lora.safetensors")).value_or(""));
+
+  const std::string direct = JoinPath(*dir_, "direct");
+  auto run = RunCommand(absl::StrCat(BinDir(), "/coordinator --stages 2 --job ", job, " --output ", direct,
+                                     " --stage_worker ", BinDir(), "/stage_worker"),
+                        true);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(*downloaded == ReadFile(JoinPath(direct, "lora.safetensors")).value_or(""))
+      << "the service's LoRA differs from coordinator --job's";
+}
+
+TEST_F(JobServiceTest, SigtermCheckpointsTheRunningJobAndARestartedServiceResumesIt) {
+  const std::string root = JoinPath(*dir_, "jobs_restart");
+  std::string running, queued;
+  int64_t checkpointed = 0;
+  {
+    Service first(*dir_, root);
+    ASSERT_FALSE(first.address().empty()) << first.log();
+    running = Submit(WriteJob("endless", 100000), nullptr, &first);
+    queued = Submit(WriteJob("after", 2), nullptr, &first);
+    ASSERT_FALSE(running.empty() || queued.empty());
+    v1::JobInfo r = first.WaitFor(running, [](const v1::JobInfo& j) { return j.last_step().step() >= 2; });
+    ASSERT_GE(r.last_step().step(), 2) << first.log();
+    EXPECT_EQ(first.Terminate(), 0) << first.log();
+    auto record = ReadFile(JoinPath(r.output_dir(), "job.json"));
+    ASSERT_TRUE(record.ok());
+    EXPECT_NE(record->find("JOB_STATE_STOPPED"), std::string::npos) << *record;
+    auto steps = ListCheckpointSteps(r.output_dir());
+    ASSERT_TRUE(steps.ok() && !steps->empty()) << "SIGTERM left no checkpoint";
+    checkpointed = steps->back();
+    EXPECT_GE(checkpointed, r.last_step().step());
+  }
+  // The restarted service resumes the interrupted job from its checkpoint before the queued one.
+  Service second(*dir_, root);
+  ASSERT_FALSE(second.address().empty()) << second.log();
+  v1::JobInfo resumed = second.WaitFor(running, [&](const v1::JobInfo& j) {
+    return j.state() == v1::JOB_STATE_RUNNING && j.last_step().step() > checkpointed;
+  });
+  EXPECT_EQ(resumed.first_step(), checkpointed);
+  EXPECT_EQ(second.Status(queued).state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(Baton(absl::StrCat("stop ", running), &second).exit_code, 0);
+  v1::JobInfo after = second.WaitFor(queued, Ended);
+  EXPECT_EQ(after.state(), v1::JOB_STATE_FINISHED) << after.error() << second.log();
+  EXPECT_EQ(after.last_step().step(), 2);
+  EXPECT_GE(after.start_time_unix(), second.Status(running).end_time_unix());
+  EXPECT_EQ(second.Terminate(), 0) << second.log();
+}
+
+}  // namespace
+}  // namespace baton
