@@ -195,7 +195,8 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.set_has_embedders(spec.has_embedders);
   req.set_has_head(spec.has_head);
   req.set_dtype(job.dtype);
-  req.set_device(i < static_cast<int>(job.devices.size()) ? job.devices[i] : "cpu");
+  // Without `devices:` in the job each worker computes on its own --device (local workers: cpu).
+  if (i < static_cast<int>(job.devices.size())) req.set_device(job.devices[i]);
   // The planner's per-stage decision (recompute: auto decides from the budget; true = all, false = none).
   // Interleaved: every chunk of every worker got the same all-or-nothing decision (PlanStages).
   if (chunks.size() > 1) {

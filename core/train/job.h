@@ -95,7 +95,7 @@ struct JobConfig {
   int64_t checkpoint_every = 0;      // 0: only at the end
   std::string dtype = "fp32";        // fp32 | bf16
   std::string quantize = "none";     // none | int8 | fp8 (core/quant/weight_quant.h), validated on parse
-  std::vector<std::string> devices;  // per stage; empty = cpu everywhere
+  std::vector<std::string> devices;  // per stage; empty = each stage worker's own --device
   double guidance = 3.5;             // used when the model has a guidance embedder
   bool save_bfl = false;             // also write bfl/lora_bfl.safetensors (BFL/ComfyUI keys)
   int threads = 1;                   // compute threads per process

@@ -4,7 +4,8 @@ The hosts are namespaces c, s0, s1, wired through veth pairs to a bridge in a fo
 every link shaped to 1 Gbit/s both ways with tc tbf (tests/netns/topology.sh). A tiny 2-stage LoRA job runs
 with --workers pointing at the namespace addresses, and its LoRA must equal, bit for bit, the same job run
 on loopback with `coordinator --stages 2` (the network moves bytes; it must not change a single one). The
-report gives per-link bytes and their transfer time at the shaped rate next to each stage's compute time
+report gives per-link bytes and their transfer time at the shaped rate, the transfer seconds each stage worker
+measured per link (its Prometheus metrics, scraped across the switch), and each stage's compute time
 (train_log.jsonl's stage_busy_seconds / stage_idle_seconds).
 
 Needs root and iproute2; without them it prints why and exits 77, which ctest shows as skipped.
@@ -29,7 +30,7 @@ TOPOLOGY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "topology.sh
 RATE, RATE_BITS = "1gbit", 1e9
 PREFIX = "baton-netns-"  # + pid: unique per run, so parallel ctest runs do not clash
 HOSTS = {"c": "10.99.0.10", "s0": "10.99.0.11", "s1": "10.99.0.12"}
-PORT = 7000  # inside a fresh namespace every port is free
+PORT, METRICS_PORT = 7000, 9401  # inside a fresh namespace every port is free
 STEPS, MICRO_BATCHES = 4, 4
 
 
@@ -83,9 +84,11 @@ def write_job(work):
 def start_worker(ns, address, log):
     """stage_worker inside namespace `ns`; returns once it printed LISTENING."""
     proc = subprocess.Popen(["ip", "netns", "exec", ns, os.path.join(BIN_DIR, "stage_worker"), "--listen", address,
-                             "--threads", "1"], stdout=subprocess.PIPE, stderr=log, text=True,
+                             "--threads", "1", "--metrics", f"{address.split(':')[0]}:{METRICS_PORT}"], stdout=subprocess.PIPE, stderr=log, text=True,
                             preexec_fn=die_with_parent)
     line = proc.stdout.readline()
+    if line.startswith("metrics:"):  # printed before LISTENING
+        line = proc.stdout.readline()
     if not line.startswith("LISTENING"):
         proc.kill()
         raise AssertionError(f"stage_worker in {ns} did not start: {line!r} (log {log.name})")
@@ -96,6 +99,36 @@ def link_bytes(tag):
     """Switch port → (bytes the host sent, bytes it received), from the switch's side of each veth."""
     ports = json.loads(run(["ip", "-j", "-s", "-n", f"{tag}-sw", "link", "show", "master", "br0"]).stdout)
     return {p["ifname"]: (p["stats64"]["rx"]["bytes"], p["stats64"]["tx"]["bytes"]) for p in ports}
+
+
+def scrape_links(tag, stage):
+    """Stage worker `stage`'s baton_link_* series as {(family, peer): value}, scraped inside its namespace."""
+    url = f"http://{HOSTS[f's{stage}']}:{METRICS_PORT}/metrics"
+    text = run(["ip", "netns", "exec", f"{tag}-s{stage}", sys.executable, "-c",
+                "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())",
+                url]).stdout
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("baton_link_"):
+            continue
+        name, value = line.rsplit(" ", 1)
+        family, labels = name.split("{", 1)
+        peer = labels.split('peer="', 1)[1].split('"', 1)[0]
+        out[(family, peer)] = float(value)
+    return out
+
+
+def report_measured(links):
+    print("per link as each stage worker measured it (baton_link_*_total, whole run):")
+    for stage, series in enumerate(links):
+        for peer in sorted({p for _, p in series}):
+            sent = series.get(("baton_link_sent_bytes_total", peer), 0)
+            received = series.get(("baton_link_received_bytes_total", peer), 0)
+            seconds = series.get(("baton_link_transfer_seconds_total", peer), 0)
+            print(f"  stage {stage} <-> {peer:>11}: sent {sent / 1e6:7.3f} MB, received {received / 1e6:7.3f} MB, "
+                  f"transfer {seconds:.4f} s")
+    assert links[0].get(("baton_link_sent_bytes_total", "stage1"), 0) > 0, "stage 0 sent nothing to stage 1"
+    assert links[0].get(("baton_link_transfer_seconds_total", "stage1"), 0) > 0, "no transfer time measured"
 
 
 def read_log(run_dir):
@@ -146,7 +179,7 @@ def run_in_namespaces(tag, work, job):
         run(["ip", "netns", "exec", f"{tag}-c", os.path.join(BIN_DIR, "coordinator"), "--stages", "2", "--workers",
              ",".join(addresses), "--job", job, "--output", f"{work}/netns"])
         seconds = time.monotonic() - start
-        return before, link_bytes(tag), seconds
+        return before, link_bytes(tag), seconds, [scrape_links(tag, i) for i in range(2)]
     finally:
         for w in workers:
             w.terminate()
@@ -169,11 +202,12 @@ def main():
         run([TOPOLOGY, "up", tag, RATE] + [f"{h}={ip}/24" for h, ip in HOSTS.items()])
         qdiscs = run(["ip", "netns", "exec", f"{tag}-sw", "tc", "qdisc", "show"]).stdout
         assert qdiscs.count("tbf") == len(HOSTS), f"expected a tbf qdisc on every switch port:\n{qdiscs}"
-        before, after, netns_seconds = run_in_namespaces(tag, work, job)
+        before, after, netns_seconds, links = run_in_namespaces(tag, work, job)
         tensors = assert_same_lora(f"{work}/loopback", f"{work}/netns")
         print(f"LoRA ({tensors} tensors) and losses of {STEPS} steps equal bitwise; coordinator wall time: "
               f"namespaces {netns_seconds:.1f} s, loopback {loop_seconds:.1f} s (there including its workers' start)")
         report(tag, before, after, f"{work}/loopback", f"{work}/netns")
+        report_measured(links)
     finally:
         subprocess.run([TOPOLOGY, "down", tag], check=False)
         shutil.rmtree(work, ignore_errors=True)
