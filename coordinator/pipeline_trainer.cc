@@ -33,6 +33,7 @@
 #include "core/train/adamw.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
+#include "core/train/finite_check.h"
 #include "core/train/init_lora.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
@@ -315,10 +316,14 @@ absl::StatusOr<PipelineStepRecord> ApplyGradients(const JobConfig& job, int64_t 
   PipelineStepRecord rec;
   rec.step = step + 1;
   rec.lr = LearningRate(job.optimizer, step);
+  const auto& losses = outputs.summaries.back().losses();
+  const std::vector<double> micro_batch_losses(losses.begin(), losses.end());
+  RETURN_IF_ERROR(CheckStepFinite(rec.step, rec.lr, micro_batch_losses, static_cast<int>(outputs.summaries.size()) - 1,
+                                  outputs.grads));
   rec.grad_norm = ClipGradNorm(all_grads, job.optimizer.clip);
   RETURN_IF_ERROR(optimizer.Step(master, all_grads, rec.lr));
   double loss_sum = 0;
-  for (float l : outputs.summaries.back().losses()) loss_sum += l;
+  for (double l : micro_batch_losses) loss_sum += l;
   rec.loss = loss_sum / static_cast<double>(job.micro_batches);
   for (const v1::StepSummary& s : outputs.summaries) {
     rec.stages.push_back({s.forward_seconds(), s.backward_seconds(), s.idle_seconds()});

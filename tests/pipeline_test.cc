@@ -245,6 +245,28 @@ TEST_F(PipelineTest, ResumedRunEqualsUninterruptedRun) {
   }
 }
 
+TEST_F(PipelineTest, NonFiniteStepIsNotAppliedAndStopsTheRun) {
+  // lr 1e30: step 1 is finite but throws the LoRA far off, so step 2's loss is NaN. Neither trainer may apply
+  // it: both fail naming the step and the micro-batch, and step 1's checkpoint stays the last LoRA.
+  JobConfig job = Job("1f1b", false);
+  job.optimizer.lr = 1e30;
+  job.optimizer.warmup_steps = 0;
+  job.checkpoint_every = 1;
+  auto pipe = RunCoordinator(job, Options(2, "diverged"));
+  ASSERT_FALSE(pipe.ok());
+  EXPECT_EQ(pipe.status().code(), absl::StatusCode::kFailedPrecondition) << pipe.status();
+  EXPECT_NE(pipe.status().message().find("step 2: the loss of micro-batch 0 is"), std::string::npos) << pipe.status();
+  EXPECT_NE(pipe.status().message().find("(computed on stage 1)"), std::string::npos) << pipe.status();
+  const std::string out = JoinPath(*dir_, "diverged");
+  // lora.safetensors is step 1's (each checkpoint writes it): finite, if far off.
+  for (const auto& [name, t] : Lora("diverged")) EXPECT_TRUE(at::isfinite(t).all().item<bool>()) << name;
+  EXPECT_TRUE(PathExists(JoinPath(JoinPath(out, "checkpoints"), "step-1")));
+  EXPECT_FALSE(PathExists(JoinPath(JoinPath(out, "checkpoints"), "step-2")));
+  auto local = RunLocalTraining(job, JoinPath(*dir_, "diverged_local"), 0);
+  ASSERT_FALSE(local.ok());
+  EXPECT_NE(local.status().message().find("step 2: the loss of micro-batch 0 is"), std::string::npos) << local.status();
+}
+
 TEST_F(PipelineTest, InterleavedRefusesWhatItCannotSplit) {
   // 4 micro-batches over 3 stages: Megatron's interleaving needs a multiple of the stage count.
   auto uneven = RunCoordinator(Job("interleaved", true), Options(3, "uneven"));

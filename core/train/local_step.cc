@@ -2,6 +2,7 @@
 
 #include "core/lora/lora.h"
 #include "core/train/common.h"
+#include "core/train/finite_check.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -12,7 +13,7 @@ absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vecto
   const at::Device device = model.device;
   const at::ScalarType dtype = model.dtype;
   LocalStepResult result;
-  double loss_sum = 0.0;
+  std::vector<double> micro_batch_losses;
   RETURN_IF_ERROR(TorchCall("training step", [&] {
     for (const MicroBatch& mb : micro_batches) {
       Flux2Constants k;
@@ -29,14 +30,17 @@ absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vecto
       // The same float scale the pipeline's StepPlan.loss_scale carries, so both paths round alike.
       const float loss_scale = 1.0f / static_cast<float>(micro_batches.size());
       (loss * static_cast<double>(loss_scale)).backward();
-      loss_sum += loss.item<double>();
+      micro_batch_losses.push_back(loss.item<double>());
       result.samples += static_cast<int64_t>(mb.samples.size());
     }
   }));
   std::map<std::string, at::Tensor> grads = CloneToCpuFloat(LoraGradients(*model.stage));
   ZeroLoraGradients(*model.stage);
-  result.loss = loss_sum / static_cast<double>(micro_batches.size());
   result.lr = LearningRate(optimizer_config, step);
+  RETURN_IF_ERROR(CheckStepFinite(step + 1, result.lr, micro_batch_losses, 0, {grads}));
+  double loss_sum = 0.0;
+  for (double l : micro_batch_losses) loss_sum += l;  // the same order of additions as before
+  result.loss = loss_sum / static_cast<double>(micro_batches.size());
   result.grad_norm = ClipGradNorm(grads, optimizer_config.clip);
   RETURN_IF_ERROR(optimizer.Step(master, grads, result.lr));
   RETURN_IF_ERROR(AssignLoraParameters(*model.stage, master));
