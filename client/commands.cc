@@ -110,8 +110,24 @@ absl::Status Forward(const Args& args) {
   }
   auto ids = [](at::Tensor t) { return t.dim() == 3 ? t[0] : t; };  // diffusers accepts batched ids too
   at::Tensor img_ids = ids(inputs["img_ids"]), txt_ids = ids(inputs["txt_ids"]);
+  const int64_t axes = static_cast<int64_t>(c.axes_dims_rope.size());
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"img_ids", img_ids}, {"txt_ids", txt_ids}}) {
+    if (t.dim() != 2 || t.size(1) != axes) {
+      return absl::InvalidArgumentError(absl::StrCat(args.Get("inputs"), ": ", name, " must be [S, ", axes,
+                                                     "] or [B, S, ", axes, "], not [", absl::StrJoin(t.sizes(), ", "),
+                                                     "]"));
+    }
+  }
   if (img_ids.size(0) != hs.size(1) || txt_ids.size(0) != ehs.size(1)) {
     return absl::InvalidArgumentError("img_ids / txt_ids rows must match the image / text sequence lengths");
+  }
+  for (const char* name : {"timestep", "guidance"}) {
+    if (!inputs.count(name)) continue;
+    const at::Tensor& t = inputs[name];
+    if (t.dim() > 1 || (t.dim() == 1 && t.size(0) != hs.size(0) && t.size(0) != 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(args.Get("inputs"), ": ", name, " must be a scalar or [B], not [",
+                                                     absl::StrJoin(t.sizes(), ", "), "]"));
+    }
   }
   ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*ckpt, dtype, at::kCPU));
   ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(args.Get("quantize")));

@@ -59,12 +59,17 @@ absl::Status TrimTrainLog(const std::string& path, int64_t last_step) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   std::string kept;
   size_t start = 0;
-  while (start < text.size()) {
+  for (int line_number = 1; start < text.size(); ++line_number) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) break;  // a torn last line is dropped
     std::string line = text.substr(start, end - start);
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= last_step) kept += line + "\n";
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) {
+      return absl::DataLossError(absl::StrCat(path, ":", line_number,
+                                              ": not a step record with an integer \"step\" (a train_log.jsonl line "
+                                              "is one JSON object per step); fix or remove the line to resume"));
+    }
+    if (j["step"].get<int64_t>() <= last_step) kept += line + "\n";
     start = end + 1;
   }
   return WriteFileAtomic(path, kept);

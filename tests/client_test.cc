@@ -57,6 +57,23 @@ TEST(ClientTest, InitWeightsThenForwardMatchesTheLibraryInBothFormats) {
                        "--output", JoinPath(dir, "x.safetensors")}),
             1);
   EXPECT_EQ(RunClient({"forward", "--bogus"}), 2);
+  // Inputs of the wrong rank (a rank-0 img_ids used to abort): exit 1 with a message, not a crash.
+  for (auto [key, t] : {std::pair<const char*, at::Tensor>{"img_ids", at::zeros({})},
+                        {"txt_ids", at::zeros({6, 2})},
+                        {"timestep", at::zeros({2, 2})}}) {
+    std::map<std::string, at::Tensor> bad = {{"hidden_states", in.hidden_states},
+                                             {"encoder_hidden_states", in.encoder_hidden_states},
+                                             {"timestep", in.timestep},
+                                             {"guidance", in.guidance},
+                                             {"img_ids", in.img_ids},
+                                             {"txt_ids", in.txt_ids}};
+    bad[key] = t;
+    ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "rank.safetensors"), bad).ok());
+    EXPECT_EQ(RunClient({"forward", "--model", JoinPath(dir, "model"), "--inputs", JoinPath(dir, "rank.safetensors"),
+                         "--output", JoinPath(dir, "x.safetensors")}),
+              1)
+        << key;
+  }
 }
 
 // `baton quantize` from a BFL single file, then `baton forward` on the result == `baton forward --quantize`

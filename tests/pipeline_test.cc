@@ -267,6 +267,27 @@ TEST_F(PipelineTest, NonFiniteStepIsNotAppliedAndStopsTheRun) {
   EXPECT_NE(local.status().message().find("step 2: the loss of micro-batch 0 is"), std::string::npos) << local.status();
 }
 
+TEST_F(PipelineTest, ResumeRefusesATrainLogItCannotRead) {
+  JobConfig job = Job("1f1b", false);
+  job.checkpoint_every = 1;
+  CoordinatorOptions first = Options(2, "badlog");
+  first.steps = 2;
+  ASSERT_TRUE(RunCoordinator(job, first).ok());
+  const std::string log_path = JoinPath(JoinPath(*dir_, "badlog"), "train_log.jsonl");
+  auto log = ReadFile(log_path);
+  ASSERT_TRUE(log.ok());
+  const size_t at = log->find("\"step\":1");
+  ASSERT_NE(at, std::string::npos) << *log;
+  ASSERT_TRUE(WriteFileAtomic(log_path, log->replace(at, 8, "\"step\":\"1\"")).ok());
+  CoordinatorOptions second = Options(2, "badlog");
+  second.resume = true;
+  auto resumed = RunCoordinator(job, second);
+  ASSERT_FALSE(resumed.ok());
+  EXPECT_EQ(resumed.status().code(), absl::StatusCode::kDataLoss) << resumed.status();
+  EXPECT_NE(resumed.status().message().find("train_log.jsonl:1: not a step record"), std::string::npos)
+      << resumed.status();
+}
+
 TEST_F(PipelineTest, InterleavedRefusesWhatItCannotSplit) {
   // 4 micro-batches over 3 stages: Megatron's interleaving needs a multiple of the stage count.
   auto uneven = RunCoordinator(Job("interleaved", true), Options(3, "uneven"));

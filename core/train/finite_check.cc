@@ -27,16 +27,14 @@ absl::Status CheckStepFinite(int64_t step, double lr, const std::vector<double>&
     if (std::isfinite(micro_batch_losses[i])) continue;
     return absl::FailedPreconditionError(absl::StrCat("step ", step, ": the loss of micro-batch ", i, " is ",
                                                       micro_batch_losses[i], " (computed on ",
-                                                      StageName(loss_stage, stage_grads.size()), ")",
-                                                      NotApplied(lr)));
+                                                      StageName(loss_stage, stage_grads.size()), ")", NotApplied(lr)));
   }
   for (size_t s = 0; s < stage_grads.size(); ++s) {
     for (const auto& [name, g] : stage_grads[s]) {
       if (at::isfinite(g).all().item<bool>()) continue;
-      return absl::FailedPreconditionError(
-          absl::StrCat("step ", step, ": ", StageName(static_cast<int>(s), stage_grads.size()),
-                       " sent a non-finite gradient for ", name, " (summed over the step's micro-batches)",
-                       NotApplied(lr)));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", step, ": ", StageName(static_cast<int>(s), stage_grads.size()), " sent a non-finite gradient for ",
+          name, " (summed over the step's micro-batches)", NotApplied(lr)));
     }
   }
   return absl::OkStatus();

@@ -29,8 +29,7 @@ TEST(FiniteCheckTest, NonFiniteGradientNamesStageAndParameter) {
   const float inf = std::numeric_limits<float>::infinity();
   absl::Status s = CheckStepFinite(3, 1e-3, {0.5}, 1, {Grads(1.0f), Grads(inf)});
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("step 3: stage 1 sent a non-finite gradient for b.lora_B.weight"), std::string::npos)
-      << s;
+  EXPECT_NE(s.message().find("step 3: stage 1 sent a non-finite gradient for b.lora_B.weight"), std::string::npos) << s;
   // One process: no stage to name.
   s = CheckStepFinite(3, 1e-3, {0.5}, 0, {Grads(-inf)});
   EXPECT_NE(s.message().find("the model sent a non-finite gradient"), std::string::npos) << s;

@@ -33,6 +33,10 @@ class Reader {
     if (!map.IsMap())
       return absl::InvalidArgumentError(absl::StrCat(Where(source_, map), ": ", what, " must be a mapping"));
     for (const auto& kv : map) {
+      if (!kv.first.IsScalar()) {
+        return absl::InvalidArgumentError(absl::StrCat(Where(source_, kv.first), ": a key in ", what,
+                                                       " must be a plain name, not a list or mapping"));
+      }
       std::string key = kv.first.as<std::string>();
       if (!allowed.count(key)) {
         return absl::InvalidArgumentError(absl::StrCat(Where(source_, kv.first), ": unknown key '", key, "' in ", what,
@@ -102,9 +106,7 @@ absl::Status ParsePipelineKeys(Reader& r, YAML::Node root, JobConfig& job) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::string& source) {
+absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std::string& source) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -233,6 +235,17 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
     RETURN_IF_ERROR(r.Check(ts.shift_steps > 0, t, "shift_steps", "must be positive"));
   }
   return job;
+}
+
+}  // namespace
+
+absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::string& source) {
+  // yaml-cpp throws on shapes the checks above do not foresee: every one becomes an error with file:line.
+  try {
+    return ParseJobYamlOrThrow(text, source);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ":", e.mark.line + 1, ": ", e.msg));
+  }
 }
 
 absl::StatusOr<JobConfig> LoadJob(const std::string& path) {

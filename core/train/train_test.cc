@@ -88,6 +88,21 @@ TEST(JobTest, ErrorsNameTheLine) {
   EXPECT_NE(syntax.status().message().find("YAML syntax error"), std::string::npos);
 }
 
+TEST(JobTest, EveryYamlShapeIsAnErrorWithItsLineNotACrash) {
+  // Keys that are lists or mappings, at the top and nested, and values of unexpected shapes.
+  for (const char* text : {"model: m\n? [a, b]\n: 3\n", "model: m\n{a: 1}: 2\n", "model: m\noptimizer:\n  [x]: 1\n",
+                           "model: m\ndataset: d\nlora: [1, 2]\n", "model: m\ndataset: d\ndevices: {a: b}\n",
+                           "model: m\ndataset: d\ntimesteps: 3\n", "- a\n- b\n", "model: {x: 1}\ndataset: d\n"}) {
+    absl::StatusOr<JobConfig> job = ParseJobYaml(text, "job.yaml");
+    ASSERT_FALSE(job.ok()) << text;
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(job.status().message().find("job.yaml"), std::string::npos) << job.status();
+  }
+  auto key = ParseJobYaml("model: m\n{a: 1}: 2\n", "job.yaml");
+  EXPECT_NE(key.status().message().find("job.yaml:2: a key in the job must be a plain name"), std::string::npos)
+      << key.status();
+}
+
 TEST(JobTest, InterleavedScheduleTakesChunks) {
   auto job = ParseJobYaml("model: m\ndataset: d\nschedule: interleaved\n", "job.yaml");
   ASSERT_TRUE(job.ok()) << job.status();
