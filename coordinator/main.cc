@@ -7,6 +7,7 @@
 #include <absl/flags/reflection.h>
 #include <absl/flags/usage.h>
 #include <absl/strings/str_split.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -46,7 +47,12 @@ ABSL_FLAG(std::string, metrics, "",
 namespace {
 
 std::atomic<bool> g_shutdown{false};
-void OnSignal(int) { baton::RequestCoordinatorStop(); }
+// The first SIGINT/SIGTERM finishes the step, checkpoints and exits 128 + signal; a second one exits at once.
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) {
+  if (g_signal.exchange(sig) != 0) _exit(128 + sig);
+  baton::RequestCoordinatorStop();
+}
 void OnServiceSignal(int) { g_shutdown = true; }
 
 // The metrics server (null without --metrics); set in main before either mode runs.
@@ -123,6 +129,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "coordinator: --job (one job) or --listen (the job service) is required\n");
     return 2;
   }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
   auto job = baton::LoadJob(absl::GetFlag(FLAGS_job));
   if (!job.ok()) {
     std::fprintf(stderr, "coordinator: %s\n", std::string(job.status().message()).c_str());
@@ -130,12 +138,20 @@ int main(int argc, char** argv) {
   }
   baton::CoordinatorOptions options = OptionsFromFlags();
   if (g_metrics) baton::AddMetricsHooks(baton::JobName(*job), &options.hooks);
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
   auto result = baton::RunCoordinator(*job, options);
+  const int sig = g_signal.load();
   if (!result.ok()) {
     std::fprintf(stderr, "coordinator: %s\n", result.status().ToString().c_str());
-    return 1;
+    return sig != 0 && absl::IsCancelled(result.status()) ? 128 + sig : 1;
+  }
+  const int64_t total_steps = options.steps > 0 ? options.steps : job->steps;
+  if (sig != 0 && (result->steps.empty() || result->steps.back().step < total_steps)) {
+    std::fprintf(stderr,
+                 "coordinator: interrupted by %s after step %lld of %lld; checkpointed: continue with --resume\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM",
+                 static_cast<long long>(result->steps.empty() ? result->first_step : result->steps.back().step),
+                 static_cast<long long>(total_steps));
+    return 128 + sig;
   }
   if (!result->steps.empty()) {
     std::printf("done: loss %.5f → %.5f over steps %lld..%lld; wrote %s/lora.safetensors and %s/train_log.jsonl\n",

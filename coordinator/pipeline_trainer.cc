@@ -44,6 +44,11 @@ namespace baton {
 namespace {
 
 std::atomic<bool> g_stop_requested{false};
+
+// A stop asked for by a signal (RequestCoordinatorStop) or by the job service (hooks.stop).
+bool StopRequested(const CoordinatorOptions& options) {
+  return g_stop_requested.load() || (options.hooks.stop != nullptr && options.hooks.stop->load());
+}
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -245,7 +250,8 @@ absl::Status ConnectAndConfigure(const JobConfig& job, const CoordinatorOptions&
     if (!options.metrics_address.empty())
       fleet->clients.back()->set_up_gauge(StageUpGauge(JobName(job), i, addresses[i]));
   }
-  RETURN_IF_ERROR(ParallelFor(p, [&](int i) { return fleet->clients[i]->WaitReady(options.connect_timeout); }));
+  auto stop = [&] { return StopRequested(options); };
+  RETURN_IF_ERROR(ParallelFor(p, [&](int i) { return fleet->clients[i]->WaitReady(options.connect_timeout, stop); }));
   fleet->params.assign(p, {});
   fleet->rope.assign(p, RopeMirror());
   return ParallelFor(p, [&](int i) -> absl::Status {
@@ -424,8 +430,14 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   fleet.loss_scale = 1.0f / static_cast<float>(m);
   fleet.dropout_seed = DropoutBaseSeed(job.seed);
   std::unique_ptr<LocalWorkers> local;
+  // A stop (SIGINT/SIGTERM, or the job service's) is honoured during start-up too: nothing to checkpoint yet.
+  auto stop_requested = [&] { return StopRequested(options); };
+  const absl::Status stopped_early = absl::CancelledError("stopped before the first step: nothing to checkpoint");
+  if (stop_requested()) return stopped_early;
   ASSIGN_OR_RETURN(std::vector<std::string> addresses, StartWorkers(job, options, &local));
+  if (stop_requested()) return stopped_early;
   RETURN_IF_ERROR(ConnectAndConfigure(job, options, plan, addresses, &fleet));
+  if (stop_requested()) return stopped_early;
 
   AdamW optimizer(job.optimizer);
   ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, fleet, optimizer));
@@ -476,10 +488,6 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   CoordinatorResult result;
   result.first_step = start.step;
   double elapsed = 0;
-  g_stop_requested = false;
-  auto stop_requested = [&] {
-    return g_stop_requested.load() || (options.hooks.stop != nullptr && options.hooks.stop->load());
-  };
   if (options.hooks.on_start) options.hooks.on_start({fleet.job_id, start.step, total_steps, addresses});
   for (int64_t step = start.step; step < total_steps; ++step) {
     auto t0 = Clock::now();

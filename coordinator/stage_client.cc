@@ -26,9 +26,14 @@ absl::Status StageClient::Named(const absl::Status& s, const std::string& what) 
   return absl::Status(s.code(), absl::StrCat(name(), ": ", what, ": ", s.message()));
 }
 
-absl::Status StageClient::WaitReady(absl::Duration timeout) {
+absl::Status StageClient::WaitReady(absl::Duration timeout, const std::function<bool()>& stop) {
   const absl::Time deadline = absl::Now() + timeout;
-  if (!channel_->WaitForConnected(DeadlineAfter(timeout))) {
+  bool connected = false;
+  while (!connected && absl::Now() < deadline) {  // in slices, so that a stop is seen within 200 ms
+    if (stop && stop()) return absl::CancelledError(absl::StrCat(name(), ": stopped while waiting for it"));
+    connected = channel_->WaitForConnected(DeadlineAfter(std::min(deadline - absl::Now(), absl::Milliseconds(200))));
+  }
+  if (!connected) {
     if (up_ != nullptr) up_->Set(0);
     return absl::UnavailableError(absl::StrCat(name(), ": no stage worker answered within ",
                                                absl::FormatDuration(timeout), " (is it running and reachable?)"));

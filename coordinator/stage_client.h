@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <prometheus/gauge.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,7 +31,8 @@ class StageClient {
 
   // Waits until the channel connects and the health service says StageService is SERVING, up to `timeout`.
   // A server that is not a stage worker (e.g. --workers pointing at an encoder worker) is FAILED_PRECONDITION.
-  absl::Status WaitReady(absl::Duration timeout);
+  // `stop` (optional) is polled while waiting: once true, CANCELLED at once.
+  absl::Status WaitReady(absl::Duration timeout, const std::function<bool()>& stop = nullptr);
   absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request);
   absl::Status Push(const v1::EnvelopeHeader& header, const TensorMap& tensors);
   // Runs the plan; fills `grads` with the stage's summed LoRA gradients. Cancel() aborts it from another thread.
