@@ -248,7 +248,10 @@ void JobQueue::Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& resul
   Job& job = jobs_.at(id);
   running_ = 0;
   job.info.set_end_time_unix(NowUnix());
-  if (!result.ok()) {
+  const bool stopped_at_start = !result.ok() && absl::IsCancelled(result.status()) && job.stop->load();
+  if (stopped_at_start) {
+    job.info.set_state(v1::JOB_STATE_STOPPED);  // stopped before its first step: nothing to checkpoint
+  } else if (!result.ok()) {
     job.info.set_state(v1::JOB_STATE_FAILED);
     job.info.set_error(result.status().ToString());
     LogWarning("job ", id, " failed: ", result.status().ToString());
