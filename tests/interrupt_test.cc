@@ -60,18 +60,24 @@ class InterruptTest : public ::testing::Test {
     dir_ = new std::string(test_util::MakeTempDir("interrupt"));
     Flux2Config c = test_util::TinyFlux2Config();
     ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(*dir_, "model"), 1).ok());
-    ASSERT_TRUE(WriteSyntheticCache(JoinPath(*dir_, "cache"), c.in_channels, c.joint_attention_dim, 8, {{2, 2}}, 5, 3)
-                    .ok());
-    ASSERT_TRUE(WriteFileAtomic(JoinPath(*dir_, "job.yaml"),
-                                absl::StrCat("model: ", JoinPath(*dir_, "model"), "\ndataset: ", JoinPath(*dir_, "cache"),
-                                             "\nlora: {rank: 4}\nsteps: 100000\nbatch_size: 2\nmicro_batches: 2\n"))
-                    .ok());
+    ASSERT_TRUE(
+        WriteSyntheticCache(JoinPath(*dir_, "cache"), c.in_channels, c.joint_attention_dim, 8, {{2, 2}}, 5, 3).ok());
+    ASSERT_TRUE(
+        WriteFileAtomic(JoinPath(*dir_, "job.yaml"),
+                        absl::StrCat("model: ", JoinPath(*dir_, "model"), "\ndataset: ", JoinPath(*dir_, "cache"),
+                                     "\nlora: {rank: 4}\nsteps: 100000\nbatch_size: 2\nmicro_batches: 2\n"))
+            .ok());
   }
   static void TearDownTestSuite() { delete dir_; }
 
   static std::vector<std::string> Coordinator(const std::string& out) {
-    return {JoinPath(test_util::BinDir(), "coordinator"), "--stages", "2", "--job", JoinPath(*dir_, "job.yaml"),
-            "--output", JoinPath(*dir_, out)};
+    return {JoinPath(test_util::BinDir(), "coordinator"),
+            "--stages",
+            "2",
+            "--job",
+            JoinPath(*dir_, "job.yaml"),
+            "--output",
+            JoinPath(*dir_, out)};
   }
   static std::string Log(const std::string& name) {
     auto text = ReadFile(JoinPath(*dir_, name));
