@@ -1,12 +1,9 @@
 // Interrupting `coordinator --job` as a user does, with real signals: a run stopped by SIGINT/SIGTERM exits
 // 128 + signal (130/143), distinct from success, after checkpointing the step it was on; a signal during
 // start-up, while the stage workers are not even reachable, stops at once instead of being ignored.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +13,7 @@
 #include "core/data/cache.h"
 #include "core/model/flux2_weights.h"
 #include "core/testing/paths.h"
+#include "core/testing/spawn.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
 
@@ -23,21 +21,6 @@ namespace baton {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A coordinator child whose stdout and stderr go to `log`.
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid = 0;
-  posix_spawn_file_actions_destroy(&actions);
-  return pid;
-}
 
 // Exit code of `pid`, waiting up to `limit` (then SIGKILL and -1).
 int WaitExit(pid_t pid, std::chrono::seconds limit) {
@@ -89,7 +72,7 @@ class InterruptTest : public ::testing::Test {
 std::string* InterruptTest::dir_ = nullptr;
 
 TEST_F(InterruptTest, SigtermMidRunCheckpointsAndExits143) {
-  pid_t pid = Spawn(Coordinator("mid"), JoinPath(*dir_, "mid.log"));
+  pid_t pid = test_util::SpawnLogged(Coordinator("mid"), JoinPath(*dir_, "mid.log"));
   ASSERT_GT(pid, 0);
   const std::string train_log = JoinPath(JoinPath(*dir_, "mid"), "train_log.jsonl");
   for (int i = 0; i < 600; ++i) {  // until three steps are done
@@ -112,7 +95,7 @@ TEST_F(InterruptTest, SigintWhileWaitingForWorkersStopsAtOnceWith130) {
   // Nothing listens on these ports: the coordinator would wait 60 s for them.
   std::vector<std::string> args = Coordinator("early");
   for (const char* a : {"--workers", "127.0.0.1:1,127.0.0.1:2", "--connect_timeout_s", "60"}) args.push_back(a);
-  pid_t pid = Spawn(args, JoinPath(*dir_, "early.log"));
+  pid_t pid = test_util::SpawnLogged(args, JoinPath(*dir_, "early.log"));
   ASSERT_GT(pid, 0);
   std::this_thread::sleep_for(std::chrono::seconds(2));  // past start-up, into the wait for the workers
   const auto t0 = Clock::now();

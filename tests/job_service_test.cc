@@ -4,10 +4,8 @@
 // stop checkpoints a running job, that download returns the job's LoRA byte for byte — the same bytes
 // `coordinator --job` writes for the same job — and that SIGTERM checkpoints the running job and a restarted
 // service still knows it.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +20,7 @@
 #include "core/model/flux2_weights.h"
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
+#include "core/testing/spawn.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
 #include "rpc/grpc_options.h"
@@ -44,15 +43,7 @@ class Service {
                                      absl::StrCat("--output=", root),
                                      "--rpc_timeout_s=60",
                                      absl::StrCat("--stage_worker=", JoinPath(BinDir(), "stage_worker"))};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = 0;
-    posix_spawn_file_actions_destroy(&actions);
+    pid_ = test_util::SpawnLogged(args, log_);
     static const std::regex kListening("LISTENING (\\S+)");
     for (int i = 0; i < 1200 && pid_ > 0 && address_.empty(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
