@@ -21,6 +21,7 @@ PeerSender::~PeerSender() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    if (active_ != nullptr) active_->TryCancel();  // a push to a stalled peer must not hold up a reconfigure
   }
   cv_.notify_all();
   thread_.join();
@@ -46,6 +47,12 @@ absl::Status PeerSender::Flush(absl::Duration timeout) {
   return absl::OkStatus();
 }
 
+double PeerSender::busy_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!busy_) return 0;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - busy_since_).count();
+}
+
 uint64_t PeerSender::bytes_sent() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_sent_;
@@ -61,6 +68,7 @@ void PeerSender::Loop() {
       item = std::move(queue_.front());
       queue_.pop_front();
       busy_ = true;
+      busy_since_ = std::chrono::steady_clock::now();
     }
     absl::Status status;
     uint64_t bytes = 0;
@@ -69,6 +77,11 @@ void PeerSender::Loop() {
     {
       grpc::ClientContext ctx;
       ctx.set_deadline(DeadlineAfter(timeout_));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stop_) return;
+        active_ = &ctx;
+      }
       v1::PushAck ack;
       auto writer = stub_->Push(&ctx, &ack);
       status = WriteEnvelope(writer.get(), item.header, item.tensors, kMaxChunkBytes, wire_dtype_);
@@ -76,6 +89,8 @@ void PeerSender::Loop() {
       absl::Status finished = FromGrpcStatus(writer->Finish());
       if (status.ok() || !finished.ok()) status = finished;  // the server's reason beats "stream broke"
       bytes = ack.num_bytes();
+      std::lock_guard<std::mutex> lock(mu_);
+      active_ = nullptr;
     }
     link_.Sent(bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     {

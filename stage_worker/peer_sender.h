@@ -6,6 +6,7 @@
 #include <absl/status/status.h>
 #include <absl/time/time.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -35,6 +36,9 @@ class PeerSender {
   // Waits until everything queued has been delivered; returns the first error, if any.
   absl::Status Flush(absl::Duration timeout);
   uint64_t bytes_sent() const;
+  // Seconds the push now in flight has taken so far; 0 when none is (the step's heartbeat reports it, so a
+  // stalled link is told from a stalled stage).
+  double busy_seconds() const;
   const std::string& peer_name() const { return peer_name_; }
 
  private:
@@ -54,6 +58,8 @@ class PeerSender {
   };
   std::deque<Item> queue_;
   bool busy_ = false;
+  std::chrono::steady_clock::time_point busy_since_;
+  grpc::ClientContext* active_ = nullptr;  // the push in flight, cancelled by the destructor
   bool stop_ = false;
   absl::Status error_;
   uint64_t bytes_sent_ = 0;

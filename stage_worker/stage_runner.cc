@@ -6,6 +6,8 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <thread>
 
 #include "core/lora/lora.h"
 #include "core/metrics/process_memory.h"
@@ -75,9 +77,24 @@ std::map<std::string, at::Tensor> StageRunner::AllLora() {
   return all;
 }
 
+bool StageRunner::SameModel(const v1::ConfigureRequest& req) const {
+  v1::ConfigureRequest a = config_, b = req;
+  for (v1::ConfigureRequest* r : {&a, &b}) {
+    r->clear_next_address();
+    r->clear_prev_address();
+    r->clear_generation();
+  }
+  return a.SerializeAsString() == b.SerializeAsString();
+}
+
 absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::ConfigureRequest& req) {
+  // Before the lock: a step of an older generation still running sees this and stops (RunStep), and envelopes of
+  // the aborted step are dropped from now on.
+  for (uint64_t g = generation_.load();
+       req.generation() > g && !generation_.compare_exchange_weak(g, req.generation());) {
+  }
   std::lock_guard<std::mutex> lock(run_mu_);
-  configured_ = false;
+  generation_ = req.generation();
   next_.reset();
   prev_.reset();
   inbox_.Clear();
@@ -86,6 +103,15 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     rope_.clear();
     rope_order_.clear();
   }
+  if (configured_ && SameModel(req)) {  // a recovery: new neighbours, the same model
+    ASSIGN_OR_RETURN(WireDtype wire, ParseWireDtype(req.wire_dtype().empty() ? "none" : req.wire_dtype()));
+    config_ = req;
+    ConnectPeers(wire);
+    LogInfo(name(), ": reconfigured for generation ", req.generation(), " (model kept; next ", req.next_address(),
+            ", prev ", req.prev_address(), ")");
+    return Response();
+  }
+  configured_ = false;
   if (req.job_id().empty()) return absl::InvalidArgumentError("Configure: job_id is empty");
   if (req.num_stages() < 1 || req.stage_index() < 0 || req.stage_index() >= req.num_stages()) {
     return absl::InvalidArgumentError(
@@ -117,28 +143,9 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   }
   config_ = req;
   metrics_.Configure(req.job_name(), req.stage_index());
-  const absl::Duration timeout = options_.wait_timeout;
-  const int p = req.num_stages(), s = req.stage_index();
-  if (!req.next_address().empty()) {
-    next_ = std::make_unique<PeerSender>(req.next_address(),
-                                         absl::StrCat("stage ", (s + 1) % p, " (", req.next_address(), ")"), timeout,
-                                         wire, metrics_.Link(absl::StrCat("stage", (s + 1) % p)));
-  }
-  if (!req.prev_address().empty()) {
-    prev_ = std::make_unique<PeerSender>(req.prev_address(),
-                                         absl::StrCat("stage ", (s + p - 1) % p, " (", req.prev_address(), ")"),
-                                         timeout, wire, metrics_.Link(absl::StrCat("stage", (s + p - 1) % p)));
-  }
-  v1::ConfigureResponse response;
-  int64_t numel = 0;
-  for (const auto& [pname, p] : AllLora()) {
-    response.add_lora_param_names(pname);
-    numel += p.numel();
-  }
-  response.set_num_lora_params(numel);
-  uint64_t bytes = 0;  // 8-bit weights are buffers, FrozenBytes counts them
-  for (auto& chunk : chunks_) bytes += static_cast<uint64_t>(FrozenBytes(*chunk));
-  response.set_loaded_bytes(bytes);
+  ConnectPeers(wire);
+  v1::ConfigureResponse response = Response();
+  const uint64_t bytes = response.loaded_bytes();
   configured_ = true;
   std::string blocks;
   for (const Flux2StageRange& r : ranges_) {
@@ -151,8 +158,40 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   return response;
 }
 
+void StageRunner::ConnectPeers(WireDtype wire) {
+  const v1::ConfigureRequest& req = config_;
+  const absl::Duration timeout = options_.wait_timeout;
+  const int p = req.num_stages(), s = req.stage_index();
+  if (!req.next_address().empty()) {
+    next_ = std::make_unique<PeerSender>(req.next_address(),
+                                         absl::StrCat("stage ", (s + 1) % p, " (", req.next_address(), ")"), timeout,
+                                         wire, metrics_.Link(absl::StrCat("stage", (s + 1) % p)));
+  }
+  if (!req.prev_address().empty()) {
+    prev_ = std::make_unique<PeerSender>(req.prev_address(),
+                                         absl::StrCat("stage ", (s + p - 1) % p, " (", req.prev_address(), ")"),
+                                         timeout, wire, metrics_.Link(absl::StrCat("stage", (s + p - 1) % p)));
+  }
+}
+
+v1::ConfigureResponse StageRunner::Response() {
+  v1::ConfigureResponse response;
+  int64_t numel = 0;
+  for (const auto& [pname, p] : AllLora()) {
+    response.add_lora_param_names(pname);
+    numel += p.numel();
+  }
+  response.set_num_lora_params(numel);
+  uint64_t bytes = 0;  // 8-bit weights are buffers, FrozenBytes counts them
+  for (auto& chunk : chunks_) bytes += static_cast<uint64_t>(FrozenBytes(*chunk));
+  response.set_loaded_bytes(bytes);
+  return response;
+}
+
 absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
   const v1::EnvelopeHeader& h = envelope.header;
+  // Leftovers of a step a recovery aborted (a neighbour's late push, the coordinator's early data): dropped.
+  if (h.generation() < generation_.load()) return absl::OkStatus();
   {
     std::lock_guard<std::mutex> rope_lock(rope_mu_);
     bytes_received_ += envelope.bytes;
@@ -198,6 +237,7 @@ v1::EnvelopeHeader StageRunner::Header(const v1::StepPlan& plan, int32_t mb, v1:
   h.set_kind(kind);
   h.set_sender(name());
   h.set_chunk(chunk);
+  h.set_generation(config_.generation());
   return h;
 }
 
@@ -207,8 +247,16 @@ absl::StatusOr<TensorMap> StageRunner::Await(const v1::StepPlan& plan, int32_t m
   std::string from = "the coordinator";
   if (kind == v1::EnvelopeHeader::ACTIVATION && prev_) from = prev_->peer_name();
   if (kind == v1::EnvelopeHeader::GRADIENT && next_) from = next_->peer_name();
+  const int p = config_.num_stages(), s = config_.stage_index();
+  int waiting_on = kWaitingOnCoordinator;
+  if (kind == v1::EnvelopeHeader::ACTIVATION && prev_) waiting_on = (s + p - 1) % p;
+  if (kind == v1::EnvelopeHeader::GRADIENT && next_) waiting_on = (s + 1) % p;
+  progress_.Set(absl::StrCat("waiting for ", v1::EnvelopeHeader::Kind_Name(kind), " of step ", plan.step(),
+                             " micro-batch ", mb, " from ", from),
+                waiting_on);
   auto t0 = Clock::now();
   auto result = inbox_.Take(plan.step(), mb, kind, options_.wait_timeout, cancelled, from, chunk);
+  progress_.Set("computing");
   const double idle = Since(t0);
   summary.set_idle_seconds(summary.idle_seconds() + idle);
   metrics_.AddIdleSeconds(idle);
@@ -322,6 +370,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
     state.target = transfer_->Upload(t.at("target"));
   }
   auto t0 = Clock::now();
+  progress_.Set(absl::StrCat("forward of step ", plan.step(), " micro-batch ", mb));
   absl::Status run = TorchCall("forward", [&] {
     Flux2Activations out = RunBlocks(chunk, state, plan, mb);
     if (range.has_head) {
@@ -358,6 +407,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
     ASSIGN_OR_RETURN(grads, Await(plan, mb, v1::EnvelopeHeader::GRADIENT, cancelled, summary, chunk));
   }
   auto t0 = Clock::now();
+  progress_.Set(absl::StrCat("backward of step ", plan.step(), " micro-batch ", mb));
   absl::Status run = TorchCall("backward", [&] {
     // Where backward starts: the scaled loss on the last stage, else the received output gradients.
     auto seed = [&](const Flux2Activations& out) -> std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> {
@@ -417,10 +467,49 @@ void StageRunner::SendAsync(PeerSender& peer, v1::EnvelopeHeader header, const T
   peer.Send(std::move(header), std::move(host), std::move(ready));
 }
 
+v1::StageHeartbeat StageRunner::Progress() const {
+  v1::StageHeartbeat p = progress_.Snapshot();
+  p.set_next_push_seconds(next_ ? next_->busy_seconds() : 0);
+  p.set_prev_push_seconds(prev_ ? prev_->busy_seconds() : 0);
+  return p;
+}
+
 absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
-                                                     const GradSink& sink) {
+                                                     const GradSink& sink, const Heartbeat& heartbeat) {
   std::lock_guard<std::mutex> lock(run_mu_);
   if (!configured_) return absl::FailedPreconditionError(absl::StrCat(name(), ": RunStep before Configure"));
+  progress_.Set("starting the step");
+  // The heartbeat thread lives inside run_mu_, so the peers it reads cannot be replaced under it.
+  std::mutex beat_mu;
+  std::condition_variable beat_cv;
+  bool done = false;
+  std::thread beat;
+  if (heartbeat) {
+    beat = std::thread([&] {
+      std::unique_lock<std::mutex> beat_lock(beat_mu);
+      while (
+          !beat_cv.wait_for(beat_lock, absl::ToChronoNanoseconds(options_.heartbeat_interval), [&] { return done; })) {
+        heartbeat(Progress());
+      }
+    });
+  }
+  // A Configure of a newer generation (a recovery) aborts this step without waiting for the coordinator's cancel.
+  const uint64_t generation = config_.generation();
+  auto aborted = [&] { return generation_.load() != generation || (cancelled && cancelled()); };
+  auto summary = RunActions(plan, aborted, sink);
+  if (beat.joinable()) {
+    {
+      std::lock_guard<std::mutex> beat_lock(beat_mu);
+      done = true;
+    }
+    beat_cv.notify_all();
+    beat.join();
+  }
+  return summary;
+}
+
+absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan,
+                                                        const std::function<bool()>& cancelled, const GradSink& sink) {
   if (plan.job_id() != config_.job_id()) {
     return absl::FailedPreconditionError(absl::StrCat(name(), ": step plan for job '", plan.job_id(),
                                                       "' but this worker is configured for '", config_.job_id(), "'"));
@@ -450,9 +539,18 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, c
   }
   if (!step.live.empty()) return absl::InvalidArgumentError("step plan: some forwards had no backward");
   RETURN_IF_ERROR(EnsureWeights(plan, cancelled, step, summary));  // a plan without actions still takes them
+  progress_.Set("sending the step's last outputs");
   for (PeerSender* peer : {next_.get(), prev_.get()}) {
-    if (peer) RETURN_IF_ERROR(Annotate(peer->Flush(options_.wait_timeout), name()));
+    // In slices: an aborted step must not wait out a push to a stalled peer.
+    const auto deadline = Clock::now() + absl::ToChronoNanoseconds(options_.wait_timeout);
+    absl::Status flushed = absl::DeadlineExceededError("");
+    while (peer && !flushed.ok() && absl::IsDeadlineExceeded(flushed) && Clock::now() < deadline) {
+      if (cancelled()) return absl::CancelledError(absl::StrCat(name(), ": step ", plan.step(), " cancelled"));
+      flushed = peer->Flush(absl::Milliseconds(100));
+    }
+    if (peer) RETURN_IF_ERROR(Annotate(flushed, name()));
   }
+  progress_.Set("sending the gradients to the coordinator");
   std::map<std::string, at::Tensor> grads;
   for (Flux2Stage& chunk : chunks_) grads.merge(LoraGradients(*chunk));
   for (const auto& [pname, g] : grads) RETURN_IF_ERROR(sink(pname, g.detach().to(at::kCPU, at::kFloat)));

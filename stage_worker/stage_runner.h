@@ -33,14 +33,16 @@
 #include "stage_worker/inbox.h"
 #include "stage_worker/peer_sender.h"
 #include "stage_worker/stage_metrics.h"
+#include "stage_worker/step_progress.h"
 
 namespace baton {
 
 struct StageRunnerOptions {
   std::string address;  // our own listen address (for messages)
   std::string device = "cpu";
-  absl::Duration wait_timeout = absl::Seconds(300);  // any single wait for data from a peer
-  size_t rope_cache_entries = kRopeCacheEntries;     // FIFO; the coordinator mirrors it
+  absl::Duration wait_timeout = absl::Seconds(300);      // any single wait for data from a peer
+  size_t rope_cache_entries = kRopeCacheEntries;         // FIFO; the coordinator mirrors it
+  absl::Duration heartbeat_interval = absl::Seconds(1);  // RunStep's progress heartbeats
 };
 
 class StageRunner {
@@ -55,10 +57,13 @@ class StageRunner {
   bool wants_pinned_host() const { return pinned_host_.load(); }
 
   using GradSink = std::function<absl::Status(const std::string& name, const at::Tensor& grad)>;
+  using Heartbeat = std::function<void(const v1::StageHeartbeat&)>;
   // Runs the plan's actions; streams this stage's summed LoRA gradients to `sink` (sorted by name) and
-  // returns the step summary. `cancelled` is polled while waiting for data.
+  // returns the step summary. `cancelled` is polled while waiting for data; a Configure of a newer generation
+  // cancels the step too. `heartbeat` (optional) gets the step's progress every heartbeat_interval, from another
+  // thread, until RunStep returns.
   absl::StatusOr<v1::StepSummary> RunStep(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
-                                          const GradSink& sink);
+                                          const GradSink& sink, const Heartbeat& heartbeat = nullptr);
 
   // Current adapter weights (fp32, CPU), PEFT names.
   absl::StatusOr<TensorMap> CurrentLora();
@@ -109,6 +114,15 @@ class StageRunner {
   // Queues `tensors` (device tensors) for `peer`: on CUDA their copy to host starts now on the side stream and
   // the sender's thread waits for it, so the compute stream goes straight on with the next action.
   void SendAsync(PeerSender& peer, v1::EnvelopeHeader header, const TensorMap& tensors);
+  absl::StatusOr<v1::StepSummary> RunActions(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
+                                             const GradSink& sink);
+  // Whether `req` asks for the model this worker already holds (only the neighbours or the generation differ):
+  // a recovery's reconfigure then keeps it instead of loading it again.
+  bool SameModel(const v1::ConfigureRequest& req) const;
+  // The peer connections for config_ (Configure).
+  void ConnectPeers(WireDtype wire);
+  v1::ConfigureResponse Response();
+  v1::StageHeartbeat Progress() const;
   // All chunks' adapters by PEFT name (names are global block paths, so chunks never collide).
   std::map<std::string, at::Tensor> AllLora();
 
@@ -116,6 +130,8 @@ class StageRunner {
   StageInstruments metrics_;
   std::mutex run_mu_;  // Configure / RunStep
   Inbox inbox_;
+  ProgressBoard progress_;
+  std::atomic<uint64_t> generation_{0};  // ConfigureRequest.generation; older envelopes are dropped
 
   // Set by Configure (guarded by run_mu_; read by Deliver only through the rope cache below).
   v1::ConfigureRequest config_;

@@ -1,0 +1,43 @@
+// What a stage is doing in its current step, for the RunStep heartbeat (StageHeartbeat): the step's thread sets
+// it at every wait and computation, the heartbeat thread reads it. The coordinator compares the heartbeats of all
+// stages to tell a stalled stage (no heartbeat) or link (a push in flight for long) from a slow one.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <string>
+
+#include "baton/v1/stage.pb.h"
+
+namespace baton {
+
+// waiting_on values besides a stage index.
+inline constexpr int kWaitingOnCoordinator = -1;
+inline constexpr int kNotWaiting = -2;
+
+class ProgressBoard {
+ public:
+  void Set(std::string activity, int waiting_on = kNotWaiting) {
+    std::lock_guard<std::mutex> lock(mu_);
+    activity_ = std::move(activity);
+    waiting_on_ = waiting_on;
+    since_ = std::chrono::steady_clock::now();
+  }
+  // activity, activity_seconds and waiting_on (the push fields are the runner's to fill in).
+  v1::StageHeartbeat Snapshot() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    v1::StageHeartbeat p;
+    p.set_activity(activity_);
+    p.set_activity_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count());
+    p.set_waiting_on(waiting_on_);
+    return p;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string activity_ = "starting the step";
+  int waiting_on_ = kNotWaiting;
+  std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace baton
