@@ -61,6 +61,13 @@ void AddMetricsHooks(const std::string& job_name, CoordinatorHooks* hooks) {
     series->samples_per_second.Set(rec.samples_per_second);
     if (next) next(rec);
   };
+  hooks->on_recovery = [job_name, next = std::move(hooks->on_recovery)](int64_t step, int stage,
+                                                                        const std::string& cause) {
+    CoordinatorFamilies()
+        .step_retries.Add({{"job", job_name}, {"stage", stage >= 0 ? absl::StrCat(stage) : "none"}})
+        .Increment();
+    if (next) next(step, stage, cause);
+  };
   hooks->on_checkpoint = [series, next = std::move(hooks->on_checkpoint)](int64_t step, double seconds) {
     series->checkpoint_duration.Observe(seconds);
     series->checkpoint_last_success.Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/util/log.h"
+#include "core/util/status.h"
 
 namespace baton {
 namespace {
@@ -343,6 +344,60 @@ bool LocalWorkers::ReapLocked(Child& c, bool block) {
     c.wait_status = -1;
   }
   return c.reaped;
+}
+
+std::vector<std::string> LocalWorkers::addresses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return addresses_;
+}
+
+std::vector<std::string> LocalWorkers::metrics_addresses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return metrics_addresses_;
+}
+
+absl::StatusOr<std::string> LocalWorkers::Restart(int i, absl::Duration timeout) {
+  if (i < 0 || i >= static_cast<int>(children_.size())) {
+    return absl::OutOfRangeError(absl::StrCat("no stage ", i, " (have ", children_.size(), ")"));
+  }
+  Child& c = *children_[i];
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return absl::FailedPreconditionError("local workers: Restart after Stop");
+    if (c.pid > 0 && !ReapLocked(c, /*block=*/false)) {
+      ::killpg(c.pid, SIGKILL);  // a stalled (e.g. SIGSTOPped) process is replaced, not waited for
+      ReapLocked(c, /*block=*/true);
+    }
+  }
+  // The old reader drains the dead child's output and exits once woken.
+  if (c.wake[1] >= 0) {
+    ssize_t ignored = ::write(c.wake[1], "x", 1);
+    (void)ignored;
+  }
+  if (c.reader.joinable()) c.reader.join();
+  for (int& fd : c.wake) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    c.spawn_done = false;
+    c.spawn_error.clear();
+    c.pid = -1;
+    c.listening.clear();
+    c.metrics.clear();
+    c.eof = false;
+    c.tail.clear();
+    c.reaped = false;
+    c.wait_status = 0;
+  }
+  if (::pipe2(c.wake, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("local workers: pipe: ", ErrnoText()));
+  c.reader = std::thread(&LocalWorkers::ReaderMain, this, &c);
+  RETURN_IF_ERROR(WaitListening(i, std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout)));
+  std::lock_guard<std::mutex> lock(mu_);
+  addresses_[i] = c.listening;
+  metrics_addresses_[i] = c.metrics;
+  return c.listening;
 }
 
 std::vector<pid_t> LocalWorkers::pids() const {

@@ -45,11 +45,11 @@ class LocalWorkers {
   LocalWorkers(const LocalWorkers&) = delete;
   LocalWorkers& operator=(const LocalWorkers&) = delete;
 
-  int size() const { return static_cast<int>(addresses_.size()); }
+  int size() const { return static_cast<int>(children_.size()); }
   // "host:port" per worker as it printed it; index = stage.
-  const std::vector<std::string>& addresses() const { return addresses_; }
+  std::vector<std::string> addresses() const;
   // "host:port" of each worker's metrics server from its `metrics:` line; "" for a worker that printed none.
-  const std::vector<std::string>& metrics_addresses() const { return metrics_addresses_; }
+  std::vector<std::string> metrics_addresses() const;
   std::vector<pid_t> pids() const;
 
   // False once stage i has exited (reaps it; waitpid WNOHANG).
@@ -58,6 +58,10 @@ class LocalWorkers {
   std::string Describe(int i);
   // Sends `signal` to stage i's process (failure tests). FailedPrecondition if it has already been reaped.
   absl::Status Kill(int i, int signal);
+  // Replaces stage i's process (the coordinator's recovery of a lost or stalled worker): SIGKILL to the old one if
+  // it still runs, then the same command line again, waiting up to `timeout` for its LISTENING line. Returns the
+  // new address (a new port: the neighbours must be told).
+  absl::StatusOr<std::string> Restart(int i, absl::Duration timeout);
   // SIGTERM to every child's process group, waits up to `grace`, then SIGKILL; reaps all and joins the
   // output readers. Idempotent.
   absl::Status Stop(absl::Duration grace = absl::Seconds(5));
@@ -76,9 +80,9 @@ class LocalWorkers {
   // report false races on everything absl::Mutex guards.
   mutable std::mutex mu_;
   std::condition_variable cv_;                    // a child's start state changed (spawned, LISTENING, output closed)
-  std::vector<std::unique_ptr<Child>> children_;  // index = stage; set in Start, then fixed
-  std::vector<std::string> addresses_;            // set in Start, then fixed
-  std::vector<std::string> metrics_addresses_;    // set in Start, then fixed
+  std::vector<std::unique_ptr<Child>> children_;  // index = stage; set in Start, then fixed (Restart renews one)
+  std::vector<std::string> addresses_;            // guarded by mu_; set in Start and by Restart
+  std::vector<std::string> metrics_addresses_;    // guarded by mu_; set in Start and by Restart
   bool stopped_ = false;                          // guarded by mu_
 };
 

@@ -39,6 +39,13 @@ ABSL_FLAG(std::string, output, "out/run",
 ABSL_FLAG(bool, resume, false, "continue from the newest complete checkpoint in --output");
 ABSL_FLAG(int, rpc_timeout_s, 300, "deadline of every RPC, including a whole step");
 ABSL_FLAG(int, connect_timeout_s, 20, "how long to wait for a stage worker to answer at all");
+ABSL_FLAG(int, step_retries, 3,
+          "times a step is redone after a stage worker is lost or stalls (then the run fails, checkpoint kept); "
+          "0: the first loss fails the run");
+ABSL_FLAG(int, worker_restart_timeout_s, 60,
+          "how long a lost stage worker gets to come back (local: restarted here; remote: answering at its address)");
+ABSL_FLAG(int, stall_timeout_s, 15,
+          "a stage or link that makes no progress in a step for this long counts as lost (stages beat every second)");
 ABSL_FLAG(std::string, stage_worker, "", "stage_worker binary for local workers (default: next to coordinator)");
 ABSL_FLAG(std::string, metrics, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); local stage workers "
@@ -69,6 +76,9 @@ baton::CoordinatorOptions OptionsFromFlags() {
   options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   options.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   options.stage_worker_binary = absl::GetFlag(FLAGS_stage_worker);
+  options.step_retries = absl::GetFlag(FLAGS_step_retries);
+  options.worker_restart_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_restart_timeout_s));
+  options.stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stall_timeout_s));
   if (g_metrics) {
     options.metrics_listen = absl::GetFlag(FLAGS_metrics);
     options.metrics_address = g_metrics->address();

@@ -22,6 +22,8 @@
 #include "coordinator/local_workers.h"
 #include "coordinator/stage_client.h"
 #include "coordinator/stage_fleet.h"
+#include "coordinator/stage_set.h"
+#include "coordinator/step_executor.h"
 #include "core/data/cache.h"
 #include "core/lora/lora.h"
 #include "core/model/flux2_weights.h"
@@ -153,113 +155,6 @@ absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& 
     }
   }
   return out;
-}
-
-// Workers: embedded local processes (started here, into *local), or the ones given. Returns their addresses.
-absl::StatusOr<std::vector<std::string>> StartWorkers(const JobConfig& job, const CoordinatorOptions& options,
-                                                      std::unique_ptr<LocalWorkers>* local) {
-  if (!options.workers.empty()) {
-    if (!options.metrics_address.empty()) {  // remote workers' metrics ports are their operators' to list
-      RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, {}, !options.quiet));
-    }
-    return options.workers;
-  }
-  LocalWorkerOptions lopts;
-  if (!options.stage_worker_binary.empty()) lopts.binary = options.stage_worker_binary;
-  lopts.threads = job.threads;
-  int wait_s = options.worker_wait_timeout_s > 0 ? options.worker_wait_timeout_s
-                                                 : static_cast<int>(absl::ToInt64Seconds(options.rpc_timeout));
-  lopts.extra_args = {absl::StrCat("--wait_timeout_s=", wait_s)};
-  for (int i = 0; i < options.stages && !options.metrics_listen.empty(); ++i) {
-    ASSIGN_OR_RETURN(std::string listen, StageMetricsListen(options.metrics_listen, i));
-    lopts.worker_args.push_back({absl::StrCat("--metrics=", listen)});
-  }
-  ASSIGN_OR_RETURN(*local, LocalWorkers::Start(options.stages, lopts));
-  std::vector<std::string> addresses = (*local)->addresses();
-  if (!options.quiet) {
-    std::printf("started %d local stage workers: %s\n", options.stages, absl::StrJoin(addresses, ", ").c_str());
-  }
-  if (!options.metrics_address.empty()) {
-    RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, (*local)->metrics_addresses(),
-                                          !options.quiet));
-  }
-  return addresses;
-}
-
-// Worker i's request; `chunks` holds its one block range, or its v chunks (interleaved: the neighbours wrap
-// around, worker p-1's outputs feeding worker 0's next chunk).
-v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string& job_id,
-                                         const std::vector<StageSpec>& chunks, int i,
-                                         const std::vector<std::string>& addresses) {
-  const int p = static_cast<int>(addresses.size());
-  const StageSpec& spec = chunks.front();
-  v1::ConfigureRequest req;
-  req.set_job_id(job_id);
-  req.set_job_name(JobName(job));
-  req.set_config_hash(job_id);
-  req.set_stage_index(i);
-  req.set_num_stages(p);
-  req.set_model_path(job.model);
-  req.set_model_config_path(job.model_config);
-  req.set_block_begin(static_cast<int32_t>(spec.block_begin));
-  req.set_block_end(static_cast<int32_t>(spec.block_end));
-  req.set_has_embedders(spec.has_embedders);
-  req.set_has_head(spec.has_head);
-  req.set_dtype(job.dtype);
-  // Without `devices:` in the job each worker computes on its own --device (local workers: cpu).
-  if (i < static_cast<int>(job.devices.size())) req.set_device(job.devices[i]);
-  // The planner's per-stage decision (recompute: auto decides from the budget; true = all, false = none).
-  // Interleaved: every chunk of every worker got the same all-or-nothing decision (PlanStages).
-  if (chunks.size() > 1) {
-    req.set_recompute(spec.recompute_blocks > 0);
-  } else {
-    req.set_recompute(spec.recompute_blocks > 0);
-    req.set_recompute_blocks(static_cast<int32_t>(spec.recompute_blocks));
-  }
-  req.set_quantize(job.quantize);
-  req.mutable_lora()->set_rank(static_cast<int32_t>(job.lora.rank));
-  req.mutable_lora()->set_alpha(static_cast<float>(job.lora.alpha));
-  for (const auto& t : job.lora.targets) req.mutable_lora()->add_targets(t);
-  req.mutable_lora()->set_dropout(static_cast<float>(job.lora.dropout));
-  if (i + 1 < p) req.set_next_address(addresses[i + 1]);
-  if (i > 0) req.set_prev_address(addresses[i - 1]);
-  if (chunks.size() > 1) {
-    for (const StageSpec& c : chunks) {
-      v1::StageChunk* ch = req.add_chunks();
-      ch->set_block_begin(static_cast<int32_t>(c.block_begin));
-      ch->set_block_end(static_cast<int32_t>(c.block_end));
-      ch->set_has_embedders(c.has_embedders);
-      ch->set_has_head(c.has_head);
-    }
-    req.set_next_address(addresses[(i + 1) % p]);
-    req.set_prev_address(addresses[(i + p - 1) % p]);
-  }
-  req.set_threads(job.threads);
-  req.set_seed(job.seed);
-  req.set_wire_dtype(job.wire_dtype);
-  return req;
-}
-
-// Connects to every stage and configures it with its slice; the fleet learns which LoRA parameters each holds.
-absl::Status ConnectAndConfigure(const JobConfig& job, const CoordinatorOptions& options,
-                                 const std::vector<std::vector<StageSpec>>& plan,
-                                 const std::vector<std::string>& addresses, StageFleet* fleet) {
-  const int p = static_cast<int>(addresses.size());
-  for (int i = 0; i < p; ++i) {
-    fleet->clients.push_back(std::make_unique<StageClient>(i, addresses[i], options.rpc_timeout));
-    if (!options.metrics_address.empty())
-      fleet->clients.back()->set_up_gauge(StageUpGauge(JobName(job), i, addresses[i]));
-  }
-  auto stop = [&] { return StopRequested(options); };
-  RETURN_IF_ERROR(ParallelFor(p, [&](int i) { return fleet->clients[i]->WaitReady(options.connect_timeout, stop); }));
-  fleet->params.assign(p, {});
-  fleet->rope.assign(p, RopeMirror());
-  return ParallelFor(p, [&](int i) -> absl::Status {
-    ASSIGN_OR_RETURN(v1::ConfigureResponse resp,
-                     fleet->clients[i]->Configure(ConfigureRequestFor(job, fleet->job_id, plan[i], i, addresses)));
-    fleet->params[i].assign(resp.lora_param_names().begin(), resp.lora_param_names().end());
-    return absl::OkStatus();
-  });
 }
 
 // Trainable state at the start: the newest checkpoint when resuming (its optimizer state goes into `optimizer`),
@@ -429,15 +324,17 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   ASSIGN_OR_RETURN(auto plan, PlanStages(job, config, *cache, p, chunks, dtype, options.quiet));
   fleet.loss_scale = 1.0f / static_cast<float>(m);
   fleet.dropout_seed = DropoutBaseSeed(job.seed);
-  std::unique_ptr<LocalWorkers> local;
+  fleet.stall_timeout = options.stall_timeout;
   // A stop (SIGINT/SIGTERM, or the job service's) is honoured during start-up too: nothing to checkpoint yet.
   auto stop_requested = [&] { return StopRequested(options); };
   const absl::Status stopped_early = absl::CancelledError("stopped before the first step: nothing to checkpoint");
   if (stop_requested()) return stopped_early;
-  ASSIGN_OR_RETURN(std::vector<std::string> addresses, StartWorkers(job, options, &local));
+  StageSet stages(job, options, std::move(plan), &fleet, stop_requested);
+  absl::Status started = stages.Start();
   if (stop_requested()) return stopped_early;
-  RETURN_IF_ERROR(ConnectAndConfigure(job, options, plan, addresses, &fleet));
-  if (stop_requested()) return stopped_early;
+  RETURN_IF_ERROR(started);
+  const std::vector<std::string> addresses = stages.addresses();
+  StepExecutor executor(job, options, &fleet, &stages, stop_requested);
 
   AdamW optimizer(job.optimizer);
   ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, fleet, optimizer));
@@ -494,11 +391,16 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     absl::StatusOr<StepInputs> inputs = next_inputs.valid() ? next_inputs.get() : prepare(step, false);
     if (!inputs.ok()) return inputs.status();
     const double prepare_seconds = SecondsSince(t0);
-    ASSIGN_OR_RETURN(StepOutputs outputs, fleet.RunStep(step, *inputs, master, [&] {
+    auto start_next = [&] {
       if (step + 1 < total_steps && !stop_requested()) {
         next_inputs = std::async(std::launch::async, prepare, step + 1, true);
       }
-    }));
+    };
+    // A lost step discards the next step's early pushes (the recovery empties the inboxes): prepared again later.
+    auto drop_next = [&] {
+      if (next_inputs.valid()) (void)next_inputs.get();
+    };
+    ASSIGN_OR_RETURN(StepOutputs outputs, executor.Run(step, *inputs, master, start_next, drop_next));
     const auto t_run = Clock::now();
     ASSIGN_OR_RETURN(PipelineStepRecord rec, ApplyGradients(job, step, outputs, optimizer, master));
     rec.step_seconds = SecondsSince(t0);
@@ -522,10 +424,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     }
   }
   if (tty && !options.quiet) std::printf("\n");
-  if (local) {
-    for (auto& c : fleet.clients) (void)c->Shutdown();
-    RETURN_IF_ERROR(local->Stop());
-  }
+  RETURN_IF_ERROR(stages.Stop());
   return result;
 }
 

@@ -33,6 +33,9 @@ struct CoordinatorHooks {
   std::function<void(const RunStart&)> on_start;                    // stages configured, before the first step
   std::function<void(const PipelineStepRecord&)> on_step;           // after each optimizer step
   std::function<void(int64_t step, double seconds)> on_checkpoint;  // a checkpoint written
+  // A lost step (1-based), as soon as the loss is noticed, before the recovery: the stage blamed (-1: a link or
+  // unknown) and what happened.
+  std::function<void(int64_t step, int stage, const std::string& cause)> on_recovery;
   const std::atomic<bool>* stop = nullptr;  // set: finish the step, checkpoint, return (like SIGTERM)
 };
 
@@ -47,6 +50,14 @@ struct CoordinatorOptions {
   std::string stage_worker_binary;                     // embedded mode; default: next to this binary
   int worker_wait_timeout_s = 0;                       // embedded workers' peer wait (0 = rpc_timeout)
   bool quiet = false;                                  // no per-step lines on stdout
+  // Worker loss (a stage dies, fails mid-step or stalls): the step is aborted everywhere and redone, up to
+  // step_retries times per step (0: the first loss fails the run), once the lost stage is back: a local worker
+  // restarted here, a remote one answering at its address again, within worker_restart_timeout.
+  int step_retries = 3;
+  absl::Duration worker_restart_timeout = absl::Seconds(60);
+  // A stage whose step makes no progress (no heartbeat, or a push in flight) this long counts as lost: well above
+  // the stages' 1 s heartbeat on a loaded machine, far below the 300 s rpc_timeout.
+  absl::Duration stall_timeout = absl::Seconds(15);
   // Metrics (coordinator/coordinator_metrics.h): --metrics as given ("HOST:PORT"; empty = off) and where the
   // coordinator's own server is bound. Local stage workers serve theirs on HOST:PORT+1+i (PORT 0: free ports);
   // the run prints them all and writes <output_dir>/prometheus_targets.json.

@@ -61,17 +61,32 @@ absl::StatusOr<v1::ConfigureResponse> StageClient::Configure(const v1::Configure
   return response;
 }
 
+bool StageClient::Begin(grpc::ClientContext* ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cancelled_) return false;
+  active_[ctx] = Clock::now();
+  return true;
+}
+
+void StageClient::End(grpc::ClientContext* ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_.erase(ctx);
+}
+
 absl::Status StageClient::Push(const v1::EnvelopeHeader& header, const TensorMap& tensors) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(rpc_timeout_));
+  const std::string what = absl::StrCat("Push ", v1::EnvelopeHeader::Kind_Name(header.kind()), " step ", header.step(),
+                                        " micro-batch ", header.micro_batch());
+  if (!Begin(&ctx)) return absl::CancelledError(absl::StrCat(name(), ": ", what, ": cancelled"));
   v1::PushAck ack;
   auto writer = stub_->Push(&ctx, &ack);
   absl::Status s = WriteEnvelope(writer.get(), header, tensors);
   writer->WritesDone();
   absl::Status finished = FromGrpcStatus(writer->Finish());
+  End(&ctx);
   if (s.ok() || !finished.ok()) s = finished;
-  return Named(s, absl::StrCat("Push ", v1::EnvelopeHeader::Kind_Name(header.kind()), " step ", header.step(),
-                               " micro-batch ", header.micro_batch()));
+  return Named(s, what);
 }
 
 absl::StatusOr<v1::StepSummary> StageClient::RunStep(const v1::StepPlan& plan, TensorMap* grads) {
@@ -80,7 +95,10 @@ absl::StatusOr<v1::StepSummary> StageClient::RunStep(const v1::StepPlan& plan, T
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (cancelled_) return absl::CancelledError(absl::StrCat(name(), ": step ", plan.step(), " cancelled"));
-    active_ = &ctx;
+    run_ = &ctx;
+    stepping_ = true;
+    heard_ = Clock::now();
+    beat_.Clear();
   }
   auto reader = stub_->RunStep(&ctx, plan);
   TensorAssembler assembler(uint64_t{16} << 30);
@@ -89,6 +107,12 @@ absl::StatusOr<v1::StepSummary> StageClient::RunStep(const v1::StepPlan& plan, T
   bool have_summary = false;
   absl::Status status;
   while (reader->Read(&reply)) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      heard_ = Clock::now();
+      if (reply.has_progress()) beat_ = reply.progress();
+    }
+    if (reply.has_progress()) continue;
     if (reply.has_summary()) {
       summary = reply.summary();
       have_summary = true;
@@ -105,7 +129,8 @@ absl::StatusOr<v1::StepSummary> StageClient::RunStep(const v1::StepPlan& plan, T
   absl::Status finished = FromGrpcStatus(reader->Finish());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    active_ = nullptr;
+    run_ = nullptr;
+    stepping_ = false;
   }
   if (status.ok()) status = finished;
   if (status.ok() && !have_summary) status = absl::DataLossError("the reply stream ended without a summary");
@@ -148,7 +173,31 @@ absl::Status StageClient::Shutdown() {
 void StageClient::Cancel() {
   std::lock_guard<std::mutex> lock(mu_);
   cancelled_ = true;
-  if (active_) active_->TryCancel();
+  for (auto& [ctx, since] : active_) ctx->TryCancel();
+  if (run_ != nullptr) run_->TryCancel();
+}
+
+void StageClient::Rearm() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = false;
+}
+
+double StageClient::SilentSeconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stepping_ ? std::chrono::duration<double>(Clock::now() - heard_).count() : 0;
+}
+
+v1::StageHeartbeat StageClient::LastHeartbeat() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return beat_;
+}
+
+double StageClient::OldestPushSeconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  double oldest = 0;
+  for (const auto& [ctx, since] : active_)
+    oldest = std::max(oldest, std::chrono::duration<double>(Clock::now() - since).count());
+  return oldest;
 }
 
 }  // namespace baton

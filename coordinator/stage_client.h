@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <prometheus/gauge.h>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,7 +40,16 @@ class StageClient {
   absl::StatusOr<v1::StepSummary> RunStep(const v1::StepPlan& plan, TensorMap* grads);
   absl::StatusOr<TensorMap> GetLora(const std::string& job_id);
   absl::Status Shutdown();
+  // Aborts the running RunStep and Pushes, and every later one until Rearm() (a step that failed elsewhere).
   void Cancel();
+  void Rearm();
+
+  // For the step executor's stall watch, while RunStep runs: seconds since its stream last said anything (a
+  // heartbeat or a gradient chunk; 0 when no RunStep runs), the last heartbeat, and the age of the oldest Push in
+  // flight (0: none).
+  double SilentSeconds() const;
+  v1::StageHeartbeat LastHeartbeat() const;
+  double OldestPushSeconds() const;
 
  private:
   absl::Status Named(const absl::Status& s, const std::string& what) const;
@@ -50,9 +60,18 @@ class StageClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::StageService::Stub> stub_;
   prometheus::Gauge* up_ = nullptr;
-  std::mutex mu_;
-  grpc::ClientContext* active_ = nullptr;  // the running RunStep, for Cancel()
+  using Clock = std::chrono::steady_clock;
+  // Registers a call for Cancel(); false (and nothing registered) when already cancelled.
+  bool Begin(grpc::ClientContext* ctx);
+  void End(grpc::ClientContext* ctx);
+
+  mutable std::mutex mu_;
+  std::map<grpc::ClientContext*, Clock::time_point> active_;  // running Pushes and when they began, for Cancel()
+  grpc::ClientContext* run_ = nullptr;                        // the running RunStep, for Cancel()
   bool cancelled_ = false;
+  bool stepping_ = false;    // a RunStep's stream is open
+  Clock::time_point heard_;  // its last message
+  v1::StageHeartbeat beat_;  // its last heartbeat
 };
 
 }  // namespace baton

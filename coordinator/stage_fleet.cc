@@ -1,8 +1,12 @@
 #include "coordinator/stage_fleet.h"
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "core/pipeline/stage_io.h"
@@ -30,6 +34,38 @@ void RopeMirror::Add(const std::string& key) {
   }
 }
 
+std::optional<StallVerdict> StageFleet::FindStall() const {
+  const double limit = absl::ToDoubleSeconds(stall_timeout);
+  const int p = size();
+  // A stage that says nothing (stopped, hung, cut off) is the one stalled, not the neighbours waiting for it.
+  for (int i = 0; i < p; ++i) {
+    const double silent = clients[i]->SilentSeconds();
+    if (silent > limit) {
+      const v1::StageHeartbeat beat = clients[i]->LastHeartbeat();
+      return StallVerdict{
+          i, absl::StrFormat("%s stalled: no progress heartbeat for %.0f s (last: %s)", clients[i]->name(), silent,
+                             beat.activity().empty() ? "none yet" : beat.activity())};
+    }
+  }
+  // A push in flight that long: the link stalled (both ends still answer).
+  for (int i = 0; i < p; ++i) {
+    const v1::StageHeartbeat beat = clients[i]->LastHeartbeat();
+    for (const auto& [seconds, peer] :
+         {std::pair{beat.next_push_seconds(), (i + 1) % p}, std::pair{beat.prev_push_seconds(), (i + p - 1) % p}}) {
+      if (seconds > limit) {
+        return StallVerdict{-1, absl::StrFormat("link %s → %s stalled: a push has been in flight for %.0f s",
+                                                clients[i]->name(), clients[peer]->name(), seconds)};
+      }
+    }
+    const double push = clients[i]->OldestPushSeconds();
+    if (push > limit) {
+      return StallVerdict{-1, absl::StrFormat("link coordinator → %s stalled: a push has been in flight for %.0f s",
+                                              clients[i]->name(), push)};
+    }
+  }
+  return std::nullopt;
+}
+
 v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind) const {
   v1::EnvelopeHeader h;
   h.set_job_id(job_id);
@@ -37,6 +73,7 @@ v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::Envelop
   h.set_micro_batch(micro_batch);
   h.set_kind(kind);
   h.set_sender("coordinator");
+  h.set_generation(generation);
   return h;
 }
 
@@ -113,10 +150,20 @@ absl::StatusOr<StepOutputs> StageFleet::RunStep(int64_t step, const StepInputs& 
       for (auto& c : clients) c->Cancel();
     }
   };
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  size_t done = 0;
+  auto finished = [&] {
+    std::lock_guard<std::mutex> lock(done_mu);
+    ++done;
+    done_cv.notify_all();
+  };
+  for (auto& c : clients) c->Rearm();  // a failed step before this one cancelled them
   for (int i = 0; i < p; ++i) {
     threads.emplace_back([&, i] {
       feed_status[i] = Feed(i, step, inputs, master);
       if (!feed_status[i].ok()) fail_all();
+      finished();
     });
     threads.emplace_back([&, i] {
       auto summary = clients[i]->RunStep(Plan(i, step), &out.grads[i]);
@@ -126,10 +173,28 @@ absl::StatusOr<StepOutputs> StageFleet::RunStep(int64_t step, const StepInputs& 
         run_status[i] = summary.status();
         fail_all();
       }
+      finished();
     });
   }
   if (on_started) on_started();
+  // Watch for a stall until every call has returned; a stall fails the step, blaming the stage or link.
+  absl::Status stall;
+  last_stall = {};
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(done_mu);
+      if (done_cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return done == threads.size(); })) break;
+    }
+    if (!failed && stall.ok()) {
+      if (std::optional<StallVerdict> verdict = FindStall()) {
+        last_stall = *verdict;
+        stall = absl::DeadlineExceededError(verdict->message);
+        fail_all();
+      }
+    }
+  }
   for (auto& t : threads) t.join();
+  if (!stall.ok()) return absl::Status(stall.code(), absl::StrCat("step ", step + 1, " failed: ", stall.message()));
   if (!failed) return out;
   // Report the root cause: a stage's own failure beats the cancellations it caused elsewhere.
   absl::Status first;

@@ -12,12 +12,14 @@
 #pragma once
 
 #include <absl/status/status.h>
+#include <absl/time/time.h>
 
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -58,8 +60,19 @@ struct StepOutputs {
   std::vector<v1::StepSummary> summaries;  // [stage]
 };
 
+// Why a step failed, as far as the stall watch knows: the stage it blames (-1: none, or a link).
+struct StallVerdict {
+  int stage = -1;
+  std::string message;
+};
+
 struct StageFleet {
   std::string job_id;
+  uint64_t generation = 0;  // ConfigureRequest.generation; raised by each recovery
+  // A stage silent this long, or a push in flight this long, fails the step as stalled (the stages send a
+  // heartbeat every second).
+  absl::Duration stall_timeout = absl::Seconds(15);
+  StallVerdict last_stall;  // set when RunStep failed on a stall
   Schedule schedule;
   float loss_scale = 1.0f;                            // 1/m
   uint64_t dropout_seed = 0;                          // the job's LoRA dropout base seed
@@ -83,6 +96,8 @@ struct StageFleet {
   absl::Status Feed(int stage, int64_t step, const StepInputs& inputs, const std::map<std::string, at::Tensor>& master);
   absl::Status PushStageData(int stage, int64_t step, const StepInputs& inputs);
   v1::StepPlan Plan(int stage, int64_t step) const;
+  // The stall, if any stage or link has made no progress for stall_timeout.
+  std::optional<StallVerdict> FindStall() const;
 };
 
 }  // namespace baton

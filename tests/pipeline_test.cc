@@ -332,6 +332,7 @@ TEST_F(PipelineTest, KilledStageIsNamedWithinTheDeadline) {
   CoordinatorOptions o = Options(2, "killed");
   o.workers = (*workers)->addresses();
   o.rpc_timeout = absl::Seconds(20);
+  o.step_retries = 0;  // recovery off: the loss fails the run (tests/recovery_test.cc covers the redo)
   std::string log_path = JoinPath(o.output_dir, "train_log.jsonl");
   std::thread killer([&] {
     // Kill stage 1 once training is under way.

@@ -79,6 +79,10 @@ CoordinatorMetrics& CoordinatorFamilies() {
             .Name("baton_stage_up")
             .Help("1 while the coordinator's last call to the stage worker succeeded, else 0")
             .Register(r),
+        BuildCounter()
+            .Name("baton_step_retries_total")
+            .Help("Steps redone after a stage worker was lost or stalled, by the stage blamed")
+            .Register(r),
     };
   }();
   return *m;

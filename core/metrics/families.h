@@ -40,7 +40,8 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& samples_per_second;
   prometheus::Family<prometheus::Histogram>& checkpoint_duration_seconds;
   prometheus::Family<prometheus::Gauge>& checkpoint_last_success_timestamp_seconds;
-  prometheus::Family<prometheus::Gauge>& stage_up;  // {job, stage, peer}
+  prometheus::Family<prometheus::Gauge>& stage_up;        // {job, stage, peer}
+  prometheus::Family<prometheus::Counter>& step_retries;  // {job, stage}; stage "none" when no stage was blamed
 };
 CoordinatorMetrics& CoordinatorFamilies();
 

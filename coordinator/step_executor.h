@@ -1,0 +1,44 @@
+// The step executor: runs one training step over the stage set and, when a stage is lost mid-step (it died,
+// failed with UNAVAILABLE/CANCELLED/DEADLINE_EXCEEDED, or the stall watch blamed it), aborts the step everywhere,
+// brings the stage back (StageSet::Recover) and redoes the step with the same inputs and adapters -- up to
+// CoordinatorOptions::step_retries times per step, then a clean failure naming the stage. A redone step computes
+// exactly what the first attempt would have: the inputs are kept, the adapters are the same masters, the RoPE
+// mirrors restart empty with the stages' caches, and dropout seeds depend only on (step, micro-batch).
+#pragma once
+
+#include <absl/status/statusor.h>
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "coordinator/pipeline_trainer.h"
+#include "coordinator/stage_fleet.h"
+#include "coordinator/stage_set.h"
+
+namespace baton {
+
+// Whether a failed step is worth redoing after a recovery: the stage (or its link) went away or stalled, as
+// opposed to a deterministic error that would fail again. `stage_died`: a local worker was found dead.
+bool RetryableStepFailure(const absl::Status& status, bool stage_died);
+
+class StepExecutor {
+ public:
+  StepExecutor(const JobConfig& job, const CoordinatorOptions& options, StageFleet* fleet, StageSet* stages,
+               std::function<bool()> stop);
+
+  // Step `step` (0-based). `on_started` runs once the first attempt's stages have their work (the trainer prepares
+  // the next step meanwhile); `on_abort` runs after a failed attempt, before any recovery, and must finish whatever
+  // on_started began with the fleet (its early pushes for the next step, which the recovery discards).
+  absl::StatusOr<StepOutputs> Run(int64_t step, StepInputs& inputs, const std::map<std::string, at::Tensor>& master,
+                                  const std::function<void()>& on_started, const std::function<void()>& on_abort);
+
+ private:
+  const JobConfig& job_;
+  const CoordinatorOptions& options_;
+  StageFleet* fleet_;
+  StageSet* stages_;
+  std::function<bool()> stop_;
+};
+
+}  // namespace baton

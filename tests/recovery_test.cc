@@ -1,0 +1,233 @@
+// Worker loss costs one step, not the job: a stage worker killed (-9) or stopped (SIGSTOP) mid-run is brought
+// back and the step redone, and the final LoRA is bitwise the LoRA of an uninterrupted run; a worker that never
+// comes back fails the run cleanly, naming it, with the last checkpoint kept. (The kill loop, many kills of
+// workers and of the coordinator itself, is tests/recovery/kill_loop.cc, ctest label `recovery`.)
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "coordinator/checkpoint.h"
+#include "coordinator/local_workers.h"
+#include "coordinator/pipeline_trainer.h"
+#include "core/data/cache.h"
+#include "core/model/flux2_weights.h"
+#include "core/tensor/safetensors.h"
+#include "core/testing/paths.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/util/files.h"
+
+namespace baton {
+namespace {
+
+using test_util::BinDir;
+using Clock = std::chrono::steady_clock;
+
+// The stage workers this process started (their parent is one of our threads), by pid.
+std::vector<pid_t> OurStageWorkers() {
+  std::vector<pid_t> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream children(task.path() / "children");
+    pid_t pid;
+    while (children >> pid) {
+      std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"));
+      std::string argv0;
+      std::getline(cmdline, argv0, '\0');
+      if (argv0.find("stage_worker") != std::string::npos) out.push_back(pid);
+    }
+  }
+  return out;
+}
+
+// Lines in a file (0 while it does not exist).
+int64_t Lines(const std::string& path) {
+  auto text = ReadFile(path);
+  return text.ok() ? std::count(text->begin(), text->end(), '\n') : 0;
+}
+
+void WaitForLines(const std::string& path, int64_t n) {
+  for (int i = 0; i < 1200 && Lines(path) < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+}
+
+class RecoveryTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(test_util::MakeTempDir("recovery"));
+    Flux2Config c = test_util::TinyFlux2Config();
+    ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(*dir_, "model"), 1).ok());
+    ASSERT_TRUE(
+        WriteSyntheticCache(JoinPath(*dir_, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
+            .ok());
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // Dropout on: a redone step must draw the same masks.
+  static JobConfig Job(int64_t steps) {
+    auto job = ParseJobYaml(absl::StrCat("model: ", JoinPath(*dir_, "model"), "\ndataset: ", JoinPath(*dir_, "cache"),
+                                         "\nlora: {rank: 4, targets: all-linear, dropout: 0.1}\n"
+                                         "optimizer: {lr: 0.01, weight_decay: 0.01}\nsteps: ",
+                                         steps, "\nbatch_size: 4\nmicro_batches: 4\nschedule: 1f1b\nseed: 3\n"));
+    EXPECT_TRUE(job.ok()) << job.status();
+    return *job;
+  }
+
+  static CoordinatorOptions Options(const std::string& out) {
+    CoordinatorOptions o;
+    o.stages = 2;
+    o.output_dir = JoinPath(*dir_, out);
+    o.stage_worker_binary = JoinPath(BinDir(), "stage_worker");
+    o.rpc_timeout = absl::Seconds(60);
+    o.connect_timeout = absl::Seconds(20);
+    o.worker_restart_timeout = absl::Seconds(30);
+    o.quiet = true;
+    return o;
+  }
+
+  // The uninterrupted run every recovered one must equal, bitwise.
+  static void ExpectSameAsUninterrupted(const std::string& out, int64_t steps) {
+    const std::string ref = absl::StrCat("reference", steps);
+    if (!PathExists(JoinPath(JoinPath(*dir_, ref), "lora.safetensors"))) {
+      auto r = RunCoordinator(Job(steps), Options(ref));
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+    auto a = LoadAllSafetensors(JoinPath(JoinPath(*dir_, ref), "lora.safetensors"));
+    auto b = LoadAllSafetensors(JoinPath(JoinPath(*dir_, out), "lora.safetensors"));
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    ASSERT_EQ(a->size(), b->size());
+    for (const auto& [name, t] : *a) {
+      ASSERT_TRUE(b->count(name)) << name;
+      EXPECT_TRUE(at::equal(t, b->at(name))) << name << " differs from the uninterrupted run";
+    }
+  }
+
+  static std::string* dir_;
+};
+std::string* RecoveryTest::dir_ = nullptr;
+
+struct Recoveries {
+  std::mutex mu;
+  std::vector<std::pair<int, std::string>> seen;  // (stage, cause)
+  Clock::time_point first;
+  void Hook(CoordinatorOptions& o) {
+    o.hooks.on_recovery = [this](int64_t, int stage, const std::string& cause) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (seen.empty()) first = Clock::now();
+      seen.emplace_back(stage, cause);
+    };
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu);
+    return seen.size();
+  }
+};
+
+TEST_F(RecoveryTest, KilledLocalWorkerIsRestartedAndTheLoraIsBitwiseUninterrupted) {
+  const int64_t steps = 6;
+  CoordinatorOptions o = Options("killed_local");
+  Recoveries recoveries;
+  recoveries.Hook(o);
+  const std::string log = JoinPath(o.output_dir, "train_log.jsonl");
+  std::thread killer([&] {
+    WaitForLines(log, 2);  // mid-run
+    std::vector<pid_t> workers = OurStageWorkers();
+    ASSERT_EQ(workers.size(), 2u);
+    ::kill(workers[1], SIGKILL);
+  });
+  auto result = RunCoordinator(Job(steps), o);
+  killer.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(recoveries.size(), 1u);
+  EXPECT_NE(recoveries.seen[0].second.find("killed by signal 9"), std::string::npos) << recoveries.seen[0].second;
+  ExpectSameAsUninterrupted("killed_local", steps);
+}
+
+// Remote workers (--workers): a stopped one (SIGSTOP) is a stall, noticed within --stall_timeout_s and blamed on
+// that stage, not on the neighbour waiting for it; once it runs again (SIGCONT) it is reconfigured, the step redone.
+TEST_F(RecoveryTest, StoppedRemoteWorkerIsAStallNamedWithinSecondsThenRedone) {
+  const int64_t steps = 6;
+  LocalWorkerOptions lopts;
+  lopts.binary = JoinPath(BinDir(), "stage_worker");
+  auto workers = LocalWorkers::Start(2, lopts);
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  CoordinatorOptions o = Options("stopped_remote");
+  o.workers = (*workers)->addresses();
+  o.stall_timeout = absl::Seconds(4);
+  Recoveries recoveries;
+  recoveries.Hook(o);
+  const std::string log = JoinPath(o.output_dir, "train_log.jsonl");
+  Clock::time_point stopped;
+  std::thread stopper([&] {
+    WaitForLines(log, 2);
+    stopped = Clock::now();
+    ASSERT_TRUE((*workers)->Kill(1, SIGSTOP).ok());
+    for (int i = 0; i < 600 && recoveries.size() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // the coordinator waits for it meanwhile
+    ASSERT_TRUE((*workers)->Kill(1, SIGCONT).ok());
+  });
+  auto result = RunCoordinator(Job(steps), o);
+  stopper.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_GE(recoveries.size(), 1u);
+  EXPECT_EQ(recoveries.seen[0].first, 1) << recoveries.seen[0].second;
+  EXPECT_NE(recoveries.seen[0].second.find("stage 1 (" + o.workers[1] + ") stalled"), std::string::npos)
+      << recoveries.seen[0].second;
+  EXPECT_LT(recoveries.first - stopped, std::chrono::seconds(4 + 4)) << "the stall must be noticed within seconds";
+  ExpectSameAsUninterrupted("stopped_remote", steps);
+}
+
+// A remote worker that never comes back: the run fails after --worker_restart_timeout_s, naming the stage and its
+// address, non-zero, with the last checkpoint kept for --resume.
+TEST_F(RecoveryTest, WorkerThatNeverComesBackFailsCleanlyNamingItAndKeepsTheCheckpoint) {
+  LocalWorkerOptions lopts;
+  lopts.binary = JoinPath(BinDir(), "stage_worker");
+  auto workers = LocalWorkers::Start(2, lopts);
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  JobConfig job = Job(100000);  // runs until the kill
+  job.checkpoint_every = 1;
+  CoordinatorOptions o = Options("never_back");
+  o.workers = (*workers)->addresses();
+  o.worker_restart_timeout = absl::Seconds(2);
+  const std::string log = JoinPath(o.output_dir, "train_log.jsonl");
+  std::thread killer([&] {
+    WaitForLines(log, 2);
+    (void)(*workers)->Kill(1, SIGKILL);
+  });
+  auto t0 = Clock::now();
+  auto result = RunCoordinator(job, o);
+  auto took = Clock::now() - t0;
+  killer.join();
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("stage 1 (" + o.workers[1] + ") did not come back within 2s"),
+            std::string::npos)
+      << result.status();
+  EXPECT_LT(took, std::chrono::seconds(30));
+  auto kept = ListCheckpointSteps(o.output_dir);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_FALSE(kept->empty()) << "the last checkpoint must stay for --resume";
+}
+
+// --step_retries 0: the first loss fails the run, as before recovery existed.
+TEST_F(RecoveryTest, NoRetriesMeansTheFirstLossFailsTheRun) {
+  CoordinatorOptions o = Options("no_retries");
+  o.step_retries = 0;
+  const std::string log = JoinPath(o.output_dir, "train_log.jsonl");
+  std::thread killer([&] {
+    WaitForLines(log, 2);
+    std::vector<pid_t> workers = OurStageWorkers();
+    if (workers.size() == 2) ::kill(workers[0], SIGKILL);
+  });
+  auto result = RunCoordinator(Job(100000), o);
+  killer.join();
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("killed by signal 9"), std::string::npos) << result.status();
+  EXPECT_NE(result.status().message().find("--step_retries 0"), std::string::npos) << result.status();
+}
+
+}  // namespace
+}  // namespace baton
