@@ -17,13 +17,18 @@
 #include <thread>
 
 #include "coordinator/checkpoint.h"
+#include "coordinator/checkpointer.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/encoder_client.h"
+#include "coordinator/job_plan.h"
 #include "coordinator/local_workers.h"
+#include "coordinator/optimizer_step.h"
+#include "coordinator/run_report.h"
 #include "coordinator/stage_client.h"
 #include "coordinator/stage_fleet.h"
 #include "coordinator/stage_set.h"
 #include "coordinator/step_executor.h"
+#include "coordinator/step_inputs.h"
 #include "core/data/cache.h"
 #include "core/lora/lora.h"
 #include "core/model/flux2_weights.h"
@@ -54,108 +59,6 @@ bool StopRequested(const CoordinatorOptions& options) {
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::string ProgressBar(int64_t done, int64_t total, int width) {
-  int filled = total > 0 ? static_cast<int>(width * done / total) : width;
-  return absl::StrCat("[", std::string(filled, '#'), std::string(width - filled, '.'), "]");
-}
-
-// Rewrites train_log.jsonl keeping only the lines of steps ≤ `last_step` (a resumed run re-logs the rest).
-absl::Status TrimTrainLog(const std::string& path, int64_t last_step) {
-  if (!PathExists(path)) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  std::string kept;
-  size_t start = 0;
-  for (int line_number = 1; start < text.size(); ++line_number) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) break;  // a torn last line is dropped
-    std::string line = text.substr(start, end - start);
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) {
-      return absl::DataLossError(absl::StrCat(path, ":", line_number,
-                                              ": not a step record with an integer \"step\" (a train_log.jsonl line "
-                                              "is one JSON object per step); fix or remove the line to resume"));
-    }
-    if (j["step"].get<int64_t>() <= last_step) kept += line + "\n";
-    start = end + 1;
-  }
-  return WriteFileAtomic(path, kept);
-}
-
-absl::Status CheckOptions(const CoordinatorOptions& options) {
-  if (options.stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
-  if (!options.workers.empty() && static_cast<int>(options.workers.size()) != options.stages) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--workers lists ", options.workers.size(), " addresses for ", options.stages, " stages"));
-  }
-  return absl::OkStatus();
-}
-
-// The planner's options: sized for the cache's largest micro-batch (memory) and its token mix (compute).
-absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, const CacheReader& cache, int stages,
-                                                       at::ScalarType dtype) {
-  PartitionOptions popts;
-  popts.stages = stages;
-  popts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
-  ASSIGN_OR_RETURN(popts.quantize, ParseWeightQuant(job.quantize));
-  popts.lora_rank = job.lora.rank;
-  popts.micro_batches = static_cast<int>(job.micro_batches);
-  ASSIGN_OR_RETURN(popts.schedule, ParseScheduleKind(job.schedule));
-  popts.recompute = job.recompute;
-  popts.device = !job.devices.empty() && job.devices[0] != "cpu" ? PlanDevice::kCuda : PlanDevice::kCpu;
-  popts.activation_bytes = static_cast<int>(c10::elementSize(dtype));
-  popts.all_linear = job.lora_targets == "all-linear";
-  int64_t max_img = 0, max_txt = 0;
-  for (const CacheRecordInfo& r : cache.index().records) {
-    max_img = std::max(max_img, r.grid_h * r.grid_w);
-    max_txt = std::max(max_txt, r.text_len);
-  }
-  popts.tokens_per_micro_batch = (max_img + max_txt) * job.micro_batch_size();
-  popts.text_tokens_per_micro_batch = max_txt * job.micro_batch_size();
-  for (const auto& budget : job.memory_per_stage) {
-    auto bytes = ParseByteSize(budget);
-    if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(job.source, ": memory_per_stage"));
-    popts.memory_budget_bytes.push_back(*bytes);
-  }
-  return popts;
-}
-
-// What each worker runs: [worker][chunk] block ranges -- one per worker, or v (interleaved) -- from the planner:
-// blocks to stages (or to p·v chunks) by compute, within each worker's memory budget. Prints the plan.
-absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const Flux2Config& config,
-                                                               const CacheReader& cache, int stages, int chunks,
-                                                               at::ScalarType dtype, bool quiet) {
-  ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(job, cache, stages, dtype));
-  std::vector<std::vector<StageSpec>> out(stages);
-  if (chunks == 1) {
-    ASSIGN_OR_RETURN(Plan plan, PartitionFlux2(config, popts));
-    if (!quiet) std::printf("%s", RenderPlan(config, plan).c_str());
-    if (!plan.fits) return absl::ResourceExhaustedError(absl::StrCat("the model does not fit: ", plan.message));
-    for (int i = 0; i < stages; ++i) out[i] = {plan.stages[i]};
-    return out;
-  }
-  popts.schedule = ScheduleKind::kInterleaved1F1B;
-  // Chunks are not sized one by one: recompute is all or nothing per job. auto: none when that fits.
-  const RecomputePolicy asked = popts.recompute;
-  if (asked == RecomputePolicy::kAuto) popts.recompute = RecomputePolicy::kNone;
-  ASSIGN_OR_RETURN(ChunkPlan plan, PartitionFlux2Chunks(config, popts, chunks));
-  if (!plan.fits && asked == RecomputePolicy::kAuto) {
-    popts.recompute = RecomputePolicy::kAll;
-    ASSIGN_OR_RETURN(plan, PartitionFlux2Chunks(config, popts, chunks));
-  }
-  if (!quiet) std::printf("%s", RenderChunkPlan(config, plan).c_str());
-  if (!plan.fits) return absl::ResourceExhaustedError(absl::StrCat("the model does not fit: ", plan.message));
-  const bool recompute = popts.recompute != RecomputePolicy::kNone;
-  if (!quiet) std::printf("recompute: %s (interleaved: every block or none)\n", recompute ? "every block" : "none");
-  for (int i = 0; i < stages; ++i) {
-    for (int u : WorkerVirtualStages(stages, chunks, i)) {
-      StageSpec spec = plan.virtual_stages[u];
-      spec.recompute_blocks = recompute ? spec.block_end - spec.block_begin : 0;
-      out[i].push_back(spec);
-    }
-  }
-  return out;
-}
 
 // Trainable state at the start: the newest checkpoint when resuming (its optimizer state goes into `optimizer`),
 // else the stages' own seeded init, or the job's init_lora.
@@ -208,192 +111,34 @@ absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const Coordinato
   return start;
 }
 
-// The optimizer step on the fp32 masters from the stages' gradients, and the step's record (times are the
-// caller's to fill in).
-absl::StatusOr<PipelineStepRecord> ApplyGradients(const JobConfig& job, int64_t step, const StepOutputs& outputs,
-                                                  AdamW& optimizer, std::map<std::string, at::Tensor>& master) {
-  std::map<std::string, at::Tensor> all_grads;
-  for (const TensorMap& grads : outputs.grads) {
-    for (auto& [name, g] : grads) all_grads[name] = g;
-  }
-  for (const auto& [name, w] : master) {
-    if (!all_grads.count(name)) return absl::DataLossError(absl::StrCat("no gradient came back for ", name));
-  }
-  PipelineStepRecord rec;
-  rec.step = step + 1;
-  rec.lr = LearningRate(job.optimizer, step);
-  const auto& losses = outputs.summaries.back().losses();
-  const std::vector<double> micro_batch_losses(losses.begin(), losses.end());
-  RETURN_IF_ERROR(CheckStepFinite(rec.step, rec.lr, micro_batch_losses, static_cast<int>(outputs.summaries.size()) - 1,
-                                  outputs.grads));
-  rec.grad_norm = ClipGradNorm(all_grads, job.optimizer.clip);
-  RETURN_IF_ERROR(optimizer.Step(master, all_grads, rec.lr));
-  double loss_sum = 0;
-  for (double l : micro_batch_losses) loss_sum += l;
-  rec.loss = loss_sum / static_cast<double>(job.micro_batches);
-  for (const v1::StepSummary& s : outputs.summaries) {
-    rec.stages.push_back({s.forward_seconds(), s.backward_seconds(), s.idle_seconds()});
-  }
-  return rec;
-}
-
-// A train_log.jsonl line: the step record plus per-stage busy/idle and the coordinator's own serial seconds.
-nlohmann::ordered_json StepLine(const PipelineStepRecord& rec) {
-  nlohmann::ordered_json line = StepRecordJson(rec);
-  nlohmann::ordered_json busy = nlohmann::ordered_json::array(), idle = nlohmann::ordered_json::array();
-  for (const StageStepStats& st : rec.stages) {
-    busy.push_back(st.forward_seconds + st.backward_seconds);
-    idle.push_back(st.idle_seconds);
-  }
-  line["stage_busy_seconds"] = busy;
-  line["stage_idle_seconds"] = idle;
-  line["coordinator_seconds"] = {{"prepare", rec.prepare_seconds}, {"optimizer", rec.optimizer_seconds}};
-  return line;
-}
-
-void PrintProgress(const PipelineStepRecord& rec, int64_t start_step, int64_t total_steps, double elapsed, bool tty) {
-  const int64_t done = rec.step - start_step, left = total_steps - rec.step;
-  double eta = elapsed / static_cast<double>(done) * static_cast<double>(left);
-  std::string busy_text;
-  for (size_t i = 0; i < rec.stages.size(); ++i) {
-    absl::StrAppend(&busy_text, i ? " " : "",
-                    absl::StrFormat("%.2f", rec.stages[i].forward_seconds + rec.stages[i].backward_seconds));
-  }
-  // absl::StrCat, not " " + std::string: GCC 12 -O3 reports a false -Wrestrict on the latter.
-  const std::string tail = tty ? absl::StrCat(" ", ProgressBar(rec.step, total_steps, 20)) : "\n";
-  std::printf("%sstep %4lld/%lld  loss %.5f  lr %.2e  %.3f s/step  %.1f samples/s  busy[s] %s  ETA %.0fs%s",
-              tty ? "\r\033[K" : "", static_cast<long long>(rec.step), static_cast<long long>(total_steps), rec.loss,
-              rec.lr, rec.step_seconds, rec.samples_per_second, busy_text.c_str(), eta, tail.c_str());
-  std::fflush(stdout);
-}
-
-}  // namespace
-
-void RequestCoordinatorStop() { g_stop_requested = true; }
-
-absl::Status CheckJobPlan(const JobConfig& job, int stages) {
-  if (stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
-  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
-  ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
-  if (!job.encode.encoder_worker.empty()) return absl::OkStatus();  // the cache is built at run time
-  const Flux2Config& config = checkpoint->config();
-  ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
-  if (cache->index().latent_channels != config.in_channels || cache->index().text_dim != config.joint_attention_dim) {
-    return absl::InvalidArgumentError(absl::StrCat("cache ", job.dataset, " does not fit the model (latent channels ",
-                                                   cache->index().latent_channels, " vs ", config.in_channels, ")"));
-  }
-  ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
-  const int chunks = kind == ScheduleKind::kInterleaved1F1B ? static_cast<int>(job.chunks) : 1;
-  auto schedule = MakeSchedule(kind, stages, static_cast<int>(job.micro_batches), chunks);
-  if (!schedule.ok()) {
-    return Annotate(schedule.status(), absl::StrCat(job.source, ": schedule: ", job.schedule, " with micro_batches: ",
-                                                    job.micro_batches, ", chunks: ", chunks, " on --stages ", stages));
-  }
-  return PlanStages(job, config, *cache, stages, chunks, dtype, /*quiet=*/true).status();
-}
-
-absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& options) {
-  RETURN_IF_ERROR(CheckOptions(options));
-  const int p = options.stages;
-  const int64_t total_steps = options.steps > 0 ? options.steps : job.steps;
-  const int m = static_cast<int>(job.micro_batches);
-  SetComputeThreads(job.threads);
-  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
-  ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
-  const Flux2Config& config = checkpoint->config();
-  if (!job.encode.encoder_worker.empty()) RETURN_IF_ERROR(EncodeOnWorker(job, options.rpc_timeout, options.quiet));
-  ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
-  if (cache->index().latent_channels != config.in_channels || cache->index().text_dim != config.joint_attention_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cache ", job.dataset, " does not fit the model (latent channels ", cache->index().latent_channels, " vs ",
-        config.in_channels, ", text dim ", cache->index().text_dim, " vs ", config.joint_attention_dim, ")"));
-  }
-  ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(cache.get(), job, config.guidance_embeds));
-  ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*checkpoint, dtype, at::kCPU));
-
-  StageFleet fleet;
-  fleet.job_id = JobHash(job);
-  ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
-  const int chunks = kind == ScheduleKind::kInterleaved1F1B ? static_cast<int>(job.chunks) : 1;
-  auto schedule = MakeSchedule(kind, p, m, chunks);
-  if (!schedule.ok()) {
-    return Annotate(schedule.status(), absl::StrCat(job.source, ": schedule: ", job.schedule, " with micro_batches: ",
-                                                    m, ", chunks: ", chunks, " on --stages ", p));
-  }
-  fleet.schedule = std::move(*schedule);
-  ASSIGN_OR_RETURN(auto plan, PlanStages(job, config, *cache, p, chunks, dtype, options.quiet));
-  fleet.loss_scale = 1.0f / static_cast<float>(m);
-  fleet.dropout_seed = DropoutBaseSeed(job.seed);
-  fleet.stall_timeout = options.stall_timeout;
-  // A stop (SIGINT/SIGTERM, or the job service's) is honoured during start-up too: nothing to checkpoint yet.
-  auto stop_requested = [&] { return StopRequested(options); };
-  const absl::Status stopped_early = absl::CancelledError("stopped before the first step: nothing to checkpoint");
-  if (stop_requested()) return stopped_early;
-  StageSet stages(job, options, std::move(plan), &fleet, stop_requested);
-  absl::Status started = stages.Start();
-  if (stop_requested()) return stopped_early;
-  RETURN_IF_ERROR(started);
-  const std::vector<std::string> addresses = stages.addresses();
-  StepExecutor executor(job, options, &fleet, &stages, stop_requested);
-
-  AdamW optimizer(job.optimizer);
-  ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, fleet, optimizer));
+// The steps from the start state to total_steps: each step's inputs prepared (and pushed) while the previous step
+// runs, the step run by the executor (redone after a lost stage), the optimizer step, the log and progress, and
+// the checkpoints; a stop ends the run after a checkpoint.
+absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const CoordinatorOptions& options, JobSetup& setup,
+                                             StageFleet& fleet, StepExecutor& executor, AdamW& optimizer,
+                                             StartState& start, int64_t total_steps, JsonlWriter& log) {
   std::map<std::string, at::Tensor>& master = start.master;
-  RETURN_IF_ERROR(MakeDirs(options.output_dir));
-  const std::string log_path = JoinPath(options.output_dir, "train_log.jsonl");
-  if (start.resumed) RETURN_IF_ERROR(TrimTrainLog(log_path, start.step));
-  ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(log_path, /*append=*/start.resumed));
-
-  auto checkpoint_now = [&](int64_t step) -> absl::Status {
-    auto t0 = Clock::now();
-    TrainingState state;
-    state.step = step;
-    state.lora = master;
-    state.optimizer = optimizer.StateDict();
-    state.job_hash = fleet.job_id;
-    RETURN_IF_ERROR(WriteCheckpoint(options.output_dir, state));
-    RETURN_IF_ERROR(SaveLoraOutputs(options.output_dir, master, job, step));
-    const double seconds = SecondsSince(t0);
-    if (!options.quiet) std::printf("checkpoint step-%lld written in %.2f s\n", static_cast<long long>(step), seconds);
-    if (options.hooks.on_checkpoint) options.hooks.on_checkpoint(step, seconds);
-    return absl::OkStatus();
-  };
-  // A step's inputs (micro-batches and shell outputs), computed off the critical path: step k+1's while the
-  // stages run step k.
-  auto prepare = [&](int64_t step, bool push) -> absl::StatusOr<StepInputs> {
-    StepInputs in;
-    ASSIGN_OR_RETURN(in.micro_batches, sampler.Step(step));
-    in.constants.resize(m);
-    in.rope_keys.resize(m);
-    RETURN_IF_ERROR(TorchCall("computing the shell", [&] {
-      at::NoGradGuard no_grad;
-      for (int i = 0; i < m; ++i) {
-        const MicroBatch& mb = in.micro_batches[i];
-        in.constants[i] = shell(mb.timestep, mb.guidance, mb.img_ids, mb.txt_ids, dtype);
-        in.rope_keys[i] = RopeKey(mb.grid_h, mb.grid_w, mb.encoder_hidden_states.size(1));
-      }
-    }));
-    if (push) {  // while the previous step runs: the boundary then carries only the new adapters
-      RETURN_IF_ERROR(fleet.PushData(step, in));
-      in.data_pushed = true;
-    }
+  // Step k+1's inputs, computed and pushed off the critical path while the stages run step k: the boundary then
+  // carries only the new adapters.
+  auto prepare_and_push = [&](int64_t step) -> absl::StatusOr<StepInputs> {
+    ASSIGN_OR_RETURN(StepInputs in, PrepareStepInputs(setup, step));
+    RETURN_IF_ERROR(fleet.PushData(step, in));
+    in.data_pushed = true;
     return in;
   };
   std::future<absl::StatusOr<StepInputs>> next_inputs;
-
   const bool tty = ::isatty(STDOUT_FILENO);
   CoordinatorResult result;
   result.first_step = start.step;
   double elapsed = 0;
-  if (options.hooks.on_start) options.hooks.on_start({fleet.job_id, start.step, total_steps, addresses});
   for (int64_t step = start.step; step < total_steps; ++step) {
     auto t0 = Clock::now();
-    absl::StatusOr<StepInputs> inputs = next_inputs.valid() ? next_inputs.get() : prepare(step, false);
+    absl::StatusOr<StepInputs> inputs = next_inputs.valid() ? next_inputs.get() : PrepareStepInputs(setup, step);
     if (!inputs.ok()) return inputs.status();
     const double prepare_seconds = SecondsSince(t0);
     auto start_next = [&] {
-      if (step + 1 < total_steps && !stop_requested()) {
-        next_inputs = std::async(std::launch::async, prepare, step + 1, true);
+      if (step + 1 < total_steps && !StopRequested(options)) {
+        next_inputs = std::async(std::launch::async, prepare_and_push, step + 1);
       }
     };
     // A lost step discards the next step's early pushes (the recovery empties the inboxes): prepared again later.
@@ -407,16 +152,16 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     rec.prepare_seconds = prepare_seconds;
     rec.optimizer_seconds = SecondsSince(t_run);
     rec.samples_per_second = static_cast<double>(job.batch_size) / rec.step_seconds;
-    RETURN_IF_ERROR(log->Append(StepLine(rec)));
+    RETURN_IF_ERROR(log.Append(StepLine(rec)));
     elapsed += rec.step_seconds;
     if (!options.quiet) PrintProgress(rec, start.step, total_steps, elapsed, tty);
     if (options.hooks.on_step) options.hooks.on_step(rec);
     result.steps.push_back(rec);
     const bool last = step + 1 == total_steps;
-    const bool stop = stop_requested();
+    const bool stop = StopRequested(options);
     if (last || stop || (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0)) {
       if (tty && !options.quiet) std::printf("\n");
-      RETURN_IF_ERROR(checkpoint_now(step + 1));
+      RETURN_IF_ERROR(CheckpointRun(job, options, fleet.job_id, step + 1, master, optimizer));
     }
     if (stop && !last) {
       LogWarning("stop requested: checkpointed step ", step + 1, " and stopping");
@@ -424,6 +169,42 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     }
   }
   if (tty && !options.quiet) std::printf("\n");
+  return result;
+}
+
+}  // namespace
+
+void RequestCoordinatorStop() { g_stop_requested = true; }
+
+absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& options) {
+  RETURN_IF_ERROR(CheckCoordinatorOptions(options));
+  SetComputeThreads(job.threads);
+  ASSIGN_OR_RETURN(JobSetup setup, SetUpJob(job, options));
+  StageFleet fleet;
+  fleet.job_id = JobHash(job);
+  fleet.schedule = setup.schedule;
+  fleet.loss_scale = 1.0f / static_cast<float>(setup.micro_batches);
+  fleet.dropout_seed = DropoutBaseSeed(job.seed);
+  fleet.stall_timeout = options.stall_timeout;
+  // A stop (SIGINT/SIGTERM, or the job service's) is honoured during start-up too: nothing to checkpoint yet.
+  auto stop_requested = [&] { return StopRequested(options); };
+  const absl::Status stopped_early = absl::CancelledError("stopped before the first step: nothing to checkpoint");
+  if (stop_requested()) return stopped_early;
+  StageSet stages(job, options, setup.plan, &fleet, stop_requested);
+  RETURN_IF_ERROR(stages.Start());
+  if (stop_requested()) return stopped_early;
+
+  AdamW optimizer(job.optimizer);
+  ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, fleet, optimizer));
+  RETURN_IF_ERROR(MakeDirs(options.output_dir));
+  const std::string log_path = JoinPath(options.output_dir, "train_log.jsonl");
+  if (start.resumed) RETURN_IF_ERROR(TrimTrainLog(log_path, start.step));
+  ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(log_path, /*append=*/start.resumed));
+  const int64_t total_steps = options.steps > 0 ? options.steps : job.steps;
+  if (options.hooks.on_start) options.hooks.on_start({fleet.job_id, start.step, total_steps, stages.addresses()});
+  StepExecutor executor(job, options, &fleet, &stages, stop_requested);
+  ASSIGN_OR_RETURN(CoordinatorResult result,
+                   TrainSteps(job, options, setup, fleet, executor, optimizer, start, total_steps, *log));
   RETURN_IF_ERROR(stages.Stop());
   return result;
 }

@@ -109,7 +109,7 @@ absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
 
 absl::Status StageSet::Start() {
   ASSIGN_OR_RETURN(addresses_, StartWorkers());
-  if (stop_()) return absl::CancelledError("stopped while starting the stage workers");
+  if (stop_()) return absl::CancelledError("stopped before the first step: nothing to checkpoint");
   RETURN_IF_ERROR(Connect());
   return Configure();
 }

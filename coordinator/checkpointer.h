@@ -1,0 +1,19 @@
+// The run's checkpoints: the fp32 masters and the optimizer state (crash-safe, coordinator/checkpoint.h) plus the
+// LoRA files users load, with the time it took printed and reported to hooks.on_checkpoint.
+#pragma once
+
+#include <absl/status/status.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "coordinator/pipeline_trainer.h"
+#include "core/train/adamw.h"
+
+namespace baton {
+
+absl::Status CheckpointRun(const JobConfig& job, const CoordinatorOptions& options, const std::string& job_hash,
+                           int64_t step, const std::map<std::string, at::Tensor>& master, const AdamW& optimizer);
+
+}  // namespace baton

@@ -1,0 +1,143 @@
+#include "coordinator/job_plan.h"
+
+#include <absl/strings/str_cat.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "coordinator/encoder_client.h"
+#include "core/pipeline/chunks.h"
+#include "core/quant/weight_quant.h"
+#include "core/train/common.h"
+#include "core/util/status.h"
+
+namespace baton {
+
+absl::Status CheckCoordinatorOptions(const CoordinatorOptions& options) {
+  if (options.stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
+  if (!options.workers.empty() && static_cast<int>(options.workers.size()) != options.stages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workers lists ", options.workers.size(), " addresses for ", options.stages, " stages"));
+  }
+  return absl::OkStatus();
+}
+
+// The planner's options: sized for the cache's largest micro-batch (memory) and its token mix (compute).
+absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, const CacheReader& cache, int stages,
+                                                       at::ScalarType dtype) {
+  PartitionOptions popts;
+  popts.stages = stages;
+  popts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
+  ASSIGN_OR_RETURN(popts.quantize, ParseWeightQuant(job.quantize));
+  popts.lora_rank = job.lora.rank;
+  popts.micro_batches = static_cast<int>(job.micro_batches);
+  ASSIGN_OR_RETURN(popts.schedule, ParseScheduleKind(job.schedule));
+  popts.recompute = job.recompute;
+  popts.device = !job.devices.empty() && job.devices[0] != "cpu" ? PlanDevice::kCuda : PlanDevice::kCpu;
+  popts.activation_bytes = static_cast<int>(c10::elementSize(dtype));
+  popts.all_linear = job.lora_targets == "all-linear";
+  int64_t max_img = 0, max_txt = 0;
+  for (const CacheRecordInfo& r : cache.index().records) {
+    max_img = std::max(max_img, r.grid_h * r.grid_w);
+    max_txt = std::max(max_txt, r.text_len);
+  }
+  popts.tokens_per_micro_batch = (max_img + max_txt) * job.micro_batch_size();
+  popts.text_tokens_per_micro_batch = max_txt * job.micro_batch_size();
+  for (const auto& budget : job.memory_per_stage) {
+    auto bytes = ParseByteSize(budget);
+    if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(job.source, ": memory_per_stage"));
+    popts.memory_budget_bytes.push_back(*bytes);
+  }
+  return popts;
+}
+
+// What each worker runs: [worker][chunk] block ranges -- one per worker, or v (interleaved) -- from the planner:
+// blocks to stages (or to p·v chunks) by compute, within each worker's memory budget. Prints the plan.
+absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const Flux2Config& config,
+                                                               const CacheReader& cache, int stages, int chunks,
+                                                               at::ScalarType dtype, bool quiet) {
+  ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(job, cache, stages, dtype));
+  std::vector<std::vector<StageSpec>> out(stages);
+  if (chunks == 1) {
+    ASSIGN_OR_RETURN(Plan plan, PartitionFlux2(config, popts));
+    if (!quiet) std::printf("%s", RenderPlan(config, plan).c_str());
+    if (!plan.fits) return absl::ResourceExhaustedError(absl::StrCat("the model does not fit: ", plan.message));
+    for (int i = 0; i < stages; ++i) out[i] = {plan.stages[i]};
+    return out;
+  }
+  popts.schedule = ScheduleKind::kInterleaved1F1B;
+  // Chunks are not sized one by one: recompute is all or nothing per job. auto: none when that fits.
+  const RecomputePolicy asked = popts.recompute;
+  if (asked == RecomputePolicy::kAuto) popts.recompute = RecomputePolicy::kNone;
+  ASSIGN_OR_RETURN(ChunkPlan plan, PartitionFlux2Chunks(config, popts, chunks));
+  if (!plan.fits && asked == RecomputePolicy::kAuto) {
+    popts.recompute = RecomputePolicy::kAll;
+    ASSIGN_OR_RETURN(plan, PartitionFlux2Chunks(config, popts, chunks));
+  }
+  if (!quiet) std::printf("%s", RenderChunkPlan(config, plan).c_str());
+  if (!plan.fits) return absl::ResourceExhaustedError(absl::StrCat("the model does not fit: ", plan.message));
+  const bool recompute = popts.recompute != RecomputePolicy::kNone;
+  if (!quiet) std::printf("recompute: %s (interleaved: every block or none)\n", recompute ? "every block" : "none");
+  for (int i = 0; i < stages; ++i) {
+    for (int u : WorkerVirtualStages(stages, chunks, i)) {
+      StageSpec spec = plan.virtual_stages[u];
+      spec.recompute_blocks = recompute ? spec.block_end - spec.block_begin : 0;
+      out[i].push_back(spec);
+    }
+  }
+  return out;
+}
+
+absl::Status CheckJobPlan(const JobConfig& job, int stages) {
+  if (stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
+  ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
+  if (!job.encode.encoder_worker.empty()) return absl::OkStatus();  // the cache is built at run time
+  const Flux2Config& config = checkpoint->config();
+  ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
+  if (cache->index().latent_channels != config.in_channels || cache->index().text_dim != config.joint_attention_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("cache ", job.dataset, " does not fit the model (latent channels ",
+                                                   cache->index().latent_channels, " vs ", config.in_channels, ")"));
+  }
+  ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
+  const int chunks = kind == ScheduleKind::kInterleaved1F1B ? static_cast<int>(job.chunks) : 1;
+  auto schedule = MakeSchedule(kind, stages, static_cast<int>(job.micro_batches), chunks);
+  if (!schedule.ok()) {
+    return Annotate(schedule.status(), absl::StrCat(job.source, ": schedule: ", job.schedule, " with micro_batches: ",
+                                                    job.micro_batches, ", chunks: ", chunks, " on --stages ", stages));
+  }
+  return PlanStages(job, config, *cache, stages, chunks, dtype, /*quiet=*/true).status();
+}
+
+absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions& options) {
+  JobSetup s;
+  const int p = options.stages;
+  const int m = static_cast<int>(job.micro_batches);
+  s.micro_batches = m;
+  ASSIGN_OR_RETURN(s.dtype, ParseDtype(job.dtype));
+  ASSIGN_OR_RETURN(s.checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
+  const Flux2Config& config = s.checkpoint->config();
+  if (!job.encode.encoder_worker.empty()) RETURN_IF_ERROR(EncodeOnWorker(job, options.rpc_timeout, options.quiet));
+  ASSIGN_OR_RETURN(s.cache, CacheReader::Open(job.dataset));
+  const CacheReader& cache = *s.cache;
+  if (cache.index().latent_channels != config.in_channels || cache.index().text_dim != config.joint_attention_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache ", job.dataset, " does not fit the model (latent channels ", cache.index().latent_channels, " vs ",
+        config.in_channels, ", text dim ", cache.index().text_dim, " vs ", config.joint_attention_dim, ")"));
+  }
+  ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(s.cache.get(), job, config.guidance_embeds));
+  s.sampler.emplace(std::move(sampler));
+  ASSIGN_OR_RETURN(s.shell, BuildFlux2Shell(*s.checkpoint, s.dtype, at::kCPU));
+  ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
+  const int chunks = kind == ScheduleKind::kInterleaved1F1B ? static_cast<int>(job.chunks) : 1;
+  auto schedule = MakeSchedule(kind, p, m, chunks);
+  if (!schedule.ok()) {
+    return Annotate(schedule.status(), absl::StrCat(job.source, ": schedule: ", job.schedule, " with micro_batches: ",
+                                                    m, ", chunks: ", chunks, " on --stages ", p));
+  }
+  s.schedule = std::move(*schedule);
+  ASSIGN_OR_RETURN(s.plan, PlanStages(job, config, cache, p, chunks, s.dtype, options.quiet));
+  return s;
+}
+
+}  // namespace baton

@@ -1,0 +1,47 @@
+// Job setup and plan: what the coordinator settles before it starts any worker -- the model and dataset open and
+// fit each other, the step sampler and the frozen shell, the schedule, and the planner's split of the blocks over
+// the stages (PlanStages prints it).
+#pragma once
+
+#include <absl/status/statusor.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "coordinator/pipeline_trainer.h"
+#include "core/data/cache.h"
+#include "core/model/flux2_model.h"
+#include "core/model/flux2_weights.h"
+#include "core/pipeline/partition.h"
+#include "core/pipeline/schedule.h"
+#include "core/train/batches.h"
+
+namespace baton {
+
+struct JobSetup {
+  at::ScalarType dtype = at::kFloat;
+  std::unique_ptr<Flux2Checkpoint> checkpoint;
+  std::unique_ptr<CacheReader> cache;
+  std::optional<StepSampler> sampler;  // reads `cache`
+  Flux2Shell shell{nullptr};
+  Schedule schedule;
+  std::vector<std::vector<StageSpec>> plan;  // [worker][chunk] block ranges
+  int micro_batches = 1;
+};
+
+absl::Status CheckCoordinatorOptions(const CoordinatorOptions& options);
+
+// Opens everything, runs the encoder worker first when the job names one, and plans the stages.
+absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions& options);
+
+// The planner's options for `stages` workers.
+absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, const CacheReader& cache, int stages,
+                                                       at::ScalarType dtype);
+
+// [worker][chunk] block ranges: one per worker, or v (interleaved).
+absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const Flux2Config& config,
+                                                               const CacheReader& cache, int stages, int chunks,
+                                                               at::ScalarType dtype, bool quiet);
+
+}  // namespace baton

@@ -1,0 +1,40 @@
+#include "coordinator/optimizer_step.h"
+
+#include <absl/strings/str_cat.h>
+
+#include "core/train/common.h"
+#include "core/train/finite_check.h"
+#include "core/util/status.h"
+
+namespace baton {
+
+// The optimizer step on the fp32 masters from the stages' gradients, and the step's record (times are the
+// caller's to fill in).
+absl::StatusOr<PipelineStepRecord> ApplyGradients(const JobConfig& job, int64_t step, const StepOutputs& outputs,
+                                                  AdamW& optimizer, std::map<std::string, at::Tensor>& master) {
+  std::map<std::string, at::Tensor> all_grads;
+  for (const TensorMap& grads : outputs.grads) {
+    for (auto& [name, g] : grads) all_grads[name] = g;
+  }
+  for (const auto& [name, w] : master) {
+    if (!all_grads.count(name)) return absl::DataLossError(absl::StrCat("no gradient came back for ", name));
+  }
+  PipelineStepRecord rec;
+  rec.step = step + 1;
+  rec.lr = LearningRate(job.optimizer, step);
+  const auto& losses = outputs.summaries.back().losses();
+  const std::vector<double> micro_batch_losses(losses.begin(), losses.end());
+  RETURN_IF_ERROR(CheckStepFinite(rec.step, rec.lr, micro_batch_losses, static_cast<int>(outputs.summaries.size()) - 1,
+                                  outputs.grads));
+  rec.grad_norm = ClipGradNorm(all_grads, job.optimizer.clip);
+  RETURN_IF_ERROR(optimizer.Step(master, all_grads, rec.lr));
+  double loss_sum = 0;
+  for (double l : micro_batch_losses) loss_sum += l;
+  rec.loss = loss_sum / static_cast<double>(job.micro_batches);
+  for (const v1::StepSummary& s : outputs.summaries) {
+    rec.stages.push_back({s.forward_seconds(), s.backward_seconds(), s.idle_seconds()});
+  }
+  return rec;
+}
+
+}  // namespace baton

@@ -1,0 +1,72 @@
+#include "coordinator/run_report.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+
+#include <cstdio>
+
+#include "core/train/local_trainer.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+std::string ProgressBar(int64_t done, int64_t total, int width) {
+  int filled = total > 0 ? static_cast<int>(width * done / total) : width;
+  return absl::StrCat("[", std::string(filled, '#'), std::string(width - filled, '.'), "]");
+}
+
+}  // namespace
+
+absl::Status TrimTrainLog(const std::string& path, int64_t last_step) {
+  if (!PathExists(path)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  std::string kept;
+  size_t start = 0;
+  for (int line_number = 1; start < text.size(); ++line_number) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) break;  // a torn last line is dropped
+    std::string line = text.substr(start, end - start);
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) {
+      return absl::DataLossError(absl::StrCat(path, ":", line_number,
+                                              ": not a step record with an integer \"step\" (a train_log.jsonl line "
+                                              "is one JSON object per step); fix or remove the line to resume"));
+    }
+    if (j["step"].get<int64_t>() <= last_step) kept += line + "\n";
+    start = end + 1;
+  }
+  return WriteFileAtomic(path, kept);
+}
+
+nlohmann::ordered_json StepLine(const PipelineStepRecord& rec) {
+  nlohmann::ordered_json line = StepRecordJson(rec);
+  nlohmann::ordered_json busy = nlohmann::ordered_json::array(), idle = nlohmann::ordered_json::array();
+  for (const StageStepStats& st : rec.stages) {
+    busy.push_back(st.forward_seconds + st.backward_seconds);
+    idle.push_back(st.idle_seconds);
+  }
+  line["stage_busy_seconds"] = busy;
+  line["stage_idle_seconds"] = idle;
+  line["coordinator_seconds"] = {{"prepare", rec.prepare_seconds}, {"optimizer", rec.optimizer_seconds}};
+  return line;
+}
+
+void PrintProgress(const PipelineStepRecord& rec, int64_t start_step, int64_t total_steps, double elapsed, bool tty) {
+  const int64_t done = rec.step - start_step, left = total_steps - rec.step;
+  double eta = elapsed / static_cast<double>(done) * static_cast<double>(left);
+  std::string busy_text;
+  for (size_t i = 0; i < rec.stages.size(); ++i) {
+    absl::StrAppend(&busy_text, i ? " " : "",
+                    absl::StrFormat("%.2f", rec.stages[i].forward_seconds + rec.stages[i].backward_seconds));
+  }
+  // absl::StrCat, not " " + std::string: GCC 12 -O3 reports a false -Wrestrict on the latter.
+  const std::string tail = tty ? absl::StrCat(" ", ProgressBar(rec.step, total_steps, 20)) : "\n";
+  std::printf("%sstep %4lld/%lld  loss %.5f  lr %.2e  %.3f s/step  %.1f samples/s  busy[s] %s  ETA %.0fs%s",
+              tty ? "\r\033[K" : "", static_cast<long long>(rec.step), static_cast<long long>(total_steps), rec.loss,
+              rec.lr, rec.step_seconds, rec.samples_per_second, busy_text.c_str(), eta, tail.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace baton
