@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
+
 #include "core/lora/lora.h"
 #include "core/model/flux2_ops.h"
 #include "core/model/flux2_weights.h"
@@ -24,6 +26,7 @@ class StageRunnerTest : public ::testing::Test {
     StageRunnerOptions opts;
     opts.address = "test";
     opts.wait_timeout = absl::Milliseconds(500);
+    opts.heartbeat_interval = absl::Milliseconds(100);
     runner_ = std::make_unique<StageRunner>(opts);
     v1::ConfigureRequest req;
     req.set_job_id("job");
@@ -41,13 +44,15 @@ class StageRunnerTest : public ::testing::Test {
     ASSERT_TRUE(targets.ok());
     for (const auto& t : *targets) req.mutable_lora()->add_targets(t);
     req.set_seed(5);
+    req_ = req;
     auto resp = runner_->Configure(req);
     ASSERT_TRUE(resp.ok()) << resp.status();
     EXPECT_EQ(resp->lora_param_names_size(), 2 * (8 * config_.num_layers + 2 * config_.num_single_layers));
   }
 
-  void Deliver(v1::EnvelopeHeader::Kind kind, int mb, TensorMap tensors) {
+  void Deliver(v1::EnvelopeHeader::Kind kind, int mb, TensorMap tensors, uint64_t generation = 0) {
     ReceivedEnvelope e;
+    e.header.set_generation(generation);
     e.header.set_job_id("job");
     e.header.set_step(0);
     e.header.set_micro_batch(mb);
@@ -74,6 +79,7 @@ class StageRunnerTest : public ::testing::Test {
   }
 
   std::string dir_;
+  v1::ConfigureRequest req_;
   Flux2Config config_;
   std::unique_ptr<StageRunner> runner_;
 };
@@ -125,6 +131,50 @@ TEST_F(StageRunnerTest, OneStageStepMatchesInProcessGradients) {
   auto expect = LoraGradients(**stage);
   ASSERT_EQ(grads.size(), expect.size());
   for (const auto& [name, g] : expect) EXPECT_TRUE(at::equal(grads.at(name), g)) << name;
+}
+
+// A recovery's reconfigure (same model, a newer generation) drops what the aborted step left in the inbox and
+// every late envelope of the older generation; the new generation's envelopes are taken.
+TEST_F(StageRunnerTest, RecoveryReconfigureDropsTheAbortedStepsData) {
+  auto in = test_util::MakeTinyInputs(config_, 2, 2, 3, 4, 8);
+  const TensorMap inputs = InputTensors(in.hidden_states, in.encoder_hidden_states);
+  Deliver(v1::EnvelopeHeader::INPUTS, 0, inputs);  // generation 0, left over
+  v1::ConfigureRequest again = req_;
+  again.set_generation(1);
+  auto resp = runner_->Configure(again);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  Deliver(v1::EnvelopeHeader::INPUTS, 0, inputs, /*generation=*/0);  // late, from before the recovery
+  auto noop = [](const std::string&, const at::Tensor&) { return absl::OkStatus(); };
+  auto summary = runner_->RunStep(Plan(1), nullptr, noop);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find("no INPUTS for step 0"), std::string::npos) << summary.status();
+  Deliver(v1::EnvelopeHeader::INPUTS, 0, inputs, /*generation=*/1);
+  summary = runner_->RunStep(Plan(1), nullptr, noop);  // takes them, then waits for the weights
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find("no LORA_WEIGHTS for step 0"), std::string::npos) << summary.status();
+}
+
+// While a step waits, its heartbeat says for what and from whom (the coordinator's stall watch reads it).
+TEST_F(StageRunnerTest, HeartbeatsSayWhatTheStepWaitsFor) {
+  auto lora = runner_->CurrentLora();
+  ASSERT_TRUE(lora.ok());
+  Deliver(v1::EnvelopeHeader::LORA_WEIGHTS, 0, *lora);
+  std::vector<v1::StageHeartbeat> beats;
+  std::mutex mu;
+  auto summary = runner_->RunStep(
+      Plan(1), nullptr, [](const std::string&, const at::Tensor&) { return absl::OkStatus(); },
+      [&](const v1::StageHeartbeat& beat) {
+        std::lock_guard<std::mutex> lock(mu);
+        beats.push_back(beat);
+      });
+  ASSERT_FALSE(summary.ok());  // no INPUTS: a 500 ms wait, about 4 heartbeats
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_GE(beats.size(), 2u);
+  EXPECT_NE(beats.back().activity().find("waiting for INPUTS of step 0 micro-batch 0 from the coordinator"),
+            std::string::npos)
+      << beats.back().activity();
+  EXPECT_EQ(beats.back().waiting_on(), -1);
+  EXPECT_GT(beats.back().activity_seconds(), 0.1);
 }
 
 TEST_F(StageRunnerTest, MissingDataIsANamedTimeoutNotAHang) {
