@@ -14,9 +14,11 @@
 #include <thread>
 
 #include "coordinator/checkpoint.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
+#include "core/metrics/families.h"
 #include "core/model/flux2_weights.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
@@ -132,6 +134,7 @@ TEST_F(RecoveryTest, KilledLocalWorkerIsRestartedAndTheLoraIsBitwiseUninterrupte
   CoordinatorOptions o = Options("killed_local");
   Recoveries recoveries;
   recoveries.Hook(o);
+  AddMetricsHooks("recovery_killed_local", &o.hooks);
   const std::string log = JoinPath(o.output_dir, "train_log.jsonl");
   std::thread killer([&] {
     WaitForLines(log, 2);  // mid-run
@@ -144,7 +147,32 @@ TEST_F(RecoveryTest, KilledLocalWorkerIsRestartedAndTheLoraIsBitwiseUninterrupte
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(recoveries.size(), 1u);
   EXPECT_NE(recoveries.seen[0].second.find("killed by signal 9"), std::string::npos) << recoveries.seen[0].second;
+  EXPECT_EQ(recoveries.seen[0].first, 1);
+  EXPECT_EQ(CoordinatorFamilies().step_retries.Add({{"job", "recovery_killed_local"}, {"stage", "1"}}).Value(), 1.0);
   ExpectSameAsUninterrupted("killed_local", steps);
+}
+
+// Embedded workers: a stopped local worker is a stall too; the coordinator replaces the process itself.
+TEST_F(RecoveryTest, StoppedLocalWorkerIsReplacedAndTheLoraIsBitwiseUninterrupted) {
+  const int64_t steps = 6;
+  CoordinatorOptions o = Options("stopped_local");
+  o.stall_timeout = absl::Seconds(4);
+  Recoveries recoveries;
+  recoveries.Hook(o);
+  const std::string log = JoinPath(o.output_dir, "train_log.jsonl");
+  std::thread stopper([&] {
+    WaitForLines(log, 2);
+    std::vector<pid_t> workers = OurStageWorkers();
+    ASSERT_EQ(workers.size(), 2u);
+    ::kill(workers[0], SIGSTOP);
+  });
+  auto result = RunCoordinator(Job(steps), o);
+  stopper.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(recoveries.size(), 1u);
+  EXPECT_EQ(recoveries.seen[0].first, 0) << recoveries.seen[0].second;
+  EXPECT_NE(recoveries.seen[0].second.find("stalled"), std::string::npos) << recoveries.seen[0].second;
+  ExpectSameAsUninterrupted("stopped_local", steps);
 }
 
 // Remote workers (--workers): a stopped one (SIGSTOP) is a stall, noticed within --stall_timeout_s and blamed on
