@@ -111,6 +111,26 @@ absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const Coordinato
   return start;
 }
 
+// The step's inputs from the early push made during the previous step. A push that failed (a stage lost after
+// the previous step succeeded) or stalls is dropped: the inputs are prepared again and fed with the step, whose
+// executor then finds the lost stage and recovers it.
+absl::StatusOr<StepInputs> TakeEarlyInputs(std::future<absl::StatusOr<StepInputs>>& next, StageFleet& fleet,
+                                           JobSetup& setup, int64_t step) {
+  while (next.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
+    for (const auto& client : fleet.clients) {
+      if (client->OldestPushSeconds() > absl::ToDoubleSeconds(fleet.stall_timeout)) {
+        for (const auto& c : fleet.clients) c->Cancel();  // the step re-arms them
+        break;
+      }
+    }
+  }
+  absl::StatusOr<StepInputs> inputs = next.get();
+  if (inputs.ok()) return inputs;
+  LogWarning("step ", step + 1, ": the early push of its inputs failed (", inputs.status().message(),
+             "); feeding them with the step");
+  return PrepareStepInputs(setup, step);
+}
+
 // The steps from the start state to total_steps: each step's inputs prepared (and pushed) while the previous step
 // runs, the step run by the executor (redone after a lost stage), the optimizer step, the log and progress, and
 // the checkpoints; a stop ends the run after a checkpoint.
@@ -133,7 +153,8 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   double elapsed = 0;
   for (int64_t step = start.step; step < total_steps; ++step) {
     auto t0 = Clock::now();
-    absl::StatusOr<StepInputs> inputs = next_inputs.valid() ? next_inputs.get() : PrepareStepInputs(setup, step);
+    absl::StatusOr<StepInputs> inputs =
+        next_inputs.valid() ? TakeEarlyInputs(next_inputs, fleet, setup, step) : PrepareStepInputs(setup, step);
     if (!inputs.ok()) return inputs.status();
     const double prepare_seconds = SecondsSince(t0);
     auto start_next = [&] {
