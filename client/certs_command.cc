@@ -26,12 +26,18 @@ absl::Status WriteTlsDir(const std::string& dir, const PemPair& ca, const PemPai
   return absl::OkStatus();
 }
 
+// A wildcard name (`*.baton-stage`: every pod of a Kubernetes StatefulSet) gets the folder wildcard.baton-stage.
+std::string HostFolder(const std::string& host) {
+  return host.rfind("*", 0) == 0 ? absl::StrCat("wildcard", host.substr(1)) : host;
+}
+
 absl::Status Certs(const Args& args) {
   const std::string out = args.Get("out");
   std::vector<std::string> hosts = absl::StrSplit(args.Get("hosts"), ',', absl::SkipWhitespace());
   if (hosts.empty()) return absl::InvalidArgumentError("--hosts: list at least one host name or IP");
   for (const std::string& h : hosts) {
-    if (h.find('/') != std::string::npos || h == "." || h == ".." || h == "client") {
+    if (h.find('/') != std::string::npos || h == "." || h == ".." || h == "client" || h.empty() ||
+        h.find('*', 1) != std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat("--hosts: '", h, "' cannot name a folder under ", out));
     }
   }
@@ -58,7 +64,7 @@ absl::Status Certs(const Args& args) {
       if (h != local) names.push_back(local);
     }
     ASSIGN_OR_RETURN(PemPair leaf, IssueCertificate(ca, names, validity));
-    RETURN_IF_ERROR(WriteTlsDir(JoinPath(out, h), ca, leaf, ""));
+    RETURN_IF_ERROR(WriteTlsDir(JoinPath(out, HostFolder(h)), ca, leaf, ""));
   }
   ASSIGN_OR_RETURN(PemPair client, IssueCertificate(ca, {"baton-client"}, validity));
   RETURN_IF_ERROR(WriteTlsDir(JoinPath(out, "client"), ca, client, token));
@@ -79,7 +85,9 @@ Command CertsCommand() {
           "Make a CA, a certificate per host (TLS server and client), a client certificate and a bearer token for "
           "mutual TLS between coordinator and workers and the job service's token (see deploy/README.md).",
           {{"out", "folder to write (refuses one that already holds a CA)", "", true},
-           {"hosts", "comma-separated host names or IPs, one certificate each (DIR/<host>/)", "", true},
+           {"hosts",
+            "comma-separated host names or IPs, one certificate each (DIR/<host>/; *.domain: DIR/wildcard.domain/)", "",
+            true},
            {"days", "validity in days", "365"}},
           Certs};
 }
