@@ -154,8 +154,9 @@ grpc::Status TokenAuthProcessor::Process(const InputMetadata& auth_metadata, grp
                                          OutputMetadata* consumed_auth_metadata, OutputMetadata*) {
   auto it = auth_metadata.find("authorization");
   if (it == auth_metadata.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "no bearer token: pass baton --token-file FILE (or $BATON_TOKEN, or a --tls-dir holding token)");
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        "no bearer token: pass baton --token-file FILE (or $BATON_TOKEN, or a --tls-dir holding token)");
   }
   const std::string value(it->second.data(), it->second.size());
   if (!ConstantTimeEquals(value, absl::StrCat("Bearer ", token_))) {
