@@ -4,6 +4,7 @@
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/util/files.h"
@@ -26,19 +27,18 @@ absl::Status WriteTlsDir(const std::string& dir, const PemPair& ca, const PemPai
   return absl::OkStatus();
 }
 
-// A wildcard name (`*.baton-stage`: every pod of a Kubernetes StatefulSet) gets the folder wildcard.baton-stage.
-std::string HostFolder(const std::string& host) {
-  return host.rfind("*", 0) == 0 ? absl::StrCat("wildcard", host.substr(1)) : host;
-}
-
 absl::Status Certs(const Args& args) {
   const std::string out = args.Get("out");
   std::vector<std::string> hosts = absl::StrSplit(args.Get("hosts"), ',', absl::SkipWhitespace());
   if (hosts.empty()) return absl::InvalidArgumentError("--hosts: list at least one host name or IP");
   for (const std::string& h : hosts) {
-    if (h.find('/') != std::string::npos || h == "." || h == ".." || h == "client" || h.empty() ||
-        h.find('*', 1) != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("--hosts: '", h, "' cannot name a folder under ", out));
+    for (absl::string_view name : absl::StrSplit(h, '+')) {
+      if (name.empty() || name.find_first_of("/*") != absl::string_view::npos || name == "." || name == ".." ||
+          name == "client") {
+        return absl::InvalidArgumentError(absl::StrCat("--hosts: '", name,
+                                                       "' is not a host name or IP (no wildcards: gRPC matches them "
+                                                       "only over two labels; list the names, joined by +)"));
+      }
     }
   }
   ASSIGN_OR_RETURN(int64_t days, args.GetInt("days"));
@@ -59,12 +59,12 @@ absl::Status Certs(const Args& args) {
   RETURN_IF_ERROR(WritePrivateFile(JoinPath(out, kTokenFile), token + "\n", 0600));
   std::printf("wrote %s/token (0600): the job service's bearer token\n", out.c_str());
   for (const std::string& h : hosts) {
-    std::vector<std::string> names = {h};
+    std::vector<std::string> names = absl::StrSplit(h, '+');  // a+b: one certificate for several names
     for (const char* local : {"localhost", "127.0.0.1", "::1"}) {
-      if (h != local) names.push_back(local);
+      if (std::find(names.begin(), names.end(), local) == names.end()) names.push_back(local);
     }
     ASSIGN_OR_RETURN(PemPair leaf, IssueCertificate(ca, names, validity));
-    RETURN_IF_ERROR(WriteTlsDir(JoinPath(out, HostFolder(h)), ca, leaf, ""));
+    RETURN_IF_ERROR(WriteTlsDir(JoinPath(out, names.front()), ca, leaf, ""));
   }
   ASSIGN_OR_RETURN(PemPair client, IssueCertificate(ca, {"baton-client"}, validity));
   RETURN_IF_ERROR(WriteTlsDir(JoinPath(out, "client"), ca, client, token));
@@ -86,8 +86,9 @@ Command CertsCommand() {
           "mutual TLS between coordinator and workers and the job service's token (see deploy/README.md).",
           {{"out", "folder to write (refuses one that already holds a CA)", "", true},
            {"hosts",
-            "comma-separated host names or IPs, one certificate each (DIR/<host>/; *.domain: DIR/wildcard.domain/)", "",
-            true},
+            "comma-separated host names or IPs, one certificate each (DIR/<host>/); a+b+c: one certificate for "
+            "several names (DIR/a/), e.g. a StatefulSet's pods",
+            "", true},
            {"days", "validity in days", "365"}},
           Certs};
 }

@@ -3,7 +3,8 @@
 //   DIR/token (0600)                     the job service's bearer token (coordinator --token_file)
 //   DIR/<host>/ca.crt, tls.crt, tls.key  per host a certificate for TLS server and client (SAN: the host, and
 //                                        localhost/127.0.0.1/::1 for local workers): --tls_dir DIR/<host>;
-//                                        `*.domain` (a StatefulSet's pods) writes DIR/wildcard.domain/
+//                                        `a+b+c`: one certificate for all three names in DIR/a/ (the pods of
+//                                        a StatefulSet share one Secret)
 //   DIR/client/ca.crt, tls.crt, tls.key, token   for `baton` (--tls-dir DIR/client)
 // Keys are EC P-256; certificates are valid for --days (default 365). Refuses to overwrite an existing CA.
 #pragma once

@@ -174,6 +174,18 @@ absl::StatusOr<PemPair> IssueCertificate(const PemPair& ca, const std::vector<st
   return out;
 }
 
+absl::Status CheckKeyMatchesCertificate(const std::string& cert_pem, const std::string& key_pem) {
+  auto cert = ReadCert(cert_pem);
+  if (!cert.ok()) return absl::InvalidArgumentError("not a PEM certificate");
+  auto key = ReadKey(key_pem);
+  if (!key.ok()) return absl::InvalidArgumentError("not a PEM private key");
+  if (X509_check_private_key(cert->get(), key->get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError("the key does not belong to the certificate");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> RandomHexToken(int bytes) {
   std::string raw(bytes, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), bytes) != 1) return OpenSslError("random token");

@@ -25,6 +25,10 @@ absl::StatusOr<PemPair> MakeCertificateAuthority(const std::string& common_name,
 absl::StatusOr<PemPair> IssueCertificate(const PemPair& ca, const std::vector<std::string>& hosts,
                                          absl::Duration validity);
 
+// OK when `cert_pem` is a certificate and `key_pem` its private key; InvalidArgument saying which part is wrong
+// otherwise (a swapped or mismatched pair would fail later as an opaque handshake or listen error).
+absl::Status CheckKeyMatchesCertificate(const std::string& cert_pem, const std::string& key_pem);
+
 // `bytes` random bytes (OpenSSL's CSPRNG) as lowercase hex: bearer tokens.
 absl::StatusOr<std::string> RandomHexToken(int bytes = 32);
 

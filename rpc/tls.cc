@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "core/util/files.h"
+#include "rpc/certs.h"
 
 namespace baton {
 namespace {
@@ -85,6 +86,10 @@ absl::StatusOr<ProcessSecurity> LoadProcessSecurity(const TlsFlagValues& flags, 
   if (!key.ok()) return key.status();
   s.cert_pem = std::move(*cert);
   s.key_pem = std::move(*key);
+  if (absl::Status match = CheckKeyMatchesCertificate(s.cert_pem, s.key_pem); !match.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(program, ": ", s.cert_file, " and ", s.key_file, ": ", match.message()));
+  }
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
 #include "rpc/certs.h"
+#include "rpc/grpc_options.h"
 #include "rpc/health.h"
 
 namespace baton {
@@ -100,6 +101,49 @@ TEST(TlsTest, MutualTlsAcceptsOurCaOnly) {
   ProcessSecurity fooled = ours;  // a client that does not trust our CA refuses our server
   fooled.ca_pem = other_ca->cert;
   EXPECT_EQ(ask(PeerChannelCredentials(fooled)), absl::StatusCode::kUnavailable);
+  server->Shutdown();
+
+  // A swapped key is refused when the files are read, naming them.
+  ASSERT_TRUE(WritePrivateFile(JoinPath(dir, kTlsKeyFile), client_cert->key, 0600).ok());
+  auto swapped = LoadTlsDir(dir);
+  EXPECT_EQ(swapped.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(swapped.status().message().find("does not belong"), std::string::npos) << swapped.status();
+}
+
+// `baton certs --hosts stage-0.baton-stage+stage-1.baton-stage` (a StatefulSet's pods share one Secret): one
+// certificate serves every pod's name, and no other.
+TEST(TlsTest, OneCertificateServesEveryPodName) {
+  auto ca = MakeCertificateAuthority("test CA", absl::Hours(1));
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  auto pods = IssueCertificate(*ca, {"stage-0.baton-stage", "stage-1.baton-stage"}, absl::Hours(1));
+  auto client = IssueCertificate(*ca, {"client"}, absl::Hours(1));
+  ASSERT_TRUE(pods.ok() && client.ok());
+  ProcessSecurity server_security;
+  server_security.ca_pem = ca->cert;
+  server_security.cert_pem = pods->cert;
+  server_security.key_pem = pods->key;
+  EnableHealthService();
+  v1::StageService::Service stage;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", PeerServerCredentials(server_security), &port);
+  builder.RegisterService(&stage);
+  auto server = builder.BuildAndStart();
+  ASSERT_TRUE(server && port > 0);
+  MarkServing(*server, {});
+  ProcessSecurity ours;
+  ours.ca_pem = ca->cert;
+  ours.cert_pem = client->cert;
+  ours.key_pem = client->key;
+  auto ask = [&](const std::string& name) {  // dial 127.0.0.1, check the certificate against `name`
+    grpc::ChannelArguments args = MakeChannelArguments();
+    args.SetSslTargetNameOverride(name);
+    auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), PeerChannelCredentials(ours), args);
+    return CheckHealth(channel, name, "", absl::Seconds(5)).status().code();
+  };
+  EXPECT_EQ(ask("stage-0.baton-stage"), absl::StatusCode::kOk);
+  EXPECT_EQ(ask("stage-1.baton-stage"), absl::StatusCode::kOk);
+  EXPECT_EQ(ask("stage-2.baton-stage"), absl::StatusCode::kUnavailable);
   server->Shutdown();
 }
 
