@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/local_tls.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
@@ -186,7 +187,10 @@ int Main(int argc, char** argv) {
   const char* bin = std::getenv("BATON_BIN_DIR");
   lopts.binary = bin ? JoinPath(bin, "stage_worker") : DefaultStageWorkerBinary();
   lopts.threads = a.threads;
-  lopts.extra_args = {"--wait_timeout_s=600"};
+  auto tls = LocalWorkerSecurityArgs();  // mutual TLS with an ephemeral CA, as the coordinator's own local workers
+  if (!tls.ok()) Die(tls.status().ToString());
+  lopts.extra_args = *tls;
+  lopts.extra_args.push_back("--wait_timeout_s=600");
   auto workers = LocalWorkers::Start(a.stages, lopts);
   if (!workers.ok()) Die(workers.status().ToString());
   const std::vector<pid_t> pids = (*workers)->pids();

@@ -88,11 +88,13 @@ for i in 0 1; do
   ip netns exec "bw-s$i" tc qdisc add dev eth0 root tbf rate "$RATE" burst 256kb latency 100ms
 done
 
+# Mutual TLS as deployed (deploy/README.md "Security"): a certificate per namespace address.
+"$BIN/baton" certs --out "$WORK/certs" --hosts 10.77.0.10,10.77.0.11 >/dev/null
 json="{\"bench\":\"wire_netns\",\"rate\":\"$RATE\",\"dim\":$DIM,\"tokens\":$((GRID * GRID + TEXT)),\"m\":$M"
 for w in none bf16 fp8; do
   PIDS=()
   for i in 0 1; do
-    ip netns exec "bw-s$i" "$BIN/stage_worker" --listen "10.77.0.1$i:7100" --threads 1 >"$WORK/stage$i-$w.log" 2>&1 &
+    ip netns exec "bw-s$i" "$BIN/stage_worker" --listen "10.77.0.1$i:7100" --tls_dir "$WORK/certs/10.77.0.1$i" --threads 1 >"$WORK/stage$i-$w.log" 2>&1 &
     PIDS+=($!)
   done
   cat >"$WORK/job-$w.yaml" <<YAML
@@ -108,7 +110,7 @@ seed: 1
 threads: 1
 wire_dtype: $w
 YAML
-  "$BIN/coordinator" --stages 2 --workers 10.77.0.10:7100,10.77.0.11:7100 --job "$WORK/job-$w.yaml" \
+  "$BIN/coordinator" --stages 2 --workers 10.77.0.10:7100,10.77.0.11:7100 --tls_dir "$WORK/certs/10.77.0.10" --job "$WORK/job-$w.yaml" \
     --output "$WORK/run-$w" >"$WORK/coordinator-$w.log" 2>&1 || { cat "$WORK/coordinator-$w.log" >&2; exit 1; }
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true

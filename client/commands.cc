@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "client/certs_command.h"
 #include "client/debug_commands.h"
 #include "client/health_command.h"
 #include "client/job_commands.h"
@@ -369,6 +370,7 @@ const std::vector<Command>& AllCommands() {
       TokenizeCommand(),
       QuantizeCommand(),
       HealthCommand(),
+      CertsCommand(),
   };
   static const bool jobs_added = [] {
     for (Command& c : JobCommands()) commands->push_back(std::move(c));

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "baton/v1/job_service.grpc.pb.h"
+#include "client/client_security.h"
 #include "client/watch_view.h"
 #include "core/util/files.h"
 #include "core/util/sha256.h"
@@ -34,8 +35,16 @@ FlagSpec CoordinatorFlag() {
   return {"coordinator", "job service address (coordinator --listen); env BATON_COORDINATOR", DefaultCoordinator()};
 }
 
-std::unique_ptr<v1::JobService::Stub> Connect(const Args& args) {
-  return v1::JobService::NewStub(MakeChannel(args.Get("coordinator"), grpc::InsecureChannelCredentials()));
+absl::StatusOr<std::unique_ptr<v1::JobService::Stub>> Connect(const Args& args) {
+  ASSIGN_OR_RETURN(auto credentials, ClientCredentials(args));
+  return v1::JobService::NewStub(MakeChannel(args.Get("coordinator"), credentials));
+}
+
+// The coordinator's address and how to authenticate to it: every job command's flags.
+std::vector<FlagSpec> ServerFlags(std::vector<FlagSpec> specs) {
+  specs.push_back(CoordinatorFlag());
+  for (FlagSpec& f : SecurityFlags()) specs.push_back(std::move(f));
+  return specs;
 }
 
 absl::Status CallStatus(const grpc::Status& status, const Args& args) {
@@ -64,7 +73,8 @@ absl::Status Submit(const Args& args) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::SubmitResponse resp;
-  RETURN_IF_ERROR(CallStatus(Connect(args)->Submit(&ctx, req, &resp), args));
+  ASSIGN_OR_RETURN(auto stub, Connect(args));
+  RETURN_IF_ERROR(CallStatus(stub->Submit(&ctx, req, &resp), args));
   std::printf(
       "job %s (%s) %s; output %s on the coordinator\n", resp.job_id().c_str(), resp.job().name().c_str(),
       resp.queue_position() == 0 ? "starts now" : absl::StrCat("queued at position ", resp.queue_position()).c_str(),
@@ -78,7 +88,8 @@ absl::Status ShowStatus(const Args& args) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::JobInfo job;
-  RETURN_IF_ERROR(CallStatus(Connect(args)->Status(&ctx, req, &job), args));
+  ASSIGN_OR_RETURN(auto stub, Connect(args));
+  RETURN_IF_ERROR(CallStatus(stub->Status(&ctx, req, &job), args));
   std::printf("%s", JobPanel(job).c_str());
   if (job.state() == v1::JOB_STATE_QUEUED) std::printf("queue position: %d\n", job.queue_position());
   std::printf("submitted %s  started %s  ended %s\noutput: %s\n", Clock(job.submit_time_unix()).c_str(),
@@ -90,7 +101,8 @@ absl::Status List(const Args& args) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::ListResponse resp;
-  RETURN_IF_ERROR(CallStatus(Connect(args)->List(&ctx, v1::ListRequest(), &resp), args));
+  ASSIGN_OR_RETURN(auto stub, Connect(args));
+  RETURN_IF_ERROR(CallStatus(stub->List(&ctx, v1::ListRequest(), &resp), args));
   std::printf("%-6s %-24s %-9s %-13s %-9s %-9s %s\n", "ID", "NAME", "STATE", "STEP", "LOSS", "S/STEP", "ETA/QUEUE");
   for (const v1::JobInfo& j : resp.jobs()) {
     const v1::StepProgress& s = j.last_step();
@@ -109,7 +121,7 @@ absl::Status Watch(const Args& args) {
   v1::WatchRequest req;
   req.set_job_id(args.Get("JOB_ID"));
   const bool tty = ::isatty(STDOUT_FILENO) && !args.GetBool("plain");
-  auto stub = Connect(args);
+  ASSIGN_OR_RETURN(auto stub, Connect(args));
   if (args.Has("from-step")) {
     ASSIGN_OR_RETURN(int64_t from_step, args.GetInt("from-step"));
     req.set_from_step(from_step);
@@ -160,7 +172,8 @@ absl::Status Stop(const Args& args) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::JobInfo job;
-  RETURN_IF_ERROR(CallStatus(Connect(args)->Stop(&ctx, req, &job), args));
+  ASSIGN_OR_RETURN(auto stub, Connect(args));
+  RETURN_IF_ERROR(CallStatus(stub->Stop(&ctx, req, &job), args));
   if (job.state() == v1::JOB_STATE_STOPPED) {
     std::printf("job %s removed from the queue\n", job.job_id().c_str());
   } else {
@@ -176,7 +189,8 @@ absl::Status Checkpoints(const Args& args) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::ListCheckpointsResponse resp;
-  RETURN_IF_ERROR(CallStatus(Connect(args)->ListCheckpoints(&ctx, req, &resp), args));
+  ASSIGN_OR_RETURN(auto stub, Connect(args));
+  RETURN_IF_ERROR(CallStatus(stub->ListCheckpoints(&ctx, req, &resp), args));
   if (resp.checkpoints().empty()) std::printf("job %s has no checkpoints yet\n", req.job_id().c_str());
   for (const v1::CheckpointInfo& c : resp.checkpoints()) {
     std::printf("step %-8lld %s  lora %.2f MB  total %.2f MB  %s\n", static_cast<long long>(c.step()),
@@ -194,7 +208,7 @@ absl::Status Download(const Args& args) {
   req.set_checkpoint_step(step);
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(absl::Minutes(30)));
-  auto stub = Connect(args);
+  ASSIGN_OR_RETURN(auto stub, Connect(args));
   auto reader = stub->Download(&ctx, req);
   v1::FileChunk chunk;
   std::string data, sha;
@@ -230,38 +244,30 @@ std::vector<Command> JobCommands() {
       {"submit",
        "Queue a job on a coordinator's job service; prints its id and queue position. The job is checked at once "
        "(errors name file:line); relative paths in it resolve against this directory.",
-       {{"JOB.yaml", "job YAML file (as coordinator --job takes)", "", true, false, true},
-        CoordinatorFlag(),
-        {"name", "job name (default: the file's base name); output goes to <root>/<name>-<id>/"},
-        {"steps", "override the job's step count", "0"}},
+       ServerFlags({{"JOB.yaml", "job YAML file (as coordinator --job takes)", "", true, false, true},
+                    {"name", "job name (default: the file's base name); output goes to <root>/<name>-<id>/"},
+                    {"steps", "override the job's step count", "0"}}),
        Submit},
-      {"status",
-       "Show one job: state, step, loss, pace, ETA, per-stage busy, checkpoint, error.",
-       {JobIdArg(false), CoordinatorFlag()},
-       ShowStatus},
-      {"list", "List the running job, the queue in order, and finished jobs.", {CoordinatorFlag()}, List},
+      {"status", "Show one job: state, step, loss, pace, ETA, per-stage busy, checkpoint, error.",
+       ServerFlags({JobIdArg(false)}), ShowStatus},
+      {"list", "List the running job, the queue in order, and finished jobs.", ServerFlags({}), List},
       {"watch",
        "Follow a job live (step, loss, s/step, ETA, per-stage busy bars; one plain line per step when stdout is not "
        "a terminal) until it ends; exits non-zero if it failed.",
-       {JobIdArg(false),
-        CoordinatorFlag(),
-        {"from-step", "replay the steps after this one first (default: all when not a terminal, the latest on one)"},
-        {"plain", "one line per step even on a terminal", "", false, true}},
+       ServerFlags({JobIdArg(false),
+                    {"from-step",
+                     "replay the steps after this one first (default: all when not a terminal, the latest on one)"},
+                    {"plain", "one line per step even on a terminal", "", false, true}}),
        Watch},
-      {"stop",
-       "Stop a job: a running one checkpoints after its current step; a queued one leaves the queue.",
-       {JobIdArg(true), CoordinatorFlag()},
-       Stop},
-      {"checkpoints",
-       "List a job's checkpoints: step, time, size, path on the coordinator.",
-       {JobIdArg(true), CoordinatorFlag()},
-       Checkpoints},
+      {"stop", "Stop a job: a running one checkpoints after its current step; a queued one leaves the queue.",
+       ServerFlags({JobIdArg(true)}), Stop},
+      {"checkpoints", "List a job's checkpoints: step, time, size, path on the coordinator.",
+       ServerFlags({JobIdArg(true)}), Checkpoints},
       {"download",
        "Fetch a job's LoRA (lora.safetensors): the latest, or one checkpoint's; checked and written atomically.",
-       {JobIdArg(true),
-        CoordinatorFlag(),
-        {"checkpoint", "checkpoint step (0: the job's latest lora.safetensors)", "0"},
-        {"out", "file to write", "", true}},
+       ServerFlags({JobIdArg(true),
+                    {"checkpoint", "checkpoint step (0: the job's latest lora.safetensors)", "0"},
+                    {"out", "file to write", "", true}}),
        Download},
   };
 }

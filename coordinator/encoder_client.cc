@@ -9,12 +9,18 @@
 #include "core/util/log.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
+#include "rpc/tls.h"
 
 namespace baton {
 
 absl::Status EncodeOnWorker(const JobConfig& job, absl::Duration timeout, bool quiet) {
   const std::string& address = job.encode.encoder_worker;
-  auto channel = MakeChannel(address, grpc::InsecureChannelCredentials());
+  if (!GetProcessSecurity()) {  // an encoder worker is never started by us: its operator chose its security
+    return absl::FailedPreconditionError(absl::StrCat(
+        "encode: encoder_worker: ", address,
+        ": pass the coordinator --tls_dir DIR (the CA that signed the encoder worker's certificate) or --insecure"));
+  }
+  auto channel = MakeChannel(address, ProcessChannelCredentials());
   if (!channel->WaitForConnected(DeadlineAfter(absl::Seconds(20)))) {
     return absl::UnavailableError(absl::StrCat("encoder worker ", address, " did not answer"));
   }

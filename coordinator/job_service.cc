@@ -18,6 +18,7 @@
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
+#include "rpc/tls.h"
 
 namespace baton {
 namespace {
@@ -196,6 +197,17 @@ grpc::Status JobServiceImpl::Download(grpc::ServerContext* ctx, const v1::Downlo
 absl::Status RunJobService(const JobServiceOptions& options,
                            const std::function<void(const std::string&)>& on_listening,
                            const std::atomic<bool>* shutdown) {
+  const std::optional<ProcessSecurity> security = GetProcessSecurity();
+  if (!security) return absl::FailedPreconditionError("--listen needs --tls_dir (with --token_file) or --insecure");
+  if (!security->insecure && options.token.empty()) {
+    return absl::FailedPreconditionError(
+        "--listen with TLS needs --token_file FILE: the bearer token clients send (baton certs writes DIR/token)");
+  }
+  if (security->insecure && !options.token.empty()) {
+    return absl::FailedPreconditionError(
+        "--token_file needs TLS (a token sent in plaintext protects nothing): "
+        "drop --insecure and pass --tls_dir");
+  }
   JobQueue queue(options.base, options.output_root);
   RETURN_IF_ERROR(queue.Start());
   JobServiceImpl service(&queue);
@@ -203,12 +215,12 @@ absl::Status RunJobService(const JobServiceOptions& options,
   grpc::ServerBuilder builder;
   ApplyServerOptions(builder);
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen, TokenServerCredentials(*security, options.token), &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   const std::string address = absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
-  LogWarning("serving plaintext gRPC on ", address, " (no TLS: use only on a trusted network)");
+  WarnIfPlaintext("coordinator", address, *security);
   MarkServing(*server, {kJobServiceName});
   on_listening(address);
   while (!shutdown->load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -17,10 +17,14 @@ struct JobServiceOptions {
   std::string listen = "127.0.0.1:7070";  // host:port; port 0 picks a free one
   std::string output_root = "out/jobs";   // each job writes into <output_root>/<name>-<id>/
   CoordinatorOptions base;                // stages, workers, timeouts: the same for every job
+  // Bearer token every call must carry (rpc/tls.h TokenAuthProcessor). Required with TLS (the process's security,
+  // set by main from --tls_dir); refused with --insecure, which serves plaintext without authentication.
+  std::string token;
 };
 
 // Serves JobService (and gRPC health) on options.listen; calls on_listening("host:port") once it accepts
-// calls. Returns when *shutdown is set, after the running job has checkpointed and stopped.
+// calls; the process's security (rpc/tls.h) must be set. Returns when *shutdown is set, after the running job has
+// checkpointed and stopped.
 absl::Status RunJobService(const JobServiceOptions& options,
                            const std::function<void(const std::string&)>& on_listening,
                            const std::atomic<bool>* shutdown);

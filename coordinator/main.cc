@@ -18,11 +18,13 @@
 
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_service.h"
+#include "coordinator/local_tls.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/device/device.h"
 #include "core/metrics/metrics_server.h"
 #include "core/util/flags.h"
 #include "core/util/log.h"
+#include "rpc/tls.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages");
 ABSL_FLAG(std::string, job, "", "job YAML file: run this one job and exit (or --listen)");
@@ -47,6 +49,9 @@ ABSL_FLAG(int, worker_restart_timeout_s, 60,
 ABSL_FLAG(int, stall_timeout_s, 15,
           "a stage or link that makes no progress in a step for this long counts as lost (stages beat every second)");
 ABSL_FLAG(std::string, stage_worker, "", "stage_worker binary for local workers (default: next to coordinator)");
+ABSL_FLAG(std::string, token_file, "",
+          "with --listen and TLS: file holding the bearer token every client call must carry (baton certs writes "
+          "DIR/token)");
 ABSL_FLAG(std::string, metrics, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); local stage workers "
           "serve theirs on HOST:PORT+1+i (free ports when PORT is 0); empty = no metrics");
@@ -90,6 +95,14 @@ int ServeJobs() {
   baton::JobServiceOptions service;
   service.listen = absl::GetFlag(FLAGS_listen);
   service.base = OptionsFromFlags();
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    auto token = baton::ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+    if (!token.ok()) {
+      std::fprintf(stderr, "coordinator: --token_file: %s\n", std::string(token.status().message()).c_str());
+      return 2;
+    }
+    service.token = *token;
+  }
   // The one-job default out/run would mix the jobs' folders with a run's files.
   const std::string output = absl::GetFlag(FLAGS_output);
   service.output_root = output == absl::GetFlagReflectionHandle(FLAGS_output).DefaultValue() ? "out/jobs" : output;
@@ -115,7 +128,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume]\n"
       "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT]\n"
-      "  either with [--metrics HOST:PORT]");
+      "  either with [--metrics HOST:PORT]; --workers and --listen need [--tls_dir DIR | --insecure], --listen with\n"
+      "  TLS --token_file FILE (make them with baton certs)");
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
   absl::ParseCommandLine(argc, argv);
@@ -128,6 +142,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   g_metrics = std::move(*metrics);
+  // Transport security (coordinator/local_tls.h): the embedded default needs no flags; servers we did not start do.
+  absl::Status security =
+      baton::InstallCoordinatorSecurity(!absl::GetFlag(FLAGS_workers).empty() || !absl::GetFlag(FLAGS_listen).empty());
+  if (!security.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(security.message()).c_str());
+    return 2;
+  }
   if (!absl::GetFlag(FLAGS_listen).empty()) {
     if (!absl::GetFlag(FLAGS_job).empty()) {
       std::fprintf(stderr, "coordinator: --job and --listen exclude each other (submit jobs with baton submit)\n");

@@ -8,13 +8,14 @@
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
+#include "rpc/tls.h"
 #include "rpc/wire.h"
 
 namespace baton {
 
 StageClient::StageClient(int index, std::string address, absl::Duration rpc_timeout)
     : index_(index), address_(std::move(address)), rpc_timeout_(rpc_timeout) {
-  channel_ = MakeChannel(address_, grpc::InsecureChannelCredentials());
+  channel_ = MakeChannel(address_, ProcessChannelCredentials());
   stub_ = v1::StageService::NewStub(channel_);
 }
 

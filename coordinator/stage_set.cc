@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/local_tls.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
 
@@ -80,6 +81,7 @@ absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
   const CoordinatorOptions& options = options_;
   std::unique_ptr<LocalWorkers>* local = &local_;
   if (!options.workers.empty()) {
+    RETURN_IF_ERROR(RequireRemoteWorkerSecurity());
     if (!options.metrics_address.empty()) {  // remote workers' metrics ports are their operators' to list
       RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, {}, !options.quiet));
     }
@@ -91,6 +93,8 @@ absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
   int wait_s = options.worker_wait_timeout_s > 0 ? options.worker_wait_timeout_s
                                                  : static_cast<int>(absl::ToInt64Seconds(options.rpc_timeout));
   lopts.extra_args = {absl::StrCat("--wait_timeout_s=", wait_s)};
+  ASSIGN_OR_RETURN(std::vector<std::string> tls_args, LocalWorkerSecurityArgs());  // coordinator/local_tls.h
+  lopts.extra_args.insert(lopts.extra_args.end(), tls_args.begin(), tls_args.end());
   for (int i = 0; i < options.stages && !options.metrics_listen.empty(); ++i) {
     ASSIGN_OR_RETURN(std::string listen, StageMetricsListen(options.metrics_listen, i));
     lopts.worker_args.push_back({absl::StrCat("--metrics=", listen)});

@@ -12,6 +12,7 @@
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
+#include "rpc/tls.h"
 
 namespace baton {
 namespace {
@@ -84,14 +85,16 @@ absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int
   EncoderServiceImpl service(encoder, default_resolution);
   grpc::ServerBuilder builder;
   ApplyServerOptions(builder);
+  auto credentials = ProcessServerCredentials();  // mutual TLS, or plaintext with --insecure (main sets it)
+  if (!credentials.ok()) return credentials.status();
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *credentials, &port);
   builder.RegisterService(&service);
   auto server = builder.BuildAndStart();
   if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
   MarkServing(*server, {kEncoderServiceName});
   std::string address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
-  LogWarning("serving plaintext gRPC on ", address, " (no TLS: use only on a trusted network)");
+  WarnIfPlaintext("encoder_worker", address, GetProcessSecurity().value_or(ProcessSecurity{}));
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   std::printf("LISTENING %s\n", address.c_str());

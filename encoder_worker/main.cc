@@ -18,6 +18,7 @@
 #include "core/util/threads.h"
 #include "encoder_worker/cache_builder.h"
 #include "encoder_worker/encoder_service.h"
+#include "rpc/tls_flags.h"
 
 ABSL_FLAG(std::string, dataset, "", "dataset folder: images with same-named .txt captions");
 ABSL_FLAG(std::string, cache, "", "cache folder to write (reruns keep unchanged samples)");
@@ -34,7 +35,7 @@ ABSL_FLAG(std::string, metrics, "",
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "encoder_worker --dataset DIR --cache DIR --model FLUX2_PIPELINE_DIR [--threads K] [--metrics HOST:PORT]\n"
-      "       encoder_worker --model FLUX2_PIPELINE_DIR --listen HOST:PORT");
+      "       encoder_worker --model FLUX2_PIPELINE_DIR --listen HOST:PORT (--tls_dir DIR | --insecure)");
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
   absl::ParseCommandLine(argc, argv);
@@ -44,6 +45,13 @@ int main(int argc, char** argv) {
        (absl::GetFlag(FLAGS_dataset).empty() || absl::GetFlag(FLAGS_cache).empty()))) {
     std::fprintf(stderr, "encoder_worker: --model and either --dataset/--cache or --listen are required (--help)\n");
     return 2;
+  }
+  if (!absl::GetFlag(FLAGS_listen).empty()) {  // rpc/tls_flags.h: the service needs --tls_dir or --insecure
+    auto security = baton::InstallSecurityFromFlags("encoder_worker", /*warn_insecure=*/false);
+    if (!security.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(security.status().message()).c_str());
+      return 2;
+    }
   }
   auto metrics = baton::StartMetricsServerFromFlag(absl::GetFlag(FLAGS_metrics), "encoder_worker");
   if (!metrics.ok()) {

@@ -8,6 +8,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
+#include "rpc/tls.h"
 
 namespace baton {
 
@@ -37,9 +38,10 @@ const char* HealthStateName(HealthState state) {
   return "UNKNOWN";
 }
 
-absl::StatusOr<HealthState> CheckHealth(const std::string& address, const std::string& service,
-                                        absl::Duration timeout) {
-  return CheckHealth(MakeChannel(address, grpc::InsecureChannelCredentials()), address, service, timeout);
+absl::StatusOr<HealthState> CheckHealth(const std::string& address, const std::string& service, absl::Duration timeout,
+                                        const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  return CheckHealth(MakeChannel(address, credentials ? credentials : ProcessChannelCredentials()), address, service,
+                     timeout);
 }
 
 absl::StatusOr<HealthState> CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,

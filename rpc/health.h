@@ -8,6 +8,7 @@
 #include <absl/status/statusor.h>
 #include <absl/time/time.h>
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
@@ -38,8 +39,9 @@ const char* HealthStateName(HealthState state);  // "SERVING" | "NOT_SERVING" | 
 
 // Calls Health.Check on `address` for `service` ("" = the whole server). An unreachable server is
 // UNAVAILABLE and an unknown service NOT_FOUND, both naming the address; a server without the health
-// service is UNIMPLEMENTED.
-absl::StatusOr<HealthState> CheckHealth(const std::string& address, const std::string& service, absl::Duration timeout);
+// service is UNIMPLEMENTED. `credentials` null: the process's (rpc/tls.h ProcessChannelCredentials).
+absl::StatusOr<HealthState> CheckHealth(const std::string& address, const std::string& service, absl::Duration timeout,
+                                        const std::shared_ptr<grpc::ChannelCredentials>& credentials = nullptr);
 // Same, over an existing channel (errors name `address`).
 absl::StatusOr<HealthState> CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
                                         const std::string& service, absl::Duration timeout);

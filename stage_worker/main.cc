@@ -14,6 +14,7 @@
 #include "core/util/flags.h"
 #include "core/util/log.h"
 #include "core/util/threads.h"
+#include "rpc/tls_flags.h"
 #include "stage_worker/stage_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "address to serve on (host:port; port 0 picks a free one)");
@@ -25,7 +26,8 @@ ABSL_FLAG(std::string, metrics, "",
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "stage_worker --listen HOST:PORT [--device cpu|cuda:N] [--threads K] [--metrics HOST:PORT]");
+      "stage_worker --listen HOST:PORT (--tls_dir DIR | --insecure) [--device cpu|cuda:N] [--threads K] "
+      "[--metrics HOST:PORT]");
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
   absl::ParseCommandLine(argc, argv);
@@ -34,6 +36,11 @@ int main(int argc, char** argv) {
   if (!device.ok()) {
     std::fprintf(stderr, "stage_worker: %s\n", std::string(device.status().message()).c_str());
     return 1;
+  }
+  auto security = baton::InstallSecurityFromFlags("stage_worker", /*warn_insecure=*/false);  // rpc/tls_flags.h
+  if (!security.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(security.status().message()).c_str());
+    return 2;
   }
   auto metrics = baton::StartMetricsServerFromFlag(absl::GetFlag(FLAGS_metrics), "stage_worker");
   if (!metrics.ok()) {

@@ -7,13 +7,14 @@
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
+#include "rpc/tls.h"
 
 namespace baton {
 
 PeerSender::PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout, WireDtype wire_dtype,
                        LinkCounters link)
     : peer_name_(std::move(peer_name)), timeout_(timeout), wire_dtype_(wire_dtype), link_(link) {
-  stub_ = v1::StageService::NewStub(MakeChannel(address, grpc::InsecureChannelCredentials()));
+  stub_ = v1::StageService::NewStub(MakeChannel(address, ProcessChannelCredentials()));
   thread_ = std::thread([this] { Loop(); });
 }
 

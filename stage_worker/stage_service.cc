@@ -12,6 +12,7 @@
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
+#include "rpc/tls.h"
 #include "rpc/wire.h"
 
 namespace baton {
@@ -108,15 +109,17 @@ absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions&
   StageServiceImpl service(&runner);
   grpc::ServerBuilder builder;
   ApplyServerOptions(builder);
+  auto credentials = ProcessServerCredentials();  // mutual TLS, or plaintext with --insecure (main sets it)
+  if (!credentials.ok()) return credentials.status();
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
   MarkServing(*server, {kStageServiceName});
   std::string host = listen.substr(0, listen.rfind(':'));
   std::string address = absl::StrCat(host, ":", port);
-  LogWarning("serving plaintext gRPC on ", address, " (no TLS: use only on a trusted network)");
+  WarnIfPlaintext("stage_worker", address, GetProcessSecurity().value_or(ProcessSecurity{}));
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   service.set_shutdown_callback([] { g_stop = true; });

@@ -9,6 +9,7 @@
 
 #include "baton/v1/encoder.grpc.pb.h"
 #include "client/commands.h"
+#include "coordinator/local_tls.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
@@ -20,6 +21,7 @@
 #include "core/util/files.h"
 #include "encoder_worker/encoder_service.h"
 #include "rpc/grpc_options.h"
+#include "rpc/tls.h"
 
 namespace baton {
 namespace {
@@ -127,9 +129,11 @@ TEST_F(EncoderWorkerTest, CoordinatorEncodesOnDemandThenTrains) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
   EncoderServiceImpl service(encoder->get(), 64);
+  // Mutual TLS as in production: the coordinator's identity (its ephemeral CA's) serves here as the worker's too.
+  ASSERT_TRUE(LocalWorkerSecurityArgs().ok());
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort("127.0.0.1:0", PeerServerCredentials(*GetProcessSecurity()), &port);
   builder.RegisterService(&service);
   auto server = builder.BuildAndStart();
   ASSERT_TRUE(server && port > 0);

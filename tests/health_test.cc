@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "baton/v1/encoder.grpc.pb.h"
+#include "coordinator/local_tls.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/stage_client.h"
 #include "core/testing/paths.h"
@@ -17,6 +18,7 @@
 #include "core/util/files.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rpc/grpc_options.h"
+#include "rpc/tls.h"
 
 namespace baton {
 namespace {
@@ -24,6 +26,7 @@ namespace {
 TEST(HealthTest, StageWorkerServesTheStandardHealthService) {
   LocalWorkerOptions options;
   options.binary = JoinPath(test_util::BinDir(), "stage_worker");
+  options.extra_args = *LocalWorkerSecurityArgs();  // mutual TLS with the ephemeral CA, as the coordinator does
   auto workers = LocalWorkers::Start(1, options);
   ASSERT_TRUE(workers.ok()) << workers.status();
   const std::string address = (*workers)->addresses()[0];
@@ -38,7 +41,7 @@ TEST(HealthTest, StageWorkerServesTheStandardHealthService) {
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << unknown.status();
 
   // Watch: the first message is the current status.
-  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, ProcessChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(absl::Seconds(5)));
   grpc::health::v1::HealthCheckRequest request;
@@ -50,25 +53,27 @@ TEST(HealthTest, StageWorkerServesTheStandardHealthService) {
   context.TryCancel();
 
   const std::string baton = JoinPath(test_util::BinDir(), "baton");
-  auto ok = test_util::RunCommand(baton + " health " + address + " --service baton.v1.StageService", true);
+  const std::string tls = " --tls-dir " + EphemeralTlsDir();  // its ca.crt, tls.crt, tls.key
+  auto ok = test_util::RunCommand(baton + " health " + address + " --service baton.v1.StageService" + tls, true);
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_NE(ok.output.find("SERVING"), std::string::npos) << ok.output;
-  auto wrong = test_util::RunCommand(baton + " health " + address + " --service baton.v1.JobService", true);
+  auto wrong = test_util::RunCommand(baton + " health " + address + " --service baton.v1.JobService" + tls, true);
   EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
 
   ASSERT_TRUE((*workers)->Stop().ok());
-  auto gone = test_util::RunCommand(baton + " health " + address + " --timeout-s 2", true);
+  auto gone = test_util::RunCommand(baton + " health " + address + " --timeout-s 2" + tls, true);
   EXPECT_EQ(gone.exit_code, 1) << gone.output;
 }
 
 // --workers pointing at a gRPC server that is not a stage worker (an encoder worker's port, say) fails at
 // connect time with a message that says so, instead of an UNIMPLEMENTED Configure later.
 TEST(HealthTest, CoordinatorRefusesAServerThatIsNotAStageWorker) {
+  ASSERT_TRUE(LocalWorkerSecurityArgs().ok());  // the process's identity, as the coordinator's
   EnableHealthService();
   v1::EncoderService::Service encoder;  // every method UNIMPLEMENTED; the health service says what it is
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort("127.0.0.1:0", PeerServerCredentials(*GetProcessSecurity()), &port);
   builder.RegisterService(&encoder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_TRUE(server && port != 0);

@@ -52,12 +52,22 @@ TEST(HelpTest, CoordinatorListsItsFlagsWithDefaults) {
                                   {"resume", "false"},
                                   {"rpc_timeout_s", "300"},
                                   {"connect_timeout_s", "20"},
-                                  {"stage_worker", "\"\""}});
+                                  {"stage_worker", "\"\""},
+                                  {"token_file", "\"\""},
+                                  {"tls_dir", "\"\""},
+                                  {"insecure", "false"}});
 }
 
 TEST(HelpTest, StageWorkerListsItsFlagsWithDefaults) {
-  ExpectHelpLists("stage_worker",
-                  {{"listen", "\"127.0.0.1:0\""}, {"device", "\"cpu\""}, {"threads", "1"}, {"wait_timeout_s", "300"}});
+  ExpectHelpLists("stage_worker", {{"listen", "\"127.0.0.1:0\""},
+                                   {"device", "\"cpu\""},
+                                   {"threads", "1"},
+                                   {"wait_timeout_s", "300"},
+                                   {"tls_dir", "\"\""},
+                                   {"tls_ca", "\"\""},
+                                   {"tls_cert", "\"\""},
+                                   {"tls_key", "\"\""},
+                                   {"insecure", "false"}});
 }
 
 TEST(HelpTest, EncoderWorkerListsItsFlagsWithDefaults) {

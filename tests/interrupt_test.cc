@@ -94,7 +94,9 @@ TEST_F(InterruptTest, SigtermMidRunCheckpointsAndExits143) {
 TEST_F(InterruptTest, SigintWhileWaitingForWorkersStopsAtOnceWith130) {
   // Nothing listens on these ports: the coordinator would wait 60 s for them.
   std::vector<std::string> args = Coordinator("early");
-  for (const char* a : {"--workers", "127.0.0.1:1,127.0.0.1:2", "--connect_timeout_s", "60"}) args.push_back(a);
+  for (const char* a : {"--workers", "127.0.0.1:1,127.0.0.1:2", "--connect_timeout_s", "60", "--insecure"}) {
+    args.push_back(a);
+  }
   pid_t pid = test_util::SpawnLogged(args, JoinPath(*dir_, "early.log"));
   ASSERT_GT(pid, 0);
   std::this_thread::sleep_for(std::chrono::seconds(2));  // past start-up, into the wait for the workers

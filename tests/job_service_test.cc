@@ -24,6 +24,7 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
 #include "rpc/grpc_options.h"
+#include "rpc/tls.h"
 
 namespace baton {
 namespace {
@@ -31,18 +32,34 @@ namespace {
 using test_util::BinDir;
 using test_util::RunCommand;
 
+// `baton certs` output in <dir>/certs (made once), as a user deploys it: the coordinator serves TLS with the
+// 127.0.0.1 certificate and checks the token; the `baton` commands find ca.crt and the token through
+// BATON_TLS_DIR=<dir>/certs/client.
+std::string Certs(const std::string& dir) {
+  const std::string certs = JoinPath(dir, "certs");
+  if (!PathExists(certs)) {
+    auto r = RunCommand(absl::StrCat(BinDir(), "/baton certs --out ", certs, " --hosts 127.0.0.1"), true);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+  ::setenv("BATON_TLS_DIR", JoinPath(certs, "client").c_str(), 1);
+  return certs;
+}
+
 // A `coordinator --listen 127.0.0.1:0 --stages 2` child; its output goes to <dir>/coordinator-<n>.log.
 class Service {
  public:
   Service(const std::string& dir, const std::string& root) {
     static int count = 0;
+    const std::string certs = Certs(dir);
     log_ = JoinPath(dir, absl::StrCat("coordinator-", ++count, ".log"));
     std::vector<std::string> args = {JoinPath(BinDir(), "coordinator"),
                                      "--listen=127.0.0.1:0",
                                      "--stages=2",
                                      absl::StrCat("--output=", root),
                                      "--rpc_timeout_s=60",
-                                     absl::StrCat("--stage_worker=", JoinPath(BinDir(), "stage_worker"))};
+                                     absl::StrCat("--stage_worker=", JoinPath(BinDir(), "stage_worker")),
+                                     absl::StrCat("--tls_dir=", JoinPath(certs, "127.0.0.1")),
+                                     absl::StrCat("--token_file=", JoinPath(certs, "token"))};
     pid_ = test_util::SpawnLogged(args, log_);
     static const std::regex kListening("LISTENING (\\S+)");
     for (int i = 0; i < 1200 && pid_ > 0 && address_.empty(); ++i) {
@@ -51,7 +68,11 @@ class Service {
       const std::string text = log();
       if (std::regex_search(text, m, kListening)) address_ = m[1];
     }
-    stub_ = v1::JobService::NewStub(MakeChannel(address_, grpc::InsecureChannelCredentials()));
+    auto client = LoadTlsDir(JoinPath(certs, "client"));
+    EXPECT_TRUE(client.ok()) << client.status();
+    auto token = ReadTokenFile(JoinPath(certs, "token"));
+    EXPECT_TRUE(token.ok()) << token.status();
+    stub_ = v1::JobService::NewStub(MakeChannel(address_, ClientChannelCredentials(*client, *token)));
   }
   ~Service() {
     if (pid_ > 0) Terminate();

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/local_tls.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
 #include "coordinator/stage_client.h"
@@ -145,6 +146,7 @@ TEST(MetricsRunTest, RpcErrorsAreCountedOnBothEnds) {
   LocalWorkerOptions lopts;
   lopts.binary = JoinPath(BinDir(), "stage_worker");
   lopts.worker_args = {{"--metrics=127.0.0.1:0"}};
+  lopts.extra_args = *LocalWorkerSecurityArgs();  // mutual TLS with the ephemeral CA, as the coordinator does
   auto workers = LocalWorkers::Start(1, lopts);
   ASSERT_TRUE(workers.ok()) << workers.status();
   const std::string worker_metrics = (*workers)->metrics_addresses()[0];
@@ -181,8 +183,8 @@ TEST(MetricsFlagTest, BinariesRefuseAMalformedMetricsAddress) {
   for (const std::string binary : {"coordinator", "stage_worker", "encoder_worker"}) {
     // coordinator and encoder_worker check their required flags first; give them enough to get to --metrics.
     const std::string extra = binary == "coordinator"      ? " --job /nonexistent.yaml"
-                              : binary == "encoder_worker" ? " --model /nonexistent --listen 127.0.0.1:0"
-                                                           : "";
+                              : binary == "encoder_worker" ? " --model /nonexistent --listen 127.0.0.1:0 --insecure"
+                                                           : " --insecure";
     auto r = test_util::RunCommand(absl::StrCat(JoinPath(BinDir(), binary), extra, " --metrics 127.0.0.1:http"),
                                    /*with_stderr=*/true);
     EXPECT_EQ(r.exit_code, 2) << binary << ": " << r.output;

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "coordinator/local_tls.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
@@ -309,6 +310,7 @@ TEST_F(PipelineTest, InterleavedRefusesWhatItCannotSplit) {
 TEST_F(PipelineTest, StageThatWasNeverStartedIsNamed) {
   LocalWorkerOptions lopts;
   lopts.binary = JoinPath(BinDir(), "stage_worker");
+  lopts.extra_args = *LocalWorkerSecurityArgs();  // mutual TLS with the coordinator's ephemeral CA
   auto workers = LocalWorkers::Start(1, lopts);
   ASSERT_TRUE(workers.ok()) << workers.status();
   CoordinatorOptions o = Options(2, "absent");
@@ -324,7 +326,8 @@ TEST_F(PipelineTest, StageThatWasNeverStartedIsNamed) {
 TEST_F(PipelineTest, KilledStageIsNamedWithinTheDeadline) {
   LocalWorkerOptions lopts;
   lopts.binary = JoinPath(BinDir(), "stage_worker");
-  lopts.extra_args = {"--wait_timeout_s=20"};
+  lopts.extra_args = *LocalWorkerSecurityArgs();  // mutual TLS with the coordinator's ephemeral CA
+  lopts.extra_args.push_back("--wait_timeout_s=20");
   auto workers = LocalWorkers::Start(2, lopts);
   ASSERT_TRUE(workers.ok()) << workers.status();
   JobConfig job = Job("1f1b", true);

@@ -115,6 +115,8 @@ def k8s_processes():
             for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
                 if "grpc" in c.get(kind, {}):
                     p.probes.append((kind, c[kind]["grpc"]["port"], c[kind]["grpc"].get("service", "")))
+                if "exec" in c.get(kind, {}):  # `baton health ...` like a compose healthcheck
+                    p.probes.append(("healthcheck", c[kind]["exec"]["command"], None))
             p.gpu = int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)) >= 1
             p.labels = template.get("metadata", {}).get("labels", {})
             annotations = template.get("metadata", {}).get("annotations", {})
@@ -145,7 +147,8 @@ def all_processes():
 class RunningServer:
     """A real server on a free loopback port, for asking its health service."""
 
-    def __init__(self, argv):
+    def __init__(self, argv, client_tls):
+        self.client_tls = client_tls
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("LISTENING"):
@@ -154,7 +157,8 @@ class RunningServer:
         self.address = line.split()[1]
 
     def serving(self, service):
-        cmd = [os.path.join(BIN_DIR, "baton"), "health", self.address, "--service", service]
+        cmd = [os.path.join(BIN_DIR, "baton"), "health", self.address, "--service", service, "--tls-dir",
+               self.client_tls]
         return subprocess.run(cmd, capture_output=True, text=True).returncode == 0
 
     def stop(self):
@@ -184,6 +188,19 @@ class ManifestTest(unittest.TestCase):
             self.assertIn(p.binary, SERVERS, p.where)
             for flag in p.flags(self.booleans[p.binary]):
                 self.assertIn(flag, self.flags[p.binary], f"{p.where}: {p.binary} has no --{flag}")
+
+    def test_every_server_uses_tls(self):
+        """Mutual TLS everywhere (deploy/README.md "Security"): every server gets a --tls_dir, never --insecure,
+        every `baton health` probe a --tls-dir, and a coordinator that serves the job service its --token_file."""
+        for p in self.processes:
+            flags = p.flags(self.booleans[p.binary])
+            self.assertIn("tls_dir", flags, f"{p.where}: no --tls_dir")
+            self.assertNotIn("insecure", flags, p.where)
+            if p.binary == "coordinator" and "listen" in flags:
+                self.assertIn("token_file", flags, f"{p.where}: the job service needs --token_file")
+            for kind, target, _ in p.probes:
+                if kind == "healthcheck":
+                    self.assertIn("--tls-dir", target, f"{p.where}: {target}")
 
     def test_container_ports_are_the_listen_and_metrics_ports(self):
         for p in self.processes:
@@ -220,7 +237,7 @@ class ManifestTest(unittest.TestCase):
                 yield kind, target, service
                 continue
             assert target[:2] == ["baton", "health"], f"{p.where}: healthcheck {target} is not `baton health`"
-            flags = parse_flags(target[3:], set())
+            flags = parse_flags(target[3:], {"insecure"})
             assert set(flags) <= baton_health, f"{p.where}: baton health has no {set(flags) - baton_health}"
             yield kind, port_of(target[2]), flags.get("service", "")
 
@@ -234,14 +251,18 @@ class ManifestTest(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="baton-deploy-") as tmp:
             subprocess.run([os.path.join(BIN_DIR, "baton"), "init-weights", "--pipeline", "tiny", "--out",
                             f"{tmp}/pipeline"], check=True, capture_output=True)
-            argv = {"stage_worker": ["--listen", "127.0.0.1:0"],
-                    "encoder_worker": ["--model", f"{tmp}/pipeline", "--listen", "127.0.0.1:0", "--threads", "1"],
-                    "coordinator": ["--listen", "127.0.0.1:0", "--stages", "1", "--output", f"{tmp}/jobs"]}
+            subprocess.run([os.path.join(BIN_DIR, "baton"), "certs", "--out", f"{tmp}/certs", "--hosts", "127.0.0.1"],
+                           check=True, capture_output=True)
+            tls = ["--tls_dir", f"{tmp}/certs/127.0.0.1"]
+            argv = {"stage_worker": ["--listen", "127.0.0.1:0"] + tls,
+                    "encoder_worker": ["--model", f"{tmp}/pipeline", "--listen", "127.0.0.1:0", "--threads", "1"] + tls,
+                    "coordinator": ["--listen", "127.0.0.1:0", "--stages", "1", "--output", f"{tmp}/jobs",
+                                    "--token_file", f"{tmp}/certs/token"] + tls}
             for binary in SERVERS:
                 if "listen" not in self.flags[binary]:
                     print(f"note: {binary} has no --listen in this branch; its probes {wanted[binary]} are unchecked")
                     continue
-                server = RunningServer([os.path.join(BIN_DIR, binary)] + argv[binary])
+                server = RunningServer([os.path.join(BIN_DIR, binary)] + argv[binary], f"{tmp}/certs/client")
                 try:
                     for service in sorted(wanted[binary]):
                         self.assertTrue(server.serving(service), f"{binary} does not report {service!r} SERVING")

@@ -1,4 +1,5 @@
-"""Separate hosts: the coordinator and two stage workers in three network namespaces on one switch.
+"""Separate hosts: the coordinator and two stage workers in three network namespaces on one switch, over mutual TLS
+with certificates from `baton certs` for the namespaces' addresses.
 
 The hosts are namespaces c, s0, s1, wired through veth pairs to a bridge in a fourth (switch) namespace,
 every link shaped to 1 Gbit/s both ways with tc tbf (tests/netns/topology.sh). A tiny 2-stage LoRA job runs
@@ -81,10 +82,18 @@ def write_job(work):
     return job
 
 
-def start_worker(ns, address, log):
+def make_certs(work):
+    """The two-host deployment's security, as deploy/README.md tells a user: `baton certs` for every host's
+    address; each process gets its host's folder (mutual TLS), `baton` the client folder."""
+    certs = os.path.join(work, "certs")
+    run([os.path.join(BIN_DIR, "baton"), "certs", "--out", certs, "--hosts", ",".join(HOSTS.values())])
+    return certs
+
+
+def start_worker(ns, address, log, certs):
     """stage_worker inside namespace `ns`; returns once it printed LISTENING."""
     proc = subprocess.Popen(["ip", "netns", "exec", ns, os.path.join(BIN_DIR, "stage_worker"), "--listen", address,
-                             "--threads", "1", "--metrics", f"{address.split(':')[0]}:{METRICS_PORT}"], stdout=subprocess.PIPE, stderr=log, text=True,
+                             "--tls_dir", os.path.join(certs, address.split(":")[0]), "--threads", "1", "--metrics", f"{address.split(':')[0]}:{METRICS_PORT}"], stdout=subprocess.PIPE, stderr=log, text=True,
                             preexec_fn=die_with_parent)
     line = proc.stdout.readline()
     if line.startswith("metrics:"):  # printed before LISTENING
@@ -169,15 +178,17 @@ def report(tag, before, after, loopback, netns):
 def run_in_namespaces(tag, work, job):
     logs = [open(os.path.join(work, f"stage{i}.log"), "w") for i in range(2)]
     addresses = [f"{HOSTS[f's{i}']}:{PORT}" for i in range(2)]
-    workers = [start_worker(f"{tag}-s{i}", addresses[i], logs[i]) for i in range(2)]
+    certs = make_certs(work)
+    workers = [start_worker(f"{tag}-s{i}", addresses[i], logs[i], certs) for i in range(2)]
     try:
         for address in addresses:  # the coordinator's host sees each worker SERVING across the switch
             run(["ip", "netns", "exec", f"{tag}-c", os.path.join(BIN_DIR, "baton"), "health", address, "--service",
-                 "baton.v1.StageService"])
+                 "baton.v1.StageService", "--tls-dir", os.path.join(certs, "client")])
         before = link_bytes(tag)
         start = time.monotonic()
         run(["ip", "netns", "exec", f"{tag}-c", os.path.join(BIN_DIR, "coordinator"), "--stages", "2", "--workers",
-             ",".join(addresses), "--job", job, "--output", f"{work}/netns"])
+             ",".join(addresses), "--tls_dir", os.path.join(certs, HOSTS["c"]), "--job", job, "--output",
+             f"{work}/netns"])
         seconds = time.monotonic() - start
         return before, link_bytes(tag), seconds, [scrape_links(tag, i) for i in range(2)]
     finally:

@@ -234,12 +234,20 @@ class LiveJob:
                 return r.status == 200
         wait_until("prometheus /-/ready", ready, 30, alive=self.check_alive)
 
+    def _certs(self):
+        """`baton certs` for 127.0.0.1 (made once): the encoder worker and the coordinator talk mutual TLS."""
+        certs = os.path.join(self.tmp, "certs")
+        if not os.path.exists(certs):
+            subprocess.run([os.path.join(BIN, "baton"), "certs", "--out", certs, "--hosts", "127.0.0.1"],
+                           check=True, stdout=subprocess.DEVNULL)
+        return os.path.join(certs, "127.0.0.1")
+
     def _start_encoder_worker(self):
         self.encoder_address = f"127.0.0.1:{free_port()}"
         self.encoder_metrics = f"127.0.0.1:{free_port()}"
         self._spawn("encoder_worker", [
             os.path.join(BIN, "encoder_worker"), "--model", self.pipeline, "--listen", self.encoder_address,
-            "--metrics", self.encoder_metrics, "--max_sequence_length", "128", "--threads", "1"])
+            "--tls_dir", self._certs(), "--metrics", self.encoder_metrics, "--max_sequence_length", "128", "--threads", "1"])
         write_atomic(os.path.join(self.targets_dir, "encoder.json"), json.dumps(
             [{"targets": [self.encoder_metrics], "labels": {"baton_process": "encoder_worker"}}]))
 
@@ -262,7 +270,7 @@ threads: 1
 """)
         self._spawn("coordinator", [
             os.path.join(BIN, "coordinator"), "--stages", "2", "--job", job_path, "--output", self.output,
-            "--metrics", "127.0.0.1:0"])
+            "--tls_dir", self._certs(), "--metrics", "127.0.0.1:0"])
         targets_file = os.path.join(self.output, "prometheus_targets.json")
         text = wait_until(f"{targets_file} (the coordinator writes it when started with --metrics)",
                           lambda: os.path.exists(targets_file) and open(targets_file).read(), 60,
