@@ -20,6 +20,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/encoder_client.h"
 #include "coordinator/local_workers.h"
+#include "coordinator/resume.h"
 #include "coordinator/stage_client.h"
 #include "coordinator/stage_fleet.h"
 #include "core/data/cache.h"
@@ -271,38 +272,26 @@ struct StartState {
 };
 
 absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const CoordinatorOptions& options, StageFleet& fleet,
-                                          AdamW& optimizer) {
+                                          const JobFingerprint& fingerprint, AdamW& optimizer) {
   StartState start;
   std::optional<TrainingState> resumed;
-  if (options.resume) {
-    auto state = LoadLatestCheckpoint(options.output_dir);
-    if (state.ok()) {
-      if (state->job_hash != fleet.job_id) {
-        return absl::FailedPreconditionError(absl::StrCat("checkpoint in ", options.output_dir,
-                                                          " is from another job (", state->job_hash, " vs ",
-                                                          fleet.job_id, ")"));
-      }
-      resumed = std::move(*state);
-    } else if (state.status().code() != absl::StatusCode::kNotFound) {
-      return state.status();
-    } else if (!options.quiet) {
-      std::printf("--resume: no checkpoint in %s, starting fresh\n", options.output_dir.c_str());
-    }
+  if (options.resume) {  // coordinator/resume.h: refuses what it cannot continue
+    ASSIGN_OR_RETURN(resumed, LoadResumeCheckpoint(options.output_dir, options.resume_if_any, options.quiet));
+    if (resumed) RETURN_IF_ERROR(CheckResumeMatchesJob(*resumed, options.output_dir, fingerprint, fleet.job_id));
+  }
+  for (auto& client : fleet.clients) {
+    ASSIGN_OR_RETURN(TensorMap w, client->GetLora(fleet.job_id));
+    for (auto& [name, t] : w) start.master[name] = t;
   }
   if (resumed) {
+    RETURN_IF_ERROR(CheckCheckpointTensors(*resumed, start.master));
     start.master = resumed->lora;
     RETURN_IF_ERROR(optimizer.LoadStateDict(resumed->optimizer));
     start.step = resumed->step;
     start.resumed = true;
     if (!options.quiet) std::printf("resuming from step %lld\n", static_cast<long long>(start.step));
-  } else {
-    for (auto& client : fleet.clients) {
-      ASSIGN_OR_RETURN(TensorMap w, client->GetLora(fleet.job_id));
-      for (auto& [name, t] : w) start.master[name] = t;
-    }
-    if (!job.init_lora.empty()) {
-      ASSIGN_OR_RETURN(start.master, LoadInitLora(job.init_lora, job.lora, start.master));
-    }
+  } else if (!job.init_lora.empty()) {
+    ASSIGN_OR_RETURN(start.master, LoadInitLora(job.init_lora, job.lora, start.master));
   }
   for (const auto& names : fleet.params) {
     for (const auto& name : names) {
@@ -414,6 +403,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
         config.in_channels, ", text dim ", cache->index().text_dim, " vs ", config.joint_attention_dim, ")"));
   }
   ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(cache.get(), job, config.guidance_embeds));
+  ASSIGN_OR_RETURN(const JobFingerprint fingerprint, MakeJobFingerprint(job, checkpoint->FilePaths(), cache->index()));
   ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*checkpoint, dtype, at::kCPU));
 
   StageFleet fleet;
@@ -440,7 +430,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   if (stop_requested()) return stopped_early;
 
   AdamW optimizer(job.optimizer);
-  ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, fleet, optimizer));
+  ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, fleet, fingerprint, optimizer));
   std::map<std::string, at::Tensor>& master = start.master;
   RETURN_IF_ERROR(MakeDirs(options.output_dir));
   const std::string log_path = JoinPath(options.output_dir, "train_log.jsonl");
@@ -454,6 +444,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     state.lora = master;
     state.optimizer = optimizer.StateDict();
     state.job_hash = fleet.job_id;
+    state.extra_json = FingerprintExtraJson(fingerprint);
     RETURN_IF_ERROR(WriteCheckpoint(options.output_dir, state));
     RETURN_IF_ERROR(SaveLoraOutputs(options.output_dir, master, job, step));
     const double seconds = SecondsSince(t0);

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
       "       encoder_worker --model FLUX2_PIPELINE_DIR --listen HOST:PORT");
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
+  baton::NormalizeFlagArgs(argc, argv);
   absl::ParseCommandLine(argc, argv);
   baton::SetLogTag("encoder_worker");
   if (absl::GetFlag(FLAGS_model).empty() ||
