@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "coordinator/job_queue.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_weights.h"
@@ -132,6 +133,44 @@ TEST_F(ResumeTest, CoordinatorRefusesAResumeWithNothingToResumeUnlessIfAny) {
   auto resumed = test_util::RunCommand(coordinator + "--resume --rpc-timeout-s 60 --steps 2", /*with_stderr=*/true);
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_THAT(resumed.output, HasSubstr("resuming from step 1"));
+}
+
+// The job service's restart path resumes the job its Shutdown interrupted with --resume=if-any semantics: one
+// interrupted before it had a checkpoint starts fresh instead of failing for want of one.
+TEST_F(ResumeTest, RestartedQueueStartsAJobInterruptedBeforeItsFirstCheckpointFresh) {
+  const std::string root = JoinPath(*dir_, "queue");
+  std::string job_id, output_dir;
+  {
+    JobQueue first(Options(1, "unused"), root);
+    ASSERT_TRUE(first.Start().ok());
+    auto info = first.Submit({Yaml(), "job.yaml", *dir_, "early", 0});
+    ASSERT_TRUE(info.ok()) << info.status();
+    job_id = info->job_id();
+    output_dir = info->output_dir();
+    auto running = first.WaitForUpdate(job_id, 0, 0, 0, absl::Seconds(30));
+    while (running.ok() && running->job.state() == v1::JOB_STATE_QUEUED) {
+      running = first.WaitForUpdate(job_id, running->version, 0, 0, absl::Seconds(30));
+    }
+    ASSERT_TRUE(running.ok()) << running.status();
+    first.Shutdown();
+  }
+  auto record = ReadFile(JoinPath(output_dir, "job.json"));
+  ASSERT_TRUE(record.ok()) << record.status();
+  ASSERT_THAT(*record, HasSubstr("JOB_STATE_STOPPED"));
+  ASSERT_THAT(*record, HasSubstr("\"resume\": true"));
+  // Whether or not the stop came after a step: no checkpoint is what this test is about.
+  ASSERT_TRUE(RemoveAll(JoinPath(output_dir, "checkpoints")).ok());
+
+  JobQueue second(Options(1, "unused"), root);
+  ASSERT_TRUE(second.Start().ok());
+  absl::StatusOr<JobUpdate> update = second.WaitForUpdate(job_id, 0, 0, 0, absl::Seconds(60));
+  while (update.ok() && !update->ended()) {
+    update = second.WaitForUpdate(job_id, update->version, 0, 0, absl::Seconds(60));
+  }
+  ASSERT_TRUE(update.ok()) << update.status();
+  EXPECT_EQ(update->job.state(), v1::JOB_STATE_FINISHED) << update->job.error();
+  EXPECT_EQ(update->job.first_step(), 0);
+  EXPECT_TRUE(PathExists(JoinPath(output_dir, "lora.safetensors")));
 }
 
 }  // namespace
