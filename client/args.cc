@@ -33,11 +33,10 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& argv, const std
       has_value = true;
     }
     auto it = by_name.find(name);
-    if (it == by_name.end()) {  // --tls_dir for --tls-dir: the servers' absl flags use underscores
-      std::string dashed = name;
-      std::replace(dashed.begin(), dashed.end(), '_', '-');
-      it = by_name.find(dashed);
-      if (it != by_name.end()) name = dashed;
+    if (it == by_name.end()) {  // --max_sequence_length is --max-sequence-length, as the servers' flags take both
+      std::string hyphenated = name;
+      std::replace(hyphenated.begin(), hyphenated.end(), '_', '-');
+      if ((it = by_name.find(hyphenated)) != by_name.end()) name = hyphenated;
     }
     if (it == by_name.end() || it->second->positional)
       return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));

@@ -1,4 +1,5 @@
-// A small command-line parser for subcommands: `--name value`, `--name=value` and boolean `--name`.
+// A small command-line parser for subcommands: `--name value`, `--name=value` and boolean `--name`; a flag
+// declared with hyphens may be spelled with underscores (`--input_ids` is `--input-ids`).
 // Each command declares its flags with help text; unknown flags and missing required ones are errors, and
 // `--help` prints the declared flags. (absl::flags is process-global, which suits one-command binaries,
 // not a multi-command client.)

@@ -13,6 +13,7 @@
 #include "client/certs_command.h"
 #include "client/debug_commands.h"
 #include "client/health_command.h"
+#include "client/input_checks.h"
 #include "client/job_commands.h"
 #include "client/quantize_command.h"
 #include "client/tokenize_command.h"
@@ -93,43 +94,11 @@ absl::Status Forward(const Args& args) {
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("inputs")));
   const Flux2Config& c = ckpt->config();
-  std::vector<std::string> required = {"hidden_states", "encoder_hidden_states", "timestep", "img_ids", "txt_ids"};
-  if (c.guidance_embeds) required.push_back("guidance");
-  for (const auto& key : required) {
-    if (!inputs.count(key)) {
-      return absl::InvalidArgumentError(absl::StrCat(args.Get("inputs"), ": missing input '", key, "'"));
-    }
-  }
+  RETURN_IF_ERROR(CheckForwardInputs(inputs, c, args.Get("inputs")));
   const at::Tensor& hs = inputs["hidden_states"];
   const at::Tensor& ehs = inputs["encoder_hidden_states"];
-  if (hs.dim() != 3 || hs.size(2) != c.in_channels) {
-    return absl::InvalidArgumentError(absl::StrCat("hidden_states must be [B, S_img, ", c.in_channels, "]"));
-  }
-  if (ehs.dim() != 3 || ehs.size(2) != c.joint_attention_dim || ehs.size(0) != hs.size(0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("encoder_hidden_states must be [B, S_txt, ", c.joint_attention_dim, "]"));
-  }
   auto ids = [](at::Tensor t) { return t.dim() == 3 ? t[0] : t; };  // diffusers accepts batched ids too
   at::Tensor img_ids = ids(inputs["img_ids"]), txt_ids = ids(inputs["txt_ids"]);
-  const int64_t axes = static_cast<int64_t>(c.axes_dims_rope.size());
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"img_ids", img_ids}, {"txt_ids", txt_ids}}) {
-    if (t.dim() != 2 || t.size(1) != axes) {
-      return absl::InvalidArgumentError(absl::StrCat(args.Get("inputs"), ": ", name, " must be [S, ", axes,
-                                                     "] or [B, S, ", axes, "], not [", absl::StrJoin(t.sizes(), ", "),
-                                                     "]"));
-    }
-  }
-  if (img_ids.size(0) != hs.size(1) || txt_ids.size(0) != ehs.size(1)) {
-    return absl::InvalidArgumentError("img_ids / txt_ids rows must match the image / text sequence lengths");
-  }
-  for (const char* name : {"timestep", "guidance"}) {
-    if (!inputs.count(name)) continue;
-    const at::Tensor& t = inputs[name];
-    if (t.dim() > 1 || (t.dim() == 1 && t.size(0) != hs.size(0) && t.size(0) != 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(args.Get("inputs"), ": ", name, " must be a scalar or [B], not [",
-                                                     absl::StrJoin(t.sizes(), ", "), "]"));
-    }
-  }
   ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*ckpt, dtype, at::kCPU));
   ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(args.Get("quantize")));
   ASSIGN_OR_RETURN(Flux2Stage stage,
@@ -157,9 +126,7 @@ absl::Status VaeEncode(const Args& args) {
   SetComputeThreads(1);
   ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(JoinPath(args.Get("model"), "vae"), at::kFloat, at::kCPU));
   ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("inputs")));
-  if (!inputs.count("pixels")) {
-    return absl::InvalidArgumentError(absl::StrCat(args.Get("inputs"), ": missing 'pixels' [B, 3, H, W] in [-1, 1]"));
-  }
+  RETURN_IF_ERROR(CheckPixels(inputs, args.Get("inputs")));
   ASSIGN_OR_RETURN(at::Tensor latents, vae->EncodeMean(inputs["pixels"].to(at::kFloat)));
   at::Tensor packed;
   RETURN_IF_ERROR(TorchCall("patchify", [&] { packed = vae->PatchifyAndNormalize(latents); }));
@@ -189,9 +156,7 @@ absl::Status TextEncode(const Args& args) {
     ASSIGN_OR_RETURN(embeds, EncodeFlux2Prompt(*encoder, prompt, family));
   } else {
     ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("input-ids")));
-    if (!inputs.count("input_ids") || inputs["input_ids"].dim() != 2 || inputs["input_ids"].size(0) != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(args.Get("input-ids"), ": needs 'input_ids' int64 [1, L]"));
-    }
+    RETURN_IF_ERROR(CheckInputIds(inputs, encoder->config().vocab_size, args.Get("input-ids")));
     ids = inputs["input_ids"].to(at::kLong);
     // Straight into the text encoder: no template, no padding, positions 0..L-1.
     ASSIGN_OR_RETURN(embeds, encoder->Encode(ids, at::Tensor(), Flux2HiddenStateLayers(family)));

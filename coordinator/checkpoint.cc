@@ -3,6 +3,7 @@
 #include <absl/strings/match.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -276,7 +277,7 @@ absl::StatusOr<TrainingState> LoadCheckpoint(const std::string& output_dir, int6
   return LoadVerified(dir, step);
 }
 
-absl::StatusOr<TrainingState> LoadLatestCheckpoint(const std::string& output_dir) {
+absl::StatusOr<TrainingState> LoadLatestCheckpoint(const std::string& output_dir, std::vector<std::string>* skipped) {
   const std::string root = CheckpointsRoot(output_dir);
   std::vector<int64_t> steps;
   std::vector<std::string> leftovers;
@@ -293,14 +294,22 @@ absl::StatusOr<TrainingState> LoadLatestCheckpoint(const std::string& output_dir
     RETURN_IF_ERROR(RemoveAll(path));
   }
   std::sort(steps.rbegin(), steps.rend());
+  std::vector<std::string> reasons;
   for (int64_t step : steps) {
     const std::string dir = CheckpointDir(output_dir, step);
     auto state = LoadVerified(dir, step);
-    if (state.ok()) return state;
+    if (state.ok()) {
+      if (skipped != nullptr) *skipped = std::move(reasons);
+      return state;
+    }
     LogWarning("skipping checkpoint ", dir, ": ", state.status().message());
+    reasons.push_back(absl::StrCat(kStepPrefix, step, ": ", state.status().message()));
   }
-  return absl::NotFoundError(absl::StrCat("no complete checkpoint under ", root,
-                                          steps.empty() ? "" : absl::StrCat(" (", steps.size(), " corrupt)")));
+  std::string message = absl::StrCat("no complete checkpoint under ", root);
+  if (!reasons.empty())
+    absl::StrAppend(&message, " (", reasons.size(), " corrupt: ", absl::StrJoin(reasons, "; "), ")");
+  if (skipped != nullptr) *skipped = std::move(reasons);
+  return absl::NotFoundError(message);
 }
 
 absl::StatusOr<std::vector<int64_t>> ListCheckpointSteps(const std::string& output_dir) {

@@ -37,9 +37,11 @@ absl::Status WriteCheckpoint(const std::string& output_dir, const TrainingState&
 
 // The newest checkpoint that verifies: scans checkpoints/step-*/, deleting *.tmp-* leftovers of interrupted
 // writes, and returns the highest step whose state.json parses and whose files match the recorded sizes
-// and SHA-256. A corrupt one is skipped with a warning in favour of the next older. NotFound when none.
+// and SHA-256. A corrupt one is skipped with a warning in favour of the next older. NotFound when none; its
+// message names each corrupt one and why. `skipped` (optional) receives "step-<N>: <why>" per skipped one.
 // Call while no checkpoint is being written to output_dir (it deletes temporary directories).
-absl::StatusOr<TrainingState> LoadLatestCheckpoint(const std::string& output_dir);
+absl::StatusOr<TrainingState> LoadLatestCheckpoint(const std::string& output_dir,
+                                                   std::vector<std::string>* skipped = nullptr);
 
 // Loads and fully verifies one checkpoint. NotFound when step-<step> is absent; DataLoss when corrupt.
 absl::StatusOr<TrainingState> LoadCheckpoint(const std::string& output_dir, int64_t step);

@@ -10,10 +10,11 @@
 
 #include "coordinator/pipeline_trainer.h"
 #include "core/train/adamw.h"
+#include "core/train/job_fingerprint.h"
 
 namespace baton {
 
 absl::Status CheckpointRun(const JobConfig& job, const CoordinatorOptions& options, const std::string& job_hash,
-                           int64_t step, const std::map<std::string, at::Tensor>& master, const AdamW& optimizer);
+                           const JobFingerprint& fingerprint, int64_t step, const std::map<std::string, at::Tensor>& master, const AdamW& optimizer);
 
 }  // namespace baton

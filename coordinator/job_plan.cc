@@ -127,6 +127,7 @@ absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions
   }
   ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(s.cache.get(), job, config.guidance_embeds));
   s.sampler.emplace(std::move(sampler));
+  ASSIGN_OR_RETURN(s.fingerprint, MakeJobFingerprint(job, s.checkpoint->FilePaths(), cache.index()));
   ASSIGN_OR_RETURN(s.shell, BuildFlux2Shell(*s.checkpoint, s.dtype, at::kCPU));
   ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
   const int chunks = kind == ScheduleKind::kInterleaved1F1B ? static_cast<int>(job.chunks) : 1;

@@ -16,6 +16,7 @@
 #include "core/pipeline/partition.h"
 #include "core/pipeline/schedule.h"
 #include "core/train/batches.h"
+#include "core/train/job_fingerprint.h"
 
 namespace baton {
 
@@ -28,6 +29,7 @@ struct JobSetup {
   Schedule schedule;
   std::vector<std::vector<StageSpec>> plan;  // [worker][chunk] block ranges
   int micro_batches = 1;
+  JobFingerprint fingerprint;  // what the result depends on (coordinator/resume.h checks it on --resume)
 };
 
 absl::Status CheckCoordinatorOptions(const CoordinatorOptions& options);

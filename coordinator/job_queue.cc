@@ -162,6 +162,8 @@ void JobQueue::RunOne(int64_t id) {
     options.output_dir = job.info.output_dir();
     options.steps = job.config.steps;
     options.resume = job.resume;
+    // Only a job Shutdown interrupted resumes; one interrupted before its first checkpoint starts fresh.
+    options.resume_if_any = job.resume;
     name = job.info.name();
     config = &job.config;  // std::map nodes are stable and the config is not written while it runs
   }

@@ -20,6 +20,7 @@
 #include "coordinator/job_service.h"
 #include "coordinator/local_tls.h"
 #include "coordinator/pipeline_trainer.h"
+#include "coordinator/resume.h"
 #include "core/device/device.h"
 #include "core/metrics/metrics_server.h"
 #include "core/util/flags.h"
@@ -38,7 +39,9 @@ ABSL_FLAG(int64_t, steps, 0, "override the job's step count");
 ABSL_FLAG(std::string, output, "out/run",
           "output folder: lora.safetensors, train_log.jsonl, checkpoints/; with --listen the root of the jobs' "
           "folders <output>/<name>-<id>/ (default there: out/jobs)");
-ABSL_FLAG(bool, resume, false, "continue from the newest complete checkpoint in --output");
+ABSL_FLAG(baton::ResumeMode, resume, baton::ResumeMode::kOff,
+          "continue from the newest valid checkpoint in --output; refuse when there is none (bare --resume or "
+          "--resume=true), or start fresh when there is none (--resume=if-any)");
 ABSL_FLAG(int, rpc_timeout_s, 300, "deadline of every RPC, including a whole step");
 ABSL_FLAG(int, connect_timeout_s, 20, "how long to wait for a stage worker to answer at all");
 ABSL_FLAG(int, step_retries, 3,
@@ -77,7 +80,8 @@ baton::CoordinatorOptions OptionsFromFlags() {
   if (!workers.empty()) options.workers = absl::StrSplit(workers, ',', absl::SkipWhitespace());
   options.steps = absl::GetFlag(FLAGS_steps);
   options.output_dir = absl::GetFlag(FLAGS_output);
-  options.resume = absl::GetFlag(FLAGS_resume);
+  options.resume = absl::GetFlag(FLAGS_resume) != baton::ResumeMode::kOff;
+  options.resume_if_any = absl::GetFlag(FLAGS_resume) == baton::ResumeMode::kIfAny;
   options.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout_s));
   options.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   options.stage_worker_binary = absl::GetFlag(FLAGS_stage_worker);
@@ -126,12 +130,13 @@ int ServeJobs() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume]\n"
+      "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume[=if-any]]\n"
       "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT]\n"
       "  either with [--metrics HOST:PORT]; --workers and --listen need [--tls_dir DIR | --insecure], --listen with\n"
       "  TLS --token_file FILE (make them with baton certs)");
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
+  baton::NormalizeFlagArgs(argc, argv, {"resume"});
   absl::ParseCommandLine(argc, argv);
   baton::SetLogTag("coordinator");
   // First: a bad --metrics fails before any work, and Prometheus sees the process while it loads.

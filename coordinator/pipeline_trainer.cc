@@ -24,6 +24,7 @@
 #include "coordinator/local_workers.h"
 #include "coordinator/optimizer_step.h"
 #include "coordinator/run_report.h"
+#include "coordinator/resume.h"
 #include "coordinator/stage_client.h"
 #include "coordinator/stage_fleet.h"
 #include "coordinator/stage_set.h"
@@ -69,38 +70,26 @@ struct StartState {
 };
 
 absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const CoordinatorOptions& options, StageFleet& fleet,
-                                          AdamW& optimizer) {
+                                          const JobFingerprint& fingerprint, AdamW& optimizer) {
   StartState start;
   std::optional<TrainingState> resumed;
-  if (options.resume) {
-    auto state = LoadLatestCheckpoint(options.output_dir);
-    if (state.ok()) {
-      if (state->job_hash != fleet.job_id) {
-        return absl::FailedPreconditionError(absl::StrCat("checkpoint in ", options.output_dir,
-                                                          " is from another job (", state->job_hash, " vs ",
-                                                          fleet.job_id, ")"));
-      }
-      resumed = std::move(*state);
-    } else if (state.status().code() != absl::StatusCode::kNotFound) {
-      return state.status();
-    } else if (!options.quiet) {
-      std::printf("--resume: no checkpoint in %s, starting fresh\n", options.output_dir.c_str());
-    }
+  if (options.resume) {  // coordinator/resume.h: refuses what it cannot continue
+    ASSIGN_OR_RETURN(resumed, LoadResumeCheckpoint(options.output_dir, options.resume_if_any, options.quiet));
+    if (resumed) RETURN_IF_ERROR(CheckResumeMatchesJob(*resumed, options.output_dir, fingerprint, fleet.job_id));
+  }
+  for (auto& client : fleet.clients) {
+    ASSIGN_OR_RETURN(TensorMap w, client->GetLora(fleet.job_id));
+    for (auto& [name, t] : w) start.master[name] = t;
   }
   if (resumed) {
+    RETURN_IF_ERROR(CheckCheckpointTensors(*resumed, start.master));
     start.master = resumed->lora;
     RETURN_IF_ERROR(optimizer.LoadStateDict(resumed->optimizer));
     start.step = resumed->step;
     start.resumed = true;
     if (!options.quiet) std::printf("resuming from step %lld\n", static_cast<long long>(start.step));
-  } else {
-    for (auto& client : fleet.clients) {
-      ASSIGN_OR_RETURN(TensorMap w, client->GetLora(fleet.job_id));
-      for (auto& [name, t] : w) start.master[name] = t;
-    }
-    if (!job.init_lora.empty()) {
-      ASSIGN_OR_RETURN(start.master, LoadInitLora(job.init_lora, job.lora, start.master));
-    }
+  } else if (!job.init_lora.empty()) {
+    ASSIGN_OR_RETURN(start.master, LoadInitLora(job.init_lora, job.lora, start.master));
   }
   for (const auto& names : fleet.params) {
     for (const auto& name : names) {
@@ -182,7 +171,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     const bool stop = StopRequested(options);
     if (last || stop || (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0)) {
       if (tty && !options.quiet) std::printf("\n");
-      RETURN_IF_ERROR(CheckpointRun(job, options, fleet.job_id, step + 1, master, optimizer));
+      RETURN_IF_ERROR(CheckpointRun(job, options, fleet.job_id, setup.fingerprint, step + 1, master, optimizer));
     }
     if (stop && !last) {
       LogWarning("stop requested: checkpointed step ", step + 1, " and stopping");
@@ -216,7 +205,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   if (stop_requested()) return stopped_early;
 
   AdamW optimizer(job.optimizer);
-  ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, fleet, optimizer));
+  ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, fleet, setup.fingerprint, optimizer));
   RETURN_IF_ERROR(MakeDirs(options.output_dir));
   const std::string log_path = JoinPath(options.output_dir, "train_log.jsonl");
   if (start.resumed) RETURN_IF_ERROR(TrimTrainLog(log_path, start.step));

@@ -44,7 +44,8 @@ struct CoordinatorOptions {
   std::vector<std::string> workers;  // host:port per stage; empty = start local stage workers
   int64_t steps = 0;                 // ≤ 0: the job's
   std::string output_dir = "out/run";
-  bool resume = false;
+  bool resume = false;         // continue from the newest valid checkpoint in output_dir; refuse when there is none
+  bool resume_if_any = false;  // with resume: no checkpoint at all → start fresh (--resume=if-any)
   absl::Duration rpc_timeout = absl::Seconds(300);     // any one RPC, including a whole step
   absl::Duration connect_timeout = absl::Seconds(20);  // waiting for a worker to answer at all
   std::string stage_worker_binary;                     // embedded mode; default: next to this binary

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
       "       encoder_worker --model FLUX2_PIPELINE_DIR --listen HOST:PORT (--tls_dir DIR | --insecure)");
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
+  baton::NormalizeFlagArgs(argc, argv);
   absl::ParseCommandLine(argc, argv);
   baton::SetLogTag("encoder_worker");
   if (absl::GetFlag(FLAGS_model).empty() ||

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
       "[--metrics HOST:PORT]");
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
+  baton::NormalizeFlagArgs(argc, argv);
   absl::ParseCommandLine(argc, argv);
   // Refuse a device this machine lacks before serving: a clear message and exit 1, never a crash later.
   auto device = baton::ParseDevice(absl::GetFlag(FLAGS_device));

@@ -6,6 +6,7 @@
 #include "core/model/flux2_weights.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
+#include "core/testing/run_command.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/train/common.h"
 #include "core/util/files.h"
@@ -133,6 +134,149 @@ TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {
   EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "6", "--kind", "interleaved", "--chunks", "2"}),
             1);
   EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b", "--chunks", "2"}), 1);
+}
+
+// Malformed inputs files for `baton forward`, `vae-encode` and `text-encode`, each run as its own process the way
+// a user runs it: every one is refused with exit 1 and a message naming the file and what is wrong, never an
+// abort (exit 134) — the files that are no safetensors at all, and those whose tensors are wrong.
+class MalformedInputsTest : public ::testing::Test {
+ protected:
+  using Tensors = std::map<std::string, at::Tensor>;
+  struct Case {
+    std::string label;
+    std::string bytes;   // the file as written
+    std::string expect;  // in the output
+  };
+
+  static void SetUpTestSuite() {
+    dir_ = new std::string(test_util::MakeTempDir("malformed_inputs"));
+    auto r = test_util::RunCommand(
+        absl::StrCat(JoinPath(test_util::BinDir(), "baton"), " init-weights --pipeline tiny --out ", Pipe()), true);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Pipe() { return JoinPath(*dir_, "pipe"); }
+
+  static std::string Bytes(const Tensors& t) {
+    auto s = SerializeSafetensors(t);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : "";
+  }
+  // What every reader must refuse, whatever it reads: a file that is not safetensors, truncated or empty.
+  static std::vector<Case> NotSafetensors(const Tensors& valid) {
+    const std::string good = Bytes(valid);
+    return {{"not safetensors", "this is a text file, not a safetensors file\n", "safetensors"},
+            {"truncated", good.substr(0, good.size() / 2), "truncated"},
+            {"truncated header", good.substr(0, 20), "truncated"},
+            {"empty", "", "0 bytes"},
+            {"no tensors", Bytes({}), "missing"}};
+  }
+  // Runs `command` (its flags but the inputs file's) on each case's file: exit 1, the expected words, the path.
+  // The processes run side by side (each is mostly libtorch's start-up), so the whole list takes seconds.
+  static void ExpectEachRefused(const std::string& command, const std::string& inputs_flag,
+                                const std::vector<Case>& cases) {
+    const std::string work = test_util::MakeTempDir("malformed_case");
+    std::string script;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const std::string path = JoinPath(work, absl::StrCat("case", i, ".safetensors"));
+      ASSERT_TRUE(WriteFileAtomic(path, cases[i].bytes).ok());
+      absl::StrAppend(&script, "(", JoinPath(test_util::BinDir(), "baton"), " ", command, " ", inputs_flag, " ", path,
+                      " --output ", path, ".out >", path, ".log 2>&1; echo $? >", path, ".rc) & ");
+    }
+    ASSERT_EQ(test_util::RunCommand(script + "wait").exit_code, 0);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      const std::string path = JoinPath(work, absl::StrCat("case", i, ".safetensors"));
+      const std::string output = ReadFile(path + ".log").value_or("(no output)");
+      EXPECT_EQ(ReadFile(path + ".rc").value_or("?"), "1\n") << command << ", " << c.label << ":\n" << output;
+      EXPECT_NE(output.find(path), std::string::npos) << c.label << ": the message names the file\n" << output;
+      EXPECT_NE(output.find(c.expect), std::string::npos) << c.label << ": expected '" << c.expect << "'\n" << output;
+    }
+  }
+  static std::string* dir_;
+};
+std::string* MalformedInputsTest::dir_ = nullptr;
+
+TEST_F(MalformedInputsTest, ForwardRefusesEachMalformedFile) {
+  auto ckpt = Flux2Checkpoint::Open(Pipe());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const Flux2Config& c = (*ckpt)->config();
+  auto in = test_util::MakeTinyInputs(c, 1, 2, 3, 4, 6);
+  const Tensors valid = {{"hidden_states", in.hidden_states},
+                         {"encoder_hidden_states", in.encoder_hidden_states},
+                         {"timestep", in.timestep},
+                         {"guidance", in.guidance},
+                         {"img_ids", in.img_ids},
+                         {"txt_ids", in.txt_ids}};
+  auto with = [&](const std::string& key, at::Tensor t) {
+    Tensors m = valid;
+    if (t.defined()) {
+      m[key] = t;
+    } else {
+      m.erase(key);
+    }
+    return Bytes(m);
+  };
+  std::vector<Case> cases = NotSafetensors(valid);
+  const int64_t C = c.in_channels, J = c.joint_attention_dim;
+  std::vector<Case> tensors = {
+      {"missing hidden_states", with("hidden_states", {}), "missing input 'hidden_states'"},
+      {"missing guidance", with("guidance", {}), "missing input 'guidance'"},
+      {"int hidden_states", with("hidden_states", at::zeros({1, 6, C}, at::kLong)), "hidden_states must be"},
+      {"bool timestep", with("timestep", at::zeros({1}, at::kBool)), "timestep must be"},
+      {"bool img_ids", with("img_ids", at::zeros({6, 4}, at::kBool)), "img_ids must be"},
+      {"rank-2 hidden_states", with("hidden_states", at::zeros({6, C})), "hidden_states must be"},
+      {"rank-0 img_ids", with("img_ids", at::zeros({})), "img_ids must be"},
+      {"rank-4 txt_ids", with("txt_ids", at::zeros({1, 1, 4, 4})), "txt_ids must be"},
+      {"rank-2 timestep", with("timestep", at::zeros({2, 2})), "timestep must be"},
+      {"wrong channels", with("hidden_states", at::zeros({1, 6, C + 1})), "hidden_states must be"},
+      {"wrong text dim", with("encoder_hidden_states", at::zeros({1, 4, J - 1})), "encoder_hidden_states must be"},
+      {"batch mismatch", with("encoder_hidden_states", at::zeros({2, 4, J})), "encoder_hidden_states must"},
+      {"img_ids rows", with("img_ids", at::zeros({5, 4})), "img_ids must be"},
+      {"img_ids axes", with("img_ids", at::zeros({6, 3})), "img_ids must be"},
+      {"timestep batch", with("timestep", at::zeros({3})), "timestep must be"},
+      {"empty image sequence", with("hidden_states", at::zeros({1, 0, C})), "hidden_states must be"},
+      {"empty batch", with("hidden_states", at::zeros({0, 6, C})), "hidden_states must be"},
+      {"empty batched ids", with("img_ids", at::zeros({0, 6, 4})), "img_ids must be"},
+  };
+  cases.insert(cases.end(), tensors.begin(), tensors.end());
+  ExpectEachRefused(absl::StrCat("forward --model ", Pipe()), "--inputs", cases);
+}
+
+TEST_F(MalformedInputsTest, VaeEncodeRefusesEachMalformedFile) {
+  auto pixels = [](std::vector<int64_t> shape, at::ScalarType dtype = at::kFloat) {
+    return Bytes({{"pixels", at::zeros(shape, at::TensorOptions().dtype(dtype))}});
+  };
+  std::vector<Case> cases = NotSafetensors({{"pixels", at::zeros({1, 3, 16, 16})}});
+  std::vector<Case> tensors = {
+      {"missing pixels", Bytes({{"image", at::zeros({1, 3, 16, 16})}}), "missing 'pixels'"},
+      {"int pixels", pixels({1, 3, 16, 16}, at::kLong), "pixels must be"},
+      {"rank 3", pixels({3, 16, 16}), "pixels must be"},
+      {"rank 0", pixels({}), "pixels must be"},
+      {"4 channels", pixels({1, 4, 16, 16}), "pixels must be"},
+      {"height not a multiple of 16", pixels({1, 3, 20, 16}), "pixels must be"},
+      {"empty batch", pixels({0, 3, 16, 16}), "pixels must be"},
+      {"zero width", pixels({1, 3, 16, 0}), "pixels must be"},
+  };
+  cases.insert(cases.end(), tensors.begin(), tensors.end());
+  ExpectEachRefused(absl::StrCat("vae-encode --model ", Pipe()), "--inputs", cases);
+}
+
+TEST_F(MalformedInputsTest, TextEncodeRefusesEachMalformedFile) {
+  auto ids = [](at::Tensor t) { return Bytes({{"input_ids", t}}); };
+  std::vector<Case> cases = NotSafetensors({{"input_ids", at::zeros({1, 4}, at::kLong)}});
+  std::vector<Case> tensors = {
+      {"missing input_ids", Bytes({{"ids", at::zeros({1, 4}, at::kLong)}}), "missing 'input_ids'"},
+      {"float ids", ids(at::zeros({1, 4})), "input_ids must be"},
+      {"bool ids", ids(at::zeros({1, 4}, at::kBool)), "input_ids must be"},
+      {"rank 1", ids(at::zeros({4}, at::kLong)), "input_ids must be"},
+      {"batch 2", ids(at::zeros({2, 4}, at::kLong)), "input_ids must be"},
+      {"empty", ids(at::zeros({1, 0}, at::kLong)), "input_ids must be"},
+      {"negative id", ids(at::full({1, 4}, -1, at::kLong)), "vocabulary"},
+      {"id past the vocabulary", ids(at::full({1, 4}, 1 << 30, at::kLong)), "vocabulary"},
+  };
+  cases.insert(cases.end(), tensors.begin(), tensors.end());
+  ExpectEachRefused(absl::StrCat("text-encode --model ", Pipe()), "--input-ids", cases);
 }
 
 }  // namespace

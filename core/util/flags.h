@@ -6,6 +6,7 @@
 
 #include <absl/strings/string_view.h>
 
+#include <initializer_list>
 #include <string>
 
 namespace baton {
@@ -18,5 +19,13 @@ std::string NormalizeFlagFile(absl::string_view filename);
 
 // Installs both for --help and --helpshort. Call before absl::ParseCommandLine.
 void InstallFlagsHelp();
+
+// Rewrites argv in place before absl::ParseCommandLine so that a flag may be spelled with hyphens:
+// `--model-root=x` ≡ `--model_root=x` (also `--no` + name for booleans). Only names that match a defined
+// flag once hyphens become underscores are rewritten; values are untouched, unknown names are left for
+// Abseil to reject, and nothing after a bare `--` is touched. `optional_value` names non-bool flags that
+// may be given bare: `--NAME` alone (not followed by `=`) becomes `--NAME=true` and `--noNAME`
+// becomes `--NAME=false` (Abseil needs a value for every non-bool flag).
+void NormalizeFlagArgs(int argc, char** argv, std::initializer_list<absl::string_view> optional_value = {});
 
 }  // namespace baton
