@@ -6,8 +6,11 @@
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 #include <absl/strings/str_cat.h>
+#include <c10/util/Exception.h>
 
 #include <exception>
+#include <new>
+#include <string>
 #include <utility>
 
 #define BATON_CONCAT_INNER_(a, b) a##b
@@ -28,19 +31,25 @@
 
 namespace baton {
 
-// Runs fn(); a thrown exception (c10::Error from libtorch, std::exception otherwise) becomes an
-// INTERNAL status prefixed with `context`.
+// The message of a libtorch error without the C++ backtrace c10::Error appends ("Exception raised from ...",
+// frame lists): statuses travel to users and peers, stack frames help neither.
+std::string StripTorchBacktrace(std::string what);
+
+// Runs fn(); a thrown exception becomes a status prefixed with `context`: out of memory (c10::OutOfMemoryError,
+// std::bad_alloc) RESOURCE_EXHAUSTED with one short line, anything else (c10::Error, std::exception) INTERNAL.
 template <typename Fn>
 absl::Status TorchCall(const char* context, Fn&& fn) {
   try {
     fn();
     return absl::OkStatus();
+  } catch (const c10::OutOfMemoryError& e) {
+    std::string what = StripTorchBacktrace(e.what_without_backtrace());
+    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    return absl::ResourceExhaustedError(absl::StrCat(context, ": out of memory: ", what));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(context, ": out of memory (host allocation failed)"));
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    // c10::Error messages carry a long backtrace after the first line; keep the message only.
-    auto pos = what.find("\nException raised from");
-    if (pos != std::string::npos) what.resize(pos);
-    return absl::InternalError(absl::StrCat(context, ": ", what));
+    return absl::InternalError(absl::StrCat(context, ": ", StripTorchBacktrace(e.what())));
   }
 }
 

@@ -1,0 +1,15 @@
+#include "core/util/status.h"
+
+namespace baton {
+
+std::string StripTorchBacktrace(std::string what) {
+  // c10::Error: "<message>\nException raised from <fn> at <file>:<line> (most recent call first):\nframe #0: ...";
+  // some builds list frames without that line.
+  for (const char* marker : {"\nException raised from", "\nframe #0"}) {
+    if (auto pos = what.find(marker); pos != std::string::npos) what.resize(pos);
+  }
+  while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+  return what;
+}
+
+}  // namespace baton
