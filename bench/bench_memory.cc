@@ -186,7 +186,7 @@ int Main(int argc, char** argv) {
   const char* bin = std::getenv("BATON_BIN_DIR");
   lopts.binary = bin ? JoinPath(bin, "stage_worker") : DefaultStageWorkerBinary();
   lopts.threads = a.threads;
-  lopts.extra_args = {"--wait_timeout_s=600"};
+  lopts.extra_args = {"--wait_timeout_s=600", "--model_root=" + dir};
   auto workers = LocalWorkers::Start(a.stages, lopts);
   if (!workers.ok()) Die(workers.status().ToString());
   const std::vector<pid_t> pids = (*workers)->pids();

@@ -170,6 +170,11 @@ absl::StatusOr<std::vector<std::string>> StartWorkers(const JobConfig& job, cons
   int wait_s = options.worker_wait_timeout_s > 0 ? options.worker_wait_timeout_s
                                                  : static_cast<int>(absl::ToInt64Seconds(options.rpc_timeout));
   lopts.extra_args = {absl::StrCat("--wait_timeout_s=", wait_s)};
+  // Workers read models only inside their --model_root: ours may read exactly the job's model files.
+  // (A model that does not resolve gets no root here; the worker's Configure then names what is missing.)
+  if (auto root = CommonRoot({job.model, job.model_config}); root.ok()) {
+    lopts.extra_args.push_back(absl::StrCat("--model_root=", *root));
+  }
   for (int i = 0; i < options.stages && !options.metrics_listen.empty(); ++i) {
     ASSIGN_OR_RETURN(std::string listen, StageMetricsListen(options.metrics_listen, i));
     lopts.worker_args.push_back({absl::StrCat("--metrics=", listen)});
@@ -197,6 +202,7 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.set_job_id(job_id);
   req.set_job_name(JobName(job));
   req.set_config_hash(job_id);
+  req.set_micro_batches(static_cast<int32_t>(job.micro_batches));
   req.set_stage_index(i);
   req.set_num_stages(p);
   req.set_model_path(job.model);
