@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "core/pipeline/stage_io.h"
 #include "core/testing/tiny_flux2.h"
 
 namespace baton {

@@ -59,6 +59,7 @@ class StageRunner {
   absl::Status CheckPushHeader(const v1::EnvelopeHeader& header) const;
   // Bytes a Push may still bring (the inbox's free budget).
   uint64_t push_budget_bytes() const { return inbox_.free_bytes(); }
+  uint64_t inbox_budget_bytes() const { return inbox_.budget(); }
   // Checks an envelope from a Push (CheckEnvelope) and routes it: ROPE into the RoPE cache, everything else into
   // the inbox (RESOURCE_EXHAUSTED over its budget).
   absl::Status Deliver(ReceivedEnvelope envelope);

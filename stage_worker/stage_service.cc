@@ -45,8 +45,14 @@ grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1:
   auto envelope =
       ReadEnvelope(reader, limits, runner_->wants_pinned_host() ? HostMemory::kPinned : HostMemory::kPageable);
   if (!envelope.ok()) {
-    LogWarning("refused a push: ", envelope.status().ToString());
-    return ToGrpcStatus(envelope.status());
+    absl::Status refused = envelope.status();
+    if (refused.code() == absl::StatusCode::kResourceExhausted) {
+      refused = absl::ResourceExhaustedError(absl::StrCat(refused.message(), " (the inbox holds at most --inbox_bytes ",
+                                                          runner_->inbox_budget_bytes(), "; ", limits.max_total_bytes,
+                                                          " were free)"));
+    }
+    LogWarning("refused a push: ", refused.ToString());
+    return ToGrpcStatus(refused);
   }
   runner_->metrics()
       .Link(StageInstruments::PeerLabel(envelope->header.sender()))

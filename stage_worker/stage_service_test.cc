@@ -15,6 +15,7 @@
 #include "core/model/flux2_weights.h"
 #include "core/pipeline/stage_io.h"
 #include "core/testing/tiny_flux2.h"
+#include "core/train/common.h"
 #include "core/util/files.h"
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
@@ -44,7 +45,8 @@ class StageServiceGuardTest : public ::testing::Test {
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     ASSERT_TRUE(server_ && port > 0);
-    stub_ = v1::StageService::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
+    stub_ =
+        v1::StageService::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
     grpc::Status configured = Configure(Request());
     ASSERT_TRUE(configured.ok()) << configured.error_message();
   }
@@ -63,7 +65,8 @@ class StageServiceGuardTest : public ::testing::Test {
     req.set_has_head(true);
     req.mutable_lora()->set_rank(2);
     req.mutable_lora()->set_alpha(2);
-    for (const auto& t : *ResolveLoraTargets("attention")) req.mutable_lora()->add_targets(t);
+    const std::vector<std::string> targets = ResolveLoraTargets("attention").value();
+    for (const auto& t : targets) req.mutable_lora()->add_targets(t);
     return req;
   }
   grpc::Status Configure(const v1::ConfigureRequest& req) {

@@ -379,7 +379,8 @@ TEST_F(PipelineTest, StrangersCannotDisturbARunningJob) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       if (!disturb) return;
-      auto stub = v1::StageService::NewStub(MakeChannel((*workers)->addresses()[1]));
+      auto stub =
+          v1::StageService::NewStub(MakeChannel((*workers)->addresses()[1], grpc::InsecureChannelCredentials()));
       v1::ConfigureRequest bogus;
       bogus.set_job_id("stranger");
       bogus.set_num_stages(1);
