@@ -6,10 +6,8 @@
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 #include <absl/strings/str_cat.h>
-#include <c10/util/Exception.h>
 
 #include <exception>
-#include <new>
 #include <string>
 #include <utility>
 
@@ -34,22 +32,24 @@ namespace baton {
 // The message of a libtorch error without the C++ backtrace c10::Error appends ("Exception raised from ...",
 // frame lists): statuses travel to users and peers, stack frames help neither.
 std::string StripTorchBacktrace(std::string what);
+// A libtorch message about a failed allocation (CPU allocator, CUDA caching allocator).
+bool IsOutOfMemoryMessage(const std::string& what);
+// `text` up to its first newline, at most 300 characters.
+std::string FirstLine(const std::string& text);
 
-// Runs fn(); a thrown exception becomes a status prefixed with `context`: out of memory (c10::OutOfMemoryError,
-// std::bad_alloc) RESOURCE_EXHAUSTED with one short line, anything else (c10::Error, std::exception) INTERNAL.
+// The status for the exception being handled (call only inside a catch block): out of memory
+// (c10::OutOfMemoryError, std::bad_alloc, libtorch's CPU allocator failing) is RESOURCE_EXHAUSTED with one short
+// line, anything else INTERNAL; `context` prefixes the message, which never carries a libtorch backtrace.
+absl::Status StatusFromCurrentException(const char* context);
+
+// Runs fn(); a thrown exception becomes StatusFromCurrentException(context).
 template <typename Fn>
 absl::Status TorchCall(const char* context, Fn&& fn) {
   try {
     fn();
     return absl::OkStatus();
-  } catch (const c10::OutOfMemoryError& e) {
-    std::string what = StripTorchBacktrace(e.what_without_backtrace());
-    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-    return absl::ResourceExhaustedError(absl::StrCat(context, ": out of memory: ", what));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat(context, ": out of memory (host allocation failed)"));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(context, ": ", StripTorchBacktrace(e.what())));
+  } catch (...) {
+    return StatusFromCurrentException(context);
   }
 }
 
