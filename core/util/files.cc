@@ -94,8 +94,15 @@ absl::StatusOr<std::string> ResolveForWriteInsideRoot(const std::string& root, c
     rest = rest.empty() ? p.filename() : p.filename() / rest;
     p = p.parent_path();
   }
-  ASSIGN_OR_RETURN(std::string existing, ResolveInsideRoot(root, p.string(), what));
-  return rest.empty() ? existing : JoinPath(existing, rest.string());
+  auto existing = ResolveInsideRoot(root, p.string(), what);
+  if (!existing.ok() && existing.status().code() == absl::StatusCode::kPermissionDenied) {
+    // Name the path asked for, not the ancestor that decided it.
+    auto real_root = RealPath(root.empty() ? "." : root);
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, " ", path, " is outside the allowed root ", real_root.ok() ? *real_root : root));
+  }
+  if (!existing.ok()) return existing.status();
+  return rest.empty() ? *existing : JoinPath(*existing, rest.string());
 }
 
 absl::StatusOr<std::string> CommonRoot(const std::vector<std::string>& paths) {
