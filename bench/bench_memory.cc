@@ -191,6 +191,7 @@ int Main(int argc, char** argv) {
   if (!tls.ok()) Die(tls.status().ToString());
   lopts.extra_args = *tls;
   lopts.extra_args.push_back("--wait_timeout_s=600");
+  lopts.extra_args.push_back("--model_root=" + dir);
   auto workers = LocalWorkers::Start(a.stages, lopts);
   if (!workers.ok()) Die(workers.status().ToString());
   const std::vector<pid_t> pids = (*workers)->pids();

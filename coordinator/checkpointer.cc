@@ -11,7 +11,8 @@
 namespace baton {
 
 absl::Status CheckpointRun(const JobConfig& job, const CoordinatorOptions& options, const std::string& job_hash,
-                           const JobFingerprint& fingerprint, int64_t step, const std::map<std::string, at::Tensor>& master, const AdamW& optimizer) {
+                           const JobFingerprint& fingerprint, int64_t step,
+                           const std::map<std::string, at::Tensor>& master, const AdamW& optimizer) {
   const auto t0 = std::chrono::steady_clock::now();
   TrainingState state;
   state.step = step;

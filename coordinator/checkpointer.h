@@ -15,6 +15,7 @@
 namespace baton {
 
 absl::Status CheckpointRun(const JobConfig& job, const CoordinatorOptions& options, const std::string& job_hash,
-                           const JobFingerprint& fingerprint, int64_t step, const std::map<std::string, at::Tensor>& master, const AdamW& optimizer);
+                           const JobFingerprint& fingerprint, int64_t step,
+                           const std::map<std::string, at::Tensor>& master, const AdamW& optimizer);
 
 }  // namespace baton

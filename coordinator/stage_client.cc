@@ -144,6 +144,7 @@ absl::StatusOr<TensorMap> StageClient::GetLora(const std::string& job_id) {
   ctx.set_deadline(DeadlineAfter(rpc_timeout_));
   v1::GetLoraRequest request;
   request.set_job_id(job_id);
+  request.set_config_hash(job_id);  // the coordinator's config hash is its job id (ConfigureRequestFor)
   auto reader = stub_->GetLora(&ctx, request);
   TensorAssembler assembler(uint64_t{16} << 30);
   TensorMap out;

@@ -69,6 +69,7 @@ std::optional<StallVerdict> StageFleet::FindStall() const {
 v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind) const {
   v1::EnvelopeHeader h;
   h.set_job_id(job_id);
+  h.set_config_hash(job_id);  // ConfigureRequestFor's config hash
   h.set_step(step);
   h.set_micro_batch(micro_batch);
   h.set_kind(kind);
@@ -121,6 +122,7 @@ absl::Status StageFleet::PushData(int64_t step, const StepInputs& inputs) {
 v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
   v1::StepPlan plan;
   plan.set_job_id(job_id);
+  plan.set_config_hash(job_id);
   plan.set_step(step);
   plan.set_micro_batches(schedule.micro_batches);
   plan.set_loss_scale(loss_scale);

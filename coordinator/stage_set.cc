@@ -7,6 +7,7 @@
 
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/local_tls.h"
+#include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
 
@@ -24,6 +25,7 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.set_job_id(job_id);
   req.set_job_name(JobName(job));
   req.set_config_hash(job_id);
+  req.set_micro_batches(static_cast<int32_t>(job.micro_batches));
   req.set_stage_index(i);
   req.set_num_stages(p);
   req.set_model_path(job.model);
@@ -95,6 +97,11 @@ absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
   lopts.extra_args = {absl::StrCat("--wait_timeout_s=", wait_s)};
   ASSIGN_OR_RETURN(std::vector<std::string> tls_args, LocalWorkerSecurityArgs());  // coordinator/local_tls.h
   lopts.extra_args.insert(lopts.extra_args.end(), tls_args.begin(), tls_args.end());
+  // Workers read models only inside their --model_root: ours may read exactly the job's model files.
+  // (A model that does not resolve gets no root here; the worker's Configure then names what is missing.)
+  if (auto root = CommonRoot({job.model, job.model_config}); root.ok()) {
+    lopts.extra_args.push_back(absl::StrCat("--model_root=", *root));
+  }
   for (int i = 0; i < options.stages && !options.metrics_listen.empty(); ++i) {
     ASSIGN_OR_RETURN(std::string listen, StageMetricsListen(options.metrics_listen, i));
     lopts.worker_args.push_back({absl::StrCat("--metrics=", listen)});

@@ -1,5 +1,6 @@
 #include "encoder_worker/cache_builder.h"
 
+#include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
@@ -48,6 +49,12 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
   prometheus::Counter& failed_total = metrics.samples_failed.Add({});
   prometheus::Histogram& sample_seconds = metrics.sample_seconds.Add({}, EncoderSampleBuckets());
   failed_total.Increment(static_cast<double>(dataset.errors.size()));  // unreadable files found by the scan
+  // The records this cache's own index lists: the only files a rebuild may delete (a caller-chosen cache folder
+  // may hold anything else, and keeps it).
+  std::set<std::string> owned;
+  if (auto previous = ReadCacheIndex(options.cache_dir); previous.ok()) {
+    for (const CacheRecordInfo& r : previous->records) owned.insert(r.file);
+  }
   CacheIndex index;
   index.encoder = encoder.identity();
   index.latent_channels = encoder.latent_channels();
@@ -111,18 +118,19 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
       report.errors.push_back({sample.image_path, info.status()});
       failed_total.Increment();
       ++progress.failed;
-      // A stale record for this sample must not survive into the index or stay on disk.
-      (void)RemoveAll(JoinPath(options.cache_dir, file));
+      // A stale record for this sample must not survive into the index or stay on disk (if it is ours).
+      if (owned.count(file)) (void)RemoveAll(JoinPath(options.cache_dir, file));
     }
     ++progress.done;
     progress.elapsed_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     if (on_progress) on_progress(progress);
   }
-  // Records of samples that are gone from the dataset are dropped.
+  // Records of samples that are gone from the dataset are dropped -- only those the previous index listed.
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(JoinPath(options.cache_dir, "records"), ec)) {
-    std::string rel = absl::StrCat("records/", entry.path().filename().string());
-    if (!live_files.count(rel)) std::filesystem::remove(entry.path(), ec);
+  for (const std::string& file : owned) {
+    if (!live_files.count(file) && absl::StartsWith(file, "records/") && file.find("..") == std::string::npos) {
+      std::filesystem::remove(JoinPath(options.cache_dir, file), ec);
+    }
   }
   RETURN_IF_ERROR(WriteCacheIndex(options.cache_dir, index));
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <thread>
 
+#include "core/util/files.h"
 #include "core/util/log.h"
+#include "core/util/status.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
@@ -49,9 +51,21 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   if (req->dataset_dir().empty() || req->cache_dir().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "dataset_dir and cache_dir are required");
   }
+  // The cache folder, and the records/ folder a build writes and prunes, must resolve inside the cache root
+  // (symlinks included): the service never writes or deletes elsewhere.
+  auto cache_dir = ResolveForWriteInsideRoot(cache_root_.empty() ? "." : cache_root_, req->cache_dir(), "cache_dir");
+  if (cache_dir.ok()) {
+    auto records = ResolveForWriteInsideRoot(cache_root_.empty() ? "." : cache_root_, JoinPath(*cache_dir, "records"),
+                                             "cache_dir/records");
+    if (!records.ok()) cache_dir = records.status();
+  }
+  if (!cache_dir.ok()) {
+    LogWarning("refused EncodeDataset: ", cache_dir.status().message());
+    return ToGrpcStatus(Annotate(cache_dir.status(), "encoder_worker --cache_root"));
+  }
   CacheBuildOptions options;
   options.dataset_dir = req->dataset_dir();
-  options.cache_dir = req->cache_dir();
+  options.cache_dir = *cache_dir;
   options.trigger = req->trigger();
   options.buckets = BucketsForResolution(req->resolution() > 0 ? req->resolution() : default_resolution_);
   LogInfo("encoding ", options.dataset_dir, " into ", options.cache_dir);
@@ -80,9 +94,10 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   return grpc::Status::OK;
 }
 
-absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution) {
+absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution,
+                          const std::string& cache_root) {
   EnableHealthService();
-  EncoderServiceImpl service(encoder, default_resolution);
+  EncoderServiceImpl service(encoder, default_resolution, cache_root);
   grpc::ServerBuilder builder;
   ApplyServerOptions(builder);
   auto credentials = ProcessServerCredentials();  // mutual TLS, or plaintext with --insecure (main sets it)

@@ -14,14 +14,17 @@ namespace baton {
 
 class EncoderServiceImpl final : public v1::EncoderService::Service {
  public:
-  EncoderServiceImpl(SampleEncoder* encoder, int64_t default_resolution)
-      : encoder_(encoder), default_resolution_(default_resolution) {}
+  // Caches are written only inside `cache_root` (realpath; "" = the working directory): a request naming a cache
+  // elsewhere is refused with PERMISSION_DENIED.
+  EncoderServiceImpl(SampleEncoder* encoder, int64_t default_resolution, std::string cache_root)
+      : encoder_(encoder), default_resolution_(default_resolution), cache_root_(std::move(cache_root)) {}
   grpc::Status EncodeDataset(grpc::ServerContext* ctx, const v1::EncodeDatasetRequest* req,
                              grpc::ServerWriter<v1::EncodeProgress>* writer) override;
 
  private:
   SampleEncoder* encoder_;
   int64_t default_resolution_;
+  std::string cache_root_;
   std::mutex busy_;
 };
 
@@ -29,7 +32,8 @@ class EncoderServiceImpl final : public v1::EncoderService::Service {
 BucketSpec BucketsForResolution(int64_t resolution);
 
 // Serves EncoderService on `listen` until SIGTERM/SIGINT; prints "LISTENING host:port" once up.
-absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution);
+absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution,
+                          const std::string& cache_root);
 
 // One line of progress ("[####......]  12/40  0.8 s/sample  ETA 22s  cat_01.jpg").
 std::string RenderEncodeProgress(const CacheBuildProgress& p, double seconds_per_encoded);

@@ -29,6 +29,9 @@ ABSL_FLAG(int64_t, resolution, 1024, "bucket target: area = resolution², sides 
 ABSL_FLAG(int64_t, max_sequence_length, 512, "text tokens per caption (FLUX.2 pads and truncates to this)");
 ABSL_FLAG(std::string, dtype, "fp32", "compute dtype: fp32 | bf16");
 ABSL_FLAG(std::string, listen, "", "serve EncoderService on host:port instead of a batch run");
+ABSL_FLAG(std::string, cache_root, "",
+          "service mode: write caches only inside this directory, symlinks resolved (default: the working "
+          "directory); requests naming a cache elsewhere are refused");
 ABSL_FLAG(std::string, metrics, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); empty = no metrics");
 
@@ -75,7 +78,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!absl::GetFlag(FLAGS_listen).empty()) {
-    absl::Status s = baton::ServeEncoder(encoder->get(), absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_resolution));
+    absl::Status s =
+        baton::ServeEncoder(encoder->get(), absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_resolution),
+                            absl::GetFlag(FLAGS_cache_root).empty() ? "." : absl::GetFlag(FLAGS_cache_root));
     if (!s.ok()) std::fprintf(stderr, "encoder_worker: %s\n", s.ToString().c_str());
     return s.ok() ? 0 : 1;
   }

@@ -12,6 +12,7 @@
 #include <absl/strings/str_cat.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -30,7 +31,9 @@ struct ReceivedEnvelope {
 
 struct EnvelopeLimits {
   uint64_t max_tensor_bytes = uint64_t{4} << 30;  // per tensor
-  uint64_t max_total_bytes = uint64_t{16} << 30;  // whole envelope
+  uint64_t max_total_bytes = uint64_t{16} << 30;  // whole envelope (over it: RESOURCE_EXHAUSTED)
+  // Runs on the header before any tensor is read: a push the receiver would refuse costs no memory.
+  std::function<absl::Status(const v1::EnvelopeHeader&)> check_header;
 };
 
 // Where ReadEnvelope puts the tensors: ordinary or page-locked host memory (a CUDA stage uploads from pinned
@@ -64,7 +67,8 @@ absl::Status WriteEnvelope(Writer* writer, const v1::EnvelopeHeader& header,
 // Reads one whole envelope from `reader` (grpc::ServerReader<v1::Envelope> or anything with
 // `bool Read(v1::Envelope*)`) until the stream ends. InvalidArgument when the first message is not a
 // header, the kind is unspecified or unknown, step or micro-batch is negative, a later message is not a chunk, a chunk
-// is malformed (see TensorAssembler), a name repeats, the byte budget is exceeded, or the stream ends inside a tensor.
+// is malformed (see TensorAssembler), a name repeats, or the stream ends inside a tensor; RESOURCE_EXHAUSTED when the
+// byte budget is exceeded or memory runs out; whatever `limits.check_header` returns.
 // The header's job/step/micro-batch are the caller's to check against its own state.
 template <typename Reader>
 absl::StatusOr<ReceivedEnvelope> ReadEnvelope(Reader* reader, const EnvelopeLimits& limits = {},
@@ -85,6 +89,10 @@ absl::StatusOr<ReceivedEnvelope> ReadEnvelope(Reader* reader, const EnvelopeLimi
                                                    "' has step ", envelope.header.step(), " and micro-batch ",
                                                    envelope.header.micro_batch(), " (must be >= 0)"));
   }
+  if (limits.check_header) {
+    absl::Status accepted = limits.check_header(envelope.header);
+    if (!accepted.ok()) return accepted;
+  }
   const std::string what = absl::StrCat(v1::EnvelopeHeader::Kind_Name(envelope.header.kind()), " envelope for step ",
                                         envelope.header.step(), " micro-batch ", envelope.header.micro_batch());
   TensorAssembler assembler(limits.max_tensor_bytes, memory == HostMemory::kPinned);
@@ -93,11 +101,23 @@ absl::StatusOr<ReceivedEnvelope> ReadEnvelope(Reader* reader, const EnvelopeLimi
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": second header after ", assembler.tensors_completed(), " tensors"));
     }
+    // A tensor is allocated whole from its header: refuse one the budget cannot hold before it is allocated.
+    if (message.chunk().has_header() &&
+        message.chunk().header().total_bytes() > limits.max_total_bytes - assembler.bytes_received()) {
+      return absl::ResourceExhaustedError(absl::StrCat(what, ": tensor of ", message.chunk().header().total_bytes(),
+                                                       " bytes would take it over ", limits.max_total_bytes, " bytes"));
+    }
     // `message` is reused for every Read so its chunk buffer is allocated once per stream.
     absl::StatusOr<std::optional<NamedTensor>> done = assembler.Add(message.chunk());
-    if (!done.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", done.status().message()));
+    if (!done.ok()) {
+      // Out of memory stays RESOURCE_EXHAUSTED (retry later); everything else is the sender's fault.
+      const absl::StatusCode code = done.status().code() == absl::StatusCode::kResourceExhausted
+                                        ? absl::StatusCode::kResourceExhausted
+                                        : absl::StatusCode::kInvalidArgument;
+      return absl::Status(code, absl::StrCat(what, ": ", done.status().message()));
+    }
     if (assembler.bytes_received() > limits.max_total_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": more than ", limits.max_total_bytes, " bytes"));
+      return absl::ResourceExhaustedError(absl::StrCat(what, ": more than ", limits.max_total_bytes, " bytes"));
     }
     if (!done->has_value()) continue;
     NamedTensor& tensor = **done;

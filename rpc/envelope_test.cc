@@ -135,7 +135,8 @@ TEST(EnvelopeTest, EnforcesByteBudgets) {
   std::vector<v1::Envelope> m = Written({{"a", at::ones({8})}, {"b", at::ones({8})}}).messages;  // 32 B each
   EXPECT_TRUE(ReadStatus(m, {/*max_tensor_bytes=*/32, /*max_total_bytes=*/64}).ok());
   EXPECT_THAT(std::string(ReadStatus(m, {31, 64}).message()), HasSubstr("tensor 'a' is 32 bytes; the limit is 31"));
-  EXPECT_THAT(std::string(ReadStatus(m, {32, 63}).message()), HasSubstr("more than 63 bytes"));
+  EXPECT_THAT(std::string(ReadStatus(m, {32, 63}).message()), HasSubstr("would take it over 63 bytes"));
+  EXPECT_EQ(ReadStatus(m, {32, 63}).code(), absl::StatusCode::kResourceExhausted);
 }
 
 }  // namespace

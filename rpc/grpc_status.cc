@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "core/util/status.h"
+
 namespace baton {
 namespace {
 
@@ -25,7 +27,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (absl::optional<absl::Cord> payload = status.GetPayload(kErrorDetailsUrl)) {
     details = std::string(*payload);
   }
-  return grpc::Status(grpc_code, std::string(status.message()), details);
+  // The one exit to peers and users: no libtorch backtrace leaves a process, whatever wrapped it.
+  return grpc::Status(grpc_code, StripTorchBacktrace(std::string(status.message())), details);
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {

@@ -15,6 +15,15 @@ TEST(GrpcStatusTest, EveryCodeSurvivesTheRoundTrip) {
   }
 }
 
+TEST(GrpcStatusTest, NoLibtorchBacktraceLeavesTheProcess) {
+  const absl::Status s = absl::InvalidArgumentError(
+      "Push: tensor 'img': boom\nException raised from empty_cpu at aten/src/ATen/Empty.cpp:12 (most recent call "
+      "first):\nframe #0: c10::Error::Error()");
+  const grpc::Status wire = ToGrpcStatus(s);
+  EXPECT_EQ(wire.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(wire.error_message(), "Push: tensor 'img': boom");
+}
+
 TEST(GrpcStatusTest, KeepsMessageAndDetails) {
   absl::Status s = absl::InvalidArgumentError("tensor 'img': bad shape");
   s.SetPayload("type.googleapis.com/grpc.error_details", absl::Cord("\x08\x03"));

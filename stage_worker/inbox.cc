@@ -3,15 +3,35 @@
 #include <absl/strings/str_cat.h>
 
 #include <chrono>
+#include <cstdint>
 
 namespace baton {
 
-void Inbox::Put(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind, TensorMap tensors, int32_t chunk) {
+uint64_t BundleBytes(const TensorMap& tensors) {
+  uint64_t bytes = 0;
+  for (const auto& [name, t] : tensors) bytes += t.defined() ? static_cast<uint64_t>(t.nbytes()) : 0;
+  return bytes;
+}
+
+absl::Status Inbox::Put(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind, TensorMap tensors,
+                        int32_t chunk) {
+  const uint64_t bytes = BundleBytes(tensors);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    items_[Key{step, micro_batch, static_cast<int>(kind), chunk}] = std::move(tensors);
+    const Key key{step, micro_batch, static_cast<int>(kind), chunk};
+    auto it = items_.find(key);
+    const uint64_t replaced = it == items_.end() ? 0 : BundleBytes(it->second);
+    if (bytes_ - replaced + bytes > budget_) {
+      return absl::ResourceExhaustedError(absl::StrCat("inbox full: ", v1::EnvelopeHeader::Kind_Name(kind), " of step ",
+                                                       step, " (", bytes, " bytes) would exceed the ", budget_,
+                                                       "-byte inbox budget (", bytes_ - replaced,
+                                                       " bytes held; raise --inbox_bytes)"));
+    }
+    bytes_ = bytes_ - replaced + bytes;
+    items_[key] = std::move(tensors);
   }
   cv_.notify_all();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TensorMap> Inbox::Take(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind,
@@ -24,6 +44,7 @@ absl::StatusOr<TensorMap> Inbox::Take(int64_t step, int32_t micro_batch, v1::Env
     auto it = items_.find(key);
     if (it != items_.end()) {
       TensorMap out = std::move(it->second);
+      bytes_ -= BundleBytes(out);
       items_.erase(it);
       return out;
     }
@@ -43,16 +64,35 @@ absl::StatusOr<TensorMap> Inbox::Take(int64_t step, int32_t micro_batch, v1::Env
   }
 }
 
-void Inbox::DropBefore(int64_t step) {
+void Inbox::DropBefore(int64_t step) { DropOutside(step, INT64_MAX); }
+
+void Inbox::DropOutside(int64_t first, int64_t last) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = items_.begin(); it != items_.end();) {
-    it = std::get<0>(it->first) < step ? items_.erase(it) : std::next(it);
+    const int64_t step = std::get<0>(it->first);
+    if (step >= first && step <= last) {
+      ++it;
+      continue;
+    }
+    bytes_ -= BundleBytes(it->second);
+    it = items_.erase(it);
   }
 }
 
 void Inbox::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   items_.clear();
+  bytes_ = 0;
+}
+
+uint64_t Inbox::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+uint64_t Inbox::free_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_ >= budget_ ? 0 : budget_ - bytes_;
 }
 
 size_t Inbox::size() const {

@@ -1,7 +1,8 @@
 // The stage worker's inbox: envelopes pushed by the coordinator and neighbour stages wait here, keyed by
 // (step, micro-batch, kind, chunk) -- chunk: the receiver's model chunk (interleaved schedule; else 0) -- until the
 // step runner asks for them. Every wait is bounded by a deadline and can be cut short by cancellation, so a lost
-// neighbour is an error, never a hang.
+// neighbour is an error, never a hang. The stored bytes are bounded by a budget: a Put over it is refused
+// (RESOURCE_EXHAUSTED), so pushes nobody takes cannot exhaust the worker.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -24,8 +25,13 @@ using TensorMap = std::map<std::string, at::Tensor>;
 
 class Inbox {
  public:
-  // Stores a bundle; a second bundle for the same key replaces the first (a retried push).
-  void Put(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind, TensorMap tensors, int32_t chunk = 0);
+  static constexpr uint64_t kDefaultBudgetBytes = uint64_t{2} << 30;
+  explicit Inbox(uint64_t budget_bytes = kDefaultBudgetBytes) : budget_(budget_bytes) {}
+
+  // Stores a bundle; a second bundle for the same key replaces the first (a retried push). RESOURCE_EXHAUSTED
+  // (nothing stored) when the inbox would then hold more than its budget.
+  absl::Status Put(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::Kind kind, TensorMap tensors,
+                   int32_t chunk = 0);
 
   // Removes and returns the bundle for the key, waiting up to `timeout`. DeadlineExceeded names what was
   // awaited; Cancelled when `cancelled()` turns true while waiting.
@@ -35,14 +41,25 @@ class Inbox {
 
   // Drops every bundle of steps before `step` (leftovers of an aborted step).
   void DropBefore(int64_t step);
+  // Drops every bundle of steps outside [first, last] (a far-future push before the first step).
+  void DropOutside(int64_t first, int64_t last);
   void Clear();
   size_t size() const;
+  uint64_t bytes() const;
+  // Bytes a new bundle may still take (0 when full).
+  uint64_t free_bytes() const;
+  uint64_t budget() const { return budget_; }
 
  private:
   using Key = std::tuple<int64_t, int32_t, int, int32_t>;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, TensorMap> items_;
+  const uint64_t budget_;
+  uint64_t bytes_ = 0;  // payload bytes in items_
 };
+
+// Payload bytes of a bundle.
+uint64_t BundleBytes(const TensorMap& tensors);
 
 }  // namespace baton

@@ -17,6 +17,7 @@
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
+#include "stage_worker/configure_checks.h"
 
 namespace baton {
 namespace {
@@ -33,38 +34,25 @@ Flux2Activations MakeLeaves(const Flux2Activations& in, bool requires_grad) {
   return out;
 }
 
-// The chunks a request configures: its `chunks`, or the one range of its top-level fields.
-absl::StatusOr<std::vector<Flux2StageRange>> RequestedRanges(const v1::ConfigureRequest& req, const Flux2Config& c) {
-  std::vector<Flux2StageRange> ranges;
-  if (req.chunks().empty()) {
-    ranges.push_back({req.block_begin(), req.block_end(), req.has_embedders(), req.has_head()});
+// GRADIENT answers the activation this stage sent: the same names and exactly the same shapes.
+absl::Status CheckGradientShapes(const std::map<std::string, std::vector<int64_t>>& sent, const TensorMap& grads) {
+  if (grads.size() != sent.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GRADIENT has ", grads.size(), " tensors for the ", sent.size(), " this stage sent"));
   }
-  for (const v1::StageChunk& ch : req.chunks()) {
-    ranges.push_back({ch.block_begin(), ch.block_end(), ch.has_embedders(), ch.has_head()});
+  for (const auto& [gname, g] : grads) {
+    auto it = sent.find(gname);
+    if (it == sent.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("GRADIENT names '", gname, "', which this stage does not output"));
+    }
+    RETURN_IF_ERROR(CheckExactShape(absl::StrCat("GRADIENT '", gname, "'"), it->second, g));
   }
-  for (size_t k = 0; k < ranges.size(); ++k) {
-    const Flux2StageRange& r = ranges[k];
-    const std::string what = req.chunks().empty() ? "" : absl::StrCat(" of chunk ", k);
-    if (r.block_begin < 0 || r.block_begin >= r.block_end || r.block_end > c.num_blocks()) {
-      return absl::InvalidArgumentError(absl::StrCat("Configure: block range", what, " [", r.block_begin, ", ",
-                                                     r.block_end, ") is not inside the model's ", c.num_blocks(),
-                                                     " blocks"));
-    }
-    // Every chunk's output goes somewhere and every input gradient too (interleaved: the neighbours wrap).
-    if (!r.has_head && req.next_address().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("Configure: chunk ", k, " has no head but next_address is empty"));
-    }
-    if (!r.has_embedders && req.prev_address().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Configure: chunk ", k, " has no embedders but prev_address is empty"));
-    }
-  }
-  return ranges;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-StageRunner::StageRunner(StageRunnerOptions options) : options_(std::move(options)) {}
+StageRunner::StageRunner(StageRunnerOptions options) : options_(std::move(options)), inbox_(options_.inbox_bytes) {}
 StageRunner::~StageRunner() = default;
 
 std::string StageRunner::name() const {
@@ -88,13 +76,21 @@ bool StageRunner::SameModel(const v1::ConfigureRequest& req) const {
 }
 
 absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::ConfigureRequest& req) {
-  // Before the lock: a step of an older generation still running sees this and stops (RunStep), and envelopes of
+  // Everything is checked and the model opened first, before the generation moves or any lock is taken: an invalid
+  // request leaves the running job and its step as they were.
+  absl::StatusOr<PreparedStage> prepared = PrepareConfigure(req, options_.model_root, options_.device);
+  if (!prepared.ok()) return prepared.status();
+  // Then, before the lock: a step of an older generation still running sees this and stops (RunStep), and envelopes of
   // the aborted step are dropped from now on.
   for (uint64_t g = generation_.load();
        req.generation() > g && !generation_.compare_exchange_weak(g, req.generation());) {
   }
   std::lock_guard<std::mutex> lock(run_mu_);
   generation_ = req.generation();
+  {
+    std::lock_guard<std::mutex> expected_lock(expected_mu_);
+    expected_.reset();  // pushes wait for the new job
+  }
   next_.reset();
   prev_.reset();
   inbox_.Clear();
@@ -104,41 +100,28 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     rope_order_.clear();
   }
   if (configured_ && SameModel(req)) {  // a recovery: new neighbours, the same model
-    ASSIGN_OR_RETURN(WireDtype wire, ParseWireDtype(req.wire_dtype().empty() ? "none" : req.wire_dtype()));
     config_ = req;
-    ConnectPeers(wire);
+    ConnectPeers(prepared->wire);
+    PublishExpected(req.micro_batches());
     LogInfo(name(), ": reconfigured for generation ", req.generation(), " (model kept; next ", req.next_address(),
             ", prev ", req.prev_address(), ")");
     return Response();
   }
   configured_ = false;
-  if (req.job_id().empty()) return absl::InvalidArgumentError("Configure: job_id is empty");
-  if (req.num_stages() < 1 || req.stage_index() < 0 || req.stage_index() >= req.num_stages()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Configure: stage_index ", req.stage_index(), " of ", req.num_stages(), " stages"));
-  }
   if (req.threads() > 0) SetComputeThreads(req.threads());
-  ASSIGN_OR_RETURN(dtype_, ParseDtype(req.dtype().empty() ? "fp32" : req.dtype()));
-  ASSIGN_OR_RETURN(device_, ParseDevice(req.device().empty() ? options_.device : req.device()));
+  dtype_ = prepared->dtype;
+  device_ = prepared->device;
   if (device_.is_cuda()) NoteCudaDeviceInUse(device_.index());  // baton_device_memory_allocated_bytes
-  ASSIGN_OR_RETURN(WireDtype wire, ParseWireDtype(req.wire_dtype().empty() ? "none" : req.wire_dtype()));
+  const WireDtype wire = prepared->wire;
+  const WeightQuant quant = prepared->quant;
   transfer_ = std::make_unique<DeviceTransfer>(device_);
   pinned_host_ = transfer_->wants_pinned_host();
-  auto checkpoint = Flux2Checkpoint::Open(req.model_path(), req.model_config_path());
-  if (!checkpoint.ok()) return Annotate(checkpoint.status(), "Configure: opening the model on this worker");
-  checkpoint_ = std::move(*checkpoint);
-  ASSIGN_OR_RETURN(ranges_, RequestedRanges(req, checkpoint_->config()));
-  LoraSpec spec;
-  spec.rank = req.lora().rank();
-  spec.alpha = req.lora().alpha();
-  spec.targets.assign(req.lora().targets().begin(), req.lora().targets().end());
-  spec.dropout = req.lora().dropout();
-  spec.seed = req.seed();
-  ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(req.quantize().empty() ? "none" : req.quantize()));
+  checkpoint_ = std::move(prepared->checkpoint);
+  ranges_ = prepared->ranges;
   chunks_.clear();
   for (const Flux2StageRange& range : ranges_) {
     ASSIGN_OR_RETURN(Flux2Stage chunk,
-                     BuildFlux2Stage(*checkpoint_, range, dtype_, device_, &spec, /*train=*/true, quant));
+                     BuildFlux2Stage(*checkpoint_, range, dtype_, device_, &prepared->lora, /*train=*/true, quant));
     chunks_.push_back(std::move(chunk));
   }
   config_ = req;
@@ -147,6 +130,8 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   v1::ConfigureResponse response = Response();
   const uint64_t bytes = response.loaded_bytes();
   configured_ = true;
+  current_step_ = -1;
+  PublishExpected(req.micro_batches());
   std::string blocks;
   for (const Flux2StageRange& r : ranges_) {
     absl::StrAppend(&blocks, blocks.empty() ? "" : " + ", "[", r.block_begin, ", ", r.block_end, ")",
@@ -156,6 +141,42 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
           blocks, ", ", response.lora_param_names_size(), " LoRA tensors, ", bytes >> 20,
           " MiB of frozen weights (quantize ", WeightQuantName(quant), "), recompute ", req.recompute() ? "on" : "off");
   return response;
+}
+
+absl::StatusOr<ExpectedStageIO> StageRunner::Expected() const {
+  std::shared_ptr<const ExpectedStageIO> expected;
+  {
+    std::lock_guard<std::mutex> lock(expected_mu_);
+    expected = expected_;
+  }
+  if (!expected) return absl::FailedPreconditionError(absl::StrCat(name(), ": not configured for any job"));
+  ExpectedStageIO out = *expected;
+  out.current_step = current_step_.load();
+  return out;
+}
+
+void StageRunner::PublishExpected(int32_t micro_batches) {
+  auto e = std::make_shared<ExpectedStageIO>();
+  e->job_id = config_.job_id();
+  e->config_hash = config_.config_hash();
+  e->micro_batches = micro_batches;
+  e->num_chunks = static_cast<int32_t>(ranges_.size());
+  for (const Flux2StageRange& r : ranges_) {
+    e->takes_inputs |= r.has_embedders;
+    e->takes_target |= r.has_head;
+    e->takes_activation |= !r.has_embedders;
+    e->takes_gradient |= !r.has_head;
+  }
+  e->model = checkpoint_->config();
+  e->dtype = dtype_;
+  for (const auto& [pname, p] : AllLora()) e->lora_shapes[pname] = p.sizes().vec();
+  std::lock_guard<std::mutex> lock(expected_mu_);
+  expected_ = std::move(e);
+}
+
+absl::Status StageRunner::CheckPushHeader(const v1::EnvelopeHeader& header) const {
+  ASSIGN_OR_RETURN(ExpectedStageIO expected, Expected());
+  return CheckEnvelopeHeader(expected, header);
 }
 
 void StageRunner::ConnectPeers(WireDtype wire) {
@@ -193,6 +214,12 @@ absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
   // Leftovers of a step a recovery aborted (a neighbour's late push, the coordinator's early data): dropped.
   if (h.generation() < generation_.load()) return absl::OkStatus();
   {
+    // Nothing unchecked gets in: another job's data, stale or far-future steps, wrong shapes, NaN targets.
+    ASSIGN_OR_RETURN(ExpectedStageIO expected, Expected());
+    absl::Status accepted = CheckEnvelope(expected, envelope);
+    if (!accepted.ok()) return Annotate(accepted, name());
+  }
+  {
     std::lock_guard<std::mutex> rope_lock(rope_mu_);
     bytes_received_ += envelope.bytes;
   }
@@ -223,15 +250,14 @@ absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
     }
     return absl::OkStatus();
   }
-  if (h.chunk() < 0) return absl::InvalidArgumentError(absl::StrCat("envelope: chunk ", h.chunk(), " is negative"));
-  inbox_.Put(h.step(), h.micro_batch(), h.kind(), std::move(envelope.tensors), h.chunk());
-  return absl::OkStatus();
+  return Annotate(inbox_.Put(h.step(), h.micro_batch(), h.kind(), std::move(envelope.tensors), h.chunk()), name());
 }
 
 v1::EnvelopeHeader StageRunner::Header(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
                                        int32_t chunk) const {
   v1::EnvelopeHeader h;
   h.set_job_id(plan.job_id());
+  h.set_config_hash(plan.config_hash());
   h.set_step(plan.step());
   h.set_micro_batch(mb);
   h.set_kind(kind);
@@ -371,14 +397,22 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
   }
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("forward of step ", plan.step(), " micro-batch ", mb));
+  absl::Status shape = absl::OkStatus();
   absl::Status run = TorchCall("forward", [&] {
     Flux2Activations out = RunBlocks(chunk, state, plan, mb);
     if (range.has_head) {
+      // The target must match the prediction exactly: the loss would broadcast a wrong one silently.
+      shape = CheckExactShape(absl::StrCat("TARGET of step ", plan.step(), " micro-batch ", mb), out.output.sizes(),
+                              state.target);
+      if (!shape.ok()) return;
       at::Tensor loss = FlowMatchingLoss(out.output, state.target);
       summary.set_losses(mb, static_cast<float>(loss.item<double>()));
       if (!config_.recompute()) state.loss = loss;
     } else {
       if (!config_.recompute()) state.output = out;
+      for (const auto& [tname, t] : ActivationTensors(out)) {
+        if (t.is_floating_point()) state.sent[tname] = t.sizes().vec();
+      }
       // Queued: the peer sender's thread ships it while we compute the next action.
       SendAsync(*next_, Header(plan, mb, v1::EnvelopeHeader::ACTIVATION, NextChunk(chunk)), ActivationTensors(out));
     }
@@ -386,6 +420,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
   const double seconds = Since(t0);
   summary.set_forward_seconds(summary.forward_seconds() + seconds);
   metrics_.AddForwardSeconds(seconds);
+  if (run.ok()) run = shape;
   if (!run.ok()) return Annotate(run, absl::StrCat(name(), " micro-batch ", mb));
   step.live[{chunk, mb}] = std::move(state);
   metrics_.SetInFlight(step.live.size());
@@ -405,6 +440,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
   TensorMap grads;
   if (!range.has_head) {
     ASSIGN_OR_RETURN(grads, Await(plan, mb, v1::EnvelopeHeader::GRADIENT, cancelled, summary, chunk));
+    RETURN_IF_ERROR(Annotate(CheckGradientShapes(state.sent, grads), absl::StrCat(name(), " micro-batch ", mb)));
   }
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("backward of step ", plan.step(), " micro-batch ", mb));
@@ -510,11 +546,13 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, c
 
 absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan,
                                                         const std::function<bool()>& cancelled, const GradSink& sink) {
-  if (plan.job_id() != config_.job_id()) {
-    return absl::FailedPreconditionError(absl::StrCat(name(), ": step plan for job '", plan.job_id(),
-                                                      "' but this worker is configured for '", config_.job_id(), "'"));
+  {
+    ASSIGN_OR_RETURN(ExpectedStageIO expected, Expected());
+    RETURN_IF_ERROR(Annotate(CheckStepPlan(expected, plan), name()));
   }
-  if (plan.micro_batches() < 1) return absl::InvalidArgumentError("step plan: micro_batches must be ≥ 1");
+  // The window moves: pushes for this step and the next two are accepted from now on, older ones dropped.
+  current_step_ = plan.step();
+  inbox_.DropOutside(plan.step(), plan.step() + ExpectedStageIO::kStepWindow);
   v1::StepSummary summary;
   summary.set_step(plan.step());
   for (int i = 0; i < plan.micro_batches(); ++i) summary.add_losses(0.0f);
@@ -522,19 +560,10 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
   StepState step;
   metrics_.SetInFlight(0);  // a failed step may have left some
   for (const v1::Action& action : plan.actions()) {
-    if (action.micro_batch() < 0 || action.micro_batch() >= plan.micro_batches()) {
-      return absl::InvalidArgumentError(absl::StrCat("step plan: micro-batch ", action.micro_batch(), " out of range"));
-    }
-    if (action.chunk() < 0 || action.chunk() >= static_cast<int32_t>(chunks_.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step plan: chunk ", action.chunk(), " out of range [0, ", chunks_.size(), ") on ", name()));
-    }
     if (action.type() == v1::Action::FORWARD) {
       RETURN_IF_ERROR(Forward(plan, action.chunk(), action.micro_batch(), cancelled, step, summary));
-    } else if (action.type() == v1::Action::BACKWARD) {
+    } else {  // CheckStepPlan admits only FORWARD and BACKWARD
       RETURN_IF_ERROR(Backward(plan, action.chunk(), action.micro_batch(), cancelled, step, summary));
-    } else {
-      return absl::InvalidArgumentError("step plan: action without a type");
     }
   }
   if (!step.live.empty()) return absl::InvalidArgumentError("step plan: some forwards had no backward");
@@ -566,9 +595,13 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
   return summary;
 }
 
-absl::StatusOr<TensorMap> StageRunner::CurrentLora() {
+absl::StatusOr<TensorMap> StageRunner::CurrentLora(const std::string& job_id, const std::string& config_hash) {
   std::lock_guard<std::mutex> lock(run_mu_);
   if (!configured_) return absl::FailedPreconditionError(absl::StrCat(name(), ": not configured"));
+  {
+    ASSIGN_OR_RETURN(ExpectedStageIO expected, Expected());
+    RETURN_IF_ERROR(Annotate(CheckJob(expected, job_id, config_hash, "GetLora"), name()));
+  }
   return CloneToCpuFloat(AllLora());
 }
 

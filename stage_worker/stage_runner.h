@@ -32,6 +32,7 @@
 #include "rpc/envelope.h"
 #include "stage_worker/inbox.h"
 #include "stage_worker/peer_sender.h"
+#include "stage_worker/request_checks.h"
 #include "stage_worker/stage_metrics.h"
 #include "stage_worker/step_progress.h"
 
@@ -43,6 +44,8 @@ struct StageRunnerOptions {
   absl::Duration wait_timeout = absl::Seconds(300);      // any single wait for data from a peer
   size_t rope_cache_entries = kRopeCacheEntries;         // FIFO; the coordinator mirrors it
   absl::Duration heartbeat_interval = absl::Seconds(1);  // RunStep's progress heartbeats
+  uint64_t inbox_bytes = Inbox::kDefaultBudgetBytes;     // pushed bytes waiting to be used (--inbox_bytes)
+  std::string model_root;                                // models are read only from inside it ("" = working dir)
 };
 
 class StageRunner {
@@ -50,8 +53,17 @@ class StageRunner {
   explicit StageRunner(StageRunnerOptions options);
   ~StageRunner();
 
+  // Checks the whole request (configure_checks.h) before it lets go of the running job: an invalid Configure
+  // leaves the worker serving the job it had.
   absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request);
-  // Routes an envelope from a Push: ROPE into the RoPE cache, everything else into the inbox.
+  // Whether a Push with this header may be read at all (request_checks.h): the configured job, the step
+  // window, the kind and ranges. Run before the tensors are received.
+  absl::Status CheckPushHeader(const v1::EnvelopeHeader& header) const;
+  // Bytes a Push may still bring (the inbox's free budget).
+  uint64_t push_budget_bytes() const { return inbox_.free_bytes(); }
+  uint64_t inbox_budget_bytes() const { return inbox_.budget(); }
+  // Checks an envelope from a Push (CheckEnvelope) and routes it: ROPE into the RoPE cache, everything else into
+  // the inbox (RESOURCE_EXHAUSTED over its budget).
   absl::Status Deliver(ReceivedEnvelope envelope);
   // Whether incoming tensors should be assembled in pinned host memory (the stage computes on CUDA).
   bool wants_pinned_host() const { return pinned_host_.load(); }
@@ -65,8 +77,8 @@ class StageRunner {
   absl::StatusOr<v1::StepSummary> RunStep(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
                                           const GradSink& sink, const Heartbeat& heartbeat = nullptr);
 
-  // Current adapter weights (fp32, CPU), PEFT names.
-  absl::StatusOr<TensorMap> CurrentLora();
+  // Current adapter weights (fp32, CPU), PEFT names; only to the configured job.
+  absl::StatusOr<TensorMap> CurrentLora(const std::string& job_id, const std::string& config_hash);
   std::string name() const;
   // This worker's metrics (bound to its job and stage at Configure); the RPC front end counts links with it.
   StageInstruments& metrics() { return metrics_; }
@@ -77,10 +89,11 @@ class StageRunner {
   struct MicroBatchState {
     Flux2Activations input;  // leaves; require grad on stages after the first
     Flux2Constants constants;
-    std::vector<Flux2Activations> checkpoints;  // with recompute: every block's input (the first is `input`)
-    Flux2Activations output;                    // kept only without recompute
-    at::Tensor target;                          // last stage
-    at::Tensor loss;                            // last stage, without recompute
+    std::vector<Flux2Activations> checkpoints;         // with recompute: every block's input (the first is `input`)
+    Flux2Activations output;                           // kept only without recompute
+    at::Tensor target;                                 // last stage
+    at::Tensor loss;                                   // last stage, without recompute
+    std::map<std::string, std::vector<int64_t>> sent;  // shapes of the floating outputs sent (GRADIENT must match)
   };
   // One RunStep's working state.
   struct StepState {
@@ -143,6 +156,15 @@ class StageRunner {
   at::Device device_{at::kCPU};
   std::unique_ptr<DeviceTransfer> transfer_;  // host → device uploads (side stream + pinned memory on CUDA)
   std::atomic<bool> pinned_host_{false};      // read by Push handlers without run_mu_
+  // What pushes and plans must match (null while unconfigured), and the step last run or running.
+  mutable std::mutex expected_mu_;
+  std::shared_ptr<const ExpectedStageIO> expected_;
+  std::atomic<int64_t> current_step_{-1};
+  // A snapshot of expected_ with the current step; FAILED_PRECONDITION while unconfigured.
+  absl::StatusOr<ExpectedStageIO> Expected() const;
+  // The senders to the neighbour stages the request names.
+  // Builds expected_ from the configured job.
+  void PublishExpected(int32_t micro_batches);
   std::unique_ptr<PeerSender> next_, prev_;
 
   std::mutex rope_mu_;

@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <mutex>
@@ -37,8 +38,24 @@ grpc::Status StageServiceImpl::Configure(grpc::ServerContext*, const v1::Configu
 
 grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck* ack) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto envelope = ReadEnvelope(reader, {}, runner_->wants_pinned_host() ? HostMemory::kPinned : HostMemory::kPageable);
-  if (!envelope.ok()) return ToGrpcStatus(envelope.status());
+  // The header is checked before a byte of tensor data is read, and the envelope may bring at most what the
+  // inbox can still hold: a foreign, stale or oversized push costs neither memory nor the running job.
+  EnvelopeLimits limits;
+  limits.max_total_bytes = runner_->push_budget_bytes();
+  limits.max_tensor_bytes = std::min(limits.max_tensor_bytes, limits.max_total_bytes);
+  limits.check_header = [this](const v1::EnvelopeHeader& h) { return runner_->CheckPushHeader(h); };
+  auto envelope =
+      ReadEnvelope(reader, limits, runner_->wants_pinned_host() ? HostMemory::kPinned : HostMemory::kPageable);
+  if (!envelope.ok()) {
+    absl::Status refused = envelope.status();
+    if (refused.code() == absl::StatusCode::kResourceExhausted) {
+      refused = absl::ResourceExhaustedError(absl::StrCat(refused.message(), " (the inbox holds at most --inbox_bytes ",
+                                                          runner_->inbox_budget_bytes(), "; ", limits.max_total_bytes,
+                                                          " were free)"));
+    }
+    LogWarning("refused a push: ", refused.ToString());
+    return ToGrpcStatus(refused);
+  }
   runner_->metrics()
       .Link(StageInstruments::PeerLabel(envelope->header.sender()))
       .Received(envelope->bytes, SecondsSince(t0));
@@ -79,9 +96,9 @@ grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepP
   return grpc::Status::OK;
 }
 
-grpc::Status StageServiceImpl::GetLora(grpc::ServerContext*, const v1::GetLoraRequest*,
+grpc::Status StageServiceImpl::GetLora(grpc::ServerContext*, const v1::GetLoraRequest* req,
                                        grpc::ServerWriter<v1::TensorChunk>* writer) {
-  auto lora = runner_->CurrentLora();
+  auto lora = runner_->CurrentLora(req->job_id(), req->config_hash());
   if (!lora.ok()) return ToGrpcStatus(lora.status());
   for (const auto& [name, t] : *lora) {
     absl::Status s = AppendTensorChunks(name, t, kMaxChunkBytes, [&](v1::TensorChunk&& c) { return writer->Write(c); });

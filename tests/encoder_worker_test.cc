@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -95,7 +96,7 @@ TEST_F(EncoderWorkerTest, BatchModeEncodesReportsBadFilesAndSkipsOnRerun) {
 TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), 64);
+  EncoderServiceImpl service(encoder->get(), 64, *root_);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -125,10 +126,76 @@ TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {
   server->Shutdown();
 }
 
+// Encode `dataset` into `cache` through `stub`: the final status and report.
+std::pair<grpc::Status, v1::EncodeProgress> Encode(v1::EncoderService::Stub& stub, const std::string& dataset,
+                                                   const std::string& cache) {
+  v1::EncodeDatasetRequest req;
+  req.set_dataset_dir(dataset);
+  req.set_cache_dir(cache);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(absl::Seconds(60)));
+  auto reader = stub.EncodeDataset(&ctx, req);
+  v1::EncodeProgress msg, last;
+  while (reader->Read(&msg)) last = msg;
+  return {reader->Finish(), last};
+}
+
+// Issue 10: the service writes only inside its --cache_root and deletes only records its own index lists.
+TEST_F(EncoderWorkerTest, ServiceWritesOnlyInsideItsCacheRootAndKeepsForeignFiles) {
+  auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  const std::string allowed = JoinPath(*root_, "allowed");
+  const std::string elsewhere = JoinPath(*root_, "elsewhere");
+  ASSERT_TRUE(MakeDirs(allowed).ok());
+  ASSERT_TRUE(MakeDirs(elsewhere).ok());
+  EncoderServiceImpl service(encoder->get(), 64, allowed);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_TRUE(server && port > 0);
+  auto stub =
+      v1::EncoderService::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  const std::string data = MakeDataset("rooted");
+
+  // Outside the root, directly or through a symlink (also one planted as <cache>/records): refused, nothing made.
+  auto [outside, r1] = Encode(*stub, data, JoinPath(elsewhere, "cache"));
+  EXPECT_EQ(outside.error_code(), grpc::StatusCode::PERMISSION_DENIED) << outside.error_message();
+  EXPECT_NE(outside.error_message().find("is outside the allowed root"), std::string::npos) << outside.error_message();
+  EXPECT_FALSE(PathExists(JoinPath(elsewhere, "cache")));
+  ASSERT_EQ(::symlink(elsewhere.c_str(), JoinPath(allowed, "link").c_str()), 0);
+  EXPECT_EQ(Encode(*stub, data, JoinPath(allowed, "link/cache")).first.error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(MakeDirs(JoinPath(allowed, "planted")).ok());
+  ASSERT_EQ(::symlink(elsewhere.c_str(), JoinPath(allowed, "planted/records").c_str()), 0);
+  EXPECT_EQ(Encode(*stub, data, JoinPath(allowed, "planted")).first.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // A cache folder that already holds other files: they survive every build, our own stale record does not.
+  const std::string cache = JoinPath(allowed, "mixed");
+  ASSERT_TRUE(MakeDirs(JoinPath(cache, "records")).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(cache, "records/notes.txt"), "mine").ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(cache, "records/other.safetensors"), "not a record").ok());
+  auto [first, report] = Encode(*stub, data, cache);
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  EXPECT_EQ(report.encoded(), 2);
+  ASSERT_TRUE(RemoveAll(JoinPath(data, "two.png")).ok());
+  auto [second, report2] = Encode(*stub, data, cache);
+  ASSERT_TRUE(second.ok()) << second.error_message();
+  EXPECT_EQ(report2.kept(), 1);
+  EXPECT_FALSE(PathExists(JoinPath(cache, "records/two.png.safetensors")));  // ours, and stale: gone
+  EXPECT_TRUE(PathExists(JoinPath(cache, "records/notes.txt")));
+  EXPECT_TRUE(PathExists(JoinPath(cache, "records/other.safetensors")));
+  auto reader = CacheReader::Open(cache);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->size(), 1u);
+  server->Shutdown();
+}
+
 TEST_F(EncoderWorkerTest, CoordinatorEncodesOnDemandThenTrains) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), 64);
+  EncoderServiceImpl service(encoder->get(), 64, *root_);
   // Mutual TLS as in production: the coordinator's identity (its ephemeral CA's) serves here as the worker's too.
   ASSERT_TRUE(LocalWorkerSecurityArgs().ok());
   grpc::ServerBuilder builder;

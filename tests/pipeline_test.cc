@@ -12,10 +12,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
 
+#include "baton/v1/stage.grpc.pb.h"
 #include "coordinator/local_tls.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
@@ -27,6 +29,9 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/train/local_trainer.h"
 #include "core/util/files.h"
+#include "rpc/envelope.h"
+#include "rpc/grpc_options.h"
+#include "rpc/tls.h"
 
 namespace baton {
 namespace {
@@ -311,6 +316,7 @@ TEST_F(PipelineTest, StageThatWasNeverStartedIsNamed) {
   LocalWorkerOptions lopts;
   lopts.binary = JoinPath(BinDir(), "stage_worker");
   lopts.extra_args = *LocalWorkerSecurityArgs();  // mutual TLS with the coordinator's ephemeral CA
+  lopts.extra_args.push_back("--model_root=" + *dir_);
   auto workers = LocalWorkers::Start(1, lopts);
   ASSERT_TRUE(workers.ok()) << workers.status();
   CoordinatorOptions o = Options(2, "absent");
@@ -328,6 +334,7 @@ TEST_F(PipelineTest, KilledStageIsNamedWithinTheDeadline) {
   lopts.binary = JoinPath(BinDir(), "stage_worker");
   lopts.extra_args = *LocalWorkerSecurityArgs();  // mutual TLS with the coordinator's ephemeral CA
   lopts.extra_args.push_back("--wait_timeout_s=20");
+  lopts.extra_args.push_back("--model_root=" + *dir_);
   auto workers = LocalWorkers::Start(2, lopts);
   ASSERT_TRUE(workers.ok()) << workers.status();
   JobConfig job = Job("1f1b", true);
@@ -354,6 +361,73 @@ TEST_F(PipelineTest, KilledStageIsNamedWithinTheDeadline) {
   const std::string address = (*workers)->addresses()[1];
   EXPECT_NE(result.status().message().find("stage 1 (" + address + ")"), std::string::npos) << result.status();
   EXPECT_LT(took, std::chrono::seconds(40)) << "the failure must surface within the deadline, not hang";
+}
+
+// Issue 10: while a 2-stage job runs, a peer with a valid certificate (mutual TLS keeps everyone else out:
+// SecurityTest) sends a bogus Configure, a NaN target under another job id and asks for the adapter. Each is refused,
+// and the job finishes with the LoRA of an undisturbed run, bit for bit.
+TEST_F(PipelineTest, StrangersCannotDisturbARunningJob) {
+  JobConfig job = Job("1f1b", true);
+  job.steps = 4;
+  auto run = [&](const std::string& out, bool disturb) -> std::vector<grpc::StatusCode> {
+    LocalWorkerOptions lopts;
+    lopts.binary = JoinPath(BinDir(), "stage_worker");
+    lopts.extra_args = *LocalWorkerSecurityArgs();  // mutual TLS with the coordinator's ephemeral CA
+    lopts.extra_args.push_back("--model_root=" + *dir_);
+    auto workers = LocalWorkers::Start(2, lopts);
+    EXPECT_TRUE(workers.ok()) << workers.status();
+    CoordinatorOptions o = Options(2, out);
+    o.workers = (*workers)->addresses();
+    std::vector<grpc::StatusCode> codes;
+    std::thread stranger([&] {
+      const std::string log_path = JoinPath(o.output_dir, "train_log.jsonl");
+      for (int i = 0; disturb && i < 600; ++i) {
+        auto log = ReadFile(log_path);
+        if (log.ok() && std::count(log->begin(), log->end(), '\n') >= 1) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (!disturb) return;
+      auto stub = v1::StageService::NewStub(MakeChannel((*workers)->addresses()[1], ProcessChannelCredentials()));
+      v1::ConfigureRequest bogus;
+      bogus.set_job_id("stranger");
+      bogus.set_num_stages(1);
+      bogus.set_micro_batches(1);
+      bogus.mutable_lora()->set_rank(4);
+      bogus.mutable_lora()->set_alpha(4);
+      bogus.set_model_path("/dev/zero");  // valid but for the path: refused by --model_root
+      grpc::ClientContext c1;
+      v1::ConfigureResponse resp;
+      codes.push_back(stub->Configure(&c1, bogus, &resp).error_code());
+      grpc::ClientContext c2;
+      v1::PushAck ack;
+      auto writer = stub->Push(&c2, &ack);
+      v1::EnvelopeHeader h;
+      h.set_job_id("stranger");
+      h.set_step(3);
+      h.set_kind(v1::EnvelopeHeader::TARGET);
+      (void)WriteEnvelope(writer.get(), h, {{"target", at::full({1, 4, 4}, NAN)}});
+      writer->WritesDone();
+      codes.push_back(writer->Finish().error_code());
+      grpc::ClientContext c3;
+      v1::GetLoraRequest get;
+      get.set_job_id("stranger");
+      auto reader = stub->GetLora(&c3, get);
+      v1::TensorChunk chunk;
+      while (reader->Read(&chunk)) {
+      }
+      codes.push_back(reader->Finish().error_code());
+    });
+    auto result = RunCoordinator(job, o);
+    stranger.join();
+    EXPECT_TRUE(result.ok()) << result.status();
+    return codes;
+  };
+  run("undisturbed", false);
+  std::vector<grpc::StatusCode> codes = run("disturbed", true);
+  EXPECT_EQ(codes,
+            (std::vector<grpc::StatusCode>{grpc::StatusCode::PERMISSION_DENIED, grpc::StatusCode::FAILED_PRECONDITION,
+                                           grpc::StatusCode::FAILED_PRECONDITION}));
+  ExpectSameLora("undisturbed", "disturbed");
 }
 
 }  // namespace

@@ -82,8 +82,11 @@ absl::StatusOr<Flux2Config> ParseFlux2Config(const std::string& json_text) {
   return c;
 }
 
+// A FLUX.2 config.json is under 1 KiB; 1 MiB bounds what a bogus path (/dev/zero, a weights file) can cost.
+constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
+
 absl::StatusOr<Flux2Config> LoadFlux2Config(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxConfigBytes));
   auto config = ParseFlux2Config(text);
   if (!config.ok()) return Annotate(config.status(), path);
   return config;

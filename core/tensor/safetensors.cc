@@ -414,7 +414,7 @@ absl::Status WriteShardedSafetensors(const std::string& dir, const std::string& 
 absl::StatusOr<std::map<std::string, std::string>> ReadSafetensorsIndex(const std::string& dir,
                                                                         const std::string& stem) {
   const std::string index_path = JoinPath(dir, stem + ".safetensors.index.json");
-  ASSIGN_OR_RETURN(std::string text, ReadFile(index_path));
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(index_path, uint64_t{64} << 20));
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(index_path, ": not a JSON object with a weight_map"));

@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "core/util/status.h"
 
 namespace baton {
 namespace {
@@ -27,6 +30,110 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   ss << in.rdbuf();
   if (in.bad()) return ErrnoError("cannot read", path);
   return ss.str();
+}
+
+absl::StatusOr<std::string> ReadFileBounded(const std::string& path, uint64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int err = errno;
+    std::string msg = absl::StrCat("cannot open ", path, ": ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(msg) : absl::PermissionDeniedError(msg);
+  }
+  struct stat st;
+  std::string out;
+  absl::Status status;
+  if (::fstat(fd, &st) != 0) {
+    status = ErrnoError("cannot stat", path);
+  } else if (!S_ISREG(st.st_mode)) {
+    status = absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat(path, " is ", st.st_size, " bytes; the limit for this file is ", max_bytes));
+  } else {
+    out.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < out.size()) {
+      ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    out.resize(got);  // a file that shrank while read is simply shorter
+  }
+  ::close(fd);
+  if (!status.ok()) return status;
+  return out;
+}
+
+absl::StatusOr<std::string> RealPath(const std::string& path) {
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (resolved == nullptr) {
+    const int err = errno;
+    std::string msg = absl::StrCat("cannot resolve ", path, ": ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(msg) : absl::InvalidArgumentError(msg);
+  }
+  std::string out(resolved);
+  std::free(resolved);
+  return out;
+}
+
+bool PathIsInside(const std::string& root, const std::string& path) {
+  if (root == "/") return true;
+  return path == root ||
+         (path.size() > root.size() && path.compare(0, root.size(), root) == 0 && path[root.size()] == '/');
+}
+
+absl::StatusOr<std::string> ResolveForWriteInsideRoot(const std::string& root, const std::string& path,
+                                                      absl::string_view what) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec).lexically_normal();
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(what, " ", path, ": ", ec.message()));
+  std::filesystem::path rest;
+  while (!std::filesystem::exists(std::filesystem::symlink_status(p, ec)) && p.has_relative_path()) {
+    rest = rest.empty() ? p.filename() : p.filename() / rest;
+    p = p.parent_path();
+  }
+  auto existing = ResolveInsideRoot(root, p.string(), what);
+  if (!existing.ok() && existing.status().code() == absl::StatusCode::kPermissionDenied) {
+    // Name the path asked for, not the ancestor that decided it.
+    auto real_root = RealPath(root.empty() ? "." : root);
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, " ", path, " is outside the allowed root ", real_root.ok() ? *real_root : root));
+  }
+  if (!existing.ok()) return existing.status();
+  return rest.empty() ? *existing : JoinPath(*existing, rest.string());
+}
+
+absl::StatusOr<std::string> CommonRoot(const std::vector<std::string>& paths) {
+  std::string common;
+  bool first = true;
+  for (const std::string& p : paths) {
+    if (p.empty()) continue;
+    ASSIGN_OR_RETURN(std::string real, RealPath(p));
+    if (!IsDirectory(real)) real = DirName(real);
+    if (first) {
+      common = real;
+      first = false;
+    }
+    while (!PathIsInside(common, real)) common = DirName(common);
+  }
+  if (first) return absl::InvalidArgumentError("CommonRoot: no paths");
+  return common;
+}
+
+absl::StatusOr<std::string> ResolveInsideRoot(const std::string& root, const std::string& path,
+                                              absl::string_view what) {
+  auto real_root = RealPath(root.empty() ? "." : root);
+  if (!real_root.ok()) return Annotate(real_root.status(), "the allowed root");
+  auto real = RealPath(path);
+  if (!real.ok()) return Annotate(real.status(), what);
+  if (!PathIsInside(*real_root, *real)) {
+    const std::string resolved = *real == path ? "" : absl::StrCat(" (resolves to ", *real, ")");
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, " ", path, resolved, " is outside the allowed root ", *real_root));
+  }
+  return real;
 }
 
 absl::Status FsyncPath(const std::string& path) {

@@ -8,6 +8,7 @@
 #include <absl/strings/str_cat.h>
 
 #include <exception>
+#include <string>
 #include <utility>
 
 #define BATON_CONCAT_INNER_(a, b) a##b
@@ -28,19 +29,27 @@
 
 namespace baton {
 
-// Runs fn(); a thrown exception (c10::Error from libtorch, std::exception otherwise) becomes an
-// INTERNAL status prefixed with `context`.
+// The message of a libtorch error without the C++ backtrace c10::Error appends ("Exception raised from ...",
+// frame lists): statuses travel to users and peers, stack frames help neither.
+std::string StripTorchBacktrace(std::string what);
+// A libtorch message about a failed allocation (CPU allocator, CUDA caching allocator).
+bool IsOutOfMemoryMessage(const std::string& what);
+// `text` up to its first newline, at most 300 characters.
+std::string FirstLine(const std::string& text);
+
+// The status for the exception being handled (call only inside a catch block): out of memory
+// (c10::OutOfMemoryError, std::bad_alloc, libtorch's CPU allocator failing) is RESOURCE_EXHAUSTED with one short
+// line, anything else INTERNAL; `context` prefixes the message, which never carries a libtorch backtrace.
+absl::Status StatusFromCurrentException(const char* context);
+
+// Runs fn(); a thrown exception becomes StatusFromCurrentException(context).
 template <typename Fn>
 absl::Status TorchCall(const char* context, Fn&& fn) {
   try {
     fn();
     return absl::OkStatus();
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    // c10::Error messages carry a long backtrace after the first line; keep the message only.
-    auto pos = what.find("\nException raised from");
-    if (pos != std::string::npos) what.resize(pos);
-    return absl::InternalError(absl::StrCat(context, ": ", what));
+  } catch (...) {
+    return StatusFromCurrentException(context);
   }
 }
 

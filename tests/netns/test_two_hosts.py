@@ -90,10 +90,10 @@ def make_certs(work):
     return certs
 
 
-def start_worker(ns, address, log, certs):
-    """stage_worker inside namespace `ns`; returns once it printed LISTENING."""
+def start_worker(ns, address, log, certs, model_root):
+    """stage_worker inside namespace `ns`, reading models under `model_root`; returns once it printed LISTENING."""
     proc = subprocess.Popen(["ip", "netns", "exec", ns, os.path.join(BIN_DIR, "stage_worker"), "--listen", address,
-                             "--tls_dir", os.path.join(certs, address.split(":")[0]), "--threads", "1", "--metrics", f"{address.split(':')[0]}:{METRICS_PORT}"], stdout=subprocess.PIPE, stderr=log, text=True,
+                             "--tls_dir", os.path.join(certs, address.split(":")[0]), "--model_root", model_root, "--threads", "1", "--metrics", f"{address.split(':')[0]}:{METRICS_PORT}"], stdout=subprocess.PIPE, stderr=log, text=True,
                             preexec_fn=die_with_parent)
     line = proc.stdout.readline()
     if line.startswith("metrics:"):  # printed before LISTENING
@@ -179,7 +179,7 @@ def run_in_namespaces(tag, work, job):
     logs = [open(os.path.join(work, f"stage{i}.log"), "w") for i in range(2)]
     addresses = [f"{HOSTS[f's{i}']}:{PORT}" for i in range(2)]
     certs = make_certs(work)
-    workers = [start_worker(f"{tag}-s{i}", addresses[i], logs[i], certs) for i in range(2)]
+    workers = [start_worker(f"{tag}-s{i}", addresses[i], logs[i], certs, work) for i in range(2)]
     try:
         for address in addresses:  # the coordinator's host sees each worker SERVING across the switch
             run(["ip", "netns", "exec", f"{tag}-c", os.path.join(BIN_DIR, "baton"), "health", address, "--service",

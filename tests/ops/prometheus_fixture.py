@@ -247,7 +247,7 @@ class LiveJob:
         self.encoder_metrics = f"127.0.0.1:{free_port()}"
         self._spawn("encoder_worker", [
             os.path.join(BIN, "encoder_worker"), "--model", self.pipeline, "--listen", self.encoder_address,
-            "--tls_dir", self._certs(), "--metrics", self.encoder_metrics, "--max_sequence_length", "128", "--threads", "1"])
+            "--tls_dir", self._certs(), "--metrics", self.encoder_metrics, "--cache_root", self.tmp, "--max_sequence_length", "128", "--threads", "1"])
         write_atomic(os.path.join(self.targets_dir, "encoder.json"), json.dumps(
             [{"targets": [self.encoder_metrics], "labels": {"baton_process": "encoder_worker"}}]))
 

@@ -1,0 +1,144 @@
+// The pure request checks (request_checks.h): every refusal with its code, and what passes.
+#include "stage_worker/request_checks.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/pipeline/stage_io.h"
+#include "core/testing/tiny_flux2.h"
+
+namespace baton {
+namespace {
+
+using Kind = v1::EnvelopeHeader;
+
+class RequestChecksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    e_.job_id = "job";
+    e_.config_hash = "hash";
+    e_.micro_batches = 2;
+    e_.num_chunks = 1;
+    e_.takes_target = true;
+    e_.takes_activation = true;
+    e_.model = test_util::TinyFlux2Config();
+    e_.lora_shapes = {{"a.lora_A.weight", {2, 16}}};
+    e_.current_step = 5;
+  }
+  v1::EnvelopeHeader Header(Kind::Kind kind, int64_t step = 5, int mb = 0) const {
+    v1::EnvelopeHeader h;
+    h.set_job_id("job");
+    h.set_config_hash("hash");
+    h.set_kind(kind);
+    h.set_step(step);
+    h.set_micro_batch(mb);
+    return h;
+  }
+  absl::StatusCode Code(const v1::EnvelopeHeader& h, TensorMap t) const {
+    ReceivedEnvelope envelope;
+    envelope.header = h;
+    envelope.tensors = std::move(t);
+    return CheckEnvelope(e_, envelope).code();
+  }
+  TensorMap Target(int64_t width) const { return {{"target", at::zeros({1, 6, width})}}; }
+  ExpectedStageIO e_;
+};
+
+TEST_F(RequestChecksTest, JobAndConfigHashMustMatch) {
+  const int64_t w = e_.model.out_dim();
+  EXPECT_EQ(Code(Header(Kind::TARGET), Target(w)), absl::StatusCode::kOk);
+  v1::EnvelopeHeader h = Header(Kind::TARGET);
+  h.set_job_id("other");
+  absl::Status s = CheckEnvelopeHeader(e_, h);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("job 'other' (config hash 'hash') but this worker runs job 'job'"), std::string::npos)
+      << s;
+  h = Header(Kind::TARGET);
+  h.set_config_hash("");
+  EXPECT_EQ(CheckEnvelopeHeader(e_, h).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(RequestChecksTest, StepWindowMicroBatchAndChunkRanges) {
+  const TensorMap t = Target(e_.model.out_dim());
+  EXPECT_EQ(Code(Header(Kind::TARGET, 4), t), absl::StatusCode::kOutOfRange);  // stale
+  for (int64_t step : {5, 6, 7}) EXPECT_EQ(Code(Header(Kind::TARGET, step), t), absl::StatusCode::kOk) << step;
+  EXPECT_EQ(Code(Header(Kind::TARGET, 8), t), absl::StatusCode::kOutOfRange);  // too far ahead
+  e_.current_step = -1;                                                        // before the first step
+  EXPECT_EQ(Code(Header(Kind::TARGET, 1000), t), absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Header(Kind::TARGET, -1), t), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Code(Header(Kind::TARGET, 0, 2), t), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Code(Header(Kind::TARGET, 0, -1), t), absl::StatusCode::kOutOfRange);
+  v1::EnvelopeHeader h = Header(Kind::TARGET, 0);
+  h.set_chunk(1);
+  EXPECT_EQ(Code(h, t), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Code(Header(Kind::INPUTS, 0), {}), absl::StatusCode::kInvalidArgument);  // not the first stage
+  EXPECT_EQ(Code(Header(static_cast<Kind::Kind>(99), 0), {}), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RequestChecksTest, TargetsMustBeFiniteAndShaped) {
+  const int64_t w = e_.model.out_dim();
+  EXPECT_EQ(Code(Header(Kind::TARGET), Target(w + 1)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::TARGET), {{"target", at::zeros({6, w})}}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::TARGET), {{"target", at::zeros({1, 6, w}, at::kLong)}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::TARGET), {{"target", at::zeros({1, 6, w})}, {"extra", at::zeros({1})}}),
+            absl::StatusCode::kInvalidArgument);
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    TensorMap t = Target(w);
+    t["target"][0][3][0] = bad;
+    EXPECT_EQ(Code(Header(Kind::TARGET), t), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST_F(RequestChecksTest, GradientsActivationsAndWeights) {
+  const int64_t d = e_.model.inner_dim();
+  e_.takes_gradient = true;
+  EXPECT_EQ(Code(Header(Kind::GRADIENT), {{"img", at::zeros({1, 6, d})}, {"txt", at::zeros({1, 4, d})}}),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Header(Kind::GRADIENT), {{"joint", at::zeros({1, 10, d})}}), absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Header(Kind::GRADIENT), {{"img", at::zeros({1, 6, d})}}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::GRADIENT), {{"joint", at::zeros({1, 10, d + 1})}}), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::ACTIVATION), {{"img", at::zeros({1, 6, d})}, {"txt", at::zeros({1, 4, d})}}),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Header(Kind::ACTIVATION), {{"img", at::zeros({1, 6, d}, at::kDouble)}, {"txt", at::zeros({1, 4, d})}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::LORA_WEIGHTS), {{"a.lora_A.weight", at::zeros({2, 16})}}), absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Header(Kind::LORA_WEIGHTS), {{"a.lora_A.weight", at::zeros({16, 2})}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::LORA_WEIGHTS), {{"b.lora_A.weight", at::zeros({2, 16})}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::LORA_WEIGHTS), {{"a.lora_A.weight", at::full({2, 16}, NAN)}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::ROPE), {{"rope_cos/k", at::zeros({10, 8})}, {"rope_sin/k", at::zeros({10, 8})}}),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Header(Kind::ROPE), {{"rope_cos/k", at::zeros({10, 8})}, {"rope_sin/j", at::zeros({10, 8})}}),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RequestChecksTest, StepPlans) {
+  v1::StepPlan plan;
+  plan.set_job_id("job");
+  plan.set_config_hash("hash");
+  plan.set_step(5);
+  plan.set_micro_batches(2);
+  plan.add_actions()->set_type(v1::Action::FORWARD);
+  EXPECT_TRUE(CheckStepPlan(e_, plan).ok());
+  plan.set_micro_batches(3);
+  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kInvalidArgument);
+  plan.set_micro_batches(2);
+  plan.mutable_actions(0)->set_micro_batch(2);
+  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kOutOfRange);
+  plan.mutable_actions(0)->set_micro_batch(0);
+  plan.mutable_actions(0)->set_type(v1::Action::TYPE_UNSPECIFIED);
+  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kInvalidArgument);
+  plan.mutable_actions(0)->set_type(v1::Action::FORWARD);
+  plan.set_step(3);
+  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kOutOfRange);
+  plan.set_step(5);
+  plan.set_config_hash("x");
+  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace baton
