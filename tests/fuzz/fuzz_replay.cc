@@ -1,8 +1,10 @@
 // The fuzz targets in the normal build: every seed (tests/fuzz/corpus/<target>/) must be accepted by its target,
 // and every seed and every past finding (tests/fuzz/regressions/<target>/) must run through the target's
-// LLVMFuzzerTestOneInput without a crash (a crash fails the test). `--write_corpus DIR` writes the seeds.
+// LLVMFuzzerTestOneInput without a crash (a crash fails the test). `--write_corpus DIR` writes the seeds;
+// `--run TARGET FILE...` runs files through one target.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -71,11 +73,32 @@ INSTANTIATE_TEST_SUITE_P(Targets, FuzzReplay, ::testing::ValuesIn(kTargets),
 }  // namespace
 }  // namespace baton::fuzz
 
+namespace {
+
+// `--run TARGET FILE...`: runs files through one target (reproducing a finding without clang).
+int RunFiles(const std::string& target, int count, char** files) {
+  for (const auto& t : baton::fuzz::kTargets) {
+    if (t.name != target) continue;
+    for (int i = 0; i < count; ++i) {
+      absl::StatusOr<std::string> bytes = baton::ReadFile(files[i]);
+      if (!bytes.ok()) return std::fprintf(stderr, "%s\n", bytes.status().ToString().c_str()), 1;
+      const bool accepted = t.run(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size());
+      std::printf("%s: %s\n", files[i], accepted ? "accepted" : "rejected");
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "unknown fuzz target %s\n", target.c_str());
+  return 2;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--write_corpus") == 0) {
     baton::fuzz::WriteSeedCorpus(argv[2]);
     return 0;
   }
+  if (argc >= 3 && std::strcmp(argv[1], "--run") == 0) return RunFiles(argv[2], argc - 3, argv + 3);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/stubs/logging.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,6 +10,15 @@
 #include <fstream>
 
 namespace baton::fuzz {
+namespace {
+
+// Malformed messages are the point here; protobuf's log line for each (invalid UTF-8, ...) is noise.
+const bool kQuietProtobuf = [] {
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int, const std::string&) {});
+  return true;
+}();
+
+}  // namespace
 
 std::vector<std::string> SplitDelimited(const uint8_t* data, size_t size, size_t max_messages) {
   std::vector<std::string> out;
@@ -48,6 +58,12 @@ std::string ScratchFile(const uint8_t* data, size_t size) {
   out.close();
   Require(out.good(), "writing the scratch file");
   return path;
+}
+
+void RequireOk(const absl::Status& status, const char* what) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "fuzz invariant violated: %s: %s\n", what, status.ToString().c_str());
+  std::abort();
 }
 
 void Require(bool ok, const char* what) {

@@ -1,6 +1,7 @@
 // Helpers shared by the fuzz targets (tests/fuzz/*_fuzz.cc), the corpus writer and the replay test.
 #pragma once
 
+#include <absl/status/status.h>
 #include <google/protobuf/message_lite.h>
 
 #include <cstddef>
@@ -23,5 +24,7 @@ std::string ScratchFile(const uint8_t* data, size_t size);
 
 // An invariant the code under test promises; a violation aborts (libFuzzer reports it as a crash).
 void Require(bool ok, const char* what);
+// The same for a status that must be OK; the report carries the status.
+void RequireOk(const absl::Status& status, const char* what);
 
 }  // namespace baton::fuzz
