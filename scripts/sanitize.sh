@@ -28,4 +28,5 @@ export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:protect_sha
 export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$supp"
 cd "$BUILD_DIR"
-ctest --output-on-failure -j "${CTEST_JOBS:-$(nproc)}" --timeout 1200 "$@"
+# -LE fuzz: the bounded libFuzzer runs are a clang build of their own (scripts/fuzz.sh), already under ASan + UBSan.
+ctest --output-on-failure -j "${CTEST_JOBS:-$(nproc)}" --timeout 1200 -LE fuzz "$@"
