@@ -3,6 +3,8 @@
 # Nightly-style: a cold build plus the suite take an hour or more on 2 cores, so CI does not run it.
 #   scripts/sanitize.sh                 # configure, build everything, run ctest
 #   scripts/sanitize.sh -R PipelineTest # extra arguments go to ctest
+#   SANITIZE_TARGETS="baton_rpc_tests baton_fuzz_replay_tests" scripts/sanitize.sh   # build and run only these
+#                                       # gtest binaries (a quick subset; extra arguments go to each binary)
 # The first error stops the process (halt_on_error) and fails its test; reports carry stack traces.
 # scripts/sanitize.supp suppresses third-party noise only (each entry says why).
 # Environment: ASAN_BUILD_DIR (build-asan), JOBS (nproc), CTEST_JOBS (nproc).
@@ -21,12 +23,22 @@ if [[ ! -f $BUILD_DIR/build.ninja ]]; then
     -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1 -DNDEBUG" -DBATON_WERROR=OFF -DBATON_BUILD_BENCH=OFF \
     -DBATON_PYTHON="$PWD/.venv/bin/python" >/dev/null
 fi
-cmake --build "$BUILD_DIR" -j "$JOBS"
+read -r -a targets <<<"${SANITIZE_TARGETS:-}"
+cmake --build "$BUILD_DIR" -j "$JOBS" ${targets[@]+--target "${targets[@]}"}
 
 # protect_shadow_gap=0: the CUDA driver maps memory where ASan's shadow gap would be (libtorch is a CUDA build).
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:protect_shadow_gap=0:suppressions=$supp"
 export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$supp"
 cd "$BUILD_DIR"
+if ((${#targets[@]})); then
+  failed=()
+  for t in "${targets[@]}"; do
+    echo "sanitize: $t"
+    "bin/$t" "$@" || failed+=("$t")
+  done
+  ((${#failed[@]} == 0)) || { echo "sanitize: failed: ${failed[*]}"; exit 1; }
+  exit 0
+fi
 # -LE fuzz: the bounded libFuzzer runs are a clang build of their own (scripts/fuzz.sh), already under ASan + UBSan.
 ctest --output-on-failure -j "${CTEST_JOBS:-$(nproc)}" --timeout 1200 -LE fuzz "$@"
