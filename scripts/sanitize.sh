@@ -6,7 +6,7 @@
 #   SANITIZE_TARGETS="baton_rpc_tests baton_fuzz_replay_tests" scripts/sanitize.sh   # build and run only these
 #                                       # gtest binaries (a quick subset; extra arguments go to each binary)
 # The first error stops the process (halt_on_error) and fails its test; reports carry stack traces.
-# scripts/sanitize.supp suppresses third-party noise only (each entry says why).
+# scripts/sanitize.supp suppresses third-party leak reports only (each entry says why).
 # Environment: ASAN_BUILD_DIR (build-asan), JOBS (nproc), CTEST_JOBS (nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,9 +27,10 @@ read -r -a targets <<<"${SANITIZE_TARGETS:-}"
 cmake --build "$BUILD_DIR" -j "$JOBS" ${targets[@]+--target "${targets[@]}"}
 
 # protect_shadow_gap=0: the CUDA driver maps memory where ASan's shadow gap would be (libtorch is a CUDA build).
-export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:detect_leaks=1:protect_shadow_gap=0:suppressions=$supp"
+# The suppressions are LeakSanitizer's only (ASan and UBSan refuse a file with leak: lines).
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:protect_shadow_gap=0"
 export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$supp"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 cd "$BUILD_DIR"
 if ((${#targets[@]})); then
   failed=()
