@@ -77,7 +77,10 @@ TEST(EnvelopeTest, RoundTripsHeaderAndTensors) {
     const at::Tensor& back = got->tensors.at(name);
     EXPECT_EQ(back.scalar_type(), t.scalar_type()) << name;
     EXPECT_EQ(back.sizes(), t.sizes()) << name;
-    EXPECT_EQ(std::memcmp(back.data_ptr(), t.data_ptr(), t.numel() * t.element_size()), 0) << name;
+    // memcmp with an empty tensor's null data pointer is undefined (UBSan, scripts/sanitize.sh).
+    if (t.numel() > 0) {
+      EXPECT_EQ(std::memcmp(back.data_ptr(), t.data_ptr(), t.numel() * t.element_size()), 0) << name;
+    }
   }
 }
 

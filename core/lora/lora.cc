@@ -257,6 +257,32 @@ absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at
   return WriteSafetensors(path, out, Metadata(spec, extra_metadata));
 }
 
+namespace {
+
+// A file's adapter must be a product B·A a model can use: A [r, in] and B [out, r] with r ≥ 1. Checked before any
+// arithmetic on the shapes, so a malformed file is an error naming the module, not an exception.
+absl::Status CheckAdapterShapes(const std::string& path, const std::string& module, const at::Tensor& a,
+                                const at::Tensor& b) {
+  if (a.dim() == 2 && b.dim() == 2 && a.size(0) >= 1 && b.size(1) == a.size(0)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(path, ": LoRA module ", module, " has lora_A ", ShapeString(a.sizes()),
+                                                 " and lora_B ", ShapeString(b.sizes()),
+                                                 " (want [r, in] and [out, r], r >= 1)"));
+}
+
+// A BFL ".alpha": one finite number; the scale is alpha / rank.
+absl::StatusOr<double> BflScale(const std::string& path, const std::string& module, const at::Tensor& alpha,
+                                int64_t rank) {
+  const double value = alpha.numel() == 1 ? alpha.item<double>() : std::nan("");
+  if (!std::isfinite(value)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": LoRA module ", module,
+                                                   ".alpha must be one finite number, is ", alpha.numel(),
+                                                   " values of shape ", ShapeString(alpha.sizes())));
+  }
+  return value / static_cast<double>(rank);
+}
+
+}  // namespace
+
 absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::string& path) {
   ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
   std::map<std::string, at::Tensor> raw;
@@ -282,6 +308,7 @@ absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::strin
     auto grouped = GroupByModule(params);
     if (!grouped.ok()) return Annotate(grouped.status(), path);
     for (auto& [module, ab] : *grouped) {
+      RETURN_IF_ERROR(CheckAdapterShapes(path, module, ab.first, ab.second));
       out[module] = LoraWeights{ab.first, ab.second, scaling.ScaleFor(module, ab.first.size(0))};
     }
     return out;
@@ -300,7 +327,11 @@ absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::strin
       return absl::InvalidArgumentError(absl::StrCat(path, ": LoRA module ", bfl, " lacks lora_A or lora_B"));
     }
     at::Tensor a = parts[kLoraA], b = parts[kLoraB];
-    double scale = parts.count(".alpha") ? parts[".alpha"].item<double>() / static_cast<double>(a.size(0)) : 1.0;
+    RETURN_IF_ERROR(CheckAdapterShapes(path, bfl, a, b));
+    double scale = 1.0;
+    if (parts.count(".alpha")) {
+      ASSIGN_OR_RETURN(scale, BflScale(path, bfl, parts[".alpha"], a.size(0)));
+    }
     auto names = BflToDiffusers(bfl + ".weight");
     if (names.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": unknown BFL LoRA module ", bfl));
     const int64_t n = static_cast<int64_t>(names.size());

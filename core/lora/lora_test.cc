@@ -128,6 +128,32 @@ TEST_F(LoraFileTest, OldBflFilesWithAlphaStillLoad) {
   for (const auto& [k, v] : params) EXPECT_TRUE(at::allclose(back.at(k), v, 1e-6, 1e-6)) << k;
 }
 
+// Fuzz findings (tests/fuzz/regressions/lora): these files aborted the process (0-d tensors, a vector alpha) or
+// loaded adapters no model can use (rank 0: an infinite scale; A and B of different ranks).
+TEST_F(LoraFileTest, MalformedAdaptersAreErrorsNamingTheModule) {
+  auto load = [&](const std::map<std::string, at::Tensor>& tensors) {
+    std::string path = JoinPath(dir_, "bad.safetensors");
+    EXPECT_TRUE(WriteSafetensors(path, tensors).ok());
+    auto loaded = LoadLoraFile(path);
+    return loaded.ok() ? std::string("loaded") : std::string(loaded.status().message());
+  };
+  const std::string peft = "transformer_blocks.0.attn.to_q", bfl = "diffusion_model.double_blocks.0.img_attn.proj";
+  EXPECT_NE(load({{peft + ".lora_A.weight", at::ones({2, 16})}, {peft + ".lora_B.weight", at::ones({16, 3})}})
+                .find("LoRA module " + peft + " has lora_A [2, 16] and lora_B [16, 3]"),
+            std::string::npos);
+  EXPECT_NE(load({{peft + ".lora_A.weight", at::ones({})}, {peft + ".lora_B.weight", at::ones({})}})
+                .find("has lora_A [] and lora_B []"),
+            std::string::npos);
+  EXPECT_NE(load({{peft + ".lora_A.weight", at::ones({0, 16})}, {peft + ".lora_B.weight", at::ones({16, 0})}})
+                .find("(want [r, in] and [out, r], r >= 1)"),
+            std::string::npos);
+  EXPECT_NE(load({{bfl + ".lora_A.weight", at::ones({2, 16})},
+                  {bfl + ".lora_B.weight", at::ones({16, 2})},
+                  {bfl + ".alpha", at::ones({2})}})
+                .find("double_blocks.0.img_attn.proj.alpha must be one finite number, is 2 values of shape [2]"),
+            std::string::npos);
+}
+
 TEST_F(LoraFileTest, PeftMetadataWithoutPrefixAndAlphaPattern) {
   // transformer.save_lora_adapter writes unprefixed keys and a LoraConfig without the "transformer." prefix.
   std::map<std::string, at::Tensor> tensors;

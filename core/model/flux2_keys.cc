@@ -84,7 +84,9 @@ std::pair<std::string, std::string> SplitSuffix(const std::string& key) {
 }  // namespace
 
 std::optional<BflLocation> DiffusersToBfl(const std::string& diffusers_key) {
-  auto [module, suffix] = SplitSuffix(diffusers_key);
+  // The lambda captures a plain reference: clang 14 (the fuzz build) cannot capture a structured binding.
+  const auto [module, suffix_] = SplitSuffix(diffusers_key);
+  const std::string& suffix = suffix_;
   auto make = [&](const std::string& bfl_module, const Rule& r, bool norm) {
     std::string bfl_suffix = suffix.empty() ? "" : (norm ? ".scale" : ".weight");
     return BflLocation{bfl_module + bfl_suffix, r.chunk, r.num_chunks, r.swap};
@@ -111,7 +113,8 @@ std::optional<BflLocation> DiffusersToBfl(const std::string& diffusers_key) {
 }
 
 std::vector<std::string> BflToDiffusers(const std::string& bfl_key) {
-  auto [module, suffix] = SplitSuffix(bfl_key);
+  const auto [module, suffix_] = SplitSuffix(bfl_key);
+  const std::string& suffix = suffix_;  // captured below (see DiffusersToBfl)
   std::vector<std::string> out;
   auto add = [&](const std::string& d, bool norm) {
     out.push_back(suffix.empty() ? d : d + ".weight");

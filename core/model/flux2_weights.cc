@@ -215,7 +215,7 @@ absl::Status LoadFlux2Weights(torch::nn::Module& module, const Flux2Checkpoint& 
   }
   for (auto& [name, param] : todo) {
     ASSIGN_OR_RETURN(at::Tensor t, ckpt.Load(name, param.scalar_type()));
-    RETURN_IF_ERROR(TorchCall(name.c_str(), [&] {
+    RETURN_IF_ERROR(TorchCall(name.c_str(), [&, &param = param] {  // clang 14 cannot capture a binding
       at::NoGradGuard no_grad;
       param.copy_(t);
     }));

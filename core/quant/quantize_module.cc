@@ -57,7 +57,7 @@ absl::Status LoadQuantizedFlux2Weights(torch::nn::Module& module, const Flux2Che
       ASSIGN_OR_RETURN(at::Tensor full, checkpoint.Load(key, at::kFloat));
       RETURN_IF_ERROR(TorchCall(key.c_str(), [&] { qw = QuantizeWeight(full, q); }));
     }
-    RETURN_IF_ERROR(TorchCall(key.c_str(), [&] {
+    RETURN_IF_ERROR(TorchCall(key.c_str(), [&, &linear = linear] {  // clang 14 cannot capture a binding
       linear->weight.copy_(qw.data);
       linear->weight_scale.copy_(qw.scale);
     }));

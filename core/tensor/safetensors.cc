@@ -334,7 +334,7 @@ absl::StatusOr<std::string> SerializeSafetensors(const std::map<std::string, at:
     auto code = TorchDtypeToSafetensors(t.scalar_type());
     if (!code.ok()) return Annotate(code.status(), absl::StrCat("tensor '", key, "'"));
     at::Tensor c;
-    RETURN_IF_ERROR(Annotate(TorchCall("to cpu", [&] { c = t.detach().to(at::kCPU).contiguous(); }),
+    RETURN_IF_ERROR(Annotate(TorchCall("to cpu", [&, &t = t] { c = t.detach().to(at::kCPU).contiguous(); }),
                              absl::StrCat("tensor '", key, "'")));
     const uint64_t nbytes = static_cast<uint64_t>(c.numel()) * c.element_size();
     nlohmann::ordered_json entry = nlohmann::ordered_json::object();

@@ -76,7 +76,7 @@ absl::Status LoadEncoderTensors(AutoencoderKLFlux2Encoder& module, const VaeFile
   for (auto& [file, item] : todo) {
     auto& [name, tensor] = item;
     ASSIGN_OR_RETURN(at::Tensor t, file->Load(name, tensor.scalar_type()));
-    RETURN_IF_ERROR(TorchCall(name.c_str(), [&] {
+    RETURN_IF_ERROR(TorchCall(name.c_str(), [&, &tensor = tensor] {  // clang 14 cannot capture a binding
       at::NoGradGuard no_grad;
       tensor.copy_(t);
     }));

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Bounded libFuzzer runs of the fuzz targets (tests/fuzz), built by clang 14 with ASan + UBSan in build-fuzz/
+# (only the libraries the targets need). The test suite runs it as ctest test fuzz_bounded (label fuzz; build dir
+# build/fuzz); exit 77 (skipped) when clang-14 or its libFuzzer runtime is missing.
+#   scripts/fuzz.sh                          # build, then fuzz each target FUZZ_SECONDS (10) seconds: ctest -L fuzz
+#   scripts/fuzz.sh wire stage               # only these targets
+#   FUZZ_SECONDS=600 scripts/fuzz.sh safetensors
+# Seeds: tests/fuzz/corpus/<target>/ and tests/fuzz/regressions/<target>/ (read only); new inputs go to
+# build-fuzz/fuzz-out/corpus/<target>/, a crash to build-fuzz/fuzz-out/<target>-crash-*. On a finding: reproduce
+# with build-fuzz/bin/<target>_fuzz FILE, minimize (-minimize_crash=1), fix the code, and add the file to
+# tests/fuzz/regressions/<target>/: baton_fuzz_replay_tests runs it in every normal build from then on.
+# Needs clang-14 and libclang-rt-14-dev (Debian 12; scripts/setup.sh installs them).
+# Environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_SECONDS (10), JOBS (nproc), CXX_FUZZ (clang++-14).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+CXX_FUZZ=${CXX_FUZZ:-clang++-14}
+if ! command -v "$CXX_FUZZ" >/dev/null || ! compgen -G "/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null; then
+  echo "fuzz: skipped: needs $CXX_FUZZ and libclang-rt-14-dev (apt-get install clang-14 libclang-rt-14-dev)"
+  exit 77
+fi
+TARGETS=("$@")
+((${#TARGETS[@]})) || TARGETS=(wire safetensors job lora stage)
+
+if [[ ! -f $BUILD_DIR/build.ninja ]]; then
+  TORCH_PREFIX=$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$CXX_FUZZ" \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DBATON_FUZZ=ON -DBATON_BUILD_TESTS=OFF -DBATON_BUILD_BENCH=OFF >/dev/null
+fi
+cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]/%/_fuzz}"
+regex=$(printf '|fuzz_%s$' "${TARGETS[@]}")
+ctest --test-dir "$BUILD_DIR" -L fuzz -R "${regex:1}" --output-on-failure
