@@ -47,6 +47,7 @@ std::string Push(const v1::EnvelopeHeader& header, const TensorMap& tensors, siz
 v1::EnvelopeHeader Header(v1::EnvelopeHeader::Kind kind, int mb = 0) {
   v1::EnvelopeHeader h;
   h.set_job_id("job");
+  h.set_config_hash("hash");  // StageFuzzConfigure's
   h.set_step(0);
   h.set_micro_batch(mb);
   h.set_kind(kind);
@@ -159,10 +160,12 @@ void LoraSeeds(const std::string& dir) {
 
 void StageSeeds(const std::string& dir) {
   const Flux2Config config = test_util::TinyFlux2Config();
-  StageRunner runner(StageRunnerOptions{});
+  StageRunnerOptions options;
+  options.model_root = StageFuzzConfigure().model_path();
+  StageRunner runner(options);
   absl::StatusOr<v1::ConfigureResponse> configured = runner.Configure(StageFuzzConfigure());
   Require(configured.ok(), "configuring the seed worker");
-  TensorMap lora = *runner.CurrentLora();
+  TensorMap lora = *runner.CurrentLora("job", "hash");
   for (auto& [name, t] : lora) t = t + 0.01;
   auto ckpt = Flux2Checkpoint::Open(StageFuzzConfigure().model_path());
   Require(ckpt.ok(), "opening the tiny model");

@@ -33,6 +33,7 @@ struct Worker {
     StageRunnerOptions options;
     options.address = "fuzz";
     options.wait_timeout = absl::Milliseconds(1);
+    options.model_root = dir;  // the worker reads models only inside its --model_root
     runner = std::make_unique<StageRunner>(options);
   }
   ~Worker() { (void)RemoveAll(dir); }
@@ -48,6 +49,7 @@ Worker& TheWorker() {
 v1::StepPlan Plan() {
   v1::StepPlan plan;
   plan.set_job_id("job");
+  plan.set_config_hash("hash");
   plan.set_step(0);
   plan.set_micro_batches(1);
   plan.set_loss_scale(1.0f);
@@ -62,6 +64,8 @@ v1::ConfigureRequest StageFuzzConfigure() {
   const Flux2Config config = test_util::TinyFlux2Config();
   v1::ConfigureRequest req;
   req.set_job_id("job");
+  req.set_config_hash("hash");
+  req.set_micro_batches(1);
   req.set_stage_index(0);
   req.set_num_stages(1);
   req.set_model_path(TheWorker().dir);
