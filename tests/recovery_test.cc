@@ -15,6 +15,7 @@
 
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/local_tls.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
@@ -181,6 +182,8 @@ TEST_F(RecoveryTest, StoppedRemoteWorkerIsAStallNamedWithinSecondsThenRedone) {
   const int64_t steps = 6;
   LocalWorkerOptions lopts;
   lopts.binary = JoinPath(BinDir(), "stage_worker");
+  lopts.extra_args = *LocalWorkerSecurityArgs();  // mutual TLS with the coordinator's ephemeral CA
+  lopts.extra_args.push_back("--model_root=" + *dir_);
   auto workers = LocalWorkers::Start(2, lopts);
   ASSERT_TRUE(workers.ok()) << workers.status();
   CoordinatorOptions o = Options("stopped_remote");
@@ -214,6 +217,8 @@ TEST_F(RecoveryTest, StoppedRemoteWorkerIsAStallNamedWithinSecondsThenRedone) {
 TEST_F(RecoveryTest, WorkerThatNeverComesBackFailsCleanlyNamingItAndKeepsTheCheckpoint) {
   LocalWorkerOptions lopts;
   lopts.binary = JoinPath(BinDir(), "stage_worker");
+  lopts.extra_args = *LocalWorkerSecurityArgs();  // mutual TLS with the coordinator's ephemeral CA
+  lopts.extra_args.push_back("--model_root=" + *dir_);
   auto workers = LocalWorkers::Start(2, lopts);
   ASSERT_TRUE(workers.ok()) << workers.status();
   JobConfig job = Job(100000);  // runs until the kill

@@ -265,8 +265,9 @@ TEST_F(SecurityTest, JobServiceRefusesCallsWithoutTheToken) {
 
 TEST_F(SecurityTest, InsecureWorksAndWarns) {
   const std::string log = JoinPath(*dir_, "insecure-worker.log");
-  pid_t pid = test_util::SpawnLogged(
-      {JoinPath(BinDir(), "stage_worker"), "--listen=127.0.0.1:0", "--insecure", "--wait_timeout_s=30"}, log);
+  pid_t pid = test_util::SpawnLogged({JoinPath(BinDir(), "stage_worker"), "--listen=127.0.0.1:0", "--insecure",
+                                      "--wait_timeout_s=30", "--model_root=" + *dir_},
+                                     log);
   ASSERT_GT(pid, 0);
   std::string address;
   static const std::regex kListening("LISTENING (\\S+)");
