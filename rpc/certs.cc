@@ -114,6 +114,15 @@ bool IsIpLiteral(const std::string& host) {
   return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
 
+// The certificate and its key as PEM text.
+absl::StatusOr<PemPair> ToPemPair(X509* cert, EVP_PKEY* key) {
+  auto cert_pem = CertPem(cert);
+  if (!cert_pem.ok()) return cert_pem.status();
+  auto key_pem = KeyPem(key);
+  if (!key_pem.ok()) return key_pem.status();
+  return PemPair{std::move(*cert_pem), std::move(*key_pem)};
+}
+
 }  // namespace
 
 absl::StatusOr<PemPair> MakeCertificateAuthority(const std::string& common_name, absl::Duration validity) {
@@ -130,14 +139,7 @@ absl::StatusOr<PemPair> MakeCertificateAuthority(const std::string& common_name,
     if (!s.ok()) return s;
   }
   if (!X509_sign(c, key->get(), EVP_sha256())) return OpenSslError("sign CA");
-  PemPair out;
-  auto cert_pem = CertPem(c);
-  auto key_pem = KeyPem(key->get());
-  if (!cert_pem.ok()) return cert_pem.status();
-  if (!key_pem.ok()) return key_pem.status();
-  out.cert = std::move(*cert_pem);
-  out.key = std::move(*key_pem);
-  return out;
+  return ToPemPair(c, key->get());
 }
 
 absl::StatusOr<PemPair> IssueCertificate(const PemPair& ca, const std::vector<std::string>& hosts,
@@ -164,14 +166,7 @@ absl::StatusOr<PemPair> IssueCertificate(const PemPair& ca, const std::vector<st
     if (!s.ok()) return s;
   }
   if (!X509_sign(c, ca_key->get(), EVP_sha256())) return OpenSslError("sign certificate");
-  PemPair out;
-  auto cert_pem = CertPem(c);
-  auto key_pem = KeyPem(key->get());
-  if (!cert_pem.ok()) return cert_pem.status();
-  if (!key_pem.ok()) return key_pem.status();
-  out.cert = std::move(*cert_pem);
-  out.key = std::move(*key_pem);
-  return out;
+  return ToPemPair(c, key->get());
 }
 
 absl::Status CheckKeyMatchesCertificate(const std::string& cert_pem, const std::string& key_pem) {
