@@ -1,0 +1,139 @@
+// A model family: everything the pipeline needs to know about one transformer architecture (FLUX.2, Wan 2.x),
+// behind one interface, so the coordinator, the stage worker, the planner and the trainers never name a family.
+//
+// The split every family follows (DESIGN.md "How a model is cut"):
+//   shell  -- the small frozen part every block depends on, run by the coordinator once per micro-batch: it turns
+//             the model's inputs (diffusers argument names) into the first stage's INPUTS, the CONSTANTS every
+//             stage receives (modulation vectors, text context, ...) and cacheable TABLES (RoPE) with their key;
+//   stage  -- a contiguous range of blocks [begin, end) over the family's global block list, plus the input
+//             embedders on the first stage and the output head on the last. Activations, constants and tables
+//             cross stage boundaries as named tensors (TensorMap) whose names the family chooses; the last stage's
+//             output is always named "output" and has the target's shape (the flow-matching loss compares them).
+// Shell + one stage holding every block, embedders and head is exactly the upstream model's forward.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/quant/weight_quant.h"
+
+namespace baton {
+
+using TensorMap = std::map<std::string, at::Tensor>;
+struct LoraSpec;
+
+// Which part of the model a stage (or one model chunk of an interleaved stage) holds.
+struct StageRange {
+  int64_t block_begin = 0;  // global block index [begin, end) over ModelFamily::num_blocks()
+  int64_t block_end = 0;
+  bool has_embedders = false;  // the input embedders (the first stage)
+  bool has_head = false;       // the output head (the last stage)
+};
+
+// What the shell computes for one micro-batch.
+struct ShellOutputs {
+  TensorMap inputs;        // INPUTS: to the first stage only
+  TensorMap constants;     // CONSTANTS: to every stage, once per micro-batch
+  std::string tables_key;  // names `tables`; a stage caches tables by key, so they travel once per stage and key
+  TensorMap tables;        // e.g. RoPE cos/sin (fp32)
+};
+
+// One stage's (or chunk's) block range with its frozen weights and LoRA adapters.
+class StageModel {
+ public:
+  virtual ~StageModel() = default;
+  virtual torch::nn::Module& module() = 0;  // parameters by diffusers name; LoRA adapters live under it
+  virtual const StageRange& range() const = 0;
+
+  // `constants` holds the micro-batch's CONSTANTS and the TABLES named by their key, merged.
+  virtual TensorMap Forward(const TensorMap& in, const TensorMap& constants) = 0;
+
+  // Activation checkpointing, as Flux2StageImpl documents it: ForwardCheckpointed runs without a graph and keeps
+  // each piece's input in `checkpoints`; BackwardFromCheckpoints recomputes piece by piece from the last and
+  // back-propagates through it. Gradients are bitwise those of Forward() + backward for every recompute_blocks
+  // (kAllBlocks: every block; 0: none; r: the first r blocks of the range).
+  static constexpr int64_t kAllBlocks = -1;
+  using BackwardSeed =
+      std::function<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>(const TensorMap& output)>;
+  virtual TensorMap ForwardCheckpointed(const TensorMap& in, const TensorMap& constants,
+                                        std::vector<TensorMap>* checkpoints, int64_t recompute_blocks) = 0;
+  virtual void BackwardFromCheckpoints(std::vector<TensorMap> checkpoints, const TensorMap& constants,
+                                       const BackwardSeed& seed, int64_t recompute_blocks) = 0;
+};
+
+// The coordinator's frozen shell.
+class ShellModel {
+ public:
+  virtual ~ShellModel() = default;
+  // `model_inputs` by the upstream forward's argument names (a micro-batch's, see ModelFamily::MicroBatchInputs);
+  // modulations come out in `dtype`, tables in fp32.
+  virtual absl::StatusOr<ShellOutputs> Run(const TensorMap& model_inputs, at::ScalarType dtype) = 0;
+};
+
+// The planner's view of one block (global index), from the config alone.
+struct BlockPlanInfo {
+  int64_t params = 0;         // frozen parameters
+  int64_t linear_params = 0;  // of which block-linear weights (8-bit under `quantize`)
+  int64_t lora_params = 0;    // at the options' rank and targets
+  double macs_per_token = 0;  // forward linear MACs per token
+  double attention_macs = 0;  // forward attention MACs for the options' token counts
+  std::string kind;           // "double", "single", "block": RenderPlan groups consecutive kinds
+  int64_t kind_index = 0;     // index within its kind (diffusers numbering)
+};
+
+// Sizes the planner assumes for one micro-batch (tokens after patchify).
+struct PlanShape {
+  int64_t tokens = 4608;      // image/video tokens + text tokens, times samples
+  int64_t text_tokens = 512;  // the text part
+  int64_t lora_rank = 16;
+  std::vector<std::string> lora_targets;  // resolved targets (ModelFamily::LoraTargets)
+};
+
+enum class WireKind { kInputs, kConstants, kTables, kActivation, kTarget };
+
+// An opened model of one family: its config and memory-mapped weights. OpenModel picks the family from the folder's
+// config.json `_class_name` (Flux2Transformer2DModel, WanTransformer3DModel); an original single file needs its
+// config.json. The refactor of issue 11 may extend this interface; every consumer goes through it.
+class ModelFamily {
+ public:
+  virtual ~ModelFamily() = default;
+  virtual std::string name() const = 0;         // "flux2", "wan"
+  virtual std::string config_json() const = 0;  // the parsed config, canonical (fingerprints, logs)
+  virtual int64_t num_blocks() const = 0;
+  virtual int64_t hidden_size() const = 0;
+  virtual std::vector<std::string> WeightFiles() const = 0;  // the safetensors files behind the weights
+
+  // Planner.
+  virtual BlockPlanInfo Block(int64_t global_index, const PlanShape& shape) const = 0;
+  virtual BlockPlanInfo Embedders(const PlanShape& shape) const = 0;         // first stage only
+  virtual BlockPlanInfo Head(const PlanShape& shape) const = 0;              // last stage only
+  virtual std::string DescribeBlocks(int64_t begin, int64_t end) const = 0;  // "double 0-7, single 0-11"
+
+  // Models.
+  virtual absl::StatusOr<std::unique_ptr<StageModel>> BuildStage(const StageRange& range, at::ScalarType dtype,
+                                                                 at::Device device, const LoraSpec* lora, bool train,
+                                                                 WeightQuant quant) const = 0;
+  virtual absl::StatusOr<std::unique_ptr<ShellModel>> BuildShell(at::ScalarType dtype, at::Device device) const = 0;
+
+  // Wire: names, ranks, hidden sizes, dtype and batch agreement of what a stage receives; errors say what was wrong.
+  virtual absl::Status CheckWire(WireKind kind, const TensorMap& tensors, at::ScalarType dtype) const = 0;
+
+  // LoRA: the targets of a preset ("attention", "all-linear") or a comma list; the other naming users load
+  // (FLUX.2: BFL/ComfyUI "diffusion_model."; Wan: original/ComfyUI "diffusion_model.blocks.N.self_attn.q").
+  virtual absl::StatusOr<std::vector<std::string>> LoraTargets(const std::string& preset_or_list) const = 0;
+  virtual absl::StatusOr<TensorMap> LoraToOriginalNames(const TensorMap& peft) const = 0;
+  virtual absl::StatusOr<TensorMap> LoraFromOriginalNames(const TensorMap& original) const = 0;
+};
+
+absl::StatusOr<std::unique_ptr<ModelFamily>> OpenModel(const std::string& path, const std::string& config_path = "");
+
+}  // namespace baton
