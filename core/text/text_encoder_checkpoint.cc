@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <utility>
 
 #include "core/lora/lora_linear.h"
@@ -100,6 +101,12 @@ std::vector<TextEncoderTensorSpec> TextEncoderTensorSpecs(const TextEncoderConfi
 }
 
 absl::StatusOr<std::unique_ptr<TextEncoderCheckpoint>> TextEncoderCheckpoint::Open(const std::string& dir) {
+  return Open(dir, "embed_tokens.weight",
+              std::vector<std::string>(std::begin(kLayoutPrefixes), std::end(kLayoutPrefixes)));
+}
+
+absl::StatusOr<std::unique_ptr<TextEncoderCheckpoint>> TextEncoderCheckpoint::Open(
+    const std::string& dir, const std::string& anchor, const std::vector<std::string>& prefixes) {
   std::unique_ptr<TextEncoderCheckpoint> ckpt(new TextEncoderCheckpoint());
   ckpt->dir_ = dir;
   if (PathExists(JoinPath(dir, kIndexFile))) {
@@ -109,21 +116,16 @@ absl::StatusOr<std::unique_ptr<TextEncoderCheckpoint>> TextEncoderCheckpoint::Op
     ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(single.front()));
     for (const auto& key : file->Keys()) ckpt->file_of_[key] = single.front();
   }
-  bool found = false;
   std::vector<std::string> tried;
-  for (const char* prefix : kLayoutPrefixes) {
-    tried.push_back(absl::StrCat("'", prefix, "embed_tokens.weight'"));
-    if (ckpt->file_of_.count(absl::StrCat(prefix, "embed_tokens.weight")) > 0) {
+  for (const std::string& prefix : prefixes) {
+    tried.push_back(absl::StrCat("'", prefix, anchor, "'"));
+    if (ckpt->file_of_.count(prefix + anchor) > 0) {
       ckpt->prefix_ = prefix;
-      found = true;
-      break;
+      return ckpt;
     }
   }
-  if (!found) {
-    return absl::NotFoundError(
-        absl::StrCat(dir, ": no language-model embedding found (tried ", absl::StrJoin(tried, ", "), ")"));
-  }
-  return ckpt;
+  return absl::NotFoundError(
+      absl::StrCat(dir, ": no text-encoder embedding found (tried ", absl::StrJoin(tried, ", "), ")"));
 }
 
 absl::StatusOr<std::string> TextEncoderCheckpoint::FileOf(const std::string& key) const {

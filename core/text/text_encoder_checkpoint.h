@@ -43,6 +43,10 @@ class TextEncoderCheckpoint {
   // single file's header) and detects the layout from where `embed_tokens.weight` lives. Shards are not
   // opened here: a shard holding only layers that are never run may be absent.
   static absl::StatusOr<std::unique_ptr<TextEncoderCheckpoint>> Open(const std::string& dir);
+  // The same for another model's layout: the prefix is the first of `prefixes` under which `anchor` (a
+  // tensor every checkpoint of that model holds, e.g. umT5's "shared.weight") exists.
+  static absl::StatusOr<std::unique_ptr<TextEncoderCheckpoint>> Open(const std::string& dir, const std::string& anchor,
+                                                                     const std::vector<std::string>& prefixes);
 
   const std::string& dir() const { return dir_; }
   const std::string& prefix() const { return prefix_; }  // e.g. "model.language_model."
