@@ -17,6 +17,7 @@
 #include "client/job_commands.h"
 #include "client/quantize_command.h"
 #include "client/tokenize_command.h"
+#include "client/wan_text_encode.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/lora/lora.h"
@@ -143,6 +144,7 @@ absl::Status TextEncode(const Args& args) {
   }
   // Only text_encoder/ (and tokenizer/ for --prompt) are read: a folder without vae/ will do.
   const std::string model = args.Get("model");
+  if (IsUmt5Pipeline(model)) return WanTextEncode(args);  // Wan: umT5 (core/text/wan_prompt.h)
   ASSIGN_OR_RETURN(auto encoder, TextEncoder::Open(JoinPath(model, "text_encoder"), at::kFloat, at::kCPU));
   ASSIGN_OR_RETURN(TextEncoderFamily family, Flux2FamilyForConfig(encoder->config()));
   at::Tensor ids, embeds;
@@ -303,11 +305,14 @@ const std::vector<Command>& AllCommands() {
         {"output", "output safetensors: latents [B, 32, H/8, W/8], packed [B, (H/16)(W/16), 128]", "", true}},
        VaeEncode},
       {"text-encode",
-       "Encode a prompt (or raw token ids) with a pipeline's text encoder, as Flux2Pipeline.encode_prompt.",
-       {{"model", "FLUX.2 pipeline folder", "", true},
+       "Encode a prompt (or raw token ids) with a pipeline's text encoder, as Flux2Pipeline.encode_prompt (or, for a "
+       "Wan folder, WanPipeline._get_t5_prompt_embeds).",
+       {{"model", "FLUX.2 or Wan pipeline folder", "", true},
         {"prompt", "prompt text (chat template, tokenizer, padding as the pipeline)"},
         {"input-ids", "safetensors with 'input_ids' int64 [1, L] fed straight to the text encoder"},
-        {"output", "output safetensors: input_ids [1, L], prompt_embeds [1, L, 3*hidden]", "", true},
+        {"output",
+         "output safetensors: input_ids [1, L], prompt_embeds [1, L, 3*hidden] (Wan: [B, L, d_model], attention_mask)",
+         "", true},
         {"max-sequence-length", "text tokens (pad/truncate) for --prompt", "512"}},
        TextEncode},
       {"schedule",
