@@ -161,5 +161,112 @@ class TokenizerTest(unittest.TestCase):
         self.compare(tok, "byte_fallback", HARD_STRINGS + fuzz_strings(4, 200))
 
 
+def tiny_umt5(vocab_size, seed, max_distance=20):
+    config = UMT5Config(vocab_size=vocab_size, d_model=32, d_kv=8, d_ff=48, num_layers=3, num_heads=4,
+                        relative_attention_num_buckets=32, relative_attention_max_distance=max_distance)
+    torch.manual_seed(seed)
+    model = UMT5EncoderModel(config).eval()
+    with torch.no_grad():  # the default init (std 0.05-ish, norms 1) leaves layers near identity
+        for name, p in model.named_parameters():
+            if "layer_norm" in name:
+                p.add_(0.2 * torch.randn_like(p))
+            elif "relative_attention_bias" in name:
+                p.normal_(0.0, 1.0)
+            elif p.dim() == 2 and "shared" not in name:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+    return model
+
+
+def last_hidden_state(model, ids, mask):
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+class EncoderTest(unittest.TestCase):
+    """`baton text-encode --input-ids` (with attention_mask) on a folder holding only text_encoder/."""
+
+    def check(self, model, name, save_dtype=torch.float32, **save_kwargs):
+        tmp = referee.temp_dir()
+        self.addCleanup(tmp.cleanup)
+        copy.deepcopy(model).to(save_dtype).save_pretrained(os.path.join(tmp.name, "text_encoder"), **save_kwargs)
+        torch.manual_seed(1)
+        ids = torch.randint(0, model.config.vocab_size, (3, 40))
+        lengths = [40, 23, 1]  # right padding as the Wan tokenizer pads; one row of a single token
+        mask = torch.tensor([[1] * n + [0] * (40 - n) for n in lengths])
+        ids = ids.masked_fill(mask == 0, 0)
+        inputs, output = os.path.join(tmp.name, "ids.safetensors"), os.path.join(tmp.name, "out.safetensors")
+        save_file({"input_ids": ids, "attention_mask": mask}, inputs)
+        referee.baton("text-encode", "--model", tmp.name, "--input-ids", inputs, "--output", output)
+        got = load_file(output)["prompt_embeds"]
+        want = last_hidden_state(model, ids, mask)
+        self.assertEqual(tuple(got.shape), tuple(want.shape))
+        err = referee.max_rel_error(got, want)  # every position, padded ones too
+        print(f"umT5 {name}: rel err {err:.2e}")
+        self.assertLessEqual(err, TOLERANCE)
+
+    def test_fp32(self):
+        self.check(tiny_umt5(64, seed=0), "fp32")
+
+    def test_long_distances(self):
+        # max_distance 8: most of the 40x40 offsets fall in the logarithmic and clamped buckets.
+        self.check(tiny_umt5(64, seed=1, max_distance=9), "max_distance 9")
+
+    def test_sharded(self):
+        self.check(tiny_umt5(64, seed=2), "sharded", max_shard_size="20KB")
+
+    def test_bf16_checkpoint(self):
+        model = tiny_umt5(64, seed=3)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.bfloat16().float())
+        self.check(model, "bf16 checkpoint", save_dtype=torch.bfloat16)
+
+
+PROMPTS = [
+    "A cat walks on the grass, realistic style.",
+    "  Leading,   inner\t\ttabs and\nnewlines, trailing  ",
+    "HTML: &amp;lt;b&amp;gt;bold&amp;lt;/b&amp;gt; &quot;q&quot; &nbsp;x &#x1F600; &#128512 &notit; &amp &AMP; &#0; &#x80;",
+    "cafe\u0301 日本語 Ｆｕｌｌ 😀 한국어 עברית \x1c sep \u3000 ideographic",
+    "",
+    "<extra_id_0> typed sentinel </s>",
+]
+LONG_PROMPT = "a long prompt about colorful things and more words " * 10
+
+
+class WanPromptTest(unittest.TestCase):
+    """diffusers' WanPipeline._get_t5_prompt_embeds on the tiny encoder + the converted tokenizer."""
+
+    def test_prompt_embeds(self):
+        from diffusers import WanPipeline
+        from transformers import AutoTokenizer
+        tmp = referee.temp_dir()
+        self.addCleanup(tmp.cleanup)
+        tok, _ = converted_tokenizer(tmp.name)
+        tok.save_pretrained(os.path.join(tmp.name, "tokenizer"))
+        tokenizer = AutoTokenizer.from_pretrained(os.path.join(tmp.name, "tokenizer"))
+        model = tiny_umt5(tokenizer.vocab_size + 4, seed=4)
+        model.save_pretrained(os.path.join(tmp.name, "text_encoder"))
+        pipe = types.SimpleNamespace(tokenizer=tokenizer, text_encoder=model)  # the method reads only these
+        for prompt, max_len in [(p, 64) for p in PROMPTS] + [(LONG_PROMPT, 24)]:
+            output = os.path.join(tmp.name, "out.safetensors")
+            referee.baton("text-encode", "--model", tmp.name, "--prompt", prompt, "--output", output,
+                          "--max-sequence-length", max_len)
+            got = load_file(output)
+            with torch.no_grad():
+                want = WanPipeline._get_t5_prompt_embeds(pipe, prompt, max_sequence_length=max_len,
+                                                         device=torch.device("cpu"), dtype=torch.float32)
+            from diffusers.pipelines.wan.pipeline_wan import prompt_clean
+            ids = tokenizer([prompt_clean(prompt)], padding="max_length", max_length=max_len, truncation=True,
+                            add_special_tokens=True, return_tensors="pt")
+            self.assertEqual(got["input_ids"].tolist(), ids.input_ids.tolist(), f"ids differ for {prompt!r}")
+            self.assertEqual(got["attention_mask"].tolist(), ids.attention_mask.tolist())
+            self.assertEqual(tuple(got["prompt_embeds"].shape), tuple(want.shape))
+            n = int(ids.attention_mask.sum())
+            self.assertTrue(torch.all(got["prompt_embeds"][:, n:] == 0), "padding rows must be zeros")
+            err = referee.max_rel_error(got["prompt_embeds"], want)
+            print(f"Wan prompt {prompt[:30]!r} L={max_len}: {n} tokens, rel err {err:.2e}")
+            self.assertLessEqual(err, TOLERANCE, prompt)
+
+
 if __name__ == "__main__":
     unittest.main()
