@@ -2,6 +2,8 @@
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
+#include <absl/time/clock.h>
+#include <absl/time/time.h>
 
 #include <cstdio>
 
@@ -49,6 +51,7 @@ absl::Status WanTextEncode(const Args& args) {
   const std::string model = args.Get("model");
   ASSIGN_OR_RETURN(auto encoder, Umt5Encoder::Open(JoinPath(model, "text_encoder"), at::kFloat, at::kCPU));
   std::map<std::string, at::Tensor> out;
+  const absl::Time start = absl::Now();
   if (args.Has("prompt")) {
     ASSIGN_OR_RETURN(int64_t max_length, args.GetInt("max-sequence-length"));
     ASSIGN_OR_RETURN(auto tokenizer, UnigramTokenizer::Load(JoinPath(model, "tokenizer/tokenizer.json")));
@@ -63,10 +66,11 @@ absl::Status WanTextEncode(const Args& args) {
     out["input_ids"] = inputs["input_ids"].to(at::kLong);
     ASSIGN_OR_RETURN(out["prompt_embeds"], encoder->Encode(out["input_ids"], mask));
   }
+  const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
   RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), out));
-  std::printf("wrote %s: input_ids [%s], prompt_embeds [%s] (umT5)\n", args.Get("output").c_str(),
-              absl::StrJoin(out["input_ids"].sizes(), ", ").c_str(),
-              absl::StrJoin(out["prompt_embeds"].sizes(), ", ").c_str());
+  std::printf("wrote %s: input_ids [%s], prompt_embeds [%s] (umT5, tokenize + encode %.1f ms)\n",
+              args.Get("output").c_str(), absl::StrJoin(out["input_ids"].sizes(), ", ").c_str(),
+              absl::StrJoin(out["prompt_embeds"].sizes(), ", ").c_str(), ms);
   return absl::OkStatus();
 }
 
