@@ -57,7 +57,19 @@ def fuzz_strings(seed, count):
     return ["".join(rng.choice(pool) for _ in range(rng.randint(1, 30))) for _ in range(count)]
 
 
+_TRAINED = {}  # byte_fallback -> spiece.model bytes: each model is trained once per run
+
+
 def train_spm(directory, byte_fallback=False):
+    path = os.path.join(directory, "spiece.model")
+    if byte_fallback not in _TRAINED:
+        _TRAINED[byte_fallback] = _train_spm(directory, byte_fallback)
+    with open(path, "wb") as f:
+        f.write(_TRAINED[byte_fallback])
+    return path
+
+
+def _train_spm(directory, byte_fallback):
     rng = random.Random(0)
 
     def word():
@@ -67,11 +79,12 @@ def train_spm(directory, byte_fallback=False):
     corpus = os.path.join(directory, "corpus.txt")
     with open(corpus, "w", encoding="utf-8") as f:
         f.write("\n".join(" ".join(word() for _ in range(rng.randint(3, 12))) for _ in range(3000)))
-    prefix = os.path.join(directory, "spiece")
+    prefix = os.path.join(directory, "trained")
     spm.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, vocab_size=400, model_type="unigram",
                                    normalization_rule_name="nmt_nfkc", pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
                                    character_coverage=0.995, byte_fallback=byte_fallback, minloglevel=2)
-    return prefix + ".model"
+    with open(prefix + ".model", "rb") as f:
+        return f.read()
 
 
 def converted_tokenizer(directory):
