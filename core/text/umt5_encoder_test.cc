@@ -75,6 +75,24 @@ TEST(Umt5EncoderTest, PaddingDoesNotChangeTheTokensAndRowsAreIndependent) {
   EXPECT_TRUE(RemoveAll(dir).ok());
 }
 
+TEST(Umt5EncoderTest, Bf16ComputeStaysCloseToFp32) {
+  // bf16 compute keeps wo and the residual stream after it in fp32, as transformers' _keep_in_fp32_modules.
+  const std::string dir = FreshDir("bf16");
+  ASSERT_TRUE(WriteRandomUmt5Encoder(TinyUmt5Config(64), dir, 5, /*bf16=*/true).ok());
+  auto fp32 = Umt5Encoder::Open(dir, at::kFloat, at::kCPU);
+  auto bf16 = Umt5Encoder::Open(dir, at::kBFloat16, at::kCPU);
+  ASSERT_TRUE(fp32.ok() && bf16.ok());
+  at::Tensor ids = at::arange(1, 21, at::kLong).view({1, 20});
+  auto a = (*fp32)->Encode(ids, at::Tensor());
+  auto b = (*bf16)->Encode(ids, at::Tensor());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->scalar_type(), at::kFloat);
+  const double rel = ((*a - *b).abs().max() / a->abs().max()).item<double>();
+  EXPECT_LT(rel, 3e-2) << "bf16 vs fp32 relative error";
+  EXPECT_GT(rel, 0.0) << "bf16 must actually compute in bf16";
+  EXPECT_TRUE(RemoveAll(dir).ok());
+}
+
 TEST(Umt5EncoderTest, RejectsBadIdsAndWrongShapes) {
   const std::string dir = FreshDir("bad");
   Umt5Config c = TinyUmt5Config(64);
