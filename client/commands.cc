@@ -17,6 +17,7 @@
 #include "client/job_commands.h"
 #include "client/quantize_command.h"
 #include "client/tokenize_command.h"
+#include "client/wan_vae_command.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/lora/lora.h"
@@ -123,6 +124,9 @@ absl::Status Forward(const Args& args) {
 }
 
 absl::Status VaeEncode(const Args& args) {
+  ASSIGN_OR_RETURN(VaeFolder folder, FindVaeFolder(args.Get("model")));
+  if (folder.class_name == "AutoencoderKLWan") return WanVaeEncode(args, folder.dir);
+  if (!args.Has("inputs")) return absl::InvalidArgumentError("--inputs is required for a FLUX.2 VAE");
   SetComputeThreads(1);
   ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(JoinPath(args.Get("model"), "vae"), at::kFloat, at::kCPU));
   ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("inputs")));
@@ -298,9 +302,13 @@ const std::vector<Command>& AllCommands() {
        Forward},
       {"vae-encode",
        "Encode pixels with a pipeline's VAE: latents (posterior mean) and packed (patchified, normalised).",
-       {{"model", "FLUX.2 pipeline folder", "", true},
-        {"inputs", "safetensors with 'pixels' [B, 3, H, W] in [-1, 1]", "", true},
-        {"output", "output safetensors: latents [B, 32, H/8, W/8], packed [B, (H/16)(W/16), 128]", "", true}},
+       {{"model", "pipeline folder (or vae/ folder): FLUX.2 (AutoencoderKLFlux2) or Wan (AutoencoderKLWan)", "", true},
+        {"inputs", "safetensors with 'pixels' [B, 3, H, W] in [-1, 1] (Wan: also [B, 3, F, H, W], F = 4k+1)"},
+        {"video", "Wan: a video file or a folder of frame images, bucketed (instead of --inputs)"},
+        {"output",
+         "output safetensors: latents [B, 32, H/8, W/8], packed [B, (H/16)(W/16), 128]; Wan: latents "
+         "[B, z, F', H/8, W/8] (posterior mean), normalized ((latents - mean) / std)",
+         "", true}},
        VaeEncode},
       {"text-encode",
        "Encode a prompt (or raw token ids) with a pipeline's text encoder, as Flux2Pipeline.encode_prompt.",

@@ -33,8 +33,8 @@ class WanVaeEncoder {
   const WanVaeConfig& config() const { return config_; }
 
   // pixels [B, 3, F, H, W] (F = 4k+1) or [B, 3, H, W] (one frame) in [-1, 1], H and W positive multiples of
-  // config.spatial_factor() → moments [B, 2·z_dim, 1 + (F − 1)/4, H/8, W/8] fp32 (mean channels first, then the
-  // raw log-variance). InvalidArgument on bad shapes, naming the shape and the rule.
+  // config.spatial_factor() → moments [B, 2·z_dim, F' = config.LatentFrames(F), H/8, W/8] fp32 (mean channels first,
+  // then the raw log-variance). InvalidArgument on bad shapes, naming the shape and the rule.
   absl::StatusOr<at::Tensor> EncodeMoments(const at::Tensor& pixels);
   // The posterior mean [B, z_dim, F', H/8, W/8] fp32 (diffusers latent_dist.mode() == .mean).
   absl::StatusOr<at::Tensor> EncodeMean(const at::Tensor& pixels);

@@ -125,7 +125,7 @@ TORCH_MODULE(WanEncoder3d);
 
 // The encoder half of AutoencoderKLWan: `encoder` and `quant_conv` (1×1×1). forward runs diffusers' `_encode`:
 // frame 0 alone, then chunks of 4 frames with one feature cache, concatenated, then quant_conv.
-// pixels [B, 3, F, H, W] → posterior moments [B, 2·z_dim, 1 + (F − 1)/4, H/8, W/8] (mean first).
+// pixels [B, 3, F, H, W] → posterior moments [B, 2·z_dim, config.LatentFrames(F), H/8, W/8] (mean first).
 class WanVaeEncoderModuleImpl : public torch::nn::Module {
  public:
   explicit WanVaeEncoderModuleImpl(const WanVaeConfig& config);

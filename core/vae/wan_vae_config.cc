@@ -37,6 +37,13 @@ absl::Status WanVaeConfig::Validate() const {
         "pixel patchify) is not implemented; only the Wan 2.1 VAE (AutoencoderKLWan with is_residual false, no "
         "patch_size) is");
   }
+  if (!attn_scales.empty()) {
+    // Every released Wan VAE has none, and diffusers' own WanEncoder3d cannot run them (its down-block
+    // WanAttentionBlock is called with feat_cache), so there is no upstream behaviour to match.
+    return absl::UnimplementedError(
+        "Wan VAE config: attn_scales (attention inside the encoder's down blocks) is not "
+        "supported; released Wan VAEs have attn_scales []");
+  }
   if (base_dim <= 0 || z_dim <= 0 || num_res_blocks <= 0 || in_channels <= 0 || dim_mult.empty()) {
     return absl::InvalidArgumentError(
         "Wan VAE config: base_dim, z_dim, num_res_blocks, in_channels must be positive "

@@ -39,7 +39,8 @@ struct WanVaeConfig {
   int64_t LatentFrames(int64_t frames) const { return 1 + (frames - 1) / temporal_factor(); }
 
   // Checks what this implementation supports: the Wan 2.1 encoder (is_residual false, no patch_size),
-  // temperal_downsample one entry per level transition, latents_mean/std of z_dim entries (std non-zero).
+  // attn_scales empty (diffusers cannot run down-block attention either), temperal_downsample one entry per level
+  // transition,, latents_mean/std of z_dim entries (std non-zero).
   // Wan 2.2's VAE (is_residual / patch_size) is Unimplemented, naming what is missing.
   absl::Status Validate() const;
 };
