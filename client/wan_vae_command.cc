@@ -14,6 +14,8 @@
 #include "core/util/threads.h"
 #include "core/vae/wan_vae.h"
 #include "core/vae/wan_vae_config.h"
+#include "core/video/video_bucket.h"
+#include "core/video/video_io.h"
 
 namespace baton {
 
@@ -30,6 +32,19 @@ absl::StatusOr<VaeFolder> FindVaeFolder(const std::string& model) {
   return out;
 }
 
+namespace {
+
+absl::StatusOr<VideoBucketSpec> BucketSpecFromFlags(const Args& args) {
+  VideoBucketSpec spec;
+  ASSIGN_OR_RETURN(spec.max_frames, args.GetInt("max-frames"));
+  ASSIGN_OR_RETURN(spec.min_frames, args.GetInt("min-frames"));
+  ASSIGN_OR_RETURN(spec.stride, args.GetInt("frame-stride"));
+  ASSIGN_OR_RETURN(spec.target_area, args.GetInt("area"));
+  return spec;
+}
+
+}  // namespace
+
 absl::Status WanVaeEncode(const Args& args, const std::string& vae_dir) {
   SetComputeThreads(1);
   if (args.Has("inputs") == args.Has("video"))
@@ -45,7 +60,9 @@ absl::Status WanVaeEncode(const Args& args, const std::string& vae_dir) {
     }
     pixels = inputs["pixels"];
   } else {
-    return absl::UnimplementedError("--video: not built yet");
+    ASSIGN_OR_RETURN(VideoBucketSpec spec, BucketSpecFromFlags(args));
+    ASSIGN_OR_RETURN(pixels, LoadClipPixels(args.Get("video"), spec));
+    out["pixels"] = pixels;
   }
   const auto start = std::chrono::steady_clock::now();
   auto latents = vae->EncodeMean(pixels);
@@ -56,6 +73,16 @@ absl::Status WanVaeEncode(const Args& args, const std::string& vae_dir) {
   RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), out));
   std::printf("wrote %s: latents [%s] (Wan VAE, %.3f s encode)\n", args.Get("output").c_str(),
               absl::StrJoin(latents->sizes(), ", ").c_str(), seconds);
+  return absl::OkStatus();
+}
+
+absl::Status WriteVideo(const Args& args) {
+  ASSIGN_OR_RETURN(Clip clip, ReadFrameFolder(args.Get("frames")));
+  ASSIGN_OR_RETURN(int64_t fps, args.GetInt("fps"));
+  if (fps <= 0 || fps > 240) return absl::InvalidArgumentError(absl::StrCat("--fps ", fps, ": must be in 1..240"));
+  RETURN_IF_ERROR(WriteVideoFile(args.Get("output"), clip.frames, static_cast<int>(fps), args.Get("codec")));
+  std::printf("wrote %s: %zu frames %dx%d at %lld fps (%s)\n", args.Get("output").c_str(), clip.frames.size(),
+              clip.frames[0].width, clip.frames[0].height, static_cast<long long>(fps), args.Get("codec").c_str());
   return absl::OkStatus();
 }
 

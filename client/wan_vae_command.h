@@ -25,4 +25,8 @@ absl::StatusOr<VaeFolder> FindVaeFolder(const std::string& model);
 // --video (the bucketed clip [1, 3, F, H, W] that was encoded).
 absl::Status WanVaeEncode(const Args& args, const std::string& vae_dir);
 
+// `baton write-video`: a folder of frame images (sorted names) → a video file (scripts/make_wan_sample.py uses it
+// for data/wan_sample/).
+absl::Status WriteVideo(const Args& args);
+
 }  // namespace baton

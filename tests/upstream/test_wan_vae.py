@@ -7,7 +7,8 @@ wrong norm axis or scale), and is saved with save_pretrained. Random pixels in [
 `vae.encode(x).latent_dist.mode()` -- diffusers' chunked `_encode` (frame 0 alone, then chunks of 4 frames with
 the causal feature cache) -- and the normalisation Wan pipelines apply, (z - latents_mean) / latents_std
 (WanImageToVideoPipeline.prepare_latents). Compared with Baton's `latents` and `normalized`.
-Cases: 1 frame given as an image [B, 3, H, W], 1, 5 and 9 frames, batch 2, non-square, bf16 sharded weights.
+Cases: 1 frame given as an image [B, 3, H, W], 1, 5 and 9 frames, batch 2, non-square, bf16 sharded weights, and a
+bundled clip (data/wan_sample/) read and bucketed by `--video`.
 Tolerance: 1e-4 relative (max |a - e| / max |e|), fp32 on both sides.
 """
 
@@ -94,6 +95,28 @@ class WanVaeRefereeTest(unittest.TestCase):
 
     def test_bf16_sharded_checkpoint(self):
         self.check((1, 3, 5, 32, 32), seed=50, save_dtype=torch.bfloat16, max_shard_size="20KB")
+
+    def test_bundled_clip_through_video_flag(self):
+        # data/wan_sample/ clip (MPEG-4, 17 frames 64x64) decoded and bucketed by Baton (--video, every 2nd frame
+        # -> 9 frames); diffusers encodes the very pixels Baton reports it encoded.
+        tmp = referee.temp_dir()
+        self.addCleanup(tmp.cleanup)
+        vae = tiny_wan_vae(60)
+        vae.save_pretrained(os.path.join(tmp.name, "vae"))
+        clip = os.path.join(referee.SOURCE_DIR, "data", "wan_sample", "red_circle_right.mp4")
+        output = os.path.join(tmp.name, "out.safetensors")
+        referee.baton("vae-encode", "--model", tmp.name, "--video", clip, "--frame-stride", 2, "--output", output)
+        got = load_file(output)
+        self.assertEqual(tuple(got["pixels"].shape), (1, 3, 9, 64, 64))
+        self.assertGreaterEqual(got["pixels"].min().item(), -1.0)
+        self.assertLessEqual(got["pixels"].max().item(), 1.0)
+        self.assertGreater(got["pixels"].std().item(), 0.1)  # a real picture, not a blank
+        with torch.no_grad():
+            mode = vae.encode(got["pixels"]).latent_dist.mode()
+        self.assertEqual(tuple(got["latents"].shape), (1, 4, 3, 8, 8))
+        err = referee.max_rel_error(got["latents"], mode)
+        print(f"bundled clip --video --frame-stride 2: latents rel err {err:.2e}")
+        self.assertLessEqual(err, TOLERANCE)
 
     def test_wrong_frame_count_is_rejected(self):
         tmp = referee.temp_dir()
