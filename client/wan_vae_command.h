@@ -21,7 +21,8 @@ absl::StatusOr<VaeFolder> FindVaeFolder(const std::string& model);
 
 // Encodes with the Wan VAE: exactly one of --inputs ('pixels' [B, 3, F, H, W] or [B, 3, H, W] in [-1, 1]) and
 // --video (a video file or a folder of frames, read and bucketed by core/video). Writes `latents` (posterior
-// mean [B, z_dim, F', H/8, W/8]) and `normalized` ((latents − latents_mean) / latents_std), plus `pixels` for
+// mean [B, z_dim, F', H/f, W/f]; f = 8 for Wan 2.1, 16 for 2.2) and `normalized` ((latents − latents_mean) /
+// latents_std), plus `pixels` for
 // --video (the bucketed clip [1, 3, F, H, W] that was encoded).
 absl::Status WanVaeEncode(const Args& args, const std::string& vae_dir);
 

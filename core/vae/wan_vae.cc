@@ -128,11 +128,11 @@ absl::StatusOr<std::unique_ptr<WanVaeEncoder>> WanVaeEncoder::Load(const std::st
 }
 
 absl::StatusOr<at::Tensor> WanVaeEncoder::EncodeMoments(const at::Tensor& pixels) {
-  if (!pixels.defined() || (pixels.dim() != 4 && pixels.dim() != 5) || pixels.size(1) != config_.in_channels ||
+  if (!pixels.defined() || (pixels.dim() != 4 && pixels.dim() != 5) || pixels.size(1) != config_.pixel_channels() ||
       !at::isFloatingType(pixels.scalar_type())) {
-    return absl::InvalidArgumentError(absl::StrCat("Wan VAE input must be a floating [B, ", config_.in_channels,
-                                                   ", F, H, W] or [B, ", config_.in_channels, ", H, W] tensor, got ",
-                                                   DescribeTensor(pixels)));
+    return absl::InvalidArgumentError(absl::StrCat("Wan VAE input must be a floating [B, ", config_.pixel_channels(),
+                                                   ", F, H, W] or [B, ", config_.pixel_channels(),
+                                                   ", H, W] tensor, got ", DescribeTensor(pixels)));
   }
   at::Tensor x = pixels.dim() == 4 ? pixels.unsqueeze(2) : pixels;
   const int64_t multiple = config_.spatial_factor();

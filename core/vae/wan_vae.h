@@ -1,5 +1,6 @@
-// The Wan 2.1 VAE encoder: pixels (a clip [B, 3, F, H, W], F = 4k+1, or images [B, 3, H, W]) → posterior of
-// diffusers' AutoencoderKLWan (encoder + quant_conv, chunked with the causal feature cache exactly as its
+// The Wan VAE encoder (Wan 2.1, and Wan 2.2's TI2V-5B VAE: is_residual + patch_size 2): pixels (a clip [B, 3, F, H, W],
+// F = 4k+1, or images [B, 3, H, W]) → posterior of diffusers' AutoencoderKLWan (encoder + quant_conv, chunked with the
+// causal feature cache exactly as its
 // `_encode`), and the latent normalisation Wan pipelines apply ((z − latents_mean) / latents_std). Loads a
 // diffusers `vae/` folder, memory-mapping the safetensors and reading only encoder.* / quant_conv.*; the decoder
 // is not implemented. Also writes random-weight encoder folders for tests.
@@ -24,8 +25,8 @@ class WanVaeEncoder {
   // `vae_dir`: a diffusers vae/ folder (config.json with _class_name AutoencoderKLWan +
   // diffusion_pytorch_model.safetensors, or shards listed in its .index.json); a pipeline folder holding vae/ is
   // accepted too. encoder.* / quant_conv.* are converted to `dtype`; decoder.* / post_quant_conv.* are never read.
-  // Missing, mis-shaped and unexpected encoder tensors are reported together in one InvalidArgument; a Wan 2.2
-  // config (is_residual / patch_size) is Unimplemented.
+  // Missing, mis-shaped and unexpected encoder tensors are reported together in one InvalidArgument; attn_scales
+  // configs are Unimplemented (WanVaeConfig::Validate).
   static absl::StatusOr<std::unique_ptr<WanVaeEncoder>> Load(const std::string& vae_dir, at::ScalarType dtype,
                                                              at::Device device);
   WanVaeEncoder(const WanVaeConfig& config, WanVaeEncoderModule module);
@@ -33,10 +34,11 @@ class WanVaeEncoder {
   const WanVaeConfig& config() const { return config_; }
 
   // pixels [B, 3, F, H, W] (F = 4k+1) or [B, 3, H, W] (one frame) in [-1, 1], H and W positive multiples of
-  // config.spatial_factor() → moments [B, 2·z_dim, F' = config.LatentFrames(F), H/8, W/8] fp32 (mean channels first,
+  // config.spatial_factor() → moments [B, 2·z_dim, F' = config.LatentFrames(F), H/f, W/f] fp32 (mean channels first,
   // then the raw log-variance). InvalidArgument on bad shapes, naming the shape and the rule.
   absl::StatusOr<at::Tensor> EncodeMoments(const at::Tensor& pixels);
-  // The posterior mean [B, z_dim, F', H/8, W/8] fp32 (diffusers latent_dist.mode() == .mean).
+  // The posterior mean [B, z_dim, F', H/f, W/f] fp32, f = config.spatial_factor() (diffusers latent_dist.mode() ==
+  // .mean).
   absl::StatusOr<at::Tensor> EncodeMean(const at::Tensor& pixels);
   // (latents − latents_mean) / latents_std per channel, as WanImageToVideoPipeline.prepare_latents and the
   // diffusers Wan trainers normalise encoded latents. latents [B, z_dim, ...] fp32.

@@ -158,6 +158,35 @@ at::Tensor WanResample::Forward(const at::Tensor& x, WanFeatCache* cache) {
   return y;
 }
 
+WanResidualDownBlock::WanResidualDownBlock(int64_t in, int64_t out, int64_t num_res_blocks, bool time_downsample,
+                                           bool down_flag)
+    : out_(out), factor_t_(time_downsample ? 2 : 1), factor_s_(down_flag ? 2 : 1) {
+  TORCH_CHECK(in * factor_t_ * factor_s_ * factor_s_ % out == 0, "AvgDown3D: ", in, " channels times the factor ",
+              factor_t_ * factor_s_ * factor_s_, " must be divisible by ", out);
+  auto resnets = register_module("resnets", torch::nn::ModuleList());
+  for (int64_t r = 0; r < num_res_blocks; ++r) {
+    resnets_.push_back(std::make_shared<WanResidualBlock>(r == 0 ? in : out, out));
+    resnets->push_back(resnets_.back());
+  }
+  if (down_flag) downsampler_ = register_module("downsampler", std::make_shared<WanResample>(out, time_downsample));
+}
+
+at::Tensor WanResidualDownBlock::AvgDown(const at::Tensor& x0) const {
+  const int64_t pad_t = (factor_t_ - x0.size(2) % factor_t_) % factor_t_;
+  at::Tensor x = at::constant_pad_nd(x0, {0, 0, 0, 0, pad_t, 0}, 0.0);
+  const int64_t b = x.size(0), c = x.size(1), t = x.size(2) / factor_t_, h = x.size(3) / factor_s_,
+                w = x.size(4) / factor_s_, fs = factor_s_, factor = factor_t_ * fs * fs;
+  x = x.view({b, c, t, factor_t_, h, fs, w, fs}).permute({0, 1, 3, 5, 7, 2, 4, 6}).contiguous();
+  return x.view({b, out_, c * factor / out_, t, h, w}).mean(2);
+}
+
+at::Tensor WanResidualDownBlock::Forward(const at::Tensor& x, WanFeatCache* cache) {
+  at::Tensor y = x;
+  for (auto& resnet : resnets_) y = resnet->Forward(y, cache);
+  if (downsampler_) y = downsampler_->Forward(y, cache);
+  return y + AvgDown(x);
+}
+
 WanMidBlockImpl::WanMidBlockImpl(int64_t dim) {
   auto resnets = register_module("resnets", torch::nn::ModuleList());
   auto attentions = register_module("attentions", torch::nn::ModuleList());
@@ -185,6 +214,12 @@ WanEncoder3dImpl::WanEncoder3dImpl(const WanVaeConfig& c) {
   for (size_t i = 0; i < levels; ++i) {
     int64_t in = dims[i];
     const int64_t out = dims[i + 1];
+    const bool last = i == levels - 1;
+    if (c.is_residual) {
+      layers_.push_back(
+          std::make_shared<WanResidualDownBlock>(in, out, c.num_res_blocks, !last && c.temperal_downsample[i], !last));
+      continue;
+    }
     for (int64_t r = 0; r < c.num_res_blocks; ++r) {
       layers_.push_back(std::make_shared<WanResidualBlock>(in, out));
       if (std::find(c.attn_scales.begin(), c.attn_scales.end(), scale) != c.attn_scales.end()) {
@@ -192,7 +227,7 @@ WanEncoder3dImpl::WanEncoder3dImpl(const WanVaeConfig& c) {
       }
       in = out;
     }
-    if (i != levels - 1) {
+    if (!last) {
       layers_.push_back(std::make_shared<WanResample>(out, c.temperal_downsample[i]));
       scale /= 2.0;
     }
@@ -211,12 +246,21 @@ at::Tensor WanEncoder3dImpl::forward(const at::Tensor& x, WanFeatCache* cache) {
   return CachedConv(conv_out, at::silu(norm_out->forward(y)), cache);
 }
 
-WanVaeEncoderModuleImpl::WanVaeEncoderModuleImpl(const WanVaeConfig& c) {
+WanVaeEncoderModuleImpl::WanVaeEncoderModuleImpl(const WanVaeConfig& c) : patch_(c.patch()) {
   encoder = register_module("encoder", WanEncoder3d(c));
   quant_conv = register_module("quant_conv", CausalConv(2 * c.z_dim, 2 * c.z_dim, {1, 1, 1}));
 }
 
-at::Tensor WanVaeEncoderModuleImpl::forward(const at::Tensor& pixels) {
+at::Tensor WanVaeEncoderModuleImpl::forward(const at::Tensor& input) {
+  at::Tensor pixels = input;
+  if (patch_ > 1) {  // diffusers patchify: [B, C, F, H, W] → [B, C·p², F, H/p, W/p]
+    const int64_t b = input.size(0), c = input.size(1), f = input.size(2), h = input.size(3) / patch_,
+                  w = input.size(4) / patch_;
+    pixels = input.view({b, c, f, h, patch_, w, patch_})
+                 .permute({0, 1, 6, 4, 2, 3, 5})
+                 .contiguous()
+                 .view({b, c * patch_ * patch_, f, h, w});
+  }
   // diffusers `_encode`: iter_ = 1 + (F − 1) // 4 chunks, frame 0 alone, then frames [1 + 4(i−1), 1 + 4i).
   const int64_t frames = pixels.size(2);
   const int64_t chunks = 1 + (frames - 1) / 4;

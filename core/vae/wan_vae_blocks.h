@@ -1,10 +1,10 @@
-// The building blocks of the Wan 2.1 VAE encoder as libtorch modules, mirroring diffusers' autoencoder_kl_wan.py
-// (WanCausalConv3d, WanRMS_norm, WanResidualBlock, WanAttentionBlock, WanResample downsample2d/3d, WanMidBlock,
-// WanEncoder3d) with the same parameter names, so `named_parameters()` of WanVaeEncoderModule equals the
-// checkpoint keys (`encoder.down_blocks.0.conv1.weight`, `encoder.down_blocks.2.time_conv.weight`,
-// `quant_conv.weight`). Inference only (no dropout). Every layer takes the feature cache diffusers threads
-// through its chunked `_encode` (feat_cache / feat_idx, CACHE_T = 2), so chunk-by-chunk encoding is op for op
-// the upstream one.
+// The building blocks of the Wan VAE encoder (2.1, and 2.2's residual down blocks) as libtorch modules, mirroring
+// diffusers' autoencoder_kl_wan.py (WanCausalConv3d, WanRMS_norm, WanResidualBlock, WanAttentionBlock, WanResample
+// downsample2d/3d, WanMidBlock, WanEncoder3d) with the same parameter names, so `named_parameters()` of
+// WanVaeEncoderModule equals the checkpoint keys (`encoder.down_blocks.0.conv1.weight`,
+// `encoder.down_blocks.2.time_conv.weight`, `quant_conv.weight`). Inference only (no dropout). Every layer takes the
+// feature cache diffusers threads through its chunked `_encode` (feat_cache / feat_idx, CACHE_T = 2), so chunk-by-chunk
+// encoding is op for op the upstream one.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -96,6 +96,22 @@ class WanResample : public WanEncoderLayer {
   WanCausalConv3d time_conv{nullptr};  // downsample3d only
 };
 
+// Wan 2.2 (is_residual): num_res_blocks resnets, then (down_flag) a WanResample `downsampler`, plus the
+// parameterless AvgDown3D shortcut of the block's input (channel groups averaged after a space/time
+// pixel-unshuffle; time is zero-padded in front to a multiple of factor_t).
+class WanResidualDownBlock : public WanEncoderLayer {
+ public:
+  WanResidualDownBlock(int64_t in, int64_t out, int64_t num_res_blocks, bool time_downsample, bool down_flag);
+  at::Tensor Forward(const at::Tensor& x, WanFeatCache* cache) override;
+
+ private:
+  at::Tensor AvgDown(const at::Tensor& x) const;
+
+  std::vector<std::shared_ptr<WanResidualBlock>> resnets_;
+  std::shared_ptr<WanResample> downsampler_;
+  int64_t out_, factor_t_, factor_s_;
+};
+
 // resnets[0] → attentions[0] → resnets[1].
 class WanMidBlockImpl : public torch::nn::Module {
  public:
@@ -124,8 +140,9 @@ class WanEncoder3dImpl : public torch::nn::Module {
 TORCH_MODULE(WanEncoder3d);
 
 // The encoder half of AutoencoderKLWan: `encoder` and `quant_conv` (1×1×1). forward runs diffusers' `_encode`:
-// frame 0 alone, then chunks of 4 frames with one feature cache, concatenated, then quant_conv.
-// pixels [B, 3, F, H, W] → posterior moments [B, 2·z_dim, config.LatentFrames(F), H/8, W/8] (mean first).
+// patchify (Wan 2.2's patch_size: channel c·p² + p·dx + dy holds pixel (p·i + dy, p·j + dx) of channel c), frame 0
+// alone, then chunks of 4 frames with one feature cache, concatenated, then quant_conv. pixels [B, 3, F, H, W] →
+// posterior moments [B, 2·z_dim, config.LatentFrames(F), H/8, W/8] (mean first).
 class WanVaeEncoderModuleImpl : public torch::nn::Module {
  public:
   explicit WanVaeEncoderModuleImpl(const WanVaeConfig& config);
@@ -133,6 +150,9 @@ class WanVaeEncoderModuleImpl : public torch::nn::Module {
 
   WanEncoder3d encoder{nullptr};
   WanCausalConv3d quant_conv{nullptr};
+
+ private:
+  int64_t patch_;
 };
 TORCH_MODULE(WanVaeEncoderModule);
 

@@ -31,11 +31,9 @@ int64_t WanVaeConfig::temporal_factor() const {
 }
 
 absl::Status WanVaeConfig::Validate() const {
-  if (is_residual || patch_size.has_value()) {
-    return absl::UnimplementedError(
-        "Wan VAE config: the Wan 2.2 VAE (is_residual residual down blocks with AvgDown3D shortcuts, patch_size "
-        "pixel patchify) is not implemented; only the Wan 2.1 VAE (AutoencoderKLWan with is_residual false, no "
-        "patch_size) is");
+  if (patch_size.has_value() && (*patch_size < 1 || in_channels % (*patch_size * *patch_size) != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("Wan VAE config: patch_size ", *patch_size,
+                                                   " must be >= 1 and its square divide in_channels ", in_channels));
   }
   if (!attn_scales.empty()) {
     // Every released Wan VAE has none, and diffusers' own WanEncoder3d cannot run them (its down-block

@@ -1,5 +1,6 @@
 // Wan VAE configuration: diffusers' AutoencoderKLWan `vae/config.json`, same field names and defaults (the
-// Wan 2.1 VAE: base_dim 96, z_dim 16, 4 levels, time downsampling on levels 1 and 2). Pure data, no libtorch.
+// Wan 2.1 VAE: base_dim 96, z_dim 16, 4 levels, time downsampling on levels 1 and 2; Wan 2.2's TI2V-5B VAE sets
+// base_dim 160, z_dim 48, is_residual, patch_size 2, in_channels 12). Pure data, no libtorch.
 #pragma once
 
 #include <absl/status/status.h>
@@ -32,16 +33,19 @@ struct WanVaeConfig {
 
   WanVaeConfig();
 
-  // Pixel-to-latent downsampling: 2^(levels − 1) spatially (8 for Wan 2.1), 2^(temporal downsamples) in time.
-  int64_t spatial_factor() const { return int64_t{1} << (dim_mult.size() - 1); }
+  // Pixel-to-latent downsampling: patch · 2^(levels − 1) spatially (8 for Wan 2.1, 16 for Wan 2.2's patch 2),
+  // 2^(temporal downsamples) in time.
+  int64_t patch() const { return patch_size.value_or(1); }
+  int64_t spatial_factor() const { return patch() << (dim_mult.size() - 1); }
+  // Channels of the pixels the caller gives: in_channels / patch² (Wan 2.2's encoder sees 2×2-patchified pixels).
+  int64_t pixel_channels() const { return in_channels / (patch() * patch()); }
   int64_t temporal_factor() const;
   // Latent frames for `frames` = 4k+1 input frames: 1 + (frames − 1) / temporal_factor (diffusers' chunking).
   int64_t LatentFrames(int64_t frames) const { return 1 + (frames - 1) / temporal_factor(); }
 
-  // Checks what this implementation supports: the Wan 2.1 encoder (is_residual false, no patch_size),
-  // attn_scales empty (diffusers cannot run down-block attention either), temperal_downsample one entry per level
-  // transition,, latents_mean/std of z_dim entries (std non-zero).
-  // Wan 2.2's VAE (is_residual / patch_size) is Unimplemented, naming what is missing.
+  // Checks what this implementation supports: Wan 2.1 and Wan 2.2 (is_residual, patch_size) encoders,
+  // in_channels a multiple of patch², attn_scales empty (diffusers cannot run down-block attention either),
+  // temperal_downsample one entry per level transition, latents_mean/std of z_dim entries (std non-zero).
   absl::Status Validate() const;
 };
 

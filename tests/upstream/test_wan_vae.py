@@ -8,7 +8,8 @@ wrong norm axis or scale), and is saved with save_pretrained. Random pixels in [
 the causal feature cache) -- and the normalisation Wan pipelines apply, (z - latents_mean) / latents_std
 (WanImageToVideoPipeline.prepare_latents). Compared with Baton's `latents` and `normalized`.
 Cases: 1 frame given as an image [B, 3, H, W], 1, 5 and 9 frames, batch 2, non-square, bf16 sharded weights, and a
-bundled clip (data/wan_sample/) read and bucketed by `--video`.
+bundled clip (data/wan_sample/) read and bucketed by `--video`; and the Wan 2.2 (TI2V-5B) VAE structure
+(is_residual, patch_size 2) with 1 and 9 frames and an image.
 Tolerance: 1e-4 relative (max |a - e| / max |e|), fp32 on both sides.
 """
 
@@ -26,11 +27,15 @@ import referee
 TOLERANCE = 1e-4
 
 
-def tiny_wan_vae(seed, attn_scales=()):
+def tiny_wan_vae(seed, attn_scales=(), wan22=False):
     torch.manual_seed(seed)
-    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
-                           attn_scales=list(attn_scales), temperal_downsample=[False, True, True],
-                           latents_mean=[-0.5, 0.25, 0.1, 1.0], latents_std=[2.0, 0.5, 1.5, 1.25]).eval()
+    # wan22: the Wan 2.2 (TI2V-5B) structure -- 2x2 pixel patchify (in_channels 12), residual down blocks with
+    # the AvgDown3D shortcut, 16x spatial.
+    extra = dict(is_residual=True, patch_size=2, in_channels=12, out_channels=12, scale_factor_spatial=16,
+                 num_res_blocks=2) if wan22 else dict(num_res_blocks=1)
+    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 2, 2, 2], attn_scales=list(attn_scales),
+                           temperal_downsample=[False, True, True], latents_mean=[-0.5, 0.25, 0.1, 1.0],
+                           latents_std=[2.0, 0.5, 1.5, 1.25], **extra).eval()
     with torch.no_grad():
         for name, p in vae.named_parameters():
             if name.endswith("gamma"):
@@ -42,10 +47,10 @@ def tiny_wan_vae(seed, attn_scales=()):
 
 class WanVaeRefereeTest(unittest.TestCase):
 
-    def check(self, shape, seed, attn_scales=(), save_dtype=torch.float32, **save_kwargs):
+    def check(self, shape, seed, attn_scales=(), save_dtype=torch.float32, wan22=False, **save_kwargs):
         tmp = referee.temp_dir()
         self.addCleanup(tmp.cleanup)
-        vae = tiny_wan_vae(seed, attn_scales)
+        vae = tiny_wan_vae(seed, attn_scales, wan22)
         if save_dtype != torch.float32:
             with torch.no_grad():  # the reference runs in fp32 on the weights as stored
                 for t in vae.parameters():
@@ -72,11 +77,12 @@ class WanVaeRefereeTest(unittest.TestCase):
         normalized = (mode - mean) * inv_std
 
         b, _, f, h, w = video.shape
-        self.assertEqual(tuple(mode.shape), (b, 4, 1 + (f - 1) // 4, h // 8, w // 8))
+        down = 16 if wan22 else 8
+        self.assertEqual(tuple(mode.shape), (b, 4, 1 + (f - 1) // 4, h // down, w // down))
         self.assertEqual(tuple(got["latents"].shape), tuple(mode.shape))
         err = referee.max_rel_error(got["latents"], mode)
         err_norm = referee.max_rel_error(got["normalized"], normalized)
-        print(f"{tuple(shape)} attn_scales={list(attn_scales)} {save_dtype}: latents rel err {err:.2e}, "
+        print(f"{tuple(shape)} wan22={wan22} {save_dtype}: latents rel err {err:.2e}, "
               f"normalized rel err {err_norm:.2e}; baton: {proc.stdout.strip()}; diffusers {upstream_s:.3f} s")
         self.assertLessEqual(err, TOLERANCE)
         self.assertLessEqual(err_norm, TOLERANCE)
@@ -95,6 +101,15 @@ class WanVaeRefereeTest(unittest.TestCase):
 
     def test_bf16_sharded_checkpoint(self):
         self.check((1, 3, 5, 32, 32), seed=50, save_dtype=torch.bfloat16, max_shard_size="20KB")
+
+    def test_wan22_one_frame(self):
+        self.check((1, 3, 1, 32, 48), seed=70, wan22=True)
+
+    def test_wan22_nine_frames_batch_two(self):
+        self.check((2, 3, 9, 32, 32), seed=80, wan22=True)
+
+    def test_wan22_image_input(self):
+        self.check((1, 3, 64, 32), seed=90, wan22=True)
 
     def test_bundled_clip_through_video_flag(self):
         # data/wan_sample/ clip (MPEG-4, 17 frames 64x64) decoded and bucketed by Baton (--video, every 2nd frame
