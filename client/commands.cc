@@ -128,7 +128,7 @@ absl::Status VaeEncode(const Args& args) {
   if (folder.class_name == "AutoencoderKLWan") return WanVaeEncode(args, folder.dir);
   if (!args.Has("inputs")) return absl::InvalidArgumentError("--inputs is required for a FLUX.2 VAE");
   SetComputeThreads(1);
-  ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(JoinPath(args.Get("model"), "vae"), at::kFloat, at::kCPU));
+  ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(folder.dir, at::kFloat, at::kCPU));
   ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("inputs")));
   RETURN_IF_ERROR(CheckPixels(inputs, args.Get("inputs")));
   ASSIGN_OR_RETURN(at::Tensor latents, vae->EncodeMean(inputs["pixels"].to(at::kFloat)));
@@ -311,7 +311,7 @@ const std::vector<Command>& AllCommands() {
         {"area", "Wan --video: target pixels per frame; sides multiples of 16, never upscaled", "399360"},
         {"output",
          "output safetensors: latents [B, 32, H/8, W/8], packed [B, (H/16)(W/16), 128]; Wan: latents "
-         "[B, z, F', H/8, W/8] (posterior mean), normalized ((latents - mean) / std)",
+         "[B, z, F', H/f, W/f] (posterior mean; f 8 or 16), normalized ((latents - mean) / std)",
          "", true}},
        VaeEncode},
       {"write-video",
