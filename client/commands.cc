@@ -18,6 +18,7 @@
 #include "client/quantize_command.h"
 #include "client/tokenize_command.h"
 #include "client/wan_text_encode.h"
+#include "client/wan_vae_command.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/lora/lora.h"
@@ -124,8 +125,11 @@ absl::Status Forward(const Args& args) {
 }
 
 absl::Status VaeEncode(const Args& args) {
+  ASSIGN_OR_RETURN(VaeFolder folder, FindVaeFolder(args.Get("model")));
+  if (folder.class_name == "AutoencoderKLWan") return WanVaeEncode(args, folder.dir);
+  if (!args.Has("inputs")) return absl::InvalidArgumentError("--inputs is required for a FLUX.2 VAE");
   SetComputeThreads(1);
-  ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(JoinPath(args.Get("model"), "vae"), at::kFloat, at::kCPU));
+  ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(folder.dir, at::kFloat, at::kCPU));
   ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("inputs")));
   RETURN_IF_ERROR(CheckPixels(inputs, args.Get("inputs")));
   ASSIGN_OR_RETURN(at::Tensor latents, vae->EncodeMean(inputs["pixels"].to(at::kFloat)));
@@ -300,10 +304,25 @@ const std::vector<Command>& AllCommands() {
        Forward},
       {"vae-encode",
        "Encode pixels with a pipeline's VAE: latents (posterior mean) and packed (patchified, normalised).",
-       {{"model", "FLUX.2 pipeline folder", "", true},
-        {"inputs", "safetensors with 'pixels' [B, 3, H, W] in [-1, 1]", "", true},
-        {"output", "output safetensors: latents [B, 32, H/8, W/8], packed [B, (H/16)(W/16), 128]", "", true}},
+       {{"model", "pipeline folder (or vae/ folder): FLUX.2 (AutoencoderKLFlux2) or Wan (AutoencoderKLWan)", "", true},
+        {"inputs", "safetensors with 'pixels' [B, 3, H, W] in [-1, 1] (Wan: also [B, 3, F, H, W], F = 4k+1)"},
+        {"video", "Wan: a video file or a folder of frame images, bucketed (instead of --inputs)"},
+        {"max-frames", "Wan --video: frames kept, the largest 4k+1 up to this", "81"},
+        {"min-frames", "Wan --video: fewer sampled frames is an error (too short)", "1"},
+        {"frame-stride", "Wan --video: take every N-th source frame (2 turns 30 fps into ~16)", "1"},
+        {"area", "Wan --video: target pixels per frame; sides multiples of 16, never upscaled", "399360"},
+        {"output",
+         "output safetensors: latents [B, 32, H/8, W/8], packed [B, (H/16)(W/16), 128]; Wan: latents "
+         "[B, z, F', H/f, W/f] (posterior mean; f 8 or 16), normalized ((latents - mean) / std)",
+         "", true}},
        VaeEncode},
+      {"write-video",
+       "Write a folder of frame images (sorted names, one size, even sides) as a video file.",
+       {{"frames", "folder of .png/.jpg frames", "", true},
+        {"output", "video file; the container comes from the extension (.avi, .mp4, .mkv)", "", true},
+        {"fps", "frames per second", "16"},
+        {"codec", "mpeg4 | mjpeg", "mpeg4"}},
+       WriteVideo},
       {"text-encode",
        "Encode a prompt (or raw token ids) with a pipeline's text encoder, as Flux2Pipeline.encode_prompt (or, for a "
        "Wan folder, WanPipeline._get_t5_prompt_embeds).",

@@ -15,6 +15,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libgtest-dev libgmock-dev libyaml-cpp-dev nlohmann-json3-dev
   libpng-dev libjpeg-dev libssl-dev prometheus iproute2
+  libavcodec-dev libavformat-dev libswscale-dev libavutil-dev  # video clips (core/video)
   clang-14 libclang-rt-14-dev  # the fuzz targets' build (scripts/fuzz.sh)
 )
 # A python3 that already makes venvs (e.g. pyenv's) needs neither Debian python package.

@@ -1,0 +1,188 @@
+#include "core/vae/wan_vae.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "core/lora/lora_linear.h"
+#include "core/tensor/safetensors.h"
+#include "core/tensor/shape.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+constexpr char kSingleFile[] = "diffusion_pytorch_model.safetensors";
+
+struct VaeFiles {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, const SafetensorsFile*> key_to_file;
+};
+
+absl::StatusOr<VaeFiles> OpenVaeFiles(const std::string& dir) {
+  ASSIGN_OR_RETURN(std::vector<std::string> paths, SafetensorsShardPaths(dir, "diffusion_pytorch_model"));
+  VaeFiles out;
+  for (const auto& p : paths) {
+    ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(p));
+    for (const auto& key : file->Keys()) out.key_to_file[key] = file.get();
+    out.files.push_back(std::move(file));
+  }
+  return out;
+}
+
+// Checks every parameter of `module` against `files` (all mismatches in one InvalidArgument), then copies them.
+absl::Status LoadEncoderTensors(WanVaeEncoderModule& module, const VaeFiles& files, const std::string& dir) {
+  std::set<std::string> known;
+  std::vector<std::string> missing, misshaped, unexpected;
+  std::vector<std::pair<const SafetensorsFile*, std::pair<std::string, at::Tensor>>> todo;
+  for (const auto& p : module->named_parameters()) {
+    known.insert(p.key());
+    auto it = files.key_to_file.find(p.key());
+    if (it == files.key_to_file.end()) {
+      missing.push_back(p.key());
+      continue;
+    }
+    ASSIGN_OR_RETURN(SafetensorsEntry e, it->second->Entry(p.key()));
+    if (e.shape != p.value().sizes().vec()) {
+      misshaped.push_back(
+          absl::StrCat(p.key(), " (expected ", ShapeString(p.value().sizes()), ", found ", ShapeString(e.shape), ")"));
+      continue;
+    }
+    todo.push_back({it->second, {p.key(), p.value()}});
+  }
+  for (const auto& [key, file] : files.key_to_file) {
+    if (IsWanVaeEncoderKey(key) && !known.count(key)) unexpected.push_back(key);
+  }
+  if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
+    std::string msg = absl::StrCat("Wan VAE weights in ", dir, " do not match its config.json");
+    if (!missing.empty()) absl::StrAppend(&msg, "; missing keys: ", absl::StrJoin(missing, ", "));
+    if (!misshaped.empty()) absl::StrAppend(&msg, "; mis-shaped keys: ", absl::StrJoin(misshaped, ", "));
+    if (!unexpected.empty()) absl::StrAppend(&msg, "; unexpected keys: ", absl::StrJoin(unexpected, ", "));
+    return absl::InvalidArgumentError(msg);
+  }
+  for (auto& [file, item] : todo) {
+    const std::string& name = item.first;
+    at::Tensor target = item.second;
+    ASSIGN_OR_RETURN(at::Tensor t, file->Load(name, target.scalar_type()));
+    RETURN_IF_ERROR(TorchCall(name.c_str(), [&] {
+      at::NoGradGuard no_grad;
+      target.copy_(t);
+    }));
+  }
+  return absl::OkStatus();
+}
+
+at::Tensor RandomTensor(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(MixSeed(seed, HashName(name)));
+  if (absl::EndsWith(name, ".gamma")) return 1.0 + 0.1 * at::randn(shape, gen, at::kFloat);
+  if (shape.size() >= 2) {
+    int64_t fan_in = 1;
+    for (size_t i = 1; i < shape.size(); ++i) fan_in *= shape[i];
+    return at::randn(shape, gen, at::kFloat) / std::sqrt(static_cast<double>(fan_in));
+  }
+  return 0.02 * at::randn(shape, gen, at::kFloat);
+}
+
+std::string DescribeTensor(const at::Tensor& t) {
+  return t.defined() ? absl::StrCat(c10::toString(t.scalar_type()), " ", ShapeString(t.sizes())) : "undefined";
+}
+
+}  // namespace
+
+WanVaeEncoder::WanVaeEncoder(const WanVaeConfig& config, WanVaeEncoderModule module)
+    : config_(config),
+      module_(std::move(module)),
+      dtype_(module_->quant_conv->weight.scalar_type()),
+      device_(module_->quant_conv->weight.device()) {
+  module_->eval();
+  for (auto& p : module_->parameters()) p.set_requires_grad(false);
+}
+
+absl::StatusOr<std::unique_ptr<WanVaeEncoder>> WanVaeEncoder::Load(const std::string& vae_dir, at::ScalarType dtype,
+                                                                   at::Device device) {
+  if (!at::isFloatingType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("Wan VAE dtype must be floating, got ", c10::toString(dtype)));
+  }
+  std::string dir = vae_dir;
+  if (!PathExists(JoinPath(dir, "config.json")) && PathExists(JoinPath(vae_dir, "vae/config.json"))) {
+    dir = JoinPath(vae_dir, "vae");
+  }
+  ASSIGN_OR_RETURN(WanVaeConfig config, LoadWanVaeConfig(JoinPath(dir, "config.json")));
+  ASSIGN_OR_RETURN(VaeFiles files, OpenVaeFiles(dir));
+  WanVaeEncoderModule module{nullptr};
+  RETURN_IF_ERROR(TorchCall("building the Wan VAE encoder", [&] {
+    module = WanVaeEncoderModule(config);
+    module->to(dtype);
+  }));
+  RETURN_IF_ERROR(LoadEncoderTensors(module, files, dir));
+  RETURN_IF_ERROR(TorchCall("moving the Wan VAE encoder", [&] { module->to(device); }));
+  return std::make_unique<WanVaeEncoder>(config, std::move(module));
+}
+
+absl::StatusOr<at::Tensor> WanVaeEncoder::EncodeMoments(const at::Tensor& pixels) {
+  if (!pixels.defined() || (pixels.dim() != 4 && pixels.dim() != 5) || pixels.size(1) != config_.pixel_channels() ||
+      !at::isFloatingType(pixels.scalar_type())) {
+    return absl::InvalidArgumentError(absl::StrCat("Wan VAE input must be a floating [B, ", config_.pixel_channels(),
+                                                   ", F, H, W] or [B, ", config_.pixel_channels(),
+                                                   ", H, W] tensor, got ", DescribeTensor(pixels)));
+  }
+  at::Tensor x = pixels.dim() == 4 ? pixels.unsqueeze(2) : pixels;
+  const int64_t multiple = config_.spatial_factor();
+  const int64_t b = x.size(0), f = x.size(2), h = x.size(3), w = x.size(4);
+  if (b == 0 || f == 0 || (f - 1) % 4 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Wan VAE input ", ShapeString(pixels.sizes()),
+                     ": batch must be non-empty and the frame count 4k+1 (1, 5, 9, ...)"));
+  }
+  if (h == 0 || w == 0 || h % multiple != 0 || w % multiple != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Wan VAE input ", ShapeString(pixels.sizes()),
+                                                   ": H and W must be positive multiples of ", multiple));
+  }
+  at::Tensor moments;
+  RETURN_IF_ERROR(TorchCall("Wan VAE encode", [&] {
+    at::NoGradGuard no_grad;
+    moments = module_->forward(x.to(device_, dtype_)).to(at::kFloat);
+  }));
+  return moments;
+}
+
+absl::StatusOr<at::Tensor> WanVaeEncoder::EncodeMean(const at::Tensor& pixels) {
+  ASSIGN_OR_RETURN(at::Tensor moments, EncodeMoments(pixels));
+  return moments.narrow(1, 0, config_.z_dim).contiguous();
+}
+
+at::Tensor WanVaeEncoder::Normalize(const at::Tensor& latents) const {
+  TORCH_CHECK(latents.defined() && latents.dim() >= 2 && latents.size(1) == config_.z_dim,
+              "Wan VAE Normalize: expected [B, ", config_.z_dim, ", ...] latents");
+  std::vector<int64_t> view(latents.dim(), 1);
+  view[1] = config_.z_dim;
+  auto opts = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor mean = at::tensor(config_.latents_mean, opts).to(latents.device(), at::kFloat).view(view);
+  at::Tensor std = at::tensor(config_.latents_std, opts).to(latents.device(), at::kFloat).view(view);
+  // diffusers multiplies by 1 / std computed in fp32; the same here.
+  return (latents.to(at::kFloat) - mean) * (1.0 / std);
+}
+
+absl::Status WriteRandomWanVaeEncoder(const WanVaeConfig& config, const std::string& vae_dir, uint64_t seed) {
+  RETURN_IF_ERROR(config.Validate());
+  RETURN_IF_ERROR(MakeDirs(vae_dir));
+  std::map<std::string, at::Tensor> tensors;
+  RETURN_IF_ERROR(TorchCall("random Wan VAE weights", [&] {
+    WanVaeEncoderModule module(config);
+    for (const auto& p : module->named_parameters()) {
+      tensors[p.key()] = RandomTensor(p.key(), p.value().sizes().vec(), seed);
+    }
+  }));
+  RETURN_IF_ERROR(WriteSafetensors(JoinPath(vae_dir, kSingleFile), tensors, {{"format", "pt"}}));
+  return WriteFileAtomic(JoinPath(vae_dir, "config.json"), WanVaeConfigToJson(config));
+}
+
+}  // namespace baton

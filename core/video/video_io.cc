@@ -1,0 +1,195 @@
+#include "core/video/video_io.h"
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/imgutils.h>
+#include <libswscale/swscale.h>
+}
+
+#include <absl/strings/ascii.h>
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <dirent.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+std::string AvError(int code) {
+  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
+  av_strerror(code, buf, sizeof(buf));
+  return buf;
+}
+
+struct FormatCloser {
+  void operator()(AVFormatContext* c) const { avformat_close_input(&c); }
+};
+struct CodecFreer {
+  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
+};
+struct FrameFreer {
+  void operator()(AVFrame* f) const { av_frame_free(&f); }
+};
+struct PacketFreer {
+  void operator()(AVPacket* p) const { av_packet_free(&p); }
+};
+struct SwsFreer {
+  void operator()(SwsContext* s) const { sws_freeContext(s); }
+};
+using FramePtr = std::unique_ptr<AVFrame, FrameFreer>;
+using PacketPtr = std::unique_ptr<AVPacket, PacketFreer>;
+
+// An opened decoder for the best video stream of a file.
+struct Decoder {
+  std::unique_ptr<AVFormatContext, FormatCloser> format;
+  std::unique_ptr<AVCodecContext, CodecFreer> codec;
+  std::unique_ptr<SwsContext, SwsFreer> sws;
+  int stream = -1;
+  double fps = 0.0;
+};
+
+absl::StatusOr<Decoder> OpenDecoder(const std::string& path) {
+  if (!PathExists(path)) return absl::NotFoundError(absl::StrCat(path, ": no such video file"));
+  av_log_set_level(AV_LOG_QUIET);  // errors come back as Statuses instead
+  Decoder d;
+  AVFormatContext* fmt = nullptr;
+  int rc = avformat_open_input(&fmt, path.c_str(), nullptr, nullptr);
+  if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": not a readable video (", AvError(rc), ")"));
+  d.format.reset(fmt);
+  rc = avformat_find_stream_info(fmt, nullptr);
+  if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read stream info (", AvError(rc), ")"));
+  const AVCodec* codec = nullptr;
+  d.stream = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
+  if (d.stream < 0 || codec == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no decodable video stream (", AvError(d.stream), ")"));
+  }
+  AVStream* st = fmt->streams[d.stream];
+  d.codec.reset(avcodec_alloc_context3(codec));
+  if (!d.codec) return absl::ResourceExhaustedError("avcodec_alloc_context3 failed");
+  rc = avcodec_parameters_to_context(d.codec.get(), st->codecpar);
+  if (rc >= 0) rc = avcodec_open2(d.codec.get(), codec, nullptr);
+  if (rc < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot open the ", codec->name, " decoder (", AvError(rc), ")"));
+  }
+  if (st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0) d.fps = av_q2d(st->avg_frame_rate);
+  return d;
+}
+
+// One decoded frame → RGB8 (the converter is made on the first frame; every frame must keep that size).
+absl::Status AppendRgb(Decoder& d, const AVFrame* f, const std::string& path, Clip* clip) {
+  if (f->width <= 0 || f->height <= 0 || f->width > kMaxImageSide || f->height > kMaxImageSide) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": frame size ", f->width, "x", f->height, " out of range"));
+  }
+  if (!clip->frames.empty() && (f->width != clip->frames[0].width || f->height != clip->frames[0].height)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": frame ", clip->frames.size(), " is ", f->width, "x",
+                                                   f->height, ", frame 0 was ", clip->frames[0].width, "x",
+                                                   clip->frames[0].height));
+  }
+  if (!d.sws) {
+    d.sws.reset(sws_getContext(f->width, f->height, static_cast<AVPixelFormat>(f->format), f->width, f->height,
+                               AV_PIX_FMT_RGB24, SWS_BICUBIC, nullptr, nullptr, nullptr));
+    if (!d.sws) return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported pixel format ", f->format));
+  }
+  Image img(f->width, f->height);
+  uint8_t* dst[4] = {img.pixels.data(), nullptr, nullptr, nullptr};
+  int dst_stride[4] = {3 * f->width, 0, 0, 0};
+  sws_scale(d.sws.get(), f->data, f->linesize, 0, f->height, dst, dst_stride);
+  clip->frames.push_back(std::move(img));
+  return absl::OkStatus();
+}
+
+// Receives every frame the decoder has ready. Sets *done once max_frames frames are in.
+absl::Status Drain(Decoder& d, AVFrame* frame, const std::string& path, int64_t max_frames, Clip* clip, bool* done) {
+  while (true) {
+    int rc = avcodec_receive_frame(d.codec.get(), frame);
+    if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return absl::OkStatus();
+    if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": decoding failed (", AvError(rc), ")"));
+    absl::Status s = AppendRgb(d, frame, path, clip);
+    av_frame_unref(frame);
+    RETURN_IF_ERROR(s);
+    if (max_frames >= 0 && static_cast<int64_t>(clip->frames.size()) >= max_frames) {
+      *done = true;
+      return absl::OkStatus();
+    }
+  }
+}
+
+bool IsFrameImageName(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  return absl::EndsWith(lower, ".png") || absl::EndsWith(lower, ".jpg") || absl::EndsWith(lower, ".jpeg");
+}
+
+}  // namespace
+
+absl::StatusOr<Clip> ReadVideoFile(const std::string& path, int64_t max_frames) {
+  ASSIGN_OR_RETURN(Decoder d, OpenDecoder(path));
+  Clip clip;
+  clip.fps = d.fps;
+  FramePtr frame(av_frame_alloc());
+  PacketPtr packet(av_packet_alloc());
+  if (!frame || !packet) return absl::ResourceExhaustedError("av_frame_alloc / av_packet_alloc failed");
+  bool done = max_frames == 0;
+  while (!done) {
+    int rc = av_read_frame(d.format.get(), packet.get());
+    if (rc == AVERROR_EOF) break;
+    if (rc < 0) {
+      if (!clip.frames.empty()) break;  // a damaged tail: keep the frames decoded so far
+      return absl::InvalidArgumentError(absl::StrCat(path, ": reading failed (", AvError(rc), ")"));
+    }
+    if (packet->stream_index == d.stream) rc = avcodec_send_packet(d.codec.get(), packet.get());
+    av_packet_unref(packet.get());
+    if (rc < 0 && rc != AVERROR(EAGAIN)) {
+      if (!clip.frames.empty()) break;
+      return absl::InvalidArgumentError(absl::StrCat(path, ": corrupt video packet (", AvError(rc), ")"));
+    }
+    RETURN_IF_ERROR(Drain(d, frame.get(), path, max_frames, &clip, &done));
+  }
+  if (!done) {  // flush the decoder's delayed frames
+    avcodec_send_packet(d.codec.get(), nullptr);
+    RETURN_IF_ERROR(Drain(d, frame.get(), path, max_frames, &clip, &done));
+  }
+  if (clip.frames.empty() && max_frames != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no video frames could be decoded"));
+  }
+  return clip;
+}
+
+absl::StatusOr<Clip> ReadFrameFolder(const std::string& dir) {
+  std::vector<std::string> names;
+  std::unique_ptr<DIR, int (*)(DIR*)> handle(opendir(dir.c_str()), closedir);
+  if (!handle) return absl::NotFoundError(absl::StrCat(dir, ": cannot open the frame folder"));
+  while (dirent* e = readdir(handle.get())) {
+    if (IsFrameImageName(e->d_name)) names.push_back(e->d_name);
+  }
+  std::sort(names.begin(), names.end());
+  if (names.empty()) return absl::InvalidArgumentError(absl::StrCat(dir, ": no .png/.jpg/.jpeg frames"));
+  Clip clip;
+  for (const auto& name : names) {
+    ASSIGN_OR_RETURN(Image img, ReadImageFile(JoinPath(dir, name)));
+    if (!clip.frames.empty() && (img.width != clip.frames[0].width || img.height != clip.frames[0].height)) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, ": frame ", name, " is ", img.width, "x", img.height, ", ",
+                                                     names[0], " is ", clip.frames[0].width, "x", clip.frames[0].height,
+                                                     " (all frames must have one size)"));
+    }
+    clip.frames.push_back(std::move(img));
+  }
+  return clip;
+}
+
+absl::StatusOr<Clip> ReadClip(const std::string& path, int64_t max_frames) {
+  if (IsDirectory(path)) {
+    ASSIGN_OR_RETURN(Clip clip, ReadFrameFolder(path));
+    if (max_frames >= 0 && static_cast<int64_t>(clip.frames.size()) > max_frames) clip.frames.resize(max_frames);
+    return clip;
+  }
+  return ReadVideoFile(path, max_frames);
+}
+
+}  // namespace baton

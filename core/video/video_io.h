@@ -1,0 +1,42 @@
+// Video clips as RGB8 frames: decoding any file libavformat/libavcodec can read (Debian's FFmpeg libraries),
+// reading a folder of frame images, and writing a short clip (MPEG-4 Part 2, or MJPEG for .avi when asked) so
+// tests and scripts/make_wan_sample.sh make their own videos. Every error is a Status naming the file.
+#pragma once
+
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/image/image.h"
+
+namespace baton {
+
+struct Clip {
+  std::vector<Image> frames;  // all the same size
+  double fps = 0.0;           // the stream's average frame rate; 0 when unknown (a folder of frames)
+};
+
+// Decodes the best video stream of `path`, converting each frame to RGB8 (libswscale, bicubic for any pixel
+// format). Stops after `max_frames` frames (−1: all). INVALID_ARGUMENT for a file libavformat cannot open, no
+// video stream, no decoder, a corrupt stream before any frame, or zero decoded frames; NOT_FOUND for a missing
+// file. Sides above kMaxImageSide are rejected.
+absl::StatusOr<Clip> ReadVideoFile(const std::string& path, int64_t max_frames = -1);
+
+// Frames from a folder of PNG/JPEG files (names with a .png/.jpg/.jpeg extension, any case, in byte-wise sorted
+// order; other files are ignored), decoded with core/image. INVALID_ARGUMENT when there are none or their sizes
+// differ (naming the first odd one).
+absl::StatusOr<Clip> ReadFrameFolder(const std::string& dir);
+
+// A video file (ReadVideoFile) or a folder of frames (ReadFrameFolder), by what `path` is.
+absl::StatusOr<Clip> ReadClip(const std::string& path, int64_t max_frames = -1);
+
+// Writes `frames` (non-empty, equal sizes, even width and height) at `fps` to `path`; the container comes from
+// the extension (.avi, .mp4, .mkv, ...). codec "mpeg4" (default: small, lossy, near-lossless at quantiser 2) or
+// "mjpeg". YUV 4:2:0, so colours come back close, not exact.
+absl::Status WriteVideoFile(const std::string& path, const std::vector<Image>& frames, int fps,
+                            const std::string& codec = "mpeg4");
+
+}  // namespace baton

@@ -1,0 +1,130 @@
+// WriteVideoFile (video_io.h): libavformat muxing + libavcodec encoding of RGB8 frames.
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libswscale/swscale.h>
+}
+
+#include <absl/strings/str_cat.h>
+
+#include <memory>
+
+#include "core/util/status.h"
+#include "core/video/video_io.h"
+
+namespace baton {
+namespace {
+
+std::string AvErr(int code) {
+  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
+  av_strerror(code, buf, sizeof(buf));
+  return buf;
+}
+
+struct Muxer {
+  AVFormatContext* format = nullptr;
+  AVCodecContext* codec = nullptr;
+  AVStream* stream = nullptr;
+  SwsContext* sws = nullptr;
+  AVFrame* frame = nullptr;
+  AVPacket* packet = nullptr;
+  ~Muxer() {
+    sws_freeContext(sws);
+    av_frame_free(&frame);
+    av_packet_free(&packet);
+    avcodec_free_context(&codec);
+    if (format != nullptr && format->pb != nullptr) avio_closep(&format->pb);
+    avformat_free_context(format);
+  }
+};
+
+absl::Status Open(Muxer& m, const std::string& path, int width, int height, int fps, const std::string& codec_name) {
+  av_log_set_level(AV_LOG_QUIET);
+  int rc = avformat_alloc_output_context2(&m.format, nullptr, nullptr, path.c_str());
+  if (rc < 0 || m.format == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no container for this extension (", AvErr(rc), ")"));
+  }
+  const bool mjpeg = codec_name == "mjpeg";
+  if (!mjpeg && codec_name != "mpeg4") return absl::InvalidArgumentError("video codec must be mpeg4 or mjpeg");
+  const AVCodec* codec = avcodec_find_encoder(mjpeg ? AV_CODEC_ID_MJPEG : AV_CODEC_ID_MPEG4);
+  if (codec == nullptr)
+    return absl::UnimplementedError(absl::StrCat("this libavcodec has no ", codec_name, " encoder"));
+  m.codec = avcodec_alloc_context3(codec);
+  m.stream = avformat_new_stream(m.format, nullptr);
+  m.frame = av_frame_alloc();
+  m.packet = av_packet_alloc();
+  if (!m.codec || !m.stream || !m.frame || !m.packet) return absl::ResourceExhaustedError("libav allocation failed");
+  m.codec->width = width;
+  m.codec->height = height;
+  m.codec->time_base = AVRational{1, fps};
+  m.codec->framerate = AVRational{fps, 1};
+  m.codec->pix_fmt = mjpeg ? AV_PIX_FMT_YUVJ420P : AV_PIX_FMT_YUV420P;
+  m.codec->gop_size = 8;
+  m.codec->flags |= AV_CODEC_FLAG_QSCALE;  // constant quantiser: near-lossless small clips
+  m.codec->global_quality = FF_QP2LAMBDA * 2;
+  if (m.format->oformat->flags & AVFMT_GLOBALHEADER) m.codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+  rc = avcodec_open2(m.codec, codec, nullptr);
+  if (rc >= 0) rc = avcodec_parameters_from_context(m.stream->codecpar, m.codec);
+  if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open the encoder (", AvErr(rc), ")"));
+  m.stream->time_base = m.codec->time_base;
+  m.frame->format = m.codec->pix_fmt;
+  m.frame->width = width;
+  m.frame->height = height;
+  rc = av_frame_get_buffer(m.frame, 0);
+  if (rc >= 0) rc = avio_open(&m.format->pb, path.c_str(), AVIO_FLAG_WRITE);
+  if (rc >= 0) rc = avformat_write_header(m.format, nullptr);
+  if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot start writing (", AvErr(rc), ")"));
+  m.sws = sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, m.codec->pix_fmt, SWS_BICUBIC, nullptr,
+                         nullptr, nullptr);
+  if (m.sws == nullptr) return absl::InternalError("sws_getContext failed");
+  return absl::OkStatus();
+}
+
+// Sends `frame` (null: flush) and writes every packet the encoder returns.
+absl::Status Encode(Muxer& m, AVFrame* frame, const std::string& path) {
+  int rc = avcodec_send_frame(m.codec, frame);
+  if (rc < 0) return absl::InternalError(absl::StrCat(path, ": encoding failed (", AvErr(rc), ")"));
+  while (true) {
+    rc = avcodec_receive_packet(m.codec, m.packet);
+    if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return absl::OkStatus();
+    if (rc < 0) return absl::InternalError(absl::StrCat(path, ": encoding failed (", AvErr(rc), ")"));
+    // One frame long: without a duration, MP4's edit list ends at the last frame's start and demuxers drop it.
+    if (m.packet->duration <= 0) m.packet->duration = 1;
+    av_packet_rescale_ts(m.packet, m.codec->time_base, m.stream->time_base);
+    m.packet->stream_index = m.stream->index;
+    rc = av_interleaved_write_frame(m.format, m.packet);
+    if (rc < 0) return absl::InternalError(absl::StrCat(path, ": writing failed (", AvErr(rc), ")"));
+  }
+}
+
+}  // namespace
+
+absl::Status WriteVideoFile(const std::string& path, const std::vector<Image>& frames, int fps,
+                            const std::string& codec) {
+  if (frames.empty() || fps <= 0) return absl::InvalidArgumentError("WriteVideoFile: need frames and fps > 0");
+  const int w = frames[0].width, h = frames[0].height;
+  if (w <= 0 || h <= 0 || w % 2 != 0 || h % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("WriteVideoFile: ", w, "x", h, " (sides must be even, > 0)"));
+  }
+  Muxer m;
+  RETURN_IF_ERROR(Open(m, path, w, h, fps, codec));
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (frames[i].width != w || frames[i].height != h) {
+      return absl::InvalidArgumentError(absl::StrCat("WriteVideoFile: frame ", i, " differs in size from frame 0"));
+    }
+    int rc = av_frame_make_writable(m.frame);
+    if (rc < 0) return absl::InternalError(absl::StrCat("av_frame_make_writable: ", AvErr(rc)));
+    const uint8_t* src[4] = {frames[i].pixels.data(), nullptr, nullptr, nullptr};
+    const int src_stride[4] = {3 * w, 0, 0, 0};
+    sws_scale(m.sws, src, src_stride, 0, h, m.frame->data, m.frame->linesize);
+    m.frame->pts = static_cast<int64_t>(i);
+    m.frame->quality = m.codec->global_quality;
+    RETURN_IF_ERROR(Encode(m, m.frame, path));
+  }
+  RETURN_IF_ERROR(Encode(m, nullptr, path));
+  int rc = av_write_trailer(m.format);
+  if (rc < 0) return absl::InternalError(absl::StrCat(path, ": finishing the file failed (", AvErr(rc), ")"));
+  return absl::OkStatus();
+}
+
+}  // namespace baton
