@@ -1,9 +1,11 @@
 #include "core/model/wan_family.h"
 
+#include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_split.h>
 #include <absl/strings/strip.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/lora/lora.h"

@@ -148,10 +148,14 @@ class WanTransformerForwardTest(unittest.TestCase):
         """The diffusers folder, an original folder (original config.json) and an original single file."""
         folder = os.path.join(tmp, "transformer")
         model.save_pretrained(folder, safe_serialization=True)
+        # diffusers' converter strips "model.diffusion_model." but not ComfyUI's bare "diffusion_model.": it proves the
+        # unprefixed file; Baton reads the prefixed one.
+        proof = os.path.join(tmp, "wan-tiny-proof.safetensors")
+        save_file(to_original(model.state_dict()), proof)
         original = to_original(model.state_dict(), prefix)
         single = os.path.join(tmp, "wan-tiny.safetensors")
         save_file(original, single)
-        from_single = WanTransformer3DModel.from_single_file(single, config=folder, local_files_only=True)
+        from_single = WanTransformer3DModel.from_single_file(proof, config=folder, local_files_only=True)
         expected_sd, got_sd = model.state_dict(), from_single.state_dict()
         self.assertEqual(sorted(expected_sd), sorted(got_sd))
         for key, t in expected_sd.items():
