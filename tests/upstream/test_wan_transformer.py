@@ -137,7 +137,8 @@ class WanTransformerForwardTest(unittest.TestCase):
         for i, (batch, frames, h, w, text_len) in enumerate(shapes):
             inputs = make_inputs(model, seed * 100 + i, batch, frames, h, w, text_len, per_token)
             expected = diffusers_forward(model, inputs)
-            for layout, args in layouts:
+            # Every layout on the first shape; the others on the diffusers layout only (each run costs a process).
+            for layout, args in layouts if i == 0 else layouts[:1]:
                 got = baton_forward(tmp, *args[:1], inputs, *args[1:])
                 self.assertEqual(got.shape, expected.shape)
                 err = max_rel_error(got, expected)
