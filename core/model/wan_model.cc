@@ -89,6 +89,12 @@ absl::Status WanShellImpl::CheckInputs(const TensorMap& in) const {
                                           : "Wan inputs: encoder_hidden_states_image given, but this model has no "
                                             "image branch (image_dim is null)");
   }
+  if (has_image && ehs.size(1) != 512) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Wan inputs: a model with the CLIP image branch (Wan 2.1 I2V) needs encoder_hidden_states of 512 tokens "
+        "(diffusers' attention takes the last 512 context tokens as text), got ",
+        ehs.size(1)));
+  }
   return absl::OkStatus();
 }
 

@@ -177,6 +177,31 @@ TEST(WanModelTest, CheckpointedBackwardIsBitwiseEqual) {
   }
 }
 
+TEST(WanModelTest, ShellRejectsInputsTheModelCannotTake) {
+  const WanConfig c = TinyWan(/*i2v_21=*/true);
+  auto model = TinyModel(c, "wan-bad-inputs");
+  auto shell = model->BuildShell(at::kFloat, at::kCPU);
+  ASSERT_TRUE(shell.ok());
+  auto message = [&](TensorMap in) {
+    auto s = (*shell)->Run(in, at::kFloat);
+    return s.ok() ? std::string("ok") : std::string(s.status().message());
+  };
+  TensorMap in = TinyInputs(c, 1);
+  EXPECT_EQ(message(in), "ok");
+  TensorMap no_image = in;
+  no_image.erase("encoder_hidden_states_image");
+  EXPECT_NE(message(no_image).find("encoder_hidden_states_image is required"), std::string::npos);
+  TensorMap short_text = in;
+  short_text["encoder_hidden_states"] = at::randn({1, 7, c.text_dim});
+  EXPECT_NE(message(short_text).find("512 tokens"), std::string::npos);
+  TensorMap odd = in;
+  odd["hidden_states"] = at::randn({1, c.in_channels, 2, 5, 6});
+  EXPECT_NE(message(odd).find("not a multiple of the patch size"), std::string::npos);
+  TensorMap per_token = in;
+  per_token["timestep"] = at::rand({1, 5});
+  EXPECT_NE(message(per_token).find("one entry per patch"), std::string::npos);
+}
+
 TEST(WanWeightsTest, PipelineFolderExposesBothExperts) {
   const std::string dir = test_util::MakeTempDir("wan-a14b");
   WanConfig c = TinyWan();
