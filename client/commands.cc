@@ -17,6 +17,7 @@
 #include "client/job_commands.h"
 #include "client/quantize_command.h"
 #include "client/tokenize_command.h"
+#include "client/wan_forward.h"
 #include "client/wan_text_encode.h"
 #include "client/wan_vae_command.h"
 #include "core/data/cache.h"
@@ -25,6 +26,7 @@
 #include "core/model/flux2_keys.h"
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
+#include "core/model/wan_family.h"
 #include "core/pipeline/partition.h"
 #include "core/pipeline/schedule.h"
 #include "core/tensor/safetensors.h"
@@ -91,6 +93,7 @@ absl::Status SyntheticCache(const Args& args) {
 }
 
 absl::Status Forward(const Args& args) {
+  if (IsWanModel(args.Get("model"), args.Get("config"))) return WanForward(args);
   SetComputeThreads(1);
   ASSIGN_OR_RETURN(auto ckpt, Flux2Checkpoint::Open(args.Get("model"), args.Get("config")));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
@@ -290,7 +293,8 @@ const std::vector<Command>& AllCommands() {
         {"seed", "random seed", "0"}},
        SyntheticCache},
       {"forward",
-       "Run the transformer forward on inputs from a safetensors file (diffusers Flux2Transformer2DModel keys).",
+       "Run the transformer forward on inputs from a safetensors file (diffusers Flux2Transformer2DModel or "
+       "WanTransformer3DModel keys; the family comes from config.json _class_name).",
        {{"model", "diffusers transformer/pipeline folder or BFL .safetensors", "", true},
         {"inputs", "input safetensors: hidden_states, encoder_hidden_states, timestep, guidance, img_ids, txt_ids", "",
          true},
@@ -300,7 +304,8 @@ const std::vector<Command>& AllCommands() {
         {"quantize", "blocks' frozen Linear weights: none | int8 | fp8 (a pre-quantized --model is used as stored)",
          "none"},
         {"lora", "LoRA file to apply: diffusers/PEFT or BFL/ComfyUI keys"},
-        {"lora-scale", "multiplier on the LoRA's own alpha/r (diffusers' adapter weight)", "1.0"}},
+        {"lora-scale", "multiplier on the LoRA's own alpha/r (diffusers' adapter weight)", "1.0"},
+        {"expert", "Wan 2.2 A14B: which expert to run, high | low (noise)", "high"}},
        Forward},
       {"vae-encode",
        "Encode pixels with a pipeline's VAE: latents (posterior mean) and packed (patchified, normalised).",

@@ -24,7 +24,8 @@ constexpr char kLoraA[] = ".lora_A.weight";
 constexpr char kLoraB[] = ".lora_B.weight";
 
 bool InsideBlock(const std::string& name) {
-  return absl::StartsWith(name, "transformer_blocks.") || absl::StartsWith(name, "single_transformer_blocks.");
+  return absl::StartsWith(name, "transformer_blocks.") || absl::StartsWith(name, "single_transformer_blocks.") ||
+         absl::StartsWith(name, "blocks.");  // Wan
 }
 
 // Groups PEFT-named tensors by module: module → (A, B).

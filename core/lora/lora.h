@@ -31,8 +31,8 @@ struct LoraSpec {
 absl::StatusOr<std::vector<std::string>> ResolveLoraTargets(const std::string& preset_or_list);
 
 // True when module `name` (full diffusers module path) is selected by `targets`: only Linears inside
-// transformer_blocks / single_transformer_blocks match suffix targets; x_embedder, context_embedder and
-// proj_out match only when named exactly.
+// transformer_blocks / single_transformer_blocks (FLUX.2) or blocks (Wan) match suffix targets; x_embedder,
+// context_embedder and proj_out match only when named exactly.
 bool LoraTargetMatches(const std::string& name, const std::vector<std::string>& targets);
 
 // Attaches adapters to every matching LoraLinear under `root`; returns how many. Errors if none match.

@@ -1,0 +1,272 @@
+#include "core/model/wan_family.h"
+
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_split.h>
+#include <absl/strings/strip.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "core/lora/lora.h"
+#include "core/model/wan_model.h"
+#include "core/tensor/shape.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+const std::vector<std::string>& AttentionTargets() {
+  static const auto* t = new std::vector<std::string>{
+      "attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
+      "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0",
+  };
+  return *t;
+}
+
+// in/out features of a block Linear named by its target suffix, or {0, 0} when the config has none.
+std::pair<int64_t, int64_t> TargetShape(const WanConfig& c, const std::string& target) {
+  const int64_t d = c.inner_dim();
+  if (absl::StartsWith(target, "attn1.") || absl::StartsWith(target, "attn2.to_")) return {d, d};
+  if (target == "ffn.net.0.proj") return {d, c.ffn_dim};
+  if (target == "ffn.net.2") return {c.ffn_dim, d};
+  if (target == "attn2.add_k_proj" || target == "attn2.add_v_proj") return {c.added_kv_proj_dim, d};
+  return {0, 0};
+}
+
+absl::Status Expect(const TensorMap& m, const std::string& name, int64_t dim, const char* what) {
+  auto it = m.find(name);
+  if (it == m.end() || !it->second.defined()) {
+    return absl::InvalidArgumentError(absl::StrCat("Wan ", what, ": missing '", name, "'"));
+  }
+  if (dim >= 0 && it->second.dim() != dim) {
+    return absl::InvalidArgumentError(absl::StrCat("Wan ", what, ": '", name, "' has rank ", it->second.dim(), " [",
+                                                   ShapeString(it->second.sizes()), "], expected ", dim));
+  }
+  return absl::OkStatus();
+}
+
+// The family interface owns stages and shells through unique_ptr; torch modules live in shared_ptrs.
+class OwnedWanStage : public StageModel {
+ public:
+  explicit OwnedWanStage(WanStage stage) : stage_(std::move(stage)) {}
+  torch::nn::Module& module() override { return *stage_; }
+  const StageRange& range() const override { return stage_->range(); }
+  TensorMap Forward(const TensorMap& in, const TensorMap& constants) override { return stage_->Forward(in, constants); }
+  TensorMap ForwardCheckpointed(const TensorMap& in, const TensorMap& constants, std::vector<TensorMap>* checkpoints,
+                                int64_t recompute_blocks) override {
+    return stage_->ForwardCheckpointed(in, constants, checkpoints, recompute_blocks);
+  }
+  void BackwardFromCheckpoints(std::vector<TensorMap> checkpoints, const TensorMap& constants, const BackwardSeed& seed,
+                               int64_t recompute_blocks) override {
+    stage_->BackwardFromCheckpoints(std::move(checkpoints), constants, seed, recompute_blocks);
+  }
+
+ private:
+  WanStage stage_;
+};
+
+class OwnedWanShell : public ShellModel {
+ public:
+  explicit OwnedWanShell(WanShell shell) : shell_(std::move(shell)) {}
+  absl::StatusOr<ShellOutputs> Run(const TensorMap& model_inputs, at::ScalarType dtype) override {
+    at::NoGradGuard no_grad;  // the shell is frozen
+    return shell_->Run(model_inputs, dtype);
+  }
+
+ private:
+  WanShell shell_;
+};
+
+}  // namespace
+
+std::string WanFamily::config_json() const { return WanConfigToJson(checkpoint_->config()); }
+int64_t WanFamily::num_blocks() const { return checkpoint_->config().num_layers; }
+int64_t WanFamily::hidden_size() const { return checkpoint_->config().inner_dim(); }
+
+BlockPlanInfo WanFamily::Block(int64_t global_index, const PlanShape& shape) const {
+  const WanConfig& c = checkpoint_->config();
+  const double d = static_cast<double>(c.inner_dim());
+  const double tokens = static_cast<double>(std::max<int64_t>(shape.tokens, 1));
+  const double text = static_cast<double>(shape.text_tokens), video = std::max(0.0, tokens - text);
+  BlockPlanInfo b;
+  b.kind = "block";
+  b.kind_index = global_index;
+  b.params = c.BlockParams();
+  b.linear_params = c.BlockLinearParams();
+  for (const std::string& t : shape.lora_targets) {
+    auto [in, out] = TargetShape(c, t);
+    b.lora_params += shape.lora_rank * (in + out);
+  }
+  // Video tokens: self-attention q/k/v/out, cross q/out, FFN; text tokens: cross k/v (per block, as upstream).
+  const double video_macs = video * (6 * d * d + 2 * d * static_cast<double>(c.ffn_dim));
+  b.macs_per_token = (video_macs + text * 2 * d * d) / tokens;
+  b.attention_macs = 2 * video * video * d + 2 * video * text * d;
+  return b;
+}
+
+BlockPlanInfo WanFamily::Embedders(const PlanShape& shape) const {
+  const WanConfig& c = checkpoint_->config();
+  BlockPlanInfo b;
+  b.kind = "embedders";
+  b.params = c.EmbedderParams();
+  b.macs_per_token = static_cast<double>(c.in_channels * c.patch_volume() * c.inner_dim());
+  (void)shape;
+  return b;
+}
+
+BlockPlanInfo WanFamily::Head(const PlanShape& shape) const {
+  const WanConfig& c = checkpoint_->config();
+  BlockPlanInfo b;
+  b.kind = "head";
+  b.params = c.HeadParams();
+  b.macs_per_token = static_cast<double>(c.inner_dim() * c.out_dim() * c.patch_volume());
+  (void)shape;
+  return b;
+}
+
+std::string WanFamily::DescribeBlocks(int64_t begin, int64_t end) const {
+  if (end <= begin) return "no blocks";
+  return end - begin == 1 ? absl::StrCat("block ", begin) : absl::StrCat("block ", begin, "-", end - 1);
+}
+
+absl::StatusOr<std::unique_ptr<StageModel>> WanFamily::BuildStage(const StageRange& range, at::ScalarType dtype,
+                                                                  at::Device device, const LoraSpec* lora, bool train,
+                                                                  WeightQuant quant) const {
+  if (quant != WeightQuant::kNone) {
+    return absl::UnimplementedError("8-bit block weights (quantize) are not supported for Wan yet");
+  }
+  if (range.block_begin < 0 || range.block_begin > range.block_end || range.block_end > num_blocks()) {
+    return absl::InvalidArgumentError(absl::StrCat("Wan stage: bad block range [", range.block_begin, ", ",
+                                                   range.block_end, ") for ", num_blocks(), " blocks"));
+  }
+  WanStage stage{nullptr};
+  RETURN_IF_ERROR(TorchCall("building the Wan stage", [&] {
+    stage = WanStage(checkpoint_->config(), range, at::TensorOptions().dtype(dtype).device(device));
+  }));
+  RETURN_IF_ERROR(LoadWanWeights(*stage, *checkpoint_));
+  if (lora) {
+    ASSIGN_OR_RETURN(int attached, AttachLora(*stage, *lora));
+    (void)attached;  // a stage may legitimately hold no targeted Linear
+  }
+  stage->train(train);
+  return std::unique_ptr<StageModel>(new OwnedWanStage(stage));
+}
+
+absl::StatusOr<std::unique_ptr<ShellModel>> WanFamily::BuildShell(at::ScalarType dtype, at::Device device) const {
+  WanShell shell{nullptr};
+  RETURN_IF_ERROR(TorchCall("building the Wan shell", [&] {
+    shell = WanShell(checkpoint_->config(), at::TensorOptions().dtype(dtype).device(device));
+  }));
+  RETURN_IF_ERROR(LoadWanWeights(*shell, *checkpoint_));
+  shell->eval();
+  return std::unique_ptr<ShellModel>(new OwnedWanShell(shell));
+}
+
+absl::Status WanFamily::CheckWire(WireKind kind, const TensorMap& tensors, at::ScalarType dtype) const {
+  const WanConfig& c = checkpoint_->config();
+  switch (kind) {
+    case WireKind::kInputs:
+      RETURN_IF_ERROR(Expect(tensors, "hidden_states", 5, "inputs"));
+      if (tensors.at("hidden_states").size(1) != c.in_channels) {
+        return absl::InvalidArgumentError(absl::StrCat("Wan inputs: hidden_states has ",
+                                                       tensors.at("hidden_states").size(1), " channels, the model ",
+                                                       c.in_channels));
+      }
+      break;
+    case WireKind::kConstants:
+      RETURN_IF_ERROR(Expect(tensors, "temb", -1, "constants"));
+      RETURN_IF_ERROR(Expect(tensors, "timestep_proj", -1, "constants"));
+      RETURN_IF_ERROR(Expect(tensors, "context", 3, "constants"));
+      RETURN_IF_ERROR(Expect(tensors, "grid", 1, "constants"));
+      if (tensors.at("context").size(2) != c.inner_dim()) {
+        return absl::InvalidArgumentError(absl::StrCat("Wan constants: context width ", tensors.at("context").size(2),
+                                                       " != hidden size ", c.inner_dim()));
+      }
+      if (tensors.at("temb").size(0) != tensors.at("context").size(0) ||
+          tensors.at("timestep_proj").size(0) != tensors.at("context").size(0)) {
+        return absl::InvalidArgumentError("Wan constants: temb, timestep_proj and context disagree on the batch");
+      }
+      break;
+    case WireKind::kTables:
+      RETURN_IF_ERROR(Expect(tensors, "rope_cos", 2, "tables"));
+      RETURN_IF_ERROR(Expect(tensors, "rope_sin", 2, "tables"));
+      if (tensors.at("rope_cos").size(1) != c.attention_head_dim) {
+        return absl::InvalidArgumentError("Wan tables: rope_cos width is not the head dim");
+      }
+      break;
+    case WireKind::kActivation:
+      RETURN_IF_ERROR(Expect(tensors, "x", 3, "activation"));
+      if (tensors.at("x").size(2) != c.inner_dim() || tensors.at("x").scalar_type() != dtype) {
+        return absl::InvalidArgumentError(absl::StrCat("Wan activation: x [", ShapeString(tensors.at("x").sizes()),
+                                                       "] ", c10::toString(tensors.at("x").scalar_type()),
+                                                       ", expected [B, S, ", c.inner_dim(), "] ",
+                                                       c10::toString(dtype)));
+      }
+      break;
+    case WireKind::kTarget:
+      RETURN_IF_ERROR(Expect(tensors, "output", 5, "target"));
+      break;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> WanFamily::LoraTargets(const std::string& preset_or_list) const {
+  std::vector<std::string> out = AttentionTargets();
+  if (preset_or_list == "attention") return out;
+  if (preset_or_list == "all-linear") {
+    out.push_back("ffn.net.0.proj");
+    out.push_back("ffn.net.2");
+    if (checkpoint_->config().added_kv_proj_dim > 0) {
+      out.push_back("attn2.add_k_proj");
+      out.push_back("attn2.add_v_proj");
+    }
+    return out;
+  }
+  out.clear();
+  for (absl::string_view t : absl::StrSplit(preset_or_list, ',', absl::SkipWhitespace())) {
+    out.emplace_back(absl::StripAsciiWhitespace(t));
+  }
+  if (out.empty()) return absl::InvalidArgumentError("LoRA targets: empty list");
+  return out;
+}
+
+absl::StatusOr<TensorMap> WanFamily::LoraToOriginalNames(const TensorMap& peft) const {
+  (void)peft;
+  return absl::UnimplementedError("Wan LoRA in the original/ComfyUI naming is not implemented yet");
+}
+
+absl::StatusOr<TensorMap> WanFamily::LoraFromOriginalNames(const TensorMap& original) const {
+  (void)original;
+  return absl::UnimplementedError("Wan LoRA in the original/ComfyUI naming is not implemented yet");
+}
+
+bool IsWanModel(const std::string& path, const std::string& config_path) {
+  std::vector<std::string> candidates;
+  if (!config_path.empty()) {
+    candidates.push_back(config_path);
+  } else {
+    for (const char* sub : {"config.json", "transformer/config.json", "high_noise_model/config.json"}) {
+      candidates.push_back(JoinPath(path, sub));
+    }
+  }
+  for (const std::string& cfg : candidates) {
+    if (!PathExists(cfg)) continue;
+    auto text = ReadFileBounded(cfg, uint64_t{1} << 20);
+    if (!text.ok()) return false;
+    nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return false;
+    const std::string cls = j.value("_class_name", std::string());
+    return cls == "WanTransformer3DModel" || cls == "WanModel";
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<WanFamily>> OpenWanModel(const std::string& path, const std::string& config_path,
+                                                        WanExpert expert) {
+  ASSIGN_OR_RETURN(auto ckpt, WanCheckpoint::Open(path, config_path, expert));
+  return std::make_unique<WanFamily>(std::move(ckpt));
+}
+
+}  // namespace baton

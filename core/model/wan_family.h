@@ -1,0 +1,56 @@
+// WanFamily: Wan 2.x (diffusers' WanTransformer3DModel) behind the ModelFamily interface. One block kind,
+// "block"; the shell is condition_embedder + RoPE tables; wire names as wan_model.h documents.
+// A Wan 2.2 A14B folder holds two experts: open each with its WanExpert (a LoRA per expert).
+#pragma once
+
+#include <absl/status/statusor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model/model_family.h"
+#include "core/model/wan_weights.h"
+
+namespace baton {
+
+class WanFamily : public ModelFamily {
+ public:
+  explicit WanFamily(std::unique_ptr<WanCheckpoint> checkpoint) : checkpoint_(std::move(checkpoint)) {}
+  const WanCheckpoint& checkpoint() const { return *checkpoint_; }
+
+  std::string name() const override { return "wan"; }
+  std::string config_json() const override;
+  int64_t num_blocks() const override;
+  int64_t hidden_size() const override;
+  std::vector<std::string> WeightFiles() const override { return checkpoint_->FilePaths(); }
+
+  BlockPlanInfo Block(int64_t global_index, const PlanShape& shape) const override;
+  BlockPlanInfo Embedders(const PlanShape& shape) const override;
+  BlockPlanInfo Head(const PlanShape& shape) const override;
+  std::string DescribeBlocks(int64_t begin, int64_t end) const override;
+
+  absl::StatusOr<std::unique_ptr<StageModel>> BuildStage(const StageRange& range, at::ScalarType dtype,
+                                                         at::Device device, const LoraSpec* lora, bool train,
+                                                         WeightQuant quant) const override;
+  absl::StatusOr<std::unique_ptr<ShellModel>> BuildShell(at::ScalarType dtype, at::Device device) const override;
+
+  absl::Status CheckWire(WireKind kind, const TensorMap& tensors, at::ScalarType dtype) const override;
+
+  absl::StatusOr<std::vector<std::string>> LoraTargets(const std::string& preset_or_list) const override;
+  // Not here yet: the original/ComfyUI LoRA naming is the "lora" part of issue 11 (core/lora/wan_lora_names.h).
+  absl::StatusOr<TensorMap> LoraToOriginalNames(const TensorMap& peft) const override;
+  absl::StatusOr<TensorMap> LoraFromOriginalNames(const TensorMap& original) const override;
+
+ private:
+  std::unique_ptr<WanCheckpoint> checkpoint_;
+};
+
+// True when the config that `path` (folder, pipeline folder or, with `config_path`, single file) carries names
+// a Wan transformer: `_class_name` WanTransformer3DModel (diffusers) or WanModel (original).
+bool IsWanModel(const std::string& path, const std::string& config_path = "");
+
+absl::StatusOr<std::unique_ptr<WanFamily>> OpenWanModel(const std::string& path, const std::string& config_path = "",
+                                                        WanExpert expert = WanExpert::kDefault);
+
+}  // namespace baton
