@@ -208,8 +208,8 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   if (root["timesteps"].IsDefined()) {
     YAML::Node t = root["timesteps"];
     TimestepConfig& ts = job.timesteps;
-    RETURN_IF_ERROR(
-        r.Keys(t, "timesteps", {"sampling", "logit_mean", "logit_std", "mode_scale", "shift", "shift_steps"}));
+    RETURN_IF_ERROR(r.Keys(
+        t, "timesteps", {"sampling", "logit_mean", "logit_std", "mode_scale", "shift", "shift_steps", "min", "max"}));
     RETURN_IF_ERROR(r.Get(t, "sampling", &ts.sampling));
     if (ts.sampling == "uniform") ts.sampling = "none";
     RETURN_IF_ERROR(r.Check(ts.sampling == "none" || ts.sampling == "logit_normal" || ts.sampling == "mode", t,
@@ -233,6 +233,9 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                                                : "must be none, flux2_empirical, flux1_linear or a positive number"));
     RETURN_IF_ERROR(r.Get(t, "shift_steps", &ts.shift_steps));
     RETURN_IF_ERROR(r.Check(ts.shift_steps > 0, t, "shift_steps", "must be positive"));
+    RETURN_IF_ERROR(r.Get(t, "min", &ts.min));
+    RETURN_IF_ERROR(r.Get(t, "max", &ts.max));
+    RETURN_IF_ERROR(r.Check(ts.min >= 0 && ts.min < ts.max && ts.max <= 1, t, "max", "needs 0 <= min < max <= 1"));
   }
   return job;
 }

@@ -58,6 +58,11 @@ struct TimestepConfig {
   // A positive number: that fixed s.  The shifted t is s·t / (1 + (s − 1)·t).
   std::string shift = "none";
   int64_t shift_steps = 50;  // num_steps of compute_empirical_mu (Flux2Pipeline's default num_inference_steps)
+  // The range the (shifted) t is mapped into, linearly: t' = min + (max − min)·t. A Wan 2.2 A14B expert trains only
+  // its side of the pipeline's boundary (high noise: [boundary, 1]; low noise: [0, boundary]), as DiffSynth-Studio's
+  // min/max_timestep_boundary do. [0, 1] (the default) leaves t as drawn, bitwise.
+  double min = 0.0;
+  double max = 1.0;
 };
 
 // Optional: have an encoder worker (re)build `dataset` from images before training. The worker reads

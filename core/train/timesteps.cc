@@ -54,7 +54,9 @@ at::Tensor SampleTimesteps(const TimestepConfig& config, int64_t batch, int64_t 
                            const at::Generator& gen) {
   at::Tensor sigma = DensityToSigma(SampleTimestepDensity(config, batch, gen));
   const double shift = TimestepShift(config, image_tokens);
-  return shift == 1.0 ? sigma : ShiftTimesteps(sigma, shift);
+  at::Tensor t = shift == 1.0 ? sigma : ShiftTimesteps(sigma, shift);
+  if (config.min == 0.0 && config.max == 1.0) return t;  // bitwise as drawn
+  return t * (config.max - config.min) + config.min;
 }
 
 }  // namespace baton

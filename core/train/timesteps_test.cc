@@ -119,4 +119,27 @@ TEST(TimestepsTest, SameGeneratorStateSameDraws) {
 }
 
 }  // namespace
+// A Wan 2.2 A14B expert trains only its side of the boundary: t mapped linearly into [min, max]; the default range
+// leaves the draw bitwise as it was.
+TEST(TimestepsTest, RangeMapsTheDrawIntoAnExpertsSideOfTheBoundary) {
+  TimestepConfig full;
+  TimestepConfig high = full;
+  high.min = 0.875;
+  auto draw = [](const TimestepConfig& c) {
+    auto gen = at::detail::createCPUGenerator(7);
+    return SampleTimesteps(c, 4096, 256, gen);
+  };
+  const at::Tensor t = draw(full);
+  const at::Tensor h = draw(high);
+  EXPECT_GE(h.min().item<double>(), 0.875);
+  EXPECT_LE(h.max().item<double>(), 1.0);
+  EXPECT_TRUE(at::allclose(h, t * 0.125 + 0.875));
+  EXPECT_TRUE(at::equal(draw(TimestepConfig{}), t));
+
+  auto job = ParseJobYaml("model: m\ndataset: d\ntimesteps: {min: 0.0, max: 0.875}\n");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->timesteps.max, 0.875);
+  EXPECT_FALSE(ParseJobYaml("model: m\ndataset: d\ntimesteps: {min: 0.9, max: 0.5}\n").ok());
+}
+
 }  // namespace baton
