@@ -11,24 +11,14 @@
 #include <string>
 
 #include "core/device/device.h"
-#include "core/model/flux2_model.h"
-#include "core/model/flux2_weights.h"
+#include "core/model/flux2_family.h"
 #include "core/train/job.h"
 
 namespace baton {
 
 absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);  // fp32 | bf16 | fp16
 
-// Builds the stage for `range` with weights from `checkpoint` (only that range is read) and, when
-// `lora` is given, attached adapters. Modules are in eval mode unless `train` is set (dropout).
-// `quant` (the job's `quantize`) stores the blocks' frozen Linear weights in 8 bits, quantized tensor by
-// tensor while loading; a pre-quantized checkpoint is used as stored (core/quant/quantize_module.h).
-absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, const Flux2StageRange& range,
-                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train,
-                                           WeightQuant quant = WeightQuant::kNone);
-absl::StatusOr<Flux2Shell> BuildFlux2Shell(const Flux2Checkpoint& checkpoint, at::ScalarType dtype, at::Device device);
-
-// Flow-matching loss: mean squared error in fp32. pred, target: [b, Si, C].
+// Flow-matching loss: mean squared error in fp32. pred, target: the same shape ([b, Si, C] for FLUX.2).
 at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target);
 
 // One JSON object per line, flushed after each line so a crash loses nothing already logged.
