@@ -93,6 +93,11 @@ std::map<std::string, std::string> Metadata(const LoraSpec& spec, const std::map
 
 }  // namespace
 
+std::map<std::string, std::string> LoraFileMetadata(const LoraSpec& spec,
+                                                    const std::map<std::string, std::string>& extra) {
+  return Metadata(spec, extra);
+}
+
 absl::StatusOr<std::vector<std::string>> ResolveLoraTargets(const std::string& preset_or_list) {
   if (preset_or_list == "attention") {
     return std::vector<std::string>{"to_q",       "to_k",       "to_v",       "to_out.0",        "add_q_proj",

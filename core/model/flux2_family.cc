@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/lora/lora.h"
+#include "core/model/flux2_input_checks.h"
 #include "core/model/flux2_ops.h"
 #include "core/pipeline/partition.h"
 #include "core/pipeline/stage_io.h"
@@ -131,13 +132,15 @@ class Flux2ShellModel : public ShellModel {
       return absl::InvalidArgumentError("FLUX.2 inputs: 'guidance' is missing (this model has a guidance embedder)");
     }
     ShellOutputs out;
-    const at::Tensor& img_ids = in.at("img_ids");
-    const at::Tensor& txt_ids = in.at("txt_ids");
+    auto unbatched = [](const at::Tensor& ids) { return ids.dim() == 3 ? ids[0] : ids; };  // as diffusers
+    const at::Tensor img_ids = unbatched(in.at("img_ids"));
+    const at::Tensor txt_ids = unbatched(in.at("txt_ids"));
     Flux2Constants k;
     RETURN_IF_ERROR(TorchCall("computing the shell", [&] {
       at::NoGradGuard no_grad;
       auto guidance = in.find("guidance");
-      k = shell_(in.at("timestep"), guidance == in.end() ? at::Tensor() : guidance->second, img_ids, txt_ids, dtype);
+      const bool use_guidance = config_.guidance_embeds && guidance != in.end();
+      k = shell_(in.at("timestep"), use_guidance ? guidance->second : at::Tensor(), img_ids, txt_ids, dtype);
       int64_t h = 0, w = 0;
       // A training grid gets the short key the stages' caches are sized for; any other ids a key of their values.
       out.tables_key =
@@ -371,8 +374,20 @@ absl::StatusOr<std::unique_ptr<ShellModel>> Flux2Family::BuildShell(at::ScalarTy
   return WrapFlux2Shell(std::move(shell), config_);
 }
 
+absl::Status Flux2Family::CheckModelInputs(const TensorMap& model_inputs, const std::string& source) const {
+  return CheckFlux2ForwardInputs(model_inputs, config_, source);
+}
+
 int64_t Flux2Family::LatentTokens(at::IntArrayRef sample_latents) const {
   return sample_latents.empty() ? 0 : sample_latents[0];  // [Si, C] packed tokens
+}
+
+absl::Status Flux2Family::CheckCacheFits(int64_t latent_channels, int64_t text_dim) const {
+  if (latent_channels != config_.in_channels || text_dim != config_.joint_attention_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("latent channels ", latent_channels, " vs ", config_.in_channels,
+                                                   ", text dim ", text_dim, " vs ", config_.joint_attention_dim));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TensorMap> Flux2Family::MicroBatchInputs(const NoisyBatch& batch) const {

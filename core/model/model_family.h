@@ -143,11 +143,18 @@ class ModelFamily {
   // Wire: names, ranks, hidden sizes, dtype and batch agreement of what a stage receives; errors say what was wrong.
   virtual absl::Status CheckWire(WireKind kind, const TensorMap& tensors, at::ScalarType dtype) const = 0;
 
+  // `baton forward`: OK when `model_inputs` (the upstream forward's argument names) can run through the shell and a
+  // full stage; else InvalidArgument naming `source`, the tensor and what it must be.
+  virtual absl::Status CheckModelInputs(const TensorMap& model_inputs, const std::string& source) const = 0;
+
   // Training. The image/video tokens of one cached sample (its latents' shape without the batch dimension), which
   // the timestep shift depends on; and a micro-batch's model inputs by the upstream forward's argument names (what
   // ShellModel::Run takes), on the CPU. The flow-matching target is the batch's ε − x0 in the cache's shape, which
   // must be the shape of the last stage's "output".
   virtual int64_t LatentTokens(at::IntArrayRef sample_latents) const = 0;
+  // OK when a cache of latents with `latent_channels` and prompt embeddings `text_dim` wide fits this model, else
+  // InvalidArgument saying what differs (the caller names the cache).
+  virtual absl::Status CheckCacheFits(int64_t latent_channels, int64_t text_dim) const = 0;
   virtual absl::StatusOr<TensorMap> MicroBatchInputs(const NoisyBatch& batch) const = 0;
 
   // The whole model as one stage.

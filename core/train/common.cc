@@ -4,6 +4,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/lora/lora.h"
+#include "core/tensor/safetensors.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -41,7 +42,7 @@ absl::Status JsonlWriter::Append(const nlohmann::ordered_json& line) {
 }
 
 absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string, at::Tensor>& params,
-                             const JobConfig& job, int64_t step) {
+                             const JobConfig& job, int64_t step, const ModelFamily& model) {
   RETURN_IF_ERROR(MakeDirs(dir));
   std::map<std::string, std::string> meta = {
       {"software", "baton"}, {"baton_step", std::to_string(step)}, {"baton_job_hash", JobHash(job)}};
@@ -49,8 +50,16 @@ absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string,
   if (job.save_bfl) {
     // In a subfolder: diffusers' load_lora_weights(dir) guesses among the folder's top-level .safetensors files.
     RETURN_IF_ERROR(MakeDirs(JoinPath(dir, kBflLoraSubdir)));
-    RETURN_IF_ERROR(
-        SaveLoraBfl(JoinPath(JoinPath(dir, kBflLoraSubdir), "lora_bfl.safetensors"), params, job.lora, meta));
+    // alpha/r folded into lora_B under the PEFT names, then the family's original naming (FLUX.2: BFL, fused qkv).
+    const double scale = job.lora.alpha / static_cast<double>(job.lora.rank);
+    std::map<std::string, at::Tensor> folded;
+    for (const auto& [name, t] : params) {
+      at::Tensor v = t.detach().to(at::kFloat).cpu();
+      folded[name] = absl::EndsWith(name, ".lora_B.weight") && scale != 1.0 ? v * scale : v;
+    }
+    ASSIGN_OR_RETURN(auto original, model.LoraToOriginalNames(folded));
+    RETURN_IF_ERROR(WriteSafetensors(JoinPath(JoinPath(dir, kBflLoraSubdir), "lora_bfl.safetensors"), original,
+                                     LoraFileMetadata(job.lora, meta)));
   }
   return absl::OkStatus();
 }

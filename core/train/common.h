@@ -36,8 +36,9 @@ class JsonlWriter {
 // Writes <dir>/lora.safetensors (diffusers/PEFT) and, if job.save_bfl, <dir>/bfl/lora_bfl.safetensors
 // (BFL/ComfyUI). The diffusers file is the only .safetensors at the top, so load_lora_weights(dir) picks it.
 inline constexpr char kBflLoraSubdir[] = "bfl";
+// The second file's naming is the family's (ModelFamily::LoraToOriginalNames).
 absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string, at::Tensor>& params,
-                             const JobConfig& job, int64_t step);
+                             const JobConfig& job, int64_t step, const ModelFamily& model);
 
 // Clones tensors to fp32 CPU (master copies, checkpoints).
 std::map<std::string, at::Tensor> CloneToCpuFloat(const std::map<std::string, at::Tensor>& tensors);
