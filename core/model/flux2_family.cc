@@ -143,14 +143,13 @@ class Flux2ShellModel : public ShellModel {
       k = shell_(in.at("timestep"), use_guidance ? guidance->second : at::Tensor(), img_ids, txt_ids, dtype);
       int64_t h = 0, w = 0;
       // A training grid gets the short key the stages' caches are sized for; any other ids a key of their values.
-      out.tables_key =
-          IsGrid(img_ids, txt_ids, &h, &w)
-              ? RopeKey(h, w, txt_ids.size(0))
-              : absl::StrCat(
-                    "ids",
-                    std::hash<std::string>()(std::string(static_cast<const char*>(img_ids.contiguous().data_ptr()),
-                                                         img_ids.numel() * img_ids.element_size())),
-                    "t", txt_ids.size(0));
+      if (IsGrid(img_ids, txt_ids, &h, &w)) {
+        out.tables_key = RopeKey(h, w, txt_ids.size(0));
+      } else {
+        const at::Tensor ids = at::cat({img_ids.to(at::kCPU, at::kLong), txt_ids.to(at::kCPU, at::kLong)}).contiguous();
+        const std::string bytes(static_cast<const char*>(ids.data_ptr()), ids.numel() * ids.element_size());
+        out.tables_key = absl::StrCat("ids", std::hash<std::string>()(bytes), "t", txt_ids.size(0));
+      }
     }));
     out.inputs = {{"hidden_states", in.at("hidden_states")}, {"encoder_hidden_states", in.at("encoder_hidden_states")}};
     out.constants = {
