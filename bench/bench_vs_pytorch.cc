@@ -124,12 +124,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Build(const Args& a) {
   spec.rank = a.rank;
   spec.alpha = a.alpha;
   ASSIGN_OR_RETURN(spec.targets, ResolveLoraTargets(a.targets));
-  ASSIGN_OR_RETURN(t->model.shell, BuildFlux2Shell(*checkpoint, at::kFloat, at::kCPU));
-  ASSIGN_OR_RETURN(t->model.stage, BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(checkpoint->config()), at::kFloat,
-                                                   at::kCPU, &spec, true));
+  ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*checkpoint, at::kFloat, at::kCPU));
+  t->model.shell = WrapFlux2Shell(std::move(shell), checkpoint->config());
+  ASSIGN_OR_RETURN(Flux2Stage stage, BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(checkpoint->config()),
+                                                     at::kFloat, at::kCPU, &spec, true));
+  t->model.stage = WrapFlux2Stage(std::move(stage), at::kFloat);
   ASSIGN_OR_RETURN(auto lora, LoadAllSafetensors(a.lora));
-  RETURN_IF_ERROR(Annotate(AssignLoraParameters(*t->model.stage, lora), a.lora));
-  t->master = CloneToCpuFloat(LoraParameters(*t->model.stage));
+  RETURN_IF_ERROR(Annotate(AssignLoraParameters(t->model.stage->module(), lora), a.lora));
+  t->master = CloneToCpuFloat(LoraParameters(t->model.stage->module()));
   t->opt.lr = a.lr;
   t->opt.clip = a.clip;
   t->optimizer = std::make_unique<AdamW>(t->opt);
@@ -137,12 +139,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Build(const Args& a) {
   ASSIGN_OR_RETURN(auto in, LoadAllSafetensors(a.inputs));
   MicroBatch mb;
   mb.samples = {0};
-  ASSIGN_OR_RETURN(mb.hidden_states, Get(in, "hidden_states", a.inputs));
-  ASSIGN_OR_RETURN(mb.encoder_hidden_states, Get(in, "encoder_hidden_states", a.inputs));
-  ASSIGN_OR_RETURN(mb.timestep, Get(in, "timestep", a.inputs));
-  ASSIGN_OR_RETURN(mb.guidance, Get(in, "guidance", a.inputs));
-  ASSIGN_OR_RETURN(mb.img_ids, Get(in, "img_ids", a.inputs));
-  ASSIGN_OR_RETURN(mb.txt_ids, Get(in, "txt_ids", a.inputs));
+  for (const char* name : {"hidden_states", "encoder_hidden_states", "timestep", "guidance", "img_ids", "txt_ids"}) {
+    ASSIGN_OR_RETURN(mb.model_inputs[name], Get(in, name, a.inputs));
+  }
   ASSIGN_OR_RETURN(mb.target, Get(in, "target", a.inputs));
   t->micro_batches.push_back(std::move(mb));
   return t;

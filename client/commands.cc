@@ -26,6 +26,7 @@
 #include "core/model/flux2_keys.h"
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
+#include "core/model/model_family.h"
 #include "core/model/wan_family.h"
 #include "core/pipeline/partition.h"
 #include "core/pipeline/schedule.h"
@@ -95,31 +96,29 @@ absl::Status SyntheticCache(const Args& args) {
 absl::Status Forward(const Args& args) {
   if (IsWanModel(args.Get("model"), args.Get("config"))) return WanForward(args);
   SetComputeThreads(1);
-  ASSIGN_OR_RETURN(auto ckpt, Flux2Checkpoint::Open(args.Get("model"), args.Get("config")));
+  // The family comes from the model folder's config.json (_class_name); it checks the inputs before they run.
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> model, OpenModel(args.Get("model"), args.Get("config")));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("inputs")));
-  const Flux2Config& c = ckpt->config();
-  RETURN_IF_ERROR(CheckForwardInputs(inputs, c, args.Get("inputs")));
-  const at::Tensor& hs = inputs["hidden_states"];
-  const at::Tensor& ehs = inputs["encoder_hidden_states"];
-  auto ids = [](at::Tensor t) { return t.dim() == 3 ? t[0] : t; };  // diffusers accepts batched ids too
-  at::Tensor img_ids = ids(inputs["img_ids"]), txt_ids = ids(inputs["txt_ids"]);
-  ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*ckpt, dtype, at::kCPU));
+  RETURN_IF_ERROR(model->CheckModelInputs(inputs, args.Get("inputs")));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShellModel> shell, model->BuildShell(dtype, at::kCPU));
   ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(args.Get("quantize")));
-  ASSIGN_OR_RETURN(Flux2Stage stage,
-                   BuildFlux2Stage(*ckpt, Flux2StageRange::Full(c), dtype, at::kCPU, nullptr, false, quant));
+  ASSIGN_OR_RETURN(std::unique_ptr<StageModel> stage,
+                   model->BuildStage(model->FullRange(), dtype, at::kCPU, nullptr, false, quant));
   if (args.Has("lora")) {
     ASSIGN_OR_RETURN(double lora_scale, args.GetDouble("lora-scale"));
     ASSIGN_OR_RETURN(auto lora, LoadLoraFile(args.Get("lora")));
-    auto attached = AttachLoraWeights(*stage, lora, lora_scale);
+    auto attached = AttachLoraWeights(stage->module(), lora, lora_scale);
     if (!attached.ok()) return Annotate(attached.status(), args.Get("lora"));
     std::printf("applied %d LoRA adapters from %s (scale %g)\n", *attached, args.Get("lora").c_str(), lora_scale);
   }
+  ASSIGN_OR_RETURN(ShellOutputs shell_out, shell->Run(inputs, dtype));
+  TensorMap constants = shell_out.constants;
+  for (const auto& [name, table] : shell_out.tables) constants[name] = table;
   at::Tensor out;
   RETURN_IF_ERROR(TorchCall("forward", [&] {
     at::NoGradGuard no_grad;
-    out = Flux2Forward(shell, stage, hs.to(dtype), ehs.to(dtype), inputs["timestep"],
-                       c.guidance_embeds ? inputs["guidance"] : at::Tensor(), img_ids, txt_ids);
+    out = stage->Forward(shell_out.inputs, constants).at("output");
   }));
   RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), {{"output", out}}));
   std::printf("wrote %s: output [%s] %s\n", args.Get("output").c_str(), absl::StrJoin(out.sizes(), ", ").c_str(),

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "coordinator/pipeline_trainer.h"
+#include "core/model/model_family.h"
 #include "core/train/adamw.h"
 #include "core/train/job_fingerprint.h"
 
@@ -16,6 +17,7 @@ namespace baton {
 
 absl::Status CheckpointRun(const JobConfig& job, const CoordinatorOptions& options, const std::string& job_hash,
                            const JobFingerprint& fingerprint, int64_t step,
-                           const std::map<std::string, at::Tensor>& master, const AdamW& optimizer);
+                           const std::map<std::string, at::Tensor>& master, const AdamW& optimizer,
+                           const ModelFamily& model);
 
 }  // namespace baton

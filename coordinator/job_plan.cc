@@ -53,9 +53,20 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, con
 
 // What each worker runs: [worker][chunk] block ranges -- one per worker, or v (interleaved) -- from the planner:
 // blocks to stages (or to p·v chunks) by compute, within each worker's memory budget. Prints the plan.
-absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const Flux2Config& config,
+// The planner still sizes FLUX.2 only (core/pipeline/partition.h takes a Flux2Config): until it reads the family's
+// BlockPlanInfo, another family cannot be planned.
+absl::StatusOr<Flux2Config> PlannerConfig(const ModelFamily& model) {
+  if (model.name() != "flux2") {
+    return absl::UnimplementedError(
+        absl::StrCat("the planner cannot size a '", model.name(), "' model yet (it knows FLUX.2 only)"));
+  }
+  return ParseFlux2Config(model.config_json());
+}
+
+absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const ModelFamily& model,
                                                                const CacheReader& cache, int stages, int chunks,
                                                                at::ScalarType dtype, bool quiet) {
+  ASSIGN_OR_RETURN(const Flux2Config config, PlannerConfig(model));
   ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(job, cache, stages, dtype));
   std::vector<std::vector<StageSpec>> out(stages);
   if (chunks == 1) {
@@ -91,14 +102,11 @@ absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& 
 absl::Status CheckJobPlan(const JobConfig& job, int stages) {
   if (stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
-  ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> model, OpenModel(job.model, job.model_config));
   if (!job.encode.encoder_worker.empty()) return absl::OkStatus();  // the cache is built at run time
-  const Flux2Config& config = checkpoint->config();
   ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
-  if (cache->index().latent_channels != config.in_channels || cache->index().text_dim != config.joint_attention_dim) {
-    return absl::InvalidArgumentError(absl::StrCat("cache ", job.dataset, " does not fit the model (latent channels ",
-                                                   cache->index().latent_channels, " vs ", config.in_channels, ")"));
-  }
+  RETURN_IF_ERROR(Annotate(model->CheckCacheFits(cache->index().latent_channels, cache->index().text_dim),
+                           absl::StrCat("cache ", job.dataset, " does not fit the model")));
   ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
   const int chunks = kind == ScheduleKind::kInterleaved1F1B ? static_cast<int>(job.chunks) : 1;
   auto schedule = MakeSchedule(kind, stages, static_cast<int>(job.micro_batches), chunks);
@@ -106,7 +114,7 @@ absl::Status CheckJobPlan(const JobConfig& job, int stages) {
     return Annotate(schedule.status(), absl::StrCat(job.source, ": schedule: ", job.schedule, " with micro_batches: ",
                                                     job.micro_batches, ", chunks: ", chunks, " on --stages ", stages));
   }
-  return PlanStages(job, config, *cache, stages, chunks, dtype, /*quiet=*/true).status();
+  return PlanStages(job, *model, *cache, stages, chunks, dtype, /*quiet=*/true).status();
 }
 
 absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions& options) {
@@ -115,20 +123,16 @@ absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions
   const int m = static_cast<int>(job.micro_batches);
   s.micro_batches = m;
   ASSIGN_OR_RETURN(s.dtype, ParseDtype(job.dtype));
-  ASSIGN_OR_RETURN(s.checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
-  const Flux2Config& config = s.checkpoint->config();
+  ASSIGN_OR_RETURN(s.model, OpenModel(job.model, job.model_config));
   if (!job.encode.encoder_worker.empty()) RETURN_IF_ERROR(EncodeOnWorker(job, options.rpc_timeout, options.quiet));
   ASSIGN_OR_RETURN(s.cache, CacheReader::Open(job.dataset));
   const CacheReader& cache = *s.cache;
-  if (cache.index().latent_channels != config.in_channels || cache.index().text_dim != config.joint_attention_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cache ", job.dataset, " does not fit the model (latent channels ", cache.index().latent_channels, " vs ",
-        config.in_channels, ", text dim ", cache.index().text_dim, " vs ", config.joint_attention_dim, ")"));
-  }
-  ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(s.cache.get(), job, config.guidance_embeds));
+  RETURN_IF_ERROR(Annotate(s.model->CheckCacheFits(cache.index().latent_channels, cache.index().text_dim),
+                           absl::StrCat("cache ", job.dataset, " does not fit the model")));
+  ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(s.cache.get(), job, s.model.get()));
   s.sampler.emplace(std::move(sampler));
-  ASSIGN_OR_RETURN(s.fingerprint, MakeJobFingerprint(job, s.checkpoint->FilePaths(), cache.index()));
-  ASSIGN_OR_RETURN(s.shell, BuildFlux2Shell(*s.checkpoint, s.dtype, at::kCPU));
+  ASSIGN_OR_RETURN(s.fingerprint, MakeJobFingerprint(job, s.model->WeightFiles(), cache.index()));
+  ASSIGN_OR_RETURN(s.shell, s.model->BuildShell(s.dtype, at::kCPU));
   ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
   const int chunks = kind == ScheduleKind::kInterleaved1F1B ? static_cast<int>(job.chunks) : 1;
   auto schedule = MakeSchedule(kind, p, m, chunks);
@@ -137,7 +141,7 @@ absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions
                                                     m, ", chunks: ", chunks, " on --stages ", p));
   }
   s.schedule = std::move(*schedule);
-  ASSIGN_OR_RETURN(s.plan, PlanStages(job, config, cache, p, chunks, s.dtype, options.quiet));
+  ASSIGN_OR_RETURN(s.plan, PlanStages(job, *s.model, cache, p, chunks, s.dtype, options.quiet));
   return s;
 }
 

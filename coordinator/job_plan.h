@@ -11,8 +11,7 @@
 
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
-#include "core/model/flux2_model.h"
-#include "core/model/flux2_weights.h"
+#include "core/model/model_family.h"
 #include "core/pipeline/partition.h"
 #include "core/pipeline/schedule.h"
 #include "core/train/batches.h"
@@ -22,10 +21,10 @@ namespace baton {
 
 struct JobSetup {
   at::ScalarType dtype = at::kFloat;
-  std::unique_ptr<Flux2Checkpoint> checkpoint;
+  std::unique_ptr<ModelFamily> model;  // the model's family, config and memory-mapped weights
   std::unique_ptr<CacheReader> cache;
-  std::optional<StepSampler> sampler;  // reads `cache`
-  Flux2Shell shell{nullptr};
+  std::optional<StepSampler> sampler;  // reads `cache`, shapes inputs through `model`
+  std::unique_ptr<ShellModel> shell;   // the frozen shell, on the CPU
   Schedule schedule;
   std::vector<std::vector<StageSpec>> plan;  // [worker][chunk] block ranges
   int micro_batches = 1;
@@ -42,7 +41,7 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, con
                                                        at::ScalarType dtype);
 
 // [worker][chunk] block ranges: one per worker, or v (interleaved).
-absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const Flux2Config& config,
+absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const ModelFamily& model,
                                                                const CacheReader& cache, int stages, int chunks,
                                                                at::ScalarType dtype, bool quiet);
 

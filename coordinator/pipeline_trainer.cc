@@ -171,7 +171,8 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     const bool stop = StopRequested(options);
     if (last || stop || (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0)) {
       if (tty && !options.quiet) std::printf("\n");
-      RETURN_IF_ERROR(CheckpointRun(job, options, fleet.job_id, setup.fingerprint, step + 1, master, optimizer));
+      RETURN_IF_ERROR(
+          CheckpointRun(job, options, fleet.job_id, setup.fingerprint, step + 1, master, optimizer, *setup.model));
     }
     if (stop && !last) {
       LogWarning("stop requested: checkpointed step ", step + 1, " and stopping");

@@ -84,10 +84,10 @@ absl::Status StageFleet::Feed(int i, int64_t step, const StepInputs& in,
   const int m = static_cast<int>(in.micro_batches.size());
   // RoPE tables before the weights: a stage looks a table up only after it has its step's weights.
   for (int mb = 0; mb < m; ++mb) {
-    if (!rope[i].Has(in.rope_keys[mb])) {
-      RETURN_IF_ERROR(
-          client.Push(Header(step, mb, v1::EnvelopeHeader::ROPE), RopeTensors(in.constants[mb], in.rope_keys[mb])));
-      rope[i].Add(in.rope_keys[mb]);
+    const ShellOutputs& shell = in.shell[mb];
+    if (!rope[i].Has(shell.tables_key)) {
+      RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::ROPE), TablesOnWire(shell)));
+      rope[i].Add(shell.tables_key);
     }
   }
   TensorMap weights;
@@ -100,13 +100,8 @@ absl::Status StageFleet::PushStageData(int i, int64_t step, const StepInputs& in
   StageClient& client = *clients[i];
   const int m = static_cast<int>(in.micro_batches.size());
   for (int mb = 0; mb < m; ++mb) {
-    RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::CONSTANTS),
-                                ConstantTensors(in.constants[mb], in.rope_keys[mb])));
-    if (i == 0) {
-      RETURN_IF_ERROR(
-          client.Push(Header(step, mb, v1::EnvelopeHeader::INPUTS),
-                      InputTensors(in.micro_batches[mb].hidden_states, in.micro_batches[mb].encoder_hidden_states)));
-    }
+    RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::CONSTANTS), ConstantsOnWire(in.shell[mb])));
+    if (i == 0) RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::INPUTS), in.shell[mb].inputs));
     if (i == size() - 1) {
       RETURN_IF_ERROR(
           client.Push(Header(step, mb, v1::EnvelopeHeader::TARGET), {{"target", in.micro_batches[mb].target}}));

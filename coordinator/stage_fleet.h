@@ -26,7 +26,7 @@
 
 #include "baton/v1/stage.pb.h"
 #include "coordinator/stage_client.h"
-#include "core/model/flux2_model.h"
+#include "core/model/model_family.h"
 #include "core/pipeline/schedule.h"
 #include "core/train/batches.h"
 
@@ -46,12 +46,11 @@ class RopeMirror {
   std::deque<std::string> order_;
 };
 
-// A step's inputs: its micro-batches and their shell outputs (modulations, RoPE tables and their cache keys).
+// A step's inputs: its micro-batches and their shell outputs (stage-0 inputs, constants, tables and their keys).
 struct StepInputs {
   std::vector<MicroBatch> micro_batches;
-  std::vector<Flux2Constants> constants;
-  std::vector<std::string> rope_keys;
-  bool data_pushed = false;  // PushData sent the constants, inputs and targets already
+  std::vector<ShellOutputs> shell;  // [micro-batch]
+  bool data_pushed = false;         // PushData sent the constants, inputs and targets already
 };
 
 // What the stages return from one step.

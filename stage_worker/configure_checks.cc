@@ -55,8 +55,8 @@ absl::Status CheckScalars(const v1::ConfigureRequest& req) {
 }
 
 // The chunks a request configures: its `chunks`, or the one range of its top-level fields.
-absl::StatusOr<std::vector<Flux2StageRange>> RequestedRanges(const v1::ConfigureRequest& req, const Flux2Config& c) {
-  std::vector<Flux2StageRange> ranges;
+absl::StatusOr<std::vector<StageRange>> RequestedRanges(const v1::ConfigureRequest& req, const ModelFamily& c) {
+  std::vector<StageRange> ranges;
   if (req.chunks().empty()) {
     ranges.push_back({req.block_begin(), req.block_end(), req.has_embedders(), req.has_head()});
   }
@@ -67,7 +67,7 @@ absl::StatusOr<std::vector<Flux2StageRange>> RequestedRanges(const v1::Configure
     ranges.push_back({ch.block_begin(), ch.block_end(), ch.has_embedders(), ch.has_head()});
   }
   for (size_t k = 0; k < ranges.size(); ++k) {
-    const Flux2StageRange& r = ranges[k];
+    const StageRange& r = ranges[k];
     const std::string what = req.chunks().empty() ? "" : absl::StrCat(" of chunk ", k);
     if (r.block_begin < 0 || r.block_begin >= r.block_end || r.block_end > c.num_blocks()) {
       return Bad(absl::StrCat("block range", what, " [", r.block_begin, ", ", r.block_end,
@@ -85,8 +85,8 @@ absl::StatusOr<std::vector<Flux2StageRange>> RequestedRanges(const v1::Configure
 }
 
 // Opens the model named by the request, from inside `root` only (every file it maps, shards included).
-absl::StatusOr<std::unique_ptr<Flux2Checkpoint>> OpenModelInsideRoot(const v1::ConfigureRequest& req,
-                                                                     const std::string& root) {
+absl::StatusOr<std::unique_ptr<ModelFamily>> OpenModelInsideRoot(const v1::ConfigureRequest& req,
+                                                                 const std::string& root) {
   const std::string hint = " (stage_worker --model_root)";
   if (req.model_path().empty()) return Bad("model_path is empty");
   auto model = ResolveInsideRoot(root, req.model_path(), "model path");
@@ -97,13 +97,13 @@ absl::StatusOr<std::unique_ptr<Flux2Checkpoint>> OpenModelInsideRoot(const v1::C
     if (!resolved.ok()) return Annotate(resolved.status(), absl::StrCat("Configure", hint));
     config = *resolved;
   }
-  auto checkpoint = Flux2Checkpoint::Open(*model, config);
-  if (!checkpoint.ok()) return Annotate(checkpoint.status(), "Configure: opening the model on this worker");
-  for (const std::string& file : (*checkpoint)->FilePaths()) {
+  auto family = OpenModel(*model, config);
+  if (!family.ok()) return Annotate(family.status(), "Configure: opening the model on this worker");
+  for (const std::string& file : (*family)->WeightFiles()) {
     auto inside = ResolveInsideRoot(root, file, "model file");
     if (!inside.ok()) return Annotate(inside.status(), absl::StrCat("Configure", hint));
   }
-  return checkpoint;
+  return family;
 }
 
 }  // namespace
@@ -129,8 +129,8 @@ absl::StatusOr<PreparedStage> PrepareConfigure(const v1::ConfigureRequest& req, 
   out.device = *device;
   ASSIGN_OR_RETURN(out.wire, ParseWireDtype(req.wire_dtype().empty() ? "none" : req.wire_dtype()));
   ASSIGN_OR_RETURN(out.quant, ParseWeightQuant(req.quantize().empty() ? "none" : req.quantize()));
-  ASSIGN_OR_RETURN(out.checkpoint, OpenModelInsideRoot(req, model_root));
-  ASSIGN_OR_RETURN(out.ranges, RequestedRanges(req, out.checkpoint->config()));
+  ASSIGN_OR_RETURN(out.model, OpenModelInsideRoot(req, model_root));
+  ASSIGN_OR_RETURN(out.ranges, RequestedRanges(req, *out.model));
   out.lora.rank = req.lora().rank();
   out.lora.alpha = req.lora().alpha();
   out.lora.targets.assign(req.lora().targets().begin(), req.lora().targets().end());

@@ -14,8 +14,7 @@
 
 #include "baton/v1/stage.pb.h"
 #include "core/lora/lora.h"
-#include "core/model/flux2_model.h"
-#include "core/model/flux2_weights.h"
+#include "core/model/model_family.h"
 #include "core/quant/weight_quant.h"
 #include "rpc/wire_compression.h"
 
@@ -27,8 +26,8 @@ struct PreparedStage {
   at::Device device{at::kCPU};
   WireDtype wire = WireDtype::kNone;
   WeightQuant quant = WeightQuant::kNone;
-  std::unique_ptr<Flux2Checkpoint> checkpoint;
-  std::vector<Flux2StageRange> ranges;  // [chunk]
+  std::unique_ptr<ModelFamily> model;  // its family, config and memory-mapped weights
+  std::vector<StageRange> ranges;      // [chunk]
   LoraSpec lora;
 };
 

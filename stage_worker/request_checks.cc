@@ -47,29 +47,8 @@ absl::Status CheckFinite(absl::string_view what, const std::string& name, const 
 }
 
 absl::Status CheckTarget(const ExpectedStageIO& e, absl::string_view what, const TensorMap& t) {
-  if (t.size() != 1 || !t.count("target")) return Invalid(what, "expected exactly one tensor 'target'");
-  const at::Tensor& target = t.at("target");
-  if (target.dim() != 3 || target.size(2) != e.model.out_dim() || !target.is_floating_point()) {
-    return Invalid(what,
-                   absl::StrCat("'target' is ", c10::toString(target.scalar_type()), " ", ShapeString(target.sizes()),
-                                ", expected floating [b, Si, ", e.model.out_dim(), "]"));
-  }
-  return CheckFinite(what, "target", target);
-}
-
-// GRADIENT answers this stage's ACTIVATION: img + txt, or joint (txt_len is an integer and gets none).
-absl::Status CheckGradient(const ExpectedStageIO& e, absl::string_view what, const TensorMap& t) {
-  const bool joint = t.size() == 1 && t.count("joint");
-  const bool split = t.size() == 2 && t.count("img") && t.count("txt");
-  if (!joint && !split) return Invalid(what, "expected exactly 'img' and 'txt', or 'joint'");
-  for (const auto& [name, g] : t) {
-    if (g.dim() != 3 || g.size(2) != e.model.inner_dim() || !g.is_floating_point()) {
-      return Invalid(what, absl::StrCat("'", name, "' is ", c10::toString(g.scalar_type()), " ", ShapeString(g.sizes()),
-                                        ", expected floating [b, S, ", e.model.inner_dim(), "]"));
-    }
-  }
-  if (split && t.at("img").size(0) != t.at("txt").size(0)) return Invalid(what, "img and txt batch sizes differ");
-  return absl::OkStatus();
+  if (absl::Status s = e.model->CheckWire(WireKind::kTarget, t, e.dtype); !s.ok()) return Invalid(what, s.message());
+  return CheckFinite(what, "target", t.at("target"));
 }
 
 absl::Status CheckLoraWeights(const ExpectedStageIO& e, absl::string_view what, const TensorMap& t) {
@@ -86,21 +65,38 @@ absl::Status CheckLoraWeights(const ExpectedStageIO& e, absl::string_view what, 
   return absl::OkStatus();
 }
 
-absl::Status CheckRope(absl::string_view what, const TensorMap& t) {
-  if (t.size() != 2) return Invalid(what, "expected exactly rope_cos/<key> and rope_sin/<key>");
-  const std::string& cos_name = t.begin()->first;
-  if (!absl::StartsWith(cos_name, "rope_cos/") ||
-      !t.count(absl::StrCat("rope_sin/", cos_name.substr(strlen("rope_cos/"))))) {
-    return Invalid(what, "expected exactly rope_cos/<key> and rope_sin/<key> with the same key");
+// ROPE: one key's tables, each named <table>/<key> on the wire; the family checks them under their bare names.
+absl::Status CheckRope(const ExpectedStageIO& e, absl::string_view what, const TensorMap& t) {
+  TensorMap tables;
+  std::string key;
+  for (const auto& [name, x] : t) {
+    const size_t slash = name.rfind('/');
+    if (slash == std::string::npos || slash == 0 || (!key.empty() && name.substr(slash + 1) != key)) {
+      return Invalid(what, "expected tables named <table>/<key>, all with the same key");
+    }
+    key = name.substr(slash + 1);
+    tables[name.substr(0, slash)] = x;
   }
-  const at::Tensor& cos = t.begin()->second;
-  const at::Tensor& sin = std::next(t.begin())->second;
-  if (cos.dim() != 2 || cos.scalar_type() != at::kFloat || cos.sizes() != sin.sizes() ||
-      sin.scalar_type() != at::kFloat) {
-    return Invalid(what, absl::StrCat("tables are ", ShapeString(cos.sizes()), " and ", ShapeString(sin.sizes()),
-                                      ", expected two equal fp32 [S, Dh]"));
+  if (absl::Status s = e.model->CheckWire(WireKind::kTables, tables, e.dtype); !s.ok()) {
+    return Invalid(what, s.message());
   }
   return absl::OkStatus();
+}
+
+// CONSTANTS: the shell's constants plus the wire's empty "rope_key/<key>" entry naming the tables to use.
+absl::Status CheckConstants(const ExpectedStageIO& e, const TensorMap& t) {
+  TensorMap constants = t;
+  int keys = 0;
+  for (auto it = constants.begin(); it != constants.end();) {
+    if (absl::StartsWith(it->first, kTablesKeyPrefix) && keys == 0) {
+      ++keys;
+      it = constants.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (keys == 0) return absl::InvalidArgumentError("constants: no rope_key/<key> entry");
+  return e.model->CheckWire(WireKind::kConstants, constants, e.dtype);
 }
 
 }  // namespace
@@ -150,29 +146,23 @@ absl::Status CheckEnvelopeTensors(const ExpectedStageIO& e, const v1::EnvelopeHe
   absl::Status s;
   switch (h.kind()) {
     case Kind::INPUTS:
-      // The coordinator's inputs are converted to the compute dtype on use: any floating dtype is fine here (and
-      // checking in the tensor's own dtype copies nothing).
-      s = InputsFromTensors(t, e.model, t.empty() ? at::kFloat : t.begin()->second.scalar_type()).status();
-      if (s.ok() && t.size() != 2) s = absl::InvalidArgumentError("inputs: unexpected extra tensors");
-      for (const auto& [name, x] : t) {
-        if (s.ok() && !x.is_floating_point())
-          s = absl::InvalidArgumentError(absl::StrCat("inputs: '", name, "' is not floating"));
-      }
+      s = e.model->CheckWire(WireKind::kInputs, t, e.dtype);
       break;
     case Kind::ACTIVATION:
-      s = ActivationsFromTensors(t, e.model, e.dtype).status();
+      s = e.model->CheckWire(WireKind::kActivation, t, e.dtype);
       break;
     case Kind::CONSTANTS:
-      s = ConstantsFromTensors(t, e.model).status();
+      s = CheckConstants(e, t);
       break;
     case Kind::TARGET:
       return CheckTarget(e, what, t);
     case Kind::GRADIENT:
-      return CheckGradient(e, what, t);
+      s = e.model->CheckWire(WireKind::kGradient, t, e.dtype);
+      break;
     case Kind::LORA_WEIGHTS:
       return CheckLoraWeights(e, what, t);
     case Kind::ROPE:
-      return CheckRope(what, t);
+      return CheckRope(e, what, t);
     default:
       return Invalid(what, "unknown kind");
   }

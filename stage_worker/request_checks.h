@@ -10,11 +10,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "baton/v1/stage.pb.h"
-#include "core/model/flux2_config.h"
+#include "core/model/model_family.h"
 #include "rpc/envelope.h"
 
 namespace baton {
@@ -23,14 +24,14 @@ namespace baton {
 struct ExpectedStageIO {
   std::string job_id;
   std::string config_hash;
-  int32_t micro_batches = 1;      // micro-batch ids in [0, micro_batches)
-  int32_t num_chunks = 1;         // chunk ids in [0, num_chunks)
-  bool takes_inputs = false;      // some chunk holds the embedders (INPUTS from the coordinator)
-  bool takes_target = false;      // some chunk holds the head (TARGET from the coordinator)
-  bool takes_activation = false;  // some chunk has a previous virtual stage
-  bool takes_gradient = false;    // some chunk has a next virtual stage
-  Flux2Config model;
-  at::ScalarType dtype = at::kFloat;                        // activations arrive in the compute dtype
+  int32_t micro_batches = 1;                 // micro-batch ids in [0, micro_batches)
+  int32_t num_chunks = 1;                    // chunk ids in [0, num_chunks)
+  bool takes_inputs = false;                 // some chunk holds the embedders (INPUTS from the coordinator)
+  bool takes_target = false;                 // some chunk holds the head (TARGET from the coordinator)
+  bool takes_activation = false;             // some chunk has a previous virtual stage
+  bool takes_gradient = false;               // some chunk has a next virtual stage
+  std::shared_ptr<const ModelFamily> model;  // the configured model: checks the tensors (ModelFamily::CheckWire)
+  at::ScalarType dtype = at::kFloat;         // activations arrive in the compute dtype
   std::map<std::string, std::vector<int64_t>> lora_shapes;  // LORA_WEIGHTS: exactly these names and shapes
   // The step this worker last ran or runs (-1 before its first): pushes and plans are accepted for steps in
   // [current_step, current_step + kStepWindow] -- the coordinator pushes step n+1 while step n runs and may redo

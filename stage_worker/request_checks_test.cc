@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "core/model/flux2_family.h"
 #include "core/pipeline/stage_io.h"
 #include "core/testing/tiny_flux2.h"
 
@@ -22,10 +23,11 @@ class RequestChecksTest : public ::testing::Test {
     e_.num_chunks = 1;
     e_.takes_target = true;
     e_.takes_activation = true;
-    e_.model = test_util::TinyFlux2Config();
+    e_.model = std::make_shared<Flux2Family>(config_, nullptr);
     e_.lora_shapes = {{"a.lora_A.weight", {2, 16}}};
     e_.current_step = 5;
   }
+  const Flux2Config config_ = test_util::TinyFlux2Config();
   v1::EnvelopeHeader Header(Kind::Kind kind, int64_t step = 5, int mb = 0) const {
     v1::EnvelopeHeader h;
     h.set_job_id("job");
@@ -46,7 +48,7 @@ class RequestChecksTest : public ::testing::Test {
 };
 
 TEST_F(RequestChecksTest, JobAndConfigHashMustMatch) {
-  const int64_t w = e_.model.out_dim();
+  const int64_t w = config_.out_dim();
   EXPECT_EQ(Code(Header(Kind::TARGET), Target(w)), absl::StatusCode::kOk);
   v1::EnvelopeHeader h = Header(Kind::TARGET);
   h.set_job_id("other");
@@ -60,7 +62,7 @@ TEST_F(RequestChecksTest, JobAndConfigHashMustMatch) {
 }
 
 TEST_F(RequestChecksTest, StepWindowMicroBatchAndChunkRanges) {
-  const TensorMap t = Target(e_.model.out_dim());
+  const TensorMap t = Target(config_.out_dim());
   EXPECT_EQ(Code(Header(Kind::TARGET, 4), t), absl::StatusCode::kOutOfRange);  // stale
   for (int64_t step : {5, 6, 7}) EXPECT_EQ(Code(Header(Kind::TARGET, step), t), absl::StatusCode::kOk) << step;
   EXPECT_EQ(Code(Header(Kind::TARGET, 8), t), absl::StatusCode::kOutOfRange);  // too far ahead
@@ -77,7 +79,7 @@ TEST_F(RequestChecksTest, StepWindowMicroBatchAndChunkRanges) {
 }
 
 TEST_F(RequestChecksTest, TargetsMustBeFiniteAndShaped) {
-  const int64_t w = e_.model.out_dim();
+  const int64_t w = config_.out_dim();
   EXPECT_EQ(Code(Header(Kind::TARGET), Target(w + 1)), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Code(Header(Kind::TARGET), {{"target", at::zeros({6, w})}}), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Code(Header(Kind::TARGET), {{"target", at::zeros({1, 6, w}, at::kLong)}}),
@@ -92,7 +94,7 @@ TEST_F(RequestChecksTest, TargetsMustBeFiniteAndShaped) {
 }
 
 TEST_F(RequestChecksTest, GradientsActivationsAndWeights) {
-  const int64_t d = e_.model.inner_dim();
+  const int64_t d = config_.inner_dim();
   e_.takes_gradient = true;
   EXPECT_EQ(Code(Header(Kind::GRADIENT), {{"img", at::zeros({1, 6, d})}, {"txt", at::zeros({1, 4, d})}}),
             absl::StatusCode::kOk);

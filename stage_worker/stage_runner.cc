@@ -25,11 +25,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Fresh leaves for a stage input: detached copies on the stage's device that record their gradient.
-Flux2Activations MakeLeaves(const Flux2Activations& in, bool requires_grad) {
-  Flux2Activations out = in;
-  for (at::Tensor* t : {&out.img, &out.txt, &out.joint}) {
-    if (t->defined()) *t = t->detach().requires_grad_(requires_grad);
+// Gradients of a stage's input, by the same names: every floating input (integers such as FLUX.2's txt_len get none).
+TensorMap InputGradientTensors(const TensorMap& input) {
+  TensorMap out;
+  for (const auto& [tname, x] : input) {
+    if (x.is_floating_point()) out[tname] = x.grad().defined() ? x.grad() : at::zeros_like(x);
   }
   return out;
 }
@@ -61,7 +61,7 @@ std::string StageRunner::name() const {
 
 std::map<std::string, at::Tensor> StageRunner::AllLora() {
   std::map<std::string, at::Tensor> all;
-  for (auto& chunk : chunks_) all.merge(LoraParameters(*chunk));
+  for (auto& chunk : chunks_) all.merge(LoraParameters(chunk->module()));
   return all;
 }
 
@@ -116,12 +116,12 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   const WeightQuant quant = prepared->quant;
   transfer_ = std::make_unique<DeviceTransfer>(device_);
   pinned_host_ = transfer_->wants_pinned_host();
-  checkpoint_ = std::move(prepared->checkpoint);
+  model_ = std::move(prepared->model);
   ranges_ = prepared->ranges;
   chunks_.clear();
-  for (const Flux2StageRange& range : ranges_) {
-    ASSIGN_OR_RETURN(Flux2Stage chunk,
-                     BuildFlux2Stage(*checkpoint_, range, dtype_, device_, &prepared->lora, /*train=*/true, quant));
+  for (const StageRange& range : ranges_) {
+    ASSIGN_OR_RETURN(std::unique_ptr<StageModel> chunk,
+                     model_->BuildStage(range, dtype_, device_, &prepared->lora, /*train=*/true, quant));
     chunks_.push_back(std::move(chunk));
   }
   config_ = req;
@@ -133,7 +133,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   current_step_ = -1;
   PublishExpected(req.micro_batches());
   std::string blocks;
-  for (const Flux2StageRange& r : ranges_) {
+  for (const StageRange& r : ranges_) {
     absl::StrAppend(&blocks, blocks.empty() ? "" : " + ", "[", r.block_begin, ", ", r.block_end, ")",
                     r.has_embedders ? " + embedders" : "", r.has_head ? " + head" : "");
   }
@@ -161,13 +161,13 @@ void StageRunner::PublishExpected(int32_t micro_batches) {
   e->config_hash = config_.config_hash();
   e->micro_batches = micro_batches;
   e->num_chunks = static_cast<int32_t>(ranges_.size());
-  for (const Flux2StageRange& r : ranges_) {
+  for (const StageRange& r : ranges_) {
     e->takes_inputs |= r.has_embedders;
     e->takes_target |= r.has_head;
     e->takes_activation |= !r.has_embedders;
     e->takes_gradient |= !r.has_head;
   }
-  e->model = checkpoint_->config();
+  e->model = model_;
   e->dtype = dtype_;
   for (const auto& [pname, p] : AllLora()) e->lora_shapes[pname] = p.sizes().vec();
   std::lock_guard<std::mutex> lock(expected_mu_);
@@ -204,7 +204,7 @@ v1::ConfigureResponse StageRunner::Response() {
   }
   response.set_num_lora_params(numel);
   uint64_t bytes = 0;  // 8-bit weights are buffers, FrozenBytes counts them
-  for (auto& chunk : chunks_) bytes += static_cast<uint64_t>(FrozenBytes(*chunk));
+  for (auto& chunk : chunks_) bytes += static_cast<uint64_t>(FrozenBytes(chunk->module()));
   response.set_loaded_bytes(bytes);
   return response;
 }
@@ -225,24 +225,16 @@ absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
   }
   if (h.kind() == v1::EnvelopeHeader::ROPE) {
     if (!transfer_) return absl::FailedPreconditionError(absl::StrCat(name(), ": ROPE tables before Configure"));
-    std::map<std::string, std::pair<at::Tensor, at::Tensor>> tables;
+    // CheckEnvelope let in only "<table>/<key>" names of one key that the family accepts as its tables.
+    std::map<std::string, TensorMap> tables;
     for (auto& [tname, t] : envelope.tensors) {
-      bool is_cos = absl::StartsWith(tname, "rope_cos/"), is_sin = absl::StartsWith(tname, "rope_sin/");
-      if (!is_cos && !is_sin)
-        return absl::InvalidArgumentError(absl::StrCat("ROPE envelope: unexpected tensor ", tname));
-      if (t.dim() != 2 || t.scalar_type() != at::kFloat) {
-        return absl::InvalidArgumentError(absl::StrCat("ROPE envelope: ", tname, " must be a 2-d fp32 table"));
-      }
-      auto& slot = tables[tname.substr(9)];
-      (is_cos ? slot.first : slot.second) = transfer_->Upload(t);
+      const size_t slash = tname.rfind('/');
+      tables[tname.substr(slash + 1)][tname.substr(0, slash)] = transfer_->Upload(t);
     }
     std::lock_guard<std::mutex> rope_lock(rope_mu_);
-    for (auto& [key, pair] : tables) {
-      if (!pair.first.defined() || !pair.second.defined()) {
-        return absl::InvalidArgumentError(absl::StrCat("ROPE envelope: key ", key, " lacks cos or sin"));
-      }
+    for (auto& [key, named] : tables) {
       if (!rope_.count(key)) rope_order_.push_back(key);
-      rope_[key] = pair;
+      rope_[key] = std::move(named);
       while (rope_order_.size() > options_.rope_cache_entries) {
         rope_.erase(rope_order_.front());
         rope_order_.pop_front();
@@ -301,7 +293,7 @@ absl::StatusOr<TensorMap> StageRunner::Await(const v1::StepPlan& plan, int32_t m
 
 // Blocks recomputed under recompute: the planner's choice (0 from the coordinator = all of them).
 static int64_t RecomputeBlocks(const v1::ConfigureRequest& c) {
-  return c.recompute_blocks() > 0 ? c.recompute_blocks() : Flux2StageImpl::kAllBlocks;
+  return c.recompute_blocks() > 0 ? c.recompute_blocks() : StageModel::kAllBlocks;
 }
 
 absl::Status StageRunner::EnsureWeights(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
@@ -309,16 +301,16 @@ absl::Status StageRunner::EnsureWeights(const v1::StepPlan& plan, const std::fun
   if (step.weights_loaded) return absl::OkStatus();
   // The weights for this step come before any computation: a stage never computes with stale adapters.
   ASSIGN_OR_RETURN(TensorMap weights, Await(plan, 0, v1::EnvelopeHeader::LORA_WEIGHTS, cancelled, summary));
-  for (Flux2Stage& chunk : chunks_) {
+  for (auto& chunk : chunks_) {
     std::map<std::string, at::Tensor> mine;
-    for (const auto& [pname, p] : LoraParameters(*chunk)) {
+    for (const auto& [pname, p] : LoraParameters(chunk->module())) {
       auto it = weights.find(pname);
       if (it == weights.end()) continue;  // AssignLoraParameters names it as missing
       mine[pname] = it->second;
       weights.erase(it);
     }
-    RETURN_IF_ERROR(Annotate(AssignLoraParameters(*chunk, mine), name()));
-    ZeroLoraGradients(*chunk);
+    RETURN_IF_ERROR(Annotate(AssignLoraParameters(chunk->module(), mine), name()));
+    ZeroLoraGradients(chunk->module());
   }
   if (!weights.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -328,93 +320,99 @@ absl::Status StageRunner::EnsureWeights(const v1::StepPlan& plan, const std::fun
   return absl::OkStatus();
 }
 
-absl::StatusOr<Flux2Activations> StageRunner::AwaitInput(const v1::StepPlan& plan, int32_t chunk, int32_t mb,
-                                                         const std::function<bool()>& cancelled,
-                                                         v1::StepSummary& summary) {
-  const Flux2Config& c = checkpoint_->config();
+absl::StatusOr<TensorMap> StageRunner::AwaitInput(const v1::StepPlan& plan, int32_t chunk, int32_t mb,
+                                                  const std::function<bool()>& cancelled, v1::StepSummary& summary) {
   const bool first = ranges_[chunk].has_embedders;  // the model's inputs come from the coordinator
   ASSIGN_OR_RETURN(TensorMap t, Await(plan, mb, first ? v1::EnvelopeHeader::INPUTS : v1::EnvelopeHeader::ACTIVATION,
                                       cancelled, summary, first ? 0 : chunk));
-  auto in = first ? InputsFromTensors(t, c, dtype_) : ActivationsFromTensors(t, c, dtype_);
-  if (!in.ok()) return Annotate(in.status(), absl::StrCat(name(), " micro-batch ", mb));
-  Flux2Activations leaves = MakeLeaves(*in, !first);
-  for (at::Tensor* t : {&leaves.img, &leaves.txt, &leaves.joint}) {
-    if (t->defined()) *t = transfer_->Upload(*t).detach().requires_grad_(t->requires_grad());
+  absl::Status valid = model_->CheckWire(first ? WireKind::kInputs : WireKind::kActivation, t, dtype_);
+  if (!valid.ok()) return Annotate(valid, absl::StrCat(name(), " micro-batch ", mb));
+  // Fresh leaves on the stage's device: model inputs in the compute dtype, activations recording their gradient.
+  // Integer tensors (FLUX.2's txt_len) stay on the host.
+  TensorMap leaves;
+  for (auto& [tname, x] : t) {
+    if (!x.is_floating_point()) {
+      leaves[tname] = x;
+      continue;
+    }
+    at::Tensor host = first ? x.to(dtype_) : x;
+    leaves[tname] = transfer_->Upload(host).detach().requires_grad_(!first);
   }
   return leaves;
 }
 
-absl::StatusOr<Flux2Constants> StageRunner::Constants(const v1::StepPlan& plan, int32_t mb,
-                                                      const std::function<bool()>& cancelled, StepState& step,
-                                                      v1::StepSummary& summary) {
+absl::StatusOr<TensorMap> StageRunner::Constants(const v1::StepPlan& plan, int32_t mb,
+                                                 const std::function<bool()>& cancelled, StepState& step,
+                                                 v1::StepSummary& summary) {
   auto cached = step.constants.find(mb);
   if (cached != step.constants.end()) return cached->second;
   ASSIGN_OR_RETURN(TensorMap kt, Await(plan, mb, v1::EnvelopeHeader::CONSTANTS, cancelled, summary));
-  auto constants = ConstantsFromTensors(kt, checkpoint_->config());
-  if (!constants.ok()) return Annotate(constants.status(), absl::StrCat(name(), " micro-batch ", mb));
-  Flux2Constants out = constants->first;
-  for (at::Tensor* t : {&out.mod_img, &out.mod_txt, &out.mod_single, &out.mod_out}) *t = transfer_->Upload(*t, dtype_);
+  TensorMap out;
+  std::string key;
+  for (const auto& [kname, t] : kt) {
+    if (absl::StartsWith(kname, kTablesKeyPrefix)) {
+      key = kname.substr(strlen(kTablesKeyPrefix));
+    } else {
+      out[kname] = transfer_->Upload(t, dtype_);
+    }
+  }
   {
     std::lock_guard<std::mutex> rope_lock(rope_mu_);
-    auto it = rope_.find(constants->second);
+    auto it = rope_.find(key);
     if (it == rope_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(name(), ": no RoPE table '", constants->second,
-                                                        "' (the coordinator must send ROPE before LORA_WEIGHTS)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(name(), ": no RoPE table '", key, "' (the coordinator must send ROPE before LORA_WEIGHTS)"));
     }
-    out.rope_cos = it->second.first;
-    out.rope_sin = it->second.second;
+    for (const auto& [tname, table] : it->second) out[tname] = table;
   }
   step.constants[mb] = out;
   return out;
 }
 
-Flux2Activations StageRunner::RunBlocks(int32_t chunk, MicroBatchState& state, const v1::StepPlan& plan, int32_t mb) {
-  Flux2Stage& stage = chunks_[chunk];
-  SetLoraDropoutSeed(*stage, MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
+TensorMap StageRunner::RunBlocks(int32_t chunk, MicroBatchState& state, const v1::StepPlan& plan, int32_t mb) {
+  StageModel& stage = *chunks_[chunk];
+  SetLoraDropoutSeed(stage.module(), MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
   // With recompute: no graph, but every block's input is kept for the per-block recompute in Backward.
   if (config_.recompute()) {
-    return stage->ForwardCheckpointed(state.input, state.constants, &state.checkpoints, RecomputeBlocks(config_));
+    return stage.ForwardCheckpointed(state.input, state.constants, &state.checkpoints, RecomputeBlocks(config_));
   }
   at::AutoGradMode mode(true);
-  return stage->forward(state.input, state.constants);
+  return stage.Forward(state.input, state.constants);
 }
 
 absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32_t mb,
                                   const std::function<bool()>& cancelled, StepState& step, v1::StepSummary& summary) {
-  const Flux2Config& c = checkpoint_->config();
-  const Flux2StageRange& range = ranges_[chunk];
+  const StageRange& range = ranges_[chunk];
   MicroBatchState state;
   ASSIGN_OR_RETURN(state.input, AwaitInput(plan, chunk, mb, cancelled, summary));
   RETURN_IF_ERROR(EnsureWeights(plan, cancelled, step, summary));
   ASSIGN_OR_RETURN(state.constants, Constants(plan, mb, cancelled, step, summary));
   if (range.has_head) {
     ASSIGN_OR_RETURN(TensorMap t, Await(plan, mb, v1::EnvelopeHeader::TARGET, cancelled, summary));
-    if (!t.count("target") || t.at("target").dim() != 3 || t.at("target").size(-1) != c.out_dim()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name(), ": TARGET of micro-batch ", mb, " must be [b, Si, ", c.out_dim(), "]"));
-    }
+    absl::Status valid = model_->CheckWire(WireKind::kTarget, t, dtype_);
+    if (!valid.ok()) return Annotate(valid, absl::StrCat(name(), ": TARGET of micro-batch ", mb));
     state.target = transfer_->Upload(t.at("target"));
   }
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("forward of step ", plan.step(), " micro-batch ", mb));
   absl::Status shape = absl::OkStatus();
   absl::Status run = TorchCall("forward", [&] {
-    Flux2Activations out = RunBlocks(chunk, state, plan, mb);
+    TensorMap out = RunBlocks(chunk, state, plan, mb);
     if (range.has_head) {
       // The target must match the prediction exactly: the loss would broadcast a wrong one silently.
-      shape = CheckExactShape(absl::StrCat("TARGET of step ", plan.step(), " micro-batch ", mb), out.output.sizes(),
-                              state.target);
+      shape = CheckExactShape(absl::StrCat("TARGET of step ", plan.step(), " micro-batch ", mb),
+                              out.at("output").sizes(), state.target);
       if (!shape.ok()) return;
-      at::Tensor loss = FlowMatchingLoss(out.output, state.target);
+      at::Tensor loss = FlowMatchingLoss(out.at("output"), state.target);
       summary.set_losses(mb, static_cast<float>(loss.item<double>()));
       if (!config_.recompute()) state.loss = loss;
     } else {
       if (!config_.recompute()) state.output = out;
-      for (const auto& [tname, t] : ActivationTensors(out)) {
+      for (const auto& [tname, t] : out) {
         if (t.is_floating_point()) state.sent[tname] = t.sizes().vec();
       }
       // Queued: the peer sender's thread ships it while we compute the next action.
-      SendAsync(*next_, Header(plan, mb, v1::EnvelopeHeader::ACTIVATION, NextChunk(chunk)), ActivationTensors(out));
+      SendAsync(*next_, Header(plan, mb, v1::EnvelopeHeader::ACTIVATION, NextChunk(chunk)), out);
     }
   });
   const double seconds = Since(t0);
@@ -435,7 +433,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
                                                    chunks_.size() > 1 ? absl::StrCat(" of chunk ", chunk) : "",
                                                    " in the step plan"));
   }
-  const Flux2StageRange& range = ranges_[chunk];
+  const StageRange& range = ranges_[chunk];
   MicroBatchState& state = it->second;
   TensorMap grads;
   if (!range.has_head) {
@@ -446,12 +444,11 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
   progress_.Set(absl::StrCat("backward of step ", plan.step(), " micro-batch ", mb));
   absl::Status run = TorchCall("backward", [&] {
     // Where backward starts: the scaled loss on the last stage, else the received output gradients.
-    auto seed = [&](const Flux2Activations& out) -> std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> {
+    auto seed = [&](const TensorMap& named) -> std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> {
       if (range.has_head) {
-        at::Tensor loss = config_.recompute() ? FlowMatchingLoss(out.output, state.target) : state.loss;
+        at::Tensor loss = config_.recompute() ? FlowMatchingLoss(named.at("output"), state.target) : state.loss;
         return {{loss * static_cast<double>(plan.loss_scale())}, {}};
       }
-      TensorMap named = ActivationTensors(out);
       std::vector<at::Tensor> outputs, output_grads;
       for (auto& [gname, g] : grads) {
         auto o = named.find(gname);
@@ -465,7 +462,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
     };
     if (config_.recompute()) {
       // Per-block recompute from the checkpoints Forward kept: one block's graph at a time, never the stage's.
-      SetLoraDropoutSeed(*chunks_[chunk], MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
+      SetLoraDropoutSeed(chunks_[chunk]->module(), MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
       chunks_[chunk]->BackwardFromCheckpoints(std::move(state.checkpoints), state.constants, seed,
                                               RecomputeBlocks(config_));
     } else {
@@ -581,9 +578,9 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
   }
   progress_.Set("sending the gradients to the coordinator");
   std::map<std::string, at::Tensor> grads;
-  for (Flux2Stage& chunk : chunks_) grads.merge(LoraGradients(*chunk));
+  for (auto& chunk : chunks_) grads.merge(LoraGradients(chunk->module()));
   for (const auto& [pname, g] : grads) RETURN_IF_ERROR(sink(pname, g.detach().to(at::kCPU, at::kFloat)));
-  for (Flux2Stage& chunk : chunks_) ZeroLoraGradients(*chunk);
+  for (auto& chunk : chunks_) ZeroLoraGradients(chunk->module());
   inbox_.DropBefore(plan.step() + 1);
   uint64_t sent = 0;
   for (PeerSender* peer : {next_.get(), prev_.get()}) sent += peer ? peer->bytes_sent() : 0;

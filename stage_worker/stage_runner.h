@@ -1,5 +1,5 @@
 // StageRunner: everything a stage worker does, without RPC code (the gRPC service only translates).
-// It holds one contiguous block range of the FLUX.2 transformer with LoRA adapters -- or, for the interleaved
+// It holds one contiguous block range of the model (any ModelFamily) with LoRA adapters -- or, for the interleaved
 // schedule, v such ranges (model chunks, non-contiguous; chunk c is virtual stage c·p + stage_index) -- receives
 // envelopes into its inbox, and executes a step plan (the schedule's F/B actions for this stage, each naming
 // its chunk): forward with the
@@ -26,8 +26,7 @@
 
 #include "baton/v1/stage.pb.h"
 #include "core/device/transfer.h"
-#include "core/model/flux2_model.h"
-#include "core/model/flux2_weights.h"
+#include "core/model/model_family.h"
 #include "core/pipeline/stage_io.h"
 #include "rpc/envelope.h"
 #include "stage_worker/inbox.h"
@@ -87,10 +86,10 @@ class StageRunner {
 
  private:
   struct MicroBatchState {
-    Flux2Activations input;  // leaves; require grad on stages after the first
-    Flux2Constants constants;
-    std::vector<Flux2Activations> checkpoints;         // with recompute: every block's input (the first is `input`)
-    Flux2Activations output;                           // kept only without recompute
+    TensorMap input;                                   // leaves; floating ones require grad after the first stage
+    TensorMap constants;                               // the micro-batch's constants merged with its tables
+    std::vector<TensorMap> checkpoints;                // with recompute: every block's input (the first is `input`)
+    TensorMap output;                                  // kept only without recompute
     at::Tensor target;                                 // last stage
     at::Tensor loss;                                   // last stage, without recompute
     std::map<std::string, std::vector<int64_t>> sent;  // shapes of the floating outputs sent (GRADIENT must match)
@@ -98,7 +97,7 @@ class StageRunner {
   // One RunStep's working state.
   struct StepState {
     std::map<std::pair<int32_t, int32_t>, MicroBatchState> live;  // (chunk, micro-batch) between its F and B
-    std::map<int32_t, Flux2Constants> constants;                  // per micro-batch, shared by the chunks
+    std::map<int32_t, TensorMap> constants;                       // per micro-batch, shared by the chunks
     bool weights_loaded = false;
   };
 
@@ -107,16 +106,16 @@ class StageRunner {
   absl::Status Backward(const v1::StepPlan& plan, int32_t chunk, int32_t mb, const std::function<bool()>& cancelled,
                         StepState& step, v1::StepSummary& summary);
   // The stage's input for (chunk, mb): INPUTS on the first virtual stage, else the previous one's ACTIVATION.
-  absl::StatusOr<Flux2Activations> AwaitInput(const v1::StepPlan& plan, int32_t chunk, int32_t mb,
-                                              const std::function<bool()>& cancelled, v1::StepSummary& summary);
+  absl::StatusOr<TensorMap> AwaitInput(const v1::StepPlan& plan, int32_t chunk, int32_t mb,
+                                       const std::function<bool()>& cancelled, v1::StepSummary& summary);
   // The micro-batch's constants (received once per step, kept for every chunk), with the cached RoPE tables.
-  absl::StatusOr<Flux2Constants> Constants(const v1::StepPlan& plan, int32_t mb, const std::function<bool()>& cancelled,
-                                           StepState& step, v1::StepSummary& summary);
+  absl::StatusOr<TensorMap> Constants(const v1::StepPlan& plan, int32_t mb, const std::function<bool()>& cancelled,
+                                      StepState& step, v1::StepSummary& summary);
   // Waits for this step's adapter weights once, before the step's first computation.
   absl::Status EnsureWeights(const v1::StepPlan& plan, const std::function<bool()>& cancelled, StepState& step,
                              v1::StepSummary& summary);
   // The chunk forward: with a graph, or (recompute) without one, keeping the per-block checkpoints.
-  Flux2Activations RunBlocks(int32_t chunk, MicroBatchState& state, const v1::StepPlan& plan, int32_t mb);
+  TensorMap RunBlocks(int32_t chunk, MicroBatchState& state, const v1::StepPlan& plan, int32_t mb);
   absl::StatusOr<TensorMap> Await(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
                                   const std::function<bool()>& cancelled, v1::StepSummary& summary, int32_t chunk = 0);
   v1::EnvelopeHeader Header(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
@@ -149,9 +148,9 @@ class StageRunner {
   // Set by Configure (guarded by run_mu_; read by Deliver only through the rope cache below).
   v1::ConfigureRequest config_;
   bool configured_ = false;
-  std::unique_ptr<Flux2Checkpoint> checkpoint_;
-  std::vector<Flux2Stage> chunks_;       // [chunk]; one unless interleaved
-  std::vector<Flux2StageRange> ranges_;  // [chunk]
+  std::shared_ptr<const ModelFamily> model_;         // the model's family, config and weights
+  std::vector<std::unique_ptr<StageModel>> chunks_;  // [chunk]; one unless interleaved
+  std::vector<StageRange> ranges_;                   // [chunk]
   at::ScalarType dtype_ = at::kFloat;
   at::Device device_{at::kCPU};
   std::unique_ptr<DeviceTransfer> transfer_;  // host → device uploads (side stream + pinned memory on CUDA)
@@ -168,8 +167,8 @@ class StageRunner {
   std::unique_ptr<PeerSender> next_, prev_;
 
   std::mutex rope_mu_;
-  std::map<std::string, std::pair<at::Tensor, at::Tensor>> rope_;  // key → (cos, sin) on device
-  std::deque<std::string> rope_order_;                             // FIFO eviction
+  std::map<std::string, TensorMap> rope_;  // key → the tables (bare names) on device
+  std::deque<std::string> rope_order_;     // FIFO eviction
   uint64_t bytes_received_ = 0;
 };
 

@@ -94,6 +94,11 @@ std::map<std::string, std::string> Metadata(const LoraSpec& spec, const std::map
 
 }  // namespace
 
+std::map<std::string, std::string> LoraFileMetadata(const LoraSpec& spec,
+                                                    const std::map<std::string, std::string>& extra) {
+  return Metadata(spec, extra);
+}
+
 absl::StatusOr<std::vector<std::string>> ResolveLoraTargets(const std::string& preset_or_list) {
   if (preset_or_list == "attention") {
     return std::vector<std::string>{"to_q",       "to_k",       "to_v",       "to_out.0",        "add_q_proj",
@@ -221,10 +226,9 @@ absl::Status SaveLoraDiffusers(const std::string& path, const std::map<std::stri
   return WriteSafetensors(path, out, meta);
 }
 
-absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at::Tensor>& params, const LoraSpec& spec,
-                         const std::map<std::string, std::string>& extra_metadata) {
+absl::StatusOr<std::map<std::string, at::Tensor>> LoraTensorsBfl(const std::map<std::string, at::Tensor>& params,
+                                                                 double scale) {
   ASSIGN_OR_RETURN(auto modules, GroupByModule(params));
-  const double scale = spec.alpha / static_cast<double>(spec.rank);
   // BFL module → chunks (A, B) in chunk order.
   std::map<std::string, std::vector<std::pair<at::Tensor, at::Tensor>>> fused;
   for (const auto& [module, ab] : modules) {
@@ -253,8 +257,14 @@ absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at
     out[base + kLoraA] = a;
     // alpha/r folded into B and no ".alpha" tensor: diffusers' FLUX.2 converter accepts only lora_A/lora_B keys
     // (it raises on leftovers) and, like ComfyUI without ".alpha", applies the adapter with scale 1.
-    out[base + kLoraB] = b * scale;
+    out[base + kLoraB] = scale != 1.0 ? b * scale : b;
   }
+  return out;
+}
+
+absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at::Tensor>& params, const LoraSpec& spec,
+                         const std::map<std::string, std::string>& extra_metadata) {
+  ASSIGN_OR_RETURN(auto out, LoraTensorsBfl(params, spec.alpha / static_cast<double>(spec.rank)));
   return WriteSafetensors(path, out, Metadata(spec, extra_metadata));
 }
 

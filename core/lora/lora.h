@@ -59,6 +59,12 @@ struct LoraWeights {
 // Saves adapters (PEFT names → tensors, as from LoraParameters) in diffusers/PEFT format (alpha/r folded into B).
 absl::Status SaveLoraDiffusers(const std::string& path, const std::map<std::string, at::Tensor>& params,
                                const LoraSpec& spec, const std::map<std::string, std::string>& extra_metadata = {});
+// The BFL/ComfyUI tensors of adapters by PEFT name (diffusion_model. prefix, fused qkv, `scale` folded into lora_B).
+absl::StatusOr<std::map<std::string, at::Tensor>> LoraTensorsBfl(const std::map<std::string, at::Tensor>& params,
+                                                                 double scale = 1.0);
+// The header metadata every LoRA file gets (format, rank, alpha, targets, ...) plus `extra`.
+std::map<std::string, std::string> LoraFileMetadata(const LoraSpec& spec,
+                                                    const std::map<std::string, std::string>& extra);
 // Saves in BFL/ComfyUI format (diffusion_model. prefix, fused qkv, alpha/r folded into lora_B).
 absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at::Tensor>& params, const LoraSpec& spec,
                          const std::map<std::string, std::string>& extra_metadata = {});

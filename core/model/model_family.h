@@ -86,6 +86,7 @@ struct BlockPlanInfo {
   int64_t lora_params = 0;    // at the options' rank and targets
   double macs_per_token = 0;  // forward linear MACs per token
   double attention_macs = 0;  // forward attention MACs for the options' token counts
+  double extra_macs = 0;      // forward MACs scaling with neither (embedders, head: their own token counts)
   std::string kind;           // "double", "single", "block": RenderPlan groups consecutive kinds
   int64_t kind_index = 0;     // index within its kind (diffusers numbering)
 };
@@ -98,7 +99,22 @@ struct PlanShape {
   std::vector<std::string> lora_targets;  // resolved targets (ModelFamily::LoraTargets)
 };
 
-enum class WireKind { kInputs, kConstants, kTables, kActivation, kTarget };
+// What a stage receives, by envelope kind. kInputs: INPUTS (any floating dtype; converted on use). kConstants: the
+// shell's constants (without the "rope_key/<key>" entry the wire adds). kTables: one key's tables with the "/<key>"
+// suffix of their wire names stripped. kActivation: a stage boundary's activation (the names the family's stages
+// output). kTarget: {"target"}. kGradient: the gradient of an activation (its floating tensors, same names).
+enum class WireKind { kInputs, kConstants, kTables, kActivation, kTarget, kGradient };
+
+// One training micro-batch as the sampler draws it, before the family shapes it into its model inputs. Shapes are
+// the cache's: `noisy` and `target` are the stacked cached latents (FLUX.2: [b, Si, C] packed tokens; Wan: [b, C, F,
+// H, W]), so nothing generic assumes "tokens x channels".
+struct NoisyBatch {
+  at::Tensor noisy;                // x_t = (1-t)·x0 + t·ε, fp32, the stacked cached latents' shape
+  at::Tensor prompt_embeds;        // [b, L, text_dim] fp32
+  at::Tensor timestep;             // [b] in (0, 1]
+  int64_t grid_h = 0, grid_w = 0;  // the samples' latent grid (cache record)
+  double guidance = 0;             // the job's guidance (families without a guidance embedder ignore it)
+};
 
 // An opened model of one family: its config and memory-mapped weights. OpenModel picks the family from the folder's
 // config.json `_class_name` (Flux2Transformer2DModel, WanTransformer3DModel); an original single file needs its
@@ -126,6 +142,23 @@ class ModelFamily {
 
   // Wire: names, ranks, hidden sizes, dtype and batch agreement of what a stage receives; errors say what was wrong.
   virtual absl::Status CheckWire(WireKind kind, const TensorMap& tensors, at::ScalarType dtype) const = 0;
+
+  // `baton forward`: OK when `model_inputs` (the upstream forward's argument names) can run through the shell and a
+  // full stage; else InvalidArgument naming `source`, the tensor and what it must be.
+  virtual absl::Status CheckModelInputs(const TensorMap& model_inputs, const std::string& source) const = 0;
+
+  // Training. The image/video tokens of one cached sample (its latents' shape without the batch dimension), which
+  // the timestep shift depends on; and a micro-batch's model inputs by the upstream forward's argument names (what
+  // ShellModel::Run takes), on the CPU. The flow-matching target is the batch's ε − x0 in the cache's shape, which
+  // must be the shape of the last stage's "output".
+  virtual int64_t LatentTokens(at::IntArrayRef sample_latents) const = 0;
+  // OK when a cache of latents with `latent_channels` and prompt embeddings `text_dim` wide fits this model, else
+  // InvalidArgument saying what differs (the caller names the cache).
+  virtual absl::Status CheckCacheFits(int64_t latent_channels, int64_t text_dim) const = 0;
+  virtual absl::StatusOr<TensorMap> MicroBatchInputs(const NoisyBatch& batch) const = 0;
+
+  // The whole model as one stage.
+  StageRange FullRange() const { return {0, num_blocks(), true, true}; }
 
   // LoRA: the targets of a preset ("attention", "all-linear") or a comma list; the other naming users load
   // (FLUX.2: BFL/ComfyUI "diffusion_model."; Wan: original/ComfyUI "diffusion_model.blocks.N.self_attn.q").

@@ -9,7 +9,7 @@
 namespace baton {
 namespace {
 
-constexpr char kRopeKeyPrefix[] = "rope_key/";
+constexpr const char* kRopeKeyPrefix = kTablesKeyPrefix;
 
 absl::StatusOr<at::Tensor> Get(const TensorMap& t, const std::string& name, int64_t dim, const std::string& what) {
   auto it = t.find(name);
@@ -33,6 +33,18 @@ absl::Status CheckLast(const at::Tensor& t, const std::string& name, int64_t siz
 
 std::string RopeKey(int64_t grid_h, int64_t grid_w, int64_t text_len) {
   return absl::StrCat("h", grid_h, "w", grid_w, "t", text_len);
+}
+
+TensorMap ConstantsOnWire(const ShellOutputs& shell) {
+  TensorMap t = shell.constants;
+  t[kTablesKeyPrefix + shell.tables_key] = at::empty({0});
+  return t;
+}
+
+TensorMap TablesOnWire(const ShellOutputs& shell) {
+  TensorMap t;
+  for (const auto& [name, table] : shell.tables) t[absl::StrCat(name, "/", shell.tables_key)] = table;
+  return t;
 }
 
 TensorMap ActivationTensors(const Flux2Activations& a) {

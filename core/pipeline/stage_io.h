@@ -1,5 +1,6 @@
-// How FLUX.2 pipeline data is named on the wire (stage.proto envelopes). One place for the names, so the
-// coordinator, the stage worker and the tests cannot drift apart.
+// How pipeline data is named on the wire (FLUX.2's tensors; other families name theirs in their ModelFamily)
+// (stage.proto envelopes). One place for the names, so the coordinator, the stage worker and the tests cannot drift
+// apart.
 //   INPUTS     hidden_states [b, Si, C_in], encoder_hidden_states [b, St, J]            (to stage 0)
 //   CONSTANTS  mod_img [b, 6D], mod_txt [b, 6D], mod_single [b, 3D], mod_out [b, 2D],
 //              rope_key/<key> (empty tensor naming the RoPE table to use)              (to every stage)
@@ -17,10 +18,16 @@
 
 #include "core/model/flux2_config.h"
 #include "core/model/flux2_model.h"
+#include "core/model/model_family.h"
 
 namespace baton {
 
-using TensorMap = std::map<std::string, at::Tensor>;
+// The wire's family-independent part: CONSTANTS carry the shell's constants plus one empty "rope_key/<key>" tensor
+// naming the tables to use; a ROPE envelope carries one key's tables, each as "<table>/<key>". (The names are
+// FLUX.2's from before there were families; every family's tables travel under them.)
+inline constexpr char kTablesKeyPrefix[] = "rope_key/";
+TensorMap ConstantsOnWire(const ShellOutputs& shell);
+TensorMap TablesOnWire(const ShellOutputs& shell);
 
 // RoPE tables a stage keeps (FIFO by arrival). The coordinator mirrors this to know what each stage holds.
 constexpr size_t kRopeCacheEntries = 32;

@@ -7,7 +7,6 @@
 #include <map>
 
 #include "core/lora/lora_linear.h"
-#include "core/model/flux2_ops.h"
 #include "core/train/timesteps.h"
 #include "core/util/status.h"
 
@@ -31,11 +30,12 @@ uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index) {
   return MixSeed(base, MixSeed(static_cast<uint64_t>(step), static_cast<uint64_t>(index)));
 }
 
-absl::StatusOr<StepSampler> StepSampler::Create(const CacheReader* cache, const JobConfig& job, bool has_guidance) {
+absl::StatusOr<StepSampler> StepSampler::Create(const CacheReader* cache, const JobConfig& job,
+                                                const ModelFamily* family) {
   StepSampler s;
   s.cache_ = cache;
   s.job_ = job;
-  s.has_guidance_ = has_guidance;
+  s.family_ = family;
   std::map<std::string, std::vector<int64_t>> by_key;
   for (size_t i = 0; i < cache->size(); ++i) by_key[cache->index().records[i].BucketKey()].push_back(i);
   const int64_t b = job.micro_batch_size();
@@ -82,19 +82,23 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
       x0s.push_back(s.latents);
       texts.push_back(s.prompt_embeds);
     }
-    at::Tensor x0 = at::stack(x0s);  // [b, Si, C]
-    mb.encoder_hidden_states = at::stack(texts);
-    const int64_t b = x0.size(0), tokens = x0.size(1);
+    at::Tensor x0 = at::stack(x0s);  // [b, <one cached sample's latents>]
+    const int64_t b = x0.size(0), tokens = family_->LatentTokens(x0s[0].sizes());
     auto gen = at::detail::createCPUGenerator(MixSeed(MixSeed(job_.seed, step), i));
     at::Tensor t = SampleTimesteps(job_.timesteps, b, tokens, gen);
     at::Tensor noise = at::randn(x0.sizes(), gen, at::kFloat);
-    at::Tensor tb = t.view({b, 1, 1});
-    mb.hidden_states = (1 - tb) * x0 + tb * noise;
+    std::vector<int64_t> per_sample(x0.dim(), 1);  // t broadcast over each sample, whatever the latents' rank
+    per_sample[0] = b;
+    at::Tensor tb = t.view(per_sample);
+    NoisyBatch batch;
+    batch.noisy = (1 - tb) * x0 + tb * noise;
+    batch.prompt_embeds = at::stack(texts);
+    batch.timestep = t;
+    batch.grid_h = mb.grid_h;
+    batch.grid_w = mb.grid_w;
+    batch.guidance = job_.guidance;
     mb.target = noise - x0;
-    mb.timestep = t;
-    if (has_guidance_) mb.guidance = at::full({b}, job_.guidance, at::kFloat);
-    mb.img_ids = ImagePositionIds(mb.grid_h, mb.grid_w);
-    mb.txt_ids = TextPositionIds(mb.encoder_hidden_states.size(1));
+    ASSIGN_OR_RETURN(mb.model_inputs, family_->MicroBatchInputs(batch));
     mb.dropout_seed = MicroBatchDropoutSeed(DropoutBaseSeed(job_.seed), step, i);
     out.push_back(std::move(mb));
   }

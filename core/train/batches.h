@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/data/cache.h"
+#include "core/model/model_family.h"
 #include "core/train/job.h"
 
 namespace baton {
@@ -24,14 +25,13 @@ struct MicroBatch {
   int64_t index = 0;             // micro-batch index within the step
   std::vector<int64_t> samples;  // cache record indices
   int64_t grid_h = 0, grid_w = 0;
-  at::Tensor hidden_states;          // [b, Si, C] x_t = (1-t)·x0 + t·ε
-  at::Tensor encoder_hidden_states;  // [b, St, J]
-  at::Tensor timestep;               // [b] t in (0, 1] (core/train/timesteps.h)
-  at::Tensor guidance;               // [b] constant guidance (undefined when the model has none)
-  at::Tensor img_ids;                // [Si, 4] int64
-  at::Tensor txt_ids;                // [St, 4] int64
-  at::Tensor target;                 // [b, Si, C] ε − x0
-  uint64_t dropout_seed = 0;         // LoRA dropout masks for this micro-batch
+  // The model's inputs by the upstream forward's argument names (ModelFamily::MicroBatchInputs), built from
+  // x_t = (1-t)·x0 + t·ε, the prompt embeddings and t in (0, 1] (core/train/timesteps.h). FLUX.2: hidden_states
+  // [b, Si, C], encoder_hidden_states [b, St, J], timestep [b], guidance [b] (with a guidance embedder), img_ids,
+  // txt_ids.
+  TensorMap model_inputs;
+  at::Tensor target;          // ε − x0, the cached latents' shape with the batch first (FLUX.2: [b, Si, C])
+  uint64_t dropout_seed = 0;  // LoRA dropout masks for this micro-batch
 };
 
 // LoRA dropout seed of micro-batch `index` of `step`: the same on every stage and in train-local.
@@ -41,7 +41,8 @@ uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index);
 class StepSampler {
  public:
   // Fails when no bucket holds at least one micro-batch worth of samples.
-  static absl::StatusOr<StepSampler> Create(const CacheReader* cache, const JobConfig& job, bool has_guidance);
+  // `family` shapes each micro-batch's model inputs; it must outlive the sampler.
+  static absl::StatusOr<StepSampler> Create(const CacheReader* cache, const JobConfig& job, const ModelFamily* family);
   // All micro-batches of `step`, inputs on CPU in fp32.
   absl::StatusOr<std::vector<MicroBatch>> Step(int64_t step) const;
   int64_t micro_batches_per_epoch() const { return per_epoch_; }
@@ -52,7 +53,7 @@ class StepSampler {
 
   const CacheReader* cache_ = nullptr;
   JobConfig job_;
-  bool has_guidance_ = false;
+  const ModelFamily* family_ = nullptr;
   std::vector<std::vector<int64_t>> buckets_;  // record indices per bucket, in index order
   int64_t per_epoch_ = 0;
 };

@@ -4,7 +4,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/lora/lora.h"
-#include "core/quant/quantize_module.h"
+#include "core/tensor/safetensors.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -15,40 +15,6 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
   if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
   if (name == "fp16" || name == "float16") return at::kHalf;
   return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "' (fp32, bf16 or fp16)"));
-}
-
-absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, const Flux2StageRange& range,
-                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train,
-                                           WeightQuant quant) {
-  ASSIGN_OR_RETURN(const WeightQuant storage, ResolveWeightQuant(quant, checkpoint));
-  // An 8-bit stage is built on the CPU, where the full-precision tensors it drops unwritten never became
-  // resident (large allocations are lazily mapped pages), then moved: built on a GPU they would have been
-  // real allocations of the whole stage in full precision.
-  const at::Device build_device = storage == WeightQuant::kNone ? device : at::Device(at::kCPU);
-  Flux2Stage stage{nullptr};
-  RETURN_IF_ERROR(TorchCall("building the stage", [&] {
-    stage = Flux2Stage(checkpoint.config(), range, at::TensorOptions().dtype(dtype).device(build_device));
-    UseQuantizedFlux2Weights(*stage, storage);
-  }));
-  RETURN_IF_ERROR(LoadFlux2Weights(*stage, checkpoint));  // the rest: norms, embedders, head
-  RETURN_IF_ERROR(LoadQuantizedFlux2Weights(*stage, checkpoint));
-  if (build_device != device) RETURN_IF_ERROR(TorchCall("moving the stage", [&] { stage->to(device); }));
-  if (lora) {
-    ASSIGN_OR_RETURN(int attached, AttachLora(*stage, *lora));
-    (void)attached;  // a stage may legitimately hold no targeted Linear (e.g. only embedders)
-  }
-  stage->train(train);
-  return stage;
-}
-
-absl::StatusOr<Flux2Shell> BuildFlux2Shell(const Flux2Checkpoint& checkpoint, at::ScalarType dtype, at::Device device) {
-  Flux2Shell shell{nullptr};
-  RETURN_IF_ERROR(TorchCall("building the shell", [&] {
-    shell = Flux2Shell(checkpoint.config(), at::TensorOptions().dtype(dtype).device(device));
-  }));
-  RETURN_IF_ERROR(LoadFlux2Weights(*shell, checkpoint));
-  shell->eval();
-  return shell;
 }
 
 at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target) {
@@ -76,7 +42,7 @@ absl::Status JsonlWriter::Append(const nlohmann::ordered_json& line) {
 }
 
 absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string, at::Tensor>& params,
-                             const JobConfig& job, int64_t step) {
+                             const JobConfig& job, int64_t step, const ModelFamily& model) {
   RETURN_IF_ERROR(MakeDirs(dir));
   std::map<std::string, std::string> meta = {
       {"software", "baton"}, {"baton_step", std::to_string(step)}, {"baton_job_hash", JobHash(job)}};
@@ -84,8 +50,16 @@ absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string,
   if (job.save_bfl) {
     // In a subfolder: diffusers' load_lora_weights(dir) guesses among the folder's top-level .safetensors files.
     RETURN_IF_ERROR(MakeDirs(JoinPath(dir, kBflLoraSubdir)));
-    RETURN_IF_ERROR(
-        SaveLoraBfl(JoinPath(JoinPath(dir, kBflLoraSubdir), "lora_bfl.safetensors"), params, job.lora, meta));
+    // alpha/r folded into lora_B under the PEFT names, then the family's original naming (FLUX.2: BFL, fused qkv).
+    const double scale = job.lora.alpha / static_cast<double>(job.lora.rank);
+    std::map<std::string, at::Tensor> folded;
+    for (const auto& [name, t] : params) {
+      at::Tensor v = t.detach().to(at::kFloat).cpu();
+      folded[name] = absl::EndsWith(name, ".lora_B.weight") && scale != 1.0 ? v * scale : v;
+    }
+    ASSIGN_OR_RETURN(auto original, model.LoraToOriginalNames(folded));
+    RETURN_IF_ERROR(WriteSafetensors(JoinPath(JoinPath(dir, kBflLoraSubdir), "lora_bfl.safetensors"), original,
+                                     LoraFileMetadata(job.lora, meta)));
   }
   return absl::OkStatus();
 }

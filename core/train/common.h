@@ -11,24 +11,14 @@
 #include <string>
 
 #include "core/device/device.h"
-#include "core/model/flux2_model.h"
-#include "core/model/flux2_weights.h"
+#include "core/model/flux2_family.h"
 #include "core/train/job.h"
 
 namespace baton {
 
 absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);  // fp32 | bf16 | fp16
 
-// Builds the stage for `range` with weights from `checkpoint` (only that range is read) and, when
-// `lora` is given, attached adapters. Modules are in eval mode unless `train` is set (dropout).
-// `quant` (the job's `quantize`) stores the blocks' frozen Linear weights in 8 bits, quantized tensor by
-// tensor while loading; a pre-quantized checkpoint is used as stored (core/quant/quantize_module.h).
-absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, const Flux2StageRange& range,
-                                           at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train,
-                                           WeightQuant quant = WeightQuant::kNone);
-absl::StatusOr<Flux2Shell> BuildFlux2Shell(const Flux2Checkpoint& checkpoint, at::ScalarType dtype, at::Device device);
-
-// Flow-matching loss: mean squared error in fp32. pred, target: [b, Si, C].
+// Flow-matching loss: mean squared error in fp32. pred, target: the same shape ([b, Si, C] for FLUX.2).
 at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target);
 
 // One JSON object per line, flushed after each line so a crash loses nothing already logged.
@@ -46,8 +36,9 @@ class JsonlWriter {
 // Writes <dir>/lora.safetensors (diffusers/PEFT) and, if job.save_bfl, <dir>/bfl/lora_bfl.safetensors
 // (BFL/ComfyUI). The diffusers file is the only .safetensors at the top, so load_lora_weights(dir) picks it.
 inline constexpr char kBflLoraSubdir[] = "bfl";
+// The second file's naming is the family's (ModelFamily::LoraToOriginalNames).
 absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string, at::Tensor>& params,
-                             const JobConfig& job, int64_t step);
+                             const JobConfig& job, int64_t step, const ModelFamily& model);
 
 // Clones tensors to fp32 CPU (master copies, checkpoints).
 std::map<std::string, at::Tensor> CloneToCpuFloat(const std::map<std::string, at::Tensor>& tensors);

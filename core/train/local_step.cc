@@ -14,28 +14,27 @@ absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vecto
   const at::ScalarType dtype = model.dtype;
   LocalStepResult result;
   std::vector<double> micro_batch_losses;
-  RETURN_IF_ERROR(TorchCall("training step", [&] {
-    for (const MicroBatch& mb : micro_batches) {
-      Flux2Constants k;
-      {
-        at::NoGradGuard no_grad;
-        k = model.shell(mb.timestep.to(device), mb.guidance.defined() ? mb.guidance.to(device) : at::Tensor(),
-                        mb.img_ids.to(device), mb.txt_ids.to(device), dtype);
-      }
-      SetLoraDropoutSeed(*model.stage, mb.dropout_seed);
-      Flux2Activations in;
-      in.img = mb.hidden_states.to(device, dtype);
-      in.txt = mb.encoder_hidden_states.to(device, dtype);
-      at::Tensor loss = FlowMatchingLoss(model.stage(in, k).output, mb.target);
+  for (const MicroBatch& mb : micro_batches) {
+    TensorMap model_inputs;
+    RETURN_IF_ERROR(TorchCall("moving the inputs", [&] {
+      for (const auto& [name, t] : mb.model_inputs) model_inputs[name] = t.to(device);
+    }));
+    // The frozen shell (no graph): the stage's inputs, its constants and tables, which the stage takes merged.
+    ASSIGN_OR_RETURN(ShellOutputs shell, model.shell->Run(model_inputs, dtype));
+    TensorMap constants = shell.constants;
+    for (const auto& [name, t] : shell.tables) constants[name] = t;
+    RETURN_IF_ERROR(TorchCall("training step", [&] {
+      SetLoraDropoutSeed(model.stage->module(), mb.dropout_seed);
+      at::Tensor loss = FlowMatchingLoss(model.stage->Forward(shell.inputs, constants).at("output"), mb.target);
       // The same float scale the pipeline's StepPlan.loss_scale carries, so both paths round alike.
       const float loss_scale = 1.0f / static_cast<float>(micro_batches.size());
       (loss * static_cast<double>(loss_scale)).backward();
       micro_batch_losses.push_back(loss.item<double>());
       result.samples += static_cast<int64_t>(mb.samples.size());
-    }
-  }));
-  std::map<std::string, at::Tensor> grads = CloneToCpuFloat(LoraGradients(*model.stage));
-  ZeroLoraGradients(*model.stage);
+    }));
+  }
+  std::map<std::string, at::Tensor> grads = CloneToCpuFloat(LoraGradients(model.stage->module()));
+  ZeroLoraGradients(model.stage->module());
   result.lr = LearningRate(optimizer_config, step);
   RETURN_IF_ERROR(CheckStepFinite(step + 1, result.lr, micro_batch_losses, 0, {grads}));
   double loss_sum = 0.0;
@@ -43,7 +42,7 @@ absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vecto
   result.loss = loss_sum / static_cast<double>(micro_batches.size());
   result.grad_norm = ClipGradNorm(grads, optimizer_config.clip);
   RETURN_IF_ERROR(optimizer.Step(master, grads, result.lr));
-  RETURN_IF_ERROR(AssignLoraParameters(*model.stage, master));
+  RETURN_IF_ERROR(AssignLoraParameters(model.stage->module(), master));
   return result;
 }
 

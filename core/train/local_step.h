@@ -10,10 +10,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "core/model/flux2_model.h"
+#include "core/model/model_family.h"
 #include "core/train/adamw.h"
 #include "core/train/batches.h"
 #include "core/train/job.h"
@@ -22,8 +23,8 @@ namespace baton {
 
 // The whole model of one process, LoRA attached to `stage`.
 struct LocalModel {
-  Flux2Shell shell{nullptr};
-  Flux2Stage stage{nullptr};
+  std::unique_ptr<ShellModel> shell;
+  std::unique_ptr<StageModel> stage;  // every block, the embedders and the head
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;
 };

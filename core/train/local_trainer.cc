@@ -6,8 +6,7 @@
 
 #include "core/data/cache.h"
 #include "core/lora/lora.h"
-#include "core/model/flux2_model.h"
-#include "core/model/flux2_weights.h"
+#include "core/model/model_family.h"
 #include "core/train/adamw.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
@@ -36,28 +35,23 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
   SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
   ASSIGN_OR_RETURN(at::Device device, ParseDevice(job.devices.empty() ? "cpu" : job.devices[0]));
-  ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(job.model, job.model_config));
-  const Flux2Config& config = checkpoint->config();
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> family, OpenModel(job.model, job.model_config));
   ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
-  if (cache->index().latent_channels != config.in_channels || cache->index().text_dim != config.joint_attention_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cache ", job.dataset, " has latent_channels ", cache->index().latent_channels, " and text_dim ",
-        cache->index().text_dim, " but the model expects ", config.in_channels, " and ", config.joint_attention_dim));
-  }
-  ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(cache.get(), job, config.guidance_embeds));
+  RETURN_IF_ERROR(Annotate(family->CheckCacheFits(cache->index().latent_channels, cache->index().text_dim),
+                           absl::StrCat("cache ", job.dataset, " does not fit the model")));
+  ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(cache.get(), job, family.get()));
   LocalModel model;
   model.device = device;
   model.dtype = dtype;
-  ASSIGN_OR_RETURN(model.shell, BuildFlux2Shell(*checkpoint, dtype, device));
+  ASSIGN_OR_RETURN(model.shell, family->BuildShell(dtype, device));
   ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(job.quantize));
-  ASSIGN_OR_RETURN(model.stage,
-                   BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(config), dtype, device, &job.lora, true, quant));
+  ASSIGN_OR_RETURN(model.stage, family->BuildStage(family->FullRange(), dtype, device, &job.lora, true, quant));
 
-  std::map<std::string, at::Tensor> master = CloneToCpuFloat(LoraParameters(*model.stage));
+  std::map<std::string, at::Tensor> master = CloneToCpuFloat(LoraParameters(model.stage->module()));
   if (master.empty()) return absl::InvalidArgumentError("no Linear matched the LoRA targets");
   if (!job.init_lora.empty()) {
     ASSIGN_OR_RETURN(master, LoadInitLora(job.init_lora, job.lora, master));
-    RETURN_IF_ERROR(AssignLoraParameters(*model.stage, master));
+    RETURN_IF_ERROR(AssignLoraParameters(model.stage->module(), master));
   }
   AdamW optimizer(job.optimizer);
   RETURN_IF_ERROR(MakeDirs(output_dir));
@@ -79,7 +73,7 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
     result.steps.push_back(rec);
     if (on_step) on_step(rec);
   }
-  RETURN_IF_ERROR(SaveLoraOutputs(output_dir, master, job, steps));
+  RETURN_IF_ERROR(SaveLoraOutputs(output_dir, master, job, steps, *family));
   return result;
 }
 

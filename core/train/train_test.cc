@@ -5,6 +5,7 @@
 
 #include "core/data/cache.h"
 #include "core/lora/lora.h"
+#include "core/model/flux2_family.h"
 #include "core/model/flux2_weights.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/tiny_flux2.h"
@@ -175,7 +176,8 @@ class TrainerTest : public ::testing::Test {
 TEST_F(TrainerTest, SamplerIsDeterministicAndMixesBuckets) {
   auto cache = CacheReader::Open(JoinPath(dir_, "cache"));
   ASSERT_TRUE(cache.ok());
-  auto sampler = StepSampler::Create(cache->get(), job_, true);
+  Flux2Family family(TinyFlux2Config(), nullptr);
+  auto sampler = StepSampler::Create(cache->get(), job_, &family);
   ASSERT_TRUE(sampler.ok()) << sampler.status();
   std::set<int64_t> seq_lens;
   for (int64_t step = 0; step < 6; ++step) {
@@ -184,11 +186,12 @@ TEST_F(TrainerTest, SamplerIsDeterministicAndMixesBuckets) {
     ASSERT_EQ(a->size(), 2u);
     for (size_t i = 0; i < a->size(); ++i) {
       EXPECT_EQ((*a)[i].samples, (*b)[i].samples);
-      EXPECT_TRUE(at::equal((*a)[i].hidden_states, (*b)[i].hidden_states));
+      const at::Tensor& hidden_states = (*a)[i].model_inputs.at("hidden_states");
+      EXPECT_TRUE(at::equal(hidden_states, (*b)[i].model_inputs.at("hidden_states")));
       EXPECT_TRUE(at::equal((*a)[i].target, (*b)[i].target));
-      EXPECT_EQ((*a)[i].hidden_states.size(0), 2);
-      seq_lens.insert((*a)[i].hidden_states.size(1));
-      at::Tensor t = (*a)[i].timestep;
+      EXPECT_EQ(hidden_states.size(0), 2);
+      seq_lens.insert(hidden_states.size(1));
+      at::Tensor t = (*a)[i].model_inputs.at("timestep");
       EXPECT_TRUE((t > 0).all().item<bool>() && (t < 1).all().item<bool>());
     }
   }

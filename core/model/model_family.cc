@@ -1,0 +1,71 @@
+#include "core/model/model_family.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/model/flux2_family.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+using Opener = absl::StatusOr<std::unique_ptr<ModelFamily>> (*)(const std::string& path,
+                                                                const std::string& config_path);
+
+// The one place that knows the families: config.json `_class_name` -> opener.
+struct KnownFamily {
+  const char* class_name;
+  Opener open;
+};
+constexpr KnownFamily kFamilies[] = {
+    {"Flux2Transformer2DModel", &Flux2Family::Open},
+    // {"WanTransformer3DModel", &WanFamily::Open},
+};
+
+// config.json bookkeeping is small; anything bigger is not a model config.
+constexpr uint64_t kMaxConfigBytes = 1 << 20;
+
+// The config.json describing `path`: `config_path` when given, else the folder's (or its transformer/ subfolder's);
+// "" for a single file without one.
+std::string ConfigFor(const std::string& path, const std::string& config_path) {
+  if (!config_path.empty()) return config_path;
+  if (!IsDirectory(path)) return "";
+  if (PathExists(JoinPath(path, "config.json"))) return JoinPath(path, "config.json");
+  if (PathExists(JoinPath(path, "transformer/config.json"))) return JoinPath(path, "transformer/config.json");
+  return JoinPath(path, "config.json");  // missing: the family's opener says so
+}
+
+absl::StatusOr<std::string> ClassName(const std::string& config) {
+  if (config.empty() || !PathExists(config)) return std::string();  // the opener reports what is missing
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(config, kMaxConfigBytes));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(config, " is not a JSON object"));
+  }
+  auto it = j.find("_class_name");
+  if (it == j.end()) return std::string();
+  if (!it->is_string()) return absl::InvalidArgumentError(absl::StrCat(config, ": _class_name is not a string"));
+  return it->get<std::string>();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelFamily>> OpenModel(const std::string& path, const std::string& config_path) {
+  const std::string config = ConfigFor(path, config_path);
+  ASSIGN_OR_RETURN(std::string class_name, ClassName(config));
+  // No _class_name (a BFL single file's hand-written config, configs before diffusers added it): FLUX.2, as before
+  // there were families.
+  if (class_name.empty()) class_name = kFamilies[0].class_name;
+  std::vector<std::string> known;
+  for (const KnownFamily& f : kFamilies) {
+    if (class_name == f.class_name) return f.open(path, config_path);
+    known.push_back(f.class_name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("model ", path, ": unknown transformer class '", class_name, "' in ",
+                                                 config, " (known: ", absl::StrJoin(known, ", "), ")"));
+}
+
+}  // namespace baton
