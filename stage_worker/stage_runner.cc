@@ -353,7 +353,8 @@ absl::StatusOr<TensorMap> StageRunner::Constants(const v1::StepPlan& plan, int32
     if (absl::StartsWith(kname, kTablesKeyPrefix)) {
       key = kname.substr(strlen(kTablesKeyPrefix));
     } else {
-      out[kname] = transfer_->Upload(t, dtype_);
+      // Floating constants in the compute dtype (as the shell made them); integer ones (Wan's grid) as they are.
+      out[kname] = t.is_floating_point() ? transfer_->Upload(t, dtype_) : transfer_->Upload(t);
     }
   }
   {

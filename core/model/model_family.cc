@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/model/flux2_family.h"
+#include "core/model/wan_family.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -22,7 +23,8 @@ struct KnownFamily {
 };
 constexpr KnownFamily kFamilies[] = {
     {"Flux2Transformer2DModel", &Flux2Family::Open},
-    // {"WanTransformer3DModel", &WanFamily::Open},
+    {"WanTransformer3DModel", &WanFamily::Open},
+    {"WanModel", &WanFamily::Open},  // the original Wan config.json
 };
 
 // config.json bookkeeping is small; anything bigger is not a model config.
@@ -34,7 +36,9 @@ std::string ConfigFor(const std::string& path, const std::string& config_path) {
   if (!config_path.empty()) return config_path;
   if (!IsDirectory(path)) return "";
   if (PathExists(JoinPath(path, "config.json"))) return JoinPath(path, "config.json");
-  if (PathExists(JoinPath(path, "transformer/config.json"))) return JoinPath(path, "transformer/config.json");
+  for (const char* sub : {"transformer/config.json", "high_noise_model/config.json"}) {  // diffusers / original A14B
+    if (PathExists(JoinPath(path, sub))) return JoinPath(path, sub);
+  }
   return JoinPath(path, "config.json");  // missing: the family's opener says so
 }
 

@@ -199,14 +199,25 @@ absl::Status WanFamily::CheckWire(WireKind kind, const TensorMap& tensors, at::S
     case WireKind::kActivation:
       RETURN_IF_ERROR(Expect(tensors, "x", 3, "activation"));
       if (tensors.at("x").size(2) != c.inner_dim() || tensors.at("x").scalar_type() != dtype) {
-        return absl::InvalidArgumentError(absl::StrCat("Wan activation: x [", ShapeString(tensors.at("x").sizes()),
-                                                       "] ", c10::toString(tensors.at("x").scalar_type()),
+        return absl::InvalidArgumentError(absl::StrCat("Wan activation: x ", ShapeString(tensors.at("x").sizes()), " ",
+                                                       c10::toString(tensors.at("x").scalar_type()),
                                                        ", expected [B, S, ", c.inner_dim(), "] ",
                                                        c10::toString(dtype)));
       }
       break;
     case WireKind::kTarget:
-      RETURN_IF_ERROR(Expect(tensors, "output", 5, "target"));
+      RETURN_IF_ERROR(Expect(tensors, "target", 5, "target"));
+      if (tensors.at("target").size(1) != c.out_dim()) {
+        return absl::InvalidArgumentError(absl::StrCat("Wan target: ", ShapeString(tensors.at("target").sizes()),
+                                                       ", expected [B, ", c.out_dim(), ", F, H, W]"));
+      }
+      break;
+    case WireKind::kGradient:  // answers an activation: x, floating
+      RETURN_IF_ERROR(Expect(tensors, "x", 3, "gradient"));
+      if (tensors.size() != 1 || tensors.at("x").size(2) != c.inner_dim() || !tensors.at("x").is_floating_point()) {
+        return absl::InvalidArgumentError(absl::StrCat("Wan gradient: expected only 'x', floating [B, S, ",
+                                                       c.inner_dim(), "], got ", ShapeString(tensors.at("x").sizes())));
+      }
       break;
   }
   return absl::OkStatus();
@@ -242,6 +253,47 @@ absl::StatusOr<TensorMap> WanFamily::LoraFromOriginalNames(const TensorMap& orig
   return absl::UnimplementedError("Wan LoRA in the original/ComfyUI naming is not implemented yet");
 }
 
+absl::Status WanFamily::CheckModelInputs(const TensorMap& model_inputs, const std::string& source) const {
+  return Annotate(CheckWanModelInputs(checkpoint_->config(), model_inputs), source);
+}
+
+int64_t WanFamily::LatentTokens(at::IntArrayRef sample_latents) const {
+  const WanConfig& c = checkpoint_->config();
+  if (sample_latents.size() != 4) return 0;  // [C, F, H, W]
+  return sample_latents[1] / c.patch_size[0] * (sample_latents[2] / c.patch_size[1]) *
+         (sample_latents[3] / c.patch_size[2]);
+}
+
+absl::Status WanFamily::CheckCacheFits(int64_t latent_channels, int64_t text_dim) const {
+  const WanConfig& c = checkpoint_->config();
+  if (text_dim != c.text_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("text dim ", text_dim, " vs the model's text_dim ", c.text_dim));
+  }
+  if (latent_channels != c.in_channels) {
+    // I2V models take the noisy latents concatenated with the first frame's latents and a mask (16 + 4 + 16 = 36
+    // channels): the cache would need those conditioning latents, which the encoder worker does not write yet.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "latent channels ", latent_channels, " vs the model's in_channels ", c.in_channels,
+        c.in_channels > latent_channels ? " (image-to-video training needs the first frame's conditioning latents in "
+                                          "the cache, which Baton does not build yet: train a T2V model)"
+                                        : ""));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorMap> WanFamily::MicroBatchInputs(const NoisyBatch& batch) const {
+  const WanConfig& c = checkpoint_->config();
+  if (batch.noisy.dim() != 5 || batch.noisy.size(1) != c.in_channels) {
+    return absl::InvalidArgumentError(absl::StrCat("Wan latents are ", ShapeString(batch.noisy.sizes()),
+                                                   ", expected [b, ", c.in_channels, ", F, H, W]"));
+  }
+  // The sampler's t is the flow-matching sigma in (0, 1]; diffusers' Wan takes the scheduler's timestep, 1000·sigma
+  // (FlowMatchEulerDiscreteScheduler's num_train_timesteps).
+  return TensorMap{{"hidden_states", batch.noisy},
+                   {"timestep", batch.timestep * 1000.0},
+                   {"encoder_hidden_states", batch.prompt_embeds}};
+}
+
 bool IsWanModel(const std::string& path, const std::string& config_path) {
   std::vector<std::string> candidates;
   if (!config_path.empty()) {
@@ -261,6 +313,11 @@ bool IsWanModel(const std::string& path, const std::string& config_path) {
     return cls == "WanTransformer3DModel" || cls == "WanModel";
   }
   return false;
+}
+
+absl::StatusOr<std::unique_ptr<ModelFamily>> WanFamily::Open(const std::string& path, const std::string& config_path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<WanFamily> model, OpenWanModel(path, config_path));
+  return std::unique_ptr<ModelFamily>(std::move(model));
 }
 
 absl::StatusOr<std::unique_ptr<WanFamily>> OpenWanModel(const std::string& path, const std::string& config_path,

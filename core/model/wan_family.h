@@ -16,6 +16,8 @@ namespace baton {
 
 class WanFamily : public ModelFamily {
  public:
+  // The default expert (a pipeline's transformer/); OpenWanModel picks another.
+  static absl::StatusOr<std::unique_ptr<ModelFamily>> Open(const std::string& path, const std::string& config_path);
   explicit WanFamily(std::unique_ptr<WanCheckpoint> checkpoint) : checkpoint_(std::move(checkpoint)) {}
   const WanCheckpoint& checkpoint() const { return *checkpoint_; }
 
@@ -36,6 +38,11 @@ class WanFamily : public ModelFamily {
   absl::StatusOr<std::unique_ptr<ShellModel>> BuildShell(at::ScalarType dtype, at::Device device) const override;
 
   absl::Status CheckWire(WireKind kind, const TensorMap& tensors, at::ScalarType dtype) const override;
+
+  absl::Status CheckModelInputs(const TensorMap& model_inputs, const std::string& source) const override;
+  int64_t LatentTokens(at::IntArrayRef sample_latents) const override;
+  absl::Status CheckCacheFits(int64_t latent_channels, int64_t text_dim) const override;
+  absl::StatusOr<TensorMap> MicroBatchInputs(const NoisyBatch& batch) const override;
 
   absl::StatusOr<std::vector<std::string>> LoraTargets(const std::string& preset_or_list) const override;
   // Not here yet: the original/ComfyUI LoRA naming is the "lora" part of issue 11 (core/lora/wan_lora_names.h).

@@ -58,7 +58,9 @@ WanShellImpl::WanShellImpl(const WanConfig& c, const at::TensorOptions& options)
   }
 }
 
-absl::Status WanShellImpl::CheckInputs(const TensorMap& in) const {
+absl::Status WanShellImpl::CheckInputs(const TensorMap& in) const { return CheckWanModelInputs(config_, in); }
+
+absl::Status CheckWanModelInputs(const WanConfig& config_, const TensorMap& in) {
   for (const char* name : {"hidden_states", "timestep", "encoder_hidden_states"}) {
     if (!in.count(name)) return absl::InvalidArgumentError(absl::StrCat("Wan inputs: missing '", name, "'"));
   }
@@ -66,20 +68,20 @@ absl::Status WanShellImpl::CheckInputs(const TensorMap& in) const {
   const at::Tensor& ehs = in.at("encoder_hidden_states");
   if (hs.dim() != 5 || hs.size(1) != config_.in_channels) {
     return absl::InvalidArgumentError(absl::StrCat("Wan inputs: hidden_states must be [B, ", config_.in_channels,
-                                                   ", F, H, W], got [", ShapeString(hs.sizes()), "]"));
+                                                   ", F, H, W], got ", ShapeString(hs.sizes())));
   }
   for (int i = 0; i < 3; ++i) {
     if (hs.size(2 + i) % config_.patch_size[i] != 0 ||
         hs.size(2 + i) / config_.patch_size[i] > config_.rope_max_seq_len) {
-      return absl::InvalidArgumentError(absl::StrCat("Wan inputs: hidden_states [", ShapeString(hs.sizes()),
-                                                     "] is not a multiple of the patch size or exceeds "
+      return absl::InvalidArgumentError(absl::StrCat("Wan inputs: hidden_states ", ShapeString(hs.sizes()),
+                                                     " is not a multiple of the patch size or exceeds "
                                                      "rope_max_seq_len ",
                                                      config_.rope_max_seq_len, " patches per axis"));
     }
   }
   if (ehs.dim() != 3 || ehs.size(0) != hs.size(0) || ehs.size(2) != config_.text_dim) {
     return absl::InvalidArgumentError(absl::StrCat("Wan inputs: encoder_hidden_states must be [B, L, ",
-                                                   config_.text_dim, "], got [", ShapeString(ehs.sizes()), "]"));
+                                                   config_.text_dim, "], got ", ShapeString(ehs.sizes())));
   }
   const bool has_image = in.count("encoder_hidden_states_image") > 0;
   if (config_.has_image_branch() != has_image) {
@@ -95,6 +97,14 @@ absl::Status WanShellImpl::CheckInputs(const TensorMap& in) const {
         "(diffusers' attention takes the last 512 context tokens as text), got ",
         ehs.size(1)));
   }
+  const at::Tensor& timestep = in.at("timestep");
+  const int64_t patches =
+      hs.size(2) / config_.patch_size[0] * (hs.size(3) / config_.patch_size[1]) * (hs.size(4) / config_.patch_size[2]);
+  if (timestep.dim() < 1 || timestep.dim() > 2 || timestep.size(0) != hs.size(0) ||
+      (timestep.dim() == 2 && timestep.size(1) != patches)) {
+    return absl::InvalidArgumentError(absl::StrCat("Wan inputs: timestep must be [B] or, per token, [B, ", patches,
+                                                   "] (one entry per patch), got ", ShapeString(timestep.sizes())));
+  }
   return absl::OkStatus();
 }
 
@@ -105,8 +115,8 @@ absl::StatusOr<ShellOutputs> WanShellImpl::Run(const TensorMap& in, at::ScalarTy
                 w = hs.size(4) / config_.patch_size[2];
   at::Tensor timestep = in.at("timestep");
   if (timestep.dim() == 2 && timestep.size(1) != f * h * w) {
-    return absl::InvalidArgumentError(absl::StrCat("Wan inputs: per-token timestep [", ShapeString(timestep.sizes()),
-                                                   "] must have one entry per patch (", f * h * w, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("Wan inputs: per-token timestep ", ShapeString(timestep.sizes()),
+                                                   " must have one entry per patch (", f * h * w, ")"));
   }
   ShellOutputs out;
   RETURN_IF_ERROR(TorchCall("Wan shell", [&] {

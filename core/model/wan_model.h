@@ -75,4 +75,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> WanParameterShapes(con
 
 StageRange FullWanRange(const WanConfig& c);
 
+// The checks WanShell::Run makes on the upstream forward's inputs (hidden_states [B, C, F, H, W], timestep [B] or
+// [B, patches], encoder_hidden_states [B, L, text_dim], encoder_hidden_states_image exactly for the CLIP branch).
+absl::Status CheckWanModelInputs(const WanConfig& config, const TensorMap& in);
+
 }  // namespace baton
