@@ -13,6 +13,7 @@
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
+#include "encoder_worker/video_cache_builder.h"
 
 namespace baton {
 namespace {
@@ -33,6 +34,7 @@ void StartEncoderMetrics() {
 
 absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,
                                             const std::function<void(const CacheBuildProgress&)>& on_progress) {
+  if (encoder.encodes_video()) return BuildVideoCache(encoder, options, on_progress);
   const auto t0 = Clock::now();
   ScanOptions scan_options;
   scan_options.trigger = options.trigger;

@@ -15,6 +15,7 @@
 
 #include "core/encode/sample_encoder.h"
 #include "core/image/image.h"
+#include "core/video/video_bucket.h"
 #include "encoder_worker/bucket.h"
 #include "encoder_worker/dataset.h"
 
@@ -25,6 +26,8 @@ struct CacheBuildOptions {
   std::string cache_dir;
   std::string trigger;
   BucketSpec buckets;
+  // Video encoders (Wan): frames and stride of the clip buckets; the area comes from buckets.target_area.
+  VideoBucketSpec video;
 };
 
 struct CacheBuildProgress {
@@ -48,6 +51,7 @@ struct CacheBuildReport {
 // BuildCache counts every sample it encodes, keeps or fails in them.
 void StartEncoderMetrics();
 
+// A video encoder (encoder.encodes_video()) builds from clips instead: BuildVideoCache (video_cache_builder.h).
 absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,
                                             const std::function<void(const CacheBuildProgress&)>& on_progress = {});
 

@@ -78,6 +78,8 @@ TEST(HelpTest, EncoderWorkerListsItsFlagsWithDefaults) {
                                      {"trigger", "\"\""},
                                      {"resolution", "1024"},
                                      {"max_sequence_length", "512"},
+                                     {"max_frames", "81"},
+                                     {"frame_stride", "1"},
                                      {"dtype", "\"fp32\""},
                                      {"listen", "\"\""}});
 }

@@ -25,9 +25,44 @@ int64_t FileSize(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
 }
 
+// A synthetic video: the concept's pattern [h·w, C] drifting over `frames` latent frames -> [C, frames, h, w].
+at::Tensor VideoFromPattern(const at::Tensor& pattern, int64_t frames, int64_t h, int64_t w, at::Generator& gen) {
+  at::Tensor image = pattern.t().reshape({pattern.size(1), h, w});
+  std::vector<at::Tensor> steps;
+  for (int64_t f = 0; f < frames; ++f) steps.push_back(at::roll(image, {f}, {2}));
+  return at::stack(steps, 1) + 0.05 * at::randn({pattern.size(1), frames, h, w}, gen);
+}
+
 }  // namespace
 
-std::string CacheRecordInfo::BucketKey() const { return absl::StrCat(grid_h, "x", grid_w, "/", text_len); }
+std::string CacheRecordInfo::BucketKey() const {
+  // Image keys stay as they were ("HxW/L"); video keys add the latent frames ("FxHxW/L").
+  if (frames > 0) return absl::StrCat(frames, "x", grid_h, "x", grid_w, "/", text_len);
+  return absl::StrCat(grid_h, "x", grid_w, "/", text_len);
+}
+
+namespace {
+
+// The latents' shape for the record's layout: [grid_h·grid_w, C] (image) or [C, frames, grid_h, grid_w] (video).
+absl::Status CheckLatentShape(const at::Tensor& latents, const CacheRecordInfo& r, int64_t latent_channels) {
+  if (r.frames > 0) {
+    if (latents.dim() == 4 && latents.size(0) == latent_channels && latents.size(1) == r.frames &&
+        latents.size(2) == r.grid_h && latents.size(3) == r.grid_w) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat("latents shape ", ShapeString(latents.sizes()), " is not [",
+                                                   latent_channels, ", ", r.frames, ", ", r.grid_h, ", ", r.grid_w,
+                                                   "] (video: channels, frames, latent grid)"));
+  }
+  if (latents.dim() == 2 && latents.size(0) == r.grid_h * r.grid_w && latents.size(1) == latent_channels) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("latents shape ", ShapeString(latents.sizes()),
+                                                 " does not match grid ", r.grid_h, "x", r.grid_w, " with ",
+                                                 latent_channels, " channels"));
+}
+
+}  // namespace
 
 absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir) {
   std::string path = JoinPath(dir, "index.json");
@@ -52,6 +87,8 @@ absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir) {
       info.hash = r.value("hash", "");
       info.bytes = r.value("bytes", int64_t{-1});
       info.bucket = r.value("bucket", "");
+      info.frames = r.value("frames", int64_t{0});
+      if (info.frames < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": record ", info.id, " frames < 0"));
       index.records.push_back(info);
     }
   } catch (const nlohmann::json::exception& e) {
@@ -68,14 +105,11 @@ absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index) {
   j["text_dim"] = index.text_dim;
   j["records"] = nlohmann::ordered_json::array();
   for (const auto& r : index.records) {
-    j["records"].push_back({{"id", r.id},
-                            {"file", r.file},
-                            {"grid_h", r.grid_h},
-                            {"grid_w", r.grid_w},
-                            {"text_len", r.text_len},
-                            {"hash", r.hash},
-                            {"bytes", r.bytes},
-                            {"bucket", r.bucket}});
+    nlohmann::ordered_json e = {{"id", r.id},         {"file", r.file},         {"grid_h", r.grid_h},
+                                {"grid_w", r.grid_w}, {"text_len", r.text_len}, {"hash", r.hash},
+                                {"bytes", r.bytes},   {"bucket", r.bucket}};
+    if (r.frames > 0) e["frames"] = r.frames;  // image entries stay byte-for-byte as before
+    j["records"].push_back(e);
   }
   return WriteFileAtomic(JoinPath(dir, "index.json"), j.dump(1));
 }
@@ -112,17 +146,20 @@ absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::s
       !absl::SimpleAtoi(get("text_len"), &r.text_len)) {
     return fail("metadata lacks grid_h / grid_w / text_len");
   }
+  if (!get("frames").empty() && (!absl::SimpleAtoi(get("frames"), &r.frames) || r.frames < 0)) {
+    return fail(absl::StrCat("metadata frames '", get("frames"), "' is not a count"));
+  }
   CacheSample s;
   s.grid_h = r.grid_h;
   s.grid_w = r.grid_w;
+  s.frames = r.frames;
   auto latents = (*opened)->Load("latents", at::kFloat);
   auto text = (*opened)->Load("prompt_embeds", at::kFloat);
   if (!latents.ok() || !text.ok()) return fail("missing latents or prompt_embeds");
   s.latents = *latents;
   s.prompt_embeds = *text;
-  if (s.latents.dim() != 2 || s.latents.size(0) != r.grid_h * r.grid_w || s.latents.size(1) != latent_channels) {
-    return fail(absl::StrCat("latents shape ", ShapeString(s.latents.sizes()), " does not match grid ", r.grid_h, "x",
-                             r.grid_w, " with ", latent_channels, " channels"));
+  if (absl::Status shape = CheckLatentShape(s.latents, r, latent_channels); !shape.ok()) {
+    return fail(std::string(shape.message()));
   }
   if (s.prompt_embeds.dim() != 2 || s.prompt_embeds.size(0) != r.text_len || s.prompt_embeds.size(1) != text_dim) {
     return fail(absl::StrCat("prompt_embeds shape ", ShapeString(s.prompt_embeds.sizes()), " does not match text_len ",
@@ -149,8 +186,9 @@ absl::StatusOr<CacheSample> CacheReader::Load(size_t i) const {
   auto s = ReadCacheRecord(dir_, info.file, index_.latent_channels, index_.text_dim, &found, nullptr);
   if (!s.ok()) return fail(std::string(s.status().message()));
   if (found.hash != info.hash) return fail("hash in the record differs from the index");
-  if (found.grid_h != info.grid_h || found.grid_w != info.grid_w || found.text_len != info.text_len) {
-    return fail("grid or text length in the record differs from the index");
+  if (found.grid_h != info.grid_h || found.grid_w != info.grid_w || found.text_len != info.text_len ||
+      found.frames != info.frames) {
+    return fail("grid, frames or text length in the record differs from the index");
   }
   return s;
 }
@@ -167,6 +205,7 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
   info.text_len = sample.prompt_embeds.size(0);
   info.hash = hash;
   info.bucket = bucket;
+  info.frames = sample.frames;
   std::map<std::string, std::string> meta = {{"id", id},
                                              {"hash", hash},
                                              {"encoder", encoder},
@@ -174,6 +213,7 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
                                              {"grid_w", std::to_string(info.grid_w)},
                                              {"text_len", std::to_string(info.text_len)},
                                              {"bucket", bucket}};
+  if (sample.frames > 0) meta["frames"] = std::to_string(sample.frames);
   std::string path = JoinPath(dir, info.file);
   RETURN_IF_ERROR(WriteSafetensors(
       path, {{"latents", sample.latents.to(at::kFloat)}, {"prompt_embeds", sample.prompt_embeds.to(at::kFloat)}},
@@ -184,8 +224,8 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
 
 absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels, int64_t text_dim, int64_t num_samples,
                                  const std::vector<std::pair<int64_t, int64_t>>& grids, int64_t text_len, uint64_t seed,
-                                 int64_t num_concepts) {
-  if (grids.empty() || num_samples <= 0 || num_concepts <= 0) {
+                                 int64_t num_concepts, int64_t frames) {
+  if (grids.empty() || num_samples <= 0 || num_concepts <= 0 || frames < 0) {
     return absl::InvalidArgumentError("synthetic cache needs samples, grids and concepts");
   }
   RETURN_IF_ERROR(MakeDirs(dir));
@@ -211,7 +251,8 @@ absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels
       latents += wave.unsqueeze(1) * loadings[k].unsqueeze(0);
     }
     latents = latents / std::sqrt(1.5) + 0.1 * at::randn({h * w, latent_channels}, sample_gen);
-    CacheSample s{latents, text + 0.05 * at::randn({text_len, text_dim}, sample_gen), h, w};
+    if (frames > 0) latents = VideoFromPattern(latents, frames, h, w, sample_gen);
+    CacheSample s{latents, text + 0.05 * at::randn({text_len, text_dim}, sample_gen), h, w, frames};
     std::string id = absl::StrFormat("%06d", i);
     ASSIGN_OR_RETURN(CacheRecordInfo info,
                      WriteCacheRecord(dir, id, absl::StrFormat("synthetic-%d-%d", seed, i), "synthetic", s));

@@ -6,6 +6,10 @@
 //   DIR/records/<id>.safetensors   "latents" [grid_h·grid_w, C] fp32 (patchified, BatchNorm-normalised,
 //                                  packed tokens, row-major over the grid), "prompt_embeds" [text_len, J];
 //                                  metadata: id, hash, encoder, grid_h, grid_w, text_len, bucket.
+//   Video records (Wan) add "frames" (latent frames F > 0) to the index entry and the metadata, and their
+//   "latents" are [C, F, grid_h, grid_w] fp32 (VAE posterior mean, (z − latents_mean) / latents_std, as
+//   WanPipeline expects; grid = latent height/width = pixels / 8). No "frames" (or 0) = the packed image layout
+//   above, so every earlier cache reads exactly as before.
 // Design goals: one self-describing file per sample so a rerun re-encodes only what changed; the index is
 // written last and atomically, so a crash leaves at worst records the index does not list; every record is
 // checked against the index (shapes, hash, size) when read, so a corrupt record is an error, never data.
@@ -29,14 +33,16 @@ struct CacheRecordInfo {
   std::string hash;    // content hash of the source sample
   int64_t bytes = 0;   // file size, checked on read
   std::string bucket;  // pixel size the image was resized/cropped to, "WxH" ("" for synthetic data)
-  // Micro-batches are formed within one bucket: same grid and text length.
+  int64_t frames = 0;  // latent frames of a video record ([C, F, H, W] latents); 0 = packed image layout
+  // Micro-batches are formed within one bucket: same grid, frames and text length.
   std::string BucketKey() const;
 };
 
 struct CacheSample {
-  at::Tensor latents;        // [grid_h·grid_w, C] fp32
+  at::Tensor latents;        // [grid_h·grid_w, C] fp32, or [C, frames, grid_h, grid_w] for video
   at::Tensor prompt_embeds;  // [text_len, J] fp32
   int64_t grid_h = 0, grid_w = 0;
+  int64_t frames = 0;  // 0: image layout
 };
 
 struct CacheIndex {
@@ -74,9 +80,10 @@ absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir);
 // A deterministic synthetic cache for a model config: `num_samples` records spread over `grids` (token
 // grids), text length `text_len`. Samples are drawn around a few "concepts" (a latent prototype paired with
 // a text embedding), so a LoRA can learn the text→image relation and the loss visibly falls. Used until real
-// images are encoded, and by tests.
+// images are encoded, and by tests. frames > 0 writes video records: latents [C, frames, h, w] (grids are then
+// latent grids).
 absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels, int64_t text_dim, int64_t num_samples,
                                  const std::vector<std::pair<int64_t, int64_t>>& grids, int64_t text_len, uint64_t seed,
-                                 int64_t num_concepts = 4);
+                                 int64_t num_concepts = 4, int64_t frames = 0);
 
 }  // namespace baton

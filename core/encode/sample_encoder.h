@@ -1,10 +1,11 @@
 // The interface between a dataset and the models that encode it: one sample (a bucket-sized image and its
 // caption) in, the tensors the transformer trains on out. The cache builder (encoder_worker/) drives it; the
-// FLUX.2 implementation is Flux2SampleEncoder (flux2_encoder.h).
+// FLUX.2 implementation is Flux2SampleEncoder (flux2_encoder.h), Wan's WanSampleEncoder (wan_encoder.h, clips).
 #pragma once
 
 #include <ATen/ATen.h>
 #include <absl/status/statusor.h>
+#include <absl/strings/str_cat.h>
 
 #include <cstdint>
 #include <string>
@@ -25,6 +26,13 @@ class SampleEncoder {
   virtual absl::StatusOr<at::Tensor> EncodeImage(const Image& image) = 0;
   // caption → prompt embeddings [L, J] fp32.
   virtual absl::StatusOr<at::Tensor> EncodeText(const std::string& caption) = 0;
+  // Video families (Wan): a bucketed clip, pixels [1, 3, F, H, W] fp32 in [-1, 1] (F = 4k+1, core/video's
+  // BucketClipToPixels) → normalised latents [C, F', H', W'] fp32. Image-only families do not override it.
+  virtual bool encodes_video() const { return false; }
+  virtual absl::StatusOr<at::Tensor> EncodeVideo(const at::Tensor& pixels) {
+    (void)pixels;
+    return absl::UnimplementedError(absl::StrCat("encoder ", identity(), " does not encode video"));
+  }
 };
 
 }  // namespace baton

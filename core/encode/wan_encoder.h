@@ -1,0 +1,67 @@
+// The Wan sample encoder: a diffusers Wan pipeline folder's VAE (vae/, AutoencoderKLWan), text encoder
+// (text_encoder/, umT5) and tokenizer (tokenizer/tokenizer.json, sentencepiece Unigram) turning a bucketed clip and
+// its caption into what WanTransformer3DModel trains on: normalised posterior-mean latents
+// ((z − latents_mean) / latents_std) [C, F', H/8, W/8] and prompt embeddings [max_sequence_length, d_model] exactly
+// as WanPipeline._get_t5_prompt_embeds (core/text/wan_prompt.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/encode/sample_encoder.h"
+#include "core/text/umt5_encoder.h"
+#include "core/text/unigram_tokenizer.h"
+#include "core/text/wan_prompt.h"
+#include "core/vae/wan_vae.h"
+
+namespace baton {
+
+struct WanEncoderOptions {
+  at::ScalarType dtype = at::kFloat;
+  at::Device device = at::kCPU;
+  int64_t max_sequence_length = kWanMaxSequenceLength;  // WanPipeline.__call__'s 512
+};
+
+class WanSampleEncoder : public SampleEncoder {
+ public:
+  static absl::StatusOr<std::unique_ptr<WanSampleEncoder>> Open(const std::string& pipeline_dir,
+                                                                const WanEncoderOptions& options);
+
+  std::string identity() const override { return identity_; }
+  int64_t latent_channels() const override { return vae_->config().z_dim; }
+  int64_t text_dim() const override { return text_->config().d_model; }
+  // One image as a one-frame clip: [C, 1, H/8, W/8] (Wan trains images as single-frame videos).
+  absl::StatusOr<at::Tensor> EncodeImage(const Image& image) override;
+  absl::StatusOr<at::Tensor> EncodeText(const std::string& caption) override;
+  bool encodes_video() const override { return true; }
+  absl::StatusOr<at::Tensor> EncodeVideo(const at::Tensor& pixels) override;
+
+  WanVaeEncoder& vae() { return *vae_; }
+  Umt5Encoder& text_encoder() { return *text_; }
+  const UnigramTokenizer& tokenizer() const { return *tokenizer_; }
+
+ private:
+  WanSampleEncoder() = default;
+  WanEncoderOptions options_;
+  std::unique_ptr<WanVaeEncoder> vae_;
+  std::unique_ptr<Umt5Encoder> text_;
+  std::unique_ptr<UnigramTokenizer> tokenizer_;
+  std::string identity_;
+};
+
+// True when `dir`'s model_index.json names a Wan pipeline (_class_name starting with "Wan"), or, without one, its
+// transformer/config.json is a WanTransformer3DModel: how encoder_worker picks the family of --model.
+bool IsWanPipelineFolder(const std::string& dir);
+
+// A complete tiny Wan 2.1 T2V pipeline folder with random weights in the real layouts and names:
+// model_index.json (WanPipeline), transformer/ (a small WanTransformer3DModel with text_dim = the tiny umT5's
+// d_model, in_channels = the tiny VAE's z_dim), vae/ (AutoencoderKLWan, encoder half: Baton never decodes),
+// text_encoder/ (UMT5EncoderModel), tokenizer/ (a small real Unigram tokenizer.json + tokenizer_config.json) and
+// scheduler/ (UniPCMultistepScheduler, flow prediction, as Wan 2.1 ships).
+absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed);
+
+// The tiny Unigram tokenizer.json WriteTinyWanPipeline writes: T5's layout (<pad>/</s>/<unk> added tokens, Metaspace
+// "▁" always-prepend, "$A </s>" template) over single characters plus whole words of everyday captions.
+std::string TinyUnigramTokenizerJson();
+
+}  // namespace baton

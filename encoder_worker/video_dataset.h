@@ -1,0 +1,42 @@
+// A video training dataset folder (Wan): clips -- video files (.mp4, .avi, .mkv, .mov, .webm, .m4v; any case) or
+// folders of frame images -- each with a same-named UTF-8 .txt caption beside it ("walk.mp4" + "walk.txt",
+// "walk/" + "walk.txt"), as data/wan_sample/ holds them. The scan is non-recursive, skips dotfiles, sorts by name
+// (bytewise) and hashes each clip's bytes with its caption, trigger and bucket settings, so a rerun re-encodes
+// exactly the clips whose content or settings changed. Captions follow the image dataset's rules (dataset.h).
+#pragma once
+
+#include <absl/status/statusor.h>
+
+#include <string>
+#include <vector>
+
+#include "core/video/video_bucket.h"
+#include "encoder_worker/dataset.h"
+
+namespace baton {
+
+struct VideoSample {
+  std::string name;          // file or folder name, e.g. "walk.mp4" (the record id)
+  std::string path;          // dir/name
+  std::string caption_path;  // dir/stem.txt
+  std::string caption;       // trimmed, trigger applied
+  // SHA-256 (hex) over "baton-clip-v1", the clip's bytes (a folder: each frame file's name and bytes, sorted),
+  // the raw caption, the trigger and the bucket settings (frames, stride, area, step).
+  std::string content_hash;
+};
+
+struct VideoDataset {
+  std::string dir;
+  std::vector<VideoSample> samples;  // sorted by name
+  std::vector<FileError> errors;     // a clip without caption, an unreadable file
+};
+
+// True for the extensions above (lower-cased, with the dot).
+bool IsVideoExtension(const std::string& extension_lower);
+
+// Fails only if `dir` is missing or cannot be listed. Decoding is left to the encode step (a clip that does not
+// decode is that clip's error then).
+absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const std::string& trigger,
+                                              const VideoBucketSpec& spec);
+
+}  // namespace baton

@@ -1,0 +1,125 @@
+// The encoder worker on Wan: a tiny but complete Wan pipeline folder (WriteTinyWanPipeline) and the bundled clips
+// of data/wan_sample/ (plus a folder of frames) through the real encoder_worker binary: video records of the right
+// shapes and buckets, the same numbers as a direct WanSampleEncoder call, and reruns that re-encode only what changed.
+#include <absl/strings/ascii.h>
+#include <absl/strings/str_cat.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/data/cache.h"
+#include "core/encode/wan_encoder.h"
+#include "core/image/image.h"
+#include "core/testing/paths.h"
+#include "core/testing/run_command.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/util/files.h"
+#include "core/video/video_bucket.h"
+
+namespace baton {
+namespace {
+
+// 5 frames of 48x32: a bright bar moving right.
+void WriteFrameFolder(const std::string& dir) {
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  for (int f = 0; f < 5; ++f) {
+    Image img;
+    img.width = 48;
+    img.height = 32;
+    img.pixels.assign(48 * 32 * 3, 40);
+    for (int y = 0; y < 32; ++y) {
+      for (int x = 8 * f; x < 8 * f + 6; ++x) img.pixels[(y * 48 + x) * 3 + 1] = 220;
+    }
+    ASSERT_TRUE(WritePng(JoinPath(dir, absl::StrCat("f", f, ".png")), img).ok());
+  }
+}
+
+std::string Worker(const std::string& data, const std::string& cache, const std::string& pipeline) {
+  return absl::StrCat(JoinPath(test_util::BinDir(), "encoder_worker"), " --dataset ", data, " --cache ", cache,
+                      " --model ", pipeline, " --resolution 64 --max_frames 9 --max_sequence_length 32 --threads 1");
+}
+
+TEST(WanEncoderWorkerTest, BuildsVideoCacheMatchingDirectEncodeAndKeepsUnchanged) {
+  const std::string root = test_util::MakeTempDir("wan_encoder");
+  const std::string pipeline = JoinPath(root, "pipeline");
+  ASSERT_TRUE(WriteTinyWanPipeline(pipeline, 0).ok());
+  ASSERT_TRUE(IsWanPipelineFolder(pipeline));
+  const std::string data = JoinPath(root, "data");
+  std::filesystem::copy(JoinPath(test_util::SourceDir(), "data/wan_sample"), data);
+  WriteFrameFolder(JoinPath(data, "bar_frames"));
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "bar_frames.txt"), "a green bar moving right").ok());
+  const std::string cache = JoinPath(root, "cache");
+
+  auto first = test_util::RunCommand(Worker(data, cache, pipeline));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("encoded 4, kept 0 unchanged, 0 failed of 4 samples"), std::string::npos) << first.output;
+  auto reader = CacheReader::Open(cache);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_EQ((*reader)->size(), 4u);
+  EXPECT_EQ((*reader)->index().latent_channels, 4);  // the tiny VAE's z_dim
+  EXPECT_EQ((*reader)->index().text_dim, 32);        // the tiny umT5's d_model
+  // Sorted by name: bar_frames (5 frames of 48x32 → 2 latent frames of 4x6), then the 17-frame 64x64 clips cut
+  // to 9 frames → 3 latent frames of 8x8.
+  const CacheRecordInfo& bar = (*reader)->index().records[0];
+  EXPECT_EQ(bar.id, "bar_frames");
+  EXPECT_EQ(bar.bucket, "48x32x5");
+  EXPECT_EQ(bar.BucketKey(), "2x4x6/32");
+  const CacheRecordInfo& red = (*reader)->index().records[1];
+  EXPECT_EQ(red.id, "red_circle_right.mp4");
+  EXPECT_EQ(red.bucket, "64x64x9");
+  EXPECT_EQ(red.BucketKey(), "3x8x8/32");
+
+  WanEncoderOptions options;
+  options.max_sequence_length = 32;
+  auto encoder = WanSampleEncoder::Open(pipeline, options);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  VideoBucketSpec spec;
+  spec.max_frames = 9;
+  spec.target_area = 64 * 64;
+  for (size_t i : {size_t{0}, size_t{1}}) {
+    const CacheRecordInfo& info = (*reader)->index().records[i];
+    auto record = (*reader)->Load(i);
+    ASSERT_TRUE(record.ok()) << record.status();
+    auto pixels = LoadClipPixels(JoinPath(data, info.id), spec);
+    ASSERT_TRUE(pixels.ok()) << pixels.status();
+    auto latents = (*encoder)->EncodeVideo(*pixels);
+    ASSERT_TRUE(latents.ok()) << latents.status();
+    EXPECT_EQ(record->latents.sizes(), latents->sizes());
+    EXPECT_TRUE(at::allclose(record->latents, *latents, 1e-4, 1e-5)) << info.id;
+    const std::string stem = info.id == "bar_frames" ? info.id : info.id.substr(0, info.id.size() - 4);
+    auto caption = ReadFile(JoinPath(data, stem + ".txt"));
+    ASSERT_TRUE(caption.ok());
+    auto text = (*encoder)->EncodeText(std::string(absl::StripAsciiWhitespace(*caption)));
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(record->prompt_embeds.sizes(), (std::vector<int64_t>{32, 32}));
+    EXPECT_TRUE(at::allclose(record->prompt_embeds, *text, 1e-4, 1e-5)) << info.id;
+  }
+
+  auto second = test_util::RunCommand(Worker(data, cache, pipeline));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("encoded 0, kept 4 unchanged"), std::string::npos) << second.output;
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "yellow_square_fall.txt"), "a yellow square falling slowly").ok());
+  auto third = test_util::RunCommand(Worker(data, cache, pipeline));
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  EXPECT_NE(third.output.find("encoded 1, kept 3 unchanged"), std::string::npos) << third.output;
+}
+
+TEST(WanEncoderWorkerTest, ClipWithoutCaptionOrUndecodableFailsAlone) {
+  const std::string root = test_util::MakeTempDir("wan_encoder_bad");
+  const std::string pipeline = JoinPath(root, "pipeline");
+  ASSERT_TRUE(WriteTinyWanPipeline(pipeline, 1).ok());
+  const std::string data = JoinPath(root, "data");
+  ASSERT_TRUE(MakeDirs(data).ok());
+  std::filesystem::copy_file(JoinPath(test_util::SourceDir(), "data/wan_sample/red_circle_right.mp4"),
+                             JoinPath(data, "nocaption.mp4"));
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "garbage.mp4"), "not a video").ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "garbage.txt"), "noise").ok());
+  auto run = test_util::RunCommand(Worker(data, JoinPath(root, "cache"), pipeline), /*with_stderr=*/true);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("missing caption file"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("garbage.mp4"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("encoded 0, kept 0 unchanged, 2 failed of 1 samples"), std::string::npos) << run.output;
+}
+
+}  // namespace
+}  // namespace baton
