@@ -22,6 +22,7 @@
 #include "client/wan_vae_command.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
+#include "core/encode/wan_encoder.h"
 #include "core/lora/lora.h"
 #include "core/model/flux2_keys.h"
 #include "core/model/flux2_model.h"
@@ -42,10 +43,17 @@ namespace {
 
 absl::Status InitWeights(const Args& args) {
   if (args.Has("pipeline")) {
-    if (args.Get("pipeline") != "tiny") {
-      return absl::InvalidArgumentError("--pipeline takes 'tiny' (real pipelines come from their publishers)");
-    }
     ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed"));
+    if (args.Get("pipeline") == "wan-tiny") {
+      RETURN_IF_ERROR(WriteTinyWanPipeline(args.Get("out"), static_cast<uint64_t>(seed)));
+      std::printf("wrote tiny Wan 2.1 T2V pipeline %s (transformer/, vae/, text_encoder/, tokenizer/, scheduler/)\n",
+                  args.Get("out").c_str());
+      return absl::OkStatus();
+    }
+    if (args.Get("pipeline") != "tiny") {
+      return absl::InvalidArgumentError(
+          "--pipeline takes 'tiny' (FLUX.2) or 'wan-tiny' (real pipelines come from their publishers)");
+    }
     RETURN_IF_ERROR(WriteTinyFlux2Pipeline(args.Get("out"), static_cast<uint64_t>(seed)));
     std::printf("wrote tiny FLUX.2 pipeline %s (transformer/, vae/, text_encoder/, tokenizer/, scheduler/)\n",
                 args.Get("out").c_str());
@@ -238,8 +246,12 @@ absl::Status PrintSchedule(const Args& args) {
 }
 
 absl::Status PrintPlan(const Args& args) {
-  ASSIGN_OR_RETURN(Flux2Config config, LoadFlux2Config(args.Get("model-config")));
+  // FLUX.2 or Wan, by the config's _class_name; no weights are read.
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> model, OpenModelConfig(args.Get("model-config")));
+  ASSIGN_OR_RETURN(PlanSource source, PlanSourceFor(*model));
   PartitionOptions opts;
+  ASSIGN_OR_RETURN(opts.tokens_per_micro_batch, args.GetInt("tokens"));
+  ASSIGN_OR_RETURN(opts.text_tokens_per_micro_batch, args.GetInt("text-tokens"));
   ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
   opts.stages = static_cast<int>(stages);
   if (args.Has("memory-per-stage")) {
@@ -256,8 +268,8 @@ absl::Status PrintPlan(const Args& args) {
   ASSIGN_OR_RETURN(opts.device, ParsePlanDevice(args.Get("device")));
   ASSIGN_OR_RETURN(int64_t micro_batches, args.GetInt("micro-batches"));
   opts.micro_batches = static_cast<int>(micro_batches);
-  ASSIGN_OR_RETURN(Plan plan, PartitionFlux2(config, opts));
-  std::fputs(RenderPlan(config, plan).c_str(), stdout);
+  ASSIGN_OR_RETURN(Plan plan, Partition(source, opts));
+  std::fputs(RenderPlan(plan).c_str(), stdout);
   if (!plan.fits) return absl::FailedPreconditionError(plan.message);
   return absl::OkStatus();
 }
@@ -280,7 +292,8 @@ const std::vector<Command>& AllCommands() {
         {"dtype", "stored dtype: fp32 | bf16", "fp32"},
         {"format", "diffusers | bfl", "diffusers"},
         {"shard-mb", "split into shards of at most this many MiB (0 = one file)", "0"},
-        {"pipeline", "'tiny': write a complete tiny FLUX.2 pipeline folder (all components) to --out"}},
+        {"pipeline",
+         "'tiny' | 'wan-tiny': write a complete tiny FLUX.2 | Wan pipeline folder (all components) to --out"}},
        InitWeights},
       {"synthetic-cache",
        "Write a deterministic synthetic latent/text cache for a model config (until real images are encoded).",
@@ -348,8 +361,13 @@ const std::vector<Command>& AllCommands() {
        PrintSchedule},
       {"plan",
        "Partition a model config into stages by cost within per-stage memory, without allocating weights.",
-       {{"model-config", "diffusers config.json of the transformer", "", true},
+       {{"model-config", "diffusers config.json of the transformer (FLUX.2 or Wan, by its _class_name)", "", true},
         {"stages", "number of stages", "", true},
+        {"tokens",
+         "tokens per micro-batch after patchify, text included (FLUX.2 1024x1024: 4096 + 512; Wan 81 frames at "
+         "480x832: 21x30x52 = 32760 + 512)",
+         "4608"},
+        {"text-tokens", "the text part of --tokens", "512"},
         {"memory-per-stage", "memory budget per stage, e.g. 24GB (or one per stage, comma-separated)"},
         {"dtype", "frozen weight dtype: bf16 | fp32", "bf16"},
         {"quantize", "block linears stored 8-bit: none | int8 | fp8", "none"},

@@ -53,25 +53,15 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, con
 
 // What each worker runs: [worker][chunk] block ranges -- one per worker, or v (interleaved) -- from the planner:
 // blocks to stages (or to p·v chunks) by compute, within each worker's memory budget. Prints the plan.
-// The planner still sizes FLUX.2 only (core/pipeline/partition.h takes a Flux2Config): until it reads the family's
-// BlockPlanInfo, another family cannot be planned.
-absl::StatusOr<Flux2Config> PlannerConfig(const ModelFamily& model) {
-  if (model.name() != "flux2") {
-    return absl::UnimplementedError(
-        absl::StrCat("the planner cannot size a '", model.name(), "' model yet (it knows FLUX.2 only)"));
-  }
-  return ParseFlux2Config(model.config_json());
-}
-
 absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const ModelFamily& model,
                                                                const CacheReader& cache, int stages, int chunks,
                                                                at::ScalarType dtype, bool quiet) {
-  ASSIGN_OR_RETURN(const Flux2Config config, PlannerConfig(model));
+  ASSIGN_OR_RETURN(const PlanSource source, PlanSourceFor(model));
   ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(job, cache, stages, dtype));
   std::vector<std::vector<StageSpec>> out(stages);
   if (chunks == 1) {
-    ASSIGN_OR_RETURN(Plan plan, PartitionFlux2(config, popts));
-    if (!quiet) std::printf("%s", RenderPlan(config, plan).c_str());
+    ASSIGN_OR_RETURN(Plan plan, Partition(source, popts));
+    if (!quiet) std::printf("%s", RenderPlan(plan).c_str());
     if (!plan.fits) return absl::ResourceExhaustedError(absl::StrCat("the model does not fit: ", plan.message));
     for (int i = 0; i < stages; ++i) out[i] = {plan.stages[i]};
     return out;
@@ -80,12 +70,12 @@ absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& 
   // Chunks are not sized one by one: recompute is all or nothing per job. auto: none when that fits.
   const RecomputePolicy asked = popts.recompute;
   if (asked == RecomputePolicy::kAuto) popts.recompute = RecomputePolicy::kNone;
-  ASSIGN_OR_RETURN(ChunkPlan plan, PartitionFlux2Chunks(config, popts, chunks));
+  ASSIGN_OR_RETURN(ChunkPlan plan, PartitionChunks(source, popts, chunks));
   if (!plan.fits && asked == RecomputePolicy::kAuto) {
     popts.recompute = RecomputePolicy::kAll;
-    ASSIGN_OR_RETURN(plan, PartitionFlux2Chunks(config, popts, chunks));
+    ASSIGN_OR_RETURN(plan, PartitionChunks(source, popts, chunks));
   }
-  if (!quiet) std::printf("%s", RenderChunkPlan(config, plan).c_str());
+  if (!quiet) std::printf("%s", RenderChunkPlan(plan).c_str());
   if (!plan.fits) return absl::ResourceExhaustedError(absl::StrCat("the model does not fit: ", plan.message));
   const bool recompute = popts.recompute != RecomputePolicy::kNone;
   if (!quiet) std::printf("recompute: %s (interleaved: every block or none)\n", recompute ? "every block" : "none");

@@ -72,4 +72,19 @@ absl::StatusOr<std::unique_ptr<ModelFamily>> OpenModel(const std::string& path, 
                                                  config, " (known: ", absl::StrJoin(known, ", "), ")"));
 }
 
+absl::StatusOr<std::unique_ptr<ModelFamily>> OpenModelConfig(const std::string& config_path) {
+  ASSIGN_OR_RETURN(std::string class_name, ClassName(config_path));
+  if (class_name.empty() || class_name == "Flux2Transformer2DModel") {
+    ASSIGN_OR_RETURN(Flux2Config config, LoadFlux2Config(config_path));
+    return std::unique_ptr<ModelFamily>(new Flux2Family(std::move(config), nullptr));
+  }
+  if (class_name == "WanTransformer3DModel" || class_name == "WanModel") {
+    ASSIGN_OR_RETURN(WanConfig config, LoadWanConfig(config_path));
+    return std::unique_ptr<ModelFamily>(new WanFamily(std::move(config)));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(config_path, ": unknown transformer class '", class_name,
+                                                 "' (known: Flux2Transformer2DModel, "
+                                                 "WanTransformer3DModel, WanModel)"));
+}
+
 }  // namespace baton

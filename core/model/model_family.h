@@ -168,5 +168,8 @@ class ModelFamily {
 };
 
 absl::StatusOr<std::unique_ptr<ModelFamily>> OpenModel(const std::string& path, const std::string& config_path = "");
+// A config-only model from a transformer config.json (no weights): it plans, names and checks, and builds nothing
+// (`baton plan --model-config`).
+absl::StatusOr<std::unique_ptr<ModelFamily>> OpenModelConfig(const std::string& config_path);
 
 }  // namespace baton

@@ -81,12 +81,17 @@ class OwnedWanShell : public ShellModel {
 
 }  // namespace
 
-std::string WanFamily::config_json() const { return WanConfigToJson(checkpoint_->config()); }
-int64_t WanFamily::num_blocks() const { return checkpoint_->config().num_layers; }
-int64_t WanFamily::hidden_size() const { return checkpoint_->config().inner_dim(); }
+std::string WanFamily::config_json() const { return WanConfigToJson(config_); }
+int64_t WanFamily::num_blocks() const { return config_.num_layers; }
+int64_t WanFamily::hidden_size() const { return config_.inner_dim(); }
+
+// The video part of a micro-batch's tokens (the embedders and the head see no text).
+static double VideoTokens(const PlanShape& shape) {
+  return static_cast<double>(std::max<int64_t>(0, shape.tokens - shape.text_tokens));
+}
 
 BlockPlanInfo WanFamily::Block(int64_t global_index, const PlanShape& shape) const {
-  const WanConfig& c = checkpoint_->config();
+  const WanConfig& c = config_;
   const double d = static_cast<double>(c.inner_dim());
   const double tokens = static_cast<double>(std::max<int64_t>(shape.tokens, 1));
   const double text = static_cast<double>(shape.text_tokens), video = std::max(0.0, tokens - text);
@@ -107,22 +112,21 @@ BlockPlanInfo WanFamily::Block(int64_t global_index, const PlanShape& shape) con
 }
 
 BlockPlanInfo WanFamily::Embedders(const PlanShape& shape) const {
-  const WanConfig& c = checkpoint_->config();
+  const WanConfig& c = config_;
   BlockPlanInfo b;
   b.kind = "embedders";
   b.params = c.EmbedderParams();
-  b.macs_per_token = static_cast<double>(c.in_channels * c.patch_volume() * c.inner_dim());
-  (void)shape;
+  b.linear_params = 0;  // the patch Conv3d stays in the compute dtype
+  b.extra_macs = VideoTokens(shape) * static_cast<double>(c.in_channels * c.patch_volume() * c.inner_dim());
   return b;
 }
 
 BlockPlanInfo WanFamily::Head(const PlanShape& shape) const {
-  const WanConfig& c = checkpoint_->config();
+  const WanConfig& c = config_;
   BlockPlanInfo b;
   b.kind = "head";
   b.params = c.HeadParams();
-  b.macs_per_token = static_cast<double>(c.inner_dim() * c.out_dim() * c.patch_volume());
-  (void)shape;
+  b.extra_macs = VideoTokens(shape) * static_cast<double>(c.inner_dim() * c.out_dim() * c.patch_volume());
   return b;
 }
 
@@ -143,8 +147,9 @@ absl::StatusOr<std::unique_ptr<StageModel>> WanFamily::BuildStage(const StageRan
   }
   WanStage stage{nullptr};
   RETURN_IF_ERROR(TorchCall("building the Wan stage", [&] {
-    stage = WanStage(checkpoint_->config(), range, at::TensorOptions().dtype(dtype).device(device));
+    stage = WanStage(config_, range, at::TensorOptions().dtype(dtype).device(device));
   }));
+  if (!checkpoint_) return absl::FailedPreconditionError("a config-only Wan model builds no stage (no weights)");
   RETURN_IF_ERROR(LoadWanWeights(*stage, *checkpoint_));
   if (lora) {
     ASSIGN_OR_RETURN(int attached, AttachLora(*stage, *lora));
@@ -156,16 +161,16 @@ absl::StatusOr<std::unique_ptr<StageModel>> WanFamily::BuildStage(const StageRan
 
 absl::StatusOr<std::unique_ptr<ShellModel>> WanFamily::BuildShell(at::ScalarType dtype, at::Device device) const {
   WanShell shell{nullptr};
-  RETURN_IF_ERROR(TorchCall("building the Wan shell", [&] {
-    shell = WanShell(checkpoint_->config(), at::TensorOptions().dtype(dtype).device(device));
-  }));
+  RETURN_IF_ERROR(TorchCall("building the Wan shell",
+                            [&] { shell = WanShell(config_, at::TensorOptions().dtype(dtype).device(device)); }));
+  if (!checkpoint_) return absl::FailedPreconditionError("a config-only Wan model builds no shell (no weights)");
   RETURN_IF_ERROR(LoadWanWeights(*shell, *checkpoint_));
   shell->eval();
   return std::unique_ptr<ShellModel>(new OwnedWanShell(shell));
 }
 
 absl::Status WanFamily::CheckWire(WireKind kind, const TensorMap& tensors, at::ScalarType dtype) const {
-  const WanConfig& c = checkpoint_->config();
+  const WanConfig& c = config_;
   switch (kind) {
     case WireKind::kInputs:
       RETURN_IF_ERROR(Expect(tensors, "hidden_states", 5, "inputs"));
@@ -229,7 +234,7 @@ absl::StatusOr<std::vector<std::string>> WanFamily::LoraTargets(const std::strin
   if (preset_or_list == "all-linear") {
     out.push_back("ffn.net.0.proj");
     out.push_back("ffn.net.2");
-    if (checkpoint_->config().added_kv_proj_dim > 0) {
+    if (config_.added_kv_proj_dim > 0) {
       out.push_back("attn2.add_k_proj");
       out.push_back("attn2.add_v_proj");
     }
@@ -254,18 +259,18 @@ absl::StatusOr<TensorMap> WanFamily::LoraFromOriginalNames(const TensorMap& orig
 }
 
 absl::Status WanFamily::CheckModelInputs(const TensorMap& model_inputs, const std::string& source) const {
-  return Annotate(CheckWanModelInputs(checkpoint_->config(), model_inputs), source);
+  return Annotate(CheckWanModelInputs(config_, model_inputs), source);
 }
 
 int64_t WanFamily::LatentTokens(at::IntArrayRef sample_latents) const {
-  const WanConfig& c = checkpoint_->config();
+  const WanConfig& c = config_;
   if (sample_latents.size() != 4) return 0;  // [C, F, H, W]
   return sample_latents[1] / c.patch_size[0] * (sample_latents[2] / c.patch_size[1]) *
          (sample_latents[3] / c.patch_size[2]);
 }
 
 absl::Status WanFamily::CheckCacheFits(int64_t latent_channels, int64_t text_dim) const {
-  const WanConfig& c = checkpoint_->config();
+  const WanConfig& c = config_;
   if (text_dim != c.text_dim) {
     return absl::InvalidArgumentError(absl::StrCat("text dim ", text_dim, " vs the model's text_dim ", c.text_dim));
   }
@@ -282,7 +287,7 @@ absl::Status WanFamily::CheckCacheFits(int64_t latent_channels, int64_t text_dim
 }
 
 absl::StatusOr<TensorMap> WanFamily::MicroBatchInputs(const NoisyBatch& batch) const {
-  const WanConfig& c = checkpoint_->config();
+  const WanConfig& c = config_;
   if (batch.noisy.dim() != 5 || batch.noisy.size(1) != c.in_channels) {
     return absl::InvalidArgumentError(absl::StrCat("Wan latents are ", ShapeString(batch.noisy.sizes()),
                                                    ", expected [b, ", c.in_channels, ", F, H, W]"));

@@ -18,14 +18,19 @@ class WanFamily : public ModelFamily {
  public:
   // The default expert (a pipeline's transformer/); OpenWanModel picks another.
   static absl::StatusOr<std::unique_ptr<ModelFamily>> Open(const std::string& path, const std::string& config_path);
-  explicit WanFamily(std::unique_ptr<WanCheckpoint> checkpoint) : checkpoint_(std::move(checkpoint)) {}
-  const WanCheckpoint& checkpoint() const { return *checkpoint_; }
+  explicit WanFamily(std::unique_ptr<WanCheckpoint> checkpoint)
+      : config_(checkpoint->config()), checkpoint_(std::move(checkpoint)) {}
+  // Config only (the planner): plans, names and checks the wire, builds no model.
+  explicit WanFamily(WanConfig config) : config_(std::move(config)) {}
+  const WanConfig& config() const { return config_; }
 
   std::string name() const override { return "wan"; }
   std::string config_json() const override;
   int64_t num_blocks() const override;
   int64_t hidden_size() const override;
-  std::vector<std::string> WeightFiles() const override { return checkpoint_->FilePaths(); }
+  std::vector<std::string> WeightFiles() const override {
+    return checkpoint_ ? checkpoint_->FilePaths() : std::vector<std::string>{};
+  }
 
   BlockPlanInfo Block(int64_t global_index, const PlanShape& shape) const override;
   BlockPlanInfo Embedders(const PlanShape& shape) const override;
@@ -50,7 +55,8 @@ class WanFamily : public ModelFamily {
   absl::StatusOr<TensorMap> LoraFromOriginalNames(const TensorMap& original) const override;
 
  private:
-  std::unique_ptr<WanCheckpoint> checkpoint_;
+  WanConfig config_;
+  std::unique_ptr<WanCheckpoint> checkpoint_;  // null: config only
 };
 
 // True when the config that `path` (folder, pipeline folder or, with `config_path`, single file) carries names

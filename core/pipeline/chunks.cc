@@ -31,7 +31,7 @@ int64_t Choose(int64_t n, int64_t k, int64_t cap) {
 using Bounds = std::vector<int64_t>;  // [k + 1]: chunk u is blocks [bounds[u], bounds[u+1])
 
 // (busiest worker, most expensive chunk, sum of squared chunk costs): smaller is better.
-std::tuple<double, double, double> Score(const Flux2Config& c, const PartitionOptions& o, int p, const Bounds& b) {
+std::tuple<double, double, double> Score(const PlanModel& c, const PartitionOptions& o, int p, const Bounds& b) {
   const int k = static_cast<int>(b.size()) - 1;
   std::vector<double> worker(p, 0);
   double max_chunk = 0, squares = 0;
@@ -45,7 +45,7 @@ std::tuple<double, double, double> Score(const Flux2Config& c, const PartitionOp
 }
 
 // Every split of n blocks into k non-empty contiguous chunks; the best by Score.
-Bounds BestSplit(const Flux2Config& c, const PartitionOptions& o, int p, int k) {
+Bounds BestSplit(const PlanModel& c, const PartitionOptions& o, int p, int k) {
   const int64_t n = c.num_blocks();
   Bounds cur(k + 1, 0), best;
   cur[k] = n;
@@ -66,14 +66,14 @@ Bounds BestSplit(const Flux2Config& c, const PartitionOptions& o, int p, int k) 
 }
 
 // Bytes of activations a worker keeps: `in_flight` chunk-activations of its largest chunk (see the header).
-int64_t ActivationBytes(const Flux2Config& c, const PartitionOptions& o, int in_flight, int64_t max_blocks) {
-  const int64_t unit = o.tokens_per_micro_batch * c.inner_dim() * o.activation_bytes;
+int64_t ActivationBytes(const PlanModel& c, const PartitionOptions& o, int in_flight, int64_t max_blocks) {
+  const int64_t unit = o.tokens_per_micro_batch * c.hidden_size * o.activation_bytes;
   if (o.recompute == RecomputePolicy::kNone) return in_flight * max_blocks * kBlockWorkingFactor * unit;
   return (in_flight * max_blocks + kBlockWorkingFactor) * unit;
 }
 
 // Fills the per-worker cost, memory, budget and the verdict.
-absl::Status SizeWorkers(const Flux2Config& c, const PartitionOptions& o, ChunkPlan& plan) {
+absl::Status SizeWorkers(const PlanModel& c, const PartitionOptions& o, ChunkPlan& plan) {
   const int p = plan.workers, v = plan.chunks;
   const int m = o.micro_batches > 0 ? o.micro_batches : p;
   // The schedule needs m % p == 0 (the coordinator checks); size for the nearest such m meanwhile.
@@ -120,11 +120,16 @@ std::vector<int> WorkerVirtualStages(int workers, int chunks, int worker) {
 }
 
 absl::StatusOr<ChunkPlan> PartitionFlux2Chunks(const Flux2Config& config, const PartitionOptions& options, int chunks) {
+  return PartitionChunks(Flux2PlanSource(config), options, chunks);
+}
+
+absl::StatusOr<ChunkPlan> PartitionChunks(const PlanSource& source, const PartitionOptions& options, int chunks) {
   const int p = options.stages;
   if (chunks < 2) return absl::InvalidArgumentError(absl::StrCat("interleaving needs >= 2 chunks; got ", chunks));
   if (p < 1) return absl::InvalidArgumentError(absl::StrCat("stages must be >= 1; got ", p));
+  ASSIGN_OR_RETURN(PlanModel model, source(options));
   const int k = p * chunks;
-  const int64_t n = config.num_blocks();
+  const int64_t n = model.num_blocks();
   if (k > n) {
     return absl::InvalidArgumentError(absl::StrCat(p, " stages x ", chunks, " chunks = ", k,
                                                    " virtual stages, but the model has only ", n, " blocks"));
@@ -133,26 +138,25 @@ absl::StatusOr<ChunkPlan> PartitionFlux2Chunks(const Flux2Config& config, const 
   if (nb > 1 && static_cast<int>(nb) != p) {
     return absl::InvalidArgumentError(absl::StrCat("memory_per_stage lists ", nb, " budgets for ", p, " stages"));
   }
-  // The chunks as PartitionFlux2 balances them among themselves: the fallback, and the per-chunk sizes.
+  // The chunks as Partition balances them among themselves: the fallback, and the per-chunk sizes.
   PartitionOptions per_chunk = options;
   per_chunk.stages = k;
   per_chunk.memory_budget_bytes.clear();
   per_chunk.schedule = ScheduleKind::k1F1B;
-  ASSIGN_OR_RETURN(Plan balanced, PartitionFlux2(config, per_chunk));
+  ASSIGN_OR_RETURN(Plan balanced, Partition(source, per_chunk));
   ChunkPlan plan;
   plan.workers = p;
   plan.chunks = chunks;
+  plan.model = std::make_shared<const PlanModel>(model);
   Bounds bounds;
   plan.exhaustive = Choose(n - 1, k - 1, kMaxChunkSplits) <= kMaxChunkSplits;
   if (plan.exhaustive) {
-    bounds = BestSplit(config, options, p, k);
+    bounds = BestSplit(model, options, p, k);
   } else {
     for (const StageSpec& s : balanced.stages) bounds.push_back(s.block_begin);
     bounds.push_back(n);
   }
-  const int64_t dbl_lora = DoubleBlockLoraParams(config, options.lora_rank, options.all_linear);
-  const int64_t sgl_lora = SingleBlockLoraParams(config, options.lora_rank, options.all_linear);
-  const FrozenSizes sizes = ComputeFrozenSizes(config, options.quantize, options.bytes_per_param);
+  const FrozenSizes& sizes = model.frozen;
   for (int u = 0; u < k; ++u) {
     StageSpec s;
     s.index = u;
@@ -160,22 +164,23 @@ absl::StatusOr<ChunkPlan> PartitionFlux2Chunks(const Flux2Config& config, const 
     s.block_end = bounds[u + 1];
     s.has_embedders = u == 0;
     s.has_head = u == k - 1;
-    s.cost = StageComputeCost(config, options, s.block_begin, s.block_end, s.has_embedders, s.has_head);
-    s.params = (s.has_embedders ? config.EmbedderParams() : 0) + (s.has_head ? config.HeadParams() : 0);
+    s.cost = StageComputeCost(model, options, s.block_begin, s.block_end, s.has_embedders, s.has_head);
+    s.params = (s.has_embedders ? sizes.embed_params : 0) + (s.has_head ? sizes.head_params : 0);
     s.param_bytes = (s.has_embedders ? sizes.embed_bytes : 0) + (s.has_head ? sizes.head_bytes : 0);
     for (int64_t b = s.block_begin; b < s.block_end; ++b) {
-      const bool dbl = config.IsDoubleBlock(b);
-      s.params += dbl ? config.DoubleBlockParams() : config.SingleBlockParams();
+      s.params += sizes.block_params[b];
       s.param_bytes += sizes.block_bytes[b];  // 8-bit block linears under quantize
-      s.lora_params += dbl ? dbl_lora : sgl_lora;
+      s.lora_params += model.block_lora[b];
     }
     plan.virtual_stages.push_back(s);
   }
-  RETURN_IF_ERROR(SizeWorkers(config, options, plan));
+  RETURN_IF_ERROR(SizeWorkers(model, options, plan));
   return plan;
 }
 
-std::string RenderChunkPlan(const Flux2Config& config, const ChunkPlan& plan) {
+std::string RenderChunkPlan(const Flux2Config& config, const ChunkPlan& plan) { return RenderChunkPlan(plan); }
+
+std::string RenderChunkPlan(const ChunkPlan& plan) {
   double total = 0;
   for (double c : plan.worker_cost) total += c;
   std::string out =
@@ -186,7 +191,7 @@ std::string RenderChunkPlan(const Flux2Config& config, const ChunkPlan& plan) {
     for (int u : WorkerVirtualStages(plan.workers, plan.chunks, w)) {
       const StageSpec& s = plan.virtual_stages[u];
       parts.push_back(absl::StrCat(s.has_embedders ? "embedders + " : "",
-                                   DescribeBlocks(config, s.block_begin, s.block_end), s.has_head ? " + head" : ""));
+                                   plan.model->describe(s.block_begin, s.block_end), s.has_head ? " + head" : ""));
     }
     const int64_t budget = plan.worker_budget_bytes[w];
     absl::StrAppendFormat(&out, "stage %d: %s | ~%s of %s | compute %.1f%%\n", w, absl::StrJoin(parts, " | "),

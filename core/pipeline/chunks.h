@@ -37,7 +37,8 @@ struct ChunkPlan {
   std::vector<int64_t> worker_budget_bytes;  // [p] 0 = unlimited
   bool exhaustive = false;                   // searched every split (else: PartitionFlux2's balanced chunks)
   bool fits = false;
-  std::string message;  // when !fits: which worker is over by how much
+  std::string message;                     // when !fits: which worker is over by how much
+  std::shared_ptr<const PlanModel> model;  // what was planned
 };
 
 // Worker w's virtual stages in chunk order: w, w + p, ..., w + (v-1)·p.
@@ -46,9 +47,11 @@ std::vector<int> WorkerVirtualStages(int workers, int chunks, int worker);
 // options.stages is the number of workers p; options.memory_budget_bytes is per worker (empty, one, or p);
 // options.micro_batches sizes the in-flight term. Errors: chunks < 2, p·v above the number of blocks, and
 // PartitionFlux2's option errors.
+absl::StatusOr<ChunkPlan> PartitionChunks(const PlanSource& source, const PartitionOptions& options, int chunks);
 absl::StatusOr<ChunkPlan> PartitionFlux2Chunks(const Flux2Config& config, const PartitionOptions& options, int chunks);
 
 // Human table: per worker its chunks ("double 0-1 | single 2-3"), memory estimate vs budget, compute share.
+std::string RenderChunkPlan(const ChunkPlan& plan);
 std::string RenderChunkPlan(const Flux2Config& config, const ChunkPlan& plan);
 
 }  // namespace baton

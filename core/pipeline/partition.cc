@@ -29,17 +29,7 @@ struct ForwardCosts {
   double block = 0, embed = 0, head = 0;
 };
 
-ForwardCosts ForwardMacs(const Flux2Config& c, const PartitionOptions& o) {
-  const double d = static_cast<double>(c.inner_dim()), m = static_cast<double>(c.mlp_hidden_dim());
-  const double t = static_cast<double>(o.tokens_per_micro_batch);
-  const double t_txt = static_cast<double>(std::min(o.text_tokens_per_micro_batch, o.tokens_per_micro_batch));
-  const double t_img = t - t_txt;
-  ForwardCosts f;
-  f.block = t * (4 * d * d + 3 * m * d) + 2 * t * t * d;
-  f.embed = (t_img * static_cast<double>(c.in_channels) + t_txt * static_cast<double>(c.joint_attention_dim)) * d;
-  f.head = t_img * d * static_cast<double>(c.out_dim());
-  return f;
-}
+ForwardCosts ForwardMacs(const PlanModel& m) { return {m.block_macs, m.embed_macs, m.head_macs}; }
 
 // One micro-batch's training-step MACs for n blocks with the first r recomputed (embedders recomputed with
 // them when r > 0; the head only under full recompute, r == n: the hybrid keeps its graph).
@@ -53,21 +43,18 @@ double SegmentCost(const ForwardCosts& f, int64_t n, int64_t r, bool embedders, 
 // Sizes every contiguous segment for one stage count; the DPs below only call Cost/Memory/Budget.
 class Sizer {
  public:
-  Sizer(const Flux2Config& c, const PartitionOptions& o, const FrozenSizes& frozen, int stages,
-        std::vector<int64_t> budgets)
-      : stages_(stages), budgets_(std::move(budgets)), options_(o), frozen_(frozen), fwd_(ForwardMacs(c, o)) {
-    const int64_t n = c.num_blocks();
+  Sizer(const PlanModel& m, const PartitionOptions& o, int stages, std::vector<int64_t> budgets)
+      : stages_(stages), budgets_(std::move(budgets)), options_(o), frozen_(m.frozen), fwd_(ForwardMacs(m)) {
+    const int64_t n = m.num_blocks();
     param_prefix_.assign(n + 1, 0);
     bytes_prefix_.assign(n + 1, 0);
     lora_prefix_.assign(n + 1, 0);
-    const int64_t dbl_lora = DoubleBlockLoraParams(c, o.lora_rank, o.all_linear);
-    const int64_t sgl_lora = SingleBlockLoraParams(c, o.lora_rank, o.all_linear);
     for (int64_t b = 0; b < n; ++b) {
-      param_prefix_[b + 1] = param_prefix_[b] + frozen.block_params[b];
-      bytes_prefix_[b + 1] = bytes_prefix_[b] + frozen.block_bytes[b];
-      lora_prefix_[b + 1] = lora_prefix_[b] + (c.IsDoubleBlock(b) ? dbl_lora : sgl_lora);
+      param_prefix_[b + 1] = param_prefix_[b] + frozen_.block_params[b];
+      bytes_prefix_[b + 1] = bytes_prefix_[b] + frozen_.block_bytes[b];
+      lora_prefix_[b + 1] = lora_prefix_[b] + m.block_lora[b];
     }
-    act_unit_ = o.tokens_per_micro_batch * c.inner_dim() * o.activation_bytes;
+    act_unit_ = o.tokens_per_micro_batch * m.hidden_size * o.activation_bytes;
     overhead_ = o.overhead_bytes >= 0 ? o.overhead_bytes : DeviceProcessBytes(o.device);
     const int m = o.micro_batches > 0 ? o.micro_batches : stages;
     auto schedule = MakeSchedule(o.schedule, stages, m);
@@ -127,7 +114,7 @@ class Sizer {
   int stages_;
   std::vector<int64_t> budgets_;  // empty or [stages]
   PartitionOptions options_;
-  const FrozenSizes& frozen_;
+  FrozenSizes frozen_;
   ForwardCosts fwd_;
   std::vector<int64_t> param_prefix_, bytes_prefix_, lora_prefix_;
   int64_t act_unit_ = 0, overhead_ = 0;
@@ -205,7 +192,7 @@ std::string FormatCount(double v) {
 std::string Range(int64_t a, int64_t b) { return a == b ? absl::StrCat(a) : absl::StrCat(a, "-", b); }
 
 // Explains a plan that does not fit: which stages are over, and what would fit instead.
-std::string ExplainMiss(const Flux2Config& config, const PartitionOptions& o, const FrozenSizes& frozen, const Sizer& z,
+std::string ExplainMiss(const PlanSource& source, const PlanModel& model, const PartitionOptions& o, const Sizer& z,
                         const std::vector<StageSpec>& stages, const std::vector<int64_t>& budgets) {
   // Name the worst few stages (by overrun), in stage order; a 56-stage list helps nobody.
   constexpr size_t kNamed = 3;
@@ -223,8 +210,8 @@ std::string ExplainMiss(const Flux2Config& config, const PartitionOptions& o, co
   }
   std::vector<std::string> parts;
   for (const StageSpec* s : named) {
-    parts.push_back(absl::StrCat("stage ", s->index, " (", DescribeBlocks(config, s->block_begin, s->block_end),
-                                 ") needs ~", FormatByteSize(s->est_memory_bytes), " but its budget is ",
+    parts.push_back(absl::StrCat("stage ", s->index, " (", model.describe(s->block_begin, s->block_end), ") needs ~",
+                                 FormatByteSize(s->est_memory_bytes), " but its budget is ",
                                  FormatByteSize(s->budget_bytes), ": over by ",
                                  FormatByteSize(s->est_memory_bytes - s->budget_bytes)));
   }
@@ -246,7 +233,7 @@ std::string ExplainMiss(const Flux2Config& config, const PartitionOptions& o, co
     const int64_t b = budgets[0];
     int fit_stages = 0;
     for (int q = p + 1; q <= z.blocks() && fit_stages == 0; ++q) {
-      if (FitsBudgets(Sizer(config, o, frozen, q, std::vector<int64_t>(q, b)))) fit_stages = q;
+      if (FitsBudgets(Sizer(model, o, q, std::vector<int64_t>(q, b)))) fit_stages = q;
     }
     if (fit_stages > 0) {
       absl::StrAppend(&msg, "; it needs >= ", fit_stages, " stages of ", FormatByteSize(b));
@@ -257,15 +244,15 @@ std::string ExplainMiss(const Flux2Config& config, const PartitionOptions& o, co
   if (o.quantize == WeightQuant::kNone && o.bytes_per_param > 1) {
     PartitionOptions int8 = o;
     int8.quantize = WeightQuant::kInt8;
-    const FrozenSizes int8_frozen = ComputeFrozenSizes(config, WeightQuant::kInt8, o.bytes_per_param);
-    if (FitsBudgets(Sizer(config, int8, int8_frozen, p, budgets))) {
+    auto int8_model = source(int8);
+    if (int8_model.ok() && FitsBudgets(Sizer(*int8_model, int8, p, budgets))) {
       absl::StrAppend(&msg, "; with 8-bit frozen weights (quantize: int8 or fp8) ", p, " stages would fit");
     }
   }
   if (o.recompute == RecomputePolicy::kNone) {
     PartitionOptions rc = o;
     rc.recompute = RecomputePolicy::kAuto;
-    if (FitsBudgets(Sizer(config, rc, frozen, p, budgets))) {
+    if (FitsBudgets(Sizer(model, rc, p, budgets))) {
       absl::StrAppend(&msg, "; with recompute: auto ", p, " stages would fit");
     }
   }
@@ -289,8 +276,14 @@ int64_t SingleBlockLoraParams(const Flux2Config& c, int64_t rank, bool all_linea
 
 double StageComputeCost(const Flux2Config& c, const PartitionOptions& o, int64_t block_begin, int64_t block_end,
                         bool embedders, bool head, int64_t recompute_blocks) {
+  auto model = Flux2PlanSource(c)(o);
+  return model.ok() ? StageComputeCost(*model, o, block_begin, block_end, embedders, head, recompute_blocks) : 0;
+}
+
+double StageComputeCost(const PlanModel& m, const PartitionOptions& o, int64_t block_begin, int64_t block_end,
+                        bool embedders, bool head, int64_t recompute_blocks) {
   const int64_t n = block_end - block_begin;
-  const ForwardCosts f = ForwardMacs(c, o);
+  const ForwardCosts f = ForwardMacs(m);
   if (recompute_blocks < 0) {
     if (o.recompute != RecomputePolicy::kAll) return SegmentCost(f, n, 0, embedders, head);
     // Everything recomputed, the embedders and the head too, even on a stage of no blocks.
@@ -300,8 +293,12 @@ double StageComputeCost(const Flux2Config& c, const PartitionOptions& o, int64_t
 }
 
 absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOptions& o) {
-  RETURN_IF_ERROR(config.Validate());
-  const int64_t n = config.num_blocks();
+  return Partition(Flux2PlanSource(config), o);
+}
+
+absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions& o) {
+  ASSIGN_OR_RETURN(PlanModel model, source(o));
+  const int64_t n = model.num_blocks();
   const int p = o.stages;
   if (p < 1) return absl::InvalidArgumentError(absl::StrCat("stages must be >= 1; got ", p));
   if (p > n) {
@@ -343,13 +340,13 @@ absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOp
   std::vector<int64_t> budgets;
   if (nb > 0) budgets = nb == 1 ? std::vector<int64_t>(p, o.memory_budget_bytes[0]) : o.memory_budget_bytes;
 
-  const FrozenSizes frozen = ComputeFrozenSizes(config, o.quantize, o.bytes_per_param);
-  const Sizer z(config, o, frozen, p, budgets);
+  const Sizer z(model, o, p, budgets);
   auto fits = [&](int k, int64_t i, int64_t j) { return z.Memory(k, i, j) <= z.Budget(k); };
   auto cost = [&](int k, int64_t i, int64_t j) { return z.Cost(k, i, j); };
 
   Plan plan;
   plan.options = o;
+  plan.model = std::make_shared<const PlanModel>(model);
   std::vector<int64_t> bounds;
   const double bottleneck = MinMax(z, cost, fits);
   if (bottleneck != kInf) {
@@ -400,7 +397,7 @@ absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOp
         "; slowest stage carries ", absl::StrFormat("%.1f%%", 100.0 * plan.max_cost / plan.total_cost),
         " of the compute");
   } else {
-    plan.message = ExplainMiss(config, o, frozen, z, plan.stages, budgets);
+    plan.message = ExplainMiss(source, model, o, z, plan.stages, budgets);
   }
   return plan;
 }
@@ -424,13 +421,16 @@ std::string DescribeRecompute(const StageSpec& s) {
 
 }  // namespace
 
-std::string RenderPlan(const Flux2Config& config, const Plan& plan) {
+std::string RenderPlan(const Flux2Config& config, const Plan& plan) { return RenderPlan(plan); }
+
+std::string RenderPlan(const Plan& plan) {
   const PartitionOptions& o = plan.options;
+  const PlanModel& model = *plan.model;
   std::string out = absl::StrFormat(
-      "FLUX.2 plan: %d blocks (%d double, %d single) on %d stage%s; %s schedule; frozen weights %d B/param%s; "
+      "%s plan: %s on %d stage%s; %s schedule; frozen weights %d B/param%s; "
       "LoRA rank %d (%s); %d tokens/micro-batch (%d text)%s\n",
-      config.num_blocks(), config.num_layers, config.num_single_layers, plan.stages.size(),
-      plan.stages.size() == 1 ? "" : "s", ScheduleKindName(o.schedule), o.bytes_per_param,
+      model.name, model.summary, plan.stages.size(), plan.stages.size() == 1 ? "" : "s", ScheduleKindName(o.schedule),
+      o.bytes_per_param,
       o.quantize == WeightQuant::kNone ? ""
                                        : absl::StrCat(", block linears ", WeightQuantName(o.quantize), " (1 B/param)"),
       o.lora_rank, o.all_linear ? "all linears" : "default targets", o.tokens_per_micro_batch,
@@ -439,7 +439,7 @@ std::string RenderPlan(const Flux2Config& config, const Plan& plan) {
   std::vector<std::string> blocks;
   size_t wb = std::string("blocks").size();
   for (const StageSpec& s : plan.stages) {
-    std::string b = DescribeBlocks(config, s.block_begin, s.block_end);
+    std::string b = model.describe(s.block_begin, s.block_end);
     if (s.has_embedders) b = "embedders, " + b;
     if (s.has_head) b += ", head";
     wb = std::max(wb, b.size());

@@ -41,6 +41,8 @@
 #include <absl/strings/string_view.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -94,10 +96,38 @@ struct PartitionOptions {
   int64_t overhead_bytes = -1;  // -1: the device's fixed per-process cost (DeviceProcessBytes)
 };
 
+class ModelFamily;
+
+// The planner's numbers for one model under one set of options (quantize, bytes per parameter, LoRA rank and targets
+// and token counts change them): frozen sizes and LoRA parameters per block, and forward multiply-accumulates of one
+// micro-batch. Blocks cost the same per micro-batch (FLUX.2's double and single blocks do the same linear work per
+// token; Wan has one block kind), so one block figure serves every block.
+struct PlanModel {
+  std::string name;     // "FLUX.2", "Wan"
+  std::string summary;  // "56 blocks (8 double, 48 single)"
+  int64_t hidden_size = 0;
+  FrozenSizes frozen;
+  std::vector<int64_t> block_lora;  // [num_blocks] LoRA parameters
+  double block_macs = 0, embed_macs = 0, head_macs = 0;
+  std::function<std::string(int64_t begin, int64_t end)> describe;  // "double 0-7, single 0-11"
+  int64_t num_blocks() const { return static_cast<int64_t>(block_lora.size()); }
+};
+// Builds the PlanModel for a set of options (the planner asks again with other options to explain a miss).
+using PlanSource = std::function<absl::StatusOr<PlanModel>(const PartitionOptions&)>;
+PlanSource Flux2PlanSource(const Flux2Config& config);
+// Any family, through ModelFamily's BlockPlanInfo; `model` must outlive the source. Under `quantize` the block
+// linears count 1 byte per weight (the per-row scales, ~1/D of that, are left out).
+PlanSource FamilyPlanSource(const ModelFamily& model);
+// What the planner sizes `model` with: FamilyPlanSource, except that FLUX.2 keeps the planner's exact model of its
+// frozen bytes (8-bit weights with their per-row fp32 scales, held to bench/bench_memory's measurements), which
+// BlockPlanInfo's parameter counts do not carry.
+absl::StatusOr<PlanSource> PlanSourceFor(const ModelFamily& model);
+
 struct Plan {
   std::vector<StageSpec> stages;
-  double max_cost = 0;    // MACs per micro-batch on the busiest stage
-  double total_cost = 0;  // summed over stages
+  std::shared_ptr<const PlanModel> model;  // what was planned (RenderPlan names its blocks)
+  double max_cost = 0;                     // MACs per micro-batch on the busiest stage
+  double total_cost = 0;                   // summed over stages
   bool fits = false;
   std::string message;  // when !fits: which stage is over by how much, and what would fit
   PartitionOptions options;
@@ -111,16 +141,20 @@ int64_t SingleBlockLoraParams(const Flux2Config& config, int64_t rank, bool all_
 // budget; ties go to the split with the smallest sum of squared stage costs. If no split fits, returns a
 // plan with fits=false (the split with the smallest worst overrun) and a message. Errors on bad options:
 // stages < 1 or > number of blocks, wrong budget count, negative budgets, bytes_per_param not in 1..4.
+absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions& options);
 absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOptions& options);
 
 // MACs of one micro-batch's training step on blocks [begin, end) plus the embedders / head (cost model),
 // with the first `recompute_blocks` blocks recomputed (-1: as options.recompute says for all blocks, i.e. all
 // of them under true, none otherwise).
+double StageComputeCost(const PlanModel& model, const PartitionOptions& options, int64_t block_begin, int64_t block_end,
+                        bool embedders, bool head, int64_t recompute_blocks = -1);
 double StageComputeCost(const Flux2Config& config, const PartitionOptions& options, int64_t block_begin,
                         int64_t block_end, bool embedders, bool head, int64_t recompute_blocks = -1);
 
 // Human table: stage, blocks ("double 0-7, single 0-11"), params, memory estimate vs budget, compute share.
-std::string RenderPlan(const Flux2Config& config, const Plan& plan);
+std::string RenderPlan(const Plan& plan);
+std::string RenderPlan(const Flux2Config& config, const Plan& plan);  // the same (the plan knows its model)
 // "double 0-7, single 0-11" (single-stream blocks numbered from 0, as in diffusers).
 std::string DescribeBlocks(const Flux2Config& config, int64_t block_begin, int64_t block_end);
 
