@@ -73,6 +73,10 @@ TEST(WanEncoderWorkerTest, BuildsVideoCacheMatchingDirectEncodeAndKeepsUnchanged
   options.max_sequence_length = 32;
   auto encoder = WanSampleEncoder::Open(pipeline, options);
   ASSERT_TRUE(encoder.ok()) << encoder.status();
+  // The tiny tokenizer's ids for a sample caption, as Hugging Face tokenizers gives them for the same
+  // tokenizer.json (checked by hand with the venv's tokenizers 0.x): whole words, then </s>.
+  EXPECT_EQ((*encoder)->tokenizer().Encode("a red circle moving right on a blue background", true),
+            (std::vector<int64_t>{4, 25, 34, 18, 46, 8, 4, 27, 44, 1}));
   VideoBucketSpec spec;
   spec.max_frames = 9;
   spec.target_area = 64 * 64;
@@ -93,6 +97,9 @@ TEST(WanEncoderWorkerTest, BuildsVideoCacheMatchingDirectEncodeAndKeepsUnchanged
     ASSERT_TRUE(text.ok()) << text.status();
     EXPECT_EQ(record->prompt_embeds.sizes(), (std::vector<int64_t>{32, 32}));
     EXPECT_TRUE(at::allclose(record->prompt_embeds, *text, 1e-4, 1e-5)) << info.id;
+    // Real tokens carry states, the padding after them is zero (as _get_t5_prompt_embeds pads).
+    EXPECT_GT(record->prompt_embeds[0].abs().max().item<float>(), 0.0f);
+    EXPECT_EQ(record->prompt_embeds[31].abs().max().item<float>(), 0.0f);
   }
 
   auto second = test_util::RunCommand(Worker(data, cache, pipeline));
