@@ -62,8 +62,8 @@ TEST(WanPipelineTest, TwoStagesTrainTheDemoJobAsOneProcessDoes) {
   ASSERT_TRUE(pp.ok()) << pp.status();
   ASSERT_TRUE(local.ok()) << local.status();
   ASSERT_EQ(pp->size(), local->size());
-  // Attention LoRA on both tiny blocks: attn1/attn2 to_q, to_k, to_v, to_out.0, A and B each.
-  EXPECT_EQ(pp->size(), 2u * 2 * 4 * 2);
+  // Attention LoRA on the tiny transformer's 3 blocks: attn1/attn2 to_q, to_k, to_v, to_out.0, A and B each.
+  EXPECT_EQ(pp->size(), 3u * 2 * 4 * 2);
   bool moved = false;
   for (const auto& [name, w] : *local) {
     ASSERT_TRUE(pp->count(name)) << name;
