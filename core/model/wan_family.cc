@@ -10,6 +10,7 @@
 
 #include "core/lora/lora.h"
 #include "core/model/wan_model.h"
+#include "core/quant/quantize_module.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
@@ -138,9 +139,6 @@ std::string WanFamily::DescribeBlocks(int64_t begin, int64_t end) const {
 absl::StatusOr<std::unique_ptr<StageModel>> WanFamily::BuildStage(const StageRange& range, at::ScalarType dtype,
                                                                   at::Device device, const LoraSpec* lora, bool train,
                                                                   WeightQuant quant) const {
-  if (quant != WeightQuant::kNone) {
-    return absl::UnimplementedError("8-bit block weights (quantize) are not supported for Wan yet");
-  }
   if (range.block_begin < 0 || range.block_begin > range.block_end || range.block_end > num_blocks()) {
     return absl::InvalidArgumentError(absl::StrCat("Wan stage: bad block range [", range.block_begin, ", ",
                                                    range.block_end, ") for ", num_blocks(), " blocks"));
@@ -150,7 +148,19 @@ absl::StatusOr<std::unique_ptr<StageModel>> WanFamily::BuildStage(const StageRan
     stage = WanStage(config_, range, at::TensorOptions().dtype(dtype).device(device));
   }));
   if (!checkpoint_) return absl::FailedPreconditionError("a config-only Wan model builds no stage (no weights)");
+  // 8-bit block linears (`quantize`), filled one tensor at a time from the full-precision checkpoint, as FLUX.2's are;
+  // LoadWanWeights then reads the rest (a quantized weight is a buffer, not a parameter).
+  UseQuantizedBlockWeights(*stage, quant, [](const std::string& weight_name) {
+    return absl::StartsWith(weight_name, "blocks.") && !absl::StrContains(weight_name, "norm");
+  });
   RETURN_IF_ERROR(LoadWanWeights(*stage, *checkpoint_));
+  if (quant != WeightQuant::kNone) {
+    WeightSource source;
+    source.path = checkpoint_->path();
+    source.shape = [this](const std::string& key) { return checkpoint_->Shape(key); };
+    source.load_fp32 = [this](const std::string& key) { return checkpoint_->Load(key, at::kFloat); };
+    RETURN_IF_ERROR(LoadQuantizedWeights(*stage, source));
+  }
   if (lora) {
     ASSIGN_OR_RETURN(int attached, AttachLora(*stage, *lora));
     (void)attached;  // a stage may legitimately hold no targeted Linear

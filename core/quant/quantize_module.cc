@@ -22,39 +22,57 @@ absl::StatusOr<WeightQuant> ResolveWeightQuant(WeightQuant requested, const Flux
 }
 
 int UseQuantizedFlux2Weights(torch::nn::Module& module, WeightQuant q) {
+  // Block linears (2-D weights inside transformer_blocks / single_transformer_blocks).
+  return UseQuantizedBlockWeights(module, q, [](const std::string& weight_name) {
+    return IsQuantizedFlux2Param(weight_name, {0, 0});
+  });
+}
+
+absl::Status LoadQuantizedFlux2Weights(torch::nn::Module& module, const Flux2Checkpoint& checkpoint) {
+  WeightSource source;
+  source.path = checkpoint.path();
+  source.shape = [&](const std::string& key) { return checkpoint.Shape(key); };
+  source.load_quantized = [&](const std::string& key) { return checkpoint.LoadQuantized(key); };
+  source.load_fp32 = [&](const std::string& key) { return checkpoint.Load(key, at::kFloat); };
+  return LoadQuantizedWeights(module, source);
+}
+
+int UseQuantizedBlockWeights(torch::nn::Module& module, WeightQuant q,
+                             const std::function<bool(const std::string& weight_name)>& quantized) {
   if (q == WeightQuant::kNone) return 0;
   int n = 0;
   for (auto& [name, linear] : NamedLoraLinears(module)) {
-    if (!IsQuantizedFlux2Param(name + ".weight", linear->weight.sizes().vec())) continue;
+    if (!quantized(name + ".weight")) continue;
     linear->UseQuantizedWeight(q);
     ++n;
   }
   return n;
 }
 
-absl::Status LoadQuantizedFlux2Weights(torch::nn::Module& module, const Flux2Checkpoint& checkpoint) {
+absl::Status LoadQuantizedWeights(torch::nn::Module& module, const WeightSource& source) {
   for (auto& [name, linear] : NamedLoraLinears(module)) {
     const WeightQuant q = linear->weight_quant();
     if (q == WeightQuant::kNone) continue;
     const std::string key = name + ".weight";
-    ASSIGN_OR_RETURN(std::vector<int64_t> shape, checkpoint.Shape(key));
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape, source.shape(key));
     if (shape != linear->weight.sizes().vec()) {
-      return absl::InvalidArgumentError(absl::StrCat(checkpoint.path(), ": ", key, " has shape ", ShapeString(shape),
+      return absl::InvalidArgumentError(absl::StrCat(source.path, ": ", key, " has shape ", ShapeString(shape),
                                                      ", the model expects ", ShapeString(linear->weight.sizes())));
     }
-    ASSIGN_OR_RETURN(std::optional<QuantizedWeight> stored, checkpoint.LoadQuantized(key));
+    std::optional<QuantizedWeight> stored;
+    if (source.load_quantized) ASSIGN_OR_RETURN(stored, source.load_quantized(key));
     QuantizedWeight qw;
     if (stored) {
       ASSIGN_OR_RETURN(WeightQuant stored_kind, QuantOfStorageDtype(stored->data.scalar_type()));
       if (stored_kind != q) {
-        return absl::InvalidArgumentError(absl::StrCat(checkpoint.path(), ": ", key, " is stored as ",
+        return absl::InvalidArgumentError(absl::StrCat(source.path, ": ", key, " is stored as ",
                                                        WeightQuantName(stored_kind), ", the stage holds ",
                                                        WeightQuantName(q)));
       }
       qw = std::move(*stored);
     } else {
       // fp32: quantization must not depend on the compute dtype (the stored file is quantized the same way).
-      ASSIGN_OR_RETURN(at::Tensor full, checkpoint.Load(key, at::kFloat));
+      ASSIGN_OR_RETURN(at::Tensor full, source.load_fp32(key));
       RETURN_IF_ERROR(TorchCall(key.c_str(), [&] { qw = QuantizeWeight(full, q); }));
     }
     RETURN_IF_ERROR(TorchCall(key.c_str(), [&, &linear = linear] {  // clang 14 cannot capture a binding

@@ -6,7 +6,10 @@
 #include <absl/status/statusor.h>
 #include <torch/nn/module.h>
 
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/model/flux2_weights.h"
 #include "core/quant/weight_quant.h"
@@ -28,6 +31,19 @@ int UseQuantizedFlux2Weights(torch::nn::Module& module, WeightQuant q);
 // in 8 bits of the same kind is copied as stored; a full-precision one is read as fp32, quantized and
 // dropped before the next. Missing or mis-shaped keys are errors naming the key and the checkpoint.
 absl::Status LoadQuantizedFlux2Weights(torch::nn::Module& module, const Flux2Checkpoint& checkpoint);
+
+// The same for any family: `quantized` picks the weights (diffusers names) that switch to 8 bits.
+int UseQuantizedBlockWeights(torch::nn::Module& module, WeightQuant q,
+                             const std::function<bool(const std::string& weight_name)>& quantized);
+// Where LoadQuantizedWeights reads a family's weights: shapes, the stored 8-bit form (optional; nullopt = stored in
+// full precision) and the fp32 weight, each by diffusers name; `path` names the checkpoint in errors.
+struct WeightSource {
+  std::string path;
+  std::function<absl::StatusOr<std::vector<int64_t>>(const std::string&)> shape;
+  std::function<absl::StatusOr<std::optional<QuantizedWeight>>(const std::string&)> load_quantized;
+  std::function<absl::StatusOr<at::Tensor>(const std::string&)> load_fp32;
+};
+absl::Status LoadQuantizedWeights(torch::nn::Module& module, const WeightSource& source);
 
 // Bytes of a module's frozen tensors as held (parameters and buffers that are not LoRA adapters).
 int64_t FrozenBytes(torch::nn::Module& module);
