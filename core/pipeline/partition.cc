@@ -56,9 +56,9 @@ class Sizer {
     }
     act_unit_ = o.tokens_per_micro_batch * m.hidden_size * o.activation_bytes;
     overhead_ = o.overhead_bytes >= 0 ? o.overhead_bytes : DeviceProcessBytes(o.device);
-    const int m = o.micro_batches > 0 ? o.micro_batches : stages;
-    auto schedule = MakeSchedule(o.schedule, stages, m);
-    in_flight_ = schedule.ok() ? PeakInFlight(*schedule) : std::vector<int>(stages, m);
+    const int mbs = o.micro_batches > 0 ? o.micro_batches : stages;
+    auto schedule = MakeSchedule(o.schedule, stages, mbs);
+    in_flight_ = schedule.ok() ? PeakInFlight(*schedule) : std::vector<int>(stages, mbs);
   }
 
   int stages() const { return stages_; }

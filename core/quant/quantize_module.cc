@@ -60,7 +60,9 @@ absl::Status LoadQuantizedWeights(torch::nn::Module& module, const WeightSource&
                                                      ", the model expects ", ShapeString(linear->weight.sizes())));
     }
     std::optional<QuantizedWeight> stored;
-    if (source.load_quantized) ASSIGN_OR_RETURN(stored, source.load_quantized(key));
+    if (source.load_quantized) {
+      ASSIGN_OR_RETURN(stored, source.load_quantized(key));
+    }
     QuantizedWeight qw;
     if (stored) {
       ASSIGN_OR_RETURN(WeightQuant stored_kind, QuantOfStorageDtype(stored->data.scalar_type()));
