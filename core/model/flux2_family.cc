@@ -173,7 +173,10 @@ struct Flux2Pieces {
 Flux2Pieces SizePieces(const Flux2Config& c) {
   Flux2Pieces p;
   const std::string first_double = "transformer_blocks.0.", first_single = "single_transformer_blocks.0.";
-  for (const auto& [name, shape] : Flux2ParameterShapes(c)) {
+  for (const auto& named_shape : Flux2ParameterShapes(c)) {
+    // Plain references, not a structured binding: the lambda below captures them (C++20 allows it, clang 14 not).
+    const std::string& name = named_shape.first;
+    const std::vector<int64_t>& shape = named_shape.second;
     int64_t n = 1;
     for (int64_t s : shape) n *= s;
     const bool linear = shape.size() == 2 && absl::EndsWith(name, ".weight");
