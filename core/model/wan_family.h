@@ -23,6 +23,7 @@ class WanFamily : public ModelFamily {
   // Config only (the planner): plans, names and checks the wire, builds no model.
   explicit WanFamily(WanConfig config) : config_(std::move(config)) {}
   const WanConfig& config() const { return config_; }
+  const WanCheckpoint& checkpoint() const { return *checkpoint_; }  // only with weights
 
   std::string name() const override { return "wan"; }
   std::string config_json() const override;

@@ -1,0 +1,107 @@
+// WanFamily as the pipeline uses it: 8-bit block weights stay close to full precision and shrink the stage, the
+// family's training hooks shape a micro-batch as diffusers' Wan takes it, and the planner sizes Wan from its config.
+#include "core/model/wan_family.h"
+
+#include <gtest/gtest.h>
+
+#include "core/pipeline/partition.h"
+#include "core/quant/quantize_module.h"
+#include "core/testing/paths.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/util/files.h"
+
+namespace baton {
+namespace {
+
+WanConfig Tiny() {
+  WanConfig c;
+  c.num_attention_heads = 2;
+  c.attention_head_dim = 12;
+  c.in_channels = 4;
+  c.out_channels = 4;
+  c.text_dim = 16;
+  c.ffn_dim = 32;
+  c.num_layers = 2;
+  c.rope_max_seq_len = 32;
+  return c;
+}
+
+TensorMap RunTiny(const ModelFamily& model, WeightQuant quant, int64_t* frozen_bytes) {
+  auto shell = model.BuildShell(at::kFloat, at::kCPU);
+  auto stage = model.BuildStage(model.FullRange(), at::kFloat, at::kCPU, nullptr, false, quant);
+  EXPECT_TRUE(shell.ok() && stage.ok()) << shell.status() << stage.status();
+  *frozen_bytes = FrozenBytes((*stage)->module());
+  at::manual_seed(5);
+  NoisyBatch batch;
+  batch.noisy = at::randn({1, 4, 2, 4, 4});
+  batch.prompt_embeds = at::randn({1, 5, 16});
+  batch.timestep = at::full({1}, 0.4);
+  auto inputs = model.MicroBatchInputs(batch);
+  EXPECT_TRUE(inputs.ok()) << inputs.status();
+  EXPECT_NEAR(inputs->at("timestep").item<double>(), 400.0, 1e-3);  // diffusers' Wan takes 1000·sigma
+  auto out = (*shell)->Run(*inputs, at::kFloat);
+  EXPECT_TRUE(out.ok()) << out.status();
+  TensorMap constants = out->constants;
+  constants.insert(out->tables.begin(), out->tables.end());
+  at::NoGradGuard no_grad;
+  return (*stage)->Forward(out->inputs, constants);
+}
+
+TEST(WanFamilyTest, Int8BlockWeightsStayCloseAndShrinkTheStage) {
+  const std::string dir = test_util::MakeTempDir("wan_family_int8");
+  ASSERT_TRUE(WriteRandomWanWeights(Tiny(), dir, 3).ok());
+  auto model = OpenModel(dir);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->name(), "wan");
+  int64_t full_bytes = 0, int8_bytes = 0;
+  const at::Tensor full = RunTiny(**model, WeightQuant::kNone, &full_bytes).at("output");
+  const at::Tensor int8 = RunTiny(**model, WeightQuant::kInt8, &int8_bytes).at("output");
+  EXPECT_EQ(full.sizes(), (std::vector<int64_t>{1, 4, 2, 4, 4}));
+  const double rel = (full - int8).abs().max().item<double>() / full.abs().max().item<double>();
+  EXPECT_LT(rel, 0.03);  // per-row int8: ~1% per weight
+  EXPECT_GT(rel, 0.0);   // really quantized
+  EXPECT_LT(int8_bytes, full_bytes * 6 / 10);
+}
+
+TEST(WanFamilyTest, CacheThatDoesNotFitIsNamed) {
+  auto model = OpenModelConfig(JoinPath(test_util::SourceDir(), "configs/models/wan2.1-i2v-14b-480p.json"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE((*model)->CheckCacheFits(36, 4096).ok());
+  const absl::Status i2v = (*model)->CheckCacheFits(16, 4096);
+  EXPECT_NE(i2v.message().find("image-to-video"), std::string::npos) << i2v;
+  EXPECT_FALSE((*model)->CheckCacheFits(36, 512).ok());
+  EXPECT_FALSE((*model)->BuildShell(at::kFloat, at::kCPU).ok());  // config only: no weights
+}
+
+// Wan 2.2 A14B (one expert, 14.3 B parameters, 28.6 GB in bf16) on two 24 GB GPUs: only with 8-bit block weights,
+// at 81 frames of 480x832 (21x30x52 = 32760 video tokens + 512 text) with every block recomputed.
+TEST(WanFamilyTest, PlannerPutsA14bOnTwo24GbGpusWithInt8) {
+  auto model = OpenModelConfig(JoinPath(test_util::SourceDir(), "configs/models/wan2.2-t2v-a14b.json"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto source = PlanSourceFor(**model);
+  ASSERT_TRUE(source.ok()) << source.status();
+  PartitionOptions o;
+  o.stages = 2;
+  o.memory_budget_bytes = {24'000'000'000};
+  o.tokens_per_micro_batch = 32760 + 512;
+  o.text_tokens_per_micro_batch = 512;
+  auto bf16 = Partition(*source, o);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_FALSE(bf16->fits) << RenderPlan(*bf16);
+  o.quantize = WeightQuant::kInt8;
+  auto int8 = Partition(*source, o);
+  ASSERT_TRUE(int8.ok()) << int8.status();
+  EXPECT_TRUE(int8->fits) << RenderPlan(*int8);
+  EXPECT_EQ(int8->stages[0].block_end, 20);  // 40 equal blocks, the embedders and head tiny
+  // The stages hold everything but the coordinator's shell (time and text embedders, the shared time projection).
+  auto config = LoadWanConfig(JoinPath(test_util::SourceDir(), "configs/models/wan2.2-t2v-a14b.json"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  int64_t params = 0;
+  for (const StageSpec& s : int8->stages) params += s.params;
+  EXPECT_EQ(params + config->ShellParams(), config->TotalParams());
+  EXPECT_NEAR(static_cast<double>(config->TotalParams()) / 1e9, 14.29, 0.01);
+  EXPECT_NE(RenderPlan(*int8).find("Wan plan: 40 blocks"), std::string::npos) << RenderPlan(*int8);
+}
+
+}  // namespace
+}  // namespace baton
