@@ -30,9 +30,10 @@ std::string WriteJob(const std::string& dir) {
                                                         {"out/wan-demo/cache", JoinPath(dir, "cache")},
                                                         {"steps: 20", "steps: 4"},
                                                         {"checkpoint_every: 10", "checkpoint_every: 2"}}) {
-    const size_t at = text.find(from);
-    EXPECT_NE(at, std::string::npos) << from;
-    if (at != std::string::npos) text.replace(at, from.size(), to);
+    EXPECT_NE(text.find(from), std::string::npos) << from;
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+      text.replace(at, from.size(), to);
+    }
   }
   const std::string path = JoinPath(dir, "wan-demo.yaml");
   std::ofstream(path) << text;
