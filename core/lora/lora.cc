@@ -118,7 +118,9 @@ absl::StatusOr<std::vector<std::string>> ResolveLoraTargets(const std::string& p
                                     "ff.linear_in",
                                     "ff.linear_out",
                                     "ff_context.linear_in",
-                                    "ff_context.linear_out"};
+                                    "ff_context.linear_out",
+                                    "ffn.net.0.proj",  // Wan's feed-forward (no FLUX.2 module ends so)
+                                    "ffn.net.2"};
   }
   std::vector<std::string> out;
   for (absl::string_view part : absl::StrSplit(preset_or_list, ',', absl::SkipWhitespace())) {
