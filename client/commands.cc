@@ -15,6 +15,7 @@
 #include "client/health_command.h"
 #include "client/input_checks.h"
 #include "client/job_commands.h"
+#include "client/lora_convert_command.h"
 #include "client/quantize_command.h"
 #include "client/tokenize_command.h"
 #include "client/wan_forward.h"
@@ -380,6 +381,7 @@ const std::vector<Command>& AllCommands() {
       SampleTimestepsCommand(),
       TokenizeCommand(),
       QuantizeCommand(),
+      LoraConvertCommand(),
       HealthCommand(),
       CertsCommand(),
   };
