@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/lora/lora.h"
+#include "core/lora/wan_lora_names.h"
 #include "core/model/wan_model.h"
 #include "core/quant/quantize_module.h"
 #include "core/tensor/shape.h"
@@ -259,13 +260,17 @@ absl::StatusOr<std::vector<std::string>> WanFamily::LoraTargets(const std::strin
 }
 
 absl::StatusOr<TensorMap> WanFamily::LoraToOriginalNames(const TensorMap& peft) const {
-  (void)peft;
-  return absl::UnimplementedError("Wan LoRA in the original/ComfyUI naming is not implemented yet");
+  ASSIGN_OR_RETURN(auto adapters, ParseWanLora(peft));
+  return WanLoraToOriginalStateDict(adapters);
 }
 
+// Baton's internal names are diffusers' without the "transformer." prefix.
 absl::StatusOr<TensorMap> WanFamily::LoraFromOriginalNames(const TensorMap& original) const {
-  (void)original;
-  return absl::UnimplementedError("Wan LoRA in the original/ComfyUI naming is not implemented yet");
+  ASSIGN_OR_RETURN(auto adapters, ParseWanLora(original));
+  ASSIGN_OR_RETURN(TensorMap diffusers, WanLoraToDiffusersStateDict(adapters));
+  TensorMap out;
+  for (auto& [name, t] : diffusers) out[std::string(absl::StripPrefix(name, "transformer."))] = t;
+  return out;
 }
 
 absl::Status WanFamily::CheckModelInputs(const TensorMap& model_inputs, const std::string& source) const {

@@ -51,7 +51,7 @@ class WanFamily : public ModelFamily {
   absl::StatusOr<TensorMap> MicroBatchInputs(const NoisyBatch& batch) const override;
 
   absl::StatusOr<std::vector<std::string>> LoraTargets(const std::string& preset_or_list) const override;
-  // Not here yet: the original/ComfyUI LoRA naming is the "lora" part of issue 11 (core/lora/wan_lora_names.h).
+  // The original/ComfyUI naming ("diffusion_model.blocks.N.self_attn.q"), core/lora/wan_lora_names.h.
   absl::StatusOr<TensorMap> LoraToOriginalNames(const TensorMap& peft) const override;
   absl::StatusOr<TensorMap> LoraFromOriginalNames(const TensorMap& original) const override;
 
