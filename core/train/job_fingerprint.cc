@@ -136,8 +136,9 @@ absl::StatusOr<JobFingerprint> MakeJobFingerprint(const JobConfig& job, const st
   f.emplace_back("timesteps.mode_scale", Num(t.mode_scale));
   f.emplace_back("timesteps.shift", t.shift);
   f.emplace_back("timesteps.shift_steps", absl::StrCat(t.shift_steps));
-  f.emplace_back("timesteps.min", Num(t.min));
-  f.emplace_back("timesteps.max", Num(t.max));
+  // Only when set: checkpoints written before the range existed keep resuming.
+  if (t.min != 0.0) f.emplace_back("timesteps.min", Num(t.min));
+  if (t.max != 1.0) f.emplace_back("timesteps.max", Num(t.max));
   f.emplace_back("guidance", Num(job.guidance));
   f.emplace_back("seed", absl::StrCat(job.seed));
   f.emplace_back("batch_size", absl::StrCat(job.batch_size));

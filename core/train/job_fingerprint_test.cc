@@ -70,6 +70,8 @@ TEST_F(JobFingerprintTest, EachResultKeyChangesItAndIsNamed) {
       {"timesteps: {sampling: logit_normal}\n", "timesteps.sampling: none → logit_normal"},
       {"timesteps: {shift: flux2_empirical}\n", "timesteps.shift: none → flux2_empirical"},
       {"timesteps: {logit_std: 2.0}\n", "timesteps.logit_std: 1 → 2"},
+      // A Wan A14B expert's range; absent from the fingerprint at [0, 1], so older checkpoints still resume.
+      {"timesteps: {min: 0.875}\n", "timesteps.min: (absent) → 0.875"},
       {"guidance: 4.0\n", "guidance: 3.5 → 4"},
       {"seed: 4\n", "seed: 3 → 4"},
       {"batch_size: 2\n", "batch_size: 4 → 2"},
