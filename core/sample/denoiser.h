@@ -1,0 +1,19 @@
+// Forward-only model evaluation, wherever the model runs: in this process (sample/local_denoiser.h) or through the
+// pipeline's stage workers (the coordinator's forward passes). Validation and sampling are written against it.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
+#include <functional>
+#include <vector>
+
+#include "core/model/model_family.h"
+
+namespace baton {
+
+// The model's "output" (for flow matching: the predicted velocity ε − x0, the shape of batches[i].noisy) for each
+// micro-batch, with the current adapters, without gradients, dropout or any change to trainable state. fp32 CPU.
+using Denoiser = std::function<absl::StatusOr<std::vector<at::Tensor>>(const std::vector<NoisyBatch>& batches)>;
+
+}  // namespace baton
