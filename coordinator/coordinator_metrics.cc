@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_metrics.h"
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 #include <absl/time/clock.h>
 
@@ -67,6 +68,21 @@ void AddMetricsHooks(const std::string& job_name, CoordinatorHooks* hooks) {
         .step_retries.Add({{"job", job_name}, {"stage", stage >= 0 ? absl::StrCat(stage) : "none"}})
         .Increment();
     if (next) next(step, stage, cause);
+  };
+  hooks->on_eval = [series, job_name, next = std::move(hooks->on_eval)](const EvalReport& report) {
+    if (report.validation) {
+      const ValidationResult& v = *report.validation;
+      auto& family = series->m.validation_loss;
+      for (size_t i = 0; i < v.losses.size(); ++i) {
+        family.Add({{"job", job_name}, {"timestep", absl::StrFormat("%g", v.timesteps[i])}}).Set(v.losses[i]);
+      }
+      family.Add({{"job", job_name}, {"timestep", "mean"}}).Set(v.mean);
+    }
+    if (report.samples) {
+      series->m.sample_seconds.Add(series->labels).Set(report.samples->seconds_per_sample);
+      series->m.sample_images.Add(series->labels).Increment(static_cast<double>(report.samples->images));
+    }
+    if (next) next(report);
   };
   hooks->on_checkpoint = [series, next = std::move(hooks->on_checkpoint)](int64_t step, double seconds) {
     series->checkpoint_duration.Observe(seconds);

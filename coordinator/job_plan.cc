@@ -8,6 +8,7 @@
 #include "coordinator/encoder_client.h"
 #include "core/pipeline/chunks.h"
 #include "core/quant/weight_quant.h"
+#include "core/sample/sample_renderer.h"
 #include "core/train/common.h"
 #include "core/util/status.h"
 
@@ -93,6 +94,7 @@ absl::Status CheckJobPlan(const JobConfig& job, int stages) {
   if (stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
   ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> model, OpenModel(job.model, job.model_config));
+  RETURN_IF_ERROR(Annotate(CheckSamplesPossible(job, *model), job.source));
   if (!job.encode.encoder_worker.empty()) return absl::OkStatus();  // the cache is built at run time
   ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
   RETURN_IF_ERROR(Annotate(model->CheckCacheFits(cache->index().latent_channels, cache->index().text_dim),

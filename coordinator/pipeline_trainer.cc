@@ -26,6 +26,7 @@
 #include "coordinator/resume.h"
 #include "coordinator/run_report.h"
 #include "coordinator/stage_client.h"
+#include "coordinator/stage_denoiser.h"
 #include "coordinator/stage_fleet.h"
 #include "coordinator/stage_set.h"
 #include "coordinator/step_executor.h"
@@ -100,6 +101,15 @@ absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const Coordinato
   return start;
 }
 
+// The sample prompts' encoder: the job's encoder worker when it names one, else the pipeline's text encoder here
+// (both keep nothing in the stages' way; the embeddings are made once, before the first step).
+PromptEncoder SamplePromptEncoder(const JobConfig& job, const CoordinatorOptions& options) {
+  if (job.encode.encoder_worker.empty()) return LocalPromptEncoder(job, options.output_dir);
+  return [&job, &options](const std::vector<std::string>& prompts, int64_t max_sequence_length) {
+    return EncodePromptsOnWorker(job, prompts, max_sequence_length, options.rpc_timeout);
+  };
+}
+
 // The step's inputs from the early push made during the previous step. A push that failed (a stage lost after
 // the previous step succeeded) or stalls is dropped: the inputs are prepared again and fed with the step, whose
 // executor then finds the lost stage and recovers it.
@@ -125,8 +135,20 @@ absl::StatusOr<StepInputs> TakeEarlyInputs(std::future<absl::StatusOr<StepInputs
 // the checkpoints; a stop ends the run after a checkpoint.
 absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const CoordinatorOptions& options, JobSetup& setup,
                                              StageFleet& fleet, StepExecutor& executor, AdamW& optimizer,
-                                             StartState& start, int64_t total_steps, JsonlWriter& log) {
+                                             StartState& start, int64_t total_steps, JsonlWriter& log,
+                                             TrainingEvals& evals) {
   std::map<std::string, at::Tensor>& master = start.master;
+  // Validation and samples between steps: forward-only passes through the same stages, with the current adapters.
+  StageDenoiser stage_denoiser(setup, executor, master);
+  const Denoiser denoiser = stage_denoiser.AsDenoiser();
+  auto evaluate = [&](int64_t done) -> absl::Status {
+    if (!evals.Due(done, total_steps, start.step)) return absl::OkStatus();
+    stage_denoiser.set_step(done);
+    ASSIGN_OR_RETURN(EvalReport report, evals.Run(done, total_steps, start.step, denoiser, log));
+    if (options.hooks.on_eval) options.hooks.on_eval(report);
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(evaluate(start.step));
   // Step k+1's inputs, computed and pushed off the critical path while the stages run step k: the boundary then
   // carries only the new adapters.
   auto prepare_and_push = [&](int64_t step) -> absl::StatusOr<StepInputs> {
@@ -178,6 +200,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
       LogWarning("stop requested: checkpointed step ", step + 1, " and stopping");
       break;
     }
+    RETURN_IF_ERROR(evaluate(step + 1));
   }
   if (tty && !options.quiet) std::printf("\n");
   return result;
@@ -191,6 +214,10 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   RETURN_IF_ERROR(CheckCoordinatorOptions(options));
   SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(JobSetup setup, SetUpJob(job, options));
+  // Before any worker starts: a job that cannot evaluate (samples of a Wan model, prompts that do not encode) fails.
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainingEvals> evals,
+                   TrainingEvals::Create(job, *setup.model, *setup.cache, options.output_dir,
+                                         SamplePromptEncoder(job, options), setup.micro_batches, options.quiet));
   StageFleet fleet;
   fleet.job_id = JobHash(job);
   fleet.schedule = setup.schedule;
@@ -215,7 +242,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   if (options.hooks.on_start) options.hooks.on_start({fleet.job_id, start.step, total_steps, stages.addresses()});
   StepExecutor executor(job, options, &fleet, &stages, stop_requested);
   ASSIGN_OR_RETURN(CoordinatorResult result,
-                   TrainSteps(job, options, setup, fleet, executor, optimizer, start, total_steps, *log));
+                   TrainSteps(job, options, setup, fleet, executor, optimizer, start, total_steps, *log, *evals));
   RETURN_IF_ERROR(stages.Stop());
   return result;
 }

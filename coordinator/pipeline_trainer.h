@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sample/training_evals.h"
 #include "core/train/job.h"
 #include "core/train/local_trainer.h"
 
@@ -33,6 +34,7 @@ struct CoordinatorHooks {
   std::function<void(const RunStart&)> on_start;                    // stages configured, before the first step
   std::function<void(const PipelineStepRecord&)> on_step;           // after each optimizer step
   std::function<void(int64_t step, double seconds)> on_checkpoint;  // a checkpoint written
+  std::function<void(const EvalReport&)> on_eval;                   // a validation and/or samples finished
   // A lost step (1-based), as soon as the loss is noticed, before the recovery: the stage blamed (-1: a link or
   // unknown) and what happened.
   std::function<void(int64_t step, int stage, const std::string& cause)> on_recovery;

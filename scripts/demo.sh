@@ -18,6 +18,12 @@ run "$BIN/encoder_worker" --dataset data/sample --cache out/demo/cache --model o
 run "$BIN/coordinator" --stages 2 --job configs/jobs/demo.yaml --output out/demo
 
 echo
-echo "Loss per step (out/demo/train_log.jsonl):"
-awk -F'"loss":' 'NR==1 || NR%10==0 { split($2, a, ","); printf "  step %3d  loss %.4f\n", NR, a[1] }' out/demo/train_log.jsonl
+echo "Loss per step and validation loss (out/demo/train_log.jsonl):"
+awk -F'"step":' '/"event":"validation"/ { split($2, s, ","); split($0, m, "\"mean\":"); split(m[2], v, "}");
+                   printf "  step %3d  validation %.4f\n", s[1], v[1]; next }
+                 /"loss":/ { split($2, s, ","); split($0, l, "\"loss\":"); split(l[2], v, ",");
+                   if (s[1] == 1 || s[1] % 10 == 0) printf "  step %3d  loss       %.4f\n", s[1], v[1] }' \
+  out/demo/train_log.jsonl
+echo "Sample images (random weights draw noise-like pictures; they change as the LoRA learns):"
+for d in out/demo/samples/step-*/; do echo "  ${d}contact_sheet.png"; done
 echo "LoRA (diffusers/PEFT format): out/demo/lora.safetensors; checkpoints: out/demo/checkpoints/"

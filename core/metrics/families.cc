@@ -83,6 +83,15 @@ CoordinatorMetrics& CoordinatorFamilies() {
             .Name("baton_step_retries_total")
             .Help("Steps redone after a stage worker was lost or stalled, by the stage blamed")
             .Register(r),
+        BuildGauge()
+            .Name("baton_validation_loss")
+            .Help("Validation loss at the last validation, per timestep and their mean (timestep=\"mean\")")
+            .Register(r),
+        BuildGauge()
+            .Name("baton_sample_seconds")
+            .Help("Seconds per sample image at the last rendering (denoising, decoding, writing)")
+            .Register(r),
+        BuildCounter().Name("baton_sample_images_total").Help("Sample images written by this run").Register(r),
     };
   }();
   return *m;

@@ -30,23 +30,44 @@ uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index) {
   return MixSeed(base, MixSeed(static_cast<uint64_t>(step), static_cast<uint64_t>(index)));
 }
 
+absl::StatusOr<std::vector<int64_t>> HeldOutRecords(const CacheIndex& index, int64_t count) {
+  const int64_t n = static_cast<int64_t>(index.records.size());
+  if (count <= 0) return std::vector<int64_t>{};
+  if (count >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("validation.samples ", count, " would hold out every record of the ",
+                                                   n, "-record cache: nothing would be left to train on"));
+  }
+  std::vector<std::pair<uint64_t, int64_t>> order;
+  for (int64_t i = 0; i < n; ++i) order.emplace_back(HashName(absl::StrCat("validation|", index.records[i].id)), i);
+  std::sort(order.begin(), order.end());
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < count; ++i) out.push_back(order[i].second);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 absl::StatusOr<StepSampler> StepSampler::Create(const CacheReader* cache, const JobConfig& job,
                                                 const ModelFamily* family) {
   StepSampler s;
   s.cache_ = cache;
   s.job_ = job;
   s.family_ = family;
+  ASSIGN_OR_RETURN(std::vector<int64_t> held_out, HeldOutRecords(cache->index(), job.validation.held_out()));
   std::map<std::string, std::vector<int64_t>> by_key;
-  for (size_t i = 0; i < cache->size(); ++i) by_key[cache->index().records[i].BucketKey()].push_back(i);
+  for (size_t i = 0; i < cache->size(); ++i) {
+    if (std::binary_search(held_out.begin(), held_out.end(), static_cast<int64_t>(i))) continue;
+    by_key[cache->index().records[i].BucketKey()].push_back(i);
+  }
   const int64_t b = job.micro_batch_size();
   for (auto& [key, members] : by_key) {
     s.per_epoch_ += static_cast<int64_t>(members.size()) / b;
     s.buckets_.push_back(members);
   }
   if (s.per_epoch_ == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("no bucket of the cache holds ", b,
-                                                   " samples (batch_size / micro_batches); the cache has ",
-                                                   cache->size(), " samples in ", s.buckets_.size(), " buckets"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no bucket of the cache holds ", b, " samples (batch_size / micro_batches); the cache has ", cache->size(),
+        " samples in ", s.buckets_.size(), " buckets",
+        held_out.empty() ? "" : absl::StrCat(", ", held_out.size(), " of them held out for validation")));
   }
   return s;
 }

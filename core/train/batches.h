@@ -38,9 +38,16 @@ struct MicroBatch {
 uint64_t DropoutBaseSeed(uint64_t job_seed);
 uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index);
 
+// The records a validation holds out of training (job.validation.held_out() of them): the first `count` in the order
+// of a hash of their ids, so the choice is deterministic, spread over the buckets, and stays the same when records are
+// added to the cache (a new record is held out only if it sorts before a held-out one). Sorted by index.
+// InvalidArgument when `count` leaves nothing to train on.
+absl::StatusOr<std::vector<int64_t>> HeldOutRecords(const CacheIndex& index, int64_t count);
+
 class StepSampler {
  public:
-  // Fails when no bucket holds at least one micro-batch worth of samples.
+  // Fails when no bucket holds at least one micro-batch worth of samples. Records held out for validation
+  // (HeldOutRecords) are never drawn.
   // `family` shapes each micro-batch's model inputs; it must outlive the sampler.
   static absl::StatusOr<StepSampler> Create(const CacheReader* cache, const JobConfig& job, const ModelFamily* family);
   // All micro-batches of `step`, inputs on CPU in fp32.

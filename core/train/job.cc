@@ -106,6 +106,49 @@ absl::Status ParsePipelineKeys(Reader& r, YAML::Node root, JobConfig& job) {
   return absl::OkStatus();
 }
 
+// `validation: {every, samples, timesteps, dataset}`.
+absl::Status ParseValidation(Reader& r, YAML::Node root, ValidationConfig& v) {
+  if (!root["validation"].IsDefined()) return absl::OkStatus();
+  YAML::Node n = root["validation"];
+  RETURN_IF_ERROR(r.Keys(n, "validation", {"every", "samples", "timesteps", "dataset"}));
+  RETURN_IF_ERROR(r.Get(n, "every", &v.every));
+  RETURN_IF_ERROR(r.Check(v.every > 0, n, "every", "must be positive (steps between validations)"));
+  RETURN_IF_ERROR(r.Get(n, "dataset", &v.dataset));
+  RETURN_IF_ERROR(r.Get(n, "samples", &v.samples));
+  RETURN_IF_ERROR(r.Check(v.samples > 0 || (v.samples == 0 && !v.dataset.empty()), n, "samples",
+                          "must be positive (held-out records; 0 = all, only with a separate validation dataset)"));
+  RETURN_IF_ERROR(r.Get(n, "timesteps", &v.timesteps));
+  bool in_range = !v.timesteps.empty();
+  for (double t : v.timesteps) in_range = in_range && t > 0 && t <= 1;
+  return r.Check(in_range, n, "timesteps", "must be a non-empty list of t in (0, 1]");
+}
+
+// `samples: {every, prompts, steps, guidance, size, seed, max_sequence_length}`.
+absl::Status ParseSamples(Reader& r, YAML::Node root, SamplesConfig& s) {
+  if (!root["samples"].IsDefined()) return absl::OkStatus();
+  YAML::Node n = root["samples"];
+  RETURN_IF_ERROR(
+      r.Keys(n, "samples", {"every", "prompts", "steps", "guidance", "size", "seed", "max_sequence_length"}));
+  RETURN_IF_ERROR(r.Get(n, "every", &s.every));
+  RETURN_IF_ERROR(r.Check(s.every > 0, n, "every", "must be positive (steps between sample images)"));
+  RETURN_IF_ERROR(r.Get(n, "prompts", &s.prompts));
+  RETURN_IF_ERROR(r.Check(!s.prompts.empty(), n, "prompts", "must list at least one prompt"));
+  RETURN_IF_ERROR(r.Get(n, "steps", &s.steps));
+  RETURN_IF_ERROR(r.Check(s.steps > 0 && s.steps <= 1000, n, "steps", "must be in [1, 1000] (denoising steps)"));
+  RETURN_IF_ERROR(r.Get(n, "guidance", &s.guidance));
+  RETURN_IF_ERROR(r.Check(s.guidance >= 0, n, "guidance", "must be ≥ 0"));
+  std::vector<int64_t> size = {s.width, s.height};
+  RETURN_IF_ERROR(r.Get(n, "size", &size));
+  RETURN_IF_ERROR(r.Check(size.size() == 2 && size[0] >= 16 && size[1] >= 16 && size[0] % 16 == 0 &&
+                              size[1] % 16 == 0 && size[0] <= 8192 && size[1] <= 8192,
+                          n, "size", "must be [W, H], multiples of 16 in [16, 8192]"));
+  s.width = size[0];
+  s.height = size[1];
+  RETURN_IF_ERROR(r.Get(n, "seed", &s.seed));
+  RETURN_IF_ERROR(r.Get(n, "max_sequence_length", &s.max_sequence_length));
+  return r.Check(s.max_sequence_length >= 0, n, "max_sequence_length", "must be ≥ 0 (0: the training cache's)");
+}
+
 absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std::string& source) {
   YAML::Node root;
   try {
@@ -122,7 +165,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                                            "seed",       "checkpoint_every", "dtype",     "devices",
                                            "guidance",   "save_bfl",         "threads",   "memory_per_stage",
                                            "encode",     "wire_dtype",       "quantize",  "chunks",
-                                           "name"}));
+                                           "name",       "validation",       "samples"}));
   RETURN_IF_ERROR(r.Get(root, "name", &job.name));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
@@ -159,6 +202,8 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
     RETURN_IF_ERROR(r.Check(job.encode.resolution >= 16, e, "resolution", "must be at least 16"));
     RETURN_IF_ERROR(r.Get(e, "trigger", &job.encode.trigger));
   }
+  RETURN_IF_ERROR(ParseValidation(r, root, job.validation));
+  RETURN_IF_ERROR(ParseSamples(r, root, job.samples));
   if (root["lora"].IsDefined()) {
     YAML::Node l = root["lora"];
     RETURN_IF_ERROR(r.Keys(l, "lora", {"rank", "alpha", "targets", "dropout"}));

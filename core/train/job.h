@@ -14,6 +14,8 @@
 //   schedule: interleaved, chunks: 2    # interleaved 1F1B: chunks (2..26, default 2) model chunks per stage
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
 //   encode: {images: data/, encoder_worker: host:5000, resolution: 1024}  # optional: build the cache first
+//   validation: {every: 20, samples: 4, timesteps: [0.1, 0.3, 0.5, 0.7, 0.9]}  # optional: held-out loss
+//   samples: {every: 20, prompts: ["a dog"], steps: 28, guidance: 4.0, size: [512, 512], seed: 0}  # optional
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -74,6 +76,33 @@ struct EncodeConfig {
   std::string trigger;
 };
 
+// Optional: a validation loss over held-out cache records, forward only, at fixed timesteps and fixed noise
+// (core/sample/validation.h). `samples` records are set aside from `dataset` deterministically (never trained on),
+// unless `dataset` names a separate cache, whose first `samples` records (0: all) are used.
+struct ValidationConfig {
+  int64_t every = 0;  // 0: off; else after every `every` steps, before the first step and after the last
+  int64_t samples = 4;
+  std::vector<double> timesteps = {0.1, 0.3, 0.5, 0.7, 0.9};  // flow-matching t in (0, 1]
+  std::string dataset;
+  bool enabled() const { return every > 0; }
+  // Records set aside from the training cache.
+  int64_t held_out() const { return enabled() && dataset.empty() ? samples : 0; }
+};
+
+// Optional: sample images rendered with the current LoRA (FLUX.2; core/sample/flux2_sampler.h), written to
+// <output>/samples/step-N/K.png with a contact sheet, before the first step, after every `every` steps and after
+// the last. Rendering never changes training: the LoRA of a run with samples equals the LoRA without them.
+struct SamplesConfig {
+  int64_t every = 0;  // 0: off
+  std::vector<std::string> prompts;
+  int64_t steps = 28;
+  double guidance = 4.0;
+  int64_t width = 1024, height = 1024;  // `size: [W, H]`, multiples of 16
+  uint64_t seed = 0;                    // prompt K's noise is drawn from seed + K (baton sample --seed S+K)
+  int64_t max_sequence_length = 0;      // text tokens; 0: the training cache's
+  bool enabled() const { return every > 0; }
+};
+
 struct JobConfig {
   std::string source;  // the YAML file (for messages)
   std::string name;    // the job's `name:` key; empty = JobName() uses the file's stem
@@ -107,6 +136,8 @@ struct JobConfig {
   // Memory budget per stage for the partitioner ("24GB"; one for all or one per stage); empty = unlimited.
   std::vector<std::string> memory_per_stage;
   EncodeConfig encode;  // encode.encoder_worker empty = use `dataset` as it is
+  ValidationConfig validation;
+  SamplesConfig samples;
 
   int64_t micro_batch_size() const { return batch_size / micro_batches; }
 };

@@ -139,6 +139,8 @@ absl::StatusOr<JobFingerprint> MakeJobFingerprint(const JobConfig& job, const st
   // Only when set: checkpoints written before the range existed keep resuming.
   if (t.min != 0.0) f.emplace_back("timesteps.min", Num(t.min));
   if (t.max != 1.0) f.emplace_back("timesteps.max", Num(t.max));
+  // Records held out for validation are never trained on: another count is another dataset (absent when none).
+  if (job.validation.held_out() > 0) f.emplace_back("validation.held_out", absl::StrCat(job.validation.held_out()));
   f.emplace_back("guidance", Num(job.guidance));
   f.emplace_back("seed", absl::StrCat(job.seed));
   f.emplace_back("batch_size", absl::StrCat(job.batch_size));

@@ -7,6 +7,9 @@
 #include "core/data/cache.h"
 #include "core/lora/lora.h"
 #include "core/model/model_family.h"
+#include "core/sample/model_denoiser.h"
+#include "core/sample/prompt_embeds.h"
+#include "core/sample/training_evals.h"
 #include "core/train/adamw.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
@@ -27,6 +30,16 @@ nlohmann::ordered_json StepRecordJson(const StepRecord& rec) {
   line["step_seconds"] = rec.step_seconds;
   line["samples_per_second"] = rec.samples_per_second;
   return line;
+}
+
+PromptEncoder LocalPromptEncoder(const JobConfig& job, const std::string& output_dir) {
+  return [job, output_dir](const std::vector<std::string>& prompts,
+                           int64_t max_sequence_length) -> absl::StatusOr<std::vector<at::Tensor>> {
+    ASSIGN_OR_RETURN(std::string pipeline, PipelineFolderOf(job.model));
+    const std::string dir = JoinPath(output_dir, "samples");
+    RETURN_IF_ERROR(MakeDirs(dir));
+    return EncodePromptsLocally(pipeline, prompts, max_sequence_length, JoinPath(dir, "prompt_embeds.safetensors"));
+  };
 }
 
 absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
@@ -57,8 +70,13 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
   RETURN_IF_ERROR(MakeDirs(output_dir));
   ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(JoinPath(output_dir, "train_log.jsonl"), /*append=*/false));
 
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainingEvals> evals,
+                   TrainingEvals::Create(job, *family, *cache, output_dir, LocalPromptEncoder(job, output_dir),
+                                         static_cast<int>(job.micro_batches), /*quiet=*/true));
+  const Denoiser denoiser = ModelDenoiser(*family, *model.shell, *model.stage, dtype, device);
   LocalTrainResult result;
   for (int64_t step = 0; step < steps; ++step) {
+    if (evals->Due(step, steps, 0)) RETURN_IF_ERROR(evals->Run(step, steps, 0, denoiser, *log).status());
     auto t0 = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(std::vector<MicroBatch> mbs, sampler.Step(step));
     ASSIGN_OR_RETURN(LocalStepResult r, RunLocalStep(model, mbs, step, job.optimizer, optimizer, master));
@@ -73,6 +91,7 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
     result.steps.push_back(rec);
     if (on_step) on_step(rec);
   }
+  if (evals->Due(steps, steps, 0)) RETURN_IF_ERROR(evals->Run(steps, steps, 0, denoiser, *log).status());
   RETURN_IF_ERROR(SaveLoraOutputs(output_dir, master, job, steps, *family));
   return result;
 }

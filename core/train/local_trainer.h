@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sample/sample_renderer.h"
 #include "core/train/job.h"
 
 namespace baton {
@@ -31,8 +32,13 @@ struct LocalTrainResult {
   std::vector<StepRecord> steps;
 };
 
+// The sample prompts' encoder of a run without an encoder worker: the pipeline's own text encoder in this process,
+// keeping the embeddings in <output>/samples/prompt_embeds.safetensors.
+PromptEncoder LocalPromptEncoder(const JobConfig& job, const std::string& output_dir);
+
 // Trains `steps` steps (job.steps when ≤ 0) and writes <output>/lora.safetensors and
-// <output>/train_log.jsonl. `on_step` (optional) sees each step as it finishes.
+// <output>/train_log.jsonl, with the job's validation and samples (core/sample/training_evals.h). `on_step`
+// (optional) sees each step as it finishes.
 absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
                                                   const std::function<void(const StepRecord&)>& on_step = {});
 

@@ -1,0 +1,187 @@
+// Validation loss and sample images during training (issue 12), end to end: a tiny FLUX.2 pipeline folder, the
+// bundled images encoded by the real encoder_worker, and a job with `validation:` and `samples:` trained by the
+// coordinator over two real stage workers. Evaluations run as forward-only passes between steps and must leave
+// training exactly as it was: the LoRA equals, bitwise, that of the same job without them.
+#include <absl/strings/str_cat.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "coordinator/job_plan.h"
+#include "coordinator/pipeline_trainer.h"
+#include "core/encode/flux2_encoder.h"
+#include "core/image/image.h"
+#include "core/tensor/safetensors.h"
+#include "core/testing/paths.h"
+#include "core/testing/run_command.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/train/local_trainer.h"
+#include "core/util/files.h"
+
+namespace baton {
+namespace {
+
+using test_util::BinDir;
+using test_util::SourceDir;
+
+class SamplesTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(test_util::MakeTempDir("samples"));
+    ASSERT_TRUE(WriteTinyFlux2Pipeline(JoinPath(*dir_, "pipeline"), 0).ok());
+    const std::string cmd = absl::StrCat(JoinPath(BinDir(), "encoder_worker"), " --dataset ",
+                                         JoinPath(SourceDir(), "data/sample"), " --cache ", JoinPath(*dir_, "cache"),
+                                         " --model ", JoinPath(*dir_, "pipeline"),
+                                         " --resolution 64 --max_sequence_length 32 --threads 1");
+    auto r = test_util::RunCommand(cmd, /*with_stderr=*/true);
+    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // The demo's shape at test size; `evals` adds validation (on the training cache itself, so nothing is held out and
+  // the training data stay the same) and three sample prompts, every 2 of 4 steps.
+  static JobConfig Job(bool evals, const std::string& model = "") {
+    std::string yaml = absl::StrCat("model: ", model.empty() ? JoinPath(*dir_, "pipeline") : model,
+                                    "\ndataset: ", JoinPath(*dir_, "cache"),
+                                    "\nlora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\nsteps: 4\n"
+                                    "batch_size: 4\nmicro_batches: 2\nseed: 3\ncheckpoint_every: 2\n");
+    if (evals) {
+      absl::StrAppend(&yaml, "validation: {every: 2, dataset: ", JoinPath(*dir_, "cache"),
+                      ", samples: 3, timesteps: [0.25, 0.75]}\n"
+                      "samples: {every: 2, prompts: [a red circle, a blue square, a green triangle], steps: 4, "
+                      "guidance: 4.0, size: [48, 32], seed: 5}\n");
+    }
+    auto job = ParseJobYaml(yaml, "samples-test.yaml");
+    EXPECT_TRUE(job.ok()) << job.status();
+    return *job;
+  }
+
+  static CoordinatorOptions Options(const std::string& out) {
+    CoordinatorOptions o;
+    o.stages = 2;
+    o.output_dir = JoinPath(*dir_, out);
+    o.stage_worker_binary = JoinPath(BinDir(), "stage_worker");
+    o.rpc_timeout = absl::Seconds(60);
+    o.connect_timeout = absl::Seconds(10);
+    o.quiet = true;
+    return o;
+  }
+
+  static std::map<std::string, at::Tensor> Lora(const std::string& out) {
+    auto t = LoadAllSafetensors(JoinPath(JoinPath(*dir_, out), "lora.safetensors"));
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? *t : std::map<std::string, at::Tensor>{};
+  }
+
+  // train_log.jsonl's lines of one event kind.
+  static std::vector<nlohmann::json> Events(const std::string& out, const std::string& event) {
+    auto text = ReadFile(JoinPath(JoinPath(*dir_, out), "train_log.jsonl"));
+    EXPECT_TRUE(text.ok());
+    std::vector<nlohmann::json> lines;
+    std::istringstream in(text.ok() ? *text : "");
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j.value("event", "") == event) lines.push_back(j);
+    }
+    return lines;
+  }
+
+  static Image Png(const std::string& out, int64_t step, const std::string& file) {
+    auto image = ReadImageFile(JoinPath(*dir_, absl::StrCat(out, "/samples/step-", step, "/", file)));
+    EXPECT_TRUE(image.ok()) << image.status();
+    return image.ok() ? *image : Image();
+  }
+
+  static std::string* dir_;
+};
+std::string* SamplesTest::dir_ = nullptr;
+
+TEST_F(SamplesTest, EvaluationsThroughTheStagesLeaveTheLoraBitwiseUnchanged) {
+  ASSERT_TRUE(RunCoordinator(Job(true), Options("with")).ok());
+  ASSERT_TRUE(RunCoordinator(Job(false), Options("without")).ok());
+  auto with = Lora("with"), without = Lora("without");
+  ASSERT_EQ(with.size(), without.size());
+  ASSERT_FALSE(with.empty());
+  for (const auto& [name, w] : without) {
+    ASSERT_TRUE(with.count(name)) << name;
+    EXPECT_TRUE(at::equal(w, with.at(name))) << name << " differs: sampling changed training";
+  }
+
+  // Samples before the first step, after step 2 and after the last, each complete with its contact sheet.
+  for (int64_t step : {0, 2, 4}) {
+    for (int k = 0; k < 3; ++k) {
+      Image image = Png("with", step, absl::StrCat(k, ".png"));
+      EXPECT_EQ(image.width, 48);
+      EXPECT_EQ(image.height, 32);
+    }
+    Image sheet = Png("with", step, "contact_sheet.png");
+    EXPECT_GT(sheet.width, 48);
+    EXPECT_GT(sheet.height, 32);
+    EXPECT_FALSE(PathExists(JoinPath(*dir_, absl::StrCat("with/samples/step-", step, ".partial"))));
+  }
+  EXPECT_FALSE(PathExists(JoinPath(*dir_, "with/samples/step-1")));
+  // Learning shows: the last step's pictures differ from the first's.
+  EXPECT_NE(Png("with", 0, "0.png").pixels, Png("with", 4, "0.png").pixels);
+
+  auto validations = Events("with", "validation");
+  ASSERT_EQ(validations.size(), 3u);
+  for (size_t i = 0; i < validations.size(); ++i) {
+    const auto& v = validations[i];
+    EXPECT_EQ(v["step"].get<int64_t>(), static_cast<int64_t>(2 * i));
+    EXPECT_EQ(v["records"].get<int64_t>(), 3);
+    const double mean = v["validation_loss"]["mean"].get<double>();
+    const double a = v["validation_loss"]["0.25"].get<double>(), b = v["validation_loss"]["0.75"].get<double>();
+    EXPECT_TRUE(std::isfinite(mean) && mean > 0);
+    EXPECT_NEAR(mean, (a + b) / 2, 1e-9 * mean);
+  }
+  EXPECT_NE(validations[0]["validation_loss"]["mean"], validations[2]["validation_loss"]["mean"]);
+  auto samples = Events("with", "samples");
+  ASSERT_EQ(samples.size(), 3u);
+  EXPECT_EQ(samples[2]["images"].get<int64_t>(), 3);
+  EXPECT_GT(samples[2]["seconds_per_sample"].get<double>(), 0);
+  EXPECT_TRUE(Events("without", "samples").empty());
+}
+
+TEST_F(SamplesTest, OneProcessRendersWhatTheStagesRender) {
+  if (!PathExists(JoinPath(*dir_, "with/samples/step-4/0.png"))) {
+    ASSERT_TRUE(RunCoordinator(Job(true), Options("with")).ok());
+  }
+  auto local = RunLocalTraining(Job(true), JoinPath(*dir_, "local"), 0);
+  ASSERT_TRUE(local.ok()) << local.status();
+  // The same ops in the same order: equal after 8-bit rounding up to a rare pixel on a rounding boundary.
+  for (int64_t step : {0, 4}) {
+    for (int k = 0; k < 3; ++k) {
+      Image a = Png("with", step, absl::StrCat(k, ".png")), b = Png("local", step, absl::StrCat(k, ".png"));
+      ASSERT_EQ(a.pixels.size(), b.pixels.size());
+      int worst = 0;
+      for (size_t i = 0; i < a.pixels.size(); ++i) worst = std::max(worst, std::abs(a.pixels[i] - b.pixels[i]));
+      EXPECT_LE(worst, 1) << "step " << step << " prompt " << k;
+    }
+  }
+  auto pipe = Events("with", "validation"), one = Events("local", "validation");
+  ASSERT_EQ(pipe.size(), one.size());
+  for (size_t i = 0; i < pipe.size(); ++i) {
+    const double a = pipe[i]["validation_loss"]["mean"].get<double>(), b = one[i]["validation_loss"]["mean"].get<double>();
+    EXPECT_NEAR(a, b, 1e-5 * a);
+  }
+}
+
+TEST_F(SamplesTest, SamplesNeedAPipelineFolder) {
+  // A bare transformer folder has no VAE to decode with: refused at submit, saying what is missing.
+  absl::Status s = CheckJobPlan(Job(true, JoinPath(*dir_, "pipeline/transformer/..")), 2);
+  EXPECT_TRUE(s.ok()) << s;  // the pipeline folder, spelled through its transformer/
+  const std::string bare = JoinPath(*dir_, "bare");
+  ASSERT_TRUE(MakeDirs(bare).ok());
+  std::filesystem::copy(JoinPath(*dir_, "pipeline/transformer"), JoinPath(bare, "transformer"),
+                        std::filesystem::copy_options::recursive);
+  s = CheckJobPlan(Job(true, JoinPath(bare, "transformer")), 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("vae/"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace baton
