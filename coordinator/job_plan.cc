@@ -26,6 +26,16 @@ absl::Status CheckCoordinatorOptions(const CoordinatorOptions& options) {
 // The planner's options: sized for the cache's largest micro-batch (memory) and its token mix (compute).
 absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, const CacheReader& cache, int stages,
                                                        at::ScalarType dtype) {
+  int64_t max_img = 0, max_txt = 0;
+  for (const CacheRecordInfo& r : cache.index().records) {
+    max_img = std::max(max_img, r.grid_h * r.grid_w);
+    max_txt = std::max(max_txt, r.text_len);
+  }
+  return StagePartitionOptions(job, SampleTokens{max_img, max_txt}, stages, dtype);
+}
+
+absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, SampleTokens tokens, int stages,
+                                                       at::ScalarType dtype) {
   PartitionOptions popts;
   popts.stages = stages;
   popts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
@@ -37,13 +47,8 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, con
   popts.device = !job.devices.empty() && job.devices[0] != "cpu" ? PlanDevice::kCuda : PlanDevice::kCpu;
   popts.activation_bytes = static_cast<int>(c10::elementSize(dtype));
   popts.all_linear = job.lora_targets == "all-linear";
-  int64_t max_img = 0, max_txt = 0;
-  for (const CacheRecordInfo& r : cache.index().records) {
-    max_img = std::max(max_img, r.grid_h * r.grid_w);
-    max_txt = std::max(max_txt, r.text_len);
-  }
-  popts.tokens_per_micro_batch = (max_img + max_txt) * job.micro_batch_size();
-  popts.text_tokens_per_micro_batch = max_txt * job.micro_batch_size();
+  popts.tokens_per_micro_batch = (tokens.image + tokens.text) * job.micro_batch_size();
+  popts.text_tokens_per_micro_batch = tokens.text * job.micro_batch_size();
   for (const auto& budget : job.memory_per_stage) {
     auto bytes = ParseByteSize(budget);
     if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(job.source, ": memory_per_stage"));
@@ -57,8 +62,13 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, con
 absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const ModelFamily& model,
                                                                const CacheReader& cache, int stages, int chunks,
                                                                at::ScalarType dtype, bool quiet) {
-  ASSIGN_OR_RETURN(const PlanSource source, PlanSourceFor(model));
   ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(job, cache, stages, dtype));
+  return PlanStages(model, std::move(popts), stages, chunks, quiet);
+}
+
+absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const ModelFamily& model, PartitionOptions popts,
+                                                               int stages, int chunks, bool quiet) {
+  ASSIGN_OR_RETURN(const PlanSource source, PlanSourceFor(model));
   std::vector<std::vector<StageSpec>> out(stages);
   if (chunks == 1) {
     ASSIGN_OR_RETURN(Plan plan, Partition(source, popts));

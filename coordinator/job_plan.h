@@ -36,13 +36,22 @@ absl::Status CheckCoordinatorOptions(const CoordinatorOptions& options);
 // Opens everything, runs the encoder worker first when the job names one, and plans the stages.
 absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions& options);
 
-// The planner's options for `stages` workers.
+// The tokens of one sample the planner sizes a micro-batch by: image (or video) tokens and text tokens.
+struct SampleTokens {
+  int64_t image = 0, text = 0;
+};
+
+// The planner's options for `stages` workers: for the cache's largest sample, or for `tokens`.
 absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, const CacheReader& cache, int stages,
+                                                       at::ScalarType dtype);
+absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, SampleTokens tokens, int stages,
                                                        at::ScalarType dtype);
 
 // [worker][chunk] block ranges: one per worker, or v (interleaved).
 absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const ModelFamily& model,
                                                                const CacheReader& cache, int stages, int chunks,
                                                                at::ScalarType dtype, bool quiet);
+absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const ModelFamily& model, PartitionOptions popts,
+                                                               int stages, int chunks, bool quiet);
 
 }  // namespace baton
