@@ -96,4 +96,10 @@ absl::StatusOr<StepOutputs> StepExecutor::Run(int64_t step, StepInputs& inputs,
   }
 }
 
+absl::StatusOr<std::vector<at::Tensor>> StepExecutor::RunForwardPass(int64_t, uint64_t,
+                                                                     const std::vector<ShellOutputs>&,
+                                                                     const std::map<std::string, at::Tensor>&) {
+  return absl::UnimplementedError("forward-only passes through the stages are not implemented yet");
+}
+
 }  // namespace baton

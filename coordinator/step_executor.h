@@ -32,6 +32,11 @@ class StepExecutor {
   // on_started began with the fleet (its early pushes for the next step, which the recovery discards).
   absl::StatusOr<StepOutputs> Run(int64_t step, StepInputs& inputs, const std::map<std::string, at::Tensor>& master,
                                   const std::function<void()>& on_started, const std::function<void()>& on_abort);
+  // A forward-only pass (validation, sampling) after training step `step`: each micro-batch's model output, with the
+  // adapters in `master`; a lost stage is recovered and the pass redone, as a step is.
+  absl::StatusOr<std::vector<at::Tensor>> RunForwardPass(int64_t step, uint64_t pass,
+                                                         const std::vector<ShellOutputs>& shell,
+                                                         const std::map<std::string, at::Tensor>& master);
 
  private:
   const JobConfig& job_;
