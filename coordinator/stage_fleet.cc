@@ -66,8 +66,10 @@ std::optional<StallVerdict> StageFleet::FindStall() const {
   return std::nullopt;
 }
 
-v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind) const {
+v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind,
+                                      uint64_t pass) const {
   v1::EnvelopeHeader h;
+  h.set_pass(pass);
   h.set_job_id(job_id);
   h.set_config_hash(job_id);  // ConfigureRequestFor's config hash
   h.set_step(step);
@@ -134,10 +136,84 @@ v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
 absl::StatusOr<StepOutputs> StageFleet::RunStep(int64_t step, const StepInputs& inputs,
                                                 const std::map<std::string, at::Tensor>& master,
                                                 const std::function<void()>& on_started) {
-  const int p = size();
   StepOutputs out;
-  out.grads.resize(p);
-  out.summaries.resize(p);
+  RETURN_IF_ERROR(RunOnStages(
+      absl::StrCat("step ", step + 1), [&](int i) { return Feed(i, step, inputs, master); },
+      [&](int i) { return Plan(i, step); }, &out.grads, &out.summaries, on_started));
+  return out;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> StageFleet::RunForwardPass(int64_t step, uint64_t pass,
+                                                                   const std::vector<ShellOutputs>& shell,
+                                                                   const std::map<std::string, at::Tensor>& master) {
+  const int m = static_cast<int>(shell.size());
+  std::vector<TensorMap> streamed;
+  std::vector<v1::StepSummary> summaries;
+  const std::string what = absl::StrCat("pass ", pass, " (after step ", step, ")");
+  RETURN_IF_ERROR(RunOnStages(
+      what, [&](int i) { return FeedPass(i, step, pass, shell, master); },
+      [&](int i) { return PassPlan(i, step, pass, m); }, &streamed, &summaries, nullptr));
+  std::vector<at::Tensor> outputs;
+  const TensorMap& last = streamed.back();  // the last virtual stage is on the last worker
+  for (int mb = 0; mb < m; ++mb) {
+    auto it = last.find(absl::StrCat("output/", mb));
+    if (it == last.end()) {
+      return absl::DataLossError(absl::StrCat(what, ": ", clients.back()->name(), " sent no output for micro-batch ", mb));
+    }
+    outputs.push_back(it->second);
+  }
+  return outputs;
+}
+
+absl::Status StageFleet::FeedPass(int i, int64_t step, uint64_t pass, const std::vector<ShellOutputs>& shell,
+                                  const std::map<std::string, at::Tensor>& master) {
+  StageClient& client = *clients[i];
+  const int m = static_cast<int>(shell.size());
+  for (int mb = 0; mb < m; ++mb) {
+    if (!rope[i].Has(shell[mb].tables_key)) {
+      RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::ROPE, pass), TablesOnWire(shell[mb])));
+      rope[i].Add(shell[mb].tables_key);
+    }
+  }
+  TensorMap weights;
+  for (const auto& name : params[i]) weights[name] = master.at(name);
+  RETURN_IF_ERROR(client.Push(Header(step, 0, v1::EnvelopeHeader::LORA_WEIGHTS, pass), weights));
+  for (int mb = 0; mb < m; ++mb) {
+    RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::CONSTANTS, pass), ConstantsOnWire(shell[mb])));
+    if (i == 0) RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::INPUTS, pass), shell[mb].inputs));
+  }
+  return absl::OkStatus();
+}
+
+v1::StepPlan StageFleet::PassPlan(int i, int64_t step, uint64_t pass, int micro_batches) const {
+  v1::StepPlan plan;
+  plan.set_job_id(job_id);
+  plan.set_config_hash(job_id);
+  plan.set_step(step);
+  plan.set_pass(pass);
+  plan.set_micro_batches(micro_batches);
+  // Chunk by chunk, every micro-batch through each: the stages pipeline the micro-batches, and no worker waits on an
+  // action it has yet to run.
+  int chunks = 1;
+  for (const Action& a : schedule.per_stage[i]) chunks = std::max(chunks, a.chunk + 1);
+  for (int c = 0; c < chunks; ++c) {
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      v1::Action* action = plan.add_actions();
+      action->set_type(v1::Action::FORWARD);
+      action->set_micro_batch(mb);
+      action->set_chunk(c);
+    }
+  }
+  return plan;
+}
+
+absl::Status StageFleet::RunOnStages(const std::string& what, const std::function<absl::Status(int)>& feed,
+                                     const std::function<v1::StepPlan(int)>& plan_for,
+                                     std::vector<TensorMap>* streamed, std::vector<v1::StepSummary>* summaries,
+                                     const std::function<void()>& on_started) {
+  const int p = size();
+  streamed->assign(p, TensorMap());
+  summaries->assign(p, v1::StepSummary());
   // Feed (weights first, then each micro-batch's data) and run, all stages at once.
   std::vector<absl::Status> feed_status(p), run_status(p);
   std::vector<std::thread> threads;
@@ -158,14 +234,14 @@ absl::StatusOr<StepOutputs> StageFleet::RunStep(int64_t step, const StepInputs& 
   for (auto& c : clients) c->Rearm();  // a failed step before this one cancelled them
   for (int i = 0; i < p; ++i) {
     threads.emplace_back([&, i] {
-      feed_status[i] = Feed(i, step, inputs, master);
+      feed_status[i] = feed(i);
       if (!feed_status[i].ok()) fail_all();
       finished();
     });
     threads.emplace_back([&, i] {
-      auto summary = clients[i]->RunStep(Plan(i, step), &out.grads[i]);
+      auto summary = clients[i]->RunStep(plan_for(i), &(*streamed)[i]);
       if (summary.ok()) {
-        out.summaries[i] = std::move(*summary);
+        (*summaries)[i] = std::move(*summary);
       } else {
         run_status[i] = summary.status();
         fail_all();
@@ -191,8 +267,8 @@ absl::StatusOr<StepOutputs> StageFleet::RunStep(int64_t step, const StepInputs& 
     }
   }
   for (auto& t : threads) t.join();
-  if (!stall.ok()) return absl::Status(stall.code(), absl::StrCat("step ", step + 1, " failed: ", stall.message()));
-  if (!failed) return out;
+  if (!stall.ok()) return absl::Status(stall.code(), absl::StrCat(what, " failed: ", stall.message()));
+  if (!failed) return absl::OkStatus();
   // Report the root cause: a stage's own failure beats the cancellations it caused elsewhere.
   absl::Status first;
   for (int i = 0; i < p; ++i) {
@@ -203,7 +279,7 @@ absl::StatusOr<StepOutputs> StageFleet::RunStep(int64_t step, const StepInputs& 
       }
     }
   }
-  return absl::Status(first.code(), absl::StrCat("step ", step + 1, " failed: ", first.message()));
+  return absl::Status(first.code(), absl::StrCat(what, " failed: ", first.message()));
 }
 
 }  // namespace baton

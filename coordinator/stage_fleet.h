@@ -89,9 +89,24 @@ struct StageFleet {
   // Pushes the step's constants (every stage), inputs (stage 0) and targets (last stage) -- no RoPE tables, no
   // weights -- to every stage at once; safe while another step runs (the stages key their inbox by step).
   absl::Status PushData(int64_t step, const StepInputs& inputs);
+  // A forward-only pass (validation, sample images) between training steps: every stage gets the RoPE tables it
+  // lacks, the adapters in `master`, each micro-batch's constants (and stage 0 its inputs), all tagged with `pass` so
+  // they never mix with a step's; returns the last stage's output per micro-batch (fp32). At most the configured
+  // micro-batches; `step` is the training step it follows (messages).
+  absl::StatusOr<std::vector<at::Tensor>> RunForwardPass(int64_t step, uint64_t pass,
+                                                         const std::vector<ShellOutputs>& shell,
+                                                         const std::map<std::string, at::Tensor>& master);
 
  private:
-  v1::EnvelopeHeader Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind) const;
+  v1::EnvelopeHeader Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind, uint64_t pass = 0) const;
+  // Feeds every stage (feed(i)) and runs plan_for(i) on each, all at once, with the stall watch; each stage's streamed
+  // tensors go to (*streamed)[i]. The first failure cancels the rest; the error names the root cause and `what`.
+  absl::Status RunOnStages(const std::string& what, const std::function<absl::Status(int)>& feed,
+                           const std::function<v1::StepPlan(int)>& plan_for, std::vector<TensorMap>* streamed,
+                           std::vector<v1::StepSummary>* summaries, const std::function<void()>& on_started);
+  absl::Status FeedPass(int stage, int64_t step, uint64_t pass, const std::vector<ShellOutputs>& shell,
+                        const std::map<std::string, at::Tensor>& master);
+  v1::StepPlan PassPlan(int stage, int64_t step, uint64_t pass, int micro_batches) const;
   absl::Status Feed(int stage, int64_t step, const StepInputs& inputs, const std::map<std::string, at::Tensor>& master);
   absl::Status PushStageData(int stage, int64_t step, const StepInputs& inputs);
   v1::StepPlan Plan(int stage, int64_t step) const;

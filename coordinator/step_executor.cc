@@ -34,11 +34,33 @@ absl::StatusOr<StepOutputs> StepExecutor::Run(int64_t step, StepInputs& inputs,
                                               const std::map<std::string, at::Tensor>& master,
                                               const std::function<void()>& on_started,
                                               const std::function<void()>& on_abort) {
+  return WithRecovery<StepOutputs>(
+      step + 1, absl::StrCat("step ", step + 1),
+      [&](int retry) { return fleet_->RunStep(step, inputs, master, retry == 1 ? on_started : nullptr); },
+      [&] {
+        if (on_abort) on_abort();
+      },
+      [&] { inputs.data_pushed = false; });  // the recovery emptied the stages' inboxes
+}
+
+absl::StatusOr<std::vector<at::Tensor>> StepExecutor::RunForwardPass(int64_t step, uint64_t pass,
+                                                                     const std::vector<ShellOutputs>& shell,
+                                                                     const std::map<std::string, at::Tensor>& master) {
+  return WithRecovery<std::vector<at::Tensor>>(
+      step, absl::StrCat("pass ", pass, " (after step ", step, ")"),
+      [&](int) { return fleet_->RunForwardPass(step, pass, shell, master); }, [] {}, [] {});
+}
+
+template <typename Out>
+absl::StatusOr<Out> StepExecutor::WithRecovery(int64_t hook_step, const std::string& what_ran,
+                                               const std::function<absl::StatusOr<Out>(int retry)>& attempt,
+                                               const std::function<void()>& on_abort,
+                                               const std::function<void()>& on_recovered) {
   const int p = fleet_->size();
   for (int retry = 1;; ++retry) {
-    auto out = fleet_->RunStep(step, inputs, master, retry == 1 ? on_started : nullptr);
+    auto out = attempt(retry);
     if (out.ok()) return out;
-    if (on_abort) on_abort();
+    on_abort();
     // Who is gone: dead local processes (how they died is the best cause), else the stage a stall was blamed on.
     // A killed worker's connections break while it is still exiting: give it a moment to be reaped.
     auto any_dead = [&] {
@@ -68,38 +90,31 @@ absl::StatusOr<StepOutputs> StepExecutor::Run(int64_t step, StepInputs& inputs,
         dead.size() == 1 ? absl::StrCat(fleet_->clients[dead.front()]->name(), " lost: ", cause) : cause;
     if (retry > options_.step_retries) {
       return absl::Status(out.status().code(),
-                          absl::StrCat("step ", step + 1, ": ", what,
-                                       options_.step_retries > 0 ? absl::StrCat("; step ", step + 1, " failed ", retry,
+                          absl::StrCat(what_ran, ": ", what,
+                                       options_.step_retries > 0 ? absl::StrCat("; ", what_ran, " failed ", retry,
                                                                                 " times, giving up (--step_retries ",
                                                                                 options_.step_retries, ")")
                                                                  : " (recovery is off: --step_retries 0)"));
     }
-    if (options_.hooks.on_recovery) options_.hooks.on_recovery(step + 1, suspect, cause);
+    if (options_.hooks.on_recovery) options_.hooks.on_recovery(hook_step, suspect, cause);
     auto lost = stages_->Recover(suspect);
     while (!lost.ok() && !absl::IsDeadlineExceeded(lost.status()) && RetryableStepFailure(lost.status(), false) &&
            retry < options_.step_retries && !stop_()) {
       // Lost again during the recovery (e.g. killed while it restarted): recover again, counted as a retry.
-      LogWarning("step ", step + 1, ": ", what, "; the recovery failed (", lost.status().message(), "), retry ", retry,
-                 "/", options_.step_retries);
-      if (options_.hooks.on_recovery) options_.hooks.on_recovery(step + 1, suspect, cause);
+      LogWarning(what_ran, ": ", what, "; the recovery failed (", lost.status().message(), "), retry ", retry, "/",
+                 options_.step_retries);
+      if (options_.hooks.on_recovery) options_.hooks.on_recovery(hook_step, suspect, cause);
       ++retry;
       lost = stages_->Recover(-1);
     }
     if (!lost.ok()) {
-      return absl::Status(lost.status().code(),
-                          absl::StrCat("step ", step + 1, ": ", what, "; ", lost.status().message()));
+      return absl::Status(lost.status().code(), absl::StrCat(what_ran, ": ", what, "; ", lost.status().message()));
     }
-    LogWarning("step ", step + 1, ": ", what, "; ",
-               lost->empty() ? "reconfigured" : (stages_->local() ? "restarted" : "back"), ", redoing the step (retry ",
-               retry, "/", options_.step_retries, ")");
-    inputs.data_pushed = false;  // the recovery emptied the stages' inboxes
+    LogWarning(what_ran, ": ", what, "; ",
+               lost->empty() ? "reconfigured" : (stages_->local() ? "restarted" : "back"), ", redoing the ",
+               what_ran.substr(0, what_ran.find(' ')), " (retry ", retry, "/", options_.step_retries, ")");
+    on_recovered();
   }
-}
-
-absl::StatusOr<std::vector<at::Tensor>> StepExecutor::RunForwardPass(int64_t, uint64_t,
-                                                                     const std::vector<ShellOutputs>&,
-                                                                     const std::map<std::string, at::Tensor>&) {
-  return absl::UnimplementedError("forward-only passes through the stages are not implemented yet");
 }
 
 }  // namespace baton

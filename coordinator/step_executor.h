@@ -39,6 +39,14 @@ class StepExecutor {
                                                          const std::map<std::string, at::Tensor>& master);
 
  private:
+  // Runs attempt(retry) until it succeeds; after a failure that a recovery can mend (a stage lost or stalled), brings
+  // the stages back and tries again, up to step_retries times. `what_ran` names the work in messages ("step 4",
+  // "pass 3 (after step 2)"); `hook_step` goes to hooks.on_recovery.
+  template <typename Out>
+  absl::StatusOr<Out> WithRecovery(int64_t hook_step, const std::string& what_ran,
+                                   const std::function<absl::StatusOr<Out>(int retry)>& attempt,
+                                   const std::function<void()>& on_abort, const std::function<void()>& on_recovered);
+
   const JobConfig& job_;
   const CoordinatorOptions& options_;
   StageFleet* fleet_;

@@ -66,6 +66,18 @@ absl::StatusOr<TensorMap> Inbox::Take(int64_t step, int32_t micro_batch, v1::Env
 
 void Inbox::DropBefore(int64_t step) { DropOutside(step, INT64_MAX); }
 
+void Inbox::DropStep(int64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = items_.begin(); it != items_.end();) {
+    if (std::get<0>(it->first) != step) {
+      ++it;
+      continue;
+    }
+    bytes_ -= BundleBytes(it->second);
+    it = items_.erase(it);
+  }
+}
+
 void Inbox::DropOutside(int64_t first, int64_t last) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = items_.begin(); it != items_.end();) {

@@ -41,6 +41,8 @@ class Inbox {
 
   // Drops every bundle of steps before `step` (leftovers of an aborted step).
   void DropBefore(int64_t step);
+  // Drops every bundle of exactly `step` (a forward-only pass's leftovers: passes use keys below 0).
+  void DropStep(int64_t step);
   // Drops every bundle of steps outside [first, last] (a far-future push before the first step).
   void DropOutside(int64_t first, int64_t last);
   void Clear();

@@ -4,6 +4,8 @@
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 
+#include <set>
+
 #include "core/pipeline/stage_io.h"
 #include "core/tensor/shape.h"
 #include "core/util/status.h"
@@ -126,9 +128,13 @@ absl::Status CheckEnvelopeHeader(const ExpectedStageIO& e, const v1::EnvelopeHea
   const std::string what = absl::StrCat(Kind::Kind_IsValid(h.kind()) ? Kind::Kind_Name(h.kind()) : "unknown",
                                         " push from ", Quoted(h.sender()));
   RETURN_IF_ERROR(CheckJob(e, h.job_id(), h.config_hash(), what));
-  RETURN_IF_ERROR(CheckStepWindow(e, h.step(), what));
+  if (h.pass() == 0) RETURN_IF_ERROR(CheckStepWindow(e, h.step(), what));
+  if (h.step() < 0) return absl::OutOfRangeError(absl::StrCat(what, ": step ", h.step(), " is negative"));
   if (!Kind::Kind_IsValid(h.kind()) || !Receives(e, h.kind())) {
     return Invalid(what, absl::StrCat("this stage receives no envelopes of kind ", static_cast<int>(h.kind())));
+  }
+  if (h.pass() != 0 && (h.kind() == Kind::TARGET || h.kind() == Kind::GRADIENT)) {
+    return Invalid(what, absl::StrCat("forward-only pass ", h.pass(), " takes no ", Kind::Kind_Name(h.kind())));
   }
   if (h.micro_batch() < 0 || h.micro_batch() >= e.micro_batches) {
     return absl::OutOfRangeError(
@@ -174,8 +180,36 @@ absl::Status CheckEnvelope(const ExpectedStageIO& e, const ReceivedEnvelope& env
   return CheckEnvelopeTensors(e, envelope.header, envelope.tensors);
 }
 
+// A forward-only pass: 1..micro_batches micro-batches, FORWARD actions only, each (chunk, micro-batch) once.
+static absl::Status CheckPassPlan(const ExpectedStageIO& e, const v1::StepPlan& plan) {
+  const std::string what = absl::StrCat("pass ", plan.pass(), " plan");
+  if (plan.step() < 0) return absl::OutOfRangeError(absl::StrCat(what, ": step ", plan.step(), " is negative"));
+  if (plan.micro_batches() < 1 || plan.micro_batches() > e.micro_batches) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", plan.micro_batches(), " micro-batches, outside [1, ",
+                                                   e.micro_batches, "]"));
+  }
+  std::set<std::pair<int32_t, int32_t>> seen;
+  for (const v1::Action& action : plan.actions()) {
+    if (action.type() != v1::Action::FORWARD) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": a forward-only pass takes FORWARD actions only"));
+    }
+    if (action.micro_batch() < 0 || action.micro_batch() >= plan.micro_batches()) {
+      return absl::OutOfRangeError(absl::StrCat(what, ": micro-batch ", action.micro_batch(), " outside [0, ",
+                                                plan.micro_batches(), ")"));
+    }
+    if (action.chunk() < 0 || action.chunk() >= e.num_chunks) {
+      return absl::OutOfRangeError(absl::StrCat(what, ": chunk ", action.chunk(), " outside [0, ", e.num_chunks, ")"));
+    }
+    if (!seen.insert({action.chunk(), action.micro_batch()}).second) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": micro-batch ", action.micro_batch(), " twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckStepPlan(const ExpectedStageIO& e, const v1::StepPlan& plan) {
   RETURN_IF_ERROR(CheckJob(e, plan.job_id(), plan.config_hash(), absl::StrCat("step plan ", plan.step())));
+  if (plan.pass() != 0) return CheckPassPlan(e, plan);
   RETURN_IF_ERROR(CheckStepWindow(e, plan.step(), "step plan"));
   if (plan.micro_batches() != e.micro_batches) {
     return absl::InvalidArgumentError(absl::StrCat("step plan ", plan.step(), ": ", plan.micro_batches(),

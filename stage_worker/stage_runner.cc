@@ -50,6 +50,15 @@ absl::Status CheckGradientShapes(const std::map<std::string, std::vector<int64_t
   return absl::OkStatus();
 }
 
+// Where a bundle waits in the inbox: training steps under their step (≥ 0), forward-only passes under −pass.
+int64_t InboxKey(int64_t step, uint64_t pass) { return pass != 0 ? -static_cast<int64_t>(pass) : step; }
+
+// "step 3" or "pass 7 (after step 3)", for progress and errors.
+std::string WorkName(const v1::StepPlan& plan) {
+  return plan.pass() != 0 ? absl::StrCat("pass ", plan.pass(), " (after step ", plan.step(), ")")
+                          : absl::StrCat("step ", plan.step());
+}
+
 }  // namespace
 
 StageRunner::StageRunner(StageRunnerOptions options) : options_(std::move(options)), inbox_(options_.inbox_bytes) {}
@@ -242,7 +251,9 @@ absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
     }
     return absl::OkStatus();
   }
-  return Annotate(inbox_.Put(h.step(), h.micro_batch(), h.kind(), std::move(envelope.tensors), h.chunk()), name());
+  return Annotate(
+      inbox_.Put(InboxKey(h.step(), h.pass()), h.micro_batch(), h.kind(), std::move(envelope.tensors), h.chunk()),
+      name());
 }
 
 v1::EnvelopeHeader StageRunner::Header(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
@@ -256,6 +267,7 @@ v1::EnvelopeHeader StageRunner::Header(const v1::StepPlan& plan, int32_t mb, v1:
   h.set_sender(name());
   h.set_chunk(chunk);
   h.set_generation(config_.generation());
+  h.set_pass(plan.pass());
   return h;
 }
 
@@ -269,11 +281,12 @@ absl::StatusOr<TensorMap> StageRunner::Await(const v1::StepPlan& plan, int32_t m
   int waiting_on = kWaitingOnCoordinator;
   if (kind == v1::EnvelopeHeader::ACTIVATION && prev_) waiting_on = (s + p - 1) % p;
   if (kind == v1::EnvelopeHeader::GRADIENT && next_) waiting_on = (s + 1) % p;
-  progress_.Set(absl::StrCat("waiting for ", v1::EnvelopeHeader::Kind_Name(kind), " of step ", plan.step(),
+  progress_.Set(absl::StrCat("waiting for ", v1::EnvelopeHeader::Kind_Name(kind), " of ", WorkName(plan),
                              " micro-batch ", mb, " from ", from),
                 waiting_on);
   auto t0 = Clock::now();
-  auto result = inbox_.Take(plan.step(), mb, kind, options_.wait_timeout, cancelled, from, chunk);
+  auto result =
+      inbox_.Take(InboxKey(plan.step(), plan.pass()), mb, kind, options_.wait_timeout, cancelled, from, chunk);
   progress_.Set("computing");
   const double idle = Since(t0);
   summary.set_idle_seconds(summary.idle_seconds() + idle);
@@ -372,6 +385,10 @@ absl::StatusOr<TensorMap> StageRunner::Constants(const v1::StepPlan& plan, int32
 
 TensorMap StageRunner::RunBlocks(int32_t chunk, MicroBatchState& state, const v1::StepPlan& plan, int32_t mb) {
   StageModel& stage = *chunks_[chunk];
+  if (plan.pass() != 0) {  // forward only: no graph (dropout is off: the pass runs in eval mode)
+    at::NoGradGuard no_grad;
+    return stage.Forward(state.input, state.constants);
+  }
   SetLoraDropoutSeed(stage.module(), MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
   // With recompute: no graph, but every block's input is kept for the per-block recompute in Backward.
   if (config_.recompute()) {
@@ -388,18 +405,21 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
   ASSIGN_OR_RETURN(state.input, AwaitInput(plan, chunk, mb, cancelled, summary));
   RETURN_IF_ERROR(EnsureWeights(plan, cancelled, step, summary));
   ASSIGN_OR_RETURN(state.constants, Constants(plan, mb, cancelled, step, summary));
-  if (range.has_head) {
+  const bool pass = plan.pass() != 0;
+  if (range.has_head && !pass) {
     ASSIGN_OR_RETURN(TensorMap t, Await(plan, mb, v1::EnvelopeHeader::TARGET, cancelled, summary));
     absl::Status valid = model_->CheckWire(WireKind::kTarget, t, dtype_);
     if (!valid.ok()) return Annotate(valid, absl::StrCat(name(), ": TARGET of micro-batch ", mb));
     state.target = transfer_->Upload(t.at("target"));
   }
   auto t0 = Clock::now();
-  progress_.Set(absl::StrCat("forward of step ", plan.step(), " micro-batch ", mb));
+  progress_.Set(absl::StrCat("forward of ", WorkName(plan), " micro-batch ", mb));
   absl::Status shape = absl::OkStatus();
   absl::Status run = TorchCall("forward", [&] {
     TensorMap out = RunBlocks(chunk, state, plan, mb);
-    if (range.has_head) {
+    if (range.has_head && pass) {
+      step.outputs[mb] = out.at("output");
+    } else if (range.has_head) {
       // The target must match the prediction exactly: the loss would broadcast a wrong one silently.
       shape = CheckExactShape(absl::StrCat("TARGET of step ", plan.step(), " micro-batch ", mb),
                               out.at("output").sizes(), state.target);
@@ -421,6 +441,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
   metrics_.AddForwardSeconds(seconds);
   if (run.ok()) run = shape;
   if (!run.ok()) return Annotate(run, absl::StrCat(name(), " micro-batch ", mb));
+  if (pass) return absl::OkStatus();  // nothing to keep: no backward follows
   step.live[{chunk, mb}] = std::move(state);
   metrics_.SetInFlight(step.live.size());
   return absl::OkStatus();
@@ -548,6 +569,7 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
     ASSIGN_OR_RETURN(ExpectedStageIO expected, Expected());
     RETURN_IF_ERROR(Annotate(CheckStepPlan(expected, plan), name()));
   }
+  if (plan.pass() != 0) return RunPass(plan, cancelled, sink);
   // The window moves: pushes for this step and the next two are accepted from now on, older ones dropped.
   current_step_ = plan.step();
   inbox_.DropOutside(plan.step(), plan.step() + ExpectedStageIO::kStepWindow);
@@ -566,30 +588,66 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
   }
   if (!step.live.empty()) return absl::InvalidArgumentError("step plan: some forwards had no backward");
   RETURN_IF_ERROR(EnsureWeights(plan, cancelled, step, summary));  // a plan without actions still takes them
-  progress_.Set("sending the step's last outputs");
-  for (PeerSender* peer : {next_.get(), prev_.get()}) {
-    // In slices: an aborted step must not wait out a push to a stalled peer.
-    const auto deadline = Clock::now() + absl::ToChronoNanoseconds(options_.wait_timeout);
-    absl::Status flushed = absl::DeadlineExceededError("");
-    while (peer && !flushed.ok() && absl::IsDeadlineExceeded(flushed) && Clock::now() < deadline) {
-      if (cancelled()) return absl::CancelledError(absl::StrCat(name(), ": step ", plan.step(), " cancelled"));
-      flushed = peer->Flush(absl::Milliseconds(100));
-    }
-    if (peer) RETURN_IF_ERROR(Annotate(flushed, name()));
-  }
+  RETURN_IF_ERROR(FlushPeers(plan, cancelled));
   progress_.Set("sending the gradients to the coordinator");
   std::map<std::string, at::Tensor> grads;
   for (auto& chunk : chunks_) grads.merge(LoraGradients(chunk->module()));
   for (const auto& [pname, g] : grads) RETURN_IF_ERROR(sink(pname, g.detach().to(at::kCPU, at::kFloat)));
   for (auto& chunk : chunks_) ZeroLoraGradients(chunk->module());
   inbox_.DropBefore(plan.step() + 1);
+  FillByteCounts(summary);
+  return summary;
+}
+
+absl::Status StageRunner::FlushPeers(const v1::StepPlan& plan, const std::function<bool()>& cancelled) {
+  progress_.Set(absl::StrCat("sending the last outputs of ", WorkName(plan)));
+  for (PeerSender* peer : {next_.get(), prev_.get()}) {
+    // In slices: an aborted step must not wait out a push to a stalled peer.
+    const auto deadline = Clock::now() + absl::ToChronoNanoseconds(options_.wait_timeout);
+    absl::Status flushed = absl::DeadlineExceededError("");
+    while (peer && !flushed.ok() && absl::IsDeadlineExceeded(flushed) && Clock::now() < deadline) {
+      if (cancelled()) return absl::CancelledError(absl::StrCat(name(), ": ", WorkName(plan), " cancelled"));
+      flushed = peer->Flush(absl::Milliseconds(100));
+    }
+    if (peer) RETURN_IF_ERROR(Annotate(flushed, name()));
+  }
+  return absl::OkStatus();
+}
+
+void StageRunner::FillByteCounts(v1::StepSummary& summary) {
   uint64_t sent = 0;
   for (PeerSender* peer : {next_.get(), prev_.get()}) sent += peer ? peer->bytes_sent() : 0;
   summary.set_bytes_sent(sent);
-  {
-    std::lock_guard<std::mutex> rope_lock(rope_mu_);
-    summary.set_bytes_received(bytes_received_);
+  std::lock_guard<std::mutex> rope_lock(rope_mu_);
+  summary.set_bytes_received(bytes_received_);
+}
+
+absl::StatusOr<v1::StepSummary> StageRunner::RunPass(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
+                                                     const GradSink& sink) {
+  v1::StepSummary summary;
+  summary.set_step(plan.step());
+  StepState step;
+  // Eval mode (no LoRA dropout) for the pass only; the training step window and the adapters' gradients are untouched.
+  std::vector<bool> was_training;
+  for (auto& chunk : chunks_) {
+    was_training.push_back(chunk->module().is_training());
+    chunk->module().eval();
   }
+  absl::Status run = absl::OkStatus();
+  for (const v1::Action& action : plan.actions()) {
+    run = Forward(plan, action.chunk(), action.micro_batch(), cancelled, step, summary);
+    if (!run.ok()) break;
+  }
+  if (run.ok()) run = EnsureWeights(plan, cancelled, step, summary);
+  if (run.ok()) run = FlushPeers(plan, cancelled);
+  for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c]->module().train(was_training[c]);
+  inbox_.DropStep(InboxKey(plan.step(), plan.pass()));
+  RETURN_IF_ERROR(run);
+  progress_.Set("sending the pass's outputs to the coordinator");
+  for (const auto& [mb, out] : step.outputs) {
+    RETURN_IF_ERROR(sink(absl::StrCat("output/", mb), out.detach().to(at::kCPU, at::kFloat)));
+  }
+  FillByteCounts(summary);
   return summary;
 }
 

@@ -98,6 +98,7 @@ class StageRunner {
   struct StepState {
     std::map<std::pair<int32_t, int32_t>, MicroBatchState> live;  // (chunk, micro-batch) between its F and B
     std::map<int32_t, TensorMap> constants;                       // per micro-batch, shared by the chunks
+    std::map<int32_t, at::Tensor> outputs;                        // a forward-only pass's last-stage outputs
     bool weights_loaded = false;
   };
 
@@ -128,6 +129,12 @@ class StageRunner {
   void SendAsync(PeerSender& peer, v1::EnvelopeHeader header, const TensorMap& tensors);
   absl::StatusOr<v1::StepSummary> RunActions(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
                                              const GradSink& sink);
+  // A forward-only pass (plan.pass() > 0): eval mode, no graph, the last stage's outputs to `sink`.
+  absl::StatusOr<v1::StepSummary> RunPass(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
+                                          const GradSink& sink);
+  // Waits until the peer senders have shipped everything queued (in slices, so a cancel is noticed).
+  absl::Status FlushPeers(const v1::StepPlan& plan, const std::function<bool()>& cancelled);
+  void FillByteCounts(v1::StepSummary& summary);
   // Whether `req` asks for the model this worker already holds (only the neighbours or the generation differ):
   // a recovery's reconfigure then keeps it instead of loading it again.
   bool SameModel(const v1::ConfigureRequest& req) const;
