@@ -1,29 +1,86 @@
 #include "core/sample/prompt_embeds.h"
 
-#include <absl/strings/str_format.h>
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/encode/flux2_encoder.h"
-#include "core/lora/lora_linear.h"
 #include "core/tensor/safetensors.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
+#include "core/util/sha256.h"
 #include "core/util/status.h"
 
 namespace baton {
 namespace {
 
-// What the embeddings depend on besides the prompt, cheaply (without loading the encoder): the folder, the text
-// encoder's config and weight index, the tokenizer, and the length.
-std::string CacheKey(const std::string& pipeline_dir, int64_t max_sequence_length, const std::string& prompt) {
-  std::string identity = pipeline_dir;
-  for (const char* file : {"text_encoder/config.json", "text_encoder/model.safetensors.index.json",
-                           "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json"}) {
-    absl::StatusOr<std::string> text = ReadFile(JoinPath(pipeline_dir, file));
-    if (text.ok()) absl::StrAppend(&identity, "|", file, "=", absl::StrFormat("%016x", HashName(*text)));
+// Wan pipelines encode with umT5 and their transformer is not the FLUX.2 sampler's: refuse plainly.
+absl::Status RequireFlux2Pipeline(const std::string& pipeline_dir) {
+  auto text = ReadFile(JoinPath(pipeline_dir, "model_index.json"));
+  if (!text.ok()) return absl::OkStatus();  // Flux2SampleEncoder::Open names what is missing if it comes to that
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_object() && j.contains("_class_name") && j["_class_name"].is_string() &&
+      absl::StrContains(j["_class_name"].get<std::string>(), "Wan")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(pipeline_dir, " is a Wan pipeline: sample images are FLUX.2-only"));
   }
-  return absl::StrFormat("prompt/%016x", HashName(absl::StrCat(identity, "|", max_sequence_length, "|", prompt)));
+  return absl::OkStatus();
+}
+
+// What changes the text embeddings, computed without loading the text encoder (a resumed run must not pay for
+// that): the text encoder's config, the tokenizer files, and each weight file's name, size and mtime (cheap stand-in
+// for hashing gigabytes of weights: a replaced or retrained file gets a new mtime).
+absl::StatusOr<std::string> TextEncoderIdentity(const std::string& pipeline_dir) {
+  Sha256 h;
+  for (const char* f : {"text_encoder/config.json", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json"}) {
+    auto text = ReadFile(JoinPath(pipeline_dir, f));
+    h.Update(absl::StrCat(f, "\n", text.ok() ? *text : std::string("<absent>"), "\n"));
+  }
+  std::error_code ec;
+  std::vector<std::string> weights;
+  for (const auto& entry : std::filesystem::directory_iterator(JoinPath(pipeline_dir, "text_encoder"), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::EndsWith(name, ".safetensors") || absl::EndsWith(name, ".json")) weights.push_back(name);
+  }
+  if (ec) {
+    return absl::NotFoundError(absl::StrCat(pipeline_dir, " has no readable text_encoder/: ", ec.message()));
+  }
+  std::sort(weights.begin(), weights.end());
+  for (const std::string& name : weights) {
+    struct stat st {};
+    if (stat(JoinPath(JoinPath(pipeline_dir, "text_encoder"), name).c_str(), &st) != 0) continue;
+    h.Update(absl::StrCat(name, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, "\n"));
+  }
+  return absl::StrCat("flux2-text:", DigestToHex(h.Finish()));
+}
+
+std::string CacheKey(const std::string& identity, int64_t max_sequence_length, const std::string& prompt) {
+  return Sha256Hex(absl::StrCat(identity, "\n", max_sequence_length, "\n", prompt));
+}
+
+// Entries of an existing cache file, or none when it is absent or unreadable (warned: a cache never fails a run).
+std::map<std::string, at::Tensor> ReadCache(const std::string& cache_file) {
+  std::map<std::string, at::Tensor> entries;
+  if (cache_file.empty() || !PathExists(cache_file)) return entries;
+  auto file = SafetensorsFile::Open(cache_file);
+  if (!file.ok()) {
+    LogWarning("sample prompt cache ", cache_file, " is unreadable, re-encoding: ", file.status().message());
+    return entries;
+  }
+  for (const std::string& key : (*file)->Keys()) {
+    auto tensor = (*file)->Load(key, at::kFloat);
+    if (!tensor.ok() || tensor->dim() != 2) {
+      LogWarning("sample prompt cache ", cache_file, " has a bad entry ", key, ", re-encoding it");
+      continue;
+    }
+    entries[key] = *tensor;
+  }
+  return entries;
 }
 
 }  // namespace
@@ -32,36 +89,47 @@ absl::StatusOr<std::vector<at::Tensor>> EncodePromptsLocally(const std::string& 
                                                              const std::vector<std::string>& prompts,
                                                              int64_t max_sequence_length,
                                                              const std::string& cache_file) {
-  std::map<std::string, at::Tensor> cache;
-  if (!cache_file.empty() && PathExists(cache_file)) {
-    absl::StatusOr<std::map<std::string, at::Tensor>> read = LoadAllSafetensors(cache_file);
-    if (read.ok()) {
-      cache = std::move(*read);
-    } else {  // a cache never fails a run: encode again
-      LogWarning("prompt cache ", cache_file, " is unreadable (", read.status().message(), "); encoding again");
-    }
+  if (max_sequence_length <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_sequence_length must be positive, got ", max_sequence_length));
   }
-  std::unique_ptr<Flux2SampleEncoder> encoder;  // opened only for a prompt the cache lacks
-  std::vector<at::Tensor> out;
-  bool added = false;
-  for (const std::string& prompt : prompts) {
-    const std::string key = CacheKey(pipeline_dir, max_sequence_length, prompt);
-    auto it = cache.find(key);
-    if (it != cache.end() && it->second.dim() == 2 && it->second.size(0) == max_sequence_length) {
-      out.push_back(it->second.to(at::kFloat));
+  RETURN_IF_ERROR(RequireFlux2Pipeline(pipeline_dir));
+  if (prompts.empty()) return std::vector<at::Tensor>{};
+  ASSIGN_OR_RETURN(std::string identity, TextEncoderIdentity(pipeline_dir));
+  std::map<std::string, at::Tensor> cache = ReadCache(cache_file);
+
+  std::vector<at::Tensor> out(prompts.size());
+  std::map<std::string, std::string> metadata;  // key → prompt text, for whoever opens the file
+  std::unique_ptr<Flux2SampleEncoder> encoder;  // opened only when a prompt is missing from the cache
+  bool wrote_new = false;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string key = CacheKey(identity, max_sequence_length, prompts[i]);
+    metadata[key] = prompts[i];
+    auto hit = cache.find(key);
+    if (hit != cache.end() && hit->second.size(0) == max_sequence_length) {
+      out[i] = hit->second;
       continue;
     }
-    if (!encoder) {
+    if (encoder == nullptr) {
       Flux2EncoderOptions options;
       options.max_sequence_length = max_sequence_length;
       ASSIGN_OR_RETURN(encoder, Flux2SampleEncoder::Open(pipeline_dir, options));
     }
-    ASSIGN_OR_RETURN(at::Tensor embeds, encoder->EncodeText(prompt));
-    cache[key] = embeds.contiguous();
-    out.push_back(embeds);
-    added = true;
+    ASSIGN_OR_RETURN(at::Tensor embeds, encoder->EncodeText(prompts[i]));
+    out[i] = embeds.to(at::kFloat).contiguous();
+    cache[key] = out[i];
+    wrote_new = true;
   }
-  if (added && !cache_file.empty()) RETURN_IF_ERROR(WriteSafetensors(cache_file, cache));
+  if (!cache_file.empty() && wrote_new) {
+    // Keep earlier entries (other prompt lists, other lengths) too; prompt texts of entries not in this list are
+    // carried over from the old metadata when it can be read.
+    if (auto old = SafetensorsFile::Open(cache_file); old.ok()) {
+      for (const auto& [k, v] : (*old)->metadata()) {
+        if (cache.count(k) && !metadata.count(k)) metadata[k] = v;
+      }
+    }
+    absl::Status written = WriteSafetensors(cache_file, cache, metadata);
+    if (!written.ok()) LogWarning("could not write the sample prompt cache ", cache_file, ": ", written.message());
+  }
   return out;
 }
 
