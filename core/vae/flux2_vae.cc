@@ -41,10 +41,11 @@ absl::StatusOr<VaeFiles> OpenVaeFiles(const std::string& dir) {
 
 // Copies every parameter and buffer of `module` from `files`, converting to each tensor's own dtype.
 // All mismatches are gathered into one InvalidArgument.
-absl::Status LoadEncoderTensors(AutoencoderKLFlux2Encoder& module, const VaeFiles& files, const std::string& dir) {
+absl::Status LoadTensors(torch::nn::Module& module, const VaeFiles& files, const std::string& dir,
+                         const std::function<bool(const std::string&)>& ours) {
   std::vector<std::pair<std::string, at::Tensor>> wanted;
-  for (const auto& p : module->named_parameters()) wanted.emplace_back(p.key(), p.value());
-  for (const auto& b : module->named_buffers()) wanted.emplace_back(b.key(), b.value());
+  for (const auto& p : module.named_parameters()) wanted.emplace_back(p.key(), p.value());
+  for (const auto& b : module.named_buffers()) wanted.emplace_back(b.key(), b.value());
   std::set<std::string> known;
   std::vector<std::string> missing, misshaped, unexpected;
   std::vector<std::pair<const SafetensorsFile*, std::pair<std::string, at::Tensor>>> todo;
@@ -64,7 +65,7 @@ absl::Status LoadEncoderTensors(AutoencoderKLFlux2Encoder& module, const VaeFile
     todo.push_back({it->second, {name, tensor}});
   }
   for (const auto& [key, file] : files.key_to_file) {
-    if (IsFlux2VaeEncoderKey(key) && !known.count(key)) unexpected.push_back(key);
+    if (ours(key) && !known.count(key)) unexpected.push_back(key);
   }
   if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
     std::string msg = absl::StrCat("VAE weights in ", dir, " do not match its config.json");
@@ -103,6 +104,19 @@ at::Tensor RandomTensor(const std::string& name, const std::vector<int64_t>& sha
 
 }  // namespace
 
+std::string ResolveVaeDir(const std::string& vae_dir) {
+  if (!PathExists(JoinPath(vae_dir, "config.json")) && PathExists(JoinPath(vae_dir, "vae/config.json"))) {
+    return JoinPath(vae_dir, "vae");  // a diffusers pipeline folder
+  }
+  return vae_dir;
+}
+
+absl::Status LoadVaeTensors(torch::nn::Module& module, const std::string& dir,
+                            const std::function<bool(const std::string&)>& ours) {
+  ASSIGN_OR_RETURN(VaeFiles files, OpenVaeFiles(dir));
+  return LoadTensors(module, files, dir, ours);
+}
+
 Flux2VaeEncoder::Flux2VaeEncoder(const Flux2VaeConfig& config, AutoencoderKLFlux2Encoder module)
     : config_(config),
       module_(std::move(module)),
@@ -117,12 +131,8 @@ absl::StatusOr<std::unique_ptr<Flux2VaeEncoder>> Flux2VaeEncoder::Load(const std
   if (!at::isFloatingType(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("VAE dtype must be floating, got ", c10::toString(dtype)));
   }
-  std::string dir = vae_dir;
-  if (!PathExists(JoinPath(dir, "config.json")) && PathExists(JoinPath(vae_dir, "vae/config.json"))) {
-    dir = JoinPath(vae_dir, "vae");  // a diffusers pipeline folder
-  }
+  const std::string dir = ResolveVaeDir(vae_dir);
   ASSIGN_OR_RETURN(Flux2VaeConfig config, LoadFlux2VaeConfig(JoinPath(dir, "config.json")));
-  ASSIGN_OR_RETURN(VaeFiles files, OpenVaeFiles(dir));
   AutoencoderKLFlux2Encoder module{nullptr};
   RETURN_IF_ERROR(TorchCall("building the VAE encoder", [&] {
     module = AutoencoderKLFlux2Encoder(config);
@@ -130,7 +140,7 @@ absl::StatusOr<std::unique_ptr<Flux2VaeEncoder>> Flux2VaeEncoder::Load(const std
     module->encoder->to(dtype);
     if (module->quant_conv) module->quant_conv->to(dtype);
   }));
-  RETURN_IF_ERROR(LoadEncoderTensors(module, files, dir));
+  RETURN_IF_ERROR(LoadVaeTensors(*module, dir, IsFlux2VaeEncoderKey));
   RETURN_IF_ERROR(TorchCall("moving the VAE encoder", [&] { module->to(device); }));
   return std::make_unique<Flux2VaeEncoder>(config, std::move(module));
 }

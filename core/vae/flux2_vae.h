@@ -10,6 +10,7 @@
 #include <absl/status/statusor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -61,6 +62,14 @@ class Flux2VaeEncoder {
   at::ScalarType dtype_;
   at::Device device_;
 };
+
+// `vae_dir`, or its vae/ when it is a pipeline folder.
+std::string ResolveVaeDir(const std::string& vae_dir);
+// Copies every parameter and buffer of `module` (names = checkpoint keys) from the safetensors of the vae/ folder
+// `dir`, converting to each tensor's dtype. Missing and mis-shaped keys, and checkpoint keys `ours` claims that the
+// module lacks, are reported together in one InvalidArgument (bn.num_batches_tracked is optional).
+absl::Status LoadVaeTensors(torch::nn::Module& module, const std::string& dir,
+                            const std::function<bool(const std::string&)>& ours);
 
 // Writes a diffusers-layout vae/ folder (config.json + diffusion_pytorch_model.safetensors, fp32) with the
 // COMPLETE AutoencoderKLFlux2 state dict of `config` (Flux2VaeTensorShapes: encoder, decoder, quant convs,

@@ -3,7 +3,6 @@
 #include <cmath>
 
 namespace baton {
-namespace {
 
 torch::nn::Conv2d MakeConv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding) {
   return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(true));
@@ -12,8 +11,6 @@ torch::nn::Conv2d MakeConv(int64_t in, int64_t out, int64_t kernel, int64_t stri
 torch::nn::GroupNorm MakeGroupNorm(int64_t groups, int64_t channels, double eps) {
   return torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(eps).affine(true));
 }
-
-}  // namespace
 
 ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t groups, double eps) {
   norm1 = register_module("norm1", MakeGroupNorm(groups, in_channels, eps));

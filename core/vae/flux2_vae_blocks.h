@@ -21,6 +21,9 @@
 
 namespace baton {
 
+torch::nn::Conv2d MakeConv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding);
+torch::nn::GroupNorm MakeGroupNorm(int64_t groups, int64_t channels, double eps);
+
 // diffusers' VAE blocks all use GroupNorm eps 1e-6 (resnet_eps) regardless of the config.
 constexpr double kVaeGroupNormEps = 1e-6;
 
