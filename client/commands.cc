@@ -16,6 +16,7 @@
 #include "client/input_checks.h"
 #include "client/job_commands.h"
 #include "client/lora_convert_command.h"
+#include "client/sample_command.h"
 #include "client/quantize_command.h"
 #include "client/tokenize_command.h"
 #include "client/wan_forward.h"
@@ -305,6 +306,25 @@ const std::vector<Command>& AllCommands() {
         {"text-len", "text tokens per sample", "16"},
         {"seed", "random seed", "0"}},
        SyntheticCache},
+      {"sample",
+       "Render one image from a prompt with FLUX.2's sampler and a LoRA, in this process or through stage workers.",
+       {{"model", "FLUX.2 pipeline folder (transformer/, vae/, text_encoder/, tokenizer/)", "", true},
+        {"prompt", "the prompt (encoded by the pipeline's text encoder)"},
+        {"prompt_embeds", "safetensors with 'prompt_embeds' [L, D] or [1, L, D] instead of --prompt"},
+        {"lora", "LoRA file: diffusers/PEFT or BFL/ComfyUI keys"},
+        {"lora-scale", "multiplier on the LoRA's own alpha/r (in this process)", "1.0"},
+        {"steps", "denoising steps", "28"},
+        {"guidance", "guidance scale (the guidance embedding)", "4.0"},
+        {"size", "WxH, multiples of 16", "1024x1024"},
+        {"seed", "initial noise seed (as torch.Generator().manual_seed)", "0"},
+        {"max_sequence_length", "prompt tokens", "512"},
+        {"out", "output PNG", "", true},
+        {"out_latents", "also write the final packed latents (safetensors 'latents')"},
+        {"out_pixels", "also write the decoded pixels in [-1, 1] (safetensors 'pixels')"},
+        {"stages", "run the transformer on N local stage workers (0: in this process)", "0"},
+        {"dtype", "compute dtype: fp32 | bf16", "fp32"},
+        {"threads", "compute threads", "1"}},
+       Sample},
       {"forward",
        "Run the transformer forward on inputs from a safetensors file (diffusers Flux2Transformer2DModel or "
        "WanTransformer3DModel keys; the family comes from config.json _class_name).",
