@@ -142,5 +142,35 @@ TEST_F(RequestChecksTest, StepPlans) {
   EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(RequestChecksTest, ForwardOnlyPassesAreKeptApartAndForwardOnly) {
+  // A pass's pushes are not held to the step window (passes run between steps), and take no TARGET.
+  v1::EnvelopeHeader h = Header(Kind::TARGET, 2);
+  h.set_pass(4);
+  EXPECT_EQ(CheckEnvelopeHeader(e_, h).code(), absl::StatusCode::kInvalidArgument);
+  h = Header(Kind::ACTIVATION, 2);
+  h.set_pass(4);
+  EXPECT_TRUE(CheckEnvelopeHeader(e_, h).ok()) << CheckEnvelopeHeader(e_, h);
+  EXPECT_EQ(CheckEnvelopeHeader(e_, Header(Kind::ACTIVATION, 2)).code(), absl::StatusCode::kOutOfRange);
+
+  v1::StepPlan plan;
+  plan.set_job_id("job");
+  plan.set_config_hash("hash");
+  plan.set_step(2);  // outside the window: fine for a pass
+  plan.set_pass(4);
+  plan.set_micro_batches(1);  // fewer than configured: fine for a pass
+  plan.add_actions()->set_type(v1::Action::FORWARD);
+  EXPECT_TRUE(CheckStepPlan(e_, plan).ok()) << CheckStepPlan(e_, plan);
+  plan.add_actions()->set_type(v1::Action::BACKWARD);
+  absl::Status s = CheckStepPlan(e_, plan);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("FORWARD actions only"), std::string::npos) << s;
+  plan.mutable_actions(1)->set_type(v1::Action::FORWARD);
+  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kInvalidArgument);  // micro-batch 0 twice
+  plan.mutable_actions(1)->set_micro_batch(1);
+  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kOutOfRange);  // beyond the pass's 1 micro-batch
+  plan.set_micro_batches(3);
+  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kInvalidArgument);  // more than configured
+}
+
 }  // namespace
 }  // namespace baton
