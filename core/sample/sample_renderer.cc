@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "core/image/image.h"
 #include "core/sample/sample_images.h"
 #include "core/util/files.h"
@@ -74,14 +76,15 @@ absl::StatusOr<SampleRecord> SampleRenderer::Render(int64_t step, const Denoiser
   const std::string partial = absl::StrCat(rec.dir, ".partial");
   RETURN_IF_ERROR(RemoveAll(partial));
   RETURN_IF_ERROR(MakeDirs(partial));
+  const bool tty = ::isatty(STDOUT_FILENO);
   auto progress = [&](int64_t done, int64_t total) {
-    if (quiet) return;
+    if (quiet || !tty) return;
     std::printf("\rsamples after step %lld: denoising step %lld/%lld", static_cast<long long>(step),
                 static_cast<long long>(done), static_cast<long long>(total));
     std::fflush(stdout);
   };
   ASSIGN_OR_RETURN(std::vector<at::Tensor> latents, SampleFlux2(denoiser, prompt_embeds_, noise_, settings_, progress));
-  if (!quiet) std::printf("\n");
+  if (!quiet && tty) std::printf("\n");
   std::vector<Image> images;
   std::string listing;
   const int64_t gh = settings_.height / 16, gw = settings_.width / 16;
