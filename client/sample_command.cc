@@ -52,7 +52,8 @@ absl::StatusOr<at::Tensor> PromptEmbeddings(const Args& args, const std::string&
   if (args.Has("prompt_embeds")) {
     ASSIGN_OR_RETURN(auto tensors, LoadAllSafetensors(args.Get("prompt_embeds")));
     auto it = tensors.find("prompt_embeds");
-    if (it == tensors.end()) return absl::InvalidArgumentError(absl::StrCat(args.Get("prompt_embeds"), ": no tensor 'prompt_embeds'"));
+    if (it == tensors.end())
+      return absl::InvalidArgumentError(absl::StrCat(args.Get("prompt_embeds"), ": no tensor 'prompt_embeds'"));
     at::Tensor e = it->second.to(at::kFloat);
     if (e.dim() == 3 && e.size(0) == 1) e = e[0];
     if (e.dim() != 2) return absl::InvalidArgumentError("prompt_embeds must be [L, D] or [1, L, D]");
@@ -75,8 +76,8 @@ absl::StatusOr<LocalModel> OpenLocal(const Args& args, at::ScalarType dtype) {
   LocalModel m;
   ASSIGN_OR_RETURN(m.family, OpenModel(args.Get("model")));
   ASSIGN_OR_RETURN(m.shell, m.family->BuildShell(dtype, at::kCPU));
-  ASSIGN_OR_RETURN(m.stage, m.family->BuildStage(m.family->FullRange(), dtype, at::kCPU, nullptr, false,
-                                                 WeightQuant::kNone));
+  ASSIGN_OR_RETURN(m.stage,
+                   m.family->BuildStage(m.family->FullRange(), dtype, at::kCPU, nullptr, false, WeightQuant::kNone));
   if (args.Has("lora")) {
     ASSIGN_OR_RETURN(double scale, args.GetDouble("lora-scale"));
     ASSIGN_OR_RETURN(auto lora, LoadLoraFile(args.Get("lora")));

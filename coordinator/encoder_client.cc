@@ -57,13 +57,3 @@ absl::Status EncodeOnWorker(const JobConfig& job, absl::Duration timeout, bool q
 }
 
 }  // namespace baton
-
-namespace baton {
-
-absl::StatusOr<std::vector<at::Tensor>> EncodePromptsOnWorker(const JobConfig& job, const std::vector<std::string>&,
-                                                              int64_t, absl::Duration) {
-  return absl::UnimplementedError(absl::StrCat("encoding sample prompts on the encoder worker ",
-                                               job.encode.encoder_worker, " is not implemented yet"));
-}
-
-}  // namespace baton

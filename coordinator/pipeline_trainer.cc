@@ -101,15 +101,6 @@ absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const Coordinato
   return start;
 }
 
-// The sample prompts' encoder: the job's encoder worker when it names one, else the pipeline's text encoder here
-// (both keep nothing in the stages' way; the embeddings are made once, before the first step).
-PromptEncoder SamplePromptEncoder(const JobConfig& job, const CoordinatorOptions& options) {
-  if (job.encode.encoder_worker.empty()) return LocalPromptEncoder(job, options.output_dir);
-  return [&job, &options](const std::vector<std::string>& prompts, int64_t max_sequence_length) {
-    return EncodePromptsOnWorker(job, prompts, max_sequence_length, options.rpc_timeout);
-  };
-}
-
 // The step's inputs from the early push made during the previous step. A push that failed (a stage lost after
 // the previous step succeeded) or stalls is dropped: the inputs are prepared again and fed with the step, whose
 // executor then finds the lost stage and recovers it.
@@ -215,9 +206,10 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(JobSetup setup, SetUpJob(job, options));
   // Before any worker starts: a job that cannot evaluate (samples of a Wan model, prompts that do not encode) fails.
-  ASSIGN_OR_RETURN(std::unique_ptr<TrainingEvals> evals,
-                   TrainingEvals::Create(job, *setup.model, *setup.cache, options.output_dir,
-                                         SamplePromptEncoder(job, options), setup.micro_batches, options.quiet));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<TrainingEvals> evals,
+      TrainingEvals::Create(job, *setup.model, *setup.cache, options.output_dir,
+                            LocalPromptEncoder(job, options.output_dir), setup.micro_batches, options.quiet));
   StageFleet fleet;
   fleet.job_id = JobHash(job);
   fleet.schedule = setup.schedule;

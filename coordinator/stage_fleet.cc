@@ -158,7 +158,8 @@ absl::StatusOr<std::vector<at::Tensor>> StageFleet::RunForwardPass(int64_t step,
   for (int mb = 0; mb < m; ++mb) {
     auto it = last.find(absl::StrCat("output/", mb));
     if (it == last.end()) {
-      return absl::DataLossError(absl::StrCat(what, ": ", clients.back()->name(), " sent no output for micro-batch ", mb));
+      return absl::DataLossError(
+          absl::StrCat(what, ": ", clients.back()->name(), " sent no output for micro-batch ", mb));
     }
     outputs.push_back(it->second);
   }
@@ -208,9 +209,8 @@ v1::StepPlan StageFleet::PassPlan(int i, int64_t step, uint64_t pass, int micro_
 }
 
 absl::Status StageFleet::RunOnStages(const std::string& what, const std::function<absl::Status(int)>& feed,
-                                     const std::function<v1::StepPlan(int)>& plan_for,
-                                     std::vector<TensorMap>* streamed, std::vector<v1::StepSummary>* summaries,
-                                     const std::function<void()>& on_started) {
+                                     const std::function<v1::StepPlan(int)>& plan_for, std::vector<TensorMap>* streamed,
+                                     std::vector<v1::StepSummary>* summaries, const std::function<void()>& on_started) {
   const int p = size();
   streamed->assign(p, TensorMap());
   summaries->assign(p, v1::StepSummary());

@@ -32,7 +32,7 @@ struct StageSessionOptions {
 class StageSession {
  public:
   static absl::StatusOr<std::unique_ptr<StageSession>> Start(const StageSessionOptions& session,
-                                                            const CoordinatorOptions& options);
+                                                             const CoordinatorOptions& options);
   ~StageSession();
 
   const ModelFamily& family() const { return *setup_.model; }

@@ -110,9 +110,9 @@ absl::StatusOr<Out> StepExecutor::WithRecovery(int64_t hook_step, const std::str
     if (!lost.ok()) {
       return absl::Status(lost.status().code(), absl::StrCat(what_ran, ": ", what, "; ", lost.status().message()));
     }
-    LogWarning(what_ran, ": ", what, "; ",
-               lost->empty() ? "reconfigured" : (stages_->local() ? "restarted" : "back"), ", redoing the ",
-               what_ran.substr(0, what_ran.find(' ')), " (retry ", retry, "/", options_.step_retries, ")");
+    LogWarning(what_ran, ": ", what, "; ", lost->empty() ? "reconfigured" : (stages_->local() ? "restarted" : "back"),
+               ", redoing the ", what_ran.substr(0, what_ran.find(' ')), " (retry ", retry, "/", options_.step_retries,
+               ")");
     on_recovered();
   }
 }

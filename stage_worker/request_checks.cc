@@ -185,8 +185,8 @@ static absl::Status CheckPassPlan(const ExpectedStageIO& e, const v1::StepPlan& 
   const std::string what = absl::StrCat("pass ", plan.pass(), " plan");
   if (plan.step() < 0) return absl::OutOfRangeError(absl::StrCat(what, ": step ", plan.step(), " is negative"));
   if (plan.micro_batches() < 1 || plan.micro_batches() > e.micro_batches) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", plan.micro_batches(), " micro-batches, outside [1, ",
-                                                   e.micro_batches, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", plan.micro_batches(), " micro-batches, outside [1, ", e.micro_batches, "]"));
   }
   std::set<std::pair<int32_t, int32_t>> seen;
   for (const v1::Action& action : plan.actions()) {
@@ -194,8 +194,8 @@ static absl::Status CheckPassPlan(const ExpectedStageIO& e, const v1::StepPlan& 
       return absl::InvalidArgumentError(absl::StrCat(what, ": a forward-only pass takes FORWARD actions only"));
     }
     if (action.micro_batch() < 0 || action.micro_batch() >= plan.micro_batches()) {
-      return absl::OutOfRangeError(absl::StrCat(what, ": micro-batch ", action.micro_batch(), " outside [0, ",
-                                                plan.micro_batches(), ")"));
+      return absl::OutOfRangeError(
+          absl::StrCat(what, ": micro-batch ", action.micro_batch(), " outside [0, ", plan.micro_batches(), ")"));
     }
     if (action.chunk() < 0 || action.chunk() >= e.num_chunks) {
       return absl::OutOfRangeError(absl::StrCat(what, ": chunk ", action.chunk(), " outside [0, ", e.num_chunks, ")"));

@@ -33,10 +33,10 @@ class SamplesTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new std::string(test_util::MakeTempDir("samples"));
     ASSERT_TRUE(WriteTinyFlux2Pipeline(JoinPath(*dir_, "pipeline"), 0).ok());
-    const std::string cmd = absl::StrCat(JoinPath(BinDir(), "encoder_worker"), " --dataset ",
-                                         JoinPath(SourceDir(), "data/sample"), " --cache ", JoinPath(*dir_, "cache"),
-                                         " --model ", JoinPath(*dir_, "pipeline"),
-                                         " --resolution 64 --max_sequence_length 32 --threads 1");
+    const std::string cmd =
+        absl::StrCat(JoinPath(BinDir(), "encoder_worker"), " --dataset ", JoinPath(SourceDir(), "data/sample"),
+                     " --cache ", JoinPath(*dir_, "cache"), " --model ", JoinPath(*dir_, "pipeline"),
+                     " --resolution 64 --max_sequence_length 32 --threads 1");
     auto r = test_util::RunCommand(cmd, /*with_stderr=*/true);
     ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
   }
@@ -165,7 +165,8 @@ TEST_F(SamplesTest, OneProcessRendersWhatTheStagesRender) {
   auto pipe = Events("with", "validation"), one = Events("local", "validation");
   ASSERT_EQ(pipe.size(), one.size());
   for (size_t i = 0; i < pipe.size(); ++i) {
-    const double a = pipe[i]["validation_loss"]["mean"].get<double>(), b = one[i]["validation_loss"]["mean"].get<double>();
+    const double a = pipe[i]["validation_loss"]["mean"].get<double>(),
+                 b = one[i]["validation_loss"]["mean"].get<double>();
     EXPECT_NEAR(a, b, 1e-5 * a);
   }
 }

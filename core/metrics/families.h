@@ -40,11 +40,11 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& samples_per_second;
   prometheus::Family<prometheus::Histogram>& checkpoint_duration_seconds;
   prometheus::Family<prometheus::Gauge>& checkpoint_last_success_timestamp_seconds;
-  prometheus::Family<prometheus::Gauge>& stage_up;        // {job, stage, peer}
-  prometheus::Family<prometheus::Counter>& step_retries;  // {job, stage}; stage "none" when no stage was blamed
-  prometheus::Family<prometheus::Gauge>& validation_loss;       // {job, timestep}; timestep "mean" over them
-  prometheus::Family<prometheus::Gauge>& sample_seconds;        // {job}: seconds per sample image, last rendering
-  prometheus::Family<prometheus::Counter>& sample_images;       // {job}
+  prometheus::Family<prometheus::Gauge>& stage_up;         // {job, stage, peer}
+  prometheus::Family<prometheus::Counter>& step_retries;   // {job, stage}; stage "none" when no stage was blamed
+  prometheus::Family<prometheus::Gauge>& validation_loss;  // {job, timestep}; timestep "mean" over them
+  prometheus::Family<prometheus::Gauge>& sample_seconds;   // {job}: seconds per sample image, last rendering
+  prometheus::Family<prometheus::Counter>& sample_images;  // {job}
 };
 CoordinatorMetrics& CoordinatorFamilies();
 

@@ -95,12 +95,13 @@ absl::StatusOr<std::vector<at::Tensor>> SampleFlux2(const Denoiser& denoiser,
     const float t = static_cast<float>(sigmas[i]) * 1000.0f / 1000.0f;
     std::vector<NoisyBatch> batches;
     for (size_t first = 0; first < latents.size(); first += per) {
-      batches.push_back(MicroBatchAt(latents, prompt_embeds, first, std::min(latents.size(), first + per), t, settings));
+      batches.push_back(
+          MicroBatchAt(latents, prompt_embeds, first, std::min(latents.size(), first + per), t, settings));
     }
     ASSIGN_OR_RETURN(std::vector<at::Tensor> velocity, denoiser(batches));
     if (velocity.size() != batches.size()) {
-      return absl::InternalError(absl::StrCat("sampling: ", velocity.size(), " outputs for ", batches.size(),
-                                              " micro-batches"));
+      return absl::InternalError(
+          absl::StrCat("sampling: ", velocity.size(), " outputs for ", batches.size(), " micro-batches"));
     }
     // Euler: x ← x + (σ_next − σ)·v, in fp32 as FlowMatchEulerDiscreteScheduler.step.
     const float dt = static_cast<float>(sigmas[i + 1]) - static_cast<float>(sigmas[i]);

@@ -16,9 +16,9 @@
 namespace baton {
 
 struct Flux2SampleSettings {
-  int64_t steps = 28;      // num_inference_steps
-  double guidance = 4.0;   // guidance_scale (the guidance embedding; FLUX.2-dev is guidance-distilled)
-  int64_t width = 1024;    // pixels, multiples of 16
+  int64_t steps = 28;     // num_inference_steps
+  double guidance = 4.0;  // guidance_scale (the guidance embedding; FLUX.2-dev is guidance-distilled)
+  int64_t width = 1024;   // pixels, multiples of 16
   int64_t height = 1024;
   int micro_batch_size = 1;  // prompts per Denoiser micro-batch
 };

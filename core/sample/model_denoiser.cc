@@ -7,8 +7,8 @@ namespace baton {
 
 Denoiser ModelDenoiser(const ModelFamily& family, ShellModel& shell, StageModel& stage, at::ScalarType dtype,
                        at::Device device) {
-  return [&family, &shell, &stage, dtype, device](
-             const std::vector<NoisyBatch>& batches) -> absl::StatusOr<std::vector<at::Tensor>> {
+  return [&family, &shell, &stage, dtype,
+          device](const std::vector<NoisyBatch>& batches) -> absl::StatusOr<std::vector<at::Tensor>> {
     at::NoGradGuard no_grad;
     torch::nn::Module& module = stage.module();
     const bool was_training = module.is_training();

@@ -26,8 +26,7 @@ absl::Status RequireFlux2Pipeline(const std::string& pipeline_dir) {
   auto j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_object() && j.contains("_class_name") && j["_class_name"].is_string() &&
       absl::StrContains(j["_class_name"].get<std::string>(), "Wan")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(pipeline_dir, " is a Wan pipeline: sample images are FLUX.2-only"));
+    return absl::InvalidArgumentError(absl::StrCat(pipeline_dir, " is a Wan pipeline: sample images are FLUX.2-only"));
   }
   return absl::OkStatus();
 }

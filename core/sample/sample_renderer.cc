@@ -2,12 +2,11 @@
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-
-#include <unistd.h>
 
 #include "core/image/image.h"
 #include "core/sample/sample_images.h"
@@ -20,9 +19,10 @@ absl::StatusOr<std::string> PipelineFolderOf(const std::string& model) {
   for (const std::string& dir : {model, std::filesystem::path(model).parent_path().string()}) {
     if (!dir.empty() && IsDirectory(JoinPath(dir, "vae"))) return dir;
   }
-  return absl::NotFoundError(absl::StrCat("sample images need the pipeline's vae/ (and text_encoder/, tokenizer/): "
-                                          "model ",
-                                          model, " is neither a pipeline folder nor the transformer/ inside one"));
+  return absl::NotFoundError(
+      absl::StrCat("sample images need the pipeline's vae/ (and text_encoder/, tokenizer/): "
+                   "model ",
+                   model, " is neither a pipeline folder nor the transformer/ inside one"));
 }
 
 absl::Status CheckSamplesPossible(const JobConfig& job, const ModelFamily& family) {

@@ -46,7 +46,8 @@ bool TrainingEvals::ValidationDue(int64_t step, int64_t total, int64_t first_ste
 
 bool TrainingEvals::SamplesDue(int64_t step, int64_t total, int64_t first_step) const {
   if (!samples_) return false;
-  if (step == first_step && first_step > 0) return !samples_->Rendered(step) && OnSchedule(job_.samples.every, step, total);
+  if (step == first_step && first_step > 0)
+    return !samples_->Rendered(step) && OnSchedule(job_.samples.every, step, total);
   return OnSchedule(job_.samples.every, step, total);
 }
 
@@ -54,8 +55,8 @@ bool TrainingEvals::Due(int64_t step, int64_t total, int64_t first_step) const {
   return ValidationDue(step, total, first_step) || SamplesDue(step, total, first_step);
 }
 
-absl::StatusOr<EvalReport> TrainingEvals::Run(int64_t step, int64_t total, int64_t first_step,
-                                              const Denoiser& denoiser, JsonlWriter& log) {
+absl::StatusOr<EvalReport> TrainingEvals::Run(int64_t step, int64_t total, int64_t first_step, const Denoiser& denoiser,
+                                              JsonlWriter& log) {
   EvalReport report;
   report.step = step;
   if (ValidationDue(step, total, first_step)) {

@@ -7,8 +7,8 @@
 #include <chrono>
 
 #include "core/lora/lora_linear.h"
-#include "core/train/batches.h"
 #include "core/tensor/shape.h"
+#include "core/train/batches.h"
 #include "core/train/common.h"
 #include "core/util/status.h"
 

@@ -18,8 +18,8 @@ namespace baton {
 
 // Every (record, timestep) evaluation, prepared once: a micro-batch of one sample each.
 struct ValidationSet {
-  std::vector<double> timesteps;   // job.validation.timesteps
-  std::vector<NoisyBatch> inputs;  // [record · T + timestep index]
+  std::vector<double> timesteps;    // job.validation.timesteps
+  std::vector<NoisyBatch> inputs;   // [record · T + timestep index]
   std::vector<at::Tensor> targets;  // ε − x0, the cached latents' shape with a batch of 1
   int64_t records = 0;
 };

@@ -31,9 +31,9 @@ class ValidationTest : public ::testing::Test {
     cache_ = std::move(*cache);
   }
   JobConfig Job(const std::string& validation) {
-    auto job = ParseJobYaml(absl::StrCat("model: m\ndataset: ", JoinPath(dir_, "cache"),
-                                         "\nsteps: 4\nbatch_size: 2\nmicro_batches: 2\nseed: 3\nvalidation: ",
-                                         validation, "\n"));
+    auto job = ParseJobYaml(
+        absl::StrCat("model: m\ndataset: ", JoinPath(dir_, "cache"),
+                     "\nsteps: 4\nbatch_size: 2\nmicro_batches: 2\nseed: 3\nvalidation: ", validation, "\n"));
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? *job : JobConfig();
   }
@@ -117,7 +117,7 @@ TEST_F(ValidationTest, SeparateDatasetHoldsNothingOut) {
   EXPECT_EQ(job.validation.held_out(), 0);
   auto set = BuildValidationSet(job, family_, *cache_);
   ASSERT_TRUE(set.ok()) << set.status();
-  EXPECT_EQ(set->records, 12);  // samples: 0 = every record of the validation dataset
+  EXPECT_EQ(set->records, 12);             // samples: 0 = every record of the validation dataset
   EXPECT_EQ(set->inputs.size(), 12u * 5);  // the default timesteps 0.1 .. 0.9
 }
 

@@ -64,10 +64,10 @@ absl::StatusOr<StepSampler> StepSampler::Create(const CacheReader* cache, const 
     s.buckets_.push_back(members);
   }
   if (s.per_epoch_ == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "no bucket of the cache holds ", b, " samples (batch_size / micro_batches); the cache has ", cache->size(),
-        " samples in ", s.buckets_.size(), " buckets",
-        held_out.empty() ? "" : absl::StrCat(", ", held_out.size(), " of them held out for validation")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("no bucket of the cache holds ", b, " samples (batch_size / micro_batches); the cache has ",
+                     cache->size(), " samples in ", s.buckets_.size(), " buckets",
+                     held_out.empty() ? "" : absl::StrCat(", ", held_out.size(), " of them held out for validation")));
   }
   return s;
 }

@@ -90,8 +90,7 @@ class DecoderHalfImpl : public torch::nn::Module {
   explicit DecoderHalfImpl(const Flux2VaeConfig& c) {
     decoder = register_module("decoder", VaeDecoder(c));
     if (c.use_post_quant_conv) {
-      post_quant_conv =
-          register_module("post_quant_conv", MakeConv(c.latent_channels, c.latent_channels, 1, 1, 0));
+      post_quant_conv = register_module("post_quant_conv", MakeConv(c.latent_channels, c.latent_channels, 1, 1, 0));
     }
     bn = register_module("bn", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(c.patched_channels())
                                                           .eps(c.batch_norm_eps)
@@ -118,7 +117,8 @@ class Flux2VaeDecoderImpl : public Flux2VaeDecoder {
   const Flux2VaeConfig& config() const override { return config_; }
 
   absl::StatusOr<at::Tensor> Decode(const at::Tensor& latents) override {
-    if (!latents.defined() || latents.dim() != 4 || latents.size(1) != config_.latent_channels || latents.size(0) == 0) {
+    if (!latents.defined() || latents.dim() != 4 || latents.size(1) != config_.latent_channels ||
+        latents.size(0) == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("VAE decoder input must be [B, ", config_.latent_channels, ", h, w], got ",
                        latents.defined() ? ShapeString(latents.sizes()) : "an undefined tensor"));
@@ -144,8 +144,8 @@ class Flux2VaeDecoderImpl : public Flux2VaeDecoder {
     const int64_t b = tokens.size(0), l = config_.latent_channels;
     at::Tensor x = tokens.to(at::kFloat).permute({0, 2, 1}).reshape({b, c, gh, gw});  // _unpack_latents_with_ids
     at::Tensor mean = module_->bn->running_mean.to(at::kCPU, at::kFloat).view({1, c, 1, 1});
-    at::Tensor std = at::sqrt(module_->bn->running_var.to(at::kCPU, at::kFloat).view({1, c, 1, 1}) +
-                              config_.batch_norm_eps);
+    at::Tensor std =
+        at::sqrt(module_->bn->running_var.to(at::kCPU, at::kFloat).view({1, c, 1, 1}) + config_.batch_norm_eps);
     x = x * std + mean;
     // _unpatchify_latents: channel ch·4 + 2·dy + dx → latent channel ch at (2i + dy, 2j + dx).
     x = x.reshape({b, l, 2, 2, gh, gw}).permute({0, 1, 4, 2, 5, 3}).reshape({b, l, gh * 2, gw * 2});
