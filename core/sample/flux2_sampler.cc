@@ -40,14 +40,16 @@ NoisyBatch MicroBatchAt(const std::vector<at::Tensor>& latents, const std::vecto
 
 std::vector<double> Flux2SampleSigmas(int64_t steps, int64_t image_tokens) {
   const double mu = EmpiricalMu(image_tokens, steps);
+  // The scheduler shifts a float32 array with Python-float operands (NEP 50), so every operation rounds to float32:
+  // exp(mu) / (exp(mu) + (1/t − 1)) with each operand and result a float.
+  const float e = static_cast<float>(std::exp(mu));
   std::vector<double> sigmas;
   for (int64_t i = 0; i < steps; ++i) {
-    // np.linspace(1, 1/steps, steps) as float32, then FlowMatchEulerDiscreteScheduler's exponential time shift
-    // exp(mu) / (exp(mu) + (1/t − 1)), in float32 as the scheduler keeps it.
-    const double t0 = steps == 1 ? 1.0 : 1.0 + (1.0 / steps - 1.0) * static_cast<double>(i) / (steps - 1);
+    // np.linspace(1, 1/steps, steps): start + i·step in float64 with the last value exactly 1/steps; then float32.
+    double t0 = 1.0 / static_cast<double>(steps);
+    if (i + 1 < steps) t0 = static_cast<double>(i) * ((1.0 / static_cast<double>(steps) - 1.0) / (steps - 1)) + 1.0;
     const float t = static_cast<float>(t0);
-    const float shifted = static_cast<float>(std::exp(mu) / (std::exp(mu) + (1.0 / t - 1.0)));
-    sigmas.push_back(shifted);
+    sigmas.push_back(e / (e + (1.0f / t - 1.0f)));
   }
   sigmas.push_back(0.0);
   return sigmas;
