@@ -38,6 +38,11 @@ struct EnvelopeLimits {
 
 // Where ReadEnvelope puts the tensors: ordinary or page-locked host memory (a CUDA stage uploads from pinned
 // memory asynchronously; see core/device/transfer.h).
+// "step 3" for training work, "pass 7 (after step 3)" for a forward-only pass: how logs and errors name work.
+inline std::string WorkName(int64_t step, uint64_t pass) {
+  return pass != 0 ? absl::StrCat("pass ", pass, " (after step ", step, ")") : absl::StrCat("step ", step);
+}
+
 enum class HostMemory { kPageable, kPinned };
 
 // Writes `header`, then each tensor's chunks (map order), to `writer` (grpc::ClientWriter<v1::Envelope>

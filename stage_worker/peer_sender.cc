@@ -99,10 +99,10 @@ void PeerSender::Loop() {
       busy_ = false;
       bytes_sent_ += bytes;
       if (!status.ok() && error_.ok()) {
-        error_ = absl::Status(
-            status.code(),
-            absl::StrCat("sending ", v1::EnvelopeHeader::Kind_Name(item.header.kind()), " of step ", item.header.step(),
-                         " micro-batch ", item.header.micro_batch(), " to ", peer_name_, ": ", status.message()));
+        error_ = absl::Status(status.code(),
+                              absl::StrCat("sending ", v1::EnvelopeHeader::Kind_Name(item.header.kind()), " of ",
+                                           WorkName(item.header.step(), item.header.pass()), " micro-batch ",
+                                           item.header.micro_batch(), " to ", peer_name_, ": ", status.message()));
         queue_.clear();
       }
     }

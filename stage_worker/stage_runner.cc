@@ -53,11 +53,7 @@ absl::Status CheckGradientShapes(const std::map<std::string, std::vector<int64_t
 // Where a bundle waits in the inbox: training steps under their step (≥ 0), forward-only passes under −pass.
 int64_t InboxKey(int64_t step, uint64_t pass) { return pass != 0 ? -static_cast<int64_t>(pass) : step; }
 
-// "step 3" or "pass 7 (after step 3)", for progress and errors.
-std::string WorkName(const v1::StepPlan& plan) {
-  return plan.pass() != 0 ? absl::StrCat("pass ", plan.pass(), " (after step ", plan.step(), ")")
-                          : absl::StrCat("step ", plan.step());
-}
+std::string WorkName(const v1::StepPlan& plan) { return baton::WorkName(plan.step(), plan.pass()); }
 
 }  // namespace
 

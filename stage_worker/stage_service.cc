@@ -87,7 +87,7 @@ grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepP
   auto summary = runner_->RunStep(
       *plan, [ctx] { return ctx->IsCancelled(); }, sink, heartbeat);
   if (!summary.ok()) {
-    LogError("step ", plan->step(), " failed: ", summary.status().ToString());
+    LogError(WorkName(plan->step(), plan->pass()), " failed: ", summary.status().ToString());
     return ToGrpcStatus(summary.status());
   }
   v1::StepReply last;

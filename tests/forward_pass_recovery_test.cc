@@ -1,0 +1,94 @@
+// A stage worker lost during a forward-only pass (the coordinator's sample images or validation) costs the pass one
+// redo, not the run: the step executor recovers the stage as it does for a training step (StepExecutor::WithRecovery)
+// and the redone pass returns bitwise the outputs of the pass before the loss; training goes on afterwards.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "coordinator/job_plan.h"
+#include "coordinator/pipeline_trainer.h"
+#include "coordinator/stage_set.h"
+#include "coordinator/step_executor.h"
+#include "coordinator/step_inputs.h"
+#include "core/data/cache.h"
+#include "core/model/flux2_weights.h"
+#include "core/testing/paths.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/train/job.h"
+#include "core/util/files.h"
+
+namespace baton {
+namespace {
+
+TEST(ForwardPassRecoveryTest, KilledWorkerDuringAPassIsRestartedAndThePassRedone) {
+  const std::string dir = test_util::MakeTempDir("fwdpass_recovery");
+  Flux2Config c = test_util::TinyFlux2Config();
+  ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(dir, "model"), 1).ok());
+  ASSERT_TRUE(
+      WriteSyntheticCache(JoinPath(dir, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
+          .ok());
+  auto job = ParseJobYaml(absl::StrCat("model: ", JoinPath(dir, "model"), "\ndataset: ", JoinPath(dir, "cache"),
+                                       "\nlora: {rank: 4, targets: all-linear, dropout: 0.1}\n"
+                                       "steps: 2\nbatch_size: 4\nmicro_batches: 2\nschedule: 1f1b\nseed: 3\n"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  CoordinatorOptions o;
+  o.stages = 2;
+  o.output_dir = JoinPath(dir, "out");
+  o.stage_worker_binary = JoinPath(test_util::BinDir(), "stage_worker");
+  o.rpc_timeout = absl::Seconds(60);
+  o.connect_timeout = absl::Seconds(20);
+  o.worker_restart_timeout = absl::Seconds(30);
+  o.quiet = true;
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int>> recoveries;  // (step, stage)
+  o.hooks.on_recovery = [&](int64_t step, int stage, const std::string&) {
+    std::lock_guard<std::mutex> lock(mu);
+    recoveries.emplace_back(step, stage);
+  };
+
+  auto setup = SetUpJob(*job, o);
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  StageFleet fleet;
+  fleet.job_id = JobHash(*job);
+  fleet.schedule = setup->schedule;
+  fleet.loss_scale = 1.0f / static_cast<float>(setup->micro_batches);
+  fleet.stall_timeout = o.stall_timeout;
+  auto no_stop = [] { return false; };
+  StageSet stages(*job, o, setup->plan, &fleet, no_stop);
+  ASSERT_TRUE(stages.Start().ok());
+  std::map<std::string, at::Tensor> master;
+  for (auto& client : fleet.clients) {
+    auto w = client->GetLora(fleet.job_id);
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (auto& [name, t] : *w) master[name] = t + 0.01;
+  }
+  StepExecutor executor(*job, o, &fleet, &stages, no_stop);
+  auto inputs = PrepareStepInputs(*setup, 0);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+
+  auto first = executor.RunForwardPass(0, 1, inputs->shell, master);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), inputs->shell.size());
+
+  ASSERT_TRUE(stages.local()->Kill(1, SIGKILL).ok());
+  auto redone = executor.RunForwardPass(0, 2, inputs->shell, master);
+  ASSERT_TRUE(redone.ok()) << redone.status();  // the stage-0 log names "pass 2 (after step 0)"
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(recoveries.size(), 1u);
+    EXPECT_EQ(recoveries[0], std::make_pair(int64_t{0}, 1));
+  }
+  ASSERT_EQ(redone->size(), first->size());
+  for (size_t mb = 0; mb < first->size(); ++mb) EXPECT_TRUE(at::equal((*redone)[mb], (*first)[mb])) << mb;
+
+  // Training goes on with the restarted stage.
+  auto step = executor.Run(0, *inputs, master, nullptr, nullptr);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_TRUE(std::isfinite(step->summaries.back().losses(0)));
+  EXPECT_TRUE(stages.Stop().ok());
+}
+
+}  // namespace
+}  // namespace baton
