@@ -18,6 +18,7 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/train/job.h"
 #include "core/util/files.h"
+#include "tests/local_stages.h"
 
 namespace baton {
 namespace {
@@ -33,14 +34,7 @@ TEST(ForwardPassRecoveryTest, KilledWorkerDuringAPassIsRestartedAndThePassRedone
                                        "\nlora: {rank: 4, targets: all-linear, dropout: 0.1}\n"
                                        "steps: 2\nbatch_size: 4\nmicro_batches: 2\nschedule: 1f1b\nseed: 3\n"));
   ASSERT_TRUE(job.ok()) << job.status();
-  CoordinatorOptions o;
-  o.stages = 2;
-  o.output_dir = JoinPath(dir, "out");
-  o.stage_worker_binary = JoinPath(test_util::BinDir(), "stage_worker");
-  o.rpc_timeout = absl::Seconds(60);
-  o.connect_timeout = absl::Seconds(20);
-  o.worker_restart_timeout = absl::Seconds(30);
-  o.quiet = true;
+  CoordinatorOptions o = test_util::LocalStagesOptions(2, JoinPath(dir, "out"));
   std::mutex mu;
   std::vector<std::pair<int64_t, int>> recoveries;  // (step, stage)
   o.hooks.on_recovery = [&](int64_t step, int stage, const std::string&) {

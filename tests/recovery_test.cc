@@ -25,6 +25,7 @@
 #include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
+#include "tests/local_stages.h"
 
 namespace baton {
 namespace {
@@ -81,15 +82,7 @@ class RecoveryTest : public ::testing::Test {
   }
 
   static CoordinatorOptions Options(const std::string& out) {
-    CoordinatorOptions o;
-    o.stages = 2;
-    o.output_dir = JoinPath(*dir_, out);
-    o.stage_worker_binary = JoinPath(BinDir(), "stage_worker");
-    o.rpc_timeout = absl::Seconds(60);
-    o.connect_timeout = absl::Seconds(20);
-    o.worker_restart_timeout = absl::Seconds(30);
-    o.quiet = true;
-    return o;
+    return test_util::LocalStagesOptions(2, JoinPath(*dir_, out));
   }
 
   // The uninterrupted run every recovered one must equal, bitwise.

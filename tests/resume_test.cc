@@ -16,6 +16,7 @@
 #include "core/testing/run_command.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
+#include "tests/local_stages.h"
 
 namespace baton {
 namespace {
@@ -51,21 +52,13 @@ class ResumeTest : public ::testing::Test {
     return job.ok() ? *job : JobConfig{};
   }
   static CoordinatorOptions Options(int stages, const std::string& out, int64_t steps = 0, bool resume = false) {
-    CoordinatorOptions o;
-    o.stages = stages;
-    o.output_dir = JoinPath(*dir_, out);
-    o.stage_worker_binary = JoinPath(test_util::BinDir(), "stage_worker");
-    o.rpc_timeout = absl::Seconds(60);
-    o.connect_timeout = absl::Seconds(10);
-    o.quiet = true;
+    CoordinatorOptions o = test_util::LocalStagesOptions(stages, JoinPath(*dir_, out));
     o.steps = steps;
     o.resume = resume;
     return o;
   }
   static std::map<std::string, at::Tensor> Lora(const std::string& out) {
-    auto t = LoadAllSafetensors(JoinPath(JoinPath(*dir_, out), "lora.safetensors"));
-    EXPECT_TRUE(t.ok()) << t.status();
-    return t.ok() ? *t : std::map<std::string, at::Tensor>{};
+    return test_util::LoadRunLora(JoinPath(*dir_, out));
   }
   static std::string* dir_;
 };

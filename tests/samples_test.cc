@@ -21,6 +21,7 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/train/local_trainer.h"
 #include "core/util/files.h"
+#include "tests/local_stages.h"
 
 namespace baton {
 namespace {
@@ -61,20 +62,11 @@ class SamplesTest : public ::testing::Test {
   }
 
   static CoordinatorOptions Options(const std::string& out) {
-    CoordinatorOptions o;
-    o.stages = 2;
-    o.output_dir = JoinPath(*dir_, out);
-    o.stage_worker_binary = JoinPath(BinDir(), "stage_worker");
-    o.rpc_timeout = absl::Seconds(60);
-    o.connect_timeout = absl::Seconds(10);
-    o.quiet = true;
-    return o;
+    return test_util::LocalStagesOptions(2, JoinPath(*dir_, out));
   }
 
   static std::map<std::string, at::Tensor> Lora(const std::string& out) {
-    auto t = LoadAllSafetensors(JoinPath(JoinPath(*dir_, out), "lora.safetensors"));
-    EXPECT_TRUE(t.ok()) << t.status();
-    return t.ok() ? *t : std::map<std::string, at::Tensor>{};
+    return test_util::LoadRunLora(JoinPath(*dir_, out));
   }
 
   // train_log.jsonl's lines of one event kind.
