@@ -267,6 +267,8 @@ schedule: 1f1b
 seed: 1
 checkpoint_every: 20
 threads: 1
+validation: {{every: 10, samples: 2, timesteps: [0.1, 0.5, 0.9]}}
+samples: {{every: {JOB_STEPS}, prompts: [a red circle], steps: 2, size: [32, 32], seed: 0}}
 """)
         self._spawn("coordinator", [
             os.path.join(BIN, "coordinator"), "--stages", "2", "--job", job_path, "--output", self.output,

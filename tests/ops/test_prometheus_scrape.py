@@ -21,7 +21,8 @@ HISTOGRAM = ("_bucket", "_sum", "_count")
 REQUIRED = {
     "coordinator": ["baton_steps_completed_total", "baton_step", "baton_steps_target", "baton_loss",
                     "baton_learning_rate", "baton_gradient_norm", "baton_samples_per_second",
-                    "baton_checkpoint_last_success_timestamp_seconds", "baton_stage_up"]
+                    "baton_checkpoint_last_success_timestamp_seconds", "baton_stage_up", "baton_validation_loss",
+                    "baton_sample_seconds", "baton_sample_images_total"]
     + [f"baton_step_duration_seconds{s}" for s in HISTOGRAM]
     + [f"baton_checkpoint_duration_seconds{s}" for s in HISTOGRAM],
     "stage_worker": ["baton_stage_forward_seconds_total", "baton_stage_backward_seconds_total",
@@ -113,6 +114,14 @@ def check_values(job, check):
     for name in ("baton_loss", "baton_gradient_norm", "baton_learning_rate", "baton_samples_per_second"):
         v = list(prom.values(name).values())
         check.expect(len(v) == 1 and is_finite(v[0]) and v[0] > 0, f"{name} = {v}")
+    # The job validates at timesteps 0.1, 0.5, 0.9 and renders one sample image before its first step.
+    validation = prom.values("baton_validation_loss")
+    check.expect(sorted(re.findall(r'timestep="([^"]+)"', " ".join(validation))) == ["0.1", "0.5", "0.9", "mean"]
+                 and all(is_finite(x) and x > 0 for x in validation.values()), f"baton_validation_loss: {validation}")
+    images = list(prom.values("baton_sample_images_total").values())
+    seconds = list(prom.values("baton_sample_seconds").values())
+    check.expect(images == [1.0] and len(seconds) == 1 and is_finite(seconds[0]) and seconds[0] > 0,
+                 f"baton_sample_images_total = {images}, baton_sample_seconds = {seconds}")
     memory = prom.values("baton_process_resident_memory_bytes")
     check.expect(len(memory) == 4 and all(x > 1e6 for x in memory.values()),
                  "resident memory of 4 processes: " + ", ".join(f"{x / 2**20:.0f} MiB" for x in memory.values()))
