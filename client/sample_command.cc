@@ -3,6 +3,7 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_split.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -126,12 +127,16 @@ absl::Status Sample(const Args& args) {
     ASSIGN_OR_RETURN(local, OpenLocal(args, dtype));
     denoiser = ModelDenoiser(*local.family, *local.shell, *local.stage, dtype, at::kCPU);
   }
-  auto progress = [](int64_t done, int64_t total) {
-    std::printf("\rdenoising step %lld/%lld", static_cast<long long>(done), static_cast<long long>(total));
+  // One line rewritten in place on a terminal; one line per step in a log.
+  const bool tty = ::isatty(STDOUT_FILENO);
+  auto progress = [&](int64_t done, int64_t total) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%sdenoising step %lld/%lld (%.1f s)%s", tty ? "\r" : "", static_cast<long long>(done),
+                static_cast<long long>(total), elapsed, tty ? "" : "\n");
     std::fflush(stdout);
   };
   ASSIGN_OR_RETURN(std::vector<at::Tensor> latents, SampleFlux2(denoiser, {embeds}, {noise}, s, progress));
-  std::printf("\n");
+  if (tty) std::printf("\n");
   if (session) RETURN_IF_ERROR(session->Stop());
   if (args.Has("out_latents")) RETURN_IF_ERROR(WriteSafetensors(args.Get("out_latents"), {{"latents", latents[0]}}));
   ASSIGN_OR_RETURN(auto decoder, Flux2VaeDecoder::Load(pipeline, at::kFloat, at::kCPU));
