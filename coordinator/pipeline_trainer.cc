@@ -197,6 +197,13 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   return result;
 }
 
+// Sample prompts go through the job's encoder worker when it has one (the coordinator's host may not hold the text
+// encoder); else the pipeline's text encoder runs here, once, cached in the output folder.
+PromptEncoder PromptEncoderFor(const JobConfig& job, const CoordinatorOptions& options) {
+  if (!job.encode.encoder_worker.empty()) return WorkerPromptEncoder(job.encode.encoder_worker, options.rpc_timeout);
+  return LocalPromptEncoder(job, options.output_dir);
+}
+
 }  // namespace
 
 void RequestCoordinatorStop() { g_stop_requested = true; }
@@ -206,10 +213,9 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(JobSetup setup, SetUpJob(job, options));
   // Before any worker starts: a job that cannot evaluate (samples of a Wan model, prompts that do not encode) fails.
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<TrainingEvals> evals,
-      TrainingEvals::Create(job, *setup.model, *setup.cache, options.output_dir,
-                            LocalPromptEncoder(job, options.output_dir), setup.micro_batches, options.quiet));
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainingEvals> evals,
+                   TrainingEvals::Create(job, *setup.model, *setup.cache, options.output_dir,
+                                         PromptEncoderFor(job, options), setup.micro_batches, options.quiet));
   StageFleet fleet;
   fleet.job_id = JobHash(job);
   fleet.schedule = setup.schedule;

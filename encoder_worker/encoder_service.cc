@@ -15,6 +15,7 @@
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
 #include "rpc/tls.h"
+#include "rpc/wire.h"
 
 namespace baton {
 namespace {
@@ -91,6 +92,63 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   last.set_finished(true);
   for (const auto& e : report->errors) last.add_errors(absl::StrCat(e.path, ": ", e.status.message()));
   writer->Write(last);
+  return grpc::Status::OK;
+}
+
+namespace {
+
+constexpr int kMaxPrompts = 256;
+constexpr size_t kMaxPromptBytes = 16 << 10;
+
+absl::Status CheckPromptsRequest(const v1::EncodePromptsRequest& req, const SampleEncoder& encoder) {
+  if (req.prompts_size() < 1 || req.prompts_size() > kMaxPrompts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EncodePrompts takes 1 to ", kMaxPrompts, " prompts, got ", req.prompts_size()));
+  }
+  for (int i = 0; i < req.prompts_size(); ++i) {
+    if (req.prompts(i).size() > kMaxPromptBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt ", i, " has ", req.prompts(i).size(), " bytes; at most ", kMaxPromptBytes));
+    }
+  }
+  if (req.max_sequence_length() <= 0) return absl::InvalidArgumentError("max_sequence_length must be positive");
+  if (encoder.encodes_video()) {
+    return absl::UnimplementedError(
+        absl::StrCat("sample prompts are encoded for FLUX.2 pipelines only; this worker "
+                     "serves ",
+                     encoder.identity()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status EncoderServiceImpl::EncodePrompts(grpc::ServerContext* ctx, const v1::EncodePromptsRequest* req,
+                                               grpc::ServerWriter<v1::EncodePromptsReply>* writer) {
+  if (absl::Status s = CheckPromptsRequest(*req, *encoder_); !s.ok()) return ToGrpcStatus(s);
+  std::lock_guard<std::mutex> lock(busy_);
+  LogInfo("encoding ", req->prompts_size(), " sample prompts");
+  v1::EncodePromptsReply reply;
+  reply.set_identity(encoder_->identity());
+  for (int i = 0; i < req->prompts_size(); ++i) {
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+    auto embeds = encoder_->EncodeText(req->prompts(i));
+    if (!embeds.ok()) return ToGrpcStatus(Annotate(embeds.status(), absl::StrCat("prompt ", i)));
+    if (embeds->size(0) != req->max_sequence_length()) {
+      return ToGrpcStatus(
+          absl::FailedPreconditionError(absl::StrCat("this encoder worker pads prompts to ", embeds->size(0),
+                                                     " tokens (its --max_sequence_length; the cache "
+                                                     "it writes has that length), the caller asks for ",
+                                                     req->max_sequence_length())));
+    }
+    absl::Status s = AppendTensorChunks(absl::StrCat(i), *embeds, kMaxChunkBytes, [&](v1::TensorChunk&& c) {
+      *reply.mutable_chunk() = std::move(c);
+      const bool ok = writer->Write(reply);
+      reply.clear_identity();
+      return ok;
+    });
+    if (!s.ok()) return ToGrpcStatus(s);
+  }
   return grpc::Status::OK;
 }
 

@@ -20,12 +20,14 @@ class EncoderServiceImpl final : public v1::EncoderService::Service {
       : encoder_(encoder), default_resolution_(default_resolution), cache_root_(std::move(cache_root)) {}
   grpc::Status EncodeDataset(grpc::ServerContext* ctx, const v1::EncodeDatasetRequest* req,
                              grpc::ServerWriter<v1::EncodeProgress>* writer) override;
+  grpc::Status EncodePrompts(grpc::ServerContext* ctx, const v1::EncodePromptsRequest* req,
+                             grpc::ServerWriter<v1::EncodePromptsReply>* writer) override;
 
  private:
   SampleEncoder* encoder_;
   int64_t default_resolution_;
   std::string cache_root_;
-  std::mutex busy_;
+  std::mutex busy_;  // held by the call using encoder_ (EncodeDataset refuses to wait for it, EncodePrompts waits)
 };
 
 // Bucket settings for a square target resolution (area = resolution², sides multiples of 16).

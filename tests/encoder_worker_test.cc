@@ -7,9 +7,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "baton/v1/encoder.grpc.pb.h"
 #include "client/commands.h"
+#include "coordinator/encoder_client.h"
 #include "coordinator/local_tls.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
@@ -19,6 +21,7 @@
 #include "core/testing/run_command.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/train/job.h"
+#include "core/train/local_trainer.h"
 #include "core/util/files.h"
 #include "encoder_worker/encoder_service.h"
 #include "rpc/grpc_options.h"
@@ -192,22 +195,34 @@ TEST_F(EncoderWorkerTest, ServiceWritesOnlyInsideItsCacheRootAndKeepsForeignFile
   server->Shutdown();
 }
 
-TEST_F(EncoderWorkerTest, CoordinatorEncodesOnDemandThenTrains) {
-  auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
-  ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), 64, *root_);
-  // Mutual TLS as in production: the coordinator's identity (its ephemeral CA's) serves here as the worker's too.
-  ASSERT_TRUE(LocalWorkerSecurityArgs().ok());
+// The encoder service over mutual TLS, as a coordinator meets it in production; the coordinator's ephemeral identity
+// serves as the worker's too.
+struct TlsEncoderServer {
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+TlsEncoderServer StartTlsEncoderServer(EncoderServiceImpl& service) {
+  TlsEncoderServer s;
+  EXPECT_TRUE(LocalWorkerSecurityArgs().ok());
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", PeerServerCredentials(*GetProcessSecurity()), &port);
   builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
-  ASSERT_TRUE(server && port > 0);
+  s.server = builder.BuildAndStart();
+  EXPECT_TRUE(s.server && port > 0);
+  s.address = absl::StrCat("127.0.0.1:", port);
+  return s;
+}
+
+TEST_F(EncoderWorkerTest, CoordinatorEncodesOnDemandThenTrains) {
+  auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  EncoderServiceImpl service(encoder->get(), 64, *root_);
+  TlsEncoderServer worker = StartTlsEncoderServer(service);
   std::string cache = JoinPath(*root_, "ondemand_cache");
   auto job = ParseJobYaml(absl::StrCat(
       "model: ", Pipeline(), "\ndataset: ", cache, "\nencode: {images: ", MakeDataset("ondemand"),
-      ", encoder_worker: '127.0.0.1:", port, "', resolution: 64}\nsteps: 2\nbatch_size: 2\nmicro_batches: 2\n"));
+      ", encoder_worker: '", worker.address, "', resolution: 64}\nsteps: 2\nbatch_size: 2\nmicro_batches: 2\n"));
   ASSERT_TRUE(job.ok()) << job.status();
   CoordinatorOptions options;
   options.stages = 2;
@@ -220,7 +235,69 @@ TEST_F(EncoderWorkerTest, CoordinatorEncodesOnDemandThenTrains) {
   auto reader = CacheReader::Open(cache);
   ASSERT_TRUE(reader.ok());
   EXPECT_EQ((*reader)->size(), 2u);
-  server->Shutdown();
+  worker.server->Shutdown();
+}
+
+TEST_F(EncoderWorkerTest, SamplePromptsAreEncodedOnTheWorker) {
+  auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  EncoderServiceImpl service(encoder->get(), 64, *root_);
+  TlsEncoderServer worker = StartTlsEncoderServer(service);
+  const absl::Duration timeout = absl::Seconds(60);
+
+  // What the worker sends is its encoder's own output, bit for bit, in request order.
+  const std::vector<std::string> prompts = {"a red circle", "a blue square on a yellow background"};
+  auto embeds = EncodePromptsOnWorker(worker.address, prompts, 512, timeout);
+  ASSERT_TRUE(embeds.ok()) << embeds.status();
+  ASSERT_EQ(embeds->size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto expected = (*encoder)->EncodeText(prompts[i]);
+    ASSERT_TRUE(expected.ok());
+    EXPECT_TRUE(at::equal((*embeds)[i], *expected)) << prompts[i];
+  }
+  EXPECT_FALSE(at::equal((*embeds)[0], (*embeds)[1]));
+
+  // A length other than the worker's (its cache's) and malformed requests are refused, saying why.
+  auto wrong = EncodePromptsOnWorker(worker.address, prompts, 100, timeout);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition) << wrong.status();
+  EXPECT_NE(wrong.status().message().find("--max_sequence_length"), std::string::npos) << wrong.status();
+  EXPECT_EQ(EncodePromptsOnWorker(worker.address, {}, 512, timeout).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodePromptsOnWorker(worker.address, {std::string(20000, 'x')}, 512, timeout).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  worker.server->Shutdown();
+}
+
+TEST_F(EncoderWorkerTest, CoordinatorWithoutATextEncoderRendersSamplesThroughTheWorker) {
+  auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  EncoderServiceImpl service(encoder->get(), 64, *root_);
+  TlsEncoderServer worker = StartTlsEncoderServer(service);
+  // The coordinator's copy of the pipeline has no text encoder and no tokenizer (a host too small for them).
+  const std::string model = JoinPath(*root_, "no_text_encoder");
+  ASSERT_TRUE(MakeDirs(model).ok());
+  for (const char* part : {"transformer", "vae", "scheduler", "model_index.json"}) {
+    std::filesystem::copy(JoinPath(Pipeline(), part), JoinPath(model, part), std::filesystem::copy_options::recursive);
+  }
+  auto job = ParseJobYaml(absl::StrCat(
+      "model: ", model, "\ndataset: ", JoinPath(*root_, "prompts_cache"), "\nencode: {images: ", MakeDataset("prompts"),
+      ", encoder_worker: '", worker.address, "', resolution: 64}\nsteps: 1\nbatch_size: 2\nmicro_batches: 2\n",
+      "samples: {every: 1, prompts: [a red circle], steps: 2, size: [32, 32]}\n"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string out = JoinPath(*root_, "prompts_out");
+  EXPECT_FALSE(LocalPromptEncoder(*job, out)({"a red circle"}, 512).ok()) << "the copy still holds a text encoder";
+  CoordinatorOptions options;
+  options.stages = 2;
+  options.output_dir = out;
+  options.stage_worker_binary = JoinPath(BinDir(), "stage_worker");
+  options.quiet = true;
+  auto result = RunCoordinator(*job, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (const char* file : {"samples/step-0/0.png", "samples/step-1/0.png", "samples/step-1/contact_sheet.png"}) {
+    EXPECT_TRUE(PathExists(JoinPath(out, file))) << file;
+  }
+  EXPECT_FALSE(PathExists(JoinPath(out, "samples/prompt_embeds.safetensors")));  // nothing encoded here
+  worker.server->Shutdown();
 }
 
 TEST_F(EncoderWorkerTest, ClientDebugCommandsWriteTheDocumentedKeys) {
