@@ -114,9 +114,7 @@ absl::Status CheckPromptsRequest(const v1::EncodePromptsRequest& req, const Samp
   if (req.max_sequence_length() <= 0) return absl::InvalidArgumentError("max_sequence_length must be positive");
   if (encoder.encodes_video()) {
     return absl::UnimplementedError(
-        absl::StrCat("sample prompts are encoded for FLUX.2 pipelines only; this worker "
-                     "serves ",
-                     encoder.identity()));
+        absl::StrCat("sample prompts are encoded for FLUX.2 pipelines only; this worker serves ", encoder.identity()));
   }
   return absl::OkStatus();
 }
@@ -135,11 +133,10 @@ grpc::Status EncoderServiceImpl::EncodePrompts(grpc::ServerContext* ctx, const v
     auto embeds = encoder_->EncodeText(req->prompts(i));
     if (!embeds.ok()) return ToGrpcStatus(Annotate(embeds.status(), absl::StrCat("prompt ", i)));
     if (embeds->size(0) != req->max_sequence_length()) {
-      return ToGrpcStatus(
-          absl::FailedPreconditionError(absl::StrCat("this encoder worker pads prompts to ", embeds->size(0),
-                                                     " tokens (its --max_sequence_length; the cache "
-                                                     "it writes has that length), the caller asks for ",
-                                                     req->max_sequence_length())));
+      return ToGrpcStatus(absl::FailedPreconditionError(
+          absl::StrCat("this encoder worker pads prompts to ", embeds->size(0),
+                       " tokens (its --max_sequence_length; the cache it writes has that length), the caller asks for ",
+                       req->max_sequence_length())));
     }
     absl::Status s = AppendTensorChunks(absl::StrCat(i), *embeds, kMaxChunkBytes, [&](v1::TensorChunk&& c) {
       *reply.mutable_chunk() = std::move(c);
