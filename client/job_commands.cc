@@ -150,6 +150,10 @@ absl::Status Watch(const Args& args) {
     } else if (event.checkpoint_step() > 0) {
       std::printf("job %s checkpoint step %lld\n", last.job_id().c_str(),
                   static_cast<long long>(event.checkpoint_step()));
+    } else if (event.has_validation()) {
+      std::printf("job %s %s\n", last.job_id().c_str(), ValidationLine(event.validation()).c_str());
+    } else if (event.has_samples()) {
+      std::printf("job %s %s\n", last.job_id().c_str(), SamplesLine(event.samples()).c_str());
     } else {
       std::printf("%s\n", JobSummaryLine(last).c_str());
     }
@@ -206,6 +210,19 @@ absl::Status Download(const Args& args) {
   req.set_job_id(args.Get("JOB_ID"));
   ASSIGN_OR_RETURN(int64_t step, args.GetInt("checkpoint"));
   req.set_checkpoint_step(step);
+  if (args.Has("samples")) {
+    if (step != 0) return absl::InvalidArgumentError("--samples and --checkpoint name different files: pick one");
+    ASSIGN_OR_RETURN(int64_t samples_step, args.GetInt("samples"));
+    req.set_samples_step(samples_step);
+    std::string file = "contact_sheet.png";
+    if (args.Has("image")) {
+      ASSIGN_OR_RETURN(int64_t k, args.GetInt("image"));
+      file = absl::StrCat(k, ".png");
+    }
+    req.set_sample_file(file);
+  } else if (args.Has("image")) {
+    return absl::InvalidArgumentError("--image needs --samples STEP");
+  }
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(absl::Minutes(30)));
   ASSIGN_OR_RETURN(auto stub, Connect(args));
@@ -264,9 +281,12 @@ std::vector<Command> JobCommands() {
       {"checkpoints", "List a job's checkpoints: step, time, size, path on the coordinator.",
        ServerFlags({JobIdArg(true)}), Checkpoints},
       {"download",
-       "Fetch a job's LoRA (lora.safetensors): the latest, or one checkpoint's; checked and written atomically.",
+       "Fetch a job's LoRA (lora.safetensors): the latest, or one checkpoint's; or, with --samples, one of its sample "
+       "images; checked and written atomically.",
        ServerFlags({JobIdArg(true),
                     {"checkpoint", "checkpoint step (0: the job's latest lora.safetensors)", "0"},
+                    {"samples", "instead: the sample rendering after this many steps (its contact sheet)"},
+                    {"image", "with --samples: prompt K's image instead of the contact sheet"},
                     {"out", "file to write", "", true}}),
        Download},
   };

@@ -91,8 +91,23 @@ std::string JobPanel(const v1::JobInfo& job, int bar_width) {
                               static_cast<int>(std::lround(100 * busy)), static_cast<int>(std::lround(100 * mean))));
   }
   if (job.last_checkpoint_step() > 0) absl::StrAppend(&out, "checkpoint: step ", job.last_checkpoint_step(), "\n");
+  if (job.has_last_validation()) absl::StrAppend(&out, ValidationLine(job.last_validation()), "\n");
+  if (job.has_last_samples()) absl::StrAppend(&out, SamplesLine(job.last_samples()), "\n");
   if (!job.error().empty()) absl::StrAppend(&out, "error: ", job.error(), "\n");
   return out;
+}
+
+std::string ValidationLine(const v1::ValidationProgress& v) {
+  std::string per_timestep;
+  for (int i = 0; i < v.timesteps_size() && i < v.losses_size(); ++i) {
+    absl::StrAppend(&per_timestep, i > 0 ? ", " : "", absl::StrFormat("t=%g %.5f", v.timesteps(i), v.losses(i)));
+  }
+  return absl::StrFormat("validation after step %d: mean %.5f (%s)", v.step(), v.mean(), per_timestep);
+}
+
+std::string SamplesLine(const v1::SamplesProgress& s) {
+  return absl::StrFormat("samples after step %d: %d images, %.2f s each: %s", s.step(), s.images(),
+                         s.seconds_per_sample(), s.contact_sheet());
 }
 
 std::string JobSummaryLine(const v1::JobInfo& job) {

@@ -51,6 +51,26 @@ TEST(WatchViewTest, PlainLineAndPanelShowStepLossPaceAndStageBusy) {
   EXPECT_NE(panel.find("stage 0  ██████    75% busy"), std::string::npos) << panel;
   EXPECT_NE(panel.find("stage 1  ████      50% busy"), std::string::npos) << panel;
   EXPECT_NE(panel.find("ETA 2m30s"), std::string::npos) << panel;
+  EXPECT_EQ(panel.find("validation"), std::string::npos) << panel;  // none yet
+}
+
+TEST(WatchViewTest, EvaluationsReadAsTheCoordinatorPrintsThem) {
+  v1::JobInfo job;
+  v1::ValidationProgress* v = job.mutable_last_validation();
+  v->set_step(30);
+  for (double t : {0.1, 0.5}) v->add_timesteps(t);
+  for (double l : {1.5, 1.75}) v->add_losses(l);
+  v->set_mean(1.625);
+  v1::SamplesProgress* s = job.mutable_last_samples();
+  s->set_step(30);
+  s->set_images(4);
+  s->set_seconds_per_sample(0.244);
+  s->set_contact_sheet("out/samples/step-30/contact_sheet.png");
+  EXPECT_EQ(ValidationLine(*v), "validation after step 30: mean 1.62500 (t=0.1 1.50000, t=0.5 1.75000)");
+  EXPECT_EQ(SamplesLine(*s), "samples after step 30: 4 images, 0.24 s each: out/samples/step-30/contact_sheet.png");
+  const std::string panel = JobPanel(job, 8);
+  EXPECT_NE(panel.find(ValidationLine(*v) + "\n"), std::string::npos) << panel;
+  EXPECT_NE(panel.find(SamplesLine(*s) + "\n"), std::string::npos) << panel;
 }
 
 }  // namespace

@@ -96,8 +96,8 @@ absl::StatusOr<v1::JobInfo> JobQueue::Stop(const std::string& job_id) {
   return InfoLocked(job);
 }
 
-absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uint64_t seen_version, int64_t from_step,
-                                                  size_t checkpoints_seen, absl::Duration timeout) const {
+absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uint64_t seen_version,
+                                                  const WatchCursor& cursor, absl::Duration timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
   std::string id = job_id;
   if (id.empty()) {
@@ -111,9 +111,12 @@ absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uin
   update.job = InfoLocked(*job);
   update.version = job->version;
   for (const v1::StepProgress& s : job->steps) {
-    if (s.step() > from_step) update.steps.push_back(s);
+    if (s.step() > cursor.from_step) update.steps.push_back(s);
   }
-  for (size_t i = checkpoints_seen; i < job->checkpoints.size(); ++i) update.checkpoints.push_back(job->checkpoints[i]);
+  for (size_t i = cursor.checkpoints_seen; i < job->checkpoints.size(); ++i) {
+    update.checkpoints.push_back(job->checkpoints[i]);
+  }
+  for (size_t i = cursor.evals_seen; i < job->evals.size(); ++i) update.evals.push_back(job->evals[i]);
   return update;
 }
 
@@ -212,7 +215,37 @@ CoordinatorHooks JobQueue::HooksFor(int64_t id) {
     }
     if (next) next(step, seconds);
   };
+  hooks.on_eval = [this, id, next = base.on_eval](const EvalReport& report) {
+    OnEval(id, report);
+    if (next) next(report);
+  };
   return hooks;
+}
+
+void JobQueue::OnEval(int64_t id, const EvalReport& report) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Job& job = jobs_.at(id);
+  if (report.validation) {
+    v1::WatchEvent event;
+    v1::ValidationProgress* v = event.mutable_validation();
+    v->set_step(report.step);
+    v->mutable_timesteps()->Assign(report.validation->timesteps.begin(), report.validation->timesteps.end());
+    v->mutable_losses()->Assign(report.validation->losses.begin(), report.validation->losses.end());
+    v->set_mean(report.validation->mean);
+    *job.info.mutable_last_validation() = *v;
+    job.evals.push_back(std::move(event));
+  }
+  if (report.samples) {
+    v1::WatchEvent event;
+    v1::SamplesProgress* p = event.mutable_samples();
+    p->set_step(report.step);
+    p->set_images(report.samples->images);
+    p->set_seconds_per_sample(report.samples->seconds_per_sample);
+    p->set_contact_sheet(report.samples->contact_sheet);
+    *job.info.mutable_last_samples() = *p;
+    job.evals.push_back(std::move(event));
+  }
+  Changed(job);
 }
 
 void JobQueue::OnStep(int64_t id, const PipelineStepRecord& rec) {

@@ -28,11 +28,19 @@
 
 namespace baton {
 
-// What a watcher has not seen yet: the job now, and the steps and checkpoints after the ones it had.
+// What a watcher has seen of a job.
+struct WatchCursor {
+  int64_t from_step = 0;        // the steps up to this one
+  size_t checkpoints_seen = 0;  // the job's first checkpoints
+  size_t evals_seen = 0;        // the job's first evaluations
+};
+
+// What a watcher has not seen yet: the job now, and the steps, checkpoints and evaluations after its cursor.
 struct JobUpdate {
   v1::JobInfo job;
   std::vector<v1::StepProgress> steps;  // steps after `from_step`, in order
   std::vector<int64_t> checkpoints;     // checkpoint steps after the first `checkpoints_seen`
+  std::vector<v1::WatchEvent> evals;    // validation or samples events after the first `evals_seen`, in order
   uint64_t version = 0;                 // pass back to WaitForUpdate
   bool ended() const { return job.state() >= v1::JOB_STATE_FINISHED; }
 };
@@ -57,8 +65,8 @@ class JobQueue {
   absl::StatusOr<v1::JobInfo> Stop(const std::string& job_id);
   // Blocks until the job's version passes `seen_version` or `timeout` passes, then returns what is new.
   // Empty job_id: the running job, else the first queued one (NotFound when neither).
-  absl::StatusOr<JobUpdate> WaitForUpdate(const std::string& job_id, uint64_t seen_version, int64_t from_step,
-                                          size_t checkpoints_seen, absl::Duration timeout) const;
+  absl::StatusOr<JobUpdate> WaitForUpdate(const std::string& job_id, uint64_t seen_version, const WatchCursor& cursor,
+                                          absl::Duration timeout) const;
   // Stops the running job with a checkpoint and waits for it; job.json marks it to resume on the next Start,
   // and queued jobs stay queued.
   void Shutdown();
@@ -70,6 +78,7 @@ class JobQueue {
     JobConfig config;
     std::vector<v1::StepProgress> steps;
     std::vector<int64_t> checkpoints;
+    std::vector<v1::WatchEvent> evals;  // each with its validation or samples set
     uint64_t version = 1;
     double run_seconds = 0;    // sum of step times, for the ETA
     bool resume = false;       // continue from the newest checkpoint in the output folder
@@ -81,6 +90,7 @@ class JobQueue {
   void RunOne(int64_t id);
   CoordinatorHooks HooksFor(int64_t id);
   void OnStep(int64_t id, const PipelineStepRecord& rec);
+  void OnEval(int64_t id, const EvalReport& report);
   void Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& result);
   void Changed(Job& job);              // requires mu_: bumps the version, wakes watchers
   void Persist(const Job& job) const;  // requires mu_

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <regex>
 #include <thread>
 
 #include "baton/v1/job_service.grpc.pb.h"
@@ -39,6 +40,26 @@ double MtimeUnix(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return 0;
   return static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) * 1e-9;
+}
+
+// The step an evaluation event (validation or samples) ran after.
+int64_t EvalStep(const v1::WatchEvent& e) { return e.has_validation() ? e.validation().step() : e.samples().step(); }
+
+// The file a Download asks for, inside the job's output folder: its LoRA, a checkpoint's, or a sample rendering's
+// contact sheet, K.png or prompts.txt. Any other sample file name is refused (no path leaves the step's folder).
+absl::StatusOr<std::string> DownloadPath(const v1::DownloadRequest& req, const std::string& output_dir) {
+  if (!req.has_samples_step()) {
+    const std::string dir = req.checkpoint_step() > 0 ? CheckpointDir(output_dir, req.checkpoint_step()) : output_dir;
+    return JoinPath(dir, "lora.safetensors");
+  }
+  const std::string file = req.sample_file().empty() ? "contact_sheet.png" : req.sample_file();
+  static const std::regex kSampleFile("contact_sheet\\.png|[0-9]{1,4}\\.png|prompts\\.txt");
+  if (!std::regex_match(file, kSampleFile)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sample_file must be contact_sheet.png, K.png (prompt K) or prompts.txt, not '", file, "'"));
+  }
+  if (req.samples_step() < 0) return absl::InvalidArgumentError("samples_step must be >= 0");
+  return JoinPath(JoinPath(output_dir, absl::StrCat("samples/step-", req.samples_step())), file);
 }
 
 class JobServiceImpl final : public v1::JobService::Service {
@@ -104,47 +125,50 @@ class JobServiceImpl final : public v1::JobService::Service {
   JobQueue* queue_;
 };
 
-// Events for what changed since the last round: one per new step, one per new checkpoint, one per state
-// change, and a last one marked final.
+// Events for what changed since the last round, in the order they happened: one per new step, then that step's
+// checkpoint and evaluations (validation, samples), one per state change, and a last one marked final.
 grpc::Status JobServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
                                    grpc::ServerWriter<v1::WatchEvent>* writer) {
   std::string id = req->job_id();
   uint64_t version = 0;
-  int64_t from_step = req->from_step();
-  size_t checkpoints_seen = 0;
+  WatchCursor cursor;
+  cursor.from_step = req->from_step();
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
   while (!ctx->IsCancelled()) {
-    auto update = queue_->WaitForUpdate(id, version, from_step, checkpoints_seen, absl::Milliseconds(500));
+    auto update = queue_->WaitForUpdate(id, version, cursor, absl::Milliseconds(500));
     if (!update.ok()) return ToGrpcStatus(update.status());
     id = update->job.job_id();  // an empty id follows the job it found first
     version = update->version;
-    v1::WatchEvent event;
-    *event.mutable_job() = update->job;
-    // In step order: a checkpoint of step k follows step k's event.
-    size_t c = 0;
-    auto send_checkpoints_upto = [&](int64_t step) {
-      for (; c < update->checkpoints.size() && update->checkpoints[c] <= step; ++c) {
-        if (update->checkpoints[c] <= req->from_step()) {  // the client asked for what came after
-          ++checkpoints_seen;
-          continue;
-        }
-        event.clear_step();
+    // A checkpoint or an evaluation after step k follows step k's event; the client asked for what came after
+    // req->from_step (evaluations at that step included: they ran after it).
+    size_t c = 0, e = 0;
+    auto send_upto = [&](int64_t step) {
+      for (; c < update->checkpoints.size() && update->checkpoints[c] <= step; ++c, ++cursor.checkpoints_seen) {
+        if (update->checkpoints[c] <= req->from_step()) continue;
+        v1::WatchEvent event;
+        *event.mutable_job() = update->job;
         event.set_checkpoint_step(update->checkpoints[c]);
         if (!writer->Write(event)) return false;
-        ++checkpoints_seen;
+      }
+      for (; e < update->evals.size() && EvalStep(update->evals[e]) <= step; ++e, ++cursor.evals_seen) {
+        if (EvalStep(update->evals[e]) < req->from_step()) continue;
+        v1::WatchEvent event = update->evals[e];
+        *event.mutable_job() = update->job;
+        if (!writer->Write(event)) return false;
       }
       return true;
     };
     for (const v1::StepProgress& step : update->steps) {
-      if (!send_checkpoints_upto(step.step() - 1)) return grpc::Status::CANCELLED;
-      event.clear_checkpoint_step();
+      if (!send_upto(step.step() - 1)) return grpc::Status::CANCELLED;
+      v1::WatchEvent event;
+      *event.mutable_job() = update->job;
       *event.mutable_step() = step;
       if (!writer->Write(event)) return grpc::Status::CANCELLED;
-      from_step = step.step();
+      cursor.from_step = step.step();
     }
-    if (!send_checkpoints_upto(INT64_MAX)) return grpc::Status::CANCELLED;
-    event.clear_step();
-    event.clear_checkpoint_step();
+    if (!send_upto(INT64_MAX)) return grpc::Status::CANCELLED;
+    v1::WatchEvent event;
+    *event.mutable_job() = update->job;
     if (update->ended()) {
       event.set_final(true);
       writer->Write(event);
@@ -163,15 +187,16 @@ grpc::Status JobServiceImpl::Download(grpc::ServerContext* ctx, const v1::Downlo
   auto info = queue_->Get(req->job_id());
   if (!info.ok()) return ToGrpcStatus(info.status());
   if (req->job_id().empty()) return ToGrpcStatus(absl::InvalidArgumentError("job_id is required"));
-  const std::string dir =
-      req->checkpoint_step() > 0 ? CheckpointDir(info->output_dir(), req->checkpoint_step()) : info->output_dir();
-  const std::string path = JoinPath(dir, "lora.safetensors");
+  auto path = DownloadPath(*req, info->output_dir());
+  if (!path.ok()) return ToGrpcStatus(path.status());
+  const std::string file_name = std::filesystem::path(*path).filename().string();
   // Whole file read at once: a LoRA is tens of MB, and the job may replace the file (atomically) meanwhile.
-  auto data = ReadFile(path);
+  auto data = ReadFile(*path);
   if (!data.ok()) {
-    return ToGrpcStatus(absl::NotFoundError(
-        absl::StrCat("job ", req->job_id(), " has no ", path,
-                     req->checkpoint_step() > 0 ? " (see baton checkpoints)" : " yet (no checkpoint written)")));
+    const char* hint = req->has_samples_step()      ? " (the job renders samples at the steps its samples: key names)"
+                       : req->checkpoint_step() > 0 ? " (see baton checkpoints)"
+                                                    : " yet (no checkpoint written)";
+    return ToGrpcStatus(absl::NotFoundError(absl::StrCat("job ", req->job_id(), " has no ", *path, hint)));
   }
   Sha256 hash;
   hash.Update(*data);
@@ -184,7 +209,7 @@ grpc::Status JobServiceImpl::Download(grpc::ServerContext* ctx, const v1::Downlo
     chunk.set_data(data->substr(offset, n));
     chunk.set_offset(static_cast<int64_t>(offset));
     chunk.set_total_bytes(static_cast<int64_t>(data->size()));
-    chunk.set_file_name("lora.safetensors");
+    chunk.set_file_name(file_name);
     offset += n;
     if (offset == data->size()) chunk.set_sha256(hex);
     if (!writer->Write(chunk)) return grpc::Status::CANCELLED;

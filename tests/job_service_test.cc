@@ -2,8 +2,8 @@
 // local stage workers per job) and the real `baton` client commands, on a tiny model. Checks the queue order,
 // that watch streams every step and the end state, that a bad job is refused at submit with file:line, that
 // stop checkpoints a running job, that download returns the job's LoRA byte for byte — the same bytes
-// `coordinator --job` writes for the same job — and that SIGTERM checkpoints the running job and a restarted
-// service still knows it.
+// `coordinator --job` writes for the same job —, that SIGTERM checkpoints the running job and a restarted
+// service still knows it, and that watch, status and download show a job's validation loss and sample images.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,6 +17,8 @@
 #include "baton/v1/job_service.grpc.pb.h"
 #include "coordinator/checkpoint.h"
 #include "core/data/cache.h"
+#include "core/encode/flux2_encoder.h"
+#include "core/model/flux2_config.h"
 #include "core/model/flux2_weights.h"
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
@@ -105,6 +107,15 @@ class Service {
     grpc::Status s = stub_->Status(&ctx, req, &info);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return info;
+  }
+  // The status of a raw Download call (what the `baton` client would never send).
+  grpc::Status DownloadStatus(const v1::DownloadRequest& req) {
+    grpc::ClientContext ctx;
+    auto reader = stub_->Download(&ctx, req);
+    v1::FileChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish();
   }
   // Polls until `done(status)` or 60 s.
   template <typename F>
@@ -302,6 +313,65 @@ TEST_F(JobServiceTest, DownloadEqualsTheJobsOutputAndCoordinatorJobBitwise) {
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(*downloaded == ReadFile(JoinPath(direct, "lora.safetensors")).value_or(""))
       << "the service's LoRA differs from coordinator --job's";
+}
+
+// Issue 12 through the service: a job with validation: and samples: shows each evaluation in `baton watch` (in
+// order, between the steps) and in its status, and `baton download --samples` fetches its pictures.
+TEST_F(JobServiceTest, WatchShowsEvaluationsAndDownloadFetchesSampleImages) {
+  const std::string pipeline = JoinPath(*dir_, "pipeline");
+  ASSERT_TRUE(WriteTinyFlux2Pipeline(pipeline, 2).ok());
+  auto config = LoadFlux2Config(JoinPath(pipeline, "transformer/config.json"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  const std::string cache = JoinPath(*dir_, "pipeline_cache");
+  ASSERT_TRUE(WriteSyntheticCache(cache, config->in_channels, config->joint_attention_dim, 8, {{2, 2}}, 8, 4).ok());
+  const std::string job = JoinPath(*dir_, "evals.yaml");
+  ASSERT_TRUE(WriteFileAtomic(job, absl::StrCat("model: ", pipeline, "\ndataset: ", cache,
+                                                "\nlora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\n"
+                                                "steps: 2\nbatch_size: 2\nmicro_batches: 2\nseed: 5\n"
+                                                "validation: {every: 1, samples: 2, timesteps: [0.25, 0.75]}\n"
+                                                "samples: {every: 2, prompts: [a red circle, a blue square], steps: 2, "
+                                                "size: [32, 32], seed: 1}\n"))
+                  .ok());
+  const std::string id = Submit(job);
+  ASSERT_FALSE(id.empty());
+  auto watch = Baton(absl::StrCat("watch ", id, " --plain"));
+  ASSERT_EQ(watch.exit_code, 0) << watch.output;
+  size_t at = 0;
+  for (const char* line :
+       {"validation after step 0: mean", "samples after step 0: 2 images", "step 1/2", "validation after step 1: mean",
+        "step 2/2", "validation after step 2: mean", "samples after step 2: 2 images", "finished"}) {
+    const size_t found = watch.output.find(absl::StrCat("job ", id, " ", line), at);
+    ASSERT_NE(found, std::string::npos) << "'" << line << "' missing or out of order in:\n" << watch.output;
+    at = found;
+  }
+
+  v1::JobInfo info = service_->Status(id);
+  const v1::ValidationProgress& v = info.last_validation();
+  EXPECT_EQ(v.step(), 2);
+  ASSERT_EQ(v.timesteps_size(), 2);
+  ASSERT_EQ(v.losses_size(), 2);
+  EXPECT_NEAR(v.mean(), (v.losses(0) + v.losses(1)) / 2, 1e-9 * v.mean());
+  EXPECT_EQ(info.last_samples().step(), 2);
+  EXPECT_EQ(info.last_samples().images(), 2);
+
+  // The contact sheet, and prompt 1's image, byte for byte.
+  const std::string step_dir = JoinPath(info.output_dir(), "samples/step-2");
+  const std::string sheet = JoinPath(*dir_, "sheet.png"), image = JoinPath(*dir_, "image1.png");
+  auto dl = Baton(absl::StrCat("download ", id, " --samples 2 --out ", sheet));
+  ASSERT_EQ(dl.exit_code, 0) << dl.output;
+  EXPECT_EQ(ReadFile(sheet).value_or("a"), ReadFile(JoinPath(step_dir, "contact_sheet.png")).value_or("b"));
+  dl = Baton(absl::StrCat("download ", id, " --samples 2 --image 1 --out ", image));
+  ASSERT_EQ(dl.exit_code, 0) << dl.output;
+  EXPECT_EQ(ReadFile(image).value_or("a"), ReadFile(JoinPath(step_dir, "1.png")).value_or("b"));
+  // A step without samples, and a file name that would leave the step's folder, are refused.
+  dl = Baton(absl::StrCat("download ", id, " --samples 1 --out ", image));
+  EXPECT_NE(dl.exit_code, 0);
+  EXPECT_NE(dl.output.find("has no"), std::string::npos) << dl.output;
+  v1::DownloadRequest escape;
+  escape.set_job_id(id);
+  escape.set_samples_step(2);
+  escape.set_sample_file("../../lora.safetensors");
+  EXPECT_EQ(service_->DownloadStatus(escape).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(JobServiceTest, SigtermCheckpointsTheRunningJobAndARestartedServiceResumesIt) {

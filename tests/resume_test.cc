@@ -140,9 +140,9 @@ TEST_F(ResumeTest, RestartedQueueStartsAJobInterruptedBeforeItsFirstCheckpointFr
     ASSERT_TRUE(info.ok()) << info.status();
     job_id = info->job_id();
     output_dir = info->output_dir();
-    auto running = first.WaitForUpdate(job_id, 0, 0, 0, absl::Seconds(30));
+    auto running = first.WaitForUpdate(job_id, 0, {}, absl::Seconds(30));
     while (running.ok() && running->job.state() == v1::JOB_STATE_QUEUED) {
-      running = first.WaitForUpdate(job_id, running->version, 0, 0, absl::Seconds(30));
+      running = first.WaitForUpdate(job_id, running->version, {}, absl::Seconds(30));
     }
     ASSERT_TRUE(running.ok()) << running.status();
     first.Shutdown();
@@ -156,9 +156,9 @@ TEST_F(ResumeTest, RestartedQueueStartsAJobInterruptedBeforeItsFirstCheckpointFr
 
   JobQueue second(Options(1, "unused"), root);
   ASSERT_TRUE(second.Start().ok());
-  absl::StatusOr<JobUpdate> update = second.WaitForUpdate(job_id, 0, 0, 0, absl::Seconds(60));
+  absl::StatusOr<JobUpdate> update = second.WaitForUpdate(job_id, 0, {}, absl::Seconds(60));
   while (update.ok() && !update->ended()) {
-    update = second.WaitForUpdate(job_id, update->version, 0, 0, absl::Seconds(60));
+    update = second.WaitForUpdate(job_id, update->version, {}, absl::Seconds(60));
   }
   ASSERT_TRUE(update.ok()) << update.status();
   EXPECT_EQ(update->job.state(), v1::JOB_STATE_FINISHED) << update->job.error();
