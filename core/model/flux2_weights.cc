@@ -12,6 +12,7 @@
 #include "core/model/flux2_keys.h"
 #include "core/model/flux2_model.h"
 #include "core/quant/stored_quant.h"
+#include "core/tensor/checked_load.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
@@ -187,40 +188,20 @@ std::vector<std::string> Flux2Checkpoint::DiffusersKeys() const {
 }
 
 absl::Status LoadFlux2Weights(torch::nn::Module& module, const Flux2Checkpoint& ckpt) {
-  std::vector<std::string> missing, misshaped, unexpected;
   std::set<std::string> known;
   for (const auto& [name, shape] : Flux2ParameterShapes(ckpt.config())) known.insert(name);
+  std::vector<std::string> unexpected;
   for (const auto& key : ckpt.DiffusersKeys()) {
     if (!known.count(key)) unexpected.push_back(key);
   }
-  std::vector<std::pair<std::string, at::Tensor>> todo;
-  for (const auto& p : module.named_parameters()) {
-    if (IsLoraName(p.key())) continue;
-    auto shape = ckpt.Shape(p.key());
-    if (!shape.ok()) {
-      missing.push_back(p.key());
-    } else if (*shape != p.value().sizes().vec()) {
-      misshaped.push_back(
-          absl::StrCat(p.key(), " (expected ", ShapeString(p.value().sizes()), ", found ", ShapeString(*shape), ")"));
-    } else {
-      todo.emplace_back(p.key(), p.value());
-    }
+  std::vector<std::pair<std::string, at::Tensor>> wanted;
+  for (auto& [name, tensor] : NamedTensors(module, /*buffers=*/false)) {
+    if (!IsLoraName(name)) wanted.emplace_back(name, tensor);
   }
-  if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
-    std::string msg = absl::StrCat("weights in ", ckpt.path(), " do not match the FLUX.2 config");
-    if (!missing.empty()) absl::StrAppend(&msg, "; missing keys: ", absl::StrJoin(missing, ", "));
-    if (!misshaped.empty()) absl::StrAppend(&msg, "; mis-shaped keys: ", absl::StrJoin(misshaped, ", "));
-    if (!unexpected.empty()) absl::StrAppend(&msg, "; unexpected keys: ", absl::StrJoin(unexpected, ", "));
-    return absl::InvalidArgumentError(msg);
-  }
-  for (auto& [name, param] : todo) {
-    ASSIGN_OR_RETURN(at::Tensor t, ckpt.Load(name, param.scalar_type()));
-    RETURN_IF_ERROR(TorchCall(name.c_str(), [&, &param = param] {  // clang 14 cannot capture a binding
-      at::NoGradGuard no_grad;
-      param.copy_(t);
-    }));
-  }
-  return absl::OkStatus();
+  TensorSource source{[&](const std::string& key) { return ckpt.Shape(key); },
+                      [&](const std::string& key, at::ScalarType dtype) { return ckpt.Load(key, dtype); }};
+  return LoadCheckedTensors(wanted, source, unexpected,
+                            absl::StrCat("weights in ", ckpt.path(), " do not match the FLUX.2 config"));
 }
 
 std::map<std::string, at::Tensor> RandomFlux2StateDict(const Flux2Config& config, uint64_t seed, at::ScalarType dtype) {

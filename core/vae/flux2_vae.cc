@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/lora/lora_linear.h"
+#include "core/tensor/checked_load.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
@@ -21,69 +22,6 @@ namespace {
 
 constexpr char kSingleFile[] = "diffusion_pytorch_model.safetensors";
 constexpr char kNumBatchesTracked[] = "bn.num_batches_tracked";
-
-// The safetensors files of a diffusers model folder, with the file holding each key.
-struct VaeFiles {
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::map<std::string, const SafetensorsFile*> key_to_file;
-};
-
-absl::StatusOr<VaeFiles> OpenVaeFiles(const std::string& dir) {
-  ASSIGN_OR_RETURN(std::vector<std::string> paths, SafetensorsShardPaths(dir, "diffusion_pytorch_model"));
-  VaeFiles out;
-  for (const auto& p : paths) {
-    ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(p));
-    for (const auto& key : file->Keys()) out.key_to_file[key] = file.get();
-    out.files.push_back(std::move(file));
-  }
-  return out;
-}
-
-// Copies every parameter and buffer of `module` from `files`, converting to each tensor's own dtype.
-// All mismatches are gathered into one InvalidArgument.
-absl::Status LoadTensors(torch::nn::Module& module, const VaeFiles& files, const std::string& dir,
-                         const std::function<bool(const std::string&)>& ours) {
-  std::vector<std::pair<std::string, at::Tensor>> wanted;
-  for (const auto& p : module.named_parameters()) wanted.emplace_back(p.key(), p.value());
-  for (const auto& b : module.named_buffers()) wanted.emplace_back(b.key(), b.value());
-  std::set<std::string> known;
-  std::vector<std::string> missing, misshaped, unexpected;
-  std::vector<std::pair<const SafetensorsFile*, std::pair<std::string, at::Tensor>>> todo;
-  for (const auto& [name, tensor] : wanted) {
-    known.insert(name);
-    auto it = files.key_to_file.find(name);
-    if (it == files.key_to_file.end()) {
-      if (name != kNumBatchesTracked) missing.push_back(name);
-      continue;
-    }
-    ASSIGN_OR_RETURN(SafetensorsEntry e, it->second->Entry(name));
-    if (e.shape != tensor.sizes().vec()) {
-      misshaped.push_back(
-          absl::StrCat(name, " (expected ", ShapeString(tensor.sizes()), ", found ", ShapeString(e.shape), ")"));
-      continue;
-    }
-    todo.push_back({it->second, {name, tensor}});
-  }
-  for (const auto& [key, file] : files.key_to_file) {
-    if (ours(key) && !known.count(key)) unexpected.push_back(key);
-  }
-  if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
-    std::string msg = absl::StrCat("VAE weights in ", dir, " do not match its config.json");
-    if (!missing.empty()) absl::StrAppend(&msg, "; missing keys: ", absl::StrJoin(missing, ", "));
-    if (!misshaped.empty()) absl::StrAppend(&msg, "; mis-shaped keys: ", absl::StrJoin(misshaped, ", "));
-    if (!unexpected.empty()) absl::StrAppend(&msg, "; unexpected keys: ", absl::StrJoin(unexpected, ", "));
-    return absl::InvalidArgumentError(msg);
-  }
-  for (auto& [file, item] : todo) {
-    auto& [name, tensor] = item;
-    ASSIGN_OR_RETURN(at::Tensor t, file->Load(name, tensor.scalar_type()));
-    RETURN_IF_ERROR(TorchCall(name.c_str(), [&, &tensor = tensor] {  // clang 14 cannot capture a binding
-      at::NoGradGuard no_grad;
-      tensor.copy_(t);
-    }));
-  }
-  return absl::OkStatus();
-}
 
 at::Tensor RandomTensor(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(MixSeed(seed, HashName(name)));
@@ -113,8 +51,9 @@ std::string ResolveVaeDir(const std::string& vae_dir) {
 
 absl::Status LoadVaeTensors(torch::nn::Module& module, const std::string& dir,
                             const std::function<bool(const std::string&)>& ours) {
-  ASSIGN_OR_RETURN(VaeFiles files, OpenVaeFiles(dir));
-  return LoadTensors(module, files, dir, ours);
+  return LoadModuleFromFolder(module, /*buffers=*/true, dir, "diffusion_pytorch_model", ours,
+                              absl::StrCat("VAE weights in ", dir, " do not match its config.json"),
+                              {kNumBatchesTracked});
 }
 
 Flux2VaeEncoder::Flux2VaeEncoder(const Flux2VaeConfig& config, AutoencoderKLFlux2Encoder module)

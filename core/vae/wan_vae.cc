@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/lora/lora_linear.h"
+#include "core/tensor/checked_load.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
@@ -21,64 +22,6 @@ namespace baton {
 namespace {
 
 constexpr char kSingleFile[] = "diffusion_pytorch_model.safetensors";
-
-struct VaeFiles {
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::map<std::string, const SafetensorsFile*> key_to_file;
-};
-
-absl::StatusOr<VaeFiles> OpenVaeFiles(const std::string& dir) {
-  ASSIGN_OR_RETURN(std::vector<std::string> paths, SafetensorsShardPaths(dir, "diffusion_pytorch_model"));
-  VaeFiles out;
-  for (const auto& p : paths) {
-    ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(p));
-    for (const auto& key : file->Keys()) out.key_to_file[key] = file.get();
-    out.files.push_back(std::move(file));
-  }
-  return out;
-}
-
-// Checks every parameter of `module` against `files` (all mismatches in one InvalidArgument), then copies them.
-absl::Status LoadEncoderTensors(WanVaeEncoderModule& module, const VaeFiles& files, const std::string& dir) {
-  std::set<std::string> known;
-  std::vector<std::string> missing, misshaped, unexpected;
-  std::vector<std::pair<const SafetensorsFile*, std::pair<std::string, at::Tensor>>> todo;
-  for (const auto& p : module->named_parameters()) {
-    known.insert(p.key());
-    auto it = files.key_to_file.find(p.key());
-    if (it == files.key_to_file.end()) {
-      missing.push_back(p.key());
-      continue;
-    }
-    ASSIGN_OR_RETURN(SafetensorsEntry e, it->second->Entry(p.key()));
-    if (e.shape != p.value().sizes().vec()) {
-      misshaped.push_back(
-          absl::StrCat(p.key(), " (expected ", ShapeString(p.value().sizes()), ", found ", ShapeString(e.shape), ")"));
-      continue;
-    }
-    todo.push_back({it->second, {p.key(), p.value()}});
-  }
-  for (const auto& [key, file] : files.key_to_file) {
-    if (IsWanVaeEncoderKey(key) && !known.count(key)) unexpected.push_back(key);
-  }
-  if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
-    std::string msg = absl::StrCat("Wan VAE weights in ", dir, " do not match its config.json");
-    if (!missing.empty()) absl::StrAppend(&msg, "; missing keys: ", absl::StrJoin(missing, ", "));
-    if (!misshaped.empty()) absl::StrAppend(&msg, "; mis-shaped keys: ", absl::StrJoin(misshaped, ", "));
-    if (!unexpected.empty()) absl::StrAppend(&msg, "; unexpected keys: ", absl::StrJoin(unexpected, ", "));
-    return absl::InvalidArgumentError(msg);
-  }
-  for (auto& [file, item] : todo) {
-    const std::string& name = item.first;
-    at::Tensor target = item.second;
-    ASSIGN_OR_RETURN(at::Tensor t, file->Load(name, target.scalar_type()));
-    RETURN_IF_ERROR(TorchCall(name.c_str(), [&] {
-      at::NoGradGuard no_grad;
-      target.copy_(t);
-    }));
-  }
-  return absl::OkStatus();
-}
 
 at::Tensor RandomTensor(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(MixSeed(seed, HashName(name)));
@@ -116,13 +59,13 @@ absl::StatusOr<std::unique_ptr<WanVaeEncoder>> WanVaeEncoder::Load(const std::st
     dir = JoinPath(vae_dir, "vae");
   }
   ASSIGN_OR_RETURN(WanVaeConfig config, LoadWanVaeConfig(JoinPath(dir, "config.json")));
-  ASSIGN_OR_RETURN(VaeFiles files, OpenVaeFiles(dir));
   WanVaeEncoderModule module{nullptr};
   RETURN_IF_ERROR(TorchCall("building the Wan VAE encoder", [&] {
     module = WanVaeEncoderModule(config);
     module->to(dtype);
   }));
-  RETURN_IF_ERROR(LoadEncoderTensors(module, files, dir));
+  RETURN_IF_ERROR(LoadModuleFromFolder(*module, /*buffers=*/false, dir, "diffusion_pytorch_model", IsWanVaeEncoderKey,
+                                       absl::StrCat("Wan VAE weights in ", dir, " do not match its config.json")));
   RETURN_IF_ERROR(TorchCall("moving the Wan VAE encoder", [&] { module->to(device); }));
   return std::make_unique<WanVaeEncoder>(config, std::move(module));
 }
