@@ -1,6 +1,7 @@
 #include "core/lora/lora_linear.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <absl/strings/match.h>
 
 #include <cmath>
 
@@ -10,6 +11,10 @@
 #include "core/quant/quantized_matmul.h"
 
 namespace baton {
+
+bool IsLoraParameterName(const std::string& name) {
+  return absl::StrContains(name, ".lora_A.") || absl::StrContains(name, ".lora_B.");
+}
 
 uint64_t MixSeed(uint64_t a, uint64_t b) {
   uint64_t z = a + 0x9e3779b97f4a7c15ULL * (b + 1);

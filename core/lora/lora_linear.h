@@ -10,10 +10,14 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <string>
 
 #include "core/quant/weight_quant.h"
 
 namespace baton {
+
+// Whether a module tensor name is a LoRA adapter's ("....lora_A.weight", "....lora_B.weight"), not a frozen weight.
+bool IsLoraParameterName(const std::string& name);
 
 class LoraLinearImpl : public torch::nn::Module {
  public:

@@ -18,14 +18,6 @@
 #include "core/util/status.h"
 
 namespace baton {
-namespace {
-
-bool IsLoraName(const std::string& name) {
-  return absl::StrContains(name, ".lora_A.") || absl::StrContains(name, ".lora_B.");
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<Flux2Checkpoint>> Flux2Checkpoint::Open(const std::string& path,
                                                                        const std::string& config_path) {
   std::unique_ptr<Flux2Checkpoint> ckpt(new Flux2Checkpoint());
@@ -194,13 +186,7 @@ absl::Status LoadFlux2Weights(torch::nn::Module& module, const Flux2Checkpoint& 
   for (const auto& key : ckpt.DiffusersKeys()) {
     if (!known.count(key)) unexpected.push_back(key);
   }
-  std::vector<std::pair<std::string, at::Tensor>> wanted;
-  for (auto& [name, tensor] : NamedTensors(module, /*buffers=*/false)) {
-    if (!IsLoraName(name)) wanted.emplace_back(name, tensor);
-  }
-  TensorSource source{[&](const std::string& key) { return ckpt.Shape(key); },
-                      [&](const std::string& key, at::ScalarType dtype) { return ckpt.Load(key, dtype); }};
-  return LoadCheckedTensors(wanted, source, unexpected,
+  return LoadParametersFrom(module, ckpt, IsLoraParameterName, unexpected,
                             absl::StrCat("weights in ", ckpt.path(), " do not match the FLUX.2 config"));
 }
 

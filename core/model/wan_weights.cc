@@ -21,10 +21,6 @@
 namespace baton {
 namespace {
 
-bool IsLoraName(const std::string& name) {
-  return absl::StrContains(name, ".lora_A.") || absl::StrContains(name, ".lora_B.");
-}
-
 // The folder holding the requested transformer (diffusers pipeline: transformer/ or transformer_2/; original
 // Wan 2.2 A14B: high_noise_model/ or low_noise_model/), or `path` itself.
 absl::StatusOr<std::string> ExpertDir(const std::string& path, WanExpert expert) {
@@ -173,13 +169,7 @@ absl::Status LoadWanWeights(torch::nn::Module& module, const WanCheckpoint& ckpt
     // diffusers ignores norm_added_q on load (_keys_to_ignore_on_load_unexpected); so do we.
     if (!known.count(key) && !absl::StrContains(key, "norm_added_q")) unexpected.push_back(key);
   }
-  std::vector<std::pair<std::string, at::Tensor>> wanted;
-  for (auto& [name, tensor] : NamedTensors(module, /*buffers=*/false)) {
-    if (!IsLoraName(name)) wanted.emplace_back(name, tensor);
-  }
-  TensorSource source{[&](const std::string& key) { return ckpt.Shape(key); },
-                      [&](const std::string& key, at::ScalarType dtype) { return ckpt.Load(key, dtype); }};
-  return LoadCheckedTensors(wanted, source, unexpected,
+  return LoadParametersFrom(module, ckpt, IsLoraParameterName, unexpected,
                             absl::StrCat("weights in ", ckpt.path(), " do not match the Wan config"));
 }
 

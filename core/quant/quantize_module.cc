@@ -3,6 +3,7 @@
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 
+#include "core/lora/lora_linear.h"
 #include "core/model/flux2_model.h"
 #include "core/quant/quantize_tensor.h"
 #include "core/tensor/shape.h"
@@ -88,7 +89,7 @@ absl::Status LoadQuantizedWeights(torch::nn::Module& module, const WeightSource&
 int64_t FrozenBytes(torch::nn::Module& module) {
   int64_t bytes = 0;
   auto count = [&](const std::string& name, const at::Tensor& t) {
-    if (absl::StrContains(name, ".lora_A.") || absl::StrContains(name, ".lora_B.")) return;
+    if (IsLoraParameterName(name)) return;
     bytes += t.numel() * static_cast<int64_t>(t.element_size());
   };
   for (const auto& p : module.named_parameters()) count(p.key(), p.value());

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
+#include <torch/nn/module.h>
 
 #include <cstdint>
 #include <functional>
@@ -13,8 +14,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/nn/module.h>
 
 #include "core/tensor/safetensors.h"
 
@@ -37,6 +36,21 @@ absl::Status LoadCheckedTensors(const std::vector<std::pair<std::string, at::Ten
 
 // The parameters and (with `buffers`) the buffers of `module`, by name, for LoadCheckedTensors.
 std::vector<std::pair<std::string, at::Tensor>> NamedTensors(const torch::nn::Module& module, bool buffers);
+
+// LoadCheckedTensors for `module`'s parameters but those `skip` names (e.g. LoRA adapters), from a checkpoint object
+// with `Shape(name)` (NotFound when absent) and `Load(name, dtype)`, such as Flux2Checkpoint and WanCheckpoint.
+template <typename Checkpoint>
+absl::Status LoadParametersFrom(torch::nn::Module& module, const Checkpoint& ckpt,
+                                const std::function<bool(const std::string&)>& skip,
+                                const std::vector<std::string>& unexpected, const std::string& what) {
+  std::vector<std::pair<std::string, at::Tensor>> wanted;
+  for (auto& [name, tensor] : NamedTensors(module, /*buffers=*/false)) {
+    if (!skip(name)) wanted.emplace_back(name, tensor);
+  }
+  TensorSource source{[&](const std::string& key) { return ckpt.Shape(key); },
+                      [&](const std::string& key, at::ScalarType dtype) { return ckpt.Load(key, dtype); }};
+  return LoadCheckedTensors(wanted, source, unexpected, what);
+}
 
 // LoadCheckedTensors for `module`'s parameters (and `buffers`) from a diffusers model folder's safetensors
 // (<stem>.safetensors, or the shards its index lists). Unexpected: the folder's keys that `ours` claims and the module
