@@ -18,6 +18,7 @@
 #include "core/util/status.h"
 
 namespace baton {
+
 absl::StatusOr<std::unique_ptr<Flux2Checkpoint>> Flux2Checkpoint::Open(const std::string& path,
                                                                        const std::string& config_path) {
   std::unique_ptr<Flux2Checkpoint> ckpt(new Flux2Checkpoint());
