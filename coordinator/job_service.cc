@@ -12,6 +12,7 @@
 #include "baton/v1/job_service.grpc.pb.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/job_queue.h"
+#include "core/sample/sample_renderer.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/sha256.h"
@@ -59,7 +60,7 @@ absl::StatusOr<std::string> DownloadPath(const v1::DownloadRequest& req, const s
         absl::StrCat("sample_file must be contact_sheet.png, K.png (prompt K) or prompts.txt, not '", file, "'"));
   }
   if (req.samples_step() < 0) return absl::InvalidArgumentError("samples_step must be >= 0");
-  return JoinPath(JoinPath(output_dir, absl::StrCat("samples/step-", req.samples_step())), file);
+  return JoinPath(SampleStepDir(output_dir, req.samples_step()), file);
 }
 
 class JobServiceImpl final : public v1::JobService::Service {

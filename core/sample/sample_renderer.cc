@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<SampleRenderer>> SampleRenderer::Create(const Job
   RETURN_IF_ERROR(CheckSamplesPossible(job, family));
   ASSIGN_OR_RETURN(std::string pipeline, PipelineFolderOf(job.model));
   std::unique_ptr<SampleRenderer> r(new SampleRenderer());
-  r->root_ = JoinPath(output_dir, "samples");
+  r->output_dir_ = output_dir;
   r->prompts_ = s.prompts;
   r->settings_.steps = s.steps;
   r->settings_.guidance = s.guidance;
@@ -63,7 +63,11 @@ absl::StatusOr<std::unique_ptr<SampleRenderer>> SampleRenderer::Create(const Job
   return r;
 }
 
-std::string SampleRenderer::StepDir(int64_t step) const { return JoinPath(root_, absl::StrCat("step-", step)); }
+std::string SampleStepDir(const std::string& output_dir, int64_t step) {
+  return JoinPath(JoinPath(output_dir, "samples"), absl::StrCat("step-", step));
+}
+
+std::string SampleRenderer::StepDir(int64_t step) const { return SampleStepDir(output_dir_, step); }
 
 bool SampleRenderer::Rendered(int64_t step) const { return PathExists(JoinPath(StepDir(step), "contact_sheet.png")); }
 

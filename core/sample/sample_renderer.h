@@ -43,6 +43,9 @@ struct SampleRecord {
   double seconds_per_sample = 0;  // seconds / images
 };
 
+// Where a run writes the sample rendering after `step` steps: <output_dir>/samples/step-N.
+std::string SampleStepDir(const std::string& output_dir, int64_t step);
+
 class SampleRenderer {
  public:
   // Fails, saying why, for a family other than FLUX.2, a model outside a pipeline folder, or prompts that do not
@@ -62,7 +65,7 @@ class SampleRenderer {
 
  private:
   SampleRenderer() = default;
-  std::string root_;  // <output>/samples
+  std::string output_dir_;  // the run's; renderings go to SampleStepDir(output_dir_, step)
   std::vector<std::string> prompts_;
   std::vector<at::Tensor> prompt_embeds_;  // [prompt] [L, text_dim]
   std::vector<at::Tensor> noise_;          // [prompt] [1, S, C]
