@@ -5,7 +5,13 @@
 // tensor". Reports the median of a few repetitions after one warm-up (gRPC's flow-control windows take
 // a transfer or two to settle). The last line is one JSON object.
 //
-//   bench_transfer [--chunk_kib=1024] [--reps=5] [--max_mib=256]
+//   bench_transfer [--chunk_kib=1024] [--reps=5] [--max_mib=256] [--device=cpu|cuda:N]
+//
+// --device=cuda:N adds the stage-to-stage path of a CUDA pipeline: a tensor on the device is downloaded into
+// pinned host memory (DeviceTransfer::DownloadAsync), pushed over gRPC, received into pinned host memory
+// (ReadEnvelope with HostMemory::kPinned, as a CUDA stage worker receives) and uploaded to the device
+// (DeviceTransfer::Upload) before the receiver acks; the row "device" times all of that. On cpu the device
+// columns repeat the plain gRPC path (no pinned memory, no copies), so a CPU rehearsal runs the same code.
 #include <ATen/ATen.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
@@ -27,6 +33,8 @@
 #include <vector>
 
 #include "baton/v1/stage.grpc.pb.h"
+#include "core/device/device.h"
+#include "core/device/transfer.h"
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
@@ -51,19 +59,41 @@ double Median(std::vector<double> v) {
 // ---- gRPC ------------------------------------------------------------------------------------------
 
 // Receives each envelope fully (validated, copied into fresh tensors), acks, and drops it.
+// With a device transfer it receives into pinned host memory and uploads each tensor to the device (waiting for
+// the copy) before it acks, like a CUDA stage taking an activation.
 class SinkService final : public v1::StageService::Service {
  public:
+  explicit SinkService(DeviceTransfer* device = nullptr) : device_(device) {}
   grpc::Status Push(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck* ack) override {
-    absl::StatusOr<ReceivedEnvelope> envelope = ReadEnvelope(reader);
+    const bool pinned = device_ != nullptr && device_->wants_pinned_host();
+    absl::StatusOr<ReceivedEnvelope> envelope =
+        ReadEnvelope(reader, EnvelopeLimits{}, pinned ? HostMemory::kPinned : HostMemory::kPageable);
     if (!envelope.ok()) return ToGrpcStatus(envelope.status());
+    if (device_ != nullptr) {
+      for (const auto& [name, host] : envelope->tensors) {
+        at::Tensor on_device = device_->Upload(host);
+        (void)on_device.sum().item<double>();  // the upload and a kernel reading it have finished
+      }
+    }
     ack->set_num_tensors(envelope->tensors.size());
     ack->set_num_bytes(envelope->bytes);
     return grpc::Status::OK;
   }
+
+ private:
+  DeviceTransfer* device_;
 };
 
-double GrpcPushSeconds(v1::StageService::Stub& stub, const at::Tensor& tensor, size_t chunk_bytes) {
+// `tensor` may live on a device: `device` then downloads it into pinned host memory first (timed).
+double GrpcPushSeconds(v1::StageService::Stub& stub, const at::Tensor& tensor, size_t chunk_bytes,
+                       DeviceTransfer* device = nullptr) {
   const auto start = Clock::now();
+  at::Tensor host = tensor;
+  if (device != nullptr) {
+    DeviceTransfer::PendingDownload pending = device->DownloadAsync(tensor);
+    if (pending.wait) pending.wait();
+    host = pending.host;
+  }
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(absl::Minutes(5)));
   v1::PushAck ack;
@@ -71,7 +101,7 @@ double GrpcPushSeconds(v1::StageService::Stub& stub, const at::Tensor& tensor, s
   v1::EnvelopeHeader header;
   header.set_job_id("bench");
   header.set_kind(v1::EnvelopeHeader::ACTIVATION);
-  absl::Status sent = WriteEnvelope(writer.get(), header, {{"hidden_states", tensor}}, chunk_bytes);
+  absl::Status sent = WriteEnvelope(writer.get(), header, {{"hidden_states", host}}, chunk_bytes);
   writer->WritesDone();
   absl::Status done = FromGrpcStatus(writer->Finish(), "Push");
   const auto end = Clock::now();
@@ -134,13 +164,14 @@ double TcpSendSeconds(int fd, const at::Tensor& tensor) {
 
 struct Row {
   int mib;
-  double grpc_s, tcp_s;
+  double grpc_s, tcp_s, device_s;
 };
 
 int Main(int argc, char** argv) {
   size_t chunk_bytes = kMaxChunkBytes;
   int reps = 5;
   int max_mib = 256;
+  std::string device_name = "cpu";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--chunk_kib=", 0) == 0)
@@ -149,8 +180,10 @@ int Main(int argc, char** argv) {
       reps = std::stoi(a.substr(7));
     else if (a.rfind("--max_mib=", 0) == 0)
       max_mib = std::stoi(a.substr(10));
+    else if (a.rfind("--device=", 0) == 0)
+      device_name = a.substr(9);
     else
-      Die("usage: bench_transfer [--chunk_kib=N] [--reps=N] [--max_mib=N]");
+      Die("usage: bench_transfer [--chunk_kib=N] [--reps=N] [--max_mib=N] [--device=cpu|cuda:N]");
   }
   if (chunk_bytes == 0 || reps < 1) Die("--chunk_kib and --reps must be positive");
 
@@ -165,6 +198,21 @@ int Main(int argc, char** argv) {
   if (!server || port == 0) Die("cannot start the gRPC server");
   std::unique_ptr<v1::StageService::Stub> stub =
       v1::StageService::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+
+  // The device path: a second sink that receives pinned and uploads, and a sender that downloads first.
+  absl::StatusOr<at::Device> device = ParseDevice(device_name);
+  if (!device.ok()) Die(device.status().ToString());
+  DeviceTransfer sender_transfer(*device), receiver_transfer(*device);
+  SinkService device_service(&receiver_transfer);
+  grpc::ServerBuilder device_builder;
+  int device_port = 0;
+  device_builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &device_port);
+  ApplyServerOptions(device_builder);
+  device_builder.RegisterService(&device_service);
+  std::unique_ptr<grpc::Server> device_server = device_builder.BuildAndStart();
+  if (!device_server || device_port == 0) Die("cannot start the device gRPC server");
+  std::unique_ptr<v1::StageService::Stub> device_stub = v1::StageService::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", device_port), grpc::InsecureChannelCredentials()));
 
   // Raw TCP endpoint.
   int listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -185,33 +233,42 @@ int Main(int argc, char** argv) {
   for (int mib : {1, 4, 16, 64, 256}) {
     if (mib > max_mib) break;
     at::Tensor t = at::rand({static_cast<int64_t>(mib) << 18});  // f32, mib MiB
-    std::vector<double> g, r;
+    at::Tensor on_device = t.to(*device);
+    std::vector<double> g, r, d;
     GrpcPushSeconds(*stub, t, chunk_bytes);  // warm-up
     TcpSendSeconds(tcp_fd, t);
-    for (int i = 0; i < reps; ++i) {  // interleaved so background load hits both alike
+    GrpcPushSeconds(*device_stub, on_device, chunk_bytes, &sender_transfer);
+    for (int i = 0; i < reps; ++i) {  // interleaved so background load hits all alike
       g.push_back(GrpcPushSeconds(*stub, t, chunk_bytes));
       r.push_back(TcpSendSeconds(tcp_fd, t));
+      d.push_back(GrpcPushSeconds(*device_stub, on_device, chunk_bytes, &sender_transfer));
     }
-    rows.push_back({mib, Median(g), Median(r)});
+    rows.push_back({mib, Median(g), Median(r), Median(d)});
   }
   ::shutdown(tcp_fd, SHUT_RDWR);
   ::close(tcp_fd);
   receiver.join();
   ::close(listen_fd);
   server->Shutdown(DeadlineAfter(absl::Seconds(2)));
+  device_server->Shutdown(DeadlineAfter(absl::Seconds(2)));
 
   auto gbps = [](int mib, double s) { return (static_cast<double>(mib) * (1 << 20)) / s / 1e9; };
-  std::printf("Activation transfer over loopback: gRPC Push (chunk %zu KiB) vs raw TCP, median of %d\n",
-              chunk_bytes >> 10, reps);
-  std::printf("%8s %12s %12s %12s %12s %8s\n", "MiB", "grpc_ms", "tcp_ms", "grpc_GB/s", "tcp_GB/s", "ratio");
+  std::printf(
+      "Activation transfer over loopback: gRPC Push (chunk %zu KiB) vs raw TCP, and %s -> pinned host -> gRPC -> "
+      "pinned host -> %s, median of %d\n",
+      chunk_bytes >> 10, device->str().c_str(), device->str().c_str(), reps);
+  std::printf("%8s %12s %12s %12s %12s %8s %12s\n", "MiB", "grpc_ms", "tcp_ms", "grpc_GB/s", "tcp_GB/s", "ratio",
+              "device_GB/s");
   std::string per_size;
   double sum_bytes = 0, sum_grpc = 0, sum_tcp = 0;
   for (const Row& row : rows) {
-    const double g = gbps(row.mib, row.grpc_s), r = gbps(row.mib, row.tcp_s);
-    std::printf("%8d %12.2f %12.2f %12.3f %12.3f %8.3f\n", row.mib, row.grpc_s * 1e3, row.tcp_s * 1e3, g, r, g / r);
+    const double g = gbps(row.mib, row.grpc_s), r = gbps(row.mib, row.tcp_s), dv = gbps(row.mib, row.device_s);
+    std::printf("%8d %12.2f %12.2f %12.3f %12.3f %8.3f %12.3f\n", row.mib, row.grpc_s * 1e3, row.tcp_s * 1e3, g, r,
+                g / r, dv);
     absl::StrAppendFormat(&per_size,
-                          "%s{\"mib\":%d,\"grpc_gbytes_per_s\":%.4f,\"tcp_gbytes_per_s\":%.4f,\"ratio\":%.4f}",
-                          per_size.empty() ? "" : ",", row.mib, g, r, g / r);
+                          "%s{\"mib\":%d,\"grpc_gbytes_per_s\":%.4f,\"tcp_gbytes_per_s\":%.4f,\"ratio\":%.4f,"
+                          "\"device_gbytes_per_s\":%.4f}",
+                          per_size.empty() ? "" : ",", row.mib, g, r, g / r, dv);
     sum_bytes += static_cast<double>(row.mib) * (1 << 20);
     sum_grpc += row.grpc_s;
     sum_tcp += row.tcp_s;
@@ -223,9 +280,9 @@ int Main(int argc, char** argv) {
       "{\"bench\":\"transfer\",\"ratio_basis\":\"largest size (%d MiB)\",\"grpc_gbytes_per_s\":%.4f,"
       "\"tcp_gbytes_per_s\":%.4f,\"ratio\":%.4f,\"aggregate_grpc_gbytes_per_s\":%.4f,"
       "\"aggregate_tcp_gbytes_per_s\":%.4f,\"aggregate_ratio\":%.4f,\"chunk_bytes\":%zu,\"reps\":%d,"
-      "\"gbyte\":1e9,\"per_size\":[%s]}\n",
+      "\"gbyte\":1e9,\"device\":\"%s\",\"device_gbytes_per_s\":%.4f,\"per_size\":[%s]}\n",
       big.mib, g, r, g / r, sum_bytes / sum_grpc / 1e9, sum_bytes / sum_tcp / 1e9, sum_tcp / sum_grpc, chunk_bytes,
-      reps, per_size.c_str());
+      reps, device->str().c_str(), gbps(big.mib, big.device_s), per_size.c_str());
   return 0;
 }
 

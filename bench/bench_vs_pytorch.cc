@@ -8,6 +8,11 @@
 //
 //   bench_vs_pytorch --model DIR --inputs FILE --lora FILE [--threads 1] [--rank 16] [--alpha 16]
 //                    [--targets attention] [--lr 1e-3] [--clip 1.0] [--cpu_linear onednn|aten]
+//                    [--device cpu|cuda:N] [--dtype fp32|bf16]
+//
+// --device/--dtype place the frozen weights, adapters and step on a device in a compute dtype (the masters and
+// AdamW stay fp32 on the CPU, as in train-local); on CUDA each step ends with a device synchronize and every
+// reply carries the caching allocator's peak allocated and reserved bytes (scripts/gpu_check.sh reads them).
 //
 // --cpu_linear picks the GEMM behind the frozen Linears on CPU (core/lora/cpu_linear.h): onednn (default) or
 // aten (at::matmul → MKL sgemm, what eager PyTorch runs), to measure what the choice buys.
@@ -33,6 +38,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/device/device.h"
 #include "core/lora/cpu_linear.h"
 #include "core/lora/lora.h"
 #include "core/model/flux2_model.h"
@@ -43,6 +49,11 @@
 #include "core/train/local_step.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
+
+#ifdef BATON_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace baton {
 namespace {
@@ -56,6 +67,8 @@ struct Args {
   double lr = 1e-3;
   double clip = 1.0;
   CpuLinearBackend cpu_linear = CpuLinearBackend::kOnednn;
+  std::string device = "cpu";
+  std::string dtype = "fp32";
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -83,6 +96,10 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ok = absl::SimpleAtod(v, &a.lr);
     } else if (s == "--clip") {
       ok = absl::SimpleAtod(v, &a.clip);
+    } else if (s == "--device") {
+      a.device = v;
+    } else if (s == "--dtype") {
+      a.dtype = v;
     } else if (s == "--cpu_linear") {
       ASSIGN_OR_RETURN(a.cpu_linear, ParseCpuLinearBackend(v));
     } else {
@@ -117,18 +134,42 @@ struct StepResult {
   double seconds = 0, loss = 0, grad_norm = 0;
 };
 
+// Waits for the device's queued work (CUDA), so that a step's time covers its kernels.
+void Synchronize(at::Device device) {
+#ifdef BATON_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+#endif
+}
+
+// The CUDA caching allocator's peak allocated and reserved bytes on `device` since the start (0, 0 on CPU).
+std::pair<int64_t, int64_t> DevicePeakBytes(at::Device device) {
+#ifdef BATON_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+        static_cast<c10::DeviceIndex>(device.index() < 0 ? 0 : device.index()));
+    const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    return {stats.allocated_bytes[all].peak, stats.reserved_bytes[all].peak};
+  }
+#endif
+  return {0, 0};
+}
+
 absl::StatusOr<std::unique_ptr<Trainer>> Build(const Args& a) {
   auto t = std::make_unique<Trainer>();
+  ASSIGN_OR_RETURN(const at::Device device, ParseDevice(a.device));
+  ASSIGN_OR_RETURN(const at::ScalarType dtype, ParseDtype(a.dtype));
+  t->model.device = device;
+  t->model.dtype = dtype;
   ASSIGN_OR_RETURN(auto checkpoint, Flux2Checkpoint::Open(a.model));
   LoraSpec spec;
   spec.rank = a.rank;
   spec.alpha = a.alpha;
   ASSIGN_OR_RETURN(spec.targets, ResolveLoraTargets(a.targets));
-  ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*checkpoint, at::kFloat, at::kCPU));
+  ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*checkpoint, dtype, device));
   t->model.shell = WrapFlux2Shell(std::move(shell), checkpoint->config());
-  ASSIGN_OR_RETURN(Flux2Stage stage, BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(checkpoint->config()),
-                                                     at::kFloat, at::kCPU, &spec, true));
-  t->model.stage = WrapFlux2Stage(std::move(stage), at::kFloat);
+  ASSIGN_OR_RETURN(Flux2Stage stage, BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(checkpoint->config()), dtype,
+                                                     device, &spec, true));
+  t->model.stage = WrapFlux2Stage(std::move(stage), dtype);
   ASSIGN_OR_RETURN(auto lora, LoadAllSafetensors(a.lora));
   RETURN_IF_ERROR(Annotate(AssignLoraParameters(t->model.stage->module(), lora), a.lora));
   t->master = CloneToCpuFloat(LoraParameters(t->model.stage->module()));
@@ -150,6 +191,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Build(const Args& a) {
 absl::StatusOr<StepResult> Step(Trainer& t) {
   auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(LocalStepResult step, RunLocalStep(t.model, t.micro_batches, t.step, t.opt, *t.optimizer, t.master));
+  Synchronize(t.model.device);
   ++t.step;
   StepResult r;
   r.loss = step.loss;
@@ -168,6 +210,9 @@ absl::Status Run(int argc, char** argv) {
   ready["threads"] = at::get_num_threads();
   ready["lora_tensors"] = trainer->master.size();
   ready["cpu_linear"] = a.cpu_linear == CpuLinearBackend::kOnednn ? "onednn" : "aten";
+  ready["device"] = trainer->model.device.str();
+  ready["dtype"] = a.dtype;
+  ready["device_peak_allocated_bytes"] = DevicePeakBytes(trainer->model.device).first;
   std::cout << ready.dump() << std::endl;
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -185,6 +230,9 @@ absl::Status Run(int argc, char** argv) {
       out["loss"].push_back(r.loss);
       out["grad_norm"].push_back(r.grad_norm);
     }
+    const auto [peak_allocated, peak_reserved] = DevicePeakBytes(trainer->model.device);
+    out["device_peak_allocated_bytes"] = peak_allocated;
+    out["device_peak_reserved_bytes"] = peak_reserved;
     std::cout << out.dump() << std::endl;
   }
   return absl::OkStatus();

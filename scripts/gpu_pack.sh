@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# The GPU check's kit: puts into ONE git-ignored folder (default gpu_kit/) everything the lent GPU machine lacks
+# for scripts/gpu_check.sh. That machine (an H100/H200 with python3 + torch 2.11, CMake, ninja, nvcc and g++, no
+# network) builds Baton there against its own torch from this kit:
+#   gpu_kit/prefix.tar.xz  Debian 12 packages (gRPC, protobuf + protoc, Abseil, yaml-cpp, prometheus-cpp,
+#                          nlohmann-json, GoogleTest, libpng, libjpeg, pkgconf and whatever they pull in that a
+#                          bare Debian with python3/cmake/ninja/g++ lacks), unpacked with `dpkg -x` and pruned, plus
+#                          a minimal FFmpeg 5.1 (Debian's own source, only the codecs core/video names) built here:
+#                          Debian's FFmpeg drags ~170 MB of codec libraries (48 MB xz) that the check never calls.
+#   gpu_kit/wheels/        diffusers (+ the few pure-Python packages it needs that the machine lacks) and peft,
+#                          for the PyTorch side of the step comparison; installed there with --no-deps --target.
+#   gpu_kit/MANIFEST.txt   what is inside, with versions.
+# It prints the kit's size next to the checkout's and fails when both together exceed the 60 MiB that may travel.
+#
+#   scripts/gpu_pack.sh [KIT_DIR]        (root or sudo for apt-get; network to the Debian mirror and PyPI)
+# Downloads and the FFmpeg build are cached in .gpu_cache/ (git-ignored); a second run takes seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+KIT=${1:-gpu_kit}
+CACHE=${GPU_PACK_CACHE:-$REPO/.gpu_cache}
+BUDGET=$((60 * 1024 * 1024))
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+
+# What Baton's build needs (scripts/setup.sh's list, minus FFmpeg, plus GoogleTest and the image libraries).
+DEV="libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev
+     libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev libpng-dev libjpeg-dev zlib1g-dev pkgconf"
+# What the target machine (and the rehearsal's root) already has: these and everything they depend on.
+BASE="python3 python3-venv cmake ninja-build g++ ca-certificates"
+# Python packages the PyTorch side needs beyond what that machine has (see /work/.library/device/KINDS.md's list:
+# torch, transformers, accelerate, huggingface-hub, safetensors, numpy, regex, requests, pillow, psutil, pyyaml,
+# tqdm, packaging, zipp, filelock, peft are there; peft is carried anyway so both sides pin the version we test).
+WHEELS="diffusers==0.42.1 peft==0.21.2 importlib_metadata==10.2.0 zipp==4.1.2 lazy-importer==0.1.0"
+FFMPEG_VERSION=5.1.9
+
+t0=$(date +%s)
+mkdir -p "$CACHE/debs" "$CACHE/wheels"
+rm -rf "$KIT" "$CACHE/prefix"
+mkdir -p "$KIT/wheels" "$CACHE/prefix"
+
+closure() {
+  apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
+    --no-enhances "$@" | grep -v '^ ' | grep -v '^<' | sort -u
+}
+closure $DEV >"$CACHE/dev.list"
+{
+  closure $BASE
+  dpkg-query -W -f '${Package} ${Priority}\n' | awk '$2 == "required" {print $1}'
+} | sort -u >"$CACHE/base.list"
+comm -23 "$CACHE/dev.list" "$CACHE/base.list" >"$CACHE/need.list"
+echo "gpu_pack: $(wc -l <"$CACHE/need.list") Debian packages: $(tr '\n' ' ' <"$CACHE/need.list")"
+(cd "$CACHE/debs" && apt-get download $(cat "$CACHE/need.list") >/dev/null 2>&1 ||
+  (cd "$CACHE/debs" && apt-get download $(cat "$CACHE/need.list")))
+for p in $(cat "$CACHE/need.list"); do
+  deb=$(ls "$CACHE"/debs/"${p}"_*.deb 2>/dev/null | head -1)
+  [ -n "$deb" ] || { echo "gpu_pack: no .deb for $p" >&2; exit 1; }
+  dpkg -x "$deb" "$CACHE/prefix"
+  echo "deb $(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version)" >>"$CACHE/manifest"
+done
+
+# Minimal FFmpeg from Debian's source package (same upstream version as bookworm's libavcodec59).
+FF="$CACHE/ffmpeg-min"
+if [ ! -f "$FF/lib/libavcodec.so" ]; then
+  mkdir -p "$CACHE/src"
+  if [ ! -f "$CACHE/src/ffmpeg_${FFMPEG_VERSION}.orig.tar.xz" ]; then
+    printf 'deb-src http://deb.debian.org/debian bookworm main\ndeb-src http://deb.debian.org/debian-security bookworm-security main\n' \
+      >"$CACHE/src.list"
+    mkdir -p "$CACHE/srclists/partial"
+    O="-o Dir::Etc::SourceList=$CACHE/src.list -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$CACHE/srclists"
+    $SUDO apt-get $O update -qq
+    (cd "$CACHE/src" && apt-get $O source --download-only ffmpeg)
+  fi
+  rm -rf "$CACHE/src/ffmpeg-$FFMPEG_VERSION"
+  tar -xf "$CACHE/src/ffmpeg_${FFMPEG_VERSION}.orig.tar.xz" -C "$CACHE/src"
+  (cd "$CACHE/src/ffmpeg-$FFMPEG_VERSION" &&
+    ./configure --prefix="$FF" --disable-everything --disable-autodetect --disable-programs --disable-doc \
+      --disable-static --enable-shared --disable-x86asm --disable-avdevice --disable-avfilter --disable-network \
+      --enable-protocol=file --enable-encoder=mpeg4,mjpeg,png --enable-decoder=h264,hevc,mpeg4,mjpeg,png,vp8,vp9,rawvideo \
+      --enable-demuxer=mov,matroska,avi,image2,rawvideo --enable-muxer=mp4,mov,avi \
+      --enable-parser=h264,hevc,mpeg4video,mjpeg,vp9 --enable-zlib --enable-swscale >/dev/null &&
+    make -j"$(nproc)" >/dev/null && make install >/dev/null)
+fi
+cp -a "$FF"/include/. "$CACHE/prefix/usr/include/"
+cp -a "$FF"/lib/*.so* "$CACHE/prefix/usr/lib/x86_64-linux-gnu/"
+mkdir -p "$CACHE/prefix/usr/lib/x86_64-linux-gnu/pkgconfig"
+cp -a "$FF"/lib/pkgconfig/*.pc "$CACHE/prefix/usr/lib/x86_64-linux-gnu/pkgconfig/"
+echo "built ffmpeg-minimal $FFMPEG_VERSION (libavcodec/avformat/avutil/swscale/swresample; codecs: mpeg4 mjpeg png h264 hevc vp8 vp9)" \
+  >>"$CACHE/manifest"
+
+# Prune: documentation, manuals, locales, and static archives nothing links (GoogleTest ships only .a: keep).
+P="$CACHE/prefix"
+rm -rf "$P"/usr/share/doc "$P"/usr/share/man "$P"/usr/share/locale "$P"/usr/share/lintian "$P"/usr/share/info \
+  "$P"/usr/src "$P"/etc "$P"/usr/bin/grpc_{php,python,ruby}_plugin "$P"/usr/bin/civetweb
+# Development symlinks that point outside the kit (libz.so -> /lib/.../libz.so.1.2.13, libssl.so -> libssl.so.3
+# of the base system's runtime package): bring the file they name, so CMake's find_library finds a real library
+# on a machine whose own copy may be missing or elsewhere.
+for l in $(find "$P" -type l); do
+  target=$(readlink "$l")
+  case "$target" in
+    /*) src=$target ;;
+    *) [ -e "$(dirname "$l")/$target" ] && continue; src=/usr/lib/x86_64-linux-gnu/$target ;;
+  esac
+  case "$(readlink -f "$l")" in "$P"/*) continue ;; esac
+  real=$(readlink -f "$src")
+  [ -f "$real" ] || { echo "gpu_pack: $l points to $target, absent here too" >&2; continue; }
+  cp "$real" "$(dirname "$l")/$(basename "$real")"
+  ln -sf "$(basename "$real")" "$l"
+  echo "copied $(basename "$real") (from the base system, for $(basename "$l"))" >>"$CACHE/manifest"
+done
+find "$P" -name '*.a' ! -name 'libgtest*' ! -name 'libgmock*' -delete
+# Relocatable .pc files: their prefix follows wherever the kit is unpacked.
+for pc in "$P"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc "$P"/usr/share/pkgconfig/*.pc; do
+  [ -f "$pc" ] || continue
+  case "$pc" in
+    */usr/share/pkgconfig/*) rel='${pcfiledir}/../..' ;;
+    *) rel='${pcfiledir}/../../..' ;;
+  esac
+  sed -i -E "s|^prefix=.*|prefix=$rel|; s|^libdir=$FF/lib|libdir=\${prefix}/lib/x86_64-linux-gnu|; s|^includedir=$FF/include|includedir=\${prefix}/include|" "$pc"
+done
+# protoc and grpc_cpp_plugin load libprotoc/libprotobuf from the kit: wrap them so CMake's custom commands find
+# those libraries without an LD_LIBRARY_PATH that would also reach the machine's own programs.
+for b in "$P"/usr/bin/protoc "$P"/usr/bin/protoc-* "$P"/usr/bin/grpc_cpp_plugin "$P"/usr/bin/pkgconf; do
+  [ -f "$b" ] && [ ! -L "$b" ] || continue
+  mv "$b" "$b.real"
+  cat >"$b" <<'EOF'
+#!/bin/sh
+d=$(cd "$(dirname "$0")/.." && pwd)
+LD_LIBRARY_PATH="$d/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$0.real" "$@"
+EOF
+  chmod +x "$b"
+done
+strip --strip-unneeded "$P"/usr/lib/x86_64-linux-gnu/*.so.* 2>/dev/null || true
+cp "$CACHE/manifest" "$KIT/MANIFEST.txt"
+rm -f "$CACHE/manifest"
+tar -C "$P" -cf - usr | xz -T"$(nproc)" -6 >"$KIT/prefix.tar.xz"
+
+# Wheels for the machine's Python 3.12 (pure Python; no dependency resolution: torch 2.11 and the rest are there).
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform any -d "$CACHE/wheels" $WHEELS
+for w in $WHEELS; do
+  name=${w%%==*}
+  f=$(ls "$CACHE"/wheels/"${name//-/_}"-"${w##*==}"-*.whl 2>/dev/null | head -1)
+  [ -n "$f" ] || { echo "gpu_pack: wheel $w not downloaded" >&2; exit 1; }
+  cp "$f" "$KIT/wheels/"
+  echo "wheel $(basename "$f")" >>"$KIT/MANIFEST.txt"
+done
+
+kit_bytes=$(du -sb "$KIT" | cut -f1)
+checkout_bytes=$( (git ls-files -co --exclude-standard -z | xargs -0 du -cb 2>/dev/null || true) | awk '/\ttotal$/ {s += $1} END {print s + 0}')
+total=$((kit_bytes + checkout_bytes))
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
+echo "gpu_pack: $KIT/ $(mib "$kit_bytes") MiB (prefix.tar.xz $(mib "$(stat -c %s "$KIT/prefix.tar.xz")") MiB," \
+  "wheels $(mib "$(du -sb "$KIT/wheels" | cut -f1)") MiB) + checkout $(mib "$checkout_bytes") MiB =" \
+  "$(mib "$total") MiB of the 60 MiB that may travel; $(($(date +%s) - t0)) s"
+if [ "$total" -gt "$BUDGET" ]; then
+  echo "gpu_pack: over the 60 MiB budget" >&2
+  exit 1
+fi

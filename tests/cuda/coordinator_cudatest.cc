@@ -1,0 +1,61 @@
+// `coordinator --stages 2` with both stages on cuda:0 (job key devices: [cuda:0, cuda:0]) against the same job on
+// the CPU: real stage_worker processes, gRPC on loopback, pinned uploads and downloads on the device path.
+// SKIPS without a CUDA device.
+//
+// Tolerance: fp32 on both devices; the GPU reassociates sums (~1e-6 relative in losses and gradients, TF32 off).
+// AdamW normalises each gradient element, so a 1e-6 relative gradient change moves a weight by ~lr·1e-6 per step;
+// over 3 steps at lr 0.01 on LoRA weights of magnitude ~0.01..0.1, 1e-5 absolute is generous for that and still
+// far below a wrong step (lr = 1e-2 per element). No dropout: its masks come from each device's own generator.
+#include <absl/strings/str_cat.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "coordinator/pipeline_trainer.h"
+#include "core/data/cache.h"
+#include "core/device/device.h"
+#include "core/model/flux2_weights.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/train/job.h"
+#include "core/util/files.h"
+#include "tests/local_stages.h"
+
+namespace baton {
+namespace {
+
+TEST(CudaCoordinatorTest, TwoStagesOnOneGpuGiveTheCpuRunsLora) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device (" << BuildAndDeviceSummary() << ")";
+  const std::string dir = test_util::MakeTempDir("cuda_coordinator");
+  Flux2Config c = test_util::TinyFlux2Config();
+  ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(dir, "model"), 1).ok());
+  ASSERT_TRUE(
+      WriteSyntheticCache(JoinPath(dir, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
+          .ok());
+  auto job_for = [&](const std::string& devices) {
+    auto job = ParseJobYaml(absl::StrCat("model: ", JoinPath(dir, "model"), "\ndataset: ", JoinPath(dir, "cache"),
+                                         "\nlora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\nsteps: 3\n"
+                                         "batch_size: 4\nmicro_batches: 4\nschedule: 1f1b\nrecompute: true\nseed: 3\n"
+                                         "dtype: fp32\ndevices: ",
+                                         devices, "\n"));
+    EXPECT_TRUE(job.ok()) << job.status();
+    return *job;
+  };
+  auto cpu = RunCoordinator(job_for("[cpu, cpu]"), test_util::LocalStagesOptions(2, JoinPath(dir, "cpu")));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto gpu = RunCoordinator(job_for("[cuda:0, cuda:0]"), test_util::LocalStagesOptions(2, JoinPath(dir, "gpu")));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ASSERT_EQ(gpu->steps.size(), cpu->steps.size());
+  for (size_t i = 0; i < cpu->steps.size(); ++i) {
+    EXPECT_NEAR(gpu->steps[i].loss, cpu->steps[i].loss, 1e-5 * cpu->steps[i].loss) << "step " << i + 1;
+  }
+  auto a = test_util::LoadRunLora(JoinPath(dir, "cpu")), b = test_util::LoadRunLora(JoinPath(dir, "gpu"));
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-5) << name;
+  }
+}
+
+}  // namespace
+}  // namespace baton
