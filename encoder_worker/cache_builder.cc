@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "core/data/cache.h"
@@ -23,6 +24,17 @@ using Clock = std::chrono::steady_clock;
 std::string RecordFile(const std::string& id) { return absl::StrCat("records/", id, ".safetensors"); }
 
 }  // namespace
+
+absl::StatusOr<CacheSample> CheckRecordChecksum(const std::map<std::string, std::string>& checksums,
+                                                const std::string& file, const CacheRecordInfo& read,
+                                                absl::StatusOr<CacheSample> sample) {
+  auto it = checksums.find(file);
+  if (!sample.ok() || it == checksums.end() || it->second.empty() || it->second == read.checksum) return sample;
+  return absl::DataLossError(absl::StrCat("cache record ", file, ": checksum of the tensor bytes is ", read.checksum,
+                                          ", the index says ", it->second));
+}
+
+namespace {}  // namespace
 
 void StartEncoderMetrics() {
   EncoderMetrics& metrics = EncoderFamilies();
@@ -54,8 +66,12 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
   // The records this cache's own index lists: the only files a rebuild may delete (a caller-chosen cache folder
   // may hold anything else, and keeps it).
   std::set<std::string> owned;
+  std::map<std::string, std::string> checksums;  // file -> the checksum the previous index recorded for it
   if (auto previous = ReadCacheIndex(options.cache_dir); previous.ok()) {
-    for (const CacheRecordInfo& r : previous->records) owned.insert(r.file);
+    for (const CacheRecordInfo& r : previous->records) {
+      owned.insert(r.file);
+      checksums[r.file] = r.checksum;
+    }
   }
   CacheIndex index;
   index.encoder = encoder.identity();
@@ -78,6 +94,9 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
       std::string record_encoder;
       auto existing =
           ReadCacheRecord(options.cache_dir, file, index.latent_channels, index.text_dim, &info, &record_encoder);
+      // A record whose bytes no longer match the checksum its index recorded is corrupt (a bit flip keeps the size
+      // and the header): rebuilt. One the previous index lists without a checksum (an older cache) gets one now.
+      if (existing.ok()) existing = CheckRecordChecksum(checksums, file, info, existing);
       if (existing.ok() && info.hash == sample.content_hash && info.bucket == bucket.ToString() &&
           record_encoder == index.encoder) {
         index.records.push_back(info);

@@ -1,7 +1,8 @@
 // Builds the training cache from a dataset folder: scan, assign aspect-ratio buckets, and for each sample
 // encode the bucket-sized image (VAE → packed latents) and its caption (text encoder → prompt embeddings)
 // into one record. Reruns keep every record whose source hash, bucket and encoder identity are unchanged
-// and that reads back whole; a corrupt or partial record is re-encoded, never used. Per-file problems
+// and that reads back whole with the checksum its index recorded; a corrupt or partial record is re-encoded, never
+// used. Per-file problems
 // are reported and the rest of the dataset still encodes.
 #pragma once
 
@@ -10,9 +11,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "core/data/cache.h"
 #include "core/encode/sample_encoder.h"
 #include "core/image/image.h"
 #include "core/video/video_bucket.h"
@@ -50,6 +53,12 @@ struct CacheBuildReport {
 // Creates the encoder's metric series (baton_encoder_*) at zero, so a scrape shows them before the first sample.
 // BuildCache counts every sample it encodes, keeps or fails in them.
 void StartEncoderMetrics();
+
+// `sample` (ReadCacheRecord of `file`, which filled `read`) when the previous index recorded no checksum for `file`
+// or the same one as `read`; DataLoss naming the file otherwise (its bytes changed: the builders re-encode it).
+absl::StatusOr<CacheSample> CheckRecordChecksum(const std::map<std::string, std::string>& checksums,
+                                                const std::string& file, const CacheRecordInfo& read,
+                                                absl::StatusOr<CacheSample> sample);
 
 // A video encoder (encoder.encodes_video()) builds from clips instead: BuildVideoCache (video_cache_builder.h).
 absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,

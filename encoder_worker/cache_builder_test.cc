@@ -118,6 +118,53 @@ TEST_F(CacheBuilderTest, CorruptRecordIsDetectedAndReencoded) {
   EXPECT_TRUE((*repaired)->Load(0).ok());
 }
 
+// A bit flip keeps the size and the safetensors header and leaves a finite value: only the checksum sees it.
+TEST_F(CacheBuilderTest, RecordFailingItsChecksumIsRebuilt) {
+  ASSERT_TRUE(BuildCache(encoder_, options_).ok());
+  const std::string path = JoinPath(options_.cache_dir, "records/a.png.safetensors");
+  auto good = ReadFile(path);
+  ASSERT_TRUE(good.ok());
+  std::string flipped = *good;
+  flipped[flipped.size() - 4] ^= 1;  // the lowest bit of the last float
+  ASSERT_TRUE(WriteFileAtomic(path, flipped).ok());
+  auto reader = CacheReader::Open(options_.cache_dir);
+  ASSERT_TRUE(reader.ok());
+  auto refused = (*reader)->Load(0);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("cache record a.png"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("checksum"), std::string::npos) << refused.status();
+  encoder_.image_calls = 0;
+  auto rerun = BuildCache(encoder_, options_);
+  ASSERT_TRUE(rerun.ok()) << rerun.status();
+  EXPECT_EQ(rerun->reencoded_corrupt, 1);
+  EXPECT_EQ(rerun->encoded, 1);
+  EXPECT_EQ(rerun->kept, 1);
+  EXPECT_EQ(encoder_.image_calls, 1);
+  auto rebuilt = ReadFile(path);
+  ASSERT_TRUE(rebuilt.ok());
+  EXPECT_EQ(*rebuilt, *good);
+  auto repaired = CacheReader::Open(options_.cache_dir);
+  ASSERT_TRUE(repaired.ok());
+  EXPECT_TRUE((*repaired)->Load(0).ok());
+}
+
+// A cache indexed before checksums: a rerun keeps its records and adds their checksums to the index.
+TEST_F(CacheBuilderTest, RerunAddsChecksumsToAnOlderIndex) {
+  ASSERT_TRUE(BuildCache(encoder_, options_).ok());
+  auto index = ReadCacheIndex(options_.cache_dir);
+  ASSERT_TRUE(index.ok());
+  const std::string checksum = index->records[0].checksum;
+  ASSERT_FALSE(checksum.empty());
+  for (CacheRecordInfo& r : index->records) r.checksum.clear();
+  ASSERT_TRUE(WriteCacheIndex(options_.cache_dir, *index).ok());
+  auto rerun = BuildCache(encoder_, options_);
+  ASSERT_TRUE(rerun.ok()) << rerun.status();
+  EXPECT_EQ(rerun->kept, 2);
+  auto after = ReadCacheIndex(options_.cache_dir);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->records[0].checksum, checksum);
+}
+
 TEST_F(CacheBuilderTest, BadFilesAreReportedAndTheRestEncodes) {
   ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "c.png"), "").ok());  // zero bytes
   ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "c.txt"), "empty").ok());

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -39,6 +40,7 @@ absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const VideoSa
 
 // The existing record for `sample` if it may be kept (same hash and encoder, reads back whole); counts a corrupt one.
 std::optional<CacheRecordInfo> KeepableRecord(const CacheBuildOptions& options, const CacheIndex& index,
+                                              const std::map<std::string, std::string>& checksums,
                                               const VideoSample& sample, const std::string& file,
                                               CacheBuildReport& report) {
   if (!PathExists(JoinPath(options.cache_dir, file))) return std::nullopt;
@@ -46,6 +48,7 @@ std::optional<CacheRecordInfo> KeepableRecord(const CacheBuildOptions& options, 
   std::string record_encoder;
   auto existing =
       ReadCacheRecord(options.cache_dir, file, index.latent_channels, index.text_dim, &info, &record_encoder);
+  if (existing.ok()) existing = CheckRecordChecksum(checksums, file, info, existing);
   if (existing.ok() && info.frames > 0 && info.hash == sample.content_hash && record_encoder == index.encoder) {
     return info;
   }
@@ -70,9 +73,13 @@ absl::StatusOr<CacheBuildReport> BuildVideoCache(SampleEncoder& encoder, const C
   report.errors = dataset.errors;
   EncoderMetrics& metrics = EncoderFamilies();
   metrics.samples_failed.Add({}).Increment(static_cast<double>(dataset.errors.size()));
-  std::set<std::string> owned;  // the only files a rebuild may delete: those the previous index listed
+  std::set<std::string> owned;                   // the only files a rebuild may delete: those the previous index listed
+  std::map<std::string, std::string> checksums;  // file -> its checksum in the previous index
   if (auto previous = ReadCacheIndex(options.cache_dir); previous.ok()) {
-    for (const CacheRecordInfo& r : previous->records) owned.insert(r.file);
+    for (const CacheRecordInfo& r : previous->records) {
+      owned.insert(r.file);
+      checksums[r.file] = r.checksum;
+    }
   }
   CacheIndex index{encoder.identity(), encoder.latent_channels(), encoder.text_dim(), {}};
   CacheBuildProgress progress;
@@ -83,7 +90,7 @@ absl::StatusOr<CacheBuildReport> BuildVideoCache(SampleEncoder& encoder, const C
     progress.current = sample.name;
     const std::string file = absl::StrCat("records/", sample.name, ".safetensors");
     live_files.insert(file);
-    if (auto kept = KeepableRecord(options, index, sample, file, report)) {
+    if (auto kept = KeepableRecord(options, index, checksums, sample, file, report)) {
       index.records.push_back(*kept);
       ++report.kept;
       ++progress.kept;

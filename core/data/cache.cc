@@ -7,12 +7,16 @@
 #include <absl/strings/str_join.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "core/data/crc32c.h"
 #include "core/lora/lora_linear.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
+#include "core/util/log.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -62,7 +66,31 @@ absl::Status CheckLatentShape(const at::Tensor& latents, const CacheRecordInfo& 
                                                  latent_channels, " channels"));
 }
 
+// Every value finite and within ±bound, else a message naming the tensor, the first bad element and its value.
+// One pass (aminmax) on the good path; NaN fails both comparisons.
+absl::Status CheckValues(const at::Tensor& t, const char* name, double bound) {
+  if (t.numel() == 0) return absl::OkStatus();
+  auto [lo, hi] = at::aminmax(t);
+  if (lo.item<double>() >= -bound && hi.item<double>() <= bound) return absl::OkStatus();
+  at::Tensor flat = t.flatten();
+  const int64_t first = at::logical_not(at::abs(flat) <= bound).to(at::kByte).argmax().item<int64_t>();
+  const double value = flat[first].item<double>();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s %s holds %s at element %d: %s (finite values within ±%g expected; a corrupt file, or an encoder bug)", name,
+      ShapeString(t.sizes()), std::isfinite(value) ? "an absurd value" : "a non-finite value", first,
+      absl::StrFormat("%g", value), bound));
+}
+
 }  // namespace
+
+std::string CacheSampleChecksum(const at::Tensor& latents, const at::Tensor& prompt_embeds) {
+  uint32_t crc = 0;
+  for (const at::Tensor& t : {latents, prompt_embeds}) {
+    at::Tensor c = t.to(at::kFloat).contiguous();
+    crc = Crc32c(crc, c.data_ptr(), static_cast<size_t>(c.numel()) * sizeof(float));
+  }
+  return absl::StrFormat("crc32c:%08x", crc);
+}
 
 absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir) {
   std::string path = JoinPath(dir, "index.json");
@@ -88,6 +116,7 @@ absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir) {
       info.bytes = r.value("bytes", int64_t{-1});
       info.bucket = r.value("bucket", "");
       info.frames = r.value("frames", int64_t{0});
+      info.checksum = r.value("checksum", "");
       if (info.frames < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": record ", info.id, " frames < 0"));
       index.records.push_back(info);
     }
@@ -109,6 +138,7 @@ absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index) {
                                 {"grid_w", r.grid_w}, {"text_len", r.text_len}, {"hash", r.hash},
                                 {"bytes", r.bytes},   {"bucket", r.bucket}};
     if (r.frames > 0) e["frames"] = r.frames;  // image entries stay byte-for-byte as before
+    if (!r.checksum.empty()) e["checksum"] = r.checksum;
     j["records"].push_back(e);
   }
   return WriteFileAtomic(JoinPath(dir, "index.json"), j.dump(1));
@@ -120,6 +150,13 @@ absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::Open(const std::string
   ASSIGN_OR_RETURN(reader->index_, ReadCacheIndex(dir));
   if (reader->index_.records.empty())
     return absl::InvalidArgumentError(absl::StrCat(dir, ": the cache has no records"));
+  const auto unchecked = std::count_if(reader->index_.records.begin(), reader->index_.records.end(),
+                                       [](const CacheRecordInfo& r) { return r.checksum.empty(); });
+  if (unchecked > 0) {
+    LogWarning("cache ", dir, ": ", unchecked, " of ", reader->index_.records.size(),
+               " records have no checksum in index.json (written before checksums): their bytes cannot be verified; "
+               "rerun encoder_worker on the cache to add them");
+  }
   return reader;
 }
 
@@ -165,9 +202,11 @@ absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::s
     return fail(absl::StrCat("prompt_embeds shape ", ShapeString(s.prompt_embeds.sizes()), " does not match text_len ",
                              r.text_len, " and text_dim ", text_dim));
   }
-  if (!at::isfinite(s.latents).all().item<bool>() || !at::isfinite(s.prompt_embeds).all().item<bool>()) {
-    return fail("non-finite values");
+  for (absl::Status values : {CheckValues(s.latents, "latents", kMaxAbsLatent),
+                              CheckValues(s.prompt_embeds, "prompt_embeds", kMaxAbsPromptEmbed)}) {
+    if (!values.ok()) return fail(std::string(values.message()));
   }
+  r.checksum = CacheSampleChecksum(s.latents, s.prompt_embeds);
   if (info) *info = r;
   if (encoder) *encoder = get("encoder");
   return s;
@@ -185,6 +224,10 @@ absl::StatusOr<CacheSample> CacheReader::Load(size_t i) const {
   CacheRecordInfo found;
   auto s = ReadCacheRecord(dir_, info.file, index_.latent_channels, index_.text_dim, &found, nullptr);
   if (!s.ok()) return fail(std::string(s.status().message()));
+  if (!info.checksum.empty() && found.checksum != info.checksum) {
+    return fail(absl::StrCat("checksum of the tensor bytes is ", found.checksum, ", the index says ", info.checksum,
+                             " (the file changed after it was written; rerun encoder_worker to rebuild it)"));
+  }
   if (found.hash != info.hash) return fail("hash in the record differs from the index");
   if (found.grid_h != info.grid_h || found.grid_w != info.grid_w || found.text_len != info.text_len ||
       found.frames != info.frames) {
@@ -215,10 +258,11 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
                                              {"bucket", bucket}};
   if (sample.frames > 0) meta["frames"] = std::to_string(sample.frames);
   std::string path = JoinPath(dir, info.file);
-  RETURN_IF_ERROR(WriteSafetensors(
-      path, {{"latents", sample.latents.to(at::kFloat)}, {"prompt_embeds", sample.prompt_embeds.to(at::kFloat)}},
-      meta));
+  at::Tensor latents = sample.latents.to(at::kFloat).contiguous();
+  at::Tensor text = sample.prompt_embeds.to(at::kFloat).contiguous();
+  RETURN_IF_ERROR(WriteSafetensors(path, {{"latents", latents}, {"prompt_embeds", text}}, meta));
   info.bytes = FileSize(path);
+  info.checksum = CacheSampleChecksum(latents, text);
   return info;
 }
 

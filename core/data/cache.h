@@ -2,7 +2,8 @@
 //
 // Layout (format "baton-cache-v1"):
 //   DIR/index.json                 {"format", "encoder", "latent_channels", "text_dim", "records": [{"id",
-//                                    "file", "grid_h", "grid_w", "text_len", "hash", "bytes", "bucket"}...]}
+//                                    "file", "grid_h", "grid_w", "text_len", "hash", "bytes", "bucket",
+//                                    "checksum"}...]}
 //   DIR/records/<id>.safetensors   "latents" [grid_h·grid_w, C] fp32 (patchified, BatchNorm-normalised,
 //                                  packed tokens, row-major over the grid), "prompt_embeds" [text_len, J];
 //                                  metadata: id, hash, encoder, grid_h, grid_w, text_len, bucket.
@@ -12,7 +13,14 @@
 //   above, so every earlier cache reads exactly as before.
 // Design goals: one self-describing file per sample so a rerun re-encodes only what changed; the index is
 // written last and atomically, so a crash leaves at worst records the index does not list; every record is
-// checked against the index (shapes, hash, size) when read, so a corrupt record is an error, never data.
+// checked against the index (shapes, hash, size, checksum) and for sane values when read, so a corrupt record is an
+// error naming the record and its file, never data.
+// Checksum: "crc32c:<8 hex>" (core/data/crc32c.h) of the tensor bytes as stored, latents then prompt_embeds (fp32
+// little-endian), written by WriteCacheRecord and verified by every CacheReader::Load, every epoch (a 33.6 MB
+// FLUX.2-dev record: 7 ms of an 18 ms hot-cache Load on one AMD EPYC core; bench/bench_cache_checksum.cc). An index
+// written before checksums (no "checksum") still opens: its records get every other check, the reader warns once, and a
+// rerun of the encoder worker adds them. Sane values: finite, |latents| <= kMaxAbsLatent and |prompt_embeds| <=
+// kMaxAbsPromptEmbed.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -30,13 +38,24 @@ struct CacheRecordInfo {
   std::string file;                // relative to the cache directory
   int64_t grid_h = 0, grid_w = 0;  // latent token grid (image pixels / 16)
   int64_t text_len = 0;
-  std::string hash;    // content hash of the source sample
-  int64_t bytes = 0;   // file size, checked on read
-  std::string bucket;  // pixel size the image was resized/cropped to, "WxH" ("" for synthetic data)
-  int64_t frames = 0;  // latent frames of a video record ([C, F, H, W] latents); 0 = packed image layout
+  std::string hash;      // content hash of the source sample
+  int64_t bytes = 0;     // file size, checked on read
+  std::string bucket;    // pixel size the image was resized/cropped to, "WxH" ("" for synthetic data)
+  int64_t frames = 0;    // latent frames of a video record ([C, F, H, W] latents); 0 = packed image layout
+  std::string checksum;  // "crc32c:<8 hex>" of the tensor bytes; empty: an index written before checksums
   // Micro-batches are formed within one bucket: same grid, frames and text length.
   std::string BucketKey() const;
 };
+
+// Bounds past which a cached value is corruption, not data. Latents are normalised (≈ N(0, 1) per channel): 1e4 is
+// ten thousand standard deviations. Prompt embeddings are text-encoder hidden states, whose "massive activations"
+// reach a few thousand in a few channels (Sun et al. 2024: ~2.6e3 in Llama-2-7B); 1e6 leaves a factor of 300 and
+// still keeps every square and sum of the loss far from fp32's 3.4e38. A flipped exponent bit gives ~1e38.
+inline constexpr double kMaxAbsLatent = 1e4;
+inline constexpr double kMaxAbsPromptEmbed = 1e6;
+
+// The checksum of a sample's tensor bytes as a record stores them ("crc32c:<8 hex>"; fp32, contiguous).
+std::string CacheSampleChecksum(const at::Tensor& latents, const at::Tensor& prompt_embeds);
 
 struct CacheSample {
   at::Tensor latents;        // [grid_h·grid_w, C] fp32, or [C, frames, grid_h, grid_w] for video
@@ -57,7 +76,8 @@ class CacheReader {
   static absl::StatusOr<std::unique_ptr<CacheReader>> Open(const std::string& dir);
   const CacheIndex& index() const { return index_; }
   size_t size() const { return index_.records.size(); }
-  // Reads and validates record i (size, shapes and metadata against the index).
+  // Reads and validates record i (size, shapes, metadata and checksum against the index; finite, sane values).
+  // DataLoss naming the record id and its file.
   absl::StatusOr<CacheSample> Load(size_t i) const;
 
  private:
@@ -69,8 +89,9 @@ class CacheReader {
 absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id, const std::string& hash,
                                                  const std::string& encoder, const CacheSample& sample,
                                                  const std::string& bucket = "");
-// Reads a record file on its own (no index) and checks it fully: metadata, shapes, finiteness. Used to
-// decide whether a rerun may keep it. `info` receives the entry the index should list.
+// Reads a record file on its own (no index) and checks it fully: metadata, shapes, finite values within the bounds
+// above. Used to decide whether a rerun may keep it. `info` receives the entry the index should list, with the
+// checksum of the bytes it read (the caller compares it with an index's).
 absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::string& file, int64_t latent_channels,
                                             int64_t text_dim, CacheRecordInfo* info, std::string* encoder);
 // Writes the index atomically (last, after the records).

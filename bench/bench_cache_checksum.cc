@@ -1,0 +1,87 @@
+// What verifying a cache record costs on every read (core/data/cache.h): writes one record of a real size,
+// then times CacheReader::Load (read, shape/metadata checks, value bounds, checksum) and the CRC32C of its tensor
+// bytes alone, hot in the page cache (the disk read is not counted: it only makes the share smaller).
+//
+//   bench_cache_checksum [--tokens=4096] [--channels=128] [--text_len=512] [--text_dim=15360] [--reps=20]
+// Defaults: a FLUX.2-dev record at 1024² (latents [4096, 128], Mistral embeddings [512, 15360]; 33 MB fp32).
+#include <ATen/ATen.h>
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/data/cache.h"
+#include "core/data/crc32c.h"
+#include "core/util/files.h"
+
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename F>
+double MedianSeconds(int reps, F&& f) {
+  std::vector<double> s;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return Median(s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t tokens = 4096, channels = 128, text_len = 512, text_dim = 15360, reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    for (auto [name, out] : {std::pair<const char*, int64_t*>{"--tokens=", &tokens},
+                             {"--channels=", &channels},
+                             {"--text_len=", &text_len},
+                             {"--text_dim=", &text_dim},
+                             {"--reps=", &reps}}) {
+      if (a.rfind(name, 0) == 0 && !absl::SimpleAtoi(a.substr(std::strlen(name)), out)) return 2;
+    }
+  }
+  at::set_num_threads(1);
+  const std::string dir = absl::StrCat("/tmp/bench_cache_checksum_", ::getpid());
+  (void)baton::MakeDirs(dir);
+  int64_t side = 1;
+  while (side * side < tokens) ++side;
+  baton::CacheSample sample{at::randn({side * side, channels}), at::randn({text_len, text_dim}), side, side, 0};
+  auto info = baton::WriteCacheRecord(dir, "r", "h", "bench", sample);
+  if (!info.ok()) return 1;
+  baton::CacheIndex index{"bench", channels, text_dim, {*info}};
+  if (!baton::WriteCacheIndex(dir, index).ok()) return 1;
+  auto reader = baton::CacheReader::Open(dir);
+  if (!reader.ok()) return 1;
+  const double load = MedianSeconds(static_cast<int>(reps), [&] { (void)(*reader)->Load(0); });
+  const double crc = MedianSeconds(static_cast<int>(reps),
+                                   [&] { (void)baton::CacheSampleChecksum(sample.latents, sample.prompt_embeds); });
+  std::vector<unsigned char> bytes(static_cast<size_t>(sample.latents.numel() + sample.prompt_embeds.numel()) * 4);
+  const double portable = MedianSeconds(static_cast<int>(reps), [&] {
+    volatile uint32_t c = baton::Crc32cPortable(0, bytes.data(), bytes.size());
+    (void)c;
+  });
+  const double mb = static_cast<double>(bytes.size()) / 1e6;
+  std::printf("record: latents [%lld, %lld] + prompt_embeds [%lld, %lld] = %.1f MB fp32, %lld reps, medians\n",
+              static_cast<long long>(side * side), static_cast<long long>(channels), static_cast<long long>(text_len),
+              static_cast<long long>(text_dim), mb, static_cast<long long>(reps));
+  std::printf("CacheReader::Load (page cache hot): %.2f ms\n", load * 1e3);
+  std::printf("checksum (crc32c, this CPU's path): %.2f ms = %.1f GB/s = %.0f%% of Load\n", crc * 1e3, mb / crc / 1e3,
+              100 * crc / load);
+  std::printf("checksum (crc32c, portable table): %.2f ms = %.1f GB/s\n", portable * 1e3, mb / portable / 1e3);
+  std::printf("{\"record_mb\": %.2f, \"load_ms\": %.3f, \"checksum_ms\": %.3f, \"portable_checksum_ms\": %.3f}\n", mb,
+              load * 1e3, crc * 1e3, portable * 1e3);
+  (void)baton::RemoveAll(dir);
+  return 0;
+}
