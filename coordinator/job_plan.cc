@@ -24,18 +24,30 @@ absl::Status CheckCoordinatorOptions(const CoordinatorOptions& options) {
 }
 
 // The planner's options: sized for the cache's largest micro-batch (memory) and its token mix (compute).
+std::vector<PlanDevice> StagePlanDevices(const JobConfig& job, int stages, bool remote_workers) {
+  std::vector<PlanDevice> out;
+  for (int i = 0; i < stages; ++i) {
+    if (i < static_cast<int>(job.devices.size())) {
+      out.push_back(job.devices[i] == "cpu" ? PlanDevice::kCpu : PlanDevice::kCuda);
+    } else {
+      out.push_back(remote_workers ? PlanDevice::kCuda : PlanDevice::kCpu);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, const CacheReader& cache, int stages,
-                                                       at::ScalarType dtype) {
+                                                       at::ScalarType dtype, bool remote_workers) {
   int64_t max_img = 0, max_txt = 0;
   for (const CacheRecordInfo& r : cache.index().records) {
     max_img = std::max(max_img, r.grid_h * r.grid_w);
     max_txt = std::max(max_txt, r.text_len);
   }
-  return StagePartitionOptions(job, SampleTokens{max_img, max_txt}, stages, dtype);
+  return StagePartitionOptions(job, SampleTokens{max_img, max_txt}, stages, dtype, remote_workers);
 }
 
 absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, SampleTokens tokens, int stages,
-                                                       at::ScalarType dtype) {
+                                                       at::ScalarType dtype, bool remote_workers) {
   PartitionOptions popts;
   popts.stages = stages;
   popts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
@@ -44,7 +56,8 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, Sam
   popts.micro_batches = static_cast<int>(job.micro_batches);
   ASSIGN_OR_RETURN(popts.schedule, ParseScheduleKind(job.schedule));
   popts.recompute = job.recompute;
-  popts.device = !job.devices.empty() && job.devices[0] != "cpu" ? PlanDevice::kCuda : PlanDevice::kCpu;
+  popts.devices = StagePlanDevices(job, stages, remote_workers);
+  popts.device = popts.devices.empty() ? PlanDevice::kCpu : popts.devices[0];
   popts.activation_bytes = static_cast<int>(c10::elementSize(dtype));
   popts.all_linear = job.lora_targets == "all-linear";
   popts.tokens_per_micro_batch = (tokens.image + tokens.text) * job.micro_batch_size();
@@ -61,8 +74,8 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, Sam
 // blocks to stages (or to p·v chunks) by compute, within each worker's memory budget. Prints the plan.
 absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const ModelFamily& model,
                                                                const CacheReader& cache, int stages, int chunks,
-                                                               at::ScalarType dtype, bool quiet) {
-  ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(job, cache, stages, dtype));
+                                                               at::ScalarType dtype, bool quiet, bool remote_workers) {
+  ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(job, cache, stages, dtype, remote_workers));
   return PlanStages(model, std::move(popts), stages, chunks, quiet);
 }
 
@@ -143,7 +156,8 @@ absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions
                                                     m, ", chunks: ", chunks, " on --stages ", p));
   }
   s.schedule = std::move(*schedule);
-  ASSIGN_OR_RETURN(s.plan, PlanStages(job, *s.model, cache, p, chunks, s.dtype, options.quiet));
+  ASSIGN_OR_RETURN(s.plan, PlanStages(job, *s.model, cache, p, chunks, s.dtype, options.quiet,
+                                      /*remote_workers=*/!options.workers.empty()));
   return s;
 }
 

@@ -21,6 +21,7 @@
 #include "coordinator/local_tls.h"
 #include "coordinator/pipeline_trainer.h"
 #include "coordinator/resume.h"
+#include "core/device/determinism.h"
 #include "core/device/device.h"
 #include "core/metrics/metrics_server.h"
 #include "core/util/flags.h"
@@ -134,6 +135,7 @@ int main(int argc, char** argv) {
       "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT]\n"
       "  either with [--metrics HOST:PORT]; --workers and --listen need [--tls_dir DIR | --insecure], --listen with\n"
       "  TLS --token_file FILE (make them with baton certs)");
+  baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
   baton::NormalizeFlagArgs(argc, argv, {"resume"});

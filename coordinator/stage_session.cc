@@ -78,7 +78,8 @@ absl::StatusOr<std::unique_ptr<StageSession>> StageSession::Start(const StageSes
   ASSIGN_OR_RETURN(setup.model, OpenModel(session.model, session.model_config));
   ASSIGN_OR_RETURN(setup.shell, setup.model->BuildShell(setup.dtype, at::kCPU));
   ASSIGN_OR_RETURN(setup.schedule, MakeSchedule(ScheduleKind::kGPipe, options.stages, session.micro_batches, 1));
-  ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(s->job_, session.tokens, options.stages, setup.dtype));
+  ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(s->job_, session.tokens, options.stages, setup.dtype,
+                                                                 /*remote_workers=*/!options.workers.empty()));
   ASSIGN_OR_RETURN(setup.plan, PlanStages(*setup.model, std::move(popts), options.stages, 1, options.quiet));
 
   StageFleet& fleet = s->fleet_;

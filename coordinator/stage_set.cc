@@ -64,6 +64,7 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
     req.set_prev_address(addresses[(i + p - 1) % p]);
   }
   req.set_threads(job.threads);
+  req.set_allow_nondeterministic(!job.deterministic);
   req.set_seed(job.seed);
   req.set_wire_dtype(job.wire_dtype);
   return req;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/device/determinism.h"
 #include "core/device/device.h"
 #include "core/metrics/metrics_server.h"
 #include "core/util/files.h"
@@ -25,6 +26,9 @@ ABSL_FLAG(int, wait_timeout_s, 300, "longest wait for data from a peer before th
 ABSL_FLAG(int64_t, inbox_bytes, int64_t{2} << 30,
           "most bytes of pushed data waiting to be used (a step's inputs plus the next steps' early pushes); pushes "
           "over it are refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, send_queue_bytes, int64_t{1} << 30,
+          "most bytes of outputs queued for one neighbour stage and not yet sent; computing waits before queueing "
+          "more. On CUDA, pinned host memory is trimmed after a step above inbox_bytes + 2 x send_queue_bytes");
 ABSL_FLAG(std::string, model_root, "",
           "read models only from regular files inside this directory, symlinks resolved (default: the working "
           "directory); a Configure naming a model elsewhere is refused");
@@ -35,6 +39,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "stage_worker --listen HOST:PORT (--tls_dir DIR | --insecure) [--model_root DIR] [--device cpu|cuda:N] "
       "[--threads K] [--metrics HOST:PORT]");
+  baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();
   baton::NormalizeFlagArgs(argc, argv);
@@ -64,6 +69,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.inbox_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_inbox_bytes));
+  if (absl::GetFlag(FLAGS_send_queue_bytes) < (int64_t{1} << 20)) {
+    std::fprintf(stderr, "stage_worker: --send_queue_bytes must be at least 1 MiB\n");
+    return 1;
+  }
+  options.send_queue_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_send_queue_bytes));
   options.model_root = absl::GetFlag(FLAGS_model_root).empty() ? "." : absl::GetFlag(FLAGS_model_root);
   if (auto root = baton::RealPath(options.model_root); !root.ok() || !baton::IsDirectory(*root)) {
     std::fprintf(stderr, "stage_worker: --model_root %s is not a directory\n", options.model_root.c_str());

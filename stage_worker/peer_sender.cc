@@ -8,12 +8,17 @@
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/tls.h"
+#include "stage_worker/inbox.h"
 
 namespace baton {
 
 PeerSender::PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout, WireDtype wire_dtype,
-                       LinkCounters link)
-    : peer_name_(std::move(peer_name)), timeout_(timeout), wire_dtype_(wire_dtype), link_(link) {
+                       LinkCounters link, uint64_t max_queued_bytes)
+    : peer_name_(std::move(peer_name)),
+      timeout_(timeout),
+      wire_dtype_(wire_dtype),
+      link_(link),
+      max_queued_bytes_(max_queued_bytes) {
   stub_ = v1::StageService::NewStub(MakeChannel(address, ProcessChannelCredentials()));
   thread_ = std::thread([this] { Loop(); });
 }
@@ -29,11 +34,23 @@ PeerSender::~PeerSender() {
 }
 
 void PeerSender::Send(v1::EnvelopeHeader header, TensorMap tensors, std::function<void()> ready) {
+  const uint64_t bytes = BundleBytes(tensors);
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back({std::move(header), std::move(tensors), std::move(ready)});
+    std::unique_lock<std::mutex> lock(mu_);
+    // The sender's own push has a deadline, so this wait ends: the queue drains, or the push fails (sticky error).
+    cv_.wait(lock,
+             [&] { return queued_bytes_ == 0 || queued_bytes_ + bytes <= max_queued_bytes_ || stop_ || !error_.ok(); });
+    if (!error_.ok() || stop_) return;  // reported by Flush; nothing more is sent after a failure
+    queue_.push_back({std::move(header), std::move(tensors), std::move(ready), bytes});
+    queued_bytes_ += bytes;
+    link_.SetQueued(queued_bytes_);
   }
   cv_.notify_all();
+}
+
+uint64_t PeerSender::queued_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_bytes_;
 }
 
 absl::Status PeerSender::Flush(absl::Duration timeout) {
@@ -98,13 +115,16 @@ void PeerSender::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
       bytes_sent_ += bytes;
+      queued_bytes_ -= item.bytes;
       if (!status.ok() && error_.ok()) {
         error_ = absl::Status(status.code(),
                               absl::StrCat("sending ", v1::EnvelopeHeader::Kind_Name(item.header.kind()), " of ",
                                            WorkName(item.header.step(), item.header.pass()), " micro-batch ",
                                            item.header.micro_batch(), " to ", peer_name_, ": ", status.message()));
         queue_.clear();
+        queued_bytes_ = 0;
       }
+      link_.SetQueued(queued_bytes_);
     }
     cv_.notify_all();
   }

@@ -24,15 +24,23 @@ namespace baton {
 
 class PeerSender {
  public:
+  static constexpr uint64_t kDefaultQueueBytes = uint64_t{1} << 30;
+
   // `peer_name` is used in errors, e.g. "stage 1 (127.0.0.1:5001)".
   // `wire_dtype` compresses the floating tensors sent (rpc/wire_compression.h); kNone sends them exactly.
-  // `link` counts the bytes sent and the seconds each Push took (baton_link_*{peer}).
+  // `link` counts the bytes sent and the seconds each Push took (baton_link_*{peer}) and shows the queue.
+  // `max_queued_bytes` bounds the host memory waiting to be sent (queued or in flight; on CUDA pinned).
   PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout,
-             WireDtype wire_dtype = WireDtype::kNone, LinkCounters link = {});
+             WireDtype wire_dtype = WireDtype::kNone, LinkCounters link = {},
+             uint64_t max_queued_bytes = kDefaultQueueBytes);
   ~PeerSender();
 
   // `ready`, if set, runs on the sender's thread before the tensors are read (e.g. waits for a device → host copy).
+  // Waits (backpressure on the compute thread) while the queue holds something and this bundle would take it past
+  // max_queued_bytes; never waits on a failed or stopping sender (the failure is reported by Flush).
   void Send(v1::EnvelopeHeader header, TensorMap tensors, std::function<void()> ready = nullptr);
+  // Bytes queued or in flight now.
+  uint64_t queued_bytes() const;
   // Waits until everything queued has been delivered; returns the first error, if any.
   absl::Status Flush(absl::Duration timeout);
   uint64_t bytes_sent() const;
@@ -55,7 +63,10 @@ class PeerSender {
     v1::EnvelopeHeader header;
     TensorMap tensors;
     std::function<void()> ready;
+    uint64_t bytes = 0;  // BundleBytes(tensors)
   };
+  const uint64_t max_queued_bytes_;
+  uint64_t queued_bytes_ = 0;  // guarded by mu_: items in queue_ plus the one in flight
   std::deque<Item> queue_;
   bool busy_ = false;
   std::chrono::steady_clock::time_point busy_since_;

@@ -14,6 +14,10 @@ void LinkCounters::Sent(uint64_t bytes, double seconds) const {
   transfer_seconds->Increment(seconds);
 }
 
+void LinkCounters::SetQueued(uint64_t bytes) const {
+  if (queued_bytes != nullptr) queued_bytes->Set(static_cast<double>(bytes));
+}
+
 void LinkCounters::Received(uint64_t bytes, double seconds) const {
   if (received_bytes == nullptr) return;
   received_bytes->Increment(static_cast<double>(bytes));
@@ -72,7 +76,7 @@ LinkCounters StageInstruments::Link(const std::string& peer) {
   StageMetrics& m = StageFamilies();
   const prometheus::Labels labels = {{"job", job_}, {"stage", stage_}, {"peer", peer}};
   LinkCounters link{&m.link_sent_bytes.Add(labels), &m.link_received_bytes.Add(labels),
-                    &m.link_transfer_seconds.Add(labels)};
+                    &m.link_transfer_seconds.Add(labels), &m.link_queued_bytes.Add(labels)};
   links_[peer] = link;
   return link;
 }

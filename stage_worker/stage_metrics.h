@@ -19,8 +19,10 @@ struct LinkCounters {
   prometheus::Counter* sent_bytes = nullptr;
   prometheus::Counter* received_bytes = nullptr;
   prometheus::Counter* transfer_seconds = nullptr;
+  prometheus::Gauge* queued_bytes = nullptr;  // the peer sender's queue (sending links only)
 
   void Sent(uint64_t bytes, double seconds) const;
+  void SetQueued(uint64_t bytes) const;
   void Received(uint64_t bytes, double seconds) const;
 };
 

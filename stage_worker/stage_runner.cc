@@ -9,6 +9,8 @@
 #include <condition_variable>
 #include <thread>
 
+#include "core/device/determinism.h"
+#include "core/device/pinned_host.h"
 #include "core/lora/lora.h"
 #include "core/metrics/process_memory.h"
 #include "core/quant/quantize_module.h"
@@ -92,6 +94,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   }
   std::lock_guard<std::mutex> lock(run_mu_);
   generation_ = req.generation();
+  ApplyDeterminism(prepared->device, !req.allow_nondeterministic());
   {
     std::lock_guard<std::mutex> expected_lock(expected_mu_);
     expected_.reset();  // pushes wait for the new job
@@ -119,8 +122,11 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   if (device_.is_cuda()) NoteCudaDeviceInUse(device_.index());  // baton_device_memory_allocated_bytes
   const WireDtype wire = prepared->wire;
   const WeightQuant quant = prepared->quant;
-  transfer_ = std::make_unique<DeviceTransfer>(device_);
-  pinned_host_ = transfer_->wants_pinned_host();
+  {
+    std::lock_guard<std::mutex> transfer_lock(transfer_mu_);
+    transfer_ = std::make_shared<DeviceTransfer>(device_);
+    pinned_host_ = transfer_->wants_pinned_host();
+  }
   model_ = std::move(prepared->model);
   ranges_ = prepared->ranges;
   chunks_.clear();
@@ -189,14 +195,14 @@ void StageRunner::ConnectPeers(WireDtype wire) {
   const absl::Duration timeout = options_.wait_timeout;
   const int p = req.num_stages(), s = req.stage_index();
   if (!req.next_address().empty()) {
-    next_ = std::make_unique<PeerSender>(req.next_address(),
-                                         absl::StrCat("stage ", (s + 1) % p, " (", req.next_address(), ")"), timeout,
-                                         wire, metrics_.Link(absl::StrCat("stage", (s + 1) % p)));
+    next_ = std::make_unique<PeerSender>(
+        req.next_address(), absl::StrCat("stage ", (s + 1) % p, " (", req.next_address(), ")"), timeout, wire,
+        metrics_.Link(absl::StrCat("stage", (s + 1) % p)), options_.send_queue_bytes);
   }
   if (!req.prev_address().empty()) {
-    prev_ = std::make_unique<PeerSender>(req.prev_address(),
-                                         absl::StrCat("stage ", (s + p - 1) % p, " (", req.prev_address(), ")"),
-                                         timeout, wire, metrics_.Link(absl::StrCat("stage", (s + p - 1) % p)));
+    prev_ = std::make_unique<PeerSender>(
+        req.prev_address(), absl::StrCat("stage ", (s + p - 1) % p, " (", req.prev_address(), ")"), timeout, wire,
+        metrics_.Link(absl::StrCat("stage", (s + p - 1) % p)), options_.send_queue_bytes);
   }
 }
 
@@ -214,6 +220,11 @@ v1::ConfigureResponse StageRunner::Response() {
   return response;
 }
 
+std::shared_ptr<DeviceTransfer> StageRunner::Transfer() {
+  std::lock_guard<std::mutex> lock(transfer_mu_);
+  return transfer_;
+}
+
 absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
   const v1::EnvelopeHeader& h = envelope.header;
   // Leftovers of a step a recovery aborted (a neighbour's late push, the coordinator's early data): dropped.
@@ -229,12 +240,14 @@ absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
     bytes_received_ += envelope.bytes;
   }
   if (h.kind() == v1::EnvelopeHeader::ROPE) {
-    if (!transfer_) return absl::FailedPreconditionError(absl::StrCat(name(), ": ROPE tables before Configure"));
+    // A snapshot: a Configure racing this push may replace transfer_; the old one stays valid while we use it.
+    const std::shared_ptr<DeviceTransfer> transfer = Transfer();
+    if (!transfer) return absl::FailedPreconditionError(absl::StrCat(name(), ": ROPE tables before Configure"));
     // CheckEnvelope let in only "<table>/<key>" names of one key that the family accepts as its tables.
     std::map<std::string, TensorMap> tables;
     for (auto& [tname, t] : envelope.tensors) {
       const size_t slash = tname.rfind('/');
-      tables[tname.substr(slash + 1)][tname.substr(0, slash)] = transfer_->Upload(t);
+      tables[tname.substr(slash + 1)][tname.substr(0, slash)] = transfer->Upload(t);
     }
     std::lock_guard<std::mutex> rope_lock(rope_mu_);
     for (auto& [key, named] : tables) {
@@ -310,6 +323,10 @@ absl::Status StageRunner::EnsureWeights(const v1::StepPlan& plan, const std::fun
   if (step.weights_loaded) return absl::OkStatus();
   // The weights for this step come before any computation: a stage never computes with stale adapters.
   ASSIGN_OR_RETURN(TensorMap weights, Await(plan, 0, v1::EnvelopeHeader::LORA_WEIGHTS, cancelled, summary));
+  // Every adapter tensor starts its upload now (side stream, from pinned memory); the copies into the parameters
+  // below then run device to device on the compute stream, with no host synchronisation per tensor.
+  const std::shared_ptr<DeviceTransfer> transfer = Transfer();
+  for (auto& [pname, w] : weights) w = transfer->Upload(w);
   for (auto& chunk : chunks_) {
     std::map<std::string, at::Tensor> mine;
     for (const auto& [pname, p] : LoraParameters(chunk->module())) {
@@ -344,8 +361,11 @@ absl::StatusOr<TensorMap> StageRunner::AwaitInput(const v1::StepPlan& plan, int3
       leaves[tname] = x;
       continue;
     }
-    at::Tensor host = first ? x.to(dtype_) : x;
-    leaves[tname] = transfer_->Upload(host).detach().requires_grad_(!first);
+    // Uploaded as sent and cast on the device: a host-side cast would be one more pass over pageable memory.
+    leaves[tname] = Transfer()
+                        ->Upload(x, first ? std::optional<at::ScalarType>(dtype_) : std::nullopt)
+                        .detach()
+                        .requires_grad_(!first);
   }
   return leaves;
 }
@@ -362,8 +382,10 @@ absl::StatusOr<TensorMap> StageRunner::Constants(const v1::StepPlan& plan, int32
     if (absl::StartsWith(kname, kTablesKeyPrefix)) {
       key = kname.substr(strlen(kTablesKeyPrefix));
     } else {
-      // Floating constants in the compute dtype (as the shell made them); integer ones (Wan's grid) as they are.
-      out[kname] = t.is_floating_point() ? transfer_->Upload(t, dtype_) : transfer_->Upload(t);
+      // Floating constants in the compute dtype (as the shell made them), on the device. Integer ones (Wan's
+      // [frames, height, width] grid) stay on the host: the model reads them as sizes, and a device copy would
+      // cost a device → host synchronisation on every head forward and recompute.
+      out[kname] = t.is_floating_point() ? Transfer()->Upload(t, dtype_) : t;
     }
   }
   {
@@ -406,7 +428,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
     ASSIGN_OR_RETURN(TensorMap t, Await(plan, mb, v1::EnvelopeHeader::TARGET, cancelled, summary));
     absl::Status valid = model_->CheckWire(WireKind::kTarget, t, dtype_);
     if (!valid.ok()) return Annotate(valid, absl::StrCat(name(), ": TARGET of micro-batch ", mb));
-    state.target = transfer_->Upload(t.at("target"));
+    state.target = Transfer()->Upload(t.at("target"));
   }
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("forward of ", WorkName(plan), " micro-batch ", mb));
@@ -421,7 +443,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
                               out.at("output").sizes(), state.target);
       if (!shape.ok()) return;
       at::Tensor loss = FlowMatchingLoss(out.at("output"), state.target);
-      summary.set_losses(mb, static_cast<float>(loss.item<double>()));
+      step.losses[mb] = loss.detach().to(at::kFloat);  // read once per step (FillLosses): no sync here
       if (!config_.recompute()) state.loss = loss;
     } else {
       if (!config_.recompute()) state.output = out;
@@ -457,6 +479,8 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
   if (!range.has_head) {
     ASSIGN_OR_RETURN(grads, Await(plan, mb, v1::EnvelopeHeader::GRADIENT, cancelled, summary, chunk));
     RETURN_IF_ERROR(Annotate(CheckGradientShapes(state.sent, grads), absl::StrCat(name(), " micro-batch ", mb)));
+    // Through the upload path (side stream, pinned memory), in the compute dtype the outputs have.
+    for (auto& [gname, g] : grads) g = Transfer()->Upload(g, dtype_);
   }
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("backward of step ", plan.step(), " micro-batch ", mb));
@@ -474,7 +498,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
                     "', which this stage does not output");
         TORCH_CHECK(g.sizes() == o->second.sizes(), "GRADIENT '", gname, "' has the wrong shape");
         outputs.push_back(o->second);
-        output_grads.push_back(g.to(o->second.device(), o->second.scalar_type()));
+        output_grads.push_back(g.scalar_type() == o->second.scalar_type() ? g : g.to(o->second.scalar_type()));
       }
       return {outputs, output_grads};
     };
@@ -505,7 +529,7 @@ void StageRunner::SendAsync(PeerSender& peer, v1::EnvelopeHeader header, const T
   TensorMap host;
   std::vector<std::function<void()>> waits;
   for (const auto& [tname, t] : tensors) {
-    DeviceTransfer::PendingDownload d = transfer_->DownloadAsync(t.detach());
+    DeviceTransfer::PendingDownload d = Transfer()->DownloadAsync(t.detach());
     host[tname] = std::move(d.host);
     if (d.wait) waits.push_back(std::move(d.wait));
   }
@@ -588,10 +612,19 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
   progress_.Set("sending the gradients to the coordinator");
   std::map<std::string, at::Tensor> grads;
   for (auto& chunk : chunks_) grads.merge(LoraGradients(chunk->module()));
-  for (const auto& [pname, g] : grads) RETURN_IF_ERROR(sink(pname, g.detach().to(at::kCPU, at::kFloat)));
+  // Every download starts before the first is awaited: one wait for the lot instead of one sync per tensor.
+  const std::shared_ptr<DeviceTransfer> transfer = Transfer();
+  std::vector<std::pair<std::string, DeviceTransfer::PendingDownload>> pending;
+  for (const auto& [pname, g] : grads) pending.emplace_back(pname, transfer->DownloadAsync(g.detach().to(at::kFloat)));
+  for (auto& [pname, d] : pending) {
+    if (d.wait) d.wait();
+    RETURN_IF_ERROR(sink(pname, d.host));
+  }
   for (auto& chunk : chunks_) ZeroLoraGradients(chunk->module());
   inbox_.DropBefore(plan.step() + 1);
+  FillLosses(step, summary);
   FillByteCounts(summary);
+  TrimPinnedHost();
   return summary;
 }
 
@@ -608,6 +641,23 @@ absl::Status StageRunner::FlushPeers(const v1::StepPlan& plan, const std::functi
     if (peer) RETURN_IF_ERROR(Annotate(flushed, name()));
   }
   return absl::OkStatus();
+}
+
+void StageRunner::FillLosses(StepState& step, v1::StepSummary& summary) {
+  if (step.losses.empty()) return;
+  std::vector<at::Tensor> losses;
+  for (const auto& [mb, loss] : step.losses) losses.push_back(loss);
+  const at::Tensor host = Transfer()->Download(at::stack(losses));  // [micro-batches] fp32
+  int i = 0;
+  for (const auto& [mb, loss] : step.losses) summary.set_losses(mb, host[i++].item<float>());
+}
+
+void StageRunner::TrimPinnedHost() {
+  if (!device_.is_cuda()) return;
+  const uint64_t budget = options_.inbox_bytes + 2 * options_.send_queue_bytes;
+  if (TrimPinnedHostCache(static_cast<int64_t>(budget))) {
+    LogInfo(name(), ": returned cached pinned host memory (over ", budget >> 20, " MiB)");
+  }
 }
 
 void StageRunner::FillByteCounts(v1::StepSummary& summary) {
@@ -641,9 +691,10 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunPass(const v1::StepPlan& plan, c
   RETURN_IF_ERROR(run);
   progress_.Set("sending the pass's outputs to the coordinator");
   for (const auto& [mb, out] : step.outputs) {
-    RETURN_IF_ERROR(sink(absl::StrCat("output/", mb), out.detach().to(at::kCPU, at::kFloat)));
+    RETURN_IF_ERROR(sink(absl::StrCat("output/", mb), Transfer()->Download(out.detach().to(at::kFloat))));
   }
   FillByteCounts(summary);
+  TrimPinnedHost();
   return summary;
 }
 

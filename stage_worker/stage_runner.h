@@ -14,6 +14,7 @@
 // Thread-safety: Deliver() may run concurrently with RunStep(); Configure() and RunStep() serialize.
 #pragma once
 
+#include <absl/base/thread_annotations.h>
 #include <absl/status/statusor.h>
 #include <absl/time/time.h>
 
@@ -44,7 +45,11 @@ struct StageRunnerOptions {
   size_t rope_cache_entries = kRopeCacheEntries;         // FIFO; the coordinator mirrors it
   absl::Duration heartbeat_interval = absl::Seconds(1);  // RunStep's progress heartbeats
   uint64_t inbox_bytes = Inbox::kDefaultBudgetBytes;     // pushed bytes waiting to be used (--inbox_bytes)
-  std::string model_root;                                // models are read only from inside it ("" = working dir)
+  // Bytes queued for one neighbour and not yet sent (--send_queue_bytes): the compute thread waits before queueing
+  // more. On CUDA the pinned host allocator's cache is trimmed after a step once it holds more than
+  // inbox_bytes + 2 x send_queue_bytes (everything that may legitimately be pinned at once).
+  uint64_t send_queue_bytes = PeerSender::kDefaultQueueBytes;
+  std::string model_root;  // models are read only from inside it ("" = working dir)
 };
 
 class StageRunner {
@@ -99,6 +104,7 @@ class StageRunner {
     std::map<std::pair<int32_t, int32_t>, MicroBatchState> live;  // (chunk, micro-batch) between its F and B
     std::map<int32_t, TensorMap> constants;                       // per micro-batch, shared by the chunks
     std::map<int32_t, at::Tensor> outputs;                        // a forward-only pass's last-stage outputs
+    std::map<int32_t, at::Tensor> losses;  // last stage: [] fp32 on the device per micro-batch, read once per step
     bool weights_loaded = false;
   };
 
@@ -135,6 +141,10 @@ class StageRunner {
   // Waits until the peer senders have shipped everything queued (in slices, so a cancel is noticed).
   absl::Status FlushPeers(const v1::StepPlan& plan, const std::function<bool()>& cancelled);
   void FillByteCounts(v1::StepSummary& summary);
+  // The step's losses (kept on the device) into the summary: one device → host copy per step, not per micro-batch.
+  void FillLosses(StepState& step, v1::StepSummary& summary);
+  // After a step on CUDA: the pinned host allocator's cache back to the system when over its budget.
+  void TrimPinnedHost();
   // Whether `req` asks for the model this worker already holds (only the neighbours or the generation differ):
   // a recovery's reconfigure then keeps it instead of loading it again.
   bool SameModel(const v1::ConfigureRequest& req) const;
@@ -160,8 +170,12 @@ class StageRunner {
   std::vector<StageRange> ranges_;                   // [chunk]
   at::ScalarType dtype_ = at::kFloat;
   at::Device device_{at::kCPU};
-  std::unique_ptr<DeviceTransfer> transfer_;  // host → device uploads (side stream + pinned memory on CUDA)
-  std::atomic<bool> pinned_host_{false};      // read by Push handlers without run_mu_
+  // Host ↔ device copies (side streams + pinned memory on CUDA). Replaced by Configure under transfer_mu_; Deliver
+  // (Push handlers, without run_mu_) uploads RoPE tables through a snapshot taken under it.
+  std::mutex transfer_mu_;
+  std::shared_ptr<DeviceTransfer> transfer_ ABSL_GUARDED_BY(transfer_mu_);
+  std::shared_ptr<DeviceTransfer> Transfer() ABSL_LOCKS_EXCLUDED(transfer_mu_);
+  std::atomic<bool> pinned_host_{false};  // read by Push handlers without run_mu_
   // What pushes and plans must match (null while unconfigured), and the step last run or running.
   mutable std::mutex expected_mu_;
   std::shared_ptr<const ExpectedStageIO> expected_;

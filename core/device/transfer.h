@@ -1,14 +1,12 @@
 // Host ↔ device copies for a pipeline stage's inputs and outputs.
 //
-// On CUDA, tensors arrive from the wire already in pinned (page-locked) host memory (the wire assembler
-// allocates them so when the stage's device is CUDA), and Upload issues the copy on a side stream: the copy of
-// the next micro-batch's inputs runs while the compute stream works on the current one. The compute stream
-// waits for each copy through an event before it touches the tensor, so ordering stays exact. Download copies
-// a result back into pinned host memory on the side stream and waits for it (the wire needs the bytes);
-// DownloadAsync starts that copy and returns at once, so a peer sender's thread can wait for the bytes while the
-// compute stream goes on with the next micro-batch (a plain .to(kCPU) from the sender's thread would run on the
-// default stream, behind whatever the compute thread has queued since).
-// On CPU both are plain (no copy unless a dtype change is asked for).
+// On CUDA, tensors arrive from the wire already in pinned host memory (the wire assembler allocates them so when
+// the stage computes on CUDA). Upload copies on its own side stream, Download/DownloadAsync on another, so the
+// next micro-batch's inputs travel while the compute stream works and an upload never queues behind a download.
+// The orderings each copy relies on are spelled out at each function (transfer.cc); in short: an upload's
+// destination comes from the upload stream's pool and is handed to the compute stream with recordStream, so the
+// caching allocator never gives it a block that a queued compute kernel still reads; the compute stream waits
+// for the copy through an event. On CPU everything is plain (no copy unless a dtype change is asked for).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -30,11 +28,12 @@ class DeviceTransfer {
   // Whether host buffers for this device should be pinned (true for CUDA).
   bool wants_pinned_host() const { return device_.is_cuda(); }
 
-  // host (CPU) → device, optionally cast to `dtype` on the device. Safe to use on the compute stream at once.
+  // host (CPU) → device, optionally cast to `dtype` on the device. Safe to use on the calling thread's current
+  // stream at once. Thread-safe (Push handlers upload RoPE tables while the compute thread uploads inputs).
   at::Tensor Upload(const at::Tensor& host, std::optional<at::ScalarType> dtype = std::nullopt);
   // device → host (CPU, contiguous); complete when it returns.
   at::Tensor Download(const at::Tensor& tensor);
-  // device → pinned host, started now (after what the compute stream has queued so far); `host` holds the bytes
+  // device → pinned host, started now (after what the current stream has queued so far); `host` holds the bytes
   // once `wait` (callable from any thread, any number of times) returns. On CPU: the tensor itself, wait empty.
   struct PendingDownload {
     at::Tensor host;
@@ -43,7 +42,7 @@ class DeviceTransfer {
   PendingDownload DownloadAsync(const at::Tensor& tensor);
 
  private:
-  struct CudaState;  // side stream; defined only in CUDA builds
+  struct CudaState;  // the two side streams; defined only in CUDA builds
   at::Device device_;
   std::unique_ptr<CudaState> cuda_;
 };

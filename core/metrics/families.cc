@@ -41,6 +41,15 @@ ProcessMetrics& ProcessFamilies() {
             .Help("CUDA memory allocated by libtorch's caching allocator on each device this process computes on")
             .Register(r),
         BuildGauge()
+            .Name("baton_pinned_host_memory_bytes")
+            .Help("Page-locked host memory held by libtorch's pinned allocator (CUDA processes), by state: in_use "
+                  "(live tensors) or cached (freed blocks kept for reuse; trimmed after each step over the budget)")
+            .Register(r),
+        BuildCounter()
+            .Name("baton_metrics_refresh_errors_total")
+            .Help("Scrape-time refreshes of the process gauges that failed (the scrape still answers)")
+            .Register(r),
+        BuildGauge()
             .Name("baton_build_info")
             .Help("Always 1; labels name the process role and the Baton version")
             .Register(r),
@@ -132,6 +141,10 @@ StageMetrics& StageFamilies() {
         BuildCounter()
             .Name("baton_link_transfer_seconds_total")
             .Help("Seconds this stage spent sending to or receiving from the peer")
+            .Register(r),
+        BuildGauge()
+            .Name("baton_link_queued_bytes")
+            .Help("Bytes queued for the peer and not yet sent (bounded by --send_queue_bytes)")
             .Register(r),
     };
   }();

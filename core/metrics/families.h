@@ -24,6 +24,8 @@ struct ProcessMetrics {
   prometheus::Family<prometheus::Counter>& rpc_errors;             // {side, method, code}
   prometheus::Family<prometheus::Gauge>& resident_memory_bytes;    // {}; refreshed at scrape time
   prometheus::Family<prometheus::Gauge>& device_memory_allocated;  // {device}; CUDA only, refreshed at scrape time
+  prometheus::Family<prometheus::Gauge>& pinned_host_memory;       // {state: in_use | cached}; CUDA only, at scrape
+  prometheus::Family<prometheus::Counter>& refresh_errors;         // {}; scrape-time refreshes that failed
   prometheus::Family<prometheus::Gauge>& build_info;               // {process, version} = 1
 };
 ProcessMetrics& ProcessFamilies();
@@ -58,6 +60,7 @@ struct StageMetrics {
   prometheus::Family<prometheus::Counter>& link_sent_bytes;
   prometheus::Family<prometheus::Counter>& link_received_bytes;
   prometheus::Family<prometheus::Counter>& link_transfer_seconds;
+  prometheus::Family<prometheus::Gauge>& link_queued_bytes;  // {job, stage, peer}: waiting in the peer sender's queue
 };
 StageMetrics& StageFamilies();
 

@@ -23,11 +23,16 @@
 namespace baton {
 namespace {
 
-// The registry, with the scrape-time gauges brought up to date first.
+// The registry, with the scrape-time gauges brought up to date first. Collect runs on the HTTP server's thread,
+// where an exception would end the process: a refresh that fails leaves the gauges as they were.
 class RefreshingRegistry : public prometheus::Collectable {
  public:
   std::vector<prometheus::MetricFamily> Collect() const override {
-    RefreshProcessGauges();
+    try {
+      RefreshProcessGauges();
+    } catch (...) {
+      ProcessFamilies().refresh_errors.Add({}).Increment();
+    }
     return MetricsRegistry()->Collect();
   }
 };

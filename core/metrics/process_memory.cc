@@ -7,7 +7,9 @@
 #include <mutex>
 #include <set>
 
+#include "core/device/pinned_host.h"
 #include "core/metrics/families.h"
+#include "core/util/log.h"
 
 #ifdef BATON_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -39,6 +41,38 @@ void NoteCudaDeviceInUse(int index) {
   CudaDevices().insert(index);
 }
 
+bool CudaAllocatorReady() {
+#ifdef BATON_WITH_CUDA
+  // The caching allocator sizes its per-device tables when CUDA initializes (lazily, at the first CUDA tensor);
+  // asking it for a device's stats before then throws. A quantized stage builds on the CPU for minutes first.
+  c10::cuda::CUDACachingAllocator::CUDAAllocator* allocator = c10::cuda::CUDACachingAllocator::get();
+  return allocator != nullptr && allocator->initialized();
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+void RefreshCudaGauges(ProcessMetrics& m, const std::set<int>& devices) {
+#ifdef BATON_WITH_CUDA
+  if (devices.empty() || !CudaAllocatorReady()) return;
+  for (int d : devices) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+    const auto& allocated = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    m.device_memory_allocated.Add({{"device", absl::StrCat("cuda:", d)}}).Set(static_cast<double>(allocated.current));
+  }
+  const PinnedHostBytes pinned = PinnedHostMemory();
+  m.pinned_host_memory.Add({{"state", "in_use"}}).Set(static_cast<double>(pinned.in_use));
+  m.pinned_host_memory.Add({{"state", "cached"}}).Set(static_cast<double>(pinned.cached));
+#else
+  (void)m;
+  (void)devices;
+#endif
+}
+
+}  // namespace
+
 void RefreshProcessGauges() {
   ProcessMetrics& m = ProcessFamilies();
   const int64_t rss = ResidentMemoryBytes();
@@ -48,13 +82,13 @@ void RefreshProcessGauges() {
     std::lock_guard<std::mutex> lock(g_mu);
     devices = CudaDevices();
   }
-#ifdef BATON_WITH_CUDA
-  for (int d : devices) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(d));
-    const auto& allocated = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
-    m.device_memory_allocated.Add({{"device", absl::StrCat("cuda:", d)}}).Set(static_cast<double>(allocated.current));
+  // A scrape runs on the HTTP server's thread: nothing may unwind through it, whatever CUDA says.
+  try {
+    RefreshCudaGauges(m, devices);
+  } catch (const std::exception& e) {
+    m.refresh_errors.Add({}).Increment();
+    LogWarning("metrics: reading CUDA memory statistics failed: ", e.what());
   }
-#endif
 }
 
 }  // namespace baton

@@ -13,7 +13,13 @@ int64_t ResidentMemoryBytes();
 // Adds cuda:`index` to the devices baton_device_memory_allocated_bytes reports. Thread-safe.
 void NoteCudaDeviceInUse(int index);
 
-// Sets baton_process_resident_memory_bytes and baton_device_memory_allocated_bytes{device} to their values now.
+// Sets baton_process_resident_memory_bytes, baton_device_memory_allocated_bytes{device} and
+// baton_pinned_host_memory_bytes{state} to their values now. The CUDA figures are read only once CUDA's caching
+// allocator is initialized (CudaAllocatorReady); a failure to read them counts baton_metrics_refresh_errors_total
+// and never throws.
 void RefreshProcessGauges();
+
+// Whether libtorch's CUDA caching allocator has been initialized in this process (false without CUDA).
+bool CudaAllocatorReady();
 
 }  // namespace baton

@@ -68,8 +68,9 @@ Bounds BestSplit(const PlanModel& c, const PartitionOptions& o, int p, int k) {
 // Bytes of activations a worker keeps: `in_flight` chunk-activations of its largest chunk (see the header).
 int64_t ActivationBytes(const PlanModel& c, const PartitionOptions& o, int in_flight, int64_t max_blocks) {
   const int64_t unit = o.tokens_per_micro_batch * c.hidden_size * o.activation_bytes;
-  if (o.recompute == RecomputePolicy::kNone) return in_flight * max_blocks * kBlockWorkingFactor * unit;
-  return (in_flight * max_blocks + kBlockWorkingFactor) * unit;
+  const int64_t graph = kBlockWorkingFactor * unit + LoraInputCopyBytes(c, o);  // one block's graph (partition.h)
+  if (o.recompute == RecomputePolicy::kNone) return in_flight * max_blocks * graph;
+  return in_flight * max_blocks * unit + graph;
 }
 
 // Fills the per-worker cost, memory, budget and the verdict.
@@ -91,8 +92,9 @@ absl::Status SizeWorkers(const PlanModel& c, const PartitionOptions& o, ChunkPla
       lora += s.lora_params;
       max_blocks = std::max(max_blocks, s.block_end - s.block_begin);
     }
-    const int64_t overhead = o.overhead_bytes >= 0 ? o.overhead_bytes : DeviceProcessBytes(o.device);
-    const int64_t bytes = frozen_bytes + lora * 4 * 2 + ActivationBytes(c, o, in_flight[w], max_blocks) + overhead;
+    const int64_t overhead = o.overhead_bytes >= 0 ? o.overhead_bytes : DeviceProcessBytes(o.StageDevice(w));
+    const int64_t bytes =
+        frozen_bytes + lora * 4 * 2 + ActivationBytes(c, o, in_flight[w], max_blocks) + TransientBytes(c, o) + overhead;
     const size_t nb = o.memory_budget_bytes.size();
     const int64_t budget = nb == 0 ? 0 : o.memory_budget_bytes[nb == 1 ? 0 : w];
     plan.worker_cost.push_back(cost);
@@ -143,6 +145,7 @@ absl::StatusOr<ChunkPlan> PartitionChunks(const PlanSource& source, const Partit
   per_chunk.stages = k;
   per_chunk.memory_budget_bytes.clear();
   per_chunk.schedule = ScheduleKind::k1F1B;
+  per_chunk.devices.clear();  // per worker, not per chunk; SizeWorkers applies them
   ASSIGN_OR_RETURN(Plan balanced, Partition(source, per_chunk));
   ChunkPlan plan;
   plan.workers = p;

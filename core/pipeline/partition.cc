@@ -40,6 +40,22 @@ double SegmentCost(const ForwardCosts& f, int64_t n, int64_t r, bool embedders, 
   return cost;
 }
 
+}  // namespace
+
+int64_t LoraInputCopyBytes(const PlanModel& m, const PartitionOptions& o) {
+  // An fp32 compute dtype needs no copy: the adapters read the input itself.
+  return o.activation_bytes < 4 ? m.block_lora_input * 4 : 0;
+}
+
+int64_t TransientBytes(const PlanModel& m, const PartitionOptions& o) {
+  if (o.quantize == WeightQuant::kNone || m.largest_quantized_linear == 0) return 0;
+  const int64_t dequantized = m.largest_quantized_linear * o.bytes_per_param;
+  const int64_t tile = o.bytes_per_param < 4 ? std::min(kDequantTileBytes, m.largest_quantized_linear * 4) : 0;
+  return dequantized + tile;
+}
+
+namespace {
+
 // Sizes every contiguous segment for one stage count; the DPs below only call Cost/Memory/Budget.
 class Sizer {
  public:
@@ -55,7 +71,11 @@ class Sizer {
       lora_prefix_[b + 1] = lora_prefix_[b] + m.block_lora[b];
     }
     act_unit_ = o.tokens_per_micro_batch * m.hidden_size * o.activation_bytes;
-    overhead_ = o.overhead_bytes >= 0 ? o.overhead_bytes : DeviceProcessBytes(o.device);
+    graph_ = kBlockWorkingFactor * act_unit_ + LoraInputCopyBytes(m, o);
+    transient_ = TransientBytes(m, o);
+    for (int k = 0; k < stages; ++k) {
+      overhead_.push_back(o.overhead_bytes >= 0 ? o.overhead_bytes : DeviceProcessBytes(o.StageDevice(k)));
+    }
     const int mbs = o.micro_batches > 0 ? o.micro_batches : stages;
     auto schedule = MakeSchedule(o.schedule, stages, mbs);
     in_flight_ = schedule.ok() ? PeakInFlight(*schedule) : std::vector<int>(stages, mbs);
@@ -65,7 +85,8 @@ class Sizer {
   int64_t blocks() const { return static_cast<int64_t>(param_prefix_.size()) - 1; }
   int64_t Budget(int k) const { return budgets_.empty() ? kUnlimited : budgets_[k]; }
   int InFlight(int k) const { return in_flight_[k]; }
-  int64_t Overhead() const { return overhead_; }
+  int64_t Overhead(int k) const { return overhead_[k]; }
+  int64_t Transient() const { return transient_; }
   double Cost(int k, int64_t i, int64_t j) const {
     return SegmentCost(fwd_, j - i, Recompute(k, i, j), k == 0, k == stages_ - 1);
   }
@@ -80,14 +101,13 @@ class Sizer {
   int64_t Lora(int64_t i, int64_t j) const { return lora_prefix_[j] - lora_prefix_[i]; }
   // The `act` term for a stage of n blocks, the first r recomputed (header).
   int64_t Activation(int k, int64_t n, int64_t r) const {
-    const int64_t kept = in_flight_[k] * (r + (n - r) * kBlockWorkingFactor);
-    return (kept + (r > 0 ? kBlockWorkingFactor : 0)) * act_unit_;
+    return in_flight_[k] * ActivationPerMicroBatch(n, r) + (r > 0 ? graph_ : 0);
   }
-  int64_t ActivationPerMicroBatch(int64_t n, int64_t r) const {
-    return (r + (n - r) * kBlockWorkingFactor) * act_unit_;
-  }
+  int64_t ActivationPerMicroBatch(int64_t n, int64_t r) const { return r * act_unit_ + (n - r) * graph_; }
   // Everything but the activations.
-  int64_t Fixed(int k, int64_t i, int64_t j) const { return Weights(k, i, j) + Lora(i, j) * 4 * 2 + overhead_; }
+  int64_t Fixed(int k, int64_t i, int64_t j) const {
+    return Weights(k, i, j) + Lora(i, j) * 4 * 2 + overhead_[k] + transient_;
+  }
   // How many leading blocks of the segment are recomputed: the policy, or under auto the fewest that fit.
   int64_t Recompute(int k, int64_t i, int64_t j) const {
     const int64_t n = j - i;
@@ -96,8 +116,8 @@ class Sizer {
     if (Budget(k) == kUnlimited) return 0;
     const int64_t room = Budget(k) - Fixed(k, i, j);
     if (Activation(k, n, 0) <= room) return 0;
-    // Activation(k, n, r) for r >= 1 falls by in_flight x (W - 1) x A per recomputed block.
-    const int64_t start = Activation(k, n, 1), step = in_flight_[k] * (kBlockWorkingFactor - 1) * act_unit_;
+    // Activation(k, n, r) for r >= 1 falls by in_flight x (graph - A) per recomputed block.
+    const int64_t start = Activation(k, n, 1), step = in_flight_[k] * (graph_ - act_unit_);
     if (start <= room || step <= 0) return std::min<int64_t>(1, n);
     const int64_t r = 1 + (start - room + step - 1) / step;
     return std::min(r, n);
@@ -117,7 +137,10 @@ class Sizer {
   FrozenSizes frozen_;
   ForwardCosts fwd_;
   std::vector<int64_t> param_prefix_, bytes_prefix_, lora_prefix_;
-  int64_t act_unit_ = 0, overhead_ = 0;
+  int64_t act_unit_ = 0;  // A: one block boundary's activation
+  int64_t graph_ = 0;     // one block's graph: kBlockWorkingFactor x A + the adapters' fp32 input copies
+  int64_t transient_ = 0;
+  std::vector<int64_t> overhead_;  // [stages]
   std::vector<int> in_flight_;
 };
 
@@ -337,6 +360,10 @@ absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions&
     return absl::InvalidArgumentError(absl::StrCat("micro_batches must be 0..65536 and overhead_bytes >= -1; got ",
                                                    o.micro_batches, " and ", o.overhead_bytes));
   }
+  if (!o.devices.empty() && o.devices.size() != static_cast<size_t>(p)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("devices: give none or one per stage (", p, "); got ", o.devices.size()));
+  }
   std::vector<int64_t> budgets;
   if (nb > 0) budgets = nb == 1 ? std::vector<int64_t>(p, o.memory_budget_bytes[0]) : o.memory_budget_bytes;
 
@@ -380,7 +407,9 @@ absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions&
     s.activation_bytes = z.Activation(k, j - i, s.recompute_blocks);
     s.activation_bytes_per_mb_no_recompute = z.ActivationPerMicroBatch(j - i, 0);
     s.activation_bytes_per_mb_recompute = z.ActivationPerMicroBatch(j - i, j - i);
-    s.overhead_bytes = z.Overhead();
+    s.overhead_bytes = z.Overhead(k);
+    s.transient_bytes = z.Transient();
+    s.device = o.StageDevice(k);
     s.est_memory_bytes = z.Memory(k, i, j);
     s.budget_bytes = budgets.empty() ? 0 : budgets[k];
     plan.max_cost = std::max(plan.max_cost, s.cost);
@@ -412,6 +441,18 @@ std::string DescribeBlocks(const Flux2Config& config, int64_t block_begin, int64
 
 namespace {
 
+// "device cuda" when every stage is planned for one device, else "devices cpu,cuda".
+std::string DescribeDevices(const Plan& plan) {
+  std::vector<std::string> names;
+  bool same = true;
+  for (const StageSpec& s : plan.stages) {
+    names.push_back(PlanDeviceName(s.device));
+    same = same && s.device == plan.stages.front().device;
+  }
+  if (names.empty()) return absl::StrCat("device ", PlanDeviceName(plan.options.device));
+  return same ? absl::StrCat("device ", names.front()) : absl::StrCat("devices ", absl::StrJoin(names, ","));
+}
+
 std::string DescribeRecompute(const StageSpec& s) {
   const int64_t n = s.block_end - s.block_begin;
   if (s.recompute_blocks == 0) return "none";
@@ -435,7 +476,7 @@ std::string RenderPlan(const Plan& plan) {
                                        : absl::StrCat(", block linears ", WeightQuantName(o.quantize), " (1 B/param)"),
       o.lora_rank, o.all_linear ? "all linears" : "default targets", o.tokens_per_micro_batch,
       o.text_tokens_per_micro_batch,
-      absl::StrCat("; recompute ", RecomputePolicyName(o.recompute), "; device ", PlanDeviceName(o.device)));
+      absl::StrCat("; recompute ", RecomputePolicyName(o.recompute), "; ", DescribeDevices(plan)));
   std::vector<std::string> blocks;
   size_t wb = std::string("blocks").size();
   for (const StageSpec& s : plan.stages) {
@@ -445,31 +486,33 @@ std::string RenderPlan(const Plan& plan) {
     wb = std::max(wb, b.size());
     blocks.push_back(std::move(b));
   }
-  absl::StrAppendFormat(&out, "%5s  %-*s  %13s  %11s  %11s  %10s  %10s  %9s  %10s  %19s  %15s  %10s  %10s\n", "stage",
-                        wb, "blocks", "frozen params", "LoRA params", "memory est.", "budget", "compute", "weights",
-                        "LoRA+grad*", "act/mb rc|no-rc", "activations", "overhead", "recompute");
+  absl::StrAppendFormat(&out, "%5s  %-*s  %13s  %11s  %11s  %10s  %10s  %9s  %10s  %19s  %15s  %10s  %10s  %10s\n",
+                        "stage", wb, "blocks", "frozen params", "LoRA params", "memory est.", "budget", "compute",
+                        "weights", "LoRA+grad*", "act/mb rc|no-rc", "activations", "transient", "overhead",
+                        "recompute");
   for (size_t k = 0; k < plan.stages.size(); ++k) {
     const StageSpec& s = plan.stages[k];
     const bool over = s.budget_bytes > 0 && s.est_memory_bytes > s.budget_bytes;
-    absl::StrAppendFormat(&out, "%5d  %-*s  %13s  %11s  %11s  %10s  %9.1f%%  %9s  %10s  %19s  %15s  %10s  %10s%s\n",
-                          s.index, wb, blocks[k], FormatCount(static_cast<double>(s.params)),
-                          FormatCount(static_cast<double>(s.lora_params)), FormatByteSize(s.est_memory_bytes),
-                          s.budget_bytes > 0 ? FormatByteSize(s.budget_bytes) : "-",
-                          plan.total_cost > 0 ? 100.0 * s.cost / plan.total_cost : 0.0, FormatByteSize(s.param_bytes),
-                          FormatByteSize(s.lora_bytes),
-                          absl::StrCat(FormatByteSize(s.activation_bytes_per_mb_recompute), " | ",
-                                       FormatByteSize(s.activation_bytes_per_mb_no_recompute)),
-                          absl::StrCat(FormatByteSize(s.activation_bytes), " (", s.in_flight, " mb)"),
-                          FormatByteSize(s.overhead_bytes), DescribeRecompute(s), over ? "  OVER" : "");
+    absl::StrAppendFormat(
+        &out, "%5d  %-*s  %13s  %11s  %11s  %10s  %9.1f%%  %9s  %10s  %19s  %15s  %10s  %10s  %10s%s\n", s.index, wb,
+        blocks[k], FormatCount(static_cast<double>(s.params)), FormatCount(static_cast<double>(s.lora_params)),
+        FormatByteSize(s.est_memory_bytes), s.budget_bytes > 0 ? FormatByteSize(s.budget_bytes) : "-",
+        plan.total_cost > 0 ? 100.0 * s.cost / plan.total_cost : 0.0, FormatByteSize(s.param_bytes),
+        FormatByteSize(s.lora_bytes),
+        absl::StrCat(FormatByteSize(s.activation_bytes_per_mb_recompute), " | ",
+                     FormatByteSize(s.activation_bytes_per_mb_no_recompute)),
+        absl::StrCat(FormatByteSize(s.activation_bytes), " (", s.in_flight, " mb)"), FormatByteSize(s.transient_bytes),
+        absl::StrCat(FormatByteSize(s.overhead_bytes), " ", PlanDeviceName(s.device)), DescribeRecompute(s),
+        over ? "  OVER" : "");
   }
   absl::StrAppend(&out, plan.message, "\n");
   absl::StrAppend(
       &out,
       "(compute = share of a micro-batch's multiply-adds, double and single blocks alike per token; memory is an "
-      "estimate: weights (block linears 8-bit when quantized) + LoRA + activations + the device's fixed per-process "
-      "overhead (",
-      PlanDeviceName(o.device), ": ", o.device == PlanDevice::kCpu ? "measured" : "estimated, not measured",
-      ").\n * LoRA+grad: fp32 LoRA weights and their gradients on the stage; the optimizer state (AdamW moments) "
+      "estimate: weights (block linears 8-bit when quantized) + LoRA + activations (a block's graph includes the fp32 "
+      "copies of the adapters' inputs under bf16) + transient (one 8-bit weight dequantized for its matmul) + the "
+      "stage device's fixed per-process overhead (cpu: measured; cuda: estimated, not measured)",
+      ".\n * LoRA+grad: fp32 LoRA weights and their gradients on the stage; the optimizer state (AdamW moments) "
       "lives on the coordinator. act/mb: activations one in-flight micro-batch keeps with every block recomputed | "
       "with none; activations: the stage's total for the recompute shown, at its peak in-flight micro-batches (mb))\n");
   return out;

@@ -30,9 +30,15 @@
 //                act = in_flight x (r + (n - r) x kBlockWorkingFactor) x A + (r > 0 ? kBlockWorkingFactor x A : 0)
 //              in_flight is the schedule's peak for that stage (1F1B: min(p-s, m); GPipe: m). Assumes a
 //              flash/memory-efficient attention kernel (no seq^2 term).
-//   overhead = the device's fixed per-process cost (DeviceProcessBytes: measured on CPU, estimated on CUDA),
-//              unless overhead_bytes overrides it
-//   est_memory_bytes = weights + lora + act + overhead
+//              A block run with its graph also keeps, under a compute dtype narrower than fp32, the fp32 copy of
+//              each adapted linear's input that the adapter path makes (PEFT's numerics: the adapters are fp32):
+//              PlanModel::block_lora_input elements x 4 bytes, added to that block's graph.
+//   transient = with 8-bit weights, one linear's weight dequantized to the compute dtype for its matmul (the
+//              largest: PlanModel::largest_quantized_linear), plus one fp32 tile of the dequantization
+//              (kDequantTileBytes) when the compute dtype is narrower; one at a time, so once per stage
+//   overhead = the stage's device's fixed per-process cost (DeviceProcessBytes: measured on CPU, estimated on
+//              CUDA), unless overhead_bytes overrides it
+//   est_memory_bytes = weights + lora + act + transient + overhead
 // Recompute: `recompute: true` recomputes every block (r = n), false none (r = 0), auto the smallest r with
 // which the stage fits its budget (0 without a budget); the compute cost counts the r recomputed forwards.
 #pragma once
@@ -72,6 +78,8 @@ struct StageSpec {
   int64_t activation_bytes_per_mb_no_recompute = 0;  // one in-flight micro-batch's `act` share, r = 0
   int64_t activation_bytes_per_mb_recompute = 0;     // the same with every block recomputed (r = n)
   int64_t overhead_bytes = 0;
+  int64_t transient_bytes = 0;  // the `transient` term
+  PlanDevice device = PlanDevice::kCuda;
   int64_t est_memory_bytes = 0;
   int64_t budget_bytes = 0;  // 0 = unlimited
 };
@@ -93,7 +101,11 @@ struct PartitionOptions {
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int micro_batches = 0;  // for the in-flight term; 0 = assume >= stages
   PlanDevice device = PlanDevice::kCuda;
-  int64_t overhead_bytes = -1;  // -1: the device's fixed per-process cost (DeviceProcessBytes)
+  std::vector<PlanDevice> devices;  // per stage; empty = `device` for every stage
+  int64_t overhead_bytes = -1;      // -1: each stage's device's fixed per-process cost (DeviceProcessBytes)
+  PlanDevice StageDevice(int k) const {
+    return k >= 0 && static_cast<size_t>(k) < devices.size() ? devices[static_cast<size_t>(k)] : device;
+  }
 };
 
 class ModelFamily;
@@ -109,6 +121,10 @@ struct PlanModel {
   FrozenSizes frozen;
   std::vector<int64_t> block_lora;  // [num_blocks] LoRA parameters
   double block_macs = 0, embed_macs = 0, head_macs = 0;
+  int64_t largest_quantized_linear = 0;  // elements of the largest block linear stored in 8 bits under `quantize`
+  // Per micro-batch, the elements of the adapted linears' inputs in the block that has the most (tokens x
+  // in_features summed over its adapted linears; each gets its own fp32 copy: see the memory model).
+  int64_t block_lora_input = 0;
   std::function<std::string(int64_t begin, int64_t end)> describe;  // "double 0-7, single 0-11"
   int64_t num_blocks() const { return static_cast<int64_t>(block_lora.size()); }
 };
@@ -132,6 +148,10 @@ struct Plan {
   std::string message;  // when !fits: which stage is over by how much, and what would fit
   PartitionOptions options;
 };
+
+// The memory model's extra terms (header): one block graph's fp32 copies of the adapters' inputs, and `transient`.
+int64_t LoraInputCopyBytes(const PlanModel& model, const PartitionOptions& options);
+int64_t TransientBytes(const PlanModel& model, const PartitionOptions& options);
 
 // LoRA parameters one block carries at `rank` (r x (in + out) per targeted linear).
 int64_t DoubleBlockLoraParams(const Flux2Config& config, int64_t rank, bool all_linear);

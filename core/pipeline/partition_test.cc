@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/quant/weight_quant.h"
 #include "core/testing/paths.h"
 #include "core/util/files.h"
 
@@ -56,6 +57,13 @@ int64_t SplitParams(const Flux2Config& c, int k, int p, int64_t i, int64_t j) {
   if (k == 0) params += c.EmbedderParams();
   if (k == p - 1) params += c.inner_dim() * c.out_dim();  // proj_out; norm_out.linear is the shell's
   return params;
+}
+
+// The fp32 input copies the adapter path makes under bf16 (partition.h), counted from the layer shapes: the
+// single block's to_qkv_mlp_proj (D in) and to_out (D + M in) over every token are the most (dev and klein).
+int64_t DevLoraInputCopyBytes(const Flux2Config& c, const PartitionOptions& o) {
+  if (o.activation_bytes == 4) return 0;
+  return o.tokens_per_micro_batch * (c.inner_dim() + c.inner_dim() + c.mlp_hidden_dim()) * 4;
 }
 
 void ExpectContiguousCover(const Flux2Config& c, const Plan& plan, int p) {
@@ -220,11 +228,13 @@ TEST(PartitionTest, MemoryEstimateFollowsTheDocumentedFormula) {
   auto int8 = PartitionFlux2(dev, o);
   ASSERT_TRUE(one_f.ok() && gpipe.ok() && int8.ok());
   const int64_t unit = o.tokens_per_micro_batch * dev.inner_dim() * o.activation_bytes;
+  const int64_t graph = kBlockWorkingFactor * unit + DevLoraInputCopyBytes(dev, o);
   for (int k = 0; k < 4; ++k) {
     const StageSpec& s = one_f->stages[k];
     const int64_t blocks = s.block_end - s.block_begin;
-    EXPECT_EQ(s.activation_bytes, ((4 - k) * blocks + kBlockWorkingFactor) * unit);
+    EXPECT_EQ(s.activation_bytes, (4 - k) * blocks * unit + graph);
     EXPECT_EQ(s.overhead_bytes, kCudaProcessBytes);  // the default device: cuda, an estimate
+    EXPECT_EQ(s.transient_bytes, 0);                 // nothing is dequantized
     EXPECT_EQ(s.est_memory_bytes, s.param_bytes + s.lora_params * 8 + s.activation_bytes + s.overhead_bytes);
     EXPECT_EQ(s.param_bytes, s.params * 2);
     // Same split (costs decide it), but GPipe keeps all 16 micro-batches' inputs alive.
@@ -239,8 +249,62 @@ TEST(PartitionTest, MemoryEstimateFollowsTheDocumentedFormula) {
   ASSERT_TRUE(no_rc.ok());
   for (int k = 0; k < 4; ++k) {
     const StageSpec& s = no_rc->stages[k];
-    EXPECT_EQ(s.activation_bytes, (4 - k) * (s.block_end - s.block_begin) * kBlockWorkingFactor * unit);
+    EXPECT_EQ(s.activation_bytes, (4 - k) * (s.block_end - s.block_begin) * graph);
   }
+}
+
+TEST(PartitionTest, AdapterInputCopiesWeighOnlyUnderANarrowerComputeDtype) {
+  const Flux2Config dev = LoadModel("flux2-dev");
+  PartitionOptions o = Stages(2);
+  o.recompute = RecomputePolicy::kNone;
+  auto bf16 = PartitionFlux2(dev, o);
+  o.activation_bytes = 4;
+  auto fp32 = PartitionFlux2(dev, o);
+  ASSERT_TRUE(bf16.ok() && fp32.ok());
+  const int64_t unit = o.tokens_per_micro_batch * dev.inner_dim() * 2;
+  for (int k = 0; k < 2; ++k) {
+    const StageSpec& s = bf16->stages[k];
+    const int64_t kept = s.in_flight * (s.block_end - s.block_begin);
+    EXPECT_EQ(s.activation_bytes, kept * (kBlockWorkingFactor * unit + DevLoraInputCopyBytes(dev, Stages(2))));
+    EXPECT_EQ(fp32->stages[k].activation_bytes, kept * kBlockWorkingFactor * unit * 2);
+  }
+}
+
+// With 8-bit weights one weight at a time is dequantized for its matmul: the largest, FLUX.2-dev's
+// to_qkv_mlp_proj [3D + 2M, D], in the compute dtype, plus one fp32 tile of the dequantization.
+TEST(PartitionTest, TransientCountsTheLargestDequantizedWeight) {
+  const Flux2Config dev = LoadModel("flux2-dev");
+  const int64_t d = dev.inner_dim(), m = dev.mlp_hidden_dim();
+  PartitionOptions o = Stages(2);
+  o.quantize = WeightQuant::kInt8;
+  auto plan = PartitionFlux2(dev, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const StageSpec& s : plan->stages) {
+    EXPECT_EQ(s.transient_bytes, (3 * d + 2 * m) * d * 2 + kDequantTileBytes);
+    EXPECT_EQ(s.est_memory_bytes,
+              s.param_bytes + s.lora_params * 8 + s.activation_bytes + s.transient_bytes + s.overhead_bytes);
+  }
+  o.bytes_per_param = 4;  // fp32 compute: the dequantized weight is the only copy
+  auto fp32 = PartitionFlux2(dev, o);
+  ASSERT_TRUE(fp32.ok());
+  EXPECT_EQ(fp32->stages[0].transient_bytes, (3 * d + 2 * m) * d * 4);
+  EXPECT_NE(RenderPlan(*plan).find("transient"), std::string::npos);
+}
+
+// A stage's fixed cost is its own device's: a CPU stage beside a CUDA one gets the CPU figure, and the other way.
+TEST(PartitionTest, EachStageGetsItsOwnDevicesOverhead) {
+  const Flux2Config klein = LoadModel("flux2-klein-4b");
+  PartitionOptions o = Stages(2);
+  o.device = PlanDevice::kCpu;
+  o.devices = {PlanDevice::kCuda, PlanDevice::kCpu};
+  auto plan = PartitionFlux2(klein, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->stages[0].overhead_bytes, kCudaProcessBytes);
+  EXPECT_EQ(plan->stages[1].overhead_bytes, kCpuProcessBytes);
+  EXPECT_EQ(plan->stages[0].device, PlanDevice::kCuda);
+  EXPECT_NE(RenderPlan(*plan).find("devices cuda,cpu"), std::string::npos) << RenderPlan(*plan);
+  o.devices = {PlanDevice::kCuda};
+  EXPECT_FALSE(PartitionFlux2(klein, o).ok()) << "one device for two stages";
 }
 
 TEST(PartitionTest, LoraParamsMatchDiffusersDefaultsAndGrowWithAllLinear) {
@@ -352,6 +416,7 @@ TEST(PartitionTest, AutoRecomputeTakesTheFewestBlocksThatFit) {
   EXPECT_DOUBLE_EQ(none->max_cost, free->max_cost);  // same work as no recompute
 
   const int64_t unit = o.tokens_per_micro_batch * klein.inner_dim() * o.activation_bytes;
+  const int64_t graph = kBlockWorkingFactor * unit + DevLoraInputCopyBytes(klein, o);  // one block's graph
   for (int64_t budget : {8 * kGB, 12 * kGB, 60 * kGB}) {
     o = Stages(2, {budget});
     o.recompute = RecomputePolicy::kAuto;
@@ -360,9 +425,7 @@ TEST(PartitionTest, AutoRecomputeTakesTheFewestBlocksThatFit) {
     ASSERT_TRUE(plan->fits) << budget << ": " << plan->message;
     for (const StageSpec& s : plan->stages) {
       const int64_t n = s.block_end - s.block_begin, r = s.recompute_blocks;
-      auto act = [&](int64_t rr) {
-        return (s.in_flight * (rr + (n - rr) * kBlockWorkingFactor) + (rr > 0 ? kBlockWorkingFactor : 0)) * unit;
-      };
+      auto act = [&](int64_t rr) { return s.in_flight * (rr * unit + (n - rr) * graph) + (rr > 0 ? graph : 0); };
       EXPECT_EQ(s.activation_bytes, act(r)) << budget;
       const int64_t fixed = s.est_memory_bytes - s.activation_bytes;
       EXPECT_LE(fixed + act(r), budget);

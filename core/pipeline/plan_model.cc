@@ -5,11 +5,38 @@
 
 #include <algorithm>
 
+#include "core/model/flux2_model.h"
 #include "core/model/model_family.h"
 #include "core/pipeline/partition.h"
 #include "core/util/status.h"
 
 namespace baton {
+
+namespace {
+
+int64_t LargestQuantizedParam(const Flux2Config& config) {
+  int64_t largest = 0;
+  for (const auto& [name, shape] : Flux2ParameterShapes(config)) {
+    if (!IsQuantizedFlux2Param(name, shape)) continue;
+    int64_t elements = 1;
+    for (int64_t d : shape) elements *= d;
+    largest = std::max(largest, elements);
+  }
+  return largest;
+}
+
+// Inputs of the adapted linears per micro-batch, in the block kind that has the most. Double blocks: the image
+// stream's to_q/k/v and to_out.0 read D per image token (all-linear adds the feed-forward, D and M, and the same
+// on the text stream); single blocks: to_qkv_mlp_proj reads D and to_out D + M per token.
+int64_t Flux2BlockLoraInput(const Flux2Config& config, const PartitionOptions& o) {
+  const int64_t d = config.inner_dim(), m = config.mlp_hidden_dim();
+  const int64_t t = o.tokens_per_micro_batch, t_txt = std::min(o.text_tokens_per_micro_batch, t), t_img = t - t_txt;
+  const int64_t dbl = o.all_linear ? t * (5 * d + m) : t_img * 4 * d;
+  const int64_t sgl = config.num_single_layers > 0 ? t * (2 * d + m) : 0;
+  return std::max(config.num_layers > 0 ? dbl : 0, sgl);
+}
+
+}  // namespace
 
 PlanSource Flux2PlanSource(const Flux2Config& config) {
   return [config](const PartitionOptions& o) -> absl::StatusOr<PlanModel> {
@@ -33,6 +60,8 @@ PlanSource Flux2PlanSource(const Flux2Config& config) {
         (t_img * static_cast<double>(config.in_channels) + t_txt * static_cast<double>(config.joint_attention_dim)) * d;
     m.head_macs = t_img * d * static_cast<double>(config.out_dim());
     m.describe = [config](int64_t begin, int64_t end) { return DescribeBlocks(config, begin, end); };
+    m.largest_quantized_linear = o.quantize == WeightQuant::kNone ? 0 : LargestQuantizedParam(config);
+    m.block_lora_input = Flux2BlockLoraInput(config, o);
     return m;
   };
 }

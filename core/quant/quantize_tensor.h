@@ -26,7 +26,8 @@ absl::StatusOr<WeightQuant> QuantOfStorageDtype(at::ScalarType dtype);
 // row gets scale 0 and zeros. `q` must not be kNone.
 QuantizedWeight QuantizeWeight(const at::Tensor& w, WeightQuant q);
 
-// data [out, in] 8-bit, scale [out] fp32 → [out, in] in `dtype`, computed as fp32 q·s then cast once.
+// data [out, in] 8-bit, scale [out] fp32 → [out, in] in `dtype`, computed as fp32 q·s then cast once, in row tiles
+// of at most kDequantTileBytes of fp32 (weight_quant.h): the only whole-weight tensor made is the result.
 at::Tensor DequantizeWeight(const at::Tensor& data, const at::Tensor& scale, at::ScalarType dtype);
 
 }  // namespace baton

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "core/lora/lora.h"
 #include "core/model/flux2_keys.h"
+#include "core/pipeline/partition.h"
 #include "core/quant/quantize_checkpoint.h"
 #include "core/quant/quantize_module.h"
 #include "core/quant/quantize_tensor.h"
@@ -98,6 +102,52 @@ at::Tensor RunBlocks(const std::string& dir, int64_t begin, int64_t end, WeightQ
   std::vector<at::Tensor> parts;
   for (const at::Tensor& t : (*stage)(a, k).Live()) parts.push_back(t.flatten());
   return at::cat(parts);
+}
+
+// /proc/self/status field in bytes ("VmHWM", "VmRSS"), -1 when unreadable.
+int64_t StatusBytes(const std::string& field) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t kb = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, field.c_str(), field.size()) == 0 && line[field.size()] == ':') {
+      kb = std::strtoll(line + field.size() + 1, nullptr, 10);
+    }
+  }
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
+// The bytes DequantizeWeight takes beyond its inputs, measured: the peak resident set (reset through
+// /proc/self/clear_refs) during one call, above the resident set before it. This is the planner's `transient`
+// term for one weight (partition.h): the result in the compute dtype plus one fp32 tile, not a whole fp32 copy.
+TEST(QuantizeTensorTest, DequantizePeakIsTheResultPlusOneTileAsPlanned) {
+  const int64_t rows = 6144, cols = 8192;  // 50 M elements: bf16 result 100 MB, a whole fp32 copy 201 MB
+  const QuantizedWeight q = QuantizeWeight(at::randn({rows, cols}), WeightQuant::kInt8);
+  // The old single fp32 pass, as the bitwise reference.
+  const at::Tensor expected = q.data.to(at::kFloat).mul_(q.scale.unsqueeze(1)).to(at::kBFloat16);
+  std::FILE* clear = std::fopen("/proc/self/clear_refs", "w");
+  if (clear == nullptr) GTEST_SKIP() << "cannot reset the peak resident set (/proc/self/clear_refs)";
+  std::fputs("5", clear);  // 5: reset VmHWM to the current VmRSS
+  std::fclose(clear);
+  const int64_t before = StatusBytes("VmRSS");
+  const at::Tensor w = DequantizeWeight(q.data, q.scale, at::kBFloat16);
+  const int64_t peak = StatusBytes("VmHWM") - before;
+  ASSERT_GT(before, 0);
+  EXPECT_TRUE(at::equal(w, expected)) << "tiling changed the arithmetic";
+  PlanModel model;
+  model.largest_quantized_linear = rows * cols;
+  PartitionOptions options;
+  options.quantize = WeightQuant::kInt8;
+  options.bytes_per_param = 2;
+  const int64_t planned = TransientBytes(model, options);
+  EXPECT_EQ(planned, rows * cols * 2 + kDequantTileBytes);
+  std::printf("[dequant] %lld x %lld int8 -> bf16: measured peak %.1f MB above the inputs, planned %.1f MB\n",
+              static_cast<long long>(rows), static_cast<long long>(cols), peak / 1e6, planned / 1e6);
+  // At least the result; at most the plan plus allocator slack (8 MiB), and well under result + whole fp32 copy.
+  EXPECT_GE(peak, rows * cols * 2) << "measured peak " << peak;
+  EXPECT_LE(peak, planned + (int64_t{8} << 20)) << "measured peak " << peak << " vs planned " << planned;
 }
 
 TEST(QuantizeFidelityTest, PerBlockRelativeErrorIsBounded) {

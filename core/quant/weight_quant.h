@@ -29,4 +29,9 @@ bool IsQuantizedFlux2Param(absl::string_view diffusers_name, const std::vector<i
 // row) when `quantized`, else elements x compute_bytes.
 int64_t FrozenParamBytes(const std::vector<int64_t>& shape, bool quantized, int compute_bytes);
 
+// Dequantizing an 8-bit weight to a narrower compute dtype goes through fp32 one tile of rows at a time, each tile
+// at most this many bytes (DequantizeWeight): the fp32 temporary of a whole weight (2 GB for FLUX.2-dev's
+// to_qkv_mlp_proj) never exists. The planner counts one tile.
+constexpr int64_t kDequantTileBytes = int64_t{64} << 20;
+
 }  // namespace baton

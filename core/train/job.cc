@@ -165,7 +165,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                                            "seed",       "checkpoint_every", "dtype",     "devices",
                                            "guidance",   "save_bfl",         "threads",   "memory_per_stage",
                                            "encode",     "wire_dtype",       "quantize",  "chunks",
-                                           "name",       "validation",       "samples"}));
+                                           "name",       "validation",       "samples",   "deterministic"}));
   RETURN_IF_ERROR(r.Get(root, "name", &job.name));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
@@ -190,6 +190,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   RETURN_IF_ERROR(r.Get(root, "save_bfl", &job.save_bfl));
   RETURN_IF_ERROR(r.Get(root, "threads", &job.threads));
   RETURN_IF_ERROR(r.Check(job.threads > 0, root, "threads", "must be positive"));
+  RETURN_IF_ERROR(r.Get(root, "deterministic", &job.deterministic));
 
   if (root["encode"].IsDefined()) {
     YAML::Node e = root["encode"];

@@ -133,6 +133,9 @@ struct JobConfig {
   double guidance = 3.5;             // used when the model has a guidance embedder
   bool save_bfl = false;             // also write bfl/lora_bfl.safetensors (BFL/ComfyUI keys)
   int threads = 1;                   // compute threads per process
+  // CUDA only: deterministic kernels (bitwise redo, resume and recompute; core/device/determinism.h). false
+  // trades those promises for the faster non-deterministic kernels. CPU computation is deterministic either way.
+  bool deterministic = true;
   // Memory budget per stage for the partitioner ("24GB"; one for all or one per stage); empty = unlimited.
   std::vector<std::string> memory_per_stage;
   EncodeConfig encode;  // encode.encoder_worker empty = use `dataset` as it is

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "core/data/cache.h"
+#include "core/device/determinism.h"
 #include "core/lora/lora.h"
 #include "core/model/model_family.h"
 #include "core/sample/model_denoiser.h"
@@ -48,6 +49,7 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
   SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
   ASSIGN_OR_RETURN(at::Device device, ParseDevice(job.devices.empty() ? "cpu" : job.devices[0]));
+  ApplyDeterminism(device, job.deterministic);
   ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> family, OpenModel(job.model, job.model_config));
   ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
   RETURN_IF_ERROR(Annotate(family->CheckCacheFits(cache->index().latent_channels, cache->index().text_dim),
