@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# The GPU check: one command on a lent GPU machine (python3 + torch 2.11, CMake, ninja, nvcc, g++; no network)
+# that builds Baton from this checkout and gpu_kit/ (scripts/gpu_pack.sh) against the machine's own torch, then
+# measures, and writes OUTDIR/gpu_report.json and OUTDIR/gpu_report.md (+ build.log, ctest.log, bench.log,
+# transfer.log). Parts: setup, build, env (nvidia-smi, --version), ctest -L cuda, transfer (bench_transfer
+# --device), bench (bench/bench_gpu.py: step time and device memory at real sizes, baton plan, FLUX.2-dev slice,
+# diffusers + peft eager and torch.compile). Each part runs under its own timeout inside one overall deadline, so a
+# failing part still leaves a report that names it. --device cpu --small is the CPU rehearsal (scripts/gpu_rehearse.sh).
+#
+#   scripts/gpu_check.sh OUTDIR [--device cuda|cpu] [--small] [--kit DIR] [--build DIR] [--deadline S]
+# Environment: GPU_CHECK_JOBS (build parallelism, default nproc), GPU_CHECK_BUILD_TIMEOUT (s, default 330).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+OUT=""
+DEVICE=cuda
+SMALL=0
+KIT=$REPO/gpu_kit
+BUILD=$REPO/build-gpu
+DEADLINE_S=540  # 9 minutes, build included
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) DEVICE=$2; shift 2 ;;
+    --small) SMALL=1; shift ;;
+    --kit) KIT=$(realpath "$2"); shift 2 ;;
+    --build) BUILD=$(realpath -m "$2"); shift 2 ;;
+    --deadline) DEADLINE_S=$2; shift 2 ;;
+    -*) echo "gpu_check: unknown flag $1" >&2; exit 2 ;;
+    *) OUT=$1; shift ;;
+  esac
+done
+[ -n "$OUT" ] || { echo "usage: scripts/gpu_check.sh OUTDIR [--device cuda|cpu] [--small]" >&2; exit 2; }
+mkdir -p "$OUT"
+OUT=$(realpath "$OUT")
+START=$(date +%s)
+JOBS=${GPU_CHECK_JOBS:-$(nproc)}
+WORK=$(mktemp -d /tmp/baton-gpu-check.XXXXXX)
+STATUS=$WORK/parts.tsv  # name, rc, seconds, timed_out
+: >"$STATUS"
+PY=python3
+
+left() { echo $((DEADLINE_S - ($(date +%s) - START))); }
+# run_part NAME MAX_SECONDS LOG CMD...: runs CMD under min(MAX, time left − 20 s for the report), records its rc.
+run_part() {
+  local name=$1 max=$2 log=$3
+  shift 3
+  local budget
+  budget=$(left)
+  budget=$((budget - 20))
+  [ "$budget" -lt "$max" ] && max=$budget
+  if [ "$max" -le 5 ]; then
+    printf '%s\t%s\t%s\t%s\n' "$name" skipped 0 1 >>"$STATUS"
+    echo "gpu_check: $name skipped (no time left)" | tee -a "$log"
+    return 1
+  fi
+  echo "gpu_check: $name (up to ${max} s)" | tee -a "$log"
+  local t0 rc
+  t0=$(date +%s)
+  if [ "$(type -t "$1")" = function ]; then  # timeout runs programs: a function runs in a child bash
+    timeout --kill-after=10 "$max" bash -c "$1" >>"$log" 2>&1
+  else
+    timeout --kill-after=10 "$max" "$@" >>"$log" 2>&1
+  fi
+  rc=$?
+  local timed_out=0
+  [ "$rc" = 124 ] || [ "$rc" = 137 ] && timed_out=1
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - t0))" "$timed_out" >>"$STATUS"
+  echo "gpu_check: $name rc=$rc in $(($(date +%s) - t0)) s" | tee -a "$log"
+  return "$rc"
+}
+
+# ---- setup: the kit's prefix and wheels --------------------------------------------------------------------------
+setup() {
+  set -e
+  local root=$WORK/kit
+  mkdir -p "$root"
+  if command -v xz >/dev/null; then
+    tar -xJf "$KIT/prefix.tar.xz" -C "$root"
+  else
+    $PY -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$KIT/prefix.tar.xz" "$root"
+  fi
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" \
+    "$KIT"/wheels/*.whl
+  $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())'
+}
+export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}
+export PREFIX=$WORK/kit/usr
+export LIBDIR=$PREFIX/lib/x86_64-linux-gnu BIN=$BUILD/bin
+export REPO KIT BUILD WORK JOBS PY
+export -f setup
+run_part setup 120 "$OUT/build.log" setup
+
+# ---- build: only what the check runs -----------------------------------------------------------------------------
+build() {
+  set -e
+  local torch_prefix
+  torch_prefix=$($PY -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+  export PKG_CONFIG_PATH=$LIBDIR/pkgconfig:$PREFIX/share/pkgconfig
+  # CMake's build RPATH names each linked library's folder; --disable-new-dtags makes it DT_RPATH, which also
+  # serves the kit libraries' own dependencies (libgrpc++ -> libgrpc -> libre2 ...) without LD_LIBRARY_PATH.
+  cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_WERROR=OFF \
+    -DCMAKE_PREFIX_PATH="$PREFIX;$torch_prefix" -DPKG_CONFIG_EXECUTABLE="$PREFIX/bin/pkgconf" \
+    -DBATON_PYTHON="$(command -v $PY)" \
+    -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$LIBDIR -Wl,--disable-new-dtags -Wl,-rpath,$LIBDIR"
+  cmake --build "$BUILD" -j"$JOBS" --target baton coordinator stage_worker bench_vs_pytorch bench_transfer \
+    baton_cuda_tests
+}
+export -f build
+run_part build "${GPU_CHECK_BUILD_TIMEOUT:-330}" "$OUT/build.log" build
+
+# ---- env: the machine and each binary's --version ----------------------------------------------------------------
+envinfo() {
+  {
+    echo "## uname"; uname -a
+    echo "## cpu"; lscpu 2>/dev/null | grep -E '^(Model name|CPU\(s\)):' || nproc
+    echo "## nvidia-smi"
+    if command -v nvidia-smi >/dev/null; then
+      nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader || true
+    else
+      echo "(no nvidia-smi)"
+    fi
+    echo "## torch"
+    $PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())'
+    echo "## versions"
+    for b in baton coordinator stage_worker; do echo "$b: $("$BIN/$b" --version 2>&1 | head -3 | tr '\n' ' ')"; done
+  } >"$WORK/env.txt" 2>&1
+  cat "$WORK/env.txt"
+}
+export -f envinfo
+run_part env 60 "$OUT/build.log" envinfo
+
+# ---- ctest -L cuda ---------------------------------------------------------------------------------------------
+run_part ctest_cuda 180 "$OUT/ctest.log" ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 150 -j1
+
+# ---- transfer: device -> pinned host -> gRPC -> pinned host -> device ------------------------------------------
+DEV_NAME=$DEVICE
+[ "$DEVICE" = cuda ] && DEV_NAME=cuda:0
+if [ "$SMALL" = 1 ]; then MAX_MIB=16; else MAX_MIB=256; fi
+run_part transfer 90 "$OUT/transfer.log" "$BIN/bench_transfer" --device="$DEV_NAME" --reps=3 --max_mib=$MAX_MIB
+
+# ---- bench: step time and memory at real sizes, baton plan, the FLUX.2-dev slice, PyTorch ----------------------
+SMALL_FLAG=""
+[ "$SMALL" = 1 ] && SMALL_FLAG=--small
+run_part bench 330 "$OUT/bench.log" env PYTHONUNBUFFERED=1 $PY bench/bench_gpu.py --bin_dir "$BIN" --device "$DEVICE" \
+  $SMALL_FLAG --out "$WORK/bench.json" --part_timeout "${GPU_CHECK_PART_TIMEOUT:-150}"
+
+# ---- report ---------------------------------------------------------------------------------------------------
+$PY bench/gpu_report.py --work "$WORK" --out "$OUT" --device "$DEVICE" --small "$SMALL" \
+  --wall "$(($(date +%s) - START))" --deadline "$DEADLINE_S"
+rc=$?
+rm -rf "$WORK"
+echo "gpu_check: $(($(date +%s) - START)) s wall; report in $OUT/gpu_report.md"
+exit $rc
