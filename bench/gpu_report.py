@@ -124,7 +124,8 @@ def main():
             mem = ", ".join(f"{m / 1024:.2f} GiB" for m in r["peak_device_mib_per_process"]) or "—"
             mem += " (per process, nvidia-smi)" if r["peak_device_mib_per_process"] else ""
         else:
-            mem = gib(r.get("peak_device_allocated_bytes")) + " allocated"
+            peak = r.get("peak_device_allocated_bytes")
+            mem = f"{gib(peak)} allocated" if peak else "— (cpu)" if a.device == "cpu" else "—"
         ratio = f"{eager / r['s_per_step']:.2f}" if eager and r.get("s_per_step") else "—"
         plan = {"klein_coordinator_1s": "klein_plan_1s", "klein_coordinator_2s": "klein_plan_2s"}.get(key)
         est = ", ".join(bp.get(plan, {}).get("stage_memory_estimates", [])) if plan else ""
@@ -132,7 +133,8 @@ def main():
     for key in ("klein_plan_1s", "klein_plan_2s", "dev_plan_int8_2x24GB"):
         r = bp.get(key)
         if r:
-            md += ["", f"`baton {r['cmd']}` (rc {r['rc']}):", "", "```", r["output"].strip()[-1800:], "```"]
+            table = r["output"].split("\n(compute =")[0].strip()  # the table and its verdict, not the legend
+            md += ["", f"`baton {r['cmd']}`:", "", "```", table[-1800:], "```"]
 
     ex = bp.get("dev_extrapolation")
     md += ["", "## FLUX.2-dev at real width (D = 6144), Baton 1 process", "", "| slice | s/step | peak allocated |",

@@ -32,12 +32,14 @@ done
 [ -n "$OUT" ] || { echo "usage: scripts/gpu_check.sh OUTDIR [--device cuda|cpu] [--small]" >&2; exit 2; }
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
+rm -f "$OUT"/{gpu_report.json,gpu_report.md,build.log,ctest.log,transfer.log,bench.log}
 START=$(date +%s)
 JOBS=${GPU_CHECK_JOBS:-$(nproc)}
 WORK=$(mktemp -d /tmp/baton-gpu-check.XXXXXX)
 STATUS=$WORK/parts.tsv  # name, rc, seconds, timed_out
 : >"$STATUS"
 PY=python3
+KITROOT=/tmp/baton-gpu-kit  # fixed, so that a second run reuses the build's CMake cache
 
 left() { echo $((DEADLINE_S - ($(date +%s) - START))); }
 # run_part NAME MAX_SECONDS LOG CMD...: runs CMD under min(MAX, time left − 20 s for the report), records its rc.
@@ -72,21 +74,26 @@ run_part() {
 # ---- setup: the kit's prefix and wheels --------------------------------------------------------------------------
 setup() {
   set -e
-  local root=$WORK/kit
+  local root=$KITROOT
+  rm -rf "$root"
   mkdir -p "$root"
   if command -v xz >/dev/null; then
     tar -xJf "$KIT/prefix.tar.xz" -C "$root"
   else
     $PY -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$KIT/prefix.tar.xz" "$root"
   fi
+  # torch 2.11's include/ ships its own google/protobuf headers (older than the kit's protoc) and comes first among
+  # the -isystem folders; a -I folder holding only google/ -> the kit's is searched before all of them.
+  mkdir -p "$root/first"
+  ln -s ../usr/include/google "$root/first/google"
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" \
     "$KIT"/wheels/*.whl
   $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())'
 }
 export PYTHONPATH=$WORK/site${PYTHONPATH:+:$PYTHONPATH}
-export PREFIX=$WORK/kit/usr
+export PREFIX=$KITROOT/usr
 export LIBDIR=$PREFIX/lib/x86_64-linux-gnu BIN=$BUILD/bin
-export REPO KIT BUILD WORK JOBS PY
+export REPO KIT KITROOT BUILD WORK JOBS PY
 export -f setup
 run_part setup 120 "$OUT/build.log" setup
 
@@ -100,7 +107,7 @@ build() {
   # serves the kit libraries' own dependencies (libgrpc++ -> libgrpc -> libre2 ...) without LD_LIBRARY_PATH.
   cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_WERROR=OFF \
     -DCMAKE_PREFIX_PATH="$PREFIX;$torch_prefix" -DPKG_CONFIG_EXECUTABLE="$PREFIX/bin/pkgconf" \
-    -DBATON_PYTHON="$(command -v $PY)" \
+    -DBATON_PYTHON="$(command -v $PY)" -DCMAKE_CXX_FLAGS="-I$KITROOT/first -isystem $PREFIX/include/x86_64-linux-gnu" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$LIBDIR -Wl,--disable-new-dtags -Wl,-rpath,$LIBDIR"
   cmake --build "$BUILD" -j"$JOBS" --target baton coordinator stage_worker bench_vs_pytorch bench_transfer \
     baton_cuda_tests
@@ -112,7 +119,7 @@ run_part build "${GPU_CHECK_BUILD_TIMEOUT:-330}" "$OUT/build.log" build
 envinfo() {
   {
     echo "## uname"; uname -a
-    echo "## cpu"; lscpu 2>/dev/null | grep -E '^(Model name|CPU\(s\)):' || nproc
+    echo "## cpu"; echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
     echo "## nvidia-smi"
     if command -v nvidia-smi >/dev/null; then
       nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader || true
@@ -130,7 +137,7 @@ export -f envinfo
 run_part env 60 "$OUT/build.log" envinfo
 
 # ---- ctest -L cuda ---------------------------------------------------------------------------------------------
-run_part ctest_cuda 180 "$OUT/ctest.log" ctest --test-dir "$BUILD" -L cuda --output-on-failure --timeout 150 -j1
+run_part ctest_cuda 180 "$OUT/ctest.log" ctest --test-dir "$BUILD" -L cuda --no-tests=error --output-on-failure --timeout 150 -j1
 
 # ---- transfer: device -> pinned host -> gRPC -> pinned host -> device ------------------------------------------
 DEV_NAME=$DEVICE
@@ -141,7 +148,7 @@ run_part transfer 90 "$OUT/transfer.log" "$BIN/bench_transfer" --device="$DEV_NA
 # ---- bench: step time and memory at real sizes, baton plan, the FLUX.2-dev slice, PyTorch ----------------------
 SMALL_FLAG=""
 [ "$SMALL" = 1 ] && SMALL_FLAG=--small
-run_part bench 330 "$OUT/bench.log" env PYTHONUNBUFFERED=1 $PY bench/bench_gpu.py --bin_dir "$BIN" --device "$DEVICE" \
+run_part bench 480 "$OUT/bench.log" env PYTHONUNBUFFERED=1 $PY bench/bench_gpu.py --bin_dir "$BIN" --device "$DEVICE" \
   $SMALL_FLAG --out "$WORK/bench.json" --part_timeout "${GPU_CHECK_PART_TIMEOUT:-150}"
 
 # ---- report ---------------------------------------------------------------------------------------------------

@@ -84,14 +84,22 @@ fi
 cp -a "$FF"/include/. "$CACHE/prefix/usr/include/"
 cp -a "$FF"/lib/*.so* "$CACHE/prefix/usr/lib/x86_64-linux-gnu/"
 mkdir -p "$CACHE/prefix/usr/lib/x86_64-linux-gnu/pkgconfig"
-cp -a "$FF"/lib/pkgconfig/*.pc "$CACHE/prefix/usr/lib/x86_64-linux-gnu/pkgconfig/"
+for pc in "$FF"/lib/pkgconfig/*.pc; do  # FFmpeg writes absolute libdir/includedir: point them into the kit
+  sed -E 's|^libdir=.*|libdir=${prefix}/lib/x86_64-linux-gnu|; s|^includedir=.*|includedir=${prefix}/include|' "$pc" \
+    >"$CACHE/prefix/usr/lib/x86_64-linux-gnu/pkgconfig/$(basename "$pc")"
+done
 echo "built ffmpeg-minimal $FFMPEG_VERSION (libavcodec/avformat/avutil/swscale/swresample; codecs: mpeg4 mjpeg png h264 hevc vp8 vp9)" \
   >>"$CACHE/manifest"
 
 # Prune: documentation, manuals, locales, and static archives nothing links (GoogleTest ships only .a: keep).
 P="$CACHE/prefix"
 rm -rf "$P"/usr/share/doc "$P"/usr/share/man "$P"/usr/share/locale "$P"/usr/share/lintian "$P"/usr/share/info \
-  "$P"/usr/src "$P"/etc "$P"/usr/bin/grpc_{php,python,ruby}_plugin "$P"/usr/bin/civetweb
+  "$P"/usr/src "$P"/etc
+# gRPC's and civetweb's CMake configs check that every program they export exists: the ones the build never runs
+# become one-line stubs.
+for b in "$P"/usr/bin/grpc_{php,python,ruby}_plugin "$P"/usr/bin/civetweb; do
+  printf '#!/bin/sh\necho "%s: not carried by gpu_pack.sh" >&2\nexit 1\n' "$(basename "$b")" >"$b"
+done
 # Development symlinks that point outside the kit (libz.so -> /lib/.../libz.so.1.2.13, libssl.so -> libssl.so.3
 # of the base system's runtime package): bring the file they name, so CMake's find_library finds a real library
 # on a machine whose own copy may be missing or elsewhere.
@@ -116,7 +124,7 @@ for pc in "$P"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc "$P"/usr/share/pkgconfig/
     */usr/share/pkgconfig/*) rel='${pcfiledir}/../..' ;;
     *) rel='${pcfiledir}/../../..' ;;
   esac
-  sed -i -E "s|^prefix=.*|prefix=$rel|; s|^libdir=$FF/lib|libdir=\${prefix}/lib/x86_64-linux-gnu|; s|^includedir=$FF/include|includedir=\${prefix}/include|" "$pc"
+  sed -i -E "s|^prefix=.*|prefix=$rel|" "$pc"
 done
 # protoc and grpc_cpp_plugin load libprotoc/libprotobuf from the kit: wrap them so CMake's custom commands find
 # those libraries without an LD_LIBRARY_PATH that would also reach the machine's own programs.

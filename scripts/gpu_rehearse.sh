@@ -42,11 +42,15 @@ if [ ! -x "$ROOT/opt/torch/bin/python" ]; then
 fi
 # 3. The kit, and the checkout as it would travel.
 [ -f gpu_kit/prefix.tar.xz ] || scripts/gpu_pack.sh
+# build-gpu/ survives a rerun (as on a warm GPU machine) unless GPU_REHEARSE_FRESH=1.
+[ "${GPU_REHEARSE_FRESH:-0}" = 1 ] && rm -rf "$ROOT/work/build-gpu" "$ROOT/work/baton/build-gpu"
+[ -d "$ROOT/work/baton/build-gpu" ] && mv "$ROOT/work/baton/build-gpu" "$ROOT/work/build-gpu"
 rm -rf "$ROOT/work/baton"
 mkdir -p "$ROOT/work/baton" "$OUT" "$ROOT/out" "$ROOT/usr/local/cuda" "$ROOT/proc" "$ROOT/dev"
 git ls-files -co --exclude-standard -z | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
   tar --null -T - -cf - | tar -xf - -C "$ROOT/work/baton"
 cp -a gpu_kit "$ROOT/work/baton/"
+[ -d "$ROOT/work/build-gpu" ] && mv "$ROOT/work/build-gpu" "$ROOT/work/baton/build-gpu"
 cleanup() { for m in out usr/local/cuda dev proc; do umount "$ROOT/$m" 2>/dev/null || true; done; }
 trap cleanup EXIT
 mount -t proc proc "$ROOT/proc"

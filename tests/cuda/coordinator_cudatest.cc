@@ -2,10 +2,12 @@
 // the CPU: real stage_worker processes, gRPC on loopback, pinned uploads and downloads on the device path.
 // SKIPS without a CUDA device.
 //
-// Tolerance: fp32 on both devices; the GPU reassociates sums (~1e-6 relative in losses and gradients, TF32 off).
-// AdamW normalises each gradient element, so a 1e-6 relative gradient change moves a weight by ~lr·1e-6 per step;
-// over 3 steps at lr 0.01 on LoRA weights of magnitude ~0.01..0.1, 1e-5 absolute is generous for that and still
-// far below a wrong step (lr = 1e-2 per element). No dropout: its masks come from each device's own generator.
+// Tolerance: fp32 on both devices; the GPU reassociates sums, so losses and gradients differ by ~1e-6 relative
+// (TF32 is off). AdamW divides each gradient element by its own running magnitude, so an element whose gradient
+// is tiny (~1e-7 against typical ~1e-4) turns the same absolute error (~1e-10) into a larger step difference:
+// lr · 1e-10 / 1e-7 = 1e-5 per step at lr 0.01. 1e-4 absolute on the LoRA after 3 steps covers that and is still
+// 100x below one wrong step (a step moves an element by up to lr = 1e-2). No dropout: its masks come from each
+// device's own generator.
 #include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
 
@@ -53,7 +55,7 @@ TEST(CudaCoordinatorTest, TwoStagesOnOneGpuGiveTheCpuRunsLora) {
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) {
     ASSERT_TRUE(b.count(name)) << name;
-    EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-5) << name;
+    EXPECT_LE((t - b.at(name)).abs().max().item<double>(), 1e-4) << name;
   }
 }
 

@@ -169,12 +169,12 @@ TEST_F(CudaTest, Int8AndFp8DequantizeOnTheDeviceAsOnTheCpu) {
 
 // bf16 keeps 8 significant bits (relative rounding 2^-9 ≈ 2e-3 per operand): attention over bf16 q, k, v lands
 // near 3e-3 of the fp32 result, so 1e-2 relative (‖out − ref‖ / ‖ref‖) is the bound; fp32 on the device matches
-// the CPU to reassociation (1e-5).
+// the CPU to reassociation (the memory-efficient kernel runs fp32 as 3xTF32, ~1e-6; bound 1e-4).
 TEST_F(CudaTest, Bf16AttentionStaysWithinBoundOfFp32) {
   at::Tensor q = at::randn({2, 300, 4, 64}), k = at::randn({2, 300, 4, 64}), v = at::randn({2, 300, 4, 64});
   at::Tensor ref = Attention(q, k, v);
   at::Tensor fp32 = Attention(q.to(kCuda), k.to(kCuda), v.to(kCuda));
-  EXPECT_LE(RelativeError(fp32, ref), 1e-5);
+  EXPECT_LE(RelativeError(fp32, ref), 1e-4);
   at::Tensor bf16 = Attention(q.to(kCuda, at::kBFloat16), k.to(kCuda, at::kBFloat16), v.to(kCuda, at::kBFloat16));
   EXPECT_EQ(bf16.scalar_type(), at::kBFloat16);
   const double err = RelativeError(bf16, ref);
