@@ -23,7 +23,8 @@ bool Ended(v1::JobState s) { return s >= v1::JOB_STATE_FINISHED; }
 
 }  // namespace
 
-JobQueue::JobQueue(CoordinatorOptions base, std::string output_root) : base_(std::move(base)), root_(output_root) {}
+JobQueue::JobQueue(CoordinatorOptions base, std::string output_root, std::string data_root)
+    : base_(std::move(base)), root_(std::move(output_root)), data_root_(std::move(data_root)) {}
 
 JobQueue::~JobQueue() { Shutdown(); }
 
@@ -36,7 +37,7 @@ absl::Status JobQueue::Start() {
 
 absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted) {
   ASSIGN_OR_RETURN(JobConfig config, ParseSubmittedJob(submitted));
-  RETURN_IF_ERROR(ValidateSubmittedJob(submitted, config, base_.stages));
+  RETURN_IF_ERROR(ValidateSubmittedJob(submitted, config, base_.stages, data_root_));
   std::lock_guard<std::mutex> lock(mu_);
   if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");
   const int64_t id = next_id_++;

@@ -50,7 +50,8 @@ class JobQueue {
   // `base`: every job's options (stages, workers, timeouts). output_dir, steps, resume and quiet are set per job;
   // base.hooks (on_start, on_step, on_checkpoint) run after the queue's own for every job; the stop flag is
   // per job.
-  JobQueue(CoordinatorOptions base, std::string output_root);
+  // `data_root`: submitted jobs may name paths only inside it (ValidateSubmittedJob); empty: anywhere.
+  JobQueue(CoordinatorOptions base, std::string output_root, std::string data_root = "");
   ~JobQueue();  // Shutdown()
 
   // Reloads <root>/*/job.json and starts the runner thread.
@@ -100,6 +101,7 @@ class JobQueue {
 
   const CoordinatorOptions base_;
   const std::string root_;
+  const std::string data_root_;
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
   std::map<int64_t, Job> jobs_;  // by id; guarded by mu_

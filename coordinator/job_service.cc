@@ -234,12 +234,20 @@ absl::Status RunJobService(const JobServiceOptions& options,
         "--token_file needs TLS (a token sent in plaintext protects nothing): "
         "drop --insecure and pass --tls_dir");
   }
-  JobQueue queue(options.base, options.output_root);
+  if (!options.data_root.empty()) {
+    auto root = RealPath(options.data_root);
+    if (!root.ok() || !IsDirectory(*root)) {
+      return absl::FailedPreconditionError(absl::StrCat("--data_root ", options.data_root, " is not a directory"));
+    }
+    LogInfo("submitted jobs may read only inside --data_root ", *root);
+  }
+  JobQueue queue(options.base, options.output_root, options.data_root);
   RETURN_IF_ERROR(queue.Start());
   JobServiceImpl service(&queue);
   EnableHealthService();
   grpc::ServerBuilder builder;
   ApplyServerOptions(builder);
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);  // bounds what one submit costs before it is parsed
   int port = 0;
   builder.AddListeningPort(options.listen, TokenServerCredentials(*security, options.token), &port);
   builder.RegisterService(&service);

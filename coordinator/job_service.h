@@ -1,5 +1,6 @@
 // `coordinator --listen HOST:PORT`: the JobService front end over a JobQueue. It only translates between gRPC
-// and the queue (rpc/grpc_status.h converts the statuses); the queue owns the jobs. Serves until `*shutdown`
+// and the queue (rpc/grpc_status.h converts the statuses); the queue owns the jobs. A request is at most
+// kMaxRequestBytes (gRPC refuses a bigger one before it is read into memory). Serves until `*shutdown`
 // turns true (SIGTERM), then stops the running job with a checkpoint and returns.
 #pragma once
 
@@ -13,10 +14,16 @@
 
 namespace baton {
 
+// A Submit carries one job file (at most kMaxJobFileBytes, 256 KiB) and a few names; every other request is small.
+inline constexpr int kMaxRequestBytes = 1 << 20;
+
 struct JobServiceOptions {
   std::string listen = "127.0.0.1:7070";  // host:port; port 0 picks a free one
   std::string output_root = "out/jobs";   // each job writes into <output_root>/<name>-<id>/
-  CoordinatorOptions base;                // stages, workers, timeouts: the same for every job
+  // Submitted jobs may read (model, model_config, dataset, init_lora, validation.dataset) only inside this folder,
+  // symlinks resolved; others are refused by name (PERMISSION_DENIED). "" = anywhere.
+  std::string data_root = ".";
+  CoordinatorOptions base;  // stages, workers, timeouts: the same for every job
   // Bearer token every call must carry (rpc/tls.h TokenAuthProcessor). Required with TLS (the process's security,
   // set by main from --tls_dir); refused with --insecure, which serves plaintext without authentication.
   std::string token;

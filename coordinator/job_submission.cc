@@ -37,11 +37,17 @@ absl::StatusOr<JobConfig> ParseSubmittedJob(const SubmittedJob& submitted) {
   job.model_config = Resolve(job.model_config, base);
   job.dataset = Resolve(job.dataset, base);
   job.init_lora = Resolve(job.init_lora, base);
+  job.validation.dataset = Resolve(job.validation.dataset, base);
+  if (submitted.steps > kMaxJobSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(submitted.job_file, ": --steps ", submitted.steps, " is over the limit of ", kMaxJobSteps));
+  }
   if (submitted.steps > 0) job.steps = submitted.steps;
   return job;
 }
 
-absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig& job, int stages) {
+absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig& job, int stages,
+                                  const std::string& data_root) {
   struct PathKey {
     const char* key;
     const std::string& path;
@@ -50,7 +56,18 @@ absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig
   const PathKey keys[] = {{"model", job.model, true},
                           {"model_config", job.model_config, !job.model_config.empty()},
                           {"dataset", job.dataset, job.encode.encoder_worker.empty()},
-                          {"init_lora", job.init_lora, !job.init_lora.empty()}};
+                          {"init_lora", job.init_lora, !job.init_lora.empty()},
+                          {"validation.dataset", job.validation.dataset, !job.validation.dataset.empty()}};
+  // Inside the root first: a refusal must not depend on whether the file exists.
+  for (const PathKey& k : keys) {
+    if (data_root.empty() || k.path.empty()) continue;
+    auto inside = ResolveForWriteInsideRoot(data_root, k.path, k.key);
+    if (!inside.ok()) {
+      const std::string key = k.key == std::string("validation.dataset") ? "validation" : k.key;
+      return absl::PermissionDeniedError(absl::StrCat(KeyPosition(submitted, key), ": ", k.key, ": ", k.path,
+                                                      " is outside the job service's --data_root ", data_root));
+    }
+  }
   for (const PathKey& k : keys) {
     if (k.needed && !PathExists(k.path)) {
       return absl::InvalidArgumentError(absl::StrCat(KeyPosition(submitted, k.key), ": ", k.key, ": ", k.path,

@@ -1,6 +1,11 @@
 #include "coordinator/job_submission.h"
 
+#include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "core/testing/tiny_flux2.h"
+#include "core/util/files.h"
 
 namespace baton {
 namespace {
@@ -31,6 +36,54 @@ TEST(JobSubmissionTest, AMissingModelIsRefusedWithFileAndLine) {
   absl::Status status = ValidateSubmittedJob(s, *job, 2);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(status.message(), "jobs/a.yaml:3: model: /no/such/model does not exist on the coordinator's host");
+}
+
+// The service's --data_root: every path a job names is judged inside it before anything is read, with the same
+// answer whether or not the file exists (no probing the host), symlinks resolved.
+TEST(JobSubmissionTest, PathsOutsideTheDataRootAreRefusedByName) {
+  const std::string root = test_util::MakeTempDir("data_root");
+  const std::string outside = test_util::MakeTempDir("outside");
+  ASSERT_TRUE(MakeDirs(JoinPath(root, "model")).ok());
+  ASSERT_TRUE(MakeDirs(JoinPath(root, "cache")).ok());
+  ASSERT_EQ(::symlink(outside.c_str(), JoinPath(root, "escape").c_str()), 0);
+  auto refusal = [&](const std::string& yaml, const std::string& working_dir = "") {
+    SubmittedJob s{yaml, "jobs/a.yaml", working_dir, "", 0};
+    auto job = ParseSubmittedJob(s);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? ValidateSubmittedJob(s, *job, 2, root) : job.status();
+  };
+  const std::string cache = absl::StrCat("\ndataset: ", JoinPath(root, "cache"), "\n");
+  for (const char* secret : {"/etc/shadow", "/etc/no-such-file"}) {
+    absl::Status status = refusal(absl::StrCat("model: ", JoinPath(root, "model"), cache, "model_config: ", secret));
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+    EXPECT_EQ(status.message(), absl::StrCat("jobs/a.yaml:3: model_config: ", secret,
+                                             " is outside the job service's --data_root ", root));
+  }
+  absl::Status escape = refusal(absl::StrCat("model: ", JoinPath(root, "escape/m"), cache));
+  EXPECT_EQ(escape.code(), absl::StatusCode::kPermissionDenied) << escape;
+  EXPECT_NE(escape.message().find("jobs/a.yaml:1: model: "), std::string::npos) << escape;
+  absl::Status up = refusal(absl::StrCat("model: ../../", outside.substr(outside.rfind('/') + 1), "/m", cache),
+                            JoinPath(root, "model"));
+  EXPECT_EQ(up.code(), absl::StatusCode::kPermissionDenied) << up;
+  absl::Status validation = refusal(absl::StrCat("model: ", JoinPath(root, "model"), cache,
+                                                 "validation: {every: 2, samples: 0, dataset: ", outside, "}\n"));
+  EXPECT_EQ(validation.code(), absl::StatusCode::kPermissionDenied) << validation;
+  EXPECT_NE(validation.message().find("jobs/a.yaml:3: validation.dataset: " + outside), std::string::npos)
+      << validation;
+  absl::Status dataset = refusal(absl::StrCat("model: ", JoinPath(root, "model"), "\ndataset: /tmp/elsewhere\n"));
+  EXPECT_EQ(dataset.code(), absl::StatusCode::kPermissionDenied) << dataset;
+  // Inside the root (relative to the submitter's folder too), the checks go on: here the missing model config.
+  absl::Status inside = refusal(absl::StrCat("model: model", cache, "model_config: model/none.json"), root);
+  EXPECT_EQ(inside.code(), absl::StatusCode::kInvalidArgument) << inside;
+  EXPECT_NE(inside.message().find("does not exist"), std::string::npos) << inside;
+}
+
+TEST(JobSubmissionTest, StepsOverrideHasTheStepLimit) {
+  SubmittedJob s{"model: m\ndataset: d\n", "jobs/a.yaml", "", "", kMaxJobSteps + 1};
+  auto job = ParseSubmittedJob(s);
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("jobs/a.yaml: --steps 1000001 is over the limit of 1000000"), std::string::npos)
+      << job.status();
 }
 
 TEST(JobSubmissionTest, NamesAreFitForFolders) {

@@ -53,6 +53,10 @@ ABSL_FLAG(int, worker_restart_timeout_s, 60,
 ABSL_FLAG(int, stall_timeout_s, 15,
           "a stage or link that makes no progress in a step for this long counts as lost (stages beat every second)");
 ABSL_FLAG(std::string, stage_worker, "", "stage_worker binary for local workers (default: next to coordinator)");
+ABSL_FLAG(std::string, data_root, ".",
+          "with --listen: submitted jobs may read their model, model_config, dataset, init_lora and validation "
+          "dataset only inside this folder (symlinks resolved; default: the working directory); others are refused "
+          "by name");
 ABSL_FLAG(std::string, token_file, "",
           "with --listen and TLS: file holding the bearer token every client call must carry (baton certs writes "
           "DIR/token)");
@@ -100,6 +104,7 @@ int ServeJobs() {
   baton::JobServiceOptions service;
   service.listen = absl::GetFlag(FLAGS_listen);
   service.base = OptionsFromFlags();
+  service.data_root = absl::GetFlag(FLAGS_data_root);
   if (!absl::GetFlag(FLAGS_token_file).empty()) {
     auto token = baton::ReadTokenFile(absl::GetFlag(FLAGS_token_file));
     if (!token.ok()) {
@@ -132,7 +137,7 @@ int ServeJobs() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume[=if-any]]\n"
-      "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT]\n"
+      "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT] [--data_root DIR]\n"
       "  either with [--metrics HOST:PORT]; --workers and --listen need [--tls_dir DIR | --insecure], --listen with\n"
       "  TLS --token_file FILE (make them with baton certs)");
   baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA

@@ -58,6 +58,7 @@ class Service {
                                      "--listen=127.0.0.1:0",
                                      "--stages=2",
                                      absl::StrCat("--output=", root),
+                                     absl::StrCat("--data_root=", dir),  // the jobs' model and cache live there
                                      "--rpc_timeout_s=60",
                                      absl::StrCat("--stage_worker=", JoinPath(BinDir(), "stage_worker")),
                                      absl::StrCat("--tls_dir=", JoinPath(certs, "127.0.0.1")),
@@ -240,8 +241,8 @@ TEST_F(JobServiceTest, BadJobIsRefusedAtSubmitWithFileAndLine) {
   EXPECT_NE(r.output.find(absl::StrCat(bad, ":3")), std::string::npos) << r.output;
 
   const std::string missing = JoinPath(*dir_, "missing.yaml");
-  ASSERT_TRUE(WriteFileAtomic(missing,
-                              absl::StrCat("steps: 2\nmodel: no/such/model\ndataset: ", JoinPath(*dir_, "cache"), "\n"))
+  ASSERT_TRUE(WriteFileAtomic(missing, absl::StrCat("steps: 2\nmodel: ", JoinPath(*dir_, "no/such/model"),
+                                                    "\ndataset: ", JoinPath(*dir_, "cache"), "\n"))
                   .ok());
   r = Baton(absl::StrCat("submit ", missing));
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <type_traits>
 
 #include "core/lora/lora_linear.h"
 #include "core/quant/weight_quant.h"
@@ -51,11 +52,36 @@ class Reader {
     YAML::Node node = map[key];
     if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
     try {
+      if constexpr (std::is_same_v<T, std::string>) RETURN_IF_ERROR(CheckStringSize(node, key));
       *out = node.as<T>();
     } catch (const YAML::Exception&) {
       return absl::InvalidArgumentError(absl::StrCat(Where(source_, node), ": '", key, "' has the wrong type"));
     }
     return absl::OkStatus();
+  }
+
+  // A list of at most `max` entries (`meaning` says what one entry is), counted before anything is converted.
+  template <typename T>
+  absl::Status GetList(const YAML::Node& map, const std::string& key, size_t max, const std::string& meaning,
+                       std::vector<T>* out) {
+    YAML::Node node = map[key];
+    if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
+    if (node.IsSequence() && node.size() > max) {
+      return absl::InvalidArgumentError(absl::StrCat(Where(source_, node), ": '", key, "' lists ", node.size(),
+                                                     " entries; at most ", max, " (", meaning, ")"));
+    }
+    if (node.IsSequence()) {
+      for (const YAML::Node& item : node) {
+        if constexpr (std::is_same_v<T, std::string>) RETURN_IF_ERROR(CheckStringSize(item, key));
+      }
+    }
+    return Get(map, key, out);
+  }
+
+  absl::Status CheckStringSize(const YAML::Node& node, const std::string& key) {
+    if (!node.IsScalar() || node.Scalar().size() <= kMaxJobStringBytes) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(Where(source_, node), ": '", key, "' is ", node.Scalar().size(),
+                                                   " bytes long; a value is at most ", kMaxJobStringBytes));
   }
 
   absl::Status Check(bool ok, const YAML::Node& map, const std::string& key, const std::string& rule) {
@@ -97,7 +123,7 @@ absl::Status ParsePipelineKeys(Reader& r, YAML::Node root, JobConfig& job) {
   RETURN_IF_ERROR(r.Get(root, "quantize", &job.quantize));
   RETURN_IF_ERROR(r.Check(ParseWeightQuant(job.quantize).ok(), root, "quantize", "must be none, int8 or fp8"));
   if (root["memory_per_stage"].IsSequence()) {
-    RETURN_IF_ERROR(r.Get(root, "memory_per_stage", &job.memory_per_stage));
+    RETURN_IF_ERROR(r.GetList(root, "memory_per_stage", kMaxJobStages, "one budget per stage", &job.memory_per_stage));
   } else if (root["memory_per_stage"].IsDefined()) {
     std::string one;
     RETURN_IF_ERROR(r.Get(root, "memory_per_stage", &one));
@@ -117,7 +143,8 @@ absl::Status ParseValidation(Reader& r, YAML::Node root, ValidationConfig& v) {
   RETURN_IF_ERROR(r.Get(n, "samples", &v.samples));
   RETURN_IF_ERROR(r.Check(v.samples > 0 || (v.samples == 0 && !v.dataset.empty()), n, "samples",
                           "must be positive (held-out records; 0 = all, only with a separate validation dataset)"));
-  RETURN_IF_ERROR(r.Get(n, "timesteps", &v.timesteps));
+  RETURN_IF_ERROR(r.GetList(n, "timesteps", kMaxValidationTimesteps,
+                            "each is a forward pass per held-out record at every validation", &v.timesteps));
   bool in_range = !v.timesteps.empty();
   for (double t : v.timesteps) in_range = in_range && t > 0 && t <= 1;
   return r.Check(in_range, n, "timesteps", "must be a non-empty list of t in (0, 1]");
@@ -131,14 +158,14 @@ absl::Status ParseSamples(Reader& r, YAML::Node root, SamplesConfig& s) {
       r.Keys(n, "samples", {"every", "prompts", "steps", "guidance", "size", "seed", "max_sequence_length"}));
   RETURN_IF_ERROR(r.Get(n, "every", &s.every));
   RETURN_IF_ERROR(r.Check(s.every > 0, n, "every", "must be positive (steps between sample images)"));
-  RETURN_IF_ERROR(r.Get(n, "prompts", &s.prompts));
+  RETURN_IF_ERROR(r.GetList(n, "prompts", kMaxSamplePrompts, "each renders an image at every rendering", &s.prompts));
   RETURN_IF_ERROR(r.Check(!s.prompts.empty(), n, "prompts", "must list at least one prompt"));
   RETURN_IF_ERROR(r.Get(n, "steps", &s.steps));
   RETURN_IF_ERROR(r.Check(s.steps > 0 && s.steps <= 1000, n, "steps", "must be in [1, 1000] (denoising steps)"));
   RETURN_IF_ERROR(r.Get(n, "guidance", &s.guidance));
   RETURN_IF_ERROR(r.Check(s.guidance >= 0, n, "guidance", "must be ≥ 0"));
   std::vector<int64_t> size = {s.width, s.height};
-  RETURN_IF_ERROR(r.Get(n, "size", &size));
+  RETURN_IF_ERROR(r.GetList(n, "size", 2, "[W, H]", &size));
   RETURN_IF_ERROR(r.Check(size.size() == 2 && size[0] >= 16 && size[1] >= 16 && size[0] % 16 == 0 &&
                               size[1] % 16 == 0 && size[0] <= 8192 && size[1] <= 8192,
                           n, "size", "must be [W, H], multiples of 16 in [16, 8192]"));
@@ -150,6 +177,10 @@ absl::Status ParseSamples(Reader& r, YAML::Node root, SamplesConfig& s) {
 }
 
 absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std::string& source) {
+  if (text.size() > kMaxJobFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": the job file is ", text.size(),
+                                                   " bytes; a job file is at most ", kMaxJobFileBytes, " (256 KiB)"));
+  }
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -173,9 +204,11 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   RETURN_IF_ERROR(r.Get(root, "dataset", &job.dataset));
   RETURN_IF_ERROR(r.Check(!job.dataset.empty(), root, "dataset", "is required (an encoded cache folder)"));
   RETURN_IF_ERROR(r.Get(root, "steps", &job.steps));
-  RETURN_IF_ERROR(r.Check(job.steps > 0, root, "steps", "must be positive"));
+  RETURN_IF_ERROR(r.Check(job.steps > 0 && job.steps <= kMaxJobSteps, root, "steps",
+                          absl::StrCat("must be in [1, ", kMaxJobSteps, "]")));
   RETURN_IF_ERROR(r.Get(root, "batch_size", &job.batch_size));
-  RETURN_IF_ERROR(r.Check(job.batch_size > 0, root, "batch_size", "must be positive"));
+  RETURN_IF_ERROR(r.Check(job.batch_size > 0 && job.batch_size <= kMaxJobBatchSize, root, "batch_size",
+                          absl::StrCat("must be in [1, ", kMaxJobBatchSize, "] (samples per step)")));
   RETURN_IF_ERROR(r.Get(root, "micro_batches", &job.micro_batches));
   RETURN_IF_ERROR(r.Check(job.micro_batches > 0 && job.batch_size % job.micro_batches == 0, root, "micro_batches",
                           "must be positive and divide batch_size"));
@@ -185,11 +218,12 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   RETURN_IF_ERROR(r.Check(job.checkpoint_every >= 0, root, "checkpoint_every", "must be ≥ 0"));
   RETURN_IF_ERROR(r.Get(root, "dtype", &job.dtype));
   RETURN_IF_ERROR(r.Check(job.dtype == "fp32" || job.dtype == "bf16", root, "dtype", "must be fp32 or bf16"));
-  RETURN_IF_ERROR(r.Get(root, "devices", &job.devices));
+  RETURN_IF_ERROR(r.GetList(root, "devices", kMaxJobStages, "one device per stage", &job.devices));
   RETURN_IF_ERROR(r.Get(root, "guidance", &job.guidance));
   RETURN_IF_ERROR(r.Get(root, "save_bfl", &job.save_bfl));
   RETURN_IF_ERROR(r.Get(root, "threads", &job.threads));
-  RETURN_IF_ERROR(r.Check(job.threads > 0, root, "threads", "must be positive"));
+  RETURN_IF_ERROR(r.Check(job.threads > 0 && job.threads <= kMaxJobThreads, root, "threads",
+                          absl::StrCat("must be in [1, ", kMaxJobThreads, "]")));
   RETURN_IF_ERROR(r.Get(root, "deterministic", &job.deterministic));
 
   if (root["encode"].IsDefined()) {
@@ -200,7 +234,8 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
     RETURN_IF_ERROR(r.Check(!job.encode.images.empty() && !job.encode.encoder_worker.empty(), e, "images",
                             "and encoder_worker are both required in encode"));
     RETURN_IF_ERROR(r.Get(e, "resolution", &job.encode.resolution));
-    RETURN_IF_ERROR(r.Check(job.encode.resolution >= 16, e, "resolution", "must be at least 16"));
+    RETURN_IF_ERROR(r.Check(job.encode.resolution >= 16 && job.encode.resolution <= 8192, e, "resolution",
+                            "must be in [16, 8192] (pixels per side of the bucket area)"));
     RETURN_IF_ERROR(r.Get(e, "trigger", &job.encode.trigger));
   }
   RETURN_IF_ERROR(ParseValidation(r, root, job.validation));
@@ -215,7 +250,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
     RETURN_IF_ERROR(r.Check(job.lora.alpha > 0, l, "alpha", "must be positive"));
     if (l["targets"].IsSequence()) {
       std::vector<std::string> list;
-      RETURN_IF_ERROR(r.Get(l, "targets", &list));
+      RETURN_IF_ERROR(r.GetList(l, "targets", kMaxJobStages, "target names", &list));
       job.lora_targets = absl::StrJoin(list, ",");
     } else {
       RETURN_IF_ERROR(r.Get(l, "targets", &job.lora_targets));
@@ -239,7 +274,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
     RETURN_IF_ERROR(r.Get(o, "weight_decay", &job.optimizer.weight_decay));
     RETURN_IF_ERROR(r.Check(job.optimizer.weight_decay >= 0, o, "weight_decay", "must be ≥ 0"));
     std::vector<double> betas = {job.optimizer.beta1, job.optimizer.beta2};
-    RETURN_IF_ERROR(r.Get(o, "betas", &betas));
+    RETURN_IF_ERROR(r.GetList(o, "betas", 2, "[beta1, beta2]", &betas));
     RETURN_IF_ERROR(r.Check(betas.size() == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1, o,
                             "betas", "must be two numbers in [0, 1)"));
     job.optimizer.beta1 = betas[0];
@@ -298,7 +333,7 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
 }
 
 absl::StatusOr<JobConfig> LoadJob(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxJobFileBytes));
   return ParseJobYaml(text, path);
 }
 

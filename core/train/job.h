@@ -20,6 +20,7 @@
 
 #include <absl/status/statusor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -145,7 +146,28 @@ struct JobConfig {
   int64_t micro_batch_size() const { return batch_size / micro_batches; }
 };
 
+// Limits on what a job file may ask for, checked before and while it is parsed (the job service parses what any
+// client submits, and a YAML node costs hundreds of bytes: a 50 MB list once took 5.7 GB), each from what the value
+// means. Errors give file:line.
+// A real job file is 1-5 KiB; 256 KiB leaves room for 60 prompts of 4 KiB.
+inline constexpr size_t kMaxJobFileBytes = 256 << 10;
+// Any one value: a path (PATH_MAX), a prompt (the text encoders read at most 512 tokens).
+inline constexpr size_t kMaxJobStringBytes = 4096;
+inline constexpr int64_t kMaxJobSteps = 1000000;   // steps (and --steps): the service keeps a record of each
+inline constexpr int64_t kMaxJobBatchSize = 4096;  // samples per step
+inline constexpr int64_t kMaxJobThreads = 1024;    // compute threads per process
+// devices, memory_per_stage, lora.targets: one entry per stage (or target name); a stage holds at least one block,
+// and FLUX.2 has 56, Wan 2.x 40.
+inline constexpr size_t kMaxJobStages = 64;
+// validation.timesteps: each is one forward pass per held-out record at every validation, and one noisy copy of
+// each record in memory; 32 points resolve the loss-over-t curve (the default has 5).
+inline constexpr size_t kMaxValidationTimesteps = 32;
+// samples.prompts: each renders `steps` denoising passes at every rendering and a picture on the contact sheet.
+inline constexpr size_t kMaxSamplePrompts = 64;
+
+// Refuses text over kMaxJobFileBytes before any YAML is built.
 absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::string& source = "<job>");
+// Reads at most kMaxJobFileBytes (a bigger file, a FIFO or a device is refused before a byte is read).
 absl::StatusOr<JobConfig> LoadJob(const std::string& path);
 // What the job is called in metrics (label job) and listings: its `name:` key, else the YAML file's stem
 // ("jobs/flux2-dog.yaml" → "flux2-dog"), else "job".
