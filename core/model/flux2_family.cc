@@ -9,6 +9,7 @@
 #include "core/lora/lora.h"
 #include "core/model/flux2_input_checks.h"
 #include "core/model/flux2_ops.h"
+#include "core/model/stage_build.h"
 #include "core/pipeline/partition.h"
 #include "core/pipeline/stage_io.h"
 #include "core/quant/quantize_module.h"
@@ -260,23 +261,18 @@ absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, co
                                            at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train,
                                            WeightQuant quant) {
   ASSIGN_OR_RETURN(const WeightQuant storage, ResolveWeightQuant(quant, checkpoint));
-  // An 8-bit stage is built on the CPU, where the full-precision tensors it drops unwritten never became
-  // resident (large allocations are lazily mapped pages), then moved: built on a GPU they would have been
-  // real allocations of the whole stage in full precision.
-  const at::Device build_device = storage == WeightQuant::kNone ? device : at::Device(at::kCPU);
   Flux2Stage stage{nullptr};
-  RETURN_IF_ERROR(TorchCall("building the stage", [&] {
-    stage = Flux2Stage(checkpoint.config(), range, at::TensorOptions().dtype(dtype).device(build_device));
-    UseQuantizedFlux2Weights(*stage, storage);
-  }));
-  RETURN_IF_ERROR(LoadFlux2Weights(*stage, checkpoint));  // the rest: norms, embedders, head
-  RETURN_IF_ERROR(LoadQuantizedFlux2Weights(*stage, checkpoint));
-  if (build_device != device) RETURN_IF_ERROR(TorchCall("moving the stage", [&] { stage->to(device); }));
-  if (lora) {
-    ASSIGN_OR_RETURN(int attached, AttachLora(*stage, *lora));
-    (void)attached;  // a stage may legitimately hold no targeted Linear (e.g. only embedders)
-  }
-  stage->train(train);
+  StageBuild build;
+  build.construct = [&](const at::TensorOptions& options) {
+    stage = Flux2Stage(checkpoint.config(), range, options);
+    return stage.ptr();
+  };
+  build.quantized = [](const std::string& weight_name) { return IsQuantizedFlux2Param(weight_name, {0, 0}); };
+  build.load = [&](torch::nn::Module& module) {
+    RETURN_IF_ERROR(LoadFlux2Weights(module, checkpoint));  // the rest: norms, embedders, head
+    return LoadQuantizedFlux2Weights(module, checkpoint);
+  };
+  RETURN_IF_ERROR(BuildStageModule(build, "the FLUX.2 stage", dtype, device, storage, lora, train));
   return stage;
 }
 

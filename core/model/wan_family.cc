@@ -10,6 +10,7 @@
 
 #include "core/lora/lora.h"
 #include "core/lora/wan_lora_names.h"
+#include "core/model/stage_build.h"
 #include "core/model/wan_model.h"
 #include "core/quant/quantize_module.h"
 #include "core/tensor/shape.h"
@@ -144,29 +145,28 @@ absl::StatusOr<std::unique_ptr<StageModel>> WanFamily::BuildStage(const StageRan
     return absl::InvalidArgumentError(absl::StrCat("Wan stage: bad block range [", range.block_begin, ", ",
                                                    range.block_end, ") for ", num_blocks(), " blocks"));
   }
-  WanStage stage{nullptr};
-  RETURN_IF_ERROR(TorchCall("building the Wan stage", [&] {
-    stage = WanStage(config_, range, at::TensorOptions().dtype(dtype).device(device));
-  }));
   if (!checkpoint_) return absl::FailedPreconditionError("a config-only Wan model builds no stage (no weights)");
+  WanStage stage{nullptr};
+  StageBuild build;
+  build.construct = [&](const at::TensorOptions& options) {
+    stage = WanStage(config_, range, options);
+    return stage.ptr();
+  };
   // 8-bit block linears (`quantize`), filled one tensor at a time from the full-precision checkpoint, as FLUX.2's are;
-  // LoadWanWeights then reads the rest (a quantized weight is a buffer, not a parameter).
-  UseQuantizedBlockWeights(*stage, quant, [](const std::string& weight_name) {
+  // LoadWanWeights reads the rest (a quantized weight is a buffer, not a parameter).
+  build.quantized = [](const std::string& weight_name) {
     return absl::StartsWith(weight_name, "blocks.") && !absl::StrContains(weight_name, "norm");
-  });
-  RETURN_IF_ERROR(LoadWanWeights(*stage, *checkpoint_));
-  if (quant != WeightQuant::kNone) {
+  };
+  build.load = [&](torch::nn::Module& module) {
+    RETURN_IF_ERROR(LoadWanWeights(module, *checkpoint_));
+    if (quant == WeightQuant::kNone) return absl::OkStatus();
     WeightSource source;
     source.path = checkpoint_->path();
     source.shape = [this](const std::string& key) { return checkpoint_->Shape(key); };
     source.load_fp32 = [this](const std::string& key) { return checkpoint_->Load(key, at::kFloat); };
-    RETURN_IF_ERROR(LoadQuantizedWeights(*stage, source));
-  }
-  if (lora) {
-    ASSIGN_OR_RETURN(int attached, AttachLora(*stage, *lora));
-    (void)attached;  // a stage may legitimately hold no targeted Linear
-  }
-  stage->train(train);
+    return LoadQuantizedWeights(module, source);
+  };
+  RETURN_IF_ERROR(BuildStageModule(build, "the Wan stage", dtype, device, quant, lora, train));
   return std::unique_ptr<StageModel>(new OwnedWanStage(stage));
 }
 
