@@ -4,6 +4,8 @@
 #include <absl/strings/match.h>
 
 #include <cmath>
+#include <mutex>
+#include <optional>
 
 #include "core/lora/cpu_linear.h"
 #include "core/lora/lora_linear_function.h"
@@ -30,6 +32,25 @@ uint64_t HashName(const std::string& s) {
     h *= 1099511628211ULL;
   }
   return h;
+}
+
+at::Tensor DropoutKeepMask(const at::Tensor& like, double keep, uint64_t seed) {
+  if (like.is_cpu()) {
+    auto gen = at::detail::createCPUGenerator(seed);
+    return at::bernoulli(at::full(like.sizes(), keep, at::kFloat), gen).to(like.scalar_type());
+  }
+  // Drawn where the activation lives (no host mask, no copy), from a generator of that device seeded by `seed` alone:
+  // a recompute, a redo and a resumed step draw the same mask on the same kind of device (the kernel's launch shape
+  // follows the device). These masks are not the CPU's (Philox on CUDA, mt19937 on the CPU): LoRA trained on a GPU
+  // equals LoRA trained on the CPU only with dropout 0.
+  std::optional<at::Generator> gen;
+  if (!like.is_meta()) {  // meta tensors hold no values: nothing to draw
+    at::Generator device_default = at::globalContext().defaultGenerator(like.device());
+    std::lock_guard<std::mutex> lock(device_default.mutex());
+    gen = device_default.clone();
+    gen->set_current_seed(seed);
+  }
+  return at::empty(like.sizes(), like.options()).bernoulli_(keep, gen);
 }
 
 LoraLinearImpl::LoraLinearImpl(int64_t in_features, int64_t out_features, const at::TensorOptions& options)
@@ -95,10 +116,7 @@ at::Tensor LoraLinearImpl::AddLora(const at::Tensor& x, at::Tensor y) {
   // The adapter path runs in the adapters' precision (fp32 masters; fp64 in gradient checks).
   at::Tensor h = x.to(at::promote_types(x.scalar_type(), lora_A_.scalar_type()));
   if (dropout_ > 0.0 && is_training()) {
-    auto gen = at::detail::createCPUGenerator(MixSeed(dropout_seed_, layer_id_));
-    at::Tensor keep =
-        at::bernoulli(at::full(h.sizes(), 1.0 - dropout_, at::kFloat), gen).to(h.device(), h.scalar_type());
-    h = h * keep / (1.0 - dropout_);
+    h = h * DropoutKeepMask(h, 1.0 - dropout_, MixSeed(dropout_seed_, layer_id_)) / (1.0 - dropout_);
   }
   at::Tensor delta = at::matmul(at::matmul(h, lora_A_.t()), lora_B_.t()) * scale_;
   return y + delta.to(y.scalar_type());
