@@ -152,7 +152,9 @@ class Flux2ShellModel : public ShellModel {
         out.tables_key = absl::StrCat("ids", std::hash<std::string>()(bytes), "t", txt_ids.size(0));
       }
     }));
-    out.inputs = {{"hidden_states", in.at("hidden_states")}, {"encoder_hidden_states", in.at("encoder_hidden_states")}};
+    const at::Device device = shell_->device();
+    out.inputs = {{"hidden_states", in.at("hidden_states").to(device)},
+                  {"encoder_hidden_states", in.at("encoder_hidden_states").to(device)}};
     out.constants = {
         {"mod_img", k.mod_img}, {"mod_txt", k.mod_txt}, {"mod_single", k.mod_single}, {"mod_out", k.mod_out}};
     out.tables = {{"rope_cos", k.rope_cos}, {"rope_sin", k.rope_sin}};

@@ -55,7 +55,7 @@ Flux2ShellImpl::Flux2ShellImpl(const Flux2Config& c, const at::TensorOptions& op
 Flux2Constants Flux2ShellImpl::Modulations(const at::Tensor& timestep, const at::Tensor& guidance,
                                            at::ScalarType dtype) {
   auto embed = [&](const at::Tensor& t, LoraLinear& l1, LoraLinear& l2) {
-    at::Tensor features = TimestepFeatures(t.to(dtype) * 1000, config_.timestep_guidance_channels).to(dtype);
+    at::Tensor features = TimestepFeatures(t.to(device(), dtype) * 1000, config_.timestep_guidance_channels).to(dtype);
     return l2(at::silu(l1(features)));
   };
   at::Tensor temb = embed(timestep, t_linear_1_, t_linear_2_);
@@ -75,8 +75,8 @@ Flux2Constants Flux2ShellImpl::Modulations(const at::Tensor& timestep, const at:
 Flux2Constants Flux2ShellImpl::forward(const at::Tensor& timestep, const at::Tensor& guidance,
                                        const at::Tensor& img_ids, const at::Tensor& txt_ids, at::ScalarType dtype) {
   Flux2Constants k = Modulations(timestep, guidance, dtype);
-  auto [img_cos, img_sin] = RopeTables(img_ids, config_.axes_dims_rope, config_.rope_theta);
-  auto [txt_cos, txt_sin] = RopeTables(txt_ids, config_.axes_dims_rope, config_.rope_theta);
+  auto [img_cos, img_sin] = RopeTables(img_ids.to(device()), config_.axes_dims_rope, config_.rope_theta);
+  auto [txt_cos, txt_sin] = RopeTables(txt_ids.to(device()), config_.axes_dims_rope, config_.rope_theta);
   k.rope_cos = at::cat({txt_cos, img_cos}, 0);
   k.rope_sin = at::cat({txt_sin, img_sin}, 0);
   return k;

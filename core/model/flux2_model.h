@@ -36,12 +36,14 @@ struct Flux2Constants {
 class Flux2ShellImpl : public torch::nn::Module {
  public:
   Flux2ShellImpl(const Flux2Config& c, const at::TensorOptions& options);
-  // timestep [B] in 0..1, guidance [B] (ignored without guidance_embeds), img_ids [Si, 4], txt_ids [St, 4].
-  // Modulations come out in `dtype` (the compute dtype), RoPE tables in fp32.
+  // timestep [B] in 0..1, guidance [B] (ignored without guidance_embeds), img_ids [Si, 4], txt_ids [St, 4], on any
+  // device (moved to the shell's). Modulations come out in `dtype` (the compute dtype), RoPE tables in fp32, all on
+  // the shell's device.
   Flux2Constants forward(const at::Tensor& timestep, const at::Tensor& guidance, const at::Tensor& img_ids,
                          const at::Tensor& txt_ids, at::ScalarType dtype);
   // The modulation part only (no RoPE): temb → the four flat modulation tensors.
   Flux2Constants Modulations(const at::Tensor& timestep, const at::Tensor& guidance, at::ScalarType dtype);
+  at::Device device() const { return t_linear_1_->weight.device(); }
 
  private:
   Flux2Config config_;

@@ -23,8 +23,11 @@ std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& ids, const std::v
     auto f64 = at::TensorOptions().dtype(at::kDouble).device(ids.device());
     at::Tensor freqs = 1.0 / at::pow(theta, at::arange(0, dim, 2, f64) / static_cast<double>(dim));
     at::Tensor angles = at::outer(pos.select(1, static_cast<int64_t>(i)).to(at::kDouble), freqs);  // [S, dim/2]
-    coss.push_back(at::cos(angles).repeat_interleave(2, 1).to(at::kFloat));
-    sins.push_back(at::sin(angles).repeat_interleave(2, 1).to(at::kFloat));
+    // Each frequency twice, interleaved: an expand, not repeat_interleave (which reads its output size back from a
+    // device).
+    auto twice = [](const at::Tensor& t) { return t.unsqueeze(2).expand({t.size(0), t.size(1), 2}).flatten(1); };
+    coss.push_back(twice(at::cos(angles)).to(at::kFloat));
+    sins.push_back(twice(at::sin(angles)).to(at::kFloat));
   }
   return {at::cat(coss, -1), at::cat(sins, -1)};
 }

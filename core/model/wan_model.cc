@@ -23,10 +23,12 @@ const at::Tensor& Need(const TensorMap& m, const char* name) {
 
 std::string WanTablesKey(int64_t f, int64_t h, int64_t w) { return absl::StrCat("wan_rope:", f, "x", h, "x", w); }
 
-std::pair<at::Tensor, at::Tensor> WanRopeTables(const WanConfig& c, int64_t f, int64_t h, int64_t w) {
-  at::Tensor ff = at::arange(f, at::kLong).view({f, 1, 1}).expand({f, h, w});
-  at::Tensor hh = at::arange(h, at::kLong).view({1, h, 1}).expand({f, h, w});
-  at::Tensor ww = at::arange(w, at::kLong).view({1, 1, w}).expand({f, h, w});
+std::pair<at::Tensor, at::Tensor> WanRopeTables(const WanConfig& c, int64_t f, int64_t h, int64_t w,
+                                                at::Device device) {
+  const auto i64 = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor ff = at::arange(f, i64).view({f, 1, 1}).expand({f, h, w});
+  at::Tensor hh = at::arange(h, i64).view({1, h, 1}).expand({f, h, w});
+  at::Tensor ww = at::arange(w, i64).view({1, 1, w}).expand({f, h, w});
   at::Tensor ids = at::stack({ff.reshape(-1), hh.reshape(-1), ww.reshape(-1)}, 1);
   return RopeTables(ids, {c.rope_t_dim(), c.rope_h_dim(), c.rope_h_dim()}, 10000.0);
 }
@@ -140,11 +142,12 @@ absl::StatusOr<ShellOutputs> WanShellImpl::Run(const TensorMap& in, at::ScalarTy
     out.constants["temb"] = temb;
     out.constants["timestep_proj"] = proj;
     out.constants["context"] = context;
+    // Host metadata, as FLUX.2's txt_len: the head reads it to unpatchify (on a device it would cost a sync).
     out.constants["grid"] = at::tensor(std::vector<int64_t>{f, h, w}, at::kLong);
-    auto [cos, sin] = WanRopeTables(config_, f, h, w);
+    auto [cos, sin] = WanRopeTables(config_, f, h, w, device);
     out.tables_key = WanTablesKey(f, h, w);
-    out.tables["rope_cos"] = cos.to(device);
-    out.tables["rope_sin"] = sin.to(device);
+    out.tables["rope_cos"] = cos;
+    out.tables["rope_sin"] = sin;
   }));
   return out;
 }
@@ -186,7 +189,7 @@ at::Tensor WanStageImpl::Head(const at::Tensor& x, const TensorMap& k) {
   }
   at::Tensor y = WanModulatedNorm(x, scale, shift, config_.eps).to(x.scalar_type());
   y = proj_out_(y);
-  const at::Tensor grid = Need(k, "grid").to(at::kCPU);
+  const at::Tensor grid = Need(k, "grid").to(at::kCPU);  // int64 [3] on the host (a no-op there), else a sync
   const int64_t f = grid[0].item<int64_t>(), h = grid[1].item<int64_t>(), w = grid[2].item<int64_t>();
   const auto& p = config_.patch_size;
   y = y.reshape({x.size(0), f, h, w, p[0], p[1], p[2], -1}).permute({0, 7, 1, 4, 2, 5, 3, 6});

@@ -26,9 +26,10 @@
 
 namespace baton {
 
-// The RoPE tables of a post-patchify grid (f, h, w): (cos, sin) [f·h·w, Dh] fp32, rows in f·h·w order, the
-// head dim split t/h/w as diffusers' WanRotaryPosEmbed, theta 10000, fp64 angles.
-std::pair<at::Tensor, at::Tensor> WanRopeTables(const WanConfig& c, int64_t f, int64_t h, int64_t w);
+// The RoPE tables of a post-patchify grid (f, h, w): (cos, sin) [f·h·w, Dh] fp32 on `device`, rows in f·h·w order,
+// the head dim split t/h/w as diffusers' WanRotaryPosEmbed, theta 10000, fp64 angles.
+std::pair<at::Tensor, at::Tensor> WanRopeTables(const WanConfig& c, int64_t f, int64_t h, int64_t w,
+                                                at::Device device = at::kCPU);
 std::string WanTablesKey(int64_t f, int64_t h, int64_t w);
 
 class WanShellImpl : public torch::nn::Module, public ShellModel {

@@ -13,7 +13,8 @@
 namespace baton {
 
 // The model's "output" (for flow matching: the predicted velocity ε − x0, the shape of batches[i].noisy) for each
-// micro-batch, with the current adapters, without gradients, dropout or any change to trainable state. fp32 CPU.
+// micro-batch, with the current adapters, without gradients, dropout or any change to trainable state. fp32, on the
+// CPU (the pipeline's) or on the device the model ran on (ModelDenoiser): callers move what they compare.
 using Denoiser = std::function<absl::StatusOr<std::vector<at::Tensor>>(const std::vector<NoisyBatch>& batches)>;
 
 }  // namespace baton

@@ -110,7 +110,7 @@ absl::StatusOr<std::vector<at::Tensor>> SampleFlux2(const Denoiser& denoiser,
     size_t k = 0;
     for (const at::Tensor& v : velocity) {
       for (int64_t j = 0; j < v.size(0); ++j, ++k) {
-        latents[k] = latents[k] + dt * v.slice(0, j, j + 1).to(at::kFloat);
+        latents[k] = latents[k].to(v.device()) + dt * v.slice(0, j, j + 1).to(at::kFloat);
       }
     }
     if (progress) progress(i + 1, settings.steps);

@@ -32,7 +32,8 @@ std::vector<double> Flux2SampleSigmas(int64_t steps, int64_t image_tokens);
 at::Tensor Flux2InitialNoise(int64_t in_channels, int64_t width, int64_t height, uint64_t seed);
 
 // Runs the denoising loop for every prompt: prompt_embeds[k] [L, text_dim] (all the same L), noise[k] [1, S, C]
-// (Flux2InitialNoise) → final latents [1, S, C] per prompt, fp32 (to decode with Flux2VaeDecoder::DecodeTokens).
+// (Flux2InitialNoise) → final latents [1, S, C] per prompt, fp32 (to decode with Flux2VaeDecoder::DecodeTokens), on
+// the device the denoiser answers on (the latents follow its velocity: a denoiser on a GPU keeps them there).
 // Prompts are grouped in order into micro-batches of settings.micro_batch_size; every Denoiser call gets all the
 // micro-batches of one denoising step. `progress(step, steps)` (optional) after each step.
 absl::StatusOr<std::vector<at::Tensor>> SampleFlux2(const Denoiser& denoiser,

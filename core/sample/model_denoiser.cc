@@ -23,7 +23,7 @@ Denoiser ModelDenoiser(const ModelFamily& family, ShellModel& shell, StageModel&
       }
       TensorMap on_device;
       status = TorchCall("moving the inputs", [&] {
-        for (const auto& [name, t] : *inputs) on_device[name] = t.to(device);
+        for (const auto& [name, t] : *inputs) on_device[name] = t.is_floating_point() ? t.to(device) : t;
       });
       if (!status.ok()) break;
       absl::StatusOr<ShellOutputs> shell_out = shell.Run(on_device, dtype);
@@ -34,7 +34,7 @@ Denoiser ModelDenoiser(const ModelFamily& family, ShellModel& shell, StageModel&
       TensorMap constants = shell_out->constants;
       for (const auto& [name, t] : shell_out->tables) constants[name] = t;
       status = TorchCall("forward", [&] {
-        outputs.push_back(stage.Forward(shell_out->inputs, constants).at("output").to(at::kCPU, at::kFloat));
+        outputs.push_back(stage.Forward(shell_out->inputs, constants).at("output").to(at::kFloat));
       });
       if (!status.ok()) break;
     }

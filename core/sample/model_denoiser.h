@@ -10,7 +10,8 @@
 namespace baton {
 
 // `family`, `shell` and `stage` must outlive the Denoiser. The stage runs without a graph and with LoRA dropout off
-// (eval mode, restored after each call); its adapters are used as they are.
+// (eval mode, restored after each call); its adapters are used as they are. Floating inputs are uploaded to
+// `device`; integer ones (position ids) stay on the host, where the shell reads them; outputs stay on `device`.
 Denoiser ModelDenoiser(const ModelFamily& family, ShellModel& shell, StageModel& stage, at::ScalarType dtype,
                        at::Device device);
 

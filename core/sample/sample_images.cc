@@ -7,7 +7,7 @@ namespace baton {
 
 Image PixelsToImage(const at::Tensor& pixels) {
   // VaeImageProcessor.postprocess: (x / 2 + 0.5).clamp(0, 1); numpy_to_pil: (x · 255).round() as uint8.
-  at::Tensor x = (pixels.to(at::kFloat) / 2 + 0.5).clamp(0, 1);
+  at::Tensor x = (pixels.to(at::kCPU, at::kFloat) / 2 + 0.5).clamp(0, 1);
   at::Tensor bytes = (x * 255).round().to(at::kByte).permute({1, 2, 0}).contiguous();
   Image image(static_cast<int>(bytes.size(1)), static_cast<int>(bytes.size(0)));
   std::copy(bytes.data_ptr<uint8_t>(), bytes.data_ptr<uint8_t>() + bytes.numel(), image.pixels.begin());

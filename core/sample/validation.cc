@@ -89,7 +89,8 @@ absl::StatusOr<ValidationResult> RunValidation(const Denoiser& denoiser, const V
         return absl::InternalError(absl::StrCat("validation: the model output ", ShapeString(out.sizes()),
                                                 " does not match the target ", ShapeString(set.targets[i].sizes())));
       }
-      result.losses[i % nt] += FlowMatchingLoss(out.to(at::kFloat), set.targets[i]).item<double>();
+      result.losses[i % nt] +=
+          FlowMatchingLoss(out.to(set.targets[i].device(), at::kFloat), set.targets[i]).item<double>();
     }
   }
   for (double& l : result.losses) l /= static_cast<double>(set.records);

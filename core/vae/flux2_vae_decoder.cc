@@ -128,7 +128,7 @@ class Flux2VaeDecoderImpl : public Flux2VaeDecoder {
       at::NoGradGuard no_grad;
       at::Tensor z = latents.to(device_, dtype_);
       if (module_->post_quant_conv) z = module_->post_quant_conv->forward(z);
-      pixels = module_->decoder->forward(z).to(at::kCPU, at::kFloat);
+      pixels = module_->decoder->forward(z).to(at::kFloat);
     }));
     return pixels;
   }
@@ -142,10 +142,10 @@ class Flux2VaeDecoderImpl : public Flux2VaeDecoder {
                        tokens.defined() ? ShapeString(tokens.sizes()) : "an undefined tensor"));
     }
     const int64_t b = tokens.size(0), l = config_.latent_channels;
-    at::Tensor x = tokens.to(at::kFloat).permute({0, 2, 1}).reshape({b, c, gh, gw});  // _unpack_latents_with_ids
-    at::Tensor mean = module_->bn->running_mean.to(at::kCPU, at::kFloat).view({1, c, 1, 1});
-    at::Tensor std =
-        at::sqrt(module_->bn->running_var.to(at::kCPU, at::kFloat).view({1, c, 1, 1}) + config_.batch_norm_eps);
+    at::Tensor x =
+        tokens.to(device_, at::kFloat).permute({0, 2, 1}).reshape({b, c, gh, gw});  // _unpack_latents_with_ids
+    at::Tensor mean = module_->bn->running_mean.to(at::kFloat).view({1, c, 1, 1});
+    at::Tensor std = at::sqrt(module_->bn->running_var.to(at::kFloat).view({1, c, 1, 1}) + config_.batch_norm_eps);
     x = x * std + mean;
     // _unpatchify_latents: channel ch·4 + 2·dy + dx → latent channel ch at (2i + dy, 2j + dx).
     x = x.reshape({b, l, 2, 2, gh, gw}).permute({0, 1, 4, 2, 5, 3}).reshape({b, l, gh * 2, gw * 2});

@@ -22,8 +22,9 @@ class Flux2VaeDecoder {
                                                                at::Device device);
   virtual ~Flux2VaeDecoder() = default;
   virtual const Flux2VaeConfig& config() const = 0;
-  // latents [B, latent_channels, h, w] (un-normalised, un-patchified: what the encoder's posterior gives) →
-  // pixels [B, out_channels, 8h, 8w] fp32, about [-1, 1] (AutoencoderKLFlux2.decode(...).sample).
+  // latents [B, latent_channels, h, w] (un-normalised, un-patchified: what the encoder's posterior gives; any
+  // device) → pixels [B, out_channels, 8h, 8w] fp32 on the decoder's device, about [-1, 1]
+  // (AutoencoderKLFlux2.decode(...).sample).
   virtual absl::StatusOr<at::Tensor> Decode(const at::Tensor& latents) = 0;
   // The transformer's image tokens [B, grid_h·grid_w, 4·latent_channels] (token i·grid_w + j; normalised as
   // Flux2VaeEncoder::PatchifyAndNormalize makes them) → pixels [B, out_channels, 16·grid_h, 16·grid_w] fp32:
