@@ -1,12 +1,13 @@
 // `coordinator --listen HOST:PORT`: the JobService front end over a JobQueue. It only translates between gRPC
 // and the queue (rpc/grpc_status.h converts the statuses); the queue owns the jobs. A request is at most
-// kMaxRequestBytes (gRPC refuses a bigger one before it is read into memory). Serves until `*shutdown`
+// kMaxRequestBytes, and the server's transports buffer at most kTransportMemoryBytes. Serves until `*shutdown`
 // turns true (SIGTERM), then stops the running job with a checkpoint and returns.
 #pragma once
 
 #include <absl/status/status.h>
 
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <string>
 
@@ -16,6 +17,8 @@ namespace baton {
 
 // A Submit carries one job file (at most kMaxJobFileBytes, 256 KiB) and a few names; every other request is small.
 inline constexpr int kMaxRequestBytes = 1 << 20;
+// The gRPC server's memory quota (grpc::ResourceQuota): what its transports may buffer, all connections together.
+inline constexpr size_t kTransportMemoryBytes = 64 << 20;
 
 struct JobServiceOptions {
   std::string listen = "127.0.0.1:7070";  // host:port; port 0 picks a free one
