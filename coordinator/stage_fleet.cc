@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "core/pipeline/stage_io.h"
@@ -23,6 +24,19 @@ absl::Status ParallelFor(int n, const std::function<absl::Status(int)>& fn) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+std::string NewRunId() {
+  std::random_device entropy;
+  const uint64_t id = (static_cast<uint64_t>(entropy()) << 32) ^ entropy() ^
+                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return absl::StrFormat("%016x", id);
+}
+
+uint64_t RunStartGeneration() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
 }
 
 void RopeMirror::Add(const std::string& key) {

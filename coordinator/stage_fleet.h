@@ -65,9 +65,17 @@ struct StallVerdict {
   std::string message;
 };
 
+// A run's identity towards its workers (ConfigureRequest.run_id): random, new for every coordinator run (a second
+// run of the same job and a --resume included), so a worker that outlived an earlier run resets for this one.
+std::string NewRunId();
+// The first recovery generation of a run: the wall clock in microseconds, so every envelope of an earlier run
+// against the same workers (its generations started earlier and rose by one per recovery) is older and dropped.
+uint64_t RunStartGeneration();
+
 struct StageFleet {
   std::string job_id;
-  uint64_t generation = 0;  // ConfigureRequest.generation; raised by each recovery
+  std::string run_id = NewRunId();
+  uint64_t generation = RunStartGeneration();  // ConfigureRequest.generation; raised by each recovery
   // A stage silent this long, or a push in flight this long, fails the step as stalled (the stages send a
   // heartbeat every second).
   absl::Duration stall_timeout = absl::Seconds(15);

@@ -156,6 +156,7 @@ absl::Status StageSet::Configure() {
 v1::ConfigureRequest StageSet::ConfigureRequestFor(int i) const {
   v1::ConfigureRequest req = baton::ConfigureRequestFor(job_, fleet_->job_id, plan_[i], i, addresses_);
   req.set_generation(fleet_->generation);
+  req.set_run_id(fleet_->run_id);
   return req;
 }
 

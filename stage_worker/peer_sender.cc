@@ -48,6 +48,11 @@ void PeerSender::Send(v1::EnvelopeHeader header, TensorMap tensors, std::functio
   cv_.notify_all();
 }
 
+bool PeerSender::failed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !error_.ok();
+}
+
 uint64_t PeerSender::queued_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return queued_bytes_;

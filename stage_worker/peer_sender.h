@@ -41,6 +41,8 @@ class PeerSender {
   void Send(v1::EnvelopeHeader header, TensorMap tensors, std::function<void()> ready = nullptr);
   // Bytes queued or in flight now.
   uint64_t queued_bytes() const;
+  // Whether a send has failed (Flush returns the error).
+  bool failed() const;
   // Waits until everything queued has been delivered; returns the first error, if any.
   absl::Status Flush(absl::Duration timeout);
   uint64_t bytes_sent() const;

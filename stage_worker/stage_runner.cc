@@ -78,6 +78,7 @@ bool StageRunner::SameModel(const v1::ConfigureRequest& req) const {
     r->clear_next_address();
     r->clear_prev_address();
     r->clear_generation();
+    r->clear_run_id();
   }
   return a.SerializeAsString() == b.SerializeAsString();
 }
@@ -93,7 +94,10 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
        req.generation() > g && !generation_.compare_exchange_weak(g, req.generation());) {
   }
   std::lock_guard<std::mutex> lock(run_mu_);
+  // Within a run the generation only rises; a new run's is taken as it is (its coordinator starts them at the wall
+  // clock, above any earlier run's).
   generation_ = req.generation();
+  const bool new_run = configured_ && req.run_id() != config_.run_id();
   ApplyDeterminism(prepared->device, !req.allow_nondeterministic());
   {
     std::lock_guard<std::mutex> expected_lock(expected_mu_);
@@ -107,11 +111,13 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     rope_.clear();
     rope_order_.clear();
   }
-  if (configured_ && SameModel(req)) {  // a recovery: new neighbours, the same model
+  if (configured_ && SameModel(req)) {  // a recovery (new neighbours), or a new run of the same model
+    if (new_run) ResetForNewRun();
     config_ = req;
     ConnectPeers(prepared->wire);
     PublishExpected(req.micro_batches());
-    LogInfo(name(), ": reconfigured for generation ", req.generation(), " (model kept; next ", req.next_address(),
+    LogInfo(name(), new_run ? ": configured for a new run " : ": reconfigured for generation ",
+            new_run ? req.run_id() : absl::StrCat(req.generation()), " (model kept; next ", req.next_address(),
             ", prev ", req.prev_address(), ")");
     return Response();
   }
@@ -136,6 +142,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     chunks_.push_back(std::move(chunk));
   }
   config_ = req;
+  initial_lora_ = CloneToCpuFloat(AllLora());
   metrics_.Configure(req.job_name(), req.stage_index());
   ConnectPeers(wire);
   v1::ConfigureResponse response = Response();
@@ -152,6 +159,19 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
           blocks, ", ", response.lora_param_names_size(), " LoRA tensors, ", bytes >> 20,
           " MiB of frozen weights (quantize ", WeightQuantName(quant), "), recompute ", req.recompute() ? "on" : "off");
   return response;
+}
+
+void StageRunner::ResetForNewRun() {
+  for (auto& chunk : chunks_) {
+    std::map<std::string, at::Tensor> mine;
+    for (const auto& [pname, p] : LoraParameters(chunk->module())) mine[pname] = initial_lora_.at(pname);
+    const absl::Status restored = AssignLoraParameters(chunk->module(), mine);
+    TORCH_CHECK(restored.ok(), "initial adapters do not fit their own stage: ", restored.message());  // a bug
+    ZeroLoraGradients(chunk->module());
+  }
+  current_step_ = -1;
+  std::lock_guard<std::mutex> rope_lock(rope_mu_);
+  bytes_received_ = 0;
 }
 
 absl::StatusOr<ExpectedStageIO> StageRunner::Expected() const {
@@ -294,8 +314,16 @@ absl::StatusOr<TensorMap> StageRunner::Await(const v1::StepPlan& plan, int32_t m
                              " micro-batch ", mb, " from ", from),
                 waiting_on);
   auto t0 = Clock::now();
-  auto result =
-      inbox_.Take(InboxKey(plan.step(), plan.pass()), mb, kind, options_.wait_timeout, cancelled, from, chunk);
+  // A push of ours that failed (a cut link, a neighbour gone) ends the wait at once: what we wait for may never come
+  // because of it, and the error names the link (issue 25: a cut link used to wait out the whole wait_timeout).
+  auto stop = [&] {
+    if (cancelled && cancelled()) return true;
+    for (PeerSender* peer : {next_.get(), prev_.get()}) {
+      if (peer && peer->failed()) return true;
+    }
+    return false;
+  };
+  auto result = inbox_.Take(InboxKey(plan.step(), plan.pass()), mb, kind, options_.wait_timeout, stop, from, chunk);
   progress_.Set("computing");
   const double idle = Since(t0);
   summary.set_idle_seconds(summary.idle_seconds() + idle);
@@ -303,10 +331,7 @@ absl::StatusOr<TensorMap> StageRunner::Await(const v1::StepPlan& plan, int32_t m
   if (!result.ok()) {
     // A neighbour that failed to deliver explains a timeout better than the timeout itself.
     for (PeerSender* peer : {next_.get(), prev_.get()}) {
-      if (peer) {
-        absl::Status s = peer->Flush(absl::ZeroDuration());
-        if (!s.ok() && s.code() != absl::StatusCode::kDeadlineExceeded) return s;
-      }
+      if (peer && peer->failed()) return Annotate(peer->Flush(absl::ZeroDuration()), name());
     }
     return Annotate(result.status(), name());
   }

@@ -145,9 +145,12 @@ class StageRunner {
   void FillLosses(StepState& step, v1::StepSummary& summary);
   // After a step on CUDA: the pinned host allocator's cache back to the system when over its budget.
   void TrimPinnedHost();
-  // Whether `req` asks for the model this worker already holds (only the neighbours or the generation differ):
-  // a recovery's reconfigure then keeps it instead of loading it again.
+  // Whether `req` asks for the model this worker already holds (only the neighbours, the generation or the run
+  // differ): the frozen weights are then kept instead of loaded again.
   bool SameModel(const v1::ConfigureRequest& req) const;
+  // A Configure from another run (run_id) than the one this worker serves: it keeps nothing of the old run but,
+  // with SameModel, the frozen weights (ResetForNewRun).
+  void ResetForNewRun();
   // The peer connections for config_ (Configure).
   void ConnectPeers(WireDtype wire);
   v1::ConfigureResponse Response();
@@ -180,6 +183,9 @@ class StageRunner {
   mutable std::mutex expected_mu_;
   std::shared_ptr<const ExpectedStageIO> expected_;
   std::atomic<int64_t> current_step_{-1};
+  // The adapters as Configure initialized them (fp32, CPU, PEFT names): a new run on the same model starts from them,
+  // exactly as a fresh worker would.
+  std::map<std::string, at::Tensor> initial_lora_;
   // A snapshot of expected_ with the current step; FAILED_PRECONDITION while unconfigured.
   absl::StatusOr<ExpectedStageIO> Expected() const;
   // The senders to the neighbour stages the request names.
