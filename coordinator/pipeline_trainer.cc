@@ -233,6 +233,12 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   AdamW optimizer(job.optimizer);
   ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, fleet, setup.fingerprint, optimizer));
   RETURN_IF_ERROR(MakeDirs(options.output_dir));
+  if (start.resumed) {
+    // The outputs a checkpoint promises are written after it: a run that died between the two (a full disk at the
+    // final LoRA) left them stale or missing. A resume writes them again from the checkpoint, complete run or not.
+    RETURN_IF_ERROR(Annotate(SaveLoraOutputs(options.output_dir, start.master, job, start.step, *setup.model),
+                             absl::StrCat("rewriting the LoRA outputs of checkpoint step-", start.step)));
+  }
   const std::string log_path = JoinPath(options.output_dir, "train_log.jsonl");
   if (start.resumed) RETURN_IF_ERROR(TrimTrainLog(log_path, start.step));
   ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(log_path, /*append=*/start.resumed));

@@ -86,6 +86,30 @@ TEST_F(ResumeTest, ChangesThatKeepTheResultResumeAndAreBitwiseEqual) {
   }
 }
 
+// The outputs a checkpoint promises are written after it (issue 25, part 3): a run that died between the two (a full
+// disk while writing the final LoRA) left lora.safetensors stale and the BFL copy missing, and a resume that found
+// the run complete used to leave them so. Simulated here by putting the step-1 LoRA back and removing the BFL copy
+// after the run ended (the disk itself is not filled): the resume rewrites both from the step-3 checkpoint.
+TEST_F(ResumeTest, AResumeOfACompleteRunRewritesItsStaleOutputs) {
+  ASSERT_TRUE(RunCoordinator(Job("save_bfl: true\n"), Options(1, "outputs", /*steps=*/1)).ok());
+  const std::string out = JoinPath(*dir_, "outputs");
+  const std::string lora = JoinPath(out, "lora.safetensors"), stale = JoinPath(*dir_, "stale_lora.safetensors");
+  std::filesystem::copy_file(lora, stale);
+  ASSERT_TRUE(RunCoordinator(Job("save_bfl: true\n"), Options(1, "outputs", 0, /*resume=*/true)).ok());
+  const auto complete = Lora("outputs");
+  std::filesystem::copy_file(stale, lora, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::remove_all(JoinPath(out, "bfl"));
+  auto resumed = RunCoordinator(Job("save_bfl: true\n"), Options(1, "outputs", 0, /*resume=*/true));
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  const auto rewritten = Lora("outputs");
+  ASSERT_EQ(rewritten.size(), complete.size());
+  for (const auto& [name, t] : complete) {
+    ASSERT_TRUE(rewritten.count(name)) << name;
+    EXPECT_TRUE(at::equal(t, rewritten.at(name))) << name << " is still the stale step-1 value";
+  }
+  EXPECT_TRUE(PathExists(JoinPath(out, "bfl/lora_bfl.safetensors")));
+}
+
 TEST_F(ResumeTest, ChangesThatAlterTheResultAreRefusedAndNamed) {
   ASSERT_TRUE(RunCoordinator(Job("optimizer: {lr: 0.01}\nmicro_batches: 2\n"), Options(1, "base", /*steps=*/1)).ok());
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
