@@ -212,6 +212,7 @@ CoordinatorHooks JobQueue::HooksFor(int64_t id) {
       Job& job = jobs_.at(id);
       job.info.set_last_checkpoint_step(step);
       job.checkpoints.push_back(step);
+      Persist(job);  // job.json then knows how far the job got, should the service die (SIGKILL) before it ends
       Changed(job);
     }
     if (next) next(step, seconds);
@@ -348,10 +349,16 @@ absl::Status JobQueue::Reload() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, job] : found) {
     next_id_ = std::max(next_id_, id + 1);
-    if (job.info.state() == v1::JOB_STATE_RUNNING) {
-      job.info.set_state(v1::JOB_STATE_FAILED);
-      job.info.set_error("the coordinator exited while the job ran; its checkpoints are in its output folder");
-    } else if (job.info.state() == v1::JOB_STATE_QUEUED || (job.resume && job.info.state() == v1::JOB_STATE_STOPPED)) {
+    // A job the service was running when it died (SIGKILL, a crash, the host) resumes from its newest checkpoint,
+    // as one a SIGTERM stopped does; with none yet it starts over (resume_if_any).
+    const bool died_running = job.info.state() == v1::JOB_STATE_RUNNING;
+    if (died_running) {
+      job.resume = true;
+      LogWarning("job ", id, ": the service exited while it ran (last checkpoint: step ",
+                 job.info.last_checkpoint_step(), "); resuming it");
+    }
+    if (died_running || job.info.state() == v1::JOB_STATE_QUEUED ||
+        (job.resume && job.info.state() == v1::JOB_STATE_STOPPED)) {
       job.info.set_state(v1::JOB_STATE_QUEUED);
       job.info.set_end_time_unix(0);
       auto config = ParseSubmittedJob(job.submitted);

@@ -20,6 +20,7 @@
 #include "core/encode/flux2_encoder.h"
 #include "core/model/flux2_config.h"
 #include "core/model/flux2_weights.h"
+#include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
 #include "core/testing/spawn.h"
@@ -96,6 +97,14 @@ class Service {
     ::waitpid(pid_, &status, 0);
     pid_ = 0;
     return -1;
+  }
+  // SIGKILL: the service dies as in a crash, with no chance to checkpoint (its stage workers die with it).
+  void Kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = 0;
   }
   const std::string& address() const { return address_; }
   std::string log() const { return ReadFile(log_).value_or(""); }
@@ -409,6 +418,50 @@ TEST_F(JobServiceTest, SigtermCheckpointsTheRunningJobAndARestartedServiceResume
   EXPECT_EQ(after.state(), v1::JOB_STATE_FINISHED) << after.error() << second.log();
   EXPECT_EQ(after.last_step().step(), 2);
   EXPECT_GE(after.start_time_unix(), second.Status(running).end_time_unix());
+  EXPECT_EQ(second.Terminate(), 0) << second.log();
+}
+
+// Issue 25, part 4: the service killed with SIGKILL while a job runs. The restarted service resumes that job from its
+// newest checkpoint (it used to mark it failed at "step 0/12"), its status shows how far it had got, and the LoRA
+// it ends with equals the uninterrupted run's, bitwise.
+TEST_F(JobServiceTest, SigkillOfTheServiceResumesTheRunningJobOnRestart) {
+  const std::string root = JoinPath(*dir_, "jobs_sigkill");
+  const std::string job = WriteJob("killed", 12, /*checkpoint_every=*/2);
+  std::string id, out;
+  int64_t checkpointed = 0;
+  {
+    Service first(*dir_, root);
+    ASSERT_FALSE(first.address().empty()) << first.log();
+    id = Submit(job, nullptr, &first);
+    ASSERT_FALSE(id.empty());
+    v1::JobInfo r = first.WaitFor(id, [](const v1::JobInfo& j) { return j.last_checkpoint_step() >= 4; });
+    ASSERT_GE(r.last_checkpoint_step(), 4) << first.log();
+    first.Kill();
+    out = r.output_dir();
+    auto steps = ListCheckpointSteps(out);
+    ASSERT_TRUE(steps.ok() && !steps->empty());
+    checkpointed = steps->back();
+  }
+  Service second(*dir_, root);
+  ASSERT_FALSE(second.address().empty()) << second.log();
+  const v1::JobInfo restarted = second.Status(id);
+  EXPECT_NE(restarted.state(), v1::JOB_STATE_FAILED) << restarted.error();
+  EXPECT_GE(restarted.last_checkpoint_step(), 4) << "the status forgot how far the job got";
+  v1::JobInfo done = second.WaitFor(id, Ended);
+  for (int i = 0; i < 20 && !Ended(done); ++i) done = second.WaitFor(id, Ended);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_FINISHED) << done.error() << second.log();
+  EXPECT_EQ(done.first_step(), checkpointed);
+  EXPECT_EQ(done.last_step().step(), 12);
+  const std::string direct = JoinPath(*dir_, "killed_direct");
+  auto run = RunCommand(absl::StrCat(BinDir(), "/coordinator --stages 2 --job ", job, " --output ", direct,
+                                     " --stage_worker ", BinDir(), "/stage_worker"),
+                        true);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto a = LoadAllSafetensors(JoinPath(direct, "lora.safetensors"));
+  auto b = LoadAllSafetensors(JoinPath(out, "lora.safetensors"));
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  ASSERT_EQ(a->size(), b->size());
+  for (const auto& [name, t] : *a) EXPECT_TRUE(at::equal(t, b->at(name))) << name;
   EXPECT_EQ(second.Terminate(), 0) << second.log();
 }
 
