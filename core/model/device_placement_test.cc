@@ -302,9 +302,11 @@ struct Case {
   bool recompute;
 };
 
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  return info.param.family + "_" + WeightQuantName(info.param.quant) + (info.param.recompute ? "_recompute" : "_graph");
+std::string CaseString(const Case& c) {
+  return c.family + "_" + WeightQuantName(c.quant) + (c.recompute ? "_recompute" : "_graph");
 }
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) { return CaseString(info.param); }
+void PrintTo(const Case& c, std::ostream* os) { *os << CaseString(c); }
 
 class StagePlacementTest : public ::testing::TestWithParam<Case> {};
 
