@@ -15,6 +15,7 @@
 #include "baton/v1/job_service.grpc.pb.h"
 #include "client/client_security.h"
 #include "client/watch_view.h"
+#include "core/train/job.h"
 #include "core/util/files.h"
 #include "core/util/sha256.h"
 #include "core/util/status.h"
@@ -61,7 +62,8 @@ std::string Clock(double unix_seconds) {
 
 absl::Status Submit(const Args& args) {
   const std::string file = args.Get("JOB.yaml");
-  ASSIGN_OR_RETURN(std::string yaml, ReadFile(file));
+  // The service refuses a job file over kMaxJobFileBytes; saying so here names the file instead of gRPC's size error.
+  ASSIGN_OR_RETURN(std::string yaml, ReadFileBounded(file, kMaxJobFileBytes));
   v1::SubmitRequest req;
   req.set_job_yaml(yaml);
   req.set_job_file(file);

@@ -81,14 +81,16 @@ class ShellModel {
 
 // The planner's view of one block (global index), from the config alone.
 struct BlockPlanInfo {
-  int64_t params = 0;         // frozen parameters
-  int64_t linear_params = 0;  // of which block-linear weights (8-bit under `quantize`)
-  int64_t lora_params = 0;    // at the options' rank and targets
-  double macs_per_token = 0;  // forward linear MACs per token
-  double attention_macs = 0;  // forward attention MACs for the options' token counts
-  double extra_macs = 0;      // forward MACs scaling with neither (embedders, head: their own token counts)
-  std::string kind;           // "double", "single", "block": RenderPlan groups consecutive kinds
-  int64_t kind_index = 0;     // index within its kind (diffusers numbering)
+  int64_t params = 0;                 // frozen parameters
+  int64_t linear_params = 0;          // of which block-linear weights (8-bit under `quantize`)
+  int64_t lora_params = 0;            // at the options' rank and targets
+  double macs_per_token = 0;          // forward linear MACs per token
+  double attention_macs = 0;          // forward attention MACs for the options' token counts
+  double extra_macs = 0;              // forward MACs scaling with neither (embedders, head: their own token counts)
+  int64_t largest_linear_params = 0;  // the largest of its block-linear weights (dequantized one at a time)
+  int64_t lora_input_elements = 0;    // per micro-batch: tokens x in_features summed over the adapted linears
+  std::string kind;                   // "double", "single", "block": RenderPlan groups consecutive kinds
+  int64_t kind_index = 0;             // index within its kind (diffusers numbering)
 };
 
 // Sizes the planner assumes for one micro-batch (tokens after patchify).

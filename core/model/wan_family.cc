@@ -106,7 +106,11 @@ BlockPlanInfo WanFamily::Block(int64_t global_index, const PlanShape& shape) con
   for (const std::string& t : shape.lora_targets) {
     auto [in, out] = TargetShape(c, t);
     b.lora_params += shape.lora_rank * (in + out);
+    // Cross-attention keys and values read the text; every other linear the video tokens.
+    const bool reads_text = t == "attn2.to_k" || t == "attn2.to_v" || absl::StartsWith(t, "attn2.add_");
+    b.lora_input_elements += in * static_cast<int64_t>(reads_text ? text : video);
   }
+  b.largest_linear_params = c.inner_dim() * c.ffn_dim;  // ffn.net.0.proj and ffn.net.2
   // Video tokens: self-attention q/k/v/out, cross q/out, FFN; text tokens: cross k/v (per block, as upstream).
   const double video_macs = video * (6 * d * d + 2 * d * static_cast<double>(c.ffn_dim));
   b.macs_per_token = (video_macs + text * 2 * d * d) / tokens;

@@ -103,6 +103,15 @@ TEST(WanFamilyTest, PlannerPutsA14bOnTwo24GbGpusWithInt8) {
   EXPECT_EQ(params + config->ShellParams(), config->TotalParams());
   EXPECT_NEAR(static_cast<double>(config->TotalParams()) / 1e9, 14.29, 0.01);
   EXPECT_NE(RenderPlan(*int8).find("Wan plan: 40 blocks"), std::string::npos) << RenderPlan(*int8);
+  // The temporaries a bf16 stage makes besides its graph (partition.h): one FFN weight dequantized for its matmul plus
+  // one fp32 tile, and each adapted linear's fp32 input copy in a block's graph (default targets: attn1 q/k/v/out and
+  // attn2 q/out read the 20280 video tokens at D, attn2 k/v the 512 text tokens).
+  const int64_t d = config->inner_dim(), video = 20280, text = 512;
+  EXPECT_EQ(int8->stages[0].transient_bytes, d * config->ffn_dim * 2 + kDequantTileBytes);
+  EXPECT_EQ(bf16->stages[0].transient_bytes, 0);
+  auto planned = (*source)(o);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(planned->block_lora_input, (6 * video + 2 * text) * d);
 }
 
 }  // namespace

@@ -97,6 +97,10 @@ PlanSource FamilyPlanSource(const ModelFamily& model) {
       m.frozen.block_bytes.push_back(FrozenBytes(info, o));
       m.block_lora.push_back(info.lora_params);
       if (b == 0) m.block_macs = ForwardMacs(info, shape.tokens);
+      m.block_lora_input = std::max(m.block_lora_input, info.lora_input_elements);
+      if (o.quantize != WeightQuant::kNone) {
+        m.largest_quantized_linear = std::max(m.largest_quantized_linear, info.largest_linear_params);
+      }
     }
     const BlockPlanInfo embed = model.Embedders(shape), head = model.Head(shape);
     m.frozen.embed_params = embed.params;
