@@ -217,16 +217,19 @@ def run_coordinator(args, work, stages, timeout):
                             "--output", out], capture_output=True, text=True, timeout=timeout)
     sys.stdout.write(r.stdout[-3000:])
     sys.stderr.write(r.stderr[-3000:])
-    if r.returncode != 0:
-        raise RuntimeError(f"coordinator --stages {stages} exited {r.returncode}: {r.stderr[-600:]}")
-    log = [json.loads(line) for line in open(os.path.join(out, "train_log.jsonl")) if line.strip()]
+    log_path = os.path.join(out, "train_log.jsonl")
+    log = [json.loads(line) for line in open(log_path) if line.strip()] if os.path.exists(log_path) else []
     log = [x for x in log if "event" not in x and "step_seconds" in x]
+    # A crash after the last step (at exit) still leaves the measurements: keep them and say so.
+    if r.returncode != 0 and not (r.returncode < 0 and len(log) == steps):
+        raise RuntimeError(f"coordinator --stages {stages} exited {r.returncode}: {r.stderr[-600:]}")
     timed = [x["step_seconds"] for x in log[2 + args.warmup:]] or [x["step_seconds"] for x in log]
     own = os.getpid()
     return {"s_per_step": round(statistics.median(timed), 5), "steps": len(log),
             "losses": [x["loss"] for x in log[:2]],
             "stage_busy_seconds_last": log[-1].get("stage_busy_seconds"),
-            "peak_device_mib_per_process": sorted([v for k, v in mem.peak.items() if k != own], reverse=True)}
+            "peak_device_mib_per_process": sorted([v for k, v in mem.peak.items() if k != own], reverse=True),
+            "exit_code": r.returncode}
 
 
 def run_plan(args, config, stages, budget, quantize="none", timeout=120):

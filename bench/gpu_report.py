@@ -129,6 +129,8 @@ def main():
         ratio = f"{eager / r['s_per_step']:.2f}" if eager and r.get("s_per_step") else "—"
         plan = {"klein_coordinator_1s": "klein_plan_1s", "klein_coordinator_2s": "klein_plan_2s"}.get(key)
         est = ", ".join(bp.get(plan, {}).get("stage_memory_estimates", [])) if plan else ""
+        if r.get("exit_code"):
+            label += f" (exited {r['exit_code']} after its last step)"
         md.append(f"| {label} | {sec(r.get('s_per_step'))} | {mem} | {est or '—'} | {ratio} |")
     for key in ("klein_plan_1s", "klein_plan_2s", "dev_plan_int8_2x24GB"):
         r = bp.get(key)

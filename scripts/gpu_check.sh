@@ -103,12 +103,16 @@ build() {
   local torch_prefix
   torch_prefix=$($PY -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
   export PKG_CONFIG_PATH=$LIBDIR/pkgconfig:$PREFIX/share/pkgconfig
+  # libtorch 2.11's libtorch.so exports its own std::filesystem (2.15's does not); libstdc++ first in DT_NEEDED
+  # keeps the binaries on libstdc++'s copy (libtorch's remove_all jumps to a null pointer: the coordinator
+  # crashed at exit removing its TLS folder, seen in the rehearsal).
+  local STDCXX_FIRST="-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state"
   # CMake's build RPATH names each linked library's folder; --disable-new-dtags makes it DT_RPATH, which also
   # serves the kit libraries' own dependencies (libgrpc++ -> libgrpc -> libre2 ...) without LD_LIBRARY_PATH.
   cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_WERROR=OFF \
     -DCMAKE_PREFIX_PATH="$PREFIX;$torch_prefix" -DPKG_CONFIG_EXECUTABLE="$PREFIX/bin/pkgconf" \
     -DBATON_PYTHON="$(command -v $PY)" -DCMAKE_CXX_FLAGS="-I$KITROOT/first -isystem $PREFIX/include/x86_64-linux-gnu" \
-    -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$LIBDIR -Wl,--disable-new-dtags -Wl,-rpath,$LIBDIR"
+    -DCMAKE_EXE_LINKER_FLAGS="-L$LIBDIR -Wl,-rpath-link,$LIBDIR -Wl,--disable-new-dtags -Wl,-rpath,$LIBDIR $STDCXX_FIRST"
   cmake --build "$BUILD" -j"$JOBS" --target baton coordinator stage_worker bench_vs_pytorch bench_transfer \
     baton_cuda_tests
 }
@@ -129,7 +133,7 @@ envinfo() {
     echo "## torch"
     $PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())'
     echo "## versions"
-    for b in baton coordinator stage_worker; do echo "$b: $("$BIN/$b" --version 2>&1 | head -3 | tr '\n' ' ')"; done
+    for b in coordinator stage_worker; do echo "$b: $("$BIN/$b" --version 2>&1 | head -3 | tr '\n' ' ')"; done
   } >"$WORK/env.txt" 2>&1
   cat "$WORK/env.txt"
 }

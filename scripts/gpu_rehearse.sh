@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check's CPU rehearsal: gpu_pack.sh's kit + `gpu_check.sh --device cpu --small`, inside a clean Debian 12
-# root that holds only what the lent GPU machine has: python3, cmake, ninja, g++, the CUDA toolkit (bind-mounted
+# root that holds only what the lent GPU machine has: python3 (with its headers), cmake, ninja, g++, the CUDA toolkit (bind-mounted
 # from /usr/local/cuda, as that machine has nvcc) and a venv with torch 2.11 plus the Python packages that machine
 # lists (numpy, safetensors, huggingface-hub, transformers, accelerate, ...; not diffusers or peft, which the kit
 # carries). The checkout goes in as the device tool sends it (tracked and untracked-not-ignored files) with gpu_kit/,
@@ -23,7 +23,7 @@ t0=$(date +%s)
 if [ ! -x "$ROOT/usr/bin/g++" ]; then
   command -v debootstrap >/dev/null || apt-get install -y debootstrap
   rm -rf "$ROOT"
-  debootstrap --variant=minbase --include=python3,python3-venv,cmake,ninja-build,g++,ca-certificates bookworm \
+  debootstrap --variant=minbase --include=python3,python3-dev,python3-venv,cmake,ninja-build,g++,ca-certificates bookworm \
     "$ROOT" http://deb.debian.org/debian
 fi
 # 2. The venv: torch 2.11.0 and the packages the GPU machine has (wheels fetched here, installed offline there).
