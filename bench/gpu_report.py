@@ -139,7 +139,9 @@ def main():
             md += ["", f"`baton {r['cmd']}`:", "", "```", table[-1800:], "```"]
 
     ex = bp.get("dev_extrapolation")
-    md += ["", "## FLUX.2-dev at real width (D = 6144), Baton 1 process", "", "| slice | s/step | peak allocated |",
+    width = ex["D"] if ex else 6144
+    md += ["", f"## FLUX.2-dev slice (D = {width}{'' if width == 6144 else ', --small'}), Baton 1 process", "",
+           "| slice | s/step | peak allocated |",
            "|---|---|---|"]
     for key, label in (("dev_baton_1p_1x2", "1 double + 2 single"), ("dev_baton_1p_2x4", "2 double + 4 single")):
         r = bp.get(key, {})
