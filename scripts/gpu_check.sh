@@ -103,6 +103,8 @@ build() {
   local torch_prefix
   torch_prefix=$($PY -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
   export PKG_CONFIG_PATH=$LIBDIR/pkgconfig:$PREFIX/share/pkgconfig
+  # A CMake 4 refuses the old cmake_minimum_required of some packaged configs unless CMAKE_POLICY_VERSION_MINIMUM
+  # is set (older CMake ignores it).
   # libtorch 2.11's libtorch.so exports its own std::filesystem (2.15's does not); libstdc++ first in DT_NEEDED
   # keeps the binaries on libstdc++'s copy (libtorch's remove_all jumps to a null pointer: the coordinator
   # crashed at exit removing its TLS folder, seen in the rehearsal).
@@ -112,6 +114,7 @@ build() {
   cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_WERROR=OFF \
     -DCMAKE_PREFIX_PATH="$PREFIX;$torch_prefix" -DPKG_CONFIG_EXECUTABLE="$PREFIX/bin/pkgconf" \
     -DBATON_PYTHON="$(command -v $PY)" -DCMAKE_CXX_FLAGS="-I$KITROOT/first -isystem $PREFIX/include/x86_64-linux-gnu" \
+    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
     -DCMAKE_EXE_LINKER_FLAGS="-L$LIBDIR -Wl,-rpath-link,$LIBDIR -Wl,--disable-new-dtags -Wl,-rpath,$LIBDIR $STDCXX_FIRST"
   cmake --build "$BUILD" -j"$JOBS" --target baton coordinator stage_worker bench_vs_pytorch bench_transfer \
     baton_cuda_tests
