@@ -5,6 +5,7 @@
 //   bench_cache_checksum [--tokens=4096] [--channels=128] [--text_len=512] [--text_dim=15360] [--reps=20]
 // Defaults: a FLUX.2-dev record at 1024² (latents [4096, 128], Mistral embeddings [512, 15360]; 33 MB fp32).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>

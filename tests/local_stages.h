@@ -9,8 +9,10 @@
 #include <string>
 
 #include "coordinator/pipeline_trainer.h"
+#include "core/encode/flux2_encoder.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
+#include "core/testing/run_command.h"
 #include "core/util/files.h"
 
 namespace baton::test_util {
@@ -26,6 +28,18 @@ inline CoordinatorOptions LocalStagesOptions(int stages, const std::string& outp
   o.worker_restart_timeout = absl::Seconds(30);
   o.quiet = true;
   return o;
+}
+
+// A tiny FLUX.2 pipeline folder at <dir>/pipeline and the bundled sample images (data/sample) encoded into
+// <dir>/cache by the real encoder_worker (64 px, 32 text tokens): a job that renders samples needs both.
+inline void WriteTinyPipelineAndSampleCache(const std::string& dir) {
+  ASSERT_TRUE(WriteTinyFlux2Pipeline(JoinPath(dir, "pipeline"), 0).ok());
+  const std::string cmd =
+      absl::StrCat(JoinPath(BinDir(), "encoder_worker"), " --dataset ", JoinPath(SourceDir(), "data/sample"),
+                   " --cache ", JoinPath(dir, "cache"), " --model ", JoinPath(dir, "pipeline"),
+                   " --resolution 64 --max_sequence_length 32 --threads 1");
+  auto r = RunCommand(cmd, /*with_stderr=*/true);
+  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
 }
 
 // `<output_dir>/lora.safetensors`, every tensor (empty, with a test failure, when it cannot be read).

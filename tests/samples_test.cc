@@ -33,13 +33,7 @@ class SamplesTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(test_util::MakeTempDir("samples"));
-    ASSERT_TRUE(WriteTinyFlux2Pipeline(JoinPath(*dir_, "pipeline"), 0).ok());
-    const std::string cmd =
-        absl::StrCat(JoinPath(BinDir(), "encoder_worker"), " --dataset ", JoinPath(SourceDir(), "data/sample"),
-                     " --cache ", JoinPath(*dir_, "cache"), " --model ", JoinPath(*dir_, "pipeline"),
-                     " --resolution 64 --max_sequence_length 32 --threads 1");
-    auto r = test_util::RunCommand(cmd, /*with_stderr=*/true);
-    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+    test_util::WriteTinyPipelineAndSampleCache(*dir_);
   }
   static void TearDownTestSuite() { delete dir_; }
 

@@ -7,6 +7,7 @@
 #include "core/tensor/safetensors.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
+#include "core/util/write_fault.h"
 
 namespace baton {
 
@@ -35,6 +36,11 @@ JsonlWriter::~JsonlWriter() {
 
 absl::Status JsonlWriter::Append(const nlohmann::ordered_json& line) {
   std::string text = line.dump() + "\n";
+  if (absl::Status fault = WriteFault(path_); !fault.ok()) {  // tests: as a full disk would, half the line lands
+    std::fwrite(text.data(), 1, text.size() / 2, file_);
+    std::fflush(file_);
+    return Annotate(fault, absl::StrCat("cannot write ", path_));
+  }
   if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0) {
     return absl::InternalError(absl::StrCat("cannot write ", path_));
   }

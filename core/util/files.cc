@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/util/status.h"
+#include "core/util/write_fault.h"
 
 namespace baton {
 namespace {
@@ -156,6 +157,7 @@ absl::Status RenameDurable(const std::string& from, const std::string& to) {
 }
 
 absl::Status WriteFileAtomic(const std::string& path, absl::string_view data) {
+  RETURN_IF_ERROR(WriteFault(path));  // tests: a full disk on demand (write_fault.h)
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return ErrnoError("cannot create", tmp);
