@@ -51,7 +51,13 @@ git ls-files -co --exclude-standard -z | while IFS= read -r -d '' f; do [ -e "$f
   tar --null -T - -cf - | tar -xf - -C "$ROOT/work/baton"
 cp -a gpu_kit "$ROOT/work/baton/"
 [ -d "$ROOT/work/build-gpu" ] && mv "$ROOT/work/build-gpu" "$ROOT/work/baton/build-gpu"
-cleanup() { for m in out usr/local/cuda dev proc; do umount "$ROOT/$m" 2>/dev/null || true; done; }
+cleanup() {
+  for m in out usr/local/cuda dev proc; do
+    mountpoint -q "$ROOT/$m" && { umount "$ROOT/$m" 2>/dev/null || umount -l "$ROOT/$m"; }
+  done
+  return 0
+}
+cleanup  # leftovers of an interrupted run
 trap cleanup EXIT
 mount -t proc proc "$ROOT/proc"
 mount --bind /dev "$ROOT/dev"
