@@ -204,7 +204,8 @@ bool Ended(const v1::JobInfo& j) { return j.state() >= v1::JOB_STATE_FINISHED; }
 
 TEST_F(JobServiceTest, SecondJobWaitsForTheFirstAndWatchStreamsEveryStep) {
   std::string out_a, out_b;
-  const std::string a = Submit(WriteJob("first", 4), &out_a);
+  // The first job runs long enough that the second is still queued when its status is read on a loaded machine.
+  const std::string a = Submit(WriteJob("first", 16), &out_a);
   const std::string b = Submit(WriteJob("second", 3), &out_b);
   ASSERT_FALSE(a.empty() || b.empty()) << out_a << out_b;
   EXPECT_NE(out_b.find("queued at position 1"), std::string::npos) << out_b;
