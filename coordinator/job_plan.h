@@ -33,6 +33,11 @@ struct JobSetup {
 
 absl::Status CheckCoordinatorOptions(const CoordinatorOptions& options);
 
+// What RunCoordinator checks before it starts any worker, without starting one: the model and dataset open and
+// fit each other, the schedule suits `stages`, and the planner fits the model into them (job service: at submit).
+// A job whose dataset an encoder worker builds first is checked only as far as the model.
+absl::Status CheckJobPlan(const JobConfig& job, int stages);
+
 // Opens everything, runs the encoder worker first when the job names one, and plans the stages.
 absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions& options);
 

@@ -5,7 +5,7 @@
 #include <absl/strings/str_cat.h>
 #include <yaml-cpp/yaml.h>
 
-#include "coordinator/pipeline_trainer.h"
+#include "coordinator/job_plan.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 

@@ -87,11 +87,6 @@ struct CoordinatorResult {
 
 absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& options);
 
-// What RunCoordinator checks before it starts any worker, without starting one: the model and dataset open and
-// fit each other, the schedule suits `stages`, and the planner fits the model into them (job service: at submit).
-// A job whose dataset an encoder worker builds first is checked only as far as the model.
-absl::Status CheckJobPlan(const JobConfig& job, int stages);
-
 // Asks a running RunCoordinator to finish the current step, checkpoint and return (SIGTERM handler).
 void RequestCoordinatorStop();
 
