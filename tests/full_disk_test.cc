@@ -9,6 +9,7 @@
 #include <atomic>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <sstream>
 
 #include "coordinator/pipeline_trainer.h"
@@ -28,6 +29,9 @@ struct FaultCase {
   std::function<bool(const std::string& out, const std::string& path)> matches;
   int occurrence;
 };
+
+// gtest prints a case by its name (not its bytes) in test lists and failures.
+void PrintTo(const FaultCase& c, std::ostream* os) { *os << c.name; }
 
 bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
