@@ -161,14 +161,28 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   return response;
 }
 
-void StageRunner::ResetForNewRun() {
+absl::Status StageRunner::AssignAllLora(TensorMap weights) {
   for (auto& chunk : chunks_) {
     std::map<std::string, at::Tensor> mine;
-    for (const auto& [pname, p] : LoraParameters(chunk->module())) mine[pname] = initial_lora_.at(pname);
-    const absl::Status restored = AssignLoraParameters(chunk->module(), mine);
-    TORCH_CHECK(restored.ok(), "initial adapters do not fit their own stage: ", restored.message());  // a bug
+    for (const auto& [pname, p] : LoraParameters(chunk->module())) {
+      auto it = weights.find(pname);
+      if (it == weights.end()) continue;  // AssignLoraParameters names it as missing
+      mine[pname] = it->second;
+      weights.erase(it);
+    }
+    RETURN_IF_ERROR(Annotate(AssignLoraParameters(chunk->module(), mine), name()));
     ZeroLoraGradients(chunk->module());
   }
+  if (!weights.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name(), ": LoRA weights do not fit the model: ", weights.begin()->first, " (no such adapter here)"));
+  }
+  return absl::OkStatus();
+}
+
+void StageRunner::ResetForNewRun() {
+  const absl::Status restored = AssignAllLora(initial_lora_);
+  TORCH_CHECK(restored.ok(), "initial adapters do not fit their own stage: ", restored.message());  // a bug
   current_step_ = -1;
   std::lock_guard<std::mutex> rope_lock(rope_mu_);
   bytes_received_ = 0;
@@ -352,21 +366,7 @@ absl::Status StageRunner::EnsureWeights(const v1::StepPlan& plan, const std::fun
   // below then run device to device on the compute stream, with no host synchronisation per tensor.
   const std::shared_ptr<DeviceTransfer> transfer = Transfer();
   for (auto& [pname, w] : weights) w = transfer->Upload(w);
-  for (auto& chunk : chunks_) {
-    std::map<std::string, at::Tensor> mine;
-    for (const auto& [pname, p] : LoraParameters(chunk->module())) {
-      auto it = weights.find(pname);
-      if (it == weights.end()) continue;  // AssignLoraParameters names it as missing
-      mine[pname] = it->second;
-      weights.erase(it);
-    }
-    RETURN_IF_ERROR(Annotate(AssignLoraParameters(chunk->module(), mine), name()));
-    ZeroLoraGradients(chunk->module());
-  }
-  if (!weights.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name(), ": LoRA weights do not fit the model: ", weights.begin()->first, " (no such adapter here)"));
-  }
+  RETURN_IF_ERROR(AssignAllLora(std::move(weights)));
   step.weights_loaded = true;
   return absl::OkStatus();
 }

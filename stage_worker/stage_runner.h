@@ -151,6 +151,8 @@ class StageRunner {
   // A Configure from another run (run_id) than the one this worker serves: it keeps nothing of the old run but,
   // with SameModel, the frozen weights (ResetForNewRun).
   void ResetForNewRun();
+  // `weights` (PEFT names, every adapter of every chunk, nothing else) into the chunks' adapters, gradients zeroed.
+  absl::Status AssignAllLora(TensorMap weights);
   // The peer connections for config_ (Configure).
   void ConnectPeers(WireDtype wire);
   v1::ConfigureResponse Response();

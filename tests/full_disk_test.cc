@@ -45,11 +45,9 @@ class FullDiskTest : public ::testing::TestWithParam<FaultCase> {
     if (HasFatalFailure()) return;
     auto reference = RunCoordinator(Job(), Options("reference"));
     ASSERT_TRUE(reference.ok()) << reference.status();
-    std::istringstream log(ReadFile(JoinPath(Out("reference"), "train_log.jsonl")).value_or(""));
-    std::string line;
-    for (int i = 0; i < 6; ++i) std::getline(log, line);
-    auto sixth = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    ASSERT_TRUE(sixth.is_object() && !sixth.contains("event") && sixth["step"] == 4) << "train log order: " << line;
+    const std::vector<nlohmann::json> log = test_util::ReadTrainLog(Out("reference"));
+    ASSERT_GE(log.size(), 6u);
+    ASSERT_TRUE(!log[5].contains("event") && log[5]["step"] == 4) << "train log order: " << log[5].dump();
   }
   static void TearDownTestSuite() { delete dir_; }
 
@@ -83,10 +81,8 @@ class FullDiskTest : public ::testing::TestWithParam<FaultCase> {
   // The steps of train_log.jsonl's step records, in order.
   static std::vector<int64_t> LoggedSteps(const std::string& out) {
     std::vector<int64_t> steps;
-    std::istringstream in(ReadFile(JoinPath(out, "train_log.jsonl")).value_or(""));
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && !j.contains("event")) steps.push_back(j["step"].get<int64_t>());
+    for (const auto& j : test_util::ReadTrainLog(out)) {
+      if (!j.contains("event")) steps.push_back(j["step"].get<int64_t>());
     }
     return steps;
   }

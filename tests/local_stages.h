@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "coordinator/pipeline_trainer.h"
 #include "core/encode/flux2_encoder.h"
@@ -40,6 +43,17 @@ inline void WriteTinyPipelineAndSampleCache(const std::string& dir) {
                    " --resolution 64 --max_sequence_length 32 --threads 1");
   auto r = RunCommand(cmd, /*with_stderr=*/true);
   ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+}
+
+// `<output_dir>/train_log.jsonl`, one JSON object per line (none while it does not exist; a torn line is skipped).
+inline std::vector<nlohmann::json> ReadTrainLog(const std::string& output_dir) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(ReadFile(JoinPath(output_dir, "train_log.jsonl")).value_or(""));
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) lines.push_back(std::move(j));
+  }
+  return lines;
 }
 
 // `<output_dir>/lora.safetensors`, every tensor (empty, with a test failure, when it cannot be read).

@@ -72,10 +72,8 @@ class ReusedWorkersTest : public ::testing::Test {
   // The last training step train_log.jsonl records (0 before the first).
   static int64_t LastStep(const std::string& out) {
     int64_t last = 0;
-    std::istringstream lines(ReadFile(JoinPath(out, "train_log.jsonl")).value_or(""));
-    for (std::string line; std::getline(lines, line);) {
-      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && !j.contains("event") && j.contains("step")) last = j["step"].get<int64_t>();
+    for (const auto& j : test_util::ReadTrainLog(out)) {
+      if (!j.contains("event") && j.contains("step")) last = j["step"].get<int64_t>();
     }
     return last;
   }
@@ -83,11 +81,8 @@ class ReusedWorkersTest : public ::testing::Test {
   // step → the validation losses line (the last one written for that step: a resume validates its step again).
   static std::map<int64_t, std::string> Validations(const std::string& out) {
     std::map<int64_t, std::string> v;
-    std::istringstream lines(ReadFile(JoinPath(out, "train_log.jsonl")).value_or(""));
-    for (std::string line; std::getline(lines, line);) {
-      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.value("event", "") == "validation")
-        v[j["step"].get<int64_t>()] = j["validation_loss"].dump();
+    for (const auto& j : test_util::ReadTrainLog(out)) {
+      if (j.value("event", "") == "validation") v[j["step"].get<int64_t>()] = j["validation_loss"].dump();
     }
     return v;
   }
