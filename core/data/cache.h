@@ -1,26 +1,7 @@
-// The encoded training cache: what the encoder worker writes and every trainer reads.
-//
-// Layout (format "baton-cache-v1"):
-//   DIR/index.json                 {"format", "encoder", "latent_channels", "text_dim", "records": [{"id",
-//                                    "file", "grid_h", "grid_w", "text_len", "hash", "bytes", "bucket",
-//                                    "checksum"}...]}
-//   DIR/records/<id>.safetensors   "latents" [grid_h·grid_w, C] fp32 (patchified, BatchNorm-normalised,
-//                                  packed tokens, row-major over the grid), "prompt_embeds" [text_len, J];
-//                                  metadata: id, hash, encoder, grid_h, grid_w, text_len, bucket.
-//   Video records (Wan) add "frames" (latent frames F > 0) to the index entry and the metadata, and their
-//   "latents" are [C, F, grid_h, grid_w] fp32 (VAE posterior mean, (z − latents_mean) / latents_std, as
-//   WanPipeline expects; grid = latent height/width = pixels / 8). No "frames" (or 0) = the packed image layout
-//   above, so every earlier cache reads exactly as before.
-// Design goals: one self-describing file per sample so a rerun re-encodes only what changed; the index is
-// written last and atomically, so a crash leaves at worst records the index does not list; every record is
-// checked against the index (shapes, hash, size, checksum) and for sane values when read, so a corrupt record is an
-// error naming the record and its file, never data.
-// Checksum: "crc32c:<8 hex>" (core/data/crc32c.h) of the tensor bytes as stored, latents then prompt_embeds (fp32
-// little-endian), written by WriteCacheRecord and verified by every CacheReader::Load, every epoch (a 33.6 MB
-// FLUX.2-dev record: 7 ms of an 18 ms hot-cache Load on one AMD EPYC core; bench/bench_cache_checksum.cc). An index
-// written before checksums (no "checksum") still opens: its records get every other check, the reader warns once, and a
-// rerun of the encoder worker adds them. Sane values: finite, |latents| <= kMaxAbsLatent and |prompt_embeds| <=
-// kMaxAbsPromptEmbed.
+// The encoded training cache: what the encoder worker writes and every trainer reads. One self-describing
+// safetensors file per sample, so a rerun re-encodes only what changed, and an index written last and atomically,
+// so a crash leaves at worst records the index does not list. Every record is checked against the index when
+// read, so a corrupt record is an error naming the record and its file, never data.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -33,6 +14,18 @@
 
 namespace baton {
 
+// Layout (format "baton-cache-v1"):
+//   DIR/index.json                 {"format", "encoder", "latent_channels", "text_dim", "records": [{"id",
+//                                    "file", "grid_h", "grid_w", "text_len", "hash", "bytes", "bucket",
+//                                    "checksum"}...]}
+//   DIR/records/<id>.safetensors   "latents" [grid_h·grid_w, C] fp32 (patchified, BatchNorm-normalised,
+//                                  packed tokens, row-major over the grid), "prompt_embeds" [text_len, J];
+//                                  metadata: id, hash, encoder, grid_h, grid_w, text_len, bucket.
+//   Video records (Wan) add "frames" (latent frames F > 0) to the index entry and the metadata, and their
+//   "latents" are [C, F, grid_h, grid_w] fp32 (VAE posterior mean, (z − latents_mean) / latents_std, as
+//   WanPipeline expects; grid = latent height/width = pixels / 8). No "frames" (or 0) = the packed image layout
+//   above, so every earlier cache reads exactly as before.
+// A record is checked against the index (shapes, hash, size, checksum) and for sane values when read.
 struct CacheRecordInfo {
   std::string id;
   std::string file;                // relative to the cache directory
@@ -47,14 +40,19 @@ struct CacheRecordInfo {
   std::string BucketKey() const;
 };
 
-// Bounds past which a cached value is corruption, not data. Latents are normalised (≈ N(0, 1) per channel): 1e4 is
+// Bounds past which a cached value is corruption, not data: a record's values are finite, |latents| <=
+// kMaxAbsLatent and |prompt_embeds| <= kMaxAbsPromptEmbed. Latents are normalised (≈ N(0, 1) per channel): 1e4 is
 // ten thousand standard deviations. Prompt embeddings are text-encoder hidden states, whose "massive activations"
 // reach a few thousand in a few channels (Sun et al. 2024: ~2.6e3 in Llama-2-7B); 1e6 leaves a factor of 300 and
 // still keeps every square and sum of the loss far from fp32's 3.4e38. A flipped exponent bit gives ~1e38.
 inline constexpr double kMaxAbsLatent = 1e4;
 inline constexpr double kMaxAbsPromptEmbed = 1e6;
 
-// The checksum of a sample's tensor bytes as a record stores them ("crc32c:<8 hex>"; fp32, contiguous).
+// The checksum of a sample's tensor bytes as a record stores them: "crc32c:<8 hex>" (core/data/crc32c.h) of
+// latents then prompt_embeds (fp32 little-endian, contiguous), written by WriteCacheRecord and verified by every
+// CacheReader::Load, every epoch (a 33.6 MB FLUX.2-dev record: 7 ms of an 18 ms hot-cache Load on one AMD EPYC core;
+// bench/bench_cache_checksum.cc). An index written before checksums (no "checksum") still opens: its records get every
+// other check, the reader warns once, and a rerun of the encoder worker adds them.
 std::string CacheSampleChecksum(const at::Tensor& latents, const at::Tensor& prompt_embeds);
 
 struct CacheSample {

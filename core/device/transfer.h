@@ -1,12 +1,6 @@
-// Host ↔ device copies for a pipeline stage's inputs and outputs.
-//
-// On CUDA, tensors arrive from the wire already in pinned host memory (the wire assembler allocates them so when
-// the stage computes on CUDA). Upload copies on its own side stream, Download/DownloadAsync on another, so the
-// next micro-batch's inputs travel while the compute stream works and an upload never queues behind a download.
-// The orderings each copy relies on are spelled out at each function (transfer.cc); in short: an upload's
-// destination comes from the upload stream's pool and is handed to the compute stream with recordStream, so the
-// caching allocator never gives it a block that a queued compute kernel still reads; the compute stream waits
-// for the copy through an event. On CPU everything is plain (no copy unless a dtype change is asked for).
+// Host ↔ device copies for a pipeline stage's inputs and outputs: on CUDA on side streams, so the next
+// micro-batch's inputs travel while the compute stream works; on CPU plain (no copy unless a dtype change is asked
+// for).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,6 +11,12 @@
 
 namespace baton {
 
+// On CUDA, tensors arrive from the wire already in pinned host memory (the wire assembler allocates them so when
+// the stage computes on CUDA). Upload copies on its own side stream, Download/DownloadAsync on another, so an
+// upload never queues behind a download. The orderings each copy relies on are spelled out at each function
+// (transfer.cc); in short: an upload's destination comes from the upload stream's pool and is handed to the
+// compute stream with recordStream, so the caching allocator never gives it a block that a queued compute kernel
+// still reads; the compute stream waits for the copy through an event.
 class DeviceTransfer {
  public:
   explicit DeviceTransfer(at::Device device);

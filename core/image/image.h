@@ -1,10 +1,6 @@
 // RGB8 images for the encoder worker: decoding PNG (libpng) and JPEG (libjpeg-turbo) into one
 // layout, PNG/JPEG encoding (sample datasets, tests), and the resize/crop used by bucketing.
-// The format is detected from magic bytes, never the extension. Decoding matches PIL's
-// `Image.open(f).convert("RGB")`: alpha is dropped (not composited), 16-bit samples keep their
-// high byte, gamma chunks are ignored, and the EXIF orientation is applied as diffusers' trainers do
-// (`PIL.ImageOps.exif_transpose`, see exif.h). Every decode error is a Status that names the file;
-// libpng/libjpeg errors are caught with setjmp/longjmp, never exit().
+// Decoding matches PIL's `Image.open(f).convert("RGB")` (DecodeImage says how).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -51,7 +47,11 @@ struct ImageInfo {
 absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view bytes, absl::string_view name);
 
 // Decodes PNG (any color type and bit depth, interlaced or not) or JPEG (grayscale, YCbCr/RGB;
-// CMYK/YCCK is rejected) to RGB8. `name` (usually the path) prefixes every error message.
+// CMYK/YCCK is rejected) to RGB8. `name` (usually the path) prefixes every error message. The format is
+// detected from magic bytes, never the extension. Matches PIL's `Image.open(f).convert("RGB")`: alpha is
+// dropped (not composited), 16-bit samples keep their high byte, gamma chunks are ignored, and the EXIF
+// orientation is applied as diffusers' trainers do (`PIL.ImageOps.exif_transpose`, see exif.h).
+// libpng/libjpeg errors are caught with setjmp/longjmp and become a Status, never exit().
 // INVALID_ARGUMENT for empty, truncated, corrupt or non-image data; UNIMPLEMENTED for formats
 // this build cannot decode (WebP, GIF, BMP, TIFF). kIgnore returns the pixels as stored (debugging).
 enum class ExifOrientationMode { kApply, kIgnore };

@@ -1,10 +1,6 @@
-// safetensors reader and writer.
-//
-// Format (https://github.com/huggingface/safetensors): 8-byte little-endian header length N, N bytes of
-// JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {str: str}},
-// then the raw little-endian tensor bytes. Design goals: the file is memory-mapped and only the tensors
-// asked for are touched (a pipeline stage reads just its block range of a 64 GB checkpoint); every header
-// is validated before any byte is trusted; writes are atomic so a crash never leaves a torn file.
+// safetensors reader and writer. Design goals: the file is memory-mapped and only the tensors asked for are
+// touched (a pipeline stage reads just its block range of a 64 GB checkpoint); every header is validated before
+// any byte is trusted; writes are atomic so a crash never leaves a torn file.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -18,6 +14,9 @@
 
 namespace baton {
 
+// Format (https://github.com/huggingface/safetensors): 8-byte little-endian header length N, N bytes of
+// JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {str: str}},
+// then the raw little-endian tensor bytes.
 struct SafetensorsEntry {
   std::string dtype;  // safetensors code: "F32", "BF16", "F16", "I64", ...
   std::vector<int64_t> shape;

@@ -1,11 +1,6 @@
-// FLUX.2's prompt → token ids → text embeddings, as diffusers does it. Flux2Pipeline (dev, Mistral3):
-// the chat template of Mistral-Small-3.1 over [system message, user prompt] with "[IMG]" removed from the
-// prompt, i.e. "<s>[SYSTEM_PROMPT]…[/SYSTEM_PROMPT][INST]…[/INST]", tokenized without extra specials,
-// truncated (right) and padded to max_length 512 on the LEFT with <pad>, hidden states of layers 10, 20,
-// 30. Flux2KleinPipeline (Qwen3): "<|im_start|>user\n…<|im_end|>\n<|im_start|>assistant\n<think>\n\n
-// </think>\n\n" (add_generation_prompt, enable_thinking=False), padded on the RIGHT with the tokenizer's
-// pad token (<|endoftext|>), layers 9, 18, 27. Embeddings keep the padding positions, as diffusers
-// returns them.
+// FLUX.2's prompt → token ids → text embeddings, as diffusers does it: Flux2Pipeline (dev, Mistral3) and
+// Flux2KleinPipeline (Qwen3), each with its chat template, padding side and hidden-state layers (below).
+// Embeddings keep the padding positions, as diffusers returns them.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -22,6 +17,12 @@
 
 namespace baton {
 
+// Flux2Pipeline (dev, kMistral3): the chat template of Mistral-Small-3.1 over [system message, user prompt] with
+// "[IMG]" removed from the prompt, i.e. "<s>[SYSTEM_PROMPT]…[/SYSTEM_PROMPT][INST]…[/INST]", tokenized without
+// extra specials, truncated (right) and padded to max_length 512 on the LEFT with <pad>, hidden states of layers
+// 10, 20, 30. Flux2KleinPipeline (kQwen3): "<|im_start|>user\n…<|im_end|>\n<|im_start|>assistant\n<think>\n\n
+// </think>\n\n" (add_generation_prompt, enable_thinking=False), padded on the RIGHT with the tokenizer's pad
+// token (<|endoftext|>), layers 9, 18, 27.
 enum class TextEncoderFamily { kMistral3, kQwen3 };
 enum class PaddingSide { kLeft, kRight };
 

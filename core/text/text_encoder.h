@@ -2,10 +2,6 @@
 // Mistral3ForConditionalGeneration) or of Qwen3 (Qwen3Model, klein), run as a feature extractor that
 // returns intermediate hidden states. RMSNorm (fp32, then cast), GQA, rotate-half RoPE with rope_theta,
 // SwiGLU, no biases unless attention_bias; Qwen3 adds per-head q_norm/k_norm before RoPE.
-// Memory: weights stay in the memory-mapped safetensors; one decoder layer at a time is copied out, run
-// for the whole batch and dropped, and only layers up to the deepest one requested are ever read (the
-// final norm only when hidden_states[num_hidden_layers] is asked for), so a 24 B encoder runs in ordinary
-// RAM. Not thread-safe: one Encode at a time per TextEncoder.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,6 +17,10 @@
 
 namespace baton {
 
+// Memory: weights stay in the memory-mapped safetensors; one decoder layer at a time is copied out, run
+// for the whole batch and dropped, and only layers up to the deepest one requested are ever read (the
+// final norm only when hidden_states[num_hidden_layers] is asked for), so a 24 B encoder runs in ordinary
+// RAM. Not thread-safe: one Encode at a time per TextEncoder.
 class TextEncoder {
  public:
   // Reads `text_encoder_dir`/config.json and the checkpoint's index/header, and checks the embedding's

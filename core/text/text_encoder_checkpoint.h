@@ -1,10 +1,7 @@
 // The language-model tensors of a text encoder checkpoint in Hugging Face safetensors form: one
 // `model.safetensors` or shards listed in `model.safetensors.index.json`, under any of the key layouts
-// transformers writes (`model.language_model.*` for Mistral3ForConditionalGeneration in newer transformers,
-// `language_model.model.*` in older ones, `model.*` for *ForCausalLM, bare for a saved MistralModel).
-// Vision tower, projector and lm_head tensors are never touched. Files are memory-mapped only while a
-// group of tensors is copied out, so pages of layers already used leave the process's resident set.
-// Also writes random checkpoints in the same layouts for tests and the tiny pipeline.
+// transformers writes (TextEncoderCheckpoint). Also writes random checkpoints in the same layouts for tests
+// and the tiny pipeline.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -37,6 +34,10 @@ std::vector<TextEncoderTensorSpec> TextEncoderLayerSpecs(const TextEncoderConfig
 // embed_tokens.weight, every layer's tensors in order, norm.weight.
 std::vector<TextEncoderTensorSpec> TextEncoderTensorSpecs(const TextEncoderConfig& config);
 
+// Key layouts: `model.language_model.*` for Mistral3ForConditionalGeneration in newer transformers,
+// `language_model.model.*` in older ones, `model.*` for *ForCausalLM, bare for a saved MistralModel.
+// Vision tower, projector and lm_head tensors are never touched. Files are memory-mapped only while a
+// group of tensors is copied out, so pages of layers already used leave the process's resident set.
 class TextEncoderCheckpoint {
  public:
   // `dir` holds model.safetensors.index.json (preferred) or model.safetensors. Reads the index (or the

@@ -1,15 +1,6 @@
 // Byte-level BPE tokenizer loaded from a Hugging Face `tokenizer.json` (the kind Mistral-Small-3.1
-// "Tekken" and Qwen2/3 ship): added/special tokens are matched literally first (leftmost-longest),
-// the rest is split by the pre-tokenizer regex (pre_tokenizer.h), mapped byte → printable char
-// (GPT-2 `bytes_to_unicode`) and merged by BPE merge rank. No post-processing: Encode() adds no
-// BOS/EOS, as `add_special_tokens=False` (chat templates write "<s>" themselves).
-// Checked id-for-id against Hugging Face tokenizers (tests/upstream/test_tokenizer.py) on hard and
-// fuzzed strings for Tekken- and Qwen2-style tokenizer.json files.
-// An NFC normalizer (Qwen2/3; nfc.h) is applied to the text between added tokens, as HF does for
-// added tokens with normalized=false (all of Qwen's). Limits: added tokens with normalized=true are
-// still matched on the raw text; lstrip/rstrip use ASCII whitespace and single_word uses ASCII word
-// characters; BPE dropout is ignored (inference behaviour).
-// Thread-safe after Load(): Encode/Decode are const and use no shared mutable state.
+// "Tekken" and Qwen2/3 ship). Checked id-for-id against Hugging Face tokenizers
+// (tests/upstream/test_tokenizer.py) on hard and fuzzed strings for Tekken- and Qwen2-style tokenizer.json files.
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -27,6 +18,14 @@
 
 namespace baton {
 
+// Added/special tokens are matched literally first (leftmost-longest), the rest is split by the pre-tokenizer
+// regex (pre_tokenizer.h), mapped byte → printable char (GPT-2 `bytes_to_unicode`) and merged by BPE merge rank.
+// No post-processing: Encode() adds no BOS/EOS, as `add_special_tokens=False` (chat templates write "<s>"
+// themselves). An NFC normalizer (Qwen2/3; nfc.h) is applied to the text between added tokens, as HF does for
+// added tokens with normalized=false (all of Qwen's). Limits: added tokens with normalized=true are
+// still matched on the raw text; lstrip/rstrip use ASCII whitespace and single_word uses ASCII word
+// characters; BPE dropout is ignored (inference behaviour).
+// Thread-safe after Load(): Encode/Decode are const and use no shared mutable state.
 class BpeTokenizer {
  public:
   // Loads `path` (a tokenizer.json). bos/eos/pad come from a sibling tokenizer_config.json when

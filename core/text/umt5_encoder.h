@@ -1,11 +1,5 @@
-// Wan's text encoder: transformers' UMT5EncoderModel, last_hidden_state only. Per block: T5 RMS layer norm
-// (variance in fp32, no mean, no bias), self-attention without the 1/sqrt(d) scaling whose scores get the
-// block's OWN relative position bias (umT5, unlike T5, gives every block one), bidirectional bucketed relative
-// positions, padded keys masked by adding the dtype's lowest value (transformers' eager path), a gated-GELU
-// (gelu_new, tanh) feed-forward; a final layer norm. As transformers keeps `wo` in fp32 (_keep_in_fp32_modules),
-// a bf16/fp16 compute dtype runs wo in fp32 and the residual stream is fp32 from then on.
-// Memory: weights stay in the memory-mapped safetensors; one block at a time is copied out, run for the whole
-// batch and dropped; only the embedding rows of the ids in the batch are read. Not thread-safe.
+// Wan's text encoder: transformers' UMT5EncoderModel, last_hidden_state only (Umt5Encoder says how each block
+// computes).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -20,6 +14,13 @@
 
 namespace baton {
 
+// Per block: T5 RMS layer norm (variance in fp32, no mean, no bias), self-attention without the 1/sqrt(d) scaling
+// whose scores get the block's OWN relative position bias (umT5, unlike T5, gives every block one),
+// bidirectional bucketed relative positions, padded keys masked by adding the dtype's lowest value (transformers'
+// eager path), a gated-GELU (gelu_new, tanh) feed-forward; a final layer norm. As transformers keeps `wo` in fp32
+// (_keep_in_fp32_modules), a bf16/fp16 compute dtype runs wo in fp32 and the residual stream is fp32 from then on.
+// Memory: weights stay in the memory-mapped safetensors; one block at a time is copied out, run for the whole
+// batch and dropped; only the embedding rows of the ids in the batch are read. Not thread-safe.
 class Umt5Encoder {
  public:
   // Reads `text_encoder_dir`/config.json and the checkpoint's index/header, and checks the embedding's and

@@ -1,19 +1,5 @@
 // sentencepiece Unigram tokenizer loaded from a Hugging Face `tokenizer.json` (the kind umT5 / T5 ship,
-// made by transformers' T5 slow->fast converter), encoding id-for-id as Hugging Face tokenizers does:
-//   1. added tokens (all of T5's are normalized=false: <pad>, </s>, <unk>, <extra_id_N>) are split out of the
-//      raw text first, leftmost-longest;
-//   2. each remaining segment is normalized by the normalizer chain: Precompiled (the sentencepiece charsmap,
-//      precompiled_charsmap.h), Replace (a literal, or a regex of the form "X{n,}": a run of n or more of one
-//      character), Strip, Sequence;
-//   3. pre-tokenized by WhitespaceSplit and/or Metaspace (replacement "▁", prepend_scheme always/first/never
-//      or the legacy add_prefix_space, split on "▁" merged with the next piece), Sequence;
-//   4. each piece is segmented by the Viterbi best path over the vocabulary's scores (tokenizers' optimized
-//      Unigram: unknown characters cost min_score - 10 and consecutive unknowns fuse into one <unk>, or into
-//      <0xXX> byte pieces with byte_fallback);
-//   5. with add_special_tokens, the post-processor's TemplateProcessing "single" template (T5: "$A </s>").
-// Limits: added tokens with normalized=true are matched on the raw text too; lstrip/rstrip/single_word are
-// ignored (T5's have none); prepend_scheme "first" prepends only before the text's first piece.
-// Thread-safe after loading.
+// made by transformers' T5 slow->fast converter), encoding id-for-id as Hugging Face tokenizers does.
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -30,6 +16,21 @@
 
 namespace baton {
 
+// Encoding, step by step:
+//   1. added tokens (all of T5's are normalized=false: <pad>, </s>, <unk>, <extra_id_N>) are split out of the
+//      raw text first, leftmost-longest;
+//   2. each remaining segment is normalized by the normalizer chain: Precompiled (the sentencepiece charsmap,
+//      precompiled_charsmap.h), Replace (a literal, or a regex of the form "X{n,}": a run of n or more of one
+//      character), Strip, Sequence;
+//   3. pre-tokenized by WhitespaceSplit and/or Metaspace (replacement "▁", prepend_scheme always/first/never
+//      or the legacy add_prefix_space, split on "▁" merged with the next piece), Sequence;
+//   4. each piece is segmented by the Viterbi best path over the vocabulary's scores (tokenizers' optimized
+//      Unigram: unknown characters cost min_score - 10 and consecutive unknowns fuse into one <unk>, or into
+//      <0xXX> byte pieces with byte_fallback);
+//   5. with add_special_tokens, the post-processor's TemplateProcessing "single" template (T5: "$A </s>").
+// Limits: added tokens with normalized=true are matched on the raw text too; lstrip/rstrip/single_word are
+// ignored (T5's have none); prepend_scheme "first" prepends only before the text's first piece.
+// Thread-safe after loading.
 class UnigramTokenizer {
  public:
   // Loads `path` (a tokenizer.json); pad/eos/unk ids from a sibling tokenizer_config.json when present

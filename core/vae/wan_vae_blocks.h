@@ -1,10 +1,6 @@
 // The building blocks of the Wan VAE encoder (2.1, and 2.2's residual down blocks) as libtorch modules, mirroring
 // diffusers' autoencoder_kl_wan.py (WanCausalConv3d, WanRMS_norm, WanResidualBlock, WanAttentionBlock, WanResample
-// downsample2d/3d, WanMidBlock, WanEncoder3d) with the same parameter names, so `named_parameters()` of
-// WanVaeEncoderModule equals the checkpoint keys (`encoder.down_blocks.0.conv1.weight`,
-// `encoder.down_blocks.2.time_conv.weight`, `quant_conv.weight`). Inference only (no dropout). Every layer takes the
-// feature cache diffusers threads through its chunked `_encode` (feat_cache / feat_idx, CACHE_T = 2), so chunk-by-chunk
-// encoding is op for op the upstream one.
+// downsample2d/3d, WanMidBlock, WanEncoder3d) with the same parameter names. Inference only (no dropout).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,7 +17,9 @@
 namespace baton {
 
 // diffusers' `_enc_feat_map` and `_enc_conv_idx`: one slot per cached convolution, visited in the same order
-// for every chunk. An undefined tensor is diffusers' None.
+// for every chunk. An undefined tensor is diffusers' None. Every layer takes the feature cache diffusers threads
+// through its chunked `_encode` (feat_cache / feat_idx, CACHE_T = 2), so chunk-by-chunk encoding is op for op the
+// upstream one.
 struct WanFeatCache {
   std::vector<at::Tensor> slots;
   size_t idx = 0;
@@ -139,7 +137,9 @@ class WanEncoder3dImpl : public torch::nn::Module {
 };
 TORCH_MODULE(WanEncoder3d);
 
-// The encoder half of AutoencoderKLWan: `encoder` and `quant_conv` (1×1×1). forward runs diffusers' `_encode`:
+// The encoder half of AutoencoderKLWan: `encoder` and `quant_conv` (1×1×1). `named_parameters()` equals the
+// checkpoint keys (`encoder.down_blocks.0.conv1.weight`, `encoder.down_blocks.2.time_conv.weight`,
+// `quant_conv.weight`). forward runs diffusers' `_encode`:
 // patchify (Wan 2.2's patch_size: channel c·p² + p·dx + dy holds pixel (p·i + dy, p·j + dx) of channel c), frame 0
 // alone, then chunks of 4 frames with one feature cache, concatenated, then quant_conv. pixels [B, 3, F, H, W] →
 // posterior moments [B, 2·z_dim, config.LatentFrames(F), H/8, W/8] (mean first).
