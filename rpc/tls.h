@@ -1,14 +1,6 @@
-// The one place that turns security settings into gRPC credentials.
-//
-// Peers (coordinator ↔ stage workers ↔ stage workers, coordinator ↔ encoder worker) use mutual TLS: every
-// server requires and verifies a client certificate from our CA, every client verifies the server's. The
-// files come from --tls_dir DIR (DIR/ca.crt, DIR/tls.crt, DIR/tls.key, as `baton certs` writes them; the
-// names of a Kubernetes TLS Secret) or --tls_ca/--tls_cert/--tls_key; --insecure is plaintext, said so on
-// stderr at start. The client API (JobService) is TLS with server authentication only plus a bearer token
-// (`authorization: Bearer <token>`), checked for every call by TokenAuthProcessor.
-//
-// Each process has one identity; its main sets it (SetProcessSecurity) before it serves or calls anyone,
-// and the servers and clients it builds read it from here.
+// The one place that turns security settings into gRPC credentials. Each process has one identity; its main
+// sets it (SetProcessSecurity) before it serves or calls anyone, and the servers and clients it builds read it
+// from here.
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -22,6 +14,13 @@
 #include <vector>
 
 namespace baton {
+
+// Peers (coordinator ↔ stage workers ↔ stage workers, coordinator ↔ encoder worker) use mutual TLS: every
+// server requires and verifies a client certificate from our CA, every client verifies the server's. The
+// files come from --tls_dir DIR (DIR/ca.crt, DIR/tls.crt, DIR/tls.key, as `baton certs` writes them; the
+// names of a Kubernetes TLS Secret) or --tls_ca/--tls_cert/--tls_key; --insecure is plaintext, said so on
+// stderr at start. The client API (JobService) is TLS with server authentication only plus a bearer token
+// (`authorization: Bearer <token>`), checked for every call by TokenAuthProcessor.
 
 // File names inside a --tls_dir.
 inline constexpr char kTlsCaFile[] = "ca.crt";

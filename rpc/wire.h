@@ -1,10 +1,5 @@
-// Tensor wire codec: at::Tensor <-> stream of bounded baton.v1.TensorChunk messages (tensor.proto).
-//
-// The sender cuts a tensor's raw little-endian bytes into chunks of at most `max_chunk_bytes`, with the
-// header (name, dtype, shape, total_bytes) on the first. The receiver feeds chunks, in order, to a
-// TensorAssembler, which validates every field before trusting it, preallocates the tensor from the
-// header and copies each chunk straight into place. Used by every RPC that moves tensors (Push, RunStep
-// gradients, GetLora).
+// Tensor wire codec: at::Tensor <-> stream of bounded baton.v1.TensorChunk messages (tensor.proto). Used by
+// every RPC that moves tensors (Push, RunStep gradients, GetLora).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -43,6 +38,11 @@ struct NamedTensor {
   std::string name;
   at::Tensor tensor;  // CPU, contiguous, owns its memory
 };
+
+// The sender cuts a tensor's raw little-endian bytes into chunks of at most `max_chunk_bytes`, with the
+// header (name, dtype, shape, total_bytes) on the first. The receiver feeds chunks, in order, to a
+// TensorAssembler, which validates every field before trusting it, preallocates the tensor from the
+// header and copies each chunk straight into place.
 
 // Emits `tensor` (any device; copied to CPU and made contiguous first) as chunks of at most
 // `max_chunk_bytes` (> 0) data bytes each, the first carrying the header. A zero-byte tensor is one

@@ -1,13 +1,6 @@
-// Lossy activation compression for slow links (job key `wire_dtype: none | bf16 | fp8`).
-//
-// Only what flows between neighbouring stages is compressed: activations forward and their gradients
-// backward (PeerSender). Inputs from the coordinator, targets, LoRA weights and gradients always travel
-// exact. bf16 halves an fp32 activation; fp8 (e4m3, max 448) quarters it with one fp32 scale per row —
-// per token — so a token with large values does not crush the small ones of its neighbours
-// (scale = amax(row) / 448). The receiver converts back to the original dtype as the tensor completes,
-// so the stage computing on it never sees the wire format. Deterministic: the same tensor always encodes
-// to the same bytes, so N stages still agree with each other run to run (but no longer bitwise with one
-// process: the rounding is real and shows in the loss; BENCHMARKS.md has the effect).
+// Lossy activation compression for slow links (job key `wire_dtype: none | bf16 | fp8`). Only what flows
+// between neighbouring stages is compressed: activations forward and their gradients backward (PeerSender).
+// Inputs from the coordinator, targets, LoRA weights and gradients always travel exact.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,6 +14,12 @@
 
 namespace baton {
 
+// bf16 halves an fp32 activation; fp8 (e4m3, max 448) quarters it with one fp32 scale per row —
+// per token — so a token with large values does not crush the small ones of its neighbours
+// (scale = amax(row) / 448). The receiver converts back to the original dtype as the tensor completes,
+// so the stage computing on it never sees the wire format. Deterministic: the same tensor always encodes
+// to the same bytes, so N stages still agree with each other run to run (but no longer bitwise with one
+// process: the rounding is real and shows in the loss; BENCHMARKS.md has the effect).
 enum class WireDtype { kNone, kBf16, kFp8 };
 
 // "none" | "bf16" | "fp8"; anything else is InvalidArgument naming the allowed values.
