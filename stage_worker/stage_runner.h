@@ -1,17 +1,6 @@
-// StageRunner: everything a stage worker does, without RPC code (the gRPC service only translates).
-// It holds one contiguous block range of the model (any ModelFamily) with LoRA adapters -- or, for the interleaved
-// schedule, v such ranges (model chunks, non-contiguous; chunk c is virtual stage c·p + stage_index) -- receives
-// envelopes into its inbox, and executes a step plan (the schedule's F/B actions for this stage, each naming
-// its chunk): forward with the
-// constants the coordinator sent, activations sent straight to the next stage, backward (with recompute:
-// block by block from the block inputs the forward kept, one block's graph at a time; without: through the
-// graph the forward kept), input gradients sent upstream, LoRA gradients
-// summed over the micro-batches in action order and handed back at the end of the step. A chunk's output goes to
-// the next virtual stage: chunk c on the next worker, or -- from the last worker -- chunk c+1 on worker 0 (its
-// next_address wraps around); input gradients go the opposite way. The step's adapter weights are awaited just
-// before the first computation, not at the start: a stage that first waits for activations receives its
-// weights meanwhile (the step boundary overlaps the upstream stages' first forwards).
-// Thread-safety: Deliver() may run concurrently with RunStep(); Configure() and RunStep() serialize.
+// StageRunner: everything a stage worker does, without RPC code (the gRPC service only translates): it holds
+// a block range of the model with LoRA adapters, receives envelopes into its inbox and executes the step plans
+// the coordinator sends.
 #pragma once
 
 #include <absl/base/thread_annotations.h>
@@ -52,6 +41,18 @@ struct StageRunnerOptions {
   std::string model_root;  // models are read only from inside it ("" = working dir)
 };
 
+// A runner holds one contiguous block range of the model (any ModelFamily) with LoRA adapters -- or, for the
+// interleaved schedule, v such ranges (model chunks, non-contiguous; chunk c is virtual stage c·p + stage_index)
+// -- receives envelopes into its inbox, and executes a step plan (the schedule's F/B actions for this stage, each
+// naming its chunk): forward with the constants the coordinator sent, activations sent straight to the next
+// stage, backward (with recompute: block by block from the block inputs the forward kept, one block's graph at a
+// time; without: through the graph the forward kept), input gradients sent upstream, LoRA gradients summed over
+// the micro-batches in action order and handed back at the end of the step. A chunk's output goes to the next
+// virtual stage: chunk c on the next worker, or -- from the last worker -- chunk c+1 on worker 0 (its
+// next_address wraps around); input gradients go the opposite way. The step's adapter weights are awaited just
+// before the first computation, not at the start: a stage that first waits for activations receives its weights
+// meanwhile (the step boundary overlaps the upstream stages' first forwards).
+// Thread-safety: Deliver() may run concurrently with RunStep(); Configure() and RunStep() serialize.
 class StageRunner {
  public:
   explicit StageRunner(StageRunnerOptions options);
