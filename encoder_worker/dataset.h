@@ -1,12 +1,6 @@
 // Training dataset folder in the kohya / ai-toolkit layout: images (.png, .jpg, .jpeg; any case)
-// with same-named UTF-8 .txt captions beside them ("cat_01.jpg" + "cat_01.txt"). The scan is
-// non-recursive, skips dotfiles, and is sorted by file name (bytewise) so sample order is the same
-// everywhere. Problems with single files (missing caption, zero-byte, unreadable, truncated or
-// non-image file, WebP...) are collected as per-file errors; the scan still returns the good files.
-//
-// Trigger word convention (ai-toolkit style): every "[trigger]" in a caption is replaced by the
-// trigger; then, if the caption does not contain the trigger, it is prepended as
-// "<trigger>, <caption>" (just "<trigger>" for an empty caption), as kohya prepends class tokens.
+// with same-named UTF-8 .txt captions beside them ("cat_01.jpg" + "cat_01.txt"), scanned into samples
+// (ScanDataset) with captions cleaned and the trigger word applied (ApplyTrigger).
 #pragma once
 
 #include <absl/status/status.h>
@@ -53,6 +47,9 @@ struct ScanOptions {
   bool verify_decode = true;
 };
 
+// The scan is non-recursive, skips dotfiles, and is sorted by file name (bytewise) so sample order is the same
+// everywhere. Problems with single files (missing caption, zero-byte, unreadable, truncated or non-image file,
+// WebP...) are collected as per-file errors; the scan still returns the good files.
 // Fails only if `dir` is missing, not a directory or cannot be listed.
 absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& options = {});
 
@@ -60,7 +57,10 @@ absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& o
 // (naming `path`) if the text is not valid UTF-8.
 absl::StatusOr<std::string> CleanCaption(absl::string_view text, absl::string_view path);
 
-// The trigger convention above, on an already cleaned caption. An empty trigger changes nothing.
+// Trigger word convention (ai-toolkit style), on an already cleaned caption: every "[trigger]" in a caption is
+// replaced by the trigger; then, if the caption does not contain the trigger, it is prepended as
+// "<trigger>, <caption>" (just "<trigger>" for an empty caption), as kohya prepends class tokens. An empty
+// trigger changes nothing.
 std::string ApplyTrigger(const std::string& caption, const std::string& trigger);
 
 // hex SHA-256 of "baton-sample-v1" then the framed (8-byte length + bytes) image bytes, raw
