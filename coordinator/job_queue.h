@@ -1,10 +1,6 @@
 // The job service's core, with no RPC in it: submitted jobs wait in order and one runner thread runs them one
 // at a time through RunCoordinator on the service's set of stage workers, each into its own output folder
-// <root>/<name>-<id>/. The queue records each job's state and every step (CoordinatorHooks), so that status,
-// list and watch can read them, and keeps <root>/<name>-<id>/job.json current on every state change: after a
-// restart the finished history is back, the job that Shutdown stopped resumes from its checkpoint first, and
-// jobs that were queued are queued again (a job that was running when the process died without Shutdown is
-// marked failed; its checkpoints stay). Thread-safe.
+// <root>/<name>-<id>/. Thread-safe.
 #pragma once
 
 #include <absl/status/status.h>
@@ -45,6 +41,10 @@ struct JobUpdate {
   bool ended() const { return job.state() >= v1::JOB_STATE_FINISHED; }
 };
 
+// The queue records each job's state and every step (CoordinatorHooks), so that status, list and watch can read
+// them, and keeps <root>/<name>-<id>/job.json current on every state change: after a restart the finished history
+// is back, the job that Shutdown stopped resumes from its checkpoint first, and jobs that were queued are queued
+// again (a job that was running when the process died without Shutdown is marked failed; its checkpoints stay).
 class JobQueue {
  public:
   // `base`: every job's options (stages, workers, timeouts). output_dir, steps, resume and quiet are set per job;

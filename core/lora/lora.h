@@ -1,11 +1,6 @@
 // LoRA adapters on the FLUX.2 transformer: choosing target Linears by diffusers name, attaching adapters,
-// collecting/assigning their weights, and the two file formats users load:
-//   diffusers/PEFT: "transformer.<module>.lora_A.weight" [r, in] / ".lora_B.weight" [out, r] with alpha/r folded
-//                   into B, header metadata {"format": "pt", "lora_adapter_metadata": {"transformer.r": r,
-//                   "transformer.lora_alpha": r, ...}} (files from peft with lora_alpha ≠ r load too)
-//   BFL/ComfyUI:    "diffusion_model.<BFL module>.lora_A.weight" / ".lora_B.weight" with alpha/r folded into B
-//                   (no ".alpha": diffusers' converter rejects it; files that have one still load), the img/txt
-//                   q,k,v adapters fused into one qkv adapter (A stacked, B block-diagonal: exact, rank 3r).
+// collecting/assigning their weights, and the two file formats users load (diffusers/PEFT and BFL/ComfyUI,
+// described at LoraWeights).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -48,6 +43,14 @@ void ZeroLoraGradients(torch::nn::Module& root);
 absl::Status AssignLoraParameters(torch::nn::Module& root, const std::map<std::string, at::Tensor>& values);
 // Sets the dropout seed on every adapter (per micro-batch, so recompute sees the same masks).
 void SetLoraDropoutSeed(torch::nn::Module& root, uint64_t seed);
+
+// The file formats:
+//   diffusers/PEFT: "transformer.<module>.lora_A.weight" [r, in] / ".lora_B.weight" [out, r] with alpha/r folded
+//                   into B, header metadata {"format": "pt", "lora_adapter_metadata": {"transformer.r": r,
+//                   "transformer.lora_alpha": r, ...}} (files from peft with lora_alpha ≠ r load too)
+//   BFL/ComfyUI:    "diffusion_model.<BFL module>.lora_A.weight" / ".lora_B.weight" with alpha/r folded into B
+//                   (no ".alpha": diffusers' converter rejects it; files that have one still load), the img/txt
+//                   q,k,v adapters fused into one qkv adapter (A stacked, B block-diagonal: exact, rank 3r).
 
 // One adapter as stored in a file, keyed by diffusers module name.
 struct LoraWeights {

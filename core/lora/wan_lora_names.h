@@ -1,13 +1,6 @@
-// Wan 2.x LoRA state dicts between the two namings users meet, as pure functions on {key → tensor} maps:
-//   diffusers/PEFT: "transformer.blocks.N.attn1.to_q.lora_A.weight" / ".lora_B.weight" (also without the
-//                   "transformer." prefix, as Baton's internal PEFT names and transformer.save_lora_adapter are)
-//   original/ComfyUI: "diffusion_model.blocks.N.self_attn.q.lora_A.weight" / ".lora_B.weight", the names of the
-//                   original Wan checkpoints, as ai-toolkit, DiffSynth and ComfyUI write them
-// Reading also takes kohya/musubi files ("lora_unet_blocks_0_self_attn_q.lora_down.weight", ".lora_up.weight",
-// ".alpha") and original-naming files with lora_down/lora_up or ".alpha". Every output has alpha/rank folded into
-// lora_B and no ".alpha": diffusers' Wan converter and ComfyUI then apply it with scale 1, which is what it means.
-// The module table follows diffusers' scripts/convert_wan_to_diffusers.py and its LoRA converter
-// (loaders/lora_conversion_utils.py::_convert_non_diffusers_wan_lora_to_diffusers).
+// Wan 2.x LoRA state dicts between the two namings users meet (diffusers/PEFT and original/ComfyUI), as pure
+// functions on {key → tensor} maps. The module table follows diffusers' scripts/convert_wan_to_diffusers.py and
+// its LoRA converter (loaders/lora_conversion_utils.py::_convert_non_diffusers_wan_lora_to_diffusers).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -28,6 +21,14 @@ std::optional<std::string> WanOriginalToDiffusersModule(absl::string_view module
 // kohya/musubi's dots-to-underscores name ("blocks_3_cross_attn_k_img", without "lora_unet_") → original name.
 std::optional<std::string> WanKohyaToOriginalModule(absl::string_view module);
 
+// The namings:
+//   diffusers/PEFT: "transformer.blocks.N.attn1.to_q.lora_A.weight" / ".lora_B.weight" (also without the
+//                   "transformer." prefix, as Baton's internal PEFT names and transformer.save_lora_adapter are)
+//   original/ComfyUI: "diffusion_model.blocks.N.self_attn.q.lora_A.weight" / ".lora_B.weight", the names of the
+//                   original Wan checkpoints, as ai-toolkit, DiffSynth and ComfyUI write them
+// Reading also takes kohya/musubi files ("lora_unet_blocks_0_self_attn_q.lora_down.weight", ".lora_up.weight",
+// ".alpha") and original-naming files with lora_down/lora_up or ".alpha". Every output has alpha/rank folded into
+// lora_B and no ".alpha": diffusers' Wan converter and ComfyUI then apply it with scale 1, which is what it means.
 enum class WanLoraNaming { kDiffusers, kOriginal, kKohya };
 
 // Which naming a file's keys are in (the first key's prefix decides; mixed files are an error).

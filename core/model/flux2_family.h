@@ -1,10 +1,5 @@
 // FLUX.2 as a ModelFamily (core/model/model_family.h): Flux2Checkpoint and Flux2Config behind the interface, the
-// Flux2Stage / Flux2Shell modules wrapped as StageModel / ShellModel. Tensor names are the ones stage_io.h puts on
-// the wire, so the family changes no wire format:
-//   stage input   first stage: hidden_states [b, Si, C_in], encoder_hidden_states [b, St, J] (any floating dtype)
-//                 later ones:  img [b, Si, D] + txt [b, St, D]  |  joint [b, St+Si, D] + txt_len [] (int64)
-//   constants     mod_img, mod_txt, mod_single, mod_out and the tables rope_cos, rope_sin (merged)
-//   stage output  the next stage's input, or output [b, Si, C_out] from the head
+// Flux2Stage / Flux2Shell modules wrapped as StageModel / ShellModel.
 #pragma once
 
 #include <memory>
@@ -18,6 +13,11 @@
 
 namespace baton {
 
+// Tensor names are the ones stage_io.h puts on the wire, so the family changes no wire format:
+//   stage input   first stage: hidden_states [b, Si, C_in], encoder_hidden_states [b, St, J] (any floating dtype)
+//                 later ones:  img [b, Si, D] + txt [b, St, D]  |  joint [b, St+Si, D] + txt_len [] (int64)
+//   constants     mod_img, mod_txt, mod_single, mod_out and the tables rope_cos, rope_sin (merged)
+//   stage output  the next stage's input, or output [b, Si, C_out] from the head
 class Flux2Family : public ModelFamily {
  public:
   // `checkpoint` may be null: a config-only family plans, names and checks the wire but builds no model.

@@ -1,10 +1,6 @@
-// The FLUX.2 transformer cut into the pieces a pipeline needs:
-//   Flux2Shell  — the small frozen part every block depends on: time/guidance embedding → the shared
-//                 modulation vectors (img, txt, single, norm_out) and the RoPE tables. Run by the coordinator.
-//   Flux2Stage  — a contiguous range of blocks [begin, end) (double blocks first, then single blocks), plus
-//                 x_embedder/context_embedder when it is the first stage and norm_out/proj_out when it is the
-//                 last. Parameter names are the global diffusers names whatever the range.
-// Shell + Stage(all blocks, embedders, head) is exactly diffusers' Flux2Transformer2DModel.forward.
+// The FLUX.2 transformer cut into the pieces a pipeline needs: Flux2Shell (the small frozen part every block
+// depends on) and Flux2Stage (a contiguous range of blocks). Shell + Stage(all blocks, embedders, head) is exactly
+// diffusers' Flux2Transformer2DModel.forward.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -33,6 +29,8 @@ struct Flux2Constants {
   at::Tensor rope_sin;    // [St+Si, Dh] fp32
 };
 
+// Flux2Shell: time/guidance embedding → the shared modulation vectors (img, txt, single, norm_out) and the RoPE
+// tables. Run by the coordinator.
 class Flux2ShellImpl : public torch::nn::Module {
  public:
   Flux2ShellImpl(const Flux2Config& c, const at::TensorOptions& options);
@@ -73,6 +71,9 @@ struct Flux2Activations {
   std::vector<at::Tensor> Live() const;
 };
 
+// Flux2Stage: a contiguous range of blocks [begin, end) (double blocks first, then single blocks), plus
+// x_embedder/context_embedder when it is the first stage and norm_out/proj_out when it is the last. Parameter
+// names are the global diffusers names whatever the range.
 class Flux2StageImpl : public torch::nn::Module {
  public:
   Flux2StageImpl(const Flux2Config& c, const Flux2StageRange& range, const at::TensorOptions& options);

@@ -1,10 +1,5 @@
-// Reading and writing FLUX.2 transformer weights.
-// Accepted sources: a diffusers transformer folder (config.json + diffusion_pytorch_model.safetensors, or
-// shards listed in diffusion_pytorch_model.safetensors.index.json), a diffusers pipeline folder (its
-// transformer/ subfolder), or the original BFL single file (flux2-dev.safetensors; config given separately).
-// Files are memory-mapped and only the tensors a module asks for are read, so a pipeline stage touches
-// just its block range of a 64 GB checkpoint. Any of these may hold 8-bit weights with scales (`baton
-// quantize` output, ComfyUI scaled fp8; layouts in core/quant/stored_quant.h).
+// Reading and writing FLUX.2 transformer weights: diffusers folders, pipeline folders and the original BFL single
+// file (Flux2Checkpoint), memory-mapped so a pipeline stage touches just its block range of a 64 GB checkpoint.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -24,6 +19,11 @@
 
 namespace baton {
 
+// Accepted sources: a diffusers transformer folder (config.json + diffusion_pytorch_model.safetensors, or
+// shards listed in diffusion_pytorch_model.safetensors.index.json), a diffusers pipeline folder (its
+// transformer/ subfolder), or the original BFL single file (flux2-dev.safetensors; config given separately).
+// Files are memory-mapped and only the tensors a module asks for are read. Any of these may hold 8-bit weights
+// with scales (`baton quantize` output, ComfyUI scaled fp8; layouts in core/quant/stored_quant.h).
 class Flux2Checkpoint {
  public:
   // `config_path` is required for a BFL single file and optional otherwise (overrides config.json).
