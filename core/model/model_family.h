@@ -1,14 +1,5 @@
 // A model family: everything the pipeline needs to know about one transformer architecture (FLUX.2, Wan 2.x),
 // behind one interface, so the coordinator, the stage worker, the planner and the trainers never name a family.
-//
-// The split every family follows (DESIGN.md "How a model is cut"):
-//   shell  -- the small frozen part every block depends on, run by the coordinator once per micro-batch: it turns
-//             the model's inputs (diffusers argument names) into the first stage's INPUTS, the CONSTANTS every
-//             stage receives (modulation vectors, text context, ...) and cacheable TABLES (RoPE) with their key;
-//   stage  -- a contiguous range of blocks [begin, end) over the family's global block list, plus the input
-//             embedders on the first stage and the output head on the last. Activations, constants and tables
-//             cross stage boundaries as named tensors (TensorMap) whose names the family chooses; the last stage's
-//             output is always named "output" and has the target's shape (the flow-matching loss compares them).
 // Shell + one stage holding every block, embedders and head is exactly the upstream model's forward.
 #pragma once
 
@@ -30,6 +21,15 @@ namespace baton {
 
 using TensorMap = std::map<std::string, at::Tensor>;
 struct LoraSpec;
+
+// The split every family follows (DESIGN.md "How a model is cut"):
+//   shell  -- the small frozen part every block depends on, run by the coordinator once per micro-batch: it turns
+//             the model's inputs (diffusers argument names) into the first stage's INPUTS, the CONSTANTS every
+//             stage receives (modulation vectors, text context, ...) and cacheable TABLES (RoPE) with their key;
+//   stage  -- a contiguous range of blocks [begin, end) over the family's global block list, plus the input
+//             embedders on the first stage and the output head on the last. Activations, constants and tables
+//             cross stage boundaries as named tensors (TensorMap) whose names the family chooses; the last stage's
+//             output is always named "output" and has the target's shape (the flow-matching loss compares them).
 
 // Which part of the model a stage (or one model chunk of an interleaved stage) holds.
 struct StageRange {

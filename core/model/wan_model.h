@@ -1,14 +1,6 @@
-// The Wan 2.x transformer (diffusers' WanTransformer3DModel) cut into the pieces a pipeline needs:
-//   WanShell -- condition_embedder: sinusoidal timestep -> time_embedder -> temb and time_proj -> timestep_proj
-//               [B, 6, D] (TI2V per-token timesteps: [B, S, 6, D]); text_embedder -> context; for Wan 2.1 I2V
-//               image_embedder on the CLIP tokens, prepended to the context; and the 3D RoPE tables of the
-//               latent grid (cached by key "wan_rope:FxHxW"). Run by the coordinator.
-//   WanStage -- patch_embedding (first stage), blocks [b, e), norm_out + scale_shift_table + proj_out +
-//               unpatchify (last stage).
-// Wire names: stage 0 input "hidden_states" [B, C, F, H, W]; between stages "x" [B, S, D]; last stage "output"
-// [B, C_out, F, H, W]. Constants: "temb", "timestep_proj", "context", "grid" (int64 [3]: F, H, W after
-// patchify); tables: "rope_cos", "rope_sin" [S, Dh] fp32.
-// Shell + WanStage(all blocks, embedders, head) is exactly diffusers' WanTransformer3DModel.forward.
+// The Wan 2.x transformer (diffusers' WanTransformer3DModel) cut into the pieces a pipeline needs: WanShell (run
+// by the coordinator) and WanStage (a range of blocks). Shell + WanStage(all blocks, embedders, head) is exactly
+// diffusers' WanTransformer3DModel.forward.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -32,6 +24,10 @@ std::pair<at::Tensor, at::Tensor> WanRopeTables(const WanConfig& c, int64_t f, i
                                                 at::Device device = at::kCPU);
 std::string WanTablesKey(int64_t f, int64_t h, int64_t w);
 
+// WanShell: condition_embedder: sinusoidal timestep -> time_embedder -> temb and time_proj -> timestep_proj
+// [B, 6, D] (TI2V per-token timesteps: [B, S, 6, D]); text_embedder -> context; for Wan 2.1 I2V image_embedder on
+// the CLIP tokens, prepended to the context; and the 3D RoPE tables of the latent grid (cached by key
+// "wan_rope:FxHxW"). Run by the coordinator.
 class WanShellImpl : public torch::nn::Module, public ShellModel {
  public:
   WanShellImpl(const WanConfig& c, const at::TensorOptions& options);
@@ -48,6 +44,11 @@ class WanShellImpl : public torch::nn::Module, public ShellModel {
 };
 TORCH_MODULE(WanShell);
 
+// WanStage: patch_embedding (first stage), blocks [b, e), norm_out + scale_shift_table + proj_out + unpatchify
+// (last stage).
+// Wire names: stage 0 input "hidden_states" [B, C, F, H, W]; between stages "x" [B, S, D]; last stage "output"
+// [B, C_out, F, H, W]. Constants: "temb", "timestep_proj", "context", "grid" (int64 [3]: F, H, W after
+// patchify); tables: "rope_cos", "rope_sin" [S, Dh] fp32.
 class WanStageImpl : public torch::nn::Module, public StageModel {
  public:
   WanStageImpl(const WanConfig& c, const StageRange& range, const at::TensorOptions& options);

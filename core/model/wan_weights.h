@@ -1,12 +1,6 @@
-// Reading and writing Wan 2.x transformer weights.
-// Accepted sources:
-//   - a diffusers transformer folder (config.json + diffusion_pytorch_model.safetensors, or shards + index);
-//   - a diffusers pipeline folder: transformer/ (and, for Wan 2.2 A14B, transformer_2/ = the low-noise expert,
-//     with `boundary_ratio` in model_index.json);
-//   - original Wan checkpoints (Wan-AI / DiffSynth / ComfyUI names, with or without a "model.diffusion_model." or
-//     "diffusion_model." prefix): a folder (config.json + one file or shards + index; Wan 2.2 A14B ships
-//     high_noise_model/ and low_noise_model/) or a single file with its config given separately.
-// Files are memory-mapped and only the tensors a module asks for are read, so a stage touches only its blocks.
+// Reading and writing Wan 2.x transformer weights: diffusers and original checkpoints (WanCheckpoint), Wan 2.2
+// A14B's two experts. Files are memory-mapped and only the tensors a module asks for are read, so a stage
+// touches only its blocks.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -35,6 +29,13 @@ struct WanExperts {
 };
 absl::StatusOr<WanExperts> DescribeWanExperts(const std::string& path);
 
+// Accepted sources:
+//   - a diffusers transformer folder (config.json + diffusion_pytorch_model.safetensors, or shards + index);
+//   - a diffusers pipeline folder: transformer/ (and, for Wan 2.2 A14B, transformer_2/ = the low-noise expert,
+//     with `boundary_ratio` in model_index.json);
+//   - original Wan checkpoints (Wan-AI / DiffSynth / ComfyUI names, with or without a "model.diffusion_model." or
+//     "diffusion_model." prefix): a folder (config.json + one file or shards + index; Wan 2.2 A14B ships
+//     high_noise_model/ and low_noise_model/) or a single file with its config given separately.
 class WanCheckpoint {
  public:
   // `config_path` is required for an original single file and optional otherwise (overrides config.json).

@@ -1,17 +1,6 @@
 // Chunk planner for the interleaved schedule (Megatron virtual stages): FLUX.2's blocks split into p·v contiguous
 // chunks, virtual stage u = c·p + w being chunk c of worker w, so worker w holds the non-contiguous chunks
 // w, w+p, ..., w+(v-1)p. Chunk 0 (worker 0) also holds the embedders, chunk p·v-1 (worker p-1) the head.
-//
-// Split: a worker's time per micro-batch is the sum of its chunks' costs (partition.h's cost model), so the split
-// minimizes the busiest WORKER, then the most expensive chunk (the interleaved bubble assumes equal chunks), then
-// the sum of squared chunk costs. Exhaustive over all splits while there are at most kMaxChunkSplits of them; past
-// that (e.g. 56 blocks into 8 chunks) the chunks are balanced among themselves by PartitionFlux2, which is within
-// one block of balanced workers too.
-//
-// Memory (an estimate composed from partition.h's model): per worker, frozen + LoRA of all its chunks, the
-// overhead once, and activations of PeakInFlight(interleaved)[w] chunk-activations in flight, each sized as the
-// worker's largest chunk (with recompute: its block inputs, plus one block's working set; without: every block's
-// graph).
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -44,6 +33,15 @@ struct ChunkPlan {
 // Worker w's virtual stages in chunk order: w, w + p, ..., w + (v-1)·p.
 std::vector<int> WorkerVirtualStages(int workers, int chunks, int worker);
 
+// Split: a worker's time per micro-batch is the sum of its chunks' costs (partition.h's cost model), so the split
+// minimizes the busiest WORKER, then the most expensive chunk (the interleaved bubble assumes equal chunks), then
+// the sum of squared chunk costs. Exhaustive over all splits while there are at most kMaxChunkSplits of them; past
+// that (e.g. 56 blocks into 8 chunks) the chunks are balanced among themselves by PartitionFlux2, which is within
+// one block of balanced workers too.
+// Memory (an estimate composed from partition.h's model): per worker, frozen + LoRA of all its chunks, the
+// overhead once, and activations of PeakInFlight(interleaved)[w] chunk-activations in flight, each sized as the
+// worker's largest chunk (with recompute: its block inputs, plus one block's working set; without: every block's
+// graph).
 // options.stages is the number of workers p; options.memory_budget_bytes is per worker (empty, one, or p);
 // options.micro_batches sizes the in-flight term. Errors: chunks < 2, p·v above the number of blocks, and
 // PartitionFlux2's option errors.

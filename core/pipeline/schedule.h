@@ -2,11 +2,6 @@
 // ordered list of forward F(i) / backward B(i) actions, plus a discrete-event simulator that times a schedule
 // under the pipeline's data dependencies and an ASCII renderer (what `baton schedule` prints). No libtorch: the
 // coordinator drives stages from these lists and the client prints them.
-//
-// With v chunks (interleaved), stage s holds chunks c = 0..v-1, the virtual stages c*p + s of a v*p-stage pipeline.
-// Dependencies over virtual stages u: F(u,i) needs F(u-1,i) (u = 0: its input from the coordinator); B(u,i)
-// needs B(u+1,i) (the last one: its own F(u,i), which produced the loss). v = 1 is the plain pipeline.
-// Every stage executes its list strictly in order.
 #pragma once
 
 #include <absl/status/status.h>
@@ -57,6 +52,11 @@ struct Schedule {
   std::vector<std::vector<Action>> per_stage;  // [stages][2 * chunks * micro_batches], in execution order
   int chunks = 1;                              // v: model chunks per stage
 };
+
+// With v chunks (interleaved), stage s holds chunks c = 0..v-1, the virtual stages c*p + s of a v*p-stage pipeline.
+// Dependencies over virtual stages u: F(u,i) needs F(u-1,i) (u = 0: its input from the coordinator); B(u,i)
+// needs B(u+1,i) (the last one: its own F(u,i), which produced the loss). v = 1 is the plain pipeline.
+// Every stage executes its list strictly in order.
 
 // Errors: stages or micro_batches < 1, or 2 * stages * micro_batches * chunks above 2^24 actions (a typo, not a
 // plan); chunks != 1 for gpipe/1f1b; for interleaved, chunks outside [2, 26] or micro_batches % stages != 0.
