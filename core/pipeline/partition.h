@@ -2,7 +2,26 @@
 // per-worker memory budget, from the config alone (no weights are touched, so FLUX.2-dev can be planned
 // for 2x24 GB on a laptop). Global block index: double-stream blocks are 0..num_layers-1, single-stream
 // blocks follow. Stage 0 also holds x_embedder/context_embedder; the last stage holds norm_out/proj_out.
-//
+#pragma once
+
+#include <absl/status/statusor.h>
+#include <absl/strings/string_view.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model/flux2_config.h"
+#include "core/pipeline/schedule.h"
+#include "core/pipeline/stage_memory.h"
+#include "core/quant/weight_quant.h"
+
+namespace baton {
+
+constexpr int64_t kBlockWorkingFactor = 32;
+
 // Cost model (balances time): a stage's cost is the multiply-accumulates one micro-batch's training step
 // spends on it. Per token, a double-stream block and a single-stream block do the same linear work,
 // 4·D² + 3·M·D MACs (M = mlp hidden): in a double block every token passes through its own stream's
@@ -41,26 +60,6 @@
 //   est_memory_bytes = weights + lora + act + transient + overhead
 // Recompute: `recompute: true` recomputes every block (r = n), false none (r = 0), auto the smallest r with
 // which the stage fits its budget (0 without a budget); the compute cost counts the r recomputed forwards.
-#pragma once
-
-#include <absl/status/statusor.h>
-#include <absl/strings/string_view.h>
-
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <string>
-#include <vector>
-
-#include "core/model/flux2_config.h"
-#include "core/pipeline/schedule.h"
-#include "core/pipeline/stage_memory.h"
-#include "core/quant/weight_quant.h"
-
-namespace baton {
-
-constexpr int64_t kBlockWorkingFactor = 32;
-
 struct StageSpec {
   int index = 0;
   int64_t block_begin = 0;  // global block indices [begin, end)
@@ -149,7 +148,7 @@ struct Plan {
   PartitionOptions options;
 };
 
-// The memory model's extra terms (header): one block graph's fp32 copies of the adapters' inputs, and `transient`.
+// The memory model's extra terms (StageSpec): one block graph's fp32 copies of the adapters' inputs, and `transient`.
 int64_t LoraInputCopyBytes(const PlanModel& model, const PartitionOptions& options);
 int64_t TransientBytes(const PlanModel& model, const PartitionOptions& options);
 
