@@ -1,11 +1,6 @@
 // Turns the cache into each step's micro-batches, deterministically from (seed, step): which samples, which
 // timesteps, which noise. The single-process trainer and the coordinator both call this, which is what lets
 // an N-stage pipeline reproduce the single-process LoRA.
-//
-// Sampling: each epoch, the samples of every bucket (same token grid and text length) are shuffled and cut
-// into micro-batches of micro_batch_size (a bucket's remainder is dropped for that epoch), then the list of
-// micro-batches is shuffled. Step s takes micro-batches [s·m, (s+1)·m) of the endless epoch sequence, so a
-// step can mix buckets (different sequence lengths) and resuming needs only the step number.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -44,6 +39,10 @@ uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index);
 // InvalidArgument when `count` leaves nothing to train on.
 absl::StatusOr<std::vector<int64_t>> HeldOutRecords(const CacheIndex& index, int64_t count);
 
+// Sampling: each epoch, the samples of every bucket (same token grid and text length) are shuffled and cut
+// into micro-batches of micro_batch_size (a bucket's remainder is dropped for that epoch), then the list of
+// micro-batches is shuffled. Step s takes micro-batches [s·m, (s+1)·m) of the endless epoch sequence, so a
+// step can mix buckets (different sequence lengths) and resuming needs only the step number.
 class StepSampler {
  public:
   // Fails when no bucket holds at least one micro-batch worth of samples. Records held out for validation

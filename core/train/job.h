@@ -1,21 +1,5 @@
 // A training job, read from YAML. The same file drives `baton train-local` and `coordinator`. Validation
 // is strict: unknown keys, wrong types and out-of-range values are errors that give the file and line.
-//
-//   model: out/demo/pipeline            # diffusers transformer or pipeline folder, or a BFL .safetensors
-//   model_config: ""                    # config.json for a BFL single file
-//   dataset: out/demo/cache             # encoded cache (core/data/cache.h)
-//   lora: {rank: 8, alpha: 8, targets: attention, dropout: 0.0}
-//   init_lora: ""                       # optional LoRA file to start from (same targets and rank as `lora`)
-//   optimizer: {lr: 1e-3, weight_decay: 0.0, betas: [0.9, 0.999], eps: 1e-8, clip: 1.0, warmup_steps: 0}
-//   timesteps: {sampling: none, logit_mean: 0.0, logit_std: 1.0, mode_scale: 1.29, shift: none, shift_steps: 50}
-//   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: auto, seed: 42
-//   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1
-//   quantize: none                      # none | int8 | fp8: the blocks' frozen Linear weights in 8 bits
-//   schedule: interleaved, chunks: 2    # interleaved 1F1B: chunks (2..26, default 2) model chunks per stage
-//   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
-//   encode: {images: data/, encoder_worker: host:5000, resolution: 1024}  # optional: build the cache first
-//   validation: {every: 20, samples: 4, timesteps: [0.1, 0.3, 0.5, 0.7, 0.9]}  # optional: held-out loss
-//   samples: {every: 20, prompts: ["a dog"], steps: 28, guidance: 4.0, size: [512, 512], seed: 0}  # optional
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -104,6 +88,22 @@ struct SamplesConfig {
   bool enabled() const { return every > 0; }
 };
 
+// A job file, with example values:
+//   model: out/demo/pipeline            # diffusers transformer or pipeline folder, or a BFL .safetensors
+//   model_config: ""                    # config.json for a BFL single file
+//   dataset: out/demo/cache             # encoded cache (core/data/cache.h)
+//   lora: {rank: 8, alpha: 8, targets: attention, dropout: 0.0}
+//   init_lora: ""                       # optional LoRA file to start from (same targets and rank as `lora`)
+//   optimizer: {lr: 1e-3, weight_decay: 0.0, betas: [0.9, 0.999], eps: 1e-8, clip: 1.0, warmup_steps: 0}
+//   timesteps: {sampling: none, logit_mean: 0.0, logit_std: 1.0, mode_scale: 1.29, shift: none, shift_steps: 50}
+//   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: auto, seed: 42
+//   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1
+//   quantize: none                      # none | int8 | fp8: the blocks' frozen Linear weights in 8 bits
+//   schedule: interleaved, chunks: 2    # interleaved 1F1B: chunks (2..26, default 2) model chunks per stage
+//   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
+//   encode: {images: data/, encoder_worker: host:5000, resolution: 1024}  # optional: build the cache first
+//   validation: {every: 20, samples: 4, timesteps: [0.1, 0.3, 0.5, 0.7, 0.9]}  # optional: held-out loss
+//   samples: {every: 20, prompts: ["a dog"], steps: 28, guidance: 4.0, size: [512, 512], seed: 0}  # optional
 struct JobConfig {
   std::string source;  // the YAML file (for messages)
   std::string name;    // the job's `name:` key; empty = JobName() uses the file's stem
