@@ -202,7 +202,9 @@ absl::Status Prune(const std::string& output_dir, int64_t written_step, int keep
 
 absl::StatusOr<std::string> SerializeLora(const std::map<std::string, at::Tensor>& lora) {
   std::map<std::string, at::Tensor> fp32;
-  for (const auto& [key, t] : lora) {
+  for (const auto& entry : lora) {  // not a structured binding: clang 14 cannot capture one in the lambda below
+    const std::string& key = entry.first;
+    const at::Tensor& t = entry.second;
     if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat("LoRA tensor '", key, "' is undefined"));
     if (!at::isFloatingType(t.scalar_type())) {
       return absl::InvalidArgumentError(absl::StrCat("LoRA tensor '", key, "' has dtype ",

@@ -6,7 +6,7 @@
 #      libtorch (CUDA-enabled) Baton links, and the upstream referees the tests use (diffusers, peft,
 #      transformers, tokenizers, safetensors). Reinstalled only when requirements.txt changes.
 #   3. CMake finds that libtorch through torch.utils.cmake_prefix_path.
-# Environment: BUILD_DIR (build), JOBS (nproc), BATON_WERROR (ON/OFF; scripts/test.sh sets ON), CMAKE_ARGS.
+# Environment: BUILD_DIR (build), JOBS (nproc), CXX (clang++-14 when installed), CMAKE_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,18 +52,19 @@ if [[ -f $BUILD_DIR/CMakeCache.txt ]] && ! grep -q "Torch_DIR:PATH=$TORCH_PREFIX
   echo "setup: $BUILD_DIR was configured against another libtorch; reconfiguring"
   rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
 fi
-# BATON_WERROR, when set, is applied (a change reconfigures); when unset the build keeps what it has, so the
-# demo after the tests does not rebuild everything without -Werror.
-werror=()
-[[ -n ${BATON_WERROR:-} ]] && werror=(-DBATON_WERROR="$BATON_WERROR")
+# One build for the demo and the tests: the same compiler and flags whichever script runs first (warnings are
+# errors always). clang++-14 where it is installed (it checks the lock annotations, -Wthread-safety), else c++.
+CXX_BUILD=$(command -v "${CXX:-clang++-14}" || command -v c++)
 configure=false
 [[ -f $BUILD_DIR/build.ninja ]] || configure=true
-if [[ -n ${BATON_WERROR:-} ]] && ! grep -q "BATON_WERROR:BOOL=$BATON_WERROR" "$BUILD_DIR/CMakeCache.txt" 2>/dev/null; then
+if [[ -f $BUILD_DIR/CMakeCache.txt ]] && ! grep -q "CMAKE_CXX_COMPILER:.*=$CXX_BUILD\$" "$BUILD_DIR/CMakeCache.txt"; then
+  echo "setup: $BUILD_DIR was configured with another compiler; reconfiguring with $CXX_BUILD"
+  rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
   configure=true
 fi
 if $configure; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
-    -DBATON_PYTHON="$PWD/$VENV/bin/python" "${werror[@]}" ${CMAKE_ARGS:-} >/dev/null
+    -DCMAKE_CXX_COMPILER="$CXX_BUILD" -DBATON_PYTHON="$PWD/$VENV/bin/python" ${CMAKE_ARGS:-} >/dev/null
 fi
 echo "setup: building in $BUILD_DIR with $JOBS jobs"
 cmake --build "$BUILD_DIR" -j "$JOBS"

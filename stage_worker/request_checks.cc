@@ -6,7 +6,7 @@
 
 #include <set>
 
-#include "core/pipeline/stage_io.h"
+#include "core/model/stage_io.h"
 #include "core/tensor/shape.h"
 #include "core/util/status.h"
 
@@ -114,7 +114,7 @@ absl::Status CheckJob(const ExpectedStageIO& e, const std::string& job_id, const
 }
 
 absl::Status CheckStepWindow(const ExpectedStageIO& e, int64_t step, absl::string_view what) {
-  if (step < 0) return absl::OutOfRangeError(absl::StrCat(what, ": step ", step, " is negative"));
+  if (step < 0) return Invalid(what, absl::StrCat("step ", step, " is negative"));
   if (e.current_step < 0) return absl::OkStatus();
   if (step < e.current_step || step > e.current_step + ExpectedStageIO::kStepWindow) {
     return absl::OutOfRangeError(absl::StrCat(what, ": step ", step, " is outside [", e.current_step, ", ",
@@ -129,7 +129,7 @@ absl::Status CheckEnvelopeHeader(const ExpectedStageIO& e, const v1::EnvelopeHea
                                         " push from ", Quoted(h.sender()));
   RETURN_IF_ERROR(CheckJob(e, h.job_id(), h.config_hash(), what));
   if (h.pass() == 0) RETURN_IF_ERROR(CheckStepWindow(e, h.step(), what));
-  if (h.step() < 0) return absl::OutOfRangeError(absl::StrCat(what, ": step ", h.step(), " is negative"));
+  if (h.step() < 0) return Invalid(what, absl::StrCat("step ", h.step(), " is negative"));
   if (!Kind::Kind_IsValid(h.kind()) || !Receives(e, h.kind())) {
     return Invalid(what, absl::StrCat("this stage receives no envelopes of kind ", static_cast<int>(h.kind())));
   }
@@ -137,11 +137,10 @@ absl::Status CheckEnvelopeHeader(const ExpectedStageIO& e, const v1::EnvelopeHea
     return Invalid(what, absl::StrCat("forward-only pass ", h.pass(), " takes no ", Kind::Kind_Name(h.kind())));
   }
   if (h.micro_batch() < 0 || h.micro_batch() >= e.micro_batches) {
-    return absl::OutOfRangeError(
-        absl::StrCat(what, ": micro-batch ", h.micro_batch(), " is outside [0, ", e.micro_batches, ")"));
+    return Invalid(what, absl::StrCat("micro-batch ", h.micro_batch(), " is outside [0, ", e.micro_batches, ")"));
   }
   if (h.chunk() < 0 || h.chunk() >= e.num_chunks) {
-    return absl::OutOfRangeError(absl::StrCat(what, ": chunk ", h.chunk(), " is outside [0, ", e.num_chunks, ")"));
+    return Invalid(what, absl::StrCat("chunk ", h.chunk(), " is outside [0, ", e.num_chunks, ")"));
   }
   return absl::OkStatus();
 }
@@ -183,7 +182,7 @@ absl::Status CheckEnvelope(const ExpectedStageIO& e, const ReceivedEnvelope& env
 // A forward-only pass: 1..micro_batches micro-batches, FORWARD actions only, each (chunk, micro-batch) once.
 static absl::Status CheckPassPlan(const ExpectedStageIO& e, const v1::StepPlan& plan) {
   const std::string what = absl::StrCat("pass ", plan.pass(), " plan");
-  if (plan.step() < 0) return absl::OutOfRangeError(absl::StrCat(what, ": step ", plan.step(), " is negative"));
+  if (plan.step() < 0) return Invalid(what, absl::StrCat("step ", plan.step(), " is negative"));
   if (plan.micro_batches() < 1 || plan.micro_batches() > e.micro_batches) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": ", plan.micro_batches(), " micro-batches, outside [1, ", e.micro_batches, "]"));
@@ -194,11 +193,11 @@ static absl::Status CheckPassPlan(const ExpectedStageIO& e, const v1::StepPlan& 
       return absl::InvalidArgumentError(absl::StrCat(what, ": a forward-only pass takes FORWARD actions only"));
     }
     if (action.micro_batch() < 0 || action.micro_batch() >= plan.micro_batches()) {
-      return absl::OutOfRangeError(
-          absl::StrCat(what, ": micro-batch ", action.micro_batch(), " outside [0, ", plan.micro_batches(), ")"));
+      return Invalid(what,
+                     absl::StrCat("micro-batch ", action.micro_batch(), " outside [0, ", plan.micro_batches(), ")"));
     }
     if (action.chunk() < 0 || action.chunk() >= e.num_chunks) {
-      return absl::OutOfRangeError(absl::StrCat(what, ": chunk ", action.chunk(), " outside [0, ", e.num_chunks, ")"));
+      return Invalid(what, absl::StrCat("chunk ", action.chunk(), " outside [0, ", e.num_chunks, ")"));
     }
     if (!seen.insert({action.chunk(), action.micro_batch()}).second) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": micro-batch ", action.micro_batch(), " twice"));
@@ -217,12 +216,11 @@ absl::Status CheckStepPlan(const ExpectedStageIO& e, const v1::StepPlan& plan) {
   }
   for (const v1::Action& action : plan.actions()) {
     if (action.micro_batch() < 0 || action.micro_batch() >= e.micro_batches) {
-      return absl::OutOfRangeError(
-          absl::StrCat("step plan: micro-batch ", action.micro_batch(), " outside [0, ", e.micro_batches, ")"));
+      return Invalid("step plan",
+                     absl::StrCat("micro-batch ", action.micro_batch(), " outside [0, ", e.micro_batches, ")"));
     }
     if (action.chunk() < 0 || action.chunk() >= e.num_chunks) {
-      return absl::OutOfRangeError(
-          absl::StrCat("step plan: chunk ", action.chunk(), " outside [0, ", e.num_chunks, ")"));
+      return Invalid("step plan", absl::StrCat("chunk ", action.chunk(), " outside [0, ", e.num_chunks, ")"));
     }
     if (action.type() != v1::Action::FORWARD && action.type() != v1::Action::BACKWARD) {
       return absl::InvalidArgumentError("step plan: action without a type");

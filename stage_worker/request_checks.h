@@ -43,10 +43,11 @@ struct ExpectedStageIO {
 // FAILED_PRECONDITION naming both jobs unless (job_id, config_hash) is the configured job.
 absl::Status CheckJob(const ExpectedStageIO& expected, const std::string& job_id, const std::string& config_hash,
                       absl::string_view what);
-// OUT_OF_RANGE unless `step` is inside the window (any step ≥ 0 before the first step).
+// INVALID_ARGUMENT for a negative step; OUT_OF_RANGE for one outside the window (any step ≥ 0 before the first step):
+// the window moves, so the same push may be stale or early, never malformed.
 absl::Status CheckStepWindow(const ExpectedStageIO& expected, int64_t step, absl::string_view what);
-// Job, step window, kind (one this stage receives at all), micro-batch and chunk ranges. Run on the header
-// alone, before the tensors are read.
+// Job, step window, kind (one this stage receives at all), micro-batch and chunk ranges (INVALID_ARGUMENT). Run on
+// the header alone, before the tensors are read.
 absl::Status CheckEnvelopeHeader(const ExpectedStageIO& expected, const v1::EnvelopeHeader& header);
 // The tensors against the kind: names, ranks, dtypes and every size knowable without the micro-batch's other
 // bundles; TARGET and LORA_WEIGHTS must be finite. INVALID_ARGUMENT naming expected vs got.

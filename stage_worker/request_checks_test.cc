@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "core/model/flux2_family.h"
-#include "core/pipeline/stage_io.h"
+#include "core/model/stage_io.h"
 #include "core/testing/tiny_flux2.h"
 
 namespace baton {
@@ -68,12 +68,12 @@ TEST_F(RequestChecksTest, StepWindowMicroBatchAndChunkRanges) {
   EXPECT_EQ(Code(Header(Kind::TARGET, 8), t), absl::StatusCode::kOutOfRange);  // too far ahead
   e_.current_step = -1;                                                        // before the first step
   EXPECT_EQ(Code(Header(Kind::TARGET, 1000), t), absl::StatusCode::kOk);
-  EXPECT_EQ(Code(Header(Kind::TARGET, -1), t), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(Code(Header(Kind::TARGET, 0, 2), t), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(Code(Header(Kind::TARGET, 0, -1), t), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Code(Header(Kind::TARGET, -1), t), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::TARGET, 0, 2), t), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::TARGET, 0, -1), t), absl::StatusCode::kInvalidArgument);
   v1::EnvelopeHeader h = Header(Kind::TARGET, 0);
   h.set_chunk(1);
-  EXPECT_EQ(Code(h, t), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Code(h, t), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Code(Header(Kind::INPUTS, 0), {}), absl::StatusCode::kInvalidArgument);  // not the first stage
   EXPECT_EQ(Code(Header(static_cast<Kind::Kind>(99), 0), {}), absl::StatusCode::kInvalidArgument);
 }
@@ -130,7 +130,7 @@ TEST_F(RequestChecksTest, StepPlans) {
   EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kInvalidArgument);
   plan.set_micro_batches(2);
   plan.mutable_actions(0)->set_micro_batch(2);
-  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kInvalidArgument);
   plan.mutable_actions(0)->set_micro_batch(0);
   plan.mutable_actions(0)->set_type(v1::Action::TYPE_UNSPECIFIED);
   EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kInvalidArgument);
@@ -140,6 +140,30 @@ TEST_F(RequestChecksTest, StepPlans) {
   plan.set_step(5);
   plan.set_config_hash("x");
   EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// stage.proto's contract: FAILED_PRECONDITION for another job, OUT_OF_RANGE only for a step outside the moving window,
+// INVALID_ARGUMENT for everything malformed, whatever the step.
+TEST_F(RequestChecksTest, EachRefusalHasItsStatusCode) {
+  const TensorMap t = Target(config_.out_dim());
+  v1::EnvelopeHeader foreign = Header(Kind::TARGET, 5);
+  foreign.set_job_id("other");
+  v1::EnvelopeHeader chunk = Header(Kind::TARGET, 5);
+  chunk.set_chunk(7);
+  const std::vector<std::pair<v1::EnvelopeHeader, absl::StatusCode>> cases = {
+      {foreign, absl::StatusCode::kFailedPrecondition},
+      {Header(Kind::TARGET, 4), absl::StatusCode::kOutOfRange},          // stale
+      {Header(Kind::TARGET, 8), absl::StatusCode::kOutOfRange},          // early
+      {Header(Kind::TARGET, 5, 9), absl::StatusCode::kInvalidArgument},  // micro-batch
+      {chunk, absl::StatusCode::kInvalidArgument},                       // chunk
+      {Header(Kind::INPUTS, 5), absl::StatusCode::kInvalidArgument},     // a kind this stage never receives
+  };
+  for (const auto& [header, code] : cases) {
+    EXPECT_EQ(Code(header, t), code) << header.ShortDebugString();
+  }
+  e_.current_step = -1;  // no window yet: a negative step is still malformed, not early
+  EXPECT_EQ(Code(Header(Kind::TARGET, -3), t), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Code(Header(Kind::TARGET, 0), t), absl::StatusCode::kOk);
 }
 
 TEST_F(RequestChecksTest, ForwardOnlyPassesAreKeptApartAndForwardOnly) {
@@ -167,7 +191,7 @@ TEST_F(RequestChecksTest, ForwardOnlyPassesAreKeptApartAndForwardOnly) {
   plan.mutable_actions(1)->set_type(v1::Action::FORWARD);
   EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kInvalidArgument);  // micro-batch 0 twice
   plan.mutable_actions(1)->set_micro_batch(1);
-  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kOutOfRange);  // beyond the pass's 1 micro-batch
+  EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kInvalidArgument);  // beyond the pass's 1 micro-batch
   plan.set_micro_batches(3);
   EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kInvalidArgument);  // more than configured
 }

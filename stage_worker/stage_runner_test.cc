@@ -68,6 +68,32 @@ class StageRunnerTest : public ::testing::Test {
     e.tensors = std::move(tensors);
     return runner_->Deliver(std::move(e));
   }
+  // Step 0's envelopes for the fixture's job: the constants of `in` (RoPE included), its inputs and `target`, and
+  // `lora` as the weights to use.
+  void DeliverStep(const test_util::TinyInputs& in, const at::Tensor& target, const TensorMap& lora,
+                   Flux2Constants* constants = nullptr) {
+    auto ckpt = Flux2Checkpoint::Open(dir_);
+    ASSERT_TRUE(ckpt.ok());
+    auto shell = BuildFlux2Shell(**ckpt, at::kFloat, at::kCPU);
+    ASSERT_TRUE(shell.ok());
+    Flux2Constants k;
+    {
+      at::NoGradGuard no_grad;
+      k = (*shell)(in.timestep, in.guidance, in.img_ids, in.txt_ids, at::kFloat);
+    }
+    ReceivedEnvelope rope;
+    rope.header.set_kind(v1::EnvelopeHeader::ROPE);
+    rope.header.set_job_id(req_.job_id());
+    rope.header.set_config_hash(req_.config_hash());
+    rope.header.set_generation(req_.generation());
+    rope.tensors = RopeTensors(k, "key");
+    ASSERT_TRUE(runner_->Deliver(std::move(rope)).ok());
+    Deliver(v1::EnvelopeHeader::LORA_WEIGHTS, 0, lora, req_.generation());
+    Deliver(v1::EnvelopeHeader::CONSTANTS, 0, ConstantTensors(k, "key"), req_.generation());
+    Deliver(v1::EnvelopeHeader::INPUTS, 0, InputTensors(in.hidden_states, in.encoder_hidden_states), req_.generation());
+    Deliver(v1::EnvelopeHeader::TARGET, 0, {{"target", target}}, req_.generation());
+    if (constants != nullptr) *constants = k;
+  }
   // A request the fixture's job would accept, for tests that change one field.
   v1::ConfigureRequest Request() {
     v1::ConfigureRequest req;
@@ -112,26 +138,8 @@ TEST_F(StageRunnerTest, OneStageStepMatchesInProcessGradients) {
   for (auto& [name, t] : *lora) t = t + 0.01;
   auto in = test_util::MakeTinyInputs(config_, 2, 2, 3, 4, 8);
   at::Tensor target = at::randn({2, 6, config_.in_channels});
-
-  auto ckpt = Flux2Checkpoint::Open(dir_);
-  ASSERT_TRUE(ckpt.ok());
-  auto shell = BuildFlux2Shell(**ckpt, at::kFloat, at::kCPU);
-  ASSERT_TRUE(shell.ok());
   Flux2Constants k;
-  {
-    at::NoGradGuard no_grad;
-    k = (*shell)(in.timestep, in.guidance, in.img_ids, in.txt_ids, at::kFloat);
-  }
-  Deliver(v1::EnvelopeHeader::LORA_WEIGHTS, 0, *lora);
-  ReceivedEnvelope rope;
-  rope.header.set_kind(v1::EnvelopeHeader::ROPE);
-  rope.header.set_job_id("job");
-  rope.header.set_config_hash("hash");
-  rope.tensors = RopeTensors(k, "key");
-  ASSERT_TRUE(runner_->Deliver(std::move(rope)).ok());
-  Deliver(v1::EnvelopeHeader::CONSTANTS, 0, ConstantTensors(k, "key"));
-  Deliver(v1::EnvelopeHeader::INPUTS, 0, InputTensors(in.hidden_states, in.encoder_hidden_states));
-  Deliver(v1::EnvelopeHeader::TARGET, 0, {{"target", target}});
+  DeliverStep(in, target, *lora, &k);
   TensorMap grads;
   auto summary = runner_->RunStep(Plan(1), nullptr, [&](const std::string& n, const at::Tensor& g) {
     grads[n] = g;
@@ -139,6 +147,8 @@ TEST_F(StageRunnerTest, OneStageStepMatchesInProcessGradients) {
   });
   ASSERT_TRUE(summary.ok()) << summary.status();
   ASSERT_EQ(summary->losses_size(), 1);
+  auto ckpt = Flux2Checkpoint::Open(dir_);
+  ASSERT_TRUE(ckpt.ok());
 
   // The same computation in one process.
   LoraSpec spec{2, 2.0, *ResolveLoraTargets("attention"), 0.0, 5};
@@ -175,6 +185,44 @@ TEST_F(StageRunnerTest, RecoveryReconfigureDropsTheAbortedStepsData) {
   summary = runner_->RunStep(Plan(1), nullptr, noop);  // takes them, then waits for the weights
   ASSERT_FALSE(summary.ok());
   EXPECT_NE(summary.status().message().find("no LORA_WEIGHTS for step 0"), std::string::npos) << summary.status();
+}
+
+// stage.proto's Configure contract: a request equal but for the neighbours and the generation keeps the adapters (a
+// recovery); another run_id puts them back to their initial values; another job rebuilds the stage.
+TEST_F(StageRunnerTest, ConfigureKeepsTheStageOnlyWithinARun) {
+  const TensorMap initial = *runner_->CurrentLora("job", "hash");
+  TensorMap trained;
+  for (const auto& [name, t] : initial) trained[name] = t + 0.01;
+  auto run_step_with = [&](const TensorMap& lora) {
+    DeliverStep(test_util::MakeTinyInputs(config_, 2, 2, 3, 4, 8), at::randn({2, 6, config_.in_channels}), lora);
+    auto summary =
+        runner_->RunStep(Plan(1), nullptr, [](const std::string&, const at::Tensor&) { return absl::OkStatus(); });
+    ASSERT_TRUE(summary.ok()) << summary.status();
+  };
+  auto expect_lora = [&](const TensorMap& want, const char* what) {
+    auto got = runner_->CurrentLora(req_.job_id(), req_.config_hash());
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), want.size()) << what;
+    for (const auto& [name, t] : want) EXPECT_TRUE(at::equal(got->at(name), t)) << what << ": " << name;
+  };
+  run_step_with(trained);
+  expect_lora(trained, "after the step");
+
+  req_.set_generation(1);
+  req_.set_next_address("");  // a recovery names its (new) neighbours; one stage has none
+  ASSERT_TRUE(runner_->Configure(req_).ok());
+  expect_lora(trained, "a recovery within the run");
+
+  req_.set_run_id("run-2");
+  ASSERT_TRUE(runner_->Configure(req_).ok());
+  expect_lora(initial, "a new run");
+
+  run_step_with(trained);
+  req_.set_job_id("job-2");
+  req_.set_config_hash("hash-2");
+  auto rebuilt = runner_->Configure(req_);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  expect_lora(initial, "another job");
 }
 
 // While a step waits, its heartbeat says for what and from whom (the coordinator's stall watch reads it).

@@ -13,7 +13,7 @@
 
 #include "core/lora/lora.h"
 #include "core/model/flux2_weights.h"
-#include "core/pipeline/stage_io.h"
+#include "core/model/stage_io.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/train/common.h"
 #include "core/util/files.h"
@@ -213,11 +213,13 @@ TEST_F(StageServiceGuardTest, StepWindowAndRangesAreEnforced) {
   const TensorMap data = StepData()[Kind::CONSTANTS];
   ExpectCode(Push(Header(Kind::CONSTANTS, 0), data), grpc::StatusCode::OUT_OF_RANGE, "step 0 is outside [1, 3]");
   ExpectCode(Push(Header(Kind::CONSTANTS, 4), data), grpc::StatusCode::OUT_OF_RANGE, "step 4 is outside [1, 3]");
-  ExpectCode(Push(Header(Kind::CONSTANTS, 2, /*mb=*/1), data), grpc::StatusCode::OUT_OF_RANGE,
+  // Malformed whatever the step: INVALID_ARGUMENT (stage.proto).
+  ExpectCode(Push(Header(Kind::CONSTANTS, 2, /*mb=*/1), data), grpc::StatusCode::INVALID_ARGUMENT,
              "micro-batch 1 is outside [0, 1)");
   v1::EnvelopeHeader chunk = Header(Kind::CONSTANTS, 2);
   chunk.set_chunk(3);
-  ExpectCode(Push(chunk, data), grpc::StatusCode::OUT_OF_RANGE, "chunk 3 is outside [0, 1)");
+  ExpectCode(Push(chunk, data), grpc::StatusCode::INVALID_ARGUMENT, "chunk 3 is outside [0, 1)");
+  ExpectCode(Push(Header(Kind::CONSTANTS, -1), data), grpc::StatusCode::INVALID_ARGUMENT, "step -1");
   ExpectCode(Push(Header(Kind::ACTIVATION, 2), data), grpc::StatusCode::INVALID_ARGUMENT,
              "this stage receives no envelopes of kind 4");
   EXPECT_EQ(RunStep(Plan(9)).status().code(), absl::StatusCode::kOutOfRange);

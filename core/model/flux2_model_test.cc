@@ -392,7 +392,9 @@ TEST(Flux2ModelTest, SingleBlockMatchesIndependentReference) {
   const int64_t S = 5;
   at::Tensor x = at::randn({1, S, D}, at::kDouble);
   at::Tensor mod = at::randn({1, 3 * D}, at::kDouble) * 0.5;
-  auto [cos, sin] = RopeTables(at::cat({TextPositionIds(2), ImagePositionIds(1, 3)}), c.axes_dims_rope, c.rope_theta);
+  // Named tensors, not a structured binding: clang 14 cannot capture bindings in the lambda below.
+  const auto tables = RopeTables(at::cat({TextPositionIds(2), ImagePositionIds(1, 3)}), c.axes_dims_rope, c.rope_theta);
+  const at::Tensor cos = std::get<0>(tables), sin = std::get<1>(tables);
   at::Tensor got = block(x, mod, cos.to(at::kDouble), sin.to(at::kDouble));
 
   at::Tensor shift = mod.narrow(1, 0, D), scale = mod.narrow(1, D, D), gate = mod.narrow(1, 2 * D, D);
