@@ -73,5 +73,47 @@ TEST(WatchViewTest, EvaluationsReadAsTheCoordinatorPrintsThem) {
   EXPECT_NE(panel.find(SamplesLine(*s) + "\n"), std::string::npos) << panel;
 }
 
+TEST(WatchViewTest, StateNamesAndSummaryLinesOfEndedJobs) {
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_QUEUED), "queued");
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_RUNNING), "running");
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_FINISHED), "finished");
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_FAILED), "failed");
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_STOPPED), "stopped");
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_UNSPECIFIED), "unknown");
+
+  v1::JobInfo queued;
+  queued.set_job_id("4");
+  queued.set_state(v1::JOB_STATE_QUEUED);
+  queued.set_total_steps(50);
+  EXPECT_EQ(JobSummaryLine(queued), "job 4 queued: step 0/50") << "no step, no start: nothing more";
+
+  v1::JobInfo failed = queued;
+  failed.set_state(v1::JOB_STATE_FAILED);
+  failed.mutable_last_step()->set_step(12);
+  failed.mutable_last_step()->set_loss(0.5);
+  failed.set_error("stage 1 (127.0.0.1:7001) unreachable");
+  EXPECT_EQ(JobSummaryLine(failed), "job 4 failed: step 12/50, loss 0.50000: stage 1 (127.0.0.1:7001) unreachable");
+  const std::string panel = JobPanel(failed, 4);
+  EXPECT_NE(panel.find("job 4    failed  step 12/50"), std::string::npos) << panel;
+  EXPECT_NE(panel.find("error: stage 1 (127.0.0.1:7001) unreachable\n"), std::string::npos) << panel;
+  EXPECT_EQ(panel.find("checkpoint:"), std::string::npos) << panel;
+  failed.set_last_checkpoint_step(10);
+  EXPECT_NE(JobPanel(failed, 4).find("checkpoint: step 10\n"), std::string::npos);
+}
+
+TEST(WatchViewTest, EveryPanelLineEndsTheLine) {
+  v1::JobInfo job;
+  job.set_job_id("1");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_total_steps(0);  // unknown total: no division by zero
+  job.mutable_last_step()->set_step_seconds(0);
+  job.mutable_last_step()->add_stages()->set_busy_seconds(0);
+  const std::string panel = JobPanel(job, 10);
+  ASSERT_FALSE(panel.empty());
+  EXPECT_EQ(panel.back(), '\n');
+  EXPECT_EQ(panel.find("nan"), std::string::npos) << panel;
+  EXPECT_EQ(panel.find("inf"), std::string::npos) << panel;
+}
+
 }  // namespace
 }  // namespace baton

@@ -48,24 +48,5 @@ TEST(CudaBuildTest, StageWorkerRefusesAMissingCudaDevice) {
   EXPECT_EQ(run.output.find("LISTENING"), std::string::npos) << "it must not serve: " << run.output;
 }
 
-TEST(CudaBuildTest, ParseDeviceSaysWhatIsWrong) {
-  EXPECT_EQ(ParseDevice("cpu")->type(), at::kCPU);
-  EXPECT_EQ(ParseDevice("")->type(), at::kCPU);
-  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cudax", "cuda:0:1"}) {
-    EXPECT_EQ(ParseDevice(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
-  }
-  if (CudaDeviceCount() == 0) {
-    for (const char* absent : {"cuda", "cuda:0", "cuda:3"}) {
-      auto device = ParseDevice(absent);
-      EXPECT_EQ(device.status().code(), absl::StatusCode::kFailedPrecondition) << absent;
-      EXPECT_NE(device.status().message().find("no CUDA device"), std::string::npos) << device.status();
-    }
-  } else {
-    EXPECT_TRUE(ParseDevice("cuda:0").ok());
-    EXPECT_EQ(ParseDevice("cuda:" + std::to_string(CudaDeviceCount())).status().code(),
-              absl::StatusCode::kFailedPrecondition);
-  }
-}
-
 }  // namespace
 }  // namespace baton
