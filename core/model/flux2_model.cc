@@ -1,10 +1,9 @@
 #include "core/model/flux2_model.h"
 
-#include <torch/csrc/autograd/autograd.h>
-
 #include <functional>
-#include <tuple>
+#include <utility>
 
+#include "core/model/checkpoint_chain.h"
 #include "core/model/flux2_ops.h"
 
 namespace baton {
@@ -190,62 +189,15 @@ Flux2Activations Flux2StageImpl::ForwardCheckpointed(const Flux2Activations& in,
                                                      std::vector<Flux2Activations>* checkpoints,
                                                      int64_t recompute_blocks) {
   const auto pieces = Pieces(k);
-  const size_t c = CheckpointedPieces(recompute_blocks, pieces.size());
-  checkpoints->clear();
-  Flux2Activations a = in;
-  {
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < c; ++i) {
-      checkpoints->push_back(i == 0 ? in : DetachedLeaves(a));
-      a = pieces[i](a);
-    }
-  }
-  if (c == pieces.size()) return a;
-  // The graph tail: its input is a leaf (unless nothing before it is checkpointed) whose .grad seeds the
-  // recompute of the checkpointed pieces in BackwardFromCheckpoints.
-  at::AutoGradMode grad_mode(true);
-  if (c > 0) a = DetachedLeaves(a);
-  checkpoints->push_back(a);
-  for (size_t i = c; i < pieces.size(); ++i) a = pieces[i](a);
-  checkpoints->push_back(a);
-  return a;
+  return ForwardChainCheckpointed(pieces, CheckpointedPieces(recompute_blocks, pieces.size()), in, checkpoints,
+                                  DetachedLeaves);
 }
 
 void Flux2StageImpl::BackwardFromCheckpoints(std::vector<Flux2Activations> checkpoints, const Flux2Constants& k,
                                              const BackwardSeed& seed, int64_t recompute_blocks) {
   const auto pieces = Pieces(k);
-  const size_t c = CheckpointedPieces(recompute_blocks, pieces.size());
-  const size_t expected = c == pieces.size() ? c : c + 2;
-  TORCH_CHECK(checkpoints.size() == expected, "BackwardFromCheckpoints: ", checkpoints.size(), " checkpoints for ",
-              pieces.size(), " pieces, ", c, " of them checkpointed");
-  at::AutoGradMode grad_mode(true);
-  std::vector<at::Tensor> next_inputs;  // piece i+1's recomputed inputs, whose .grad seeds piece i
-  if (c < pieces.size()) {
-    // The graph tail first: its output's graph reaches back to the tail's leaf input.
-    auto [roots, grads] = seed(checkpoints.back());
-    if (!roots.empty()) torch::autograd::backward(roots, grads);
-    next_inputs = checkpoints[c].Live();
-    checkpoints.resize(c);
-  }
-  for (size_t i = c; i-- > 0;) {
-    const Flux2Activations out = pieces[i](checkpoints[i]);
-    std::vector<at::Tensor> roots, grads;
-    if (i + 1 == pieces.size()) {
-      std::tie(roots, grads) = seed(out);
-    } else {
-      const std::vector<at::Tensor> live = out.Live();
-      TORCH_CHECK(live.size() == next_inputs.size(), "per-block recompute: piece ", i, " output arity changed");
-      for (size_t j = 0; j < live.size(); ++j) {
-        if (live[j].requires_grad() && next_inputs[j].grad().defined()) {
-          roots.push_back(live[j]);
-          grads.push_back(next_inputs[j].grad());
-        }
-      }
-    }
-    if (!roots.empty()) torch::autograd::backward(roots, grads);
-    next_inputs = checkpoints[i].Live();
-    checkpoints[i] = Flux2Activations();  // used; free it
-  }
+  BackwardChainFromCheckpoints(pieces, CheckpointedPieces(recompute_blocks, pieces.size()), std::move(checkpoints),
+                               seed, [](const Flux2Activations& a) { return a.Live(); });
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> Flux2ParameterShapes(const Flux2Config& c) {
