@@ -11,7 +11,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -53,12 +52,6 @@ struct CacheBuildReport {
 // Creates the encoder's metric series (baton_encoder_*) at zero, so a scrape shows them before the first sample.
 // BuildCache counts every sample it encodes, keeps or fails in them.
 void StartEncoderMetrics();
-
-// `sample` (ReadCacheRecord of `file`, which filled `read`) when the previous index recorded no checksum for `file`
-// or the same one as `read`; DataLoss naming the file otherwise (its bytes changed: the builders re-encode it).
-absl::StatusOr<CacheSample> CheckRecordChecksum(const std::map<std::string, std::string>& checksums,
-                                                const std::string& file, const CacheRecordInfo& read,
-                                                absl::StatusOr<CacheSample> sample);
 
 // A video encoder (encoder.encodes_video()) builds from clips instead: BuildVideoCache (video_cache_builder.h).
 absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,

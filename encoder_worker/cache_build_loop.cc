@@ -1,0 +1,134 @@
+#include "encoder_worker/cache_build_loop.h"
+
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "core/metrics/families.h"
+#include "core/util/files.h"
+#include "core/util/log.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+absl::StatusOr<CacheSample> CheckRecordChecksum(const std::map<std::string, std::string>& checksums,
+                                                const std::string& file, const CacheRecordInfo& read,
+                                                absl::StatusOr<CacheSample> sample) {
+  auto it = checksums.find(file);
+  if (!sample.ok() || it == checksums.end() || it->second.empty() || it->second == read.checksum) return sample;
+  return absl::DataLossError(absl::StrCat("cache record ", file, ": checksum of the tensor bytes is ", read.checksum,
+                                          ", the index says ", it->second));
+}
+
+absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, const CacheBuildOptions& options,
+                                               const std::vector<CacheBuildItem>& items,
+                                               std::vector<FileError> scan_errors, const CacheBuildSteps& steps,
+                                               Clock::time_point started,
+                                               const std::function<void(const CacheBuildProgress&)>& on_progress) {
+  RETURN_IF_ERROR(MakeDirs(JoinPath(options.cache_dir, "records")));
+  CacheBuildReport report;
+  report.samples = static_cast<int64_t>(items.size());
+  report.errors = std::move(scan_errors);
+  EncoderMetrics& metrics = EncoderFamilies();
+  prometheus::Counter& encoded_total = metrics.samples_encoded.Add({});
+  prometheus::Counter& kept_total = metrics.samples_kept.Add({});
+  prometheus::Counter& failed_total = metrics.samples_failed.Add({});
+  prometheus::Histogram& sample_seconds = metrics.sample_seconds.Add({}, EncoderSampleBuckets());
+  failed_total.Increment(static_cast<double>(report.errors.size()));  // unreadable files found by the scan
+  // The records this cache's own index lists: the only files a rebuild may delete (a caller-chosen cache folder
+  // may hold anything else, and keeps it).
+  std::set<std::string> owned;
+  std::map<std::string, std::string> checksums;  // file -> the checksum the previous index recorded for it
+  if (auto previous = ReadCacheIndex(options.cache_dir); previous.ok()) {
+    for (const CacheRecordInfo& r : previous->records) {
+      owned.insert(r.file);
+      checksums[r.file] = r.checksum;
+    }
+  }
+  CacheIndex index{encoder.identity(), encoder.latent_channels(), encoder.text_dim(), {}};
+  CacheBuildProgress progress;
+  progress.total = report.samples;
+  double encode_seconds = 0;
+  std::set<std::string> live_files;
+
+  // The existing record of item i if it may be kept: it reads back whole with the checksum its index recorded,
+  // and is for this exact input, encoder and the builder's settings. A corrupt one is counted and logged.
+  auto keepable = [&](size_t i, const std::string& file) -> std::optional<CacheRecordInfo> {
+    if (!PathExists(JoinPath(options.cache_dir, file))) return std::nullopt;
+    CacheRecordInfo info;
+    std::string record_encoder;
+    auto existing =
+        ReadCacheRecord(options.cache_dir, file, index.latent_channels, index.text_dim, &info, &record_encoder);
+    // A record whose bytes no longer match the checksum its index recorded is corrupt (a bit flip keeps the size
+    // and the header): rebuilt. One the previous index lists without a checksum (an older cache) gets one now.
+    if (existing.ok()) existing = CheckRecordChecksum(checksums, file, info, existing);
+    if (existing.ok() && info.hash == items[i].content_hash && record_encoder == index.encoder &&
+        steps.record_fits(i, info)) {
+      return info;
+    }
+    if (!existing.ok()) {
+      LogWarning("re-encoding ", items[i].name, ": ", existing.status().message());
+      ++report.reencoded_corrupt;
+    }
+    return std::nullopt;
+  };
+
+  for (size_t i = 0; i < items.size(); ++i) {
+    const CacheBuildItem& item = items[i];
+    progress.current = item.name;
+    const std::string file = absl::StrCat("records/", item.name, ".safetensors");
+    live_files.insert(file);
+    if (auto kept = keepable(i, file)) {
+      index.records.push_back(*kept);
+      ++report.kept;
+      kept_total.Increment();
+      ++progress.kept;
+    } else {
+      const auto t1 = Clock::now();
+      auto info = steps.encode(i, index.encoder);
+      const double seconds = SecondsSince(t1);
+      encode_seconds += seconds;
+      if (info.ok()) {
+        index.records.push_back(*info);
+        ++report.encoded;
+        encoded_total.Increment();
+        sample_seconds.Observe(seconds);
+        ++progress.encoded;
+      } else {
+        report.errors.push_back({item.source_path, info.status()});
+        failed_total.Increment();
+        ++progress.failed;
+        // A stale record for this sample must not survive into the index or stay on disk (if it is ours).
+        if (owned.count(file)) (void)RemoveAll(JoinPath(options.cache_dir, file));
+      }
+    }
+    ++progress.done;
+    progress.elapsed_seconds = SecondsSince(started);
+    if (on_progress) on_progress(progress);
+  }
+  // Records of samples that are gone from the dataset are dropped -- only those the previous index listed.
+  std::error_code ec;
+  for (const std::string& file : owned) {
+    if (!live_files.count(file) && absl::StartsWith(file, "records/") && file.find("..") == std::string::npos) {
+      std::filesystem::remove(JoinPath(options.cache_dir, file), ec);
+    }
+  }
+  RETURN_IF_ERROR(WriteCacheIndex(options.cache_dir, index));
+  report.seconds = SecondsSince(started);
+  report.seconds_per_encoded_sample = report.encoded > 0 ? encode_seconds / static_cast<double>(report.encoded) : 0;
+  return report;
+}
+
+}  // namespace baton
