@@ -18,9 +18,9 @@
 #include "core/util/log.h"
 #include "core/util/sha256.h"
 #include "core/util/status.h"
-#include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
+#include "rpc/server_start.h"
 #include "rpc/tls.h"
 
 namespace baton {
@@ -245,29 +245,26 @@ absl::Status RunJobService(const JobServiceOptions& options,
   JobQueue queue(options.base, options.output_root, options.data_root);
   RETURN_IF_ERROR(queue.Start());
   JobServiceImpl service(&queue);
-  EnableHealthService();
-  grpc::ServerBuilder builder;
-  ApplyServerOptions(builder);
-  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
-  // gRPC checks the size only once it holds the whole message (a 400 MB Submit raised the peak resident set by
-  // 387 MB); under a memory quota the transport resets a stream it cannot buffer instead (+65 MB for 100 MB).
+  ServerSetup setup;
+  setup.program = "coordinator";
+  setup.listen = options.listen;
+  setup.services = {&service};
+  setup.health_names = {kJobServiceName};
+  setup.credentials = TokenServerCredentials(*security, options.token);
   grpc::ResourceQuota quota("job_service");
-  quota.Resize(kTransportMemoryBytes);
-  builder.SetResourceQuota(quota);
-  int port = 0;
-  builder.AddListeningPort(options.listen, TokenServerCredentials(*security, options.token), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
-  const std::string address = absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
-  WarnIfPlaintext("coordinator", address, *security);
-  MarkServing(*server, {kJobServiceName});
+  setup.configure = [&quota](grpc::ServerBuilder& builder) {
+    builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+    // gRPC checks the size only once it holds the whole message (a 400 MB Submit raised the peak resident set by
+    // 387 MB); under a memory quota the transport resets a stream it cannot buffer instead (+65 MB for 100 MB).
+    quota.Resize(kTransportMemoryBytes);
+    builder.SetResourceQuota(quota);
+  };
+  ASSIGN_OR_RETURN(StartedServer started, StartServer(setup));
+  const std::string& address = started.address;
   on_listening(address);
   while (!shutdown->load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   LogInfo("shutting down: stopping the running job with a checkpoint");
-  MarkNotServing(*server);
-  queue.Shutdown();  // watchers see the job's final event before the server goes
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  StopServer(*started.server, [&] { queue.Shutdown(); });  // watchers see the job's final event before it goes
   return absl::OkStatus();
 }
 

@@ -11,10 +11,9 @@
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
-#include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
-#include "rpc/tls.h"
+#include "rpc/server_start.h"
 #include "rpc/wire.h"
 
 namespace baton {
@@ -151,27 +150,15 @@ grpc::Status EncoderServiceImpl::EncodePrompts(grpc::ServerContext* ctx, const v
 
 absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution,
                           const std::string& cache_root) {
-  EnableHealthService();
   EncoderServiceImpl service(encoder, default_resolution, cache_root);
-  grpc::ServerBuilder builder;
-  ApplyServerOptions(builder);
-  auto credentials = ProcessServerCredentials();  // mutual TLS, or plaintext with --insecure (main sets it)
-  if (!credentials.ok()) return credentials.status();
-  int port = 0;
-  builder.AddListeningPort(listen, *credentials, &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
-  if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
-  MarkServing(*server, {kEncoderServiceName});
-  std::string address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
-  WarnIfPlaintext("encoder_worker", address, GetProcessSecurity().value_or(ProcessSecurity{}));
+  ASSIGN_OR_RETURN(StartedServer started, StartServer("encoder_worker", listen, &service, kEncoderServiceName));
+  const std::string& address = started.address;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   std::printf("LISTENING %s\n", address.c_str());
   std::fflush(stdout);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  MarkNotServing(*server);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  StopServer(*started.server);
   return absl::OkStatus();
 }
 

@@ -9,11 +9,11 @@
 #include <thread>
 
 #include "core/util/log.h"
+#include "core/util/status.h"
 #include "rpc/envelope.h"
-#include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
-#include "rpc/tls.h"
+#include "rpc/server_start.h"
 #include "rpc/wire.h"
 
 namespace baton {
@@ -120,23 +120,11 @@ void OnSignal(int) { g_stop = true; }
 
 absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions& options,
                             const std::function<void(const std::string&)>& on_listening) {
-  EnableHealthService();
   StageRunnerOptions opts = options;
   StageRunner runner(opts);
   StageServiceImpl service(&runner);
-  grpc::ServerBuilder builder;
-  ApplyServerOptions(builder);
-  auto credentials = ProcessServerCredentials();  // mutual TLS, or plaintext with --insecure (main sets it)
-  if (!credentials.ok()) return credentials.status();
-  int port = 0;
-  builder.AddListeningPort(listen, *credentials, &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
-  MarkServing(*server, {kStageServiceName});
-  std::string host = listen.substr(0, listen.rfind(':'));
-  std::string address = absl::StrCat(host, ":", port);
-  WarnIfPlaintext("stage_worker", address, GetProcessSecurity().value_or(ProcessSecurity{}));
+  ASSIGN_OR_RETURN(StartedServer started, StartServer("stage_worker", listen, &service, kStageServiceName));
+  const std::string& address = started.address;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   service.set_shutdown_callback([] { g_stop = true; });
@@ -144,8 +132,7 @@ absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions&
   on_listening(address);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   LogInfo("shutting down");
-  MarkNotServing(*server);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  StopServer(*started.server);
   return absl::OkStatus();
 }
 
