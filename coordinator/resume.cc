@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -36,8 +37,6 @@ absl::StatusOr<std::optional<JobFingerprint>> StoredFingerprint(const TrainingSt
   return f;
 }
 
-std::string ShapeText(const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]"); }
-
 absl::Status CheckLora(const TrainingState& state, const std::map<std::string, at::Tensor>& init,
                        const std::string& where) {
   auto bad = [&](absl::string_view why) {
@@ -51,7 +50,8 @@ absl::Status CheckLora(const TrainingState& state, const std::map<std::string, a
       return bad(absl::StrCat(name, " has dtype ", c10::toString(t.scalar_type()), ", expected floating point"));
     }
     if (t.sizes() != want.sizes()) {
-      return bad(absl::StrCat(name, " has shape ", ShapeText(t), ", the job's LoRA ", ShapeText(want)));
+      return bad(
+          absl::StrCat(name, " has shape ", ShapeString(t.sizes()), ", the job's LoRA ", ShapeString(want.sizes())));
     }
     if (!at::isfinite(t).all().item<bool>()) return bad(absl::StrCat(name, " holds non-finite values"));
   }
@@ -69,7 +69,7 @@ absl::Status CheckOptimizer(const TrainingState& state, const std::string& where
   if (step == state.optimizer.end()) return bad("lacks __step__");
   const at::Tensor& s = step->second;
   if (s.numel() != 1 || at::isFloatingType(s.scalar_type()) || s.scalar_type() == at::kBool) {
-    return bad(absl::StrCat("__step__ must be one integer, is ", c10::toString(s.scalar_type()), " ", ShapeText(s)));
+    return bad(absl::StrCat("__step__ must be one integer, is ", DtypeShapeString(s)));
   }
   // AdamW has both moments of every parameter after its first step and none before.
   const bool stepped = s.item<int64_t>() > 0;
@@ -82,7 +82,7 @@ absl::Status CheckOptimizer(const TrainingState& state, const std::string& where
       }
       if (it->second.scalar_type() != at::kFloat || it->second.sizes() != p.sizes()) {
         return bad(absl::StrCat(name, suffix, " is ", c10::toString(it->second.scalar_type()), " ",
-                                ShapeText(it->second), ", expected Float ", ShapeText(p)));
+                                ShapeString(it->second.sizes()), ", expected Float ", ShapeString(p.sizes())));
       }
     }
   }

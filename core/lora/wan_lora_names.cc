@@ -12,6 +12,7 @@
 #include <set>
 #include <utility>
 
+#include "core/tensor/shape.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -128,9 +129,9 @@ WanLoraNaming NamingOfKey(absl::string_view key) {
 
 absl::Status CheckShapes(const std::string& module, const at::Tensor& a, const at::Tensor& b) {
   if (a.dim() >= 2 && b.dim() >= 2 && a.size(0) >= 1 && b.size(1) == a.size(0)) return absl::OkStatus();
-  auto shape = [](const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]"); };
-  return absl::InvalidArgumentError(absl::StrCat("Wan LoRA module ", module, " has lora_A ", shape(a), " and lora_B ",
-                                                 shape(b), " (want [r, in...] and [out, r...], r >= 1)"));
+  return absl::InvalidArgumentError(absl::StrCat("Wan LoRA module ", module, " has lora_A ", ShapeString(a.sizes()),
+                                                 " and lora_B ", ShapeString(b.sizes()),
+                                                 " (want [r, in...] and [out, r...], r >= 1)"));
 }
 
 absl::StatusOr<double> AlphaScale(const std::string& module, const at::Tensor& alpha, int64_t rank) {

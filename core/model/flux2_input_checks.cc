@@ -5,14 +5,13 @@
 
 #include <vector>
 
+#include "core/tensor/shape.h"
+
 namespace baton {
 namespace {
 
-std::string Shape(const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]"); }
-
 absl::Status Bad(const std::string& path, absl::string_view name, absl::string_view why, const at::Tensor& t) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(path, ": ", name, " ", why, " (it is ", c10::toString(t.scalar_type()), " ", Shape(t), ")"));
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", name, " ", why, " (it is ", DtypeShapeString(t), ")"));
 }
 
 bool IsNumeric(const at::Tensor& t) { return t.scalar_type() != at::kBool && !at::isComplexType(t.scalar_type()); }
