@@ -143,7 +143,7 @@ absl::Status VaeEncode(const Args& args) {
   SetComputeThreads(1);
   ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(folder.dir, at::kFloat, at::kCPU));
   ASSIGN_OR_RETURN(auto inputs, LoadAllSafetensors(args.Get("inputs")));
-  RETURN_IF_ERROR(CheckPixels(inputs, args.Get("inputs")));
+  RETURN_IF_ERROR(CheckPixels(inputs, vae->config().pixel_multiple(), args.Get("inputs")));
   ASSIGN_OR_RETURN(at::Tensor latents, vae->EncodeMean(inputs["pixels"].to(at::kFloat)));
   at::Tensor packed;
   RETURN_IF_ERROR(TorchCall("patchify", [&] { packed = vae->PatchifyAndNormalize(latents); }));

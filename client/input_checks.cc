@@ -1,20 +1,17 @@
 #include "client/input_checks.h"
 
 #include <absl/strings/str_cat.h>
-#include <absl/strings/str_join.h>
 
 #include <vector>
 
 #include "core/model/flux2_input_checks.h"
+#include "core/tensor/shape.h"
 
 namespace baton {
 namespace {
 
-std::string Shape(const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]"); }
-
 absl::Status Bad(const std::string& path, absl::string_view name, absl::string_view why, const at::Tensor& t) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(path, ": ", name, " ", why, " (it is ", c10::toString(t.scalar_type()), " ", Shape(t), ")"));
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", name, " ", why, " (it is ", DtypeShapeString(t), ")"));
 }
 
 }  // namespace
@@ -24,14 +21,17 @@ absl::Status CheckForwardInputs(const std::map<std::string, at::Tensor>& inputs,
   return CheckFlux2ForwardInputs(inputs, c, path);
 }
 
-absl::Status CheckPixels(const std::map<std::string, at::Tensor>& inputs, const std::string& path) {
+absl::Status CheckPixels(const std::map<std::string, at::Tensor>& inputs, int64_t multiple, const std::string& path) {
   if (!inputs.count("pixels")) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": missing 'pixels' [B, 3, H, W] in [-1, 1]"));
   }
   const at::Tensor& t = inputs.at("pixels");
-  if (t.dim() != 4 || t.size(0) == 0 || t.size(1) != 3 || t.size(2) == 0 || t.size(3) == 0 || t.size(2) % 16 != 0 ||
-      t.size(3) % 16 != 0 || !at::isFloatingType(t.scalar_type())) {
-    return Bad(path, "pixels", "must be floating point [B, 3, H, W] with B > 0 and H, W positive multiples of 16", t);
+  if (t.dim() != 4 || t.size(0) == 0 || t.size(1) != 3 || t.size(2) == 0 || t.size(3) == 0 ||
+      t.size(2) % multiple != 0 || t.size(3) % multiple != 0 || !at::isFloatingType(t.scalar_type())) {
+    return Bad(path, "pixels",
+               absl::StrCat("must be floating point [B, 3, H, W] with B > 0 and H, W positive multiples of ", multiple,
+                            " (this VAE's 2 x downsampling factor)"),
+               t);
   }
   return absl::OkStatus();
 }

@@ -19,9 +19,9 @@ namespace baton {
 absl::Status CheckForwardInputs(const std::map<std::string, at::Tensor>& inputs, const Flux2Config& c,
                                 const std::string& path);
 
-// vae-encode: pixels [B, 3, H, W], floating point, B > 0, H and W positive multiples of 16 (the VAE halves them
-// three times and the packing pairs the result).
-absl::Status CheckPixels(const std::map<std::string, at::Tensor>& inputs, const std::string& path);
+// vae-encode: pixels [B, 3, H, W], floating point, B > 0, H and W positive multiples of `multiple`: what the VAE
+// asks (Flux2VaeConfig::pixel_multiple, 16 for FLUX.2).
+absl::Status CheckPixels(const std::map<std::string, at::Tensor>& inputs, int64_t multiple, const std::string& path);
 
 // text-encode --input-ids: input_ids [1, L], L > 0, an integer dtype, every id in [0, vocab_size).
 absl::Status CheckInputIds(const std::map<std::string, at::Tensor>& inputs, int64_t vocab_size,

@@ -85,7 +85,7 @@ absl::StatusOr<std::unique_ptr<Flux2VaeEncoder>> Flux2VaeEncoder::Load(const std
 }
 
 absl::StatusOr<at::Tensor> Flux2VaeEncoder::EncodeMoments(const at::Tensor& pixels) {
-  const int64_t multiple = 2 * config_.downsample_factor();
+  const int64_t multiple = config_.pixel_multiple();
   if (!pixels.defined() || pixels.dim() != 4 || pixels.size(1) != config_.in_channels ||
       !at::isFloatingType(pixels.scalar_type())) {
     return absl::InvalidArgumentError(absl::StrCat(

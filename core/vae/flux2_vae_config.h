@@ -38,6 +38,9 @@ struct Flux2VaeConfig {
 
   // Pixel-to-latent downsampling of the encoder: 2^(levels − 1) (8 for FLUX.2).
   int64_t downsample_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }
+  // Pixel height and width must be positive multiples of this: 2 · downsample_factor (16 for FLUX.2), so the latent
+  // grid pairs into the transformer's 2×2 patches. The encoder and every check of its input ask this.
+  int64_t pixel_multiple() const { return 2 * downsample_factor(); }
   // Channels of the patchified latent the transformer sees: latent_channels · 4 (128 for FLUX.2).
   int64_t patched_channels() const { return latent_channels * patch_size[0] * patch_size[1]; }
 
