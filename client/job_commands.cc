@@ -54,6 +54,17 @@ absl::Status CallStatus(const grpc::Status& status, const Args& args) {
 
 void SetDeadline(grpc::ClientContext* ctx) { ctx->set_deadline(DeadlineAfter(kCallTimeout)); }
 
+// One unary JobService call: the call deadline, the connection, and the status as the job commands report it.
+template <typename Request, typename Response>
+absl::Status CallUnary(const Args& args,
+                       grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                       const Request& req, Response* resp) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  ASSIGN_OR_RETURN(auto stub, Connect(args));
+  return CallStatus(((*stub).*method)(&ctx, req, resp), args);
+}
+
 std::string Clock(double unix_seconds) {
   if (unix_seconds <= 0) return "-";
   return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMicros(static_cast<int64_t>(unix_seconds * 1e6)),
@@ -72,11 +83,8 @@ absl::Status Submit(const Args& args) {
   req.set_name(args.Get("name"));
   ASSIGN_OR_RETURN(int64_t steps, args.GetInt("steps"));
   req.set_steps(steps);
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::SubmitResponse resp;
-  ASSIGN_OR_RETURN(auto stub, Connect(args));
-  RETURN_IF_ERROR(CallStatus(stub->Submit(&ctx, req, &resp), args));
+  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::Submit, req, &resp));
   std::printf(
       "job %s (%s) %s; output %s on the coordinator\n", resp.job_id().c_str(), resp.job().name().c_str(),
       resp.queue_position() == 0 ? "starts now" : absl::StrCat("queued at position ", resp.queue_position()).c_str(),
@@ -87,11 +95,8 @@ absl::Status Submit(const Args& args) {
 absl::Status ShowStatus(const Args& args) {
   v1::StatusRequest req;
   req.set_job_id(args.Get("JOB_ID"));
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::JobInfo job;
-  ASSIGN_OR_RETURN(auto stub, Connect(args));
-  RETURN_IF_ERROR(CallStatus(stub->Status(&ctx, req, &job), args));
+  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::Status, req, &job));
   std::printf("%s", JobPanel(job).c_str());
   if (job.state() == v1::JOB_STATE_QUEUED) std::printf("queue position: %d\n", job.queue_position());
   std::printf("submitted %s  started %s  ended %s\noutput: %s\n", Clock(job.submit_time_unix()).c_str(),
@@ -100,11 +105,8 @@ absl::Status ShowStatus(const Args& args) {
 }
 
 absl::Status List(const Args& args) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::ListResponse resp;
-  ASSIGN_OR_RETURN(auto stub, Connect(args));
-  RETURN_IF_ERROR(CallStatus(stub->List(&ctx, v1::ListRequest(), &resp), args));
+  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::List, v1::ListRequest(), &resp));
   std::printf("%-6s %-24s %-9s %-13s %-9s %-9s %s\n", "ID", "NAME", "STATE", "STEP", "LOSS", "S/STEP", "ETA/QUEUE");
   for (const v1::JobInfo& j : resp.jobs()) {
     const v1::StepProgress& s = j.last_step();
@@ -175,11 +177,8 @@ absl::Status Watch(const Args& args) {
 absl::Status Stop(const Args& args) {
   v1::StopRequest req;
   req.set_job_id(args.Get("JOB_ID"));
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::JobInfo job;
-  ASSIGN_OR_RETURN(auto stub, Connect(args));
-  RETURN_IF_ERROR(CallStatus(stub->Stop(&ctx, req, &job), args));
+  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::Stop, req, &job));
   if (job.state() == v1::JOB_STATE_STOPPED) {
     std::printf("job %s removed from the queue\n", job.job_id().c_str());
   } else {
@@ -192,11 +191,8 @@ absl::Status Stop(const Args& args) {
 absl::Status Checkpoints(const Args& args) {
   v1::ListCheckpointsRequest req;
   req.set_job_id(args.Get("JOB_ID"));
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::ListCheckpointsResponse resp;
-  ASSIGN_OR_RETURN(auto stub, Connect(args));
-  RETURN_IF_ERROR(CallStatus(stub->ListCheckpoints(&ctx, req, &resp), args));
+  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::ListCheckpoints, req, &resp));
   if (resp.checkpoints().empty()) std::printf("job %s has no checkpoints yet\n", req.job_id().c_str());
   for (const v1::CheckpointInfo& c : resp.checkpoints()) {
     std::printf("step %-8lld %s  lora %.2f MB  total %.2f MB  %s\n", static_cast<long long>(c.step()),
