@@ -6,20 +6,22 @@
 // Defaults: a FLUX.2-dev record at 1024² (latents [4096, 128], Mistral embeddings [512, 15360]; 33 MB fp32).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <absl/strings/numbers.h>
+#include <absl/flags/flag.h>
+#include <absl/flags/parse.h>
+#include <absl/flags/usage.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/data/cache.h"
 #include "core/data/crc32c.h"
 #include "core/util/files.h"
+#include "core/util/flags.h"
 
 namespace {
 
@@ -41,18 +43,24 @@ double MedianSeconds(int reps, F&& f) {
 
 }  // namespace
 
+ABSL_FLAG(int64_t, tokens, 4096, "image tokens of the record's latents [tokens, channels]");
+ABSL_FLAG(int64_t, channels, 128, "latent channels");
+ABSL_FLAG(int64_t, text_len, 512, "text tokens of the record's prompt embeddings [text_len, text_dim]");
+ABSL_FLAG(int64_t, text_dim, 15360, "prompt embedding width");
+ABSL_FLAG(int64_t, reps, 20, "timed repetitions (the median is reported)");
+
 int main(int argc, char** argv) {
-  int64_t tokens = 4096, channels = 128, text_len = 512, text_dim = 15360, reps = 20;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    for (auto [name, out] : {std::pair<const char*, int64_t*>{"--tokens=", &tokens},
-                             {"--channels=", &channels},
-                             {"--text_len=", &text_len},
-                             {"--text_dim=", &text_dim},
-                             {"--reps=", &reps}}) {
-      if (a.rfind(name, 0) == 0 && !absl::SimpleAtoi(a.substr(std::strlen(name)), out)) return 2;
-    }
+  absl::SetProgramUsageMessage(
+      "bench_cache_checksum [--tokens=4096] [--channels=128] [--text_len=512] [--text_dim=15360] [--reps=20]");
+  baton::InstallFlagsHelp();
+  baton::NormalizeFlagArgs(argc, argv);
+  if (absl::ParseCommandLine(argc, argv).size() > 1) {
+    std::fprintf(stderr, "bench_cache_checksum takes flags only (--help lists them)\n");
+    return 2;
   }
+  const int64_t tokens = absl::GetFlag(FLAGS_tokens), channels = absl::GetFlag(FLAGS_channels);
+  const int64_t text_len = absl::GetFlag(FLAGS_text_len), text_dim = absl::GetFlag(FLAGS_text_dim);
+  const int64_t reps = absl::GetFlag(FLAGS_reps);
   at::set_num_threads(1);
   const std::string dir = absl::StrCat("/tmp/bench_cache_checksum_", ::getpid());
   (void)baton::MakeDirs(dir);

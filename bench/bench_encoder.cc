@@ -20,6 +20,9 @@
 //       Each timing command prints one JSON line {"seconds": [...]}; the binary exits at end of input.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <absl/flags/flag.h>
+#include <absl/flags/parse.h>
+#include <absl/flags/usage.h>
 #include <absl/status/statusor.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
@@ -46,10 +49,23 @@
 #include "core/text/text_encoder_config.h"
 #include "core/text/tiny_tokenizer.h"
 #include "core/util/files.h"
+#include "core/util/flags.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
 #include "core/vae/flux2_vae.h"
 #include "core/vae/flux2_vae_config.h"
+
+ABSL_FLAG(std::string, write, "", "write a FLUX.2 pipeline folder with random weights here, then exit");
+ABSL_FLAG(std::string, config, "tiny", "with --write: tiny | scaled (a bigger Mistral-3 text encoder)");
+ABSL_FLAG(uint64_t, seed, 0, "with --write: the weights' seed");
+ABSL_FLAG(std::string, model, "", "a FLUX.2 pipeline folder to time");
+ABSL_FLAG(std::string, image, "", "the image the vae commands encode");
+ABSL_FLAG(int, width, 0, "the width the image is resized to");
+ABSL_FLAG(int, height, 0, "the height the image is resized to");
+ABSL_FLAG(std::string, captions, "", "a text file of captions, one a line");
+ABSL_FLAG(std::string, ids, "", "a safetensors file with input_ids [1, T] for the tokens command");
+ABSL_FLAG(int, threads, 1, "compute threads");
+ABSL_FLAG(int64_t, max_sequence_length, baton::kFlux2MaxSequenceLength, "tokens each prompt is padded to");
 
 namespace baton {
 namespace {
@@ -64,40 +80,34 @@ struct Args {
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "bench_encoder --write DIR --config tiny|scaled [--seed 0]\n"
+      "  or: bench_encoder --model DIR --image FILE --width W --height H --captions FILE --ids FILE [--threads 1] "
+      "[--max-sequence-length 512]\n(see the comment atop bench/bench_encoder.cc)");
+  InstallFlagsHelp();
+  NormalizeFlagArgs(argc, argv);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) return absl::InvalidArgumentError(absl::StrCat("unexpected argument ", rest[1]));
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("flag ", s, " needs a value"));
-    std::string v = argv[++i];
-    bool ok = true;
-    if (s == "--write") {
-      a.write = v;
-    } else if (s == "--config") {
-      a.config = v;
-      ok = v == "tiny" || v == "scaled";
-    } else if (s == "--seed") {
-      ok = absl::SimpleAtoi(v, &a.seed);
-    } else if (s == "--model") {
-      a.model = v;
-    } else if (s == "--image") {
-      a.image = v;
-    } else if (s == "--captions") {
-      a.captions = v;
-    } else if (s == "--ids") {
-      a.ids = v;
-    } else if (s == "--width") {
-      ok = absl::SimpleAtoi(v, &a.width) && a.width > 0;
-    } else if (s == "--height") {
-      ok = absl::SimpleAtoi(v, &a.height) && a.height > 0;
-    } else if (s == "--threads") {
-      ok = absl::SimpleAtoi(v, &a.threads) && a.threads >= 1;
-    } else if (s == "--max-sequence-length") {
-      ok = absl::SimpleAtoi(v, &a.max_sequence_length) && a.max_sequence_length >= 1;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", s, " (see bench/bench_encoder.cc)"));
-    }
-    if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad value '", v, "' for ", s));
-  }
+  a.write = absl::GetFlag(FLAGS_write);
+  a.config = absl::GetFlag(FLAGS_config);
+  a.seed = absl::GetFlag(FLAGS_seed);
+  a.model = absl::GetFlag(FLAGS_model);
+  a.image = absl::GetFlag(FLAGS_image);
+  a.captions = absl::GetFlag(FLAGS_captions);
+  a.ids = absl::GetFlag(FLAGS_ids);
+  a.width = absl::GetFlag(FLAGS_width);
+  a.height = absl::GetFlag(FLAGS_height);
+  a.threads = absl::GetFlag(FLAGS_threads);
+  a.max_sequence_length = absl::GetFlag(FLAGS_max_sequence_length);
+  auto bad = [](const std::string& flag, const std::string& value) {
+    return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for --", flag));
+  };
+  if (a.config != "tiny" && a.config != "scaled") return bad("config", a.config);
+  if (a.width < 0) return bad("width", absl::StrCat(a.width));
+  if (a.height < 0) return bad("height", absl::StrCat(a.height));
+  if (a.threads < 1) return bad("threads", absl::StrCat(a.threads));
+  if (a.max_sequence_length < 1) return bad("max-sequence-length", absl::StrCat(a.max_sequence_length));
   if (a.write.empty() &&
       (a.model.empty() || a.image.empty() || a.captions.empty() || a.ids.empty() || a.width == 0 || a.height == 0)) {
     return absl::InvalidArgumentError(

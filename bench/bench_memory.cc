@@ -10,6 +10,9 @@
 //                [--recompute=true|false|auto] [--budget=BYTES] [--threads=1] [--keep]
 // Defaults: a ~0.5 B model (2 double + 12 single blocks at D = 1536), fp32.
 #include <ATen/Parallel.h>
+#include <absl/flags/flag.h>
+#include <absl/flags/parse.h>
+#include <absl/flags/usage.h>
 #include <absl/strings/match.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
@@ -21,7 +24,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -35,6 +37,24 @@
 #include "core/pipeline/partition.h"
 #include "core/train/job.h"
 #include "core/util/files.h"
+#include "core/util/flags.h"
+
+ABSL_FLAG(int64_t, dim, 1536, "hidden size D (a multiple of 64: head_dim 64)");
+ABSL_FLAG(int64_t, double, 2, "double-stream blocks");
+ABSL_FLAG(int64_t, single, 12, "single-stream blocks");
+ABSL_FLAG(int64_t, joint, 1024, "joint_attention_dim (text embedding width)");
+ABSL_FLAG(int64_t, grid, 8, "latent grid side: grid^2 image tokens");
+ABSL_FLAG(int64_t, text, 16, "text tokens");
+ABSL_FLAG(int, m, 2, "micro-batches per step");
+ABSL_FLAG(int, stages, 2, "stage worker processes");
+ABSL_FLAG(int64_t, rank, 16, "LoRA rank");
+ABSL_FLAG(std::string, targets, "all-linear", "LoRA targets");
+ABSL_FLAG(int, steps, 1, "training steps");
+ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule");
+ABSL_FLAG(std::string, recompute, "true", "activation recompute: true | false | auto");
+ABSL_FLAG(std::string, budget, "", "memory budget per stage (BYTES; with --recompute=auto)");
+ABSL_FLAG(int, threads, 1, "compute threads per stage worker");
+ABSL_FLAG(bool, keep, false, "keep the temporary folder (weights, cache, job) for a look afterwards");
 
 namespace baton {
 namespace {
@@ -53,48 +73,31 @@ struct Args {
 };
 
 Args ParseArgs(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "bench_memory [--dim=1536] [--double=2] [--single=12] [--joint=1024] [--grid=8] [--text=16] [--m=2] "
+      "[--stages=2] [--rank=16] [--targets=all-linear] [--steps=1] [--schedule=1f1b] [--recompute=true|false|auto] "
+      "[--budget=BYTES] [--threads=1] [--keep] (see the comment atop bench/bench_memory.cc)");
+  InstallFlagsHelp();
+  NormalizeFlagArgs(argc, argv);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) Die(absl::StrCat("unexpected argument ", rest[1], " (--help lists the flags)"));
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    auto value = [&](const char* flag) -> const char* {
-      const size_t n = std::strlen(flag);
-      return s.compare(0, n, flag) == 0 ? s.c_str() + n : nullptr;
-    };
-    if (const char* v = value("--dim="))
-      a.dim = std::atoll(v);
-    else if (const char* v = value("--double="))
-      a.double_blocks = std::atoll(v);
-    else if (const char* v = value("--single="))
-      a.single_blocks = std::atoll(v);
-    else if (const char* v = value("--joint="))
-      a.joint = std::atoll(v);
-    else if (const char* v = value("--grid="))
-      a.grid = std::atoll(v);
-    else if (const char* v = value("--text="))
-      a.text = std::atoll(v);
-    else if (const char* v = value("--m="))
-      a.m = std::atoi(v);
-    else if (const char* v = value("--stages="))
-      a.stages = std::atoi(v);
-    else if (const char* v = value("--steps="))
-      a.steps = std::atoi(v);
-    else if (const char* v = value("--threads="))
-      a.threads = std::atoi(v);
-    else if (const char* v = value("--rank="))
-      a.rank = std::atoll(v);
-    else if (const char* v = value("--targets="))
-      a.targets = v;
-    else if (const char* v = value("--schedule="))
-      a.schedule = v;
-    else if (const char* v = value("--recompute="))
-      a.recompute = v;
-    else if (const char* v = value("--budget="))
-      a.budget = v;
-    else if (s == "--keep")
-      a.keep = true;
-    else
-      Die("unknown flag " + s + " (see the comment atop bench/bench_memory.cc)");
-  }
+  a.dim = absl::GetFlag(FLAGS_dim);
+  a.double_blocks = absl::GetFlag(FLAGS_double);
+  a.single_blocks = absl::GetFlag(FLAGS_single);
+  a.joint = absl::GetFlag(FLAGS_joint);
+  a.grid = absl::GetFlag(FLAGS_grid);
+  a.text = absl::GetFlag(FLAGS_text);
+  a.m = absl::GetFlag(FLAGS_m);
+  a.stages = absl::GetFlag(FLAGS_stages);
+  a.steps = absl::GetFlag(FLAGS_steps);
+  a.threads = absl::GetFlag(FLAGS_threads);
+  a.rank = absl::GetFlag(FLAGS_rank);
+  a.targets = absl::GetFlag(FLAGS_targets);
+  a.schedule = absl::GetFlag(FLAGS_schedule);
+  a.recompute = absl::GetFlag(FLAGS_recompute);
+  a.budget = absl::GetFlag(FLAGS_budget);
+  a.keep = absl::GetFlag(FLAGS_keep);
   if (a.dim % 64 != 0 || a.m < 1 || a.steps < 1 || a.stages < 1) {
     Die("--dim must be a multiple of 64 (head_dim 64); --m, --steps, --stages >= 1");
   }

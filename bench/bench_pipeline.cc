@@ -19,6 +19,9 @@
 // (the planner recomputes only where a stage's budget requires it: with no budget, nothing) and their ratio
 // to train-local; --only keeps the variants whose label contains the text (diagnosis; rows it drops read as 0).
 #include <ATen/Parallel.h>
+#include <absl/flags/flag.h>
+#include <absl/flags/parse.h>
+#include <absl/flags/usage.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/time/clock.h>
@@ -32,7 +35,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
@@ -50,6 +52,26 @@
 #include "core/train/job.h"
 #include "core/train/local_trainer.h"
 #include "core/util/files.h"
+#include "core/util/flags.h"
+
+ABSL_FLAG(int64_t, dim, 384, "hidden size D (a multiple of 64: head_dim 64)");
+ABSL_FLAG(int64_t, double, 2, "double-stream blocks");
+ABSL_FLAG(int64_t, single, 4, "single-stream blocks");
+ABSL_FLAG(int64_t, joint, 256, "joint_attention_dim (text embedding width)");
+ABSL_FLAG(int64_t, grid, 16, "latent grid side: grid^2 image tokens");
+ABSL_FLAG(int64_t, text, 64, "text tokens");
+ABSL_FLAG(int, m, 8, "micro-batches per step");
+ABSL_FLAG(int64_t, rank, 16, "LoRA rank");
+ABSL_FLAG(std::string, targets, "all-linear", "LoRA targets");
+ABSL_FLAG(int, steps, 3, "timed training steps per run");
+ABSL_FLAG(int, warmup, 1, "untimed steps before them");
+ABSL_FLAG(int, rounds, 4, "rounds; each runs every variant once, interleaved");
+ABSL_FLAG(int, chunks, 2, "interleaved 1F1B: model chunks per stage (>= 2)");
+ABSL_FLAG(bool, recompute_off, false, "also run the variants without recompute");
+ABSL_FLAG(bool, recompute_auto, false, "also run the variants with `recompute: auto`");
+ABSL_FLAG(bool, no_param_split, false, "skip the variants that balance parameters instead of time");
+ABSL_FLAG(std::string, only, "", "run only the variants whose label contains this (e.g. 1f1b/rc)");
+ABSL_FLAG(bool, keep, false, "keep the temporary folder (weights, cache, jobs) for a look afterwards");
 
 namespace baton {
 namespace {
@@ -86,52 +108,34 @@ struct Args {
 };
 
 Args ParseArgs(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "bench_pipeline [--dim=384] [--double=2] [--single=4] [--joint=256] [--grid=16] [--text=64] [--m=8] "
+      "[--rank=16] [--targets=all-linear] [--steps=3] [--warmup=1] [--rounds=4] [--chunks=2] [--recompute_off] "
+      "[--recompute_auto] [--no_param_split] [--only=LABEL_PART] [--keep] (see the comment atop "
+      "bench/bench_pipeline.cc)");
+  InstallFlagsHelp();
+  NormalizeFlagArgs(argc, argv);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) Die(absl::StrCat("unexpected argument ", rest[1], " (--help lists the flags)"));
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    auto value = [&](const char* flag) -> const char* {
-      size_t n = std::strlen(flag);
-      return s.compare(0, n, flag) == 0 ? s.c_str() + n : nullptr;
-    };
-    if (const char* v = value("--dim="))
-      a.dim = std::atoll(v);
-    else if (const char* v = value("--double="))
-      a.double_blocks = std::atoll(v);
-    else if (const char* v = value("--single="))
-      a.single_blocks = std::atoll(v);
-    else if (const char* v = value("--joint="))
-      a.joint = std::atoll(v);
-    else if (const char* v = value("--grid="))
-      a.grid = std::atoll(v);
-    else if (const char* v = value("--text="))
-      a.text = std::atoll(v);
-    else if (const char* v = value("--m="))
-      a.m = std::atoi(v);
-    else if (const char* v = value("--rank="))
-      a.rank = std::atoll(v);
-    else if (const char* v = value("--targets="))
-      a.targets = v;
-    else if (const char* v = value("--steps="))
-      a.steps = std::atoi(v);
-    else if (const char* v = value("--warmup="))
-      a.warmup = std::atoi(v);
-    else if (const char* v = value("--rounds="))
-      a.rounds = std::atoi(v);
-    else if (const char* v = value("--chunks="))
-      a.chunks = std::atoi(v);
-    else if (s == "--recompute_off")
-      a.recompute_off = true;
-    else if (s == "--recompute_auto")
-      a.recompute_auto = true;
-    else if (s == "--no_param_split")
-      a.param_split = false;
-    else if (s == "--keep")
-      a.keep = true;
-    else if (const char* v = value("--only="))
-      a.only = v;
-    else
-      Die("unknown flag " + s + " (see the comment atop bench/bench_pipeline.cc)");
-  }
+  a.dim = absl::GetFlag(FLAGS_dim);
+  a.double_blocks = absl::GetFlag(FLAGS_double);
+  a.single_blocks = absl::GetFlag(FLAGS_single);
+  a.joint = absl::GetFlag(FLAGS_joint);
+  a.grid = absl::GetFlag(FLAGS_grid);
+  a.text = absl::GetFlag(FLAGS_text);
+  a.m = absl::GetFlag(FLAGS_m);
+  a.rank = absl::GetFlag(FLAGS_rank);
+  a.targets = absl::GetFlag(FLAGS_targets);
+  a.steps = absl::GetFlag(FLAGS_steps);
+  a.warmup = absl::GetFlag(FLAGS_warmup);
+  a.rounds = absl::GetFlag(FLAGS_rounds);
+  a.chunks = absl::GetFlag(FLAGS_chunks);
+  a.recompute_off = absl::GetFlag(FLAGS_recompute_off);
+  a.recompute_auto = absl::GetFlag(FLAGS_recompute_auto);
+  a.param_split = !absl::GetFlag(FLAGS_no_param_split);
+  a.keep = absl::GetFlag(FLAGS_keep);
+  a.only = absl::GetFlag(FLAGS_only);
   if (a.dim % 64 != 0 || a.m < 1 || a.steps < 1 || a.warmup < 0 || a.rounds < 1 || a.chunks < 2) {
     Die("--dim must be a multiple of 64 (head_dim 64); --m, --steps, --rounds ≥ 1; --warmup ≥ 0; --chunks ≥ 2");
   }

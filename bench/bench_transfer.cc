@@ -13,6 +13,9 @@
 // (DeviceTransfer::Upload) before the receiver acks; the row "device" times all of that. On cpu the device
 // columns repeat the plain gRPC path (no pinned memory, no copies), so a CPU rehearsal runs the same code.
 #include <ATen/ATen.h>
+#include <absl/flags/flag.h>
+#include <absl/flags/parse.h>
+#include <absl/flags/usage.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <arpa/inet.h>
@@ -35,9 +38,15 @@
 #include "baton/v1/stage.grpc.pb.h"
 #include "core/device/device.h"
 #include "core/device/transfer.h"
+#include "core/util/flags.h"
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
+
+ABSL_FLAG(uint64_t, chunk_kib, baton::kMaxChunkBytes >> 10, "gRPC chunk size in KiB");
+ABSL_FLAG(int, reps, 5, "timed transfers per size (the median is reported, after one warm-up)");
+ABSL_FLAG(int, max_mib, 256, "largest tensor in MiB (sizes double from 1)");
+ABSL_FLAG(std::string, device, "cpu", "cpu | cuda:N (adds the device-to-device path of a CUDA pipeline)");
 
 namespace baton {
 namespace {
@@ -168,23 +177,15 @@ struct Row {
 };
 
 int Main(int argc, char** argv) {
-  size_t chunk_bytes = kMaxChunkBytes;
-  int reps = 5;
-  int max_mib = 256;
-  std::string device_name = "cpu";
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--chunk_kib=", 0) == 0)
-      chunk_bytes = std::stoul(a.substr(12)) << 10;
-    else if (a.rfind("--reps=", 0) == 0)
-      reps = std::stoi(a.substr(7));
-    else if (a.rfind("--max_mib=", 0) == 0)
-      max_mib = std::stoi(a.substr(10));
-    else if (a.rfind("--device=", 0) == 0)
-      device_name = a.substr(9);
-    else
-      Die("usage: bench_transfer [--chunk_kib=N] [--reps=N] [--max_mib=N] [--device=cpu|cuda:N]");
-  }
+  absl::SetProgramUsageMessage("bench_transfer [--chunk_kib=1024] [--reps=5] [--max_mib=256] [--device=cpu|cuda:N]");
+  InstallFlagsHelp();
+  NormalizeFlagArgs(argc, argv);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) Die(absl::StrCat("unexpected argument ", rest[1], " (--help lists the flags)"));
+  const size_t chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_kib)) << 10;
+  const int reps = absl::GetFlag(FLAGS_reps);
+  const int max_mib = absl::GetFlag(FLAGS_max_mib);
+  const std::string device_name = absl::GetFlag(FLAGS_device);
   if (chunk_bytes == 0 || reps < 1) Die("--chunk_kib and --reps must be positive");
 
   // gRPC endpoint.

@@ -25,13 +25,15 @@
 // gradient norms; it exits at end of input.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <absl/flags/flag.h>
+#include <absl/flags/parse.h>
+#include <absl/flags/usage.h>
 #include <absl/status/statusor.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -47,6 +49,7 @@
 #include "core/train/adamw.h"
 #include "core/train/common.h"
 #include "core/train/local_step.h"
+#include "core/util/flags.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
 
@@ -54,6 +57,19 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
+
+ABSL_FLAG(std::string, model, "", "a FLUX.2 transformer folder (required)");
+ABSL_FLAG(std::string, inputs, "", "safetensors with the step's inputs and target (required)");
+ABSL_FLAG(std::string, lora, "", "safetensors with every adapter's initial weights under its PEFT name (required)");
+ABSL_FLAG(int, threads, 1, "compute threads");
+ABSL_FLAG(int64_t, rank, 16, "LoRA rank");
+ABSL_FLAG(double, alpha, 16, "LoRA alpha");
+ABSL_FLAG(std::string, targets, "attention", "LoRA targets");
+ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate");
+ABSL_FLAG(double, clip, 1.0, "gradient norm clip");
+ABSL_FLAG(std::string, cpu_linear, "onednn", "the GEMM behind the frozen Linears on CPU: onednn | aten");
+ABSL_FLAG(std::string, device, "cpu", "cpu | cuda:N");
+ABSL_FLAG(std::string, dtype, "fp32", "compute dtype: fp32 | bf16");
 
 namespace baton {
 namespace {
@@ -72,41 +88,28 @@ struct Args {
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "bench_vs_pytorch --model DIR --inputs FILE --lora FILE [--threads 1] [--rank 16] [--alpha 16] "
+      "[--targets attention] [--lr 1e-3] [--clip 1.0] [--cpu_linear onednn|aten] [--device cpu|cuda:N] "
+      "[--dtype fp32|bf16] (see the comment atop bench/bench_vs_pytorch.cc)");
+  InstallFlagsHelp();
+  NormalizeFlagArgs(argc, argv);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) return absl::InvalidArgumentError(absl::StrCat("unexpected argument ", rest[1]));
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("flag ", s, " needs a value"));
-    std::string v = argv[++i];
-    bool ok = true;
-    if (s == "--model") {
-      a.model = v;
-    } else if (s == "--inputs") {
-      a.inputs = v;
-    } else if (s == "--lora") {
-      a.lora = v;
-    } else if (s == "--targets") {
-      a.targets = v;
-    } else if (s == "--threads") {
-      ok = absl::SimpleAtoi(v, &a.threads) && a.threads >= 1;
-    } else if (s == "--rank") {
-      ok = absl::SimpleAtoi(v, &a.rank);
-    } else if (s == "--alpha") {
-      ok = absl::SimpleAtod(v, &a.alpha);
-    } else if (s == "--lr") {
-      ok = absl::SimpleAtod(v, &a.lr);
-    } else if (s == "--clip") {
-      ok = absl::SimpleAtod(v, &a.clip);
-    } else if (s == "--device") {
-      a.device = v;
-    } else if (s == "--dtype") {
-      a.dtype = v;
-    } else if (s == "--cpu_linear") {
-      ASSIGN_OR_RETURN(a.cpu_linear, ParseCpuLinearBackend(v));
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", s, " (see bench/bench_vs_pytorch.cc)"));
-    }
-    if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad value '", v, "' for ", s));
-  }
+  a.model = absl::GetFlag(FLAGS_model);
+  a.inputs = absl::GetFlag(FLAGS_inputs);
+  a.lora = absl::GetFlag(FLAGS_lora);
+  a.targets = absl::GetFlag(FLAGS_targets);
+  a.threads = absl::GetFlag(FLAGS_threads);
+  a.rank = absl::GetFlag(FLAGS_rank);
+  a.alpha = absl::GetFlag(FLAGS_alpha);
+  a.lr = absl::GetFlag(FLAGS_lr);
+  a.clip = absl::GetFlag(FLAGS_clip);
+  a.device = absl::GetFlag(FLAGS_device);
+  a.dtype = absl::GetFlag(FLAGS_dtype);
+  ASSIGN_OR_RETURN(a.cpu_linear, ParseCpuLinearBackend(absl::GetFlag(FLAGS_cpu_linear)));
+  if (a.threads < 1) return absl::InvalidArgumentError(absl::StrCat("bad value '", a.threads, "' for --threads"));
   if (a.model.empty() || a.inputs.empty() || a.lora.empty()) {
     return absl::InvalidArgumentError("--model, --inputs and --lora are required");
   }
