@@ -42,12 +42,28 @@ std::string RenderEncodeProgress(const CacheBuildProgress& p, double seconds_per
                          p.failed, seconds_per_encoded > 0 ? seconds_per_encoded : rate, eta, p.current);
 }
 
+namespace {
+
+// Releases a mutex that TryLock took, on every way out (a C++ exception included).
+class ABSL_SCOPED_LOCKABLE AdoptedLock {
+ public:
+  explicit AdoptedLock(absl::Mutex* mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) : mu_(mu) {}
+  ~AdoptedLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
+  AdoptedLock(const AdoptedLock&) = delete;
+  AdoptedLock& operator=(const AdoptedLock&) = delete;
+
+ private:
+  absl::Mutex* const mu_;
+};
+
+}  // namespace
+
 grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v1::EncodeDatasetRequest* req,
                                                grpc::ServerWriter<v1::EncodeProgress>* writer) {
-  std::unique_lock<std::mutex> lock(busy_, std::try_to_lock);
-  if (!lock.owns_lock()) {
+  if (!busy_.TryLock()) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "this encoder worker is already encoding a dataset");
   }
+  AdoptedLock lock(&busy_);
   if (req->dataset_dir().empty() || req->cache_dir().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "dataset_dir and cache_dir are required");
   }
@@ -122,8 +138,8 @@ absl::Status CheckPromptsRequest(const v1::EncodePromptsRequest& req, const Samp
 
 grpc::Status EncoderServiceImpl::EncodePrompts(grpc::ServerContext* ctx, const v1::EncodePromptsRequest* req,
                                                grpc::ServerWriter<v1::EncodePromptsReply>* writer) {
-  if (absl::Status s = CheckPromptsRequest(*req, *encoder_); !s.ok()) return ToGrpcStatus(s);
-  std::lock_guard<std::mutex> lock(busy_);
+  if (absl::Status s = CheckPromptsRequest(*req, fixed_encoder()); !s.ok()) return ToGrpcStatus(s);
+  absl::MutexLock lock(&busy_);
   LogInfo("encoding ", req->prompts_size(), " sample prompts");
   v1::EncodePromptsReply reply;
   reply.set_identity(encoder_->identity());

@@ -2,9 +2,10 @@
 // EncoderService the coordinator calls to (re)build a cache on demand. Both drive BuildCache.
 #pragma once
 
+#include <absl/base/thread_annotations.h>
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 
-#include <mutex>
 #include <string>
 
 #include "baton/v1/encoder.grpc.pb.h"
@@ -24,10 +25,14 @@ class EncoderServiceImpl final : public v1::EncoderService::Service {
                              grpc::ServerWriter<v1::EncodePromptsReply>* writer) override;
 
  private:
-  SampleEncoder* encoder_;
-  int64_t default_resolution_;
-  std::string cache_root_;
-  std::mutex busy_;  // held by the call using encoder_ (EncodeDataset refuses to wait for it, EncodePrompts waits)
+  // What an encoder answers about itself (identity, encodes_video) is fixed when it is built: read without busy_.
+  const SampleEncoder& fixed_encoder() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return *encoder_; }
+
+  // Held by the call encoding with encoder_: EncodeDataset refuses to wait for it, EncodePrompts waits.
+  absl::Mutex busy_;
+  SampleEncoder* const encoder_ ABSL_PT_GUARDED_BY(busy_);
+  const int64_t default_resolution_;
+  const std::string cache_root_;
 };
 
 // Bucket settings for a square target resolution (area = resolution², sides multiples of 16).

@@ -1,12 +1,13 @@
 #include "rpc/tls.h"
 
+#include <absl/base/thread_annotations.h>
 #include <absl/strings/ascii.h>
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/security/server_credentials.h>
 
 #include <cstdio>
-#include <mutex>
 
 #include "core/util/files.h"
 #include "rpc/certs.h"
@@ -14,8 +15,8 @@
 namespace baton {
 namespace {
 
-std::mutex g_mu;
-std::optional<ProcessSecurity> g_security;  // guarded by g_mu
+ABSL_CONST_INIT absl::Mutex g_mu(absl::kConstInit);
+std::optional<ProcessSecurity> g_security ABSL_GUARDED_BY(g_mu);
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   auto pem = ReadFile(path);
@@ -94,17 +95,17 @@ absl::StatusOr<ProcessSecurity> LoadProcessSecurity(const TlsFlagValues& flags, 
 }
 
 void SetProcessSecurity(const ProcessSecurity& security) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  absl::MutexLock lock(&g_mu);
   g_security = security;
 }
 
 std::optional<ProcessSecurity> GetProcessSecurity() {
-  std::lock_guard<std::mutex> lock(g_mu);
+  absl::MutexLock lock(&g_mu);
   return g_security;
 }
 
 void ClearProcessSecurity() {
-  std::lock_guard<std::mutex> lock(g_mu);
+  absl::MutexLock lock(&g_mu);
   g_security.reset();
 }
 

@@ -17,7 +17,7 @@ absl::Status Inbox::Put(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::K
                         int32_t chunk) {
   const uint64_t bytes = BundleBytes(tensors);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     const Key key{step, micro_batch, static_cast<int>(kind), chunk};
     auto it = items_.find(key);
     const uint64_t replaced = it == items_.end() ? 0 : BundleBytes(it->second);
@@ -30,7 +30,7 @@ absl::Status Inbox::Put(int64_t step, int32_t micro_batch, v1::EnvelopeHeader::K
     bytes_ = bytes_ - replaced + bytes;
     items_[key] = std::move(tensors);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -39,7 +39,7 @@ absl::StatusOr<TensorMap> Inbox::Take(int64_t step, int32_t micro_batch, v1::Env
                                       const std::string& from, int32_t chunk) {
   const Key key{step, micro_batch, static_cast<int>(kind), chunk};
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   while (true) {
     auto it = items_.find(key);
     if (it != items_.end()) {
@@ -60,14 +60,14 @@ absl::StatusOr<TensorMap> Inbox::Take(int64_t step, int32_t micro_batch, v1::Env
           chunk ? absl::StrCat(" chunk ", chunk) : "", " from ", from, " within ", absl::FormatDuration(timeout)));
     }
     // Wake at least every 100 ms to notice cancellation.
-    cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(100)));
+    cv_.WaitWithTimeout(&mu_, absl::FromChrono(std::min(deadline, now + std::chrono::milliseconds(100)) - now));
   }
 }
 
 void Inbox::DropBefore(int64_t step) { DropOutside(step, INT64_MAX); }
 
 void Inbox::DropStep(int64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto it = items_.begin(); it != items_.end();) {
     if (std::get<0>(it->first) != step) {
       ++it;
@@ -79,7 +79,7 @@ void Inbox::DropStep(int64_t step) {
 }
 
 void Inbox::DropOutside(int64_t first, int64_t last) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto it = items_.begin(); it != items_.end();) {
     const int64_t step = std::get<0>(it->first);
     if (step >= first && step <= last) {
@@ -92,23 +92,23 @@ void Inbox::DropOutside(int64_t first, int64_t last) {
 }
 
 void Inbox::Clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   items_.clear();
   bytes_ = 0;
 }
 
 uint64_t Inbox::bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return bytes_;
 }
 
 uint64_t Inbox::free_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return bytes_ >= budget_ ? 0 : budget_ - bytes_;
 }
 
 size_t Inbox::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return items_.size();
 }
 

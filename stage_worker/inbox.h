@@ -6,14 +6,14 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <absl/base/thread_annotations.h>
 #include <absl/status/statusor.h>
+#include <absl/synchronization/mutex.h>
 #include <absl/time/time.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <tuple>
 
@@ -54,11 +54,11 @@ class Inbox {
 
  private:
   using Key = std::tuple<int64_t, int32_t, int, int32_t>;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<Key, TensorMap> items_;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // a bundle arrived
+  std::map<Key, TensorMap> items_ ABSL_GUARDED_BY(mu_);
   const uint64_t budget_;
-  uint64_t bytes_ = 0;  // payload bytes in items_
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // payload bytes in items_
 };
 
 // Payload bytes of a bundle.

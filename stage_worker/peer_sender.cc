@@ -25,43 +25,43 @@ PeerSender::PeerSender(const std::string& address, std::string peer_name, absl::
 
 PeerSender::~PeerSender() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
     if (active_ != nullptr) active_->TryCancel();  // a push to a stalled peer must not hold up a reconfigure
   }
-  cv_.notify_all();
   thread_.join();
 }
 
 void PeerSender::Send(v1::EnvelopeHeader header, TensorMap tensors, std::function<void()> ready) {
   const uint64_t bytes = BundleBytes(tensors);
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     // The sender's own push has a deadline, so this wait ends: the queue drains, or the push fails (sticky error).
-    cv_.wait(lock,
-             [&] { return queued_bytes_ == 0 || queued_bytes_ + bytes <= max_queued_bytes_ || stop_ || !error_.ok(); });
+    auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return queued_bytes_ == 0 || queued_bytes_ + bytes <= max_queued_bytes_ || stop_ || !error_.ok();
+    };
+    mu_.Await(absl::Condition(&room));
     if (!error_.ok() || stop_) return;  // reported by Flush; nothing more is sent after a failure
     queue_.push_back({std::move(header), std::move(tensors), std::move(ready), bytes});
     queued_bytes_ += bytes;
     link_.SetQueued(queued_bytes_);
   }
-  cv_.notify_all();
 }
 
 bool PeerSender::failed() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return !error_.ok();
 }
 
 uint64_t PeerSender::queued_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return queued_bytes_;
 }
 
 absl::Status PeerSender::Flush(absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  bool done = cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                           [&] { return (queue_.empty() && !busy_) || !error_.ok(); });
+  absl::MutexLock lock(&mu_);
+  auto delivered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return (queue_.empty() && !busy_) || !error_.ok(); };
+  const bool done = mu_.AwaitWithTimeout(absl::Condition(&delivered), timeout);
   if (!error_.ok()) return error_;
   if (!done) {
     return absl::DeadlineExceededError(
@@ -71,13 +71,13 @@ absl::Status PeerSender::Flush(absl::Duration timeout) {
 }
 
 double PeerSender::busy_seconds() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!busy_) return 0;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - busy_since_).count();
 }
 
 uint64_t PeerSender::bytes_sent() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return bytes_sent_;
 }
 
@@ -85,8 +85,9 @@ void PeerSender::Loop() {
   while (true) {
     Item item;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      absl::MutexLock lock(&mu_);
+      auto work = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&work));
       if (stop_) return;
       item = std::move(queue_.front());
       queue_.pop_front();
@@ -101,7 +102,7 @@ void PeerSender::Loop() {
       grpc::ClientContext ctx;
       ctx.set_deadline(DeadlineAfter(timeout_));
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         if (stop_) return;
         active_ = &ctx;
       }
@@ -112,12 +113,12 @@ void PeerSender::Loop() {
       absl::Status finished = FromGrpcStatus(writer->Finish());
       if (status.ok() || !finished.ok()) status = finished;  // the server's reason beats "stream broke"
       bytes = ack.num_bytes();
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       active_ = nullptr;
     }
     link_.Sent(bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       busy_ = false;
       bytes_sent_ += bytes;
       queued_bytes_ -= item.bytes;
@@ -131,7 +132,6 @@ void PeerSender::Loop() {
       }
       link_.SetQueued(queued_bytes_);
     }
-    cv_.notify_all();
   }
 }
 

@@ -3,20 +3,20 @@
 // later call reports it, naming the peer, so the step fails with a clear error instead of hanging.
 #pragma once
 
+#include <absl/base/thread_annotations.h>
 #include <absl/status/status.h>
+#include <absl/synchronization/mutex.h>
 #include <absl/time/time.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "baton/v1/stage.grpc.pb.h"
-#include "core/pipeline/stage_io.h"
+#include "core/model/stage_io.h"
 #include "rpc/wire_compression.h"
 #include "stage_worker/stage_metrics.h"
 
@@ -54,28 +54,28 @@ class PeerSender {
  private:
   void Loop();
 
-  std::string peer_name_;
-  absl::Duration timeout_;
-  WireDtype wire_dtype_;
-  LinkCounters link_;
-  std::unique_ptr<v1::StageService::Stub> stub_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
   struct Item {
     v1::EnvelopeHeader header;
     TensorMap tensors;
     std::function<void()> ready;
     uint64_t bytes = 0;  // BundleBytes(tensors)
   };
+
+  const std::string peer_name_;
+  const absl::Duration timeout_;
+  const WireDtype wire_dtype_;
+  const LinkCounters link_;
+  std::unique_ptr<v1::StageService::Stub> stub_;  // set in the constructor, then used by the sender's thread only
   const uint64_t max_queued_bytes_;
-  uint64_t queued_bytes_ = 0;  // guarded by mu_: items in queue_ plus the one in flight
-  std::deque<Item> queue_;
-  bool busy_ = false;
-  std::chrono::steady_clock::time_point busy_since_;
-  grpc::ClientContext* active_ = nullptr;  // the push in flight, cancelled by the destructor
-  bool stop_ = false;
-  absl::Status error_;
-  uint64_t bytes_sent_ = 0;
+  mutable absl::Mutex mu_;
+  uint64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // items in queue_ plus the one in flight
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point busy_since_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* active_ ABSL_GUARDED_BY(mu_) = nullptr;  // the push in flight, cancelled by the destructor
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  uint64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

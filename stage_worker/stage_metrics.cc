@@ -31,7 +31,7 @@ StageInstruments::StageInstruments() {
 
 void StageInstruments::Configure(const std::string& job, int stage) {
   StageMetrics& m = StageFamilies();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const std::string job_label = job.empty() ? "unnamed" : job, stage_label = absl::StrCat(stage);
   if (job_label == job_ && stage_label == stage_) return;
   m.worker_configured.Remove(configured_);
@@ -49,27 +49,27 @@ void StageInstruments::Configure(const std::string& job, int stage) {
 }
 
 void StageInstruments::AddForwardSeconds(double s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (forward_) forward_->Increment(s);
 }
 
 void StageInstruments::AddBackwardSeconds(double s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (backward_) backward_->Increment(s);
 }
 
 void StageInstruments::AddIdleSeconds(double s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (idle_) idle_->Increment(s);
 }
 
 void StageInstruments::SetInFlight(size_t micro_batches) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (in_flight_) in_flight_->Set(static_cast<double>(micro_batches));
 }
 
 LinkCounters StageInstruments::Link(const std::string& peer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (job_.empty()) return {};
   auto it = links_.find(peer);
   if (it != links_.end()) return it->second;

@@ -4,12 +4,13 @@
 // and counts nothing. Thread-safe.
 #pragma once
 
+#include <absl/base/thread_annotations.h>
+#include <absl/synchronization/mutex.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 
 namespace baton {
@@ -44,12 +45,14 @@ class StageInstruments {
   static std::string PeerLabel(const std::string& sender);
 
  private:
-  std::mutex mu_;
-  std::string job_, stage_;  // empty until Configure
-  prometheus::Gauge* configured_ = nullptr;
-  prometheus::Counter *forward_ = nullptr, *backward_ = nullptr, *idle_ = nullptr;
-  prometheus::Gauge* in_flight_ = nullptr;
-  std::map<std::string, LinkCounters> links_;  // by peer, for the current binding
+  absl::Mutex mu_;
+  std::string job_ ABSL_GUARDED_BY(mu_), stage_ ABSL_GUARDED_BY(mu_);  // empty until Configure
+  prometheus::Gauge* configured_ ABSL_GUARDED_BY(mu_) = nullptr;
+  prometheus::Counter* forward_ ABSL_GUARDED_BY(mu_) = nullptr;
+  prometheus::Counter* backward_ ABSL_GUARDED_BY(mu_) = nullptr;
+  prometheus::Counter* idle_ ABSL_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* in_flight_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::map<std::string, LinkCounters> links_ ABSL_GUARDED_BY(mu_);  // by peer, for the current binding
 };
 
 }  // namespace baton

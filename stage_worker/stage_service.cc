@@ -1,11 +1,11 @@
 #include "stage_worker/stage_service.h"
 
 #include <absl/strings/str_cat.h>
+#include <absl/synchronization/mutex.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <mutex>
 #include <thread>
 
 #include "core/util/log.h"
@@ -67,15 +67,15 @@ grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1:
 grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepPlan* plan,
                                        grpc::ServerWriter<v1::StepReply>* writer) {
   v1::StepReply reply;
-  std::mutex write_mu;  // the heartbeat thread and the gradient sink share the stream
+  absl::Mutex write_mu;  // the heartbeat thread and the gradient sink share the stream
   auto heartbeat = [&](const v1::StageHeartbeat& progress) {
     v1::StepReply beat;
     *beat.mutable_progress() = progress;
-    std::lock_guard<std::mutex> lock(write_mu);
+    absl::MutexLock lock(&write_mu);
     writer->Write(beat);
   };
   auto sink = [&](const std::string& name, const at::Tensor& grad) {
-    std::lock_guard<std::mutex> lock(write_mu);
+    absl::MutexLock lock(&write_mu);
     const auto t0 = std::chrono::steady_clock::now();
     absl::Status s = AppendTensorChunks(name, grad, kMaxChunkBytes, [&](v1::TensorChunk&& chunk) {
       reply.mutable_grad_chunk()->Swap(&chunk);

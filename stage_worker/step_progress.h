@@ -3,8 +3,10 @@
 // stages to tell a stalled stage (no heartbeat) or link (a push in flight for long) from a slow one.
 #pragma once
 
+#include <absl/base/thread_annotations.h>
+#include <absl/synchronization/mutex.h>
+
 #include <chrono>
-#include <mutex>
 #include <string>
 
 #include "baton/v1/stage.pb.h"
@@ -18,14 +20,14 @@ inline constexpr int kNotWaiting = -2;
 class ProgressBoard {
  public:
   void Set(std::string activity, int waiting_on = kNotWaiting) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     activity_ = std::move(activity);
     waiting_on_ = waiting_on;
     since_ = std::chrono::steady_clock::now();
   }
   // activity, activity_seconds and waiting_on (the push fields are the runner's to fill in).
   v1::StageHeartbeat Snapshot() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     v1::StageHeartbeat p;
     p.set_activity(activity_);
     p.set_activity_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count());
@@ -34,10 +36,10 @@ class ProgressBoard {
   }
 
  private:
-  mutable std::mutex mu_;
-  std::string activity_ = "starting the step";
-  int waiting_on_ = kNotWaiting;
-  std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
+  mutable absl::Mutex mu_;
+  std::string activity_ ABSL_GUARDED_BY(mu_) = "starting the step";
+  int waiting_on_ ABSL_GUARDED_BY(mu_) = kNotWaiting;
+  std::chrono::steady_clock::time_point since_ ABSL_GUARDED_BY(mu_) = std::chrono::steady_clock::now();
 };
 
 }  // namespace baton

@@ -1,10 +1,11 @@
 #include "core/metrics/process_memory.h"
 
+#include <absl/base/thread_annotations.h>
 #include <absl/strings/str_cat.h>
+#include <absl/synchronization/mutex.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <mutex>
 #include <set>
 
 #include "core/device/pinned_host.h"
@@ -18,8 +19,8 @@
 namespace baton {
 namespace {
 
-std::mutex g_mu;
-std::set<int>& CudaDevices() {  // guarded by g_mu
+ABSL_CONST_INIT absl::Mutex g_mu(absl::kConstInit);
+std::set<int>& CudaDevices() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
   static auto* devices = new std::set<int>();
   return *devices;
 }
@@ -37,7 +38,7 @@ int64_t ResidentMemoryBytes() {
 }
 
 void NoteCudaDeviceInUse(int index) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  absl::MutexLock lock(&g_mu);
   CudaDevices().insert(index);
 }
 
@@ -79,7 +80,7 @@ void RefreshProcessGauges() {
   if (rss >= 0) m.resident_memory_bytes.Add({}).Set(static_cast<double>(rss));
   std::set<int> devices;
   {
-    std::lock_guard<std::mutex> lock(g_mu);
+    absl::MutexLock lock(&g_mu);
     devices = CudaDevices();
   }
   // A scrape runs on the HTTP server's thread: nothing may unwind through it, whatever CUDA says.

@@ -3,6 +3,7 @@
 // where untrusted input reaches libtorch.
 #pragma once
 
+#include <absl/base/thread_annotations.h>
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 #include <absl/strings/str_cat.h>
@@ -42,9 +43,10 @@ std::string FirstLine(const std::string& text);
 // line, anything else INTERNAL; `context` prefixes the message, which never carries a libtorch backtrace.
 absl::Status StatusFromCurrentException(const char* context);
 
-// Runs fn(); a thrown exception becomes StatusFromCurrentException(context).
+// Runs fn(); a thrown exception becomes StatusFromCurrentException(context). fn runs at once on the caller's
+// thread, so the locks fn requires (a lambda's ABSL_EXCLUSIVE_LOCKS_REQUIRED) are the caller's to hold.
 template <typename Fn>
-absl::Status TorchCall(const char* context, Fn&& fn) {
+absl::Status TorchCall(const char* context, Fn&& fn) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   try {
     fn();
     return absl::OkStatus();

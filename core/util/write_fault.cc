@@ -1,14 +1,16 @@
 #include "core/util/write_fault.h"
 
+#include <absl/base/thread_annotations.h>
+#include <absl/synchronization/mutex.h>
+
 #include <atomic>
-#include <mutex>
 
 namespace baton {
 namespace {
 
-std::mutex g_mu;
-std::atomic<bool> g_set{false};
-WriteFaultFn& Fault() {  // guarded by g_mu
+ABSL_CONST_INIT absl::Mutex g_mu(absl::kConstInit);
+std::atomic<bool> g_set{false};  // read without g_mu: the fast path when no fault is set
+WriteFaultFn& Fault() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
   static auto* fault = new WriteFaultFn();
   return *fault;
 }
@@ -16,14 +18,14 @@ WriteFaultFn& Fault() {  // guarded by g_mu
 }  // namespace
 
 void SetWriteFaultForTesting(WriteFaultFn fault) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  absl::MutexLock lock(&g_mu);
   g_set = static_cast<bool>(fault);
   Fault() = std::move(fault);
 }
 
 absl::Status WriteFault(const std::string& path) {
   if (!g_set.load(std::memory_order_relaxed)) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(g_mu);
+  absl::MutexLock lock(&g_mu);
   return Fault() ? Fault()(path) : absl::OkStatus();
 }
 
