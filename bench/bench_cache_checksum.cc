@@ -7,8 +7,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <absl/flags/flag.h>
-#include <absl/flags/parse.h>
-#include <absl/flags/usage.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
@@ -18,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "core/data/cache.h"
 #include "core/data/crc32c.h"
 #include "core/util/files.h"
-#include "core/util/flags.h"
 
 namespace {
 
@@ -50,12 +48,11 @@ ABSL_FLAG(int64_t, text_dim, 15360, "prompt embedding width");
 ABSL_FLAG(int64_t, reps, 20, "timed repetitions (the median is reported)");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "bench_cache_checksum [--tokens=4096] [--channels=128] [--text_len=512] [--text_dim=15360] [--reps=20]");
-  baton::InstallFlagsHelp();
-  baton::NormalizeFlagArgs(argc, argv);
-  if (absl::ParseCommandLine(argc, argv).size() > 1) {
-    std::fprintf(stderr, "bench_cache_checksum takes flags only (--help lists them)\n");
+  if (absl::Status s = baton::ParseBenchFlags(
+          argc, argv,
+          "bench_cache_checksum [--tokens=4096] [--channels=128] [--text_len=512] [--text_dim=15360] [--reps=20]");
+      !s.ok()) {
+    std::fprintf(stderr, "bench_cache_checksum: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   const int64_t tokens = absl::GetFlag(FLAGS_tokens), channels = absl::GetFlag(FLAGS_channels);

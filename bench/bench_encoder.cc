@@ -21,8 +21,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <absl/flags/flag.h>
-#include <absl/flags/parse.h>
-#include <absl/flags/usage.h>
 #include <absl/status/statusor.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
@@ -40,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/image/image.h"
 #include "core/lora/lora_linear.h"
@@ -49,7 +48,6 @@
 #include "core/text/text_encoder_config.h"
 #include "core/text/tiny_tokenizer.h"
 #include "core/util/files.h"
-#include "core/util/flags.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
 #include "core/vae/flux2_vae.h"
@@ -80,14 +78,11 @@ struct Args {
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  RETURN_IF_ERROR(ParseBenchFlags(
+      argc, argv,
       "bench_encoder --write DIR --config tiny|scaled [--seed 0]\n"
       "  or: bench_encoder --model DIR --image FILE --width W --height H --captions FILE --ids FILE [--threads 1] "
-      "[--max-sequence-length 512]\n(see the comment atop bench/bench_encoder.cc)");
-  InstallFlagsHelp();
-  NormalizeFlagArgs(argc, argv);
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) return absl::InvalidArgumentError(absl::StrCat("unexpected argument ", rest[1]));
+      "[--max-sequence-length 512]\n(see the comment atop bench/bench_encoder.cc)"));
   Args a;
   a.write = absl::GetFlag(FLAGS_write);
   a.config = absl::GetFlag(FLAGS_config);

@@ -11,8 +11,6 @@
 // Defaults: a ~0.5 B model (2 double + 12 single blocks at D = 1536), fp32.
 #include <ATen/Parallel.h>
 #include <absl/flags/flag.h>
-#include <absl/flags/parse.h>
-#include <absl/flags/usage.h>
 #include <absl/strings/match.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
@@ -28,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
+#include "bench/flux2_bench_model.h"
 #include "coordinator/local_tls.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
@@ -37,7 +37,6 @@
 #include "core/pipeline/partition.h"
 #include "core/train/job.h"
 #include "core/util/files.h"
-#include "core/util/flags.h"
 
 ABSL_FLAG(int64_t, dim, 1536, "hidden size D (a multiple of 64: head_dim 64)");
 ABSL_FLAG(int64_t, double, 2, "double-stream blocks");
@@ -64,8 +63,7 @@ namespace {
   std::exit(1);
 }
 
-struct Args {
-  int64_t dim = 1536, double_blocks = 2, single_blocks = 12, joint = 1024, grid = 8, text = 16;
+struct Args : Flux2BenchShape {
   int m = 2, stages = 2, steps = 1, threads = 1;
   int64_t rank = 16;
   std::string targets = "all-linear", schedule = "1f1b", recompute = "true", budget;
@@ -73,14 +71,14 @@ struct Args {
 };
 
 Args ParseArgs(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "bench_memory [--dim=1536] [--double=2] [--single=12] [--joint=1024] [--grid=8] [--text=16] [--m=2] "
-      "[--stages=2] [--rank=16] [--targets=all-linear] [--steps=1] [--schedule=1f1b] [--recompute=true|false|auto] "
-      "[--budget=BYTES] [--threads=1] [--keep] (see the comment atop bench/bench_memory.cc)");
-  InstallFlagsHelp();
-  NormalizeFlagArgs(argc, argv);
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) Die(absl::StrCat("unexpected argument ", rest[1], " (--help lists the flags)"));
+  if (absl::Status s = ParseBenchFlags(
+          argc, argv,
+          "bench_memory [--dim=1536] [--double=2] [--single=12] [--joint=1024] [--grid=8] [--text=16] [--m=2] "
+          "[--stages=2] [--rank=16] [--targets=all-linear] [--steps=1] [--schedule=1f1b] [--recompute=true|false|auto] "
+          "[--budget=BYTES] [--threads=1] [--keep] (see the comment atop bench/bench_memory.cc)");
+      !s.ok()) {
+    Die(std::string(s.message()));
+  }
   Args a;
   a.dim = absl::GetFlag(FLAGS_dim);
   a.double_blocks = absl::GetFlag(FLAGS_double);
@@ -102,18 +100,6 @@ Args ParseArgs(int argc, char** argv) {
     Die("--dim must be a multiple of 64 (head_dim 64); --m, --steps, --stages >= 1");
   }
   return a;
-}
-
-Flux2Config ModelConfig(const Args& a) {
-  Flux2Config c;
-  c.in_channels = 128;
-  c.num_layers = a.double_blocks;
-  c.num_single_layers = a.single_blocks;
-  c.attention_head_dim = 64;
-  c.num_attention_heads = a.dim / 64;
-  c.joint_attention_dim = a.joint;
-  c.axes_dims_rope = {16, 16, 16, 16};
-  return c;
 }
 
 // Bytes of one "Name:  123 kB" line of /proc/<pid>/status (-1 when absent).
@@ -161,7 +147,7 @@ double Mb(int64_t bytes) { return static_cast<double>(bytes) / 1e6; }
 int Main(int argc, char** argv) {
   const Args a = ParseArgs(argc, argv);
   at::set_num_threads(1);
-  const Flux2Config c = ModelConfig(a);
+  const Flux2Config c = Flux2BenchConfig(a);
   if (absl::Status s = c.Validate(); !s.ok()) Die(s.ToString());
 
   char tmpl[] = "/tmp/bench_memory_XXXXXX";

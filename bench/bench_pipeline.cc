@@ -20,8 +20,6 @@
 // to train-local; --only keeps the variants whose label contains the text (diagnosis; rows it drops read as 0).
 #include <ATen/Parallel.h>
 #include <absl/flags/flag.h>
-#include <absl/flags/parse.h>
-#include <absl/flags/usage.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/time/clock.h>
@@ -41,6 +39,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_flags.h"
+#include "bench/flux2_bench_model.h"
 #include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
@@ -52,7 +52,6 @@
 #include "core/train/job.h"
 #include "core/train/local_trainer.h"
 #include "core/util/files.h"
-#include "core/util/flags.h"
 
 ABSL_FLAG(int64_t, dim, 384, "hidden size D (a multiple of 64: head_dim 64)");
 ABSL_FLAG(int64_t, double, 2, "double-stream blocks");
@@ -93,8 +92,7 @@ double Mean(const std::vector<double>& v) {
   std::exit(1);
 }
 
-struct Args {
-  int64_t dim = 384, double_blocks = 2, single_blocks = 4, joint = 256, grid = 16, text = 64;
+struct Args : Flux2BenchShape {
   int m = 8;
   int64_t rank = 16;
   std::string targets = "all-linear";
@@ -108,15 +106,15 @@ struct Args {
 };
 
 Args ParseArgs(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "bench_pipeline [--dim=384] [--double=2] [--single=4] [--joint=256] [--grid=16] [--text=64] [--m=8] "
-      "[--rank=16] [--targets=all-linear] [--steps=3] [--warmup=1] [--rounds=4] [--chunks=2] [--recompute_off] "
-      "[--recompute_auto] [--no_param_split] [--only=LABEL_PART] [--keep] (see the comment atop "
-      "bench/bench_pipeline.cc)");
-  InstallFlagsHelp();
-  NormalizeFlagArgs(argc, argv);
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) Die(absl::StrCat("unexpected argument ", rest[1], " (--help lists the flags)"));
+  if (absl::Status s = ParseBenchFlags(
+          argc, argv,
+          "bench_pipeline [--dim=384] [--double=2] [--single=4] [--joint=256] [--grid=16] [--text=64] [--m=8] "
+          "[--rank=16] [--targets=all-linear] [--steps=3] [--warmup=1] [--rounds=4] [--chunks=2] [--recompute_off] "
+          "[--recompute_auto] [--no_param_split] [--only=LABEL_PART] [--keep] (see the comment atop "
+          "bench/bench_pipeline.cc)");
+      !s.ok()) {
+    Die(std::string(s.message()));
+  }
   Args a;
   a.dim = absl::GetFlag(FLAGS_dim);
   a.double_blocks = absl::GetFlag(FLAGS_double);
@@ -143,18 +141,6 @@ Args ParseArgs(int argc, char** argv) {
 }
 
 // A small FLUX.2-shaped transformer: head_dim 64, RoPE axes 4 x 16, in_channels 128, mlp_ratio 3.
-Flux2Config ModelConfig(const Args& a) {
-  Flux2Config c;
-  c.in_channels = 128;
-  c.num_layers = a.double_blocks;
-  c.num_single_layers = a.single_blocks;
-  c.attention_head_dim = 64;
-  c.num_attention_heads = a.dim / 64;
-  c.joint_attention_dim = a.joint;
-  c.axes_dims_rope = {16, 16, 16, 16};
-  return c;
-}
-
 struct Variant {
   int stages;
   std::string schedule;
@@ -314,7 +300,7 @@ void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::
   job.chunks = v.schedule == "interleaved" ? a.chunks : 1;
   job.recompute = v.recompute;
   if (v.param_split) {
-    const Flux2Config c = ModelConfig(a);
+    const Flux2Config c = Flux2BenchConfig(a);
     job.memory_per_stage = BudgetsForBoundary(c, CoordinatorPartitionOptions(job, a, 2), ParamBalancedBoundary(c));
   }
   job.steps = a.warmup + a.steps;
@@ -427,7 +413,7 @@ std::vector<Variant> Variants(const Args& a, bool try_params) {
 
 Setup Prepare(const Args& a) {
   Setup s;
-  s.c = ModelConfig(a);
+  s.c = Flux2BenchConfig(a);
   if (absl::Status st = s.c.Validate(); !st.ok()) Die(st.ToString());
   WriteProblem(a, s);
   PlanSplits(a, s);

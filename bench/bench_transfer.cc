@@ -14,8 +14,6 @@
 // columns repeat the plain gRPC path (no pinned memory, no copies), so a CPU rehearsal runs the same code.
 #include <ATen/ATen.h>
 #include <absl/flags/flag.h>
-#include <absl/flags/parse.h>
-#include <absl/flags/usage.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <arpa/inet.h>
@@ -36,9 +34,9 @@
 #include <vector>
 
 #include "baton/v1/stage.grpc.pb.h"
+#include "bench/bench_flags.h"
 #include "core/device/device.h"
 #include "core/device/transfer.h"
-#include "core/util/flags.h"
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
@@ -177,11 +175,11 @@ struct Row {
 };
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("bench_transfer [--chunk_kib=1024] [--reps=5] [--max_mib=256] [--device=cpu|cuda:N]");
-  InstallFlagsHelp();
-  NormalizeFlagArgs(argc, argv);
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) Die(absl::StrCat("unexpected argument ", rest[1], " (--help lists the flags)"));
+  if (absl::Status s = ParseBenchFlags(
+          argc, argv, "bench_transfer [--chunk_kib=1024] [--reps=5] [--max_mib=256] [--device=cpu|cuda:N]");
+      !s.ok()) {
+    Die(std::string(s.message()));
+  }
   const size_t chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_kib)) << 10;
   const int reps = absl::GetFlag(FLAGS_reps);
   const int max_mib = absl::GetFlag(FLAGS_max_mib);

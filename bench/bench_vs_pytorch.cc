@@ -26,8 +26,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <absl/flags/flag.h>
-#include <absl/flags/parse.h>
-#include <absl/flags/usage.h>
 #include <absl/status/statusor.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
@@ -40,6 +38,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "bench/bench_flags.h"
 #include "core/device/device.h"
 #include "core/lora/cpu_linear.h"
 #include "core/lora/lora.h"
@@ -49,7 +48,6 @@
 #include "core/train/adamw.h"
 #include "core/train/common.h"
 #include "core/train/local_step.h"
-#include "core/util/flags.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
 
@@ -88,14 +86,11 @@ struct Args {
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "bench_vs_pytorch --model DIR --inputs FILE --lora FILE [--threads 1] [--rank 16] [--alpha 16] "
-      "[--targets attention] [--lr 1e-3] [--clip 1.0] [--cpu_linear onednn|aten] [--device cpu|cuda:N] "
-      "[--dtype fp32|bf16] (see the comment atop bench/bench_vs_pytorch.cc)");
-  InstallFlagsHelp();
-  NormalizeFlagArgs(argc, argv);
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) return absl::InvalidArgumentError(absl::StrCat("unexpected argument ", rest[1]));
+  RETURN_IF_ERROR(
+      ParseBenchFlags(argc, argv,
+                      "bench_vs_pytorch --model DIR --inputs FILE --lora FILE [--threads 1] [--rank 16] [--alpha 16] "
+                      "[--targets attention] [--lr 1e-3] [--clip 1.0] [--cpu_linear onednn|aten] [--device cpu|cuda:N] "
+                      "[--dtype fp32|bf16] (see the comment atop bench/bench_vs_pytorch.cc)"));
   Args a;
   a.model = absl::GetFlag(FLAGS_model);
   a.inputs = absl::GetFlag(FLAGS_inputs);
