@@ -85,11 +85,7 @@ std::string ByteLevelEncode(absl::string_view bytes) {
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Load(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  std::string config;
-  std::string config_path = JoinPath(DirName(path), "tokenizer_config.json");
-  if (PathExists(config_path)) {
-    ASSIGN_OR_RETURN(config, ReadFile(config_path));
-  }
+  ASSIGN_OR_RETURN(std::string config, ReadFileIfExists(JoinPath(DirName(path), "tokenizer_config.json")));
   return FromJson(text, path, config);
 }
 

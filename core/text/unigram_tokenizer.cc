@@ -86,11 +86,7 @@ std::optional<int64_t> LookupToken(const Json& config, const char* key, const Un
 
 absl::StatusOr<std::unique_ptr<UnigramTokenizer>> UnigramTokenizer::Load(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  std::string config;
-  const std::string config_path = JoinPath(DirName(path), "tokenizer_config.json");
-  if (PathExists(config_path)) {
-    ASSIGN_OR_RETURN(config, ReadFile(config_path));
-  }
+  ASSIGN_OR_RETURN(std::string config, ReadFileIfExists(JoinPath(DirName(path), "tokenizer_config.json")));
   return FromJson(text, path, config);
 }
 

@@ -33,6 +33,11 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
+absl::StatusOr<std::string> ReadFileIfExists(const std::string& path) {
+  if (!PathExists(path)) return std::string();
+  return ReadFile(path);
+}
+
 absl::StatusOr<std::string> ReadFileBounded(const std::string& path, uint64_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {

@@ -13,6 +13,8 @@
 namespace baton {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path);
+// ReadFile for an optional file: "" when nothing exists at `path`.
+absl::StatusOr<std::string> ReadFileIfExists(const std::string& path);
 // Reads a regular file of at most `max_bytes`; anything else (a device such as /dev/zero, a FIFO, a directory,
 // a bigger file) fails at once, before a byte is read, with a message naming the path and the limit.
 absl::StatusOr<std::string> ReadFileBounded(const std::string& path, uint64_t max_bytes);

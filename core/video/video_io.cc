@@ -17,15 +17,10 @@ extern "C" {
 
 #include "core/util/files.h"
 #include "core/util/status.h"
+#include "core/video/av_error.h"
 
 namespace baton {
 namespace {
-
-std::string AvError(int code) {
-  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
-  av_strerror(code, buf, sizeof(buf));
-  return buf;
-}
 
 struct FormatCloser {
   void operator()(AVFormatContext* c) const { avformat_close_input(&c); }

@@ -10,16 +10,11 @@ extern "C" {
 #include <memory>
 
 #include "core/util/status.h"
+#include "core/video/av_error.h"
 #include "core/video/video_io.h"
 
 namespace baton {
 namespace {
-
-std::string AvErr(int code) {
-  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
-  av_strerror(code, buf, sizeof(buf));
-  return buf;
-}
 
 struct Muxer {
   AVFormatContext* format = nullptr;
@@ -42,7 +37,7 @@ absl::Status Open(Muxer& m, const std::string& path, int width, int height, int 
   av_log_set_level(AV_LOG_QUIET);
   int rc = avformat_alloc_output_context2(&m.format, nullptr, nullptr, path.c_str());
   if (rc < 0 || m.format == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": no container for this extension (", AvErr(rc), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": no container for this extension (", AvError(rc), ")"));
   }
   const bool mjpeg = codec_name == "mjpeg";
   if (!mjpeg && codec_name != "mpeg4") return absl::InvalidArgumentError("video codec must be mpeg4 or mjpeg");
@@ -65,7 +60,7 @@ absl::Status Open(Muxer& m, const std::string& path, int width, int height, int 
   if (m.format->oformat->flags & AVFMT_GLOBALHEADER) m.codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   rc = avcodec_open2(m.codec, codec, nullptr);
   if (rc >= 0) rc = avcodec_parameters_from_context(m.stream->codecpar, m.codec);
-  if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open the encoder (", AvErr(rc), ")"));
+  if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open the encoder (", AvError(rc), ")"));
   m.stream->time_base = m.codec->time_base;
   m.frame->format = m.codec->pix_fmt;
   m.frame->width = width;
@@ -73,7 +68,7 @@ absl::Status Open(Muxer& m, const std::string& path, int width, int height, int 
   rc = av_frame_get_buffer(m.frame, 0);
   if (rc >= 0) rc = avio_open(&m.format->pb, path.c_str(), AVIO_FLAG_WRITE);
   if (rc >= 0) rc = avformat_write_header(m.format, nullptr);
-  if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot start writing (", AvErr(rc), ")"));
+  if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot start writing (", AvError(rc), ")"));
   m.sws = sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, m.codec->pix_fmt, SWS_BICUBIC, nullptr,
                          nullptr, nullptr);
   if (m.sws == nullptr) return absl::InternalError("sws_getContext failed");
@@ -83,17 +78,17 @@ absl::Status Open(Muxer& m, const std::string& path, int width, int height, int 
 // Sends `frame` (null: flush) and writes every packet the encoder returns.
 absl::Status Encode(Muxer& m, AVFrame* frame, const std::string& path) {
   int rc = avcodec_send_frame(m.codec, frame);
-  if (rc < 0) return absl::InternalError(absl::StrCat(path, ": encoding failed (", AvErr(rc), ")"));
+  if (rc < 0) return absl::InternalError(absl::StrCat(path, ": encoding failed (", AvError(rc), ")"));
   while (true) {
     rc = avcodec_receive_packet(m.codec, m.packet);
     if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return absl::OkStatus();
-    if (rc < 0) return absl::InternalError(absl::StrCat(path, ": encoding failed (", AvErr(rc), ")"));
+    if (rc < 0) return absl::InternalError(absl::StrCat(path, ": encoding failed (", AvError(rc), ")"));
     // One frame long: without a duration, MP4's edit list ends at the last frame's start and demuxers drop it.
     if (m.packet->duration <= 0) m.packet->duration = 1;
     av_packet_rescale_ts(m.packet, m.codec->time_base, m.stream->time_base);
     m.packet->stream_index = m.stream->index;
     rc = av_interleaved_write_frame(m.format, m.packet);
-    if (rc < 0) return absl::InternalError(absl::StrCat(path, ": writing failed (", AvErr(rc), ")"));
+    if (rc < 0) return absl::InternalError(absl::StrCat(path, ": writing failed (", AvError(rc), ")"));
   }
 }
 
@@ -113,7 +108,7 @@ absl::Status WriteVideoFile(const std::string& path, const std::vector<Image>& f
       return absl::InvalidArgumentError(absl::StrCat("WriteVideoFile: frame ", i, " differs in size from frame 0"));
     }
     int rc = av_frame_make_writable(m.frame);
-    if (rc < 0) return absl::InternalError(absl::StrCat("av_frame_make_writable: ", AvErr(rc)));
+    if (rc < 0) return absl::InternalError(absl::StrCat("av_frame_make_writable: ", AvError(rc)));
     const uint8_t* src[4] = {frames[i].pixels.data(), nullptr, nullptr, nullptr};
     const int src_stride[4] = {3 * w, 0, 0, 0};
     sws_scale(m.sws, src, src_stride, 0, h, m.frame->data, m.frame->linesize);
@@ -123,7 +118,7 @@ absl::Status WriteVideoFile(const std::string& path, const std::vector<Image>& f
   }
   RETURN_IF_ERROR(Encode(m, nullptr, path));
   int rc = av_write_trailer(m.format);
-  if (rc < 0) return absl::InternalError(absl::StrCat(path, ": finishing the file failed (", AvErr(rc), ")"));
+  if (rc < 0) return absl::InternalError(absl::StrCat(path, ": finishing the file failed (", AvError(rc), ")"));
   return absl::OkStatus();
 }
 
