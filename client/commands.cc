@@ -18,6 +18,7 @@
 #include "client/lora_convert_command.h"
 #include "client/quantize_command.h"
 #include "client/sample_command.h"
+#include "client/stage_forward.h"
 #include "client/tokenize_command.h"
 #include "client/wan_forward.h"
 #include "client/wan_text_encode.h"
@@ -115,25 +116,9 @@ absl::Status Forward(const Args& args) {
   ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(args.Get("quantize")));
   ASSIGN_OR_RETURN(std::unique_ptr<StageModel> stage,
                    model->BuildStage(model->FullRange(), dtype, at::kCPU, nullptr, false, quant));
-  if (args.Has("lora")) {
-    ASSIGN_OR_RETURN(double lora_scale, args.GetDouble("lora-scale"));
-    ASSIGN_OR_RETURN(auto lora, LoadLoraFile(args.Get("lora")));
-    auto attached = AttachLoraWeights(stage->module(), lora, lora_scale);
-    if (!attached.ok()) return Annotate(attached.status(), args.Get("lora"));
-    std::printf("applied %d LoRA adapters from %s (scale %g)\n", *attached, args.Get("lora").c_str(), lora_scale);
-  }
+  RETURN_IF_ERROR(AttachLoraFromArgs(args, *stage));
   ASSIGN_OR_RETURN(ShellOutputs shell_out, shell->Run(inputs, dtype));
-  TensorMap constants = shell_out.constants;
-  for (const auto& [name, table] : shell_out.tables) constants[name] = table;
-  at::Tensor out;
-  RETURN_IF_ERROR(TorchCall("forward", [&] {
-    at::NoGradGuard no_grad;
-    out = stage->Forward(shell_out.inputs, constants).at("output");
-  }));
-  RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), {{"output", out}}));
-  std::printf("wrote %s: output [%s] %s\n", args.Get("output").c_str(), absl::StrJoin(out.sizes(), ", ").c_str(),
-              args.Get("dtype").c_str());
-  return absl::OkStatus();
+  return ForwardAndWriteOutput(args, *stage, shell_out, "");
 }
 
 absl::Status VaeEncode(const Args& args) {
