@@ -4,7 +4,6 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
-#include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 
 #include <cstdio>
@@ -35,6 +34,7 @@
 #include "core/pipeline/partition.h"
 #include "core/pipeline/schedule.h"
 #include "core/tensor/safetensors.h"
+#include "core/tensor/shape.h"
 #include "core/train/common.h"
 #include "core/train/local_trainer.h"
 #include "core/util/files.h"
@@ -133,8 +133,8 @@ absl::Status VaeEncode(const Args& args) {
   at::Tensor packed;
   RETURN_IF_ERROR(TorchCall("patchify", [&] { packed = vae->PatchifyAndNormalize(latents); }));
   RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), {{"latents", latents}, {"packed", packed}}));
-  std::printf("wrote %s: latents [%s], packed [%s]\n", args.Get("output").c_str(),
-              absl::StrJoin(latents.sizes(), ", ").c_str(), absl::StrJoin(packed.sizes(), ", ").c_str());
+  std::printf("wrote %s: latents %s, packed %s\n", args.Get("output").c_str(), ShapeString(latents.sizes()).c_str(),
+              ShapeString(packed.sizes()).c_str());
   return absl::OkStatus();
 }
 
@@ -165,8 +165,8 @@ absl::Status TextEncode(const Args& args) {
     ASSIGN_OR_RETURN(embeds, encoder->Encode(ids, at::Tensor(), Flux2HiddenStateLayers(family)));
   }
   RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), {{"input_ids", ids}, {"prompt_embeds", embeds}}));
-  std::printf("wrote %s: input_ids [%s], prompt_embeds [%s]\n", args.Get("output").c_str(),
-              absl::StrJoin(ids.sizes(), ", ").c_str(), absl::StrJoin(embeds.sizes(), ", ").c_str());
+  std::printf("wrote %s: input_ids %s, prompt_embeds %s\n", args.Get("output").c_str(),
+              ShapeString(ids.sizes()).c_str(), ShapeString(embeds.sizes()).c_str());
   return absl::OkStatus();
 }
 

@@ -1,7 +1,6 @@
 #include "client/wan_vae_command.h"
 
 #include <absl/strings/str_cat.h>
-#include <absl/strings/str_join.h>
 
 #include <chrono>
 #include <cstdio>
@@ -71,8 +70,8 @@ absl::Status WanVaeEncode(const Args& args, const std::string& vae_dir) {
   out["latents"] = *latents;
   RETURN_IF_ERROR(TorchCall("normalize", [&] { out["normalized"] = vae->Normalize(*latents); }));
   RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), out));
-  std::printf("wrote %s: latents [%s] (Wan VAE, %.3f s encode)\n", args.Get("output").c_str(),
-              absl::StrJoin(latents->sizes(), ", ").c_str(), seconds);
+  std::printf("wrote %s: latents %s (Wan VAE, %.3f s encode)\n", args.Get("output").c_str(),
+              ShapeString(latents->sizes()).c_str(), seconds);
   return absl::OkStatus();
 }
 
