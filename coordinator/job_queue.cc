@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/pipeline_trainer.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
@@ -38,7 +39,7 @@ absl::Status JobQueue::Start() {
 absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted) {
   ASSIGN_OR_RETURN(JobConfig config, ParseSubmittedJob(submitted));
   RETURN_IF_ERROR(ValidateSubmittedJob(submitted, config, base_.stages, data_root_));
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");
   const int64_t id = next_id_++;
   Job& job = jobs_[id];
@@ -59,14 +60,14 @@ absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted) {
 }
 
 absl::StatusOr<v1::JobInfo> JobQueue::Get(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const Job* job = FindLocked(job_id);
   if (job == nullptr) return absl::NotFoundError(job_id.empty() ? "no jobs yet" : absl::StrCat("no job ", job_id));
   return InfoLocked(*job);
 }
 
 std::vector<v1::JobInfo> JobQueue::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<v1::JobInfo> out;
   if (running_ != 0) out.push_back(InfoLocked(jobs_.at(running_)));
   for (int64_t id : queue_) out.push_back(InfoLocked(jobs_.at(id)));
@@ -77,7 +78,7 @@ std::vector<v1::JobInfo> JobQueue::List() const {
 }
 
 absl::StatusOr<v1::JobInfo> JobQueue::Stop(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int64_t id = 0;
   if (!absl::SimpleAtoi(job_id, &id) || !jobs_.count(id)) return absl::NotFoundError(absl::StrCat("no job ", job_id));
   Job& job = jobs_.at(id);
@@ -99,7 +100,7 @@ absl::StatusOr<v1::JobInfo> JobQueue::Stop(const std::string& job_id) {
 
 absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uint64_t seen_version,
                                                   const WatchCursor& cursor, absl::Duration timeout) const {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::string id = job_id;
   if (id.empty()) {
     if (running_ == 0 && queue_.empty()) return absl::NotFoundError("no job is running or queued");
@@ -107,7 +108,8 @@ absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uin
   }
   const Job* job = FindLocked(id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
-  changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return job->version != seen_version; });
+  auto changed = [&] { return job->version != seen_version; };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
   JobUpdate update;
   update.job = InfoLocked(*job);
   update.version = job->version;
@@ -123,7 +125,7 @@ absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uin
 
 void JobQueue::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     shutdown_ = true;
     if (running_ != 0) {
       Job& job = jobs_.at(running_);
@@ -131,7 +133,6 @@ void JobQueue::Shutdown() {
       job.stop->store(true);
       Changed(job);
     }
-    changed_.notify_all();
   }
   if (runner_.joinable()) runner_.join();
 }
@@ -140,8 +141,9 @@ void JobQueue::RunnerMain() {
   while (true) {
     int64_t id = 0;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait(lock, [&] { return shutdown_ || !queue_.empty(); });
+      absl::MutexLock lock(&mu_);
+      auto runnable = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&runnable));
       if (shutdown_) return;
       id = queue_.front();
       queue_.pop_front();
@@ -161,7 +163,7 @@ void JobQueue::RunOne(int64_t id) {
   const JobConfig* config = nullptr;
   std::string name;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     const Job& job = jobs_.at(id);
     options.output_dir = job.info.output_dir();
     options.steps = job.config.steps;
@@ -189,11 +191,11 @@ void JobQueue::RunOne(int64_t id) {
 CoordinatorHooks JobQueue::HooksFor(int64_t id) {
   const CoordinatorHooks& base = base_.hooks;
   CoordinatorHooks hooks;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   hooks.stop = jobs_.at(id).stop.get();
   hooks.on_start = [this, id, next = base.on_start](const RunStart& start) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       Job& job = jobs_.at(id);
       job.info.set_first_step(start.first_step);
       job.info.set_total_steps(start.total_steps);
@@ -208,7 +210,7 @@ CoordinatorHooks JobQueue::HooksFor(int64_t id) {
   };
   hooks.on_checkpoint = [this, id, next = base.on_checkpoint](int64_t step, double seconds) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       Job& job = jobs_.at(id);
       job.info.set_last_checkpoint_step(step);
       job.checkpoints.push_back(step);
@@ -225,7 +227,7 @@ CoordinatorHooks JobQueue::HooksFor(int64_t id) {
 }
 
 void JobQueue::OnEval(int64_t id, const EvalReport& report) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Job& job = jobs_.at(id);
   if (report.validation) {
     v1::WatchEvent event;
@@ -251,7 +253,7 @@ void JobQueue::OnEval(int64_t id, const EvalReport& report) {
 }
 
 void JobQueue::OnStep(int64_t id, const PipelineStepRecord& rec) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Job& job = jobs_.at(id);
   job.run_seconds += rec.step_seconds;
   const int64_t done = rec.step - job.info.first_step();
@@ -281,7 +283,7 @@ void JobQueue::OnStep(int64_t id, const PipelineStepRecord& rec) {
 }
 
 void JobQueue::Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& result) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Job& job = jobs_.at(id);
   running_ = 0;
   job.info.set_end_time_unix(NowUnix());
@@ -302,10 +304,7 @@ void JobQueue::Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& resul
   Changed(job);
 }
 
-void JobQueue::Changed(Job& job) {
-  ++job.version;
-  changed_.notify_all();
-}
+void JobQueue::Changed(Job& job) { ++job.version; }
 
 // job.json: the JobInfo (proto JSON) and what it takes to queue the job again.
 void JobQueue::Persist(const Job& job) const {
@@ -346,7 +345,7 @@ absl::Status JobQueue::Reload() {
     found.emplace_back(id, std::move(job));
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto& [id, job] : found) {
     next_id_ = std::max(next_id_, id + 1);
     // A job the service was running when it died (SIGKILL, a crash, the host) resumes from its newest checkpoint,

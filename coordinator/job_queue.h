@@ -3,24 +3,24 @@
 // <root>/<name>-<id>/. Thread-safe.
 #pragma once
 
+#include <absl/base/thread_annotations.h>
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
+#include <absl/synchronization/mutex.h>
 #include <absl/time/time.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "baton/v1/job_service.pb.h"
 #include "coordinator/job_submission.h"
-#include "coordinator/pipeline_trainer.h"
+#include "coordinator/run_types.h"
 
 namespace baton {
 
@@ -57,20 +57,20 @@ class JobQueue {
   // Reloads <root>/*/job.json and starts the runner thread.
   absl::Status Start();
   // Parses, validates (InvalidArgument with file:line) and queues a job.
-  absl::StatusOr<v1::JobInfo> Submit(const SubmittedJob& submitted);
+  absl::StatusOr<v1::JobInfo> Submit(const SubmittedJob& submitted) ABSL_LOCKS_EXCLUDED(mu_);
   // By id; empty id: the running job, else the newest one. NotFound.
-  absl::StatusOr<v1::JobInfo> Get(const std::string& job_id) const;
+  absl::StatusOr<v1::JobInfo> Get(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // Running, then queued in order, then ended ones newest first.
-  std::vector<v1::JobInfo> List() const;
+  std::vector<v1::JobInfo> List() const ABSL_LOCKS_EXCLUDED(mu_);
   // Running: stop after the current step with a checkpoint. Queued: dropped (STOPPED). Ended: FailedPrecondition.
-  absl::StatusOr<v1::JobInfo> Stop(const std::string& job_id);
+  absl::StatusOr<v1::JobInfo> Stop(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until the job's version passes `seen_version` or `timeout` passes, then returns what is new.
   // Empty job_id: the running job, else the first queued one (NotFound when neither).
   absl::StatusOr<JobUpdate> WaitForUpdate(const std::string& job_id, uint64_t seen_version, const WatchCursor& cursor,
-                                          absl::Duration timeout) const;
+                                          absl::Duration timeout) const ABSL_LOCKS_EXCLUDED(mu_);
   // Stops the running job with a checkpoint and waits for it; job.json marks it to resume on the next Start,
   // and queued jobs stay queued.
-  void Shutdown();
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Job {
@@ -87,28 +87,29 @@ class JobQueue {
     std::unique_ptr<std::atomic<bool>> stop = std::make_unique<std::atomic<bool>>(false);
   };
 
-  void RunnerMain();
-  void RunOne(int64_t id);
-  CoordinatorHooks HooksFor(int64_t id);
-  void OnStep(int64_t id, const PipelineStepRecord& rec);
-  void OnEval(int64_t id, const EvalReport& report);
-  void Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& result);
-  void Changed(Job& job);              // requires mu_: bumps the version, wakes watchers
-  void Persist(const Job& job) const;  // requires mu_
-  absl::Status Reload();
-  const Job* FindLocked(const std::string& job_id) const;  // requires mu_; empty id: running, else newest
-  v1::JobInfo InfoLocked(const Job& job) const;            // requires mu_: with its queue position
+  void RunnerMain() ABSL_LOCKS_EXCLUDED(mu_);
+  void RunOne(int64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  CoordinatorHooks HooksFor(int64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnStep(int64_t id, const PipelineStepRecord& rec) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnEval(int64_t id, const EvalReport& report) ABSL_LOCKS_EXCLUDED(mu_);
+  void Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& result) ABSL_LOCKS_EXCLUDED(mu_);
+  // Bumps the version; the watchers' WaitForUpdate conditions see it when mu_ is released.
+  void Changed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Persist(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
+  // Empty id: the running job, else the newest.
+  const Job* FindLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobInfo InfoLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // with its queue position
 
   const CoordinatorOptions base_;
   const std::string root_;
   const std::string data_root_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable changed_;
-  std::map<int64_t, Job> jobs_;  // by id; guarded by mu_
-  std::deque<int64_t> queue_;    // waiting, in order; guarded by mu_
-  int64_t running_ = 0;          // 0: none; guarded by mu_
-  int64_t next_id_ = 1;          // guarded by mu_
-  bool shutdown_ = false;        // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::map<int64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);  // by id
+  std::deque<int64_t> queue_ ABSL_GUARDED_BY(mu_);    // waiting, in order
+  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;          // 0: none
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::thread runner_;
 };
 

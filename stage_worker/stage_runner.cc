@@ -6,14 +6,13 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <thread>
 
 #include "core/device/determinism.h"
 #include "core/device/pinned_host.h"
 #include "core/lora/lora.h"
 #include "core/metrics/process_memory.h"
-#include "core/quant/quantize_module.h"
+#include "core/model/quantize_module.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
 #include "core/util/log.h"
@@ -63,7 +62,7 @@ StageRunner::StageRunner(StageRunnerOptions options) : options_(std::move(option
 StageRunner::~StageRunner() = default;
 
 std::string StageRunner::name() const {
-  return absl::StrCat("stage ", config_.stage_index(), " (", options_.address, ")");
+  return absl::StrCat("stage ", stage_index_.load(), " (", options_.address, ")");
 }
 
 std::map<std::string, at::Tensor> StageRunner::AllLora() {
@@ -72,7 +71,7 @@ std::map<std::string, at::Tensor> StageRunner::AllLora() {
   return all;
 }
 
-bool StageRunner::SameModel(const v1::ConfigureRequest& req) const {
+bool StageRunner::SameStage(const v1::ConfigureRequest& req) const {
   v1::ConfigureRequest a = config_, b = req;
   for (v1::ConfigureRequest* r : {&a, &b}) {
     r->clear_next_address();
@@ -93,27 +92,28 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   for (uint64_t g = generation_.load();
        req.generation() > g && !generation_.compare_exchange_weak(g, req.generation());) {
   }
-  std::lock_guard<std::mutex> lock(run_mu_);
+  absl::MutexLock lock(&run_mu_);
   // Within a run the generation only rises; a new run's is taken as it is (its coordinator starts them at the wall
   // clock, above any earlier run's).
   generation_ = req.generation();
   const bool new_run = configured_ && req.run_id() != config_.run_id();
   ApplyDeterminism(prepared->device, !req.allow_nondeterministic());
   {
-    std::lock_guard<std::mutex> expected_lock(expected_mu_);
+    absl::MutexLock expected_lock(&expected_mu_);
     expected_.reset();  // pushes wait for the new job
   }
   next_.reset();
   prev_.reset();
   inbox_.Clear();
   {
-    std::lock_guard<std::mutex> rope_lock(rope_mu_);
+    absl::MutexLock rope_lock(&rope_mu_);
     rope_.clear();
     rope_order_.clear();
   }
-  if (configured_ && SameModel(req)) {  // a recovery (new neighbours), or a new run of the same model
+  if (configured_ && SameStage(req)) {  // a recovery (new neighbours), or a new run of the same job
     if (new_run) ResetForNewRun();
     config_ = req;
+    stage_index_ = req.stage_index();
     ConnectPeers(prepared->wire);
     PublishExpected(req.micro_batches());
     LogInfo(name(), new_run ? ": configured for a new run " : ": reconfigured for generation ",
@@ -129,7 +129,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   const WireDtype wire = prepared->wire;
   const WeightQuant quant = prepared->quant;
   {
-    std::lock_guard<std::mutex> transfer_lock(transfer_mu_);
+    absl::MutexLock transfer_lock(&transfer_mu_);
     transfer_ = std::make_shared<DeviceTransfer>(device_);
     pinned_host_ = transfer_->wants_pinned_host();
   }
@@ -142,6 +142,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     chunks_.push_back(std::move(chunk));
   }
   config_ = req;
+  stage_index_ = req.stage_index();
   initial_lora_ = CloneToCpuFloat(AllLora());
   metrics_.Configure(req.job_name(), req.stage_index());
   ConnectPeers(wire);
@@ -184,14 +185,14 @@ void StageRunner::ResetForNewRun() {
   const absl::Status restored = AssignAllLora(initial_lora_);
   TORCH_CHECK(restored.ok(), "initial adapters do not fit their own stage: ", restored.message());  // a bug
   current_step_ = -1;
-  std::lock_guard<std::mutex> rope_lock(rope_mu_);
+  absl::MutexLock rope_lock(&rope_mu_);
   bytes_received_ = 0;
 }
 
 absl::StatusOr<ExpectedStageIO> StageRunner::Expected() const {
   std::shared_ptr<const ExpectedStageIO> expected;
   {
-    std::lock_guard<std::mutex> lock(expected_mu_);
+    absl::MutexLock lock(&expected_mu_);
     expected = expected_;
   }
   if (!expected) return absl::FailedPreconditionError(absl::StrCat(name(), ": not configured for any job"));
@@ -215,7 +216,7 @@ void StageRunner::PublishExpected(int32_t micro_batches) {
   e->model = model_;
   e->dtype = dtype_;
   for (const auto& [pname, p] : AllLora()) e->lora_shapes[pname] = p.sizes().vec();
-  std::lock_guard<std::mutex> lock(expected_mu_);
+  absl::MutexLock lock(&expected_mu_);
   expected_ = std::move(e);
 }
 
@@ -255,7 +256,7 @@ v1::ConfigureResponse StageRunner::Response() {
 }
 
 std::shared_ptr<DeviceTransfer> StageRunner::Transfer() {
-  std::lock_guard<std::mutex> lock(transfer_mu_);
+  absl::MutexLock lock(&transfer_mu_);
   return transfer_;
 }
 
@@ -270,7 +271,7 @@ absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
     if (!accepted.ok()) return Annotate(accepted, name());
   }
   {
-    std::lock_guard<std::mutex> rope_lock(rope_mu_);
+    absl::MutexLock rope_lock(&rope_mu_);
     bytes_received_ += envelope.bytes;
   }
   if (h.kind() == v1::EnvelopeHeader::ROPE) {
@@ -283,7 +284,7 @@ absl::Status StageRunner::Deliver(ReceivedEnvelope envelope) {
       const size_t slash = tname.rfind('/');
       tables[tname.substr(slash + 1)][tname.substr(0, slash)] = transfer->Upload(t);
     }
-    std::lock_guard<std::mutex> rope_lock(rope_mu_);
+    absl::MutexLock rope_lock(&rope_mu_);
     for (auto& [key, named] : tables) {
       if (!rope_.count(key)) rope_order_.push_back(key);
       rope_[key] = std::move(named);
@@ -330,9 +331,11 @@ absl::StatusOr<TensorMap> StageRunner::Await(const v1::StepPlan& plan, int32_t m
   auto t0 = Clock::now();
   // A push of ours that failed (a cut link, a neighbour gone) ends the wait at once: what we wait for may never come
   // because of it, and the error names the link (issue 25: a cut link used to wait out the whole wait_timeout).
+  PeerSender* const next = next_.get();
+  PeerSender* const prev = prev_.get();
   auto stop = [&] {
     if (cancelled && cancelled()) return true;
-    for (PeerSender* peer : {next_.get(), prev_.get()}) {
+    for (PeerSender* peer : {next, prev}) {
       if (peer && peer->failed()) return true;
     }
     return false;
@@ -414,7 +417,7 @@ absl::StatusOr<TensorMap> StageRunner::Constants(const v1::StepPlan& plan, int32
     }
   }
   {
-    std::lock_guard<std::mutex> rope_lock(rope_mu_);
+    absl::MutexLock rope_lock(&rope_mu_);
     auto it = rope_.find(key);
     if (it == rope_.end()) {
       return absl::FailedPreconditionError(
@@ -458,7 +461,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("forward of ", WorkName(plan), " micro-batch ", mb));
   absl::Status shape = absl::OkStatus();
-  absl::Status run = TorchCall("forward", [&] {
+  absl::Status run = TorchCall("forward", [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) {
     TensorMap out = RunBlocks(chunk, state, plan, mb);
     if (range.has_head && pass) {
       step.outputs[mb] = out.at("output");
@@ -509,11 +512,12 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
   }
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("backward of step ", plan.step(), " micro-batch ", mb));
-  absl::Status run = TorchCall("backward", [&] {
+  const bool recompute = config_.recompute();
+  absl::Status run = TorchCall("backward", [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) {
     // Where backward starts: the scaled loss on the last stage, else the received output gradients.
     auto seed = [&](const TensorMap& named) -> std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> {
       if (range.has_head) {
-        at::Tensor loss = config_.recompute() ? FlowMatchingLoss(named.at("output"), state.target) : state.loss;
+        at::Tensor loss = recompute ? FlowMatchingLoss(named.at("output"), state.target) : state.loss;
         return {{loss * static_cast<double>(plan.loss_scale())}, {}};
       }
       std::vector<at::Tensor> outputs, output_grads;
@@ -527,7 +531,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
       }
       return {outputs, output_grads};
     };
-    if (config_.recompute()) {
+    if (recompute) {
       // Per-block recompute from the checkpoints Forward kept: one block's graph at a time, never the stage's.
       SetLoraDropoutSeed(chunks_[chunk]->module(), MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
       chunks_[chunk]->BackwardFromCheckpoints(std::move(state.checkpoints), state.constants, seed,
@@ -567,29 +571,29 @@ void StageRunner::SendAsync(PeerSender& peer, v1::EnvelopeHeader header, const T
   peer.Send(std::move(header), std::move(host), std::move(ready));
 }
 
-v1::StageHeartbeat StageRunner::Progress() const {
+v1::StageHeartbeat StageRunner::Progress(const PeerSender* next, const PeerSender* prev) const {
   v1::StageHeartbeat p = progress_.Snapshot();
-  p.set_next_push_seconds(next_ ? next_->busy_seconds() : 0);
-  p.set_prev_push_seconds(prev_ ? prev_->busy_seconds() : 0);
+  p.set_next_push_seconds(next ? next->busy_seconds() : 0);
+  p.set_prev_push_seconds(prev ? prev->busy_seconds() : 0);
   return p;
 }
 
 absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
                                                      const GradSink& sink, const Heartbeat& heartbeat) {
-  std::lock_guard<std::mutex> lock(run_mu_);
+  absl::MutexLock lock(&run_mu_);
   if (!configured_) return absl::FailedPreconditionError(absl::StrCat(name(), ": RunStep before Configure"));
   progress_.Set("starting the step");
   // The heartbeat thread lives inside run_mu_, so the peers it reads cannot be replaced under it.
-  std::mutex beat_mu;
-  std::condition_variable beat_cv;
-  bool done = false;
+  const PeerSender* const next = next_.get();
+  const PeerSender* const prev = prev_.get();
+  absl::Mutex beat_mu;
+  bool done = false;  // under beat_mu
   std::thread beat;
   if (heartbeat) {
     beat = std::thread([&] {
-      std::unique_lock<std::mutex> beat_lock(beat_mu);
-      while (
-          !beat_cv.wait_for(beat_lock, absl::ToChronoNanoseconds(options_.heartbeat_interval), [&] { return done; })) {
-        heartbeat(Progress());
+      absl::MutexLock beat_lock(&beat_mu);
+      while (!beat_mu.AwaitWithTimeout(absl::Condition(&done), options_.heartbeat_interval)) {
+        heartbeat(Progress(next, prev));
       }
     });
   }
@@ -599,10 +603,9 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, c
   auto summary = RunActions(plan, aborted, sink);
   if (beat.joinable()) {
     {
-      std::lock_guard<std::mutex> beat_lock(beat_mu);
+      absl::MutexLock beat_lock(&beat_mu);
       done = true;
     }
-    beat_cv.notify_all();
     beat.join();
   }
   return summary;
@@ -689,7 +692,7 @@ void StageRunner::FillByteCounts(v1::StepSummary& summary) {
   uint64_t sent = 0;
   for (PeerSender* peer : {next_.get(), prev_.get()}) sent += peer ? peer->bytes_sent() : 0;
   summary.set_bytes_sent(sent);
-  std::lock_guard<std::mutex> rope_lock(rope_mu_);
+  absl::MutexLock rope_lock(&rope_mu_);
   summary.set_bytes_received(bytes_received_);
 }
 
@@ -724,7 +727,7 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunPass(const v1::StepPlan& plan, c
 }
 
 absl::StatusOr<TensorMap> StageRunner::CurrentLora(const std::string& job_id, const std::string& config_hash) {
-  std::lock_guard<std::mutex> lock(run_mu_);
+  absl::MutexLock lock(&run_mu_);
   if (!configured_) return absl::FailedPreconditionError(absl::StrCat(name(), ": not configured"));
   {
     ASSIGN_OR_RETURN(ExpectedStageIO expected, Expected());

@@ -5,19 +5,19 @@
 
 #include <absl/base/thread_annotations.h>
 #include <absl/status/statusor.h>
+#include <absl/synchronization/mutex.h>
 #include <absl/time/time.h>
 
 #include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "baton/v1/stage.pb.h"
 #include "core/device/transfer.h"
 #include "core/model/model_family.h"
-#include "core/pipeline/stage_io.h"
+#include "core/model/stage_io.h"
 #include "rpc/envelope.h"
 #include "stage_worker/inbox.h"
 #include "stage_worker/peer_sender.h"
@@ -60,7 +60,7 @@ class StageRunner {
 
   // Checks the whole request (configure_checks.h) before it lets go of the running job: an invalid Configure
   // leaves the worker serving the job it had.
-  absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request);
+  absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request) ABSL_LOCKS_EXCLUDED(run_mu_);
   // Whether a Push with this header may be read at all (request_checks.h): the configured job, the step
   // window, the kind and ranges. Run before the tensors are received.
   absl::Status CheckPushHeader(const v1::EnvelopeHeader& header) const;
@@ -80,10 +80,12 @@ class StageRunner {
   // cancels the step too. `heartbeat` (optional) gets the step's progress every heartbeat_interval, from another
   // thread, until RunStep returns.
   absl::StatusOr<v1::StepSummary> RunStep(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
-                                          const GradSink& sink, const Heartbeat& heartbeat = nullptr);
+                                          const GradSink& sink, const Heartbeat& heartbeat = nullptr)
+      ABSL_LOCKS_EXCLUDED(run_mu_);
 
   // Current adapter weights (fp32, CPU), PEFT names; only to the configured job.
-  absl::StatusOr<TensorMap> CurrentLora(const std::string& job_id, const std::string& config_hash);
+  absl::StatusOr<TensorMap> CurrentLora(const std::string& job_id, const std::string& config_hash)
+      ABSL_LOCKS_EXCLUDED(run_mu_);
   std::string name() const;
   // This worker's metrics (bound to its job and stage at Configure); the RPC front end counts links with it.
   StageInstruments& metrics() { return metrics_; }
@@ -110,96 +112,108 @@ class StageRunner {
   };
 
   absl::Status Forward(const v1::StepPlan& plan, int32_t chunk, int32_t mb, const std::function<bool()>& cancelled,
-                       StepState& step, v1::StepSummary& summary);
+                       StepState& step, v1::StepSummary& summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   absl::Status Backward(const v1::StepPlan& plan, int32_t chunk, int32_t mb, const std::function<bool()>& cancelled,
-                        StepState& step, v1::StepSummary& summary);
+                        StepState& step, v1::StepSummary& summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // The stage's input for (chunk, mb): INPUTS on the first virtual stage, else the previous one's ACTIVATION.
   absl::StatusOr<TensorMap> AwaitInput(const v1::StepPlan& plan, int32_t chunk, int32_t mb,
-                                       const std::function<bool()>& cancelled, v1::StepSummary& summary);
+                                       const std::function<bool()>& cancelled, v1::StepSummary& summary)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // The micro-batch's constants (received once per step, kept for every chunk), with the cached RoPE tables.
   absl::StatusOr<TensorMap> Constants(const v1::StepPlan& plan, int32_t mb, const std::function<bool()>& cancelled,
-                                      StepState& step, v1::StepSummary& summary);
+                                      StepState& step, v1::StepSummary& summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_)
+      ABSL_LOCKS_EXCLUDED(rope_mu_);
   // Waits for this step's adapter weights once, before the step's first computation.
   absl::Status EnsureWeights(const v1::StepPlan& plan, const std::function<bool()>& cancelled, StepState& step,
-                             v1::StepSummary& summary);
+                             v1::StepSummary& summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // The chunk forward: with a graph, or (recompute) without one, keeping the per-block checkpoints.
-  TensorMap RunBlocks(int32_t chunk, MicroBatchState& state, const v1::StepPlan& plan, int32_t mb);
+  TensorMap RunBlocks(int32_t chunk, MicroBatchState& state, const v1::StepPlan& plan, int32_t mb)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   absl::StatusOr<TensorMap> Await(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
-                                  const std::function<bool()>& cancelled, v1::StepSummary& summary, int32_t chunk = 0);
+                                  const std::function<bool()>& cancelled, v1::StepSummary& summary, int32_t chunk = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   v1::EnvelopeHeader Header(const v1::StepPlan& plan, int32_t mb, v1::EnvelopeHeader::Kind kind,
-                            int32_t chunk = 0) const;
+                            int32_t chunk = 0) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // The receiver's chunk of chunk c's output (next virtual stage) and of its input gradient (previous one).
-  int32_t NextChunk(int32_t c) const { return config_.stage_index() + 1 == config_.num_stages() ? c + 1 : c; }
-  int32_t PrevChunk(int32_t c) const { return config_.stage_index() == 0 ? c - 1 : c; }
+  int32_t NextChunk(int32_t c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) {
+    return config_.stage_index() + 1 == config_.num_stages() ? c + 1 : c;
+  }
+  int32_t PrevChunk(int32_t c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) {
+    return config_.stage_index() == 0 ? c - 1 : c;
+  }
   // Queues `tensors` (device tensors) for `peer`: on CUDA their copy to host starts now on the side stream and
   // the sender's thread waits for it, so the compute stream goes straight on with the next action.
   void SendAsync(PeerSender& peer, v1::EnvelopeHeader header, const TensorMap& tensors);
   absl::StatusOr<v1::StepSummary> RunActions(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
-                                             const GradSink& sink);
+                                             const GradSink& sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // A forward-only pass (plan.pass() > 0): eval mode, no graph, the last stage's outputs to `sink`.
   absl::StatusOr<v1::StepSummary> RunPass(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
-                                          const GradSink& sink);
+                                          const GradSink& sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // Waits until the peer senders have shipped everything queued (in slices, so a cancel is noticed).
-  absl::Status FlushPeers(const v1::StepPlan& plan, const std::function<bool()>& cancelled);
-  void FillByteCounts(v1::StepSummary& summary);
+  absl::Status FlushPeers(const v1::StepPlan& plan, const std::function<bool()>& cancelled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  void FillByteCounts(v1::StepSummary& summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) ABSL_LOCKS_EXCLUDED(rope_mu_);
   // The step's losses (kept on the device) into the summary: one device → host copy per step, not per micro-batch.
   void FillLosses(StepState& step, v1::StepSummary& summary);
   // After a step on CUDA: the pinned host allocator's cache back to the system when over its budget.
-  void TrimPinnedHost();
-  // Whether `req` asks for the model this worker already holds (only the neighbours, the generation or the run
-  // differ): the frozen weights are then kept instead of loaded again.
-  bool SameModel(const v1::ConfigureRequest& req) const;
-  // A Configure from another run (run_id) than the one this worker serves: it keeps nothing of the old run but,
-  // with SameModel, the frozen weights (ResetForNewRun).
-  void ResetForNewRun();
+  void TrimPinnedHost() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Whether `req` is the configured request but for the neighbours, the generation and the run: the stage as built
+  // (frozen weights and adapters) is then kept. Any other field (model, blocks, dtype, LoRA, seed, job...) rebuilds it.
+  bool SameStage(const v1::ConfigureRequest& req) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // A Configure from another run (run_id) of the same stage: the adapters go back to their initial values
+  // (ResetForNewRun); only the frozen weights survive.
+  void ResetForNewRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) ABSL_LOCKS_EXCLUDED(rope_mu_);
   // `weights` (PEFT names, every adapter of every chunk, nothing else) into the chunks' adapters, gradients zeroed.
-  absl::Status AssignAllLora(TensorMap weights);
+  absl::Status AssignAllLora(TensorMap weights) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // The peer connections for config_ (Configure).
-  void ConnectPeers(WireDtype wire);
-  v1::ConfigureResponse Response();
-  v1::StageHeartbeat Progress() const;
+  void ConnectPeers(WireDtype wire) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  v1::ConfigureResponse Response() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // The step's progress with the pushes in flight to `next` and `prev` (either may be null).
+  v1::StageHeartbeat Progress(const PeerSender* next, const PeerSender* prev) const;
   // All chunks' adapters by PEFT name (names are global block paths, so chunks never collide).
-  std::map<std::string, at::Tensor> AllLora();
+  std::map<std::string, at::Tensor> AllLora() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
-  StageRunnerOptions options_;
+  StageRunnerOptions options_;  // address set before the worker announces it (set_address): read without locks
   StageInstruments metrics_;
-  std::mutex run_mu_;  // Configure / RunStep
+  // Held by Configure, RunStep and CurrentLora: one at a time uses or replaces the configured stage.
+  absl::Mutex run_mu_;
   Inbox inbox_;
   ProgressBoard progress_;
   std::atomic<uint64_t> generation_{0};  // ConfigureRequest.generation; older envelopes are dropped
+  std::atomic<int32_t> stage_index_{0};  // config_.stage_index(), for name() on Push handlers (without run_mu_)
 
-  // Set by Configure (guarded by run_mu_; read by Deliver only through the rope cache below).
-  v1::ConfigureRequest config_;
-  bool configured_ = false;
-  std::shared_ptr<const ModelFamily> model_;         // the model's family, config and weights
-  std::vector<std::unique_ptr<StageModel>> chunks_;  // [chunk]; one unless interleaved
-  std::vector<StageRange> ranges_;                   // [chunk]
-  at::ScalarType dtype_ = at::kFloat;
-  at::Device device_{at::kCPU};
-  // Host ↔ device copies (side streams + pinned memory on CUDA). Replaced by Configure under transfer_mu_; Deliver
-  // (Push handlers, without run_mu_) uploads RoPE tables through a snapshot taken under it.
-  std::mutex transfer_mu_;
+  v1::ConfigureRequest config_ ABSL_GUARDED_BY(run_mu_);
+  bool configured_ ABSL_GUARDED_BY(run_mu_) = false;
+  std::shared_ptr<const ModelFamily> model_ ABSL_GUARDED_BY(run_mu_);         // the model's family, config and weights
+  std::vector<std::unique_ptr<StageModel>> chunks_ ABSL_GUARDED_BY(run_mu_);  // [chunk]; one unless interleaved
+  std::vector<StageRange> ranges_ ABSL_GUARDED_BY(run_mu_);                   // [chunk]
+  at::ScalarType dtype_ ABSL_GUARDED_BY(run_mu_) = at::kFloat;
+  at::Device device_ ABSL_GUARDED_BY(run_mu_) = at::Device(at::kCPU);
+  // Host ↔ device copies (side streams + pinned memory on CUDA). Replaced by Configure; Deliver (Push handlers,
+  // without run_mu_) uploads RoPE tables through a snapshot (Transfer()).
+  absl::Mutex transfer_mu_;
   std::shared_ptr<DeviceTransfer> transfer_ ABSL_GUARDED_BY(transfer_mu_);
   std::shared_ptr<DeviceTransfer> Transfer() ABSL_LOCKS_EXCLUDED(transfer_mu_);
   std::atomic<bool> pinned_host_{false};  // read by Push handlers without run_mu_
   // What pushes and plans must match (null while unconfigured), and the step last run or running.
-  mutable std::mutex expected_mu_;
-  std::shared_ptr<const ExpectedStageIO> expected_;
+  mutable absl::Mutex expected_mu_;
+  std::shared_ptr<const ExpectedStageIO> expected_ ABSL_GUARDED_BY(expected_mu_);
   std::atomic<int64_t> current_step_{-1};
   // The adapters as Configure initialized them (fp32, CPU, PEFT names): a new run on the same model starts from them,
   // exactly as a fresh worker would.
-  std::map<std::string, at::Tensor> initial_lora_;
+  std::map<std::string, at::Tensor> initial_lora_ ABSL_GUARDED_BY(run_mu_);
   // A snapshot of expected_ with the current step; FAILED_PRECONDITION while unconfigured.
-  absl::StatusOr<ExpectedStageIO> Expected() const;
-  // The senders to the neighbour stages the request names.
+  absl::StatusOr<ExpectedStageIO> Expected() const ABSL_LOCKS_EXCLUDED(expected_mu_);
   // Builds expected_ from the configured job.
-  void PublishExpected(int32_t micro_batches);
-  std::unique_ptr<PeerSender> next_, prev_;
+  void PublishExpected(int32_t micro_batches) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) ABSL_LOCKS_EXCLUDED(expected_mu_);
+  // The senders to the neighbour stages the request names.
+  std::unique_ptr<PeerSender> next_ ABSL_GUARDED_BY(run_mu_);
+  std::unique_ptr<PeerSender> prev_ ABSL_GUARDED_BY(run_mu_);
 
-  std::mutex rope_mu_;
-  std::map<std::string, TensorMap> rope_;  // key → the tables (bare names) on device
-  std::deque<std::string> rope_order_;     // FIFO eviction
-  uint64_t bytes_received_ = 0;
+  absl::Mutex rope_mu_;
+  std::map<std::string, TensorMap> rope_ ABSL_GUARDED_BY(rope_mu_);  // key → the tables (bare names) on device
+  std::deque<std::string> rope_order_ ABSL_GUARDED_BY(rope_mu_);     // FIFO eviction
+  uint64_t bytes_received_ ABSL_GUARDED_BY(rope_mu_) = 0;
 };
 
 }  // namespace baton

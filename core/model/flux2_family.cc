@@ -1,18 +1,18 @@
 #include "core/model/flux2_family.h"
 
+#include <absl/base/thread_annotations.h>
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
+#include <absl/synchronization/mutex.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "core/lora/lora.h"
 #include "core/model/flux2_input_checks.h"
 #include "core/model/flux2_ops.h"
+#include "core/model/quantize_module.h"
 #include "core/model/stage_build.h"
-#include "core/pipeline/partition.h"
-#include "core/pipeline/stage_io.h"
-#include "core/quant/quantize_module.h"
+#include "core/model/stage_io.h"
 #include "core/tensor/shape.h"
 #include "core/util/status.h"
 
@@ -212,9 +212,9 @@ int64_t LoraParams(const std::vector<std::pair<std::string, std::vector<int64_t>
 }
 
 const Flux2Pieces& Pieces(const Flux2Config& c) {
-  static std::mutex mu;
-  static std::map<std::string, Flux2Pieces> cache;
-  std::lock_guard<std::mutex> lock(mu);
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  static std::map<std::string, Flux2Pieces> cache ABSL_GUARDED_BY(mu);
+  absl::MutexLock lock(&mu);
   const std::string key = Flux2ConfigToJson(c);
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, SizePieces(c)).first;
