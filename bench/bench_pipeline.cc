@@ -41,7 +41,6 @@
 
 #include "bench/bench_flags.h"
 #include "bench/flux2_bench_model.h"
-#include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_config.h"
@@ -50,8 +49,9 @@
 #include "core/pipeline/partition.h"
 #include "core/pipeline/schedule.h"
 #include "core/train/job.h"
-#include "core/train/local_trainer.h"
+#include "core/train_local/local_trainer.h"
 #include "core/util/files.h"
+#include "stage_driver/local_workers.h"
 
 ABSL_FLAG(int64_t, dim, 384, "hidden size D (a multiple of 64: head_dim 64)");
 ABSL_FLAG(int64_t, double, 2, "double-stream blocks");

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "core/model/flux2_weights.h"
-#include "core/quant/quantize_checkpoint.h"
+#include "core/model/quantize_checkpoint.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
 

@@ -1,4 +1,4 @@
-// `baton quantize`: writes a pre-quantized copy of a FLUX.2 checkpoint (core/quant/quantize_checkpoint.h)
+// `baton quantize`: writes a pre-quantized copy of a FLUX.2 checkpoint (core/model/quantize_checkpoint.h)
 // that stages load without quantizing again.
 #pragma once
 

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "coordinator/stage_session.h"
 #include "core/image/image.h"
 #include "core/lora/lora.h"
 #include "core/sample/flux2_sampler.h"
@@ -23,6 +22,7 @@
 #include "core/util/status.h"
 #include "core/util/threads.h"
 #include "core/vae/flux2_vae_decoder.h"
+#include "stage_driver/stage_session.h"
 
 namespace baton {
 namespace {
@@ -118,10 +118,10 @@ absl::Status Sample(const Args& args) {
     so.dtype = args.Get("dtype");
     so.threads = static_cast<int>(threads);
     so.tokens = {(s.width / 16) * (s.height / 16), embeds.size(0)};
-    CoordinatorOptions co;
-    co.stages = static_cast<int>(stages);
-    co.quiet = true;
-    ASSIGN_OR_RETURN(session, StageSession::Start(so, co));
+    StageDriverOptions driver;
+    driver.stages = static_cast<int>(stages);
+    driver.quiet = true;
+    ASSIGN_OR_RETURN(session, StageSession::Start(so, driver));
     denoiser = session->denoiser();
   } else {
     ASSIGN_OR_RETURN(local, OpenLocal(args, dtype));

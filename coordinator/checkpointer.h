@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "coordinator/pipeline_trainer.h"
+#include "coordinator/run_types.h"
 #include "core/model/model_family.h"
 #include "core/train/adamw.h"
 #include "core/train/job_fingerprint.h"

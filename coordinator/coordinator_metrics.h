@@ -1,34 +1,16 @@
-// The coordinator's metrics: run hooks (CoordinatorHooks, coordinator/pipeline_trainer.h) that keep
-// CoordinatorFamilies() up to date, the metrics ports of the stage workers it starts itself, and the
-// Prometheus file_sd targets file listing every process of the run.
+// The coordinator's metrics: run hooks (CoordinatorHooks, coordinator/run_types.h) that keep CoordinatorFamilies()
+// up to date. The stage workers' metrics ports and the run's Prometheus targets file are the stage driver's
+// (stage_driver/stage_metrics.h).
 #pragma once
 
-#include <absl/status/statusor.h>
-#include <prometheus/gauge.h>
-
 #include <string>
-#include <vector>
 
-#include "coordinator/pipeline_trainer.h"
+#include "coordinator/run_types.h"
 
 namespace baton {
 
 // Wraps `hooks` so that each also updates the coordinator's families for job `job_name` (label job) before
 // the hook already there, if any, runs.
 void AddMetricsHooks(const std::string& job_name, CoordinatorHooks* hooks);
-
-// The coordinator's --metrics HOST:PORT → local stage worker i's: HOST:(PORT+1+i), or HOST:0 (a free port) when
-// PORT is 0. INVALID_ARGUMENT for a malformed address or a port past 65535.
-absl::StatusOr<std::string> StageMetricsListen(const std::string& coordinator_listen, int stage);
-
-// Prints `metrics: coordinator H:P, stage 0 H:P, ...` on stdout (when `print`) and writes
-// <output_dir>/prometheus_targets.json in Prometheus' file_sd format: one target group per process, labelled
-// {baton_process: coordinator|stage_worker, stage: N}. `stages`: each stage worker's metrics "host:port" by
-// stage, "" where unknown (remote workers: their operator knows them), skipped.
-absl::Status PublishMetricsTargets(const std::string& output_dir, const std::string& coordinator,
-                                   const std::vector<std::string>& stages, bool print);
-
-// baton_stage_up{job, stage, peer = the worker's address}: StageClient sets it after every call.
-prometheus::Gauge* StageUpGauge(const std::string& job_name, int stage, const std::string& address);
 
 }  // namespace baton

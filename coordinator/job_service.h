@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-#include "coordinator/pipeline_trainer.h"
+#include "coordinator/run_types.h"
 
 namespace baton {
 

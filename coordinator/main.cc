@@ -6,27 +6,17 @@
 #include <absl/flags/parse.h>
 #include <absl/flags/reflection.h>
 #include <absl/flags/usage.h>
-#include <absl/strings/str_split.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
-#include <cstdio>
-#include <memory>
 #include <string>
-#include <vector>
 
-#include "coordinator/coordinator_metrics.h"
-#include "coordinator/job_service.h"
-#include "coordinator/local_tls.h"
-#include "coordinator/pipeline_trainer.h"
+#include "coordinator/coordinator_command.h"
 #include "coordinator/resume.h"
 #include "core/device/determinism.h"
 #include "core/device/device.h"
-#include "core/metrics/metrics_server.h"
 #include "core/util/flags.h"
-#include "core/util/log.h"
-#include "rpc/tls.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages");
 ABSL_FLAG(std::string, job, "", "job YAML file: run this one job and exit (or --listen)");
@@ -66,23 +56,21 @@ ABSL_FLAG(std::string, metrics, "",
 
 namespace {
 
-std::atomic<bool> g_shutdown{false};
-// The first SIGINT/SIGTERM finishes the step, checkpoints and exits 128 + signal; a second one exits at once.
+// The process's stop request (RunCoordinatorCommand reads it; the library holds no process-wide state).
+std::atomic<bool> g_stop{false};
+// One job: the first SIGINT/SIGTERM finishes the step, checkpoints and exits 128 + signal; a second one exits at once.
 std::atomic<int> g_signal{0};
 void OnSignal(int sig) {
   if (g_signal.exchange(sig) != 0) _exit(128 + sig);
-  baton::RequestCoordinatorStop();
+  g_stop = true;
 }
-void OnServiceSignal(int) { g_shutdown = true; }
+// The job service: stops the running job with a checkpoint and returns.
+void OnServiceSignal(int) { g_stop = true; }
 
-// The metrics server (null without --metrics); set in main before either mode runs.
-std::unique_ptr<baton::MetricsServer> g_metrics;
-
-baton::CoordinatorOptions OptionsFromFlags() {
-  baton::CoordinatorOptions options;
+baton::CoordinatorCommand CommandFromFlags() {
+  baton::CoordinatorCommand command;
+  baton::CoordinatorOptions& options = command.options;
   options.stages = absl::GetFlag(FLAGS_stages);
-  std::string workers = absl::GetFlag(FLAGS_workers);
-  if (!workers.empty()) options.workers = absl::StrSplit(workers, ',', absl::SkipWhitespace());
   options.steps = absl::GetFlag(FLAGS_steps);
   options.output_dir = absl::GetFlag(FLAGS_output);
   options.resume = absl::GetFlag(FLAGS_resume) != baton::ResumeMode::kOff;
@@ -93,43 +81,18 @@ baton::CoordinatorOptions OptionsFromFlags() {
   options.step_retries = absl::GetFlag(FLAGS_step_retries);
   options.worker_restart_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_restart_timeout_s));
   options.stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stall_timeout_s));
-  if (g_metrics) {
-    options.metrics_listen = absl::GetFlag(FLAGS_metrics);
-    options.metrics_address = g_metrics->address();
-  }
-  return options;
-}
-
-int ServeJobs() {
-  baton::JobServiceOptions service;
-  service.listen = absl::GetFlag(FLAGS_listen);
-  service.base = OptionsFromFlags();
-  service.data_root = absl::GetFlag(FLAGS_data_root);
-  if (!absl::GetFlag(FLAGS_token_file).empty()) {
-    auto token = baton::ReadTokenFile(absl::GetFlag(FLAGS_token_file));
-    if (!token.ok()) {
-      std::fprintf(stderr, "coordinator: --token_file: %s\n", std::string(token.status().message()).c_str());
-      return 2;
-    }
-    service.token = *token;
-  }
+  command.workers = absl::GetFlag(FLAGS_workers);
+  command.job = absl::GetFlag(FLAGS_job);
+  command.listen = absl::GetFlag(FLAGS_listen);
+  command.metrics = absl::GetFlag(FLAGS_metrics);
+  command.data_root = absl::GetFlag(FLAGS_data_root);
+  command.token_file = absl::GetFlag(FLAGS_token_file);
   // The one-job default out/run would mix the jobs' folders with a run's files.
   const std::string output = absl::GetFlag(FLAGS_output);
-  service.output_root = output == absl::GetFlagReflectionHandle(FLAGS_output).DefaultValue() ? "out/jobs" : output;
-  std::signal(SIGTERM, OnServiceSignal);
-  std::signal(SIGINT, OnServiceSignal);
-  absl::Status status = baton::RunJobService(
-      service,
-      [](const std::string& address) {
-        std::printf("LISTENING %s\n", address.c_str());
-        std::fflush(stdout);
-      },
-      &g_shutdown);
-  if (!status.ok()) {
-    std::fprintf(stderr, "coordinator: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  command.output_root = output == absl::GetFlagReflectionHandle(FLAGS_output).DefaultValue() ? "out/jobs" : output;
+  command.stop = &g_stop;
+  command.signal = &g_signal;
+  return command;
 }
 
 }  // namespace
@@ -145,62 +108,8 @@ int main(int argc, char** argv) {
   baton::InstallFlagsHelp();
   baton::NormalizeFlagArgs(argc, argv, {"resume"});
   absl::ParseCommandLine(argc, argv);
-  baton::SetLogTag("coordinator");
-  // First: a bad --metrics fails before any work, and Prometheus sees the process while it loads.
-  // Its `metrics: coordinator H:P, stage 0 H:P, ...` line comes once the stage workers are known.
-  auto metrics = baton::StartMetricsServerFromFlag(absl::GetFlag(FLAGS_metrics), "coordinator", /*print=*/false);
-  if (!metrics.ok()) {
-    std::fprintf(stderr, "coordinator: %s\n", std::string(metrics.status().message()).c_str());
-    return 2;
-  }
-  g_metrics = std::move(*metrics);
-  // Transport security (coordinator/local_tls.h): the embedded default needs no flags; servers we did not start do.
-  absl::Status security =
-      baton::InstallCoordinatorSecurity(!absl::GetFlag(FLAGS_workers).empty() || !absl::GetFlag(FLAGS_listen).empty());
-  if (!security.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(security.message()).c_str());
-    return 2;
-  }
-  if (!absl::GetFlag(FLAGS_listen).empty()) {
-    if (!absl::GetFlag(FLAGS_job).empty()) {
-      std::fprintf(stderr, "coordinator: --job and --listen exclude each other (submit jobs with baton submit)\n");
-      return 2;
-    }
-    return ServeJobs();
-  }
-  if (absl::GetFlag(FLAGS_job).empty()) {
-    std::fprintf(stderr, "coordinator: --job (one job) or --listen (the job service) is required\n");
-    return 2;
-  }
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  auto job = baton::LoadJob(absl::GetFlag(FLAGS_job));
-  if (!job.ok()) {
-    std::fprintf(stderr, "coordinator: %s\n", std::string(job.status().message()).c_str());
-    return 2;
-  }
-  baton::CoordinatorOptions options = OptionsFromFlags();
-  if (g_metrics) baton::AddMetricsHooks(baton::JobName(*job), &options.hooks);
-  auto result = baton::RunCoordinator(*job, options);
-  const int sig = g_signal.load();
-  if (!result.ok()) {
-    std::fprintf(stderr, "coordinator: %s\n", result.status().ToString().c_str());
-    return sig != 0 && absl::IsCancelled(result.status()) ? 128 + sig : 1;
-  }
-  const int64_t total_steps = options.steps > 0 ? options.steps : job->steps;
-  if (sig != 0 && (result->steps.empty() || result->steps.back().step < total_steps)) {
-    std::fprintf(stderr,
-                 "coordinator: interrupted by %s after step %lld of %lld; checkpointed: continue with --resume\n",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM",
-                 static_cast<long long>(result->steps.empty() ? result->first_step : result->steps.back().step),
-                 static_cast<long long>(total_steps));
-    return 128 + sig;
-  }
-  if (!result->steps.empty()) {
-    std::printf("done: loss %.5f → %.5f over steps %lld..%lld; wrote %s/lora.safetensors and %s/train_log.jsonl\n",
-                result->steps.front().loss, result->steps.back().loss,
-                static_cast<long long>(result->steps.front().step), static_cast<long long>(result->steps.back().step),
-                options.output_dir.c_str(), options.output_dir.c_str());
-  }
-  return 0;
+  const bool service = !absl::GetFlag(FLAGS_listen).empty();
+  std::signal(SIGTERM, service ? OnServiceSignal : OnSignal);
+  std::signal(SIGINT, service ? OnServiceSignal : OnSignal);
+  return baton::RunCoordinatorCommand(CommandFromFlags());
 }

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -21,23 +20,17 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/encoder_client.h"
 #include "coordinator/job_plan.h"
-#include "coordinator/local_workers.h"
 #include "coordinator/optimizer_step.h"
 #include "coordinator/resume.h"
 #include "coordinator/run_report.h"
-#include "coordinator/stage_client.h"
-#include "coordinator/stage_denoiser.h"
-#include "coordinator/stage_fleet.h"
-#include "coordinator/stage_set.h"
-#include "coordinator/step_executor.h"
 #include "coordinator/step_inputs.h"
 #include "core/data/cache.h"
 #include "core/lora/lora.h"
 #include "core/model/flux2_weights.h"
+#include "core/model/stage_io.h"
 #include "core/pipeline/chunks.h"
 #include "core/pipeline/partition.h"
 #include "core/pipeline/schedule.h"
-#include "core/pipeline/stage_io.h"
 #include "core/quant/weight_quant.h"
 #include "core/train/adamw.h"
 #include "core/train/batches.h"
@@ -48,16 +41,21 @@
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
+#include "stage_driver/local_workers.h"
+#include "stage_driver/stage_client.h"
+#include "stage_driver/stage_denoiser.h"
+#include "stage_driver/stage_fleet.h"
+#include "stage_driver/stage_set.h"
+#include "stage_driver/step_executor.h"
 
 namespace baton {
 namespace {
 
-std::atomic<bool> g_stop_requested{false};
-
-// A stop asked for by a signal (RequestCoordinatorStop) or by the job service (hooks.stop).
+// A stop asked for by whoever owns hooks.stop: main's SIGINT/SIGTERM handler, or the job service.
 bool StopRequested(const CoordinatorOptions& options) {
-  return g_stop_requested.load() || (options.hooks.stop != nullptr && options.hooks.stop->load());
+  return options.hooks.stop != nullptr && options.hooks.stop->load();
 }
+
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -130,7 +128,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
                                              TrainingEvals& evals) {
   std::map<std::string, at::Tensor>& master = start.master;
   // Validation and samples between steps: forward-only passes through the same stages, with the current adapters.
-  StageDenoiser stage_denoiser(setup, executor, master);
+  StageDenoiser stage_denoiser(*setup.model, *setup.shell, setup.dtype, setup.micro_batches, executor, master);
   const Denoiser denoiser = stage_denoiser.AsDenoiser();
   auto evaluate = [&](int64_t done) -> absl::Status {
     if (!evals.Due(done, total_steps, start.step)) return absl::OkStatus();
@@ -206,10 +204,8 @@ PromptEncoder PromptEncoderFor(const JobConfig& job, const CoordinatorOptions& o
 
 }  // namespace
 
-void RequestCoordinatorStop() { g_stop_requested = true; }
-
 absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& options) {
-  RETURN_IF_ERROR(CheckCoordinatorOptions(options));
+  RETURN_IF_ERROR(CheckStageDriverOptions(options));
   SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(JobSetup setup, SetUpJob(job, options));
   // Before any worker starts: a job that cannot evaluate (samples of a Wan model, prompts that do not encode) fails.
@@ -244,7 +240,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(log_path, /*append=*/start.resumed));
   const int64_t total_steps = options.steps > 0 ? options.steps : job.steps;
   if (options.hooks.on_start) options.hooks.on_start({fleet.job_id, start.step, total_steps, stages.addresses()});
-  StepExecutor executor(job, options, &fleet, &stages, stop_requested);
+  StepExecutor executor(options, &fleet, &stages, stop_requested, options.hooks.on_recovery);
   ASSIGN_OR_RETURN(CoordinatorResult result,
                    TrainSteps(job, options, setup, fleet, executor, optimizer, start, total_steps, *log, *evals));
   RETURN_IF_ERROR(stages.Stop());

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "core/train/local_trainer.h"
+#include "core/train_local/local_trainer.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "coordinator/pipeline_trainer.h"
+#include "coordinator/run_types.h"
 
 namespace baton {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "coordinator/job_plan.h"
-#include "coordinator/stage_fleet.h"
+#include "stage_driver/stage_fleet.h"
 
 namespace baton {
 

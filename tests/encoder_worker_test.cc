@@ -12,7 +12,6 @@
 #include "baton/v1/encoder.grpc.pb.h"
 #include "client/commands.h"
 #include "coordinator/encoder_client.h"
-#include "coordinator/local_tls.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
@@ -21,11 +20,12 @@
 #include "core/testing/run_command.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/train/job.h"
-#include "core/train/local_trainer.h"
+#include "core/train_local/local_trainer.h"
 #include "core/util/files.h"
 #include "encoder_worker/encoder_service.h"
 #include "rpc/grpc_options.h"
 #include "rpc/tls.h"
+#include "stage_driver/local_tls.h"
 
 namespace baton {
 namespace {

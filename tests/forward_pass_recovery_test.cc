@@ -8,9 +8,7 @@
 #include <mutex>
 
 #include "coordinator/job_plan.h"
-#include "coordinator/pipeline_trainer.h"
-#include "coordinator/stage_set.h"
-#include "coordinator/step_executor.h"
+#include "coordinator/run_types.h"
 #include "coordinator/step_inputs.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_weights.h"
@@ -18,6 +16,8 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/train/job.h"
 #include "core/util/files.h"
+#include "stage_driver/stage_set.h"
+#include "stage_driver/step_executor.h"
 #include "tests/local_stages.h"
 
 namespace baton {
@@ -58,7 +58,7 @@ TEST(ForwardPassRecoveryTest, KilledWorkerDuringAPassIsRestartedAndThePassRedone
     ASSERT_TRUE(w.ok()) << w.status();
     for (auto& [name, t] : *w) master[name] = t + 0.01;
   }
-  StepExecutor executor(*job, o, &fleet, &stages, no_stop);
+  StepExecutor executor(o, &fleet, &stages, no_stop, o.hooks.on_recovery);
   auto inputs = PrepareStepInputs(*setup, 0);
   ASSERT_TRUE(inputs.ok()) << inputs.status();
 

@@ -10,15 +10,15 @@
 #include <gtest/gtest.h>
 
 #include "baton/v1/encoder.grpc.pb.h"
-#include "coordinator/local_tls.h"
-#include "coordinator/local_workers.h"
-#include "coordinator/stage_client.h"
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
 #include "core/util/files.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rpc/grpc_options.h"
 #include "rpc/tls.h"
+#include "stage_driver/local_tls.h"
+#include "stage_driver/local_workers.h"
+#include "stage_driver/stage_client.h"
 
 namespace baton {
 namespace {

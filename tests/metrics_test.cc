@@ -6,10 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator/coordinator_metrics.h"
-#include "coordinator/local_tls.h"
-#include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
-#include "coordinator/stage_client.h"
 #include "core/data/cache.h"
 #include "core/metrics/families.h"
 #include "core/metrics/metrics_server.h"
@@ -20,6 +17,9 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
+#include "stage_driver/local_tls.h"
+#include "stage_driver/local_workers.h"
+#include "stage_driver/stage_client.h"
 
 namespace baton {
 namespace {

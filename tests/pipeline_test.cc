@@ -18,8 +18,6 @@
 #include <thread>
 
 #include "baton/v1/stage.grpc.pb.h"
-#include "coordinator/local_tls.h"
-#include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_weights.h"
@@ -27,11 +25,13 @@
 #include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
-#include "core/train/local_trainer.h"
+#include "core/train_local/local_trainer.h"
 #include "core/util/files.h"
 #include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/tls.h"
+#include "stage_driver/local_tls.h"
+#include "stage_driver/local_workers.h"
 #include "tests/local_stages.h"
 
 namespace baton {

@@ -15,8 +15,6 @@
 
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator_metrics.h"
-#include "coordinator/local_tls.h"
-#include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/metrics/families.h"
@@ -25,6 +23,8 @@
 #include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
+#include "stage_driver/local_tls.h"
+#include "stage_driver/local_workers.h"
 #include "tests/local_stages.h"
 
 namespace baton {

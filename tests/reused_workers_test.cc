@@ -14,8 +14,6 @@
 #include <sstream>
 #include <thread>
 
-#include "coordinator/local_tls.h"
-#include "coordinator/local_workers.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_weights.h"
@@ -23,6 +21,8 @@
 #include "core/testing/spawn.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
+#include "stage_driver/local_tls.h"
+#include "stage_driver/local_workers.h"
 #include "tests/local_stages.h"
 
 namespace baton {

@@ -19,7 +19,7 @@
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
 #include "core/testing/tiny_flux2.h"
-#include "core/train/local_trainer.h"
+#include "core/train_local/local_trainer.h"
 #include "core/util/files.h"
 #include "tests/local_stages.h"
 

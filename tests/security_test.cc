@@ -19,7 +19,6 @@
 #include "baton/v1/job_service.grpc.pb.h"
 #include "baton/v1/stage.grpc.pb.h"
 #include "coordinator/job_service.h"
-#include "coordinator/local_tls.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_weights.h"
@@ -32,6 +31,7 @@
 #include "rpc/certs.h"
 #include "rpc/grpc_options.h"
 #include "rpc/tls.h"
+#include "stage_driver/local_tls.h"
 #include "tests/local_stages.h"
 
 namespace baton {

@@ -12,11 +12,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/data/crc32c.h"
-#include "core/lora/lora_linear.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

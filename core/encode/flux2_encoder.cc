@@ -6,11 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/encode/sample_encoder.h"
-#include "core/lora/lora_linear.h"
 #include "core/model/flux2_weights.h"
 #include "core/text/text_encoder_checkpoint.h"
 #include "core/text/tiny_tokenizer.h"
 #include "core/util/files.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/lora/lora_linear.h"
 #include "core/util/files.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

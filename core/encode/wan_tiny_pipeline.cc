@@ -7,12 +7,12 @@
 #include <set>
 
 #include "core/encode/wan_encoder.h"
-#include "core/lora/lora_linear.h"
 #include "core/model/wan_config.h"
 #include "core/model/wan_weights.h"
 #include "core/text/umt5_checkpoint.h"
 #include "core/text/umt5_config.h"
 #include "core/util/files.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 #include "core/vae/wan_vae_config.h"
 

@@ -10,11 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/keys/flux2_keys.h"
 #include "core/lora/lora_linear.h"
-#include "core/model/flux2_keys.h"
-#include "core/model/flux2_model.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -11,6 +11,7 @@
 #include "core/lora/lora_linear_function.h"
 #include "core/quant/quantize_tensor.h"
 #include "core/quant/quantized_matmul.h"
+#include "core/util/seed.h"
 
 namespace baton {
 
@@ -18,20 +19,14 @@ bool IsLoraParameterName(const std::string& name) {
   return absl::StrContains(name, ".lora_A.") || absl::StrContains(name, ".lora_B.");
 }
 
-uint64_t MixSeed(uint64_t a, uint64_t b) {
-  uint64_t z = a + 0x9e3779b97f4a7c15ULL * (b + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-uint64_t HashName(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
+std::vector<std::pair<std::string, LoraLinear>> NamedLoraLinears(torch::nn::Module& root) {
+  std::vector<std::pair<std::string, LoraLinear>> out;
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+    if (auto impl = std::dynamic_pointer_cast<LoraLinearImpl>(item.value())) {
+      out.emplace_back(item.key(), LoraLinear(impl));
+    }
   }
-  return h;
+  return out;
 }
 
 at::Tensor DropoutKeepMask(const at::Tensor& like, double keep, uint64_t seed) {

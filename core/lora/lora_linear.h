@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/quant/weight_quant.h"
 
@@ -78,13 +80,11 @@ class LoraLinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LoraLinear);
 
+// Every LoraLinear in a module tree with its full name (e.g. "transformer_blocks.3.attn.to_q").
+std::vector<std::pair<std::string, LoraLinear>> NamedLoraLinears(torch::nn::Module& root);
+
 // LoRA dropout's keep mask (1 with probability `keep`, else 0) shaped and typed like `like` [...], on its device,
 // a pure function of `seed` for a device kind. On the CPU: mt19937 over fp32, as every CPU run before drew it.
 at::Tensor DropoutKeepMask(const at::Tensor& like, double keep, uint64_t seed);
-
-// Mixes two 64-bit values into a well-spread seed (splitmix64 finalizer).
-uint64_t MixSeed(uint64_t a, uint64_t b);
-// Stable 64-bit FNV-1a hash of a string (names → seeds; must not change between releases).
-uint64_t HashName(const std::string& s);
 
 }  // namespace baton

@@ -6,6 +6,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include "core/util/seed.h"
+
 namespace baton {
 namespace {
 

@@ -1,5 +1,9 @@
 #include "core/model/flux2_config.h"
 
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/util/files.h"
@@ -113,6 +117,15 @@ std::string Flux2ConfigToJson(const Flux2Config& c) {
   j["eps"] = c.eps;
   j["guidance_embeds"] = c.guidance_embeds;
   return j.dump(2) + "\n";
+}
+
+std::string DescribeBlocks(const Flux2Config& config, int64_t block_begin, int64_t block_end) {
+  const auto range = [](int64_t a, int64_t b) { return a == b ? absl::StrCat(a) : absl::StrCat(a, "-", b); };
+  const int64_t nd = config.num_layers;
+  std::vector<std::string> parts;
+  if (block_begin < nd) parts.push_back("double " + range(block_begin, std::min(block_end, nd) - 1));
+  if (block_end > nd) parts.push_back("single " + range(std::max(block_begin, nd) - nd, block_end - nd - 1));
+  return parts.empty() ? "(none)" : absl::StrJoin(parts, ", ");
 }
 
 }  // namespace baton

@@ -51,4 +51,8 @@ absl::StatusOr<Flux2Config> ParseFlux2Config(const std::string& json_text);
 absl::StatusOr<Flux2Config> LoadFlux2Config(const std::string& path);
 std::string Flux2ConfigToJson(const Flux2Config& config);
 
+// Blocks [block_begin, block_end) by kind: "double 0-7, single 0-11" (single-stream blocks numbered from 0, as in
+// diffusers).
+std::string DescribeBlocks(const Flux2Config& config, int64_t block_begin, int64_t block_end);
+
 }  // namespace baton

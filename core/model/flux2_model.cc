@@ -222,14 +222,4 @@ at::Tensor Flux2Forward(Flux2Shell& shell, Flux2Stage& stage, const at::Tensor& 
   return stage(in, k).output;
 }
 
-std::vector<std::pair<std::string, LoraLinear>> NamedLoraLinears(torch::nn::Module& root) {
-  std::vector<std::pair<std::string, LoraLinear>> out;
-  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
-    if (auto impl = std::dynamic_pointer_cast<LoraLinearImpl>(item.value())) {
-      out.emplace_back(item.key(), LoraLinear(impl));
-    }
-  }
-  return out;
-}
-
 }  // namespace baton

@@ -132,7 +132,4 @@ at::Tensor Flux2Forward(Flux2Shell& shell, Flux2Stage& stage, const at::Tensor& 
                         const at::Tensor& encoder_hidden_states, const at::Tensor& timestep, const at::Tensor& guidance,
                         const at::Tensor& img_ids, const at::Tensor& txt_ids);
 
-// Every LoraLinear in a module tree with its full name (e.g. "transformer_blocks.3.attn.to_q").
-std::vector<std::pair<std::string, LoraLinear>> NamedLoraLinears(torch::nn::Module& root);
-
 }  // namespace baton

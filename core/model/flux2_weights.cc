@@ -8,13 +8,14 @@
 
 #include <cmath>
 
+#include "core/keys/flux2_keys.h"
 #include "core/lora/lora_linear.h"
-#include "core/model/flux2_keys.h"
 #include "core/model/flux2_model.h"
 #include "core/quant/stored_quant.h"
 #include "core/tensor/checked_load.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/model/flux2_keys.h"
+#include "core/keys/flux2_keys.h"
 #include "core/model/flux2_model.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/train/common.h"

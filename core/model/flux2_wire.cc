@@ -3,7 +3,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/model/flux2_family.h"
-#include "core/pipeline/stage_io.h"
+#include "core/model/stage_io.h"
 #include "core/tensor/shape.h"
 
 namespace baton {

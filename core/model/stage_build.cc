@@ -3,7 +3,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/lora/lora.h"
-#include "core/quant/quantize_module.h"
+#include "core/model/quantize_module.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -10,9 +10,9 @@
 
 #include "core/lora/lora.h"
 #include "core/lora/wan_lora_names.h"
+#include "core/model/quantize_module.h"
 #include "core/model/stage_build.h"
 #include "core/model/wan_model.h"
-#include "core/quant/quantize_module.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/status.h"

@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/model/quantize_module.h"
 #include "core/pipeline/partition.h"
-#include "core/quant/quantize_module.h"
 #include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"

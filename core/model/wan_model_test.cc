@@ -5,9 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/keys/wan_keys.h"
 #include "core/lora/lora.h"
 #include "core/model/wan_family.h"
-#include "core/model/wan_keys.h"
 #include "core/model/wan_weights.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/tiny_flux2.h"

@@ -10,12 +10,13 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/keys/wan_keys.h"
 #include "core/lora/lora_linear.h"
-#include "core/model/wan_keys.h"
 #include "core/model/wan_model.h"
 #include "core/tensor/checked_load.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -212,8 +212,6 @@ std::string FormatCount(double v) {
   return absl::StrFormat("%.0f", v);
 }
 
-std::string Range(int64_t a, int64_t b) { return a == b ? absl::StrCat(a) : absl::StrCat(a, "-", b); }
-
 // Explains a plan that does not fit: which stages are over, and what would fit instead.
 std::string ExplainMiss(const PlanSource& source, const PlanModel& model, const PartitionOptions& o, const Sizer& z,
                         const std::vector<StageSpec>& stages, const std::vector<int64_t>& budgets) {
@@ -429,14 +427,6 @@ absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions&
     plan.message = ExplainMiss(source, model, o, z, plan.stages, budgets);
   }
   return plan;
-}
-
-std::string DescribeBlocks(const Flux2Config& config, int64_t block_begin, int64_t block_end) {
-  const int64_t nd = config.num_layers;
-  std::vector<std::string> parts;
-  if (block_begin < nd) parts.push_back("double " + Range(block_begin, std::min(block_end, nd) - 1));
-  if (block_end > nd) parts.push_back("single " + Range(std::max(block_begin, nd) - nd, block_end - nd - 1));
-  return parts.empty() ? "(none)" : absl::StrJoin(parts, ", ");
 }
 
 namespace {

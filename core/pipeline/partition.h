@@ -174,8 +174,6 @@ double StageComputeCost(const Flux2Config& config, const PartitionOptions& optio
 // Human table: stage, blocks ("double 0-7, single 0-11"), params, memory estimate vs budget, compute share.
 std::string RenderPlan(const Plan& plan);
 std::string RenderPlan(const Flux2Config& config, const Plan& plan);  // the same (the plan knows its model)
-// "double 0-7, single 0-11" (single-stream blocks numbered from 0, as in diffusers).
-std::string DescribeBlocks(const Flux2Config& config, int64_t block_begin, int64_t block_end);
 
 // "24GB" (10^9), "24GiB" (2^30), "512MB", "1.5TB", "24G" (= GB), "24Gi" (= GiB), "4096" (bytes). Units are
 // case-insensitive, a space before the unit is allowed; fractions need a unit and round to whole bytes.

@@ -9,11 +9,11 @@
 #include <cstring>
 #include <string>
 
+#include "core/keys/flux2_keys.h"
 #include "core/lora/lora.h"
-#include "core/model/flux2_keys.h"
+#include "core/model/quantize_checkpoint.h"
+#include "core/model/quantize_module.h"
 #include "core/pipeline/partition.h"
-#include "core/quant/quantize_checkpoint.h"
-#include "core/quant/quantize_module.h"
 #include "core/quant/quantize_tensor.h"
 #include "core/quant/quantized_matmul.h"
 #include "core/quant/stored_quant.h"

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <chrono>
 
-#include "core/lora/lora_linear.h"
 #include "core/tensor/shape.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

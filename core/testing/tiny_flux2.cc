@@ -7,7 +7,6 @@
 
 #include <cstdlib>
 
-#include "core/lora/lora_linear.h"
 #include "core/model/flux2_ops.h"
 #include "core/model/flux2_weights.h"
 #include "core/util/files.h"

@@ -13,10 +13,10 @@
 #include <iterator>
 #include <utility>
 
-#include "core/lora/lora_linear.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <utility>
 
-#include "core/lora/lora_linear.h"
 #include "core/tensor/safetensors.h"
 #include "core/util/files.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <map>
 
-#include "core/lora/lora_linear.h"
 #include "core/train/timesteps.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

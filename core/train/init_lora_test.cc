@@ -10,7 +10,7 @@
 #include "core/tensor/safetensors.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/train/job.h"
-#include "core/train/local_trainer.h"
+#include "core/train_local/local_trainer.h"
 #include "core/util/files.h"
 
 namespace baton {

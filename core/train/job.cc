@@ -12,9 +12,9 @@
 #include <set>
 #include <type_traits>
 
-#include "core/lora/lora_linear.h"
 #include "core/quant/weight_quant.h"
 #include "core/util/files.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

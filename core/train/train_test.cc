@@ -12,7 +12,7 @@
 #include "core/train/adamw.h"
 #include "core/train/batches.h"
 #include "core/train/job.h"
-#include "core/train/local_trainer.h"
+#include "core/train_local/local_trainer.h"
 #include "core/util/files.h"
 
 namespace baton {

@@ -11,11 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/lora/lora_linear.h"
 #include "core/tensor/checked_load.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -12,8 +12,8 @@
 #include "core/lora/lora.h"
 #include "core/lora/lora_linear.h"
 #include "core/model/model_family.h"
+#include "core/model/quantize_module.h"
 #include "core/model/wan_weights.h"
-#include "core/quant/quantize_module.h"
 #include "core/testing/tiny_flux2.h"
 
 namespace baton {

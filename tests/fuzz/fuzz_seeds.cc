@@ -6,7 +6,7 @@
 #include "core/lora/lora.h"
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
-#include "core/pipeline/stage_io.h"
+#include "core/model/stage_io.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"

@@ -183,7 +183,7 @@ class LiveJob:
         self.logs[name] = log
         print("+ " + " ".join(argv), flush=True)
         # Own process group, so that cleanup signals only what we started; the coordinator's stage workers die
-        # with it (PR_SET_PDEATHSIG, coordinator/local_workers.h).
+        # with it (PR_SET_PDEATHSIG, stage_driver/local_workers.h).
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def log_tail(self, name, lines=30):

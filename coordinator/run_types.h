@@ -1,0 +1,66 @@
+// What a training run over the stages is given and gives back: its options (the stage driver's plus the run's own),
+// the hooks through which a watcher follows it, and its per-step records. The types only; the trainer that runs them
+// is coordinator/pipeline_trainer.h.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/sample/training_evals.h"
+#include "core/train_local/local_trainer.h"
+#include "stage_driver/driver_options.h"
+
+namespace baton {
+
+struct PipelineStepRecord;
+
+// What a run reports as it goes, for whoever watches it (the metrics, the job service). Every hook is
+// optional and runs on the coordinator's thread, so it must be quick.
+struct RunStart {
+  std::string job_id;                  // the job hash the stages were configured with
+  int64_t first_step = 0;              // 0, or the checkpoint step a resumed run starts from
+  int64_t total_steps = 0;             // the step the run ends at
+  std::vector<std::string> addresses;  // stage workers, by stage
+};
+struct CoordinatorHooks {
+  std::function<void(const RunStart&)> on_start;                    // stages configured, before the first step
+  std::function<void(const PipelineStepRecord&)> on_step;           // after each optimizer step
+  std::function<void(int64_t step, double seconds)> on_checkpoint;  // a checkpoint written
+  std::function<void(const EvalReport&)> on_eval;                   // a validation and/or samples finished
+  // A lost step (1-based), as soon as the loss is noticed, before the recovery: the stage blamed (-1: a link or
+  // unknown) and what happened.
+  std::function<void(int64_t step, int stage, const std::string& cause)> on_recovery;
+  // Once set: finish the step, checkpoint, return. The owner sets it: main's SIGINT/SIGTERM handler, or the job
+  // service for the job it stops.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+// The stage driver's options (stages, workers, timeouts, recovery, metrics) and the run's own.
+struct CoordinatorOptions : StageDriverOptions {
+  int64_t steps = 0;           // ≤ 0: the job's
+  bool resume = false;         // continue from the newest valid checkpoint in output_dir; refuse when there is none
+  bool resume_if_any = false;  // with resume: no checkpoint at all → start fresh (--resume=if-any)
+  CoordinatorHooks hooks;
+};
+
+struct StageStepStats {
+  double forward_seconds = 0, backward_seconds = 0, idle_seconds = 0;
+};
+
+struct PipelineStepRecord : StepRecord {
+  std::vector<StageStepStats> stages;
+  // The coordinator's own serial work in the step (train_log.jsonl: coordinator_seconds): waiting for the
+  // step's micro-batches and shell outputs before the stages can start (~0 after the first step: they
+  // are prepared while the stages run the previous step), and gradient clipping + AdamW after they finish.
+  double prepare_seconds = 0, optimizer_seconds = 0;
+};
+
+struct CoordinatorResult {
+  std::vector<PipelineStepRecord> steps;
+  int64_t first_step = 0;  // 0, or the checkpoint step a resumed run started from
+};
+
+}  // namespace baton

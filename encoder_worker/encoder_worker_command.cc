@@ -1,0 +1,112 @@
+#include "encoder_worker/encoder_worker_command.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "core/encode/flux2_encoder.h"
+#include "core/encode/wan_encoder.h"
+#include "core/metrics/metrics_server.h"
+#include "core/train/common.h"
+#include "core/util/log.h"
+#include "core/util/threads.h"
+#include "encoder_worker/cache_builder.h"
+#include "encoder_worker/encoder_service.h"
+#include "rpc/tls_flags.h"
+
+namespace baton {
+namespace {
+
+// The model family from the folder: a Wan pipeline (model_index.json / transformer config) or FLUX.2.
+absl::StatusOr<std::unique_ptr<SampleEncoder>> OpenEncoder(const EncoderWorkerCommand& command, at::ScalarType dtype) {
+  if (IsWanPipelineFolder(command.model)) {
+    WanEncoderOptions options;
+    options.dtype = dtype;
+    options.max_sequence_length = command.max_sequence_length;
+    auto e = WanSampleEncoder::Open(command.model, options);
+    if (!e.ok()) return e.status();
+    return std::unique_ptr<SampleEncoder>(std::move(*e));
+  }
+  Flux2EncoderOptions options;
+  options.dtype = dtype;
+  options.max_sequence_length = command.max_sequence_length;
+  auto e = Flux2SampleEncoder::Open(command.model, options);
+  if (!e.ok()) return e.status();
+  return std::unique_ptr<SampleEncoder>(std::move(*e));
+}
+
+// Batch mode: one dataset into the cache, with a progress line, then a summary.
+int BuildOneCache(const EncoderWorkerCommand& command, SampleEncoder& encoder) {
+  CacheBuildOptions build;
+  build.dataset_dir = command.dataset;
+  build.cache_dir = command.cache;
+  build.trigger = command.trigger;
+  build.buckets = BucketsForResolution(command.resolution);
+  build.video.max_frames = command.max_frames;
+  build.video.stride = command.frame_stride;
+  const bool tty = ::isatty(STDOUT_FILENO);
+  auto report = BuildCache(encoder, build, [&](const CacheBuildProgress& p) {
+    std::printf("%s%s%s", tty ? "\r\033[K" : "", RenderEncodeProgress(p, 0).c_str(), tty ? "" : "\n");
+    std::fflush(stdout);
+  });
+  if (tty) std::printf("\n");
+  if (!report.ok()) {
+    std::fprintf(stderr, "encoder_worker: %s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  for (const auto& e : report->errors) std::fprintf(stderr, "error: %s\n", std::string(e.status.message()).c_str());
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf(
+      "encoded %lld, kept %lld unchanged, %zu failed of %lld samples in %.1f s (%.3f s per encoded sample, "
+      "peak RSS %.0f MiB); cache: %s\n",
+      static_cast<long long>(report->encoded), static_cast<long long>(report->kept), report->errors.size(),
+      static_cast<long long>(report->samples), report->seconds, report->seconds_per_encoded_sample,
+      usage.ru_maxrss / 1024.0, build.cache_dir.c_str());
+  return report->errors.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+int RunEncoderWorkerCommand(const EncoderWorkerCommand& command) {
+  SetLogTag("encoder_worker");
+  if (command.model.empty() || (command.listen.empty() && (command.dataset.empty() || command.cache.empty()))) {
+    std::fprintf(stderr, "encoder_worker: --model and either --dataset/--cache or --listen are required (--help)\n");
+    return 2;
+  }
+  if (!command.listen.empty()) {  // rpc/tls_flags.h: the service needs --tls_dir or --insecure
+    auto security = InstallSecurityFromFlags("encoder_worker", /*warn_insecure=*/false);
+    if (!security.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(security.status().message()).c_str());
+      return 2;
+    }
+  }
+  auto metrics = StartMetricsServerFromFlag(command.metrics, "encoder_worker");
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "encoder_worker: %s\n", std::string(metrics.status().message()).c_str());
+    return 2;
+  }
+  if (*metrics) StartEncoderMetrics();
+  if (command.threads > 0) SetComputeThreads(command.threads);
+  auto dtype = ParseDtype(command.dtype);
+  if (!dtype.ok()) {
+    std::fprintf(stderr, "encoder_worker: %s\n", std::string(dtype.status().message()).c_str());
+    return 2;
+  }
+  auto encoder = OpenEncoder(command, *dtype);
+  if (!encoder.ok()) {
+    std::fprintf(stderr, "encoder_worker: %s\n", encoder.status().ToString().c_str());
+    return 1;
+  }
+  if (!command.listen.empty()) {
+    absl::Status s = ServeEncoder(encoder->get(), command.listen, command.resolution,
+                                  command.cache_root.empty() ? "." : command.cache_root);
+    if (!s.ok()) std::fprintf(stderr, "encoder_worker: %s\n", s.ToString().c_str());
+    return s.ok() ? 0 : 1;
+  }
+  return BuildOneCache(command, **encoder);
+}
+
+}  // namespace baton

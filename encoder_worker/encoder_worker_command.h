@@ -1,0 +1,27 @@
+// The `encoder_worker` binary behind its flags: a batch run that encodes one dataset into a cache, or (--listen) the
+// EncoderService. main.cc parses the flags into an EncoderWorkerCommand; RunEncoderWorkerCommand does the rest and
+// returns the exit code (its lines and codes are the binary's contract: 2 bad flags, 1 a failure or a failed file).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace baton {
+
+struct EncoderWorkerCommand {
+  std::string dataset, cache;  // batch mode: the dataset folder and the cache folder to write
+  std::string model;           // the FLUX.2 or Wan diffusers pipeline folder
+  int threads = 0;             // compute threads (0 = all cores)
+  std::string trigger;         // added to every caption
+  int64_t resolution = 1024;   // bucket target: area = resolution²
+  int64_t max_sequence_length = 512;
+  int64_t max_frames = 81, frame_stride = 1;  // Wan clips
+  std::string dtype = "fp32";
+  std::string listen;      // serve EncoderService here instead of a batch run
+  std::string cache_root;  // service mode: caches only inside it ("" = the working directory)
+  std::string metrics;     // HOST:PORT, "" = no metrics
+};
+
+int RunEncoderWorkerCommand(const EncoderWorkerCommand& command);
+
+}  // namespace baton

@@ -1,0 +1,205 @@
+#include "stage_driver/stage_client.h"
+
+#include <absl/strings/str_cat.h>
+
+#include <algorithm>
+
+#include "rpc/envelope.h"
+#include "rpc/grpc_options.h"
+#include "rpc/grpc_status.h"
+#include "rpc/health.h"
+#include "rpc/tls.h"
+#include "rpc/wire.h"
+
+namespace baton {
+
+StageClient::StageClient(int index, std::string address, absl::Duration rpc_timeout)
+    : index_(index), address_(std::move(address)), rpc_timeout_(rpc_timeout) {
+  channel_ = MakeChannel(address_, ProcessChannelCredentials());
+  stub_ = v1::StageService::NewStub(channel_);
+}
+
+std::string StageClient::name() const { return absl::StrCat("stage ", index_, " (", address_, ")"); }
+
+absl::Status StageClient::Named(const absl::Status& s, const std::string& what) const {
+  if (up_ != nullptr) up_->Set(s.code() == absl::StatusCode::kUnavailable ? 0 : 1);
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(name(), ": ", what, ": ", s.message()));
+}
+
+absl::Status StageClient::WaitReady(absl::Duration timeout, const std::function<bool()>& stop) {
+  const absl::Time deadline = absl::Now() + timeout;
+  bool connected = false;
+  while (!connected && absl::Now() < deadline) {  // in slices, so that a stop is seen within 200 ms
+    if (stop && stop()) return absl::CancelledError(absl::StrCat(name(), ": stopped while waiting for it"));
+    connected = channel_->WaitForConnected(DeadlineAfter(std::min(deadline - absl::Now(), absl::Milliseconds(200))));
+  }
+  if (!connected) {
+    if (up_ != nullptr) up_->Set(0);
+    return absl::UnavailableError(absl::StrCat(name(), ": no stage worker answered within ",
+                                               absl::FormatDuration(timeout), " (is it running and reachable?)"));
+  }
+  // Connected to something: make sure it is a stage worker that is not shutting down.
+  auto state = CheckHealth(channel_, address_, kStageServiceName, std::max(deadline - absl::Now(), absl::Seconds(1)));
+  if (!state.ok() && state.status().code() == absl::StatusCode::kNotFound) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name(), ": the server there is not a stage worker (it does not serve ", kStageServiceName, ")"));
+  }
+  if (!state.ok()) return Named(state.status(), "health check");
+  if (*state != HealthState::kServing) {
+    return absl::UnavailableError(absl::StrCat(name(), ": the stage worker is ", HealthStateName(*state)));
+  }
+  if (up_ != nullptr) up_->Set(1);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ConfigureResponse> StageClient::Configure(const v1::ConfigureRequest& request) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_));
+  v1::ConfigureResponse response;
+  absl::Status s = FromGrpcStatus(stub_->Configure(&ctx, request, &response));
+  if (!s.ok()) return Named(s, "Configure");
+  return response;
+}
+
+bool StageClient::Begin(grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return false;
+  active_[ctx] = Clock::now();
+  return true;
+}
+
+void StageClient::End(grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&mu_);
+  active_.erase(ctx);
+}
+
+absl::Status StageClient::Push(const v1::EnvelopeHeader& header, const TensorMap& tensors) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_));
+  const std::string what = absl::StrCat("Push ", v1::EnvelopeHeader::Kind_Name(header.kind()), " step ", header.step(),
+                                        " micro-batch ", header.micro_batch());
+  if (!Begin(&ctx)) return absl::CancelledError(absl::StrCat(name(), ": ", what, ": cancelled"));
+  v1::PushAck ack;
+  auto writer = stub_->Push(&ctx, &ack);
+  absl::Status s = WriteEnvelope(writer.get(), header, tensors);
+  writer->WritesDone();
+  absl::Status finished = FromGrpcStatus(writer->Finish());
+  End(&ctx);
+  if (s.ok() || !finished.ok()) s = finished;
+  return Named(s, what);
+}
+
+absl::StatusOr<v1::StepSummary> StageClient::RunStep(const v1::StepPlan& plan, TensorMap* grads) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_));
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return absl::CancelledError(absl::StrCat(name(), ": step ", plan.step(), " cancelled"));
+    run_ = &ctx;
+    stepping_ = true;
+    heard_ = Clock::now();
+    beat_.Clear();
+  }
+  auto reader = stub_->RunStep(&ctx, plan);
+  TensorAssembler assembler(uint64_t{16} << 30);
+  v1::StepReply reply;
+  v1::StepSummary summary;
+  bool have_summary = false;
+  absl::Status status;
+  while (reader->Read(&reply)) {
+    {
+      absl::MutexLock lock(&mu_);
+      heard_ = Clock::now();
+      if (reply.has_progress()) beat_ = reply.progress();
+    }
+    if (reply.has_progress()) continue;
+    if (reply.has_summary()) {
+      summary = reply.summary();
+      have_summary = true;
+    } else if (reply.has_grad_chunk()) {
+      auto done = assembler.Add(reply.grad_chunk());
+      if (!done.ok()) {
+        status = done.status();
+        ctx.TryCancel();
+        break;
+      }
+      if (done->has_value()) (*grads)[(*done)->name] = std::move((*done)->tensor);
+    }
+  }
+  absl::Status finished = FromGrpcStatus(reader->Finish());
+  {
+    absl::MutexLock lock(&mu_);
+    run_ = nullptr;
+    stepping_ = false;
+  }
+  if (status.ok()) status = finished;
+  if (status.ok() && !have_summary) status = absl::DataLossError("the reply stream ended without a summary");
+  if (!status.ok()) return Named(status, absl::StrCat("step ", plan.step()));
+  return summary;
+}
+
+absl::StatusOr<TensorMap> StageClient::GetLora(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_));
+  v1::GetLoraRequest request;
+  request.set_job_id(job_id);
+  request.set_config_hash(job_id);  // the coordinator's config hash is its job id (ConfigureRequestFor)
+  auto reader = stub_->GetLora(&ctx, request);
+  TensorAssembler assembler(uint64_t{16} << 30);
+  TensorMap out;
+  v1::TensorChunk chunk;
+  absl::Status status;
+  while (reader->Read(&chunk)) {
+    auto done = assembler.Add(chunk);
+    if (!done.ok()) {
+      status = done.status();
+      ctx.TryCancel();
+      break;
+    }
+    if (done->has_value()) out[(*done)->name] = std::move((*done)->tensor);
+  }
+  absl::Status finished = FromGrpcStatus(reader->Finish());
+  if (status.ok()) status = finished;
+  if (!status.ok()) return Named(status, "GetLora");
+  return out;
+}
+
+absl::Status StageClient::Shutdown() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(absl::Seconds(5)));
+  google::protobuf::Empty req, resp;
+  return Named(FromGrpcStatus(stub_->Shutdown(&ctx, req, &resp)), "Shutdown");
+}
+
+void StageClient::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (auto& [ctx, since] : active_) ctx->TryCancel();
+  if (run_ != nullptr) run_->TryCancel();
+}
+
+void StageClient::Rearm() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = false;
+}
+
+double StageClient::SilentSeconds() const {
+  absl::MutexLock lock(&mu_);
+  return stepping_ ? std::chrono::duration<double>(Clock::now() - heard_).count() : 0;
+}
+
+v1::StageHeartbeat StageClient::LastHeartbeat() const {
+  absl::MutexLock lock(&mu_);
+  return beat_;
+}
+
+double StageClient::OldestPushSeconds() const {
+  absl::MutexLock lock(&mu_);
+  double oldest = 0;
+  for (const auto& [ctx, since] : active_)
+    oldest = std::max(oldest, std::chrono::duration<double>(Clock::now() - since).count());
+  return oldest;
+}
+
+}  // namespace baton

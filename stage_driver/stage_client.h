@@ -1,0 +1,79 @@
+// The driver's handle on one stage worker: every RPC with a deadline, every error prefixed with the
+// stage's index and address (and the step where there is one), so a dead or absent worker is named.
+#pragma once
+
+#include <absl/base/thread_annotations.h>
+#include <absl/status/statusor.h>
+#include <absl/synchronization/mutex.h>
+#include <absl/time/time.h>
+#include <grpcpp/grpcpp.h>
+#include <prometheus/gauge.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "baton/v1/stage.grpc.pb.h"
+#include "core/model/stage_io.h"
+
+namespace baton {
+
+class StageClient {
+ public:
+  StageClient(int index, std::string address, absl::Duration rpc_timeout);
+
+  int index() const { return index_; }
+  const std::string& address() const { return address_; }
+  std::string name() const;  // "stage 1 (127.0.0.1:5001)"
+  // After every call: 1 if the worker answered (even with an error), 0 if it could not be reached
+  // (UNAVAILABLE, or WaitReady timing out). Optional (baton_stage_up).
+  void set_up_gauge(prometheus::Gauge* gauge) { up_ = gauge; }
+
+  // Waits until the channel connects and the health service says StageService is SERVING, up to `timeout`.
+  // A server that is not a stage worker (e.g. --workers pointing at an encoder worker) is FAILED_PRECONDITION.
+  // `stop` (optional) is polled while waiting: once true, CANCELLED at once.
+  absl::Status WaitReady(absl::Duration timeout, const std::function<bool()>& stop = nullptr);
+  absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request);
+  absl::Status Push(const v1::EnvelopeHeader& header, const TensorMap& tensors);
+  // Runs the plan; fills `grads` with the stage's summed LoRA gradients. Cancel() aborts it from another thread.
+  absl::StatusOr<v1::StepSummary> RunStep(const v1::StepPlan& plan, TensorMap* grads) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<TensorMap> GetLora(const std::string& job_id);
+  absl::Status Shutdown();
+  // Aborts the running RunStep and Pushes, and every later one until Rearm() (a step that failed elsewhere).
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  void Rearm() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // For the step executor's stall watch, while RunStep runs: seconds since its stream last said anything (a
+  // heartbeat or a gradient chunk; 0 when no RunStep runs), the last heartbeat, and the age of the oldest Push in
+  // flight (0: none).
+  double SilentSeconds() const ABSL_LOCKS_EXCLUDED(mu_);
+  v1::StageHeartbeat LastHeartbeat() const ABSL_LOCKS_EXCLUDED(mu_);
+  double OldestPushSeconds() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Status Named(const absl::Status& s, const std::string& what) const;
+
+  int index_;
+  std::string address_;
+  absl::Duration rpc_timeout_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::StageService::Stub> stub_;
+  prometheus::Gauge* up_ = nullptr;  // set before the first call, then only read
+  using Clock = std::chrono::steady_clock;
+  // Registers a call for Cancel(); false (and nothing registered) when already cancelled.
+  bool Begin(grpc::ClientContext* ctx) ABSL_LOCKS_EXCLUDED(mu_);
+  void End(grpc::ClientContext* ctx) ABSL_LOCKS_EXCLUDED(mu_);
+
+  mutable absl::Mutex mu_;
+  // Running Pushes and when they began, for Cancel().
+  std::map<grpc::ClientContext*, Clock::time_point> active_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* run_ ABSL_GUARDED_BY(mu_) = nullptr;  // the running RunStep, for Cancel()
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool stepping_ ABSL_GUARDED_BY(mu_) = false;    // a RunStep's stream is open
+  Clock::time_point heard_ ABSL_GUARDED_BY(mu_);  // its last message
+  v1::StageHeartbeat beat_ ABSL_GUARDED_BY(mu_);  // its last heartbeat
+};
+
+}  // namespace baton

@@ -1,0 +1,297 @@
+#include "stage_driver/stage_fleet.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/synchronization/mutex.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "core/model/stage_io.h"
+#include "core/util/status.h"
+
+namespace baton {
+
+absl::Status ParallelFor(int n, const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> results(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { results[i] = fn(i); });
+  for (auto& t : threads) t.join();
+  for (const auto& s : results) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+std::string NewRunId() {
+  std::random_device entropy;
+  const uint64_t id = (static_cast<uint64_t>(entropy()) << 32) ^ entropy() ^
+                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return absl::StrFormat("%016x", id);
+}
+
+uint64_t RunStartGeneration() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+void RopeMirror::Add(const std::string& key) {
+  keys_.insert(key);
+  order_.push_back(key);
+  while (order_.size() > kRopeCacheEntries) {
+    keys_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+std::optional<StallVerdict> StageFleet::FindStall() const {
+  const double limit = absl::ToDoubleSeconds(stall_timeout);
+  const int p = size();
+  // A stage that says nothing (stopped, hung, cut off) is the one stalled, not the neighbours waiting for it.
+  for (int i = 0; i < p; ++i) {
+    const double silent = clients[i]->SilentSeconds();
+    if (silent > limit) {
+      const v1::StageHeartbeat beat = clients[i]->LastHeartbeat();
+      return StallVerdict{
+          i, absl::StrFormat("%s stalled: no progress heartbeat for %.0f s (last: %s)", clients[i]->name(), silent,
+                             beat.activity().empty() ? "none yet" : beat.activity())};
+    }
+  }
+  // A push in flight that long: the link stalled (both ends still answer).
+  for (int i = 0; i < p; ++i) {
+    const v1::StageHeartbeat beat = clients[i]->LastHeartbeat();
+    for (const auto& [seconds, peer] :
+         {std::pair{beat.next_push_seconds(), (i + 1) % p}, std::pair{beat.prev_push_seconds(), (i + p - 1) % p}}) {
+      if (seconds > limit) {
+        return StallVerdict{-1, absl::StrFormat("link %s → %s stalled: a push has been in flight for %.0f s",
+                                                clients[i]->name(), clients[peer]->name(), seconds)};
+      }
+    }
+    const double push = clients[i]->OldestPushSeconds();
+    if (push > limit) {
+      return StallVerdict{-1, absl::StrFormat("link coordinator → %s stalled: a push has been in flight for %.0f s",
+                                              clients[i]->name(), push)};
+    }
+  }
+  return std::nullopt;
+}
+
+v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind,
+                                      uint64_t pass) const {
+  v1::EnvelopeHeader h;
+  h.set_pass(pass);
+  h.set_job_id(job_id);
+  h.set_config_hash(job_id);  // ConfigureRequestFor's config hash
+  h.set_step(step);
+  h.set_micro_batch(micro_batch);
+  h.set_kind(kind);
+  h.set_sender("coordinator");
+  h.set_generation(generation);
+  return h;
+}
+
+absl::Status StageFleet::Feed(int i, int64_t step, const StepInputs& in,
+                              const std::map<std::string, at::Tensor>& master) {
+  StageClient& client = *clients[i];
+  const int m = static_cast<int>(in.micro_batches.size());
+  // RoPE tables before the weights: a stage looks a table up only after it has its step's weights.
+  for (int mb = 0; mb < m; ++mb) {
+    const ShellOutputs& shell = in.shell[mb];
+    if (!rope[i].Has(shell.tables_key)) {
+      RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::ROPE), TablesOnWire(shell)));
+      rope[i].Add(shell.tables_key);
+    }
+  }
+  TensorMap weights;
+  for (const auto& name : params[i]) weights[name] = master.at(name);
+  RETURN_IF_ERROR(client.Push(Header(step, 0, v1::EnvelopeHeader::LORA_WEIGHTS), weights));
+  return in.data_pushed ? absl::OkStatus() : PushStageData(i, step, in);
+}
+
+absl::Status StageFleet::PushStageData(int i, int64_t step, const StepInputs& in) {
+  StageClient& client = *clients[i];
+  const int m = static_cast<int>(in.micro_batches.size());
+  for (int mb = 0; mb < m; ++mb) {
+    RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::CONSTANTS), ConstantsOnWire(in.shell[mb])));
+    if (i == 0) RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::INPUTS), in.shell[mb].inputs));
+    if (i == size() - 1) {
+      RETURN_IF_ERROR(
+          client.Push(Header(step, mb, v1::EnvelopeHeader::TARGET), {{"target", in.micro_batches[mb].target}}));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageFleet::PushData(int64_t step, const StepInputs& inputs) {
+  return ParallelFor(size(), [&](int i) { return PushStageData(i, step, inputs); });
+}
+
+v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
+  v1::StepPlan plan;
+  plan.set_job_id(job_id);
+  plan.set_config_hash(job_id);
+  plan.set_step(step);
+  plan.set_micro_batches(schedule.micro_batches);
+  plan.set_loss_scale(loss_scale);
+  plan.set_dropout_seed(dropout_seed);
+  for (const Action& a : schedule.per_stage[i]) {
+    v1::Action* action = plan.add_actions();
+    action->set_type(a.type == Action::kForward ? v1::Action::FORWARD : v1::Action::BACKWARD);
+    action->set_micro_batch(a.micro_batch);
+    action->set_chunk(a.chunk);
+  }
+  return plan;
+}
+
+absl::StatusOr<StepOutputs> StageFleet::RunStep(int64_t step, const StepInputs& inputs,
+                                                const std::map<std::string, at::Tensor>& master,
+                                                const std::function<void()>& on_started) {
+  StepOutputs out;
+  RETURN_IF_ERROR(RunOnStages(
+      absl::StrCat("step ", step + 1), [&](int i) { return Feed(i, step, inputs, master); },
+      [&](int i) { return Plan(i, step); }, &out.grads, &out.summaries, on_started));
+  return out;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> StageFleet::RunForwardPass(int64_t step, uint64_t pass,
+                                                                   const std::vector<ShellOutputs>& shell,
+                                                                   const std::map<std::string, at::Tensor>& master) {
+  const int m = static_cast<int>(shell.size());
+  std::vector<TensorMap> streamed;
+  std::vector<v1::StepSummary> summaries;
+  const std::string what = absl::StrCat("pass ", pass, " (after step ", step, ")");
+  RETURN_IF_ERROR(RunOnStages(
+      what, [&](int i) { return FeedPass(i, step, pass, shell, master); },
+      [&](int i) { return PassPlan(i, step, pass, m); }, &streamed, &summaries, nullptr));
+  std::vector<at::Tensor> outputs;
+  const TensorMap& last = streamed.back();  // the last virtual stage is on the last worker
+  for (int mb = 0; mb < m; ++mb) {
+    auto it = last.find(absl::StrCat("output/", mb));
+    if (it == last.end()) {
+      return absl::DataLossError(
+          absl::StrCat(what, ": ", clients.back()->name(), " sent no output for micro-batch ", mb));
+    }
+    outputs.push_back(it->second);
+  }
+  return outputs;
+}
+
+absl::Status StageFleet::FeedPass(int i, int64_t step, uint64_t pass, const std::vector<ShellOutputs>& shell,
+                                  const std::map<std::string, at::Tensor>& master) {
+  StageClient& client = *clients[i];
+  const int m = static_cast<int>(shell.size());
+  for (int mb = 0; mb < m; ++mb) {
+    if (!rope[i].Has(shell[mb].tables_key)) {
+      RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::ROPE, pass), TablesOnWire(shell[mb])));
+      rope[i].Add(shell[mb].tables_key);
+    }
+  }
+  TensorMap weights;
+  for (const auto& name : params[i]) weights[name] = master.at(name);
+  RETURN_IF_ERROR(client.Push(Header(step, 0, v1::EnvelopeHeader::LORA_WEIGHTS, pass), weights));
+  for (int mb = 0; mb < m; ++mb) {
+    RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::CONSTANTS, pass), ConstantsOnWire(shell[mb])));
+    if (i == 0) RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::INPUTS, pass), shell[mb].inputs));
+  }
+  return absl::OkStatus();
+}
+
+v1::StepPlan StageFleet::PassPlan(int i, int64_t step, uint64_t pass, int micro_batches) const {
+  v1::StepPlan plan;
+  plan.set_job_id(job_id);
+  plan.set_config_hash(job_id);
+  plan.set_step(step);
+  plan.set_pass(pass);
+  plan.set_micro_batches(micro_batches);
+  // Chunk by chunk, every micro-batch through each: the stages pipeline the micro-batches, and no worker waits on an
+  // action it has yet to run.
+  int chunks = 1;
+  for (const Action& a : schedule.per_stage[i]) chunks = std::max(chunks, a.chunk + 1);
+  for (int c = 0; c < chunks; ++c) {
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      v1::Action* action = plan.add_actions();
+      action->set_type(v1::Action::FORWARD);
+      action->set_micro_batch(mb);
+      action->set_chunk(c);
+    }
+  }
+  return plan;
+}
+
+absl::Status StageFleet::RunOnStages(const std::string& what, const std::function<absl::Status(int)>& feed,
+                                     const std::function<v1::StepPlan(int)>& plan_for, std::vector<TensorMap>* streamed,
+                                     std::vector<v1::StepSummary>* summaries, const std::function<void()>& on_started) {
+  const int p = size();
+  streamed->assign(p, TensorMap());
+  summaries->assign(p, v1::StepSummary());
+  // Feed (weights first, then each micro-batch's data) and run, all stages at once.
+  std::vector<absl::Status> feed_status(p), run_status(p);
+  std::vector<std::thread> threads;
+  std::atomic<bool> failed{false};
+  auto fail_all = [&] {
+    if (!failed.exchange(true)) {
+      for (auto& c : clients) c->Cancel();
+    }
+  };
+  absl::Mutex done_mu;
+  size_t done = 0;  // calls returned, under done_mu
+  auto finished = [&] {
+    absl::MutexLock lock(&done_mu);
+    ++done;
+  };
+  for (auto& c : clients) c->Rearm();  // a failed step before this one cancelled them
+  for (int i = 0; i < p; ++i) {
+    threads.emplace_back([&, i] {
+      feed_status[i] = feed(i);
+      if (!feed_status[i].ok()) fail_all();
+      finished();
+    });
+    threads.emplace_back([&, i] {
+      auto summary = clients[i]->RunStep(plan_for(i), &(*streamed)[i]);
+      if (summary.ok()) {
+        (*summaries)[i] = std::move(*summary);
+      } else {
+        run_status[i] = summary.status();
+        fail_all();
+      }
+      finished();
+    });
+  }
+  if (on_started) on_started();
+  // Watch for a stall until every call has returned; a stall fails the step, blaming the stage or link.
+  absl::Status stall;
+  last_stall = {};
+  for (;;) {
+    {
+      absl::MutexLock lock(&done_mu);
+      auto all_done = [&] { return done == threads.size(); };
+      if (done_mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Milliseconds(200))) break;
+    }
+    if (!failed && stall.ok()) {
+      if (std::optional<StallVerdict> verdict = FindStall()) {
+        last_stall = *verdict;
+        stall = absl::DeadlineExceededError(verdict->message);
+        fail_all();
+      }
+    }
+  }
+  for (auto& t : threads) t.join();
+  if (!stall.ok()) return absl::Status(stall.code(), absl::StrCat(what, " failed: ", stall.message()));
+  if (!failed) return absl::OkStatus();
+  // Report the root cause: a stage's own failure beats the cancellations it caused elsewhere.
+  absl::Status first;
+  for (int i = 0; i < p; ++i) {
+    for (const absl::Status& s : {run_status[i], feed_status[i]}) {
+      if (s.ok()) continue;
+      if (first.ok() || (first.code() == absl::StatusCode::kCancelled && s.code() != absl::StatusCode::kCancelled)) {
+        first = s;
+      }
+    }
+  }
+  return absl::Status(first.code(), absl::StrCat(what, " failed: ", first.message()));
+}
+
+}  // namespace baton

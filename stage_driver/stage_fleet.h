@@ -1,0 +1,125 @@
+// The stages of a run, as the driver knows them: their clients, which LoRA parameters each holds, what each has in its
+// RoPE cache, and the schedule they follow; StageFleet::RunStep drives one training step over all of them.
+#pragma once
+
+#include <absl/status/status.h>
+#include <absl/time/time.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "baton/v1/stage.pb.h"
+#include "core/model/model_family.h"
+#include "core/pipeline/schedule.h"
+#include "core/train/batches.h"
+#include "stage_driver/stage_client.h"
+
+namespace baton {
+
+// Runs fn(i) for i in [0, n) on n threads; returns the first error (by index).
+absl::Status ParallelFor(int n, const std::function<absl::Status(int)>& fn);
+
+// What the coordinator knows a stage holds in its RoPE cache (mirrors the stage's FIFO).
+class RopeMirror {
+ public:
+  bool Has(const std::string& key) const { return keys_.count(key) > 0; }
+  void Add(const std::string& key);
+
+ private:
+  std::set<std::string> keys_;
+  std::deque<std::string> order_;
+};
+
+// A step's inputs: its micro-batches and their shell outputs (stage-0 inputs, constants, tables and their keys).
+struct StepInputs {
+  std::vector<MicroBatch> micro_batches;
+  std::vector<ShellOutputs> shell;  // [micro-batch]
+  bool data_pushed = false;         // PushData sent the constants, inputs and targets already
+};
+
+// What the stages return from one step.
+struct StepOutputs {
+  std::vector<TensorMap> grads;            // [stage] summed LoRA gradients by PEFT name
+  std::vector<v1::StepSummary> summaries;  // [stage]
+};
+
+// Why a step failed, as far as the stall watch knows: the stage it blames (-1: none, or a link).
+struct StallVerdict {
+  int stage = -1;
+  std::string message;
+};
+
+// A run's identity towards its workers (ConfigureRequest.run_id): random, new for every coordinator run (a second
+// run of the same job and a --resume included), so a worker that outlived an earlier run resets for this one.
+std::string NewRunId();
+// The first recovery generation of a run: the wall clock in microseconds, so every envelope of an earlier run
+// against the same workers (its generations started earlier and rose by one per recovery) is older and dropped.
+uint64_t RunStartGeneration();
+
+// RunStep feeds each stage, per micro-batch, the RoPE tables it lacks, then its current adapters, and the
+// constants, the inputs (stage 0) and the target (last stage) unless PushData already sent those; runs every
+// stage's action list at once; and gathers each stage's summed LoRA gradients and step summary. The first failing
+// stage cancels the others, and the error names the root cause.
+//
+// Step boundary overlap: the trainer calls PushData for step n+1 while step n runs, so at the boundary only the
+// new adapters (and any new RoPE table) travel; the stages wait for their adapters only right before their first
+// computation, so stage s > 0 receives its weights while the stages before it compute their first forwards.
+// RoPE tables never travel early: a new one could evict from a stage's FIFO cache a table step n still uses.
+struct StageFleet {
+  std::string job_id;
+  std::string run_id = NewRunId();
+  uint64_t generation = RunStartGeneration();  // ConfigureRequest.generation; raised by each recovery
+  // A stage silent this long, or a push in flight this long, fails the step as stalled (the stages send a
+  // heartbeat every second).
+  absl::Duration stall_timeout = absl::Seconds(15);
+  StallVerdict last_stall;  // set when RunStep failed on a stall
+  Schedule schedule;
+  float loss_scale = 1.0f;                            // 1/m
+  uint64_t dropout_seed = 0;                          // the job's LoRA dropout base seed
+  std::vector<std::unique_ptr<StageClient>> clients;  // [stage]
+  std::vector<std::vector<std::string>> params;       // [stage] LoRA parameter names it holds
+  std::vector<RopeMirror> rope;                       // [stage]
+
+  int size() const { return static_cast<int>(clients.size()); }
+
+  // One step (0-based) over every stage, with the adapters in `master`. `on_started` runs once every stage has
+  // been given its work (the coordinator prepares the next step's inputs meanwhile).
+  absl::StatusOr<StepOutputs> RunStep(int64_t step, const StepInputs& inputs,
+                                      const std::map<std::string, at::Tensor>& master,
+                                      const std::function<void()>& on_started);
+  // Pushes the step's constants (every stage), inputs (stage 0) and targets (last stage) -- no RoPE tables, no
+  // weights -- to every stage at once; safe while another step runs (the stages key their inbox by step).
+  absl::Status PushData(int64_t step, const StepInputs& inputs);
+  // A forward-only pass (validation, sample images) between training steps: every stage gets the RoPE tables it
+  // lacks, the adapters in `master`, each micro-batch's constants (and stage 0 its inputs), all tagged with `pass` so
+  // they never mix with a step's; returns the last stage's output per micro-batch (fp32). At most the configured
+  // micro-batches; `step` is the training step it follows (messages).
+  absl::StatusOr<std::vector<at::Tensor>> RunForwardPass(int64_t step, uint64_t pass,
+                                                         const std::vector<ShellOutputs>& shell,
+                                                         const std::map<std::string, at::Tensor>& master);
+
+ private:
+  v1::EnvelopeHeader Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind, uint64_t pass = 0) const;
+  // Feeds every stage (feed(i)) and runs plan_for(i) on each, all at once, with the stall watch; each stage's streamed
+  // tensors go to (*streamed)[i]. The first failure cancels the rest; the error names the root cause and `what`.
+  absl::Status RunOnStages(const std::string& what, const std::function<absl::Status(int)>& feed,
+                           const std::function<v1::StepPlan(int)>& plan_for, std::vector<TensorMap>* streamed,
+                           std::vector<v1::StepSummary>* summaries, const std::function<void()>& on_started);
+  absl::Status FeedPass(int stage, int64_t step, uint64_t pass, const std::vector<ShellOutputs>& shell,
+                        const std::map<std::string, at::Tensor>& master);
+  v1::StepPlan PassPlan(int stage, int64_t step, uint64_t pass, int micro_batches) const;
+  absl::Status Feed(int stage, int64_t step, const StepInputs& inputs, const std::map<std::string, at::Tensor>& master);
+  absl::Status PushStageData(int stage, int64_t step, const StepInputs& inputs);
+  v1::StepPlan Plan(int stage, int64_t step) const;
+  // The stall, if any stage or link has made no progress for stall_timeout.
+  std::optional<StallVerdict> FindStall() const;
+};
+
+}  // namespace baton

@@ -1,0 +1,121 @@
+#include "stage_driver/stage_session.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include <algorithm>
+
+#include "core/lora/lora.h"
+#include "core/tensor/shape.h"
+#include "core/train/batches.h"
+#include "core/train/common.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+// A file's adapters as one LoRA spec can hold them: every module padded with zeros to the largest rank (B·A is
+// unchanged: the extra rows of A meet zero columns of B), its own alpha/r folded into B (the spec's scale is 1).
+std::map<std::string, at::Tensor> PaddedParameters(const std::map<std::string, LoraWeights>& weights, int64_t rank) {
+  std::map<std::string, LoraWeights> padded;
+  for (const auto& [module, w] : weights) {
+    const int64_t r = w.A.size(0);
+    LoraWeights p = w;
+    if (r < rank) {
+      p.A = at::cat({w.A.to(at::kFloat), at::zeros({rank - r, w.A.size(1)}, at::kFloat)}, 0);
+      p.B = at::cat({w.B.to(at::kFloat), at::zeros({w.B.size(0), rank - r}, at::kFloat)}, 1);
+    }
+    p.A = p.A.to(at::kFloat).contiguous();
+    p.B = p.B.to(at::kFloat).contiguous();
+    padded[module] = p;
+  }
+  return LoraWeightsToParameters(padded, 1.0);
+}
+
+}  // namespace
+
+absl::Status StageSession::MakeJob(const StageSessionOptions& session) {
+  job_.source = session.lora.empty() ? "baton sample" : session.lora;
+  job_.name = "sample";
+  job_.model = session.model;
+  job_.model_config = session.model_config;
+  job_.dtype = session.dtype;
+  job_.quantize = session.quantize;
+  job_.threads = session.threads;
+  job_.micro_batches = session.micro_batches;
+  job_.batch_size = session.micro_batches;
+  job_.schedule = "gpipe";
+  job_.steps = 1;
+  if (session.lora.empty()) {  // the base model: a zero adapter (B = 0 at init) on attention
+    job_.lora_targets = "attention";
+    ASSIGN_OR_RETURN(job_.lora.targets, ResolveLoraTargets(job_.lora_targets));
+    job_.lora.rank = 1;
+    job_.lora.alpha = 1;
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(auto weights, LoadLoraFile(session.lora));
+  if (weights.empty()) return absl::InvalidArgumentError(absl::StrCat(session.lora, ": no LoRA adapters in the file"));
+  int64_t rank = 0;
+  for (const auto& [module, w] : weights) {
+    rank = std::max(rank, w.A.size(0));
+    job_.lora.targets.push_back(module);  // exact module names: only the file's modules get an adapter
+  }
+  job_.lora.rank = rank;
+  job_.lora.alpha = static_cast<double>(rank);
+  job_.lora_targets = absl::StrJoin(job_.lora.targets, ",");
+  file_params_ = PaddedParameters(weights, rank);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<StageSession>> StageSession::Start(const StageSessionOptions& session,
+                                                                  const StageDriverOptions& options) {
+  std::unique_ptr<StageSession> s(new StageSession());
+  s->options_ = options;
+  RETURN_IF_ERROR(s->MakeJob(session));
+  ASSIGN_OR_RETURN(s->dtype_, ParseDtype(session.dtype));
+  ASSIGN_OR_RETURN(s->model_, OpenModel(session.model, session.model_config));
+  ASSIGN_OR_RETURN(s->shell_, s->model_->BuildShell(s->dtype_, at::kCPU));
+  StageFleet& fleet = s->fleet_;
+  ASSIGN_OR_RETURN(fleet.schedule, MakeSchedule(ScheduleKind::kGPipe, options.stages, session.micro_batches, 1));
+  ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(s->job_, session.tokens, options.stages, s->dtype_,
+                                                                 /*remote_workers=*/!options.workers.empty()));
+  ASSIGN_OR_RETURN(auto plan, PlanStages(*s->model_, std::move(popts), options.stages, 1, options.quiet));
+
+  fleet.job_id = JobHash(s->job_);
+  fleet.loss_scale = 1.0f / static_cast<float>(session.micro_batches);
+  fleet.dropout_seed = DropoutBaseSeed(0);
+  fleet.stall_timeout = options.stall_timeout;
+  auto never = [] { return false; };
+  s->stages_ = std::make_unique<StageSet>(s->job_, s->options_, std::move(plan), &fleet, never);
+  RETURN_IF_ERROR(s->stages_->Start());
+  for (auto& client : fleet.clients) {
+    ASSIGN_OR_RETURN(TensorMap w, client->GetLora(fleet.job_id));
+    for (auto& [name, t] : w) s->master_[name] = t;
+  }
+  for (const auto& [name, t] : s->file_params_) {
+    auto it = s->master_.find(name);
+    if (it == s->master_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(session.lora, ": ", name, " has no module in this model (a LoRA for another model?)"));
+    }
+    if (!it->second.sizes().equals(t.sizes())) {
+      return absl::InvalidArgumentError(absl::StrCat(session.lora, ": ", name, " is ", ShapeString(t.sizes()),
+                                                     ", the model's adapter ", ShapeString(it->second.sizes())));
+    }
+    it->second = t;
+  }
+  s->executor_ = std::make_unique<StepExecutor>(s->options_, &fleet, s->stages_.get(), never);
+  s->denoiser_ = std::make_unique<StageDenoiser>(*s->model_, *s->shell_, s->dtype_, session.micro_batches,
+                                                 *s->executor_, s->master_);
+  return s;
+}
+
+absl::Status StageSession::Stop() {
+  if (stopped_ || !stages_) return absl::OkStatus();
+  stopped_ = true;
+  return stages_->Stop();
+}
+
+StageSession::~StageSession() { (void)Stop(); }
+
+}  // namespace baton

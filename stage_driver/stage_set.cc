@@ -1,0 +1,212 @@
+#include "stage_driver/stage_set.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include <cstdio>
+
+#include "core/util/files.h"
+#include "core/util/log.h"
+#include "core/util/status.h"
+#include "stage_driver/local_tls.h"
+#include "stage_driver/stage_metrics.h"
+
+namespace baton {
+namespace {
+
+// Worker i's request; `chunks` holds its one block range, or its v chunks (interleaved: the neighbours wrap
+// around, worker p-1's outputs feeding worker 0's next chunk).
+v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string& job_id,
+                                         const std::vector<StageSpec>& chunks, int i,
+                                         const std::vector<std::string>& addresses) {
+  const int p = static_cast<int>(addresses.size());
+  const StageSpec& spec = chunks.front();
+  v1::ConfigureRequest req;
+  req.set_job_id(job_id);
+  req.set_job_name(JobName(job));
+  req.set_config_hash(job_id);
+  req.set_micro_batches(static_cast<int32_t>(job.micro_batches));
+  req.set_stage_index(i);
+  req.set_num_stages(p);
+  req.set_model_path(job.model);
+  req.set_model_config_path(job.model_config);
+  req.set_block_begin(static_cast<int32_t>(spec.block_begin));
+  req.set_block_end(static_cast<int32_t>(spec.block_end));
+  req.set_has_embedders(spec.has_embedders);
+  req.set_has_head(spec.has_head);
+  req.set_dtype(job.dtype);
+  // Without `devices:` in the job each worker computes on its own --device (local workers: cpu).
+  if (i < static_cast<int>(job.devices.size())) req.set_device(job.devices[i]);
+  // The planner's per-stage decision (recompute: auto decides from the budget; true = all, false = none).
+  // Interleaved: every chunk of every worker got the same all-or-nothing decision (PlanStages).
+  if (chunks.size() > 1) {
+    req.set_recompute(spec.recompute_blocks > 0);
+  } else {
+    req.set_recompute(spec.recompute_blocks > 0);
+    req.set_recompute_blocks(static_cast<int32_t>(spec.recompute_blocks));
+  }
+  req.set_quantize(job.quantize);
+  req.mutable_lora()->set_rank(static_cast<int32_t>(job.lora.rank));
+  req.mutable_lora()->set_alpha(static_cast<float>(job.lora.alpha));
+  for (const auto& t : job.lora.targets) req.mutable_lora()->add_targets(t);
+  req.mutable_lora()->set_dropout(static_cast<float>(job.lora.dropout));
+  if (i + 1 < p) req.set_next_address(addresses[i + 1]);
+  if (i > 0) req.set_prev_address(addresses[i - 1]);
+  if (chunks.size() > 1) {
+    for (const StageSpec& c : chunks) {
+      v1::StageChunk* ch = req.add_chunks();
+      ch->set_block_begin(static_cast<int32_t>(c.block_begin));
+      ch->set_block_end(static_cast<int32_t>(c.block_end));
+      ch->set_has_embedders(c.has_embedders);
+      ch->set_has_head(c.has_head);
+    }
+    req.set_next_address(addresses[(i + 1) % p]);
+    req.set_prev_address(addresses[(i + p - 1) % p]);
+  }
+  req.set_threads(job.threads);
+  req.set_allow_nondeterministic(!job.deterministic);
+  req.set_seed(job.seed);
+  req.set_wire_dtype(job.wire_dtype);
+  return req;
+}
+
+}  // namespace
+
+StageSet::StageSet(const JobConfig& job, const StageDriverOptions& options, std::vector<std::vector<StageSpec>> plan,
+                   StageFleet* fleet, std::function<bool()> stop)
+    : job_(job), options_(options), plan_(std::move(plan)), fleet_(fleet), stop_(std::move(stop)) {}
+
+StageSet::~StageSet() = default;
+
+// Workers: embedded local processes (started here, into local_), or the ones given. Returns their addresses.
+absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
+  const JobConfig& job = job_;
+  const StageDriverOptions& options = options_;
+  std::unique_ptr<LocalWorkers>* local = &local_;
+  if (!options.workers.empty()) {
+    RETURN_IF_ERROR(RequireRemoteWorkerSecurity());
+    if (!options.metrics_address.empty()) {  // remote workers' metrics ports are their operators' to list
+      RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, {}, !options.quiet));
+    }
+    return options.workers;
+  }
+  LocalWorkerOptions lopts;
+  if (!options.stage_worker_binary.empty()) lopts.binary = options.stage_worker_binary;
+  lopts.threads = job.threads;
+  int wait_s = options.worker_wait_timeout_s > 0 ? options.worker_wait_timeout_s
+                                                 : static_cast<int>(absl::ToInt64Seconds(options.rpc_timeout));
+  lopts.extra_args = {absl::StrCat("--wait_timeout_s=", wait_s)};
+  ASSIGN_OR_RETURN(std::vector<std::string> tls_args, LocalWorkerSecurityArgs());  // stage_driver/local_tls.h
+  lopts.extra_args.insert(lopts.extra_args.end(), tls_args.begin(), tls_args.end());
+  // Workers read models only inside their --model_root: ours may read exactly the job's model files.
+  // (A model that does not resolve gets no root here; the worker's Configure then names what is missing.)
+  if (auto root = CommonRoot({job.model, job.model_config}); root.ok()) {
+    lopts.extra_args.push_back(absl::StrCat("--model_root=", *root));
+  }
+  for (int i = 0; i < options.stages && !options.metrics_listen.empty(); ++i) {
+    ASSIGN_OR_RETURN(std::string listen, StageMetricsListen(options.metrics_listen, i));
+    lopts.worker_args.push_back({absl::StrCat("--metrics=", listen)});
+  }
+  ASSIGN_OR_RETURN(*local, LocalWorkers::Start(options.stages, lopts));
+  std::vector<std::string> addresses = (*local)->addresses();
+  if (!options.quiet) {
+    std::printf("started %d local stage workers: %s\n", options.stages, absl::StrJoin(addresses, ", ").c_str());
+  }
+  if (!options.metrics_address.empty()) {
+    RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, (*local)->metrics_addresses(),
+                                          !options.quiet));
+  }
+  return addresses;
+}
+
+absl::Status StageSet::Start() {
+  ASSIGN_OR_RETURN(addresses_, StartWorkers());
+  if (stop_()) return absl::CancelledError("stopped before the first step: nothing to checkpoint");
+  RETURN_IF_ERROR(Connect());
+  return Configure();
+}
+
+// Fresh clients (fresh channels: no reconnect backoff left over from a lost worker) for every stage, each waited
+// for until its health service says SERVING.
+absl::Status StageSet::Connect() {
+  const int p = static_cast<int>(addresses_.size());
+  fleet_->clients.clear();
+  for (int i = 0; i < p; ++i) {
+    fleet_->clients.push_back(std::make_unique<StageClient>(i, addresses_[i], options_.rpc_timeout));
+    if (!options_.metrics_address.empty()) {
+      fleet_->clients.back()->set_up_gauge(StageUpGauge(JobName(job_), i, addresses_[i]));
+    }
+  }
+  return ParallelFor(p, [&](int i) { return fleet_->clients[i]->WaitReady(options_.connect_timeout, stop_); });
+}
+
+// Configures every stage with its slice; the fleet learns which LoRA parameters each holds, and forgets what their
+// RoPE caches held (a Configure empties them).
+absl::Status StageSet::Configure() {
+  const int p = fleet_->size();
+  fleet_->params.assign(p, {});
+  fleet_->rope.assign(p, RopeMirror());
+  return ParallelFor(p, [&](int i) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::ConfigureResponse resp, fleet_->clients[i]->Configure(ConfigureRequestFor(i)));
+    fleet_->params[i].assign(resp.lora_param_names().begin(), resp.lora_param_names().end());
+    return absl::OkStatus();
+  });
+}
+
+v1::ConfigureRequest StageSet::ConfigureRequestFor(int i) const {
+  v1::ConfigureRequest req = baton::ConfigureRequestFor(job_, fleet_->job_id, plan_[i], i, addresses_);
+  req.set_generation(fleet_->generation);
+  req.set_run_id(fleet_->run_id);
+  return req;
+}
+
+std::string StageSet::Describe(int stage) { return local_ ? local_->Describe(stage) : ""; }
+
+absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
+  const int p = static_cast<int>(addresses_.size());
+  std::vector<int> lost;
+  // A quick health check tells who is gone, including a process still dying.
+  std::vector<absl::Status> quick(p);
+  (void)ParallelFor(p, [&](int i) {
+    quick[i] = i == suspect || (local_ && !local_->Alive(i))
+                   ? absl::UnavailableError("lost")
+                   : StageClient(i, addresses_[i], options_.rpc_timeout).WaitReady(absl::Seconds(2), stop_);
+    return absl::OkStatus();
+  });
+  for (int i = 0; i < p; ++i) {
+    if (!quick[i].ok()) lost.push_back(i);
+  }
+  if (local_) {
+    for (int i : lost) {
+      if (stop_()) return absl::CancelledError("stopped while restarting a stage worker");
+      auto address = local_->Restart(i, options_.worker_restart_timeout);
+      if (!address.ok()) {
+        return Annotate(address.status(), absl::StrCat("stage ", i, " (", addresses_[i], ") could not be restarted"));
+      }
+      addresses_[i] = *address;
+    }
+  } else {
+    // Remote: the lost ones get worker_restart_timeout to answer again (restarted by systemd/Kubernetes).
+    RETURN_IF_ERROR(ParallelFor(static_cast<int>(lost.size()), [&](int k) -> absl::Status {
+      const int i = lost[k];
+      absl::Status s =
+          StageClient(i, addresses_[i], options_.rpc_timeout).WaitReady(options_.worker_restart_timeout, stop_);
+      if (s.ok() || absl::IsCancelled(s)) return s;
+      return absl::DeadlineExceededError(absl::StrCat("stage ", i, " (", addresses_[i], ") did not come back within ",
+                                                      absl::FormatDuration(options_.worker_restart_timeout), ": ",
+                                                      s.message()));
+    }));
+  }
+  ++fleet_->generation;
+  RETURN_IF_ERROR(Connect());
+  RETURN_IF_ERROR(Configure());
+  return lost;
+}
+
+absl::Status StageSet::Stop() {
+  if (!local_) return absl::OkStatus();
+  for (auto& c : fleet_->clients) (void)c->Shutdown();
+  return local_->Stop();
+}
+
+}  // namespace baton

@@ -1,0 +1,62 @@
+// The stage workers of one run, as a set: started here (local, the embedded default) or given (--workers),
+// connected, health-checked and configured with their slices of the plan; and after a lost step brought back:
+// a dead or stalled local worker is restarted, a remote one is waited for at its address (systemd/Kubernetes
+// restart it), then every stage is reconfigured for a new generation (new neighbour addresses where they changed;
+// survivors keep their loaded model and drop the aborted step's data) so that the step can be redone.
+#pragma once
+
+#include <absl/status/statusor.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/pipeline/partition.h"
+#include "core/train/job.h"
+#include "stage_driver/driver_options.h"
+#include "stage_driver/local_workers.h"
+#include "stage_driver/stage_fleet.h"
+
+namespace baton {
+
+class StageSet {
+ public:
+  // `plan`: [worker][chunk] block ranges (PlanStages). `fleet` receives the clients; it outlives this set.
+  // `job` and `options` must outlive the set; `stop` is polled while waiting for workers.
+  StageSet(const JobConfig& job, const StageDriverOptions& options, std::vector<std::vector<StageSpec>> plan,
+           StageFleet* fleet, std::function<bool()> stop);
+  ~StageSet();
+
+  // Starts (local) or takes (remote) the workers, then connects to and configures each.
+  absl::Status Start();
+  absl::Status Configure();
+  const std::vector<std::string>& addresses() const { return addresses_; }
+
+  // After a failed step: the stages that are lost (a dead local process, a remote one that does not answer its
+  // health check, and `suspect`, the stage the stall watch blamed), each brought back within
+  // worker_restart_timeout, then every stage reconfigured. Returns the lost stages. An error names the stage that
+  // did not come back: DEADLINE_EXCEEDED when it did not within the timeout (a local worker that does not start,
+  // a remote one that does not answer); other codes when something failed meanwhile (e.g. it died again).
+  absl::StatusOr<std::vector<int>> Recover(int suspect);
+  // "running (pid 123)" / "killed by signal 9 (Killed)" for a local worker, "" for a remote one.
+  std::string Describe(int stage);
+  // Local workers: asks each to shut down, then stops the processes. Remote workers are left running.
+  absl::Status Stop();
+  LocalWorkers* local() { return local_.get(); }
+
+ private:
+  absl::StatusOr<std::vector<std::string>> StartWorkers();
+  absl::Status Connect();
+  v1::ConfigureRequest ConfigureRequestFor(int i) const;
+
+  const JobConfig& job_;
+  const StageDriverOptions& options_;
+  std::vector<std::vector<StageSpec>> plan_;
+  StageFleet* fleet_;
+  std::function<bool()> stop_;
+  std::unique_ptr<LocalWorkers> local_;
+  std::vector<std::string> addresses_;
+};
+
+}  // namespace baton

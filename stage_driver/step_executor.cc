@@ -1,0 +1,120 @@
+#include "stage_driver/step_executor.h"
+
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/util/log.h"
+
+namespace baton {
+
+bool RetryableStepFailure(const absl::Status& status, bool stage_died) {
+  if (stage_died) return true;
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:       // the process or its host went away
+    case absl::StatusCode::kCancelled:         // by the death of a peer, or by the stall watch
+    case absl::StatusCode::kDeadlineExceeded:  // a stall, or a wait for a lost peer
+    case absl::StatusCode::kAborted:
+      return true;
+    case absl::StatusCode::kFailedPrecondition:  // a remote worker restarted under us: it has no job yet
+      return absl::StrContains(status.message(), "before Configure");
+    default:
+      return false;
+  }
+}
+
+StepExecutor::StepExecutor(const StageDriverOptions& options, StageFleet* fleet, StageSet* stages,
+                           std::function<bool()> stop, OnRecovery on_recovery)
+    : options_(options), fleet_(fleet), stages_(stages), stop_(std::move(stop)), on_recovery_(std::move(on_recovery)) {}
+
+absl::StatusOr<StepOutputs> StepExecutor::Run(int64_t step, StepInputs& inputs,
+                                              const std::map<std::string, at::Tensor>& master,
+                                              const std::function<void()>& on_started,
+                                              const std::function<void()>& on_abort) {
+  return WithRecovery<StepOutputs>(
+      step + 1, absl::StrCat("step ", step + 1),
+      [&](int retry) { return fleet_->RunStep(step, inputs, master, retry == 1 ? on_started : nullptr); },
+      [&] {
+        if (on_abort) on_abort();
+      },
+      [&] { inputs.data_pushed = false; });  // the recovery emptied the stages' inboxes
+}
+
+absl::StatusOr<std::vector<at::Tensor>> StepExecutor::RunForwardPass(int64_t step, uint64_t pass,
+                                                                     const std::vector<ShellOutputs>& shell,
+                                                                     const std::map<std::string, at::Tensor>& master) {
+  return WithRecovery<std::vector<at::Tensor>>(
+      step, absl::StrCat("pass ", pass, " (after step ", step, ")"),
+      [&](int) { return fleet_->RunForwardPass(step, pass, shell, master); }, [] {}, [] {});
+}
+
+template <typename Out>
+absl::StatusOr<Out> StepExecutor::WithRecovery(int64_t hook_step, const std::string& what_ran,
+                                               const std::function<absl::StatusOr<Out>(int retry)>& attempt,
+                                               const std::function<void()>& on_abort,
+                                               const std::function<void()>& on_recovered) {
+  const int p = fleet_->size();
+  for (int retry = 1;; ++retry) {
+    auto out = attempt(retry);
+    if (out.ok()) return out;
+    on_abort();
+    // Who is gone: dead local processes (how they died is the best cause), else the stage a stall was blamed on.
+    // A killed worker's connections break while it is still exiting: give it a moment to be reaped.
+    auto any_dead = [&] {
+      for (int i = 0; stages_->local() != nullptr && i < p; ++i) {
+        if (!stages_->local()->Alive(i)) return true;
+      }
+      return false;
+    };
+    for (int i = 0; i < 25 && stages_->local() != nullptr && fleet_->last_stall.stage < 0 && !any_dead(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::vector<int> dead;
+    std::string cause;
+    for (int i = 0; stages_->local() != nullptr && i < p; ++i) {
+      if (!stages_->local()->Alive(i)) {
+        dead.push_back(i);
+        absl::StrAppend(&cause, cause.empty() ? "" : "; ", fleet_->clients[i]->name(), ": ", stages_->Describe(i));
+      }
+    }
+    const int suspect = dead.empty() ? fleet_->last_stall.stage : dead.front();
+    if (dead.size() == 1) cause = stages_->Describe(dead.front());  // the line names the stage already
+    if (cause.empty() && !fleet_->last_stall.message.empty()) cause = fleet_->last_stall.message;
+    if (cause.empty()) cause = std::string(out.status().message());
+    if (stop_() || !RetryableStepFailure(out.status(), !dead.empty())) return out.status();
+    // "stage 1 (host:port) lost: killed by signal 9 (Killed)"; a stall's or an error's message names its stage.
+    const std::string what =
+        dead.size() == 1 ? absl::StrCat(fleet_->clients[dead.front()]->name(), " lost: ", cause) : cause;
+    if (retry > options_.step_retries) {
+      return absl::Status(out.status().code(),
+                          absl::StrCat(what_ran, ": ", what,
+                                       options_.step_retries > 0 ? absl::StrCat("; ", what_ran, " failed ", retry,
+                                                                                " times, giving up (--step_retries ",
+                                                                                options_.step_retries, ")")
+                                                                 : " (recovery is off: --step_retries 0)"));
+    }
+    if (on_recovery_) on_recovery_(hook_step, suspect, cause);
+    auto lost = stages_->Recover(suspect);
+    while (!lost.ok() && !absl::IsDeadlineExceeded(lost.status()) && RetryableStepFailure(lost.status(), false) &&
+           retry < options_.step_retries && !stop_()) {
+      // Lost again during the recovery (e.g. killed while it restarted): recover again, counted as a retry.
+      LogWarning(what_ran, ": ", what, "; the recovery failed (", lost.status().message(), "), retry ", retry, "/",
+                 options_.step_retries);
+      if (on_recovery_) on_recovery_(hook_step, suspect, cause);
+      ++retry;
+      lost = stages_->Recover(-1);
+    }
+    if (!lost.ok()) {
+      return absl::Status(lost.status().code(), absl::StrCat(what_ran, ": ", what, "; ", lost.status().message()));
+    }
+    LogWarning(what_ran, ": ", what, "; ", lost->empty() ? "reconfigured" : (stages_->local() ? "restarted" : "back"),
+               ", redoing the ", what_ran.substr(0, what_ran.find(' ')), " (retry ", retry, "/", options_.step_retries,
+               ")");
+    on_recovered();
+  }
+}
+
+}  // namespace baton

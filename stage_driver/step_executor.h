@@ -1,0 +1,62 @@
+// The step executor: runs one training step over the stage set and, when a stage is lost mid-step (it died,
+// failed with UNAVAILABLE/CANCELLED/DEADLINE_EXCEEDED, or the stall watch blamed it), aborts the step everywhere,
+// brings the stage back (StageSet::Recover) and redoes the step with the same inputs and adapters -- up to
+// StageDriverOptions::step_retries times per step, then a clean failure naming the stage. A redone step computes
+// exactly what the first attempt would have: the inputs are kept, the adapters are the same masters, the RoPE
+// mirrors restart empty with the stages' caches, and dropout seeds depend only on (step, micro-batch).
+#pragma once
+
+#include <absl/status/statusor.h>
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "stage_driver/driver_options.h"
+#include "stage_driver/stage_fleet.h"
+#include "stage_driver/stage_set.h"
+
+namespace baton {
+
+// Whether a failed step is worth redoing after a recovery: the stage (or its link) went away or stalled, as
+// opposed to a deterministic error that would fail again. `stage_died`: a local worker was found dead.
+bool RetryableStepFailure(const absl::Status& status, bool stage_died);
+
+class StepExecutor {
+ public:
+  // A lost step or pass (`step` 1-based for a step, the step it follows for a pass), as soon as the loss is noticed,
+  // before the recovery: the stage blamed (-1: a link or unknown) and what happened.
+  using OnRecovery = std::function<void(int64_t step, int stage, const std::string& cause)>;
+
+  // Everything must outlive the executor; `stop` is polled between attempts; `on_recovery` is optional.
+  StepExecutor(const StageDriverOptions& options, StageFleet* fleet, StageSet* stages, std::function<bool()> stop,
+               OnRecovery on_recovery = nullptr);
+
+  // Step `step` (0-based). `on_started` runs once the first attempt's stages have their work (the trainer prepares
+  // the next step meanwhile); `on_abort` runs after a failed attempt, before any recovery, and must finish whatever
+  // on_started began with the fleet (its early pushes for the next step, which the recovery discards).
+  absl::StatusOr<StepOutputs> Run(int64_t step, StepInputs& inputs, const std::map<std::string, at::Tensor>& master,
+                                  const std::function<void()>& on_started, const std::function<void()>& on_abort);
+  // A forward-only pass (validation, sampling) after training step `step`: each micro-batch's model output, with the
+  // adapters in `master`; a lost stage is recovered and the pass redone, as a step is.
+  absl::StatusOr<std::vector<at::Tensor>> RunForwardPass(int64_t step, uint64_t pass,
+                                                         const std::vector<ShellOutputs>& shell,
+                                                         const std::map<std::string, at::Tensor>& master);
+
+ private:
+  // Runs attempt(retry) until it succeeds; after a failure that a recovery can mend (a stage lost or stalled), brings
+  // the stages back and tries again, up to step_retries times. `what_ran` names the work in messages ("step 4",
+  // "pass 3 (after step 2)"); `hook_step` goes to on_recovery.
+  template <typename Out>
+  absl::StatusOr<Out> WithRecovery(int64_t hook_step, const std::string& what_ran,
+                                   const std::function<absl::StatusOr<Out>(int retry)>& attempt,
+                                   const std::function<void()>& on_abort, const std::function<void()>& on_recovered);
+
+  const StageDriverOptions& options_;
+  StageFleet* fleet_;
+  StageSet* stages_;
+  std::function<bool()> stop_;
+  OnRecovery on_recovery_;
+};
+
+}  // namespace baton
