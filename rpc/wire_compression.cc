@@ -46,6 +46,9 @@ WirePayload CompressForWire(const at::Tensor& tensor, WireDtype dtype) {
   } else {
     at::Tensor rows = tensor.reshape({-1, tensor.size(-1)}).to(at::kFloat);
     at::Tensor scale = rows.abs().amax(/*dim=*/1).div_(kFp8Max);
+    // A row fp8 cannot scale (inf or NaN, or an fp64 value beyond fp32's range) has no finite scale, which the
+    // receiver refuses: such a tensor travels exactly (a fuzz finding).
+    if (!at::isfinite(scale).all().item<bool>()) return out;
     scale = at::where(scale > 0, scale, at::ones_like(scale));  // an all-zero row stays exact
     out.payload = rows.div(scale.unsqueeze(1)).to(at::kFloat8_e4m3fn).reshape(tensor.sizes()).contiguous();
     out.row_scales = scale.contiguous();

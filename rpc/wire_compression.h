@@ -28,7 +28,8 @@ std::string WireDtypeName(WireDtype d);
 
 // What goes on the wire for `tensor` (contiguous CPU): the payload to send, plus the header fields
 // (decode_dtype, row_scales) that let the receiver restore it. A tensor that is not floating, or that is
-// already as narrow as the target (bf16 → bf16), or has no elements, is sent unchanged.
+// already as narrow as the target (bf16 → bf16), or has no elements, is sent unchanged; so is one with a row
+// fp8 cannot scale (inf, NaN, or fp64 beyond fp32's range).
 struct WirePayload {
   at::Tensor payload;
   v1::DType decode_dtype = v1::DTYPE_UNSPECIFIED;  // unset: sent exactly

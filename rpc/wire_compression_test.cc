@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "rpc/wire.h"
@@ -80,6 +81,20 @@ TEST(WireCompression, Fp8IsDeterministicAndExactOnZerosAndNonFloats) {
   at::Tensor bf = x.to(at::kBFloat16);  // already as narrow as bf16: sent as is
   EXPECT_TRUE(at::equal(*RoundTrip(bf, WireDtype::kBf16, &bytes), bf));
   EXPECT_EQ(bytes, static_cast<uint64_t>(x.numel()) * 2);
+}
+
+// A fuzz finding: an fp64 row beyond fp32's range had an inf scale the receiver refused. Rows fp8 cannot scale
+// (that, inf, NaN) now travel exactly, and the receiver takes them.
+TEST(WireCompression, Fp8SendsWhatItCannotScaleExactly) {
+  at::Tensor big = at::tensor({1e300, -2.0, 0.5, 3.0}, at::kDouble).reshape({2, 2});
+  at::Tensor nonfinite = at::tensor({std::numeric_limits<float>::infinity(), 1.0f, 2.0f, NAN}).reshape({2, 2});
+  for (const at::Tensor& t : {big, nonfinite}) {
+    EXPECT_FALSE(CompressForWire(t, WireDtype::kFp8).row_scales.defined()) << t;
+    absl::StatusOr<at::Tensor> back = RoundTrip(t, WireDtype::kFp8);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(at::equal(back->isnan(), t.isnan()));
+    EXPECT_TRUE(at::equal(at::nan_to_num(*back), at::nan_to_num(t))) << *back;
+  }
 }
 
 TEST(WireCompression, TheReceiverCapsTheDecodedSize) {

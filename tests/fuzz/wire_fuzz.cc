@@ -65,17 +65,18 @@ bool RunWire(const uint8_t* data, size_t size) {
   limits.max_total_bytes = kMaxTotalBytes;
   absl::StatusOr<ReceivedEnvelope> envelope = ReadEnvelope(&reader, limits);
   if (!envelope.ok()) {
-    Require(absl::IsInvalidArgument(envelope.status()), "ReadEnvelope fails with InvalidArgument");
+    // Malformed input is INVALID_ARGUMENT; a tensor header over the envelope's byte budget is RESOURCE_EXHAUSTED
+    // (the inbox budget, README), refused before anything is allocated.
+    Require(absl::IsInvalidArgument(envelope.status()) || absl::IsResourceExhausted(envelope.status()),
+            "ReadEnvelope fails with InvalidArgument or ResourceExhausted");
     return false;
   }
   Require(envelope->bytes <= kMaxTotalBytes, "the byte budget holds");
   for (const auto& [name, tensor] : envelope->tensors) {
     Require(tensor.device().is_cpu() && tensor.is_contiguous(), "a received tensor is CPU and contiguous");
     RoundTrip(name, tensor, WireDtype::kNone);
-    // fp8 carries finite values only: a row with inf has no finite scale, and the receiver refuses it.
-    if (!at::isFloatingType(tensor.scalar_type()) || at::isfinite(tensor).all().item<bool>()) {
-      RoundTrip(name, tensor, WireDtype::kFp8);
-    }
+    // fp8 sends what it cannot scale (inf, NaN, fp64 beyond fp32's range) exactly, so every tensor goes.
+    RoundTrip(name, tensor, WireDtype::kFp8);
   }
   return true;
 }
