@@ -4,20 +4,13 @@
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/usage.h>
-#include <absl/strings/str_cat.h>
 
-#include <cstdio>
 #include <string>
 
 #include "core/device/determinism.h"
 #include "core/device/device.h"
-#include "core/metrics/metrics_server.h"
-#include "core/util/files.h"
 #include "core/util/flags.h"
-#include "core/util/log.h"
-#include "core/util/threads.h"
-#include "rpc/tls_flags.h"
-#include "stage_worker/stage_service.h"
+#include "stage_worker/stage_worker_command.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "address to serve on (host:port; port 0 picks a free one)");
 ABSL_FLAG(std::string, device, "cpu", "compute device: cpu | cuda | cuda:N");
@@ -44,49 +37,14 @@ int main(int argc, char** argv) {
   baton::InstallFlagsHelp();
   baton::NormalizeFlagArgs(argc, argv);
   absl::ParseCommandLine(argc, argv);
-  // Refuse a device this machine lacks before serving: a clear message and exit 1, never a crash later.
-  auto device = baton::ParseDevice(absl::GetFlag(FLAGS_device));
-  if (!device.ok()) {
-    std::fprintf(stderr, "stage_worker: %s\n", std::string(device.status().message()).c_str());
-    return 1;
-  }
-  auto security = baton::InstallSecurityFromFlags("stage_worker", /*warn_insecure=*/false);  // rpc/tls_flags.h
-  if (!security.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(security.status().message()).c_str());
-    return 2;
-  }
-  auto metrics = baton::StartMetricsServerFromFlag(absl::GetFlag(FLAGS_metrics), "stage_worker");
-  if (!metrics.ok()) {
-    std::fprintf(stderr, "stage_worker: %s\n", std::string(metrics.status().message()).c_str());
-    return 2;
-  }
-  baton::SetComputeThreads(absl::GetFlag(FLAGS_threads));
-  baton::StageRunnerOptions options;
-  options.device = absl::GetFlag(FLAGS_device);
-  options.wait_timeout = absl::Seconds(absl::GetFlag(FLAGS_wait_timeout_s));
-  if (absl::GetFlag(FLAGS_inbox_bytes) < (int64_t{1} << 20)) {
-    std::fprintf(stderr, "stage_worker: --inbox_bytes must be at least 1 MiB\n");
-    return 1;
-  }
-  options.inbox_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_inbox_bytes));
-  if (absl::GetFlag(FLAGS_send_queue_bytes) < (int64_t{1} << 20)) {
-    std::fprintf(stderr, "stage_worker: --send_queue_bytes must be at least 1 MiB\n");
-    return 1;
-  }
-  options.send_queue_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_send_queue_bytes));
-  options.model_root = absl::GetFlag(FLAGS_model_root).empty() ? "." : absl::GetFlag(FLAGS_model_root);
-  if (auto root = baton::RealPath(options.model_root); !root.ok() || !baton::IsDirectory(*root)) {
-    std::fprintf(stderr, "stage_worker: --model_root %s is not a directory\n", options.model_root.c_str());
-    return 1;
-  }
-  absl::Status status = baton::RunStageWorker(absl::GetFlag(FLAGS_listen), options, [&](const std::string& address) {
-    baton::SetLogTag(absl::StrCat("stage_worker ", address));
-    std::printf("LISTENING %s\n", address.c_str());
-    std::fflush(stdout);
-  });
-  if (!status.ok()) {
-    std::fprintf(stderr, "stage_worker: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  baton::StageWorkerCommand command;
+  command.listen = absl::GetFlag(FLAGS_listen);
+  command.device = absl::GetFlag(FLAGS_device);
+  command.threads = absl::GetFlag(FLAGS_threads);
+  command.wait_timeout_s = absl::GetFlag(FLAGS_wait_timeout_s);
+  command.inbox_bytes = absl::GetFlag(FLAGS_inbox_bytes);
+  command.send_queue_bytes = absl::GetFlag(FLAGS_send_queue_bytes);
+  command.model_root = absl::GetFlag(FLAGS_model_root);
+  command.metrics = absl::GetFlag(FLAGS_metrics);
+  return baton::RunStageWorkerCommand(command);
 }

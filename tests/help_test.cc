@@ -81,7 +81,8 @@ TEST(HelpTest, EncoderWorkerListsItsFlagsWithDefaults) {
                                      {"max_frames", "81"},
                                      {"frame_stride", "1"},
                                      {"dtype", "\"fp32\""},
-                                     {"listen", "\"\""}});
+                                     {"listen", "\"\""},
+                                     {"shard", "\"\""}});
 }
 
 TEST(HelpTest, BatonListsEveryCommand) {
@@ -97,6 +98,23 @@ TEST(HelpTest, BatonListsEveryCommand) {
   EXPECT_EQ(health.exit_code, 0);
   EXPECT_NE(health.output.find("usage: baton health ADDRESS [flags]"), std::string::npos) << health.output;
   EXPECT_NE(health.output.find("--service VALUE"), std::string::npos) << health.output;
+}
+
+// stage_worker refuses values it cannot serve with, before it listens: exit 1 and the flag named.
+TEST(HelpTest, StageWorkerRefusesUnusableValuesNamingTheFlag) {
+  const std::string bin = JoinPath(test_util::BinDir(), "stage_worker") + " --insecure --listen=127.0.0.1:0";
+  const std::map<std::string, std::string> refused = {
+      {" --inbox_bytes=1000", "stage_worker: --inbox_bytes must be at least 1 MiB"},
+      {" --send_queue_bytes=1000", "stage_worker: --send_queue_bytes must be at least 1 MiB"},
+      {" --model_root=/nonexistent/baton", "stage_worker: --model_root /nonexistent/baton is not a directory"},
+      {" --device=tpu", "stage_worker: "},
+  };
+  for (const auto& [args, message] : refused) {
+    auto result = test_util::RunCommand(bin + args, /*with_stderr=*/true);
+    EXPECT_EQ(result.exit_code, 1) << args << ": " << result.output;
+    EXPECT_NE(result.output.find(message), std::string::npos) << args << ": " << result.output;
+    EXPECT_EQ(result.output.find("LISTENING"), std::string::npos) << args;
+  }
 }
 
 }  // namespace
