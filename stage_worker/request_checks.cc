@@ -142,6 +142,10 @@ absl::Status CheckEnvelopeHeader(const ExpectedStageIO& e, const v1::EnvelopeHea
   if (h.chunk() < 0 || h.chunk() >= e.num_chunks) {
     return Invalid(what, absl::StrCat("chunk ", h.chunk(), " is outside [0, ", e.num_chunks, ")"));
   }
+  if (h.kind() == Kind::LORA_WEIGHTS && h.micro_batch() != 0) {
+    return Invalid(
+        what, absl::StrCat("LORA_WEIGHTS belong to the whole step and carry micro-batch 0, not ", h.micro_batch()));
+  }
   return absl::OkStatus();
 }
 

@@ -161,6 +161,10 @@ TEST_F(RequestChecksTest, EachRefusalHasItsStatusCode) {
   for (const auto& [header, code] : cases) {
     EXPECT_EQ(Code(header, t), code) << header.ShortDebugString();
   }
+  // LORA_WEIGHTS belong to the whole step (micro-batch 0); ROPE tables name the micro-batch that first needed them.
+  EXPECT_TRUE(CheckEnvelopeHeader(e_, Header(Kind::LORA_WEIGHTS, 5, 0)).ok());
+  EXPECT_EQ(CheckEnvelopeHeader(e_, Header(Kind::LORA_WEIGHTS, 5, 1)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckEnvelopeHeader(e_, Header(Kind::ROPE, 5, 1)).ok());
   e_.current_step = -1;  // no window yet: a negative step is still malformed, not early
   EXPECT_EQ(Code(Header(Kind::TARGET, -3), t), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Code(Header(Kind::TARGET, 0), t), absl::StatusCode::kOk);
