@@ -13,6 +13,7 @@
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
+#include "encoder_worker/cache_shard.h"
 
 namespace baton {
 namespace {
@@ -20,6 +21,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// FAILED_PRECONDITION when `cache_dir` holds another share, or the whole dataset's cache while this run encodes a share
+// (or the reverse): its records would be dropped as gone from the dataset and its index overwritten. Marks a new
+// shard folder (cache_shard.h) before its first record.
+absl::Status ClaimCacheFolder(const std::string& cache_dir, const std::optional<ShardSpec>& wanted) {
+  ASSIGN_OR_RETURN(std::optional<ShardSpec> held, ReadCacheShard(cache_dir));
+  const bool whole_cache = !held && PathExists(JoinPath(cache_dir, "index.json"));
+  auto describe = [](const std::optional<ShardSpec>& shard) {
+    return shard ? absl::StrCat("shard ", shard->ToString()) : std::string("the whole dataset");
+  };
+  if ((held || whole_cache) && describe(held) != describe(wanted)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cache folder ", cache_dir, " holds ", describe(held), ", and this run encodes ", describe(wanted),
+                     ": give each shard a --cache folder of its own and join them with encoder_worker --merge "
+                     "(or remove the folder to start it anew)"));
+  }
+  if (wanted && !held) RETURN_IF_ERROR(WriteCacheShard(cache_dir, *wanted));
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -37,6 +57,7 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, con
                                                std::vector<FileError> scan_errors, const CacheBuildSteps& steps,
                                                Clock::time_point started,
                                                const std::function<void(const CacheBuildProgress&)>& on_progress) {
+  RETURN_IF_ERROR(ClaimCacheFolder(options.cache_dir, options.shard));
   RETURN_IF_ERROR(MakeDirs(JoinPath(options.cache_dir, "records")));
   CacheBuildReport report;
   report.samples = static_cast<int64_t>(items.size());

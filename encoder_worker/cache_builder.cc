@@ -27,6 +27,10 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
   const auto started = std::chrono::steady_clock::now();
   ScanOptions scan_options;
   scan_options.trigger = options.trigger;
+  if (options.shard) {
+    const ShardSpec shard = *options.shard;
+    scan_options.include = [shard](const std::string& name) { return shard.Contains(name); };
+  }
   ASSIGN_OR_RETURN(Dataset dataset, ScanDataset(options.dataset_dir, scan_options));
   ASSIGN_OR_RETURN(std::vector<Bucket> buckets, MakeBuckets(options.buckets));
   std::vector<CacheBuildItem> items;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "core/image/image.h"
 #include "core/video/video_bucket.h"
 #include "encoder_worker/bucket.h"
+#include "encoder_worker/cache_shard.h"
 #include "encoder_worker/dataset.h"
 
 namespace baton {
@@ -30,6 +32,9 @@ struct CacheBuildOptions {
   BucketSpec buckets;
   // Video encoders (Wan): frames and stride of the clip buckets; the area comes from buckets.target_area.
   VideoBucketSpec video;
+  // Set: encode only this worker's share of the dataset, into a cache folder of its own that no other share and no
+  // whole-dataset build uses (cache_shard.h; encoder_worker --merge joins the shares). Unset: the whole dataset.
+  std::optional<ShardSpec> shard;
 };
 
 struct CacheBuildProgress {

@@ -102,7 +102,8 @@ absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& o
       return absl::InternalError(absl::StrCat("error listing ", dir, ": ", ec.message()));
     }
     std::string name = it->path().filename().string();
-    if (name.empty() || name[0] == '.') continue;  // dotfiles, incl. macOS "._x.jpg" forks
+    if (name.empty() || name[0] == '.') continue;             // dotfiles, incl. macOS "._x.jpg" forks
+    if (options.include && !options.include(name)) continue;  // another worker's share
     std::error_code type_ec;
     if (!it->is_regular_file(type_ec)) continue;
     names.push_back(std::move(name));

@@ -7,6 +7,7 @@
 #include <absl/status/statusor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct ScanOptions {
   // Fully decode every image during the scan so truncated or corrupt bodies become per-file errors
   // here rather than at encode time (headers are always checked). Costs one decode per image.
   bool verify_decode = true;
+  // When set, only the files whose name it accepts are looked at (read, checked, reported): one encoder worker's
+  // share of the dataset (cache_shard.h). Unset: every file.
+  std::function<bool(const std::string& name)> include;
 };
 
 // The scan is non-recursive, skips dotfiles, and is sorted by file name (bytewise) so sample order is the same

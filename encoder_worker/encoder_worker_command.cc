@@ -1,10 +1,13 @@
 #include "encoder_worker/encoder_worker_command.h"
 
+#include <absl/strings/str_cat.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "core/encode/flux2_encoder.h"
 #include "core/encode/wan_encoder.h"
@@ -13,6 +16,8 @@
 #include "core/util/log.h"
 #include "core/util/threads.h"
 #include "encoder_worker/cache_builder.h"
+#include "encoder_worker/cache_merge.h"
+#include "encoder_worker/cache_shard.h"
 #include "encoder_worker/encoder_service.h"
 #include "rpc/tls_flags.h"
 
@@ -38,7 +43,7 @@ absl::StatusOr<std::unique_ptr<SampleEncoder>> OpenEncoder(const EncoderWorkerCo
 }
 
 // Batch mode: one dataset into the cache, with a progress line, then a summary.
-int BuildOneCache(const EncoderWorkerCommand& command, SampleEncoder& encoder) {
+int BuildOneCache(const EncoderWorkerCommand& command, SampleEncoder& encoder, std::optional<ShardSpec> shard) {
   CacheBuildOptions build;
   build.dataset_dir = command.dataset;
   build.cache_dir = command.cache;
@@ -46,6 +51,7 @@ int BuildOneCache(const EncoderWorkerCommand& command, SampleEncoder& encoder) {
   build.buckets = BucketsForResolution(command.resolution);
   build.video.max_frames = command.max_frames;
   build.video.stride = command.frame_stride;
+  build.shard = shard;
   const bool tty = ::isatty(STDOUT_FILENO);
   auto report = BuildCache(encoder, build, [&](const CacheBuildProgress& p) {
     std::printf("%s%s%s", tty ? "\r\033[K" : "", RenderEncodeProgress(p, 0).c_str(), tty ? "" : "\n");
@@ -59,19 +65,54 @@ int BuildOneCache(const EncoderWorkerCommand& command, SampleEncoder& encoder) {
   for (const auto& e : report->errors) std::fprintf(stderr, "error: %s\n", std::string(e.status.message()).c_str());
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
+  const std::string share = shard ? absl::StrCat(" (shard ", shard->ToString(), ")") : "";
   std::printf(
-      "encoded %lld, kept %lld unchanged, %zu failed of %lld samples in %.1f s (%.3f s per encoded sample, "
+      "encoded %lld, kept %lld unchanged, %zu failed of %lld samples%s in %.1f s (%.3f s per encoded sample, "
       "peak RSS %.0f MiB); cache: %s\n",
       static_cast<long long>(report->encoded), static_cast<long long>(report->kept), report->errors.size(),
-      static_cast<long long>(report->samples), report->seconds, report->seconds_per_encoded_sample,
+      static_cast<long long>(report->samples), share.c_str(), report->seconds, report->seconds_per_encoded_sample,
       usage.ru_maxrss / 1024.0, build.cache_dir.c_str());
   return report->errors.empty() ? 0 : 1;
+}
+
+// --merge: the shard caches into --cache, then a summary.
+int MergeCaches(const EncoderWorkerCommand& command) {
+  if (command.cache.empty() || !command.dataset.empty() || !command.listen.empty() || !command.shard.empty()) {
+    std::fprintf(stderr,
+                 "encoder_worker: --merge SHARD_DIR,... needs --cache (the merged cache to write) and takes no "
+                 "--dataset, --listen or --shard\n");
+    return 2;
+  }
+  auto report = MergeShardCaches(command.merge, command.cache);
+  if (!report.ok()) {
+    std::fprintf(stderr, "encoder_worker: %s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  std::printf(
+      "merged %lld records from %lld shards in %.1f s (%lld linked, %lld copied, %lld unchanged, %lld removed); "
+      "cache: %s\n",
+      static_cast<long long>(report->records), static_cast<long long>(report->shards), report->seconds,
+      static_cast<long long>(report->linked), static_cast<long long>(report->copied),
+      static_cast<long long>(report->unchanged), static_cast<long long>(report->removed), command.cache.c_str());
+  return 0;
 }
 
 }  // namespace
 
 int RunEncoderWorkerCommand(const EncoderWorkerCommand& command) {
   SetLogTag("encoder_worker");
+  if (!command.merge.empty()) return MergeCaches(command);
+  std::optional<ShardSpec> shard;
+  if (!command.shard.empty()) {
+    auto parsed = ParseShard(command.shard);
+    if (!parsed.ok() || !command.listen.empty()) {
+      std::fprintf(stderr, "encoder_worker: %s\n",
+                   parsed.ok() ? "--shard is for batch mode (--dataset/--cache), not --listen"
+                               : std::string(parsed.status().message()).c_str());
+      return 2;
+    }
+    shard = *parsed;
+  }
   if (command.model.empty() || (command.listen.empty() && (command.dataset.empty() || command.cache.empty()))) {
     std::fprintf(stderr, "encoder_worker: --model and either --dataset/--cache or --listen are required (--help)\n");
     return 2;
@@ -106,7 +147,7 @@ int RunEncoderWorkerCommand(const EncoderWorkerCommand& command) {
     if (!s.ok()) std::fprintf(stderr, "encoder_worker: %s\n", s.ToString().c_str());
     return s.ok() ? 0 : 1;
   }
-  return BuildOneCache(command, **encoder);
+  return BuildOneCache(command, **encoder, shard);
 }
 
 }  // namespace baton

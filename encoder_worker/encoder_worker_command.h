@@ -1,10 +1,12 @@
 // The `encoder_worker` binary behind its flags: a batch run that encodes one dataset into a cache, or (--listen) the
 // EncoderService. main.cc parses the flags into an EncoderWorkerCommand; RunEncoderWorkerCommand does the rest and
 // returns the exit code (its lines and codes are the binary's contract: 2 bad flags, 1 a failure or a failed file).
+// --shard i/N encodes one worker's share into its own cache; --merge joins the N shard caches into one.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace baton {
 
@@ -17,9 +19,11 @@ struct EncoderWorkerCommand {
   int64_t max_sequence_length = 512;
   int64_t max_frames = 81, frame_stride = 1;  // Wan clips
   std::string dtype = "fp32";
-  std::string listen;      // serve EncoderService here instead of a batch run
-  std::string cache_root;  // service mode: caches only inside it ("" = the working directory)
-  std::string metrics;     // HOST:PORT, "" = no metrics
+  std::string listen;              // serve EncoderService here instead of a batch run
+  std::string cache_root;          // service mode: caches only inside it ("" = the working directory)
+  std::string metrics;             // HOST:PORT, "" = no metrics
+  std::string shard;               // batch mode: "i/N", this worker's share of the dataset ("" = all of it)
+  std::vector<std::string> merge;  // the shard caches to join into `cache` (no encoding, no model)
 };
 
 int RunEncoderWorkerCommand(const EncoderWorkerCommand& command);

@@ -6,6 +6,7 @@
 #include <absl/flags/usage.h>
 
 #include <string>
+#include <vector>
 
 #include "core/device/device.h"
 #include "core/util/flags.h"
@@ -28,6 +29,11 @@ ABSL_FLAG(std::string, listen, "", "serve EncoderService on host:port instead of
 ABSL_FLAG(std::string, cache_root, "",
           "service mode: write caches only inside this directory, symlinks resolved (default: the working "
           "directory); requests naming a cache elsewhere are refused");
+ABSL_FLAG(std::string, shard, "",
+          "i/N: encode only this worker's share i of N, 0 <= i < N, into a --cache folder of its own; the share "
+          "of a sample is a hash of its file name. Join the N folders with --merge");
+ABSL_FLAG(std::vector<std::string>, merge, {},
+          "comma-separated shard cache folders (all N shares of one split) to join into --cache; needs no --model");
 ABSL_FLAG(std::string, metrics, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); empty = no metrics");
 
@@ -48,6 +54,8 @@ baton::EncoderWorkerCommand CommandFromFlags() {
   command.listen = absl::GetFlag(FLAGS_listen);
   command.cache_root = absl::GetFlag(FLAGS_cache_root);
   command.metrics = absl::GetFlag(FLAGS_metrics);
+  command.shard = absl::GetFlag(FLAGS_shard);
+  command.merge = absl::GetFlag(FLAGS_merge);
   return command;
 }
 
@@ -55,7 +63,9 @@ baton::EncoderWorkerCommand CommandFromFlags() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "encoder_worker --dataset DIR --cache DIR --model PIPELINE_DIR [--threads K] [--metrics HOST:PORT]\n"
+      "encoder_worker --dataset DIR --cache DIR --model PIPELINE_DIR [--threads K] [--shard i/N]\n"
+      "                      [--metrics HOST:PORT]\n"
+      "       encoder_worker --merge SHARD_DIR,SHARD_DIR,... --cache DIR\n"
       "       encoder_worker --model PIPELINE_DIR --listen HOST:PORT (--tls_dir DIR | --insecure)");
   baton::InstallVersionFlag();
   baton::InstallFlagsHelp();

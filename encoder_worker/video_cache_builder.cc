@@ -36,7 +36,12 @@ absl::StatusOr<CacheBuildReport> BuildVideoCache(SampleEncoder& encoder, const C
   const auto started = std::chrono::steady_clock::now();
   VideoBucketSpec spec = options.video;
   spec.target_area = options.buckets.target_area;
-  ASSIGN_OR_RETURN(VideoDataset dataset, ScanVideoDataset(options.dataset_dir, options.trigger, spec));
+  std::function<bool(const std::string&)> include;
+  if (options.shard) {
+    const ShardSpec shard = *options.shard;
+    include = [shard](const std::string& name) { return shard.Contains(name); };
+  }
+  ASSIGN_OR_RETURN(VideoDataset dataset, ScanVideoDataset(options.dataset_dir, options.trigger, spec, include));
   std::vector<CacheBuildItem> items;
   for (const VideoSample& sample : dataset.samples) items.push_back({sample.name, sample.path, sample.content_hash});
   CacheBuildSteps steps;

@@ -77,7 +77,8 @@ bool IsVideoExtension(const std::string& extension_lower) {
 }
 
 absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const std::string& trigger,
-                                              const VideoBucketSpec& spec) {
+                                              const VideoBucketSpec& spec,
+                                              const std::function<bool(const std::string& name)>& include) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return absl::NotFoundError(absl::StrCat("dataset folder ", dir, " does not exist or is not a directory"));
@@ -89,6 +90,7 @@ absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const std:
     if (ec) return absl::InternalError(absl::StrCat("error listing ", dir, ": ", ec.message()));
     const std::string name = it->path().filename().string();
     if (name.empty() || name[0] == '.') continue;
+    if (include && !include(name)) continue;  // another worker's share
     std::error_code type_ec;
     if (it->is_directory(type_ec)) {
       clips.push_back({name, true});

@@ -7,6 +7,7 @@
 
 #include <absl/status/statusor.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,9 @@ bool IsVideoExtension(const std::string& extension_lower);
 
 // Fails only if `dir` is missing or cannot be listed. Decoding is left to the encode step (a clip that does not
 // decode is that clip's error then).
+// `include`, when set, limits the scan to the clips whose name it accepts (one encoder worker's share).
 absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const std::string& trigger,
-                                              const VideoBucketSpec& spec);
+                                              const VideoBucketSpec& spec,
+                                              const std::function<bool(const std::string& name)>& include = {});
 
 }  // namespace baton
