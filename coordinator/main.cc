@@ -3,9 +3,7 @@
 // Two modes: `--job JOB.yaml` runs one job and exits; `--listen HOST:PORT` serves JobService (job_service.h):
 // clients submit jobs that run one at a time.
 #include <absl/flags/flag.h>
-#include <absl/flags/parse.h>
 #include <absl/flags/reflection.h>
-#include <absl/flags/usage.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,9 +12,9 @@
 
 #include "coordinator/coordinator_command.h"
 #include "coordinator/resume.h"
+#include "core/device/binary_flags.h"
 #include "core/device/determinism.h"
 #include "core/device/device.h"
-#include "core/util/flags.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages");
 ABSL_FLAG(std::string, job, "", "job YAML file: run this one job and exit (or --listen)");
@@ -98,16 +96,14 @@ baton::CoordinatorCommand CommandFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA
+  baton::ParseBinaryFlags(
+      argc, argv,
       "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume[=if-any]]\n"
       "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT] [--data_root DIR]\n"
       "  either with [--metrics HOST:PORT]; --workers and --listen need [--tls_dir DIR | --insecure], --listen with\n"
-      "  TLS --token_file FILE (make them with baton certs)");
-  baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA
-  baton::InstallVersionFlag();
-  baton::InstallFlagsHelp();
-  baton::NormalizeFlagArgs(argc, argv, {"resume"});
-  absl::ParseCommandLine(argc, argv);
+      "  TLS --token_file FILE (make them with baton certs)",
+      {"resume"});
   const bool service = !absl::GetFlag(FLAGS_listen).empty();
   std::signal(SIGTERM, service ? OnServiceSignal : OnSignal);
   std::signal(SIGINT, service ? OnServiceSignal : OnSignal);

@@ -2,14 +2,12 @@
 // encodes one dataset and exits (non-zero when any file failed); with --listen it serves EncoderService for the
 // coordinator.
 #include <absl/flags/flag.h>
-#include <absl/flags/parse.h>
-#include <absl/flags/usage.h>
 
 #include <string>
 #include <vector>
 
+#include "core/device/binary_flags.h"
 #include "core/device/device.h"
-#include "core/util/flags.h"
 #include "encoder_worker/encoder_worker_command.h"
 
 ABSL_FLAG(std::string, dataset, "",
@@ -62,14 +60,10 @@ baton::EncoderWorkerCommand CommandFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "encoder_worker --dataset DIR --cache DIR --model PIPELINE_DIR [--threads K] [--shard i/N]\n"
-      "                      [--metrics HOST:PORT]\n"
-      "       encoder_worker --merge SHARD_DIR,SHARD_DIR,... --cache DIR\n"
-      "       encoder_worker --model PIPELINE_DIR --listen HOST:PORT (--tls_dir DIR | --insecure)");
-  baton::InstallVersionFlag();
-  baton::InstallFlagsHelp();
-  baton::NormalizeFlagArgs(argc, argv);
-  absl::ParseCommandLine(argc, argv);
+  baton::ParseBinaryFlags(argc, argv,
+                          "encoder_worker --dataset DIR --cache DIR --model PIPELINE_DIR [--threads K] [--shard i/N]\n"
+                          "                      [--metrics HOST:PORT]\n"
+                          "       encoder_worker --merge SHARD_DIR,SHARD_DIR,... --cache DIR\n"
+                          "       encoder_worker --model PIPELINE_DIR --listen HOST:PORT (--tls_dir DIR | --insecure)");
   return baton::RunEncoderWorkerCommand(CommandFromFlags());
 }

@@ -2,14 +2,11 @@
 // once it accepts calls (the coordinator's embedded mode reads that line), and before it, with --metrics,
 // "metrics: http://HOST:PORT/metrics".
 #include <absl/flags/flag.h>
-#include <absl/flags/parse.h>
-#include <absl/flags/usage.h>
 
 #include <string>
 
+#include "core/device/binary_flags.h"
 #include "core/device/determinism.h"
-#include "core/device/device.h"
-#include "core/util/flags.h"
 #include "stage_worker/stage_worker_command.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "address to serve on (host:port; port 0 picks a free one)");
@@ -29,14 +26,11 @@ ABSL_FLAG(std::string, metrics, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); empty = no metrics");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA
+  baton::ParseBinaryFlags(
+      argc, argv,
       "stage_worker --listen HOST:PORT (--tls_dir DIR | --insecure) [--model_root DIR] [--device cpu|cuda:N] "
       "[--threads K] [--metrics HOST:PORT]");
-  baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA
-  baton::InstallVersionFlag();
-  baton::InstallFlagsHelp();
-  baton::NormalizeFlagArgs(argc, argv);
-  absl::ParseCommandLine(argc, argv);
   baton::StageWorkerCommand command;
   command.listen = absl::GetFlag(FLAGS_listen);
   command.device = absl::GetFlag(FLAGS_device);

@@ -1,0 +1,15 @@
+// The flag prologue every Baton server binary runs in main: its usage line, --version, --help listing its own flags,
+// `--flag value` spellings normalised, then Abseil's parse.
+#pragma once
+
+#include <absl/strings/string_view.h>
+
+#include <initializer_list>
+
+namespace baton {
+
+// `optional_value`: boolean flags that may also take a value (NormalizeFlagArgs, core/util/flags.h).
+void ParseBinaryFlags(int argc, char** argv, const char* usage,
+                      std::initializer_list<absl::string_view> optional_value = {});
+
+}  // namespace baton
