@@ -150,6 +150,29 @@ def check_table():
     return errors
 
 
+FLOOR_LIBRARY = re.compile(r"^\s*baton_floor\((\w+)([^)]*)\)", re.M)
+
+
+def check_floor_links(root):
+    """core/CMakeLists.txt builds each floor as baton_core_<floor> and links the floors it names: each must be one the
+    table lets that floor include, so the link order and the include order are one rule."""
+    cmake = root / "core" / "CMakeLists.txt"
+    if not cmake.is_file():
+        return []
+    table = allowed_table()
+    problems = []
+    for name, deps in FLOOR_LIBRARY.findall(cmake.read_text(encoding="utf-8")):
+        floor = "core/" + name
+        if floor not in FLOORS:
+            problems.append(f"core/CMakeLists.txt: baton_floor({name}): {floor}/ is not in LEVELS: place it")
+            continue
+        for dep in re.findall(r"baton_core_(\w+)", deps):
+            if "core/" + dep not in table[floor]:
+                problems.append(f"core/CMakeLists.txt: baton_core_{name} links baton_core_{dep}, "
+                                f"but {floor} may not include core/{dep}")
+    return problems
+
+
 def is_test_file(rel):
     name = rel.name
     return name.endswith(("_test.cc", "_test.h", "_cudatest.cc")) or rel.parts[0] in ("tests", "bench")
@@ -241,7 +264,7 @@ def main(argv):
     root = pathlib.Path(argv[1]) if len(argv) == 2 else pathlib.Path(__file__).resolve().parent.parent
     problems = check_table()
     tree_problems, files, includes = check_tree(root)
-    problems += tree_problems
+    problems += tree_problems + check_floor_links(root)
     if problems:
         print(f"check_layering: {len(problems)} include(s) or table entries point the wrong way:")
         for p in problems:

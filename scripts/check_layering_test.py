@@ -73,6 +73,14 @@ class CheckLayeringTest(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("rpc/tls.cc:1: includes core/testing/tiny_flux2.h: only test code includes core/testing", out)
 
+    def test_a_floor_library_linking_a_floor_it_may_not_include_fails(self):
+        self.write("core/CMakeLists.txt", "baton_floor(util x)\nbaton_floor(model baton_core_lora)\n")
+        self.assertEqual(self.run_check()[0], 0)
+        self.write("core/CMakeLists.txt", "baton_floor(lora baton_core_model\n  baton_core_util)\n")
+        rc, out = self.run_check()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("baton_core_lora links baton_core_model, but core/lora may not include core/model", out)
+
     def test_a_folder_missing_from_the_table_fails(self):
         self.write("core/newfloor/thing.h", "#pragma once\n")
         rc, out = self.run_check()
