@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <tuple>
 
 #include "client/certs_command.h"
 #include "client/debug_commands.h"
@@ -44,18 +45,27 @@
 namespace baton {
 namespace {
 
+// `init-weights --pipeline` names of the tiny Wan pipelines: (name, WriteTinyWanPipeline variant, description).
+std::vector<std::tuple<std::string, std::string, const char*>> TinyWanPipelines() {
+  return {{"wan-tiny", "t2v", "Wan 2.1 T2V"},
+          {"wan-i2v-tiny", "i2v", "Wan 2.2 I2V-A14B kind (36-channel)"},
+          {"wan-ti2v-tiny", "ti2v", "Wan 2.2 TI2V-5B kind (expand_timesteps)"}};
+}
+
 absl::Status InitWeights(const Args& args) {
   if (args.Has("pipeline")) {
     ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed"));
-    if (args.Get("pipeline") == "wan-tiny") {
-      RETURN_IF_ERROR(WriteTinyWanPipeline(args.Get("out"), static_cast<uint64_t>(seed)));
-      std::printf("wrote tiny Wan 2.1 T2V pipeline %s (transformer/, vae/, text_encoder/, tokenizer/, scheduler/)\n",
+    for (const auto& [name, variant, what] : TinyWanPipelines()) {
+      if (args.Get("pipeline") != name) continue;
+      RETURN_IF_ERROR(WriteTinyWanPipeline(args.Get("out"), static_cast<uint64_t>(seed), variant));
+      std::printf("wrote tiny %s pipeline %s (transformer/, vae/, text_encoder/, tokenizer/, scheduler/)\n", what,
                   args.Get("out").c_str());
       return absl::OkStatus();
     }
     if (args.Get("pipeline") != "tiny") {
-      return absl::InvalidArgumentError(
-          "--pipeline takes 'tiny' (FLUX.2) or 'wan-tiny' (real pipelines come from their publishers)");
+      return absl::InvalidArgumentError("--pipeline takes 'tiny' (FLUX.2), 'wan-tiny' (Wan 2.1 T2V), 'wan-i2v-tiny' "
+                                        "(Wan 2.2 I2V-A14B kind) or 'wan-ti2v-tiny' (TI2V-5B kind, expand_timesteps); "
+                                        "real pipelines come from their publishers");
     }
     RETURN_IF_ERROR(WriteTinyFlux2Pipeline(args.Get("out"), static_cast<uint64_t>(seed)));
     std::printf("wrote tiny FLUX.2 pipeline %s (transformer/, vae/, text_encoder/, tokenizer/, scheduler/)\n",
@@ -280,7 +290,8 @@ const std::vector<Command>& AllCommands() {
         {"format", "diffusers | bfl", "diffusers"},
         {"shard-mb", "split into shards of at most this many MiB (0 = one file)", "0"},
         {"pipeline",
-         "'tiny' | 'wan-tiny': write a complete tiny FLUX.2 | Wan pipeline folder (all components) to --out"}},
+         "'tiny' | 'wan-tiny' | 'wan-i2v-tiny' | 'wan-ti2v-tiny': write a complete tiny FLUX.2 | Wan (T2V, I2V-A14B "
+         "kind, TI2V-5B kind) pipeline folder (all components) to --out"}},
        InitWeights},
       {"synthetic-cache",
        "Write a deterministic synthetic latent/text cache for a model config (until real images are encoded).",

@@ -16,7 +16,7 @@ absl::Status CheckJobPlan(const JobConfig& job, int stages) {
   RETURN_IF_ERROR(Annotate(CheckSamplesPossible(job, *model), job.source));
   if (!job.encode.encoder_worker.empty()) return absl::OkStatus();  // the cache is built at run time
   ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
-  RETURN_IF_ERROR(Annotate(model->CheckCacheFits(cache->index().latent_channels, cache->index().text_dim),
+  RETURN_IF_ERROR(Annotate(model->CheckCacheFits(CacheContentsOf(cache->index())),
                            absl::StrCat("cache ", job.dataset, " does not fit the model")));
   ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(job.schedule));
   const int chunks = kind == ScheduleKind::kInterleaved1F1B ? static_cast<int>(job.chunks) : 1;
@@ -38,7 +38,7 @@ absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions
   if (!job.encode.encoder_worker.empty()) RETURN_IF_ERROR(EncodeOnWorker(job, options.rpc_timeout, options.quiet));
   ASSIGN_OR_RETURN(s.cache, CacheReader::Open(job.dataset));
   const CacheReader& cache = *s.cache;
-  RETURN_IF_ERROR(Annotate(s.model->CheckCacheFits(cache.index().latent_channels, cache.index().text_dim),
+  RETURN_IF_ERROR(Annotate(s.model->CheckCacheFits(CacheContentsOf(cache.index())),
                            absl::StrCat("cache ", job.dataset, " does not fit the model")));
   ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(s.cache.get(), job, s.model.get()));
   s.sampler.emplace(std::move(sampler));

@@ -78,7 +78,9 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, con
       checksums[r.file] = r.checksum;
     }
   }
-  CacheIndex index{encoder.identity(), encoder.latent_channels(), encoder.text_dim(), {}};
+  CacheIndex index = CacheIndex::For(
+      encoder.identity(), {encoder.latent_channels(), encoder.text_dim(), encoder.conditioning(),
+                           encoder.condition_channels(), encoder.image_dim()});
   CacheBuildProgress progress;
   progress.total = report.samples;
   double encode_seconds = 0;
@@ -91,7 +93,7 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, con
     CacheRecordInfo info;
     std::string record_encoder;
     auto existing =
-        ReadCacheRecord(options.cache_dir, file, index.latent_channels, index.text_dim, &info, &record_encoder);
+        ReadCacheRecord(options.cache_dir, file, index.layout(), &info, &record_encoder);
     // A record whose bytes no longer match the checksum its index recorded is corrupt (a bit flip keeps the size
     // and the header): rebuilt. One the previous index lists without a checksum (an older cache) gets one now.
     if (existing.ok()) existing = CheckRecordChecksum(checksums, file, info, existing);

@@ -58,7 +58,7 @@ absl::Status CheckRecord(const Shard& shard, const CacheRecordInfo& r) {
   };
   CacheRecordInfo found;
   std::string encoder;
-  auto sample = ReadCacheRecord(shard.dir, r.file, shard.index.latent_channels, shard.index.text_dim, &found, &encoder);
+  auto sample = ReadCacheRecord(shard.dir, r.file, shard.index.layout(), &found, &encoder);
   if (!sample.ok()) return absl::DataLossError(absl::StrCat(sample.status().message(), rerun));
   if (r.checksum.empty()) return fail("its shard's index records no checksum");
   if (found.checksum != r.checksum) {
@@ -111,12 +111,11 @@ absl::StatusOr<std::vector<Shard>> ReadShards(const std::vector<std::string>& di
                                                           first.dir, " is shard ", first.spec.ToString(),
                                                           ": all shards must come from one split into N"));
       }
-      if (s.index.encoder != first.index.encoder || s.index.latent_channels != first.index.latent_channels ||
-          s.index.text_dim != first.index.text_dim) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "shard cache ", dir, " was encoded by ", s.index.encoder, " (", s.index.latent_channels, " channels, text ",
-            s.index.text_dim, "), ", first.dir, " by ", first.index.encoder, " (", first.index.latent_channels,
-            " channels, text ", first.index.text_dim, "): every shard must use the same encoder"));
+      if (s.index.encoder != first.index.encoder || s.index.layout() != first.index.layout()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shard cache ", dir, " was encoded by ", s.index.encoder, " (", s.index.layout().ToString(), "), ",
+            first.dir, " by ", first.index.encoder, " (", first.index.layout().ToString(),
+            "): every shard must use the same encoder"));
       }
     }
     if (auto it = seen.find(s.spec.index); it != seen.end()) {
@@ -193,7 +192,7 @@ absl::StatusOr<CacheMergeReport> MergeShardCaches(const std::vector<std::string>
   CacheMergeReport report;
   report.shards = static_cast<int64_t>(shards.size());
   const CacheIndex& first = shards.front().index;
-  CacheIndex merged{first.encoder, first.latent_channels, first.text_dim, {}};
+  CacheIndex merged = CacheIndex::For(first.encoder, first.layout());
   std::set<std::string> live;
   for (const auto& record : records) {
     const CacheRecordInfo& r = *record.first;

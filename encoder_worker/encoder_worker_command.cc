@@ -30,9 +30,15 @@ absl::StatusOr<std::unique_ptr<SampleEncoder>> OpenEncoder(const EncoderWorkerCo
     WanEncoderOptions options;
     options.dtype = dtype;
     options.max_sequence_length = command.max_sequence_length;
+    options.conditioning = command.conditioning;
     auto e = WanSampleEncoder::Open(command.model, options);
     if (!e.ok()) return e.status();
     return std::unique_ptr<SampleEncoder>(std::move(*e));
+  }
+  if (command.conditioning != "auto" && command.conditioning != "none") {
+    return absl::InvalidArgumentError(absl::StrCat("--conditioning ", command.conditioning,
+                                                   ": image-to-video conditioning is for Wan pipelines, ", command.model,
+                                                   " is FLUX.2"));
   }
   Flux2EncoderOptions options;
   options.dtype = dtype;

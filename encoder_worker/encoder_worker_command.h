@@ -18,6 +18,7 @@ struct EncoderWorkerCommand {
   int64_t resolution = 1024;   // bucket target: area = resolution²
   int64_t max_sequence_length = 512;
   int64_t max_frames = 81, frame_stride = 1;  // Wan clips
+  std::string conditioning = "auto";          // Wan image-to-video (WanEncoderOptions::conditioning)
   std::string dtype = "fp32";
   std::string listen;              // serve EncoderService here instead of a batch run
   std::string cache_root;          // service mode: caches only inside it ("" = the working directory)

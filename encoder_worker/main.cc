@@ -22,6 +22,10 @@ ABSL_FLAG(int64_t, resolution, 1024, "bucket target: area = resolution², sides 
 ABSL_FLAG(int64_t, max_sequence_length, 512, "text tokens per caption (pads and truncates to this)");
 ABSL_FLAG(int64_t, max_frames, 81, "Wan: frames per clip, the largest 4k+1 up to this");
 ABSL_FLAG(int64_t, frame_stride, 1, "Wan: take every N-th source frame");
+ABSL_FLAG(std::string, conditioning, "auto",
+          "Wan image-to-video conditioning to cache with each clip: auto (what the model's transformer needs: the first "
+          "frame for a 36-channel I2V model, first and last for FLF2V, none for T2V) | none | first-frame (also TI2V-5B's "
+          "image-to-video mode) | first-last-frame");
 ABSL_FLAG(std::string, dtype, "fp32", "compute dtype: fp32 | bf16");
 ABSL_FLAG(std::string, listen, "", "serve EncoderService on host:port instead of a batch run");
 ABSL_FLAG(std::string, cache_root, "",
@@ -48,6 +52,7 @@ baton::EncoderWorkerCommand CommandFromFlags() {
   command.max_sequence_length = absl::GetFlag(FLAGS_max_sequence_length);
   command.max_frames = absl::GetFlag(FLAGS_max_frames);
   command.frame_stride = absl::GetFlag(FLAGS_frame_stride);
+  command.conditioning = absl::GetFlag(FLAGS_conditioning);
   command.dtype = absl::GetFlag(FLAGS_dtype);
   command.listen = absl::GetFlag(FLAGS_listen);
   command.cache_root = absl::GetFlag(FLAGS_cache_root);

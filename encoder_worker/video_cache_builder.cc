@@ -25,6 +25,11 @@ absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const VideoSa
                                             sample.path, ", not [", encoder.latent_channels(), ", F, H, W]"));
   }
   CacheSample s{latents, text, latents.size(2), latents.size(3), latents.size(1)};
+  if (!encoder.conditioning().empty()) {
+    ASSIGN_OR_RETURN(ClipConditioning conditioning, encoder.EncodeConditioning(pixels));
+    s.condition = conditioning.condition;
+    s.image_embeds = conditioning.image_embeds;
+  }
   const std::string bucket = absl::StrCat(pixels.size(4), "x", pixels.size(3), "x", pixels.size(2));
   return WriteCacheRecord(options.cache_dir, sample.name, sample.content_hash, identity, s, bucket);
 }

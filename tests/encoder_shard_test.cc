@@ -167,7 +167,7 @@ TEST_F(EncoderShardTest, AKilledShardKeepsItsRecordsItsRerunEncodesOnlyTheRestAn
   ASSERT_LT(kept, share) << "the kill came too late to leave work";
   for (const std::string& file : written) {  // each whole and valid (atomic writes)
     CacheRecordInfo info;
-    EXPECT_TRUE(ReadCacheRecord(Dir("killed0"), file, 128, 96, &info, nullptr).ok()) << file;
+    EXPECT_TRUE(ReadCacheRecord(Dir("killed0"), file, CacheLayout{128, 96}, &info, nullptr).ok()) << file;
   }
 
   // The rerun keeps what was written and encodes only the missing records.

@@ -83,9 +83,23 @@ absl::Status CheckValues(const at::Tensor& t, const char* name, double bound) {
 
 }  // namespace
 
+std::string CacheLayout::ToString() const {
+  std::string out = absl::StrCat(latent_channels, " channels, text ", text_dim);
+  if (!conditioning.empty()) {
+    absl::StrAppend(&out, ", conditioning ", conditioning, " (", condition_channels, " channels, image_dim ", image_dim,
+                    ")");
+  }
+  return out;
+}
+
 std::string CacheSampleChecksum(const at::Tensor& latents, const at::Tensor& prompt_embeds) {
+  return CacheSampleChecksum(CacheSample{latents, prompt_embeds});
+}
+
+std::string CacheSampleChecksum(const CacheSample& sample) {
   uint32_t crc = 0;
-  for (const at::Tensor& t : {latents, prompt_embeds}) {
+  for (const at::Tensor& t : {sample.latents, sample.prompt_embeds, sample.condition, sample.image_embeds}) {
+    if (!t.defined()) continue;
     at::Tensor c = t.to(at::kFloat).contiguous();
     crc = Crc32c(crc, c.data_ptr(), static_cast<size_t>(c.numel()) * sizeof(float));
   }
@@ -105,6 +119,15 @@ absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir) {
     index.encoder = j.value("encoder", "");
     index.latent_channels = j.at("latent_channels").get<int64_t>();
     index.text_dim = j.at("text_dim").get<int64_t>();
+    index.conditioning = j.value("conditioning", "");
+    index.condition_channels = j.value("condition_channels", int64_t{0});
+    index.image_dim = j.value("image_dim", int64_t{0});
+    if (index.condition_channels < 0 || index.image_dim < 0 ||
+        index.conditioning.empty() != (index.condition_channels == 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": conditioning '", index.conditioning, "' with ", index.condition_channels,
+                       " condition channels and image_dim ", index.image_dim, " (a kind needs channels, and back)"));
+    }
     for (const auto& r : j.at("records")) {
       CacheRecordInfo info;
       info.id = r.at("id").get<std::string>();
@@ -132,6 +155,11 @@ absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index) {
   j["encoder"] = index.encoder;
   j["latent_channels"] = index.latent_channels;
   j["text_dim"] = index.text_dim;
+  if (!index.conditioning.empty()) {  // text-to-video and image caches stay byte-for-byte as before
+    j["conditioning"] = index.conditioning;
+    j["condition_channels"] = index.condition_channels;
+    j["image_dim"] = index.image_dim;
+  }
   j["records"] = nlohmann::ordered_json::array();
   for (const auto& r : index.records) {
     nlohmann::ordered_json e = {{"id", r.id},         {"file", r.file},         {"grid_h", r.grid_h},
@@ -160,55 +188,108 @@ absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::Open(const std::string
   return reader;
 }
 
-absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::string& file, int64_t latent_channels,
-                                            int64_t text_dim, CacheRecordInfo* info, std::string* encoder) {
-  std::string path = JoinPath(dir, file);
-  auto fail = [&](const std::string& why) {
-    return absl::DataLossError(absl::StrCat("cache record ", path, ": ", why));
-  };
-  auto opened = SafetensorsFile::Open(path);
-  if (!opened.ok()) return fail(std::string(opened.status().message()));
-  const auto& meta = (*opened)->metadata();
+namespace {
+
+// The image-to-video tensors a record of a conditioned cache adds: "condition" [condition_channels, frames or 1,
+// grid_h, grid_w] and, with image_dim, "image_embeds" [tokens, image_dim]; both sane. A record of a plain cache that
+// carries them is refused too (it was written for another layout).
+absl::Status LoadConditioning(const SafetensorsFile& file, const CacheRecordInfo& r, const CacheLayout& layout,
+                              CacheSample& s) {
+  const bool has_condition = file.Contains("condition"), has_image = file.Contains("image_embeds");
+  if (has_condition != (layout.condition_channels > 0) || has_image != (layout.image_dim > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the record ", has_condition ? "has" : "lacks", " 'condition' and ", has_image ? "has" : "lacks",
+        " 'image_embeds', the index says conditioning '", layout.conditioning, "' with image_dim ", layout.image_dim));
+  }
+  if (has_condition) {
+    ASSIGN_OR_RETURN(s.condition, file.Load("condition", at::kFloat));
+    const at::Tensor& c = s.condition;
+    if (c.dim() != 4 || c.size(0) != layout.condition_channels || (c.size(1) != r.frames && c.size(1) != 1) ||
+        c.size(2) != r.grid_h || c.size(3) != r.grid_w) {
+      return absl::InvalidArgumentError(absl::StrCat("condition shape ", ShapeString(c.sizes()), " is not [",
+                                                     layout.condition_channels, ", ", r.frames, " or 1, ", r.grid_h,
+                                                     ", ", r.grid_w, "]"));
+    }
+    RETURN_IF_ERROR(CheckValues(c, "condition", kMaxAbsLatent));
+  }
+  if (has_image) {
+    ASSIGN_OR_RETURN(s.image_embeds, file.Load("image_embeds", at::kFloat));
+    if (s.image_embeds.dim() != 2 || s.image_embeds.size(1) != layout.image_dim) {
+      return absl::InvalidArgumentError(absl::StrCat("image_embeds shape ", ShapeString(s.image_embeds.sizes()),
+                                                     " is not [tokens, ", layout.image_dim, "]"));
+    }
+    RETURN_IF_ERROR(CheckValues(s.image_embeds, "image_embeds", kMaxAbsPromptEmbed));
+  }
+  return absl::OkStatus();
+}
+
+// The record's metadata: id, hash, bucket, grid, text length and frames.
+absl::StatusOr<CacheRecordInfo> RecordMetadata(const SafetensorsFile& file) {
+  const auto& meta = file.metadata();
   auto get = [&](const char* key) {
     auto it = meta.find(key);
     return it == meta.end() ? std::string() : it->second;
   };
   CacheRecordInfo r;
   r.id = get("id");
-  r.file = file;
   r.hash = get("hash");
   r.bucket = get("bucket");
-  r.bytes = FileSize(path);
   if (!absl::SimpleAtoi(get("grid_h"), &r.grid_h) || !absl::SimpleAtoi(get("grid_w"), &r.grid_w) ||
       !absl::SimpleAtoi(get("text_len"), &r.text_len)) {
-    return fail("metadata lacks grid_h / grid_w / text_len");
+    return absl::InvalidArgumentError("metadata lacks grid_h / grid_w / text_len");
   }
   if (!get("frames").empty() && (!absl::SimpleAtoi(get("frames"), &r.frames) || r.frames < 0)) {
-    return fail(absl::StrCat("metadata frames '", get("frames"), "' is not a count"));
+    return absl::InvalidArgumentError(absl::StrCat("metadata frames '", get("frames"), "' is not a count"));
   }
-  CacheSample s;
-  s.grid_h = r.grid_h;
-  s.grid_w = r.grid_w;
-  s.frames = r.frames;
-  auto latents = (*opened)->Load("latents", at::kFloat);
-  auto text = (*opened)->Load("prompt_embeds", at::kFloat);
-  if (!latents.ok() || !text.ok()) return fail("missing latents or prompt_embeds");
+  return r;
+}
+
+// Latents and prompt embeddings, shaped as the record and the layout say and sane.
+absl::Status LoadMainTensors(const SafetensorsFile& file, const CacheRecordInfo& r, const CacheLayout& layout,
+                             CacheSample& s) {
+  auto latents = file.Load("latents", at::kFloat);
+  auto text = file.Load("prompt_embeds", at::kFloat);
+  if (!latents.ok() || !text.ok()) return absl::InvalidArgumentError("missing latents or prompt_embeds");
   s.latents = *latents;
   s.prompt_embeds = *text;
-  if (absl::Status shape = CheckLatentShape(s.latents, r, latent_channels); !shape.ok()) {
-    return fail(std::string(shape.message()));
+  RETURN_IF_ERROR(CheckLatentShape(s.latents, r, layout.latent_channels));
+  if (s.prompt_embeds.dim() != 2 || s.prompt_embeds.size(0) != r.text_len ||
+      s.prompt_embeds.size(1) != layout.text_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt_embeds shape ", ShapeString(s.prompt_embeds.sizes()),
+                                                   " does not match text_len ", r.text_len, " and text_dim ",
+                                                   layout.text_dim));
   }
-  if (s.prompt_embeds.dim() != 2 || s.prompt_embeds.size(0) != r.text_len || s.prompt_embeds.size(1) != text_dim) {
-    return fail(absl::StrCat("prompt_embeds shape ", ShapeString(s.prompt_embeds.sizes()), " does not match text_len ",
-                             r.text_len, " and text_dim ", text_dim));
+  RETURN_IF_ERROR(CheckValues(s.latents, "latents", kMaxAbsLatent));
+  return CheckValues(s.prompt_embeds, "prompt_embeds", kMaxAbsPromptEmbed);
+}
+
+}  // namespace
+
+absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::string& file, const CacheLayout& layout,
+                                            CacheRecordInfo* info, std::string* encoder) {
+  std::string path = JoinPath(dir, file);
+  auto fail = [&](const absl::Status& why) {
+    return absl::DataLossError(absl::StrCat("cache record ", path, ": ", why.message()));
+  };
+  auto opened = SafetensorsFile::Open(path);
+  if (!opened.ok()) return fail(opened.status());
+  const SafetensorsFile& f = **opened;
+  auto r = RecordMetadata(f);
+  if (!r.ok()) return fail(r.status());
+  r->file = file;
+  r->bytes = FileSize(path);
+  CacheSample s;
+  s.grid_h = r->grid_h;
+  s.grid_w = r->grid_w;
+  s.frames = r->frames;
+  if (absl::Status main = LoadMainTensors(f, *r, layout, s); !main.ok()) return fail(main);
+  if (absl::Status cond = LoadConditioning(f, *r, layout, s); !cond.ok()) return fail(cond);
+  r->checksum = CacheSampleChecksum(s);
+  if (info) *info = *r;
+  if (encoder) {
+    auto it = f.metadata().find("encoder");
+    *encoder = it == f.metadata().end() ? std::string() : it->second;
   }
-  for (absl::Status values : {CheckValues(s.latents, "latents", kMaxAbsLatent),
-                              CheckValues(s.prompt_embeds, "prompt_embeds", kMaxAbsPromptEmbed)}) {
-    if (!values.ok()) return fail(std::string(values.message()));
-  }
-  r.checksum = CacheSampleChecksum(s.latents, s.prompt_embeds);
-  if (info) *info = r;
-  if (encoder) *encoder = get("encoder");
   return s;
 }
 
@@ -222,7 +303,7 @@ absl::StatusOr<CacheSample> CacheReader::Load(size_t i) const {
     return fail(absl::StrCat("size ", FileSize(path), " bytes, index says ", info.bytes));
   }
   CacheRecordInfo found;
-  auto s = ReadCacheRecord(dir_, info.file, index_.latent_channels, index_.text_dim, &found, nullptr);
+  auto s = ReadCacheRecord(dir_, info.file, index_.layout(), &found, nullptr);
   if (!s.ok()) return fail(std::string(s.status().message()));
   if (!info.checksum.empty() && found.checksum != info.checksum) {
     return fail(absl::StrCat("checksum of the tensor bytes is ", found.checksum, ", the index says ", info.checksum,
@@ -258,11 +339,19 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
                                              {"bucket", bucket}};
   if (sample.frames > 0) meta["frames"] = std::to_string(sample.frames);
   std::string path = JoinPath(dir, info.file);
-  at::Tensor latents = sample.latents.to(at::kFloat).contiguous();
-  at::Tensor text = sample.prompt_embeds.to(at::kFloat).contiguous();
-  RETURN_IF_ERROR(WriteSafetensors(path, {{"latents", latents}, {"prompt_embeds", text}}, meta));
+  CacheSample stored = sample;
+  std::map<std::string, at::Tensor> tensors;
+  for (auto [name, t] : {std::pair<const char*, at::Tensor*>{"latents", &stored.latents},
+                         {"prompt_embeds", &stored.prompt_embeds},
+                         {"condition", &stored.condition},
+                         {"image_embeds", &stored.image_embeds}}) {
+    if (!t->defined()) continue;
+    *t = t->to(at::kCPU, at::kFloat).contiguous();
+    tensors[name] = *t;
+  }
+  RETURN_IF_ERROR(WriteSafetensors(path, tensors, meta));
   info.bytes = FileSize(path);
-  info.checksum = CacheSampleChecksum(latents, text);
+  info.checksum = CacheSampleChecksum(stored);
   return info;
 }
 

@@ -25,6 +25,9 @@ namespace baton {
 //   "latents" are [C, F, grid_h, grid_w] fp32 (VAE posterior mean, (z − latents_mean) / latents_std, as
 //   WanPipeline expects; grid = latent height/width = pixels / 8). No "frames" (or 0) = the packed image layout
 //   above, so every earlier cache reads exactly as before.
+//   Image-to-video caches name their `conditioning` in the index (the model family defines the kinds,
+//   core/model/wan_i2v.h) with `condition_channels` and `image_dim`; each record then adds "condition"
+//   [condition_channels, frames or 1, grid_h, grid_w] and, when image_dim > 0, "image_embeds" [tokens, image_dim].
 // A record is checked against the index (shapes, hash, size, checksum) and for sane values when read.
 struct CacheRecordInfo {
   std::string id;
@@ -53,20 +56,48 @@ inline constexpr double kMaxAbsPromptEmbed = 1e6;
 // CacheReader::Load, every epoch (a 33.6 MB FLUX.2-dev record: 7 ms of an 18 ms hot-cache Load on one AMD EPYC core;
 // bench/bench_cache_checksum.cc). An index written before checksums (no "checksum") still opens: its records get every
 // other check, the reader warns once, and a rerun of the encoder worker adds them.
-std::string CacheSampleChecksum(const at::Tensor& latents, const at::Tensor& prompt_embeds);
-
 struct CacheSample {
   at::Tensor latents;        // [grid_h·grid_w, C] fp32, or [C, frames, grid_h, grid_w] for video
   at::Tensor prompt_embeds;  // [text_len, J] fp32
   int64_t grid_h = 0, grid_w = 0;
-  int64_t frames = 0;  // 0: image layout
+  int64_t frames = 0;      // 0: image layout
+  at::Tensor condition;     // image-to-video conditioning [condition_channels, frames or 1, grid_h, grid_w]; or undefined
+  at::Tensor image_embeds;  // [tokens, image_dim] (CLIP image embeddings); or undefined
+};
+// The same for every tensor a sample holds: latents, prompt_embeds, then condition and image_embeds when defined (so a
+// record without them keeps the checksum it always had).
+std::string CacheSampleChecksum(const at::Tensor& latents, const at::Tensor& prompt_embeds);
+std::string CacheSampleChecksum(const CacheSample& sample);
+
+// What every record of a cache holds, by width: the checks a record is read against.
+struct CacheLayout {
+  int64_t latent_channels = 0;
+  int64_t text_dim = 0;
+  std::string conditioning;  // "": none; else the family's name for it (core/model/wan_i2v.h)
+  int64_t condition_channels = 0;
+  int64_t image_dim = 0;  // 0: no image_embeds
+  bool operator==(const CacheLayout& o) const {
+    return latent_channels == o.latent_channels && text_dim == o.text_dim && conditioning == o.conditioning &&
+           condition_channels == o.condition_channels && image_dim == o.image_dim;
+  }
+  bool operator!=(const CacheLayout& o) const { return !(*this == o); }
+  std::string ToString() const;  // "16 channels, text 4096[, conditioning K (C channels, image_dim D)]"
 };
 
 struct CacheIndex {
   std::string encoder;
   int64_t latent_channels = 0;
   int64_t text_dim = 0;
+  std::string conditioning;  // CacheLayout's three, written to index.json only when conditioning is set
+  int64_t condition_channels = 0;
+  int64_t image_dim = 0;
   std::vector<CacheRecordInfo> records;
+  CacheLayout layout() const { return {latent_channels, text_dim, conditioning, condition_channels, image_dim}; }
+  // An empty index of `layout`.
+  static CacheIndex For(const std::string& encoder, const CacheLayout& layout) {
+    return {encoder, layout.latent_channels, layout.text_dim, layout.conditioning, layout.condition_channels,
+            layout.image_dim, {}};
+  }
 };
 
 class CacheReader {
@@ -90,8 +121,8 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
 // Reads a record file on its own (no index) and checks it fully: metadata, shapes, finite values within the bounds
 // above. Used to decide whether a rerun may keep it. `info` receives the entry the index should list, with the
 // checksum of the bytes it read (the caller compares it with an index's).
-absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::string& file, int64_t latent_channels,
-                                            int64_t text_dim, CacheRecordInfo* info, std::string* encoder);
+absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::string& file, const CacheLayout& layout,
+                                            CacheRecordInfo* info, std::string* encoder);
 // Writes the index atomically (last, after the records).
 absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index);
 absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir);

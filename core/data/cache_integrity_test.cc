@@ -77,7 +77,7 @@ class CacheIntegrityTest : public ::testing::Test {
     ASSERT_TRUE(index.ok());
     CacheRecordInfo& r = index->records[i];
     CacheRecordInfo unused;
-    auto s = ReadCacheRecord(cache_dir_, r.file, index->latent_channels, index->text_dim, &unused, nullptr);
+    auto s = ReadCacheRecord(cache_dir_, r.file, index->layout(), &unused, nullptr);
     ASSERT_TRUE(s.ok()) << s.status();
     CacheSample bad{latents, s->prompt_embeds, r.grid_h, r.grid_w, r.frames};
     auto info = WriteCacheRecord(cache_dir_, r.id, r.hash, "synthetic", bad, r.bucket);

@@ -31,7 +31,7 @@ TEST(CacheVideoTest, SyntheticVideoRecordsRoundTrip) {
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_EQ(written->frames, 3);
   CacheRecordInfo read_info;
-  auto back = ReadCacheRecord(dir, written->file, 4, 8, &read_info, nullptr);
+  auto back = ReadCacheRecord(dir, written->file, CacheLayout{4, 8}, &read_info, nullptr);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(at::equal(back->latents, video.latents));
   EXPECT_EQ(read_info.frames, 3);
@@ -59,20 +59,20 @@ TEST(CacheVideoTest, WrongVideoShapeIsRefused) {
   CacheSample bad{at::randn({4, 2, 2, 2}), at::randn({6, 8}), 2, 2, 3};
   auto written = WriteCacheRecord(dir, "bad", "h", "enc", bad);
   ASSERT_TRUE(written.ok());
-  auto read = ReadCacheRecord(dir, written->file, 4, 8, nullptr, nullptr);
+  auto read = ReadCacheRecord(dir, written->file, CacheLayout{4, 8}, nullptr, nullptr);
   ASSERT_FALSE(read.ok());
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(read.status().message().find("is not [4, 3, 2, 2]"), std::string::npos) << read.status();
   CacheSample flat{at::randn({4, 4}), at::randn({6, 8}), 2, 2, 1};
   auto written_flat = WriteCacheRecord(dir, "flat", "h", "enc", flat);
   ASSERT_TRUE(written_flat.ok());
-  EXPECT_FALSE(ReadCacheRecord(dir, written_flat->file, 4, 8, nullptr, nullptr).ok());
+  EXPECT_FALSE(ReadCacheRecord(dir, written_flat->file, CacheLayout{4, 8}, nullptr, nullptr).ok());
   // Wrong channel count for the index.
   CacheSample good{at::randn({4, 1, 2, 2}), at::randn({6, 8}), 2, 2, 1};
   auto written_good = WriteCacheRecord(dir, "good", "h", "enc", good);
   ASSERT_TRUE(written_good.ok());
-  EXPECT_TRUE(ReadCacheRecord(dir, written_good->file, 4, 8, nullptr, nullptr).ok());
-  EXPECT_FALSE(ReadCacheRecord(dir, written_good->file, 16, 8, nullptr, nullptr).ok());
+  EXPECT_TRUE(ReadCacheRecord(dir, written_good->file, CacheLayout{4, 8}, nullptr, nullptr).ok());
+  EXPECT_FALSE(ReadCacheRecord(dir, written_good->file, CacheLayout{16, 8}, nullptr, nullptr).ok());
 }
 
 }  // namespace

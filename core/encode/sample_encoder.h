@@ -14,6 +14,12 @@
 
 namespace baton {
 
+// A clip's image-to-video conditioning (core/data/cache.h "condition", "image_embeds"); undefined when not used.
+struct ClipConditioning {
+  at::Tensor condition;     // [condition_channels, F' or 1, H', W'] fp32
+  at::Tensor image_embeds;  // [tokens, image_dim] fp32
+};
+
 // What turns one sample into cache tensors. The real one is Flux2SampleEncoder (VAE + text encoder).
 class SampleEncoder {
  public:
@@ -32,6 +38,15 @@ class SampleEncoder {
   virtual absl::StatusOr<at::Tensor> EncodeVideo(const at::Tensor& pixels) {
     (void)pixels;
     return absl::UnimplementedError(absl::StrCat("encoder ", identity(), " does not encode video"));
+  }
+  // Image-to-video: the kind of conditioning every record carries ("" = none; core/model/wan_i2v.h), its channels and
+  // the image embeddings' width (0 = none), and a bucketed clip's conditioning (the same pixels EncodeVideo takes).
+  virtual std::string conditioning() const { return ""; }
+  virtual int64_t condition_channels() const { return 0; }
+  virtual int64_t image_dim() const { return 0; }
+  virtual absl::StatusOr<ClipConditioning> EncodeConditioning(const at::Tensor& pixels) {
+    (void)pixels;
+    return absl::UnimplementedError(absl::StrCat("encoder ", identity(), " builds no image-to-video conditioning"));
   }
 };
 

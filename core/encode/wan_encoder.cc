@@ -7,11 +7,45 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/model/wan_config.h"
+#include "core/model/wan_i2v.h"
 #include "core/util/files.h"
 #include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {
+namespace {
+
+// The transformer config of a pipeline folder: transformer/ (diffusers) or high_noise_model/ (original A14B).
+absl::StatusOr<WanConfig> PipelineTransformerConfig(const std::string& dir) {
+  for (const char* sub : {"transformer/config.json", "high_noise_model/config.json"}) {
+    if (PathExists(JoinPath(dir, sub))) return LoadWanConfig(JoinPath(dir, sub));
+  }
+  return absl::NotFoundError(absl::StrCat(dir, " has no transformer/config.json: the conditioning the model needs is "
+                                          "unknown"));
+}
+
+// The conditioning kind for the option and the pipeline's transformer (WanEncoderOptions::conditioning).
+absl::StatusOr<std::string> ChooseConditioning(const std::string& option, const WanConfig& t, int64_t z_dim) {
+  const bool concat = t.in_channels == 2 * z_dim + 4, flf2v = t.pos_embed_seq_len > 0;
+  if (option == "auto") return concat ? std::string(flf2v ? kWanFirstLastFrame : kWanFirstFrame) : std::string();
+  if (option == "none") {
+    if (!concat) return std::string();
+    return absl::InvalidArgumentError(absl::StrCat("conditioning none: this image-to-video transformer takes ",
+                                                   t.in_channels, " channels and needs a conditioning"));
+  }
+  if (option != "first-frame" && option != "first-last-frame") {
+    return absl::InvalidArgumentError(absl::StrCat("conditioning '", option,
+                                                   "': expected auto, none, first-frame or first-last-frame"));
+  }
+  if (concat) return std::string(option == "first-frame" ? kWanFirstFrame : kWanFirstLastFrame);
+  if (option == "first-frame" && t.in_channels == z_dim) return std::string(kWanCleanFirstFrame);
+  return absl::InvalidArgumentError(absl::StrCat("conditioning ", option, ": a transformer of ", t.in_channels,
+                                                 " input channels over ", z_dim, "-channel latents takes no ",
+                                                 option == "first-frame" ? "first frame" : "last frame"));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<WanSampleEncoder>> WanSampleEncoder::Open(const std::string& pipeline_dir,
                                                                          const WanEncoderOptions& options) {
@@ -27,6 +61,13 @@ absl::StatusOr<std::unique_ptr<WanSampleEncoder>> WanSampleEncoder::Open(const s
   ASSIGN_OR_RETURN(e->tokenizer_, UnigramTokenizer::Load(JoinPath(pipeline_dir, "tokenizer/tokenizer.json")));
   // BuildWanPromptIds checks max_length against the template; fail at open, not on the first caption.
   RETURN_IF_ERROR(BuildWanPromptIds(*e->tokenizer_, "", options.max_sequence_length).status());
+  ASSIGN_OR_RETURN(WanConfig transformer, PipelineTransformerConfig(pipeline_dir));
+  ASSIGN_OR_RETURN(e->conditioning_, ChooseConditioning(options.conditioning, transformer, e->vae_->config().z_dim));
+  if (!e->conditioning_.empty() && transformer.has_image_branch()) {
+    return absl::UnimplementedError(absl::StrCat(
+        pipeline_dir, ": this transformer has the CLIP image branch (Wan 2.1 image-to-video, image_dim ",
+        transformer.image_dim, "): caching its image_encoder/ embeddings is not built yet; Wan 2.2 I2V-A14B needs none"));
+  }
   // Everything that changes the numbers: the folder's configs and tokenizer, and our settings.
   std::string fingerprint;
   for (const char* f :
@@ -36,6 +77,7 @@ absl::StatusOr<std::unique_ptr<WanSampleEncoder>> WanSampleEncoder::Open(const s
   }
   e->identity_ = absl::StrFormat("wan:%s:%016x:len%d:%s:mean", pipeline_dir, HashName(fingerprint),
                                  options.max_sequence_length, c10::toString(options.dtype));
+  if (!e->conditioning_.empty()) absl::StrAppend(&e->identity_, ":", e->conditioning_);
   return e;
 }
 
@@ -46,6 +88,41 @@ absl::StatusOr<at::Tensor> WanSampleEncoder::EncodeVideo(const at::Tensor& pixel
   }
   ASSIGN_OR_RETURN(at::Tensor mean, vae_->EncodeMean(pixels));
   return vae_->Normalize(mean).squeeze(0).to(at::kCPU, at::kFloat).contiguous();
+}
+
+int64_t WanSampleEncoder::condition_channels() const {
+  return conditioning_.empty() ? 0 : WanConditionChannels(conditioning_, vae_->config().z_dim);
+}
+
+// WanImageToVideoPipeline.prepare_latents: the VAE posterior mean ("argmax") of the first frame followed by zero
+// frames (and the last frame, FLF2V) at full length, normalised, behind the 4-channel mask; with expand_timesteps
+// the first frame alone.
+absl::StatusOr<ClipConditioning> WanSampleEncoder::EncodeConditioning(const at::Tensor& pixels) {
+  if (conditioning_.empty()) return SampleEncoder::EncodeConditioning(pixels);
+  if (pixels.dim() != 5 || pixels.size(0) != 1 || pixels.size(2) < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("Wan image-to-video conditioning needs a clip [1, 3, F >= 2, H, W], "
+                                                   "got [", absl::StrJoin(pixels.sizes(), ", "), "]"));
+  }
+  const int64_t f = pixels.size(2);
+  at::Tensor first = pixels.slice(2, 0, 1);
+  at::Tensor video = first;
+  if (conditioning_ != kWanCleanFirstFrame) {
+    const bool last = conditioning_ == kWanFirstLastFrame;
+    std::vector<at::Tensor> parts = {first, at::zeros_like(pixels.slice(2, 1, last ? f - 1 : f))};
+    if (last) parts.push_back(pixels.slice(2, f - 1, f));
+    video = at::cat(parts, 2);
+  }
+  ASSIGN_OR_RETURN(at::Tensor mean, vae_->EncodeMean(video));
+  at::Tensor latents = vae_->Normalize(mean).squeeze(0).to(at::kCPU, at::kFloat);  // [z, F' or 1, h, w]
+  ClipConditioning out;
+  if (conditioning_ == kWanCleanFirstFrame) {
+    out.condition = latents.contiguous();
+    return out;
+  }
+  at::Tensor mask = WanConditionMask(latents.size(1), latents.size(2), latents.size(3),
+                                     conditioning_ == kWanFirstLastFrame, vae_->config().temporal_factor());
+  out.condition = at::cat({mask, latents}, 0).contiguous();
+  return out;
 }
 
 absl::StatusOr<at::Tensor> WanSampleEncoder::EncodeImage(const Image& image) {

@@ -20,6 +20,10 @@ struct WanEncoderOptions {
   at::ScalarType dtype = at::kFloat;
   at::Device device = at::kCPU;
   int64_t max_sequence_length = kWanMaxSequenceLength;  // WanPipeline.__call__'s 512
+  // Image-to-video conditioning to cache: "auto" (what the transformer's in_channels require: first frame for a
+  // 36-channel I2V model, first and last for an FLF2V one, none otherwise), "none", "first-frame" (also TI2V-5B's
+  // image-to-video mode) or "first-last-frame".
+  std::string conditioning = "auto";
 };
 
 class WanSampleEncoder : public SampleEncoder {
@@ -35,6 +39,11 @@ class WanSampleEncoder : public SampleEncoder {
   absl::StatusOr<at::Tensor> EncodeText(const std::string& caption) override;
   bool encodes_video() const override { return true; }
   absl::StatusOr<at::Tensor> EncodeVideo(const at::Tensor& pixels) override;
+  // core/model/wan_i2v.h's kinds, as WanImageToVideoPipeline.prepare_latents conditions a clip's first (and last)
+  // frame.
+  std::string conditioning() const override { return conditioning_; }
+  int64_t condition_channels() const override;
+  absl::StatusOr<ClipConditioning> EncodeConditioning(const at::Tensor& pixels) override;
 
   WanVaeEncoder& vae() { return *vae_; }
   Umt5Encoder& text_encoder() { return *text_; }
@@ -46,6 +55,7 @@ class WanSampleEncoder : public SampleEncoder {
   std::unique_ptr<WanVaeEncoder> vae_;
   std::unique_ptr<Umt5Encoder> text_;
   std::unique_ptr<UnigramTokenizer> tokenizer_;
+  std::string conditioning_;  // "" or a core/model/wan_i2v.h kind
   std::string identity_;
 };
 
@@ -58,7 +68,9 @@ bool IsWanPipelineFolder(const std::string& dir);
 // d_model, in_channels = the tiny VAE's z_dim), vae/ (AutoencoderKLWan, encoder half: Baton never decodes),
 // text_encoder/ (UMT5EncoderModel), tokenizer/ (a small real Unigram tokenizer.json + tokenizer_config.json) and
 // scheduler/ (UniPCMultistepScheduler, flow prediction, as Wan 2.1 ships).
-absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed);
+// variant "i2v": a WanImageToVideoPipeline of the Wan 2.2 I2V-A14B kind (a 2·z + 4 channel transformer, no image
+// encoder); "ti2v": a WanPipeline with expand_timesteps (Wan 2.2 TI2V-5B's image-to-video mode); "t2v" (default).
+absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const std::string& variant = "t2v");
 
 // The tiny Unigram tokenizer.json WriteTinyWanPipeline writes: T5's layout (<pad>/</s>/<unk> added tokens, Metaspace
 // "▁" always-prepend, "$A </s>" template) over single characters plus whole words of everyday captions.

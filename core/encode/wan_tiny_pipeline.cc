@@ -81,14 +81,17 @@ std::string TinyUnigramTokenizerJson() {
   return j.dump(1);
 }
 
-absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed) {
+absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const std::string& variant) {
+  if (variant != "t2v" && variant != "i2v" && variant != "ti2v") {
+    return absl::InvalidArgumentError(absl::StrCat("tiny Wan pipeline variant '", variant, "': t2v, i2v or ti2v"));
+  }
   RETURN_IF_ERROR(MakeDirs(dir));
   const WanVaeConfig vae = TinyWanVaeConfig();
   const Umt5Config text = TinyUmt5Config(256);
   WanConfig transformer;  // the Wan 2.1 T2V architecture at D = 24
   transformer.num_attention_heads = 2;
   transformer.attention_head_dim = 12;
-  transformer.in_channels = vae.z_dim;
+  transformer.in_channels = variant == "i2v" ? 2 * vae.z_dim + 4 : vae.z_dim;  // noisy + mask + first frame
   transformer.out_channels = vae.z_dim;
   transformer.text_dim = text.d_model;
   transformer.ffn_dim = 32;
@@ -113,13 +116,18 @@ absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed) {
                                       {"solver_type", "bh2"},
                                       {"lower_order_final", true}};
   RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "scheduler/scheduler_config.json"), scheduler.dump(2)));
-  nlohmann::ordered_json index = {{"_class_name", "WanPipeline"},
+  nlohmann::ordered_json index = {{"_class_name", variant == "i2v" ? "WanImageToVideoPipeline" : "WanPipeline"},
                                   {"_diffusers_version", "0.33.0"},
                                   {"scheduler", {"diffusers", "UniPCMultistepScheduler"}},
                                   {"text_encoder", {"transformers", "UMT5EncoderModel"}},
                                   {"tokenizer", {"transformers", "T5TokenizerFast"}},
                                   {"transformer", {"diffusers", "WanTransformer3DModel"}},
                                   {"vae", {"diffusers", "AutoencoderKLWan"}}};
+  if (variant == "i2v") {  // as Wan2.2-I2V-A14B-Diffusers: no CLIP image branch
+    index["image_encoder"] = {nullptr, nullptr};
+    index["image_processor"] = {nullptr, nullptr};
+  }
+  if (variant == "ti2v") index["expand_timesteps"] = true;
   return WriteFileAtomic(JoinPath(dir, "model_index.json"), index.dump(2));
 }
 

@@ -382,10 +382,15 @@ int64_t Flux2Family::LatentTokens(at::IntArrayRef sample_latents) const {
   return sample_latents.empty() ? 0 : sample_latents[0];  // [Si, C] packed tokens
 }
 
-absl::Status Flux2Family::CheckCacheFits(int64_t latent_channels, int64_t text_dim) const {
-  if (latent_channels != config_.in_channels || text_dim != config_.joint_attention_dim) {
-    return absl::InvalidArgumentError(absl::StrCat("latent channels ", latent_channels, " vs ", config_.in_channels,
-                                                   ", text dim ", text_dim, " vs ", config_.joint_attention_dim));
+absl::Status Flux2Family::CheckCacheFits(const CacheContents& cache) const {
+  if (cache.latent_channels != config_.in_channels || cache.text_dim != config_.joint_attention_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("latent channels ", cache.latent_channels, " vs ",
+                                                   config_.in_channels, ", text dim ", cache.text_dim, " vs ",
+                                                   config_.joint_attention_dim));
+  }
+  if (!cache.conditioning.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the cache carries image-to-video conditioning '", cache.conditioning, "', which FLUX.2 does not take"));
   }
   return absl::OkStatus();
 }

@@ -113,9 +113,21 @@ enum class WireKind { kInputs, kConstants, kTables, kActivation, kTarget, kGradi
 struct NoisyBatch {
   at::Tensor noisy;                // x_t = (1-t)·x0 + t·ε, fp32, the stacked cached latents' shape
   at::Tensor prompt_embeds;        // [b, L, text_dim] fp32
+  std::string conditioning;        // the cache's image-to-video kind ("" = none; core/model/wan_i2v.h)
+  at::Tensor condition;            // [b, cc, F or 1, H, W] fp32 with a conditioning; else undefined
+  at::Tensor image_embeds;         // [b, tokens, image_dim] fp32 (CLIP image embeddings); or undefined
   at::Tensor timestep;             // [b] in (0, 1]
   int64_t grid_h = 0, grid_w = 0;  // the samples' latent grid (cache record)
   double guidance = 0;             // the job's guidance (families without a guidance embedder ignore it)
+};
+
+// What a training cache holds, as far as a model cares (core/data/cache.h's CacheLayout, which this floor cannot see).
+struct CacheContents {
+  int64_t latent_channels = 0;
+  int64_t text_dim = 0;
+  std::string conditioning;  // image-to-video kind, "" = none
+  int64_t condition_channels = 0;
+  int64_t image_dim = 0;  // image embeddings' width, 0 = none
 };
 
 // An opened model of one family: its config and memory-mapped weights. OpenModel picks the family from the folder's
@@ -154,9 +166,9 @@ class ModelFamily {
   // ShellModel::Run takes), on the CPU. The flow-matching target is the batch's ε − x0 in the cache's shape, which
   // must be the shape of the last stage's "output".
   virtual int64_t LatentTokens(at::IntArrayRef sample_latents) const = 0;
-  // OK when a cache of latents with `latent_channels` and prompt embeddings `text_dim` wide fits this model, else
-  // InvalidArgument saying what differs (the caller names the cache).
-  virtual absl::Status CheckCacheFits(int64_t latent_channels, int64_t text_dim) const = 0;
+  // OK when a cache of these latents, prompt embeddings and conditioning fits this model, else InvalidArgument saying
+  // what differs (the caller names the cache).
+  virtual absl::Status CheckCacheFits(const CacheContents& cache) const = 0;
   virtual absl::StatusOr<TensorMap> MicroBatchInputs(const NoisyBatch& batch) const = 0;
 
   // The whole model as one stage.

@@ -160,8 +160,9 @@ TEST_F(ModelFamilyTest, WireChecksAndSamplerHook) {
   EXPECT_TRUE(at::equal(in->at("guidance"), at::full({2}, 4.0)));
   batch.grid_w = 4;  // the cache record's grid must match its tokens
   EXPECT_FALSE(family.MicroBatchInputs(batch).ok());
-  EXPECT_TRUE(family.CheckCacheFits(config_.in_channels, config_.joint_attention_dim).ok());
-  EXPECT_FALSE(family.CheckCacheFits(config_.in_channels + 1, config_.joint_attention_dim).ok());
+  EXPECT_TRUE(family.CheckCacheFits({config_.in_channels, config_.joint_attention_dim}).ok());
+  EXPECT_FALSE(family.CheckCacheFits({config_.in_channels + 1, config_.joint_attention_dim}).ok());
+  EXPECT_FALSE(family.CheckCacheFits({config_.in_channels, config_.joint_attention_dim, "wan_first_frame", 4}).ok());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "core/lora/wan_lora_names.h"
 #include "core/model/quantize_module.h"
 #include "core/model/stage_build.h"
+#include "core/model/wan_i2v.h"
 #include "core/model/wan_model.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
@@ -288,34 +289,35 @@ int64_t WanFamily::LatentTokens(at::IntArrayRef sample_latents) const {
          (sample_latents[3] / c.patch_size[2]);
 }
 
-absl::Status WanFamily::CheckCacheFits(int64_t latent_channels, int64_t text_dim) const {
-  const WanConfig& c = config_;
-  if (text_dim != c.text_dim) {
-    return absl::InvalidArgumentError(absl::StrCat("text dim ", text_dim, " vs the model's text_dim ", c.text_dim));
+absl::Status WanFamily::CheckCacheFits(const CacheContents& cache) const {
+  if (cache.text_dim != config_.text_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("text dim ", cache.text_dim, " vs the model's text_dim ", config_.text_dim));
   }
-  if (latent_channels != c.in_channels) {
-    // I2V models take the noisy latents concatenated with the first frame's latents and a mask (16 + 4 + 16 = 36
-    // channels): the cache would need those conditioning latents, which the encoder worker does not write yet.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "latent channels ", latent_channels, " vs the model's in_channels ", c.in_channels,
-        c.in_channels > latent_channels ? " (image-to-video training needs the first frame's conditioning latents in "
-                                          "the cache, which Baton does not build yet: train a T2V model)"
-                                        : ""));
-  }
-  return absl::OkStatus();
+  return CheckWanConditioningFits(config_, cache.latent_channels, cache.conditioning, cache.condition_channels,
+                                  cache.image_dim);
 }
 
+// The sampler's t is the flow-matching sigma in (0, 1]; diffusers' Wan takes the scheduler's timestep, 1000·sigma
+// (FlowMatchEulerDiscreteScheduler's num_train_timesteps). Image-to-video batches add their conditioning as
+// WanImageToVideoPipeline.__call__ does (core/model/wan_i2v.h).
 absl::StatusOr<TensorMap> WanFamily::MicroBatchInputs(const NoisyBatch& batch) const {
   const WanConfig& c = config_;
-  if (batch.noisy.dim() != 5 || batch.noisy.size(1) != c.in_channels) {
+  if (batch.noisy.dim() != 5 || batch.noisy.size(1) != c.out_dim()) {
     return absl::InvalidArgumentError(absl::StrCat("Wan latents are ", ShapeString(batch.noisy.sizes()),
-                                                   ", expected [b, ", c.in_channels, ", F, H, W]"));
+                                                   ", expected [b, ", c.out_dim(), ", F, H, W]"));
   }
-  // The sampler's t is the flow-matching sigma in (0, 1]; diffusers' Wan takes the scheduler's timestep, 1000·sigma
-  // (FlowMatchEulerDiscreteScheduler's num_train_timesteps).
-  return TensorMap{{"hidden_states", batch.noisy},
-                   {"timestep", batch.timestep * 1000.0},
-                   {"encoder_hidden_states", batch.prompt_embeds}};
+  TensorMap in{{"hidden_states", batch.noisy},
+               {"timestep", batch.timestep * 1000.0},
+               {"encoder_hidden_states", batch.prompt_embeds}};
+  if (batch.conditioning.empty()) return in;
+  ASSIGN_OR_RETURN(in["hidden_states"], WanConditionedInput(batch.conditioning, batch.noisy, batch.condition));
+  if (batch.conditioning == kWanCleanFirstFrame) {
+    in["timestep"] = WanExpandedTimesteps(c, batch.timestep * 1000.0, batch.noisy.size(2), batch.noisy.size(3),
+                                          batch.noisy.size(4));
+  }
+  if (batch.image_embeds.defined()) in["encoder_hidden_states_image"] = batch.image_embeds;
+  return in;
 }
 
 bool IsWanModel(const std::string& path, const std::string& config_path) {

@@ -47,7 +47,7 @@ class WanFamily : public ModelFamily {
 
   absl::Status CheckModelInputs(const TensorMap& model_inputs, const std::string& source) const override;
   int64_t LatentTokens(at::IntArrayRef sample_latents) const override;
-  absl::Status CheckCacheFits(int64_t latent_channels, int64_t text_dim) const override;
+  absl::Status CheckCacheFits(const CacheContents& cache) const override;
   absl::StatusOr<TensorMap> MicroBatchInputs(const NoisyBatch& batch) const override;
 
   absl::StatusOr<std::vector<std::string>> LoraTargets(const std::string& preset_or_list) const override;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/model/quantize_module.h"
+#include "core/model/wan_i2v.h"
 #include "core/pipeline/partition.h"
 #include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
@@ -66,10 +67,14 @@ TEST(WanFamilyTest, Int8BlockWeightsStayCloseAndShrinkTheStage) {
 TEST(WanFamilyTest, CacheThatDoesNotFitIsNamed) {
   auto model = OpenModelConfig(JoinPath(test_util::SourceDir(), "configs/models/wan2.1-i2v-14b-480p.json"));
   ASSERT_TRUE(model.ok()) << model.status();
-  EXPECT_TRUE((*model)->CheckCacheFits(36, 4096).ok());
-  const absl::Status i2v = (*model)->CheckCacheFits(16, 4096);
-  EXPECT_NE(i2v.message().find("image-to-video"), std::string::npos) << i2v;
-  EXPECT_FALSE((*model)->CheckCacheFits(36, 512).ok());
+  EXPECT_TRUE((*model)->CheckCacheFits({16, 4096, kWanFirstFrame, 20, 1280}).ok());
+  EXPECT_TRUE((*model)->CheckCacheFits({16, 4096, kWanFirstLastFrame, 20, 1280}).ok());
+  const absl::Status t2v = (*model)->CheckCacheFits({16, 4096});
+  EXPECT_NE(t2v.message().find("image-to-video"), std::string::npos) << t2v;
+  const absl::Status no_clip = (*model)->CheckCacheFits({16, 4096, kWanFirstFrame, 20, 0});
+  EXPECT_NE(no_clip.message().find("image_encoder"), std::string::npos) << no_clip;
+  EXPECT_FALSE((*model)->CheckCacheFits({16, 512, kWanFirstFrame, 20, 1280}).ok());
+  EXPECT_FALSE((*model)->CheckCacheFits({16, 4096, kWanCleanFirstFrame, 16, 1280}).ok());
   EXPECT_FALSE((*model)->BuildShell(at::kFloat, at::kCPU).ok());  // config only: no weights
 }
 

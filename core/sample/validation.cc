@@ -24,8 +24,13 @@ absl::StatusOr<std::vector<CacheSample>> ValidationRecords(const JobConfig& job,
   std::vector<int64_t> picked;
   if (!v.dataset.empty()) {
     ASSIGN_OR_RETURN(own, CacheReader::Open(v.dataset));
-    RETURN_IF_ERROR(Annotate(family.CheckCacheFits(own->index().latent_channels, own->index().text_dim),
+    RETURN_IF_ERROR(Annotate(family.CheckCacheFits(CacheContentsOf(own->index())),
                              absl::StrCat("validation dataset ", v.dataset, " does not fit the model")));
+    if (own->index().conditioning != training_cache.index().conditioning) {
+      return absl::InvalidArgumentError(absl::StrCat("validation dataset ", v.dataset, " has conditioning '",
+                                                     own->index().conditioning, "', the training cache '",
+                                                     training_cache.index().conditioning, "'"));
+    }
     cache = own.get();
     const int64_t n = static_cast<int64_t>(own->size());
     for (int64_t i = 0; i < (v.samples > 0 ? std::min(v.samples, n) : n); ++i) picked.push_back(i);
@@ -58,6 +63,9 @@ absl::StatusOr<ValidationSet> BuildValidationSet(const JobConfig& job, const Mod
       NoisyBatch b;
       b.noisy = (1 - t) * x0 + t * noise;
       b.prompt_embeds = s.prompt_embeds.unsqueeze(0);
+      b.conditioning = training_cache.index().conditioning;
+      if (s.condition.defined()) b.condition = s.condition.unsqueeze(0);
+      if (s.image_embeds.defined()) b.image_embeds = s.image_embeds.unsqueeze(0);
       b.timestep = at::full({1}, t, at::kFloat);
       b.grid_h = s.grid_h;
       b.grid_w = s.grid_w;

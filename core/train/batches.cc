@@ -24,6 +24,10 @@ void Shuffle(std::vector<int64_t>& v, uint64_t seed) {
 
 }  // namespace
 
+CacheContents CacheContentsOf(const CacheIndex& index) {
+  return {index.latent_channels, index.text_dim, index.conditioning, index.condition_channels, index.image_dim};
+}
+
 uint64_t DropoutBaseSeed(uint64_t job_seed) { return MixSeed(job_seed, 0xd509); }
 
 uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index) {
@@ -95,13 +99,15 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
     mb.step = step;
     mb.index = i;
     mb.samples = MicroBatchSamples(step * job_.micro_batches + i);
-    std::vector<at::Tensor> x0s, texts;
+    std::vector<at::Tensor> x0s, texts, conditions, images;
     for (int64_t idx : mb.samples) {
       ASSIGN_OR_RETURN(CacheSample s, cache_->Load(idx));
       mb.grid_h = s.grid_h;
       mb.grid_w = s.grid_w;
       x0s.push_back(s.latents);
       texts.push_back(s.prompt_embeds);
+      if (s.condition.defined()) conditions.push_back(s.condition);
+      if (s.image_embeds.defined()) images.push_back(s.image_embeds);
     }
     at::Tensor x0 = at::stack(x0s);  // [b, <one cached sample's latents>]
     const int64_t b = x0.size(0), tokens = family_->LatentTokens(x0s[0].sizes());
@@ -114,6 +120,9 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
     NoisyBatch batch;
     batch.noisy = (1 - tb) * x0 + tb * noise;
     batch.prompt_embeds = at::stack(texts);
+    batch.conditioning = cache_->index().conditioning;
+    if (!conditions.empty()) batch.condition = at::stack(conditions);
+    if (!images.empty()) batch.image_embeds = at::stack(images);
     batch.timestep = t;
     batch.grid_h = mb.grid_h;
     batch.grid_w = mb.grid_w;

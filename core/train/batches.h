@@ -29,6 +29,9 @@ struct MicroBatch {
   uint64_t dropout_seed = 0;  // LoRA dropout masks for this micro-batch
 };
 
+// What the model checks of a cache (ModelFamily::CheckCacheFits).
+CacheContents CacheContentsOf(const CacheIndex& index);
+
 // LoRA dropout seed of micro-batch `index` of `step`: the same on every stage and in train-local.
 uint64_t DropoutBaseSeed(uint64_t job_seed);
 uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index);

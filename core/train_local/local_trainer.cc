@@ -52,7 +52,7 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
   ApplyDeterminism(device, job.deterministic);
   ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> family, OpenModel(job.model, job.model_config));
   ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
-  RETURN_IF_ERROR(Annotate(family->CheckCacheFits(cache->index().latent_channels, cache->index().text_dim),
+  RETURN_IF_ERROR(Annotate(family->CheckCacheFits(CacheContentsOf(cache->index())),
                            absl::StrCat("cache ", job.dataset, " does not fit the model")));
   ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(cache.get(), job, family.get()));
   LocalModel model;
