@@ -19,6 +19,7 @@
 #include "client/quantize_command.h"
 #include "client/sample_command.h"
 #include "client/stage_forward.h"
+#include "client/step_grads_command.h"
 #include "client/tokenize_command.h"
 #include "client/wan_forward.h"
 #include "client/wan_text_encode.h"
@@ -395,6 +396,7 @@ const std::vector<Command>& AllCommands() {
        PrintPlan},
       DecodeImageCommand(),
       SampleTimestepsCommand(),
+      StepGradsCommand(),
       TokenizeCommand(),
       QuantizeCommand(),
       LoraConvertCommand(),

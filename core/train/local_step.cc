@@ -7,13 +7,10 @@
 
 namespace baton {
 
-absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
-                                             int64_t step, const OptimizerConfig& optimizer_config, AdamW& optimizer,
-                                             std::map<std::string, at::Tensor>& master) {
+absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model, const std::vector<MicroBatch>& micro_batches) {
   const at::Device device = model.device;
   const at::ScalarType dtype = model.dtype;
-  LocalStepResult result;
-  std::vector<double> micro_batch_losses;
+  LocalGradients out;
   for (const MicroBatch& mb : micro_batches) {
     TensorMap model_inputs;
     RETURN_IF_ERROR(TorchCall("moving the inputs", [&] {
@@ -29,19 +26,28 @@ absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vecto
       // The same float scale the pipeline's StepPlan.loss_scale carries, so both paths round alike.
       const float loss_scale = 1.0f / static_cast<float>(micro_batches.size());
       (loss * static_cast<double>(loss_scale)).backward();
-      micro_batch_losses.push_back(loss.item<double>());
-      result.samples += static_cast<int64_t>(mb.samples.size());
+      out.losses.push_back(loss.item<double>());
+      out.samples += static_cast<int64_t>(mb.samples.size());
     }));
   }
-  std::map<std::string, at::Tensor> grads = CloneToCpuFloat(LoraGradients(model.stage->module()));
+  out.grads = CloneToCpuFloat(LoraGradients(model.stage->module()));
   ZeroLoraGradients(model.stage->module());
+  return out;
+}
+
+absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
+                                             int64_t step, const OptimizerConfig& optimizer_config, AdamW& optimizer,
+                                             std::map<std::string, at::Tensor>& master) {
+  ASSIGN_OR_RETURN(LocalGradients g, RunLocalForwardBackward(model, micro_batches));
+  LocalStepResult result;
+  result.samples = g.samples;
   result.lr = LearningRate(optimizer_config, step);
-  RETURN_IF_ERROR(CheckStepFinite(step + 1, result.lr, micro_batch_losses, 0, {grads}));
+  RETURN_IF_ERROR(CheckStepFinite(step + 1, result.lr, g.losses, 0, {g.grads}));
   double loss_sum = 0.0;
-  for (double l : micro_batch_losses) loss_sum += l;  // the same order of additions as before
+  for (double l : g.losses) loss_sum += l;  // the same order of additions as before
   result.loss = loss_sum / static_cast<double>(micro_batches.size());
-  result.grad_norm = ClipGradNorm(grads, optimizer_config.clip);
-  RETURN_IF_ERROR(optimizer.Step(master, grads, result.lr));
+  result.grad_norm = ClipGradNorm(g.grads, optimizer_config.clip);
+  RETURN_IF_ERROR(optimizer.Step(master, g.grads, result.lr));
   RETURN_IF_ERROR(AssignLoraParameters(model.stage->module(), master));
   return result;
 }

@@ -36,6 +36,15 @@ struct LocalStepResult {
   int64_t samples = 0;
 };
 
+// The forward and backward passes of one step without the optimizer: each micro-batch's loss and the fp32 LoRA
+// gradients of their mean (the adapters' .grad is zeroed again). `baton step-grads` hands them to the referees.
+struct LocalGradients {
+  std::vector<double> losses;  // per micro-batch
+  std::map<std::string, at::Tensor> grads;
+  int64_t samples = 0;
+};
+absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model, const std::vector<MicroBatch>& micro_batches);
+
 // `step` is 0-based (it picks the learning rate). `master` holds the fp32 LoRA masters by PEFT name.
 absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
                                              int64_t step, const OptimizerConfig& optimizer_config, AdamW& optimizer,

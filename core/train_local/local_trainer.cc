@@ -3,6 +3,7 @@
 #include <absl/strings/str_cat.h>
 
 #include <chrono>
+#include <optional>
 
 #include "core/data/cache.h"
 #include "core/device/determinism.h"
@@ -43,31 +44,68 @@ PromptEncoder LocalPromptEncoder(const JobConfig& job, const std::string& output
   };
 }
 
-absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
-                                                  const std::function<void(const StepRecord&)>& on_step) {
-  if (steps <= 0) steps = job.steps;
+namespace {
+
+// What a single-process run holds: the model with its LoRA, the cache and the step sampler, and the fp32 masters.
+struct LocalRun {
+  std::unique_ptr<ModelFamily> family;
+  std::unique_ptr<CacheReader> cache;
+  std::optional<StepSampler> sampler;
+  LocalModel model;
+  std::map<std::string, at::Tensor> master;
+};
+
+absl::StatusOr<LocalRun> OpenLocalRun(const JobConfig& job) {
+  LocalRun run;
   SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
   ASSIGN_OR_RETURN(at::Device device, ParseDevice(job.devices.empty() ? "cpu" : job.devices[0]));
   ApplyDeterminism(device, job.deterministic);
-  ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> family, OpenModel(job.model, job.model_config));
-  ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
-  RETURN_IF_ERROR(Annotate(family->CheckCacheFits(CacheContentsOf(cache->index())),
+  ASSIGN_OR_RETURN(run.family, OpenModel(job.model, job.model_config));
+  ASSIGN_OR_RETURN(run.cache, CacheReader::Open(job.dataset));
+  RETURN_IF_ERROR(Annotate(run.family->CheckCacheFits(CacheContentsOf(run.cache->index())),
                            absl::StrCat("cache ", job.dataset, " does not fit the model")));
-  ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(cache.get(), job, family.get()));
-  LocalModel model;
-  model.device = device;
-  model.dtype = dtype;
-  ASSIGN_OR_RETURN(model.shell, family->BuildShell(dtype, device));
+  ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(run.cache.get(), job, run.family.get()));
+  run.sampler.emplace(std::move(sampler));
+  run.model.device = device;
+  run.model.dtype = dtype;
+  ASSIGN_OR_RETURN(run.model.shell, run.family->BuildShell(dtype, device));
   ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(job.quantize));
-  ASSIGN_OR_RETURN(model.stage, family->BuildStage(family->FullRange(), dtype, device, &job.lora, true, quant));
-
-  std::map<std::string, at::Tensor> master = CloneToCpuFloat(LoraParameters(model.stage->module()));
-  if (master.empty()) return absl::InvalidArgumentError("no Linear matched the LoRA targets");
+  ASSIGN_OR_RETURN(run.model.stage, run.family->BuildStage(run.family->FullRange(), dtype, device, &job.lora, true,
+                                                           quant));
+  run.master = CloneToCpuFloat(LoraParameters(run.model.stage->module()));
+  if (run.master.empty()) return absl::InvalidArgumentError("no Linear matched the LoRA targets");
   if (!job.init_lora.empty()) {
-    ASSIGN_OR_RETURN(master, LoadInitLora(job.init_lora, job.lora, master));
-    RETURN_IF_ERROR(AssignLoraParameters(model.stage->module(), master));
+    ASSIGN_OR_RETURN(run.master, LoadInitLora(job.init_lora, job.lora, run.master));
+    RETURN_IF_ERROR(AssignLoraParameters(run.model.stage->module(), run.master));
   }
+  return run;
+}
+
+}  // namespace
+
+absl::StatusOr<StepGradients> ComputeStepGradients(const JobConfig& job, int64_t step) {
+  ASSIGN_OR_RETURN(LocalRun run, OpenLocalRun(job));
+  StepGradients out;
+  out.lora = run.master;
+  ASSIGN_OR_RETURN(out.micro_batches, run.sampler->Step(step));
+  ASSIGN_OR_RETURN(LocalGradients g, RunLocalForwardBackward(run.model, out.micro_batches));
+  out.losses = std::move(g.losses);
+  out.grads = std::move(g.grads);
+  return out;
+}
+
+absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
+                                                  const std::function<void(const StepRecord&)>& on_step) {
+  if (steps <= 0) steps = job.steps;
+  ASSIGN_OR_RETURN(LocalRun run, OpenLocalRun(job));
+  LocalModel& model = run.model;
+  const ModelFamily* family = run.family.get();
+  auto& cache = run.cache;
+  StepSampler& sampler = *run.sampler;
+  std::map<std::string, at::Tensor>& master = run.master;
+  const at::ScalarType dtype = model.dtype;
+  const at::Device device = model.device;
   AdamW optimizer(job.optimizer);
   RETURN_IF_ERROR(MakeDirs(output_dir));
   ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(JoinPath(output_dir, "train_log.jsonl"), /*append=*/false));

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/sample/sample_renderer.h"
+#include "core/train/batches.h"
 #include "core/train/job.h"
 
 namespace baton {
@@ -41,5 +43,16 @@ PromptEncoder LocalPromptEncoder(const JobConfig& job, const std::string& output
 // (optional) sees each step as it finishes.
 absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
                                                   const std::function<void(const StepRecord&)>& on_step = {});
+
+// One step's forward and backward passes as `baton train-local` runs them, without the optimizer, for the referees
+// (`baton step-grads`): the LoRA the step starts from (the job's seeded init or init_lora), its micro-batches (cache
+// record indices, model inputs, targets), each micro-batch's loss and the LoRA gradients of their mean.
+struct StepGradients {
+  std::map<std::string, at::Tensor> lora;  // fp32, PEFT names
+  std::vector<MicroBatch> micro_batches;
+  std::vector<double> losses;
+  std::map<std::string, at::Tensor> grads;
+};
+absl::StatusOr<StepGradients> ComputeStepGradients(const JobConfig& job, int64_t step);
 
 }  // namespace baton
