@@ -24,6 +24,7 @@
 #include "client/wan_forward.h"
 #include "client/wan_text_encode.h"
 #include "client/wan_vae_command.h"
+#include "client/wan_vae_decode_command.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/encode/wan_encoder.h"
@@ -394,6 +395,7 @@ const std::vector<Command>& AllCommands() {
         {"micro-batches", "micro-batches per step (in-flight activations); 0 = as many as stages", "0"},
         {"rank", "LoRA rank", "16"}},
        PrintPlan},
+      WanVaeDecodeCommand(),
       DecodeImageCommand(),
       SampleTimestepsCommand(),
       StepGradsCommand(),

@@ -3,7 +3,7 @@
 // causal feature cache exactly as its
 // `_encode`), and the latent normalisation Wan pipelines apply ((z − latents_mean) / latents_std). Loads a
 // diffusers `vae/` folder, memory-mapping the safetensors and reading only encoder.* / quant_conv.*; the decoder
-// is not implemented. Also writes random-weight encoder folders for tests.
+// is core/vae/wan_vae_decoder.h. Also writes random-weight encoder folders for tests (a whole VAE: wan_vae_random.h).
 #pragma once
 
 #include <ATen/ATen.h>
