@@ -118,8 +118,9 @@ absl::Status StageFleet::PushStageData(int i, int64_t step, const StepInputs& in
     RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::CONSTANTS), ConstantsOnWire(in.shell[mb])));
     if (i == 0) RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::INPUTS), in.shell[mb].inputs));
     if (i == size() - 1) {
-      RETURN_IF_ERROR(
-          client.Push(Header(step, mb, v1::EnvelopeHeader::TARGET), {{"target", in.micro_batches[mb].target}}));
+      TensorMap target = {{"target", in.micro_batches[mb].target}};
+      if (in.micro_batches[mb].loss_mask.defined()) target["loss_mask"] = in.micro_batches[mb].loss_mask;
+      RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::TARGET), target));
     }
   }
   return absl::OkStatus();

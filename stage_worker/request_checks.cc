@@ -50,7 +50,8 @@ absl::Status CheckFinite(absl::string_view what, const std::string& name, const 
 
 absl::Status CheckTarget(const ExpectedStageIO& e, absl::string_view what, const TensorMap& t) {
   if (absl::Status s = e.model->CheckWire(WireKind::kTarget, t, e.dtype); !s.ok()) return Invalid(what, s.message());
-  return CheckFinite(what, "target", t.at("target"));
+  for (const auto& [name, tensor] : t) RETURN_IF_ERROR(CheckFinite(what, name, tensor));
+  return absl::OkStatus();
 }
 
 absl::Status CheckLoraWeights(const ExpectedStageIO& e, absl::string_view what, const TensorMap& t) {

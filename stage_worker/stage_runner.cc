@@ -457,6 +457,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
     absl::Status valid = model_->CheckWire(WireKind::kTarget, t, dtype_);
     if (!valid.ok()) return Annotate(valid, absl::StrCat(name(), ": TARGET of micro-batch ", mb));
     state.target = Transfer()->Upload(t.at("target"));
+    if (t.count("loss_mask")) state.loss_mask = Transfer()->Upload(t.at("loss_mask"));
   }
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("forward of ", WorkName(plan), " micro-batch ", mb));
@@ -470,7 +471,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
       shape = CheckExactShape(absl::StrCat("TARGET of step ", plan.step(), " micro-batch ", mb),
                               out.at("output").sizes(), state.target);
       if (!shape.ok()) return;
-      at::Tensor loss = FlowMatchingLoss(out.at("output"), state.target);
+      at::Tensor loss = FlowMatchingLoss(out.at("output"), state.target, state.loss_mask);
       step.losses[mb] = loss.detach().to(at::kFloat);  // read once per step (FillLosses): no sync here
       if (!config_.recompute()) state.loss = loss;
     } else {
@@ -517,7 +518,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
     // Where backward starts: the scaled loss on the last stage, else the received output gradients.
     auto seed = [&](const TensorMap& named) -> std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> {
       if (range.has_head) {
-        at::Tensor loss = recompute ? FlowMatchingLoss(named.at("output"), state.target) : state.loss;
+        at::Tensor loss = recompute ? FlowMatchingLoss(named.at("output"), state.target, state.loss_mask) : state.loss;
         return {{loss * static_cast<double>(plan.loss_scale())}, {}};
       }
       std::vector<at::Tensor> outputs, output_grads;

@@ -99,6 +99,7 @@ class StageRunner {
     std::vector<TensorMap> checkpoints;                // with recompute: every block's input (the first is `input`)
     TensorMap output;                                  // kept only without recompute
     at::Tensor target;                                 // last stage
+    at::Tensor loss_mask;                              // last stage, when the family masks the loss
     at::Tensor loss;                                   // last stage, without recompute
     std::map<std::string, std::vector<int64_t>> sent;  // shapes of the floating outputs sent (GRADIENT must match)
   };

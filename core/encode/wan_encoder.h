@@ -65,7 +65,7 @@ bool IsWanPipelineFolder(const std::string& dir);
 
 // A complete tiny Wan 2.1 T2V pipeline folder with random weights in the real layouts and names:
 // model_index.json (WanPipeline), transformer/ (a small WanTransformer3DModel with text_dim = the tiny umT5's
-// d_model, in_channels = the tiny VAE's z_dim), vae/ (AutoencoderKLWan, encoder half: Baton never decodes),
+// d_model, in_channels = the tiny VAE's z_dim), vae/ (a whole AutoencoderKLWan: encoder and decoder),
 // text_encoder/ (UMT5EncoderModel), tokenizer/ (a small real Unigram tokenizer.json + tokenizer_config.json) and
 // scheduler/ (UniPCMultistepScheduler, flow prediction, as Wan 2.1 ships).
 // variant "i2v": a WanImageToVideoPipeline of the Wan 2.2 I2V-A14B kind (a 2·z + 4 channel transformer, no image

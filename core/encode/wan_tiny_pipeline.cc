@@ -15,6 +15,7 @@
 #include "core/util/seed.h"
 #include "core/util/status.h"
 #include "core/vae/wan_vae_config.h"
+#include "core/vae/wan_vae_random.h"
 
 namespace baton {
 namespace {
@@ -98,7 +99,7 @@ absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const s
   transformer.num_layers = 3;
   transformer.rope_max_seq_len = 32;
   RETURN_IF_ERROR(WriteRandomWanWeights(transformer, JoinPath(dir, "transformer"), MixSeed(seed, 1)));
-  RETURN_IF_ERROR(WriteRandomWanVaeEncoder(vae, JoinPath(dir, "vae"), MixSeed(seed, 2)));
+  RETURN_IF_ERROR(WriteRandomWanVae(vae, JoinPath(dir, "vae"), MixSeed(seed, 2)));
   RETURN_IF_ERROR(WriteRandomUmt5Encoder(text, JoinPath(dir, "text_encoder"), MixSeed(seed, 3)));
   RETURN_IF_ERROR(MakeDirs(JoinPath(dir, "tokenizer")));
   RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "tokenizer/tokenizer.json"), TinyUnigramTokenizerJson()));

@@ -170,6 +170,12 @@ class ModelFamily {
   // what differs (the caller names the cache).
   virtual absl::Status CheckCacheFits(const CacheContents& cache) const = 0;
   virtual absl::StatusOr<TensorMap> MicroBatchInputs(const NoisyBatch& batch) const = 0;
+  // Which elements of the target the loss covers (0/1, broadcastable to it; FlowMatchingLoss); undefined: all. Wan's
+  // clean first frame (TI2V) leaves latent frame 0 out.
+  virtual at::Tensor LossMask(const NoisyBatch& batch) const {
+    (void)batch;
+    return at::Tensor();
+  }
 
   // The whole model as one stage.
   StageRange FullRange() const { return {0, num_blocks(), true, true}; }

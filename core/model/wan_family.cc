@@ -51,6 +51,23 @@ absl::Status Expect(const TensorMap& m, const std::string& name, int64_t dim, co
   return absl::OkStatus();
 }
 
+// A TARGET's optional "loss_mask" (TI2V's clean first frame): floating [B, 1, F, 1, 1] beside "target", nothing else.
+absl::Status CheckLossMask(const TensorMap& t) {
+  const at::Tensor& target = t.at("target");
+  auto it = t.find("loss_mask");
+  if (t.size() != (it == t.end() ? 1u : 2u)) {
+    return absl::InvalidArgumentError("Wan target: expected 'target' and at most 'loss_mask'");
+  }
+  if (it == t.end()) return absl::OkStatus();
+  const at::Tensor& m = it->second;
+  if (m.dim() != 5 || !m.is_floating_point() || m.size(0) != target.size(0) || m.size(1) != 1 ||
+      m.size(2) != target.size(2) || m.size(3) != 1 || m.size(4) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("Wan target: loss_mask ", ShapeString(m.sizes()), ", expected [",
+                                                   target.size(0), ", 1, ", target.size(2), ", 1, 1] floating"));
+  }
+  return absl::OkStatus();
+}
+
 // The family interface owns stages and shells through unique_ptr; torch modules live in shared_ptrs.
 class OwnedWanStage : public StageModel {
  public:
@@ -232,7 +249,7 @@ absl::Status WanFamily::CheckWire(WireKind kind, const TensorMap& tensors, at::S
         return absl::InvalidArgumentError(absl::StrCat("Wan target: ", ShapeString(tensors.at("target").sizes()),
                                                        ", expected [B, ", c.out_dim(), ", F, H, W]"));
       }
-      break;
+      return CheckLossMask(tensors);
     case WireKind::kGradient:  // answers an activation: x, floating
       RETURN_IF_ERROR(Expect(tensors, "x", 3, "gradient"));
       if (tensors.size() != 1 || tensors.at("x").size(2) != c.inner_dim() || !tensors.at("x").is_floating_point()) {
@@ -318,6 +335,11 @@ absl::StatusOr<TensorMap> WanFamily::MicroBatchInputs(const NoisyBatch& batch) c
   }
   if (batch.image_embeds.defined()) in["encoder_hidden_states_image"] = batch.image_embeds;
   return in;
+}
+
+at::Tensor WanFamily::LossMask(const NoisyBatch& batch) const {
+  if (batch.conditioning != kWanCleanFirstFrame) return at::Tensor();
+  return WanFirstFrameLossMask(batch.noisy.size(0), batch.noisy.size(2));
 }
 
 bool IsWanModel(const std::string& path, const std::string& config_path) {

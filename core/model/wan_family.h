@@ -49,6 +49,7 @@ class WanFamily : public ModelFamily {
   int64_t LatentTokens(at::IntArrayRef sample_latents) const override;
   absl::Status CheckCacheFits(const CacheContents& cache) const override;
   absl::StatusOr<TensorMap> MicroBatchInputs(const NoisyBatch& batch) const override;
+  at::Tensor LossMask(const NoisyBatch& batch) const override;
 
   absl::StatusOr<std::vector<std::string>> LoraTargets(const std::string& preset_or_list) const override;
   // The original/ComfyUI naming ("diffusion_model.blocks.N.self_attn.q"), core/lora/wan_lora_names.h.

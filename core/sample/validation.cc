@@ -70,6 +70,7 @@ absl::StatusOr<ValidationSet> BuildValidationSet(const JobConfig& job, const Mod
       b.grid_h = s.grid_h;
       b.grid_w = s.grid_w;
       b.guidance = job.guidance;
+      set.loss_masks.push_back(family.LossMask(b));
       set.inputs.push_back(std::move(b));
       set.targets.push_back(noise - x0);
     }
@@ -98,7 +99,8 @@ absl::StatusOr<ValidationResult> RunValidation(const Denoiser& denoiser, const V
                                                 " does not match the target ", ShapeString(set.targets[i].sizes())));
       }
       result.losses[i % nt] +=
-          FlowMatchingLoss(out.to(set.targets[i].device(), at::kFloat), set.targets[i]).item<double>();
+          FlowMatchingLoss(out.to(set.targets[i].device(), at::kFloat), set.targets[i], set.loss_masks[i])
+              .item<double>();
     }
   }
   for (double& l : result.losses) l /= static_cast<double>(set.records);

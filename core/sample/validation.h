@@ -18,9 +18,10 @@ namespace baton {
 
 // Every (record, timestep) evaluation, prepared once: a micro-batch of one sample each.
 struct ValidationSet {
-  std::vector<double> timesteps;    // job.validation.timesteps
-  std::vector<NoisyBatch> inputs;   // [record · T + timestep index]
-  std::vector<at::Tensor> targets;  // ε − x0, the cached latents' shape with a batch of 1
+  std::vector<double> timesteps;       // job.validation.timesteps
+  std::vector<NoisyBatch> inputs;      // [record · T + timestep index]
+  std::vector<at::Tensor> targets;     // ε − x0, the cached latents' shape with a batch of 1
+  std::vector<at::Tensor> loss_masks;  // ModelFamily::LossMask of each input (undefined: the whole target)
   int64_t records = 0;
 };
 

@@ -129,6 +129,7 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
     batch.guidance = job_.guidance;
     mb.target = noise - x0;
     ASSIGN_OR_RETURN(mb.model_inputs, family_->MicroBatchInputs(batch));
+    mb.loss_mask = family_->LossMask(batch);
     mb.dropout_seed = MicroBatchDropoutSeed(DropoutBaseSeed(job_.seed), step, i);
     out.push_back(std::move(mb));
   }

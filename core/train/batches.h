@@ -26,6 +26,7 @@ struct MicroBatch {
   // txt_ids.
   TensorMap model_inputs;
   at::Tensor target;          // ε − x0, the cached latents' shape with the batch first (FLUX.2: [b, Si, C])
+  at::Tensor loss_mask;       // ModelFamily::LossMask: the target elements the loss covers; undefined = all
   uint64_t dropout_seed = 0;  // LoRA dropout masks for this micro-batch
 };
 

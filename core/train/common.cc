@@ -18,8 +18,11 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "' (fp32, bf16 or fp16)"));
 }
 
-at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target) {
-  return (pred.to(at::kFloat) - target.to(pred.device(), at::kFloat)).pow(2).mean();
+at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target, const at::Tensor& loss_mask) {
+  at::Tensor squared = (pred.to(at::kFloat) - target.to(pred.device(), at::kFloat)).pow(2);
+  if (!loss_mask.defined()) return squared.mean();
+  at::Tensor mask = loss_mask.to(pred.device(), at::kFloat).expand_as(squared);
+  return (squared * mask).sum() / mask.sum();
 }
 
 absl::StatusOr<std::unique_ptr<JsonlWriter>> JsonlWriter::Open(const std::string& path, bool append) {

@@ -18,8 +18,9 @@ namespace baton {
 
 absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);  // fp32 | bf16 | fp16
 
-// Flow-matching loss: mean squared error in fp32. pred, target: the same shape ([b, Si, C] for FLUX.2).
-at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target);
+// Flow-matching loss: mean squared error in fp32. pred, target: the same shape ([b, Si, C] for FLUX.2). A defined
+// `loss_mask` (0/1, broadcastable to the target: ModelFamily::LossMask) averages over the elements it keeps only.
+at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target, const at::Tensor& loss_mask = {});
 
 // One JSON object per line, flushed after each line so a crash loses nothing already logged.
 class JsonlWriter {

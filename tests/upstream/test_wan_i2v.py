@@ -10,8 +10,10 @@ Cases:
   (the mask + first-frame latents; with last_image for first-last-frame; the clean first-frame latents with
   expand_timesteps);
 - one training step: `baton step-grads` (the forward and backward passes of `baton train-local`) against diffusers'
-  WanTransformer3DModel with the same peft LoRA, fed cat(noisy, condition) built here from the cache records, the
-  step's noise and timesteps; per micro-batch loss and every LoRA gradient.
+  WanTransformer3DModel with the same peft LoRA, fed the input built here from the cache records, the step's noise
+  and timesteps as WanImageToVideoPipeline.__call__ builds it (I2V: cat(noisy, condition); TI2V: the clean first frame
+  at per-token timestep 0, and a loss without that frame, as DiffSynth-Studio's FlowMatchSFTLoss); the loss and every
+  LoRA gradient.
 Tolerance: 1e-4 relative (max |a - e| / max |e|), fp32 on both sides.
 """
 
@@ -122,48 +124,66 @@ class WanI2vRefereeTest(unittest.TestCase):
     def test_ti2v_clean_first_frame_matches_prepare_latents(self):
         self.check_conditioning("wan-ti2v-tiny", "first-frame", "wan_clean_first_frame", expand=True)
 
-    def test_training_step_loss_and_lora_gradients_match_diffusers_peft(self):
-        root, _, _ = self.build("wan-i2v-tiny", "auto", seed=5)
+    def test_i2v_training_step_matches_diffusers_peft(self):
+        self.check_step("wan-i2v-tiny", "auto", expand=False)
+
+    def test_ti2v_training_step_matches_diffusers_peft(self):
+        self.check_step("wan-ti2v-tiny", "first-frame", expand=True)
+
+    def reference_model(self, root):
+        """diffusers' transformer (saved over the folder's) with a random peft LoRA, and that LoRA's file."""
         pipeline = os.path.join(root, "pipeline")
         with open(os.path.join(pipeline, "transformer", "config.json")) as f:
             config = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
         torch.manual_seed(7)
         model = WanTransformer3DModel(**config).eval()
         model.save_pretrained(os.path.join(pipeline, "transformer"))
-        # A LoRA with both factors random (B = 0 would leave every lora_A gradient zero), saved as diffusers does.
+        # Both factors random (B = 0 would leave every lora_A gradient zero), saved as diffusers does.
         model.add_adapter(LoraConfig(r=4, lora_alpha=4, target_modules=TARGETS, init_lora_weights=False))
         lora = {n.replace(".default", ""): p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
-        init = os.path.join(root, "init_lora")
-        WanPipeline.save_lora_weights(init, transformer_lora_layers=lora)
+        WanPipeline.save_lora_weights(os.path.join(root, "init_lora"), transformer_lora_layers=lora)
+        return model, os.path.join(root, "init_lora", "pytorch_lora_weights.safetensors")
+
+    def baton_step(self, root, init):
         job = os.path.join(root, "job.yaml")
         with open(job, "w") as f:
-            f.write(f"model: {pipeline}\ndataset: {os.path.join(root, 'cache')}\n"
-                    f"lora: {{rank: 4, alpha: 4, targets: '{','.join(TARGETS)}'}}\n"
-                    f"init_lora: {os.path.join(init, 'pytorch_lora_weights.safetensors')}\n"
+            f.write(f"model: {os.path.join(root, 'pipeline')}\ndataset: {os.path.join(root, 'cache')}\n"
+                    f"lora: {{rank: 4, alpha: 4, targets: '{','.join(TARGETS)}'}}\ninit_lora: {init}\n"
                     "timesteps: {sampling: none, shift: 5}\nsteps: 1\nbatch_size: 2\nmicro_batches: 1\nseed: 11\n")
         out = os.path.join(root, "grads.safetensors")
         referee.baton("step-grads", "--job", job, "--output", out)
-        got = load_file(out)
+        return load_file(out)
 
+    def check_step(self, variant, conditioning, expand):
+        root, _, _ = self.build(variant, conditioning, seed=5)
+        model, init = self.reference_model(root)
+        got = self.baton_step(root, init)
         with open(os.path.join(root, "cache", "index.json")) as f:
             records = json.load(f)["records"]
         cache = [load_file(os.path.join(root, "cache", r["file"])) for r in records]
         samples = got["mb0/samples"].tolist()
-        x0 = torch.stack([cache[i]["latents"] for i in samples])
-        condition = torch.stack([cache[i]["condition"] for i in samples])
-        text = torch.stack([cache[i]["prompt_embeds"] for i in samples])
-        timestep = got["mb0/in/timestep"]
-        target = got["mb0/target"]
-        sigma = (timestep / 1000).view(-1, 1, 1, 1, 1)
-        noisy = (1 - sigma) * x0 + sigma * (target + x0)
-        hidden = torch.cat([noisy, condition], 1)  # WanImageToVideoPipeline.__call__: noise 16, mask 4, image 16
+        x0, condition, text = (torch.stack([cache[i][k] for i in samples])
+                               for k in ("latents", "condition", "prompt_embeds"))
+        timestep, target = got["mb0/in/timestep"], got["mb0/target"]
+        sigma = (timestep if timestep.dim() == 1 else timestep[:, -1]) / 1000
+        noisy = (1 - sigma.view(-1, 1, 1, 1, 1)) * x0 + sigma.view(-1, 1, 1, 1, 1) * (target + x0)
+        if expand:  # WanImageToVideoPipeline.__call__ with expand_timesteps: frame 0 clean, its tokens at t = 0
+            mask = torch.ones(1, 1, *x0.shape[2:])
+            mask[:, :, 0] = 0
+            hidden = (1 - mask) * condition + mask * noisy
+            expected_t = torch.stack([(mask[0][0][:, ::2, ::2] * 1000 * s).flatten() for s in sigma])
+            self.assertLess(referee.max_rel_error(timestep, expected_t), 1e-6)
+        else:  # cat(noise 16, mask 4, image 16)
+            hidden = torch.cat([noisy, condition], 1)
         self.assertLess(referee.max_rel_error(got["mb0/in/hidden_states"], hidden), 1e-6)
 
         pred = model(hidden_states=hidden, timestep=timestep, encoder_hidden_states=text).sample
-        loss = torch.nn.functional.mse_loss(pred.float(), target)
+        # DiffSynth-Studio's FlowMatchSFTLoss drops the given first frame from prediction and target.
+        keep = slice(1, None) if expand else slice(None)
+        loss = torch.nn.functional.mse_loss(pred.float()[:, :, keep], target[:, :, keep])
         loss.backward()
         loss_err = abs(got["mb0/loss"].item() - loss.item()) / abs(loss.item())
-        print(f"step loss: baton {got['mb0/loss'].item():.8f} diffusers {loss.item():.8f} rel {loss_err:.2e}")
+        print(f"{variant} step loss: baton {got['mb0/loss'].item():.8f} diffusers {loss.item():.8f} rel {loss_err:.2e}")
         self.assertLess(loss_err, TOLERANCE)
         grads = {n.replace(".default", ""): p.grad for n, p in model.named_parameters() if "lora_" in n}
         self.assertEqual(len(grads), len([k for k in got if k.startswith("grad/")]))
@@ -172,7 +192,7 @@ class WanI2vRefereeTest(unittest.TestCase):
             key = "grad/" + name.removeprefix("transformer.")
             self.assertIn(key, got)
             worst = max(worst, referee.max_rel_error(got[key], expected))
-        print(f"{len(grads)} LoRA gradients: worst rel err {worst:.2e}")
+        print(f"{variant}: {len(grads)} LoRA gradients, worst rel err {worst:.2e}")
         self.assertLess(worst, TOLERANCE)
 
 
