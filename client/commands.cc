@@ -18,6 +18,7 @@
 #include "client/lora_convert_command.h"
 #include "client/quantize_command.h"
 #include "client/sample_command.h"
+#include "client/scheduler_command.h"
 #include "client/stage_forward.h"
 #include "client/step_grads_command.h"
 #include "client/tokenize_command.h"
@@ -402,6 +403,7 @@ const std::vector<Command>& AllCommands() {
       TokenizeCommand(),
       QuantizeCommand(),
       LoraConvertCommand(),
+      SchedulerReplayCommand(),
       HealthCommand(),
       CertsCommand(),
   };
