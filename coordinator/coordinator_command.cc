@@ -8,6 +8,7 @@
 #include <string>
 
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/expert_runs.h"
 #include "coordinator/job_service.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/metrics/metrics_server.h"
@@ -66,7 +67,7 @@ int RunOneJob(const CoordinatorCommand& command, CoordinatorOptions options, boo
   }
   if (metrics) AddMetricsHooks(JobName(*job), &options.hooks);
   options.hooks.stop = command.stop;
-  auto result = RunCoordinator(*job, options);
+  auto result = RunCoordinatorJob(*job, options);
   const int sig = command.signal != nullptr ? command.signal->load() : 0;
   if (!result.ok()) {
     std::fprintf(stderr, "coordinator: %s\n", result.status().ToString().c_str());
@@ -82,10 +83,12 @@ int RunOneJob(const CoordinatorCommand& command, CoordinatorOptions options, boo
     return 128 + sig;
   }
   if (!result->steps.empty()) {
+    // Two experts: each run wrote its own folder; the last one's steps are reported.
+    const std::string dir = job->expert == "both" ? options.output_dir + "/{high_noise,low_noise}" : options.output_dir;
     std::printf("done: loss %.5f → %.5f over steps %lld..%lld; wrote %s/lora.safetensors and %s/train_log.jsonl\n",
                 result->steps.front().loss, result->steps.back().loss,
                 static_cast<long long>(result->steps.front().step), static_cast<long long>(result->steps.back().step),
-                options.output_dir.c_str(), options.output_dir.c_str());
+                dir.c_str(), dir.c_str());
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/expert_runs.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
@@ -180,7 +181,7 @@ void JobQueue::RunOne(int64_t id) {
   // The service outlives its jobs: an exception that escapes a run fails that job, not the process.
   absl::StatusOr<CoordinatorResult> result = absl::InternalError("no result");
   try {
-    result = RunCoordinator(*config, options);
+    result = RunCoordinatorJob(*config, options);
   } catch (const std::exception& e) {
     result = absl::InternalError(absl::StrCat("the run threw: ", e.what()));
   }

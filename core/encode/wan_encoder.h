@@ -69,7 +69,8 @@ bool IsWanPipelineFolder(const std::string& dir);
 // text_encoder/ (UMT5EncoderModel), tokenizer/ (a small real Unigram tokenizer.json + tokenizer_config.json) and
 // scheduler/ (UniPCMultistepScheduler, flow prediction, as Wan 2.1 ships).
 // variant "i2v": a WanImageToVideoPipeline of the Wan 2.2 I2V-A14B kind (a 2·z + 4 channel transformer, no image
-// encoder); "ti2v": a WanPipeline with expand_timesteps (Wan 2.2 TI2V-5B's image-to-video mode); "t2v" (default).
+// encoder); "i2v-a14b": the same with both experts (transformer/ high noise, transformer_2/ low noise, boundary_ratio
+// 0.9); "ti2v": a WanPipeline with expand_timesteps (Wan 2.2 TI2V-5B's image-to-video mode); "t2v" (default).
 absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const std::string& variant = "t2v");
 
 // The tiny Unigram tokenizer.json WriteTinyWanPipeline writes: T5's layout (<pad>/</s>/<unk> added tokens, Metaspace

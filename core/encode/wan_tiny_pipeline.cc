@@ -82,31 +82,33 @@ std::string TinyUnigramTokenizerJson() {
   return j.dump(1);
 }
 
-absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const std::string& variant) {
-  if (variant != "t2v" && variant != "i2v" && variant != "ti2v") {
-    return absl::InvalidArgumentError(absl::StrCat("tiny Wan pipeline variant '", variant, "': t2v, i2v or ti2v"));
-  }
-  RETURN_IF_ERROR(MakeDirs(dir));
-  const WanVaeConfig vae = TinyWanVaeConfig();
-  const Umt5Config text = TinyUmt5Config(256);
-  WanConfig transformer;  // the Wan 2.1 T2V architecture at D = 24
-  transformer.num_attention_heads = 2;
-  transformer.attention_head_dim = 12;
-  transformer.in_channels = variant == "i2v" ? 2 * vae.z_dim + 4 : vae.z_dim;  // noisy + mask + first frame
-  transformer.out_channels = vae.z_dim;
-  transformer.text_dim = text.d_model;
-  transformer.ffn_dim = 32;
-  transformer.num_layers = 3;
-  transformer.rope_max_seq_len = 32;
-  RETURN_IF_ERROR(WriteRandomWanWeights(transformer, JoinPath(dir, "transformer"), MixSeed(seed, 1)));
-  RETURN_IF_ERROR(WriteRandomWanVae(vae, JoinPath(dir, "vae"), MixSeed(seed, 2)));
-  RETURN_IF_ERROR(WriteRandomUmt5Encoder(text, JoinPath(dir, "text_encoder"), MixSeed(seed, 3)));
+namespace {
+
+// The transformer of a tiny pipeline: the Wan 2.1 T2V architecture at D = 24, 3 blocks, over the tiny VAE's latents
+// (image-to-video kinds: noisy + mask + first-frame latents) and the tiny umT5's width.
+WanConfig TinyTransformer(const std::string& variant, const WanVaeConfig& vae, const Umt5Config& text) {
+  WanConfig t;
+  t.num_attention_heads = 2;
+  t.attention_head_dim = 12;
+  t.in_channels = variant == "t2v" || variant == "ti2v" ? vae.z_dim : 2 * vae.z_dim + 4;
+  t.out_channels = vae.z_dim;
+  t.text_dim = text.d_model;
+  t.ffn_dim = 32;
+  t.num_layers = 3;
+  t.rope_max_seq_len = 32;
+  return t;
+}
+
+absl::Status WriteTinyTokenizer(const std::string& dir) {
   RETURN_IF_ERROR(MakeDirs(JoinPath(dir, "tokenizer")));
   RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "tokenizer/tokenizer.json"), TinyUnigramTokenizerJson()));
   nlohmann::ordered_json tokenizer_config = {
       {"tokenizer_class", "T5Tokenizer"}, {"pad_token", "<pad>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"},
       {"model_max_length", 512},          {"extra_ids", 0}};
-  RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "tokenizer/tokenizer_config.json"), tokenizer_config.dump(2)));
+  return WriteFileAtomic(JoinPath(dir, "tokenizer/tokenizer_config.json"), tokenizer_config.dump(2));
+}
+
+absl::Status WriteTinyScheduler(const std::string& dir) {
   RETURN_IF_ERROR(MakeDirs(JoinPath(dir, "scheduler")));
   nlohmann::ordered_json scheduler = {{"_class_name", "UniPCMultistepScheduler"},
                                       {"num_train_timesteps", 1000},
@@ -116,20 +118,50 @@ absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const s
                                       {"solver_order", 2},
                                       {"solver_type", "bh2"},
                                       {"lower_order_final", true}};
-  RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "scheduler/scheduler_config.json"), scheduler.dump(2)));
-  nlohmann::ordered_json index = {{"_class_name", variant == "i2v" ? "WanImageToVideoPipeline" : "WanPipeline"},
+  return WriteFileAtomic(JoinPath(dir, "scheduler/scheduler_config.json"), scheduler.dump(2));
+}
+
+nlohmann::ordered_json TinyModelIndex(const std::string& variant) {
+  const bool i2v = variant == "i2v" || variant == "i2v-a14b";
+  nlohmann::ordered_json index = {{"_class_name", i2v ? "WanImageToVideoPipeline" : "WanPipeline"},
                                   {"_diffusers_version", "0.33.0"},
                                   {"scheduler", {"diffusers", "UniPCMultistepScheduler"}},
                                   {"text_encoder", {"transformers", "UMT5EncoderModel"}},
                                   {"tokenizer", {"transformers", "T5TokenizerFast"}},
                                   {"transformer", {"diffusers", "WanTransformer3DModel"}},
                                   {"vae", {"diffusers", "AutoencoderKLWan"}}};
-  if (variant == "i2v") {  // as Wan2.2-I2V-A14B-Diffusers: no CLIP image branch
+  if (i2v) {  // as Wan2.2-I2V-A14B-Diffusers: no CLIP image branch
     index["image_encoder"] = {nullptr, nullptr};
     index["image_processor"] = {nullptr, nullptr};
   }
+  if (variant == "i2v-a14b") {  // the low-noise expert, and I2V-A14B's switch at t = 900
+    index["transformer_2"] = {"diffusers", "WanTransformer3DModel"};
+    index["boundary_ratio"] = 0.9;
+  }
   if (variant == "ti2v") index["expand_timesteps"] = true;
-  return WriteFileAtomic(JoinPath(dir, "model_index.json"), index.dump(2));
+  return index;
+}
+
+}  // namespace
+
+absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const std::string& variant) {
+  if (variant != "t2v" && variant != "i2v" && variant != "i2v-a14b" && variant != "ti2v") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tiny Wan pipeline variant '", variant, "': t2v, i2v, i2v-a14b or ti2v"));
+  }
+  RETURN_IF_ERROR(MakeDirs(dir));
+  const WanVaeConfig vae = TinyWanVaeConfig();
+  const Umt5Config text = TinyUmt5Config(256);
+  const WanConfig transformer = TinyTransformer(variant, vae, text);
+  RETURN_IF_ERROR(WriteRandomWanWeights(transformer, JoinPath(dir, "transformer"), MixSeed(seed, 1)));
+  if (variant == "i2v-a14b") {
+    RETURN_IF_ERROR(WriteRandomWanWeights(transformer, JoinPath(dir, "transformer_2"), MixSeed(seed, 4)));
+  }
+  RETURN_IF_ERROR(WriteRandomWanVae(vae, JoinPath(dir, "vae"), MixSeed(seed, 2)));
+  RETURN_IF_ERROR(WriteRandomUmt5Encoder(text, JoinPath(dir, "text_encoder"), MixSeed(seed, 3)));
+  RETURN_IF_ERROR(WriteTinyTokenizer(dir));
+  RETURN_IF_ERROR(WriteTinyScheduler(dir));
+  return WriteFileAtomic(JoinPath(dir, "model_index.json"), TinyModelIndex(variant).dump(2));
 }
 
 }  // namespace baton

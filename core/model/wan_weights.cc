@@ -20,11 +20,8 @@
 #include "core/util/status.h"
 
 namespace baton {
-namespace {
 
-// The folder holding the requested transformer (diffusers pipeline: transformer/ or transformer_2/; original
-// Wan 2.2 A14B: high_noise_model/ or low_noise_model/), or `path` itself.
-absl::StatusOr<std::string> ExpertDir(const std::string& path, WanExpert expert) {
+absl::StatusOr<std::string> WanExpertDir(const std::string& path, WanExpert expert) {
   if (!IsDirectory(path)) return path;
   const bool has_config = PathExists(JoinPath(path, "config.json"));
   for (const auto& [high, low] : std::vector<std::pair<std::string, std::string>>{
@@ -41,6 +38,8 @@ absl::StatusOr<std::string> ExpertDir(const std::string& path, WanExpert expert)
   }
   return path;
 }
+
+namespace {
 
 // The safetensors files of an original Wan folder: an index, diffusion_pytorch_model.safetensors, or the one
 // .safetensors file it holds.
@@ -89,7 +88,7 @@ absl::StatusOr<std::unique_ptr<WanCheckpoint>> WanCheckpoint::Open(const std::st
                                                                    const std::string& config_path, WanExpert expert) {
   if (!PathExists(path)) return absl::NotFoundError(absl::StrCat("model path does not exist: ", path));
   std::unique_ptr<WanCheckpoint> ckpt(new WanCheckpoint());
-  ASSIGN_OR_RETURN(ckpt->path_, ExpertDir(path, expert));
+  ASSIGN_OR_RETURN(ckpt->path_, WanExpertDir(path, expert));
   const std::string& dir = ckpt->path_;
   std::vector<std::string> files;
   std::string cfg = config_path;

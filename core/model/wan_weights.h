@@ -28,6 +28,10 @@ struct WanExperts {
                                 // go to the high-noise expert, as diffusers' WanPipeline switches
 };
 absl::StatusOr<WanExperts> DescribeWanExperts(const std::string& path);
+// The folder holding one expert's transformer: a diffusers pipeline's transformer/ (high, and the default) or
+// transformer_2/ (low); an original A14B folder's high_noise_model/ or low_noise_model/; else `path` itself.
+// NotFound for the low-noise expert of a folder that has one transformer.
+absl::StatusOr<std::string> WanExpertDir(const std::string& path, WanExpert expert);
 
 // Accepted sources:
 //   - a diffusers transformer folder (config.json + diffusion_pytorch_model.safetensors, or shards + index);

@@ -196,11 +196,15 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                                            "seed",       "checkpoint_every", "dtype",     "devices",
                                            "guidance",   "save_bfl",         "threads",   "memory_per_stage",
                                            "encode",     "wire_dtype",       "quantize",  "chunks",
-                                           "name",       "validation",       "samples",   "deterministic"}));
+                                           "name",       "validation",       "samples",   "deterministic",
+                                           "expert"}));
   RETURN_IF_ERROR(r.Get(root, "name", &job.name));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
   RETURN_IF_ERROR(r.Get(root, "model_config", &job.model_config));
+  RETURN_IF_ERROR(r.Get(root, "expert", &job.expert));
+  RETURN_IF_ERROR(r.Check(job.expert.empty() || job.expert == "high" || job.expert == "low" || job.expert == "both",
+                          root, "expert", "must be high, low or both (the experts of a Wan 2.2 A14B folder)"));
   RETURN_IF_ERROR(r.Get(root, "dataset", &job.dataset));
   RETURN_IF_ERROR(r.Check(!job.dataset.empty(), root, "dataset", "is required (an encoded cache folder)"));
   RETURN_IF_ERROR(r.Get(root, "steps", &job.steps));
@@ -350,6 +354,7 @@ std::string JobHash(const JobConfig& j) {
   if (!j.init_lora.empty()) absl::StrAppend(&s, "|init_lora=", j.init_lora);
   if (j.wire_dtype != "none") absl::StrAppend(&s, "|wire_dtype=", j.wire_dtype);
   if (j.quantize != "none") absl::StrAppend(&s, "|quantize=", j.quantize);  // absent: older hashes stay valid
+  if (!j.expert.empty()) absl::StrAppend(&s, "|expert=", j.expert);
   return absl::StrFormat("%016x", HashName(s));
 }
 

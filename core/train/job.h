@@ -91,6 +91,7 @@ struct SamplesConfig {
 // A job file, with example values:
 //   model: out/demo/pipeline            # diffusers transformer or pipeline folder, or a BFL .safetensors
 //   model_config: ""                    # config.json for a BFL single file
+//   expert: both                        # Wan 2.2 A14B: high | low | both (one LoRA per expert, core/train/experts.h)
 //   dataset: out/demo/cache             # encoded cache (core/data/cache.h)
 //   lora: {rank: 8, alpha: 8, targets: attention, dropout: 0.0}
 //   init_lora: ""                       # optional LoRA file to start from (same targets and rank as `lora`)
@@ -109,6 +110,9 @@ struct JobConfig {
   std::string name;    // the job's `name:` key; empty = JobName() uses the file's stem
   std::string model;
   std::string model_config;
+  // Wan 2.2 A14B (two experts): which the job trains, "high" | "low" | "both" (core/train/experts.h); "" = the folder's
+  // default transformer, its timesteps as configured.
+  std::string expert;
   std::string dataset;
   LoraSpec lora;  // targets resolved; seed = job seed
   std::string lora_targets = "attention";

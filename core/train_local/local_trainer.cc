@@ -3,6 +3,7 @@
 #include <absl/strings/str_cat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <optional>
 
 #include "core/data/cache.h"
@@ -15,6 +16,7 @@
 #include "core/train/adamw.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
+#include "core/train/experts.h"
 #include "core/train/init_lora.h"
 #include "core/train/local_step.h"
 #include "core/util/files.h"
@@ -82,9 +84,23 @@ absl::StatusOr<LocalRun> OpenLocalRun(const JobConfig& job) {
   return run;
 }
 
+// The LoRA, train log and samples of one run (a job, or one expert of a two-expert job) in `output_dir`.
+absl::StatusOr<LocalTrainResult> RunOneLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
+                                                     const std::function<void(const StepRecord&)>& on_step);
+
+// The one run a job without `expert: both` is (its expert's, for high or low).
+absl::StatusOr<JobConfig> SingleRunJob(const JobConfig& job) {
+  ASSIGN_OR_RETURN(std::vector<ExpertRun> runs, PlanExpertRuns(job, "", job.steps));
+  if (runs.size() != 1) {
+    return absl::InvalidArgumentError("expert: both is two runs; give step-grads a job with expert: high or low");
+  }
+  return runs[0].job;
+}
+
 }  // namespace
 
-absl::StatusOr<StepGradients> ComputeStepGradients(const JobConfig& job, int64_t step) {
+absl::StatusOr<StepGradients> ComputeStepGradients(const JobConfig& job_file, int64_t step) {
+  ASSIGN_OR_RETURN(JobConfig job, SingleRunJob(job_file));
   ASSIGN_OR_RETURN(LocalRun run, OpenLocalRun(job));
   StepGradients out;
   out.lora = run.master;
@@ -98,6 +114,25 @@ absl::StatusOr<StepGradients> ComputeStepGradients(const JobConfig& job, int64_t
 absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
                                                   const std::function<void(const StepRecord&)>& on_step) {
   if (steps <= 0) steps = job.steps;
+  ASSIGN_OR_RETURN(std::vector<ExpertRun> runs, PlanExpertRuns(job, output_dir, steps));
+  LocalTrainResult all;
+  for (const ExpertRun& run : runs) {
+    if (!run.name.empty()) {
+      std::printf("expert %s: %lld of %lld steps, timesteps [%g, %g], %s -> %s\n", run.name.c_str(),
+                  static_cast<long long>(run.steps), static_cast<long long>(steps), run.job.timesteps.min,
+                  run.job.timesteps.max, run.job.model.c_str(), run.output_dir.c_str());
+    }
+    if (run.steps == 0) continue;
+    ASSIGN_OR_RETURN(LocalTrainResult one, RunOneLocalTraining(run.job, run.output_dir, run.steps, on_step));
+    all.steps.insert(all.steps.end(), one.steps.begin(), one.steps.end());
+  }
+  return all;
+}
+
+namespace {
+
+absl::StatusOr<LocalTrainResult> RunOneLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
+                                                     const std::function<void(const StepRecord&)>& on_step) {
   ASSIGN_OR_RETURN(LocalRun run, OpenLocalRun(job));
   LocalModel& model = run.model;
   const ModelFamily* family = run.family.get();
@@ -135,5 +170,7 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
   RETURN_IF_ERROR(SaveLoraOutputs(output_dir, master, job, steps, *family));
   return result;
 }
+
+}  // namespace
 
 }  // namespace baton
