@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "client/certs_command.h"
+#include "client/clip_command.h"
 #include "client/debug_commands.h"
 #include "client/health_command.h"
 #include "client/input_checks.h"
@@ -403,6 +404,7 @@ const std::vector<Command>& AllCommands() {
       SampleTimestepsCommand(),
       StepGradsCommand(),
       TokenizeCommand(),
+      ClipEncodeImageCommand(),
       QuantizeCommand(),
       LoraConvertCommand(),
       SchedulerReplayCommand(),

@@ -72,6 +72,7 @@ ALLOWED = [
     ("core/encode", "core/text", "prompts go through the text encoders"),
     ("core/encode", "core/vae", "images and clips go through the VAE encoders"),
     ("core/encode", "core/image", "it encodes images"),
+    ("core/encode", "core/tensor", "the CLIP image encoder's checkpoint is checked and loaded through checked_load"),
     ("core/encode", "core/model", "the tiny pipelines write a random transformer beside the encoders"),
     # Training: jobs, batches, the optimizer, one step.
     ("core/train", "core/model", "a step runs a ModelFamily's stage"),
