@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "client/local_model.h"
+#include "client/wan_sample_command.h"
 #include "core/image/image.h"
-#include "core/lora/lora.h"
+#include "core/model/wan_family.h"
 #include "core/sample/flux2_sampler.h"
 #include "core/sample/model_denoiser.h"
 #include "core/sample/prompt_embeds.h"
@@ -66,28 +68,6 @@ absl::StatusOr<at::Tensor> PromptEmbeddings(const Args& args, const std::string&
   return embeds.at(0);
 }
 
-// The model in this process: the whole transformer with the LoRA file's adapters attached.
-struct LocalModel {
-  std::unique_ptr<ModelFamily> family;
-  std::unique_ptr<ShellModel> shell;
-  std::unique_ptr<StageModel> stage;
-};
-
-absl::StatusOr<LocalModel> OpenLocal(const Args& args, at::ScalarType dtype) {
-  LocalModel m;
-  ASSIGN_OR_RETURN(m.family, OpenModel(args.Get("model")));
-  ASSIGN_OR_RETURN(m.shell, m.family->BuildShell(dtype, at::kCPU));
-  ASSIGN_OR_RETURN(m.stage,
-                   m.family->BuildStage(m.family->FullRange(), dtype, at::kCPU, nullptr, false, WeightQuant::kNone));
-  if (args.Has("lora")) {
-    ASSIGN_OR_RETURN(double scale, args.GetDouble("lora-scale"));
-    ASSIGN_OR_RETURN(auto lora, LoadLoraFile(args.Get("lora")));
-    auto attached = AttachLoraWeights(m.stage->module(), lora, scale);
-    if (!attached.ok()) return Annotate(attached.status(), args.Get("lora"));
-  }
-  return m;
-}
-
 }  // namespace
 
 absl::Status Sample(const Args& args) {
@@ -95,6 +75,7 @@ absl::Status Sample(const Args& args) {
   ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads"));
   SetComputeThreads(static_cast<int>(threads));
   const std::string pipeline = args.Get("model");
+  if (IsWanModel(pipeline)) return SampleWanVideo(args);
   ASSIGN_OR_RETURN(auto size, ParseSize(args.Get("size")));
   Flux2SampleSettings s;
   s.width = size.first;
@@ -124,7 +105,7 @@ absl::Status Sample(const Args& args) {
     ASSIGN_OR_RETURN(session, StageSession::Start(so, driver));
     denoiser = session->denoiser();
   } else {
-    ASSIGN_OR_RETURN(local, OpenLocal(args, dtype));
+    ASSIGN_OR_RETURN(local, OpenLocalModel(args, dtype));
     denoiser = ModelDenoiser(*local.family, *local.shell, *local.stage, dtype, at::kCPU);
   }
   // One line rewritten in place on a terminal; one line per step in a log.

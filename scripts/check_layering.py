@@ -88,6 +88,7 @@ ALLOWED = [
     ("core/sample", "core/encode", "sample prompts are encoded"),
     ("core/sample", "core/vae", "samples are decoded"),
     ("core/sample", "core/image", "samples are written as images"),
+    ("core/sample", "core/video", "Wan samples are written as MP4 videos"),
     ("core/sample", "core/data", "validation reads the validation cache"),
     ("core/sample", "core/tensor", "prompt embeddings are kept as safetensors"),
     # `baton train-local`: training with its samples and validation in one process, the pipeline's reference.

@@ -1,0 +1,194 @@
+#include "client/wan_sample_command.h"
+
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_split.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "client/local_model.h"
+#include "core/encode/wan_encoder.h"
+#include "core/model/wan_config.h"
+#include "core/model/wan_i2v.h"
+#include "core/sample/model_denoiser.h"
+#include "core/sample/sample_videos.h"
+#include "core/sample/wan_sampler.h"
+#include "core/tensor/safetensors.h"
+#include "core/train/common.h"
+#include "core/util/files.h"
+#include "core/util/status.h"
+#include "core/vae/wan_vae_config.h"
+#include "core/vae/wan_vae_decoder.h"
+#include "stage_driver/stage_session.h"
+
+namespace baton {
+namespace {
+
+absl::StatusOr<std::pair<int64_t, int64_t>> ParseWanSize(const std::string& text) {
+  std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  int64_t w = 0, h = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &w) || !absl::SimpleAtoi(parts[1], &h)) {
+    return absl::InvalidArgumentError(absl::StrCat("--size ", text, ": expected WxH (e.g. 832x480)"));
+  }
+  return std::make_pair(w, h);
+}
+
+// model_index.json's expand_timesteps (Wan 2.2 TI2V-5B): its image-to-video mode is the clean first frame.
+bool ExpandTimesteps(const std::string& pipeline) {
+  auto text = ReadFile(JoinPath(pipeline, "model_index.json"));
+  if (!text.ok()) return false;
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  return j.is_object() && j.value("expand_timesteps", false) == true;
+}
+
+// What the pipeline's transformer takes: WanEncoderOptions::conditioning for --image (or its absence).
+absl::StatusOr<std::string> ConditioningOption(const Args& args, const WanConfig& t, int64_t z_dim,
+                                               const std::string& pipeline) {
+  const bool concat = t.in_channels == 2 * z_dim + 4;
+  if (!args.Has("image")) {
+    if (concat) {
+      return absl::InvalidArgumentError(absl::StrCat(pipeline, " is an image-to-video model (", t.in_channels,
+                                                     " input channels): give --image, the video's first frame"));
+    }
+    return std::string("none");
+  }
+  if (concat) return std::string("first-frame");
+  if (ExpandTimesteps(pipeline)) return std::string("first-frame");  // TI2V's clean first frame
+  return absl::InvalidArgumentError(absl::StrCat("--image: ", pipeline, " is a text-to-video model (", t.in_channels,
+                                                 " input channels, no expand_timesteps); drop --image"));
+}
+
+// --image resized to the video's size as the pipeline's video_processor does, then the clip
+// WanSampleEncoder::EncodeConditioning takes: the image at frame 0, zeros after it.
+absl::StatusOr<at::Tensor> FirstFramePixels(const std::string& path, int64_t width, int64_t height, int64_t frames) {
+  ASSIGN_OR_RETURN(Image image, ReadImageFile(path));
+  if (image.width != width || image.height != height) {
+    image = ResizeImage(image, static_cast<int>(width), static_cast<int>(height));
+  }
+  at::Tensor first = ImageToPixels(image).unsqueeze(2);  // [1, 3, 1, H, W]
+  return at::cat({first, at::zeros({1, 3, std::max<int64_t>(frames - 1, 1), height, width})}, 2);
+}
+
+// The prompt and negative embeddings: from --prompt_embeds ('prompt_embeds', optionally 'negative_prompt_embeds'
+// [L, D] or [1, L, D]), else --prompt / --negative-prompt through the pipeline's umT5.
+absl::Status Embeddings(const Args& args, bool cfg, WanSampleEncoder& encoder, WanSampleInput& in) {
+  auto squeeze = [](at::Tensor e) { return e.dim() == 3 && e.size(0) == 1 ? e[0] : e; };
+  if (args.Has("prompt_embeds")) {
+    ASSIGN_OR_RETURN(auto tensors, LoadAllSafetensors(args.Get("prompt_embeds")));
+    auto it = tensors.find("prompt_embeds");
+    if (it == tensors.end())
+      return absl::InvalidArgumentError(absl::StrCat(args.Get("prompt_embeds"), ": no tensor 'prompt_embeds'"));
+    in.prompt_embeds = squeeze(it->second.to(at::kFloat));
+    auto neg = tensors.find("negative_prompt_embeds");
+    if (neg != tensors.end()) in.negative_embeds = squeeze(neg->second.to(at::kFloat));
+  } else {
+    if (!args.Has("prompt")) return absl::InvalidArgumentError("give --prompt (or --prompt_embeds)");
+    ASSIGN_OR_RETURN(in.prompt_embeds, encoder.EncodeText(args.Get("prompt")));
+  }
+  if (cfg && !in.negative_embeds.defined()) {
+    ASSIGN_OR_RETURN(in.negative_embeds, encoder.EncodeText(args.Has("negative-prompt") ? args.Get("negative-prompt")
+                                                                                         : ""));
+  }
+  return absl::OkStatus();
+}
+
+struct WanRun {
+  WanSampleSettings settings;
+  WanSampleInput input;
+  WanLatentGrid grid;
+  int64_t frames = 0, width = 0, height = 0;
+};
+
+absl::StatusOr<WanRun> PrepareRun(const Args& args, const std::string& pipeline) {
+  WanRun r;
+  ASSIGN_OR_RETURN(auto size, ParseWanSize(args.Get("size")));
+  r.width = size.first;
+  r.height = size.second;
+  ASSIGN_OR_RETURN(r.frames, args.GetInt("frames"));
+  ASSIGN_OR_RETURN(r.settings.steps, args.GetInt("steps"));
+  ASSIGN_OR_RETURN(r.settings.guidance, args.GetDouble("guidance"));
+  ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed"));
+  ASSIGN_OR_RETURN(r.settings.scheduler, LoadFlowSchedulerConfig(pipeline));
+  const std::string scheduler = args.Get("scheduler");
+  if (scheduler == "euler") {
+    r.settings.scheduler = EulerAlternative(r.settings.scheduler);
+  } else if (scheduler != "pipeline") {
+    return absl::InvalidArgumentError(absl::StrCat("--scheduler ", scheduler, ": expected pipeline or euler"));
+  }
+  ASSIGN_OR_RETURN(WanConfig t, LoadWanConfig(JoinPath(pipeline, "transformer/config.json")));
+  ASSIGN_OR_RETURN(WanVaeConfig vae, LoadWanVaeConfig(JoinPath(pipeline, "vae/config.json")));
+  ASSIGN_OR_RETURN(r.grid, WanSampleGrid(r.frames, r.width, r.height, vae.temporal_factor(), vae.spatial_factor(),
+                                         t.patch_size[1]));
+  r.input.noise = WanInitialNoise(vae.z_dim, r.grid, static_cast<uint64_t>(seed));
+  WanEncoderOptions eo;
+  ASSIGN_OR_RETURN(eo.max_sequence_length, args.GetInt("max_sequence_length"));
+  ASSIGN_OR_RETURN(eo.conditioning, ConditioningOption(args, t, vae.z_dim, pipeline));
+  ASSIGN_OR_RETURN(auto encoder, WanSampleEncoder::Open(pipeline, eo));
+  RETURN_IF_ERROR(Embeddings(args, r.settings.guidance > 1.0, *encoder, r.input));
+  r.input.conditioning = encoder->conditioning();
+  if (!r.input.conditioning.empty()) {
+    if (r.input.conditioning == kWanFirstLastFrame) {
+      return absl::UnimplementedError("first-last-frame (FLF2V) sampling needs a last frame: not built yet");
+    }
+    ASSIGN_OR_RETURN(at::Tensor pixels, FirstFramePixels(args.Get("image"), r.width, r.height, r.frames));
+    ASSIGN_OR_RETURN(ClipConditioning c, encoder->EncodeConditioning(pixels));
+    r.input.condition = c.condition;
+  }
+  return r;
+}
+
+}  // namespace
+
+absl::Status SampleWanVideo(const Args& args) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string pipeline = args.Get("model");
+  ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads"));
+  ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
+  ASSIGN_OR_RETURN(WanRun run, PrepareRun(args, pipeline));
+  LocalModel local;
+  std::unique_ptr<StageSession> session;
+  Denoiser denoiser;
+  if (stages > 0) {  // through local stage workers, as FLUX.2's `baton sample --stages N`
+    StageSessionOptions so;
+    so.model = pipeline;
+    so.lora = args.Has("lora") ? args.Get("lora") : "";
+    so.dtype = args.Get("dtype");
+    so.threads = static_cast<int>(threads);
+    so.tokens = {run.grid.frames * (run.grid.height / 2) * (run.grid.width / 2), run.input.prompt_embeds.size(0)};
+    StageDriverOptions driver;
+    driver.stages = static_cast<int>(stages);
+    driver.quiet = true;
+    ASSIGN_OR_RETURN(session, StageSession::Start(so, driver));
+    denoiser = session->denoiser();
+  } else {
+    ASSIGN_OR_RETURN(local, OpenLocalModel(args, dtype));
+    denoiser = ModelDenoiser(*local.family, *local.shell, *local.stage, dtype, at::kCPU);
+  }
+  const bool tty = ::isatty(STDOUT_FILENO);
+  auto progress = [&](int64_t done, int64_t total) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%sdenoising step %lld/%lld (%.1f s)%s", tty ? "\r" : "", static_cast<long long>(done),
+                static_cast<long long>(total), elapsed, tty ? "" : "\n");
+    std::fflush(stdout);
+  };
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> latents, SampleWan(denoiser, {run.input}, run.settings, progress));
+  if (tty) std::printf("\n");
+  if (session) RETURN_IF_ERROR(session->Stop());
+  at::Tensor z = latents[0].to(at::kCPU);
+  if (args.Has("out_latents")) RETURN_IF_ERROR(WriteSafetensors(args.Get("out_latents"), {{"latents", z}}));
+  ASSIGN_OR_RETURN(auto decoder, WanVaeDecoder::Load(pipeline, at::kFloat, at::kCPU));
+  ASSIGN_OR_RETURN(at::Tensor pixels, decoder->Decode(z));
+  if (args.Has("out_pixels")) RETURN_IF_ERROR(WriteSafetensors(args.Get("out_pixels"), {{"pixels", pixels}}));
+  RETURN_IF_ERROR(WriteSampleVideo(args.Get("out"), VideoFrames(pixels[0])));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("wrote %s (%lldx%lld, %lld frames, %lld steps, %.2f s)\n", args.Get("out").c_str(),
+              static_cast<long long>(run.width), static_cast<long long>(run.height),
+              static_cast<long long>(pixels.size(2)), static_cast<long long>(run.settings.steps), seconds);
+  return absl::OkStatus();
+}
+
+}  // namespace baton
