@@ -54,6 +54,7 @@ std::vector<std::tuple<std::string, std::string, const char*>> TinyWanPipelines(
   return {{"wan-tiny", "t2v", "Wan 2.1 T2V"},
           {"wan-i2v-tiny", "i2v", "Wan 2.2 I2V-A14B kind (36-channel)"},
           {"wan-i2v-a14b-tiny", "i2v-a14b", "Wan 2.2 I2V-A14B kind with both experts"},
+          {"wan-i2v-2.1-tiny", "i2v-2.1", "Wan 2.1 I2V kind (CLIP image branch, image_encoder/)"},
           {"wan-ti2v-tiny", "ti2v", "Wan 2.2 TI2V-5B kind (expand_timesteps)"}};
 }
 
@@ -69,7 +70,8 @@ absl::Status InitWeights(const Args& args) {
     }
     if (args.Get("pipeline") != "tiny") {
       return absl::InvalidArgumentError("--pipeline takes 'tiny' (FLUX.2), 'wan-tiny' (Wan 2.1 T2V), 'wan-i2v-tiny' "
-                                        "(Wan 2.2 I2V-A14B kind), 'wan-i2v-a14b-tiny' (both experts) or 'wan-ti2v-tiny' "
+                                        "(Wan 2.2 I2V-A14B kind), 'wan-i2v-a14b-tiny' (both experts), 'wan-i2v-2.1-tiny' "
+                                        "(Wan 2.1 I2V kind, CLIP) or 'wan-ti2v-tiny' "
                                         "(TI2V-5B kind, expand_timesteps); "
                                         "real pipelines come from their publishers");
     }
@@ -296,8 +298,9 @@ const std::vector<Command>& AllCommands() {
         {"format", "diffusers | bfl", "diffusers"},
         {"shard-mb", "split into shards of at most this many MiB (0 = one file)", "0"},
         {"pipeline",
-         "'tiny' | 'wan-tiny' | 'wan-i2v-tiny' | 'wan-i2v-a14b-tiny' | 'wan-ti2v-tiny': write a complete tiny "
-         "FLUX.2 | Wan (T2V, I2V-A14B kind, with both experts, TI2V-5B kind) pipeline folder to --out"}},
+         "'tiny' | 'wan-tiny' | 'wan-i2v-tiny' | 'wan-i2v-a14b-tiny' | 'wan-i2v-2.1-tiny' | 'wan-ti2v-tiny': write "
+         "a complete tiny FLUX.2 | Wan (T2V, I2V-A14B kind, with both experts, 2.1 I2V kind, TI2V-5B kind) pipeline "
+         "folder to --out"}},
        InitWeights},
       {"synthetic-cache",
        "Write a deterministic synthetic latent/text cache for a model config (until real images are encoded).",

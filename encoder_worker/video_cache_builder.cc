@@ -2,9 +2,12 @@
 
 #include <absl/strings/str_cat.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "core/data/cache.h"
+#include "core/image/image.h"
 #include "core/tensor/shape.h"
 #include "core/util/status.h"
 #include "encoder_worker/cache_build_loop.h"
@@ -12,6 +15,19 @@
 
 namespace baton {
 namespace {
+
+// The clip's pixels with frame 0 replaced by `image_path` scaled to cover the clip's size and center-cropped (as
+// BucketClipToPixels treats each frame): the first frame an image-to-video record is conditioned on.
+absl::StatusOr<at::Tensor> WithFirstFrameFrom(const std::string& image_path, const at::Tensor& pixels) {
+  ASSIGN_OR_RETURN(Image image, ReadImageFile(image_path));
+  const int h = static_cast<int>(pixels.size(3)), w = static_cast<int>(pixels.size(4));
+  const double scale = std::max(static_cast<double>(w) / image.width, static_cast<double>(h) / image.height);
+  Image covered = ResizeImage(image, std::max(w, static_cast<int>(std::ceil(image.width * scale))),
+                              std::max(h, static_cast<int>(std::ceil(image.height * scale))));
+  at::Tensor out = pixels.clone();
+  out.select(2, 0).copy_(ImageToPixels(CenterCrop(covered, w, h)));
+  return out;
+}
 
 // Decodes, buckets and encodes one clip into its record. The bucket string is the pixel "WxHxF" the clip became.
 absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const VideoSample& sample,
@@ -26,7 +42,11 @@ absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const VideoSa
   }
   CacheSample s{latents, text, latents.size(2), latents.size(3), latents.size(1)};
   if (!encoder.conditioning().empty()) {
-    ASSIGN_OR_RETURN(ClipConditioning conditioning, encoder.EncodeConditioning(pixels));
+    at::Tensor first = pixels;
+    if (!sample.image_path.empty()) {
+      ASSIGN_OR_RETURN(first, WithFirstFrameFrom(sample.image_path, pixels));
+    }
+    ASSIGN_OR_RETURN(ClipConditioning conditioning, encoder.EncodeConditioning(first));
     s.condition = conditioning.condition;
     s.image_embeds = conditioning.image_embeds;
   }

@@ -44,6 +44,15 @@ absl::Status HashClipBytes(const std::string& path, bool is_folder, Sha256& h) {
   return absl::OkStatus();
 }
 
+// The first of stem.png, stem.jpg, stem.jpeg in `dir`, or "".
+std::string SidecarImage(const std::string& dir, const std::string& stem) {
+  for (const char* ext : {".png", ".jpg", ".jpeg"}) {
+    const std::string path = JoinPath(dir, stem + ext);
+    if (PathExists(path) && !IsDirectory(path)) return path;
+  }
+  return "";
+}
+
 absl::StatusOr<VideoSample> LoadVideoSample(const std::string& dir, const std::string& name, bool is_folder,
                                             const std::string& trigger, const VideoBucketSpec& spec) {
   VideoSample s;
@@ -63,6 +72,11 @@ absl::StatusOr<VideoSample> LoadVideoSample(const std::string& dir, const std::s
   h.UpdateFramed(trigger);
   h.UpdateFramed(
       absl::StrCat(spec.max_frames, "/", spec.min_frames, "/", spec.stride, "/", spec.target_area, "/", spec.step));
+  s.image_path = SidecarImage(dir, is_folder ? name : fs::path(name).stem().string());
+  if (!s.image_path.empty()) {
+    ASSIGN_OR_RETURN(std::string image, ReadFile(s.image_path));
+    h.UpdateFramed(image);
+  }
   s.content_hash = DigestToHex(h.Finish());
   return s;
 }

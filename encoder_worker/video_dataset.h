@@ -21,8 +21,12 @@ struct VideoSample {
   std::string path;          // dir/name
   std::string caption_path;  // dir/stem.txt
   std::string caption;       // trimmed, trigger applied
+  // Image-to-video: an image beside the clip with its stem ("walk.png", ".jpg" or ".jpeg") is the conditioning first
+  // frame instead of the clip's own; "" = none.
+  std::string image_path;
   // SHA-256 (hex) over "baton-clip-v1", the clip's bytes (a folder: each frame file's name and bytes, sorted),
-  // the raw caption, the trigger and the bucket settings (frames, stride, area, step).
+  // the raw caption, the trigger and the bucket settings (frames, stride, area, step), then the image's bytes when
+  // there is one (a clip without keeps the hash it always had).
   std::string content_hash;
 };
 

@@ -111,6 +111,47 @@ TEST(WanEncoderWorkerTest, BuildsVideoCacheMatchingDirectEncodeAndKeepsUnchanged
   EXPECT_NE(third.output.find("encoded 1, kept 3 unchanged"), std::string::npos) << third.output;
 }
 
+// Image-to-video: each record carries its clip's first-frame conditioning; an image beside the clip (same stem)
+// replaces the clip's own first frame there (and only there), and changing it re-encodes that clip alone.
+TEST(WanEncoderWorkerTest, ImageToVideoConditioningTakesASidecarImageAsTheFirstFrame) {
+  const std::string root = test_util::MakeTempDir("wan_encoder_i2v");
+  const std::string pipeline = JoinPath(root, "pipeline");
+  ASSERT_TRUE(WriteTinyWanPipeline(pipeline, 2, "i2v").ok());
+  const std::string data = JoinPath(root, "data"), cache = JoinPath(root, "cache");
+  ASSERT_TRUE(MakeDirs(data).ok());
+  for (const char* name : {"red_circle_right", "yellow_square_fall"}) {
+    for (const char* ext : {".mp4", ".txt"}) {
+      std::filesystem::copy_file(JoinPath(test_util::SourceDir(), absl::StrCat("data/wan_sample/", name, ext)),
+                                 JoinPath(data, absl::StrCat(name, ext)));
+    }
+  }
+  auto load = [&](const std::string& id) {
+    auto reader = CacheReader::Open(cache);
+    EXPECT_TRUE(reader.ok()) << reader.status();
+    EXPECT_EQ((*reader)->index().conditioning, "wan_first_frame");
+    for (size_t i = 0; i < (*reader)->size(); ++i) {
+      if ((*reader)->index().records[i].id == id) return *(*reader)->Load(i);
+    }
+    ADD_FAILURE() << id;
+    return CacheSample{};
+  };
+  auto first = test_util::RunCommand(Worker(data, cache, pipeline));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const CacheSample own = load("red_circle_right.mp4");
+  ASSERT_EQ(own.condition.size(0), 4 + own.latents.size(0));  // mask, then the first frame's latents
+  Image gray;
+  gray.width = gray.height = 64;
+  gray.pixels.assign(64 * 64 * 3, 128);
+  ASSERT_TRUE(WritePng(JoinPath(data, "red_circle_right.png"), gray).ok());
+  auto second = test_util::RunCommand(Worker(data, cache, pipeline));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("encoded 1, kept 1 unchanged"), std::string::npos) << second.output;
+  const CacheSample sidecar = load("red_circle_right.mp4");
+  EXPECT_TRUE(at::equal(sidecar.latents, own.latents));  // the clip itself is unchanged
+  EXPECT_TRUE(at::equal(sidecar.condition.slice(0, 0, 4), own.condition.slice(0, 0, 4)));
+  EXPECT_GT((sidecar.condition - own.condition).abs().max().item<double>(), 1e-3);
+}
+
 TEST(WanEncoderWorkerTest, ClipWithoutCaptionOrUndecodableFailsAlone) {
   const std::string root = test_util::MakeTempDir("wan_encoder_bad");
   const std::string pipeline = JoinPath(root, "pipeline");

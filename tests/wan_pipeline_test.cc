@@ -72,8 +72,9 @@ void TrainBothWays(const std::string& name, const std::string& pipeline, const s
   ASSERT_TRUE(pp.ok()) << pp.status();
   ASSERT_TRUE(local.ok()) << local.status();
   ASSERT_EQ(pp->size(), local->size());
-  // Attention LoRA on the tiny transformer's 3 blocks: attn1/attn2 to_q, to_k, to_v, to_out.0, A and B each.
-  EXPECT_EQ(pp->size(), 3u * 2 * 4 * 2);
+  // Attention LoRA on the tiny transformer's 3 blocks: attn1/attn2 to_q, to_k, to_v, to_out.0, A and B each (the
+  // CLIP image branch adds attn2.add_k_proj and add_v_proj).
+  EXPECT_EQ(pp->size(), 3u * 2 * (pipeline == "wan-i2v-2.1-tiny" ? 5 : 4) * 2);
   bool moved = false;
   for (const auto& [name, w] : *local) {
     ASSERT_TRUE(pp->count(name)) << name;
@@ -90,6 +91,13 @@ TEST(WanPipelineTest, TwoStagesTrainTheDemoJobAsOneProcessDoes) {
 // Wan 2.2 I2V-A14B's kind: cat(noisy, mask, first-frame latents) into a 2·z + 4 channel patch embedding on stage 0.
 TEST(WanPipelineTest, TwoStagesTrainImageToVideoAsOneProcessDoes) {
   TrainBothWays("wan_pipeline_i2v", "wan-i2v-tiny", "", "wan-i2v-demo", "wan_first_frame");
+}
+
+// Wan 2.1 I2V's kind: the CLIP image embeddings travel once per micro-batch inside the shell's context constant (the
+// image branch takes the last 512 context tokens as text, so the prompts are 512 tokens).
+TEST(WanPipelineTest, TwoStagesTrainWan21ImageToVideoWithClipAsOneProcessDoes) {
+  TrainBothWays("wan_pipeline_i2v21", "wan-i2v-2.1-tiny", " --max_sequence_length 512", "wan-i2v-demo",
+                "wan_first_frame");
 }
 
 // TI2V-5B's image-to-video mode: per-token timesteps on the wire and a loss mask with the last stage's target.

@@ -64,14 +64,19 @@ absl::StatusOr<std::unique_ptr<WanSampleEncoder>> WanSampleEncoder::Open(const s
   ASSIGN_OR_RETURN(WanConfig transformer, PipelineTransformerConfig(pipeline_dir));
   ASSIGN_OR_RETURN(e->conditioning_, ChooseConditioning(options.conditioning, transformer, e->vae_->config().z_dim));
   if (!e->conditioning_.empty() && transformer.has_image_branch()) {
-    return absl::UnimplementedError(absl::StrCat(
-        pipeline_dir, ": this transformer has the CLIP image branch (Wan 2.1 image-to-video, image_dim ",
-        transformer.image_dim, "): caching its image_encoder/ embeddings is not built yet; Wan 2.2 I2V-A14B needs none"));
+    if (options.max_sequence_length != kWanMaxSequenceLength) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          pipeline_dir, ": a transformer with the CLIP image branch (Wan 2.1 I2V) takes the last ", kWanMaxSequenceLength,
+          " context tokens as text, so prompts must be ", kWanMaxSequenceLength, " tokens, not ",
+          options.max_sequence_length));
+    }
+    RETURN_IF_ERROR(e->OpenClip(pipeline_dir, transformer.image_dim));
   }
   // Everything that changes the numbers: the folder's configs and tokenizer, and our settings.
   std::string fingerprint;
-  for (const char* f :
-       {"vae/config.json", "text_encoder/config.json", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json"}) {
+  for (const char* f : {"vae/config.json", "text_encoder/config.json", "tokenizer/tokenizer.json",
+                        "tokenizer/tokenizer_config.json", "image_encoder/config.json",
+                        "image_processor/preprocessor_config.json"}) {
     auto text = ReadFile(JoinPath(pipeline_dir, f));
     if (text.ok()) absl::StrAppend(&fingerprint, *text);
   }
@@ -115,6 +120,9 @@ absl::StatusOr<ClipConditioning> WanSampleEncoder::EncodeConditioning(const at::
   ASSIGN_OR_RETURN(at::Tensor mean, vae_->EncodeMean(video));
   at::Tensor latents = vae_->Normalize(mean).squeeze(0).to(at::kCPU, at::kFloat);  // [z, F' or 1, h, w]
   ClipConditioning out;
+  if (clip_) {
+    ASSIGN_OR_RETURN(out.image_embeds, EncodeFirstFrameImage(first));
+  }
   if (conditioning_ == kWanCleanFirstFrame) {
     out.condition = latents.contiguous();
     return out;
@@ -123,6 +131,39 @@ absl::StatusOr<ClipConditioning> WanSampleEncoder::EncodeConditioning(const at::
                                      conditioning_ == kWanFirstLastFrame, vae_->config().temporal_factor());
   out.condition = at::cat({mask, latents}, 0).contiguous();
   return out;
+}
+
+absl::Status WanSampleEncoder::OpenClip(const std::string& pipeline_dir, int64_t image_dim) {
+  if (conditioning_ == kWanFirstLastFrame) {
+    return absl::UnimplementedError(absl::StrCat(pipeline_dir, ": first-last-frame conditioning with the CLIP image "
+                                                 "branch (Wan 2.1 FLF2V: two images' embeddings) is not built yet"));
+  }
+  ASSIGN_OR_RETURN(ClipFolders folders, FindClipFolders(pipeline_dir));
+  if (folders.image_processor.empty()) {
+    return absl::NotFoundError(absl::StrCat(pipeline_dir, " has image_encoder/ but no image_processor/"));
+  }
+  ASSIGN_OR_RETURN(clip_, ClipVisionEncoder::Load(folders.image_encoder, options_.dtype, options_.device));
+  ASSIGN_OR_RETURN(ClipImageProcessor processor, ClipImageProcessor::Load(folders.image_processor));
+  clip_processor_ = std::make_unique<ClipImageProcessor>(std::move(processor));
+  if (clip_->config().hidden_size != image_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(pipeline_dir, ": image_encoder/ is ", clip_->config().hidden_size,
+                                                   " wide, the transformer's image_dim ", image_dim));
+  }
+  return absl::OkStatus();
+}
+
+// The conditioning frame (pixels [1, 3, 1, H, W] in [-1, 1]) as the 8-bit image it came from, through the pipeline's
+// image processor and CLIP: [tokens, image_dim] fp32.
+absl::StatusOr<at::Tensor> WanSampleEncoder::EncodeFirstFrameImage(const at::Tensor& first) const {
+  at::Tensor rgb = ((first[0].select(1, 0) + 1) * 127.5).round().clamp(0, 255).to(at::kByte).permute({1, 2, 0});
+  Image image;
+  image.height = static_cast<int>(rgb.size(0));
+  image.width = static_cast<int>(rgb.size(1));
+  rgb = rgb.contiguous();
+  image.pixels.assign(rgb.data_ptr<uint8_t>(), rgb.data_ptr<uint8_t>() + rgb.numel());
+  ASSIGN_OR_RETURN(at::Tensor pixel_values, clip_processor_->Preprocess(image));
+  ASSIGN_OR_RETURN(at::Tensor hidden, clip_->PenultimateHiddenStates(pixel_values));
+  return hidden[0].to(at::kCPU, at::kFloat).contiguous();
 }
 
 absl::StatusOr<at::Tensor> WanSampleEncoder::EncodeImage(const Image& image) {

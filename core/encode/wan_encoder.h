@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "core/encode/clip_image_processor.h"
+#include "core/encode/clip_vision.h"
 #include "core/encode/sample_encoder.h"
 #include "core/text/umt5_encoder.h"
 #include "core/text/unigram_tokenizer.h"
@@ -43,6 +45,9 @@ class WanSampleEncoder : public SampleEncoder {
   // frame.
   std::string conditioning() const override { return conditioning_; }
   int64_t condition_channels() const override;
+  // Wan 2.1 I2V (the transformer's CLIP image branch): the first frame's image_encoder/ embeddings, hidden_states[-2]
+  // as WanImageToVideoPipeline.encode_image, through the folder's image_processor/.
+  int64_t image_dim() const override { return clip_ ? clip_->config().hidden_size : 0; }
   absl::StatusOr<ClipConditioning> EncodeConditioning(const at::Tensor& pixels) override;
 
   WanVaeEncoder& vae() { return *vae_; }
@@ -55,6 +60,10 @@ class WanSampleEncoder : public SampleEncoder {
   std::unique_ptr<WanVaeEncoder> vae_;
   std::unique_ptr<Umt5Encoder> text_;
   std::unique_ptr<UnigramTokenizer> tokenizer_;
+  std::unique_ptr<ClipVisionEncoder> clip_;                // with the transformer's image branch only
+  std::unique_ptr<ClipImageProcessor> clip_processor_;
+  absl::Status OpenClip(const std::string& pipeline_dir, int64_t image_dim);
+  absl::StatusOr<at::Tensor> EncodeFirstFrameImage(const at::Tensor& pixels) const;
   std::string conditioning_;  // "" or a core/model/wan_i2v.h kind
   std::string identity_;
 };
@@ -70,7 +79,8 @@ bool IsWanPipelineFolder(const std::string& dir);
 // scheduler/ (UniPCMultistepScheduler, flow prediction, as Wan 2.1 ships).
 // variant "i2v": a WanImageToVideoPipeline of the Wan 2.2 I2V-A14B kind (a 2·z + 4 channel transformer, no image
 // encoder); "i2v-a14b": the same with both experts (transformer/ high noise, transformer_2/ low noise, boundary_ratio
-// 0.9); "ti2v": a WanPipeline with expand_timesteps (Wan 2.2 TI2V-5B's image-to-video mode); "t2v" (default).
+// 0.9); "i2v-2.1": Wan 2.1 I2V's kind (the transformer's CLIP image branch over a tiny image_encoder/ and
+// image_processor/); "ti2v": a WanPipeline with expand_timesteps (Wan 2.2 TI2V-5B's image-to-video mode); "t2v" (default).
 absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const std::string& variant = "t2v");
 
 // The tiny Unigram tokenizer.json WriteTinyWanPipeline writes: T5's layout (<pad>/</s>/<unk> added tokens, Metaspace

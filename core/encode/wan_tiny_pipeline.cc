@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/encode/clip_vision.h"
+#include "core/encode/clip_vision_config.h"
 #include "core/encode/wan_encoder.h"
 #include "core/model/wan_config.h"
 #include "core/model/wan_weights.h"
@@ -96,6 +98,10 @@ WanConfig TinyTransformer(const std::string& variant, const WanVaeConfig& vae, c
   t.ffn_dim = 32;
   t.num_layers = 3;
   t.rope_max_seq_len = 32;
+  if (variant == "i2v-2.1") {  // the CLIP image branch over the tiny image encoder's tokens
+    t.image_dim = TinyClipVisionConfig().hidden_size;
+    t.added_kv_proj_dim = t.inner_dim();
+  }
   return t;
 }
 
@@ -122,7 +128,7 @@ absl::Status WriteTinyScheduler(const std::string& dir) {
 }
 
 nlohmann::ordered_json TinyModelIndex(const std::string& variant) {
-  const bool i2v = variant == "i2v" || variant == "i2v-a14b";
+  const bool i2v = variant == "i2v" || variant == "i2v-a14b" || variant == "i2v-2.1";
   nlohmann::ordered_json index = {{"_class_name", i2v ? "WanImageToVideoPipeline" : "WanPipeline"},
                                   {"_diffusers_version", "0.33.0"},
                                   {"scheduler", {"diffusers", "UniPCMultistepScheduler"}},
@@ -130,7 +136,10 @@ nlohmann::ordered_json TinyModelIndex(const std::string& variant) {
                                   {"tokenizer", {"transformers", "T5TokenizerFast"}},
                                   {"transformer", {"diffusers", "WanTransformer3DModel"}},
                                   {"vae", {"diffusers", "AutoencoderKLWan"}}};
-  if (i2v) {  // as Wan2.2-I2V-A14B-Diffusers: no CLIP image branch
+  if (variant == "i2v-2.1") {  // as Wan2.1-I2V-14B-480P-Diffusers
+    index["image_encoder"] = {"transformers", "CLIPVisionModel"};
+    index["image_processor"] = {"transformers", "CLIPImageProcessor"};
+  } else if (i2v) {  // as Wan2.2-I2V-A14B-Diffusers: no CLIP image branch
     index["image_encoder"] = {nullptr, nullptr};
     index["image_processor"] = {nullptr, nullptr};
   }
@@ -145,9 +154,9 @@ nlohmann::ordered_json TinyModelIndex(const std::string& variant) {
 }  // namespace
 
 absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const std::string& variant) {
-  if (variant != "t2v" && variant != "i2v" && variant != "i2v-a14b" && variant != "ti2v") {
+  if (variant != "t2v" && variant != "i2v" && variant != "i2v-a14b" && variant != "i2v-2.1" && variant != "ti2v") {
     return absl::InvalidArgumentError(
-        absl::StrCat("tiny Wan pipeline variant '", variant, "': t2v, i2v, i2v-a14b or ti2v"));
+        absl::StrCat("tiny Wan pipeline variant '", variant, "': t2v, i2v, i2v-a14b, i2v-2.1 or ti2v"));
   }
   RETURN_IF_ERROR(MakeDirs(dir));
   const WanVaeConfig vae = TinyWanVaeConfig();
@@ -158,6 +167,7 @@ absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const s
     RETURN_IF_ERROR(WriteRandomWanWeights(transformer, JoinPath(dir, "transformer_2"), MixSeed(seed, 4)));
   }
   RETURN_IF_ERROR(WriteRandomWanVae(vae, JoinPath(dir, "vae"), MixSeed(seed, 2)));
+  if (variant == "i2v-2.1") RETURN_IF_ERROR(WriteRandomClipPipelineFolders(TinyClipVisionConfig(), dir, MixSeed(seed, 5)));
   RETURN_IF_ERROR(WriteRandomUmt5Encoder(text, JoinPath(dir, "text_encoder"), MixSeed(seed, 3)));
   RETURN_IF_ERROR(WriteTinyTokenizer(dir));
   RETURN_IF_ERROR(WriteTinyScheduler(dir));

@@ -6,6 +6,8 @@ AutoencoderKLWan made by diffusers from the folder's own vae/config.json (non-tr
 random frames (PNG folders at exactly the bucket size, so the pixels are known) are encoded by `encoder_worker`.
 
 Cases:
+- Wan 2.1 I2V (wan-i2v-2.1-tiny, the CLIP image branch): each record's "image_embeds" against transformers'
+  CLIPVisionModel(CLIPImageProcessor(first frame)).hidden_states[-2], as WanImageToVideoPipeline.encode_image;
 - conditioning: each record's "condition" against WanImageToVideoPipeline.prepare_latents on the clip's first frame
   (the mask + first-frame latents; with last_image for first-last-frame; the clean first-frame latents with
   expand_timesteps);
@@ -25,6 +27,7 @@ import unittest
 import numpy as np
 import torch
 from diffusers import AutoencoderKLWan, WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel
+from transformers import CLIPImageProcessor, CLIPVisionModel
 from peft import LoraConfig
 from PIL import Image
 from safetensors.torch import load_file
@@ -80,7 +83,7 @@ def write_clips(dataset, seed):
 
 class WanI2vRefereeTest(unittest.TestCase):
 
-    def build(self, variant, conditioning, seed):
+    def build(self, variant, conditioning, seed, text_len=16):
         tmp = referee.temp_dir()
         self.addCleanup(tmp.cleanup)
         pipeline, dataset, cache = (os.path.join(tmp.name, d) for d in ("pipeline", "dataset", "cache"))
@@ -88,7 +91,7 @@ class WanI2vRefereeTest(unittest.TestCase):
         vae = random_vae(pipeline, seed)
         clips = write_clips(dataset, seed)
         run("encoder_worker", "--dataset", dataset, "--cache", cache, "--model", pipeline, "--resolution", SIZE,
-            "--max_frames", FRAMES, "--max_sequence_length", 16, "--threads", 1, "--conditioning", conditioning)
+            "--max_frames", FRAMES, "--max_sequence_length", text_len, "--threads", 1, "--conditioning", conditioning)
         return tmp.name, vae, clips
 
     def expected_condition(self, vae, pixels, expand, last):
@@ -124,6 +127,24 @@ class WanI2vRefereeTest(unittest.TestCase):
     def test_ti2v_clean_first_frame_matches_prepare_latents(self):
         self.check_conditioning("wan-ti2v-tiny", "first-frame", "wan_clean_first_frame", expand=True)
 
+    def test_wan21_clip_image_embeddings_match_transformers(self):
+        root, _, clips = self.build("wan-i2v-2.1-tiny", "auto", seed=4, text_len=512)
+        folder = os.path.join(root, "pipeline")
+        encoder = CLIPVisionModel.from_pretrained(os.path.join(folder, "image_encoder")).eval()
+        processor = CLIPImageProcessor.from_pretrained(os.path.join(folder, "image_processor"))
+        for name in clips:
+            record = load_file(os.path.join(root, "cache", "records", name + ".safetensors"))
+            first = Image.open(os.path.join(root, "dataset", name, "000.png")).convert("RGB")
+            with torch.no_grad():  # WanImageToVideoPipeline.encode_image
+                pixel_values = processor(images=first, return_tensors="pt").pixel_values
+                expected = encoder(pixel_values=pixel_values, output_hidden_states=True).hidden_states[-2][0]
+            err = referee.max_rel_error(record["image_embeds"], expected)
+            print(f"wan 2.1 i2v {name}: image_embeds {tuple(expected.shape)} rel err {err:.2e}")
+            self.assertLess(err, TOLERANCE, name)
+
+    def test_wan21_i2v_training_step_matches_diffusers_peft(self):
+        self.check_step("wan-i2v-2.1-tiny", "auto", expand=False, text_len=512)
+
     def test_i2v_training_step_matches_diffusers_peft(self):
         self.check_step("wan-i2v-tiny", "auto", expand=False)
 
@@ -154,8 +175,8 @@ class WanI2vRefereeTest(unittest.TestCase):
         referee.baton("step-grads", "--job", job, "--output", out)
         return load_file(out)
 
-    def check_step(self, variant, conditioning, expand):
-        root, _, _ = self.build(variant, conditioning, seed=5)
+    def check_step(self, variant, conditioning, expand, text_len=16):
+        root, _, _ = self.build(variant, conditioning, seed=5, text_len=text_len)
         model, init = self.reference_model(root)
         got = self.baton_step(root, init)
         with open(os.path.join(root, "cache", "index.json")) as f:
@@ -177,7 +198,9 @@ class WanI2vRefereeTest(unittest.TestCase):
             hidden = torch.cat([noisy, condition], 1)
         self.assertLess(referee.max_rel_error(got["mb0/in/hidden_states"], hidden), 1e-6)
 
-        pred = model(hidden_states=hidden, timestep=timestep, encoder_hidden_states=text).sample
+        image = torch.stack([cache[i]["image_embeds"] for i in samples]) if "image_embeds" in cache[0] else None
+        pred = model(hidden_states=hidden, timestep=timestep, encoder_hidden_states=text,
+                     encoder_hidden_states_image=image).sample
         # DiffSynth-Studio's FlowMatchSFTLoss drops the given first frame from prediction and target.
         keep = slice(1, None) if expand else slice(None)
         loss = torch.nn.functional.mse_loss(pred.float()[:, :, keep], target[:, :, keep])
