@@ -111,6 +111,17 @@ static double VideoTokens(const PlanShape& shape) {
   return static_cast<double>(std::max<int64_t>(0, shape.tokens - shape.text_tokens));
 }
 
+namespace {
+
+// The image-context tokens each block's image branch reads: CLIP ViT-H/14's 257 per image (FLF2V: two images, its
+// pos_embed_seq_len), none without the branch.
+int64_t WanImageTokens(const WanConfig& c) {
+  if (!c.has_image_branch()) return 0;
+  return c.pos_embed_seq_len > 0 ? c.pos_embed_seq_len : 257;
+}
+
+}  // namespace
+
 BlockPlanInfo WanFamily::Block(int64_t global_index, const PlanShape& shape) const {
   const WanConfig& c = config_;
   const double d = static_cast<double>(c.inner_dim());
@@ -129,10 +140,12 @@ BlockPlanInfo WanFamily::Block(int64_t global_index, const PlanShape& shape) con
     b.lora_input_elements += in * static_cast<int64_t>(reads_text ? text : video);
   }
   b.largest_linear_params = c.inner_dim() * c.ffn_dim;  // ffn.net.0.proj and ffn.net.2
-  // Video tokens: self-attention q/k/v/out, cross q/out, FFN; text tokens: cross k/v (per block, as upstream).
+  // Video tokens: self-attention q/k/v/out, cross q/out, FFN; text tokens: cross k/v (per block, as upstream); Wan 2.1
+  // I2V's CLIP tokens: add_k/add_v and a second cross-attention over them.
+  const double image = static_cast<double>(WanImageTokens(c));
   const double video_macs = video * (6 * d * d + 2 * d * static_cast<double>(c.ffn_dim));
-  b.macs_per_token = (video_macs + text * 2 * d * d) / tokens;
-  b.attention_macs = 2 * video * video * d + 2 * video * text * d;
+  b.macs_per_token = (video_macs + (text + image) * 2 * d * d) / tokens;
+  b.attention_macs = 2 * video * video * d + 2 * video * (text + image) * d;
   return b;
 }
 

@@ -121,3 +121,28 @@ TEST(WanFamilyTest, PlannerPutsA14bOnTwo24GbGpusWithInt8) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+// The planner counts what image-to-video adds: the 36-channel patch embedding and the CLIP branch's 257 context tokens.
+TEST(WanFamilyTest, PlannerCountsImageToVideoChannelsAndImageContext) {
+  WanConfig t2v;  // 14B dims
+  t2v.num_attention_heads = 40;
+  WanConfig i2v = t2v;
+  i2v.in_channels = 36;
+  WanConfig clip = i2v;
+  clip.image_dim = 1280;
+  clip.added_kv_proj_dim = clip.inner_dim();
+  PlanShape shape;
+  shape.tokens = 20280 + 512;
+  shape.text_tokens = 512;
+  const BlockPlanInfo plain = WanFamily(t2v).Block(0, shape), branch = WanFamily(clip).Block(0, shape);
+  EXPECT_DOUBLE_EQ(WanFamily(i2v).Embedders(shape).extra_macs, WanFamily(t2v).Embedders(shape).extra_macs * 36 / 16);
+  const double d = static_cast<double>(t2v.inner_dim());
+  EXPECT_DOUBLE_EQ(branch.attention_macs - plain.attention_macs, 2.0 * 20280 * 257 * d);
+  EXPECT_GT(branch.params, plain.params);
+}
+
+}  // namespace
+}  // namespace baton
