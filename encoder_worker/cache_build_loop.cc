@@ -9,11 +9,11 @@
 #include <set>
 #include <utility>
 
+#include "core/data/cache_shard.h"
 #include "core/metrics/families.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
-#include "encoder_worker/cache_shard.h"
 
 namespace baton {
 namespace {
@@ -24,7 +24,7 @@ double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(
 
 // FAILED_PRECONDITION when `cache_dir` holds another share, or the whole dataset's cache while this run encodes a share
 // (or the reverse): its records would be dropped as gone from the dataset and its index overwritten. Marks a new
-// shard folder (cache_shard.h) before its first record.
+// shard folder (core/data/cache_shard.h) before its first record.
 absl::Status ClaimCacheFolder(const std::string& cache_dir, const std::optional<ShardSpec>& wanted) {
   ASSIGN_OR_RETURN(std::optional<ShardSpec> held, ReadCacheShard(cache_dir));
   const bool whole_cache = !held && PathExists(JoinPath(cache_dir, "index.json"));

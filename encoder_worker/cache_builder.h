@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "core/data/cache.h"
+#include "core/data/cache_shard.h"
 #include "core/encode/sample_encoder.h"
 #include "core/image/image.h"
 #include "core/video/video_bucket.h"
 #include "encoder_worker/bucket.h"
-#include "encoder_worker/cache_shard.h"
 #include "encoder_worker/dataset.h"
 
 namespace baton {
@@ -33,7 +33,7 @@ struct CacheBuildOptions {
   // Video encoders (Wan): frames and stride of the clip buckets; the area comes from buckets.target_area.
   VideoBucketSpec video;
   // Set: encode only this worker's share of the dataset, into a cache folder of its own that no other share and no
-  // whole-dataset build uses (cache_shard.h; encoder_worker --merge joins the shares). Unset: the whole dataset.
+  // whole-dataset build uses (core/data/cache_shard.h; cache_merge.h joins the shares). Unset: the whole dataset.
   std::optional<ShardSpec> shard;
 };
 

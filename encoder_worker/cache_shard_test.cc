@@ -1,7 +1,7 @@
 // Several encoder workers on one dataset: the shares (--shard i/N), the merge, and the equivalence that matters --
 // two shards merged are the cache one worker writes, record for record and byte for byte -- on the bundled sample
 // data with the tiny FLUX.2 pipeline. tests/encoder_shard_test.cc runs the binary: flags, SIGKILL, reruns.
-#include "encoder_worker/cache_shard.h"
+#include "core/data/cache_shard.h"
 
 #include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
@@ -12,12 +12,12 @@
 #include <string>
 
 #include "core/data/cache.h"
+#include "core/data/cache_merge.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
 #include "encoder_worker/cache_builder.h"
-#include "encoder_worker/cache_merge.h"
 #include "encoder_worker/encoder_service.h"
 
 namespace baton {

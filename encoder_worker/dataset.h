@@ -47,7 +47,7 @@ struct ScanOptions {
   // here rather than at encode time (headers are always checked). Costs one decode per image.
   bool verify_decode = true;
   // When set, only the files whose name it accepts are looked at (read, checked, reported): one encoder worker's
-  // share of the dataset (cache_shard.h). Unset: every file.
+  // share of the dataset (core/data/cache_shard.h). Unset: every file.
   std::function<bool(const std::string& name)> include;
 };
 

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "core/data/cache_merge.h"
+#include "core/data/cache_shard.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/encode/wan_encoder.h"
 #include "core/metrics/metrics_server.h"
@@ -16,8 +18,6 @@
 #include "core/util/log.h"
 #include "core/util/threads.h"
 #include "encoder_worker/cache_builder.h"
-#include "encoder_worker/cache_merge.h"
-#include "encoder_worker/cache_shard.h"
 #include "encoder_worker/encoder_service.h"
 #include "rpc/tls_flags.h"
 

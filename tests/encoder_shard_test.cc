@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "core/data/cache.h"
+#include "core/data/cache_shard.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
 #include "core/testing/spawn.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
-#include "encoder_worker/cache_shard.h"
 
 namespace baton {
 namespace {

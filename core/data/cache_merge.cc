@@ -1,4 +1,4 @@
-#include "encoder_worker/cache_merge.h"
+#include "core/data/cache_merge.h"
 
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
@@ -15,9 +15,9 @@
 #include <utility>
 
 #include "core/data/cache.h"
+#include "core/data/cache_shard.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
-#include "encoder_worker/cache_shard.h"
 
 namespace baton {
 namespace {

@@ -1,4 +1,4 @@
-#include "encoder_worker/cache_shard.h"
+#include "core/data/cache_shard.h"
 
 #include <absl/strings/ascii.h>
 #include <absl/strings/numbers.h>

@@ -1,6 +1,6 @@
 // One worker's share of a dataset when N encoder workers (processes or hosts) encode it together: `encoder_worker
 // --shard i/N` encodes only the samples whose name hashes to share i, into a cache folder of its own marked by a file
-// DIR/shard.txt ("i/N"); `encoder_worker --merge` (cache_merge.h) joins the N folders into one cache. The share is a
+// DIR/shard.txt ("i/N"); cache_merge.h (encoder_worker --merge, the coordinator's encode step) joins them. A share is a
 // function of the sample's name alone, so adding, removing or editing other samples never moves a sample to another
 // worker, and each worker's reruns keep its records exactly as a single worker's do.
 #pragma once
