@@ -25,8 +25,8 @@ import sys
 LEVELS = [
     ["proto", "core/util"],  # proto: generated protobuf/gRPC code ("baton/v1/...", "grpc/health/v1/...")
     ["core/tensor", "core/device", "core/keys", "core/image"],
-    ["core/quant", "core/metrics", "core/video", "core/data", "core/text", "core/vae"],
-    ["core/lora"],
+    ["core/quant", "core/metrics", "core/video", "core/data", "core/vae"],
+    ["core/lora", "core/text"],
     ["core/model"],
     ["core/pipeline", "core/encode"],
     ["core/train"],
@@ -59,6 +59,7 @@ ALLOWED = [
     ("core/video", "core/image", "video frames are images"),
     ("core/data", "core/tensor", "cache records are safetensors"),
     ("core/text", "core/tensor", "text encoder checkpoints are safetensors"),
+    ("core/text", "core/quant", "the text encoders' Linear weights may be held in 8 bits (encoder_worker --quantize)"),
     ("core/vae", "core/tensor", "VAE checkpoints are safetensors"),
     # The transformers: FLUX.2 and Wan, as stages and shells behind ModelFamily.
     ("core/model", "core/lora", "every block Linear is a LoraLinear"),

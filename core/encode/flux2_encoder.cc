@@ -25,7 +25,8 @@ absl::StatusOr<std::unique_ptr<Flux2SampleEncoder>> Flux2SampleEncoder::Open(con
     }
   }
   ASSIGN_OR_RETURN(e->vae_, Flux2VaeEncoder::Load(JoinPath(pipeline_dir, "vae"), options.dtype, options.device));
-  ASSIGN_OR_RETURN(e->text_, TextEncoder::Open(JoinPath(pipeline_dir, "text_encoder"), options.dtype, options.device));
+  ASSIGN_OR_RETURN(e->text_, TextEncoder::Open(JoinPath(pipeline_dir, "text_encoder"), options.dtype, options.device,
+                                                 options.text_quantize));
   ASSIGN_OR_RETURN(e->tokenizer_, BpeTokenizer::Load(JoinPath(pipeline_dir, "tokenizer/tokenizer.json")));
   ASSIGN_OR_RETURN(e->family_, Flux2FamilyForConfig(e->text_->config()));
   ASSIGN_OR_RETURN(e->padding_side_,
@@ -39,6 +40,10 @@ absl::StatusOr<std::unique_ptr<Flux2SampleEncoder>> Flux2SampleEncoder::Open(con
   e->identity_ = absl::StrFormat("flux2:%s:%016x:len%d:%s:%s", pipeline_dir, HashName(fingerprint),
                                  options.max_sequence_length, c10::toString(options.dtype),
                                  options.sample_latents ? absl::StrCat("sample", options.seed) : "mean");
+  // An 8-bit text encoder changes the embeddings: its records re-encode (full precision keeps older identities).
+  if (options.text_quantize != WeightQuant::kNone) {
+    absl::StrAppend(&e->identity_, ":text-", WeightQuantName(options.text_quantize));
+  }
   return e;
 }
 

@@ -20,6 +20,7 @@ struct Flux2EncoderOptions {
   int64_t max_sequence_length = kFlux2MaxSequenceLength;  // diffusers' max_sequence_length (512)
   bool sample_latents = false;                            // posterior sample instead of the mean
   uint64_t seed = 0;                                      // for sample_latents
+  WeightQuant text_quantize = WeightQuant::kNone;         // the text encoder's Linear weights (text_weights.h)
 };
 
 class Flux2SampleEncoder : public SampleEncoder {

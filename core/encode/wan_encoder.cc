@@ -57,7 +57,8 @@ absl::StatusOr<std::unique_ptr<WanSampleEncoder>> WanSampleEncoder::Open(const s
     }
   }
   ASSIGN_OR_RETURN(e->vae_, WanVaeEncoder::Load(JoinPath(pipeline_dir, "vae"), options.dtype, options.device));
-  ASSIGN_OR_RETURN(e->text_, Umt5Encoder::Open(JoinPath(pipeline_dir, "text_encoder"), options.dtype, options.device));
+  ASSIGN_OR_RETURN(e->text_, Umt5Encoder::Open(JoinPath(pipeline_dir, "text_encoder"), options.dtype, options.device,
+                                                 options.text_quantize));
   ASSIGN_OR_RETURN(e->tokenizer_, UnigramTokenizer::Load(JoinPath(pipeline_dir, "tokenizer/tokenizer.json")));
   // BuildWanPromptIds checks max_length against the template; fail at open, not on the first caption.
   RETURN_IF_ERROR(BuildWanPromptIds(*e->tokenizer_, "", options.max_sequence_length).status());
@@ -83,6 +84,9 @@ absl::StatusOr<std::unique_ptr<WanSampleEncoder>> WanSampleEncoder::Open(const s
   e->identity_ = absl::StrFormat("wan:%s:%016x:len%d:%s:mean", pipeline_dir, HashName(fingerprint),
                                  options.max_sequence_length, c10::toString(options.dtype));
   if (!e->conditioning_.empty()) absl::StrAppend(&e->identity_, ":", e->conditioning_);
+  if (options.text_quantize != WeightQuant::kNone) {  // 8-bit umT5: other embeddings, so records re-encode
+    absl::StrAppend(&e->identity_, ":text-", WeightQuantName(options.text_quantize));
+  }
   return e;
 }
 

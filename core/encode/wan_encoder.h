@@ -26,6 +26,7 @@ struct WanEncoderOptions {
   // 36-channel I2V model, first and last for an FLF2V one, none otherwise), "none", "first-frame" (also TI2V-5B's
   // image-to-video mode) or "first-last-frame".
   std::string conditioning = "auto";
+  WeightQuant text_quantize = WeightQuant::kNone;  // umT5's Linear weights (core/text/text_weights.h)
 };
 
 class WanSampleEncoder : public SampleEncoder {

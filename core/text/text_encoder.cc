@@ -20,38 +20,30 @@ namespace {
 // One decoder layer's weights in the compute dtype, named as in transformers.
 struct DecoderLayer {
   at::Tensor input_layernorm;                 // [H]
-  at::Tensor q_proj, k_proj, v_proj;          // [heads*head_dim, H], [kv_heads*head_dim, H] ×2
-  at::Tensor o_proj;                          // [H, heads*head_dim]
+  TextWeight q_proj, k_proj, v_proj;          // [heads*head_dim, H], [kv_heads*head_dim, H] ×2
+  TextWeight o_proj;                          // [H, heads*head_dim]
   at::Tensor q_bias, k_bias, v_bias, o_bias;  // undefined unless attention_bias
   at::Tensor q_norm, k_norm;                  // [head_dim], Qwen3 only
   at::Tensor post_attention_layernorm;        // [H]
-  at::Tensor gate_proj, up_proj;              // [I, H]
-  at::Tensor down_proj;                       // [H, I]
+  TextWeight gate_proj, up_proj;              // [I, H]
+  TextWeight down_proj;                       // [H, I]
 };
 
 // Assigns the tensors loaded in TextEncoderLayerSpecs order.
-DecoderLayer MakeLayer(const TextEncoderConfig& c, std::vector<at::Tensor> t) {
+DecoderLayer MakeLayer(const TextEncoderConfig& c, std::vector<TextWeight> t) {
   DecoderLayer l;
   size_t i = 0;
-  l.input_layernorm = std::move(t[i++]);
-  l.q_proj = std::move(t[i++]);
-  l.k_proj = std::move(t[i++]);
-  l.v_proj = std::move(t[i++]);
-  l.o_proj = std::move(t[i++]);
+  l.input_layernorm = std::move(t[i++].full);
+  for (TextWeight* dst : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj}) *dst = std::move(t[i++]);
   if (c.attention_bias) {
-    l.q_bias = std::move(t[i++]);
-    l.k_bias = std::move(t[i++]);
-    l.v_bias = std::move(t[i++]);
-    l.o_bias = std::move(t[i++]);
+    for (at::Tensor* dst : {&l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias}) *dst = std::move(t[i++].full);
   }
   if (c.qk_norm) {
-    l.q_norm = std::move(t[i++]);
-    l.k_norm = std::move(t[i++]);
+    l.q_norm = std::move(t[i++].full);
+    l.k_norm = std::move(t[i++].full);
   }
-  l.post_attention_layernorm = std::move(t[i++]);
-  l.gate_proj = std::move(t[i++]);
-  l.up_proj = std::move(t[i++]);
-  l.down_proj = std::move(t[i++]);
+  l.post_attention_layernorm = std::move(t[i++].full);
+  for (TextWeight* dst : {&l.gate_proj, &l.up_proj, &l.down_proj}) *dst = std::move(t[i++]);
   return l;
 }
 
@@ -102,9 +94,9 @@ at::Tensor Attention(const TextEncoderConfig& c, const DecoderLayer& w, const at
                      const AttentionMask& mask) {
   const int64_t b = x.size(0), l = x.size(1), heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
   const int64_t d = c.head_dim;
-  at::Tensor q = at::linear(x, w.q_proj, w.q_bias).view({b, l, heads, d});
-  at::Tensor k = at::linear(x, w.k_proj, w.k_bias).view({b, l, kv_heads, d});
-  at::Tensor v = at::linear(x, w.v_proj, w.v_bias).view({b, l, kv_heads, d});
+  at::Tensor q = TextLinear(x, w.q_proj, w.q_bias).view({b, l, heads, d});
+  at::Tensor k = TextLinear(x, w.k_proj, w.k_bias).view({b, l, kv_heads, d});
+  at::Tensor v = TextLinear(x, w.v_proj, w.v_bias).view({b, l, kv_heads, d});
   if (c.qk_norm) {
     q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
     k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
@@ -125,12 +117,12 @@ at::Tensor Attention(const TextEncoderConfig& c, const DecoderLayer& w, const at
   at::Tensor probs = at::softmax(scores, -1).masked_fill_(mask.empty, 0.0);
   at::Tensor out = at::matmul(probs.to(x.scalar_type()), v);  // [B, heads, L, d]
   out = out.transpose(1, 2).reshape({b, l, heads * d});
-  return at::linear(out, w.o_proj, w.o_bias);
+  return TextLinear(out, w.o_proj, w.o_bias);
 }
 
 at::Tensor MlpResidual(const TextEncoderConfig& c, const DecoderLayer& w, const at::Tensor& x) {
   at::Tensor y = RmsNorm(x, w.post_attention_layernorm, c.rms_norm_eps);
-  return x + at::linear(at::silu(at::linear(y, w.gate_proj)) * at::linear(y, w.up_proj), w.down_proj);
+  return x + TextLinear(at::silu(TextLinear(y, w.gate_proj)) * TextLinear(y, w.up_proj), w.down_proj);
 }
 
 at::Tensor DecoderLayerForward(const TextEncoderConfig& c, const DecoderLayer& w, const at::Tensor& h, const Rope& rope,
@@ -189,10 +181,18 @@ int64_t Bytes(const std::vector<at::Tensor>& tensors) {
   return n;
 }
 
+// Full-precision bytes streamed for a layer (8-bit weights are resident: TextEncoder::resident_weight_bytes).
+int64_t Bytes(const std::vector<TextWeight>& tensors) {
+  int64_t n = 0;
+  for (const auto& t : tensors) n += t.full.defined() ? static_cast<int64_t>(t.full.nbytes()) : 0;
+  return n;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TextEncoder>> TextEncoder::Open(const std::string& text_encoder_dir,
-                                                               at::ScalarType dtype, at::Device device) {
+                                                               at::ScalarType dtype, at::Device device,
+                                                               WeightQuant quantize) {
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf && dtype != at::kDouble) {
     return absl::InvalidArgumentError(
         absl::StrCat("text encoder compute dtype must be floating, got ", c10::toString(dtype)));
@@ -202,6 +202,7 @@ absl::StatusOr<std::unique_ptr<TextEncoder>> TextEncoder::Open(const std::string
   enc->device_ = device;
   ASSIGN_OR_RETURN(enc->config_, LoadTextEncoderConfig(JoinPath(text_encoder_dir, "config.json")));
   ASSIGN_OR_RETURN(enc->checkpoint_, TextEncoderCheckpoint::Open(text_encoder_dir));
+  enc->weights_ = std::make_unique<TextWeights>(enc->checkpoint_.get(), quantize, device);
   std::vector<TextEncoderTensorSpec> early = TextEncoderLayerSpecs(enc->config_, 0);
   early.push_back({"embed_tokens.weight", {enc->config_.vocab_size, enc->config_.hidden_size}});
   RETURN_IF_ERROR(enc->checkpoint_->CheckShapes(early));
@@ -280,11 +281,13 @@ absl::StatusOr<at::Tensor> TextEncoder::Encode(const at::Tensor& input_ids, cons
   embedded = at::Tensor();
 
   for (int64_t i = 0; i < std::min(deepest, c.num_hidden_layers); ++i) {
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> tensors, checkpoint_->Load(TextEncoderLayerSpecs(c, i), dtype_));
+    ASSIGN_OR_RETURN(std::vector<TextWeight> tensors, weights_->Load(TextEncoderLayerSpecs(c, i), dtype_));
     peak = std::max(peak, Bytes(tensors));
     const std::string context = absl::StrCat("text encoder layer ", i);
     RETURN_IF_ERROR(TorchCall(context.c_str(), [&] {
-      for (auto& t : tensors) t = t.to(device_);
+      for (auto& t : tensors) {
+        if (t.full.defined()) t.full = t.full.to(device_);
+      }
       const DecoderLayer w = MakeLayer(c, std::move(tensors));
       if (live > 0) h = DecoderLayerForward(c, w, h, rope, mask);
       if (blind > 0) h_blind = BlindLayerForward(c, w, h_blind);

@@ -15,16 +15,19 @@ namespace baton {
 namespace {
 
 struct Umt5Block {
-  at::Tensor attn_norm, q, k, v, o, rel_bias;  // rel_bias [buckets, heads]
-  at::Tensor ff_norm, wi_0, wi_1, wo;          // wi_1 undefined when not gated (wi_0 is then `wi`)
+  at::Tensor attn_norm, rel_bias, ff_norm;  // [d_model], [buckets, heads], [d_model]
+  TextWeight q, k, v, o;                    // [inner, d_model] x3, [d_model, inner]
+  TextWeight wi_0, wi_1, wo;                // [d_ff, d_model] x2, [d_model, d_ff]; wi_1 unused when not gated
 };
 
-Umt5Block MakeBlock(const Umt5Config& c, std::vector<at::Tensor> t) {
+Umt5Block MakeBlock(const Umt5Config& c, std::vector<TextWeight> t) {
   Umt5Block b;
   size_t i = 0;
-  for (at::Tensor* dst : {&b.attn_norm, &b.q, &b.k, &b.v, &b.o, &b.rel_bias, &b.ff_norm, &b.wi_0}) {
-    *dst = std::move(t[i++]);
-  }
+  b.attn_norm = std::move(t[i++].full);
+  for (TextWeight* dst : {&b.q, &b.k, &b.v, &b.o}) *dst = std::move(t[i++]);
+  b.rel_bias = std::move(t[i++].full);
+  b.ff_norm = std::move(t[i++].full);
+  b.wi_0 = std::move(t[i++]);
   if (c.gated()) b.wi_1 = std::move(t[i++]);
   b.wo = std::move(t[i++]);
   return b;
@@ -57,21 +60,22 @@ at::Tensor Activate(Umt5Activation act, const at::Tensor& x) {
 at::Tensor Attention(const Umt5Config& c, const Umt5Block& w, const at::Tensor& x, const at::Tensor& buckets,
                      const at::Tensor& key_bias) {
   const int64_t b = x.size(0), l = x.size(1), heads = c.num_heads, d = c.d_kv;
-  auto split = [&](const at::Tensor& proj) { return at::linear(x, proj).view({b, l, heads, d}).transpose(1, 2); };
+  auto split = [&](const TextWeight& proj) { return TextLinear(x, proj).view({b, l, heads, d}).transpose(1, 2); };
   at::Tensor q = split(w.q), k = split(w.k), v = split(w.v);
   at::Tensor position_bias = w.rel_bias.index_select(0, buckets.reshape({-1})).view({l, l, heads}).permute({2, 0, 1});
   at::Tensor scores = at::matmul(q, k.transpose(-1, -2)).to(at::kFloat);  // no 1/sqrt(d): umT5 folds it in
   scores = scores + position_bias.unsqueeze(0).to(at::kFloat) + key_bias;
   at::Tensor probs = at::softmax(scores, -1).to(v.scalar_type());
   at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({b, l, heads * d});
-  return at::linear(out, w.o);
+  return TextLinear(out, w.o);
 }
 
-at::Tensor FeedForward(const Umt5Config& c, Umt5Activation act, const Umt5Block& w, const at::Tensor& x) {
-  at::Tensor h = Activate(act, at::linear(x, w.wi_0));
-  if (c.gated()) h = h * at::linear(x, w.wi_1);
-  // transformers keeps wo in fp32 and casts the hidden state to it.
-  return at::linear(h.to(w.wo.scalar_type()), w.wo);
+at::Tensor FeedForward(const Umt5Config& c, Umt5Activation act, const Umt5Block& w, const at::Tensor& x,
+                       at::ScalarType wo_dtype) {
+  at::Tensor h = Activate(act, TextLinear(x, w.wi_0));
+  if (c.gated()) h = h * TextLinear(x, w.wi_1);
+  // transformers keeps wo in fp32 and casts the hidden state to it (an 8-bit wo dequantizes to fp32 likewise).
+  return TextLinear(h.to(wo_dtype), w.wo);
 }
 
 }  // namespace
@@ -92,7 +96,7 @@ at::Tensor Umt5RelativePositionBuckets(int64_t length, int64_t num_buckets, int6
 }
 
 absl::StatusOr<std::unique_ptr<Umt5Encoder>> Umt5Encoder::Open(const std::string& dir, at::ScalarType dtype,
-                                                               at::Device device) {
+                                                               at::Device device, WeightQuant quantize) {
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf && dtype != at::kDouble) {
     return absl::InvalidArgumentError(absl::StrCat("umT5 compute dtype must be floating, got ", c10::toString(dtype)));
   }
@@ -102,6 +106,7 @@ absl::StatusOr<std::unique_ptr<Umt5Encoder>> Umt5Encoder::Open(const std::string
   ASSIGN_OR_RETURN(enc->config_, LoadUmt5Config(JoinPath(dir, "config.json")));
   ASSIGN_OR_RETURN(enc->activation_, enc->config_.activation());
   ASSIGN_OR_RETURN(enc->checkpoint_, OpenUmt5Checkpoint(dir, &enc->embedding_name_));
+  enc->weights_ = std::make_unique<TextWeights>(enc->checkpoint_.get(), quantize, device);
   std::vector<TextEncoderTensorSpec> early = Umt5BlockSpecs(enc->config_, 0);
   early.push_back(Umt5EmbeddingSpec(enc->config_, enc->embedding_name_));
   early.push_back(Umt5FinalNormSpec(enc->config_));
@@ -138,14 +143,18 @@ absl::StatusOr<at::Tensor> Umt5Encoder::Encode(const at::Tensor& input_ids, cons
     key_bias = (1 - mask).to(at::kFloat).mul(lowest).view({b, 1, 1, l}).to(device_);
   }));
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> tensors, checkpoint_->Load(Umt5BlockSpecs(c, i), dtype_));
+    ASSIGN_OR_RETURN(std::vector<TextWeight> tensors, weights_->Load(Umt5BlockSpecs(c, i), dtype_));
     const std::string context = absl::StrCat("umT5 block ", i);
     RETURN_IF_ERROR(TorchCall(context.c_str(), [&] {
-      for (auto& t : tensors) t = t.to(device_);
+      for (auto& t : tensors) {
+        if (t.full.defined()) t.full = t.full.to(device_);
+      }
       Umt5Block w = MakeBlock(c, std::move(tensors));
-      if (dtype_ == at::kHalf || dtype_ == at::kBFloat16) w.wo = w.wo.to(at::kFloat);
+      const bool half = dtype_ == at::kHalf || dtype_ == at::kBFloat16;
+      if (half && w.wo.full.defined()) w.wo.full = w.wo.full.to(at::kFloat);
       h = h + Attention(c, w, LayerNorm(h, w.attn_norm, c.layer_norm_epsilon).to(dtype_), buckets, key_bias);
-      h = h + FeedForward(c, activation_, w, LayerNorm(h, w.ff_norm, c.layer_norm_epsilon).to(dtype_));
+      h = h + FeedForward(c, activation_, w, LayerNorm(h, w.ff_norm, c.layer_norm_epsilon).to(dtype_),
+                          half ? at::kFloat : dtype_);
     }));
   }
   ASSIGN_OR_RETURN(std::vector<at::Tensor> norm, checkpoint_->Load({Umt5FinalNormSpec(c)}, dtype_));

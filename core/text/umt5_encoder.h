@@ -9,7 +9,9 @@
 #include <memory>
 #include <string>
 
+#include "core/quant/weight_quant.h"
 #include "core/text/text_encoder_checkpoint.h"
+#include "core/text/text_weights.h"
 #include "core/text/umt5_config.h"
 
 namespace baton {
@@ -20,15 +22,20 @@ namespace baton {
 // eager path), a gated-GELU (gelu_new, tanh) feed-forward; a final layer norm. As transformers keeps `wo` in fp32
 // (_keep_in_fp32_modules), a bf16/fp16 compute dtype runs wo in fp32 and the residual stream is fp32 from then on.
 // Memory: weights stay in the memory-mapped safetensors; one block at a time is copied out, run for the whole
-// batch and dropped; only the embedding rows of the ids in the batch are read. Not thread-safe.
+// batch and dropped; only the embedding rows of the ids in the batch are read. With `quantize` int8 | fp8 the
+// Linear weights are quantized once and stay resident in 8 bits instead (text_weights.h). Not thread-safe.
 class Umt5Encoder {
  public:
   // Reads `text_encoder_dir`/config.json and the checkpoint's index/header, and checks the embedding's and
-  // block 0's shapes against the config. `dtype`: kFloat, kBFloat16, kHalf or kDouble.
+  // block 0's shapes against the config. `dtype`: kFloat, kBFloat16, kHalf or kDouble. `quantize`: the Linear
+  // weights' storage (kNone = the compute dtype).
   static absl::StatusOr<std::unique_ptr<Umt5Encoder>> Open(const std::string& text_encoder_dir, at::ScalarType dtype,
-                                                           at::Device device);
+                                                           at::Device device,
+                                                           WeightQuant quantize = WeightQuant::kNone);
 
   const Umt5Config& config() const { return config_; }
+  WeightQuant quantize() const { return weights_->quant(); }
+  int64_t resident_weight_bytes() const { return weights_->resident_bytes(); }
 
   // input_ids [B, L] int64 (int32 accepted); attention_mask [B, L] of 0/1 or undefined (all ones).
   // Returns last_hidden_state [B, L, d_model] fp32 on the device. A row whose mask is all zeros attends
@@ -42,6 +49,7 @@ class Umt5Encoder {
   Umt5Activation activation_ = Umt5Activation::kGeluTanh;
   std::string embedding_name_;
   std::unique_ptr<TextEncoderCheckpoint> checkpoint_;
+  std::unique_ptr<TextWeights> weights_;  // reads checkpoint_
   at::ScalarType dtype_ = at::kFloat;
   at::Device device_ = at::kCPU;
 };
