@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
 #include "client/local_model.h"
 #include "core/encode/wan_encoder.h"
@@ -15,6 +14,7 @@
 #include "core/model/wan_i2v.h"
 #include "core/sample/model_denoiser.h"
 #include "core/sample/sample_videos.h"
+#include "core/sample/wan_sample_inputs.h"
 #include "core/sample/wan_sampler.h"
 #include "core/tensor/safetensors.h"
 #include "core/train/common.h"
@@ -34,42 +34,6 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ParseWanSize(const std::string& text
     return absl::InvalidArgumentError(absl::StrCat("--size ", text, ": expected WxH (e.g. 832x480)"));
   }
   return std::make_pair(w, h);
-}
-
-// model_index.json's expand_timesteps (Wan 2.2 TI2V-5B): its image-to-video mode is the clean first frame.
-bool ExpandTimesteps(const std::string& pipeline) {
-  auto text = ReadFile(JoinPath(pipeline, "model_index.json"));
-  if (!text.ok()) return false;
-  auto j = nlohmann::json::parse(*text, nullptr, false);
-  return j.is_object() && j.value("expand_timesteps", false) == true;
-}
-
-// What the pipeline's transformer takes: WanEncoderOptions::conditioning for --image (or its absence).
-absl::StatusOr<std::string> ConditioningOption(const Args& args, const WanConfig& t, int64_t z_dim,
-                                               const std::string& pipeline) {
-  const bool concat = t.in_channels == 2 * z_dim + 4;
-  if (!args.Has("image")) {
-    if (concat) {
-      return absl::InvalidArgumentError(absl::StrCat(pipeline, " is an image-to-video model (", t.in_channels,
-                                                     " input channels): give --image, the video's first frame"));
-    }
-    return std::string("none");
-  }
-  if (concat) return std::string("first-frame");
-  if (ExpandTimesteps(pipeline)) return std::string("first-frame");  // TI2V's clean first frame
-  return absl::InvalidArgumentError(absl::StrCat("--image: ", pipeline, " is a text-to-video model (", t.in_channels,
-                                                 " input channels, no expand_timesteps); drop --image"));
-}
-
-// --image resized to the video's size as the pipeline's video_processor does, then the clip
-// WanSampleEncoder::EncodeConditioning takes: the image at frame 0, zeros after it.
-absl::StatusOr<at::Tensor> FirstFramePixels(const std::string& path, int64_t width, int64_t height, int64_t frames) {
-  ASSIGN_OR_RETURN(Image image, ReadImageFile(path));
-  if (image.width != width || image.height != height) {
-    image = ResizeImage(image, static_cast<int>(width), static_cast<int>(height));
-  }
-  at::Tensor first = ImageToPixels(image).unsqueeze(2);  // [1, 3, 1, H, W]
-  return at::cat({first, at::zeros({1, 3, std::max<int64_t>(frames - 1, 1), height, width})}, 2);
 }
 
 // The prompt and negative embeddings: from --prompt_embeds ('prompt_embeds', optionally 'negative_prompt_embeds'
@@ -125,7 +89,7 @@ absl::StatusOr<WanRun> PrepareRun(const Args& args, const std::string& pipeline)
   r.input.noise = WanInitialNoise(vae.z_dim, r.grid, static_cast<uint64_t>(seed));
   WanEncoderOptions eo;
   ASSIGN_OR_RETURN(eo.max_sequence_length, args.GetInt("max_sequence_length"));
-  ASSIGN_OR_RETURN(eo.conditioning, ConditioningOption(args, t, vae.z_dim, pipeline));
+  ASSIGN_OR_RETURN(eo.conditioning, WanSampleConditioning(pipeline, args.Has("image")));
   ASSIGN_OR_RETURN(auto encoder, WanSampleEncoder::Open(pipeline, eo));
   RETURN_IF_ERROR(Embeddings(args, r.settings.guidance > 1.0, *encoder, r.input));
   r.input.conditioning = encoder->conditioning();
@@ -133,7 +97,7 @@ absl::StatusOr<WanRun> PrepareRun(const Args& args, const std::string& pipeline)
     if (r.input.conditioning == kWanFirstLastFrame) {
       return absl::UnimplementedError("first-last-frame (FLF2V) sampling needs a last frame: not built yet");
     }
-    ASSIGN_OR_RETURN(at::Tensor pixels, FirstFramePixels(args.Get("image"), r.width, r.height, r.frames));
+    ASSIGN_OR_RETURN(at::Tensor pixels, WanFirstFramePixels(args.Get("image"), r.width, r.height, r.frames));
     ASSIGN_OR_RETURN(ClipConditioning c, encoder->EncodeConditioning(pixels));
     r.input.condition = c.condition;
   }

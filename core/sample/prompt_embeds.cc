@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/encode/flux2_encoder.h"
+#include "core/encode/wan_encoder.h"
 #include "core/tensor/safetensors.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
@@ -19,16 +20,19 @@
 namespace baton {
 namespace {
 
-// Wan pipelines encode with umT5 and their transformer is not the FLUX.2 sampler's: refuse plainly.
-absl::Status RequireFlux2Pipeline(const std::string& pipeline_dir) {
-  auto text = ReadFile(JoinPath(pipeline_dir, "model_index.json"));
-  if (!text.ok()) return absl::OkStatus();  // Flux2SampleEncoder::Open names what is missing if it comes to that
-  auto j = nlohmann::json::parse(*text, nullptr, false);
-  if (j.is_object() && j.contains("_class_name") && j["_class_name"].is_string() &&
-      absl::StrContains(j["_class_name"].get<std::string>(), "Wan")) {
-    return absl::InvalidArgumentError(absl::StrCat(pipeline_dir, " is a Wan pipeline: sample images are FLUX.2-only"));
+// The pipeline's text encoder: umT5 for a Wan folder (WanPipeline's prompt embeddings), else FLUX.2's.
+absl::StatusOr<std::unique_ptr<SampleEncoder>> OpenTextEncoder(const std::string& pipeline_dir,
+                                                               int64_t max_sequence_length) {
+  if (IsWanPipelineFolder(pipeline_dir)) {
+    WanEncoderOptions options;
+    options.max_sequence_length = max_sequence_length;
+    ASSIGN_OR_RETURN(auto wan, WanSampleEncoder::Open(pipeline_dir, options));
+    return std::unique_ptr<SampleEncoder>(std::move(wan));
   }
-  return absl::OkStatus();
+  Flux2EncoderOptions options;
+  options.max_sequence_length = max_sequence_length;
+  ASSIGN_OR_RETURN(auto flux2, Flux2SampleEncoder::Open(pipeline_dir, options));
+  return std::unique_ptr<SampleEncoder>(std::move(flux2));
 }
 
 // What changes the text embeddings, computed without loading the text encoder (a resumed run must not pay for
@@ -55,7 +59,7 @@ absl::StatusOr<std::string> TextEncoderIdentity(const std::string& pipeline_dir)
     if (stat(JoinPath(JoinPath(pipeline_dir, "text_encoder"), name).c_str(), &st) != 0) continue;
     h.Update(absl::StrCat(name, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, "\n"));
   }
-  return absl::StrCat("flux2-text:", DigestToHex(h.Finish()));
+  return absl::StrCat(IsWanPipelineFolder(pipeline_dir) ? "wan-text:" : "flux2-text:", DigestToHex(h.Finish()));
 }
 
 std::string CacheKey(const std::string& identity, int64_t max_sequence_length, const std::string& prompt) {
@@ -91,14 +95,13 @@ absl::StatusOr<std::vector<at::Tensor>> EncodePromptsLocally(const std::string& 
   if (max_sequence_length <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_sequence_length must be positive, got ", max_sequence_length));
   }
-  RETURN_IF_ERROR(RequireFlux2Pipeline(pipeline_dir));
   if (prompts.empty()) return std::vector<at::Tensor>{};
   ASSIGN_OR_RETURN(std::string identity, TextEncoderIdentity(pipeline_dir));
   std::map<std::string, at::Tensor> cache = ReadCache(cache_file);
 
   std::vector<at::Tensor> out(prompts.size());
   std::map<std::string, std::string> metadata;  // key → prompt text, for whoever opens the file
-  std::unique_ptr<Flux2SampleEncoder> encoder;  // opened only when a prompt is missing from the cache
+  std::unique_ptr<SampleEncoder> encoder;  // opened only when a prompt is missing from the cache
   bool wrote_new = false;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string key = CacheKey(identity, max_sequence_length, prompts[i]);
@@ -109,9 +112,7 @@ absl::StatusOr<std::vector<at::Tensor>> EncodePromptsLocally(const std::string& 
       continue;
     }
     if (encoder == nullptr) {
-      Flux2EncoderOptions options;
-      options.max_sequence_length = max_sequence_length;
-      ASSIGN_OR_RETURN(encoder, Flux2SampleEncoder::Open(pipeline_dir, options));
+      ASSIGN_OR_RETURN(encoder, OpenTextEncoder(pipeline_dir, max_sequence_length));
     }
     ASSIGN_OR_RETURN(at::Tensor embeds, encoder->EncodeText(prompts[i]));
     out[i] = embeds.to(at::kFloat).contiguous();

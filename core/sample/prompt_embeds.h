@@ -11,7 +11,7 @@
 
 namespace baton {
 
-// Encodes `prompts` with the text encoder and tokenizer of the FLUX.2 pipeline folder `pipeline_dir` in this
+// Encodes `prompts` with the text encoder and tokenizer of the FLUX.2 or Wan pipeline folder `pipeline_dir` in this
 // process (as the encoder worker encodes captions), padded to `max_sequence_length` tokens: one [L, text_dim] fp32
 // tensor per prompt. `cache_file` (optional, a safetensors file): entries already there for the same encoder and
 // prompt are read instead of encoded, new ones added.

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/encode/flux2_encoder.h"
+#include "core/encode/wan_encoder.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
@@ -132,11 +133,19 @@ TEST_F(PromptEmbedsTest, EmptyListAndBadLength) {
   EXPECT_FALSE(EncodePromptsLocally(pipeline_, {"x"}, 0).ok());
 }
 
-TEST_F(PromptEmbedsTest, WanPipelineIsRefused) {
-  ASSERT_TRUE(WriteFileAtomic(JoinPath(pipeline_, "model_index.json"), R"({"_class_name": "WanPipeline"})").ok());
-  auto got = EncodePromptsLocally(pipeline_, {"x"}, kLen);
-  ASSERT_FALSE(got.ok());
-  EXPECT_NE(std::string(got.status().message()).find("FLUX.2-only"), std::string::npos);
+TEST_F(PromptEmbedsTest, WanPipelineEncodesWithItsUmt5) {
+  const std::string wan = JoinPath(test_util::MakeTempDir("prompt-embeds-wan"), "pipeline");
+  ASSERT_TRUE(WriteTinyWanPipeline(wan, 3).ok());
+  auto got = EncodePromptsLocally(wan, {"a red dog"}, kLen);
+  ASSERT_TRUE(got.ok()) << got.status();
+  WanEncoderOptions options;
+  options.max_sequence_length = kLen;
+  auto encoder = WanSampleEncoder::Open(wan, options);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  auto expected = (*encoder)->EncodeText("a red dog");
+  ASSERT_TRUE(expected.ok());
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_TRUE(at::equal((*got)[0], *expected));
 }
 
 }  // namespace

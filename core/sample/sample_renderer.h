@@ -1,8 +1,7 @@
-// Sample images during training: the job's prompts rendered with the current adapters through a Denoiser (this
-// process or the stage workers), decoded by the pipeline's VAE and written to <output>/samples/step-N/K.png with a
-// contact sheet (contact_sheet.png) and the prompts (prompts.txt). Everything that does not change during the run
-// -- prompt embeddings, each prompt's initial noise, the VAE decoder -- is prepared once, so step N's pictures
-// differ from step M's only by what the LoRA learned.
+// Samples during training: the job's prompts rendered with the current adapters through a Denoiser (this process or
+// the stage workers), decoded by the pipeline's VAE and written to <output>/samples/step-N/ (K.png, or K.mp4 for Wan)
+// with a contact sheet and the prompts (prompts.txt). Everything fixed for the run -- prompt embeddings, initial noise,
+// conditioning, the VAE decoder -- is prepared once, so step N's samples differ from step M's only by the LoRA.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -16,9 +15,7 @@
 
 #include "core/model/model_family.h"
 #include "core/sample/denoiser.h"
-#include "core/sample/flux2_sampler.h"
 #include "core/train/job.h"
-#include "core/vae/flux2_vae_decoder.h"
 
 namespace baton {
 
@@ -30,7 +27,7 @@ using PromptEncoder = std::function<absl::StatusOr<std::vector<at::Tensor>>(cons
 // parent (model: PIPE/transformer). NotFound, saying what is missing, for a bare transformer or a single file.
 absl::StatusOr<std::string> PipelineFolderOf(const std::string& model);
 
-// Whether the job's `samples:` can render with this model (FLUX.2, inside a pipeline folder), without loading
+// Whether the job's `samples:` can render with this model (FLUX.2 or Wan, inside a pipeline folder), without loading
 // anything: the job service checks it at submit. OK when the job has no samples.
 absl::Status CheckSamplesPossible(const JobConfig& job, const ModelFamily& family);
 
@@ -46,9 +43,12 @@ struct SampleRecord {
 // Where a run writes the sample rendering after `step` steps: <output_dir>/samples/step-N.
 std::string SampleStepDir(const std::string& output_dir, int64_t step);
 
+// Renders a job's samples after a step; one implementation per family (FLUX.2 images in sample_renderer.cc, Wan
+// videos in wan_sample_renderer.h). Everything fixed for the run is prepared by Create.
 class SampleRenderer {
  public:
-  // Fails, saying why, for a family other than FLUX.2, a model outside a pipeline folder, or prompts that do not
+  virtual ~SampleRenderer() = default;
+  // Fails, saying why, for a family without samples, a model outside a pipeline folder, or prompts that do not
   // encode. `latent_channels` and `text_len` are the training cache's (the transformer's in_channels and, unless
   // samples.max_sequence_length says otherwise, the prompts' length).
   static absl::StatusOr<std::unique_ptr<SampleRenderer>> Create(const JobConfig& job, const ModelFamily& family,
@@ -63,14 +63,16 @@ class SampleRenderer {
   // all (written as step-N.partial, then renamed).
   absl::StatusOr<SampleRecord> Render(int64_t step, const Denoiser& denoiser, bool quiet);
 
+ protected:
+  explicit SampleRenderer(std::string output_dir) : output_dir_(std::move(output_dir)) {}
+  // Writes one step's files into `dir`: a sample per prompt, contact_sheet.png and prompts.txt; returns how many
+  // samples. `progress(step, steps)` after each denoising step.
+  virtual absl::StatusOr<int64_t> RenderInto(const std::string& dir, const Denoiser& denoiser,
+                                             const std::function<void(int64_t, int64_t)>& progress) = 0;
+  virtual const char* noun() const = 0;  // what a sample is: "images", "videos"
+
  private:
-  SampleRenderer() = default;
   std::string output_dir_;  // the run's; renderings go to SampleStepDir(output_dir_, step)
-  std::vector<std::string> prompts_;
-  std::vector<at::Tensor> prompt_embeds_;  // [prompt] [L, text_dim]
-  std::vector<at::Tensor> noise_;          // [prompt] [1, S, C]
-  Flux2SampleSettings settings_;
-  std::unique_ptr<Flux2VaeDecoder> decoder_;
 };
 
 }  // namespace baton

@@ -18,12 +18,12 @@ JobConfig JobWithSamples(const std::string& model) {
   return job.ok() ? *job : JobConfig();
 }
 
-TEST(SampleRendererTest, WanSamplesAreRefusedByName) {
+TEST(SampleRendererTest, WanSamplesNeedAPipelineFolder) {
   auto wan = OpenModelConfig(JoinPath(test_util::SourceDir(), "configs/models/wan-tiny.json"));
   ASSERT_TRUE(wan.ok()) << wan.status();
-  absl::Status s = CheckSamplesPossible(JobWithSamples("m"), **wan);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("FLUX.2 only"), std::string::npos) << s;
+  absl::Status s = CheckSamplesPossible(JobWithSamples("m"), **wan);  // Wan renders videos, from a pipeline's vae/
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("vae/"), std::string::npos) << s;
   JobConfig no_samples = JobWithSamples("m");
   no_samples.samples.every = 0;
   EXPECT_TRUE(CheckSamplesPossible(no_samples, **wan).ok());  // validation alone is fine for every family

@@ -150,12 +150,13 @@ absl::Status ParseValidation(Reader& r, YAML::Node root, ValidationConfig& v) {
   return r.Check(in_range, n, "timesteps", "must be a non-empty list of t in (0, 1]");
 }
 
-// `samples: {every, prompts, steps, guidance, size, seed, max_sequence_length}`.
+// `samples: {every, prompts, steps, guidance, size, seed, max_sequence_length, frames, negative_prompt, image}`.
 absl::Status ParseSamples(Reader& r, YAML::Node root, SamplesConfig& s) {
   if (!root["samples"].IsDefined()) return absl::OkStatus();
   YAML::Node n = root["samples"];
   RETURN_IF_ERROR(
-      r.Keys(n, "samples", {"every", "prompts", "steps", "guidance", "size", "seed", "max_sequence_length"}));
+      r.Keys(n, "samples", {"every", "prompts", "steps", "guidance", "size", "seed", "max_sequence_length", "frames",
+                            "negative_prompt", "image"}));
   RETURN_IF_ERROR(r.Get(n, "every", &s.every));
   RETURN_IF_ERROR(r.Check(s.every > 0, n, "every", "must be positive (steps between sample images)"));
   RETURN_IF_ERROR(r.GetList(n, "prompts", kMaxSamplePrompts, "each renders an image at every rendering", &s.prompts));
@@ -173,7 +174,13 @@ absl::Status ParseSamples(Reader& r, YAML::Node root, SamplesConfig& s) {
   s.height = size[1];
   RETURN_IF_ERROR(r.Get(n, "seed", &s.seed));
   RETURN_IF_ERROR(r.Get(n, "max_sequence_length", &s.max_sequence_length));
-  return r.Check(s.max_sequence_length >= 0, n, "max_sequence_length", "must be ≥ 0 (0: the training cache's)");
+  RETURN_IF_ERROR(
+      r.Check(s.max_sequence_length >= 0, n, "max_sequence_length", "must be ≥ 0 (0: the training cache's)"));
+  RETURN_IF_ERROR(r.Get(n, "frames", &s.frames));
+  RETURN_IF_ERROR(r.Check(s.frames >= 1 && s.frames <= 1021 && (s.frames - 1) % 4 == 0, n, "frames",
+                          "must be 4k + 1 in [1, 1021] (video frames; Wan)"));
+  RETURN_IF_ERROR(r.Get(n, "negative_prompt", &s.negative_prompt));
+  return r.Get(n, "image", &s.image);
 }
 
 absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std::string& source) {

@@ -74,8 +74,8 @@ struct ValidationConfig {
   int64_t held_out() const { return enabled() && dataset.empty() ? samples : 0; }
 };
 
-// Optional: sample images rendered with the current LoRA (FLUX.2; core/sample/flux2_sampler.h), written to
-// <output>/samples/step-N/K.png with a contact sheet, before the first step, after every `every` steps and after
+// Optional: sample images (FLUX.2; core/sample/flux2_sampler.h) or videos (Wan, K.mp4) rendered with the current
+// LoRA, written to <output>/samples/step-N/K.png with a contact sheet, before the first step, after every `every` steps and after
 // the last. Rendering never changes training: the LoRA of a run with samples equals the LoRA without them.
 struct SamplesConfig {
   int64_t every = 0;  // 0: off
@@ -85,6 +85,11 @@ struct SamplesConfig {
   int64_t width = 1024, height = 1024;  // `size: [W, H]`, multiples of 16
   uint64_t seed = 0;                    // prompt K's noise is drawn from seed + K (baton sample --seed S+K)
   int64_t max_sequence_length = 0;      // text tokens; 0: the training cache's
+  // Wan videos (core/sample/wan_sample_renderer.h): frames per video (4k + 1), the classifier-free guidance negative
+  // prompt (guidance > 1), and for image-to-video models the first frame: an image file, resized to `size`.
+  int64_t frames = 17;
+  std::string negative_prompt;
+  std::string image;
   bool enabled() const { return every > 0; }
 };
 
