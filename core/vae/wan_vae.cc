@@ -51,13 +51,7 @@ WanVaeEncoder::WanVaeEncoder(const WanVaeConfig& config, WanVaeEncoderModule mod
 
 absl::StatusOr<std::unique_ptr<WanVaeEncoder>> WanVaeEncoder::Load(const std::string& vae_dir, at::ScalarType dtype,
                                                                    at::Device device) {
-  if (!at::isFloatingType(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("Wan VAE dtype must be floating, got ", c10::toString(dtype)));
-  }
-  std::string dir = vae_dir;
-  if (!PathExists(JoinPath(dir, "config.json")) && PathExists(JoinPath(vae_dir, "vae/config.json"))) {
-    dir = JoinPath(vae_dir, "vae");
-  }
+  ASSIGN_OR_RETURN(const std::string dir, WanVaeFolder(vae_dir, at::isFloatingType(dtype), c10::toString(dtype)));
   ASSIGN_OR_RETURN(WanVaeConfig config, LoadWanVaeConfig(JoinPath(dir, "config.json")));
   WanVaeEncoderModule module{nullptr};
   RETURN_IF_ERROR(TorchCall("building the Wan VAE encoder", [&] {

@@ -6,58 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/vae/wan_vae_cache_ops.h"
+
 namespace baton {
-namespace {
-
-// diffusers CACHE_T: frames of a layer's input remembered for the next chunk.
-constexpr int64_t kCacheT = 2;
-
-using Arr3 = std::array<int64_t, 3>;
-
-// The holder built from an Impl: brace-initialised arrays do not pass through ModuleHolder's forwarding constructor.
-WanCausalConv3d CausalConv(int64_t in, int64_t out, Arr3 kernel, Arr3 stride = {1, 1, 1}, Arr3 padding = {0, 0, 0}) {
-  return WanCausalConv3d(std::make_shared<WanCausalConv3dImpl>(in, out, kernel, stride, padding));
-}
-
-// A child module holding a conv's weight and bias, so the parameters are named `<child>.weight` / `.bias`.
-class ConvParams : public torch::nn::Module {
- public:
-  explicit ConvParams(const std::vector<int64_t>& shape) {
-    weight = register_parameter("weight", at::zeros(shape));
-    bias = register_parameter("bias", at::zeros({shape[0]}));
-  }
-  at::Tensor weight, bias;
-};
-
-// The last min(T, CACHE_T) frames of x; when that is a single frame and the slot holds an earlier chunk, its last
-// frame is put in front (diffusers: "cache last frame of last two chunk").
-at::Tensor NextCache(const at::Tensor& x, const at::Tensor& slot) {
-  const int64_t t = x.size(2);
-  at::Tensor cache_x = x.narrow(2, std::max<int64_t>(0, t - kCacheT), std::min(t, kCacheT)).clone();
-  if (cache_x.size(2) < 2 && slot.defined()) cache_x = at::cat({slot.narrow(2, slot.size(2) - 1, 1), cache_x}, 2);
-  return cache_x;
-}
-
-// A causal conv through the cache, as WanResidualBlock / WanEncoder3d do it around conv1, conv2, conv_in, conv_out.
-at::Tensor CachedConv(WanCausalConv3d& conv, const at::Tensor& x, WanFeatCache* cache) {
-  if (cache == nullptr) return conv->forward(x);
-  at::Tensor& slot = cache->Current();
-  at::Tensor cache_x = NextCache(x, slot);
-  at::Tensor out = conv->forward(x, slot);
-  slot = cache_x;
-  ++cache->idx;
-  return out;
-}
-
-// [B, C, T, H, W] ↔ [B·T, C, H, W]
-at::Tensor FramesToBatch(const at::Tensor& x) {
-  return x.permute({0, 2, 1, 3, 4}).reshape({x.size(0) * x.size(2), x.size(1), x.size(3), x.size(4)});
-}
-at::Tensor BatchToFrames(const at::Tensor& x, int64_t b, int64_t t) {
-  return x.view({b, t, x.size(1), x.size(2), x.size(3)}).permute({0, 2, 1, 3, 4});
-}
-
-}  // namespace
 
 at::Tensor& WanFeatCache::Current() {
   if (slots.size() <= idx) slots.resize(idx + 1);
@@ -96,23 +47,23 @@ at::Tensor WanRmsNormImpl::forward(const at::Tensor& x) {
 
 WanResidualBlock::WanResidualBlock(int64_t in, int64_t out) {
   norm1 = register_module("norm1", WanRmsNorm(in, false));
-  conv1 = register_module("conv1", CausalConv(in, out, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}));
+  conv1 = register_module("conv1", WanCausalConv(in, out, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}));
   norm2 = register_module("norm2", WanRmsNorm(out, false));
-  conv2 = register_module("conv2", CausalConv(out, out, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}));
-  if (in != out) conv_shortcut = register_module("conv_shortcut", CausalConv(in, out, {1, 1, 1}));
+  conv2 = register_module("conv2", WanCausalConv(out, out, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}));
+  if (in != out) conv_shortcut = register_module("conv_shortcut", WanCausalConv(in, out, {1, 1, 1}));
 }
 
 at::Tensor WanResidualBlock::Forward(const at::Tensor& x, WanFeatCache* cache) {
   at::Tensor h = conv_shortcut ? conv_shortcut->forward(x) : x;
-  at::Tensor y = CachedConv(conv1, at::silu(norm1->forward(x)), cache);
-  y = CachedConv(conv2, at::silu(norm2->forward(y)), cache);
+  at::Tensor y = WanCachedConv(conv1, at::silu(norm1->forward(x)), cache);
+  y = WanCachedConv(conv2, at::silu(norm2->forward(y)), cache);
   return y + h;
 }
 
 WanAttentionBlock::WanAttentionBlock(int64_t dim) {
   norm = register_module("norm", WanRmsNorm(dim, true));
-  auto qkv = register_module("to_qkv", std::make_shared<ConvParams>(std::vector<int64_t>{3 * dim, dim, 1, 1}));
-  auto proj = register_module("proj", std::make_shared<ConvParams>(std::vector<int64_t>{dim, dim, 1, 1}));
+  auto qkv = register_module("to_qkv", std::make_shared<WanConvParams>(std::vector<int64_t>{3 * dim, dim, 1, 1}));
+  auto proj = register_module("proj", std::make_shared<WanConvParams>(std::vector<int64_t>{dim, dim, 1, 1}));
   qkv_weight = qkv->weight;
   qkv_bias = qkv->bias;
   proj_weight = proj->weight;
@@ -121,29 +72,29 @@ WanAttentionBlock::WanAttentionBlock(int64_t dim) {
 
 at::Tensor WanAttentionBlock::Forward(const at::Tensor& x, WanFeatCache* /*cache*/) {
   const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
-  at::Tensor y = norm->forward(FramesToBatch(x));
+  at::Tensor y = norm->forward(WanFramesToBatch(x));
   at::Tensor qkv = at::conv2d(y, qkv_weight, qkv_bias).reshape({b * t, 1, 3 * c, -1}).permute({0, 1, 3, 2});
   qkv = qkv.contiguous();
   auto parts = qkv.chunk(3, -1);
   y = at::scaled_dot_product_attention(parts[0], parts[1], parts[2]);
   y = y.squeeze(1).permute({0, 2, 1}).reshape({b * t, c, h, w});
   y = at::conv2d(y, proj_weight, proj_bias);
-  return BatchToFrames(y, b, t) + x;
+  return WanBatchToFrames(y, b, t) + x;
 }
 
 WanResample::WanResample(int64_t dim, bool time_downsample) {
   auto resample = register_module("resample", std::make_shared<torch::nn::Module>());
   // resample.0 is the parameterless ZeroPad2d.
-  auto conv = resample->register_module("1", std::make_shared<ConvParams>(std::vector<int64_t>{dim, dim, 3, 3}));
+  auto conv = resample->register_module("1", std::make_shared<WanConvParams>(std::vector<int64_t>{dim, dim, 3, 3}));
   resample_weight = conv->weight;
   resample_bias = conv->bias;
-  if (time_downsample) time_conv = register_module("time_conv", CausalConv(dim, dim, {3, 1, 1}, {2, 1, 1}));
+  if (time_downsample) time_conv = register_module("time_conv", WanCausalConv(dim, dim, {3, 1, 1}, {2, 1, 1}));
 }
 
 at::Tensor WanResample::Forward(const at::Tensor& x, WanFeatCache* cache) {
   const int64_t b = x.size(0), t = x.size(2);
-  at::Tensor y = at::constant_pad_nd(FramesToBatch(x), {0, 1, 0, 1}, 0.0);
-  y = BatchToFrames(at::conv2d(y, resample_weight, resample_bias, {2, 2}), b, t);
+  at::Tensor y = at::constant_pad_nd(WanFramesToBatch(x), {0, 1, 0, 1}, 0.0);
+  y = WanBatchToFrames(at::conv2d(y, resample_weight, resample_bias, {2, 2}), b, t);
   // diffusers applies time_conv only on the cached path (its `_encode` always passes a cache).
   if (!time_conv || cache == nullptr) return y;
   at::Tensor& slot = cache->Current();
@@ -207,7 +158,7 @@ at::Tensor WanMidBlockImpl::forward(const at::Tensor& x, WanFeatCache* cache) {
 WanEncoder3dImpl::WanEncoder3dImpl(const WanVaeConfig& c) {
   std::vector<int64_t> dims = {c.base_dim};
   for (int64_t m : c.dim_mult) dims.push_back(c.base_dim * m);
-  conv_in = register_module("conv_in", CausalConv(c.in_channels, dims[0], {3, 3, 3}, {1, 1, 1}, {1, 1, 1}));
+  conv_in = register_module("conv_in", WanCausalConv(c.in_channels, dims[0], {3, 3, 3}, {1, 1, 1}, {1, 1, 1}));
   auto down_blocks = register_module("down_blocks", torch::nn::ModuleList());
   double scale = 1.0;
   const size_t levels = c.dim_mult.size();
@@ -236,19 +187,19 @@ WanEncoder3dImpl::WanEncoder3dImpl(const WanVaeConfig& c) {
   const int64_t top = dims.back();
   mid_block = register_module("mid_block", WanMidBlock(top));
   norm_out = register_module("norm_out", WanRmsNorm(top, false));
-  conv_out = register_module("conv_out", CausalConv(top, 2 * c.z_dim, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}));
+  conv_out = register_module("conv_out", WanCausalConv(top, 2 * c.z_dim, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}));
 }
 
 at::Tensor WanEncoder3dImpl::forward(const at::Tensor& x, WanFeatCache* cache) {
-  at::Tensor y = CachedConv(conv_in, x, cache);
+  at::Tensor y = WanCachedConv(conv_in, x, cache);
   for (auto& layer : layers_) y = layer->Forward(y, cache);
   y = mid_block->forward(y, cache);
-  return CachedConv(conv_out, at::silu(norm_out->forward(y)), cache);
+  return WanCachedConv(conv_out, at::silu(norm_out->forward(y)), cache);
 }
 
 WanVaeEncoderModuleImpl::WanVaeEncoderModuleImpl(const WanVaeConfig& c) : patch_(c.patch()) {
   encoder = register_module("encoder", WanEncoder3d(c));
-  quant_conv = register_module("quant_conv", CausalConv(2 * c.z_dim, 2 * c.z_dim, {1, 1, 1}));
+  quant_conv = register_module("quant_conv", WanCausalConv(2 * c.z_dim, 2 * c.z_dim, {1, 1, 1}));
 }
 
 at::Tensor WanVaeEncoderModuleImpl::forward(const at::Tensor& input) {

@@ -66,4 +66,9 @@ bool IsWanVaeEncoderKey(const std::string& name);
 // num_res_blocks 1, latents_mean/std non-trivial.
 WanVaeConfig TinyWanVaeConfig();
 
+// The vae/ folder a loader reads: `vae_or_pipeline_dir` itself, or its vae/ when it is a pipeline folder;
+// InvalidArgument for a non-floating compute dtype (`dtype_name` names it).
+absl::StatusOr<std::string> WanVaeFolder(const std::string& vae_or_pipeline_dir, bool floating_dtype,
+                                         const std::string& dtype_name);
+
 }  // namespace baton

@@ -83,13 +83,7 @@ WanVaeDecoder::WanVaeDecoder(const WanVaeConfig& config, WanVaeDecoderModule mod
 
 absl::StatusOr<std::unique_ptr<WanVaeDecoder>> WanVaeDecoder::Load(const std::string& vae_dir, at::ScalarType dtype,
                                                                    at::Device device) {
-  if (!at::isFloatingType(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("Wan VAE dtype must be floating, got ", c10::toString(dtype)));
-  }
-  std::string dir = vae_dir;
-  if (!PathExists(JoinPath(dir, "config.json")) && PathExists(JoinPath(vae_dir, "vae/config.json"))) {
-    dir = JoinPath(vae_dir, "vae");
-  }
+  ASSIGN_OR_RETURN(const std::string dir, WanVaeFolder(vae_dir, at::isFloatingType(dtype), c10::toString(dtype)));
   const std::string config_path = JoinPath(dir, "config.json");
   ASSIGN_OR_RETURN(WanVaeConfig config, LoadWanVaeConfig(config_path));
   RETURN_IF_ERROR(Annotate(ValidateWanVaeDecoderConfig(config), config_path));

@@ -6,65 +6,19 @@
 #include <algorithm>
 #include <string>
 
+#include "core/vae/wan_vae_cache_ops.h"
+
 namespace baton {
-namespace {
-
-// diffusers CACHE_T: frames of a layer's input remembered for the next call.
-constexpr int64_t kCacheT = 2;
-
-using Arr3 = std::array<int64_t, 3>;
-
-WanCausalConv3d CausalConv(int64_t in, int64_t out, Arr3 kernel, Arr3 padding = {0, 0, 0}) {
-  return WanCausalConv3d(std::make_shared<WanCausalConv3dImpl>(in, out, kernel, Arr3{1, 1, 1}, padding));
-}
-
-// A child module holding a Conv2d's weight and bias, so the parameters are named `<child>.weight` / `.bias`.
-class ConvParams : public torch::nn::Module {
- public:
-  explicit ConvParams(const std::vector<int64_t>& shape) {
-    weight = register_parameter("weight", at::zeros(shape));
-    bias = register_parameter("bias", at::zeros({shape[0]}));
-  }
-  at::Tensor weight, bias;
-};
-
-// The frames a cached conv remembers (the same rule as the encoder's, wan_vae_blocks.cc): the last min(T, CACHE_T)
-// frames of x, with the slot's last frame in front when that is a single frame and the slot holds an earlier call.
-at::Tensor NextCache(const at::Tensor& x, const at::Tensor& slot) {
-  const int64_t t = x.size(2);
-  at::Tensor cache_x = x.narrow(2, std::max<int64_t>(0, t - kCacheT), std::min(t, kCacheT)).clone();
-  if (cache_x.size(2) < 2 && slot.defined()) cache_x = at::cat({slot.narrow(2, slot.size(2) - 1, 1), cache_x}, 2);
-  return cache_x;
-}
-
-// A causal conv through the cache, as WanDecoder3d does around conv_in and conv_out.
-at::Tensor CachedConv(WanCausalConv3d& conv, const at::Tensor& x, WanFeatCache* cache) {
-  if (cache == nullptr) return conv->forward(x);
-  at::Tensor& slot = cache->Current();
-  at::Tensor cache_x = NextCache(x, slot);
-  at::Tensor out = conv->forward(x, slot);
-  slot = cache_x;
-  ++cache->idx;
-  return out;
-}
-
-// [B, C, T, H, W] ↔ [B·T, C, H, W]
-at::Tensor FramesToBatch(const at::Tensor& x) {
-  return x.permute({0, 2, 1, 3, 4}).reshape({x.size(0) * x.size(2), x.size(1), x.size(3), x.size(4)});
-}
-at::Tensor BatchToFrames(const at::Tensor& x, int64_t b, int64_t t) {
-  return x.view({b, t, x.size(1), x.size(2), x.size(3)}).permute({0, 2, 1, 3, 4});
-}
-
-}  // namespace
 
 WanUpResample::WanUpResample(int64_t dim, int64_t out_dim, bool time_upsample) {
   auto resample = register_module("resample", std::make_shared<torch::nn::Module>());
   // resample.0 is the parameterless WanUpsample.
-  auto conv = resample->register_module("1", std::make_shared<ConvParams>(std::vector<int64_t>{out_dim, dim, 3, 3}));
+  auto conv = resample->register_module("1", std::make_shared<WanConvParams>(std::vector<int64_t>{out_dim, dim, 3, 3}));
   resample_weight = conv->weight;
   resample_bias = conv->bias;
-  if (time_upsample) time_conv = register_module("time_conv", CausalConv(dim, 2 * dim, {3, 1, 1}, {1, 0, 0}));
+  if (time_upsample) {
+    time_conv = register_module("time_conv", WanCausalConv(dim, 2 * dim, {3, 1, 1}, {1, 1, 1}, {1, 0, 0}));
+  }
 }
 
 at::Tensor WanUpResample::Forward(const at::Tensor& x, WanFeatCache* cache) {
@@ -78,7 +32,7 @@ at::Tensor WanUpResample::Forward(const at::Tensor& x, WanFeatCache* cache) {
     } else {
       const bool rep = slot.size(2) == 0;
       const int64_t t = x.size(2);
-      at::Tensor cache_x = x.narrow(2, std::max<int64_t>(0, t - kCacheT), std::min(t, kCacheT)).clone();
+      at::Tensor cache_x = x.narrow(2, std::max<int64_t>(0, t - kWanCacheT), std::min(t, kWanCacheT)).clone();
       if (cache_x.size(2) < 2) {
         cache_x = at::cat({rep ? at::zeros_like(cache_x) : slot.narrow(2, slot.size(2) - 1, 1), cache_x}, 2);
       }
@@ -91,11 +45,11 @@ at::Tensor WanUpResample::Forward(const at::Tensor& x, WanFeatCache* cache) {
     ++cache->idx;
   }
   const int64_t t = y.size(2);
-  at::Tensor frames = FramesToBatch(y);
+  at::Tensor frames = WanFramesToBatch(y);
   // WanUpsample: nearest-exact ×2 in fp32, back to the input dtype.
   frames = at::_upsample_nearest_exact2d(frames.to(at::kFloat), {2 * h, 2 * w}, 2.0, 2.0).to(x.scalar_type());
   frames = at::conv2d(frames, resample_weight, resample_bias, {1, 1}, {1, 1});
-  return BatchToFrames(frames, b, t);
+  return WanBatchToFrames(frames, b, t);
 }
 
 WanUpBlock::WanUpBlock(int64_t in, int64_t out, int64_t num_res_blocks, bool up_flag, bool time_upsample) {
@@ -157,7 +111,7 @@ WanDecoder3dImpl::WanDecoder3dImpl(const WanVaeConfig& c) {
   for (auto it = c.dim_mult.rbegin(); it != c.dim_mult.rend(); ++it) dims.push_back(dim * *it);
   // AutoencoderKLWan: temperal_upsample = temperal_downsample[::-1] (the whole list), indexed by up level.
   const std::vector<bool> temperal_upsample(c.temperal_downsample.rbegin(), c.temperal_downsample.rend());
-  conv_in = register_module("conv_in", CausalConv(c.z_dim, dims[0], {3, 3, 3}, {1, 1, 1}));
+  conv_in = register_module("conv_in", WanCausalConv(c.z_dim, dims[0], {3, 3, 3}, {1, 1, 1}, {1, 1, 1}));
   mid_block = register_module("mid_block", WanMidBlock(dims[0]));
   auto up_blocks = register_module("up_blocks", torch::nn::ModuleList());
   const size_t levels = c.dim_mult.size();
@@ -175,18 +129,18 @@ WanDecoder3dImpl::WanDecoder3dImpl(const WanVaeConfig& c) {
     up_blocks->push_back(layers_.back());
   }
   norm_out = register_module("norm_out", WanRmsNorm(dims.back(), false));
-  conv_out = register_module("conv_out", CausalConv(dims.back(), c.out_channels, {3, 3, 3}, {1, 1, 1}));
+  conv_out = register_module("conv_out", WanCausalConv(dims.back(), c.out_channels, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}));
 }
 
 at::Tensor WanDecoder3dImpl::forward(const at::Tensor& x, WanFeatCache* cache, bool first_chunk) {
-  at::Tensor y = CachedConv(conv_in, x, cache);
+  at::Tensor y = WanCachedConv(conv_in, x, cache);
   y = mid_block->forward(y, cache);
   for (auto& layer : layers_) y = layer->Forward(y, cache, first_chunk);
-  return CachedConv(conv_out, at::silu(norm_out->forward(y)), cache);
+  return WanCachedConv(conv_out, at::silu(norm_out->forward(y)), cache);
 }
 
 WanVaeDecoderModuleImpl::WanVaeDecoderModuleImpl(const WanVaeConfig& c) : patch_(c.patch()) {
-  post_quant_conv = register_module("post_quant_conv", CausalConv(c.z_dim, c.z_dim, {1, 1, 1}));
+  post_quant_conv = register_module("post_quant_conv", WanCausalConv(c.z_dim, c.z_dim, {1, 1, 1}));
   decoder = register_module("decoder", WanDecoder3d(c));
 }
 
