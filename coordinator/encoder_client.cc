@@ -33,38 +33,23 @@ absl::StatusOr<std::unique_ptr<v1::EncoderService::Stub>> ConnectEncoderWorker(c
 
 }  // namespace
 
-absl::Status EncodeOnWorker(const JobConfig& job, absl::Duration timeout, bool quiet) {
-  const std::string& address = job.encode.encoder_worker;
+absl::StatusOr<v1::EncodeProgress> CallEncodeDataset(
+    const std::string& address, const v1::EncodeDatasetRequest& req, absl::Duration timeout,
+    const std::function<void(const v1::EncodeProgress&)>& on_progress) {
   ASSIGN_OR_RETURN(auto stub, ConnectEncoderWorker(address));
-  v1::EncodeDatasetRequest req;
-  req.set_dataset_dir(job.encode.images);
-  req.set_cache_dir(job.dataset);
-  req.set_trigger(job.encode.trigger);
-  req.set_resolution(job.encode.resolution);
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(timeout));
   auto reader = stub->EncodeDataset(&ctx, req);
   v1::EncodeProgress msg, last;
   while (reader->Read(&msg)) {
+    if (!msg.finished()) on_progress(msg);
     last = msg;
-    if (!quiet && !msg.finished()) {
-      std::printf("encoding %lld/%lld (encoded %lld, kept %lld, failed %lld) %s\n", static_cast<long long>(msg.done()),
-                  static_cast<long long>(msg.total()), static_cast<long long>(msg.encoded()),
-                  static_cast<long long>(msg.kept()), static_cast<long long>(msg.failed()), msg.current().c_str());
-    }
   }
-  absl::Status s = FromGrpcStatus(reader->Finish(), absl::StrCat("encoder worker ", address));
-  if (!s.ok()) return s;
-  for (const auto& e : last.errors()) LogWarning("encoder worker: ", e);
-  if (last.encoded() + last.kept() == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("encoder worker ", address, " produced no samples from ", job.encode.images));
+  RETURN_IF_ERROR(FromGrpcStatus(reader->Finish(), absl::StrCat("encoder worker ", address)));
+  if (!last.finished()) {
+    return absl::UnavailableError(absl::StrCat("encoder worker ", address, " ended EncodeDataset without a result"));
   }
-  if (!quiet) {
-    std::printf("cache %s ready: %lld encoded, %lld unchanged, %d failed\n", job.dataset.c_str(),
-                static_cast<long long>(last.encoded()), static_cast<long long>(last.kept()), last.errors_size());
-  }
-  return absl::OkStatus();
+  return last;
 }
 
 absl::StatusOr<std::vector<at::Tensor>> EncodePromptsOnWorker(const std::string& address,

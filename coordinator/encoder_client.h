@@ -1,5 +1,5 @@
-// The coordinator's calls to an encoder worker: build (or refresh) the training cache before training, and encode
-// the sample prompts.
+// The coordinator's calls to an encoder worker: build (or refresh) a training cache or one share of it (encode_step.h
+// runs the job's encode step), and encode the sample prompts.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -7,17 +7,22 @@
 #include <absl/status/statusor.h>
 #include <absl/time/time.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "baton/v1/encoder.pb.h"
 #include "core/sample/sample_renderer.h"
 #include "core/train/job.h"
 
 namespace baton {
 
-// Asks job.encode.encoder_worker to encode job.encode.images into job.dataset, printing progress unless
-// `quiet`. Fails when the worker is unreachable or reports per-file errors for every sample.
-absl::Status EncodeOnWorker(const JobConfig& job, absl::Duration timeout, bool quiet);
+// One EncodeDataset call to the encoder worker at `address`: `on_progress` sees each progress message as it streams
+// (from one thread, the caller's); returns the last one (`finished`). Errors (unreachable, refused, died mid-dataset)
+// name the worker.
+absl::StatusOr<v1::EncodeProgress> CallEncodeDataset(const std::string& address, const v1::EncodeDatasetRequest& req,
+                                                     absl::Duration timeout,
+                                                     const std::function<void(const v1::EncodeProgress&)>& on_progress);
 
 // The prompt embeddings of `prompts` [max_sequence_length, text_dim] fp32 each, from the encoder worker at `address`
 // (its text encoder; the worker must pad to max_sequence_length). Errors name the worker.

@@ -2,7 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 
-#include "coordinator/encoder_client.h"
+#include "coordinator/encode_step.h"
 #include "core/sample/sample_renderer.h"
 #include "core/train/common.h"
 #include "core/util/status.h"
@@ -35,7 +35,7 @@ absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions
   s.micro_batches = m;
   ASSIGN_OR_RETURN(s.dtype, ParseDtype(job.dtype));
   ASSIGN_OR_RETURN(s.model, OpenModel(job.model, job.model_config));
-  if (!job.encode.encoder_worker.empty()) RETURN_IF_ERROR(EncodeOnWorker(job, options.rpc_timeout, options.quiet));
+  RETURN_IF_ERROR(RunEncodeStep(job, options.rpc_timeout, options.quiet).status());  // no `encode:`: nothing to do
   ASSIGN_OR_RETURN(s.cache, CacheReader::Open(job.dataset));
   const CacheReader& cache = *s.cache;
   RETURN_IF_ERROR(Annotate(s.model->CheckCacheFits(CacheContentsOf(cache.index())),

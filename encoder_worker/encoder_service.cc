@@ -84,7 +84,17 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   options.cache_dir = *cache_dir;
   options.trigger = req->trigger();
   options.buckets = BucketsForResolution(req->resolution() > 0 ? req->resolution() : default_resolution_);
-  LogInfo("encoding ", options.dataset_dir, " into ", options.cache_dir);
+  if (req->shard_count() != 0 || req->shard_index() != 0) {
+    const ShardSpec shard{req->shard_index(), req->shard_count()};
+    if (shard.count < 1 || shard.count > kMaxShards || shard.index < 0 || shard.index >= shard.count) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("shard_index/shard_count ", shard.ToString(), ": expected 0 <= i < N <= ",
+                                       kMaxShards));
+    }
+    options.shard = shard;
+  }
+  LogInfo("encoding ", options.dataset_dir, " into ", options.cache_dir,
+          options.shard ? absl::StrCat(" (shard ", options.shard->ToString(), ")") : "");
   auto report = BuildCache(*encoder_, options, [&](const CacheBuildProgress& p) {
     v1::EncodeProgress msg;
     msg.set_done(p.done);

@@ -150,6 +150,23 @@ absl::Status ParseValidation(Reader& r, YAML::Node root, ValidationConfig& v) {
   return r.Check(in_range, n, "timesteps", "must be a non-empty list of t in (0, 1]");
 }
 
+// `encode: {encoder_worker: H:P}` or `encode: {encoder_workers: [H:P, ...]}`, never both; no worker twice.
+absl::Status ParseEncoderWorkers(Reader& r, YAML::Node e, EncodeConfig& encode) {
+  RETURN_IF_ERROR(r.Check(!(e["encoder_worker"].IsDefined() && e["encoder_workers"].IsDefined()), e,
+                          "encoder_workers", "and encoder_worker are exclusive: list every worker in encoder_workers"));
+  RETURN_IF_ERROR(r.Get(e, "encoder_worker", &encode.encoder_worker));
+  if (!encode.encoder_worker.empty()) encode.encoder_workers = {encode.encoder_worker};
+  if (!e["encoder_workers"].IsDefined()) return absl::OkStatus();
+  RETURN_IF_ERROR(r.GetList(e, "encoder_workers", kMaxEncoderWorkers, "each encodes a share of the dataset",
+                            &encode.encoder_workers));
+  const std::set<std::string> distinct(encode.encoder_workers.begin(), encode.encoder_workers.end());
+  RETURN_IF_ERROR(r.Check(!encode.encoder_workers.empty() && !distinct.count("") &&
+                              distinct.size() == encode.encoder_workers.size(),
+                          e, "encoder_workers", "must list distinct host:port addresses, each at most once"));
+  encode.encoder_worker = encode.encoder_workers.front();
+  return absl::OkStatus();
+}
+
 // `samples: {every, prompts, steps, guidance, size, seed, max_sequence_length, frames, negative_prompt, image}`.
 absl::Status ParseSamples(Reader& r, YAML::Node root, SamplesConfig& s) {
   if (!root["samples"].IsDefined()) return absl::OkStatus();
@@ -239,11 +256,11 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
 
   if (root["encode"].IsDefined()) {
     YAML::Node e = root["encode"];
-    RETURN_IF_ERROR(r.Keys(e, "encode", {"images", "encoder_worker", "resolution", "trigger"}));
+    RETURN_IF_ERROR(r.Keys(e, "encode", {"images", "encoder_worker", "encoder_workers", "resolution", "trigger"}));
     RETURN_IF_ERROR(r.Get(e, "images", &job.encode.images));
-    RETURN_IF_ERROR(r.Get(e, "encoder_worker", &job.encode.encoder_worker));
+    RETURN_IF_ERROR(ParseEncoderWorkers(r, e, job.encode));
     RETURN_IF_ERROR(r.Check(!job.encode.images.empty() && !job.encode.encoder_worker.empty(), e, "images",
-                            "and encoder_worker are both required in encode"));
+                            "and encoder_worker (or encoder_workers) are both required in encode"));
     RETURN_IF_ERROR(r.Get(e, "resolution", &job.encode.resolution));
     RETURN_IF_ERROR(r.Check(job.encode.resolution >= 16 && job.encode.resolution <= 8192, e, "resolution",
                             "must be in [16, 8192] (pixels per side of the bucket area)"));

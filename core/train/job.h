@@ -53,10 +53,12 @@ struct TimestepConfig {
 };
 
 // Optional: have an encoder worker (re)build `dataset` from images before training. The worker reads
-// `images` and writes the cache on its own disk, so it must share storage with the coordinator.
+// `images` and writes the cache on its own disk, so it must share storage with the coordinator. Several workers
+// (`encoder_workers: [h:p, ...]`) each encode their share into <dataset>.shards/i-of-N, merged into `dataset`.
 struct EncodeConfig {
   std::string images;          // dataset folder (images + .txt captions) as the encoder worker sees it
-  std::string encoder_worker;  // host:port of `encoder_worker --listen`
+  std::string encoder_worker;  // host:port of `encoder_worker --listen`; the first of encoder_workers (sample prompts)
+  std::vector<std::string> encoder_workers;  // every worker, in share order (`encoder_worker:` gives one)
   int64_t resolution = 1024;   // bucket target area = resolution²
   std::string trigger;
 };
@@ -173,6 +175,9 @@ inline constexpr size_t kMaxJobStages = 64;
 inline constexpr size_t kMaxValidationTimesteps = 32;
 // samples.prompts: each renders `steps` denoising passes at every rendering and a picture on the contact sheet.
 inline constexpr size_t kMaxSamplePrompts = 64;
+// encode.encoder_workers: one connection, one stream and one shard folder each; past 64 the merge's per-shard
+// overhead outgrows a share of any dataset worth splitting.
+inline constexpr size_t kMaxEncoderWorkers = 64;
 
 // Refuses text over kMaxJobFileBytes before any YAML is built.
 absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::string& source = "<job>");
