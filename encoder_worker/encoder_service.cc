@@ -67,6 +67,12 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   if (req->dataset_dir().empty() || req->cache_dir().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "dataset_dir and cache_dir are required");
   }
+  if (!req->quantize().empty() && req->quantize() != WeightQuantName(quantize_)) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("the job asks for a ", req->quantize(), " text encoder (encode.quantize); this "
+                                     "encoder worker runs ", WeightQuantName(quantize_), " (start it with --quantize ",
+                                     req->quantize(), ")"));
+  }
   // The cache folder, and the records/ folder a build writes and prunes, must resolve inside the cache root
   // (symlinks included): the service never writes or deletes elsewhere.
   auto cache_dir = ResolveForWriteInsideRoot(cache_root_.empty() ? "." : cache_root_, req->cache_dir(), "cache_dir");
@@ -175,8 +181,8 @@ grpc::Status EncoderServiceImpl::EncodePrompts(grpc::ServerContext* ctx, const v
 }
 
 absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution,
-                          const std::string& cache_root) {
-  EncoderServiceImpl service(encoder, default_resolution, cache_root);
+                          const std::string& cache_root, WeightQuant quantize) {
+  EncoderServiceImpl service(encoder, default_resolution, cache_root, quantize);
   ASSIGN_OR_RETURN(StartedServer started, StartServer("encoder_worker", listen, &service, kEncoderServiceName));
   const std::string& address = started.address;
   std::signal(SIGTERM, OnSignal);

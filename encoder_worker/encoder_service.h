@@ -9,6 +9,7 @@
 #include <string>
 
 #include "baton/v1/encoder.grpc.pb.h"
+#include "core/quant/weight_quant.h"
 #include "encoder_worker/cache_builder.h"
 
 namespace baton {
@@ -16,9 +17,14 @@ namespace baton {
 class EncoderServiceImpl final : public v1::EncoderService::Service {
  public:
   // Caches are written only inside `cache_root` (realpath; "" = the working directory): a request naming a cache
-  // elsewhere is refused with PERMISSION_DENIED.
-  EncoderServiceImpl(SampleEncoder* encoder, int64_t default_resolution, std::string cache_root)
-      : encoder_(encoder), default_resolution_(default_resolution), cache_root_(std::move(cache_root)) {}
+  // elsewhere is refused with PERMISSION_DENIED. `quantize`: the text encoder's precision (--quantize); a request
+  // asking for another is refused with FAILED_PRECONDITION.
+  EncoderServiceImpl(SampleEncoder* encoder, int64_t default_resolution, std::string cache_root,
+                     WeightQuant quantize = WeightQuant::kNone)
+      : encoder_(encoder),
+        default_resolution_(default_resolution),
+        cache_root_(std::move(cache_root)),
+        quantize_(quantize) {}
   grpc::Status EncodeDataset(grpc::ServerContext* ctx, const v1::EncodeDatasetRequest* req,
                              grpc::ServerWriter<v1::EncodeProgress>* writer) override;
   grpc::Status EncodePrompts(grpc::ServerContext* ctx, const v1::EncodePromptsRequest* req,
@@ -33,6 +39,7 @@ class EncoderServiceImpl final : public v1::EncoderService::Service {
   SampleEncoder* const encoder_ ABSL_PT_GUARDED_BY(busy_);
   const int64_t default_resolution_;
   const std::string cache_root_;
+  const WeightQuant quantize_;
 };
 
 // Bucket settings for a square target resolution (area = resolution², sides multiples of 16).
@@ -40,7 +47,7 @@ BucketSpec BucketsForResolution(int64_t resolution);
 
 // Serves EncoderService on `listen` until SIGTERM/SIGINT; prints "LISTENING host:port" once up.
 absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution,
-                          const std::string& cache_root);
+                          const std::string& cache_root, WeightQuant quantize = WeightQuant::kNone);
 
 // One line of progress ("[####......]  12/40  0.8 s/sample  ETA 22s  cat_01.jpg").
 std::string RenderEncodeProgress(const CacheBuildProgress& p, double seconds_per_encoded);

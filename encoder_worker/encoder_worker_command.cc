@@ -25,10 +25,12 @@ namespace baton {
 namespace {
 
 // The model family from the folder: a Wan pipeline (model_index.json / transformer config) or FLUX.2.
-absl::StatusOr<std::unique_ptr<SampleEncoder>> OpenEncoder(const EncoderWorkerCommand& command, at::ScalarType dtype) {
+absl::StatusOr<std::unique_ptr<SampleEncoder>> OpenEncoder(const EncoderWorkerCommand& command, at::ScalarType dtype,
+                                                          WeightQuant quantize) {
   if (IsWanPipelineFolder(command.model)) {
     WanEncoderOptions options;
     options.dtype = dtype;
+    options.text_quantize = quantize;
     options.max_sequence_length = command.max_sequence_length;
     options.conditioning = command.conditioning;
     auto e = WanSampleEncoder::Open(command.model, options);
@@ -42,6 +44,7 @@ absl::StatusOr<std::unique_ptr<SampleEncoder>> OpenEncoder(const EncoderWorkerCo
   }
   Flux2EncoderOptions options;
   options.dtype = dtype;
+  options.text_quantize = quantize;
   options.max_sequence_length = command.max_sequence_length;
   auto e = Flux2SampleEncoder::Open(command.model, options);
   if (!e.ok()) return e.status();
@@ -142,14 +145,19 @@ int RunEncoderWorkerCommand(const EncoderWorkerCommand& command) {
     std::fprintf(stderr, "encoder_worker: %s\n", std::string(dtype.status().message()).c_str());
     return 2;
   }
-  auto encoder = OpenEncoder(command, *dtype);
+  auto quantize = ParseWeightQuant(command.quantize);
+  if (!quantize.ok()) {
+    std::fprintf(stderr, "encoder_worker: --quantize: %s\n", std::string(quantize.status().message()).c_str());
+    return 2;
+  }
+  auto encoder = OpenEncoder(command, *dtype, *quantize);
   if (!encoder.ok()) {
     std::fprintf(stderr, "encoder_worker: %s\n", encoder.status().ToString().c_str());
     return 1;
   }
   if (!command.listen.empty()) {
     absl::Status s = ServeEncoder(encoder->get(), command.listen, command.resolution,
-                                  command.cache_root.empty() ? "." : command.cache_root);
+                                  command.cache_root.empty() ? "." : command.cache_root, *quantize);
     if (!s.ok()) std::fprintf(stderr, "encoder_worker: %s\n", s.ToString().c_str());
     return s.ok() ? 0 : 1;
   }

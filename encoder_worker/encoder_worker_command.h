@@ -20,6 +20,7 @@ struct EncoderWorkerCommand {
   int64_t max_frames = 81, frame_stride = 1;  // Wan clips
   std::string conditioning = "auto";          // Wan image-to-video (WanEncoderOptions::conditioning)
   std::string dtype = "fp32";
+  std::string quantize = "none";   // the text encoder's Linear weights: none | int8 | fp8 (core/text/text_weights.h)
   std::string listen;              // serve EncoderService here instead of a batch run
   std::string cache_root;          // service mode: caches only inside it ("" = the working directory)
   std::string metrics;             // HOST:PORT, "" = no metrics

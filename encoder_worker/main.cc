@@ -27,6 +27,10 @@ ABSL_FLAG(std::string, conditioning, "auto",
           "frame for a 36-channel I2V model, first and last for FLF2V, none for T2V) | none | first-frame (also TI2V-5B's "
           "image-to-video mode) | first-last-frame");
 ABSL_FLAG(std::string, dtype, "fp32", "compute dtype: fp32 | bf16");
+ABSL_FLAG(std::string, quantize, "none",
+          "the text encoder's Linear weights: none (the compute dtype) | int8 | fp8 (8 bits per output channel, "
+          "resident: FLUX.2-dev's Mistral-3 fits a 32 GB box). Part of the cache identity: records made with another "
+          "precision re-encode. The service refuses a job whose encode.quantize differs");
 ABSL_FLAG(std::string, listen, "", "serve EncoderService on host:port instead of a batch run");
 ABSL_FLAG(std::string, cache_root, "",
           "service mode: write caches only inside this directory, symlinks resolved (default: the working "
@@ -54,6 +58,7 @@ baton::EncoderWorkerCommand CommandFromFlags() {
   command.frame_stride = absl::GetFlag(FLAGS_frame_stride);
   command.conditioning = absl::GetFlag(FLAGS_conditioning);
   command.dtype = absl::GetFlag(FLAGS_dtype);
+  command.quantize = absl::GetFlag(FLAGS_quantize);
   command.listen = absl::GetFlag(FLAGS_listen);
   command.cache_root = absl::GetFlag(FLAGS_cache_root);
   command.metrics = absl::GetFlag(FLAGS_metrics);

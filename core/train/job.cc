@@ -256,7 +256,8 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
 
   if (root["encode"].IsDefined()) {
     YAML::Node e = root["encode"];
-    RETURN_IF_ERROR(r.Keys(e, "encode", {"images", "encoder_worker", "encoder_workers", "resolution", "trigger"}));
+    RETURN_IF_ERROR(r.Keys(e, "encode", {"images", "encoder_worker", "encoder_workers", "resolution", "trigger",
+                                         "quantize"}));
     RETURN_IF_ERROR(r.Get(e, "images", &job.encode.images));
     RETURN_IF_ERROR(ParseEncoderWorkers(r, e, job.encode));
     RETURN_IF_ERROR(r.Check(!job.encode.images.empty() && !job.encode.encoder_worker.empty(), e, "images",
@@ -265,6 +266,9 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
     RETURN_IF_ERROR(r.Check(job.encode.resolution >= 16 && job.encode.resolution <= 8192, e, "resolution",
                             "must be in [16, 8192] (pixels per side of the bucket area)"));
     RETURN_IF_ERROR(r.Get(e, "trigger", &job.encode.trigger));
+    RETURN_IF_ERROR(r.Get(e, "quantize", &job.encode.quantize));
+    RETURN_IF_ERROR(r.Check(job.encode.quantize.empty() || ParseWeightQuant(job.encode.quantize).ok(), e, "quantize",
+                            "must be none, int8 or fp8 (the text encoder's Linear weights; encoder_worker --quantize)"));
   }
   RETURN_IF_ERROR(ParseValidation(r, root, job.validation));
   RETURN_IF_ERROR(ParseSamples(r, root, job.samples));

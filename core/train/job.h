@@ -61,6 +61,9 @@ struct EncodeConfig {
   std::vector<std::string> encoder_workers;  // every worker, in share order (`encoder_worker:` gives one)
   int64_t resolution = 1024;   // bucket target area = resolution²
   std::string trigger;
+  // The text encoder's precision the cache must be made with (encoder_worker --quantize): "none" | "int8" | "fp8";
+  // "" (absent) = whatever the worker runs. A worker started with another precision refuses the job.
+  std::string quantize;
 };
 
 // Optional: a validation loss over held-out cache records, forward only, at fixed timesteps and fixed noise
