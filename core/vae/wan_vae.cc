@@ -1,6 +1,5 @@
 #include "core/vae/wan_vae.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
@@ -15,24 +14,10 @@
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
-#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {
 namespace {
-
-constexpr char kSingleFile[] = "diffusion_pytorch_model.safetensors";
-
-at::Tensor RandomTensor(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed) {
-  auto gen = at::detail::createCPUGenerator(MixSeed(seed, HashName(name)));
-  if (absl::EndsWith(name, ".gamma")) return 1.0 + 0.1 * at::randn(shape, gen, at::kFloat);
-  if (shape.size() >= 2) {
-    int64_t fan_in = 1;
-    for (size_t i = 1; i < shape.size(); ++i) fan_in *= shape[i];
-    return at::randn(shape, gen, at::kFloat) / std::sqrt(static_cast<double>(fan_in));
-  }
-  return 0.02 * at::randn(shape, gen, at::kFloat);
-}
 
 std::string DescribeTensor(const at::Tensor& t) {
   return t.defined() ? absl::StrCat(c10::toString(t.scalar_type()), " ", ShapeString(t.sizes())) : "undefined";
@@ -108,18 +93,5 @@ at::Tensor WanVaeEncoder::Normalize(const at::Tensor& latents) const {
   return (latents.to(at::kFloat) - mean) * (1.0 / std);
 }
 
-absl::Status WriteRandomWanVaeEncoder(const WanVaeConfig& config, const std::string& vae_dir, uint64_t seed) {
-  RETURN_IF_ERROR(config.Validate());
-  RETURN_IF_ERROR(MakeDirs(vae_dir));
-  std::map<std::string, at::Tensor> tensors;
-  RETURN_IF_ERROR(TorchCall("random Wan VAE weights", [&] {
-    WanVaeEncoderModule module(config);
-    for (const auto& p : module->named_parameters()) {
-      tensors[p.key()] = RandomTensor(p.key(), p.value().sizes().vec(), seed);
-    }
-  }));
-  RETURN_IF_ERROR(WriteSafetensors(JoinPath(vae_dir, kSingleFile), tensors, {{"format", "pt"}}));
-  return WriteFileAtomic(JoinPath(vae_dir, "config.json"), WanVaeConfigToJson(config));
-}
 
 }  // namespace baton

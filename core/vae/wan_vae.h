@@ -51,10 +51,4 @@ class WanVaeEncoder {
   at::Device device_;
 };
 
-// Writes a vae/ folder (config.json + diffusion_pytorch_model.safetensors, fp32) holding the ENCODER HALF of an
-// AutoencoderKLWan (encoder.*, quant_conv.*; no decoder, so diffusers' from_pretrained would not accept it).
-// Conv weights N(0, 1/fan_in), biases N(0, 0.02²), RMS-norm gammas 1 + N(0, 0.1²), each from a generator seeded by
-// (seed, name).
-absl::Status WriteRandomWanVaeEncoder(const WanVaeConfig& config, const std::string& vae_dir, uint64_t seed);
-
 }  // namespace baton

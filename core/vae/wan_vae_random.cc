@@ -19,7 +19,8 @@
 namespace baton {
 namespace {
 
-// The rule of wan_vae.cc's WriteRandomWanVaeEncoder, name for name.
+// Conv weights N(0, 1/fan_in), biases N(0, 0.02²), RMS-norm gammas 1 + N(0, 0.1²), from a generator seeded by
+// (seed, name).
 at::Tensor RandomTensor(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(MixSeed(seed, HashName(name)));
   if (absl::EndsWith(name, ".gamma")) return 1.0 + 0.1 * at::randn(shape, gen, at::kFloat);
@@ -31,17 +32,13 @@ at::Tensor RandomTensor(const std::string& name, const std::vector<int64_t>& sha
   return 0.02 * at::randn(shape, gen, at::kFloat);
 }
 
-}  // namespace
-
-absl::Status WriteRandomWanVae(const WanVaeConfig& config, const std::string& vae_dir, uint64_t seed) {
-  RETURN_IF_ERROR(ValidateWanVaeDecoderConfig(config));
+// `modules`' parameters drawn by RandomTensor, written with the config as a diffusers vae/ folder.
+absl::Status WriteRandomModules(const WanVaeConfig& config, const std::vector<torch::nn::Module*>& modules,
+                                const std::string& vae_dir, uint64_t seed) {
   RETURN_IF_ERROR(MakeDirs(vae_dir));
   std::map<std::string, at::Tensor> tensors;
   RETURN_IF_ERROR(TorchCall("random Wan VAE weights", [&] {
-    WanVaeEncoderModule encoder(config);
-    WanVaeDecoderModule decoder(config);
-    for (const auto* module :
-         {static_cast<torch::nn::Module*>(encoder.get()), static_cast<torch::nn::Module*>(decoder.get())}) {
+    for (const torch::nn::Module* module : modules) {
       for (const auto& p : module->named_parameters()) {
         tensors[p.key()] = RandomTensor(p.key(), p.value().sizes().vec(), seed);
       }
@@ -50,6 +47,26 @@ absl::Status WriteRandomWanVae(const WanVaeConfig& config, const std::string& va
   RETURN_IF_ERROR(
       WriteSafetensors(JoinPath(vae_dir, "diffusion_pytorch_model.safetensors"), tensors, {{"format", "pt"}}));
   return WriteFileAtomic(JoinPath(vae_dir, "config.json"), WanVaeConfigToJson(config));
+}
+
+}  // namespace
+
+absl::Status WriteRandomWanVae(const WanVaeConfig& config, const std::string& vae_dir, uint64_t seed) {
+  RETURN_IF_ERROR(ValidateWanVaeDecoderConfig(config));
+  WanVaeEncoderModule encoder{nullptr};
+  WanVaeDecoderModule decoder{nullptr};
+  RETURN_IF_ERROR(TorchCall("building a Wan VAE", [&] {
+    encoder = WanVaeEncoderModule(config);
+    decoder = WanVaeDecoderModule(config);
+  }));
+  return WriteRandomModules(config, {encoder.get(), decoder.get()}, vae_dir, seed);
+}
+
+absl::Status WriteRandomWanVaeEncoder(const WanVaeConfig& config, const std::string& vae_dir, uint64_t seed) {
+  RETURN_IF_ERROR(config.Validate());
+  WanVaeEncoderModule encoder{nullptr};
+  RETURN_IF_ERROR(TorchCall("building a Wan VAE encoder", [&] { encoder = WanVaeEncoderModule(config); }));
+  return WriteRandomModules(config, {encoder.get()}, vae_dir, seed);
 }
 
 }  // namespace baton

@@ -1,5 +1,5 @@
-// A complete random-weight AutoencoderKLWan folder (encoder and decoder) in diffusers' layout, so tiny Wan pipeline
-// folders can encode and decode (and diffusers' AutoencoderKLWan.from_pretrained loads them).
+// Random-weight AutoencoderKLWan folders in diffusers' layout for tests and tiny pipelines: the whole VAE (encoder and
+// decoder; diffusers' AutoencoderKLWan.from_pretrained loads it), or its encoder half alone.
 #pragma once
 
 #include <absl/status/status.h>
@@ -17,5 +17,8 @@ namespace baton {
 // from a generator seeded by (seed, name)), so the encoder half equals what WriteRandomWanVaeEncoder writes for the
 // same seed.
 absl::Status WriteRandomWanVae(const WanVaeConfig& config, const std::string& vae_dir, uint64_t seed);
+
+// The ENCODER HALF alone (encoder.*, quant_conv.*; no decoder, so diffusers' from_pretrained would not accept it).
+absl::Status WriteRandomWanVaeEncoder(const WanVaeConfig& config, const std::string& vae_dir, uint64_t seed);
 
 }  // namespace baton

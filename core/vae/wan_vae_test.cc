@@ -9,6 +9,7 @@
 #include "core/tensor/safetensors.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
+#include "core/vae/wan_vae_random.h"
 
 namespace baton {
 namespace {
