@@ -37,3 +37,15 @@ def max_rel_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     actual = actual.double()
     expected = expected.double()
     return ((actual - expected).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
+
+
+def roughen_wan_vae(vae):
+    """Makes a random AutoencoderKLWan's RMS-norm gammas 1 + N(0, 0.1²) and its conv biases + N(0, 0.05²): the
+    defaults (1 and diffusers' small init) would hide a wrong norm axis or a dropped bias. Returns `vae`."""
+    with torch.no_grad():
+        for name, p in vae.named_parameters():
+            if name.endswith("gamma"):
+                p.add_(0.1 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.add_(0.05 * torch.randn_like(p))
+    return vae
