@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   baton::CacheSample sample{at::randn({side * side, channels}), at::randn({text_len, text_dim}), side, side, 0};
   auto info = baton::WriteCacheRecord(dir, "r", "h", "bench", sample);
   if (!info.ok()) return 1;
-  baton::CacheIndex index{"bench", channels, text_dim, {*info}};
+  baton::CacheIndex index = baton::CacheIndex::For("bench", {channels, text_dim});
+  index.records.push_back(*info);
   if (!baton::WriteCacheIndex(dir, index).ok()) return 1;
   auto reader = baton::CacheReader::Open(dir);
   if (!reader.ok()) return 1;
