@@ -5,8 +5,8 @@
 
 namespace baton {
 
-absl::StatusOr<LocalModel> OpenLocalModel(const Args& args, at::ScalarType dtype) {
-  LocalModel m;
+absl::StatusOr<LoadedModel> OpenLocalModel(const Args& args, at::ScalarType dtype) {
+  LoadedModel m;
   ASSIGN_OR_RETURN(m.family, OpenModel(args.Get("model")));
   ASSIGN_OR_RETURN(m.shell, m.family->BuildShell(dtype, at::kCPU));
   ASSIGN_OR_RETURN(m.stage,

@@ -12,13 +12,14 @@
 
 namespace baton {
 
-struct LocalModel {
+// Named apart from core/train/local_step.h's LocalModel (one name, two layouts, would break the one-definition rule).
+struct LoadedModel {
   std::unique_ptr<ModelFamily> family;
   std::unique_ptr<ShellModel> shell;
   std::unique_ptr<StageModel> stage;
 };
 
 // --model's family, shell and one stage holding every block on the CPU in `dtype`; --lora attached at --lora-scale.
-absl::StatusOr<LocalModel> OpenLocalModel(const Args& args, at::ScalarType dtype);
+absl::StatusOr<LoadedModel> OpenLocalModel(const Args& args, at::ScalarType dtype);
 
 }  // namespace baton

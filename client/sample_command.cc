@@ -89,7 +89,7 @@ absl::Status Sample(const Args& args) {
   ASSIGN_OR_RETURN(int64_t in_channels, InChannels(pipeline));
   at::Tensor noise = Flux2InitialNoise(in_channels, s.width, s.height, static_cast<uint64_t>(seed));
 
-  LocalModel local;
+  LoadedModel local;
   std::unique_ptr<StageSession> session;
   Denoiser denoiser;
   if (stages > 0) {  // through local stage workers (mutual TLS with an ephemeral CA, as the coordinator's)

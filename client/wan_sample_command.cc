@@ -113,7 +113,7 @@ absl::Status SampleWanVideo(const Args& args) {
   ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   ASSIGN_OR_RETURN(WanRun run, PrepareRun(args, pipeline));
-  LocalModel local;
+  LoadedModel local;
   std::unique_ptr<StageSession> session;
   Denoiser denoiser;
   if (stages > 0) {  // through local stage workers, as FLUX.2's `baton sample --stages N`
