@@ -100,6 +100,7 @@ absl::StatusOr<WanRun> PrepareRun(const Args& args, const std::string& pipeline)
     ASSIGN_OR_RETURN(at::Tensor pixels, WanFirstFramePixels(args.Get("image"), r.width, r.height, r.frames));
     ASSIGN_OR_RETURN(ClipConditioning c, encoder->EncodeConditioning(pixels));
     r.input.condition = c.condition;
+    r.input.image_embeds = c.image_embeds;  // Wan 2.1 I2V: CLIP of the first frame at --size
   }
   return r;
 }

@@ -43,18 +43,18 @@ class WanSampleRenderer : public SampleRenderer {
   const char* noun() const override { return "videos"; }
 };
 
-// samples.image's condition ([cc, F' or 1, h, w]), or undefined for a text-to-video model.
-absl::StatusOr<at::Tensor> Condition(const std::string& pipeline, const SamplesConfig& s, std::string& kind) {
+// samples.image's condition ([cc, F' or 1, h, w]) and, for Wan 2.1 I2V, its CLIP embeddings; both undefined for a
+// text-to-video model.
+absl::StatusOr<ClipConditioning> Condition(const std::string& pipeline, const SamplesConfig& s, std::string& kind) {
   ASSIGN_OR_RETURN(std::string option, WanSampleConditioning(pipeline, !s.image.empty()));
-  if (option == "none") return at::Tensor();
+  if (option == "none") return ClipConditioning{};
   WanEncoderOptions eo;
   eo.conditioning = option;
   ASSIGN_OR_RETURN(auto encoder, WanSampleEncoder::Open(pipeline, eo));
   kind = encoder->conditioning();
   if (kind == kWanFirstLastFrame) return absl::UnimplementedError("samples: first-last-frame models: not built yet");
   ASSIGN_OR_RETURN(at::Tensor pixels, WanFirstFramePixels(s.image, s.width, s.height, s.frames));
-  ASSIGN_OR_RETURN(ClipConditioning c, encoder->EncodeConditioning(pixels));
-  return c.condition;
+  return encoder->EncodeConditioning(pixels);
 }
 
 }  // namespace
@@ -88,14 +88,15 @@ absl::StatusOr<std::unique_ptr<SampleRenderer>> CreateWanSampleRenderer(const Jo
                                             " prompts"));
   }
   std::string kind;
-  ASSIGN_OR_RETURN(at::Tensor condition, Condition(pipeline, s, kind));
+  ASSIGN_OR_RETURN(ClipConditioning condition, Condition(pipeline, s, kind));
   for (size_t k = 0; k < s.prompts.size(); ++k) {
     WanSampleInput in;
     in.prompt_embeds = embeds[k];
     if (!negative.empty()) in.negative_embeds = negative[0];
     in.noise = WanInitialNoise(vae.z_dim, grid, s.seed + k);
     in.conditioning = kind;
-    in.condition = condition;
+    in.condition = condition.condition;
+    in.image_embeds = condition.image_embeds;
     r->inputs.push_back(std::move(in));
   }
   return std::unique_ptr<SampleRenderer>(std::move(r));

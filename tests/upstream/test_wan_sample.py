@@ -7,7 +7,8 @@ folder's own transformer/config.json and saved with save_pretrained. Both sides 
 negative_prompt_embeds (Baton reads them from a safetensors file), the folder's scheduler config, the same seed
 (torch.Generator("cpu").manual_seed; Baton draws the same noise) and, for image-to-video, the same first-frame PNG at
 the video's size (the pipeline encodes it with the folder's VAE, as Baton's WanSampleEncoder does). Cases: T2V with
-CFG off (guidance 1) and on, T2V with FlowMatchEulerDiscreteScheduler (--scheduler euler), I2V with CFG, TI2V's
+CFG off (guidance 1) and on, T2V with FlowMatchEulerDiscreteScheduler (--scheduler euler), I2V with CFG, Wan 2.1 I2V
+(wan-i2v-2.1-tiny: the first frame's CLIP embeddings through image_encoder/ and image_processor/) with CFG, TI2V's
 clean first frame with CFG. The decoded video is refereed by test_wan_vae_decode.py (not repeated here).
 Tolerance: 1e-4 relative (max |a - e| / max |e|), fp32 on both sides.
 """
@@ -18,6 +19,7 @@ import unittest
 
 import numpy as np
 import torch
+from transformers import CLIPImageProcessor, CLIPVisionModel
 from diffusers import (AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler,
                        WanImageToVideoPipeline, WanPipeline, WanTransformer3DModel)
 from PIL import Image
@@ -48,10 +50,10 @@ class WanSampleRefereeTest(unittest.TestCase):
         vae = AutoencoderKLWan.from_pretrained(os.path.join(folder, "vae")).eval()
         return folder, transformer, vae
 
-    def embeddings(self, transformer):
+    def embeddings(self, transformer, text_len=TEXT_LEN):
         torch.manual_seed(11)
         dim = transformer.config.text_dim
-        prompt, negative = torch.randn(1, TEXT_LEN, dim), torch.randn(1, TEXT_LEN, dim)
+        prompt, negative = torch.randn(1, text_len, dim), torch.randn(1, text_len, dim)
         path = os.path.join(self.tmp, "embeds.safetensors")
         save_file({"prompt_embeds": prompt, "negative_prompt_embeds": negative}, path)
         return path, prompt, negative
@@ -95,13 +97,17 @@ class WanSampleRefereeTest(unittest.TestCase):
         self.compare(name, ours, theirs)
         return ours
 
-    def check_i2v(self, name, variant, expand, width, height):
+    def check_i2v(self, name, variant, expand, width, height, clip=False):
         folder, transformer, vae = self.pipeline_folder(variant, seed=4)
         scheduler = UniPCMultistepScheduler.from_pretrained(os.path.join(folder, "scheduler"))
+        # Wan 2.1 I2V: the CLIP image branch (image_encoder/, image_processor/), and the 512 text tokens it splits on.
+        extra = dict(image_encoder=CLIPVisionModel.from_pretrained(os.path.join(folder, "image_encoder")).eval(),
+                     image_processor=CLIPImageProcessor.from_pretrained(os.path.join(folder, "image_processor"))
+                     ) if clip else {}
         pipe = WanImageToVideoPipeline(tokenizer=None, text_encoder=None, vae=vae, scheduler=scheduler,
-                                       transformer=transformer, expand_timesteps=expand)
+                                       transformer=transformer, expand_timesteps=expand, **extra)
         pipe.set_progress_bar_config(disable=True)
-        embeds, prompt, negative = self.embeddings(transformer)
+        embeds, prompt, negative = self.embeddings(transformer, 512 if clip else TEXT_LEN)
         image_path, image = self.first_frame(width, height)
         ours = self.baton_latents(folder, embeds, width, height, 4.0, "--image", image_path)
         with torch.no_grad():
@@ -122,6 +128,10 @@ class WanSampleRefereeTest(unittest.TestCase):
 
     def test_i2v_first_frame(self):
         self.check_i2v("i2v (36-channel kind) cfg 4", "wan-i2v-tiny", False, 32, 48)
+
+    def test_wan21_i2v_with_clip_image_embeddings(self):
+        # The first frame at the sample size: diffusers' encode_image sees the image as given, Baton the resized one.
+        self.check_i2v("wan 2.1 i2v (CLIP branch) cfg 4", "wan-i2v-2.1-tiny", False, 32, 32, clip=True)
 
     def test_ti2v_clean_first_frame(self):
         self.check_i2v("ti2v clean first frame cfg 4", "wan-ti2v-tiny", True, 64, 32)
