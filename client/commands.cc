@@ -318,6 +318,9 @@ const std::vector<Command>& AllCommands() {
         {"prompt_embeds", "safetensors with 'prompt_embeds' [L, D] or [1, L, D] instead of --prompt"},
         {"lora", "LoRA file: diffusers/PEFT or BFL/ComfyUI keys"},
         {"lora-scale", "multiplier on the LoRA's own alpha/r (in this process)", "1.0"},
+        {"lora-low",
+         "Wan 2.2 A14B: the low-noise expert's LoRA (--lora is the high-noise expert's; an expert: both job's "
+         "low_noise/lora.safetensors); two-expert folders sample in this process, switching at boundary_ratio"},
         {"steps", "denoising steps", "28"},
         {"guidance", "guidance scale (FLUX.2: the guidance embedding; Wan: classifier-free, > 1 = on)", "4.0"},
         {"size", "WxH, multiples of 16", "1024x1024"},

@@ -21,5 +21,8 @@ struct LoadedModel {
 
 // --model's family, shell and one stage holding every block on the CPU in `dtype`; --lora attached at --lora-scale.
 absl::StatusOr<LoadedModel> OpenLocalModel(const Args& args, at::ScalarType dtype);
+// `model` (a folder or file OpenModel takes) with `lora` ("" = none) attached at `lora_scale`.
+absl::StatusOr<LoadedModel> OpenLocalModelAt(const std::string& model, const std::string& lora, double lora_scale,
+                                             at::ScalarType dtype);
 
 }  // namespace baton

@@ -76,6 +76,7 @@ absl::Status Sample(const Args& args) {
   SetComputeThreads(static_cast<int>(threads));
   const std::string pipeline = args.Get("model");
   if (IsWanModel(pipeline)) return SampleWanVideo(args);
+  if (args.Has("lora-low")) return absl::InvalidArgumentError("--lora-low is for Wan 2.2 A14B folders (two experts)");
   ASSIGN_OR_RETURN(auto size, ParseSize(args.Get("size")));
   Flux2SampleSettings s;
   s.width = size.first;

@@ -12,6 +12,8 @@
 #include "core/encode/wan_encoder.h"
 #include "core/model/wan_config.h"
 #include "core/model/wan_i2v.h"
+#include "core/model/wan_weights.h"
+#include "core/sample/expert_denoiser.h"
 #include "core/sample/model_denoiser.h"
 #include "core/sample/sample_videos.h"
 #include "core/sample/wan_sample_inputs.h"
@@ -105,6 +107,14 @@ absl::StatusOr<WanRun> PrepareRun(const Args& args, const std::string& pipeline)
   return r;
 }
 
+// One expert of an A14B folder with its LoRA flag's file (--lora: the high-noise expert's, --lora-low: the low's).
+absl::StatusOr<LoadedModel> OpenExpert(const Args& args, const std::string& pipeline, WanExpert expert,
+                                       const char* lora_flag, at::ScalarType dtype) {
+  ASSIGN_OR_RETURN(std::string dir, WanExpertDir(pipeline, expert));
+  ASSIGN_OR_RETURN(double scale, args.GetDouble("lora-scale"));
+  return OpenLocalModelAt(dir, args.Has(lora_flag) ? args.Get(lora_flag) : "", scale, dtype);
+}
+
 }  // namespace
 
 absl::Status SampleWanVideo(const Args& args) {
@@ -114,10 +124,21 @@ absl::Status SampleWanVideo(const Args& args) {
   ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   ASSIGN_OR_RETURN(WanRun run, PrepareRun(args, pipeline));
-  LoadedModel local;
+  LoadedModel local, low;
   std::unique_ptr<StageSession> session;
   Denoiser denoiser;
-  if (stages > 0) {  // through local stage workers, as FLUX.2's `baton sample --stages N`
+  ASSIGN_OR_RETURN(WanExperts experts, DescribeWanExperts(pipeline));
+  if (!experts.two_experts && args.Has("lora-low")) {
+    return absl::InvalidArgumentError(absl::StrCat("--lora-low: ", pipeline, " holds one transformer"));
+  }
+  if (experts.two_experts) {  // Wan 2.2 A14B: both experts, switched at boundary_ratio
+    if (stages > 0) return absl::UnimplementedError("two-expert (A14B) sampling runs in this process: --stages 0");
+    ASSIGN_OR_RETURN(local, OpenExpert(args, pipeline, WanExpert::kHighNoise, "lora", dtype));
+    ASSIGN_OR_RETURN(low, OpenExpert(args, pipeline, WanExpert::kLowNoise, "lora-low", dtype));
+    denoiser = ExpertDenoiser(ModelDenoiser(*local.family, *local.shell, *local.stage, dtype, at::kCPU),
+                              ModelDenoiser(*low.family, *low.shell, *low.stage, dtype, at::kCPU),
+                              experts.boundary_ratio);
+  } else if (stages > 0) {  // through local stage workers, as FLUX.2's `baton sample --stages N`
     StageSessionOptions so;
     so.model = pipeline;
     so.lora = args.Has("lora") ? args.Get("lora") : "";

@@ -9,7 +9,8 @@ negative_prompt_embeds (Baton reads them from a safetensors file), the folder's 
 the video's size (the pipeline encodes it with the folder's VAE, as Baton's WanSampleEncoder does). Cases: T2V with
 CFG off (guidance 1) and on, T2V with FlowMatchEulerDiscreteScheduler (--scheduler euler), I2V with CFG, Wan 2.1 I2V
 (wan-i2v-2.1-tiny: the first frame's CLIP embeddings through image_encoder/ and image_processor/) with CFG, TI2V's
-clean first frame with CFG. The decoded video is refereed by test_wan_vae_decode.py (not repeated here).
+clean first frame with CFG, and the two-expert I2V-A14B kind (transformer/ above boundary_ratio, transformer_2/
+below, as WanImageToVideoPipeline switches them). The decoded video is refereed by test_wan_vae_decode.py (not repeated here).
 Tolerance: 1e-4 relative (max |a - e| / max |e|), fp32 on both sides.
 """
 
@@ -47,6 +48,9 @@ class WanSampleRefereeTest(unittest.TestCase):
         torch.manual_seed(seed)
         transformer = WanTransformer3DModel(**config).eval()
         transformer.save_pretrained(os.path.join(folder, "transformer"))
+        if os.path.isdir(os.path.join(folder, "transformer_2")):  # Wan 2.2 A14B: the low-noise expert
+            self.transformer_2 = WanTransformer3DModel(**config).eval()
+            self.transformer_2.save_pretrained(os.path.join(folder, "transformer_2"))
         vae = AutoencoderKLWan.from_pretrained(os.path.join(folder, "vae")).eval()
         return folder, transformer, vae
 
@@ -98,12 +102,16 @@ class WanSampleRefereeTest(unittest.TestCase):
         return ours
 
     def check_i2v(self, name, variant, expand, width, height, clip=False):
+        self.transformer_2 = None
         folder, transformer, vae = self.pipeline_folder(variant, seed=4)
         scheduler = UniPCMultistepScheduler.from_pretrained(os.path.join(folder, "scheduler"))
         # Wan 2.1 I2V: the CLIP image branch (image_encoder/, image_processor/), and the 512 text tokens it splits on.
         extra = dict(image_encoder=CLIPVisionModel.from_pretrained(os.path.join(folder, "image_encoder")).eval(),
                      image_processor=CLIPImageProcessor.from_pretrained(os.path.join(folder, "image_processor"))
                      ) if clip else {}
+        if self.transformer_2 is not None:
+            with open(os.path.join(folder, "model_index.json")) as f:
+                extra.update(transformer_2=self.transformer_2, boundary_ratio=json.load(f)["boundary_ratio"])
         pipe = WanImageToVideoPipeline(tokenizer=None, text_encoder=None, vae=vae, scheduler=scheduler,
                                        transformer=transformer, expand_timesteps=expand, **extra)
         pipe.set_progress_bar_config(disable=True)
@@ -132,6 +140,10 @@ class WanSampleRefereeTest(unittest.TestCase):
     def test_wan21_i2v_with_clip_image_embeddings(self):
         # The first frame at the sample size: diffusers' encode_image sees the image as given, Baton the resized one.
         self.check_i2v("wan 2.1 i2v (CLIP branch) cfg 4", "wan-i2v-2.1-tiny", False, 32, 32, clip=True)
+
+    def test_a14b_both_experts_switch_at_the_boundary(self):
+        # flow_shift 3, 4 steps: timesteps 999 and 900 go to the high-noise expert, 750 and 500 to the low-noise one.
+        self.check_i2v("i2v a14b (two experts) cfg 4", "wan-i2v-a14b-tiny", False, 32, 48)
 
     def test_ti2v_clean_first_frame(self):
         self.check_i2v("ti2v clean first frame cfg 4", "wan-ti2v-tiny", True, 64, 32)
