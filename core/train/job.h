@@ -112,7 +112,7 @@ struct SamplesConfig {
 //   quantize: none                      # none | int8 | fp8: the blocks' frozen Linear weights in 8 bits
 //   schedule: interleaved, chunks: 2    # interleaved 1F1B: chunks (2..26, default 2) model chunks per stage
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
-//   encode: {images: data/, encoder_worker: host:5000, resolution: 1024}  # optional: build the cache first
+//   encode: {images: data/, encoder_worker: host:5000, resolution: 1024, quantize: none}  # optional: build the cache
 //   validation: {every: 20, samples: 4, timesteps: [0.1, 0.3, 0.5, 0.7, 0.9]}  # optional: held-out loss
 //   samples: {every: 20, prompts: ["a dog"], steps: 28, guidance: 4.0, size: [512, 512], seed: 0}  # optional
 struct JobConfig {
