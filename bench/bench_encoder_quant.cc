@@ -116,10 +116,10 @@ absl::Status RunChild(const std::string& spec) {
 }
 
 absl::StatusOr<nlohmann::json> Child(const std::string& self, const std::string& spec) {
-  const std::string cmd = absl::StrCat(self, " --child ", spec, " --dir ", absl::GetFlag(FLAGS_dir), " --tokens ",
-                                       absl::GetFlag(FLAGS_tokens), " --threads ", absl::GetFlag(FLAGS_threads),
-                                       " --repeats ", absl::GetFlag(FLAGS_repeats), " --real-layers ",
-                                       absl::GetFlag(FLAGS_real_layers));
+  const std::string cmd =
+      absl::StrCat(self, " --child ", spec, " --dir ", absl::GetFlag(FLAGS_dir), " --tokens ",
+                   absl::GetFlag(FLAGS_tokens), " --threads ", absl::GetFlag(FLAGS_threads), " --repeats ",
+                   absl::GetFlag(FLAGS_repeats), " --real-layers ", absl::GetFlag(FLAGS_real_layers));
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return absl::InternalError("popen failed");
   std::string out;
@@ -152,8 +152,9 @@ absl::Status RunConfig(const std::string& self, const std::string& name) {
               absl::GetFlag(FLAGS_threads));
   std::vector<std::string> err_heads;
   for (int64_t k : shown) err_heads.push_back(absl::StrCat("err L", k));
-  std::printf("| text encoder | GEMM | cold s | warm s | vs bf16 | %s | worst layer | 8-bit GiB | peak RSS GiB | RSS GiB |\n",
-              absl::StrJoin(err_heads, " | ").c_str());
+  std::printf(
+      "| text encoder | GEMM | cold s | warm s | vs bf16 | %s | worst layer | 8-bit GiB | peak RSS GiB | RSS GiB |\n",
+      absl::StrJoin(err_heads, " | ").c_str());
   std::string rule = "|---|---|---|---|---|";
   for (size_t i = 0; i < shown.size(); ++i) rule += "---|";
   std::printf("%s---|---|---|---|\n", rule.c_str());
@@ -162,7 +163,8 @@ absl::Status RunConfig(const std::string& self, const std::string& name) {
   for (const auto& [quant, gemm] : std::vector<std::pair<std::string, std::string>>{
            {"none", "dequantize"}, {"int8", "dequantize"}, {"int8", "int8pack"}, {"fp8", "dequantize"}}) {
     ASSIGN_OR_RETURN(nlohmann::json r, Child(self, absl::StrCat(name, ":", quant, ":", gemm)));
-    ASSIGN_OR_RETURN(auto file, LoadAllSafetensors(JoinPath(dir, absl::StrCat("out_", quant, "_", gemm, ".safetensors"))));
+    ASSIGN_OR_RETURN(auto file,
+                     LoadAllSafetensors(JoinPath(dir, absl::StrCat("out_", quant, "_", gemm, ".safetensors"))));
     const at::Tensor out = file.at("hidden");
     if (!base.defined()) {
       base = out;
@@ -176,10 +178,10 @@ absl::Status RunConfig(const std::string& self, const std::string& name) {
       if (std::find(shown.begin(), shown.end(), k) != shown.end()) errs.push_back(absl::StrFormat("%.2e", e));
     }
     std::printf("| %s | %s | %.2f | %.2f | %.2fx | %s | %.2e | %s | %s | %s |\n",
-                quant == "none" ? "bf16" : quant.c_str(), quant == "none" ? "-" : gemm.c_str(),
-                r["cold"].get<double>(), r["warm"].get<double>(), r["warm"].get<double>() / base_warm,
-                absl::StrJoin(errs, " | ").c_str(), worst, Gib(r["resident"].get<int64_t>()).c_str(),
-                Gib(r["peak_rss"].get<int64_t>()).c_str(), Gib(r["rss"].get<int64_t>()).c_str());
+                quant == "none" ? "bf16" : quant.c_str(), quant == "none" ? "-" : gemm.c_str(), r["cold"].get<double>(),
+                r["warm"].get<double>(), r["warm"].get<double>() / base_warm, absl::StrJoin(errs, " | ").c_str(), worst,
+                Gib(r["resident"].get<int64_t>()).c_str(), Gib(r["peak_rss"].get<int64_t>()).c_str(),
+                Gib(r["rss"].get<int64_t>()).c_str());
     std::fflush(stdout);
   }
   return absl::OkStatus();

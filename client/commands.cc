@@ -69,11 +69,12 @@ absl::Status InitWeights(const Args& args) {
       return absl::OkStatus();
     }
     if (args.Get("pipeline") != "tiny") {
-      return absl::InvalidArgumentError("--pipeline takes 'tiny' (FLUX.2), 'wan-tiny' (Wan 2.1 T2V), 'wan-i2v-tiny' "
-                                        "(Wan 2.2 I2V-A14B kind), 'wan-i2v-a14b-tiny' (both experts), 'wan-i2v-2.1-tiny' "
-                                        "(Wan 2.1 I2V kind, CLIP) or 'wan-ti2v-tiny' "
-                                        "(TI2V-5B kind, expand_timesteps); "
-                                        "real pipelines come from their publishers");
+      return absl::InvalidArgumentError(
+          "--pipeline takes 'tiny' (FLUX.2), 'wan-tiny' (Wan 2.1 T2V), 'wan-i2v-tiny' "
+          "(Wan 2.2 I2V-A14B kind), 'wan-i2v-a14b-tiny' (both experts), 'wan-i2v-2.1-tiny' "
+          "(Wan 2.1 I2V kind, CLIP) or 'wan-ti2v-tiny' "
+          "(TI2V-5B kind, expand_timesteps); "
+          "real pipelines come from their publishers");
     }
     RETURN_IF_ERROR(WriteTinyFlux2Pipeline(args.Get("out"), static_cast<uint64_t>(seed)));
     std::printf("wrote tiny FLUX.2 pipeline %s (transformer/, vae/, text_encoder/, tokenizer/, scheduler/)\n",

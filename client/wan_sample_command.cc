@@ -55,8 +55,8 @@ absl::Status Embeddings(const Args& args, bool cfg, WanSampleEncoder& encoder, W
     ASSIGN_OR_RETURN(in.prompt_embeds, encoder.EncodeText(args.Get("prompt")));
   }
   if (cfg && !in.negative_embeds.defined()) {
-    ASSIGN_OR_RETURN(in.negative_embeds, encoder.EncodeText(args.Has("negative-prompt") ? args.Get("negative-prompt")
-                                                                                         : ""));
+    ASSIGN_OR_RETURN(in.negative_embeds,
+                     encoder.EncodeText(args.Has("negative-prompt") ? args.Get("negative-prompt") : ""));
   }
   return absl::OkStatus();
 }
@@ -86,8 +86,8 @@ absl::StatusOr<WanRun> PrepareRun(const Args& args, const std::string& pipeline)
   }
   ASSIGN_OR_RETURN(WanConfig t, LoadWanConfig(JoinPath(pipeline, "transformer/config.json")));
   ASSIGN_OR_RETURN(WanVaeConfig vae, LoadWanVaeConfig(JoinPath(pipeline, "vae/config.json")));
-  ASSIGN_OR_RETURN(r.grid, WanSampleGrid(r.frames, r.width, r.height, vae.temporal_factor(), vae.spatial_factor(),
-                                         t.patch_size[1]));
+  ASSIGN_OR_RETURN(
+      r.grid, WanSampleGrid(r.frames, r.width, r.height, vae.temporal_factor(), vae.spatial_factor(), t.patch_size[1]));
   r.input.noise = WanInitialNoise(vae.z_dim, r.grid, static_cast<uint64_t>(seed));
   WanEncoderOptions eo;
   ASSIGN_OR_RETURN(eo.max_sequence_length, args.GetInt("max_sequence_length"));
@@ -135,9 +135,9 @@ absl::Status SampleWanVideo(const Args& args) {
     if (stages > 0) return absl::UnimplementedError("two-expert (A14B) sampling runs in this process: --stages 0");
     ASSIGN_OR_RETURN(local, OpenExpert(args, pipeline, WanExpert::kHighNoise, "lora", dtype));
     ASSIGN_OR_RETURN(low, OpenExpert(args, pipeline, WanExpert::kLowNoise, "lora-low", dtype));
-    denoiser = ExpertDenoiser(ModelDenoiser(*local.family, *local.shell, *local.stage, dtype, at::kCPU),
-                              ModelDenoiser(*low.family, *low.shell, *low.stage, dtype, at::kCPU),
-                              experts.boundary_ratio);
+    denoiser =
+        ExpertDenoiser(ModelDenoiser(*local.family, *local.shell, *local.stage, dtype, at::kCPU),
+                       ModelDenoiser(*low.family, *low.shell, *low.stage, dtype, at::kCPU), experts.boundary_ratio);
   } else if (stages > 0) {  // through local stage workers, as FLUX.2's `baton sample --stages N`
     StageSessionOptions so;
     so.model = pipeline;

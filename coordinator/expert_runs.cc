@@ -16,9 +16,9 @@ absl::StatusOr<CoordinatorResult> RunCoordinatorJob(const JobConfig& job, const 
   CoordinatorResult last;
   for (size_t i = 0; i < runs.size(); ++i) {
     const ExpertRun& run = runs[i];
-    const std::string line = absl::StrCat("expert ", run.name, ": ", run.steps, " of ", steps, " steps, timesteps [",
-                                          run.job.timesteps.min, ", ", run.job.timesteps.max, "], ", run.job.model,
-                                          " -> ", run.output_dir);
+    const std::string line =
+        absl::StrCat("expert ", run.name, ": ", run.steps, " of ", steps, " steps, timesteps [", run.job.timesteps.min,
+                     ", ", run.job.timesteps.max, "], ", run.job.model, " -> ", run.output_dir);
     if (options.quiet) {
       LogInfo(line);
     } else {

@@ -78,9 +78,9 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, con
       checksums[r.file] = r.checksum;
     }
   }
-  CacheIndex index = CacheIndex::For(
-      encoder.identity(), {encoder.latent_channels(), encoder.text_dim(), encoder.conditioning(),
-                           encoder.condition_channels(), encoder.image_dim()});
+  CacheIndex index =
+      CacheIndex::For(encoder.identity(), {encoder.latent_channels(), encoder.text_dim(), encoder.conditioning(),
+                                           encoder.condition_channels(), encoder.image_dim()});
   CacheBuildProgress progress;
   progress.total = report.samples;
   double encode_seconds = 0;
@@ -92,8 +92,7 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, con
     if (!PathExists(JoinPath(options.cache_dir, file))) return std::nullopt;
     CacheRecordInfo info;
     std::string record_encoder;
-    auto existing =
-        ReadCacheRecord(options.cache_dir, file, index.layout(), &info, &record_encoder);
+    auto existing = ReadCacheRecord(options.cache_dir, file, index.layout(), &info, &record_encoder);
     // A record whose bytes no longer match the checksum its index recorded is corrupt (a bit flip keeps the size
     // and the header): rebuilt. One the previous index lists without a checksum (an older cache) gets one now.
     if (existing.ok()) existing = CheckRecordChecksum(checksums, file, info, existing);

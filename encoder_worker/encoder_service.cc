@@ -69,9 +69,10 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   }
   if (!req->quantize().empty() && req->quantize() != WeightQuantName(quantize_)) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("the job asks for a ", req->quantize(), " text encoder (encode.quantize); this "
-                                     "encoder worker runs ", WeightQuantName(quantize_), " (start it with --quantize ",
-                                     req->quantize(), ")"));
+                        absl::StrCat("the job asks for a ", req->quantize(),
+                                     " text encoder (encode.quantize); this "
+                                     "encoder worker runs ",
+                                     WeightQuantName(quantize_), " (start it with --quantize ", req->quantize(), ")"));
   }
   // The cache folder, and the records/ folder a build writes and prunes, must resolve inside the cache root
   // (symlinks included): the service never writes or deletes elsewhere.
@@ -93,9 +94,8 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   if (req->shard_count() != 0 || req->shard_index() != 0) {
     const ShardSpec shard{req->shard_index(), req->shard_count()};
     if (shard.count < 1 || shard.count > kMaxShards || shard.index < 0 || shard.index >= shard.count) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("shard_index/shard_count ", shard.ToString(), ": expected 0 <= i < N <= ",
-                                       kMaxShards));
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("shard_index/shard_count ", shard.ToString(),
+                                                                           ": expected 0 <= i < N <= ", kMaxShards));
     }
     options.shard = shard;
   }

@@ -26,7 +26,7 @@ namespace {
 
 // The model family from the folder: a Wan pipeline (model_index.json / transformer config) or FLUX.2.
 absl::StatusOr<std::unique_ptr<SampleEncoder>> OpenEncoder(const EncoderWorkerCommand& command, at::ScalarType dtype,
-                                                          WeightQuant quantize) {
+                                                           WeightQuant quantize) {
   if (IsWanPipelineFolder(command.model)) {
     WanEncoderOptions options;
     options.dtype = dtype;
@@ -39,8 +39,8 @@ absl::StatusOr<std::unique_ptr<SampleEncoder>> OpenEncoder(const EncoderWorkerCo
   }
   if (command.conditioning != "auto" && command.conditioning != "none") {
     return absl::InvalidArgumentError(absl::StrCat("--conditioning ", command.conditioning,
-                                                   ": image-to-video conditioning is for Wan pipelines, ", command.model,
-                                                   " is FLUX.2"));
+                                                   ": image-to-video conditioning is for Wan pipelines, ",
+                                                   command.model, " is FLUX.2"));
   }
   Flux2EncoderOptions options;
   options.dtype = dtype;

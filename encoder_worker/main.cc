@@ -22,10 +22,11 @@ ABSL_FLAG(int64_t, resolution, 1024, "bucket target: area = resolution², sides 
 ABSL_FLAG(int64_t, max_sequence_length, 512, "text tokens per caption (pads and truncates to this)");
 ABSL_FLAG(int64_t, max_frames, 81, "Wan: frames per clip, the largest 4k+1 up to this");
 ABSL_FLAG(int64_t, frame_stride, 1, "Wan: take every N-th source frame");
-ABSL_FLAG(std::string, conditioning, "auto",
-          "Wan image-to-video conditioning to cache with each clip: auto (what the model's transformer needs: the first "
-          "frame for a 36-channel I2V model, first and last for FLF2V, none for T2V) | none | first-frame (also TI2V-5B's "
-          "image-to-video mode) | first-last-frame");
+ABSL_FLAG(
+    std::string, conditioning, "auto",
+    "Wan image-to-video conditioning to cache with each clip: auto (what the model's transformer needs: the first "
+    "frame for a 36-channel I2V model, first and last for FLF2V, none for T2V) | none | first-frame (also TI2V-5B's "
+    "image-to-video mode) | first-last-frame");
 ABSL_FLAG(std::string, dtype, "fp32", "compute dtype: fp32 | bf16");
 ABSL_FLAG(std::string, quantize, "none",
           "the text encoder's Linear weights: none (the compute dtype) | int8 | fp8 (8 bits per output channel, "

@@ -43,11 +43,11 @@ class EncoderQuantTest : public ::testing::Test {
     ASSERT_TRUE(WriteFileAtomic(JoinPath(data_, "two.txt"), "another square").ok());
   }
   test_util::CommandResult Encode(const std::string& quantize) {
-    return test_util::RunCommand(absl::StrCat(JoinPath(test_util::BinDir(), "encoder_worker"), " --dataset ", data_,
-                                              " --cache ", JoinPath(root_, "cache"), " --model ", pipeline_,
-                                              " --resolution 64 --max_sequence_length 32 --threads 1 --quantize ",
-                                              quantize),
-                                 /*with_stderr=*/true);
+    return test_util::RunCommand(
+        absl::StrCat(JoinPath(test_util::BinDir(), "encoder_worker"), " --dataset ", data_, " --cache ",
+                     JoinPath(root_, "cache"), " --model ", pipeline_,
+                     " --resolution 64 --max_sequence_length 32 --threads 1 --quantize ", quantize),
+        /*with_stderr=*/true);
   }
   std::string root_, pipeline_, data_;
 };
@@ -105,8 +105,9 @@ TEST_F(EncoderQuantTest, TheServiceRefusesAnotherPrecision) {
 }
 
 TEST(EncodeQuantizeKeyTest, TheJobsEncodeQuantizeIsChecked) {
-  const std::string head = "model: m\ndataset: d\nsteps: 1\nbatch_size: 1\nmicro_batches: 1\n"
-                           "encode: {images: i, encoder_worker: 'a:1'";
+  const std::string head =
+      "model: m\ndataset: d\nsteps: 1\nbatch_size: 1\nmicro_batches: 1\n"
+      "encode: {images: i, encoder_worker: 'a:1'";
   auto absent = ParseJobYaml(head + "}\n");
   ASSERT_TRUE(absent.ok()) << absent.status();
   EXPECT_EQ(absent->encode.quantize, "");  // the worker's own precision

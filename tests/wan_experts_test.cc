@@ -58,13 +58,13 @@ TEST(WanExpertsTest, BothExpertsInOneJobEqualTheTwoOneExpertJobs) {
   const std::string dir = test_util::MakeTempDir("wan_experts");
   const std::string bin = BinDir();
   RunOk(absl::StrCat(JoinPath(bin, "baton"), " init-weights --pipeline wan-i2v-a14b-tiny --out ",
-                   JoinPath(dir, "pipeline")));
+                     JoinPath(dir, "pipeline")));
   RunOk(absl::StrCat(JoinPath(bin, "encoder_worker"), " --dataset ", JoinPath(SourceDir(), "data/wan_sample"),
-                   " --cache ", JoinPath(dir, "cache"), " --model ", JoinPath(dir, "pipeline"),
-                   " --resolution 64 --max_frames 9 --max_sequence_length 32 --threads 1"));
+                     " --cache ", JoinPath(dir, "cache"), " --model ", JoinPath(dir, "pipeline"),
+                     " --resolution 64 --max_frames 9 --max_sequence_length 32 --threads 1"));
   const std::string both = WriteJob(dir, "both", "both", 10);
-  const std::string out = RunOk(absl::StrCat(JoinPath(bin, "coordinator"), " --stages 2 --job ", both, " --output ",
-                                           JoinPath(dir, "pp")));
+  const std::string out =
+      RunOk(absl::StrCat(JoinPath(bin, "coordinator"), " --stages 2 --job ", both, " --output ", JoinPath(dir, "pp")));
   EXPECT_NE(out.find("expert high_noise:"), std::string::npos) << out;
   const int64_t high = LoggedSteps(JoinPath(dir, "pp/high_noise"));
   const int64_t low = LoggedSteps(JoinPath(dir, "pp/low_noise"));
@@ -86,11 +86,12 @@ TEST(WanExpertsTest, BothExpertsInOneJobEqualTheTwoOneExpertJobs) {
 TEST(WanExpertsTest, BothExpertsNeedATwoExpertFolder) {
   const std::string dir = test_util::MakeTempDir("wan_experts_one");
   const std::string bin = BinDir();
-  RunOk(absl::StrCat(JoinPath(bin, "baton"), " init-weights --pipeline wan-i2v-tiny --out ", JoinPath(dir, "pipeline")));
+  RunOk(
+      absl::StrCat(JoinPath(bin, "baton"), " init-weights --pipeline wan-i2v-tiny --out ", JoinPath(dir, "pipeline")));
   const std::string job = WriteJob(dir, "both", "both", 2);
-  auto r = RunCommand(absl::StrCat(JoinPath(bin, "baton"), " train-local --job ", job, " --output ",
-                                   JoinPath(dir, "out")),
-                      /*with_stderr=*/true);
+  auto r =
+      RunCommand(absl::StrCat(JoinPath(bin, "baton"), " train-local --job ", job, " --output ", JoinPath(dir, "out")),
+                 /*with_stderr=*/true);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("holds one transformer"), std::string::npos) << r.output;
 }

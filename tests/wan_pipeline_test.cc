@@ -30,8 +30,8 @@ std::string WriteJob(const std::string& dir, const std::string& demo) {
   for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
            {absl::StrCat("out/", demo, "/pipeline"), JoinPath(dir, "pipeline")},
            {absl::StrCat("out/", demo, "/cache"), JoinPath(dir, "cache")},
-                                                        {"steps: 20", "steps: 4"},
-                                                        {"checkpoint_every: 10", "checkpoint_every: 2"}}) {
+           {"steps: 20", "steps: 4"},
+           {"checkpoint_every: 10", "checkpoint_every: 2"}}) {
     EXPECT_NE(text.find(from), std::string::npos) << from;
     for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
       text.replace(at, from.size(), to);
@@ -53,13 +53,15 @@ void TrainBothWays(const std::string& name, const std::string& pipeline, const s
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
     return r.output;
   };
-  run(absl::StrCat(JoinPath(bin, "baton"), " init-weights --pipeline ", pipeline, " --out ", JoinPath(dir, "pipeline")));
+  run(absl::StrCat(JoinPath(bin, "baton"), " init-weights --pipeline ", pipeline, " --out ",
+                   JoinPath(dir, "pipeline")));
   run(absl::StrCat(JoinPath(bin, "encoder_worker"), " --dataset ", JoinPath(SourceDir(), "data/wan_sample"),
                    " --cache ", JoinPath(dir, "cache"), " --model ", JoinPath(dir, "pipeline"),
                    " --resolution 64 --max_frames 9 --max_sequence_length 32 --threads 1", encode_flags));
   auto index = ReadFile(JoinPath(dir, "cache/index.json"));
   ASSERT_TRUE(index.ok()) << index.status();
-  EXPECT_EQ(index->find("\"conditioning\""), conditioning.empty() ? std::string::npos : index->find("\"conditioning\""));
+  EXPECT_EQ(index->find("\"conditioning\""),
+            conditioning.empty() ? std::string::npos : index->find("\"conditioning\""));
   if (!conditioning.empty()) EXPECT_NE(index->find(absl::StrCat("\"", conditioning, "\"")), std::string::npos);
   const std::string job = WriteJob(dir, demo);
   const std::string pipe_log =

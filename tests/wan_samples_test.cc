@@ -24,7 +24,8 @@ class WanSamplesTest : public ::testing::Test {
     dir_ = new std::string(test_util::MakeTempDir("wan-samples"));
     Run(absl::StrCat(BinDir(), "/baton init-weights --pipeline wan-i2v-tiny --seed 0 --out ", *dir_, "/pipeline"));
     Run(absl::StrCat(BinDir(), "/encoder_worker --dataset ", SourceDir(), "/data/wan_sample --cache ", *dir_,
-                     "/cache --model ", *dir_, "/pipeline --resolution 32 --max_frames 5 --max_sequence_length 16 "
+                     "/cache --model ", *dir_,
+                     "/pipeline --resolution 32 --max_frames 5 --max_sequence_length 16 "
                      "--threads 1"));
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -36,12 +37,14 @@ class WanSamplesTest : public ::testing::Test {
 
   // A short job; `samples` adds two prompts rendered every 2 of 4 steps from a clip's first frame.
   static std::string Job(const std::string& name, bool samples) {
-    std::string yaml = absl::StrCat("model: ", *dir_, "/pipeline\ndataset: ", *dir_, "/cache\n",
-                                    "lora: {rank: 4, targets: attention}\noptimizer: {lr: 0.01}\nsteps: 4\n"
-                                    "batch_size: 2\nmicro_batches: 2\nseed: 3\ntimesteps: {sampling: none, shift: 5}\n");
+    std::string yaml =
+        absl::StrCat("model: ", *dir_, "/pipeline\ndataset: ", *dir_, "/cache\n",
+                     "lora: {rank: 4, targets: attention}\noptimizer: {lr: 0.01}\nsteps: 4\n"
+                     "batch_size: 2\nmicro_batches: 2\nseed: 3\ntimesteps: {sampling: none, shift: 5}\n");
     if (samples) {
-      absl::StrAppend(&yaml, "samples: {every: 2, prompts: [a red circle, a yellow square], steps: 3, guidance: 3.0, "
-                             "size: [32, 32], frames: 5, negative_prompt: blurry, image: ",
+      absl::StrAppend(&yaml,
+                      "samples: {every: 2, prompts: [a red circle, a yellow square], steps: 3, guidance: 3.0, "
+                      "size: [32, 32], frames: 5, negative_prompt: blurry, image: ",
                       SourceDir(), "/data/wan_sample/red_circle_right.mp4}\n");
     }
     const std::string path = JoinPath(*dir_, name + ".yaml");

@@ -124,9 +124,9 @@ absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir) {
     index.image_dim = j.value("image_dim", int64_t{0});
     if (index.condition_channels < 0 || index.image_dim < 0 ||
         index.conditioning.empty() != (index.condition_channels == 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": conditioning '", index.conditioning, "' with ", index.condition_channels,
-                       " condition channels and image_dim ", index.image_dim, " (a kind needs channels, and back)"));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": conditioning '", index.conditioning, "' with ",
+                                                     index.condition_channels, " condition channels and image_dim ",
+                                                     index.image_dim, " (a kind needs channels, and back)"));
     }
     for (const auto& r : j.at("records")) {
       CacheRecordInfo info;

@@ -60,8 +60,8 @@ struct CacheSample {
   at::Tensor latents;        // [grid_h·grid_w, C] fp32, or [C, frames, grid_h, grid_w] for video
   at::Tensor prompt_embeds;  // [text_len, J] fp32
   int64_t grid_h = 0, grid_w = 0;
-  int64_t frames = 0;      // 0: image layout
-  at::Tensor condition;     // image-to-video conditioning [condition_channels, frames or 1, grid_h, grid_w]; or undefined
+  int64_t frames = 0;    // 0: image layout
+  at::Tensor condition;  // image-to-video conditioning [condition_channels, frames or 1, grid_h, grid_w]; or undefined
   at::Tensor image_embeds;  // [tokens, image_dim] (CLIP image embeddings); or undefined
 };
 // The same for every tensor a sample holds: latents, prompt_embeds, then condition and image_embeds when defined (so a
@@ -95,8 +95,13 @@ struct CacheIndex {
   CacheLayout layout() const { return {latent_channels, text_dim, conditioning, condition_channels, image_dim}; }
   // An empty index of `layout`.
   static CacheIndex For(const std::string& encoder, const CacheLayout& layout) {
-    return {encoder, layout.latent_channels, layout.text_dim, layout.conditioning, layout.condition_channels,
-            layout.image_dim, {}};
+    return {encoder,
+            layout.latent_channels,
+            layout.text_dim,
+            layout.conditioning,
+            layout.condition_channels,
+            layout.image_dim,
+            {}};
   }
 };
 

@@ -112,10 +112,10 @@ absl::StatusOr<std::vector<Shard>> ReadShards(const std::vector<std::string>& di
                                                           ": all shards must come from one split into N"));
       }
       if (s.index.encoder != first.index.encoder || s.index.layout() != first.index.layout()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "shard cache ", dir, " was encoded by ", s.index.encoder, " (", s.index.layout().ToString(), "), ",
-            first.dir, " by ", first.index.encoder, " (", first.index.layout().ToString(),
-            "): every shard must use the same encoder"));
+        return absl::InvalidArgumentError(absl::StrCat("shard cache ", dir, " was encoded by ", s.index.encoder, " (",
+                                                       s.index.layout().ToString(), "), ", first.dir, " by ",
+                                                       first.index.encoder, " (", first.index.layout().ToString(),
+                                                       "): every shard must use the same encoder"));
       }
     }
     if (auto it = seen.find(s.spec.index); it != seen.end()) {

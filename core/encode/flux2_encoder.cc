@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<Flux2SampleEncoder>> Flux2SampleEncoder::Open(con
   }
   ASSIGN_OR_RETURN(e->vae_, Flux2VaeEncoder::Load(JoinPath(pipeline_dir, "vae"), options.dtype, options.device));
   ASSIGN_OR_RETURN(e->text_, TextEncoder::Open(JoinPath(pipeline_dir, "text_encoder"), options.dtype, options.device,
-                                                 options.text_quantize));
+                                               options.text_quantize));
   ASSIGN_OR_RETURN(e->tokenizer_, BpeTokenizer::Load(JoinPath(pipeline_dir, "tokenizer/tokenizer.json")));
   ASSIGN_OR_RETURN(e->family_, Flux2FamilyForConfig(e->text_->config()));
   ASSIGN_OR_RETURN(e->padding_side_,

@@ -21,7 +21,8 @@ absl::StatusOr<WanConfig> PipelineTransformerConfig(const std::string& dir) {
   for (const char* sub : {"transformer/config.json", "high_noise_model/config.json"}) {
     if (PathExists(JoinPath(dir, sub))) return LoadWanConfig(JoinPath(dir, sub));
   }
-  return absl::NotFoundError(absl::StrCat(dir, " has no transformer/config.json: the conditioning the model needs is "
+  return absl::NotFoundError(absl::StrCat(dir,
+                                          " has no transformer/config.json: the conditioning the model needs is "
                                           "unknown"));
 }
 
@@ -35,8 +36,8 @@ absl::StatusOr<std::string> ChooseConditioning(const std::string& option, const 
                                                    t.in_channels, " channels and needs a conditioning"));
   }
   if (option != "first-frame" && option != "first-last-frame") {
-    return absl::InvalidArgumentError(absl::StrCat("conditioning '", option,
-                                                   "': expected auto, none, first-frame or first-last-frame"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("conditioning '", option, "': expected auto, none, first-frame or first-last-frame"));
   }
   if (concat) return std::string(option == "first-frame" ? kWanFirstFrame : kWanFirstLastFrame);
   if (option == "first-frame" && t.in_channels == z_dim) return std::string(kWanCleanFirstFrame);
@@ -58,7 +59,7 @@ absl::StatusOr<std::unique_ptr<WanSampleEncoder>> WanSampleEncoder::Open(const s
   }
   ASSIGN_OR_RETURN(e->vae_, WanVaeEncoder::Load(JoinPath(pipeline_dir, "vae"), options.dtype, options.device));
   ASSIGN_OR_RETURN(e->text_, Umt5Encoder::Open(JoinPath(pipeline_dir, "text_encoder"), options.dtype, options.device,
-                                                 options.text_quantize));
+                                               options.text_quantize));
   ASSIGN_OR_RETURN(e->tokenizer_, UnigramTokenizer::Load(JoinPath(pipeline_dir, "tokenizer/tokenizer.json")));
   // BuildWanPromptIds checks max_length against the template; fail at open, not on the first caption.
   RETURN_IF_ERROR(BuildWanPromptIds(*e->tokenizer_, "", options.max_sequence_length).status());
@@ -66,18 +67,18 @@ absl::StatusOr<std::unique_ptr<WanSampleEncoder>> WanSampleEncoder::Open(const s
   ASSIGN_OR_RETURN(e->conditioning_, ChooseConditioning(options.conditioning, transformer, e->vae_->config().z_dim));
   if (!e->conditioning_.empty() && transformer.has_image_branch()) {
     if (options.max_sequence_length != kWanMaxSequenceLength) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          pipeline_dir, ": a transformer with the CLIP image branch (Wan 2.1 I2V) takes the last ", kWanMaxSequenceLength,
-          " context tokens as text, so prompts must be ", kWanMaxSequenceLength, " tokens, not ",
-          options.max_sequence_length));
+      return absl::InvalidArgumentError(
+          absl::StrCat(pipeline_dir, ": a transformer with the CLIP image branch (Wan 2.1 I2V) takes the last ",
+                       kWanMaxSequenceLength, " context tokens as text, so prompts must be ", kWanMaxSequenceLength,
+                       " tokens, not ", options.max_sequence_length));
     }
     RETURN_IF_ERROR(e->OpenClip(pipeline_dir, transformer.image_dim));
   }
   // Everything that changes the numbers: the folder's configs and tokenizer, and our settings.
   std::string fingerprint;
-  for (const char* f : {"vae/config.json", "text_encoder/config.json", "tokenizer/tokenizer.json",
-                        "tokenizer/tokenizer_config.json", "image_encoder/config.json",
-                        "image_processor/preprocessor_config.json"}) {
+  for (const char* f :
+       {"vae/config.json", "text_encoder/config.json", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json",
+        "image_encoder/config.json", "image_processor/preprocessor_config.json"}) {
     auto text = ReadFile(JoinPath(pipeline_dir, f));
     if (text.ok()) absl::StrAppend(&fingerprint, *text);
   }
@@ -109,8 +110,10 @@ int64_t WanSampleEncoder::condition_channels() const {
 absl::StatusOr<ClipConditioning> WanSampleEncoder::EncodeConditioning(const at::Tensor& pixels) {
   if (conditioning_.empty()) return SampleEncoder::EncodeConditioning(pixels);
   if (pixels.dim() != 5 || pixels.size(0) != 1 || pixels.size(2) < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("Wan image-to-video conditioning needs a clip [1, 3, F >= 2, H, W], "
-                                                   "got [", absl::StrJoin(pixels.sizes(), ", "), "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Wan image-to-video conditioning needs a clip [1, 3, F >= 2, H, W], "
+                     "got [",
+                     absl::StrJoin(pixels.sizes(), ", "), "]"));
   }
   const int64_t f = pixels.size(2);
   at::Tensor first = pixels.slice(2, 0, 1);
@@ -139,7 +142,8 @@ absl::StatusOr<ClipConditioning> WanSampleEncoder::EncodeConditioning(const at::
 
 absl::Status WanSampleEncoder::OpenClip(const std::string& pipeline_dir, int64_t image_dim) {
   if (conditioning_ == kWanFirstLastFrame) {
-    return absl::UnimplementedError(absl::StrCat(pipeline_dir, ": first-last-frame conditioning with the CLIP image "
+    return absl::UnimplementedError(absl::StrCat(pipeline_dir,
+                                                 ": first-last-frame conditioning with the CLIP image "
                                                  "branch (Wan 2.1 FLF2V: two images' embeddings) is not built yet"));
   }
   ASSIGN_OR_RETURN(ClipFolders folders, FindClipFolders(pipeline_dir));

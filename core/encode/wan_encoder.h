@@ -61,7 +61,7 @@ class WanSampleEncoder : public SampleEncoder {
   std::unique_ptr<WanVaeEncoder> vae_;
   std::unique_ptr<Umt5Encoder> text_;
   std::unique_ptr<UnigramTokenizer> tokenizer_;
-  std::unique_ptr<ClipVisionEncoder> clip_;                // with the transformer's image branch only
+  std::unique_ptr<ClipVisionEncoder> clip_;  // with the transformer's image branch only
   std::unique_ptr<ClipImageProcessor> clip_processor_;
   absl::Status OpenClip(const std::string& pipeline_dir, int64_t image_dim);
   absl::StatusOr<at::Tensor> EncodeFirstFrameImage(const at::Tensor& pixels) const;
@@ -81,7 +81,8 @@ bool IsWanPipelineFolder(const std::string& dir);
 // variant "i2v": a WanImageToVideoPipeline of the Wan 2.2 I2V-A14B kind (a 2·z + 4 channel transformer, no image
 // encoder); "i2v-a14b": the same with both experts (transformer/ high noise, transformer_2/ low noise, boundary_ratio
 // 0.9); "i2v-2.1": Wan 2.1 I2V's kind (the transformer's CLIP image branch over a tiny image_encoder/ and
-// image_processor/); "ti2v": a WanPipeline with expand_timesteps (Wan 2.2 TI2V-5B's image-to-video mode); "t2v" (default).
+// image_processor/); "ti2v": a WanPipeline with expand_timesteps (Wan 2.2 TI2V-5B's image-to-video mode); "t2v"
+// (default).
 absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const std::string& variant = "t2v");
 
 // The tiny Unigram tokenizer.json WriteTinyWanPipeline writes: T5's layout (<pad>/</s>/<unk> added tokens, Metaspace

@@ -167,7 +167,8 @@ absl::Status WriteTinyWanPipeline(const std::string& dir, uint64_t seed, const s
     RETURN_IF_ERROR(WriteRandomWanWeights(transformer, JoinPath(dir, "transformer_2"), MixSeed(seed, 4)));
   }
   RETURN_IF_ERROR(WriteRandomWanVae(vae, JoinPath(dir, "vae"), MixSeed(seed, 2)));
-  if (variant == "i2v-2.1") RETURN_IF_ERROR(WriteRandomClipPipelineFolders(TinyClipVisionConfig(), dir, MixSeed(seed, 5)));
+  if (variant == "i2v-2.1")
+    RETURN_IF_ERROR(WriteRandomClipPipelineFolders(TinyClipVisionConfig(), dir, MixSeed(seed, 5)));
   RETURN_IF_ERROR(WriteRandomUmt5Encoder(text, JoinPath(dir, "text_encoder"), MixSeed(seed, 3)));
   RETURN_IF_ERROR(WriteTinyTokenizer(dir));
   RETURN_IF_ERROR(WriteTinyScheduler(dir));

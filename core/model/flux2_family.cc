@@ -389,8 +389,8 @@ absl::Status Flux2Family::CheckCacheFits(const CacheContents& cache) const {
                                                    config_.joint_attention_dim));
   }
   if (!cache.conditioning.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the cache carries image-to-video conditioning '", cache.conditioning, "', which FLUX.2 does not take"));
+    return absl::InvalidArgumentError(absl::StrCat("the cache carries image-to-video conditioning '",
+                                                   cache.conditioning, "', which FLUX.2 does not take"));
   }
   return absl::OkStatus();
 }

@@ -343,8 +343,8 @@ absl::StatusOr<TensorMap> WanFamily::MicroBatchInputs(const NoisyBatch& batch) c
   if (batch.conditioning.empty()) return in;
   ASSIGN_OR_RETURN(in["hidden_states"], WanConditionedInput(batch.conditioning, batch.noisy, batch.condition));
   if (batch.conditioning == kWanCleanFirstFrame) {
-    in["timestep"] = WanExpandedTimesteps(c, batch.timestep * 1000.0, batch.noisy.size(2), batch.noisy.size(3),
-                                          batch.noisy.size(4));
+    in["timestep"] =
+        WanExpandedTimesteps(c, batch.timestep * 1000.0, batch.noisy.size(2), batch.noisy.size(3), batch.noisy.size(4));
   }
   if (batch.image_embeds.defined()) in["encoder_hidden_states_image"] = batch.image_embeds;
   return in;

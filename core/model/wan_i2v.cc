@@ -45,8 +45,8 @@ absl::Status CheckWanConditioningFits(const WanConfig& c, int64_t latent_channel
   }
   const int64_t want = WanConditionChannels(kind, z);
   if (condition_channels != want) {
-    return absl::InvalidArgumentError(absl::StrCat("conditioning ", kind, " has ", condition_channels,
-                                                   " channels, ", want, " expected for ", z, " latent channels"));
+    return absl::InvalidArgumentError(absl::StrCat("conditioning ", kind, " has ", condition_channels, " channels, ",
+                                                   want, " expected for ", z, " latent channels"));
   }
   const int64_t input = kind == kWanCleanFirstFrame ? z : z + want;
   if (c.in_channels != input) {

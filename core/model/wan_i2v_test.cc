@@ -64,12 +64,12 @@ TEST(WanI2vTest, TargetWireTakesALossMaskOfTheTargetsFrames) {
   WanFamily family(c);
   const at::Tensor target = at::randn({2, 4, 3, 2, 2});
   EXPECT_TRUE(family.CheckWire(WireKind::kTarget, {{"target", target}}, at::kFloat).ok());
-  EXPECT_TRUE(family.CheckWire(WireKind::kTarget, {{"target", target}, {"loss_mask", WanFirstFrameLossMask(2, 3)}},
-                               at::kFloat)
-                  .ok());
-  EXPECT_FALSE(family.CheckWire(WireKind::kTarget, {{"target", target}, {"loss_mask", WanFirstFrameLossMask(2, 4)}},
-                                at::kFloat)
-                   .ok());
+  EXPECT_TRUE(
+      family.CheckWire(WireKind::kTarget, {{"target", target}, {"loss_mask", WanFirstFrameLossMask(2, 3)}}, at::kFloat)
+          .ok());
+  EXPECT_FALSE(
+      family.CheckWire(WireKind::kTarget, {{"target", target}, {"loss_mask", WanFirstFrameLossMask(2, 4)}}, at::kFloat)
+          .ok());
   EXPECT_FALSE(family.CheckWire(WireKind::kTarget, {{"target", target}, {"extra", target}}, at::kFloat).ok());
 }
 

@@ -51,8 +51,7 @@ EightBitGemm GetEightBitGemm() { return g_gemm.load(); }
 absl::StatusOr<EightBitGemm> ParseEightBitGemm(const std::string& name) {
   if (name == "dequantize") return EightBitGemm::kDequantize;
   if (name == "int8pack") return EightBitGemm::kInt8Pack;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown 8-bit GEMM '", name, "' (allowed: dequantize, int8pack)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown 8-bit GEMM '", name, "' (allowed: dequantize, int8pack)"));
 }
 
 at::Tensor DequantizeWeightFast(const at::Tensor& data, const at::Tensor& scale, at::ScalarType dtype) {
@@ -85,9 +84,9 @@ at::Tensor EightBitLinear(const at::Tensor& x, const QuantizedWeight& w, const a
     const int64_t in = x.size(-1), out = w.data.size(0);
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = out;
-    at::Tensor y = at::_weight_int8pack_mm(x.reshape({-1, in}).contiguous(), w.data.contiguous(),
-                                           w.scale.to(at::kBFloat16))
-                       .view(shape);
+    at::Tensor y =
+        at::_weight_int8pack_mm(x.reshape({-1, in}).contiguous(), w.data.contiguous(), w.scale.to(at::kBFloat16))
+            .view(shape);
     return bias.defined() ? y + bias : y;
   }
   return at::linear(x, DequantizeWeightFast(w.data, w.scale, x.scalar_type()), bias);

@@ -32,8 +32,8 @@ TEST(EightBitLinearTest, Int8GemmAgreesWithDequantizeThenGemm) {
   auto gen = at::detail::createCPUGenerator(4);
   const at::Tensor x = at::randn({2, 5, 64}, gen, at::kFloat).to(at::kBFloat16);
   const at::Tensor bias = at::randn({48}, gen, at::kFloat).to(at::kBFloat16);
-  const at::Tensor exact = at::linear(x.to(at::kDouble), DequantizeWeight(w.data, w.scale, at::kDouble),
-                                      bias.to(at::kDouble));
+  const at::Tensor exact =
+      at::linear(x.to(at::kDouble), DequantizeWeight(w.data, w.scale, at::kDouble), bias.to(at::kDouble));
   SetEightBitGemm(EightBitGemm::kDequantize);
   const at::Tensor dequantized = EightBitLinear(x, w, bias);
   SetEightBitGemm(EightBitGemm::kInt8Pack);

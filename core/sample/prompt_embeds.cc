@@ -101,7 +101,7 @@ absl::StatusOr<std::vector<at::Tensor>> EncodePromptsLocally(const std::string& 
 
   std::vector<at::Tensor> out(prompts.size());
   std::map<std::string, std::string> metadata;  // key → prompt text, for whoever opens the file
-  std::unique_ptr<SampleEncoder> encoder;  // opened only when a prompt is missing from the cache
+  std::unique_ptr<SampleEncoder> encoder;       // opened only when a prompt is missing from the cache
   bool wrote_new = false;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string key = CacheKey(identity, max_sequence_length, prompts[i]);

@@ -103,7 +103,8 @@ absl::StatusOr<std::unique_ptr<SampleRenderer>> SampleRenderer::Create(const Job
                                                                        const PromptEncoder& encode,
                                                                        int micro_batch_size) {
   RETURN_IF_ERROR(CheckSamplesPossible(job, family));
-  if (family.name() == "wan") return CreateWanSampleRenderer(job, family, text_len, output_dir, encode, micro_batch_size);
+  if (family.name() == "wan")
+    return CreateWanSampleRenderer(job, family, text_len, output_dir, encode, micro_batch_size);
   return Flux2SampleRenderer::Create(job, latent_channels, text_len, output_dir, encode, micro_batch_size);
 }
 

@@ -20,7 +20,8 @@ absl::Status WriteSampleVideo(const std::string& path, const std::vector<Image>&
 Image VideoContactSheet(const std::vector<std::vector<Image>>& videos, int per_video) {
   per_video = std::max(per_video, 1);
   int columns = 1;
-  for (const std::vector<Image>& v : videos) columns = std::max(columns, std::min(per_video, static_cast<int>(v.size())));
+  for (const std::vector<Image>& v : videos)
+    columns = std::max(columns, std::min(per_video, static_cast<int>(v.size())));
   // One row per video; a shorter video's row is padded with white cells so every video starts a row.
   std::vector<Image> cells;
   for (const std::vector<Image>& v : videos) {

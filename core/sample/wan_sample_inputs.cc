@@ -9,8 +9,8 @@
 #include "core/model/wan_config.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
-#include "core/video/video_io.h"
 #include "core/vae/wan_vae_config.h"
+#include "core/video/video_io.h"
 
 namespace baton {
 namespace {

@@ -84,8 +84,8 @@ absl::StatusOr<std::unique_ptr<SampleRenderer>> CreateWanSampleRenderer(const Jo
     ASSIGN_OR_RETURN(negative, encode({s.negative_prompt}, length));
   }
   if (embeds.size() != s.prompts.size() || (s.guidance > 1.0 && negative.size() != 1)) {
-    return absl::InternalError(absl::StrCat("samples: ", embeds.size(), " embeddings for ", s.prompts.size(),
-                                            " prompts"));
+    return absl::InternalError(
+        absl::StrCat("samples: ", embeds.size(), " embeddings for ", s.prompts.size(), " prompts"));
   }
   std::string kind;
   ASSIGN_OR_RETURN(ClipConditioning condition, Condition(pipeline, s, kind));

@@ -17,8 +17,10 @@ bool Cfg(const WanSampleSettings& s) { return s.guidance > 1.0; }
 
 absl::Status CheckCondition(const WanSampleInput& in, const at::Tensor& noise, size_t k) {
   if (in.conditioning.empty()) {
-    if (in.condition.defined()) return absl::InvalidArgumentError(absl::StrCat("sampling: video ", k, " has a condition "
-                                                                               "but no conditioning kind"));
+    if (in.condition.defined())
+      return absl::InvalidArgumentError(absl::StrCat("sampling: video ", k,
+                                                     " has a condition "
+                                                     "but no conditioning kind"));
     return absl::OkStatus();
   }
   if (!IsWanConditioning(in.conditioning)) {
@@ -42,7 +44,8 @@ absl::Status CheckInputs(const std::vector<WanSampleInput>& inputs, const WanSam
     const WanSampleInput& in = inputs[k];
     if (!in.noise.defined() || in.noise.dim() != 5 || in.noise.size(0) != 1 ||
         !in.noise.sizes().equals(first.noise.sizes())) {
-      return absl::InvalidArgumentError(absl::StrCat("sampling: initial latents ", k, " are ", DtypeShapeString(in.noise),
+      return absl::InvalidArgumentError(absl::StrCat("sampling: initial latents ", k, " are ",
+                                                     DtypeShapeString(in.noise),
                                                      "; every video needs the same [1, z, F', h, w]"));
     }
     if (!in.prompt_embeds.defined() || in.prompt_embeds.dim() != 2 ||
@@ -52,7 +55,8 @@ absl::Status CheckInputs(const std::vector<WanSampleInput>& inputs, const WanSam
                                                      "; every prompt needs [L, text_dim] with the same L"));
     }
     if (Cfg(s) && (!in.negative_embeds.defined() || !in.negative_embeds.sizes().equals(in.prompt_embeds.sizes()))) {
-      return absl::InvalidArgumentError(absl::StrCat("sampling: guidance ", s.guidance, " > 1 needs negative prompt "
+      return absl::InvalidArgumentError(absl::StrCat("sampling: guidance ", s.guidance,
+                                                     " > 1 needs negative prompt "
                                                      "embeddings shaped as the prompt's (",
                                                      ShapeString(in.prompt_embeds.sizes()), "); video ", k, " has ",
                                                      DtypeShapeString(in.negative_embeds)));
@@ -67,8 +71,8 @@ absl::Status CheckInputs(const std::vector<WanSampleInput>& inputs, const WanSam
 
 // Videos [first, last) at the current latents, with their prompt (or negative) embeddings, all at `timestep` (the
 // transformer's timestep / 1000, in fp64 so the family's ·1000 gives the scheduler's value back exactly).
-NoisyBatch MicroBatchAt(const std::vector<WanSampleInput>& inputs, const std::vector<at::Tensor>& latents,
-                        size_t first, size_t last, bool negative, double timestep) {
+NoisyBatch MicroBatchAt(const std::vector<WanSampleInput>& inputs, const std::vector<at::Tensor>& latents, size_t first,
+                        size_t last, bool negative, double timestep) {
   std::vector<at::Tensor> x, e, c, img;
   for (size_t k = first; k < last; ++k) {
     x.push_back(latents[k]);
@@ -90,8 +94,8 @@ NoisyBatch MicroBatchAt(const std::vector<WanSampleInput>& inputs, const std::ve
 
 // The velocity per video from one step's Denoiser outputs: the cond micro-batches first, then (CFG) the uncond ones,
 // combined as the pipeline does: v_u + g·(v_c − v_u).
-absl::StatusOr<std::vector<at::Tensor>> Velocities(const std::vector<at::Tensor>& outputs, size_t groups,
-                                                   size_t videos, const WanSampleSettings& s) {
+absl::StatusOr<std::vector<at::Tensor>> Velocities(const std::vector<at::Tensor>& outputs, size_t groups, size_t videos,
+                                                   const WanSampleSettings& s) {
   const size_t expected = Cfg(s) ? 2 * groups : groups;
   if (outputs.size() != expected) {
     return absl::InternalError(absl::StrCat("sampling: ", outputs.size(), " outputs for ", expected, " micro-batches"));
@@ -119,8 +123,8 @@ absl::StatusOr<WanLatentGrid> WanSampleGrid(int64_t frames, int64_t width, int64
                                             int64_t spatial_factor, int64_t patch) {
   const int64_t multiple = spatial_factor * patch;
   if (temporal_factor < 1 || frames < 1 || (frames - 1) % temporal_factor != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("frames ", frames, ": a Wan video has ", temporal_factor,
-                                                   "k + 1 frames (e.g. 1, 5, 17, 81)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("frames ", frames, ": a Wan video has ", temporal_factor, "k + 1 frames (e.g. 1, 5, 17, 81)"));
   }
   if (multiple < 1 || width < multiple || height < multiple || width % multiple != 0 || height % multiple != 0) {
     return absl::InvalidArgumentError(absl::StrCat("size ", width, "x", height, ": this Wan model needs multiples of ",

@@ -1,7 +1,7 @@
 // Wan video sampling as diffusers' WanPipeline / WanImageToVideoPipeline.__call__ do it: the initial noise
-// prepare_latents draws, the pipeline folder's scheduler (UniPC, or FlowMatchEuler) stepping the transformer's velocity,
-// classifier-free guidance with the negative prompt, and image-to-video conditioning (cat(noisy, condition), or TI2V's
-// clean first frame at per-token timestep 0, re-applied before decoding). The model runs behind a Denoiser.
+// prepare_latents draws, the pipeline folder's scheduler (UniPC, or FlowMatchEuler) stepping the transformer's
+// velocity, classifier-free guidance with the negative prompt, and image-to-video conditioning (cat(noisy, condition),
+// or TI2V's clean first frame at per-token timestep 0, re-applied before decoding). The model runs behind a Denoiser.
 #pragma once
 
 #include <ATen/ATen.h>

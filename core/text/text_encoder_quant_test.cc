@@ -31,11 +31,12 @@ double RelativeError(const at::Tensor& got, const at::Tensor& want) {
 }
 
 // What 8-bit rounding does to one weight, per output channel: int8 rounds by at most s/2 = max|w_row|/254, a
-// relative rms of ~0.5-0.7% for Gaussian rows of 32-64; e4m3 keeps 3 mantissa bits, a relative rms of ~2.5-3%. One layer's output
-// carries that error (layer 1's measured figure); deeper layers add theirs, and this random stack amplifies what the
-// residual stream carries. Measured (seed 11, both kinds printed by the test): int8 2.3% at layer 10, 4.0% at layer
-// 40 (the worst); fp8 9.8% at layer 10, 19% at 40. The bounds are 2x those worst figures: they fail on a wrong scale
-// (a row scaled by 127 / max instead of max / 127 is 100% off) or a weight quantized twice, not on seeds.
+// relative rms of ~0.5-0.7% for Gaussian rows of 32-64; e4m3 keeps 3 mantissa bits, a relative rms of ~2.5-3%. One
+// layer's output carries that error (layer 1's measured figure); deeper layers add theirs, and this random stack
+// amplifies what the residual stream carries. Measured (seed 11, both kinds printed by the test): int8 2.3% at layer
+// 10, 4.0% at layer 40 (the worst); fp8 9.8% at layer 10, 19% at 40. The bounds are 2x those worst figures: they fail
+// on a wrong scale (a row scaled by 127 / max instead of max / 127 is 100% off) or a weight quantized twice, not on
+// seeds.
 constexpr double kInt8Bound = 0.08;
 constexpr double kFp8Bound = 0.4;
 // Layer 1 alone (no amplification yet): measured int8 0.70%, fp8 3.1%; bound 2x.

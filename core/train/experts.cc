@@ -29,7 +29,8 @@ absl::Status CheckBothExperts(const JobConfig& job) {
   }
   const std::string& shift = job.timesteps.shift;
   if (shift == "flux2_empirical" || shift == "flux1_linear") {
-    return absl::InvalidArgumentError(absl::StrCat(job.source, ": expert: both draws each step's expert before its "
+    return absl::InvalidArgumentError(absl::StrCat(job.source,
+                                                   ": expert: both draws each step's expert before its "
                                                    "samples, so its shift cannot depend on their size: use a number"));
   }
   return absl::OkStatus();
@@ -48,7 +49,8 @@ absl::StatusOr<std::vector<ExpertRun>> PlanExpertRuns(const JobConfig& job, cons
   ASSIGN_OR_RETURN(WanExperts experts, DescribeWanExperts(job.model));
   if (!experts.two_experts || experts.boundary_ratio <= 0.0 || experts.boundary_ratio >= 1.0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        job.source, ": expert: ", job.expert, " needs a Wan 2.2 A14B folder with two experts (transformer/ + "
+        job.source, ": expert: ", job.expert,
+        " needs a Wan 2.2 A14B folder with two experts (transformer/ + "
         "transformer_2/, or high_noise_model/ + low_noise_model/) and model_index.json's boundary_ratio in (0, 1); ",
         job.model, experts.two_experts ? " has no usable boundary_ratio" : " holds one transformer"));
   }

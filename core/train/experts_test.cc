@@ -10,8 +10,8 @@ namespace baton {
 namespace {
 
 JobConfig BothJob(const std::string& model) {
-  auto job = ParseJobYaml("model: " + model +
-                          "\ndataset: cache\nexpert: both\ntimesteps: {shift: 3}\nsteps: 40\nseed: 5\n");
+  auto job =
+      ParseJobYaml("model: " + model + "\ndataset: cache\nexpert: both\ntimesteps: {shift: 3}\nsteps: 40\nseed: 5\n");
   EXPECT_TRUE(job.ok()) << job.status();
   return *job;
 }
@@ -36,7 +36,13 @@ TEST(ExpertsTest, BothSplitsTheStepsAtTheBoundaryIntoOneRunPerExpert) {
   EXPECT_EQ(high.steps, drawn_high);
   EXPECT_GT(high.steps, 0);  // shift 3: a quarter of the draws reach 0.9
   EXPECT_LT(high.steps, 20);
-  auto one = PlanExpertRuns([&] { JobConfig j = job; j.expert = "low"; return j; }(), "out", 40);
+  auto one = PlanExpertRuns(
+      [&] {
+        JobConfig j = job;
+        j.expert = "low";
+        return j;
+      }(),
+      "out", 40);
   ASSERT_TRUE(one.ok()) << one.status();
   ASSERT_EQ(one->size(), 1u);
   EXPECT_EQ((*one)[0].steps, 40);

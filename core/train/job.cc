@@ -152,17 +152,17 @@ absl::Status ParseValidation(Reader& r, YAML::Node root, ValidationConfig& v) {
 
 // `encode: {encoder_worker: H:P}` or `encode: {encoder_workers: [H:P, ...]}`, never both; no worker twice.
 absl::Status ParseEncoderWorkers(Reader& r, YAML::Node e, EncodeConfig& encode) {
-  RETURN_IF_ERROR(r.Check(!(e["encoder_worker"].IsDefined() && e["encoder_workers"].IsDefined()), e,
-                          "encoder_workers", "and encoder_worker are exclusive: list every worker in encoder_workers"));
+  RETURN_IF_ERROR(r.Check(!(e["encoder_worker"].IsDefined() && e["encoder_workers"].IsDefined()), e, "encoder_workers",
+                          "and encoder_worker are exclusive: list every worker in encoder_workers"));
   RETURN_IF_ERROR(r.Get(e, "encoder_worker", &encode.encoder_worker));
   if (!encode.encoder_worker.empty()) encode.encoder_workers = {encode.encoder_worker};
   if (!e["encoder_workers"].IsDefined()) return absl::OkStatus();
   RETURN_IF_ERROR(r.GetList(e, "encoder_workers", kMaxEncoderWorkers, "each encodes a share of the dataset",
                             &encode.encoder_workers));
   const std::set<std::string> distinct(encode.encoder_workers.begin(), encode.encoder_workers.end());
-  RETURN_IF_ERROR(r.Check(!encode.encoder_workers.empty() && !distinct.count("") &&
-                              distinct.size() == encode.encoder_workers.size(),
-                          e, "encoder_workers", "must list distinct host:port addresses, each at most once"));
+  RETURN_IF_ERROR(r.Check(
+      !encode.encoder_workers.empty() && !distinct.count("") && distinct.size() == encode.encoder_workers.size(), e,
+      "encoder_workers", "must list distinct host:port addresses, each at most once"));
   encode.encoder_worker = encode.encoder_workers.front();
   return absl::OkStatus();
 }
@@ -171,9 +171,9 @@ absl::Status ParseEncoderWorkers(Reader& r, YAML::Node e, EncodeConfig& encode) 
 absl::Status ParseSamples(Reader& r, YAML::Node root, SamplesConfig& s) {
   if (!root["samples"].IsDefined()) return absl::OkStatus();
   YAML::Node n = root["samples"];
-  RETURN_IF_ERROR(
-      r.Keys(n, "samples", {"every", "prompts", "steps", "guidance", "size", "seed", "max_sequence_length", "frames",
-                            "negative_prompt", "image"}));
+  RETURN_IF_ERROR(r.Keys(n, "samples",
+                         {"every", "prompts", "steps", "guidance", "size", "seed", "max_sequence_length", "frames",
+                          "negative_prompt", "image"}));
   RETURN_IF_ERROR(r.Get(n, "every", &s.every));
   RETURN_IF_ERROR(r.Check(s.every > 0, n, "every", "must be positive (steps between sample images)"));
   RETURN_IF_ERROR(r.GetList(n, "prompts", kMaxSamplePrompts, "each renders an image at every rendering", &s.prompts));
@@ -256,8 +256,8 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
 
   if (root["encode"].IsDefined()) {
     YAML::Node e = root["encode"];
-    RETURN_IF_ERROR(r.Keys(e, "encode", {"images", "encoder_worker", "encoder_workers", "resolution", "trigger",
-                                         "quantize"}));
+    RETURN_IF_ERROR(
+        r.Keys(e, "encode", {"images", "encoder_worker", "encoder_workers", "resolution", "trigger", "quantize"}));
     RETURN_IF_ERROR(r.Get(e, "images", &job.encode.images));
     RETURN_IF_ERROR(ParseEncoderWorkers(r, e, job.encode));
     RETURN_IF_ERROR(r.Check(!job.encode.images.empty() && !job.encode.encoder_worker.empty(), e, "images",
@@ -267,8 +267,9 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                             "must be in [16, 8192] (pixels per side of the bucket area)"));
     RETURN_IF_ERROR(r.Get(e, "trigger", &job.encode.trigger));
     RETURN_IF_ERROR(r.Get(e, "quantize", &job.encode.quantize));
-    RETURN_IF_ERROR(r.Check(job.encode.quantize.empty() || ParseWeightQuant(job.encode.quantize).ok(), e, "quantize",
-                            "must be none, int8 or fp8 (the text encoder's Linear weights; encoder_worker --quantize)"));
+    RETURN_IF_ERROR(
+        r.Check(job.encode.quantize.empty() || ParseWeightQuant(job.encode.quantize).ok(), e, "quantize",
+                "must be none, int8 or fp8 (the text encoder's Linear weights; encoder_worker --quantize)"));
   }
   RETURN_IF_ERROR(ParseValidation(r, root, job.validation));
   RETURN_IF_ERROR(ParseSamples(r, root, job.samples));

@@ -59,7 +59,7 @@ struct EncodeConfig {
   std::string images;          // dataset folder (images + .txt captions) as the encoder worker sees it
   std::string encoder_worker;  // host:port of `encoder_worker --listen`; the first of encoder_workers (sample prompts)
   std::vector<std::string> encoder_workers;  // every worker, in share order (`encoder_worker:` gives one)
-  int64_t resolution = 1024;   // bucket target area = resolution²
+  int64_t resolution = 1024;                 // bucket target area = resolution²
   std::string trigger;
   // The text encoder's precision the cache must be made with (encoder_worker --quantize): "none" | "int8" | "fp8";
   // "" (absent) = whatever the worker runs. A worker started with another precision refuses the job.
@@ -80,8 +80,8 @@ struct ValidationConfig {
 };
 
 // Optional: sample images (FLUX.2; core/sample/flux2_sampler.h) or videos (Wan, K.mp4) rendered with the current
-// LoRA, written to <output>/samples/step-N/K.png with a contact sheet, before the first step, after every `every` steps and after
-// the last. Rendering never changes training: the LoRA of a run with samples equals the LoRA without them.
+// LoRA, written to <output>/samples/step-N/K.png with a contact sheet, before the first step, after every `every` steps
+// and after the last. Rendering never changes training: the LoRA of a run with samples equals the LoRA without them.
 struct SamplesConfig {
   int64_t every = 0;  // 0: off
   std::vector<std::string> prompts;

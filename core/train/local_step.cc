@@ -7,7 +7,8 @@
 
 namespace baton {
 
-absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model, const std::vector<MicroBatch>& micro_batches) {
+absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model,
+                                                       const std::vector<MicroBatch>& micro_batches) {
   const at::Device device = model.device;
   const at::ScalarType dtype = model.dtype;
   LocalGradients out;
@@ -22,8 +23,8 @@ absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model, const 
     for (const auto& [name, t] : shell.tables) constants[name] = t;
     RETURN_IF_ERROR(TorchCall("training step", [&] {
       SetLoraDropoutSeed(model.stage->module(), mb.dropout_seed);
-      at::Tensor loss = FlowMatchingLoss(model.stage->Forward(shell.inputs, constants).at("output"), mb.target,
-                                         mb.loss_mask);
+      at::Tensor loss =
+          FlowMatchingLoss(model.stage->Forward(shell.inputs, constants).at("output"), mb.target, mb.loss_mask);
       // The same float scale the pipeline's StepPlan.loss_scale carries, so both paths round alike.
       const float loss_scale = 1.0f / static_cast<float>(micro_batches.size());
       (loss * static_cast<double>(loss_scale)).backward();

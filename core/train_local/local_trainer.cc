@@ -73,8 +73,8 @@ absl::StatusOr<LocalRun> OpenLocalRun(const JobConfig& job) {
   run.model.dtype = dtype;
   ASSIGN_OR_RETURN(run.model.shell, run.family->BuildShell(dtype, device));
   ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(job.quantize));
-  ASSIGN_OR_RETURN(run.model.stage, run.family->BuildStage(run.family->FullRange(), dtype, device, &job.lora, true,
-                                                           quant));
+  ASSIGN_OR_RETURN(run.model.stage,
+                   run.family->BuildStage(run.family->FullRange(), dtype, device, &job.lora, true, quant));
   run.master = CloneToCpuFloat(LoraParameters(run.model.stage->module()));
   if (run.master.empty()) return absl::InvalidArgumentError("no Linear matched the LoRA targets");
   if (!job.init_lora.empty()) {

@@ -93,5 +93,4 @@ at::Tensor WanVaeEncoder::Normalize(const at::Tensor& latents) const {
   return (latents.to(at::kFloat) - mean) * (1.0 / std);
 }
 
-
 }  // namespace baton

@@ -157,7 +157,8 @@ WanVaeConfig TinyWanVaeConfig() {
 
 absl::StatusOr<std::string> WanVaeFolder(const std::string& vae_or_pipeline_dir, bool floating_dtype,
                                          const std::string& dtype_name) {
-  if (!floating_dtype) return absl::InvalidArgumentError(absl::StrCat("Wan VAE dtype must be floating, got ", dtype_name));
+  if (!floating_dtype)
+    return absl::InvalidArgumentError(absl::StrCat("Wan VAE dtype must be floating, got ", dtype_name));
   if (!PathExists(JoinPath(vae_or_pipeline_dir, "config.json")) &&
       PathExists(JoinPath(vae_or_pipeline_dir, "vae/config.json"))) {
     return JoinPath(vae_or_pipeline_dir, "vae");
