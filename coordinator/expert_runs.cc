@@ -13,18 +13,17 @@ absl::StatusOr<CoordinatorResult> RunCoordinatorJob(const JobConfig& job, const 
   const int64_t steps = options.steps > 0 ? options.steps : job.steps;
   ASSIGN_OR_RETURN(std::vector<ExpertRun> runs, PlanExpertRuns(job, options.output_dir, steps));
   if (runs.size() == 1 && runs[0].name.empty()) return RunCoordinator(job, options);
-  CoordinatorResult last;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const ExpertRun& run = runs[i];
-    const std::string line =
-        absl::StrCat("expert ", run.name, ": ", run.steps, " of ", steps, " steps, timesteps [", run.job.timesteps.min,
-                     ", ", run.job.timesteps.max, "], ", run.job.model, " -> ", run.output_dir);
+  for (const std::string& line : DescribeExpertRuns(runs, steps)) {
     if (options.quiet) {
       LogInfo(line);
     } else {
       std::printf("%s\n", line.c_str());
-      std::fflush(stdout);
     }
+  }
+  std::fflush(stdout);
+  CoordinatorResult last;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const ExpertRun& run = runs[i];
     if (run.steps == 0) continue;
     CoordinatorOptions o = options;
     o.output_dir = run.output_dir;

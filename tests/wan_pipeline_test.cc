@@ -37,6 +37,11 @@ std::string WriteJob(const std::string& dir, const std::string& demo) {
       text.replace(at, from.size(), to);
     }
   }
+  // An image-to-video job's sample image is relative to the repository, the test runs elsewhere.
+  const std::string image = "image: data/";
+  if (size_t at = text.find(image); at != std::string::npos) {
+    text.replace(at, image.size(), absl::StrCat("image: ", JoinPath(SourceDir(), "data/")));
+  }
   const std::string path = JoinPath(dir, "wan-demo.yaml");
   std::ofstream(path) << text;
   return path;

@@ -38,6 +38,23 @@ absl::Status CheckBothExperts(const JobConfig& job) {
 
 }  // namespace
 
+std::vector<std::string> DescribeExpertRuns(const std::vector<ExpertRun>& runs, int64_t steps) {
+  std::vector<std::string> lines;
+  if (runs.size() == 2) {
+    lines.push_back(absl::StrCat(
+        "experts: each step's expert is drawn from the job's timesteps against boundary_ratio ",
+        runs[0].job.timesteps.min, "; each expert has its own LoRA and optimizer, so the two runs are independent and "
+        "run one after the other, each loading its expert's weights once (never both experts at a time)"));
+  }
+  for (const ExpertRun& run : runs) {
+    if (run.name.empty()) continue;
+    lines.push_back(absl::StrCat("expert ", run.name, ": ", run.steps, " of ", steps, " steps, timesteps [",
+                                 run.job.timesteps.min, ", ", run.job.timesteps.max, "], ", run.job.model, " -> ",
+                                 run.output_dir));
+  }
+  return lines;
+}
+
 bool StepTrainsHighNoiseExpert(const JobConfig& job, int64_t step, double boundary) {
   auto gen = at::detail::createCPUGenerator(MixSeed(MixSeed(job.seed, 0xe4be47), static_cast<uint64_t>(step)));
   return SampleTimesteps(job.timesteps, 1, /*image_tokens=*/0, gen).item<double>() >= boundary;

@@ -28,6 +28,11 @@ struct ExpertRun {
 absl::StatusOr<std::vector<ExpertRun>> PlanExpertRuns(const JobConfig& job, const std::string& output_dir,
                                                       int64_t steps);
 
+// What the runs are and why, a line each for the progress output: for two experts first the reason they run one after
+// the other, then per run its share of the steps, its timestep range, its transformer and its folder. None for a job
+// without `expert`.
+std::vector<std::string> DescribeExpertRuns(const std::vector<ExpertRun>& runs, int64_t steps);
+
 // True when step `step` of `job` trains the high-noise expert: one timestep drawn from a generator seeded by
 // (job.seed, step) with the job's sampler, at or above `boundary`.
 bool StepTrainsHighNoiseExpert(const JobConfig& job, int64_t step, double boundary);

@@ -115,13 +115,9 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
                                                   const std::function<void(const StepRecord&)>& on_step) {
   if (steps <= 0) steps = job.steps;
   ASSIGN_OR_RETURN(std::vector<ExpertRun> runs, PlanExpertRuns(job, output_dir, steps));
+  for (const std::string& line : DescribeExpertRuns(runs, steps)) std::printf("%s\n", line.c_str());
   LocalTrainResult all;
   for (const ExpertRun& run : runs) {
-    if (!run.name.empty()) {
-      std::printf("expert %s: %lld of %lld steps, timesteps [%g, %g], %s -> %s\n", run.name.c_str(),
-                  static_cast<long long>(run.steps), static_cast<long long>(steps), run.job.timesteps.min,
-                  run.job.timesteps.max, run.job.model.c_str(), run.output_dir.c_str());
-    }
     if (run.steps == 0) continue;
     ASSIGN_OR_RETURN(LocalTrainResult one, RunOneLocalTraining(run.job, run.output_dir, run.steps, on_step));
     all.steps.insert(all.steps.end(), one.steps.begin(), one.steps.end());
