@@ -41,10 +41,11 @@ absl::Status CheckBothExperts(const JobConfig& job) {
 std::vector<std::string> DescribeExpertRuns(const std::vector<ExpertRun>& runs, int64_t steps) {
   std::vector<std::string> lines;
   if (runs.size() == 2) {
-    lines.push_back(absl::StrCat(
-        "experts: each step's expert is drawn from the job's timesteps against boundary_ratio ",
-        runs[0].job.timesteps.min, "; each expert has its own LoRA and optimizer, so the two runs are independent and "
-        "run one after the other, each loading its expert's weights once (never both experts at a time)"));
+    lines.push_back(
+        absl::StrCat("experts: each step's expert is drawn from the job's timesteps against boundary_ratio ",
+                     runs[0].job.timesteps.min,
+                     "; each expert has its own LoRA and optimizer, so the two runs are independent and "
+                     "run one after the other, each loading its expert's weights once (never both experts at a time)"));
   }
   for (const ExpertRun& run : runs) {
     if (run.name.empty()) continue;
