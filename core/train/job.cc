@@ -200,6 +200,135 @@ absl::Status ParseSamples(Reader& r, YAML::Node root, SamplesConfig& s) {
   return r.Get(n, "image", &s.image);
 }
 
+// encode: {images, encoder_worker(s), resolution, trigger, quantize}.
+absl::Status ParseEncode(Reader& r, YAML::Node root, JobConfig& job) {
+  if (!root["encode"].IsDefined()) return absl::OkStatus();
+  YAML::Node e = root["encode"];
+  RETURN_IF_ERROR(
+      r.Keys(e, "encode", {"images", "encoder_worker", "encoder_workers", "resolution", "trigger", "quantize"}));
+  RETURN_IF_ERROR(r.Get(e, "images", &job.encode.images));
+  RETURN_IF_ERROR(ParseEncoderWorkers(r, e, job.encode));
+  RETURN_IF_ERROR(r.Check(!job.encode.images.empty() && !job.encode.encoder_worker.empty(), e, "images",
+                          "and encoder_worker (or encoder_workers) are both required in encode"));
+  RETURN_IF_ERROR(r.Get(e, "resolution", &job.encode.resolution));
+  RETURN_IF_ERROR(r.Check(job.encode.resolution >= 16 && job.encode.resolution <= 8192, e, "resolution",
+                          "must be in [16, 8192] (pixels per side of the bucket area)"));
+  RETURN_IF_ERROR(r.Get(e, "trigger", &job.encode.trigger));
+  RETURN_IF_ERROR(r.Get(e, "quantize", &job.encode.quantize));
+  RETURN_IF_ERROR(r.Check(job.encode.quantize.empty() || ParseWeightQuant(job.encode.quantize).ok(), e, "quantize",
+                          "must be none, int8 or fp8 (the text encoder's Linear weights; encoder_worker --quantize)"));
+  return absl::OkStatus();
+}
+
+// lora: {rank, alpha, targets, dropout} (alpha defaults to the rank, with or without the section).
+absl::Status ParseLora(Reader& r, YAML::Node root, JobConfig& job) {
+  job.lora.alpha = static_cast<double>(job.lora.rank);
+  if (!root["lora"].IsDefined()) return absl::OkStatus();
+  YAML::Node l = root["lora"];
+  RETURN_IF_ERROR(r.Keys(l, "lora", {"rank", "alpha", "targets", "dropout"}));
+  RETURN_IF_ERROR(r.Get(l, "rank", &job.lora.rank));
+  RETURN_IF_ERROR(r.Check(job.lora.rank > 0, l, "rank", "must be positive"));
+  job.lora.alpha = static_cast<double>(job.lora.rank);
+  RETURN_IF_ERROR(r.Get(l, "alpha", &job.lora.alpha));
+  RETURN_IF_ERROR(r.Check(job.lora.alpha > 0, l, "alpha", "must be positive"));
+  if (l["targets"].IsSequence()) {
+    std::vector<std::string> list;
+    RETURN_IF_ERROR(r.GetList(l, "targets", kMaxJobStages, "target names", &list));
+    job.lora_targets = absl::StrJoin(list, ",");
+  } else {
+    RETURN_IF_ERROR(r.Get(l, "targets", &job.lora_targets));
+  }
+  RETURN_IF_ERROR(r.Get(l, "dropout", &job.lora.dropout));
+  return r.Check(job.lora.dropout >= 0 && job.lora.dropout < 1, l, "dropout", "must be in [0, 1)");
+}
+
+// optimizer: {lr, weight_decay, betas, eps, clip, warmup_steps}.
+absl::Status ParseOptimizer(Reader& r, YAML::Node root, JobConfig& job) {
+  if (!root["optimizer"].IsDefined()) return absl::OkStatus();
+  YAML::Node o = root["optimizer"];
+  RETURN_IF_ERROR(r.Keys(o, "optimizer", {"lr", "weight_decay", "betas", "eps", "clip", "warmup_steps"}));
+  RETURN_IF_ERROR(r.Get(o, "lr", &job.optimizer.lr));
+  RETURN_IF_ERROR(r.Check(job.optimizer.lr > 0, o, "lr", "must be positive"));
+  RETURN_IF_ERROR(r.Get(o, "weight_decay", &job.optimizer.weight_decay));
+  RETURN_IF_ERROR(r.Check(job.optimizer.weight_decay >= 0, o, "weight_decay", "must be ≥ 0"));
+  std::vector<double> betas = {job.optimizer.beta1, job.optimizer.beta2};
+  RETURN_IF_ERROR(r.GetList(o, "betas", 2, "[beta1, beta2]", &betas));
+  RETURN_IF_ERROR(r.Check(betas.size() == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1, o,
+                          "betas", "must be two numbers in [0, 1)"));
+  job.optimizer.beta1 = betas[0];
+  job.optimizer.beta2 = betas[1];
+  RETURN_IF_ERROR(r.Get(o, "eps", &job.optimizer.eps));
+  RETURN_IF_ERROR(r.Check(job.optimizer.eps > 0, o, "eps", "must be positive"));
+  RETURN_IF_ERROR(r.Get(o, "clip", &job.optimizer.clip));
+  RETURN_IF_ERROR(r.Check(job.optimizer.clip >= 0, o, "clip", "must be ≥ 0 (0 disables clipping)"));
+  RETURN_IF_ERROR(r.Get(o, "warmup_steps", &job.optimizer.warmup_steps));
+  RETURN_IF_ERROR(r.Check(job.optimizer.warmup_steps >= 0, o, "warmup_steps", "must be ≥ 0"));
+  return absl::OkStatus();
+}
+
+// timesteps: {sampling, logit_mean, logit_std, mode_scale, shift, shift_steps, min, max}.
+absl::Status ParseTimesteps(Reader& r, YAML::Node root, JobConfig& job) {
+  if (!root["timesteps"].IsDefined()) return absl::OkStatus();
+  YAML::Node t = root["timesteps"];
+  TimestepConfig& ts = job.timesteps;
+  RETURN_IF_ERROR(r.Keys(t, "timesteps",
+                         {"sampling", "logit_mean", "logit_std", "mode_scale", "shift", "shift_steps", "min", "max"}));
+  RETURN_IF_ERROR(r.Get(t, "sampling", &ts.sampling));
+  if (ts.sampling == "uniform") ts.sampling = "none";
+  RETURN_IF_ERROR(r.Check(ts.sampling == "none" || ts.sampling == "logit_normal" || ts.sampling == "mode", t,
+                          "sampling", "must be none (uniform), logit_normal or mode"));
+  RETURN_IF_ERROR(r.Get(t, "logit_mean", &ts.logit_mean));
+  RETURN_IF_ERROR(r.Get(t, "logit_std", &ts.logit_std));
+  RETURN_IF_ERROR(r.Check(ts.logit_std > 0, t, "logit_std", "must be positive"));
+  RETURN_IF_ERROR(r.Get(t, "mode_scale", &ts.mode_scale));
+  RETURN_IF_ERROR(r.Check(ts.mode_scale >= -1 && ts.mode_scale <= 1 / (M_PI / 2 - 1), t, "mode_scale",
+                          "must be in [-1, 1/(pi/2 - 1) = 1.7519] (outside it u leaves [0, 1])"));
+  RETURN_IF_ERROR(r.Get(t, "shift", &ts.shift));
+  bool shift_ok = ts.shift == "none" || ts.shift == "flux2_empirical" || ts.shift == "flux1_linear";
+  if (!shift_ok) {
+    char* end = nullptr;
+    double v = std::strtod(ts.shift.c_str(), &end);
+    shift_ok = !ts.shift.empty() && end && *end == '\0' && v > 0;
+  }
+  RETURN_IF_ERROR(r.Check(shift_ok, t, "shift",
+                          ts.shift == "auto" ? "auto was FLUX.1's linear mu (now flux1_linear); FLUX.2's inference "
+                                               "shift is flux2_empirical, and diffusers' FLUX.2 trainer uses none"
+                                             : "must be none, flux2_empirical, flux1_linear or a positive number"));
+  RETURN_IF_ERROR(r.Get(t, "shift_steps", &ts.shift_steps));
+  RETURN_IF_ERROR(r.Check(ts.shift_steps > 0, t, "shift_steps", "must be positive"));
+  RETURN_IF_ERROR(r.Get(t, "min", &ts.min));
+  RETURN_IF_ERROR(r.Get(t, "max", &ts.max));
+  RETURN_IF_ERROR(r.Check(ts.min >= 0 && ts.min < ts.max && ts.max <= 1, t, "max", "needs 0 <= min < max <= 1"));
+  return absl::OkStatus();
+}
+
+// The run's own keys: steps and batching, the pipeline keys, seed, checkpoints, dtype, devices and threads.
+absl::Status ParseRunKeys(Reader& r, YAML::Node root, JobConfig& job) {
+  RETURN_IF_ERROR(r.Get(root, "steps", &job.steps));
+  RETURN_IF_ERROR(r.Check(job.steps > 0 && job.steps <= kMaxJobSteps, root, "steps",
+                          absl::StrCat("must be in [1, ", kMaxJobSteps, "]")));
+  RETURN_IF_ERROR(r.Get(root, "batch_size", &job.batch_size));
+  RETURN_IF_ERROR(r.Check(job.batch_size > 0 && job.batch_size <= kMaxJobBatchSize, root, "batch_size",
+                          absl::StrCat("must be in [1, ", kMaxJobBatchSize, "] (samples per step)")));
+  RETURN_IF_ERROR(r.Get(root, "micro_batches", &job.micro_batches));
+  RETURN_IF_ERROR(r.Check(job.micro_batches > 0 && job.batch_size % job.micro_batches == 0, root, "micro_batches",
+                          "must be positive and divide batch_size"));
+  RETURN_IF_ERROR(ParsePipelineKeys(r, root, job));
+  RETURN_IF_ERROR(r.Get(root, "seed", &job.seed));
+  RETURN_IF_ERROR(r.Get(root, "checkpoint_every", &job.checkpoint_every));
+  RETURN_IF_ERROR(r.Check(job.checkpoint_every >= 0, root, "checkpoint_every", "must be ≥ 0"));
+  RETURN_IF_ERROR(r.Get(root, "dtype", &job.dtype));
+  RETURN_IF_ERROR(r.Check(job.dtype == "fp32" || job.dtype == "bf16", root, "dtype", "must be fp32 or bf16"));
+  RETURN_IF_ERROR(r.GetList(root, "devices", kMaxJobStages, "one device per stage", &job.devices));
+  RETURN_IF_ERROR(r.Get(root, "guidance", &job.guidance));
+  RETURN_IF_ERROR(r.Get(root, "save_bfl", &job.save_bfl));
+  RETURN_IF_ERROR(r.Get(root, "threads", &job.threads));
+  RETURN_IF_ERROR(r.Check(job.threads > 0 && job.threads <= kMaxJobThreads, root, "threads",
+                          absl::StrCat("must be in [1, ", kMaxJobThreads, "]")));
+  RETURN_IF_ERROR(r.Get(root, "deterministic", &job.deterministic));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std::string& source) {
   if (text.size() > kMaxJobFileBytes) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": the job file is ", text.size(),
@@ -231,126 +360,18 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                           root, "expert", "must be high, low or both (the experts of a Wan 2.2 A14B folder)"));
   RETURN_IF_ERROR(r.Get(root, "dataset", &job.dataset));
   RETURN_IF_ERROR(r.Check(!job.dataset.empty(), root, "dataset", "is required (an encoded cache folder)"));
-  RETURN_IF_ERROR(r.Get(root, "steps", &job.steps));
-  RETURN_IF_ERROR(r.Check(job.steps > 0 && job.steps <= kMaxJobSteps, root, "steps",
-                          absl::StrCat("must be in [1, ", kMaxJobSteps, "]")));
-  RETURN_IF_ERROR(r.Get(root, "batch_size", &job.batch_size));
-  RETURN_IF_ERROR(r.Check(job.batch_size > 0 && job.batch_size <= kMaxJobBatchSize, root, "batch_size",
-                          absl::StrCat("must be in [1, ", kMaxJobBatchSize, "] (samples per step)")));
-  RETURN_IF_ERROR(r.Get(root, "micro_batches", &job.micro_batches));
-  RETURN_IF_ERROR(r.Check(job.micro_batches > 0 && job.batch_size % job.micro_batches == 0, root, "micro_batches",
-                          "must be positive and divide batch_size"));
-  RETURN_IF_ERROR(ParsePipelineKeys(r, root, job));
-  RETURN_IF_ERROR(r.Get(root, "seed", &job.seed));
-  RETURN_IF_ERROR(r.Get(root, "checkpoint_every", &job.checkpoint_every));
-  RETURN_IF_ERROR(r.Check(job.checkpoint_every >= 0, root, "checkpoint_every", "must be ≥ 0"));
-  RETURN_IF_ERROR(r.Get(root, "dtype", &job.dtype));
-  RETURN_IF_ERROR(r.Check(job.dtype == "fp32" || job.dtype == "bf16", root, "dtype", "must be fp32 or bf16"));
-  RETURN_IF_ERROR(r.GetList(root, "devices", kMaxJobStages, "one device per stage", &job.devices));
-  RETURN_IF_ERROR(r.Get(root, "guidance", &job.guidance));
-  RETURN_IF_ERROR(r.Get(root, "save_bfl", &job.save_bfl));
-  RETURN_IF_ERROR(r.Get(root, "threads", &job.threads));
-  RETURN_IF_ERROR(r.Check(job.threads > 0 && job.threads <= kMaxJobThreads, root, "threads",
-                          absl::StrCat("must be in [1, ", kMaxJobThreads, "]")));
-  RETURN_IF_ERROR(r.Get(root, "deterministic", &job.deterministic));
-
-  if (root["encode"].IsDefined()) {
-    YAML::Node e = root["encode"];
-    RETURN_IF_ERROR(
-        r.Keys(e, "encode", {"images", "encoder_worker", "encoder_workers", "resolution", "trigger", "quantize"}));
-    RETURN_IF_ERROR(r.Get(e, "images", &job.encode.images));
-    RETURN_IF_ERROR(ParseEncoderWorkers(r, e, job.encode));
-    RETURN_IF_ERROR(r.Check(!job.encode.images.empty() && !job.encode.encoder_worker.empty(), e, "images",
-                            "and encoder_worker (or encoder_workers) are both required in encode"));
-    RETURN_IF_ERROR(r.Get(e, "resolution", &job.encode.resolution));
-    RETURN_IF_ERROR(r.Check(job.encode.resolution >= 16 && job.encode.resolution <= 8192, e, "resolution",
-                            "must be in [16, 8192] (pixels per side of the bucket area)"));
-    RETURN_IF_ERROR(r.Get(e, "trigger", &job.encode.trigger));
-    RETURN_IF_ERROR(r.Get(e, "quantize", &job.encode.quantize));
-    RETURN_IF_ERROR(
-        r.Check(job.encode.quantize.empty() || ParseWeightQuant(job.encode.quantize).ok(), e, "quantize",
-                "must be none, int8 or fp8 (the text encoder's Linear weights; encoder_worker --quantize)"));
-  }
+  RETURN_IF_ERROR(ParseRunKeys(r, root, job));
+  RETURN_IF_ERROR(ParseEncode(r, root, job));
   RETURN_IF_ERROR(ParseValidation(r, root, job.validation));
   RETURN_IF_ERROR(ParseSamples(r, root, job.samples));
-  if (root["lora"].IsDefined()) {
-    YAML::Node l = root["lora"];
-    RETURN_IF_ERROR(r.Keys(l, "lora", {"rank", "alpha", "targets", "dropout"}));
-    RETURN_IF_ERROR(r.Get(l, "rank", &job.lora.rank));
-    RETURN_IF_ERROR(r.Check(job.lora.rank > 0, l, "rank", "must be positive"));
-    job.lora.alpha = static_cast<double>(job.lora.rank);
-    RETURN_IF_ERROR(r.Get(l, "alpha", &job.lora.alpha));
-    RETURN_IF_ERROR(r.Check(job.lora.alpha > 0, l, "alpha", "must be positive"));
-    if (l["targets"].IsSequence()) {
-      std::vector<std::string> list;
-      RETURN_IF_ERROR(r.GetList(l, "targets", kMaxJobStages, "target names", &list));
-      job.lora_targets = absl::StrJoin(list, ",");
-    } else {
-      RETURN_IF_ERROR(r.Get(l, "targets", &job.lora_targets));
-    }
-    RETURN_IF_ERROR(r.Get(l, "dropout", &job.lora.dropout));
-    RETURN_IF_ERROR(r.Check(job.lora.dropout >= 0 && job.lora.dropout < 1, l, "dropout", "must be in [0, 1)"));
-  } else {
-    job.lora.alpha = static_cast<double>(job.lora.rank);
-  }
+  RETURN_IF_ERROR(ParseLora(r, root, job));
   RETURN_IF_ERROR(r.Get(root, "init_lora", &job.init_lora));
   auto targets = ResolveLoraTargets(job.lora_targets);
   if (!targets.ok()) return Annotate(targets.status(), source);
   job.lora.targets = *targets;
   job.lora.seed = job.seed;
-
-  if (root["optimizer"].IsDefined()) {
-    YAML::Node o = root["optimizer"];
-    RETURN_IF_ERROR(r.Keys(o, "optimizer", {"lr", "weight_decay", "betas", "eps", "clip", "warmup_steps"}));
-    RETURN_IF_ERROR(r.Get(o, "lr", &job.optimizer.lr));
-    RETURN_IF_ERROR(r.Check(job.optimizer.lr > 0, o, "lr", "must be positive"));
-    RETURN_IF_ERROR(r.Get(o, "weight_decay", &job.optimizer.weight_decay));
-    RETURN_IF_ERROR(r.Check(job.optimizer.weight_decay >= 0, o, "weight_decay", "must be ≥ 0"));
-    std::vector<double> betas = {job.optimizer.beta1, job.optimizer.beta2};
-    RETURN_IF_ERROR(r.GetList(o, "betas", 2, "[beta1, beta2]", &betas));
-    RETURN_IF_ERROR(r.Check(betas.size() == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1, o,
-                            "betas", "must be two numbers in [0, 1)"));
-    job.optimizer.beta1 = betas[0];
-    job.optimizer.beta2 = betas[1];
-    RETURN_IF_ERROR(r.Get(o, "eps", &job.optimizer.eps));
-    RETURN_IF_ERROR(r.Check(job.optimizer.eps > 0, o, "eps", "must be positive"));
-    RETURN_IF_ERROR(r.Get(o, "clip", &job.optimizer.clip));
-    RETURN_IF_ERROR(r.Check(job.optimizer.clip >= 0, o, "clip", "must be ≥ 0 (0 disables clipping)"));
-    RETURN_IF_ERROR(r.Get(o, "warmup_steps", &job.optimizer.warmup_steps));
-    RETURN_IF_ERROR(r.Check(job.optimizer.warmup_steps >= 0, o, "warmup_steps", "must be ≥ 0"));
-  }
-  if (root["timesteps"].IsDefined()) {
-    YAML::Node t = root["timesteps"];
-    TimestepConfig& ts = job.timesteps;
-    RETURN_IF_ERROR(r.Keys(
-        t, "timesteps", {"sampling", "logit_mean", "logit_std", "mode_scale", "shift", "shift_steps", "min", "max"}));
-    RETURN_IF_ERROR(r.Get(t, "sampling", &ts.sampling));
-    if (ts.sampling == "uniform") ts.sampling = "none";
-    RETURN_IF_ERROR(r.Check(ts.sampling == "none" || ts.sampling == "logit_normal" || ts.sampling == "mode", t,
-                            "sampling", "must be none (uniform), logit_normal or mode"));
-    RETURN_IF_ERROR(r.Get(t, "logit_mean", &ts.logit_mean));
-    RETURN_IF_ERROR(r.Get(t, "logit_std", &ts.logit_std));
-    RETURN_IF_ERROR(r.Check(ts.logit_std > 0, t, "logit_std", "must be positive"));
-    RETURN_IF_ERROR(r.Get(t, "mode_scale", &ts.mode_scale));
-    RETURN_IF_ERROR(r.Check(ts.mode_scale >= -1 && ts.mode_scale <= 1 / (M_PI / 2 - 1), t, "mode_scale",
-                            "must be in [-1, 1/(pi/2 - 1) = 1.7519] (outside it u leaves [0, 1])"));
-    RETURN_IF_ERROR(r.Get(t, "shift", &ts.shift));
-    bool shift_ok = ts.shift == "none" || ts.shift == "flux2_empirical" || ts.shift == "flux1_linear";
-    if (!shift_ok) {
-      char* end = nullptr;
-      double v = std::strtod(ts.shift.c_str(), &end);
-      shift_ok = !ts.shift.empty() && end && *end == '\0' && v > 0;
-    }
-    RETURN_IF_ERROR(r.Check(shift_ok, t, "shift",
-                            ts.shift == "auto" ? "auto was FLUX.1's linear mu (now flux1_linear); FLUX.2's inference "
-                                                 "shift is flux2_empirical, and diffusers' FLUX.2 trainer uses none"
-                                               : "must be none, flux2_empirical, flux1_linear or a positive number"));
-    RETURN_IF_ERROR(r.Get(t, "shift_steps", &ts.shift_steps));
-    RETURN_IF_ERROR(r.Check(ts.shift_steps > 0, t, "shift_steps", "must be positive"));
-    RETURN_IF_ERROR(r.Get(t, "min", &ts.min));
-    RETURN_IF_ERROR(r.Get(t, "max", &ts.max));
-    RETURN_IF_ERROR(r.Check(ts.min >= 0 && ts.min < ts.max && ts.max <= 1, t, "max", "needs 0 <= min < max <= 1"));
-  }
+  RETURN_IF_ERROR(ParseOptimizer(r, root, job));
+  RETURN_IF_ERROR(ParseTimesteps(r, root, job));
   return job;
 }
 
