@@ -3,18 +3,16 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_split.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "client/local_model.h"
+#include "client/sample_backend.h"
 #include "client/wan_sample_command.h"
 #include "core/image/image.h"
 #include "core/model/wan_family.h"
 #include "core/sample/flux2_sampler.h"
-#include "core/sample/model_denoiser.h"
 #include "core/sample/prompt_embeds.h"
 #include "core/sample/sample_images.h"
 #include "core/sample/sample_renderer.h"
@@ -24,7 +22,6 @@
 #include "core/util/status.h"
 #include "core/util/threads.h"
 #include "core/vae/flux2_vae_decoder.h"
-#include "stage_driver/stage_session.h"
 
 namespace baton {
 namespace {
@@ -84,42 +81,16 @@ absl::Status Sample(const Args& args) {
   ASSIGN_OR_RETURN(s.steps, args.GetInt("steps"));
   ASSIGN_OR_RETURN(s.guidance, args.GetDouble("guidance"));
   ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed"));
-  ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   ASSIGN_OR_RETURN(at::Tensor embeds, PromptEmbeddings(args, pipeline));
   ASSIGN_OR_RETURN(int64_t in_channels, InChannels(pipeline));
   at::Tensor noise = Flux2InitialNoise(in_channels, s.width, s.height, static_cast<uint64_t>(seed));
 
-  LoadedModel local;
-  std::unique_ptr<StageSession> session;
-  Denoiser denoiser;
-  if (stages > 0) {  // through local stage workers (mutual TLS with an ephemeral CA, as the coordinator's)
-    StageSessionOptions so;
-    so.model = pipeline;
-    so.lora = args.Has("lora") ? args.Get("lora") : "";
-    so.dtype = args.Get("dtype");
-    so.threads = static_cast<int>(threads);
-    so.tokens = {(s.width / 16) * (s.height / 16), embeds.size(0)};
-    StageDriverOptions driver;
-    driver.stages = static_cast<int>(stages);
-    driver.quiet = true;
-    ASSIGN_OR_RETURN(session, StageSession::Start(so, driver));
-    denoiser = session->denoiser();
-  } else {
-    ASSIGN_OR_RETURN(local, OpenLocalModel(args, dtype));
-    denoiser = ModelDenoiser(*local.family, *local.shell, *local.stage, dtype, at::kCPU);
-  }
-  // One line rewritten in place on a terminal; one line per step in a log.
-  const bool tty = ::isatty(STDOUT_FILENO);
-  auto progress = [&](int64_t done, int64_t total) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%sdenoising step %lld/%lld (%.1f s)%s", tty ? "\r" : "", static_cast<long long>(done),
-                static_cast<long long>(total), elapsed, tty ? "" : "\n");
-    std::fflush(stdout);
-  };
-  ASSIGN_OR_RETURN(std::vector<at::Tensor> latents, SampleFlux2(denoiser, {embeds}, {noise}, s, progress));
-  if (tty) std::printf("\n");
-  if (session) RETURN_IF_ERROR(session->Stop());
+  ASSIGN_OR_RETURN(auto backend, StartSampleBackend(args, dtype, {(s.width / 16) * (s.height / 16), embeds.size(0)}));
+  const DenoisingProgress progress(t0);
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> latents, SampleFlux2(backend->denoiser, {embeds}, {noise}, s, progress));
+  progress.Finish();
+  RETURN_IF_ERROR(backend->Stop());
   if (args.Has("out_latents")) RETURN_IF_ERROR(WriteSafetensors(args.Get("out_latents"), {{"latents", latents[0]}}));
   ASSIGN_OR_RETURN(auto decoder, Flux2VaeDecoder::Load(pipeline, at::kFloat, at::kCPU));
   ASSIGN_OR_RETURN(at::Tensor pixels, decoder->DecodeTokens(latents[0], s.height / 16, s.width / 16));

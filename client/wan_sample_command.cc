@@ -3,12 +3,12 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_split.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 
 #include "client/local_model.h"
+#include "client/sample_backend.h"
 #include "core/encode/wan_encoder.h"
 #include "core/model/wan_config.h"
 #include "core/model/wan_i2v.h"
@@ -24,7 +24,6 @@
 #include "core/util/status.h"
 #include "core/vae/wan_vae_config.h"
 #include "core/vae/wan_vae_decoder.h"
-#include "stage_driver/stage_session.h"
 
 namespace baton {
 namespace {
@@ -115,55 +114,41 @@ absl::StatusOr<LoadedModel> OpenExpert(const Args& args, const std::string& pipe
   return OpenLocalModelAt(dir, args.Has(lora_flag) ? args.Get(lora_flag) : "", scale, dtype);
 }
 
+// A Wan 2.2 A14B folder samples with both experts in this process, switched at boundary_ratio (--lora: the
+// high-noise expert's LoRA, --lora-low: the low's); any other folder as StartSampleBackend places it.
+absl::StatusOr<std::unique_ptr<SampleBackend>> StartWanBackend(const Args& args, const std::string& pipeline,
+                                                               at::ScalarType dtype, const WanRun& run) {
+  ASSIGN_OR_RETURN(WanExperts experts, DescribeWanExperts(pipeline));
+  if (!experts.two_experts) {
+    if (args.Has("lora-low")) {
+      return absl::InvalidArgumentError(absl::StrCat("--lora-low: ", pipeline, " holds one transformer"));
+    }
+    return StartSampleBackend(
+        args, dtype, {run.grid.frames * (run.grid.height / 2) * (run.grid.width / 2), run.input.prompt_embeds.size(0)});
+  }
+  ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
+  if (stages > 0) return absl::UnimplementedError("two-expert (A14B) sampling runs in this process: --stages 0");
+  auto b = std::make_unique<SampleBackend>();
+  ASSIGN_OR_RETURN(b->local, OpenExpert(args, pipeline, WanExpert::kHighNoise, "lora", dtype));
+  ASSIGN_OR_RETURN(b->low, OpenExpert(args, pipeline, WanExpert::kLowNoise, "lora-low", dtype));
+  b->denoiser = ExpertDenoiser(ModelDenoiser(*b->local.family, *b->local.shell, *b->local.stage, dtype, at::kCPU),
+                               ModelDenoiser(*b->low.family, *b->low.shell, *b->low.stage, dtype, at::kCPU),
+                               experts.boundary_ratio);
+  return b;
+}
+
 }  // namespace
 
 absl::Status SampleWanVideo(const Args& args) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string pipeline = args.Get("model");
-  ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads"));
-  ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   ASSIGN_OR_RETURN(WanRun run, PrepareRun(args, pipeline));
-  LoadedModel local, low;
-  std::unique_ptr<StageSession> session;
-  Denoiser denoiser;
-  ASSIGN_OR_RETURN(WanExperts experts, DescribeWanExperts(pipeline));
-  if (!experts.two_experts && args.Has("lora-low")) {
-    return absl::InvalidArgumentError(absl::StrCat("--lora-low: ", pipeline, " holds one transformer"));
-  }
-  if (experts.two_experts) {  // Wan 2.2 A14B: both experts, switched at boundary_ratio
-    if (stages > 0) return absl::UnimplementedError("two-expert (A14B) sampling runs in this process: --stages 0");
-    ASSIGN_OR_RETURN(local, OpenExpert(args, pipeline, WanExpert::kHighNoise, "lora", dtype));
-    ASSIGN_OR_RETURN(low, OpenExpert(args, pipeline, WanExpert::kLowNoise, "lora-low", dtype));
-    denoiser =
-        ExpertDenoiser(ModelDenoiser(*local.family, *local.shell, *local.stage, dtype, at::kCPU),
-                       ModelDenoiser(*low.family, *low.shell, *low.stage, dtype, at::kCPU), experts.boundary_ratio);
-  } else if (stages > 0) {  // through local stage workers, as FLUX.2's `baton sample --stages N`
-    StageSessionOptions so;
-    so.model = pipeline;
-    so.lora = args.Has("lora") ? args.Get("lora") : "";
-    so.dtype = args.Get("dtype");
-    so.threads = static_cast<int>(threads);
-    so.tokens = {run.grid.frames * (run.grid.height / 2) * (run.grid.width / 2), run.input.prompt_embeds.size(0)};
-    StageDriverOptions driver;
-    driver.stages = static_cast<int>(stages);
-    driver.quiet = true;
-    ASSIGN_OR_RETURN(session, StageSession::Start(so, driver));
-    denoiser = session->denoiser();
-  } else {
-    ASSIGN_OR_RETURN(local, OpenLocalModel(args, dtype));
-    denoiser = ModelDenoiser(*local.family, *local.shell, *local.stage, dtype, at::kCPU);
-  }
-  const bool tty = ::isatty(STDOUT_FILENO);
-  auto progress = [&](int64_t done, int64_t total) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%sdenoising step %lld/%lld (%.1f s)%s", tty ? "\r" : "", static_cast<long long>(done),
-                static_cast<long long>(total), elapsed, tty ? "" : "\n");
-    std::fflush(stdout);
-  };
-  ASSIGN_OR_RETURN(std::vector<at::Tensor> latents, SampleWan(denoiser, {run.input}, run.settings, progress));
-  if (tty) std::printf("\n");
-  if (session) RETURN_IF_ERROR(session->Stop());
+  ASSIGN_OR_RETURN(auto backend, StartWanBackend(args, pipeline, dtype, run));
+  const DenoisingProgress progress(t0);
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> latents, SampleWan(backend->denoiser, {run.input}, run.settings, progress));
+  progress.Finish();
+  RETURN_IF_ERROR(backend->Stop());
   at::Tensor z = latents[0].to(at::kCPU);
   if (args.Has("out_latents")) RETURN_IF_ERROR(WriteSafetensors(args.Get("out_latents"), {{"latents", z}}));
   ASSIGN_OR_RETURN(auto decoder, WanVaeDecoder::Load(pipeline, at::kFloat, at::kCPU));
