@@ -19,6 +19,7 @@
 #include "core/encode/flux2_encoder.h"
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
+#include "core/testing/sample_dataset.h"
 #include "core/testing/spawn.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
@@ -59,20 +60,9 @@ class EncoderShardTest : public ::testing::Test {
     root_ = new std::string(test_util::MakeTempDir("encoder_shard"));
     ASSERT_TRUE(WriteTinyFlux2Pipeline(JoinPath(*root_, "pipeline"), 0).ok());
     const std::string data = JoinPath(*root_, "data");
-    ASSERT_TRUE(MakeDirs(data).ok());
-    const std::string sample = JoinPath(test_util::SourceDir(), "data/sample");
-    for (const auto& entry : fs::directory_iterator(sample)) {
-      if (entry.path().extension() != ".png") continue;
-      const std::string stem = entry.path().stem().string();
-      auto caption = ReadFile(JoinPath(sample, stem + ".txt"));
-      ASSERT_TRUE(caption.ok()) << caption.status();
-      for (int copy = 0; copy < 3; ++copy) {
-        const std::string name = absl::StrCat(stem, "_", copy);
-        fs::copy_file(entry.path(), JoinPath(data, name + ".png"));
-        ASSERT_TRUE(WriteFileAtomic(JoinPath(data, name + ".txt"), absl::StrCat(*caption, ", take ", copy)).ok());
-        names_.push_back(name + ".png");
-      }
-    }
+    auto names = test_util::WriteSampleCopies(data, 3);
+    ASSERT_TRUE(names.ok()) << names.status();
+    names_ = *names;
     ASSERT_EQ(names_.size(), 24u);
   }
   static void TearDownTestSuite() { delete root_; }
