@@ -70,17 +70,21 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, con
   failed_total.Increment(static_cast<double>(report.errors.size()));  // unreadable files found by the scan
   // The records this cache's own index lists: the only files a rebuild may delete (a caller-chosen cache folder
   // may hold anything else, and keeps it).
+  CacheIndex index =
+      CacheIndex::For(encoder.identity(), {encoder.latent_channels(), encoder.text_dim(), encoder.conditioning(),
+                                           encoder.condition_channels(), encoder.image_dim()});
   std::set<std::string> owned;
   std::map<std::string, std::string> checksums;  // file -> the checksum the previous index recorded for it
+  // A previous index of another encoder or layout (another model, precision or conditioning): none of its records
+  // can be kept, so none is read (they are re-encoded, not reported corrupt).
+  bool previous_other_encoder = false;
   if (auto previous = ReadCacheIndex(options.cache_dir); previous.ok()) {
+    previous_other_encoder = previous->encoder != index.encoder || previous->layout() != index.layout();
     for (const CacheRecordInfo& r : previous->records) {
       owned.insert(r.file);
       checksums[r.file] = r.checksum;
     }
   }
-  CacheIndex index =
-      CacheIndex::For(encoder.identity(), {encoder.latent_channels(), encoder.text_dim(), encoder.conditioning(),
-                                           encoder.condition_channels(), encoder.image_dim()});
   CacheBuildProgress progress;
   progress.total = report.samples;
   double encode_seconds = 0;
@@ -89,7 +93,7 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, con
   // The existing record of item i if it may be kept: it reads back whole with the checksum its index recorded,
   // and is for this exact input, encoder and the builder's settings. A corrupt one is counted and logged.
   auto keepable = [&](size_t i, const std::string& file) -> std::optional<CacheRecordInfo> {
-    if (!PathExists(JoinPath(options.cache_dir, file))) return std::nullopt;
+    if (previous_other_encoder || !PathExists(JoinPath(options.cache_dir, file))) return std::nullopt;
     CacheRecordInfo info;
     std::string record_encoder;
     auto existing = ReadCacheRecord(options.cache_dir, file, index.layout(), &info, &record_encoder);
