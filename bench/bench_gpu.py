@@ -136,6 +136,8 @@ def run_baton_1p(args, work, timeout):
            "--inputs", os.path.join(work, "inputs.safetensors"), "--lora", os.path.join(work, "lora_init.safetensors"),
            "--threads", str(args.threads), "--rank", "16", "--alpha", "16", "--targets", "attention",
            "--lr", "1e-3", "--clip", "1.0", "--device", args.device_name, "--dtype", args.dtype]
+    if args.trace_dir:
+        cmd += ["--trace_out", os.path.join(args.trace_dir, f"baton_1p_{os.path.basename(work)}_trace.json")]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
@@ -153,7 +155,7 @@ def run_baton_1p(args, work, timeout):
         ask(args.warmup)
         timed = ask(args.steps)
         proc.stdin.close()
-        proc.wait(timeout=60)
+        proc.wait(timeout=120 if args.trace_dir else 60)
     finally:
         timer.cancel()
         if proc.poll() is None:
@@ -195,7 +197,7 @@ class GpuMemorySampler:
             self.thread.join(timeout=15)
 
 
-def run_coordinator(args, work, stages, timeout):
+def run_coordinator(args, work, stages, timeout, deterministic=True):
     s_cache = os.path.join(work, "cache")
     if not os.path.exists(s_cache):
         grid = args.shape["grid"]
@@ -210,7 +212,8 @@ def run_coordinator(args, work, stages, timeout):
         f.write(f"model: {work}/transformer\ndataset: {s_cache}\nlora: {{rank: 16, alpha: 16, targets: attention}}\n"
                 f"optimizer: {{lr: 1.0e-3, clip: 1.0}}\nsteps: {steps}\nbatch_size: 1\nmicro_batches: 1\n"
                 f"schedule: 1f1b\nrecompute: false\nseed: 1\ncheckpoint_every: {steps + 1}\ndtype: {args.dtype}\n"
-                f"threads: {args.threads}\ndevices: [{', '.join([dev] * stages)}]\n")
+                f"threads: {args.threads}\ndevices: [{', '.join([dev] * stages)}]\n"
+                f"deterministic: {str(deterministic).lower()}\n")
     out = os.path.join(work, f"pp{stages}")
     with GpuMemorySampler(args.device.startswith("cuda")) as mem:
         r = subprocess.run([os.path.join(args.bin_dir, "coordinator"), "--stages", str(stages), "--job", job,
@@ -219,6 +222,8 @@ def run_coordinator(args, work, stages, timeout):
     sys.stderr.write(r.stderr[-3000:])
     log_path = os.path.join(out, "train_log.jsonl")
     log = [json.loads(line) for line in open(log_path) if line.strip()] if os.path.exists(log_path) else []
+    if args.trace_dir and os.path.exists(log_path):
+        shutil.copy(log_path, os.path.join(args.trace_dir, f"train_log_{stages}s{'' if deterministic else '_nondet'}.jsonl"))
     log = [x for x in log if "event" not in x and "step_seconds" in x]
     # A crash after the last step (at exit) still leaves the measurements: keep them and say so.
     if r.returncode != 0 and not (r.returncode < 0 and len(log) == steps):
@@ -297,6 +302,14 @@ def run_pytorch(args, work, targets, compiled):
     for _ in range(args.warmup):
         side.step()
     timed = [side.step()[0] for _ in range(args.steps)]
+    if args.trace_dir and not compiled:
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if args.device.startswith("cuda"):
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=acts) as prof:
+            side.step()
+            side.step()
+        prof.export_chrome_trace(os.path.join(args.trace_dir, "pytorch_eager_trace.json"))
     r = {"s_per_step": round(statistics.median(timed), 5), "losses": [f[1] for f in first],
          "grad_norm_step1": first[0][2], "setup_and_first_steps_s": round(warm, 1)}
     if args.device.startswith("cuda"):
@@ -315,12 +328,16 @@ def main():
     p.add_argument("--dtype", default="", help="bf16 | fp32 (default: bf16 on cuda, fp32 on cpu)")
     p.add_argument("--small", action="store_true")
     p.add_argument("--out", required=True)
-    p.add_argument("--only", default="klein,pytorch,dev_slice")
+    p.add_argument("--only", default="klein,pytorch,compile,dev_slice")
+    p.add_argument("--trace_dir", default="", help="also save profiler traces (Baton 1 process, PyTorch eager), the "
+                   "coordinator runs' train logs, and run a 2-stage coordinator with deterministic: false")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--part_timeout", type=int, default=240, help="seconds for each sub-part")
     args = p.parse_args()
+    if args.trace_dir:
+        os.makedirs(args.trace_dir, exist_ok=True)
     args.device_name = "cuda:0" if args.device == "cuda" else args.device
     args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
     args.torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
@@ -351,6 +368,8 @@ def main():
                 part("klein_plan_2s", args.out, run_plan, args, cfg, 2, "40GB")
                 part("klein_baton_1p", args.out, run_baton_1p, args, work, T)
                 part("klein_coordinator_2s", args.out, run_coordinator, args, work, 2, T)
+                if args.trace_dir:
+                    part("klein_coordinator_2s_nondet", args.out, run_coordinator, args, work, 2, T, False)
             if "targets" in holder and "pytorch" in only:
                 part("klein_pytorch_eager", args.out, run_pytorch, args, work, holder["targets"], False)
         if "dev_slice" in only:
@@ -375,7 +394,7 @@ def main():
         if "targets" in holder:
             args.shape = shape(args, "klein")
             work = os.path.join(work_root, "klein")
-            if "pytorch" in only:
+            if "compile" in only:
                 part("klein_pytorch_compile", args.out, run_pytorch, args, work, holder["targets"], True)
             if "klein" in only:
                 part("klein_coordinator_1s", args.out, run_coordinator, args, work, 1, T)

@@ -29,6 +29,7 @@
 #include <absl/status/statusor.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <chrono>
 #include <cstdio>
@@ -36,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "bench/bench_flags.h"
@@ -68,6 +70,9 @@ ABSL_FLAG(double, clip, 1.0, "gradient norm clip");
 ABSL_FLAG(std::string, cpu_linear, "onednn", "the GEMM behind the frozen Linears on CPU: onednn | aten");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda:N");
 ABSL_FLAG(std::string, dtype, "fp32", "compute dtype: fp32 | bf16");
+ABSL_FLAG(std::string, trace_out, "",
+          "after stdin closes, run 2 more steps under libtorch's profiler (Kineto: CPU ops and CUDA kernels) and save "
+          "their Chrome trace here");
 
 namespace baton {
 namespace {
@@ -90,7 +95,7 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ParseBenchFlags(argc, argv,
                       "bench_vs_pytorch --model DIR --inputs FILE --lora FILE [--threads 1] [--rank 16] [--alpha 16] "
                       "[--targets attention] [--lr 1e-3] [--clip 1.0] [--cpu_linear onednn|aten] [--device cpu|cuda:N] "
-                      "[--dtype fp32|bf16] (see the comment atop bench/bench_vs_pytorch.cc)"));
+                      "[--dtype fp32|bf16] [--trace_out FILE] (see the comment atop bench/bench_vs_pytorch.cc)"));
   Args a;
   a.model = absl::GetFlag(FLAGS_model);
   a.inputs = absl::GetFlag(FLAGS_inputs);
@@ -198,6 +203,23 @@ absl::StatusOr<StepResult> Step(Trainer& t) {
   return r;
 }
 
+// Two steps under libtorch's Kineto profiler, saved as a Chrome trace (chrome://tracing, Perfetto) at `path`.
+absl::Status TraceSteps(Trainer& t, const std::string& path) {
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  std::set<ActivityType> activities = {ActivityType::CPU};
+  if (t.model.device.is_cuda()) activities.insert(ActivityType::CUDA);
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  absl::Status status = absl::OkStatus();
+  for (int i = 0; i < 2 && status.ok(); ++i) status = Step(t).status();
+  std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  RETURN_IF_ERROR(status);
+  result->save(path);
+  return absl::OkStatus();
+}
+
 absl::Status Run(int argc, char** argv) {
   ASSIGN_OR_RETURN(Args a, ParseArgs(argc, argv));
   SetComputeThreads(a.threads);
@@ -233,6 +255,8 @@ absl::Status Run(int argc, char** argv) {
     out["device_peak_reserved_bytes"] = peak_reserved;
     std::cout << out.dump() << std::endl;
   }
+  const std::string trace = absl::GetFlag(FLAGS_trace_out);
+  if (!trace.empty()) RETURN_IF_ERROR(TraceSteps(*trainer, trace));
   return absl::OkStatus();
 }
 

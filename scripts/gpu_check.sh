@@ -8,6 +8,9 @@
 # failing part still leaves a report that names it. --device cpu --small is the CPU rehearsal (scripts/gpu_rehearse.sh).
 #
 #   scripts/gpu_check.sh OUTDIR [--device cuda|cpu] [--small] [--kit DIR] [--build DIR] [--deadline S]
+#                        [--parts setup,build,env,ctest_cuda,transfer,bench] [--bench_args "ARGS"]
+# --parts runs only the parts named (a follow-up call on a fresh machine still needs setup and build);
+# --bench_args goes to bench/bench_gpu.py (e.g. "--only klein,pytorch --trace_dir OUTDIR/traces").
 # Environment: GPU_CHECK_JOBS (build parallelism, default nproc), GPU_CHECK_BUILD_TIMEOUT (s, default 330).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +21,8 @@ SMALL=0
 KIT=$REPO/gpu_kit
 BUILD=$REPO/build-gpu
 DEADLINE_S=540  # 9 minutes, build included
+PARTS=setup,build,env,ctest_cuda,transfer,bench
+BENCH_ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE=$2; shift 2 ;;
@@ -25,6 +30,8 @@ while [ $# -gt 0 ]; do
     --kit) KIT=$(realpath "$2"); shift 2 ;;
     --build) BUILD=$(realpath -m "$2"); shift 2 ;;
     --deadline) DEADLINE_S=$2; shift 2 ;;
+    --parts) PARTS=$2; shift 2 ;;
+    --bench_args) BENCH_ARGS=$2; shift 2 ;;
     -*) echo "gpu_check: unknown flag $1" >&2; exit 2 ;;
     *) OUT=$1; shift ;;
   esac
@@ -46,6 +53,7 @@ left() { echo $((DEADLINE_S - ($(date +%s) - START))); }
 run_part() {
   local name=$1 max=$2 log=$3
   shift 3
+  case ",$PARTS," in *",$name,"*) ;; *) return 0 ;; esac
   local budget
   budget=$(left)
   budget=$((budget - 20))
@@ -156,7 +164,7 @@ run_part transfer 90 "$OUT/transfer.log" "$BIN/bench_transfer" --device="$DEV_NA
 SMALL_FLAG=""
 [ "$SMALL" = 1 ] && SMALL_FLAG=--small
 run_part bench 480 "$OUT/bench.log" env PYTHONUNBUFFERED=1 $PY bench/bench_gpu.py --bin_dir "$BIN" --device "$DEVICE" \
-  $SMALL_FLAG --out "$WORK/bench.json" --part_timeout "${GPU_CHECK_PART_TIMEOUT:-150}"
+  $SMALL_FLAG --out "$WORK/bench.json" --part_timeout "${GPU_CHECK_PART_TIMEOUT:-150}" $BENCH_ARGS
 
 # ---- report ---------------------------------------------------------------------------------------------------
 $PY bench/gpu_report.py --work "$WORK" --out "$OUT" --device "$DEVICE" --small "$SMALL" \

@@ -4,6 +4,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/synchronization/mutex.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -17,11 +18,15 @@
 namespace baton {
 namespace {
 
-// The ephemeral folder; its destructor (at process exit) removes it.
+// The ephemeral folder; its destructor (at process exit) removes it with plain unlink/rmdir of the three files
+// MakeEphemeralTls writes, never std::filesystem: libtorch 2.11 exports its own std::filesystem, and its remove_all
+// called from a static destructor jumped to a null pointer on the first GPU machine (coordinator exit -11).
 struct EphemeralDir {
   std::string path;
   ~EphemeralDir() {
-    if (!path.empty()) (void)RemoveAll(path);
+    if (path.empty()) return;
+    for (const char* file : {kTlsCaFile, kTlsCertFile, kTlsKeyFile}) ::unlink(JoinPath(path, file).c_str());
+    ::rmdir(path.c_str());
   }
 };
 

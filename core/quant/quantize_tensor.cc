@@ -29,7 +29,9 @@ QuantizedWeight QuantizeWeight(const at::Tensor& w, WeightQuant q) {
   TORCH_CHECK(w.dim() == 2, "QuantizeWeight: expected a 2-D weight, got ", w.dim(), "-D");
   const at::Tensor w32 = w.to(at::kFloat);
   const double qmax = q == WeightQuant::kInt8 ? kInt8Max : kFp8E4m3Max;
-  at::Tensor scale = w32.abs().amax(/*dim=*/1).div_(qmax);  // [out]
+  // Divided by a tensor on the weight's device, never by a CPU scalar: CUDA turns `x / scalar` into
+  // `x * (1 / scalar)` (one ulp away from the CPU's true division), and scales must not depend on the device.
+  at::Tensor scale = w32.abs().amax(/*dim=*/1).div_(at::scalar_tensor(qmax, w32.options()));  // [out]
   // A zero row keeps scale 0 (its dequantized values are exact zeros); divide by 1 there instead of 0.
   const at::Tensor divisor = at::where(scale > 0, scale, at::ones_like(scale)).unsqueeze(1);
   at::Tensor scaled = w32 / divisor;
