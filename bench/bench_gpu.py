@@ -237,9 +237,9 @@ def run_coordinator(args, work, stages, timeout, deterministic=True):
             "exit_code": r.returncode}
 
 
-def run_plan(args, config, stages, budget, quantize="none", timeout=120):
+def run_plan(args, config, stages, budget, quantize="none", recompute="false", timeout=120):
     cmd = [os.path.join(args.bin_dir, "baton"), "plan", "--model-config", config, "--stages", str(stages),
-           "--memory-per-stage", budget, "--dtype", args.dtype, "--quantize", quantize, "--recompute", "false",
+           "--memory-per-stage", budget, "--dtype", args.dtype, "--quantize", quantize, "--recompute", recompute,
            "--device", "cuda" if args.device.startswith("cuda") else "cpu", "--micro-batches", "1", "--rank", "16",
            "--tokens", str(args.shape["grid"] ** 2 + args.shape["text"]), "--text-tokens", str(args.shape["text"])]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -376,7 +376,7 @@ def main():
             base = shape(args, "dev")
             args.shape = base
             part("dev_plan_int8_2x24GB", args.out, run_plan, args, os.path.join(REPO, "configs/models/flux2-dev.json"),
-                 2, "24GB", "int8")
+                 2, "24GB", "int8", "auto")
             sizes = {}
             for d, s in ((1, 2), (2, 4)):
                 sh = dict(base, double=d, single=s)

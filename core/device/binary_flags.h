@@ -1,5 +1,6 @@
-// The flag prologue every Baton server binary runs in main: its usage line, --version, --help listing its own flags,
-// `--flag value` spellings normalised, then Abseil's parse.
+// The flag prologue every Baton server binary runs in main: a symbolized stack trace on stderr if the process
+// crashes (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP), its usage line, --version, --help listing its own
+// flags, `--flag value` spellings normalised, then Abseil's parse.
 #pragma once
 
 #include <absl/strings/string_view.h>
