@@ -4,7 +4,6 @@
 #include <absl/debugging/symbolize.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/usage.h>
-
 #include <signal.h>
 
 #include "core/device/device.h"
