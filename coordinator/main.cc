@@ -16,7 +16,10 @@
 #include "core/device/determinism.h"
 #include "core/device/device.h"
 
-ABSL_FLAG(int, stages, 2, "number of pipeline stages");
+ABSL_FLAG(int, stages, 2, "number of pipeline stages (of each replica)");
+ABSL_FLAG(int, replicas, 0,
+          "data-parallel replicas of the pipeline, each of --stages workers (0: the job's `replicas:`, 1 without); "
+          "--workers then lists replica 0's stages, then replica 1's, ...");
 ABSL_FLAG(std::string, job, "", "job YAML file: run this one job and exit (or --listen)");
 ABSL_FLAG(std::string, listen, "",
           "serve the job service on host:port (port 0: a free one) and run submitted jobs one at a time "
@@ -69,6 +72,7 @@ baton::CoordinatorCommand CommandFromFlags() {
   baton::CoordinatorCommand command;
   baton::CoordinatorOptions& options = command.options;
   options.stages = absl::GetFlag(FLAGS_stages);
+  options.replicas = absl::GetFlag(FLAGS_replicas);
   options.steps = absl::GetFlag(FLAGS_steps);
   options.output_dir = absl::GetFlag(FLAGS_output);
   options.resume = absl::GetFlag(FLAGS_resume) != baton::ResumeMode::kOff;
@@ -99,7 +103,8 @@ int main(int argc, char** argv) {
   baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA
   baton::ParseBinaryFlags(
       argc, argv,
-      "coordinator --stages N --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] [--resume[=if-any]]\n"
+      "coordinator --stages N [--replicas R] --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] "
+      "[--resume[=if-any]]\n"
       "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT] [--data_root DIR]\n"
       "  either with [--metrics HOST:PORT]; --workers and --listen need [--tls_dir DIR | --insecure], --listen with\n"
       "  TLS --token_file FILE (make them with baton certs)",

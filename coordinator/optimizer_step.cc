@@ -31,6 +31,7 @@ absl::StatusOr<PipelineStepRecord> ApplyGradients(const JobConfig& job, int64_t 
   double loss_sum = 0;
   for (double l : micro_batch_losses) loss_sum += l;
   rec.loss = loss_sum / static_cast<double>(job.micro_batches);
+  rec.replica_micro_batches = outputs.replica_micro_batches;
   for (const v1::StepSummary& s : outputs.summaries) {
     rec.stages.push_back({s.forward_seconds(), s.backward_seconds(), s.idle_seconds()});
   }

@@ -42,6 +42,7 @@
 #include "core/util/status.h"
 #include "core/util/threads.h"
 #include "stage_driver/local_workers.h"
+#include "stage_driver/replica_set.h"
 #include "stage_driver/stage_client.h"
 #include "stage_driver/stage_denoiser.h"
 #include "stage_driver/stage_fleet.h"
@@ -68,6 +69,7 @@ struct StartState {
   bool resumed = false;
 };
 
+// The adapters' seeded init comes from replica 0's stages (every replica's are the same: seeded by the job).
 absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const CoordinatorOptions& options, StageFleet& fleet,
                                           const JobFingerprint& fingerprint, AdamW& optimizer) {
   StartState start;
@@ -102,15 +104,10 @@ absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const Coordinato
 // The step's inputs from the early push made during the previous step. A push that failed (a stage lost after
 // the previous step succeeded) or stalls is dropped: the inputs are prepared again and fed with the step, whose
 // executor then finds the lost stage and recovers it.
-absl::StatusOr<StepInputs> TakeEarlyInputs(std::future<absl::StatusOr<StepInputs>>& next, StageFleet& fleet,
-                                           JobSetup& setup, int64_t step) {
+absl::StatusOr<StepInputs> TakeEarlyInputs(std::future<absl::StatusOr<StepInputs>>& next, ReplicaSet& replicas,
+                                           JobSetup& setup, int64_t step, absl::Duration stall_timeout) {
   while (next.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
-    for (const auto& client : fleet.clients) {
-      if (client->OldestPushSeconds() > absl::ToDoubleSeconds(fleet.stall_timeout)) {
-        for (const auto& c : fleet.clients) c->Cancel();  // the step re-arms them
-        break;
-      }
-    }
+    if (replicas.OldestPushSeconds() > absl::ToDoubleSeconds(stall_timeout)) replicas.CancelAll();  // steps re-arm
   }
   absl::StatusOr<StepInputs> inputs = next.get();
   if (inputs.ok()) return inputs;
@@ -123,12 +120,12 @@ absl::StatusOr<StepInputs> TakeEarlyInputs(std::future<absl::StatusOr<StepInputs
 // runs, the step run by the executor (redone after a lost stage), the optimizer step, the log and progress, and
 // the checkpoints; a stop ends the run after a checkpoint.
 absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const CoordinatorOptions& options, JobSetup& setup,
-                                             StageFleet& fleet, StepExecutor& executor, AdamW& optimizer,
-                                             StartState& start, int64_t total_steps, JsonlWriter& log,
-                                             TrainingEvals& evals) {
+                                             ReplicaSet& replicas, AdamW& optimizer, StartState& start,
+                                             int64_t total_steps, JsonlWriter& log, TrainingEvals& evals) {
   std::map<std::string, at::Tensor>& master = start.master;
-  // Validation and samples between steps: forward-only passes through the same stages, with the current adapters.
-  StageDenoiser stage_denoiser(*setup.model, *setup.shell, setup.dtype, setup.micro_batches, executor, master);
+  // Validation and samples between steps: forward-only passes through replica 0's stages, with the current adapters.
+  StageDenoiser stage_denoiser(*setup.model, *setup.shell, setup.dtype, setup.micro_batches, replicas.executor(0),
+                               master);
   const Denoiser denoiser = stage_denoiser.AsDenoiser();
   auto evaluate = [&](int64_t done) -> absl::Status {
     if (!evals.Due(done, total_steps, start.step)) return absl::OkStatus();
@@ -142,7 +139,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   // carries only the new adapters.
   auto prepare_and_push = [&](int64_t step) -> absl::StatusOr<StepInputs> {
     ASSIGN_OR_RETURN(StepInputs in, PrepareStepInputs(setup, step));
-    RETURN_IF_ERROR(fleet.PushData(step, in));
+    RETURN_IF_ERROR(replicas.PushData(step, in));
     in.data_pushed = true;
     return in;
   };
@@ -153,8 +150,9 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   double elapsed = 0;
   for (int64_t step = start.step; step < total_steps; ++step) {
     auto t0 = Clock::now();
-    absl::StatusOr<StepInputs> inputs =
-        next_inputs.valid() ? TakeEarlyInputs(next_inputs, fleet, setup, step) : PrepareStepInputs(setup, step);
+    absl::StatusOr<StepInputs> inputs = next_inputs.valid()
+                                            ? TakeEarlyInputs(next_inputs, replicas, setup, step, options.stall_timeout)
+                                            : PrepareStepInputs(setup, step);
     if (!inputs.ok()) return inputs.status();
     const double prepare_seconds = SecondsSince(t0);
     auto start_next = [&] {
@@ -166,7 +164,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     auto drop_next = [&] {
       if (next_inputs.valid()) (void)next_inputs.get();
     };
-    ASSIGN_OR_RETURN(StepOutputs outputs, executor.Run(step, *inputs, master, start_next, drop_next));
+    ASSIGN_OR_RETURN(StepOutputs outputs, replicas.Run(step, *inputs, master, start_next, drop_next));
     const auto t_run = Clock::now();
     ASSIGN_OR_RETURN(PipelineStepRecord rec, ApplyGradients(job, step, outputs, optimizer, master));
     rec.step_seconds = SecondsSince(t0);
@@ -183,7 +181,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     if (last || stop || (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0)) {
       if (tty && !options.quiet) std::printf("\n");
       RETURN_IF_ERROR(
-          CheckpointRun(job, options, fleet.job_id, setup.fingerprint, step + 1, master, optimizer, *setup.model));
+          CheckpointRun(job, options, JobHash(job), setup.fingerprint, step + 1, master, optimizer, *setup.model));
     }
     if (stop && !last) {
       LogWarning("stop requested: checkpointed step ", step + 1, " and stopping");
@@ -202,9 +200,26 @@ PromptEncoder PromptEncoderFor(const JobConfig& job, const CoordinatorOptions& o
   return LocalPromptEncoder(job, options.output_dir);
 }
 
+// The replicas of the run, set up from the job and its plan (not started).
+std::unique_ptr<ReplicaSet> MakeReplicas(const JobConfig& job, const CoordinatorOptions& options, const JobSetup& setup,
+                                         std::function<bool()> stop) {
+  ReplicaFleetConfig config;
+  config.job_id = JobHash(job);
+  config.schedule_kind = setup.schedule.kind;
+  config.chunks = setup.schedule.chunks;
+  config.micro_batches = setup.micro_batches;
+  config.loss_scale = 1.0f / static_cast<float>(setup.micro_batches);
+  config.dropout_seed = DropoutBaseSeed(job.seed);
+  config.stall_timeout = options.stall_timeout;
+  config.split_by_speed = job.replica_split == "speed";
+  return std::make_unique<ReplicaSet>(job, options, setup.plan, config, std::move(stop), options.hooks.on_recovery);
+}
+
 }  // namespace
 
-absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& options) {
+absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& given) {
+  CoordinatorOptions options = given;
+  if (options.replicas == 0) options.replicas = static_cast<int>(job.replicas);
   RETURN_IF_ERROR(CheckStageDriverOptions(options));
   SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(JobSetup setup, SetUpJob(job, options));
@@ -212,22 +227,16 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   ASSIGN_OR_RETURN(std::unique_ptr<TrainingEvals> evals,
                    TrainingEvals::Create(job, *setup.model, *setup.cache, options.output_dir,
                                          PromptEncoderFor(job, options), setup.micro_batches, options.quiet));
-  StageFleet fleet;
-  fleet.job_id = JobHash(job);
-  fleet.schedule = setup.schedule;
-  fleet.loss_scale = 1.0f / static_cast<float>(setup.micro_batches);
-  fleet.dropout_seed = DropoutBaseSeed(job.seed);
-  fleet.stall_timeout = options.stall_timeout;
   // A stop (SIGINT/SIGTERM, or the job service's) is honoured during start-up too: nothing to checkpoint yet.
   auto stop_requested = [&] { return StopRequested(options); };
   const absl::Status stopped_early = absl::CancelledError("stopped before the first step: nothing to checkpoint");
   if (stop_requested()) return stopped_early;
-  StageSet stages(job, options, setup.plan, &fleet, stop_requested);
-  RETURN_IF_ERROR(stages.Start());
+  std::unique_ptr<ReplicaSet> replicas = MakeReplicas(job, options, setup, stop_requested);
+  RETURN_IF_ERROR(replicas->Start());
   if (stop_requested()) return stopped_early;
 
   AdamW optimizer(job.optimizer);
-  ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, fleet, setup.fingerprint, optimizer));
+  ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, replicas->fleet(0), setup.fingerprint, optimizer));
   RETURN_IF_ERROR(MakeDirs(options.output_dir));
   if (start.resumed) {
     // The outputs a checkpoint promises are written after it: a run that died between the two (a full disk at the
@@ -239,11 +248,10 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   if (start.resumed) RETURN_IF_ERROR(TrimTrainLog(log_path, start.step));
   ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(log_path, /*append=*/start.resumed));
   const int64_t total_steps = options.steps > 0 ? options.steps : job.steps;
-  if (options.hooks.on_start) options.hooks.on_start({fleet.job_id, start.step, total_steps, stages.addresses()});
-  StepExecutor executor(options, &fleet, &stages, stop_requested, options.hooks.on_recovery);
+  if (options.hooks.on_start) options.hooks.on_start({JobHash(job), start.step, total_steps, replicas->addresses()});
   ASSIGN_OR_RETURN(CoordinatorResult result,
-                   TrainSteps(job, options, setup, fleet, executor, optimizer, start, total_steps, *log, *evals));
-  RETURN_IF_ERROR(stages.Stop());
+                   TrainSteps(job, options, setup, *replicas, optimizer, start, total_steps, *log, *evals));
+  RETURN_IF_ERROR(replicas->Stop());
   return result;
 }
 

@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
 
 #include <cstdio>
 
@@ -50,6 +51,7 @@ nlohmann::ordered_json StepLine(const PipelineStepRecord& rec) {
   line["stage_busy_seconds"] = busy;
   line["stage_idle_seconds"] = idle;
   line["coordinator_seconds"] = {{"prepare", rec.prepare_seconds}, {"optimizer", rec.optimizer_seconds}};
+  if (rec.replica_micro_batches.size() > 1) line["replica_micro_batches"] = rec.replica_micro_batches;
   return line;
 }
 
@@ -62,6 +64,9 @@ void PrintProgress(const PipelineStepRecord& rec, int64_t start_step, int64_t to
                     absl::StrFormat("%.2f", rec.stages[i].forward_seconds + rec.stages[i].backward_seconds));
   }
   // absl::StrCat, not " " + std::string: GCC 12 -O3 reports a false -Wrestrict on the latter.
+  if (rec.replica_micro_batches.size() > 1) {
+    absl::StrAppend(&busy_text, "  split ", absl::StrJoin(rec.replica_micro_batches, "+"));
+  }
   const std::string tail = tty ? absl::StrCat(" ", ProgressBar(rec.step, total_steps, 20)) : "\n";
   std::printf("%sstep %4lld/%lld  loss %.5f  lr %.2e  %.3f s/step  %.1f samples/s  busy[s] %s  ETA %.0fs%s",
               tty ? "\r\033[K" : "", static_cast<long long>(rec.step), static_cast<long long>(total_steps), rec.loss,

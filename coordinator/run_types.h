@@ -40,7 +40,8 @@ struct CoordinatorHooks {
 
 // The stage driver's options (stages, workers, timeouts, recovery, metrics) and the run's own.
 struct CoordinatorOptions : StageDriverOptions {
-  int64_t steps = 0;           // ≤ 0: the job's
+  CoordinatorOptions() { replicas = 0; }  // 0: the job's `replicas:` (1 when it has none); --replicas sets it
+  int64_t steps = 0;                      // ≤ 0: the job's
   bool resume = false;         // continue from the newest valid checkpoint in output_dir; refuse when there is none
   bool resume_if_any = false;  // with resume: no checkpoint at all → start fresh (--resume=if-any)
   CoordinatorHooks hooks;
@@ -56,6 +57,7 @@ struct PipelineStepRecord : StepRecord {
   // step's micro-batches and shell outputs before the stages can start (~0 after the first step: they
   // are prepared while the stages run the previous step), and gradient clipping + AdamW after they finish.
   double prepare_seconds = 0, optimizer_seconds = 0;
+  std::vector<int> replica_micro_batches;  // with replicas: how many of the step's micro-batches each ran
 };
 
 struct CoordinatorResult {

@@ -12,8 +12,11 @@
 namespace baton {
 
 struct StageDriverOptions {
-  int stages = 1;
-  std::vector<std::string> workers;                    // host:port per stage; empty = start local stage workers
+  int stages = 1;    // per replica
+  int replicas = 1;  // data-parallel pipelines (stage_driver/replica_set.h), each of `stages` workers
+  // host:port per stage, replica after replica (replica r's stage i is workers[r * stages + i]); empty = start local
+  // stage workers
+  std::vector<std::string> workers;
   std::string output_dir = "out/run";                  // the run's folder (prometheus_targets.json with metrics)
   absl::Duration rpc_timeout = absl::Seconds(300);     // any one RPC, including a whole step
   absl::Duration connect_timeout = absl::Seconds(20);  // waiting for a worker to answer at all
@@ -34,7 +37,8 @@ struct StageDriverOptions {
   std::string metrics_listen, metrics_address;
 };
 
-// INVALID_ARGUMENT unless stages ≥ 1 and --workers, when given, lists one address per stage.
+// INVALID_ARGUMENT unless stages ≥ 1, replicas ≥ 1 and --workers, when given, lists one address per stage of every
+// replica.
 absl::Status CheckStageDriverOptions(const StageDriverOptions& options);
 
 }  // namespace baton

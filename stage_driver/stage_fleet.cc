@@ -138,6 +138,7 @@ v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
   plan.set_micro_batches(schedule.micro_batches);
   plan.set_loss_scale(loss_scale);
   plan.set_dropout_seed(dropout_seed);
+  plan.set_first_micro_batch(first_micro_batch);
   for (const Action& a : schedule.per_stage[i]) {
     v1::Action* action = plan.add_actions();
     action->set_type(a.type == Action::kForward ? v1::Action::FORWARD : v1::Action::BACKWARD);

@@ -47,7 +47,8 @@ struct StepInputs {
 // What the stages return from one step.
 struct StepOutputs {
   std::vector<TensorMap> grads;            // [stage] summed LoRA gradients by PEFT name
-  std::vector<v1::StepSummary> summaries;  // [stage]
+  std::vector<v1::StepSummary> summaries;  // [stage]; the last one's losses: every micro-batch's, in step order
+  std::vector<int> replica_micro_batches;  // with replicas (ReplicaSet): how many micro-batches each ran
 };
 
 // Why a step failed, as far as the stall watch knows: the stage it blames (-1: none, or a link).
@@ -79,10 +80,11 @@ struct StageFleet {
   // A stage silent this long, or a push in flight this long, fails the step as stalled (the stages send a
   // heartbeat every second).
   absl::Duration stall_timeout = absl::Seconds(15);
-  StallVerdict last_stall;  // set when RunStep failed on a stall
-  Schedule schedule;
-  float loss_scale = 1.0f;                            // 1/m
-  uint64_t dropout_seed = 0;                          // the job's LoRA dropout base seed
+  StallVerdict last_stall;    // set when RunStep failed on a stall
+  Schedule schedule;          // for this fleet's micro-batches of the step (a replica's share: set per step)
+  int first_micro_batch = 0;  // the step-wide index of this fleet's micro-batch 0 (a replica's slice; dropout seeds)
+  float loss_scale = 1.0f;    // 1/m, m the step's micro-batches over all replicas
+  uint64_t dropout_seed = 0;  // the job's LoRA dropout base seed
   std::vector<std::unique_ptr<StageClient>> clients;  // [stage]
   std::vector<std::vector<std::string>> params;       // [stage] LoRA parameter names it holds
   std::vector<RopeMirror> rope;                       // [stage]

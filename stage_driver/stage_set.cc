@@ -18,7 +18,7 @@ namespace {
 // around, worker p-1's outputs feeding worker 0's next chunk).
 v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string& job_id,
                                          const std::vector<StageSpec>& chunks, int i,
-                                         const std::vector<std::string>& addresses) {
+                                         const std::vector<std::string>& addresses, int replica) {
   const int p = static_cast<int>(addresses.size());
   const StageSpec& spec = chunks.front();
   v1::ConfigureRequest req;
@@ -36,7 +36,9 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.set_has_head(spec.has_head);
   req.set_dtype(job.dtype);
   // Without `devices:` in the job each worker computes on its own --device (local workers: cpu).
-  if (i < static_cast<int>(job.devices.size())) req.set_device(job.devices[i]);
+  // With replicas, `devices:` lists replica 0's stages, then replica 1's, ...
+  const size_t device = static_cast<size_t>(replica) * addresses.size() + static_cast<size_t>(i);
+  if (device < job.devices.size()) req.set_device(job.devices[device]);
   // The planner's per-stage decision (recompute: auto decides from the budget; true = all, false = none).
   // Interleaved: every chunk of every worker got the same all-or-nothing decision (PlanStages).
   if (chunks.size() > 1) {
@@ -73,8 +75,8 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
 }  // namespace
 
 StageSet::StageSet(const JobConfig& job, const StageDriverOptions& options, std::vector<std::vector<StageSpec>> plan,
-                   StageFleet* fleet, std::function<bool()> stop)
-    : job_(job), options_(options), plan_(std::move(plan)), fleet_(fleet), stop_(std::move(stop)) {}
+                   StageFleet* fleet, std::function<bool()> stop, int replica)
+    : job_(job), options_(options), plan_(std::move(plan)), fleet_(fleet), stop_(std::move(stop)), replica_(replica) {}
 
 StageSet::~StageSet() = default;
 
@@ -83,12 +85,14 @@ absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
   const JobConfig& job = job_;
   const StageDriverOptions& options = options_;
   std::unique_ptr<LocalWorkers>* local = &local_;
+  const bool publish_targets = !options.metrics_address.empty() && options.replicas == 1;  // else ReplicaSet does
   if (!options.workers.empty()) {
     RETURN_IF_ERROR(RequireRemoteWorkerSecurity());
-    if (!options.metrics_address.empty()) {  // remote workers' metrics ports are their operators' to list
+    if (publish_targets) {  // remote workers' metrics ports are their operators' to list
       RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, {}, !options.quiet));
     }
-    return options.workers;
+    const auto first = options.workers.begin() + static_cast<std::ptrdiff_t>(replica_) * options.stages;
+    return std::vector<std::string>(first, first + options.stages);
   }
   LocalWorkerOptions lopts;
   if (!options.stage_worker_binary.empty()) lopts.binary = options.stage_worker_binary;
@@ -104,15 +108,17 @@ absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
     lopts.extra_args.push_back(absl::StrCat("--model_root=", *root));
   }
   for (int i = 0; i < options.stages && !options.metrics_listen.empty(); ++i) {
-    ASSIGN_OR_RETURN(std::string listen, StageMetricsListen(options.metrics_listen, i));
+    ASSIGN_OR_RETURN(std::string listen, StageMetricsListen(options.metrics_listen, replica_ * options.stages + i));
     lopts.worker_args.push_back({absl::StrCat("--metrics=", listen)});
   }
   ASSIGN_OR_RETURN(*local, LocalWorkers::Start(options.stages, lopts));
   std::vector<std::string> addresses = (*local)->addresses();
   if (!options.quiet) {
-    std::printf("started %d local stage workers: %s\n", options.stages, absl::StrJoin(addresses, ", ").c_str());
+    const std::string whose = options.replicas > 1 ? absl::StrCat(" for replica ", replica_) : "";
+    std::printf("started %d local stage workers%s: %s\n", options.stages, whose.c_str(),
+                absl::StrJoin(addresses, ", ").c_str());
   }
-  if (!options.metrics_address.empty()) {
+  if (publish_targets) {
     RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, (*local)->metrics_addresses(),
                                           !options.quiet));
   }
@@ -154,7 +160,7 @@ absl::Status StageSet::Configure() {
 }
 
 v1::ConfigureRequest StageSet::ConfigureRequestFor(int i) const {
-  v1::ConfigureRequest req = baton::ConfigureRequestFor(job_, fleet_->job_id, plan_[i], i, addresses_);
+  v1::ConfigureRequest req = baton::ConfigureRequestFor(job_, fleet_->job_id, plan_[i], i, addresses_, replica_);
   req.set_generation(fleet_->generation);
   req.set_run_id(fleet_->run_id);
   return req;

@@ -23,9 +23,11 @@ namespace baton {
 class StageSet {
  public:
   // `plan`: [worker][chunk] block ranges (PlanStages). `fleet` receives the clients; it outlives this set.
-  // `job` and `options` must outlive the set; `stop` is polled while waiting for workers.
+  // `job` and `options` must outlive the set; `stop` is polled while waiting for workers. `replica`: which of
+  // options.replicas pipelines this set is (its workers, devices and metrics ports are that replica's: global worker
+  // index replica * options.stages + stage).
   StageSet(const JobConfig& job, const StageDriverOptions& options, std::vector<std::vector<StageSpec>> plan,
-           StageFleet* fleet, std::function<bool()> stop);
+           StageFleet* fleet, std::function<bool()> stop, int replica = 0);
   ~StageSet();
 
   // Starts (local) or takes (remote) the workers, then connects to and configures each.
@@ -44,6 +46,7 @@ class StageSet {
   // Local workers: asks each to shut down, then stops the processes. Remote workers are left running.
   absl::Status Stop();
   LocalWorkers* local() { return local_.get(); }
+  int replica() const { return replica_; }
 
  private:
   absl::StatusOr<std::vector<std::string>> StartWorkers();
@@ -55,6 +58,7 @@ class StageSet {
   std::vector<std::vector<StageSpec>> plan_;
   StageFleet* fleet_;
   std::function<bool()> stop_;
+  int replica_ = 0;
   std::unique_ptr<LocalWorkers> local_;
   std::vector<std::string> addresses_;
 };

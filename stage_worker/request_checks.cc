@@ -215,14 +215,19 @@ absl::Status CheckStepPlan(const ExpectedStageIO& e, const v1::StepPlan& plan) {
   RETURN_IF_ERROR(CheckJob(e, plan.job_id(), plan.config_hash(), absl::StrCat("step plan ", plan.step())));
   if (plan.pass() != 0) return CheckPassPlan(e, plan);
   RETURN_IF_ERROR(CheckStepWindow(e, plan.step(), "step plan"));
-  if (plan.micro_batches() != e.micro_batches) {
+  // A replica runs a slice of the step: 1..the configured micro-batches (stage.proto, StepPlan.first_micro_batch).
+  if (plan.micro_batches() < 1 || plan.micro_batches() > e.micro_batches) {
     return absl::InvalidArgumentError(absl::StrCat("step plan ", plan.step(), ": ", plan.micro_batches(),
-                                                   " micro-batches but the job was configured with ", e.micro_batches));
+                                                   " micro-batches, outside [1, ", e.micro_batches,
+                                                   "] (the job was configured with ", e.micro_batches, ")"));
+  }
+  if (plan.first_micro_batch() < 0) {
+    return Invalid("step plan", absl::StrCat("first_micro_batch ", plan.first_micro_batch(), " is negative"));
   }
   for (const v1::Action& action : plan.actions()) {
-    if (action.micro_batch() < 0 || action.micro_batch() >= e.micro_batches) {
+    if (action.micro_batch() < 0 || action.micro_batch() >= plan.micro_batches()) {
       return Invalid("step plan",
-                     absl::StrCat("micro-batch ", action.micro_batch(), " outside [0, ", e.micro_batches, ")"));
+                     absl::StrCat("micro-batch ", action.micro_batch(), " outside [0, ", plan.micro_batches(), ")"));
     }
     if (action.chunk() < 0 || action.chunk() >= e.num_chunks) {
       return Invalid("step plan", absl::StrCat("chunk ", action.chunk(), " outside [0, ", e.num_chunks, ")"));

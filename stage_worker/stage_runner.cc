@@ -435,7 +435,8 @@ TensorMap StageRunner::RunBlocks(int32_t chunk, MicroBatchState& state, const v1
     at::NoGradGuard no_grad;
     return stage.Forward(state.input, state.constants);
   }
-  SetLoraDropoutSeed(stage.module(), MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
+  SetLoraDropoutSeed(stage.module(),
+                     MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), plan.first_micro_batch() + mb));
   // With recompute: no graph, but every block's input is kept for the per-block recompute in Backward.
   if (config_.recompute()) {
     return stage.ForwardCheckpointed(state.input, state.constants, &state.checkpoints, RecomputeBlocks(config_));
@@ -534,7 +535,8 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
     };
     if (recompute) {
       // Per-block recompute from the checkpoints Forward kept: one block's graph at a time, never the stage's.
-      SetLoraDropoutSeed(chunks_[chunk]->module(), MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), mb));
+      SetLoraDropoutSeed(chunks_[chunk]->module(),
+                         MicroBatchDropoutSeed(plan.dropout_seed(), plan.step(), plan.first_micro_batch() + mb));
       chunks_[chunk]->BackwardFromCheckpoints(std::move(state.checkpoints), state.constants, seed,
                                               RecomputeBlocks(config_));
     } else {

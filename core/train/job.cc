@@ -313,6 +313,14 @@ absl::Status ParseRunKeys(Reader& r, YAML::Node root, JobConfig& job) {
   RETURN_IF_ERROR(r.Get(root, "micro_batches", &job.micro_batches));
   RETURN_IF_ERROR(r.Check(job.micro_batches > 0 && job.batch_size % job.micro_batches == 0, root, "micro_batches",
                           "must be positive and divide batch_size"));
+  RETURN_IF_ERROR(r.Get(root, "replicas", &job.replicas));
+  RETURN_IF_ERROR(r.Check(job.replicas > 0 && job.replicas <= static_cast<int64_t>(kMaxJobStages), root, "replicas",
+                          absl::StrCat("must be in [1, ", kMaxJobStages, "]")));
+  RETURN_IF_ERROR(r.Check(job.micro_batches >= job.replicas, root, "replicas",
+                          "must be at most micro_batches (each replica runs whole micro-batches)"));
+  RETURN_IF_ERROR(r.Get(root, "replica_split", &job.replica_split));
+  RETURN_IF_ERROR(r.Check(job.replica_split == "speed" || job.replica_split == "equal", root, "replica_split",
+                          "must be speed or equal"));
   RETURN_IF_ERROR(ParsePipelineKeys(r, root, job));
   RETURN_IF_ERROR(r.Get(root, "seed", &job.seed));
   RETURN_IF_ERROR(r.Get(root, "checkpoint_every", &job.checkpoint_every));
@@ -343,14 +351,14 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   Reader r(source);
   JobConfig job;
   job.source = source;
-  RETURN_IF_ERROR(r.Keys(root, "the job", {"model",      "model_config",     "dataset",   "lora",
-                                           "init_lora",  "optimizer",        "timesteps", "steps",
-                                           "batch_size", "micro_batches",    "schedule",  "recompute",
-                                           "seed",       "checkpoint_every", "dtype",     "devices",
-                                           "guidance",   "save_bfl",         "threads",   "memory_per_stage",
-                                           "encode",     "wire_dtype",       "quantize",  "chunks",
-                                           "name",       "validation",       "samples",   "deterministic",
-                                           "expert"}));
+  RETURN_IF_ERROR(r.Keys(root, "the job", {"model",      "model_config",     "dataset",      "lora",
+                                           "init_lora",  "optimizer",        "timesteps",    "steps",
+                                           "batch_size", "micro_batches",    "schedule",     "recompute",
+                                           "seed",       "checkpoint_every", "dtype",        "devices",
+                                           "guidance",   "save_bfl",         "threads",      "memory_per_stage",
+                                           "encode",     "wire_dtype",       "quantize",     "chunks",
+                                           "name",       "validation",       "samples",      "deterministic",
+                                           "expert",     "replicas",         "replica_split"}));
   RETURN_IF_ERROR(r.Get(root, "name", &job.name));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));

@@ -132,6 +132,11 @@ struct JobConfig {
   int64_t steps = 100;
   int64_t batch_size = 1;
   int64_t micro_batches = 1;
+  // Data-parallel replicas of the pipeline (stage_driver/replica_set.h): each step's micro-batches are dealt out to
+  // them, their LoRA gradients summed in replica order. `replica_split`: speed (in proportion to each replica's
+  // measured seconds per micro-batch) | equal. What is learned does not depend on either (float summation order).
+  int64_t replicas = 1;
+  std::string replica_split = "speed";
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
   int64_t chunks = 1;             // model chunks per stage: 1, or >= 2 (default 2) with interleaved
   // auto: the planner recomputes the first blocks of a stage only where its memory budget requires it;
@@ -144,7 +149,7 @@ struct JobConfig {
   int64_t checkpoint_every = 0;      // 0: only at the end
   std::string dtype = "fp32";        // fp32 | bf16
   std::string quantize = "none";     // none | int8 | fp8 (core/quant/weight_quant.h), validated on parse
-  std::vector<std::string> devices;  // per stage; empty = each stage worker's own --device
+  std::vector<std::string> devices;  // per stage (replica 0's, then replica 1's ...); empty = each worker's --device
   double guidance = 3.5;             // used when the model has a guidance embedder
   bool save_bfl = false;             // also write bfl/lora_bfl.safetensors (BFL/ComfyUI keys)
   int threads = 1;                   // compute threads per process

@@ -1,0 +1,50 @@
+#include "core/pipeline/replica_split.h"
+
+#include <algorithm>
+
+namespace baton {
+
+std::vector<int> SplitBySpeed(int micro_batches, const std::vector<double>& seconds_per_micro_batch) {
+  const int replicas = static_cast<int>(seconds_per_micro_batch.size());
+  double measured_sum = 0;
+  int measured = 0;
+  for (double s : seconds_per_micro_batch) {
+    if (s > 0) {
+      measured_sum += s;
+      ++measured;
+    }
+  }
+  const double fallback = measured > 0 ? measured_sum / measured : 1.0;
+  std::vector<double> cost(replicas);
+  for (int r = 0; r < replicas; ++r) cost[r] = seconds_per_micro_batch[r] > 0 ? seconds_per_micro_batch[r] : fallback;
+  std::vector<int> split(replicas, 0);
+  for (int i = 0; i < micro_batches; ++i) {
+    int best = 0;
+    for (int r = 1; r < replicas; ++r) {
+      if ((split[r] + 1) * cost[r] < (split[best] + 1) * cost[best]) best = r;
+    }
+    ++split[best];
+  }
+  return split;
+}
+
+std::vector<int> SplitEvenly(int micro_batches, int replicas) {
+  std::vector<int> split(replicas, micro_batches / replicas);
+  for (int r = 0; r < micro_batches % replicas; ++r) ++split[r];
+  return split;
+}
+
+std::vector<int> FirstMicroBatches(const std::vector<int>& split) {
+  std::vector<int> first(split.size(), 0);
+  for (size_t r = 1; r < split.size(); ++r) first[r] = first[r - 1] + split[r - 1];
+  return first;
+}
+
+void ReplicaSpeeds::Record(int replica, int micro_batches, double seconds) {
+  if (micro_batches <= 0 || seconds <= 0) return;
+  const double now = seconds / micro_batches;
+  double& s = seconds_[replica];
+  s = s > 0 ? (1 - weight_) * s + weight_ * now : now;
+}
+
+}  // namespace baton

@@ -1,0 +1,56 @@
+#include "core/pipeline/replica_split.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace baton {
+namespace {
+
+TEST(ReplicaSplitTest, UnmeasuredReplicasShareEqually) {
+  EXPECT_EQ(SplitBySpeed(4, {0.0, 0.0}), (std::vector<int>{2, 2}));
+  EXPECT_EQ(SplitBySpeed(5, {0.0, 0.0}), (std::vector<int>{3, 2}));  // ties to the lower index
+  EXPECT_EQ(SplitBySpeed(3, {0.0, 0.0, 0.0}), (std::vector<int>{1, 1, 1}));
+}
+
+TEST(ReplicaSplitTest, AReplicaTwiceAsFastGetsTwiceTheMicroBatches) {
+  EXPECT_EQ(SplitBySpeed(6, {1.0, 2.0}), (std::vector<int>{4, 2}));
+  EXPECT_EQ(SplitBySpeed(6, {2.0, 1.0}), (std::vector<int>{2, 4}));
+  // The slowest replica's time is the least any split gives: 4 on the fast one (4 s), 2 on the slow one (4 s).
+}
+
+TEST(ReplicaSplitTest, AnUnmeasuredReplicaCountsAsTheMeanOfTheMeasuredOnes) {
+  EXPECT_EQ(SplitBySpeed(4, {1.0, 0.0}), (std::vector<int>{2, 2}));
+  EXPECT_EQ(SplitBySpeed(6, {1.0, 3.0, 0.0}), (std::vector<int>{4, 1, 1}));  // the third at 2 s
+}
+
+TEST(ReplicaSplitTest, AVerySlowReplicaGetsNone) { EXPECT_EQ(SplitBySpeed(4, {1.0, 10.0}), (std::vector<int>{4, 0})); }
+
+TEST(ReplicaSplitTest, SplitsAlwaysSumToTheMicroBatches) {
+  for (int m = 1; m <= 9; ++m) {
+    for (const auto& speeds : std::vector<std::vector<double>>{{1.0, 1.3}, {0.2, 0.0, 0.7}, {5.0}}) {
+      const std::vector<int> split = SplitBySpeed(m, speeds);
+      EXPECT_EQ(std::accumulate(split.begin(), split.end(), 0), m);
+    }
+  }
+}
+
+TEST(ReplicaSplitTest, EvenSplitsAndFirstMicroBatches) {
+  EXPECT_EQ(SplitEvenly(5, 2), (std::vector<int>{3, 2}));
+  EXPECT_EQ(SplitEvenly(4, 4), (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(FirstMicroBatches({3, 0, 2}), (std::vector<int>{0, 3, 3}));
+}
+
+TEST(ReplicaSplitTest, SpeedsAreSmoothedPerMicroBatch) {
+  ReplicaSpeeds speeds(2);
+  speeds.Record(0, 2, 4.0);  // 2 s per micro-batch
+  EXPECT_DOUBLE_EQ(speeds.seconds_per_micro_batch()[0], 2.0);
+  EXPECT_DOUBLE_EQ(speeds.seconds_per_micro_batch()[1], 0.0);
+  speeds.Record(0, 1, 1.0);  // half of 2 and half of 1
+  EXPECT_DOUBLE_EQ(speeds.seconds_per_micro_batch()[0], 1.5);
+  speeds.Record(1, 0, 3.0);  // ran nothing: nothing learned
+  EXPECT_DOUBLE_EQ(speeds.seconds_per_micro_batch()[1], 0.0);
+}
+
+}  // namespace
+}  // namespace baton
