@@ -4,11 +4,17 @@
 
 #include <absl/time/time.h>
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coordinator/pipeline_trainer.h"
@@ -61,6 +67,33 @@ inline std::map<std::string, at::Tensor> LoadRunLora(const std::string& output_d
   auto t = LoadAllSafetensors(JoinPath(output_dir, "lora.safetensors"));
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *t : std::map<std::string, at::Tensor>{};
+}
+
+// The stage workers this process started (their parent is one of our threads), by pid.
+inline std::vector<pid_t> OurStageWorkers() {
+  std::vector<pid_t> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream children(task.path() / "children");
+    pid_t pid;
+    while (children >> pid) {
+      std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"));
+      std::string argv0;
+      std::getline(cmdline, argv0, '\0');
+      if (argv0.find("stage_worker") != std::string::npos) out.push_back(pid);
+    }
+  }
+  return out;
+}
+
+// Lines in a file (0 while it does not exist).
+inline int64_t Lines(const std::string& path) {
+  auto text = ReadFile(path);
+  return text.ok() ? std::count(text->begin(), text->end(), '\n') : 0;
+}
+
+// Waits (up to 30 s) until `path` has at least n lines.
+inline void WaitForLines(const std::string& path, int64_t n) {
+  for (int i = 0; i < 1200 && Lines(path) < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
 }
 
 }  // namespace baton::test_util

@@ -31,33 +31,9 @@ namespace baton {
 namespace {
 
 using test_util::BinDir;
+using test_util::OurStageWorkers;
+using test_util::WaitForLines;
 using Clock = std::chrono::steady_clock;
-
-// The stage workers this process started (their parent is one of our threads), by pid.
-std::vector<pid_t> OurStageWorkers() {
-  std::vector<pid_t> out;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream children(task.path() / "children");
-    pid_t pid;
-    while (children >> pid) {
-      std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"));
-      std::string argv0;
-      std::getline(cmdline, argv0, '\0');
-      if (argv0.find("stage_worker") != std::string::npos) out.push_back(pid);
-    }
-  }
-  return out;
-}
-
-// Lines in a file (0 while it does not exist).
-int64_t Lines(const std::string& path) {
-  auto text = ReadFile(path);
-  return text.ok() ? std::count(text->begin(), text->end(), '\n') : 0;
-}
-
-void WaitForLines(const std::string& path, int64_t n) {
-  for (int i = 0; i < 1200 && Lines(path) < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-}
 
 class RecoveryTest : public ::testing::Test {
  protected:

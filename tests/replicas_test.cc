@@ -10,8 +10,11 @@
 // after 3 steps at lr 0.01 (the test prints it), 1e-4 allowed. A replica that trained another sample, mask or mean
 // moves the LoRA by the order of the learning rate (1e-2).
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
@@ -117,6 +120,34 @@ TEST_F(ReplicasTest, TheSpeedSplitDealsEveryMicroBatchAndStaysEquivalent) {
   }
   EXPECT_EQ(run->steps[0].replica_micro_batches, (std::vector<int>{2, 2}));  // nothing measured yet: equal
   EXPECT_LE(MaxLoraDifference("local_speed", "speed"), 1e-4);
+}
+
+// A worker of one replica killed mid-run: that replica restarts it and redoes its slice, the step completes, and with
+// the same split the LoRA is bitwise the uninterrupted run's.
+TEST_F(ReplicasTest, AKilledWorkerOfOneReplicaCostsAStepNotTheLora) {
+  const JobConfig job = Job("replica_split: equal\nsteps: 6\n");
+  ASSERT_TRUE(Run(job, 2, 2, "kill_reference").ok());
+  CoordinatorOptions options = test_util::LocalStagesOptions(2, JoinPath(*dir_, "killed"));
+  options.replicas = 2;
+  std::mutex mu;
+  std::vector<std::pair<int, std::string>> recoveries;  // (global worker, cause)
+  options.hooks.on_recovery = [&](int64_t, int worker, const std::string& cause) {
+    std::lock_guard<std::mutex> lock(mu);
+    recoveries.emplace_back(worker, cause);
+  };
+  std::thread killer([&] {
+    test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 2);  // mid-run
+    std::vector<pid_t> workers = test_util::OurStageWorkers();
+    ASSERT_EQ(workers.size(), 4u);
+    ::kill(workers.back(), SIGKILL);
+  });
+  auto run = RunCoordinator(job, options);
+  killer.join();
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(recoveries.size(), 1u);
+  EXPECT_NE(recoveries[0].second.find("killed by signal 9"), std::string::npos) << recoveries[0].second;
+  EXPECT_GE(recoveries[0].first, 0);
+  EXPECT_EQ(MaxLoraDifference("kill_reference", "killed"), 0.0);
 }
 
 TEST_F(ReplicasTest, WhatCannotBeSplitIsRefused) {
