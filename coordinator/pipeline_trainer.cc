@@ -129,6 +129,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   const Denoiser denoiser = stage_denoiser.AsDenoiser();
   auto evaluate = [&](int64_t done) -> absl::Status {
     if (!evals.Due(done, total_steps, start.step)) return absl::OkStatus();
+    replicas.SettleReplica(0);  // the passes run on replica 0: back from any recovery first
     stage_denoiser.set_step(done);
     ASSIGN_OR_RETURN(EvalReport report, evals.Run(done, total_steps, start.step, denoiser, log));
     if (options.hooks.on_eval) options.hooks.on_eval(report);

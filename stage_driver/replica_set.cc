@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "core/util/log.h"
 #include "core/util/status.h"
 #include "stage_driver/stage_metrics.h"
 
@@ -44,7 +45,13 @@ absl::StatusOr<StepOutputs> MergeReplicaOutputs(std::vector<StepOutputs> outputs
 ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
                        const std::vector<std::vector<StageSpec>>& plan, ReplicaFleetConfig config,
                        std::function<bool()> stop, StepExecutor::OnRecovery on_recovery)
-    : options_(options), config_(std::move(config)), speeds_(options.replicas) {
+    : options_(options),
+      config_(std::move(config)),
+      on_recovery_(on_recovery),
+      recoveries_(options.replicas),
+      state_(options.replicas, State::kReady),
+      recovery_errors_(options.replicas),
+      speeds_(options.replicas) {
   const int stages = options.stages;
   for (int r = 0; r < options.replicas; ++r) {
     auto replica = std::make_unique<Replica>();
@@ -65,7 +72,17 @@ ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
   }
 }
 
-ReplicaSet::~ReplicaSet() = default;
+ReplicaSet::~ReplicaSet() { JoinRecoveries(); }
+
+void ReplicaSet::SettleReplica(int r) {
+  if (recoveries_[r].joinable()) recoveries_[r].join();
+}
+
+void ReplicaSet::JoinRecoveries() {
+  for (std::thread& t : recoveries_) {
+    if (t.joinable()) t.join();
+  }
+}
 
 StageFleet& ReplicaSet::fleet(int r) { return replicas_[r]->fleet; }
 StepExecutor& ReplicaSet::executor(int r) { return *replicas_[r]->executor; }
@@ -103,14 +120,31 @@ std::vector<std::string> ReplicaSet::addresses() const {
 
 std::vector<int> ReplicaSet::SplitFor(int64_t step) {
   auto it = splits_.find(step);
-  if (it != splits_.end()) return it->second;
+  if (it != splits_.end()) {
+    bool still_ready = true;
+    for (int r = 0; r < size(); ++r) still_ready &= it->second[r] == 0 || state_[r] == State::kReady;
+    if (still_ready) return it->second;
+    pushed_.erase(step);  // every slice moves: what was pushed early is fed again with the step
+  }
   while (!splits_.empty() && splits_.begin()->first < step - 1) splits_.erase(splits_.begin());
   while (!pushed_.empty() && pushed_.begin()->first < step - 1) pushed_.erase(pushed_.begin());
   const int unit = config_.schedule_kind == ScheduleKind::kInterleaved1F1B ? options_.stages : 1;
   const int units = config_.micro_batches / unit;
-  std::vector<int> split =
-      config_.split_by_speed ? SplitBySpeed(units, speeds_.seconds_per_micro_batch()) : SplitEvenly(units, size());
-  for (int& m : split) m *= unit;
+  std::vector<int> ready;
+  std::vector<double> speeds;
+  for (int r = 0; r < size(); ++r) {
+    if (state_[r] != State::kReady) continue;
+    ready.push_back(r);
+    speeds.push_back(speeds_.seconds_per_micro_batch()[r]);
+  }
+  if (ready.empty()) {  // every replica is recovering: Run waits for them and deals again
+    ready = {0};
+    speeds = {0.0};
+  }
+  const std::vector<int> dealt =
+      config_.split_by_speed ? SplitBySpeed(units, speeds) : SplitEvenly(units, static_cast<int>(ready.size()));
+  std::vector<int> split(size(), 0);
+  for (size_t k = 0; k < ready.size(); ++k) split[ready[k]] = dealt[k] * unit;
   splits_[step] = split;
   return split;
 }
@@ -135,82 +169,202 @@ absl::Status ReplicaSet::PushData(int64_t step, const StepInputs& inputs) {
   });
 }
 
-absl::Status ReplicaSet::RunReplica(int r, int64_t step, const StepInputs& inputs, const std::vector<int>& split,
-                                    const std::map<std::string, at::Tensor>& master,
-                                    const std::function<void()>& on_started, const std::function<void()>& on_abort,
-                                    StepOutputs* out) {
-  const int first = FirstMicroBatches(split)[r];
-  Replica& replica = *replicas_[r];
-  replica.fleet.schedule = schedules_.at(split[r]);
-  replica.fleet.first_micro_batch = first;
-  StepInputs slice = SliceStepInputs(inputs, first, split[r]);
+absl::StatusOr<StepOutputs> ReplicaSet::RunOne(int64_t step, const StepInputs& inputs,
+                                               const std::map<std::string, at::Tensor>& master,
+                                               const std::function<void()>& on_started,
+                                               const std::function<void()>& on_abort) {
+  Replica& replica = *replicas_[0];
+  replica.fleet.schedule = schedules_.at(config_.micro_batches);
+  replica.fleet.first_micro_batch = 0;
+  StepInputs all = inputs;
   {
     absl::MutexLock lock(&mu_);
-    slice.data_pushed = pushed_[step].count(r) > 0;
+    all.data_pushed = pushed_[step].count(0) > 0;
   }
-  // A failed attempt: the caller's on_abort (it settles the next step's early push), then this replica's early push
-  // of the next step is void (its recovery empties the stages' inboxes).
+  // A failed attempt: the caller's on_abort (it settles the next step's early push), whose data the recovery then
+  // empties from the stages' inboxes.
   auto abort = [&] {
-    {
-      absl::MutexLock lock(&abort_mu_);
-      if (on_abort) on_abort();
-    }
+    if (on_abort) on_abort();
     absl::MutexLock lock(&mu_);
-    pushed_[step + 1].erase(r);
+    pushed_[step + 1].erase(0);
   };
   const auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(*out, replica.executor->Run(step, slice, master, on_started, abort));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSIGN_OR_RETURN(StepOutputs out, replica.executor->Run(step, all, master, on_started, abort));
   absl::MutexLock lock(&mu_);
-  speeds_.Record(r, split[r], seconds);
+  speeds_.Record(0, config_.micro_batches,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return out;
+}
+
+std::vector<absl::StatusOr<StepOutputs>> ReplicaSet::RunSlices(int64_t step, const StepInputs& inputs,
+                                                               const std::vector<Slice>& slices,
+                                                               const std::map<std::string, at::Tensor>& master,
+                                                               const std::function<void()>& on_started) {
+  std::vector<absl::StatusOr<StepOutputs>> results(slices.size(), absl::UnknownError("not run"));
+  std::atomic<int> started{0};
+  auto started_one = [&] {
+    if (started.fetch_add(1) + 1 == static_cast<int>(slices.size()) && on_started) on_started();
+  };
+  (void)ParallelFor(static_cast<int>(slices.size()), [&](int k) {
+    const Slice& slice = slices[k];
+    Replica& replica = *replicas_[slice.replica];
+    replica.fleet.schedule = schedules_.at(slice.count);
+    replica.fleet.first_micro_batch = slice.first;
+    StepInputs part = SliceStepInputs(inputs, slice.first, slice.count);
+    {
+      absl::MutexLock lock(&mu_);
+      part.data_pushed = pushed_[step].count(slice.replica) > 0;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    results[k] = replica.fleet.RunStep(step, part, master, started_one);
+    if (results[k].ok()) {
+      absl::MutexLock lock(&mu_);
+      speeds_.Record(slice.replica, slice.count,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return absl::OkStatus();
+  });
+  return results;
+}
+
+absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failure,
+                                 const std::function<void()>& on_abort) {
+  {
+    absl::MutexLock lock(&abort_mu_);
+    if (on_abort) on_abort();
+  }
+  const StepLoss loss = replicas_[r]->executor->Diagnose(failure);
+  if (!loss.retryable) return failure;
+  if (on_recovery_) on_recovery_(step + 1, loss.suspect < 0 ? -1 : r * options_.stages + loss.suspect, loss.cause);
+  LogWarning("step ", step + 1, ": replica ", r, ": ", loss.what,
+             "; its micro-batches go to the other replicas while it ",
+             replicas_[r]->stages->local() ? "is restarted" : "is waited for");
+  {
+    absl::MutexLock lock(&mu_);
+    state_[r] = State::kRecovering;
+    pushed_.clear();  // its inboxes are emptied; the others are reconfigured before they run this step again
+  }
+  if (recoveries_[r].joinable()) recoveries_[r].join();
+  recoveries_[r] = std::thread([this, r, suspect = loss.suspect] {
+    absl::StatusOr<std::vector<int>> lost = replicas_[r]->stages->Recover(suspect);
+    absl::MutexLock lock(&mu_);
+    state_[r] = lost.ok() ? State::kReady : State::kFailed;
+    if (!lost.ok()) recovery_errors_[r] = std::string(lost.status().message());
+    if (lost.ok()) LogWarning("replica ", r, " is back; it rejoins at the next step");
+    if (!lost.ok()) LogWarning("replica ", r, " did not come back: ", lost.status().message());
+  });
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ReplicaSet::Slice>> ReplicaSet::Reassign(int64_t step, const std::vector<Slice>& lost) {
+  std::vector<int> ready;
+  std::vector<double> speeds;
+  {
+    absl::MutexLock lock(&mu_);
+    for (int r = 0; r < size(); ++r) {
+      if (state_[r] == State::kReady) ready.push_back(r);
+    }
+  }
+  if (ready.empty()) {  // nobody left: wait for the recoveries
+    JoinRecoveries();
+    absl::MutexLock lock(&mu_);
+    for (int r = 0; r < size(); ++r) {
+      if (state_[r] == State::kReady) ready.push_back(r);
+    }
+    if (ready.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("step ", step + 1, ": every replica was lost and none came back (", recovery_errors_[0], ")"));
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (int r : ready) speeds.push_back(speeds_.seconds_per_micro_batch()[r]);
+  }
+  // They ran this step (or hold its early data): a new generation takes the step again from scratch.
+  RETURN_IF_ERROR(ParallelFor(static_cast<int>(ready.size()), [&](int k) {
+    ++replicas_[ready[k]]->fleet.generation;
+    return replicas_[ready[k]]->stages->Configure();
+  }));
+  const int unit = config_.schedule_kind == ScheduleKind::kInterleaved1F1B ? options_.stages : 1;
+  std::vector<Slice> todo;
+  for (const Slice& slice : lost) {
+    const std::vector<int> dealt = SplitBySpeed(slice.count / unit, speeds);
+    int first = slice.first;
+    for (size_t k = 0; k < ready.size(); ++k) {
+      if (dealt[k] == 0) continue;
+      todo.push_back({ready[k], first, dealt[k] * unit});
+      first += dealt[k] * unit;
+    }
+  }
+  return todo;
 }
 
 absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inputs,
                                             const std::map<std::string, at::Tensor>& master,
                                             const std::function<void()>& on_started,
                                             const std::function<void()>& on_abort) {
+  if (size() == 1) return RunOne(step, inputs, master, on_started, on_abort);
   std::vector<int> split;
   {
     absl::MutexLock lock(&mu_);
     split = SplitFor(step);
   }
-  int running = 0;
-  for (int m : split) running += m > 0 ? 1 : 0;
-  // The caller's on_started once every running replica has its work.
-  std::atomic<int> started{0};
-  auto started_one = [&] {
-    if (started.fetch_add(1) + 1 == running && on_started) on_started();
-  };
-  std::vector<StepOutputs> outputs(size());
-  RETURN_IF_ERROR(ParallelFor(size(), [&](int r) -> absl::Status {
-    if (split[r] == 0) return absl::OkStatus();
-    return RunReplica(r, step, inputs, split, master, started_one, on_abort, &outputs[r]);
-  }));
-  std::vector<StepOutputs> ran;
+  std::vector<Slice> todo;
+  const std::vector<int> first = FirstMicroBatches(split);
   for (int r = 0; r < size(); ++r) {
-    if (split[r] > 0) ran.push_back(std::move(outputs[r]));
+    if (split[r] > 0) todo.push_back({r, first[r], split[r]});
   }
-  ASSIGN_OR_RETURN(StepOutputs merged, MergeReplicaOutputs(std::move(ran)));
-  merged.replica_micro_batches = split;
+  std::map<int, std::pair<int, StepOutputs>> done;  // first micro-batch → (replica, outputs)
+  for (int round = 0; !todo.empty(); ++round) {
+    if (round > options_.step_retries + size()) {
+      return absl::UnavailableError(absl::StrCat("step ", step + 1, ": replicas kept failing; giving up"));
+    }
+    std::vector<absl::StatusOr<StepOutputs>> results =
+        RunSlices(step, inputs, todo, master, round == 0 ? on_started : nullptr);
+    std::vector<Slice> lost;
+    for (size_t k = 0; k < todo.size(); ++k) {
+      if (results[k].ok()) {
+        done[todo[k].first] = {todo[k].replica, std::move(*results[k])};
+        continue;
+      }
+      lost.push_back(todo[k]);
+      RETURN_IF_ERROR(TakeOut(todo[k].replica, step, results[k].status(), on_abort));
+    }
+    if (lost.empty()) break;
+    ASSIGN_OR_RETURN(todo, Reassign(step, lost));
+  }
+  std::vector<StepOutputs> in_order;
+  std::vector<int> ran(size(), 0);
+  for (auto& [first_mb, result] : done) {
+    ran[result.first] += static_cast<int>(result.second.summaries.back().losses_size());
+    in_order.push_back(std::move(result.second));
+  }
+  ASSIGN_OR_RETURN(StepOutputs merged, MergeReplicaOutputs(std::move(in_order)));
+  merged.replica_micro_batches = ran;
   return merged;
 }
 
+// A recovering replica's clients are its recovery's (it replaces them): skipped.
 double ReplicaSet::OldestPushSeconds() const {
+  absl::MutexLock lock(&mu_);
   double oldest = 0;
-  for (const auto& replica : replicas_) {
-    for (const auto& client : replica->fleet.clients) oldest = std::max(oldest, client->OldestPushSeconds());
+  for (int r = 0; r < size(); ++r) {
+    if (state_[r] != State::kReady) continue;
+    for (const auto& client : replicas_[r]->fleet.clients) oldest = std::max(oldest, client->OldestPushSeconds());
   }
   return oldest;
 }
 
 void ReplicaSet::CancelAll() {
-  for (auto& replica : replicas_) {
-    for (auto& client : replica->fleet.clients) client->Cancel();
+  absl::MutexLock lock(&mu_);
+  for (int r = 0; r < size(); ++r) {
+    if (state_[r] != State::kReady) continue;
+    for (auto& client : replicas_[r]->fleet.clients) client->Cancel();
   }
 }
 
 absl::Status ReplicaSet::Stop() {
+  JoinRecoveries();
   absl::Status first = absl::OkStatus();
   for (auto& replica : replicas_) first.Update(replica->stages->Stop());
   return first;

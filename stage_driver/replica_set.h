@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/pipeline/partition.h"
@@ -41,8 +42,10 @@ struct ReplicaFleetConfig {
 // micro-batches from 0 and get the slice's first step-wide index for the dropout masks), and the replicas' LoRA
 // gradients are summed in replica order: the mean gradient of the whole step, as one pipeline running every
 // micro-batch computes it, up to float summation order. Inputs, noise and timesteps are the coordinator's, per sample
-// and step, never per replica. A replica that loses a stage recovers it and redoes its slice as a single pipeline
-// does (StepExecutor); the other replicas' results wait for it. R = 1 is the plain pipeline, bit for bit.
+// and step, never per replica. A replica that loses a stage (it died, failed or stalled) leaves the step: its slice
+// is dealt out to the others, reconfigured for a new generation, and the step completes without waiting for it; it
+// is recovered in the background (a local worker restarted, a remote one waited for) and rejoins at a later step.
+// With one replica a lost stage is recovered and the step redone (StepExecutor), as before replicas, bit for bit.
 class ReplicaSet {
  public:
   // `job`, `options` (options.replicas pipelines of options.stages workers) and `plan` must outlive the set; `stop`
@@ -56,7 +59,9 @@ class ReplicaSet {
   absl::Status Start();
   int size() const { return static_cast<int>(replicas_.size()); }
   StageFleet& fleet(int r);
-  StepExecutor& executor(int r);               // replica 0's runs the validation and sample passes
+  StepExecutor& executor(int r);  // replica 0's runs the validation and sample passes
+  // Waits for replica r's background recovery, if one is under way (before its executor is used between steps).
+  void SettleReplica(int r);
   std::vector<std::string> addresses() const;  // every worker, replica after replica
 
   // The early push of step `step`'s data while the previous step runs: each replica its slice (the step's split is
@@ -81,18 +86,41 @@ class ReplicaSet {
     std::unique_ptr<StageSet> stages;
     std::unique_ptr<StepExecutor> executor;
   };
+  enum class State { kReady, kRecovering, kFailed };
+  struct Slice {  // micro-batches [first, first + count) of a step, run by `replica`
+    int replica = 0, first = 0, count = 0;
+  };
+  // The step's split over the ready replicas, decided once (again when a replica it counted on was lost since).
   std::vector<int> SplitFor(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status RunReplica(int r, int64_t step, const StepInputs& inputs, const std::vector<int>& split,
-                          const std::map<std::string, at::Tensor>& master, const std::function<void()>& on_started,
-                          const std::function<void()>& on_abort, StepOutputs* out) ABSL_LOCKS_EXCLUDED(mu_);
+  // One replica, one pipeline: the executor's own recovery (restart, then redo), as before replicas.
+  absl::StatusOr<StepOutputs> RunOne(int64_t step, const StepInputs& inputs,
+                                     const std::map<std::string, at::Tensor>& master,
+                                     const std::function<void()>& on_started, const std::function<void()>& on_abort);
+  // One attempt of each slice on its replica, all at once (no recovery); `on_started` as Run's.
+  std::vector<absl::StatusOr<StepOutputs>> RunSlices(int64_t step, const StepInputs& inputs,
+                                                     const std::vector<Slice>& slices,
+                                                     const std::map<std::string, at::Tensor>& master,
+                                                     const std::function<void()>& on_started) ABSL_LOCKS_EXCLUDED(mu_);
+  // A replica's attempt failed: the caller's on_abort, then (if a recovery can mend it) the replica leaves the step
+  // and is recovered in the background, to rejoin at a later step. Else the error.
+  absl::Status TakeOut(int r, int64_t step, const absl::Status& failure, const std::function<void()>& on_abort)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The lost slices dealt out to the ready replicas by speed (waiting for a recovery when none is ready); each of
+  // them is reconfigured first (a new generation: it ran this step already).
+  absl::StatusOr<std::vector<Slice>> Reassign(int64_t step, const std::vector<Slice>& lost) ABSL_LOCKS_EXCLUDED(mu_);
+  void JoinRecoveries();
   absl::Status PublishTargets() const;
 
   const StageDriverOptions& options_;
   const ReplicaFleetConfig config_;
+  StepExecutor::OnRecovery on_recovery_;
   std::vector<std::unique_ptr<Replica>> replicas_;
-  std::map<int, Schedule> schedules_;  // by micro-batches; filled before any replica runs (Run)
-  absl::Mutex abort_mu_;               // serialises the callers' on_abort across replica threads
+  std::map<int, Schedule> schedules_;    // by micro-batches; filled by Start, read-only afterwards
+  std::vector<std::thread> recoveries_;  // [replica]; started and joined by the thread that calls Run and Stop
+  absl::Mutex abort_mu_;                 // serialises the callers' on_abort across replica threads
   mutable absl::Mutex mu_;
+  std::vector<State> state_ ABSL_GUARDED_BY(mu_);                    // [replica]
+  std::vector<std::string> recovery_errors_ ABSL_GUARDED_BY(mu_);    // [replica], of a failed recovery
   std::map<int64_t, std::vector<int>> splits_ ABSL_GUARDED_BY(mu_);  // step → micro-batches per replica
   std::map<int64_t, std::set<int>> pushed_ ABSL_GUARDED_BY(mu_);     // step → replicas holding its early push
   ReplicaSpeeds speeds_ ABSL_GUARDED_BY(mu_);

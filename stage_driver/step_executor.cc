@@ -51,43 +51,53 @@ absl::StatusOr<std::vector<at::Tensor>> StepExecutor::RunForwardPass(int64_t ste
       [&](int) { return fleet_->RunForwardPass(step, pass, shell, master); }, [] {}, [] {});
 }
 
+StepLoss StepExecutor::Diagnose(const absl::Status& failure) const {
+  const int p = fleet_->size();
+  // Who is gone: dead local processes (how they died is the best cause), else the stage a stall was blamed on.
+  // A killed worker's connections break while it is still exiting: give it a moment to be reaped.
+  auto any_dead = [&] {
+    for (int i = 0; stages_->local() != nullptr && i < p; ++i) {
+      if (!stages_->local()->Alive(i)) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 25 && stages_->local() != nullptr && fleet_->last_stall.stage < 0 && !any_dead(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::vector<int> dead;
+  std::string cause;
+  for (int i = 0; stages_->local() != nullptr && i < p; ++i) {
+    if (!stages_->local()->Alive(i)) {
+      dead.push_back(i);
+      absl::StrAppend(&cause, cause.empty() ? "" : "; ", fleet_->clients[i]->name(), ": ", stages_->Describe(i));
+    }
+  }
+  StepLoss loss;
+  loss.suspect = dead.empty() ? fleet_->last_stall.stage : dead.front();
+  if (dead.size() == 1) cause = stages_->Describe(dead.front());  // the line names the stage already
+  if (cause.empty() && !fleet_->last_stall.message.empty()) cause = fleet_->last_stall.message;
+  if (cause.empty()) cause = std::string(failure.message());
+  loss.cause = cause;
+  loss.retryable = !stop_() && RetryableStepFailure(failure, !dead.empty());
+  // "stage 1 (host:port) lost: killed by signal 9 (Killed)"; a stall's or an error's message names its stage.
+  loss.what = dead.size() == 1 ? absl::StrCat(fleet_->clients[dead.front()]->name(), " lost: ", cause) : cause;
+  return loss;
+}
+
 template <typename Out>
 absl::StatusOr<Out> StepExecutor::WithRecovery(int64_t hook_step, const std::string& what_ran,
                                                const std::function<absl::StatusOr<Out>(int retry)>& attempt,
                                                const std::function<void()>& on_abort,
                                                const std::function<void()>& on_recovered) {
-  const int p = fleet_->size();
   for (int retry = 1;; ++retry) {
     auto out = attempt(retry);
     if (out.ok()) return out;
     on_abort();
-    // Who is gone: dead local processes (how they died is the best cause), else the stage a stall was blamed on.
-    // A killed worker's connections break while it is still exiting: give it a moment to be reaped.
-    auto any_dead = [&] {
-      for (int i = 0; stages_->local() != nullptr && i < p; ++i) {
-        if (!stages_->local()->Alive(i)) return true;
-      }
-      return false;
-    };
-    for (int i = 0; i < 25 && stages_->local() != nullptr && fleet_->last_stall.stage < 0 && !any_dead(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    std::vector<int> dead;
-    std::string cause;
-    for (int i = 0; stages_->local() != nullptr && i < p; ++i) {
-      if (!stages_->local()->Alive(i)) {
-        dead.push_back(i);
-        absl::StrAppend(&cause, cause.empty() ? "" : "; ", fleet_->clients[i]->name(), ": ", stages_->Describe(i));
-      }
-    }
-    const int suspect = dead.empty() ? fleet_->last_stall.stage : dead.front();
-    if (dead.size() == 1) cause = stages_->Describe(dead.front());  // the line names the stage already
-    if (cause.empty() && !fleet_->last_stall.message.empty()) cause = fleet_->last_stall.message;
-    if (cause.empty()) cause = std::string(out.status().message());
-    if (stop_() || !RetryableStepFailure(out.status(), !dead.empty())) return out.status();
-    // "stage 1 (host:port) lost: killed by signal 9 (Killed)"; a stall's or an error's message names its stage.
-    const std::string what =
-        dead.size() == 1 ? absl::StrCat(fleet_->clients[dead.front()]->name(), " lost: ", cause) : cause;
+    const StepLoss loss = Diagnose(out.status());
+    if (!loss.retryable) return out.status();
+    const int suspect = loss.suspect;
+    const std::string& cause = loss.cause;
+    const std::string& what = loss.what;
     if (retry > options_.step_retries) {
       return absl::Status(out.status().code(),
                           absl::StrCat(what_ran, ": ", what,

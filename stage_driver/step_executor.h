@@ -22,6 +22,14 @@ namespace baton {
 // opposed to a deterministic error that would fail again. `stage_died`: a local worker was found dead.
 bool RetryableStepFailure(const absl::Status& status, bool stage_died);
 
+// What a failed attempt lost, as StepExecutor::Diagnose finds it.
+struct StepLoss {
+  bool retryable = false;  // a recovery can mend it (and no stop was asked for)
+  int suspect = -1;        // the stage blamed: dead, else stalled; -1: a link or unknown
+  std::string cause;       // how it was lost ("killed by signal 9 (Killed)", a stall's message, the error)
+  std::string what;        // the line for messages: "stage 1 (host:port) lost: killed by signal 9 (Killed)"
+};
+
 class StepExecutor {
  public:
   // A lost step or pass (`step` 1-based for a step, the step it follows for a pass), as soon as the loss is noticed,
@@ -42,6 +50,8 @@ class StepExecutor {
   absl::StatusOr<std::vector<at::Tensor>> RunForwardPass(int64_t step, uint64_t pass,
                                                          const std::vector<ShellOutputs>& shell,
                                                          const std::map<std::string, at::Tensor>& master);
+  // Who a failed attempt lost and whether a recovery can mend it (waits up to 0.5 s for a dying local worker).
+  StepLoss Diagnose(const absl::Status& failure) const;
 
  private:
   // Runs attempt(retry) until it succeeds; after a failure that a recovery can mend (a stage lost or stalled), brings

@@ -111,7 +111,13 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     rope_order_.clear();
   }
   if (configured_ && SameStage(req)) {  // a recovery (new neighbours), or a new run of the same job
-    if (new_run) ResetForNewRun();
+    // A recovery reopens the step window: the run goes on at whatever step it has reached (a data-parallel replica
+    // rejoins steps after it was lost); the aborted attempt's envelopes are dropped by their older generation.
+    if (new_run) {
+      ResetForNewRun();
+    } else {
+      current_step_ = -1;
+    }
     config_ = req;
     stage_index_ = req.stage_index();
     ConnectPeers(prepared->wire);
