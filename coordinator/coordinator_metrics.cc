@@ -54,6 +54,11 @@ void AddMetricsHooks(const std::string& job_name, CoordinatorHooks* hooks) {
     series->learning_rate.Set(rec.lr);
     series->gradient_norm.Set(rec.grad_norm);
     series->samples_per_second.Set(rec.samples_per_second);
+    for (size_t r = 0; r < rec.replica_micro_batches.size() && r < rec.replica_samples_per_second.size(); ++r) {
+      const prometheus::Labels labels = {{"job", series->labels.at("job")}, {"replica", absl::StrCat(r)}};
+      series->m.replica_micro_batches.Add(labels).Set(rec.replica_micro_batches[r]);
+      series->m.replica_samples_per_second.Add(labels).Set(rec.replica_samples_per_second[r]);
+    }
     if (next) next(rec);
   };
   hooks->on_recovery = [job_name, next = std::move(hooks->on_recovery)](int64_t step, int stage,

@@ -172,6 +172,11 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     rec.prepare_seconds = prepare_seconds;
     rec.optimizer_seconds = SecondsSince(t_run);
     rec.samples_per_second = static_cast<double>(job.batch_size) / rec.step_seconds;
+    for (size_t r = 0; r < outputs.replica_seconds.size(); ++r) {
+      const double seconds = outputs.replica_seconds[r];
+      const double samples = static_cast<double>(outputs.replica_micro_batches[r] * job.micro_batch_size());
+      rec.replica_samples_per_second.push_back(seconds > 0 ? samples / seconds : 0.0);
+    }
     RETURN_IF_ERROR(log.Append(StepLine(rec)));
     elapsed += rec.step_seconds;
     if (!options.quiet) PrintProgress(rec, start.step, total_steps, elapsed, tty);

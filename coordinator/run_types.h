@@ -57,7 +57,8 @@ struct PipelineStepRecord : StepRecord {
   // step's micro-batches and shell outputs before the stages can start (~0 after the first step: they
   // are prepared while the stages run the previous step), and gradient clipping + AdamW after they finish.
   double prepare_seconds = 0, optimizer_seconds = 0;
-  std::vector<int> replica_micro_batches;  // with replicas: how many of the step's micro-batches each ran
+  std::vector<int> replica_micro_batches;          // with replicas: how many of the step's micro-batches each ran
+  std::vector<double> replica_samples_per_second;  // with replicas: each one's samples over its own seconds
 };
 
 struct CoordinatorResult {

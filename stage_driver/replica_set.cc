@@ -190,9 +190,11 @@ absl::StatusOr<StepOutputs> ReplicaSet::RunOne(int64_t step, const StepInputs& i
   };
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(StepOutputs out, replica.executor->Run(step, all, master, on_started, abort));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.replica_micro_batches = {config_.micro_batches};
+  out.replica_seconds = {seconds};
   absl::MutexLock lock(&mu_);
-  speeds_.Record(0, config_.micro_batches,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  speeds_.Record(0, config_.micro_batches, seconds);
   return out;
 }
 
@@ -218,9 +220,10 @@ std::vector<absl::StatusOr<StepOutputs>> ReplicaSet::RunSlices(int64_t step, con
     const auto t0 = std::chrono::steady_clock::now();
     results[k] = replica.fleet.RunStep(step, part, master, started_one);
     if (results[k].ok()) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      results[k]->replica_seconds = {s};
       absl::MutexLock lock(&mu_);
-      speeds_.Record(slice.replica, slice.count,
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      speeds_.Record(slice.replica, slice.count, s);
     }
     return absl::OkStatus();
   });
@@ -335,12 +338,15 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
   }
   std::vector<StepOutputs> in_order;
   std::vector<int> ran(size(), 0);
+  std::vector<double> seconds(size(), 0.0);
   for (auto& [first_mb, result] : done) {
     ran[result.first] += static_cast<int>(result.second.summaries.back().losses_size());
+    seconds[result.first] += result.second.replica_seconds.front();
     in_order.push_back(std::move(result.second));
   }
   ASSIGN_OR_RETURN(StepOutputs merged, MergeReplicaOutputs(std::move(in_order)));
   merged.replica_micro_batches = ran;
+  merged.replica_seconds = seconds;
   return merged;
 }
 

@@ -49,6 +49,7 @@ struct StepOutputs {
   std::vector<TensorMap> grads;            // [stage] summed LoRA gradients by PEFT name
   std::vector<v1::StepSummary> summaries;  // [stage]; the last one's losses: every micro-batch's, in step order
   std::vector<int> replica_micro_batches;  // with replicas (ReplicaSet): how many micro-batches each ran
+  std::vector<double> replica_seconds;     // and the seconds each spent running them
 };
 
 // Why a step failed, as far as the stall watch knows: the stage it blames (-1: none, or a link).

@@ -27,6 +27,7 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.set_config_hash(job_id);
   req.set_micro_batches(static_cast<int32_t>(job.micro_batches));
   req.set_stage_index(i);
+  req.set_replica(replica);
   req.set_num_stages(p);
   req.set_model_path(job.model);
   req.set_model_config_path(job.model_config);

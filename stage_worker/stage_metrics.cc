@@ -29,15 +29,17 @@ StageInstruments::StageInstruments() {
   configured_->Set(0);
 }
 
-void StageInstruments::Configure(const std::string& job, int stage) {
+void StageInstruments::Configure(const std::string& job, int stage, int replica) {
   StageMetrics& m = StageFamilies();
   absl::MutexLock lock(&mu_);
-  const std::string job_label = job.empty() ? "unnamed" : job, stage_label = absl::StrCat(stage);
-  if (job_label == job_ && stage_label == stage_) return;
+  const std::string job_label = job.empty() ? "unnamed" : job, stage_label = absl::StrCat(stage),
+                    replica_label = absl::StrCat(replica);
+  if (job_label == job_ && stage_label == stage_ && replica_label == replica_) return;
   m.worker_configured.Remove(configured_);
   job_ = job_label;
   stage_ = stage_label;
-  const prometheus::Labels labels = {{"job", job_}, {"stage", stage_}};
+  replica_ = replica_label;
+  const prometheus::Labels labels = {{"job", job_}, {"stage", stage_}, {"replica", replica_}};
   configured_ = &m.worker_configured.Add(labels);
   configured_->Set(1);
   forward_ = &m.forward_seconds.Add(labels);
@@ -74,7 +76,7 @@ LinkCounters StageInstruments::Link(const std::string& peer) {
   auto it = links_.find(peer);
   if (it != links_.end()) return it->second;
   StageMetrics& m = StageFamilies();
-  const prometheus::Labels labels = {{"job", job_}, {"stage", stage_}, {"peer", peer}};
+  const prometheus::Labels labels = {{"job", job_}, {"stage", stage_}, {"replica", replica_}, {"peer", peer}};
   LinkCounters link{&m.link_sent_bytes.Add(labels), &m.link_received_bytes.Add(labels),
                     &m.link_transfer_seconds.Add(labels), &m.link_queued_bytes.Add(labels)};
   links_[peer] = link;

@@ -31,9 +31,9 @@ class StageInstruments {
  public:
   StageInstruments();
 
-  // Binds the labels (job: the job's name, "unnamed" when empty) and sets baton_worker_configured to 1 for them;
-  // the previous binding's configured series goes away.
-  void Configure(const std::string& job, int stage);
+  // Binds the labels (job: the job's name, "unnamed" when empty; stage; replica) and sets baton_worker_configured
+  // to 1 for them; the previous binding's configured series goes away.
+  void Configure(const std::string& job, int stage, int replica = 0);
   void AddForwardSeconds(double s);
   void AddBackwardSeconds(double s);
   void AddIdleSeconds(double s);
@@ -46,7 +46,7 @@ class StageInstruments {
 
  private:
   absl::Mutex mu_;
-  std::string job_ ABSL_GUARDED_BY(mu_), stage_ ABSL_GUARDED_BY(mu_);  // empty until Configure
+  std::string job_ ABSL_GUARDED_BY(mu_), stage_ ABSL_GUARDED_BY(mu_), replica_ ABSL_GUARDED_BY(mu_);  // empty: none
   prometheus::Gauge* configured_ ABSL_GUARDED_BY(mu_) = nullptr;
   prometheus::Counter* forward_ ABSL_GUARDED_BY(mu_) = nullptr;
   prometheus::Counter* backward_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -54,7 +54,13 @@ TEST(StageMetricsTest, CountsOnlyOnceConfiguredAndUnderTheJobAndStage) {
   m.Configure("", 0);  // another job: a worker shows only its current binding as configured
   text = Scrape();
   EXPECT_EQ(SumSamples(text, "baton_worker_configured"), 1);
-  EXPECT_EQ(SumSamples(text, "baton_worker_configured", {{"job", "unnamed"}, {"stage", "0"}}), 1);
+  EXPECT_EQ(SumSamples(text, "baton_worker_configured", {{"job", "unnamed"}, {"stage", "0"}, {"replica", "0"}}), 1);
+
+  m.Configure("dog", 0, /*replica=*/1);  // stage 0 of the second data-parallel replica
+  m.AddForwardSeconds(0.25);
+  text = Scrape();
+  EXPECT_EQ(SumSamples(text, "baton_worker_configured", {{"job", "dog"}, {"stage", "0"}, {"replica", "1"}}), 1);
+  EXPECT_EQ(SumSamples(text, "baton_stage_forward_seconds_total", {{"stage", "0"}, {"replica", "1"}}), 0.25);
 }
 
 }  // namespace

@@ -150,7 +150,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   config_ = req;
   stage_index_ = req.stage_index();
   initial_lora_ = CloneToCpuFloat(AllLora());
-  metrics_.Configure(req.job_name(), req.stage_index());
+  metrics_.Configure(req.job_name(), req.stage_index(), req.replica());
   ConnectPeers(wire);
   v1::ConfigureResponse response = Response();
   const uint64_t bytes = response.loaded_bytes();

@@ -16,8 +16,10 @@
 #include <numeric>
 #include <thread>
 
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
+#include "core/metrics/families.h"
 #include "core/model/flux2_weights.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/train_local/local_trainer.h"
@@ -114,8 +116,20 @@ TEST_F(ReplicasTest, TheSpeedSplitDealsEveryMicroBatchAndStaysEquivalent) {
   const JobConfig job = Job();  // replica_split: speed (the default)
   auto local = RunLocalTraining(job, JoinPath(*dir_, "local_speed"), 0);
   ASSERT_TRUE(local.ok()) << local.status();
-  auto run = Run(job, 1, 2, "speed");
+  CoordinatorOptions options = test_util::LocalStagesOptions(1, JoinPath(*dir_, "speed"));
+  options.replicas = 2;
+  AddMetricsHooks("replicas-speed", &options.hooks);
+  auto run = RunCoordinator(job, options);
   ASSERT_TRUE(run.ok()) << run.status();
+  // The split and each replica's throughput: in the record, the train log and the coordinator's metrics.
+  const std::vector<int>& last = run->steps.back().replica_micro_batches;
+  for (int r = 0; r < 2; ++r) {
+    const prometheus::Labels labels = {{"job", "replicas-speed"}, {"replica", absl::StrCat(r)}};
+    EXPECT_EQ(CoordinatorFamilies().replica_micro_batches.Add(labels).Value(), last[r]);
+    EXPECT_GT(CoordinatorFamilies().replica_samples_per_second.Add(labels).Value(), last[r] > 0 ? 0.0 : -1.0);
+  }
+  const auto log = test_util::ReadTrainLog(JoinPath(*dir_, "speed"));
+  EXPECT_EQ(log.back()["replica_samples_per_second"].size(), 2u);
   for (const PipelineStepRecord& rec : run->steps) {
     ASSERT_EQ(rec.replica_micro_batches.size(), 2u);
     EXPECT_EQ(std::accumulate(rec.replica_micro_batches.begin(), rec.replica_micro_batches.end(), 0), 4);

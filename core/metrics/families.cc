@@ -101,6 +101,14 @@ CoordinatorMetrics& CoordinatorFamilies() {
             .Help("Seconds per sample image at the last rendering (denoising, decoding, writing)")
             .Register(r),
         BuildCounter().Name("baton_sample_images_total").Help("Sample images written by this run").Register(r),
+        BuildGauge()
+            .Name("baton_replica_micro_batches")
+            .Help("Micro-batches each data-parallel replica ran in the last step (its share of the split)")
+            .Register(r),
+        BuildGauge()
+            .Name("baton_replica_samples_per_second")
+            .Help("Each replica's samples in the last step over the seconds it took to run them")
+            .Register(r),
     };
   }();
   return *m;

@@ -42,15 +42,17 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& samples_per_second;
   prometheus::Family<prometheus::Histogram>& checkpoint_duration_seconds;
   prometheus::Family<prometheus::Gauge>& checkpoint_last_success_timestamp_seconds;
-  prometheus::Family<prometheus::Gauge>& stage_up;         // {job, stage, peer}
-  prometheus::Family<prometheus::Counter>& step_retries;   // {job, stage}; stage "none" when no stage was blamed
-  prometheus::Family<prometheus::Gauge>& validation_loss;  // {job, timestep}; timestep "mean" over them
-  prometheus::Family<prometheus::Gauge>& sample_seconds;   // {job}: seconds per sample image, last rendering
-  prometheus::Family<prometheus::Counter>& sample_images;  // {job}
+  prometheus::Family<prometheus::Gauge>& stage_up;               // {job, stage, peer}
+  prometheus::Family<prometheus::Counter>& step_retries;         // {job, stage}; stage "none" when no stage was blamed
+  prometheus::Family<prometheus::Gauge>& validation_loss;        // {job, timestep}; timestep "mean" over them
+  prometheus::Family<prometheus::Gauge>& sample_seconds;         // {job}: seconds per sample image, last rendering
+  prometheus::Family<prometheus::Counter>& sample_images;        // {job}
+  prometheus::Family<prometheus::Gauge>& replica_micro_batches;  // {job, replica}: its share of the last step
+  prometheus::Family<prometheus::Gauge>& replica_samples_per_second;  // {job, replica}: its samples / its seconds
 };
 CoordinatorMetrics& CoordinatorFamilies();
 
-// A stage worker (labels job and stage; the link families also peer).
+// A stage worker (labels job, stage and replica; the link families also peer).
 struct StageMetrics {
   prometheus::Family<prometheus::Counter>& forward_seconds;
   prometheus::Family<prometheus::Counter>& backward_seconds;

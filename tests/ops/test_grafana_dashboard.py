@@ -22,7 +22,7 @@ GRAFANA_DIR = os.path.join(ROOT, "deploy", "grafana")
 DASHBOARD = os.path.join(GRAFANA_DIR, "dashboards", "baton-training.json")
 UID = "baton-training"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-ROWS = ["progress", "loss", "utilisation", "links", "memory", "errors"]  # words each row title must hold, in order
+ROWS = ["progress", "loss", "utilisation", "links", "memory", "errors", "replicas"]  # words each row title must hold, in order
 # Empty while nothing fails and no GPU is used; every other panel must show data during training.
 OPTIONAL_PANELS = {"RPC errors / s", "Device memory allocated"}
 STAGES = {"0", "1"}  # a per-stage panel shows every stage of the 2-stage job
