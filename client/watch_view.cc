@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
 #include <absl/time/clock.h>
 
 #include <algorithm>
@@ -64,9 +65,13 @@ std::string PlainStepLine(const v1::JobInfo& job, const v1::StepProgress& step) 
   for (const v1::StageStats& s : step.stages()) {
     absl::StrAppend(&busy, " ", std::lround(100 * s.busy_seconds() / std::max(step.step_seconds(), 1e-9)), "%");
   }
-  return absl::StrFormat("job %s step %d/%d loss %.5f lr %.2e %.3f s/step %.1f samples/s ETA %s busy%s", job.job_id(),
+  std::string replicas;
+  if (step.replica_micro_batches_size() > 0) {
+    absl::StrAppend(&replicas, " split ", absl::StrJoin(step.replica_micro_batches(), "+"));
+  }
+  return absl::StrFormat("job %s step %d/%d loss %.5f lr %.2e %.3f s/step %.1f samples/s ETA %s busy%s%s", job.job_id(),
                          step.step(), step.total_steps(), step.loss(), step.learning_rate(), step.step_seconds(),
-                         step.samples_per_second(), FormatDuration(step.eta_seconds()), busy);
+                         step.samples_per_second(), FormatDuration(step.eta_seconds()), busy, replicas);
 }
 
 std::string JobPanel(const v1::JobInfo& job, int bar_width) {
@@ -89,6 +94,11 @@ std::string JobPanel(const v1::JobInfo& job, int bar_width) {
     absl::StrAppend(
         &out, absl::StrFormat("stage %d  %s %3d%% busy (run: %d%%)\n", i, BlockBar(busy, bar_width),
                               static_cast<int>(std::lround(100 * busy)), static_cast<int>(std::lround(100 * mean))));
+  }
+  for (int r = 0; r < step.replica_micro_batches_size(); ++r) {
+    const double sps = r < step.replica_samples_per_second_size() ? step.replica_samples_per_second(r) : 0.0;
+    absl::StrAppend(
+        &out, absl::StrFormat("replica %d  %d micro-batches  %.1f samples/s\n", r, step.replica_micro_batches(r), sps));
   }
   if (job.last_checkpoint_step() > 0) absl::StrAppend(&out, "checkpoint: step ", job.last_checkpoint_step(), "\n");
   if (job.has_last_validation()) absl::StrAppend(&out, ValidationLine(job.last_validation()), "\n");

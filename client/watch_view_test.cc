@@ -52,6 +52,17 @@ TEST(WatchViewTest, PlainLineAndPanelShowStepLossPaceAndStageBusy) {
   EXPECT_NE(panel.find("stage 1  ████      50% busy"), std::string::npos) << panel;
   EXPECT_NE(panel.find("ETA 2m30s"), std::string::npos) << panel;
   EXPECT_EQ(panel.find("validation"), std::string::npos) << panel;  // none yet
+  EXPECT_EQ(panel.find("replica"), std::string::npos) << panel;     // one pipeline
+
+  step->add_replica_micro_batches(3);  // two data-parallel replicas, the second slower
+  step->add_replica_micro_batches(1);
+  step->add_replica_samples_per_second(1.5);
+  step->add_replica_samples_per_second(0.5);
+  EXPECT_EQ(PlainStepLine(job, *step),
+            "job 7 step 25/100 loss 0.12500 lr 1.00e-04 2.000 s/step 2.0 samples/s ETA 2m30s busy 75% 50% split 3+1");
+  const std::string replicas = JobPanel(job, 8);
+  EXPECT_NE(replicas.find("replica 0  3 micro-batches  1.5 samples/s\n"), std::string::npos) << replicas;
+  EXPECT_NE(replicas.find("replica 1  1 micro-batches  0.5 samples/s\n"), std::string::npos) << replicas;
 }
 
 TEST(WatchViewTest, EvaluationsReadAsTheCoordinatorPrintsThem) {

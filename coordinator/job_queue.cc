@@ -278,6 +278,13 @@ void JobQueue::OnStep(int64_t id, const PipelineStepRecord& rec) {
     total->set_busy_seconds(total->busy_seconds() + s->busy_seconds());
     total->set_idle_seconds(total->idle_seconds() + s->idle_seconds());
   }
+  if (rec.replica_micro_batches.size() > 1) {
+    for (size_t r = 0; r < rec.replica_micro_batches.size(); ++r) {
+      p.add_replica_micro_batches(rec.replica_micro_batches[r]);
+      p.add_replica_samples_per_second(r < rec.replica_samples_per_second.size() ? rec.replica_samples_per_second[r]
+                                                                                 : 0.0);
+    }
+  }
   *job.info.mutable_last_step() = p;
   job.steps.push_back(std::move(p));
   Changed(job);
