@@ -259,6 +259,17 @@ absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failur
   return absl::OkStatus();
 }
 
+absl::Status ReplicaSet::Reconfigure(const std::set<int>& replicas) {
+  const std::vector<int> list(replicas.begin(), replicas.end());
+  RETURN_IF_ERROR(ParallelFor(static_cast<int>(list.size()), [&](int k) {
+    ++replicas_[list[k]]->fleet.generation;
+    return replicas_[list[k]]->stages->Configure();
+  }));
+  absl::MutexLock lock(&mu_);
+  pushed_.clear();  // a Configure empties the inboxes
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<ReplicaSet::Slice>> ReplicaSet::Reassign(int64_t step, const std::vector<Slice>& lost) {
   std::vector<int> ready;
   std::vector<double> speeds;
@@ -283,11 +294,7 @@ absl::StatusOr<std::vector<ReplicaSet::Slice>> ReplicaSet::Reassign(int64_t step
     absl::MutexLock lock(&mu_);
     for (int r : ready) speeds.push_back(speeds_.seconds_per_micro_batch()[r]);
   }
-  // They ran this step (or hold its early data): a new generation takes the step again from scratch.
-  RETURN_IF_ERROR(ParallelFor(static_cast<int>(ready.size()), [&](int k) {
-    ++replicas_[ready[k]]->fleet.generation;
-    return replicas_[ready[k]]->stages->Configure();
-  }));
+  RETURN_IF_ERROR(Reconfigure(std::set<int>(ready.begin(), ready.end())));
   const int unit = config_.schedule_kind == ScheduleKind::kInterleaved1F1B ? options_.stages : 1;
   std::vector<Slice> todo;
   for (const Slice& slice : lost) {
@@ -318,23 +325,34 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
     if (split[r] > 0) todo.push_back({r, first[r], split[r]});
   }
   std::map<int, std::pair<int, StepOutputs>> done;  // first micro-batch → (replica, outputs)
+  int failures = 0;
   for (int round = 0; !todo.empty(); ++round) {
-    if (round > options_.step_retries + size()) {
-      return absl::UnavailableError(absl::StrCat("step ", step + 1, ": replicas kept failing; giving up"));
-    }
+    // At most one slice per replica at a time (a fleet runs one step); a replica given more runs them in turn.
+    std::vector<Slice> now, later;
+    std::set<int> busy;
+    for (const Slice& slice : todo) (busy.insert(slice.replica).second ? now : later).push_back(slice);
     std::vector<absl::StatusOr<StepOutputs>> results =
-        RunSlices(step, inputs, todo, master, round == 0 ? on_started : nullptr);
+        RunSlices(step, inputs, now, master, round == 0 ? on_started : nullptr);
     std::vector<Slice> lost;
-    for (size_t k = 0; k < todo.size(); ++k) {
+    for (size_t k = 0; k < now.size(); ++k) {
       if (results[k].ok()) {
-        done[todo[k].first] = {todo[k].replica, std::move(*results[k])};
+        done[now[k].first] = {now[k].replica, std::move(*results[k])};
         continue;
       }
-      lost.push_back(todo[k]);
-      RETURN_IF_ERROR(TakeOut(todo[k].replica, step, results[k].status(), on_abort));
+      lost.push_back(now[k]);
+      RETURN_IF_ERROR(TakeOut(now[k].replica, step, results[k].status(), on_abort));
     }
-    if (lost.empty()) break;
-    ASSIGN_OR_RETURN(todo, Reassign(step, lost));
+    todo = later;
+    if (!lost.empty()) {
+      if (++failures > options_.step_retries + size()) {
+        return absl::UnavailableError(
+            absl::StrCat("step ", step + 1, ": replicas kept failing (", failures, " losses in this step); giving up"));
+      }
+      ASSIGN_OR_RETURN(std::vector<Slice> reassigned, Reassign(step, lost));  // reconfigures every ready replica
+      todo.insert(todo.end(), reassigned.begin(), reassigned.end());
+    } else if (!todo.empty()) {
+      RETURN_IF_ERROR(Reconfigure(busy));  // they ran this step already
+    }
   }
   std::vector<StepOutputs> in_order;
   std::vector<int> ran(size(), 0);

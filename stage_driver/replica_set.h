@@ -108,6 +108,9 @@ class ReplicaSet {
   // The lost slices dealt out to the ready replicas by speed (waiting for a recovery when none is ready); each of
   // them is reconfigured first (a new generation: it ran this step already).
   absl::StatusOr<std::vector<Slice>> Reassign(int64_t step, const std::vector<Slice>& lost) ABSL_LOCKS_EXCLUDED(mu_);
+  // A new generation for each of `replicas` (they ran the step already, or hold its early data): their stages take
+  // the step again from scratch.
+  absl::Status Reconfigure(const std::set<int>& replicas) ABSL_LOCKS_EXCLUDED(mu_);
   void JoinRecoveries();
   absl::Status PublishTargets() const;
 

@@ -18,10 +18,13 @@
 #include <vector>
 
 #include "coordinator/pipeline_trainer.h"
+#include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
+#include "core/model/flux2_weights.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
+#include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
 
 namespace baton::test_util {
@@ -37,6 +40,16 @@ inline CoordinatorOptions LocalStagesOptions(int stages, const std::string& outp
   o.worker_restart_timeout = absl::Seconds(30);
   o.quiet = true;
   return o;
+}
+
+// A tiny FLUX.2 transformer at <dir>/model and a synthetic cache of 12 records at <dir>/cache in two resolution
+// buckets (steps mix micro-batches of 4 and 6 image tokens): what the pipeline, recovery and replicas suites train.
+inline void WriteTinyModelAndTwoBucketCache(const std::string& dir) {
+  Flux2Config c = TinyFlux2Config();
+  ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(dir, "model"), 1).ok());
+  ASSERT_TRUE(
+      WriteSyntheticCache(JoinPath(dir, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
+          .ok());
 }
 
 // A tiny FLUX.2 pipeline folder at <dir>/pipeline and the bundled sample images (data/sample) encoded into

@@ -43,12 +43,7 @@ class PipelineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(test_util::MakeTempDir("pipeline"));
-    Flux2Config c = test_util::TinyFlux2Config();
-    ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(*dir_, "model"), 1).ok());
-    // Two resolution buckets: steps mix micro-batches of 4 and 6 image tokens.
-    ASSERT_TRUE(
-        WriteSyntheticCache(JoinPath(*dir_, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
-            .ok());
+    test_util::WriteTinyModelAndTwoBucketCache(*dir_);
   }
   static void TearDownTestSuite() { delete dir_; }
 

@@ -39,11 +39,7 @@ class RecoveryTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(test_util::MakeTempDir("recovery"));
-    Flux2Config c = test_util::TinyFlux2Config();
-    ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(*dir_, "model"), 1).ok());
-    ASSERT_TRUE(
-        WriteSyntheticCache(JoinPath(*dir_, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
-            .ok());
+    test_util::WriteTinyModelAndTwoBucketCache(*dir_);
   }
   static void TearDownTestSuite() { delete dir_; }
 

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -33,21 +34,17 @@ class ReplicasTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(test_util::MakeTempDir("replicas"));
-    Flux2Config c = test_util::TinyFlux2Config();
-    ASSERT_TRUE(WriteRandomFlux2Weights(c, JoinPath(*dir_, "model"), 1).ok());
-    ASSERT_TRUE(
-        WriteSyntheticCache(JoinPath(*dir_, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
-            .ok());
+    test_util::WriteTinyModelAndTwoBucketCache(*dir_);
   }
   static void TearDownTestSuite() { delete dir_; }
 
   // LoRA dropout on, so that a replica drawing another micro-batch's mask would show.
-  static JobConfig Job(const std::string& extra = "") {
+  static JobConfig Job(const std::string& extra = "", int micro_batches = 4) {
     auto job = ParseJobYaml(absl::StrCat("model: ", JoinPath(*dir_, "model"), "\ndataset: ", JoinPath(*dir_, "cache"),
                                          "\nlora: {rank: 4, targets: all-linear, dropout: 0.1}\n"
-                                         "optimizer: {lr: 0.01, weight_decay: 0.01}\nsteps: 3\nbatch_size: 4\n"
-                                         "micro_batches: 4\nschedule: 1f1b\nrecompute: false\nseed: 3\n",
-                                         extra));
+                                         "optimizer: {lr: 0.01, weight_decay: 0.01}\nsteps: 3\nbatch_size: ",
+                                         micro_batches, "\nmicro_batches: ", micro_batches,
+                                         "\nschedule: 1f1b\nrecompute: false\nseed: 3\n", extra));
     EXPECT_TRUE(job.ok()) << job.status();
     return *job;
   }
@@ -185,6 +182,34 @@ TEST_F(ReplicasTest, AKilledWorkerOfOneReplicaCostsNeitherAWaitNorTheLora) {
   const double diff = MaxLoraDifference("kill_reference", "killed");
   std::printf("largest LoRA difference from the uninterrupted run: %.3g\n", diff);
   EXPECT_LE(diff, 1e-4);
+}
+
+// Two of three one-stage replicas killed at once: the survivor runs both lost slices, one after the other (a
+// pipeline runs one step at a time), and the run completes within the tolerance.
+TEST_F(ReplicasTest, TheLastReplicaStandingRunsEveryLostSliceInTurn) {
+  const JobConfig job = Job("replica_split: equal\n", /*micro_batches=*/6);
+  CoordinatorOptions options = test_util::LocalStagesOptions(1, JoinPath(*dir_, "three"));
+  options.replicas = 3;
+  options.steps = 12;
+  std::thread killer([&] {
+    test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 2);
+    std::vector<pid_t> workers = test_util::OurStageWorkers();
+    ASSERT_EQ(workers.size(), 3u);
+    ::kill(workers[1], SIGKILL);
+    ::kill(workers[2], SIGKILL);
+  });
+  auto run = RunCoordinator(job, options);
+  killer.join();
+  ASSERT_TRUE(run.ok()) << run.status();
+  bool alone = false;
+  for (const PipelineStepRecord& rec : run->steps) {
+    EXPECT_EQ(std::accumulate(rec.replica_micro_batches.begin(), rec.replica_micro_batches.end(), 0), 6);
+    alone |= std::count(rec.replica_micro_batches.begin(), rec.replica_micro_batches.end(), 6) == 1;
+  }
+  EXPECT_TRUE(alone) << "no step ran on one replica alone";
+  auto reference = RunLocalTraining(job, JoinPath(*dir_, "local_three12"), 12);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  EXPECT_LE(MaxLoraDifference("local_three12", "three"), 1e-4);
 }
 
 TEST_F(ReplicasTest, WhatCannotBeSplitIsRefused) {

@@ -33,6 +33,7 @@ class Reader {
   absl::Status Keys(const YAML::Node& map, const std::string& what, const std::set<std::string>& allowed) {
     if (!map.IsMap())
       return absl::InvalidArgumentError(absl::StrCat(Where(source_, map), ": ", what, " must be a mapping"));
+    std::set<std::string> seen;
     for (const auto& kv : map) {
       if (!kv.first.IsScalar()) {
         return absl::InvalidArgumentError(absl::StrCat(Where(source_, kv.first), ": a key in ", what,
@@ -42,6 +43,12 @@ class Reader {
       if (!allowed.count(key)) {
         return absl::InvalidArgumentError(absl::StrCat(Where(source_, kv.first), ": unknown key '", key, "' in ", what,
                                                        " (allowed: ", absl::StrJoin(allowed, ", "), ")"));
+      }
+      // YAML keeps the first of two equal keys and drops the second without a word: a job that says `steps: 30`
+      // twice, the second time meaning it, would silently train the first.
+      if (!seen.insert(key).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(source_, kv.first), ": '", key, "' appears twice in ", what, "; give it once"));
       }
     }
     return absl::OkStatus();

@@ -77,6 +77,10 @@ TEST(JobTest, ErrorsNameTheLine) {
   ASSERT_FALSE(nested.ok());
   EXPECT_NE(nested.status().message().find("job.yaml:5: unknown key 'momentum' in optimizer"), std::string::npos)
       << nested.status();
+  auto twice = ParseJobYaml("model: m\ndataset: d\nsteps: 3\nseed: 1\nsteps: 30\n", "job.yaml");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("job.yaml:5: 'steps' appears twice in the job"), std::string::npos)
+      << twice.status();
   auto type = ParseJobYaml("model: m\ndataset: d\nsteps: many\n", "job.yaml");
   ASSERT_FALSE(type.ok());
   EXPECT_NE(type.status().message().find("job.yaml:3: 'steps' has the wrong type"), std::string::npos) << type.status();
