@@ -5,6 +5,7 @@
 #include <absl/time/time.h>
 #include <gtest/gtest.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -82,21 +83,28 @@ inline std::map<std::string, at::Tensor> LoadRunLora(const std::string& output_d
   return t.ok() ? *t : std::map<std::string, at::Tensor>{};
 }
 
-// The stage workers this process started (their parent is one of our threads), by pid.
-inline std::vector<pid_t> OurStageWorkers() {
+// Live stage workers among the children of `parent`'s threads (a coordinator forks them from reader threads).
+inline std::vector<pid_t> StageWorkersOf(pid_t parent) {
   std::vector<pid_t> out;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", parent, "/task"), ec)) {
     std::ifstream children(task.path() / "children");
     pid_t pid;
     while (children >> pid) {
       std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"));
       std::string argv0;
       std::getline(cmdline, argv0, '\0');
-      if (argv0.find("stage_worker") != std::string::npos) out.push_back(pid);
+      std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+      std::string pid_text, comm, state;
+      stat >> pid_text >> comm >> state;
+      if (argv0.find("stage_worker") != std::string::npos && state != "Z") out.push_back(pid);
     }
   }
   return out;
 }
+
+// The stage workers this process started (the coordinator runs in it), by pid.
+inline std::vector<pid_t> OurStageWorkers() { return StageWorkersOf(::getpid()); }
 
 // Lines in a file (0 while it does not exist).
 inline int64_t Lines(const std::string& path) {

@@ -22,32 +22,14 @@
 #include "core/testing/spawn.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
+#include "tests/local_stages.h"
 
 namespace baton {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using test_util::BinDir;
-
-// Live stage workers among the children of `parent`'s threads (the coordinator forks them from reader threads).
-std::vector<pid_t> StageWorkersOf(pid_t parent) {
-  std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", parent, "/task"), ec)) {
-    std::ifstream children(task.path() / "children");
-    pid_t pid;
-    while (children >> pid) {
-      std::ifstream cmdline(absl::StrCat("/proc/", pid, "/cmdline"));
-      std::string argv0;
-      std::getline(cmdline, argv0, '\0');
-      std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-      std::string pid_text, comm, state;
-      stat >> pid_text >> comm >> state;
-      if (argv0.find("stage_worker") != std::string::npos && state != "Z") out.push_back(pid);
-    }
-  }
-  return out;
-}
+using test_util::StageWorkersOf;
 
 // Progress lines ("step    3/40  loss ...") in a coordinator's log from byte `from` on.
 int StepLines(const std::string& log, size_t from) {
