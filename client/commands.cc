@@ -37,6 +37,7 @@
 #include "core/model/model_family.h"
 #include "core/model/wan_family.h"
 #include "core/pipeline/partition.h"
+#include "core/pipeline/replica_split.h"
 #include "core/pipeline/schedule.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
@@ -276,6 +277,9 @@ absl::Status PrintPlan(const Args& args) {
   opts.micro_batches = static_cast<int>(micro_batches);
   ASSIGN_OR_RETURN(Plan plan, Partition(source, opts));
   std::fputs(RenderPlan(plan).c_str(), stdout);
+  ASSIGN_OR_RETURN(int64_t replicas, args.GetInt("replicas"));
+  if (replicas < 1) return absl::InvalidArgumentError("--replicas must be ≥ 1");
+  if (replicas > 1) std::fputs(RenderReplicaLoad(plan, static_cast<int>(replicas)).c_str(), stdout);
   if (!plan.fits) return absl::FailedPreconditionError(plan.message);
   return absl::OkStatus();
 }
@@ -398,6 +402,7 @@ const std::vector<Command>& AllCommands() {
        "Partition a model config into stages by cost within per-stage memory, without allocating weights.",
        {{"model-config", "diffusers config.json of the transformer (FLUX.2 or Wan, by its _class_name)", "", true},
         {"stages", "number of stages", "", true},
+        {"replicas", "data-parallel replicas of this plan (job key replicas:): adds the LoRA exchange per step", "1"},
         {"tokens",
          "tokens per micro-batch after patchify, text included (FLUX.2 1024x1024: 4096 + 512; Wan 81 frames at "
          "480x832: 21x30x52 = 32760 + 512)",

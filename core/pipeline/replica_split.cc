@@ -1,5 +1,7 @@
 #include "core/pipeline/replica_split.h"
 
+#include <absl/strings/str_format.h>
+
 #include <algorithm>
 
 namespace baton {
@@ -45,6 +47,19 @@ void ReplicaSpeeds::Record(int replica, int micro_batches, double seconds) {
   const double now = seconds / micro_batches;
   double& s = seconds_[replica];
   s = s > 0 ? (1 - weight_) * s + weight_ * now : now;
+}
+
+std::string RenderReplicaLoad(const Plan& plan, int replicas) {
+  int64_t lora_params = 0;
+  for (const StageSpec& s : plan.stages) lora_params += s.lora_params;
+  const double replica_bytes = 4.0 * static_cast<double>(lora_params);  // fp32, each way
+  const double link_bytes = replica_bytes * replicas;
+  return absl::StrFormat(
+      "replicas: %d copies of this plan (%d workers); each step every replica's stages send %.1f MB of fp32 LoRA "
+      "gradients to the coordinator and get %.1f MB of adapters back: the coordinator's link carries %.1f MB each "
+      "way per step (%.2f s at 1 Gbit/s, %.3f s at 10 Gbit/s)\n",
+      replicas, replicas * static_cast<int>(plan.stages.size()), replica_bytes / 1e6, replica_bytes / 1e6,
+      link_bytes / 1e6, link_bytes * 8 / 1e9, link_bytes * 8 / 1e10);
 }
 
 }  // namespace baton

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "core/pipeline/partition.h"
 
 namespace baton {
 
@@ -33,5 +36,9 @@ class ReplicaSpeeds {
   std::vector<double> seconds_;  // ≤ 0: not measured yet
   double weight_;
 };
+
+// What `baton plan --replicas R` adds under the plan: R copies of it, and the LoRA exchange each step puts on the
+// coordinator's link (every replica's fp32 gradients in, the new fp32 adapters out), with its time at 1 and 10 Gbit/s.
+std::string RenderReplicaLoad(const Plan& plan, int replicas);
 
 }  // namespace baton
