@@ -79,9 +79,17 @@ void ReplicaSet::SettleReplica(int r) {
 }
 
 void ReplicaSet::JoinRecoveries() {
-  for (std::thread& t : recoveries_) {
-    if (t.joinable()) t.join();
+  for (int r = 0; r < size(); ++r) SettleReplica(r);
+}
+
+int ReplicaSet::Unit() const { return config_.schedule_kind == ScheduleKind::kInterleaved1F1B ? options_.stages : 1; }
+
+std::vector<int> ReplicaSet::ReadyReplicas() const {
+  std::vector<int> ready;
+  for (int r = 0; r < size(); ++r) {
+    if (state_[r] == State::kReady) ready.push_back(r);
   }
+  return ready;
 }
 
 StageFleet& ReplicaSet::fleet(int r) { return replicas_[r]->fleet; }
@@ -89,7 +97,7 @@ StepExecutor& ReplicaSet::executor(int r) { return *replicas_[r]->executor; }
 
 absl::Status ReplicaSet::Start() {
   // Every slice size a split can give, so that Run only looks schedules up (interleaved: multiples of the stages).
-  const int unit = config_.schedule_kind == ScheduleKind::kInterleaved1F1B ? options_.stages : 1;
+  const int unit = Unit();
   for (int m = unit; m <= config_.micro_batches; m += unit) {
     ASSIGN_OR_RETURN(schedules_[m], MakeSchedule(config_.schedule_kind, options_.stages, m, config_.chunks));
   }
@@ -128,19 +136,13 @@ std::vector<int> ReplicaSet::SplitFor(int64_t step) {
   }
   while (!splits_.empty() && splits_.begin()->first < step - 1) splits_.erase(splits_.begin());
   while (!pushed_.empty() && pushed_.begin()->first < step - 1) pushed_.erase(pushed_.begin());
-  const int unit = config_.schedule_kind == ScheduleKind::kInterleaved1F1B ? options_.stages : 1;
+  const int unit = Unit();
   const int units = config_.micro_batches / unit;
-  std::vector<int> ready;
+  // Never empty after a completed step (the replicas that ran it are ready); replica 0 otherwise.
+  std::vector<int> ready = ReadyReplicas();
+  if (ready.empty()) ready = {0};
   std::vector<double> speeds;
-  for (int r = 0; r < size(); ++r) {
-    if (state_[r] != State::kReady) continue;
-    ready.push_back(r);
-    speeds.push_back(speeds_.seconds_per_micro_batch()[r]);
-  }
-  if (ready.empty()) {  // every replica is recovering: Run waits for them and deals again
-    ready = {0};
-    speeds = {0.0};
-  }
+  for (int r : ready) speeds.push_back(speeds_.seconds_per_micro_batch()[r]);
   const std::vector<int> dealt =
       config_.split_by_speed ? SplitBySpeed(units, speeds) : SplitEvenly(units, static_cast<int>(ready.size()));
   std::vector<int> split(size(), 0);
@@ -247,14 +249,17 @@ absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failur
     state_[r] = State::kRecovering;
     pushed_.clear();  // its inboxes are emptied; the others are reconfigured before they run this step again
   }
-  if (recoveries_[r].joinable()) recoveries_[r].join();
+  SettleReplica(r);  // an earlier recovery of it, long finished
   recoveries_[r] = std::thread([this, r, suspect = loss.suspect] {
     absl::StatusOr<std::vector<int>> lost = replicas_[r]->stages->Recover(suspect);
     absl::MutexLock lock(&mu_);
     state_[r] = lost.ok() ? State::kReady : State::kFailed;
     if (!lost.ok()) recovery_errors_[r] = std::string(lost.status().message());
-    if (lost.ok()) LogWarning("replica ", r, " is back; it rejoins at the next step");
-    if (!lost.ok()) LogWarning("replica ", r, " did not come back: ", lost.status().message());
+    if (lost.ok()) {
+      LogWarning("replica ", r, " is back; it rejoins at the next step");
+    } else {
+      LogWarning("replica ", r, " did not come back: ", lost.status().message());
+    }
   });
   return absl::OkStatus();
 }
@@ -275,16 +280,12 @@ absl::StatusOr<std::vector<ReplicaSet::Slice>> ReplicaSet::Reassign(int64_t step
   std::vector<double> speeds;
   {
     absl::MutexLock lock(&mu_);
-    for (int r = 0; r < size(); ++r) {
-      if (state_[r] == State::kReady) ready.push_back(r);
-    }
+    ready = ReadyReplicas();
   }
   if (ready.empty()) {  // nobody left: wait for the recoveries
     JoinRecoveries();
     absl::MutexLock lock(&mu_);
-    for (int r = 0; r < size(); ++r) {
-      if (state_[r] == State::kReady) ready.push_back(r);
-    }
+    ready = ReadyReplicas();
     if (ready.empty()) {
       return absl::UnavailableError(
           absl::StrCat("step ", step + 1, ": every replica was lost and none came back (", recovery_errors_[0], ")"));
@@ -295,7 +296,7 @@ absl::StatusOr<std::vector<ReplicaSet::Slice>> ReplicaSet::Reassign(int64_t step
     for (int r : ready) speeds.push_back(speeds_.seconds_per_micro_batch()[r]);
   }
   RETURN_IF_ERROR(Reconfigure(std::set<int>(ready.begin(), ready.end())));
-  const int unit = config_.schedule_kind == ScheduleKind::kInterleaved1F1B ? options_.stages : 1;
+  const int unit = Unit();
   std::vector<Slice> todo;
   for (const Slice& slice : lost) {
     const std::vector<int> dealt = SplitBySpeed(slice.count / unit, speeds);

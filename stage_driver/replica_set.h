@@ -112,6 +112,8 @@ class ReplicaSet {
   // the step again from scratch.
   absl::Status Reconfigure(const std::set<int>& replicas) ABSL_LOCKS_EXCLUDED(mu_);
   void JoinRecoveries();
+  int Unit() const;  // what slices are multiples of: the stages under an interleaved schedule, else 1
+  std::vector<int> ReadyReplicas() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PublishTargets() const;
 
   const StageDriverOptions& options_;

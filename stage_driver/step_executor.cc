@@ -95,8 +95,6 @@ absl::StatusOr<Out> StepExecutor::WithRecovery(int64_t hook_step, const std::str
     on_abort();
     const StepLoss loss = Diagnose(out.status());
     if (!loss.retryable) return out.status();
-    const int suspect = loss.suspect;
-    const std::string& cause = loss.cause;
     const std::string& what = loss.what;
     if (retry > options_.step_retries) {
       return absl::Status(out.status().code(),
@@ -106,14 +104,14 @@ absl::StatusOr<Out> StepExecutor::WithRecovery(int64_t hook_step, const std::str
                                                                                 options_.step_retries, ")")
                                                                  : " (recovery is off: --step_retries 0)"));
     }
-    if (on_recovery_) on_recovery_(hook_step, suspect, cause);
-    auto lost = stages_->Recover(suspect);
+    if (on_recovery_) on_recovery_(hook_step, loss.suspect, loss.cause);
+    auto lost = stages_->Recover(loss.suspect);
     while (!lost.ok() && !absl::IsDeadlineExceeded(lost.status()) && RetryableStepFailure(lost.status(), false) &&
            retry < options_.step_retries && !stop_()) {
       // Lost again during the recovery (e.g. killed while it restarted): recover again, counted as a retry.
       LogWarning(what_ran, ": ", what, "; the recovery failed (", lost.status().message(), "), retry ", retry, "/",
                  options_.step_retries);
-      if (on_recovery_) on_recovery_(hook_step, suspect, cause);
+      if (on_recovery_) on_recovery_(hook_step, loss.suspect, loss.cause);
       ++retry;
       lost = stages_->Recover(-1);
     }
