@@ -264,40 +264,72 @@ absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failur
   return absl::OkStatus();
 }
 
-absl::Status ReplicaSet::Reconfigure(const std::set<int>& replicas) {
+absl::StatusOr<std::set<int>> ReplicaSet::Reconfigure(const std::set<int>& replicas, int64_t step,
+                                                      const std::function<void()>& on_abort) {
   const std::vector<int> list(replicas.begin(), replicas.end());
-  RETURN_IF_ERROR(ParallelFor(static_cast<int>(list.size()), [&](int k) {
+  std::vector<absl::Status> results(list.size());
+  (void)ParallelFor(static_cast<int>(list.size()), [&](int k) {
     ++replicas_[list[k]]->fleet.generation;
-    return replicas_[list[k]]->stages->Configure();
-  }));
-  absl::MutexLock lock(&mu_);
-  pushed_.clear();  // a Configure empties the inboxes
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<ReplicaSet::Slice>> ReplicaSet::Reassign(int64_t step, const std::vector<Slice>& lost) {
-  std::vector<int> ready;
-  std::vector<double> speeds;
+    results[k] = replicas_[list[k]]->stages->Configure();
+    return absl::OkStatus();
+  });
   {
     absl::MutexLock lock(&mu_);
-    ready = ReadyReplicas();
+    pushed_.clear();  // a Configure empties the inboxes
   }
-  if (ready.empty()) {  // nobody left: wait for the recoveries
-    JoinRecoveries();
-    absl::MutexLock lock(&mu_);
-    ready = ReadyReplicas();
-    if (ready.empty()) {
-      return absl::UnavailableError(
-          absl::StrCat("step ", step + 1, ": every replica was lost and none came back (", recovery_errors_[0], ")"));
+  std::set<int> gone;  // lost since their last attempt (a worker killed after it finished its slice)
+  for (size_t k = 0; k < list.size(); ++k) {
+    if (results[k].ok()) continue;
+    RETURN_IF_ERROR(TakeOut(list[k], step, results[k], on_abort));
+    gone.insert(list[k]);
+  }
+  return gone;
+}
+
+void ReplicaSet::MoveSlicesOf(const std::set<int>& replicas, std::vector<Slice>& from, std::vector<Slice>& to) {
+  auto moved = std::stable_partition(from.begin(), from.end(),
+                                     [&](const Slice& slice) { return replicas.count(slice.replica) == 0; });
+  to.insert(to.end(), moved, from.end());
+  from.erase(moved, from.end());
+}
+
+absl::StatusOr<std::vector<int>> ReplicaSet::ReconfigureReady(int64_t step, std::vector<Slice>& todo,
+                                                              std::vector<Slice>& lost,
+                                                              const std::function<void()>& on_abort) {
+  for (int attempt = 0;; ++attempt) {
+    std::vector<int> ready;
+    {
+      absl::MutexLock lock(&mu_);
+      ready = ReadyReplicas();
+    }
+    if (ready.empty()) {  // nobody left: wait for the recoveries
+      JoinRecoveries();
+      absl::MutexLock lock(&mu_);
+      ready = ReadyReplicas();
+      if (ready.empty()) {
+        return absl::UnavailableError(
+            absl::StrCat("step ", step + 1, ": every replica was lost and none came back (", recovery_errors_[0], ")"));
+      }
+    }
+    ASSIGN_OR_RETURN(std::set<int> gone, Reconfigure(std::set<int>(ready.begin(), ready.end()), step, on_abort));
+    MoveSlicesOf(gone, todo, lost);
+    ready.erase(std::remove_if(ready.begin(), ready.end(), [&](int r) { return gone.count(r) > 0; }), ready.end());
+    if (!ready.empty()) return ready;
+    if (attempt >= size() + options_.step_retries) {
+      return absl::UnavailableError(absl::StrCat("step ", step + 1, ": no replica could be reconfigured"));
     }
   }
+}
+
+absl::Status ReplicaSet::Reassign(int64_t step, std::vector<Slice> lost, std::vector<Slice>& todo,
+                                  const std::function<void()>& on_abort) {
+  ASSIGN_OR_RETURN(std::vector<int> ready, ReconfigureReady(step, todo, lost, on_abort));
+  std::vector<double> speeds;
   {
     absl::MutexLock lock(&mu_);
     for (int r : ready) speeds.push_back(speeds_.seconds_per_micro_batch()[r]);
   }
-  RETURN_IF_ERROR(Reconfigure(std::set<int>(ready.begin(), ready.end())));
   const int unit = Unit();
-  std::vector<Slice> todo;
   for (const Slice& slice : lost) {
     const std::vector<int> dealt = SplitBySpeed(slice.count / unit, speeds);
     int first = slice.first;
@@ -307,7 +339,7 @@ absl::StatusOr<std::vector<ReplicaSet::Slice>> ReplicaSet::Reassign(int64_t step
       first += dealt[k] * unit;
     }
   }
-  return todo;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inputs,
@@ -344,15 +376,16 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
       RETURN_IF_ERROR(TakeOut(now[k].replica, step, results[k].status(), on_abort));
     }
     todo = later;
+    if (lost.empty() && !todo.empty()) {  // they ran this step already
+      ASSIGN_OR_RETURN(std::set<int> gone, Reconfigure(busy, step, on_abort));
+      MoveSlicesOf(gone, todo, lost);
+    }
     if (!lost.empty()) {
       if (++failures > options_.step_retries + size()) {
         return absl::UnavailableError(
             absl::StrCat("step ", step + 1, ": replicas kept failing (", failures, " losses in this step); giving up"));
       }
-      ASSIGN_OR_RETURN(std::vector<Slice> reassigned, Reassign(step, lost));  // reconfigures every ready replica
-      todo.insert(todo.end(), reassigned.begin(), reassigned.end());
-    } else if (!todo.empty()) {
-      RETURN_IF_ERROR(Reconfigure(busy));  // they ran this step already
+      RETURN_IF_ERROR(Reassign(step, std::move(lost), todo, on_abort));  // reconfigures every ready replica
     }
   }
   std::vector<StepOutputs> in_order;

@@ -105,12 +105,19 @@ class ReplicaSet {
   // and is recovered in the background, to rejoin at a later step. Else the error.
   absl::Status TakeOut(int r, int64_t step, const absl::Status& failure, const std::function<void()>& on_abort)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The lost slices dealt out to the ready replicas by speed (waiting for a recovery when none is ready); each of
-  // them is reconfigured first (a new generation: it ran this step already).
-  absl::StatusOr<std::vector<Slice>> Reassign(int64_t step, const std::vector<Slice>& lost) ABSL_LOCKS_EXCLUDED(mu_);
+  // The lost slices dealt out to the ready replicas by speed (into `todo`), each ready replica reconfigured first
+  // (a new generation: it ran this step already). A pending slice of a replica lost meanwhile is dealt out too.
+  absl::Status Reassign(int64_t step, std::vector<Slice> lost, std::vector<Slice>& todo,
+                        const std::function<void()>& on_abort) ABSL_LOCKS_EXCLUDED(mu_);
+  // Every ready replica reconfigured (waiting for a recovery when none is ready); one whose Configure fails is taken
+  // out and its pending slices move from `todo` to `lost`. The replicas reconfigured.
+  absl::StatusOr<std::vector<int>> ReconfigureReady(int64_t step, std::vector<Slice>& todo, std::vector<Slice>& lost,
+                                                    const std::function<void()>& on_abort) ABSL_LOCKS_EXCLUDED(mu_);
   // A new generation for each of `replicas` (they ran the step already, or hold its early data): their stages take
-  // the step again from scratch.
-  absl::Status Reconfigure(const std::set<int>& replicas) ABSL_LOCKS_EXCLUDED(mu_);
+  // the step again from scratch. One whose Configure fails is taken out (TakeOut); those are returned.
+  absl::StatusOr<std::set<int>> Reconfigure(const std::set<int>& replicas, int64_t step,
+                                            const std::function<void()>& on_abort) ABSL_LOCKS_EXCLUDED(mu_);
+  static void MoveSlicesOf(const std::set<int>& replicas, std::vector<Slice>& from, std::vector<Slice>& to);
   void JoinRecoveries();
   int Unit() const;  // what slices are multiples of: the stages under an interleaved schedule, else 1
   std::vector<int> ReadyReplicas() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -212,6 +212,47 @@ TEST_F(ReplicasTest, TheLastReplicaStandingRunsEveryLostSliceInTurn) {
   EXPECT_LE(MaxLoraDifference("local_three12", "three"), 1e-4);
 }
 
+// One replica killed mid-step, and the other killed just after it finished its slice (from the recovery hook, so
+// always in that order): the survivor's reconfiguration for the lost slice fails too. That replica is taken out like
+// the first, both are restarted, and the step completes on them; the LoRA is the uninterrupted run's within the
+// tolerance.
+TEST_F(ReplicasTest, AReplicaLostAfterItsSliceIsTakenOutWhenItCannotBeReconfigured) {
+  const JobConfig job = Job("replica_split: equal\n", /*micro_batches=*/2);
+  CoordinatorOptions options = test_util::LocalStagesOptions(1, JoinPath(*dir_, "late_loss"));
+  options.replicas = 2;
+  options.steps = 6;
+  std::vector<pid_t> workers;
+  std::mutex mu;
+  int recoveries = 0;
+  options.hooks.on_recovery = [&](int64_t, int, const std::string&) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (++recoveries > 1) return;
+    ::kill(workers[1], SIGKILL);
+    for (int i = 0; i < 400; ++i) {  // dead before the reconfiguration reaches it
+      const std::vector<pid_t> live = test_util::OurStageWorkers();
+      if (std::find(live.begin(), live.end(), workers[1]) == live.end()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  std::thread killer([&] {
+    test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 2);
+    std::lock_guard<std::mutex> lock(mu);
+    workers = test_util::OurStageWorkers();
+    ASSERT_EQ(workers.size(), 2u);
+    ::kill(workers[0], SIGKILL);
+  });
+  auto run = RunCoordinator(job, options);
+  killer.join();
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(recoveries, 2);
+  for (const PipelineStepRecord& rec : run->steps) {
+    EXPECT_EQ(std::accumulate(rec.replica_micro_batches.begin(), rec.replica_micro_batches.end(), 0), 2);
+  }
+  auto reference = RunLocalTraining(job, JoinPath(*dir_, "local_late_loss"), 6);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  EXPECT_LE(MaxLoraDifference("local_late_loss", "late_loss"), 1e-4);
+}
+
 TEST_F(ReplicasTest, WhatCannotBeSplitIsRefused) {
   auto more = ParseJobYaml(absl::StrCat("model: m\ndataset: d\nbatch_size: 2\nmicro_batches: 2\nreplicas: 3\n"));
   ASSERT_FALSE(more.ok());
