@@ -2,19 +2,21 @@
 // a FLUX.2 pipeline folder, so that transformers + diffusers on the same torch can be timed on the same
 // weights, captions and image. Run that script, not this binary (it starts and drives this one).
 //
-//   bench_encoder --write DIR --config tiny|scaled [--seed 0]
+//   bench_encoder --write DIR --config tiny|scaled|real [--seed 0] [--text_layers 4]
 //       writes the pipeline folder the bench times: `tiny` is WriteTinyFlux2Pipeline (what
 //       `baton init-weights --pipeline tiny` writes); `scaled` is the same layout with a bigger Mistral-3 text
-//       encoder and VAE (ScaledTextConfig / ScaledVaeConfig below). Then exits.
+//       encoder and VAE (ScaledTextConfig / ScaledVaeConfig below); `real` has `--text_layers` layers of
+//       Mistral-Small-3.1-24B's real shapes (RealTextConfig) and the tiny VAE. Then exits.
 //   bench_encoder --model DIR --image FILE --width W --height H --captions FILE --ids FILE [--threads 1]
-//                 [--max-sequence-length 512]
+//                 [--max-sequence-length 512] [--dtype fp32|bf16] [--hidden_layers 10,20,30]
 //       opens Flux2SampleEncoder on DIR, prints {"ready": ...}, then reads commands on stdin, one per line:
 //         caption N  N captions (cycling through FILE's lines): BuildFlux2PromptIds + EncodeFlux2Prompt, i.e.
-//                    Flux2SampleEncoder::EncodeText, at --max-sequence-length;
+//                    Flux2SampleEncoder::EncodeText, at --max-sequence-length (with --hidden_layers: the
+//                    padded prompt ids through TextEncoder::Encode for those layers);
 //         image N    N times: read FILE, DecodeImage, resize to cover W x H + center crop (the encoder
 //                    worker's ResizeToBucket), EncodeImage (VAE posterior mean, patchify, BatchNorm, pack);
 //         tokens N   N times: the text encoder alone on --ids's `input_ids` [1, T] (no padding), layers
-//                    10/20/30 — the tokens/s figure;
+//                    10/20/30 (or --hidden_layers) — the tokens/s figure;
 //         dump PATH  writes caption 0's input_ids and embeddings, the image's cropped pixels and packed
 //                    latents and the tokens output to PATH (safetensors), for the script's agreement check.
 //       Each timing command prints one JSON line {"seconds": [...]}; the binary exits at end of input.
@@ -54,7 +56,8 @@
 #include "core/vae/flux2_vae_config.h"
 
 ABSL_FLAG(std::string, write, "", "write a FLUX.2 pipeline folder with random weights here, then exit");
-ABSL_FLAG(std::string, config, "tiny", "with --write: tiny | scaled (a bigger Mistral-3 text encoder)");
+ABSL_FLAG(std::string, config, "tiny", "with --write: tiny | scaled | real (Mistral-3 24B layer shapes)");
+ABSL_FLAG(int, text_layers, 4, "with --write --config real: the text encoder's layers");
 ABSL_FLAG(uint64_t, seed, 0, "with --write: the weights' seed");
 ABSL_FLAG(std::string, model, "", "a FLUX.2 pipeline folder to time");
 ABSL_FLAG(std::string, image, "", "the image the vae commands encode");
@@ -64,13 +67,18 @@ ABSL_FLAG(std::string, captions, "", "a text file of captions, one a line");
 ABSL_FLAG(std::string, ids, "", "a safetensors file with input_ids [1, T] for the tokens command");
 ABSL_FLAG(int, threads, 1, "compute threads");
 ABSL_FLAG(int64_t, max_sequence_length, baton::kFlux2MaxSequenceLength, "tokens each prompt is padded to");
+ABSL_FLAG(std::string, dtype, "fp32", "the encoders' compute dtype: fp32 | bf16");
+ABSL_FLAG(std::string, hidden_layers, "", "the text encoder's hidden-state layers (default: the family's 10,20,30)");
 
 namespace baton {
 namespace {
 
 struct Args {
   std::string write, config = "tiny";
+  int text_layers = 4;
   uint64_t seed = 0;
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> hidden_layers;  // empty: the family's
   std::string model, image, captions, ids;
   int width = 0, height = 0;
   int threads = 1;
@@ -80,12 +88,14 @@ struct Args {
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   RETURN_IF_ERROR(ParseBenchFlags(
       argc, argv,
-      "bench_encoder --write DIR --config tiny|scaled [--seed 0]\n"
+      "bench_encoder --write DIR --config tiny|scaled|real [--seed 0] [--text_layers 4]\n"
       "  or: bench_encoder --model DIR --image FILE --width W --height H --captions FILE --ids FILE [--threads 1] "
-      "[--max-sequence-length 512]\n(see the comment atop bench/bench_encoder.cc)"));
+      "[--max-sequence-length 512] [--dtype fp32|bf16] [--hidden_layers 10,20,30]\n(see the comment atop "
+      "bench/bench_encoder.cc)"));
   Args a;
   a.write = absl::GetFlag(FLAGS_write);
   a.config = absl::GetFlag(FLAGS_config);
+  a.text_layers = absl::GetFlag(FLAGS_text_layers);
   a.seed = absl::GetFlag(FLAGS_seed);
   a.model = absl::GetFlag(FLAGS_model);
   a.image = absl::GetFlag(FLAGS_image);
@@ -98,7 +108,16 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   auto bad = [](const std::string& flag, const std::string& value) {
     return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for --", flag));
   };
-  if (a.config != "tiny" && a.config != "scaled") return bad("config", a.config);
+  if (a.config != "tiny" && a.config != "scaled" && a.config != "real") return bad("config", a.config);
+  if (a.text_layers < 1) return bad("text_layers", absl::StrCat(a.text_layers));
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype != "fp32" && dtype != "bf16") return bad("dtype", dtype);
+  a.dtype = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  for (absl::string_view layer : absl::StrSplit(absl::GetFlag(FLAGS_hidden_layers), ',', absl::SkipEmpty())) {
+    int64_t k = 0;
+    if (!absl::SimpleAtoi(layer, &k) || k < 0) return bad("hidden_layers", absl::GetFlag(FLAGS_hidden_layers));
+    a.hidden_layers.push_back(k);
+  }
   if (a.width < 0) return bad("width", absl::StrCat(a.width));
   if (a.height < 0) return bad("height", absl::StrCat(a.height));
   if (a.threads < 1) return bad("threads", absl::StrCat(a.threads));
@@ -124,6 +143,20 @@ TextEncoderConfig ScaledTextConfig() {
   return c;
 }
 
+// Mistral-Small-3.1-24B's text model at its real layer shapes (hidden 5120, 32 query heads x 128, 8 KV heads,
+// SwiGLU 32768; ~545 M parameters, 1.09 GB of bf16 per layer), `layers` of them; the tiny tokenizer's vocabulary
+// (the embedding table is gathered by row, so its size costs no time).
+TextEncoderConfig RealTextConfig(int layers) {
+  TextEncoderConfig c = TinyMistral3TextConfig();
+  c.hidden_size = 5120;
+  c.intermediate_size = 32768;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.head_dim = 128;
+  c.num_hidden_layers = layers;
+  return c;
+}
+
 // The scaled VAE: FLUX.2's structure (4 levels, 2 resnets per block, mid-block attention, 32 groups) at half
 // its channel widths.
 Flux2VaeConfig ScaledVaeConfig() {
@@ -137,8 +170,11 @@ Flux2VaeConfig ScaledVaeConfig() {
 absl::Status WritePipeline(const Args& a) {
   if (a.config == "tiny") return WriteTinyFlux2Pipeline(a.write, a.seed);
   RETURN_IF_ERROR(MakeDirs(a.write));
-  RETURN_IF_ERROR(WriteRandomFlux2Vae(ScaledVaeConfig(), JoinPath(a.write, "vae"), MixSeed(a.seed, 2)));
-  RETURN_IF_ERROR(WriteRandomTextEncoder(ScaledTextConfig(), JoinPath(a.write, "text_encoder"), MixSeed(a.seed, 3)));
+  const bool real = a.config == "real";
+  RETURN_IF_ERROR(WriteRandomFlux2Vae(real ? TinyFlux2VaeConfig() : ScaledVaeConfig(), JoinPath(a.write, "vae"),
+                                      MixSeed(a.seed, 2)));
+  RETURN_IF_ERROR(WriteRandomTextEncoder(real ? RealTextConfig(a.text_layers) : ScaledTextConfig(),
+                                         JoinPath(a.write, "text_encoder"), MixSeed(a.seed, 3)));
   RETURN_IF_ERROR(MakeDirs(JoinPath(a.write, "tokenizer")));
   RETURN_IF_ERROR(WriteTinyBpeTokenizerJson(JoinPath(a.write, "tokenizer/tokenizer.json")));
   return WriteFileAtomic(JoinPath(a.write, "tokenizer/tokenizer_config.json"), TinyTokenizerConfigJson());
@@ -166,9 +202,20 @@ absl::StatusOr<Image> LoadImage(const Bench& b) {
   return ResizeCover(image, b.args.width, b.args.height);
 }
 
+std::vector<int64_t> HiddenLayers(const Bench& b) {
+  return b.args.hidden_layers.empty() ? Flux2HiddenStateLayers(b.encoder->family()) : b.args.hidden_layers;
+}
+
 absl::StatusOr<at::Tensor> EncodeTokens(Bench& b) {
-  std::vector<int64_t> layers = Flux2HiddenStateLayers(b.encoder->family());
-  return b.encoder->text_encoder().Encode(b.ids, at::Tensor(), layers);
+  return b.encoder->text_encoder().Encode(b.ids, at::Tensor(), HiddenLayers(b));
+}
+
+// A caption's prompt embeddings: the encoder worker's EncodeText, or with --hidden_layers the same padded prompt
+// ids through the text encoder for those layers.
+absl::StatusOr<at::Tensor> EncodeCaption(Bench& b, const std::string& caption) {
+  if (b.args.hidden_layers.empty()) return b.encoder->EncodeText(caption);
+  ASSIGN_OR_RETURN(PromptIds ids, b.encoder->PromptIdsFor(caption));
+  return b.encoder->text_encoder().Encode(ids.input_ids, ids.attention_mask, HiddenLayers(b));
 }
 
 // Runs `one` n times, returning each call's seconds.
@@ -186,7 +233,7 @@ absl::StatusOr<std::vector<double>> RunTimed(Bench& b, const std::string& what, 
   if (what == "caption") {
     return Time(n, [&]() -> absl::Status {
       const std::string& caption = b.captions[b.next_caption++ % b.captions.size()];
-      return b.encoder->EncodeText(caption).status();
+      return EncodeCaption(b, caption).status();
     });
   }
   if (what == "image") {
@@ -203,7 +250,7 @@ absl::Status Dump(Bench& b, const std::string& path) {
   std::map<std::string, at::Tensor> out;
   ASSIGN_OR_RETURN(PromptIds ids, b.encoder->PromptIdsFor(b.captions[0]));
   out["input_ids"] = ids.input_ids;
-  ASSIGN_OR_RETURN(out["prompt_embeds"], b.encoder->EncodeText(b.captions[0]));
+  ASSIGN_OR_RETURN(out["prompt_embeds"], EncodeCaption(b, b.captions[0]));
   ASSIGN_OR_RETURN(Image sized, LoadImage(b));
   out["pixels"] = ImageToPixels(sized).contiguous();
   ASSIGN_OR_RETURN(out["packed"], b.encoder->EncodeImage(sized));
@@ -217,6 +264,7 @@ absl::StatusOr<std::unique_ptr<Bench>> Open(const Args& a) {
   b->args = a;
   Flux2EncoderOptions options;
   options.max_sequence_length = a.max_sequence_length;
+  options.dtype = a.dtype;
   ASSIGN_OR_RETURN(b->encoder, Flux2SampleEncoder::Open(a.model, options));
   ASSIGN_OR_RETURN(std::string text, ReadFile(a.captions));
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) b->captions.emplace_back(line);

@@ -20,11 +20,18 @@ object.
            runs the layers after the deepest one it returns; the full model (40 layers + lm_head, what the
            pipeline runs) is in the caption figure.
 
-Configs (both written by the binary with Baton's own random-weight writers, loaded by transformers/diffusers):
+Configs (all written by the binary with Baton's own random-weight writers, loaded by transformers/diffusers):
   tiny    `baton init-weights --pipeline tiny`: Mistral-3 text encoder hidden 32 x 40 layers, VAE
           {16,32,32,32} x 1 resnet; image 256x256.
   scaled  text encoder hidden 256 (8 heads x 64, 2 kv heads, SwiGLU 1024) x 40 layers, VAE {64,128,256,256}
           x 2 resnets, 32 groups (FLUX.2's at half width); image 512x512.
+  real    Mistral-Small-3.1-24B's real layer shapes (hidden 5120, 32 heads x 128, 8 kv heads, SwiGLU 32768, 1.09 GB
+          of bf16 per layer), --text_layers of them (+1 unused, so the last one read is not the final-norm entry);
+          hidden states of the last 3 layers read stand in for 10/20/30. Text only (no image metric); the caption
+          metric is the chat-templated, left-padded prompt through the same cut model on both sides (the
+          pipeline's own function reads layers 10/20/30); LONG_CAPTIONS, ~100-300 real tokens.
+--dtype auto computes tiny and scaled in fp32 (as the encoder worker does) and real in bf16 (as users run
+Mistral-3 on a CPU), on both sides.
 Before timing it checks both sides agree: token ids equal, prompt embeddings and tokens output within --check_tol
 relative, the cropped pixels within 1/255 on average (PIL's
 antialiased bilinear vs Baton's area averaging: not the same filter), and diffusers' packed latents of Baton's
@@ -48,7 +55,7 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-CONFIGS = {"tiny": 256, "scaled": 512}  # config -> square bucket side
+CONFIGS = {"tiny": 256, "scaled": 512, "real": 256}  # config -> square bucket side
 LAYERS = (10, 20, 30)  # FLUX.2-dev's hidden_states_layers
 CAPTIONS = [
     "A photo of a red apple on a wooden table, soft morning light from the left.",
@@ -57,6 +64,16 @@ CAPTIONS = [
     "isometric 3d render of a tiny cozy bedroom with plants, books and a cat sleeping on the bed",
     "Street at night in Tokyo, neon signs reflected in puddles, people with umbrellas, cinematic.",
     "A bowl of ramen with an egg, green onions and pork, steam rising, top-down view",
+]
+LONG_CAPTIONS = [  # the real config's: ~100, ~200 and ~300 real tokens with the tiny byte-level tokenizer
+    "A photo of a red apple on a wooden table, soft morning light from the left, a linen napkin folded beside it.",
+    "A watercolor painting of a lighthouse on a rocky coast during a storm, waves crashing against the rocks, "
+    "gulls circling in the grey sky, a small fishing boat heading for the harbour, its lamp glowing warm amber, "
+    "rain streaking across the paper in loose diagonal washes.",
+    "Street at night in Tokyo, neon signs in pink, blue and green reflected in wide puddles, people with clear "
+    "umbrellas waiting at a crossing, a yellow taxi turning the corner with its wipers up, steam rising from a "
+    "ramen stall where a cook in a white apron ladles broth, a cat watching from a doorway, overhead power lines "
+    "cutting the glow, shot on a 35 mm lens at f/1.8, shallow depth of field, cinematic colour grading, fine grain.",
 ]
 
 
@@ -69,7 +86,9 @@ def parse_args():
     p.add_argument("--tokens", type=int, default=512, help="sequence length of the tokens/s measurement")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--reps", type=int, default=2, help="timed calls per metric per side per round")
-    p.add_argument("--check_tol", type=float, default=1e-3)
+    p.add_argument("--check_tol", type=float, default=1e-3, help="fp32 agreement bound (bf16: x30)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"], help="both sides' compute dtype")
+    p.add_argument("--text_layers", type=int, default=4, help="real config: text encoder layers timed (>= 3)")
     return p.parse_args()
 
 
@@ -85,17 +104,26 @@ def write_image(path, width, height):
 
 def write_problem(args, binary, config, out_dir):
     pipe_dir = os.path.join(out_dir, config)
-    subprocess.run([binary, "--write", pipe_dir, "--config", config, "--seed", "0"], check=True)
+    subprocess.run([binary, "--write", pipe_dir, "--config", config, "--seed", "0", "--text_layers",
+                    str(args.text_layers + 1)], check=True)
     side = CONFIGS[config]
     image = os.path.join(out_dir, f"{config}.jpg")
     write_image(image, side * 3 // 2 + 8, side * 5 // 4)  # wider than tall: cover-resize crops the sides
     captions = os.path.join(out_dir, "captions.txt")
+    real = config == "real"
     with open(captions, "w") as f:
-        f.write("\n".join(CAPTIONS) + "\n")
+        f.write("\n".join(LONG_CAPTIONS if real else CAPTIONS) + "\n")
     vocab = json.load(open(os.path.join(pipe_dir, "text_encoder", "config.json")))["text_config"]["vocab_size"]
     ids = os.path.join(out_dir, f"{config}_ids.safetensors")
     save_file({"input_ids": torch.randint(0, vocab, (1, args.tokens), generator=torch.Generator().manual_seed(1))}, ids)
-    return {"pipe": pipe_dir, "image": image, "captions": captions, "ids": ids, "side": side}
+    n = args.text_layers
+    return {"pipe": pipe_dir, "image": image, "captions": captions, "ids": ids, "side": side, "real": real,
+            "layers": (n - 2, n - 1, n) if real else LAYERS,
+            "dtype": {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_of(args, config)]}
+
+
+def dtype_of(args, config):
+    return ("bf16" if config == "real" else "fp32") if args.dtype == "auto" else args.dtype
 
 
 class PyTorchSide:
@@ -108,18 +136,22 @@ class PyTorchSide:
         self.pipeline_cls, self.args, self.problem = Flux2Pipeline, args, problem
         pipe = problem["pipe"]
         self.text_encoder = Mistral3ForConditionalGeneration.from_pretrained(os.path.join(pipe, "text_encoder"),
-                                                                             dtype=torch.float32).eval()
+                                                                             dtype=problem["dtype"]).eval()
         self.tokenizer = PreTrainedTokenizerFast.from_pretrained(os.path.join(pipe, "tokenizer"))
         self.vae = AutoencoderKLFlux2.from_pretrained(os.path.join(pipe, "vae")).eval()
         self.vae_pipe = types.SimpleNamespace(vae=self.vae, _patchify_latents=Flux2Pipeline._patchify_latents)
         # The language model through layer 30 only, final norm off: hidden_states[30] stays layer 30's output.
         self.cut = self.text_encoder.model.language_model
-        self.cut_layers = self.cut.layers[:max(LAYERS)]
-        self.captions = CAPTIONS
+        self.layers = problem["layers"]
+        self.cut_layers = self.cut.layers[:max(self.layers)]
+        self.captions = LONG_CAPTIONS if problem["real"] else CAPTIONS
         self.next_caption = 0
         self.ids = load_file(problem["ids"])["input_ids"]
 
     def encode_caption(self, caption):
+        if self.problem["real"]:
+            ids = self.caption_ids(caption)
+            return self.encode_cut(ids, (ids != self.tokenizer.pad_token_id).long())
         return self.pipeline_cls._get_mistral_3_small_prompt_embeds(
             self.text_encoder, self.tokenizer, caption, max_sequence_length=self.args.max_sequence_length)
 
@@ -146,14 +178,16 @@ class PyTorchSide:
         return self.pipeline_cls._pack_latents(latents)
 
     def encode_tokens(self):
+        return self.encode_cut(self.ids, torch.ones_like(self.ids))
+
+    def encode_cut(self, ids, mask):
         full_layers, full_norm = self.cut.layers, self.cut.norm
         self.cut.layers, self.cut.norm = self.cut_layers, torch.nn.Identity()
         try:
-            out = self.cut(input_ids=self.ids, attention_mask=torch.ones_like(self.ids), output_hidden_states=True,
-                           use_cache=False)
+            out = self.cut(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False)
         finally:
             self.cut.layers, self.cut.norm = full_layers, full_norm
-        return torch.cat([out.hidden_states[k] for k in LAYERS], dim=-1)
+        return torch.cat([out.hidden_states[k] for k in self.layers], dim=-1)
 
     def run(self, what, n):
         seconds = []
@@ -176,7 +210,10 @@ class BatonSide:
         p = problem
         cmd = [args.bin, "--model", p["pipe"], "--image", p["image"], "--width", str(p["side"]), "--height",
                str(p["side"]), "--captions", p["captions"], "--ids", p["ids"], "--threads", str(threads),
-               "--max-sequence-length", str(args.max_sequence_length)]
+               "--max-sequence-length", str(args.max_sequence_length), "--dtype",
+               "bf16" if p["dtype"] == torch.bfloat16 else "fp32"]
+        if p["real"]:
+            cmd += ["--hidden_layers", ",".join(str(k) for k in p["layers"])]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.ready = self._read()
 
@@ -210,8 +247,8 @@ def check(args, pt, bt, out_dir):
     bt.command(f"dump {dump}")
     got = load_file(dump)
     with torch.no_grad():
-        ids = pt.caption_ids(CAPTIONS[0])
-        embeds = pt.encode_caption(CAPTIONS[0])[0]
+        ids = pt.caption_ids(pt.captions[0])
+        embeds = pt.encode_caption(pt.captions[0])[0]
         pixels = pt.load_pixels()
         packed_of_baton_pixels = pt.encode_pixels(got["pixels"])[0]
         packed = pt.encode_pixels(pixels)[0]
@@ -224,14 +261,15 @@ def check(args, pt, bt, out_dir):
         "pixels_mean_abs_255": float((got["pixels"] - pixels).abs().mean() * 127.5),
         "packed_rel": max_rel(got["packed"], packed_of_baton_pixels),
         "packed_rel_own_pixels": max_rel(got["packed"], packed),
-        "real_tokens": int((got["input_ids"] != pt.tokenizer.pad_token_id).sum()),
+        "real_tokens": [int((pt.caption_ids(c) != pt.tokenizer.pad_token_id).sum()) for c in pt.captions],
     }
     print(f"  same math? ids equal {res['ids_equal']} ({res['real_tokens']} real of {args.max_sequence_length}); "
           f"caption embeds rel {res['caption_rel']:.1e}; tokens rel {res['tokens_rel']:.1e}; pixels max |diff| "
           f"{res['pixels_max_abs_255']:.1f}/255, mean {res['pixels_mean_abs_255']:.2f}/255; packed latents rel "
           f"{res['packed_rel']:.1e} (same pixels), "
           f"{res['packed_rel_own_pixels']:.1e} (each side's own resize)", flush=True)
-    bad = (not res["ids_equal"] or max(res["caption_rel"], res["tokens_rel"], res["packed_rel"]) > args.check_tol
+    tol = args.check_tol * (30 if pt.problem["dtype"] == torch.bfloat16 else 1)
+    bad = (not res["ids_equal"] or max(res["caption_rel"], res["tokens_rel"], res["packed_rel"]) > tol
            or res["pixels_mean_abs_255"] > 1.0)
     if bad:
         raise SystemExit("the two sides disagree: timing them would compare different work")
@@ -259,7 +297,7 @@ def bench(args, problem, config, threads, out_dir):
     pt = PyTorchSide(args, problem)
     bt = BatonSide(args, problem, threads)
     checked = check(args, pt, bt, out_dir)
-    metrics = ("caption", "image", "tokens")
+    metrics = ("caption", "tokens") if problem["real"] else ("caption", "image", "tokens")
     for what in metrics:  # warm-up
         bt.run(what, 1)
         settle()
@@ -280,8 +318,8 @@ def bench(args, problem, config, threads, out_dir):
     others = max(0.0, cpu_seconds_busy() - busy0 - own) / (time.perf_counter() - wall0)
     bt.close()
     med = {side: {m: statistics.median(times[side][m]) for m in metrics} for side in times}
-    res = {"config": config, "threads": threads, "image_side": problem["side"]}
-    for m in ("caption", "image"):
+    res = {"config": config, "threads": threads, "image_side": problem["side"], "dtype": dtype_of(args, config)}
+    for m in metrics[:-1]:
         res[f"baton_s_per_{m}"] = round(med["baton"][m], 5)
         res[f"pytorch_s_per_{m}"] = round(med["pytorch"][m], 5)
         res[f"{m}_speedup"] = round(med["pytorch"][m] / med["baton"][m], 3)
@@ -313,11 +351,12 @@ def main():
             for threads in [int(t) for t in args.threads.split(",")]:
                 print(f"{config} threads={threads}:", flush=True)
                 r = bench(args, problem, config, threads, out_dir)
-                print(f"{config} threads={threads}: caption Baton {r['baton_s_per_caption']:.4f} s PyTorch "
-                      f"{r['pytorch_s_per_caption']:.4f} s ({r['caption_speedup']:.2f}x); image "
-                      f"{r['image_side']}x{r['image_side']} Baton {r['baton_s_per_image']:.4f} s PyTorch "
-                      f"{r['pytorch_s_per_image']:.4f} s ({r['image_speedup']:.2f}x); text encoder Baton "
-                      f"{r['baton_tokens_per_s']:.0f} tok/s PyTorch {r['pytorch_tokens_per_s']:.0f} tok/s "
+                image = "" if problem["real"] else (
+                    f"image {r['image_side']}x{r['image_side']} Baton {r['baton_s_per_image']:.4f} s PyTorch "
+                    f"{r['pytorch_s_per_image']:.4f} s ({r['image_speedup']:.2f}x); ")
+                print(f"{config} {r['dtype']} threads={threads}: caption Baton {r['baton_s_per_caption']:.4f} s "
+                      f"PyTorch {r['pytorch_s_per_caption']:.4f} s ({r['caption_speedup']:.2f}x); {image}text encoder "
+                      f"Baton {r['baton_tokens_per_s']:.0f} tok/s PyTorch {r['pytorch_tokens_per_s']:.0f} tok/s "
                       f"({r['tokens_speedup']:.2f}x); other processes used {r['others_cpu_cores']:.2f} cores",
                       flush=True)
                 if r["others_cpu_cores"] > 0.05:

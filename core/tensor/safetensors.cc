@@ -300,6 +300,28 @@ absl::StatusOr<at::Tensor> SafetensorsFile::Load(const std::string& key, at::Sca
   return out;
 }
 
+absl::StatusOr<at::Tensor> SafetensorsFile::View(const std::shared_ptr<const SafetensorsFile>& file,
+                                                 const std::string& key) {
+  ASSIGN_OR_RETURN(SafetensorsEntry e, file->Entry(key));
+  const at::ScalarType stored = FindDtype(e.dtype)->type;
+  const uint64_t nbytes = e.end - e.begin;
+  const uint8_t* src = file->data_ + e.begin;
+  if (nbytes == 0 || reinterpret_cast<uintptr_t>(src) % c10::elementSize(stored) != 0) return file->Load(key);
+  static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(src) & ~(kPage - 1);
+  ::madvise(reinterpret_cast<void*>(lo), reinterpret_cast<uintptr_t>(src) + nbytes - lo, MADV_WILLNEED);
+  at::Tensor out;
+  RETURN_IF_ERROR(Annotate(TorchCall("view",
+                                     [&] {
+                                       out = at::from_blob(
+                                           const_cast<uint8_t*>(src), e.shape,
+                                           [file, src, nbytes](void*) { ReleaseMappedPages(src, nbytes); },
+                                           at::TensorOptions().dtype(stored));
+                                     }),
+                           absl::StrCat(file->path_, ": tensor '", key, "'")));
+  return out;
+}
+
 void SafetensorsFile::ReleaseMappedPages(const uint8_t* src, uint64_t nbytes) {
   if (nbytes == 0) return;
   // The copy above is what the caller keeps; the mapping's pages of this tensor would otherwise stay

@@ -43,6 +43,9 @@ class SafetensorsFile {
   // (at::ScalarType::Undefined keeps the stored dtype). Only this tensor's pages are read, and they are
   // released from this process once copied: the process holds the weights once (the copy), not twice.
   absl::StatusOr<at::Tensor> Load(const std::string& key, at::ScalarType dtype = at::ScalarType::Undefined) const;
+  // The tensor in place, over the mapping (no copy, no page faults on a fresh buffer): READ-ONLY memory (a write
+  // faults). The tensor keeps `file` mapped; when it is freed its pages leave this process's resident set.
+  static absl::StatusOr<at::Tensor> View(const std::shared_ptr<const SafetensorsFile>& file, const std::string& key);
 
  private:
   SafetensorsFile() = default;

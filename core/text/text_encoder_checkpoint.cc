@@ -138,35 +138,57 @@ absl::StatusOr<std::string> TextEncoderCheckpoint::FileOf(const std::string& key
 
 absl::Status TextEncoderCheckpoint::VisitByFile(
     const std::vector<TextEncoderTensorSpec>& specs,
-    const std::function<absl::Status(const SafetensorsFile&, const std::string&, size_t)>& fn) const {
+    const std::function<absl::Status(const std::shared_ptr<const SafetensorsFile>&, const std::string&, size_t)>& fn)
+    const {
   std::map<std::string, std::vector<size_t>> by_file;
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSIGN_OR_RETURN(std::string path, FileOf(Key(specs[i].name)));
     by_file[path].push_back(i);
   }
   for (const auto& [path, indices] : by_file) {
-    ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));  // unmapped again at the end of this block
+    ASSIGN_OR_RETURN(std::shared_ptr<const SafetensorsFile> file,
+                     SafetensorsFile::Open(path));  // unmapped at the end of this block unless a view holds it
     for (size_t i : indices) {
       const std::string key = Key(specs[i].name);
       ASSIGN_OR_RETURN(SafetensorsEntry entry, file->Entry(key));
       RETURN_IF_ERROR(CheckShape(key, path, entry, specs[i].shape));
-      RETURN_IF_ERROR(fn(*file, key, i));
+      RETURN_IF_ERROR(fn(file, key, i));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status TextEncoderCheckpoint::CheckShapes(const std::vector<TextEncoderTensorSpec>& specs) const {
-  return VisitByFile(specs, [](const SafetensorsFile&, const std::string&, size_t) { return absl::OkStatus(); });
+  return VisitByFile(specs, [](const std::shared_ptr<const SafetensorsFile>&, const std::string&, size_t) {
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::vector<at::Tensor>> TextEncoderCheckpoint::Load(const std::vector<TextEncoderTensorSpec>& specs,
                                                                     at::ScalarType dtype) const {
   std::vector<at::Tensor> out(specs.size());
-  RETURN_IF_ERROR(VisitByFile(specs, [&](const SafetensorsFile& file, const std::string& key, size_t i) {
-    ASSIGN_OR_RETURN(out[i], file.Load(key, dtype));
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(
+      VisitByFile(specs, [&](const std::shared_ptr<const SafetensorsFile>& file, const std::string& key, size_t i) {
+        ASSIGN_OR_RETURN(out[i], file->Load(key, dtype));
+        return absl::OkStatus();
+      }));
+  return out;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> TextEncoderCheckpoint::View(const std::vector<TextEncoderTensorSpec>& specs,
+                                                                    at::ScalarType dtype) const {
+  std::vector<at::Tensor> out(specs.size());
+  RETURN_IF_ERROR(
+      VisitByFile(specs, [&](const std::shared_ptr<const SafetensorsFile>& file, const std::string& key, size_t i) {
+        ASSIGN_OR_RETURN(SafetensorsEntry entry, file->Entry(key));
+        ASSIGN_OR_RETURN(at::ScalarType stored, SafetensorsDtypeToTorch(entry.dtype));
+        if (stored != dtype) {
+          ASSIGN_OR_RETURN(out[i], file->Load(key, dtype));
+        } else {
+          ASSIGN_OR_RETURN(out[i], SafetensorsFile::View(file, key));
+        }
+        return absl::OkStatus();
+      }));
   return out;
 }
 

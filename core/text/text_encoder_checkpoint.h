@@ -62,6 +62,11 @@ class TextEncoderCheckpoint {
   absl::StatusOr<std::vector<at::Tensor>> Load(const std::vector<TextEncoderTensorSpec>& specs,
                                                at::ScalarType dtype) const;
 
+  // The same tensors as Load, but each one stored as `dtype` is a read-only view of its file's mapping (no copy;
+  // SafetensorsFile::View), which stays mapped while a view lives. Others are copied and converted as by Load.
+  absl::StatusOr<std::vector<at::Tensor>> View(const std::vector<TextEncoderTensorSpec>& specs,
+                                               at::ScalarType dtype) const;
+
   // Rows `rows` of the 2-D tensor `spec` (e.g. embed_tokens [vocab, hidden]) read with pread, so the
   // table is never loaded whole: [rows.size(), spec.shape[1]] in `dtype`.
   absl::StatusOr<at::Tensor> GatherRows(const TextEncoderTensorSpec& spec, const std::vector<int64_t>& rows,
@@ -71,9 +76,9 @@ class TextEncoderCheckpoint {
   TextEncoderCheckpoint() = default;
   absl::StatusOr<std::string> FileOf(const std::string& key) const;
   // Maps each file holding some of `specs` once, checks every shape, then calls fn(file, key, index).
-  absl::Status VisitByFile(
-      const std::vector<TextEncoderTensorSpec>& specs,
-      const std::function<absl::Status(const SafetensorsFile&, const std::string&, size_t)>& fn) const;
+  absl::Status VisitByFile(const std::vector<TextEncoderTensorSpec>& specs,
+                           const std::function<absl::Status(const std::shared_ptr<const SafetensorsFile>&,
+                                                            const std::string&, size_t)>& fn) const;
 
   std::string dir_;
   std::string prefix_;
