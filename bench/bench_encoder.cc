@@ -19,19 +19,23 @@
 //                    10/20/30 (or --hidden_layers) — the tokens/s figure;
 //         dump PATH  writes caption 0's input_ids and embeddings, the image's cropped pixels and packed
 //                    latents and the tokens output to PATH (safetensors), for the script's agreement check.
-//       Each timing command prints one JSON line {"seconds": [...]}; the binary exits at end of input.
+//       Each timing command prints one JSON line {"seconds": [...], "peak_rss": bytes so far}; the binary exits at
+//       end of input.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <absl/flags/flag.h>
 #include <absl/status/statusor.h>
+#include <absl/strings/match.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_split.h>
+#include <absl/strings/strip.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -276,6 +280,21 @@ absl::StatusOr<std::unique_ptr<Bench>> Open(const Args& a) {
   return b;
 }
 
+// This process's peak resident set (VmHWM). Not getrusage's ru_maxrss: Linux carries that over exec from the
+// parent (the bench script, holding transformers' copy of the weights).
+int64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    int64_t kib = 0;
+    if (absl::StartsWith(line, "VmHWM:") &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(6, line.size() - 9)), &kib)) {
+      return kib * 1024;
+    }
+  }
+  return -1;
+}
+
 absl::Status Serve(Bench& b) {
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -292,7 +311,7 @@ absl::Status Serve(Bench& b) {
       return absl::InvalidArgumentError(absl::StrCat("expected a count after '", words[0], "', got '", words[1], "'"));
     }
     ASSIGN_OR_RETURN(std::vector<double> seconds, RunTimed(b, words[0], n));
-    std::cout << nlohmann::json{{"seconds", seconds}}.dump() << std::endl;
+    std::cout << nlohmann::json{{"seconds", seconds}, {"peak_rss", PeakRssBytes()}}.dump() << std::endl;
   }
   return absl::OkStatus();
 }

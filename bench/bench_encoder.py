@@ -229,7 +229,9 @@ class BatonSide:
         return self._read()
 
     def run(self, what, n):
-        return self.command(f"{what} {n}")["seconds"]
+        out = self.command(f"{what} {n}")
+        self.peak_rss = out["peak_rss"]
+        return out["seconds"]
 
     def close(self):
         self.proc.stdin.close()
@@ -327,6 +329,12 @@ def bench(args, problem, config, threads, out_dir):
     res["pytorch_tokens_per_s"] = round(args.tokens / med["pytorch"]["tokens"], 1)
     res["tokens_speedup"] = round(med["pytorch"]["tokens"] / med["baton"]["tokens"], 3)
     res["others_cpu_cores"] = round(others, 3)
+    res["baton_peak_rss_gib"] = round(bt.peak_rss / 2**30, 3)
+    if problem["real"]:  # the slice's layers, per layer (the embedding gather is a few rows)
+        n = max(problem["layers"])
+        res["baton_s_per_layer_tokens"] = round(med["baton"]["tokens"] / n, 4)
+        res["pytorch_s_per_layer_tokens"] = round(med["pytorch"]["tokens"] / n, 4)
+        res["baton_s_per_layer_caption"] = round(med["baton"]["caption"] / n, 4)
     res["check"] = {k: (float(f"{v:.3e}") if isinstance(v, float) else v) for k, v in checked.items()}
     return res
 
@@ -357,8 +365,12 @@ def main():
                 print(f"{config} {r['dtype']} threads={threads}: caption Baton {r['baton_s_per_caption']:.4f} s "
                       f"PyTorch {r['pytorch_s_per_caption']:.4f} s ({r['caption_speedup']:.2f}x); {image}text encoder "
                       f"Baton {r['baton_tokens_per_s']:.0f} tok/s PyTorch {r['pytorch_tokens_per_s']:.0f} tok/s "
-                      f"({r['tokens_speedup']:.2f}x); other processes used {r['others_cpu_cores']:.2f} cores",
-                      flush=True)
+                      f"({r['tokens_speedup']:.2f}x); Baton peak RSS {r['baton_peak_rss_gib']:.2f} GiB; other "
+                      f"processes used {r['others_cpu_cores']:.2f} cores", flush=True)
+                if problem["real"]:
+                    print(f"{config} threads={threads}: per layer: {args.tokens} tokens Baton "
+                          f"{r['baton_s_per_layer_tokens']:.3f} s PyTorch {r['pytorch_s_per_layer_tokens']:.3f} s; "
+                          f"a caption (median) Baton {r['baton_s_per_layer_caption']:.3f} s", flush=True)
                 if r["others_cpu_cores"] > 0.05:
                     print("WARNING: other processes were using the CPU during the timed rounds: these times are not "
                           "a clean measurement", flush=True)

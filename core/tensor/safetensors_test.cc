@@ -142,6 +142,33 @@ TEST(SafetensorsTest, LoadConvertsDtype) {
   EXPECT_TRUE(at::equal(*down, t.to(at::kBFloat16)));
 }
 
+// A view is the file's bytes in place: two views of one tensor share their memory (Load copies), and a view
+// outlives the caller's handle on the file (it keeps the mapping).
+TEST(SafetensorsTest, ViewReadsInPlaceAndKeepsTheFileMapped) {
+  at::manual_seed(2);
+  const at::Tensor t = at::randn({5, 9}).to(at::kBFloat16);
+  const std::string path = JoinPath(TestDir(), "view.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"a", at::randn({3})}, {"w", t}}).ok());
+  auto opened = SafetensorsFile::Open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<const SafetensorsFile> file = std::move(*opened);
+  auto first = SafetensorsFile::View(file, "w");
+  auto second = SafetensorsFile::View(file, "w");
+  auto copy = file->Load("w");
+  ASSERT_TRUE(first.ok() && second.ok() && copy.ok()) << first.status() << second.status() << copy.status();
+  EXPECT_EQ(first->data_ptr(), second->data_ptr());
+  EXPECT_NE(first->data_ptr(), copy->data_ptr());
+  EXPECT_EQ(first->scalar_type(), at::kBFloat16);
+  EXPECT_EQ(first->sizes(), t.sizes());
+  file.reset();
+  second = at::Tensor();
+  EXPECT_TRUE(at::equal(*first, t));  // still mapped
+  EXPECT_EQ(SafetensorsFile::View(std::shared_ptr<const SafetensorsFile>(std::move(*SafetensorsFile::Open(path))), "x")
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST(SafetensorsTest, ReadsHandBuiltFile) {
   // Unsorted keys, __metadata__ in the middle, unpadded header, a 3-byte gap before the last tensor.
   const std::string header = R"({"zeta":{"dtype":"I16","shape":[1,2],"data_offsets":[8,12]},)"
