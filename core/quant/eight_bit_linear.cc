@@ -5,6 +5,7 @@
 #include <absl/strings/str_cat.h>
 #include <c10/util/Float8_e4m3fn.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -43,6 +44,19 @@ void DequantizeRows(const uint8_t* data, const float* scale, const std::array<fl
   }
 }
 
+// The same for int8 in blocks of rows small enough to stay in cache, each step one of libtorch's vectorized kernels
+// (int8 converts to fp32 exactly): 1.4x faster than the table at Mistral-3's widths. e4m3 keeps the table (libtorch's
+// fp8 conversion measured slower than it).
+void DequantizeInt8Rows(const at::Tensor& data, const at::Tensor& scale, int64_t begin, int64_t end, at::Tensor& out) {
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, data.size(1)));
+  for (int64_t r = begin; r < end; r += block) {
+    const int64_t n = std::min(block, end - r);
+    at::Tensor rows = data.narrow(0, r, n).to(at::kFloat);
+    rows.mul_(scale.narrow(0, r, n).unsqueeze(1));
+    out.narrow(0, r, n).copy_(rows);
+  }
+}
+
 }  // namespace
 
 void SetEightBitGemm(EightBitGemm gemm) { g_gemm.store(gemm); }
@@ -63,11 +77,16 @@ at::Tensor DequantizeWeightFast(const at::Tensor& data, const at::Tensor& scale,
   static const std::array<float, 256> kInt8 = ValueTable(at::kChar);
   static const std::array<float, 256> kFp8 = ValueTable(at::kFloat8_e4m3fn);
   const std::array<float, 256>& table = data.scalar_type() == at::kChar ? kInt8 : kFp8;
-  const at::Tensor bytes = data.contiguous().view(at::kByte);
   const at::Tensor s = scale.contiguous();
   const int64_t rows = data.size(0), cols = data.size(1);
   at::Tensor out = at::empty({rows, cols}, data.options().dtype(dtype));
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, cols));
+  if (data.scalar_type() == at::kChar) {
+    const at::Tensor d = data.contiguous();
+    at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) { DequantizeInt8Rows(d, s, begin, end, out); });
+    return out;
+  }
+  const at::Tensor bytes = data.contiguous().view(at::kByte);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "DequantizeWeightFast", [&] {
     const uint8_t* src = bytes.data_ptr<uint8_t>();
     const float* sp = s.data_ptr<float>();
