@@ -6,8 +6,12 @@
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_split.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <numeric>
+#include <optional>
 #include <tuple>
 
 #include "client/certs_command.h"
@@ -252,21 +256,11 @@ absl::Status PrintSchedule(const Args& args) {
   return absl::OkStatus();
 }
 
-absl::Status PrintPlan(const Args& args) {
-  // FLUX.2 or Wan, by the config's _class_name; no weights are read.
-  ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> model, OpenModelConfig(args.Get("model-config")));
-  ASSIGN_OR_RETURN(PlanSource source, PlanSourceFor(*model));
+// `baton plan`'s partitioner options, less the stage count and the budgets.
+absl::StatusOr<PartitionOptions> PlanOptionsFromArgs(const Args& args) {
   PartitionOptions opts;
   ASSIGN_OR_RETURN(opts.tokens_per_micro_batch, args.GetInt("tokens"));
   ASSIGN_OR_RETURN(opts.text_tokens_per_micro_batch, args.GetInt("text-tokens"));
-  ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
-  opts.stages = static_cast<int>(stages);
-  if (args.Has("memory-per-stage")) {
-    for (absl::string_view part : absl::StrSplit(args.Get("memory-per-stage"), ',')) {
-      ASSIGN_OR_RETURN(int64_t bytes, ParseByteSize(part));
-      opts.memory_budget_bytes.push_back(bytes);
-    }
-  }
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   opts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
   ASSIGN_OR_RETURN(opts.lora_rank, args.GetInt("rank"));
@@ -275,12 +269,64 @@ absl::Status PrintPlan(const Args& args) {
   ASSIGN_OR_RETURN(opts.device, ParsePlanDevice(args.Get("device")));
   ASSIGN_OR_RETURN(int64_t micro_batches, args.GetInt("micro-batches"));
   opts.micro_batches = static_cast<int>(micro_batches);
-  ASSIGN_OR_RETURN(Plan plan, Partition(source, opts));
-  std::fputs(RenderPlan(plan).c_str(), stdout);
+  return opts;
+}
+
+// Each replica's stage count: --replica-stages, else --replicas copies of --stages.
+absl::StatusOr<std::vector<int>> PlanReplicaStages(const Args& args) {
+  if (args.Has("replica-stages")) {
+    std::vector<int> counts;
+    for (absl::string_view part : absl::StrSplit(args.Get("replica-stages"), ',')) {
+      int count = 0;
+      if (!absl::SimpleAtoi(part, &count) || count < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--replica-stages: '", part, "' is not a stage count ≥ 1 (e.g. --replica-stages 1,2)"));
+      }
+      counts.push_back(count);
+    }
+    return counts;
+  }
+  if (args.Get("stages").empty()) return absl::InvalidArgumentError("--stages (or --replica-stages) is required");
+  ASSIGN_OR_RETURN(int64_t stages, args.GetInt("stages"));
   ASSIGN_OR_RETURN(int64_t replicas, args.GetInt("replicas"));
+  if (stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
   if (replicas < 1) return absl::InvalidArgumentError("--replicas must be ≥ 1");
-  if (replicas > 1) std::fputs(RenderReplicaLoad(plan, static_cast<int>(replicas)).c_str(), stdout);
-  if (!plan.fits) return absl::FailedPreconditionError(plan.message);
+  return std::vector<int>(replicas, static_cast<int>(stages));
+}
+
+absl::Status PrintPlan(const Args& args) {
+  // FLUX.2 or Wan, by the config's _class_name; no weights are read.
+  ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> model, OpenModelConfig(args.Get("model-config")));
+  ASSIGN_OR_RETURN(PlanSource source, PlanSourceFor(*model));
+  ASSIGN_OR_RETURN(PartitionOptions opts, PlanOptionsFromArgs(args));
+  ASSIGN_OR_RETURN(std::vector<int> counts, PlanReplicaStages(args));
+  std::vector<int64_t> budgets;
+  if (args.Has("memory-per-stage")) {
+    for (absl::string_view part : absl::StrSplit(args.Get("memory-per-stage"), ',')) {
+      ASSIGN_OR_RETURN(int64_t bytes, ParseByteSize(part));
+      budgets.push_back(bytes);
+    }
+  }
+  // Replicas of one stage count share one plan; of different counts, each gets its own (budgets: one for all, or
+  // one per worker, replica after replica).
+  const bool unequal = std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<int>()) != counts.end();
+  const int total = std::accumulate(counts.begin(), counts.end(), 0);
+  std::optional<Plan> first;
+  std::string unfit;
+  for (size_t r = 0, worker = 0; r < (unequal ? counts.size() : 1); worker += counts[r], ++r) {
+    opts.stages = counts[r];
+    opts.memory_budget_bytes = budgets;
+    if (unequal && static_cast<int>(budgets.size()) == total) {
+      opts.memory_budget_bytes.assign(budgets.begin() + worker, budgets.begin() + worker + counts[r]);
+    }
+    ASSIGN_OR_RETURN(Plan plan, Partition(source, opts));
+    if (unequal) std::printf("replica %zu (%d stages):\n", r, counts[r]);
+    std::fputs(RenderPlan(plan).c_str(), stdout);
+    if (!plan.fits && unfit.empty()) unfit = unequal ? absl::StrCat("replica ", r, ": ", plan.message) : plan.message;
+    if (!first) first = std::move(plan);
+  }
+  if (counts.size() > 1) std::fputs(RenderReplicaLoad(*first, counts).c_str(), stdout);
+  if (!unfit.empty()) return absl::FailedPreconditionError(unfit);
   return absl::OkStatus();
 }
 
@@ -401,8 +447,11 @@ const std::vector<Command>& AllCommands() {
       {"plan",
        "Partition a model config into stages by cost within per-stage memory, without allocating weights.",
        {{"model-config", "diffusers config.json of the transformer (FLUX.2 or Wan, by its _class_name)", "", true},
-        {"stages", "number of stages", "", true},
+        {"stages", "number of stages (of each replica; or --replica-stages)", ""},
         {"replicas", "data-parallel replicas of this plan (job key replicas:): adds the LoRA exchange per step", "1"},
+        {"replica-stages",
+         "each replica's stages where they differ, e.g. 1,2 (job key replica_stages:): plans each replica; "
+         "--memory-per-stage may then list every worker's budget, replica after replica"},
         {"tokens",
          "tokens per micro-batch after patchify, text included (FLUX.2 1024x1024: 4096 + 512; Wan 81 frames at "
          "480x832: 21x30x52 = 32760 + 512)",

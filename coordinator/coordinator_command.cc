@@ -16,6 +16,7 @@
 #include "core/util/log.h"
 #include "rpc/tls.h"
 #include "rpc/tls_flags.h"
+#include "stage_driver/driver_options.h"
 
 namespace baton {
 namespace {
@@ -112,7 +113,14 @@ int RunCoordinatorCommand(const CoordinatorCommand& command) {
     return 2;
   }
   CoordinatorOptions options = command.options;
-  if (!command.workers.empty()) options.workers = absl::StrSplit(command.workers, ',', absl::SkipWhitespace());
+  if (!command.workers.empty()) {
+    auto groups = ParseWorkerGroups(command.workers);
+    const absl::Status workers = groups.ok() ? ApplyWorkerGroups(*groups, options) : groups.status();
+    if (!workers.ok()) {
+      std::fprintf(stderr, "coordinator: %s\n", std::string(workers.message()).c_str());
+      return 2;
+    }
+  }
   if (metrics_server) {
     options.metrics_listen = command.metrics;
     options.metrics_address = metrics_server->address();

@@ -26,16 +26,21 @@ struct JobSetup {
   std::unique_ptr<CacheReader> cache;
   std::optional<StepSampler> sampler;  // reads `cache`, shapes inputs through `model`
   std::unique_ptr<ShellModel> shell;   // the frozen shell, on the CPU
-  Schedule schedule;
-  std::vector<std::vector<StageSpec>> plan;  // [worker][chunk] block ranges
+  Schedule schedule;                   // replica 0's (replicas of other stage counts get their own: ReplicaSet)
+  std::vector<std::vector<std::vector<StageSpec>>> plans;  // [replica][worker][chunk] block ranges
   int micro_batches = 1;
   JobFingerprint fingerprint;  // what the result depends on (coordinator/resume.h checks it on --resume)
 };
 
 // What RunCoordinator checks before it starts any worker, without starting one: the model and dataset open and
-// fit each other, the schedule suits `stages`, and the planner fits the model into them (job service: at submit).
-// A job whose dataset an encoder worker builds first is checked only as far as the model.
+// fit each other, the schedule suits `stages` (or each of the job's `replica_stages`), and the planner fits the model
+// into them (job service: at submit). A job whose dataset an encoder worker builds first is checked only as far as
+// the model.
 absl::Status CheckJobPlan(const JobConfig& job, int stages);
+
+// The job's replica shape over the coordinator's options: `replica_stages` (which sets the replicas and replica 0's
+// stages), else `replicas` where the options leave it open (0).
+absl::Status ApplyJobReplicas(const JobConfig& job, StageDriverOptions& options);
 
 // Opens everything, runs the encoder worker first when the job names one, and plans the stages.
 absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions& options);

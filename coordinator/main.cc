@@ -25,8 +25,9 @@ ABSL_FLAG(std::string, listen, "",
           "serve the job service on host:port (port 0: a free one) and run submitted jobs one at a time "
           "(baton submit); prints LISTENING host:port");
 ABSL_FLAG(std::string, workers, "",
-          "comma-separated host:port of running stage workers, one per stage "
-          "(default: start them locally on loopback)");
+          "host:port of running stage workers, one per stage (default: start them locally on loopback): "
+          "comma-separated, replica after replica; or one group per replica separated by ';' (a:1,b:1;c:1,d:1); "
+          "or @FILE with one line per replica");
 ABSL_FLAG(int64_t, steps, 0, "override the job's step count");
 ABSL_FLAG(std::string, output, "out/run",
           "output folder: lora.safetensors, train_log.jsonl, checkpoints/; with --listen the root of the jobs' "
@@ -103,7 +104,8 @@ int main(int argc, char** argv) {
   baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA
   baton::ParseBinaryFlags(
       argc, argv,
-      "coordinator --stages N [--replicas R] --job JOB.yaml [--workers host:port,...] [--steps K] [--output DIR] "
+      "coordinator --stages N [--replicas R] --job JOB.yaml [--workers host:port,...|a,b;c,d|@FILE] [--steps K] "
+      "[--output DIR] "
       "[--resume[=if-any]]\n"
       "  or: coordinator --stages N --listen HOST:PORT [--workers host:port,...] [--output ROOT] [--data_root DIR]\n"
       "  either with [--metrics HOST:PORT]; --workers and --listen need [--tls_dir DIR | --insecure], --listen with\n"

@@ -218,14 +218,14 @@ std::unique_ptr<ReplicaSet> MakeReplicas(const JobConfig& job, const Coordinator
   config.dropout_seed = DropoutBaseSeed(job.seed);
   config.stall_timeout = options.stall_timeout;
   config.split_by_speed = job.replica_split == "speed";
-  return std::make_unique<ReplicaSet>(job, options, setup.plan, config, std::move(stop), options.hooks.on_recovery);
+  return std::make_unique<ReplicaSet>(job, options, setup.plans, config, std::move(stop), options.hooks.on_recovery);
 }
 
 }  // namespace
 
 absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& given) {
   CoordinatorOptions options = given;
-  if (options.replicas == 0) options.replicas = static_cast<int>(job.replicas);
+  RETURN_IF_ERROR(ApplyJobReplicas(job, options));
   RETURN_IF_ERROR(CheckStageDriverOptions(options));
   SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(JobSetup setup, SetUpJob(job, options));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <absl/status/status.h>
+#include <absl/status/statusor.h>
 #include <absl/time/time.h>
 
 #include <string>
@@ -12,10 +13,13 @@
 namespace baton {
 
 struct StageDriverOptions {
-  int stages = 1;    // per replica
+  int stages = 1;    // per replica (replica 0's when replica_stages differ)
   int replicas = 1;  // data-parallel pipelines (stage_driver/replica_set.h), each of `stages` workers
-  // host:port per stage, replica after replica (replica r's stage i is workers[r * stages + i]); empty = start local
-  // stage workers
+  // Stages per replica where replicas differ (a 48 GB card as a one-stage replica beside two 24 GB cards as a
+  // two-stage one): `replicas` entries; empty = every replica has `stages`.
+  std::vector<int> replica_stages;
+  // host:port per stage, replica after replica (replica r's stage i is workers[FirstWorker(r) + i]); empty = start
+  // local stage workers
   std::vector<std::string> workers;
   std::string output_dir = "out/run";                  // the run's folder (prometheus_targets.json with metrics)
   absl::Duration rpc_timeout = absl::Seconds(300);     // any one RPC, including a whole step
@@ -35,10 +39,27 @@ struct StageDriverOptions {
   // process's own server is bound. Local stage workers serve theirs on HOST:PORT+1+i (PORT 0: free ports); the run
   // prints them all and writes <output_dir>/prometheus_targets.json.
   std::string metrics_listen, metrics_address;
+
+  int StagesOf(int replica) const { return replica_stages.empty() ? stages : replica_stages[replica]; }
+  int FirstWorker(int replica) const;  // the global index of replica r's stage 0 (workers, devices, metrics ports)
+  int TotalWorkers() const { return FirstWorker(replicas); }
+  bool UnequalReplicas() const;  // replica_stages holds two different counts
 };
 
-// INVALID_ARGUMENT unless stages ≥ 1, replicas ≥ 1 and --workers, when given, lists one address per stage of every
-// replica.
+// The --workers flag: stage workers' host:port, replica after replica, in one of three forms:
+//   "a:1,b:1,c:1,d:1"       one list (with --replicas R: R groups of --stages, in order)
+//   "a:1,b:1;c:1,d:1"       one group per replica, separated by ';'
+//   "@cluster.txt"          a file with one line per replica (addresses separated by ',' or spaces; '#' comments)
+// The groups as given (one group for the first form). INVALID_ARGUMENT for an empty group or an unreadable file.
+absl::StatusOr<std::vector<std::vector<std::string>>> ParseWorkerGroups(const std::string& flag);
+
+// Fills options.workers from the groups. Several groups fix the replica count (options.replicas 0 = take it; another
+// count is an error) and each replica's stages: groups of one size must hold options.stages addresses (errors name
+// the group); groups of different sizes set options.replica_stages (and options.stages to replica 0's).
+absl::Status ApplyWorkerGroups(const std::vector<std::vector<std::string>>& groups, StageDriverOptions& options);
+
+// INVALID_ARGUMENT unless stages ≥ 1, replicas ≥ 1, replica_stages (when given) one count ≥ 1 per replica, and
+// --workers, when given, lists one address per stage of every replica.
 absl::Status CheckStageDriverOptions(const StageDriverOptions& options);
 
 }  // namespace baton

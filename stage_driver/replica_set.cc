@@ -43,7 +43,7 @@ absl::StatusOr<StepOutputs> MergeReplicaOutputs(std::vector<StepOutputs> outputs
 }
 
 ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
-                       const std::vector<std::vector<StageSpec>>& plan, ReplicaFleetConfig config,
+                       const std::vector<std::vector<std::vector<StageSpec>>>& plans, ReplicaFleetConfig config,
                        std::function<bool()> stop, StepExecutor::OnRecovery on_recovery)
     : options_(options),
       config_(std::move(config)),
@@ -52,7 +52,6 @@ ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
       state_(options.replicas, State::kReady),
       recovery_errors_(options.replicas),
       speeds_(options.replicas) {
-  const int stages = options.stages;
   for (int r = 0; r < options.replicas; ++r) {
     auto replica = std::make_unique<Replica>();
     StageFleet& fleet = replica->fleet;
@@ -60,11 +59,11 @@ ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
     fleet.loss_scale = config_.loss_scale;
     fleet.dropout_seed = config_.dropout_seed;
     fleet.stall_timeout = config_.stall_timeout;
-    replica->stages = std::make_unique<StageSet>(job, options, plan, &fleet, stop, r);
+    replica->stages = std::make_unique<StageSet>(job, options, plans[r], &fleet, stop, r);
     StepExecutor::OnRecovery hook;
     if (on_recovery) {
-      hook = [on_recovery, r, stages](int64_t step, int stage, const std::string& cause) {
-        on_recovery(step, stage < 0 ? stage : r * stages + stage, cause);
+      hook = [on_recovery, first = options.FirstWorker(r)](int64_t step, int stage, const std::string& cause) {
+        on_recovery(step, stage < 0 ? stage : first + stage, cause);
       };
     }
     replica->executor = std::make_unique<StepExecutor>(options, &fleet, replica->stages.get(), stop, hook);
@@ -98,11 +97,16 @@ StepExecutor& ReplicaSet::executor(int r) { return *replicas_[r]->executor; }
 absl::Status ReplicaSet::Start() {
   // Every slice size a split can give, so that Run only looks schedules up (interleaved: multiples of the stages).
   const int unit = Unit();
-  for (int m = unit; m <= config_.micro_batches; m += unit) {
-    ASSIGN_OR_RETURN(schedules_[m], MakeSchedule(config_.schedule_kind, options_.stages, m, config_.chunks));
+  for (int r = 0; r < size(); ++r) {
+    const int stages = options_.StagesOf(r);
+    for (int m = unit; m <= config_.micro_batches; m += unit) {
+      if (schedules_.count({stages, m})) continue;
+      ASSIGN_OR_RETURN(schedules_[std::make_pair(stages, m)],
+                       MakeSchedule(config_.schedule_kind, stages, m, config_.chunks));
+    }
+    // Until the first step sets each replica's share: forward-only passes read only the chunks from it.
+    replicas_[r]->fleet.schedule = schedules_.at({stages, unit});
   }
-  // Until the first step sets each replica's share: forward-only passes read only the chunks from it.
-  for (auto& replica : replicas_) replica->fleet.schedule = schedules_.begin()->second;
   RETURN_IF_ERROR(ParallelFor(size(), [&](int r) { return replicas_[r]->stages->Start(); }));
   return PublishTargets();
 }
@@ -176,7 +180,7 @@ absl::StatusOr<StepOutputs> ReplicaSet::RunOne(int64_t step, const StepInputs& i
                                                const std::function<void()>& on_started,
                                                const std::function<void()>& on_abort) {
   Replica& replica = *replicas_[0];
-  replica.fleet.schedule = schedules_.at(config_.micro_batches);
+  replica.fleet.schedule = schedules_.at({options_.StagesOf(0), config_.micro_batches});
   replica.fleet.first_micro_batch = 0;
   StepInputs all = inputs;
   {
@@ -212,7 +216,7 @@ std::vector<absl::StatusOr<StepOutputs>> ReplicaSet::RunSlices(int64_t step, con
   (void)ParallelFor(static_cast<int>(slices.size()), [&](int k) {
     const Slice& slice = slices[k];
     Replica& replica = *replicas_[slice.replica];
-    replica.fleet.schedule = schedules_.at(slice.count);
+    replica.fleet.schedule = schedules_.at({options_.StagesOf(slice.replica), slice.count});
     replica.fleet.first_micro_batch = slice.first;
     StepInputs part = SliceStepInputs(inputs, slice.first, slice.count);
     {
@@ -240,7 +244,7 @@ absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failur
   }
   const StepLoss loss = replicas_[r]->executor->Diagnose(failure);
   if (!loss.retryable) return failure;
-  if (on_recovery_) on_recovery_(step + 1, loss.suspect < 0 ? -1 : r * options_.stages + loss.suspect, loss.cause);
+  if (on_recovery_) on_recovery_(step + 1, loss.suspect < 0 ? -1 : options_.FirstWorker(r) + loss.suspect, loss.cause);
   LogWarning("step ", step + 1, ": replica ", r, ": ", loss.what,
              "; its micro-batches go to the other replicas while it ",
              replicas_[r]->stages->local() ? "is restarted" : "is waited for");

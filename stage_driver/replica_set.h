@@ -48,11 +48,13 @@ struct ReplicaFleetConfig {
 // With one replica a lost stage is recovered and the step redone (StepExecutor), as before replicas, bit for bit.
 class ReplicaSet {
  public:
-  // `job`, `options` (options.replicas pipelines of options.stages workers) and `plan` must outlive the set; `stop`
-  // is polled while waiting for workers; `on_recovery` (optional) gets the global worker index (replica · stages +
-  // stage) of a lost stage.
-  ReplicaSet(const JobConfig& job, const StageDriverOptions& options, const std::vector<std::vector<StageSpec>>& plan,
-             ReplicaFleetConfig config, std::function<bool()> stop, StepExecutor::OnRecovery on_recovery);
+  // `job`, `options` (options.replicas pipelines of options.StagesOf(r) workers) and `plans` ([replica] the
+  // planner's [worker][chunk] ranges) must outlive the set; `stop` is polled while waiting for workers; `on_recovery`
+  // (optional) gets the global worker index (options.FirstWorker(replica) + stage) of a lost stage. Replicas of
+  // different stage counts need a schedule that is not interleaved (a slice is a multiple of the stages there).
+  ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
+             const std::vector<std::vector<std::vector<StageSpec>>>& plans, ReplicaFleetConfig config,
+             std::function<bool()> stop, StepExecutor::OnRecovery on_recovery);
   ~ReplicaSet();
 
   // Every replica's workers started (or taken), connected and configured, the replicas in parallel.
@@ -127,7 +129,7 @@ class ReplicaSet {
   const ReplicaFleetConfig config_;
   StepExecutor::OnRecovery on_recovery_;
   std::vector<std::unique_ptr<Replica>> replicas_;
-  std::map<int, Schedule> schedules_;    // by micro-batches; filled by Start, read-only afterwards
+  std::map<std::pair<int, int>, Schedule> schedules_;  // by (stages, micro-batches); filled by Start, then read-only
   std::vector<std::thread> recoveries_;  // [replica]; started and joined by the thread that calls Run and Stop
   absl::Mutex abort_mu_;                 // serialises the callers' on_abort across replica threads
   mutable absl::Mutex mu_;

@@ -60,6 +60,17 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, Sam
   return popts;
 }
 
+JobConfig ReplicaJob(const JobConfig& job, const StageDriverOptions& options, int replica) {
+  JobConfig out = job;
+  const int first = options.FirstWorker(replica), count = options.StagesOf(replica);
+  for (std::vector<std::string>* list : {&out.devices, &out.memory_per_stage}) {
+    if (options.replicas > 1 && static_cast<int>(list->size()) == options.TotalWorkers()) {
+      *list = std::vector<std::string>(list->begin() + first, list->begin() + first + count);
+    }
+  }
+  return out;
+}
+
 // What each worker runs: [worker][chunk] block ranges -- one per worker, or v (interleaved) -- from the planner:
 // blocks to stages (or to p·v chunks) by compute, within each worker's memory budget. Prints the plan.
 absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const ModelFamily& model,

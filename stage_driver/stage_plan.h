@@ -11,6 +11,7 @@
 #include "core/model/model_family.h"
 #include "core/pipeline/partition.h"
 #include "core/train/job.h"
+#include "stage_driver/driver_options.h"
 
 namespace baton {
 
@@ -29,6 +30,10 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, con
                                                        at::ScalarType dtype, bool remote_workers = false);
 absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, SampleTokens tokens, int stages,
                                                        at::ScalarType dtype, bool remote_workers = false);
+
+// Replica r's view of the job when replicas differ: `devices` and `memory_per_stage` that list every worker
+// (replica after replica: options.TotalWorkers() entries) are cut to replica r's; other lists are left whole.
+JobConfig ReplicaJob(const JobConfig& job, const StageDriverOptions& options, int replica);
 
 // [worker][chunk] block ranges: one per worker, or v (interleaved).
 absl::StatusOr<std::vector<std::vector<StageSpec>>> PlanStages(const JobConfig& job, const ModelFamily& model,

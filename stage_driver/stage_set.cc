@@ -18,7 +18,7 @@ namespace {
 // around, worker p-1's outputs feeding worker 0's next chunk).
 v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string& job_id,
                                          const std::vector<StageSpec>& chunks, int i,
-                                         const std::vector<std::string>& addresses, int replica) {
+                                         const std::vector<std::string>& addresses, int replica, int first_worker) {
   const int p = static_cast<int>(addresses.size());
   const StageSpec& spec = chunks.front();
   v1::ConfigureRequest req;
@@ -38,7 +38,7 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.set_dtype(job.dtype);
   // Without `devices:` in the job each worker computes on its own --device (local workers: cpu).
   // With replicas, `devices:` lists replica 0's stages, then replica 1's, ...
-  const size_t device = static_cast<size_t>(replica) * addresses.size() + static_cast<size_t>(i);
+  const size_t device = static_cast<size_t>(first_worker) + static_cast<size_t>(i);
   if (device < job.devices.size()) req.set_device(job.devices[device]);
   // The planner's per-stage decision (recompute: auto decides from the budget; true = all, false = none).
   // Interleaved: every chunk of every worker got the same all-or-nothing decision (PlanStages).
@@ -92,8 +92,8 @@ absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
     if (publish_targets) {  // remote workers' metrics ports are their operators' to list
       RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, {}, !options.quiet));
     }
-    const auto first = options.workers.begin() + static_cast<std::ptrdiff_t>(replica_) * options.stages;
-    return std::vector<std::string>(first, first + options.stages);
+    const auto first = options.workers.begin() + options.FirstWorker(replica_);
+    return std::vector<std::string>(first, first + options.StagesOf(replica_));
   }
   LocalWorkerOptions lopts;
   if (!options.stage_worker_binary.empty()) lopts.binary = options.stage_worker_binary;
@@ -108,15 +108,16 @@ absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
   if (auto root = CommonRoot({job.model, job.model_config}); root.ok()) {
     lopts.extra_args.push_back(absl::StrCat("--model_root=", *root));
   }
-  for (int i = 0; i < options.stages && !options.metrics_listen.empty(); ++i) {
-    ASSIGN_OR_RETURN(std::string listen, StageMetricsListen(options.metrics_listen, replica_ * options.stages + i));
+  const int stages = options.StagesOf(replica_);
+  for (int i = 0; i < stages && !options.metrics_listen.empty(); ++i) {
+    ASSIGN_OR_RETURN(std::string listen, StageMetricsListen(options.metrics_listen, options.FirstWorker(replica_) + i));
     lopts.worker_args.push_back({absl::StrCat("--metrics=", listen)});
   }
-  ASSIGN_OR_RETURN(*local, LocalWorkers::Start(options.stages, lopts));
+  ASSIGN_OR_RETURN(*local, LocalWorkers::Start(stages, lopts));
   std::vector<std::string> addresses = (*local)->addresses();
   if (!options.quiet) {
     const std::string whose = options.replicas > 1 ? absl::StrCat(" for replica ", replica_) : "";
-    std::printf("started %d local stage workers%s: %s\n", options.stages, whose.c_str(),
+    std::printf("started %d local stage workers%s: %s\n", stages, whose.c_str(),
                 absl::StrJoin(addresses, ", ").c_str());
   }
   if (publish_targets) {
@@ -161,7 +162,8 @@ absl::Status StageSet::Configure() {
 }
 
 v1::ConfigureRequest StageSet::ConfigureRequestFor(int i) const {
-  v1::ConfigureRequest req = baton::ConfigureRequestFor(job_, fleet_->job_id, plan_[i], i, addresses_, replica_);
+  v1::ConfigureRequest req = baton::ConfigureRequestFor(job_, fleet_->job_id, plan_[i], i, addresses_, replica_,
+                                                        options_.FirstWorker(replica_));
   req.set_generation(fleet_->generation);
   req.set_run_id(fleet_->run_id);
   return req;

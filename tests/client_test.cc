@@ -124,6 +124,16 @@ TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB", "--quantize",
                        "int8"}),
             0);
+  // A 48 GB card as a one-stage replica beside two 24 GB cards as a two-stage one: each replica planned for its own
+  // budgets (every worker's, replica after replica); the same three budgets of 24 GB do not fit the one-stage replica.
+  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--replica-stages", "1,2", "--memory-per-stage",
+                       "48GB,24GB,24GB", "--quantize", "int8"}),
+            0);
+  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--replica-stages", "1,2", "--memory-per-stage", "24GB",
+                       "--quantize", "int8"}),
+            1);
+  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--replica-stages", "1,x"}), 1);
+  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--quantize", "int8"}), 1);  // neither --stages nor replicas
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--quantize", "int4"}), 1);
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--recompute", "maybe"}), 1);
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--device", "tpu"}), 1);

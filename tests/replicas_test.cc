@@ -135,6 +135,44 @@ TEST_F(ReplicasTest, TheSpeedSplitDealsEveryMicroBatchAndStaysEquivalent) {
   EXPECT_LE(MaxLoraDifference("local_speed", "speed"), 1e-4);
 }
 
+// Replicas of different stage counts (a one-stage replica beside a two-stage one, `replica_stages: [1, 2]`): each
+// runs its own plan and schedule over its own workers, and the LoRA is one process's within the tolerance above (two
+// micro-batches per replica: the sums in another order). A worker of the two-stage replica killed mid-run costs
+// neither the step nor the LoRA.
+TEST_F(ReplicasTest, ReplicasOfDifferentStageCountsTrainTheLoraOfOnePipeline) {
+  const JobConfig job = Job("replica_split: equal\nreplica_stages: [1, 2]\n");
+  ASSERT_EQ(job.replicas, 2);
+  auto local = RunLocalTraining(job, JoinPath(*dir_, "local_unequal"), 6);
+  ASSERT_TRUE(local.ok()) << local.status();
+  CoordinatorOptions options = test_util::LocalStagesOptions(2, JoinPath(*dir_, "unequal"));
+  options.steps = 6;
+  std::mutex mu;
+  std::vector<int> lost;  // global worker indices
+  options.hooks.on_recovery = [&](int64_t, int worker, const std::string&) {
+    std::lock_guard<std::mutex> lock(mu);
+    lost.push_back(worker);
+  };
+  std::thread killer([&] {
+    test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 2);
+    const std::vector<pid_t> workers = test_util::OurStageWorkers();
+    ASSERT_EQ(workers.size(), 3u);  // 1 + 2
+    ::kill(workers.back(), SIGKILL);
+  });
+  auto run = RunCoordinator(job, options);
+  killer.join();
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->steps.size(), 6u);
+  EXPECT_EQ(run->steps[0].replica_micro_batches, (std::vector<int>{2, 2}));
+  for (const PipelineStepRecord& rec : run->steps) {
+    EXPECT_EQ(std::accumulate(rec.replica_micro_batches.begin(), rec.replica_micro_batches.end(), 0), 4);
+  }
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_TRUE(lost[0] >= 0 && lost[0] < 3) << lost[0];
+  const double diff = MaxLoraDifference("local_unequal", "unequal");
+  std::printf("1 + 2 stages: largest LoRA difference from one process after 6 steps: %.3g\n", diff);
+  EXPECT_LE(diff, 1e-4);
+}
+
 // A worker of one replica killed mid-run: that replica leaves the step, its micro-batches run on the other one (the
 // step completes without waiting for the restart), and the restarted replica rejoins at a later step. The step of
 // the loss is bitwise the uninterrupted run's (the lost slice ran whole on the survivor: the same sums in the same
@@ -266,6 +304,25 @@ TEST_F(ReplicasTest, WhatCannotBeSplitIsRefused) {
   auto run = RunCoordinator(Job(), options);
   ASSERT_FALSE(run.ok());
   EXPECT_NE(run.status().message().find("3 addresses for 2 replicas of 2 stages"), std::string::npos) << run.status();
+
+  auto counts =
+      ParseJobYaml("model: m\ndataset: d\nbatch_size: 4\nmicro_batches: 4\nreplicas: 3\nreplica_stages: [1, 2]\n");
+  ASSERT_FALSE(counts.ok());
+  EXPECT_NE(counts.status().message().find("one stage count per replica"), std::string::npos) << counts.status();
+  options.workers.clear();
+  options.replicas = 3;
+  auto flag = RunCoordinator(Job("replica_stages: [1, 2]\n"), options);
+  ASSERT_FALSE(flag.ok());
+  EXPECT_NE(flag.status().message().find("--replicas 3 but the job's replica_stages lists 2"), std::string::npos)
+      << flag.status();
+  options.replicas = 0;
+  JobConfig unequal = Job("replica_stages: [1, 2]\n");
+  unequal.schedule = "interleaved";
+  unequal.chunks = 2;
+  auto interleaved = RunCoordinator(unequal, options);
+  ASSERT_FALSE(interleaved.ok());
+  EXPECT_NE(interleaved.status().message().find("need schedule: gpipe or 1f1b"), std::string::npos)
+      << interleaved.status();
 }
 
 }  // namespace

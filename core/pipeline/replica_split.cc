@@ -1,8 +1,13 @@
 #include "core/pipeline/replica_split.h"
 
+#include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
+#include <string>
 
 namespace baton {
 
@@ -49,17 +54,23 @@ void ReplicaSpeeds::Record(int replica, int micro_batches, double seconds) {
   s = s > 0 ? (1 - weight_) * s + weight_ * now : now;
 }
 
-std::string RenderReplicaLoad(const Plan& plan, int replicas) {
+std::string RenderReplicaLoad(const Plan& plan, const std::vector<int>& replica_stages) {
   int64_t lora_params = 0;
   for (const StageSpec& s : plan.stages) lora_params += s.lora_params;
-  const double replica_bytes = 4.0 * static_cast<double>(lora_params);  // fp32, each way
+  const int replicas = static_cast<int>(replica_stages.size());
+  const int workers = std::accumulate(replica_stages.begin(), replica_stages.end(), 0);
+  const bool unequal = std::adjacent_find(replica_stages.begin(), replica_stages.end(), std::not_equal_to<int>()) !=
+                       replica_stages.end();
+  const std::string shape =
+      unequal ? absl::StrCat(replicas, " of ", absl::StrJoin(replica_stages, "+"), " stages (", workers, " workers)")
+              : absl::StrCat(replicas, " copies of this plan (", workers, " workers)");
+  const double replica_bytes = 4.0 * static_cast<double>(lora_params);  // fp32, each way, however it is staged
   const double link_bytes = replica_bytes * replicas;
   return absl::StrFormat(
-      "replicas: %d copies of this plan (%d workers); each step every replica's stages send %.1f MB of fp32 LoRA "
-      "gradients to the coordinator and get %.1f MB of adapters back: the coordinator's link carries %.1f MB each "
-      "way per step (%.2f s at 1 Gbit/s, %.3f s at 10 Gbit/s)\n",
-      replicas, replicas * static_cast<int>(plan.stages.size()), replica_bytes / 1e6, replica_bytes / 1e6,
-      link_bytes / 1e6, link_bytes * 8 / 1e9, link_bytes * 8 / 1e10);
+      "replicas: %s; each step every replica's stages send %.1f MB of fp32 LoRA gradients to the coordinator and "
+      "get %.1f MB of adapters back: the coordinator's link carries %.1f MB each way per step (%.2f s at 1 Gbit/s, "
+      "%.3f s at 10 Gbit/s)\n",
+      shape, replica_bytes / 1e6, replica_bytes / 1e6, link_bytes / 1e6, link_bytes * 8 / 1e9, link_bytes * 8 / 1e10);
 }
 
 }  // namespace baton

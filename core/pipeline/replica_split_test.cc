@@ -57,8 +57,11 @@ TEST(ReplicaSplitTest, ThePlanShowsTheLoraExchangeOnTheCoordinatorsLink) {
   plan.stages.resize(2);
   plan.stages[0].lora_params = 30'000'000;
   plan.stages[1].lora_params = 47'000'000;  // FLUX.2-dev's rank-16 all-linear adapters: ~77 M
-  const std::string text = RenderReplicaLoad(plan, 2);
+  const std::string text = RenderReplicaLoad(plan, {2, 2});
   EXPECT_NE(text.find("replicas: 2 copies of this plan (4 workers)"), std::string::npos) << text;
+  const std::string unequal = RenderReplicaLoad(plan, {1, 2});
+  EXPECT_NE(unequal.find("replicas: 2 of 1+2 stages (3 workers)"), std::string::npos) << unequal;
+  EXPECT_NE(unequal.find("carries 616.0 MB each way"), std::string::npos) << unequal;
   EXPECT_NE(text.find("send 308.0 MB of fp32 LoRA gradients"), std::string::npos) << text;
   EXPECT_NE(text.find("carries 616.0 MB each way per step (4.93 s at 1 Gbit/s, 0.493 s at 10 Gbit/s)"),
             std::string::npos)

@@ -325,6 +325,19 @@ absl::Status ParseRunKeys(Reader& r, YAML::Node root, JobConfig& job) {
                           absl::StrCat("must be in [1, ", kMaxJobStages, "]")));
   RETURN_IF_ERROR(r.Check(job.micro_batches >= job.replicas, root, "replicas",
                           "must be at most micro_batches (each replica runs whole micro-batches)"));
+  RETURN_IF_ERROR(r.GetList(root, "replica_stages", kMaxJobStages, "one stage count per replica", &job.replica_stages));
+  if (!job.replica_stages.empty()) {
+    RETURN_IF_ERROR(
+        r.Check(!root["replicas"].IsDefined() || job.replicas == static_cast<int64_t>(job.replica_stages.size()), root,
+                "replica_stages", "must list one stage count per replica (`replicas:`)"));
+    job.replicas = static_cast<int64_t>(job.replica_stages.size());
+    for (int64_t stages : job.replica_stages) {
+      RETURN_IF_ERROR(r.Check(stages >= 1 && stages <= static_cast<int64_t>(kMaxJobStages), root, "replica_stages",
+                              absl::StrCat("each count must be in [1, ", kMaxJobStages, "]")));
+    }
+    RETURN_IF_ERROR(r.Check(job.micro_batches >= job.replicas, root, "replica_stages",
+                            "must list at most micro_batches replicas (each replica runs whole micro-batches)"));
+  }
   RETURN_IF_ERROR(r.Get(root, "replica_split", &job.replica_split));
   RETURN_IF_ERROR(r.Check(job.replica_split == "speed" || job.replica_split == "equal", root, "replica_split",
                           "must be speed or equal"));
@@ -358,14 +371,14 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   Reader r(source);
   JobConfig job;
   job.source = source;
-  RETURN_IF_ERROR(r.Keys(root, "the job", {"model",      "model_config",     "dataset",      "lora",
-                                           "init_lora",  "optimizer",        "timesteps",    "steps",
-                                           "batch_size", "micro_batches",    "schedule",     "recompute",
-                                           "seed",       "checkpoint_every", "dtype",        "devices",
-                                           "guidance",   "save_bfl",         "threads",      "memory_per_stage",
-                                           "encode",     "wire_dtype",       "quantize",     "chunks",
-                                           "name",       "validation",       "samples",      "deterministic",
-                                           "expert",     "replicas",         "replica_split"}));
+  RETURN_IF_ERROR(r.Keys(root, "the job", {"model",      "model_config",     "dataset",       "lora",
+                                           "init_lora",  "optimizer",        "timesteps",     "steps",
+                                           "batch_size", "micro_batches",    "schedule",      "recompute",
+                                           "seed",       "checkpoint_every", "dtype",         "devices",
+                                           "guidance",   "save_bfl",         "threads",       "memory_per_stage",
+                                           "encode",     "wire_dtype",       "quantize",      "chunks",
+                                           "name",       "validation",       "samples",       "deterministic",
+                                           "expert",     "replicas",         "replica_split", "replica_stages"}));
   RETURN_IF_ERROR(r.Get(root, "name", &job.name));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));

@@ -112,6 +112,7 @@ struct SamplesConfig {
 //   quantize: none                      # none | int8 | fp8: the blocks' frozen Linear weights in 8 bits
 //   schedule: interleaved, chunks: 2    # interleaved 1F1B: chunks (2..26, default 2) model chunks per stage
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
+//   replicas: 2, replica_split: speed   # data-parallel pipelines; replica_stages: [1, 2] when they differ in stages
 //   encode: {images: data/, encoder_worker: host:5000, resolution: 1024, quantize: none}  # optional: build the cache
 //   validation: {every: 20, samples: 4, timesteps: [0.1, 0.3, 0.5, 0.7, 0.9]}  # optional: held-out loss
 //   samples: {every: 20, prompts: ["a dog"], steps: 28, guidance: 4.0, size: [512, 512], seed: 0}  # optional
@@ -137,6 +138,10 @@ struct JobConfig {
   // measured seconds per micro-batch) | equal. What is learned does not depend on either (float summation order).
   int64_t replicas = 1;
   std::string replica_split = "speed";
+  // Stages per replica where they differ (`replica_stages: [1, 2]`: a one-stage replica beside a two-stage one);
+  // sets `replicas` and overrides the coordinator's --stages. `devices` and `memory_per_stage` then list every
+  // worker, replica after replica.
+  std::vector<int64_t> replica_stages;
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
   int64_t chunks = 1;             // model chunks per stage: 1, or >= 2 (default 2) with interleaved
   // auto: the planner recomputes the first blocks of a stage only where its memory budget requires it;

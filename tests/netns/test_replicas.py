@@ -1,6 +1,7 @@
 """Two data-parallel replicas of a 2-stage pipeline on four hosts: the coordinator and four stage workers in five
 network namespaces on one switch (tests/netns/topology.sh), every link shaped to 1 Gbit/s both ways, mutual TLS
-from `baton certs`. `coordinator --stages 2 --replicas 2 --workers r0s0,r0s1,r1s0,r1s1` (replica_split: equal, so
+from `baton certs`. `coordinator --stages 2 --workers @cluster.txt` (one line per replica: r0s0 r0s1, then r1s0,r1s1;
+the file gives the replica count) with replica_split: equal (so
 each replica runs 2 of the 4 micro-batches every step) must give, bit for bit, the LoRA and losses of the same job
 with 2 replicas on loopback. The report gives the bytes each host's link carried: the coordinator's carries every
 replica's gradients and new adapters (they meet there), the stages' links their activations.
@@ -27,10 +28,13 @@ def run_in_namespaces(tag, work, job, certs):
     addresses = [f"{HOSTS[h]}:{two.PORT}" for h in WORKERS]
     logs = [open(os.path.join(work, f"{h}.log"), "w") for h in WORKERS]
     workers = [two.start_worker(f"{tag}-{h}", a, log, certs, work) for h, a, log in zip(WORKERS, addresses, logs)]
+    cluster = os.path.join(work, "cluster.txt")  # the cluster-file form: one line per replica, the count from it
+    with open(cluster, "w") as f:
+        f.write("# replica 0: two cards\n" + " ".join(addresses[:2]) + "\n" + ",".join(addresses[2:]) + "\n")
     try:
         before = two.link_bytes(tag)
         two.run(["ip", "netns", "exec", f"{tag}-c", os.path.join(two.BIN_DIR, "coordinator"), "--stages", "2",
-                 "--replicas", "2", "--workers", ",".join(addresses), "--tls_dir", os.path.join(certs, HOSTS["c"]),
+                 "--workers", f"@{cluster}", "--tls_dir", os.path.join(certs, HOSTS["c"]),
                  "--job", job, "--output", f"{work}/netns"])
         return before, two.link_bytes(tag)
     finally:
