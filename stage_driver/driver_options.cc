@@ -32,9 +32,7 @@ absl::StatusOr<std::vector<std::vector<std::string>>> ParseWorkerGroups(const st
   if (absl::StartsWith(flag, "@")) {
     const std::string path = flag.substr(1);
     ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-    int line_number = 0;
     for (absl::string_view line : absl::StrSplit(text, '\n')) {
-      ++line_number;
       line = line.substr(0, line.find('#'));
       if (absl::StripAsciiWhitespace(line).empty()) continue;
       groups.push_back(Addresses(line));

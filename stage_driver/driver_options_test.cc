@@ -22,7 +22,8 @@ TEST(WorkerGroupsTest, OneListSemicolonGroupsAndAClusterFileGiveTheSameWorkers) 
   EXPECT_EQ(*grouped, (Groups{{"a:1", "b:1"}, {"c:1", "d:1"}}));
 
   const std::string path = JoinPath(::testing::TempDir(), "cluster.txt");
-  ASSERT_TRUE(WriteFileAtomic(path, "# two PCs, two cards each\npcA:7001 pcA:7002  # replica 0\n\npcB:7001,pcB:7002\n").ok());
+  ASSERT_TRUE(
+      WriteFileAtomic(path, "# two PCs, two cards each\npcA:7001 pcA:7002  # replica 0\n\npcB:7001,pcB:7002\n").ok());
   auto file = ParseWorkerGroups("@" + path);
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(*file, (Groups{{"pcA:7001", "pcA:7002"}, {"pcB:7001", "pcB:7002"}}));

@@ -282,12 +282,7 @@ absl::StatusOr<at::Tensor> SafetensorsFile::Load(const std::string& key, at::Sca
   const at::ScalarType stored = FindDtype(e.dtype)->type;
   const uint64_t nbytes = e.end - e.begin;
   const uint8_t* src = data_ + e.begin;
-  if (nbytes > 0) {
-    // Start readahead for exactly this tensor's pages; madvise needs a page-aligned start.
-    static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(src) & ~(kPage - 1);
-    ::madvise(reinterpret_cast<void*>(lo), reinterpret_cast<uintptr_t>(src) + nbytes - lo, MADV_WILLNEED);
-  }
+  StartReadahead(src, nbytes);
   at::Tensor out;
   RETURN_IF_ERROR(Annotate(TorchCall("load",
                                      [&] {
@@ -307,9 +302,7 @@ absl::StatusOr<at::Tensor> SafetensorsFile::View(const std::shared_ptr<const Saf
   const uint64_t nbytes = e.end - e.begin;
   const uint8_t* src = file->data_ + e.begin;
   if (nbytes == 0 || reinterpret_cast<uintptr_t>(src) % c10::elementSize(stored) != 0) return file->Load(key);
-  static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(src) & ~(kPage - 1);
-  ::madvise(reinterpret_cast<void*>(lo), reinterpret_cast<uintptr_t>(src) + nbytes - lo, MADV_WILLNEED);
+  StartReadahead(src, nbytes);
   at::Tensor out;
   RETURN_IF_ERROR(Annotate(TorchCall("view",
                                      [&] {
@@ -320,6 +313,14 @@ absl::StatusOr<at::Tensor> SafetensorsFile::View(const std::shared_ptr<const Saf
                                      }),
                            absl::StrCat(file->path_, ": tensor '", key, "'")));
   return out;
+}
+
+void SafetensorsFile::StartReadahead(const uint8_t* src, uint64_t nbytes) {
+  if (nbytes == 0) return;
+  // Exactly this tensor's pages; madvise needs a page-aligned start.
+  static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(src) & ~(kPage - 1);
+  ::madvise(reinterpret_cast<void*>(lo), reinterpret_cast<uintptr_t>(src) + nbytes - lo, MADV_WILLNEED);
 }
 
 void SafetensorsFile::ReleaseMappedPages(const uint8_t* src, uint64_t nbytes) {

@@ -49,6 +49,7 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
+  static void StartReadahead(const uint8_t* src, uint64_t nbytes);
   static void ReleaseMappedPages(const uint8_t* src, uint64_t nbytes);
   std::string path_;
   int fd_ = -1;
