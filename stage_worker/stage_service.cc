@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "core/util/log.h"
@@ -114,6 +116,7 @@ grpc::Status StageServiceImpl::Shutdown(grpc::ServerContext*, const google::prot
 }
 
 namespace {
+constexpr std::chrono::seconds kShutdownGrace{8};  // StopServer's 2 s drain, then the runner's teardown
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 }  // namespace
@@ -132,6 +135,16 @@ absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions&
   on_listening(address);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   LogInfo("shutting down");
+  // A handler that does not return after its cancellation, or a channel that will not close, must not keep a stopped
+  // worker alive (a supervisor would SIGKILL it later anyway): it holds nothing of the job's that the coordinator
+  // does not, so after kShutdownGrace it exits regardless, saying so.
+  std::thread([] {
+    std::this_thread::sleep_for(kShutdownGrace);
+    std::fprintf(stderr, "stage_worker: shutdown did not finish within %lld s; exiting now\n",
+                 static_cast<long long>(kShutdownGrace.count()));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }).detach();
   StopServer(*started.server);
   return absl::OkStatus();
 }

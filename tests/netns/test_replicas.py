@@ -41,7 +41,7 @@ def run_in_namespaces(tag, work, job, certs):
         for w in workers:
             w.terminate()
         for w in workers:
-            w.wait(timeout=10)
+            w.wait(timeout=20)  # a stopped worker exits within its 8 s shutdown grace
 
 
 def main():
