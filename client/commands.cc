@@ -330,6 +330,44 @@ absl::Status PrintPlan(const Args& args) {
   return absl::OkStatus();
 }
 
+// `baton schedule`: a schedule's timeline and bubble.
+Command ScheduleCommand() {
+  return {"schedule",
+          "Print a pipeline schedule's timeline (GPipe, 1F1B or interleaved 1F1B) with its bubble.",
+          {{"stages", "pipeline stages", "", true},
+           {"micro-batches", "micro-batches per step", "", true},
+           {"kind", "gpipe | 1f1b | interleaved (the job key schedule: takes the same names)", "1f1b"},
+           {"chunks", "model chunks per stage (virtual stages); > 1 only with --kind interleaved", "1"},
+           {"width", "timeline width in characters (0 = automatic)", "0"}},
+          PrintSchedule};
+}
+
+// `baton plan`: the planner's split of a model config, per replica.
+Command PlanCommand() {
+  return {
+      "plan",
+      "Partition a model config into stages by cost within per-stage memory, without allocating weights.",
+      {{"model-config", "diffusers config.json of the transformer (FLUX.2 or Wan, by its _class_name)", "", true},
+       {"stages", "number of stages (of each replica; or --replica-stages)", ""},
+       {"replicas", "data-parallel replicas of this plan (job key replicas:): adds the LoRA exchange per step", "1"},
+       {"replica-stages",
+        "each replica's stages where they differ, e.g. 1,2 (job key replica_stages:): plans each replica; "
+        "--memory-per-stage may then list every worker's budget, replica after replica"},
+       {"tokens",
+        "tokens per micro-batch after patchify, text included (FLUX.2 1024x1024: 4096 + 512; Wan 81 frames at "
+        "480x832: 21x30x52 = 32760 + 512)",
+        "4608"},
+       {"text-tokens", "the text part of --tokens", "512"},
+       {"memory-per-stage", "memory budget per stage, e.g. 24GB (or one per stage, comma-separated)"},
+       {"dtype", "frozen weight dtype: bf16 | fp32", "bf16"},
+       {"quantize", "block linears stored 8-bit: none | int8 | fp8", "none"},
+       {"recompute", "auto (recompute the fewest blocks that fit the budget) | true (all) | false", "auto"},
+       {"device", "cuda | cpu (the fixed per-process memory: estimated on cuda, measured on cpu)", "cuda"},
+       {"micro-batches", "micro-batches per step (in-flight activations); 0 = as many as stages", "0"},
+       {"rank", "LoRA rank", "16"}},
+      PrintPlan};
+}
+
 }  // namespace
 
 const std::vector<Command>& AllCommands() {
@@ -436,35 +474,8 @@ const std::vector<Command>& AllCommands() {
          "", true},
         {"max-sequence-length", "text tokens (pad/truncate) for --prompt", "512"}},
        TextEncode},
-      {"schedule",
-       "Print a pipeline schedule's timeline (GPipe, 1F1B or interleaved 1F1B) with its bubble.",
-       {{"stages", "pipeline stages", "", true},
-        {"micro-batches", "micro-batches per step", "", true},
-        {"kind", "gpipe | 1f1b | interleaved (the job key schedule: takes the same names)", "1f1b"},
-        {"chunks", "model chunks per stage (virtual stages); > 1 only with --kind interleaved", "1"},
-        {"width", "timeline width in characters (0 = automatic)", "0"}},
-       PrintSchedule},
-      {"plan",
-       "Partition a model config into stages by cost within per-stage memory, without allocating weights.",
-       {{"model-config", "diffusers config.json of the transformer (FLUX.2 or Wan, by its _class_name)", "", true},
-        {"stages", "number of stages (of each replica; or --replica-stages)", ""},
-        {"replicas", "data-parallel replicas of this plan (job key replicas:): adds the LoRA exchange per step", "1"},
-        {"replica-stages",
-         "each replica's stages where they differ, e.g. 1,2 (job key replica_stages:): plans each replica; "
-         "--memory-per-stage may then list every worker's budget, replica after replica"},
-        {"tokens",
-         "tokens per micro-batch after patchify, text included (FLUX.2 1024x1024: 4096 + 512; Wan 81 frames at "
-         "480x832: 21x30x52 = 32760 + 512)",
-         "4608"},
-        {"text-tokens", "the text part of --tokens", "512"},
-        {"memory-per-stage", "memory budget per stage, e.g. 24GB (or one per stage, comma-separated)"},
-        {"dtype", "frozen weight dtype: bf16 | fp32", "bf16"},
-        {"quantize", "block linears stored 8-bit: none | int8 | fp8", "none"},
-        {"recompute", "auto (recompute the fewest blocks that fit the budget) | true (all) | false", "auto"},
-        {"device", "cuda | cpu (the fixed per-process memory: estimated on cuda, measured on cpu)", "cuda"},
-        {"micro-batches", "micro-batches per step (in-flight activations); 0 = as many as stages", "0"},
-        {"rank", "LoRA rank", "16"}},
-       PrintPlan},
+      ScheduleCommand(),
+      PlanCommand(),
       WanVaeDecodeCommand(),
       DecodeImageCommand(),
       SampleTimestepsCommand(),

@@ -60,13 +60,13 @@ absl::Status ApplyWorkerGroups(const std::vector<std::vector<std::string>>& grou
         absl::StrCat("--workers gives ", count, " replica groups but --replicas is ", options.replicas));
   }
   options.replicas = count;
-  std::vector<int> sizes;
-  for (const auto& group : groups) sizes.push_back(static_cast<int>(group.size()));
-  if (std::adjacent_find(sizes.begin(), sizes.end(), std::not_equal_to<int>()) != sizes.end()) {
-    options.replica_stages = sizes;  // unequal replicas: each group is one replica's stages
-    options.stages = sizes[0];
+  options.replica_stages.clear();
+  for (const auto& group : groups) options.replica_stages.push_back(static_cast<int>(group.size()));
+  if (options.UnequalReplicas()) {  // each group is one replica's stages
+    options.stages = options.replica_stages[0];
     return absl::OkStatus();
   }
+  options.replica_stages.clear();
   for (int r = 0; r < count; ++r) {
     if (static_cast<int>(groups[r].size()) != options.stages) {
       return absl::InvalidArgumentError(absl::StrCat("--workers: replica ", r, " lists ", groups[r].size(),
