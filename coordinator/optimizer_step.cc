@@ -7,6 +7,29 @@
 #include "core/util/status.h"
 
 namespace baton {
+namespace {
+
+std::vector<double> MicroBatchLosses(const StepOutputs& outputs) {
+  const auto& losses = outputs.summaries.back().losses();
+  return std::vector<double>(losses.begin(), losses.end());
+}
+
+// The step's record but for the gradient norm and the times (the caller's to fill in).
+PipelineStepRecord RecordOf(const JobConfig& job, int64_t step, const StepOutputs& outputs) {
+  PipelineStepRecord rec;
+  rec.step = step + 1;
+  rec.lr = LearningRate(job.optimizer, step);
+  double loss_sum = 0;
+  for (double l : MicroBatchLosses(outputs)) loss_sum += l;
+  rec.loss = loss_sum / static_cast<double>(job.micro_batches);
+  rec.replica_micro_batches = outputs.replica_micro_batches;
+  for (const v1::StepSummary& s : outputs.summaries) {
+    rec.stages.push_back({s.forward_seconds(), s.backward_seconds(), s.idle_seconds()});
+  }
+  return rec;
+}
+
+}  // namespace
 
 // The optimizer step on the fp32 masters from the stages' gradients, and the step's record (times are the
 // caller's to fill in).
@@ -19,22 +42,25 @@ absl::StatusOr<PipelineStepRecord> ApplyGradients(const JobConfig& job, int64_t 
   for (const auto& [name, w] : master) {
     if (!all_grads.count(name)) return absl::DataLossError(absl::StrCat("no gradient came back for ", name));
   }
-  PipelineStepRecord rec;
-  rec.step = step + 1;
-  rec.lr = LearningRate(job.optimizer, step);
-  const auto& losses = outputs.summaries.back().losses();
-  const std::vector<double> micro_batch_losses(losses.begin(), losses.end());
-  RETURN_IF_ERROR(CheckStepFinite(rec.step, rec.lr, micro_batch_losses, static_cast<int>(outputs.summaries.size()) - 1,
-                                  outputs.grads));
+  PipelineStepRecord rec = RecordOf(job, step, outputs);
+  RETURN_IF_ERROR(CheckStepFinite(rec.step, rec.lr, MicroBatchLosses(outputs),
+                                  static_cast<int>(outputs.summaries.size()) - 1, outputs.grads));
   rec.grad_norm = ClipGradNorm(all_grads, job.optimizer.clip);
   RETURN_IF_ERROR(optimizer.Step(master, all_grads, rec.lr));
-  double loss_sum = 0;
-  for (double l : micro_batch_losses) loss_sum += l;
-  rec.loss = loss_sum / static_cast<double>(job.micro_batches);
-  rec.replica_micro_batches = outputs.replica_micro_batches;
-  for (const v1::StepSummary& s : outputs.summaries) {
-    rec.stages.push_back({s.forward_seconds(), s.backward_seconds(), s.idle_seconds()});
+  return rec;
+}
+
+absl::StatusOr<PipelineStepRecord> ApplyExchange(const JobConfig& job, int64_t step, const StepOutputs& outputs,
+                                                 PeerExchange& exchange, const std::function<void()>& on_abort) {
+  PipelineStepRecord rec = RecordOf(job, step, outputs);
+  std::vector<int> participants;
+  for (size_t r = 0; r < outputs.replica_micro_batches.size(); ++r) {
+    if (outputs.replica_micro_batches[r] > 0) participants.push_back(static_cast<int>(r));
   }
+  ASSIGN_OR_RETURN(ExchangeResult result,
+                   exchange.Apply(step, participants, MicroBatchLosses(outputs), rec.lr, on_abort));
+  rec.grad_norm = result.grad_norm;
+  rec.exchange_seconds = result.reduce_seconds;
   return rec;
 }
 

@@ -42,6 +42,7 @@
 #include "core/util/status.h"
 #include "core/util/threads.h"
 #include "stage_driver/local_workers.h"
+#include "stage_driver/peer_exchange.h"
 #include "stage_driver/replica_set.h"
 #include "stage_driver/stage_client.h"
 #include "stage_driver/stage_denoiser.h"
@@ -119,9 +120,31 @@ absl::StatusOr<StepInputs> TakeEarlyInputs(std::future<absl::StatusOr<StepInputs
 // The steps from the start state to total_steps: each step's inputs prepared (and pushed) while the previous step
 // runs, the step run by the executor (redone after a lost stage), the optimizer step, the log and progress, and
 // the checkpoints; a stop ends the run after a checkpoint.
+// One step run and applied: the coordinator's optimizer step, or the stages' own with a stage-local optimizer
+// (`exchange`), where a replica lost after its micro-batches counted starts the step over on the others.
+absl::StatusOr<PipelineStepRecord> RunAndApply(const JobConfig& job, const CoordinatorHooks& hooks, int64_t step,
+                                               const StepInputs& inputs, ReplicaSet& replicas, PeerExchange* exchange,
+                                               AdamW& optimizer, std::map<std::string, at::Tensor>& master,
+                                               const std::function<void()>& start_next,
+                                               const std::function<void()>& drop_next, StepOutputs& outputs,
+                                               Clock::time_point& t_run) {
+  for (int attempt = 0;; ++attempt) {
+    ASSIGN_OR_RETURN(outputs, replicas.Run(step, inputs, master, start_next, drop_next));
+    t_run = Clock::now();
+    if (hooks.before_update) hooks.before_update(step);
+    if (exchange == nullptr) return ApplyGradients(job, step, outputs, optimizer, master);
+    absl::StatusOr<PipelineStepRecord> rec = ApplyExchange(job, step, outputs, *exchange, drop_next);
+    if (rec.ok() || !absl::IsAborted(rec.status()) || attempt >= replicas.size()) return rec;
+    LogWarning(rec.status().message(), "; the step starts over");
+    drop_next();
+    RETURN_IF_ERROR(replicas.RestartStep(step, drop_next));
+  }
+}
+
 absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const CoordinatorOptions& options, JobSetup& setup,
-                                             ReplicaSet& replicas, AdamW& optimizer, StartState& start,
-                                             int64_t total_steps, JsonlWriter& log, TrainingEvals& evals) {
+                                             ReplicaSet& replicas, PeerExchange* exchange, AdamW& optimizer,
+                                             StartState& start, int64_t total_steps, JsonlWriter& log,
+                                             TrainingEvals& evals) {
   std::map<std::string, at::Tensor>& master = start.master;
   // Validation and samples between steps: forward-only passes through replica 0's stages, with the current adapters.
   StageDenoiser stage_denoiser(*setup.model, *setup.shell, setup.dtype, setup.micro_batches, replicas.executor(0),
@@ -129,6 +152,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   const Denoiser denoiser = stage_denoiser.AsDenoiser();
   auto evaluate = [&](int64_t done) -> absl::Status {
     if (!evals.Due(done, total_steps, start.step)) return absl::OkStatus();
+    if (exchange != nullptr) RETURN_IF_ERROR(exchange->Pull(master, optimizer));  // the passes push `master`
     replicas.SettleReplica(0);  // the passes run on replica 0: back from any recovery first
     stage_denoiser.set_step(done);
     ASSIGN_OR_RETURN(EvalReport report, evals.Run(done, total_steps, start.step, denoiser, log));
@@ -165,9 +189,10 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     auto drop_next = [&] {
       if (next_inputs.valid()) (void)next_inputs.get();
     };
-    ASSIGN_OR_RETURN(StepOutputs outputs, replicas.Run(step, *inputs, master, start_next, drop_next));
-    const auto t_run = Clock::now();
-    ASSIGN_OR_RETURN(PipelineStepRecord rec, ApplyGradients(job, step, outputs, optimizer, master));
+    StepOutputs outputs;
+    Clock::time_point t_run;
+    ASSIGN_OR_RETURN(PipelineStepRecord rec, RunAndApply(job, options.hooks, step, *inputs, replicas, exchange,
+                                                         optimizer, master, start_next, drop_next, outputs, t_run));
     rec.step_seconds = SecondsSince(t0);
     rec.prepare_seconds = prepare_seconds;
     rec.optimizer_seconds = SecondsSince(t_run);
@@ -186,6 +211,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     const bool stop = StopRequested(options);
     if (last || stop || (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0)) {
       if (tty && !options.quiet) std::printf("\n");
+      if (exchange != nullptr) RETURN_IF_ERROR(exchange->Pull(master, optimizer));  // the stages hold the state
       RETURN_IF_ERROR(
           CheckpointRun(job, options, JobHash(job), setup.fingerprint, step + 1, master, optimizer, *setup.model));
     }
@@ -218,6 +244,7 @@ std::unique_ptr<ReplicaSet> MakeReplicas(const JobConfig& job, const Coordinator
   config.dropout_seed = DropoutBaseSeed(job.seed);
   config.stall_timeout = options.stall_timeout;
   config.split_by_speed = job.replica_split == "speed";
+  config.local_optimizer = job.replica_exchange == "allreduce";
   return std::make_unique<ReplicaSet>(job, options, setup.plans, config, std::move(stop), options.hooks.on_recovery);
 }
 
@@ -243,6 +270,12 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
 
   AdamW optimizer(job.optimizer);
   ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, replicas->fleet(0), setup.fingerprint, optimizer));
+  std::unique_ptr<PeerExchange> exchange;  // `replica_exchange: allreduce`: a stage-local optimizer
+  if (job.replica_exchange == "allreduce") {
+    exchange = std::make_unique<PeerExchange>(job, replicas.get(), std::max(absl::Seconds(60), options.stall_timeout));
+    RETURN_IF_ERROR(exchange->Start(start.master, optimizer));
+    replicas->set_prepare([ex = exchange.get()](int r) { return ex->Prepare(r); });
+  }
   RETURN_IF_ERROR(MakeDirs(options.output_dir));
   if (start.resumed) {
     // The outputs a checkpoint promises are written after it: a run that died between the two (a full disk at the
@@ -255,8 +288,8 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
   ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(log_path, /*append=*/start.resumed));
   const int64_t total_steps = options.steps > 0 ? options.steps : job.steps;
   if (options.hooks.on_start) options.hooks.on_start({JobHash(job), start.step, total_steps, replicas->addresses()});
-  ASSIGN_OR_RETURN(CoordinatorResult result,
-                   TrainSteps(job, options, setup, *replicas, optimizer, start, total_steps, *log, *evals));
+  ASSIGN_OR_RETURN(CoordinatorResult result, TrainSteps(job, options, setup, *replicas, exchange.get(), optimizer,
+                                                        start, total_steps, *log, *evals));
   RETURN_IF_ERROR(replicas->Stop());
   return result;
 }

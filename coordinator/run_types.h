@@ -33,6 +33,8 @@ struct CoordinatorHooks {
   // A lost step (1-based), as soon as the loss is noticed, before the recovery: the stage blamed (-1: a link or
   // unknown) and what happened.
   std::function<void(int64_t step, int stage, const std::string& cause)> on_recovery;
+  // A step's (0-based) micro-batches have all run; its optimizer step is next (tests stop a worker here).
+  std::function<void(int64_t step)> before_update;
   // Once set: finish the step, checkpoint, return. The owner sets it: main's SIGINT/SIGTERM handler, or the job
   // service for the job it stops.
   const std::atomic<bool>* stop = nullptr;
@@ -57,6 +59,9 @@ struct PipelineStepRecord : StepRecord {
   // step's micro-batches and shell outputs before the stages can start (~0 after the first step: they
   // are prepared while the stages run the previous step), and gradient clipping + AdamW after they finish.
   double prepare_seconds = 0, optimizer_seconds = 0;
+  // With `replica_exchange: allreduce`: the slowest stage's allreduce of the step's gradients (optimizer_seconds then
+  // is the whole exchange: any regrouping, the reduction and the stages' updates).
+  double exchange_seconds = 0;
   std::vector<int> replica_micro_batches;          // with replicas: how many of the step's micro-batches each ran
   std::vector<double> replica_samples_per_second;  // with replicas: each one's samples over its own seconds
 };

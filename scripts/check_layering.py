@@ -24,7 +24,7 @@ import sys
 # "core" in ALLOWED stands for every core floor except core/testing.
 LEVELS = [
     ["proto", "core/util"],  # proto: generated protobuf/gRPC code ("baton/v1/...", "grpc/health/v1/...")
-    ["core/tensor", "core/device", "core/keys", "core/image"],
+    ["core/tensor", "core/device", "core/keys", "core/image", "core/collective"],
     ["core/quant", "core/metrics", "core/video", "core/data", "core/vae"],
     ["core/lora", "core/text"],
     ["core/model"],

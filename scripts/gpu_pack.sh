@@ -25,7 +25,7 @@ SUDO=""
 
 # What Baton's build needs (scripts/setup.sh's list, minus FFmpeg, plus GoogleTest and the image libraries).
 DEV="libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev
-     libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev libpng-dev libjpeg-dev zlib1g-dev pkgconf"
+     libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev libpng-dev libjpeg-dev zlib1g-dev pkgconf libgloo-dev"
 # What the target machine (and the rehearsal's root) already has: these and everything they depend on.
 BASE="python3 python3-venv cmake ninja-build g++ ca-certificates"
 # Python packages the PyTorch side needs beyond what that machine has (see /work/.library/device/KINDS.md's list:

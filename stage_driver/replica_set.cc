@@ -51,6 +51,7 @@ ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
       recoveries_(options.replicas),
       state_(options.replicas, State::kReady),
       recovery_errors_(options.replicas),
+      losses_(options.replicas, 0),
       speeds_(options.replicas) {
   for (int r = 0; r < options.replicas; ++r) {
     auto replica = std::make_unique<Replica>();
@@ -59,6 +60,7 @@ ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
     fleet.loss_scale = config_.loss_scale;
     fleet.dropout_seed = config_.dropout_seed;
     fleet.stall_timeout = config_.stall_timeout;
+    fleet.own_adapters = config_.local_optimizer;
     replica->stages = std::make_unique<StageSet>(job, options, plans[r], &fleet, stop, r);
     StepExecutor::OnRecovery hook;
     if (on_recovery) {
@@ -139,6 +141,7 @@ std::vector<int> ReplicaSet::SplitFor(int64_t step) {
     pushed_.erase(step);  // every slice moves: what was pushed early is fed again with the step
   }
   while (!splits_.empty() && splits_.begin()->first < step - 1) splits_.erase(splits_.begin());
+  while (!held_.empty() && held_.begin()->first < step - 1) held_.erase(held_.begin());
   while (!pushed_.empty() && pushed_.begin()->first < step - 1) pushed_.erase(pushed_.begin());
   const int unit = Unit();
   const int units = config_.micro_batches / unit;
@@ -219,17 +222,27 @@ std::vector<absl::StatusOr<StepOutputs>> ReplicaSet::RunSlices(int64_t step, con
     replica.fleet.schedule = schedules_.at({options_.StagesOf(slice.replica), slice.count});
     replica.fleet.first_micro_batch = slice.first;
     StepInputs part = SliceStepInputs(inputs, slice.first, slice.count);
+    bool adds = false;
     {
       absl::MutexLock lock(&mu_);
       part.data_pushed = pushed_[step].count(slice.replica) > 0;
+      adds = held_[step].count(slice.replica) > 0;
     }
+    if (config_.local_optimizer) replica.fleet.gradients = adds ? v1::StepPlan::HOLD_ADD : v1::StepPlan::HOLD_NEW;
     const auto t0 = std::chrono::steady_clock::now();
+    absl::Status prepared = prepare_ && !adds ? prepare_(slice.replica) : absl::OkStatus();
+    if (!prepared.ok()) {
+      started_one();  // it will not start: the step's other slices must not wait for it
+      results[k] = prepared;
+      return absl::OkStatus();
+    }
     results[k] = replica.fleet.RunStep(step, part, master, started_one);
     if (results[k].ok()) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       results[k]->replica_seconds = {s};
       absl::MutexLock lock(&mu_);
       speeds_.Record(slice.replica, slice.count, s);
+      if (config_.local_optimizer) held_[step].insert(slice.replica);
     }
     return absl::OkStatus();
   });
@@ -251,6 +264,8 @@ absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failur
   {
     absl::MutexLock lock(&mu_);
     state_[r] = State::kRecovering;
+    ++losses_[r];
+    for (auto& [held_step, replicas] : held_) replicas.erase(r);
     pushed_.clear();  // its inboxes are emptied; the others are reconfigured before they run this step again
   }
   SettleReplica(r);  // an earlier recovery of it, long finished
@@ -361,7 +376,7 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
   for (int r = 0; r < size(); ++r) {
     if (split[r] > 0) todo.push_back({r, first[r], split[r]});
   }
-  std::map<int, std::pair<int, StepOutputs>> done;  // first micro-batch → (replica, outputs)
+  DoneSlices done;
   int failures = 0;
   for (int round = 0; !todo.empty(); ++round) {
     // At most one slice per replica at a time (a fleet runs one step); a replica given more runs them in turn.
@@ -384,6 +399,7 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
       ASSIGN_OR_RETURN(std::set<int> gone, Reconfigure(busy, step, on_abort));
       MoveSlicesOf(gone, todo, lost);
     }
+    for (const Slice& slice : LostWithTheirReplica(done)) lost.push_back(slice);
     if (!lost.empty()) {
       if (++failures > options_.step_retries + size()) {
         return absl::UnavailableError(
@@ -404,6 +420,46 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
   merged.replica_micro_batches = ran;
   merged.replica_seconds = seconds;
   return merged;
+}
+
+std::vector<ReplicaSet::Slice> ReplicaSet::LostWithTheirReplica(DoneSlices& done) {
+  std::vector<Slice> lost;
+  if (!config_.local_optimizer) return lost;
+  absl::MutexLock lock(&mu_);
+  for (auto it = done.begin(); it != done.end();) {
+    const int r = it->second.first;
+    if (state_[r] == State::kReady) {
+      ++it;
+      continue;
+    }
+    lost.push_back({r, it->first, static_cast<int>(it->second.second.summaries.back().losses_size())});
+    it = done.erase(it);
+  }
+  return lost;
+}
+
+int ReplicaSet::Losses(int r) const {
+  absl::MutexLock lock(&mu_);
+  return losses_[r];
+}
+
+bool ReplicaSet::Ready(int r) const {
+  absl::MutexLock lock(&mu_);
+  return state_[r] == State::kReady;
+}
+
+absl::Status ReplicaSet::Lose(int r, int64_t step, const absl::Status& failure, const std::function<void()>& on_abort) {
+  return TakeOut(r, step, failure, on_abort);
+}
+
+absl::Status ReplicaSet::RestartStep(int64_t step, const std::function<void()>& on_abort) {
+  std::vector<Slice> none, lost;
+  ASSIGN_OR_RETURN(std::vector<int> ready, ReconfigureReady(step, none, lost, on_abort));
+  absl::MutexLock lock(&mu_);
+  held_.erase(step);
+  splits_.erase(step);
+  LogWarning("step ", step + 1, ": starting over on ", ready.size(), " replica(s)");
+  return absl::OkStatus();
 }
 
 // A recovering replica's clients are its recovery's (it replaces them): skipped.

@@ -35,6 +35,9 @@ struct ReplicaFleetConfig {
   uint64_t dropout_seed = 0;
   absl::Duration stall_timeout = absl::Seconds(15);
   bool split_by_speed = true;  // else evenly
+  // A stage-local optimizer (PeerExchange; the job's `replica_exchange: allreduce`): the stages hold their gradients
+  // and keep their adapters. A lost replica's finished slices are then lost with it and redone by the others.
+  bool local_optimizer = false;
 };
 
 // Every step's micro-batches are dealt out (core/pipeline/replica_split.h: in proportion to each replica's measured
@@ -76,6 +79,21 @@ class ReplicaSet {
                                   const std::map<std::string, at::Tensor>& master,
                                   const std::function<void()>& on_started, const std::function<void()>& on_abort)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs before replica r's first slice of each step (from that slice's thread): a failure fails the slice. A
+  // stage-local optimizer loads a replica that came back with the current state here (PeerExchange::Prepare).
+  void set_prepare(std::function<absl::Status(int r)> prepare) { prepare_ = std::move(prepare); }
+  // How often replica r has been taken out (lost) so far: a replica whose count moved was restarted or reconfigured
+  // since, and holds nothing of the run's state that it held before.
+  int Losses(int r) const ABSL_LOCKS_EXCLUDED(mu_);
+  bool Ready(int r) const ABSL_LOCKS_EXCLUDED(mu_);
+  // A replica lost after Run returned (in the stage-local optimizer's reduction or update): taken out as a failed
+  // attempt is (recovered in the background; the error itself when no recovery can mend it).
+  absl::Status Lose(int r, int64_t step, const absl::Status& failure, const std::function<void()>& on_abort)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The step starts over on the ready replicas (each reconfigured for a new generation; the next Run splits the step
+  // again and every replica starts a new held sum): what a stage-local optimizer does when a replica is lost after its
+  // slice counted.
+  absl::Status RestartStep(int64_t step, const std::function<void()>& on_abort) ABSL_LOCKS_EXCLUDED(mu_);
   // The oldest push in flight to any stage of any replica, in seconds; and Cancel on every client.
   double OldestPushSeconds() const;
   void CancelAll();
@@ -120,6 +138,10 @@ class ReplicaSet {
   absl::StatusOr<std::set<int>> Reconfigure(const std::set<int>& replicas, int64_t step,
                                             const std::function<void()>& on_abort) ABSL_LOCKS_EXCLUDED(mu_);
   static void MoveSlicesOf(const std::set<int>& replicas, std::vector<Slice>& from, std::vector<Slice>& to);
+  using DoneSlices = std::map<int, std::pair<int, StepOutputs>>;  // first micro-batch → (replica, outputs)
+  // A stage-local optimizer's finished slices whose replica is no longer ready (their sums were lost with it): out of
+  // `done`, to be dealt out again.
+  std::vector<Slice> LostWithTheirReplica(DoneSlices& done) ABSL_LOCKS_EXCLUDED(mu_);
   void JoinRecoveries();
   int Unit() const;  // what slices are multiples of: the stages under an interleaved schedule, else 1
   std::vector<int> ReadyReplicas() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -137,6 +159,9 @@ class ReplicaSet {
   std::vector<std::string> recovery_errors_ ABSL_GUARDED_BY(mu_);    // [replica], of a failed recovery
   std::map<int64_t, std::vector<int>> splits_ ABSL_GUARDED_BY(mu_);  // step → micro-batches per replica
   std::map<int64_t, std::set<int>> pushed_ ABSL_GUARDED_BY(mu_);     // step → replicas holding its early push
+  std::map<int64_t, std::set<int>> held_ ABSL_GUARDED_BY(mu_);       // step → replicas holding a sum of it
+  std::vector<int> losses_ ABSL_GUARDED_BY(mu_);                     // [replica] times taken out
+  std::function<absl::Status(int)> prepare_;                         // set before Start
   ReplicaSpeeds speeds_ ABSL_GUARDED_BY(mu_);
 };
 

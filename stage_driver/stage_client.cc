@@ -139,11 +139,12 @@ absl::StatusOr<v1::StepSummary> StageClient::RunStep(const v1::StepPlan& plan, T
   return summary;
 }
 
-absl::StatusOr<TensorMap> StageClient::GetLora(const std::string& job_id) {
+absl::StatusOr<TensorMap> StageClient::GetLora(const std::string& job_id, bool optimizer_state) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(rpc_timeout_));
   v1::GetLoraRequest request;
   request.set_job_id(job_id);
+  request.set_with_optimizer_state(optimizer_state);
   request.set_config_hash(job_id);  // the coordinator's config hash is its job id (ConfigureRequestFor)
   auto reader = stub_->GetLora(&ctx, request);
   TensorAssembler assembler(uint64_t{16} << 30);
@@ -163,6 +164,56 @@ absl::StatusOr<TensorMap> StageClient::GetLora(const std::string& job_id) {
   if (status.ok()) status = finished;
   if (!status.ok()) return Named(status, "GetLora");
   return out;
+}
+
+absl::Status StageClient::JoinGroup(const std::string& job_id, v1::JoinGroupRequest request, absl::Duration wait) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_ + wait));
+  request.set_job_id(job_id);
+  request.set_config_hash(job_id);
+  v1::JoinGroupResponse response;
+  return Named(FromGrpcStatus(stub_->JoinGroup(&ctx, request, &response)),
+               absl::StrCat("JoinGroup ", request.prefix()));
+}
+
+absl::StatusOr<v1::ReduceResponse> StageClient::Reduce(const std::string& job_id, int64_t step, absl::Duration wait) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_ + wait));
+  v1::ReduceRequest request;
+  request.set_job_id(job_id);
+  request.set_config_hash(job_id);
+  request.set_step(step);
+  v1::ReduceResponse response;
+  absl::Status s = FromGrpcStatus(stub_->Reduce(&ctx, request, &response));
+  if (!s.ok()) return Named(s, absl::StrCat("Reduce step ", step + 1));
+  return response;
+}
+
+absl::Status StageClient::Update(const std::string& job_id, v1::UpdateRequest request) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_));
+  request.set_job_id(job_id);
+  request.set_config_hash(job_id);
+  v1::UpdateResponse response;
+  return Named(FromGrpcStatus(stub_->Update(&ctx, request, &response)),
+               absl::StrCat("Update step ", request.step() + 1));
+}
+
+absl::Status StageClient::LoadState(const std::string& job_id, const TensorMap& state) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(rpc_timeout_));
+  v1::EnvelopeHeader header;
+  header.set_job_id(job_id);
+  header.set_config_hash(job_id);
+  header.set_kind(v1::EnvelopeHeader::LORA_STATE);
+  header.set_sender("coordinator");
+  v1::PushAck ack;
+  auto writer = stub_->LoadState(&ctx, &ack);
+  absl::Status s = WriteEnvelope(writer.get(), header, state);
+  writer->WritesDone();
+  absl::Status finished = FromGrpcStatus(writer->Finish());
+  if (s.ok() || !finished.ok()) s = finished;
+  return Named(s, "LoadState");
 }
 
 absl::Status StageClient::Shutdown() {

@@ -39,7 +39,14 @@ class StageClient {
   absl::Status Push(const v1::EnvelopeHeader& header, const TensorMap& tensors);
   // Runs the plan; fills `grads` with the stage's summed LoRA gradients. Cancel() aborts it from another thread.
   absl::StatusOr<v1::StepSummary> RunStep(const v1::StepPlan& plan, TensorMap* grads) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<TensorMap> GetLora(const std::string& job_id);
+  // The adapters; with `optimizer_state`, the stage-local optimizer's state too (stage.proto's LoadState names).
+  absl::StatusOr<TensorMap> GetLora(const std::string& job_id, bool optimizer_state = false);
+  // A stage-local optimizer's exchange (stage.proto's JoinGroup, Reduce, Update, LoadState). JoinGroup and Reduce wait
+  // for the whole group: their deadline is `wait` past the RPC timeout. The job id is filled in.
+  absl::Status JoinGroup(const std::string& job_id, v1::JoinGroupRequest request, absl::Duration wait);
+  absl::StatusOr<v1::ReduceResponse> Reduce(const std::string& job_id, int64_t step, absl::Duration wait);
+  absl::Status Update(const std::string& job_id, v1::UpdateRequest request);
+  absl::Status LoadState(const std::string& job_id, const TensorMap& state);
   absl::Status Shutdown();
   // Aborts the running RunStep and Pushes, and every later one until Rearm() (a step that failed elsewhere).
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);

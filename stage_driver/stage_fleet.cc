@@ -105,9 +105,11 @@ absl::Status StageFleet::Feed(int i, int64_t step, const StepInputs& in,
       rope[i].Add(shell.tables_key);
     }
   }
-  TensorMap weights;
-  for (const auto& name : params[i]) weights[name] = master.at(name);
-  RETURN_IF_ERROR(client.Push(Header(step, 0, v1::EnvelopeHeader::LORA_WEIGHTS), weights));
+  if (!own_adapters) {
+    TensorMap weights;
+    for (const auto& name : params[i]) weights[name] = master.at(name);
+    RETURN_IF_ERROR(client.Push(Header(step, 0, v1::EnvelopeHeader::LORA_WEIGHTS), weights));
+  }
   return in.data_pushed ? absl::OkStatus() : PushStageData(i, step, in);
 }
 
@@ -139,6 +141,8 @@ v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
   plan.set_loss_scale(loss_scale);
   plan.set_dropout_seed(dropout_seed);
   plan.set_first_micro_batch(first_micro_batch);
+  plan.set_gradients(gradients);
+  plan.set_own_adapters(own_adapters);
   for (const Action& a : schedule.per_stage[i]) {
     v1::Action* action = plan.add_actions();
     action->set_type(a.type == Action::kForward ? v1::Action::FORWARD : v1::Action::BACKWARD);
@@ -246,12 +250,12 @@ absl::Status StageFleet::RunOnStages(const std::string& what, const std::functio
   };
   for (auto& c : clients) c->Rearm();  // a failed step before this one cancelled them
   for (int i = 0; i < p; ++i) {
-    threads.emplace_back([&, i] {
+    auto feed_one = [&, i] {
       feed_status[i] = feed(i);
       if (!feed_status[i].ok()) fail_all();
-      finished();
-    });
-    threads.emplace_back([&, i] {
+      return feed_status[i].ok();
+    };
+    auto run_one = [&, i] {
       auto summary = clients[i]->RunStep(plan_for(i), &(*streamed)[i]);
       if (summary.ok()) {
         (*summaries)[i] = std::move(*summary);
@@ -259,6 +263,20 @@ absl::Status StageFleet::RunOnStages(const std::string& what, const std::functio
         run_status[i] = summary.status();
         fail_all();
       }
+    };
+    if (own_adapters) {  // no LORA_WEIGHTS to await: a stage computes at once, so its RoPE tables must be in first
+      threads.emplace_back([&, feed_one, run_one] {
+        if (feed_one()) run_one();
+        finished();
+      });
+      continue;
+    }
+    threads.emplace_back([&, feed_one] {
+      feed_one();
+      finished();
+    });
+    threads.emplace_back([&, run_one] {
+      run_one();
       finished();
     });
   }

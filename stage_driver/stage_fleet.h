@@ -86,6 +86,10 @@ struct StageFleet {
   int first_micro_batch = 0;  // the step-wide index of this fleet's micro-batch 0 (a replica's slice; dropout seeds)
   float loss_scale = 1.0f;    // 1/m, m the step's micro-batches over all replicas
   uint64_t dropout_seed = 0;  // the job's LoRA dropout base seed
+  // A stage-local optimizer (PeerExchange): the stages keep their own adapters (no LORA_WEIGHTS pushed) and hold the
+  // step's gradients (HOLD_NEW, or HOLD_ADD for a second slice of the same step) instead of streaming them.
+  bool own_adapters = false;
+  v1::StepPlan::Gradients gradients = v1::StepPlan::STREAM;
   std::vector<std::unique_ptr<StageClient>> clients;  // [stage]
   std::vector<std::vector<std::string>> params;       // [stage] LoRA parameter names it holds
   std::vector<RopeMirror> rope;                       // [stage]

@@ -4,6 +4,7 @@
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 
+#include <cstring>
 #include <set>
 
 #include "core/model/stage_io.h"
@@ -66,6 +67,35 @@ absl::Status CheckLoraWeights(const ExpectedStageIO& e, absl::string_view what, 
     RETURN_IF_ERROR(CheckFinite(what, name, w));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckStateTensors(const ExpectedStageIO& e, const TensorMap& t) {
+  const std::string what = "LORA_STATE";
+  TensorMap adapters;
+  for (const auto& [name, x] : t) {
+    if (name == "__step__") {
+      if (x.numel() != 1 || x.is_floating_point() || x.item<int64_t>() < 0) {
+        return Invalid(what, "\"__step__\" must be one integer >= 0");
+      }
+      continue;
+    }
+    std::string adapter;
+    for (const char* suffix : {".exp_avg_sq", ".exp_avg"}) {
+      if (adapter.empty() && absl::EndsWith(name, suffix)) adapter = name.substr(0, name.size() - strlen(suffix));
+    }
+    if (adapter.empty()) {
+      adapters[name] = x;
+      continue;
+    }
+    auto it = e.lora_shapes.find(adapter);
+    if (it == e.lora_shapes.end())
+      return Invalid(what, absl::StrCat(Quoted(name), " is the moment of no adapter here"));
+    if (x.scalar_type() != at::kFloat) return Invalid(what, absl::StrCat(Quoted(name), " is not fp32"));
+    RETURN_IF_ERROR(CheckExactShape(absl::StrCat(what, ": ", Quoted(name)), it->second, x));
+    RETURN_IF_ERROR(CheckFinite(what, name, x));
+  }
+  if (!t.count("__step__")) return Invalid(what, "no \"__step__\"");
+  return CheckLoraWeights(e, what, adapters);
 }
 
 // ROPE: one key's tables, each named <table>/<key> on the wire; the family checks them under their bare names.
@@ -245,6 +275,10 @@ absl::Status CheckExactShape(absl::string_view what, at::IntArrayRef expected, c
         absl::StrCat(what, " has shape ", ShapeString(got.sizes()), ", expected ", ShapeString(expected)));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckLoraState(const ExpectedStageIO& expected, const std::map<std::string, at::Tensor>& tensors) {
+  return CheckStateTensors(expected, tensors);
 }
 
 }  // namespace baton

@@ -57,6 +57,9 @@ absl::Status CheckEnvelopeTensors(const ExpectedStageIO& expected, const v1::Env
 absl::Status CheckEnvelope(const ExpectedStageIO& expected, const ReceivedEnvelope& envelope);
 // Job, step window, micro_batches equal to the configured count, every action's micro-batch and chunk in range.
 absl::Status CheckStepPlan(const ExpectedStageIO& expected, const v1::StepPlan& plan);
+// LoadState's envelope (kind LORA_STATE): every adapter of this stage (as LORA_WEIGHTS), any of their
+// "<name>.exp_avg" / "<name>.exp_avg_sq" moments (finite, the adapter's shape), and "__step__" (one integer ≥ 0).
+absl::Status CheckLoraState(const ExpectedStageIO& expected, const std::map<std::string, at::Tensor>& tensors);
 // INVALID_ARGUMENT "<what> has shape [..], expected [..]" unless `got` has exactly the `expected` sizes.
 absl::Status CheckExactShape(absl::string_view what, at::IntArrayRef expected, const at::Tensor& got);
 

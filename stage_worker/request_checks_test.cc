@@ -200,5 +200,30 @@ TEST_F(RequestChecksTest, ForwardOnlyPassesAreKeptApartAndForwardOnly) {
   EXPECT_EQ(CheckStepPlan(e_, plan).code(), absl::StatusCode::kInvalidArgument);  // more than configured
 }
 
+// LoadState's envelope: every adapter, moments only of adapters here and of their shape, and the step count; a Push
+// of that kind is refused outright.
+TEST_F(RequestChecksTest, TheStateOfAStageLocalOptimizerIsCheckedWhole) {
+  auto check = [&](TensorMap t) { return CheckLoraState(e_, t).code(); };
+  const at::Tensor w = at::zeros({2, 16});
+  const at::Tensor step = at::scalar_tensor(3, at::kLong);
+  EXPECT_EQ(check({{"a.lora_A.weight", w}, {"__step__", step}}), absl::StatusCode::kOk);
+  EXPECT_EQ(check({{"a.lora_A.weight", w},
+                   {"a.lora_A.weight.exp_avg", w},
+                   {"a.lora_A.weight.exp_avg_sq", w},
+                   {"__step__", step}}),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(check({{"a.lora_A.weight", w}}), absl::StatusCode::kInvalidArgument);  // no step count
+  EXPECT_EQ(check({{"__step__", step}}), absl::StatusCode::kInvalidArgument);      // no adapter
+  EXPECT_EQ(check({{"a.lora_A.weight", w}, {"__step__", at::scalar_tensor(-1, at::kLong)}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(check({{"a.lora_A.weight", w}, {"b.lora_A.weight.exp_avg", w}, {"__step__", step}}),
+            absl::StatusCode::kInvalidArgument);  // the moment of no adapter here
+  EXPECT_EQ(check({{"a.lora_A.weight", w}, {"a.lora_A.weight.exp_avg", at::zeros({16, 2})}, {"__step__", step}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(check({{"a.lora_A.weight", w}, {"a.lora_A.weight.exp_avg", at::full({2, 16}, NAN)}, {"__step__", step}}),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckEnvelopeHeader(e_, Header(Kind::LORA_STATE)).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace baton

@@ -128,6 +128,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     return Response();
   }
   configured_ = false;
+  optimizer_.Reset();
   if (req.threads() > 0) SetComputeThreads(req.threads());
   dtype_ = prepared->dtype;
   device_ = prepared->device;
@@ -188,6 +189,7 @@ absl::Status StageRunner::AssignAllLora(TensorMap weights) {
 }
 
 void StageRunner::ResetForNewRun() {
+  optimizer_.Reset();
   const absl::Status restored = AssignAllLora(initial_lora_);
   TORCH_CHECK(restored.ok(), "initial adapters do not fit their own stage: ", restored.message());  // a bug
   current_step_ = -1;
@@ -368,7 +370,7 @@ static int64_t RecomputeBlocks(const v1::ConfigureRequest& c) {
 
 absl::Status StageRunner::EnsureWeights(const v1::StepPlan& plan, const std::function<bool()>& cancelled,
                                         StepState& step, v1::StepSummary& summary) {
-  if (step.weights_loaded) return absl::OkStatus();
+  if (step.weights_loaded || plan.own_adapters()) return absl::OkStatus();
   // The weights for this step come before any computation: a stage never computes with stale adapters.
   ASSIGN_OR_RETURN(TensorMap weights, Await(plan, 0, v1::EnvelopeHeader::LORA_WEIGHTS, cancelled, summary));
   // Every adapter tensor starts its upload now (side stream, from pinned memory); the copies into the parameters
@@ -646,9 +648,13 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
   if (!step.live.empty()) return absl::InvalidArgumentError("step plan: some forwards had no backward");
   RETURN_IF_ERROR(EnsureWeights(plan, cancelled, step, summary));  // a plan without actions still takes them
   RETURN_IF_ERROR(FlushPeers(plan, cancelled));
-  progress_.Set("sending the gradients to the coordinator");
   std::map<std::string, at::Tensor> grads;
   for (auto& chunk : chunks_) grads.merge(LoraGradients(chunk->module()));
+  if (plan.gradients() != v1::StepPlan::STREAM) {  // a stage-local optimizer's: kept here for Reduce
+    RETURN_IF_ERROR(Annotate(optimizer_.Hold(plan.step(), plan.gradients() == v1::StepPlan::HOLD_ADD, grads), name()));
+    grads.clear();
+  }
+  progress_.Set("sending the gradients to the coordinator");
   // Every download starts before the first is awaited: one wait for the lot instead of one sync per tensor.
   const std::shared_ptr<DeviceTransfer> transfer = Transfer();
   std::vector<std::pair<std::string, DeviceTransfer::PendingDownload>> pending;
@@ -735,14 +741,13 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunPass(const v1::StepPlan& plan, c
   return summary;
 }
 
-absl::StatusOr<TensorMap> StageRunner::CurrentLora(const std::string& job_id, const std::string& config_hash) {
+absl::StatusOr<TensorMap> StageRunner::CurrentLora(const std::string& job_id, const std::string& config_hash,
+                                                   bool optimizer_state) {
   absl::MutexLock lock(&run_mu_);
-  if (!configured_) return absl::FailedPreconditionError(absl::StrCat(name(), ": not configured"));
-  {
-    ASSIGN_OR_RETURN(ExpectedStageIO expected, Expected());
-    RETURN_IF_ERROR(Annotate(CheckJob(expected, job_id, config_hash, "GetLora"), name()));
-  }
-  return CloneToCpuFloat(AllLora());
+  RETURN_IF_ERROR(CheckExchangeJob(job_id, config_hash, "GetLora"));
+  TensorMap lora = CloneToCpuFloat(AllLora());
+  if (optimizer_state) lora.merge(optimizer_.State());
+  return lora;
 }
 
 }  // namespace baton

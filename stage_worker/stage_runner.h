@@ -20,6 +20,7 @@
 #include "core/model/stage_io.h"
 #include "rpc/envelope.h"
 #include "stage_worker/inbox.h"
+#include "stage_worker/local_optimizer.h"
 #include "stage_worker/peer_sender.h"
 #include "stage_worker/request_checks.h"
 #include "stage_worker/stage_metrics.h"
@@ -83,9 +84,19 @@ class StageRunner {
                                           const GradSink& sink, const Heartbeat& heartbeat = nullptr)
       ABSL_LOCKS_EXCLUDED(run_mu_);
 
-  // Current adapter weights (fp32, CPU), PEFT names; only to the configured job.
-  absl::StatusOr<TensorMap> CurrentLora(const std::string& job_id, const std::string& config_hash)
+  // Current adapter weights (fp32, CPU), PEFT names; only to the configured job. With `optimizer_state`, the
+  // stage-local optimizer's state too (LocalOptimizer::State's names).
+  absl::StatusOr<TensorMap> CurrentLora(const std::string& job_id, const std::string& config_hash,
+                                        bool optimizer_state = false) ABSL_LOCKS_EXCLUDED(run_mu_);
+
+  // The stage-local optimizer of data-parallel replicas (stage_runner_exchange.cc; StageService's JoinGroup, Reduce,
+  // Update and LoadState). `caller_host`: the coordinator's address as this worker sees it (the store's host when
+  // the request names none).
+  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const v1::JoinGroupRequest& req, const std::string& caller_host)
       ABSL_LOCKS_EXCLUDED(run_mu_);
+  absl::StatusOr<v1::ReduceResponse> Reduce(const v1::ReduceRequest& req) ABSL_LOCKS_EXCLUDED(run_mu_);
+  absl::StatusOr<v1::UpdateResponse> Update(const v1::UpdateRequest& req) ABSL_LOCKS_EXCLUDED(run_mu_);
+  absl::Status LoadState(const ReceivedEnvelope& envelope) ABSL_LOCKS_EXCLUDED(run_mu_);
   std::string name() const;
   // This worker's metrics (bound to its job and stage at Configure); the RPC front end counts links with it.
   StageInstruments& metrics() { return metrics_; }
@@ -207,6 +218,11 @@ class StageRunner {
   absl::StatusOr<ExpectedStageIO> Expected() const ABSL_LOCKS_EXCLUDED(expected_mu_);
   // Builds expected_ from the configured job.
   void PublishExpected(int32_t micro_batches) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) ABSL_LOCKS_EXCLUDED(expected_mu_);
+  // Held gradients, the peer group and AdamW of a stage-local optimizer (empty unless the job's replicas use one).
+  LocalOptimizer optimizer_ ABSL_GUARDED_BY(run_mu_);
+  // The configured job's check for the exchange's requests (FAILED_PRECONDITION while unconfigured).
+  absl::Status CheckExchangeJob(const std::string& job_id, const std::string& config_hash, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // The senders to the neighbour stages the request names.
   std::unique_ptr<PeerSender> next_ ABSL_GUARDED_BY(run_mu_);
   std::unique_ptr<PeerSender> prev_ ABSL_GUARDED_BY(run_mu_);

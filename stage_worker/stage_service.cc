@@ -15,6 +15,7 @@
 #include "rpc/envelope.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
+#include "rpc/peer_address.h"
 #include "rpc/server_start.h"
 #include "rpc/wire.h"
 
@@ -100,13 +101,51 @@ grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepP
 
 grpc::Status StageServiceImpl::GetLora(grpc::ServerContext*, const v1::GetLoraRequest* req,
                                        grpc::ServerWriter<v1::TensorChunk>* writer) {
-  auto lora = runner_->CurrentLora(req->job_id(), req->config_hash());
+  auto lora = runner_->CurrentLora(req->job_id(), req->config_hash(), req->with_optimizer_state());
   if (!lora.ok()) return ToGrpcStatus(lora.status());
   for (const auto& [name, t] : *lora) {
     absl::Status s = AppendTensorChunks(name, t, kMaxChunkBytes, [&](v1::TensorChunk&& c) { return writer->Write(c); });
     if (!s.ok()) return ToGrpcStatus(s);
   }
   return grpc::Status::OK;
+}
+
+// A gRPC unary call's result into the reply (a template: the request and response types differ per call).
+template <typename Response>
+grpc::Status Reply(absl::StatusOr<Response> result, Response* resp) {
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *resp = std::move(*result);
+  return grpc::Status::OK;
+}
+
+grpc::Status StageServiceImpl::JoinGroup(grpc::ServerContext* ctx, const v1::JoinGroupRequest* req,
+                                         v1::JoinGroupResponse* resp) {
+  return Reply(runner_->JoinGroup(*req, PeerHost(ctx->peer())), resp);
+}
+
+grpc::Status StageServiceImpl::Reduce(grpc::ServerContext*, const v1::ReduceRequest* req, v1::ReduceResponse* resp) {
+  return Reply(runner_->Reduce(*req), resp);
+}
+
+grpc::Status StageServiceImpl::Update(grpc::ServerContext*, const v1::UpdateRequest* req, v1::UpdateResponse* resp) {
+  return Reply(runner_->Update(*req), resp);
+}
+
+grpc::Status StageServiceImpl::LoadState(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader,
+                                         v1::PushAck* ack) {
+  // The coordinator's, over mutual TLS: a stage's adapters and AdamW's two moments (FLUX.2-dev's rank-16 stage 1:
+  // 0.55 GB), within the default limits.
+  EnvelopeLimits limits;
+  limits.check_header = [](const v1::EnvelopeHeader& h) {
+    return h.kind() == v1::EnvelopeHeader::LORA_STATE
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError("LoadState takes one LORA_STATE envelope");
+  };
+  auto envelope = ReadEnvelope(reader, limits, HostMemory::kPageable);
+  if (!envelope.ok()) return ToGrpcStatus(envelope.status());
+  ack->set_num_tensors(static_cast<uint32_t>(envelope->tensors.size()));
+  ack->set_num_bytes(envelope->bytes);
+  return ToGrpcStatus(runner_->LoadState(*envelope));
 }
 
 grpc::Status StageServiceImpl::Shutdown(grpc::ServerContext*, const google::protobuf::Empty*,

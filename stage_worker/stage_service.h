@@ -24,6 +24,11 @@ class StageServiceImpl final : public v1::StageService::Service {
                        grpc::ServerWriter<v1::TensorChunk>* writer) override;
   grpc::Status Shutdown(grpc::ServerContext* ctx, const google::protobuf::Empty* req,
                         google::protobuf::Empty* resp) override;
+  grpc::Status JoinGroup(grpc::ServerContext* ctx, const v1::JoinGroupRequest* req,
+                         v1::JoinGroupResponse* resp) override;
+  grpc::Status Reduce(grpc::ServerContext* ctx, const v1::ReduceRequest* req, v1::ReduceResponse* resp) override;
+  grpc::Status Update(grpc::ServerContext* ctx, const v1::UpdateRequest* req, v1::UpdateResponse* resp) override;
+  grpc::Status LoadState(grpc::ServerContext* ctx, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck* ack) override;
 
   // Set once the server exists; Shutdown() uses it.
   void set_shutdown_callback(std::function<void()> cb) { shutdown_ = std::move(cb); }

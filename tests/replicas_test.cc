@@ -13,6 +13,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
+#include <fstream>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -29,6 +31,14 @@
 
 namespace baton {
 namespace {
+
+// The state letter in /proc/<pid>/stat ('Z': dead, not yet reaped); '?' when it cannot be read.
+char ProcessState(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+}
 
 class ReplicasTest : public ::testing::Test {
  protected:
@@ -220,6 +230,111 @@ TEST_F(ReplicasTest, AKilledWorkerOfOneReplicaCostsNeitherAWaitNorTheLora) {
   const double diff = MaxLoraDifference("kill_reference", "killed");
   std::printf("largest LoRA difference from the uninterrupted run: %.3g\n", diff);
   EXPECT_LE(diff, 1e-4);
+}
+
+// `replica_exchange: allreduce`: stage s of each replica sums its gradients with the other's over a c10d Gloo group and
+// steps AdamW itself. For two replicas a + b is b + a, and the clipping factor is computed from the same squared
+// norms in the same order, so the LoRA is bitwise the coordinator exchange's (and one process's within the tolerance
+// above); nothing but the reduction's numbers passes through the coordinator.
+TEST_F(ReplicasTest, TheAllreduceExchangeTrainsBitwiseTheCoordinatorsLora) {
+  JobConfig job = Job("replica_split: equal\n");
+  job.optimizer.clip = 0.05;  // small enough that the clipping applies: its factor must be the coordinator's too
+  ASSERT_TRUE(Run(job, 2, 2, "exchange_coordinator").ok());
+  job.replica_exchange = "allreduce";
+  auto run = Run(job, 2, 2, "exchange_allreduce");
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(MaxLoraDifference("exchange_coordinator", "exchange_allreduce"), 0.0);
+  const auto reference = test_util::ReadTrainLog(JoinPath(*dir_, "exchange_coordinator"));
+  const auto log = test_util::ReadTrainLog(JoinPath(*dir_, "exchange_allreduce"));
+  ASSERT_EQ(log.size(), reference.size());
+  for (size_t i = 0; i < log.size(); ++i) {
+    EXPECT_GT(reference[i]["grad_norm"].get<double>(), job.optimizer.clip) << "step " << i + 1 << " was not clipped";
+    EXPECT_EQ(log[i]["grad_norm"].get<double>(), reference[i]["grad_norm"].get<double>()) << "step " << i + 1;
+    EXPECT_EQ(log[i]["loss"].get<double>(), reference[i]["loss"].get<double>()) << "step " << i + 1;
+    EXPECT_GT(log[i]["replica_allreduce_seconds"].get<double>(), 0.0) << "step " << i + 1;
+  }
+}
+
+// A worker of one replica killed mid-run with the stage-local optimizer: the survivor runs the step's micro-batches
+// (its own and the lost replica's, whose finished sums died with it), the restarted replica is loaded with the
+// survivor's adapters and AdamW moments, the groups are formed again, and the LoRA is the uninterrupted run's within
+// the tolerance above.
+TEST_F(ReplicasTest, AKilledReplicaRejoinsTheAllreduceExchangeWithTheCurrentState) {
+  JobConfig job = Job("replica_split: equal\nreplica_exchange: allreduce\n");
+  ASSERT_TRUE(Run(job, 2, 2, "allreduce_reference", /*steps=*/12).ok());
+  CoordinatorOptions options = test_util::LocalStagesOptions(2, JoinPath(*dir_, "allreduce_killed"));
+  options.replicas = 2;
+  options.steps = 12;
+  std::atomic<int> recoveries{0};
+  options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++recoveries; };
+  std::thread killer([&] {
+    test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 2);
+    std::vector<pid_t> workers = test_util::OurStageWorkers();
+    ASSERT_EQ(workers.size(), 4u);
+    ::kill(workers.back(), SIGKILL);
+  });
+  auto run = RunCoordinator(job, options);
+  killer.join();
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(recoveries.load(), 1);
+  bool took_over = false, rejoined = false;
+  for (const PipelineStepRecord& rec : run->steps) {
+    const std::vector<int>& split = rec.replica_micro_batches;
+    if (split == std::vector<int>{4, 0} || split == std::vector<int>{0, 4}) took_over = true;
+    if (took_over && split == std::vector<int>{2, 2}) rejoined = true;
+  }
+  EXPECT_TRUE(took_over) << "no step ran on the survivor alone";
+  EXPECT_TRUE(rejoined) << "the restarted replica never rejoined";
+  const double diff = MaxLoraDifference("allreduce_reference", "allreduce_killed");
+  std::printf("allreduce exchange: largest LoRA difference from the uninterrupted run: %.3g\n", diff);
+  EXPECT_LE(diff, 1e-4);
+}
+
+// A worker killed after its replica's micro-batches ran, before the reduction: its held sum died with it, so the
+// reduction fails (the survivor's Gloo peer is gone) and the step starts over on the survivor alone (a group of one);
+// the restarted replica rejoins later. The LoRA is the uninterrupted run's within the tolerance above.
+TEST_F(ReplicasTest, AReplicaLostBeforeTheReductionStartsTheStepOverOnTheOthers) {
+  JobConfig job = Job("replica_split: equal\nreplica_exchange: allreduce\n");
+  ASSERT_TRUE(Run(job, 1, 2, "reduce_reference", /*steps=*/20).ok());
+  CoordinatorOptions options = test_util::LocalStagesOptions(1, JoinPath(*dir_, "reduce_killed"));
+  options.replicas = 2;
+  options.steps = 20;  // a restart takes longer than a few of these tiny steps
+  std::atomic<int> recoveries{0};
+  options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++recoveries; };
+  options.hooks.before_update = [&](int64_t step) {
+    if (step != 2 || recoveries > 0) return;
+    std::vector<pid_t> workers = test_util::OurStageWorkers();
+    ASSERT_EQ(workers.size(), 2u);
+    ::kill(workers.back(), SIGKILL);
+    // Dead before the reduction, not during it; left unreaped for the coordinator's diagnosis.
+    for (int i = 0; i < 500 && ProcessState(workers.back()) != 'Z'; ++i) absl::SleepFor(absl::Milliseconds(10));
+  };
+  auto run = RunCoordinator(job, options);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(recoveries.load(), 1);
+  ASSERT_EQ(run->steps.size(), 20u);
+  const std::vector<int>& redone = run->steps[2].replica_micro_batches;
+  EXPECT_TRUE(redone == (std::vector<int>{4, 0}) || redone == (std::vector<int>{0, 4}))
+      << redone[0] << "+" << redone[1];
+  EXPECT_EQ(run->steps.back().replica_micro_batches, (std::vector<int>{2, 2}))
+      << "the restarted replica never rejoined";
+  const double diff = MaxLoraDifference("reduce_reference", "reduce_killed");
+  std::printf("allreduce exchange, a replica lost before the reduction: largest LoRA difference: %.3g\n", diff);
+  EXPECT_LE(diff, 1e-4);
+}
+
+// The stage-local optimizer sums matching stages: replicas of different stage counts, or a single one, are refused.
+TEST_F(ReplicasTest, TheAllreduceExchangeNeedsEqualReplicas) {
+  JobConfig job = Job("replica_exchange: allreduce\n");
+  auto alone = Run(job, 2, 1, "allreduce_alone");
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.status().message().find("2 or more replicas of the same stage count"), std::string::npos)
+      << alone.status();
+  job.replica_stages = {1, 2};
+  job.replicas = 2;
+  auto unequal = Run(job, 1, 0, "allreduce_unequal");
+  ASSERT_FALSE(unequal.ok());
+  EXPECT_NE(unequal.status().message().find("different stage counts"), std::string::npos) << unequal.status();
 }
 
 // Two of three one-stage replicas killed at once: the survivor runs both lost slices, one after the other (a

@@ -341,6 +341,9 @@ absl::Status ParseRunKeys(Reader& r, YAML::Node root, JobConfig& job) {
   RETURN_IF_ERROR(r.Get(root, "replica_split", &job.replica_split));
   RETURN_IF_ERROR(r.Check(job.replica_split == "speed" || job.replica_split == "equal", root, "replica_split",
                           "must be speed or equal"));
+  RETURN_IF_ERROR(r.Get(root, "replica_exchange", &job.replica_exchange));
+  RETURN_IF_ERROR(r.Check(job.replica_exchange == "coordinator" || job.replica_exchange == "allreduce", root,
+                          "replica_exchange", "must be coordinator or allreduce"));
   RETURN_IF_ERROR(ParsePipelineKeys(r, root, job));
   RETURN_IF_ERROR(r.Get(root, "seed", &job.seed));
   RETURN_IF_ERROR(r.Get(root, "checkpoint_every", &job.checkpoint_every));
@@ -371,14 +374,40 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   Reader r(source);
   JobConfig job;
   job.source = source;
-  RETURN_IF_ERROR(r.Keys(root, "the job", {"model",      "model_config",     "dataset",       "lora",
-                                           "init_lora",  "optimizer",        "timesteps",     "steps",
-                                           "batch_size", "micro_batches",    "schedule",      "recompute",
-                                           "seed",       "checkpoint_every", "dtype",         "devices",
-                                           "guidance",   "save_bfl",         "threads",       "memory_per_stage",
-                                           "encode",     "wire_dtype",       "quantize",      "chunks",
-                                           "name",       "validation",       "samples",       "deterministic",
-                                           "expert",     "replicas",         "replica_split", "replica_stages"}));
+  RETURN_IF_ERROR(r.Keys(root, "the job",
+                         {"model",
+                          "model_config",
+                          "dataset",
+                          "lora",
+                          "init_lora",
+                          "optimizer",
+                          "timesteps",
+                          "steps",
+                          "batch_size",
+                          "micro_batches",
+                          "schedule",
+                          "recompute",
+                          "seed",
+                          "checkpoint_every",
+                          "dtype",
+                          "devices",
+                          "guidance",
+                          "save_bfl",
+                          "threads",
+                          "memory_per_stage",
+                          "encode",
+                          "wire_dtype",
+                          "quantize",
+                          "chunks",
+                          "name",
+                          "validation",
+                          "samples",
+                          "deterministic",
+                          "expert",
+                          "replicas",
+                          "replica_split",
+                          "replica_stages",
+                          "replica_exchange"}));
   RETURN_IF_ERROR(r.Get(root, "name", &job.name));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));

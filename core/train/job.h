@@ -142,6 +142,11 @@ struct JobConfig {
   // sets `replicas` and overrides the coordinator's --stages. `devices` and `memory_per_stage` then list every
   // worker, replica after replica.
   std::vector<int64_t> replica_stages;
+  // Where the replicas' gradients meet: `coordinator` (each step every stage sends its gradients to the coordinator,
+  // which steps AdamW and sends the adapters back) or `allreduce` (stage s of every replica sums its gradients with the
+  // others' over a c10d Gloo group and steps AdamW itself: nothing crosses the coordinator's link per step; replicas
+  // of equal stage counts only; stage_driver/peer_exchange.h). The LoRA is the same either way.
+  std::string replica_exchange = "coordinator";
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
   int64_t chunks = 1;             // model chunks per stage: 1, or >= 2 (default 2) with interleaved
   // auto: the planner recomputes the first blocks of a stage only where its memory budget requires it;

@@ -1,0 +1,103 @@
+// The replicas' exchange with a stage-local optimizer (the job's `replica_exchange: allreduce`): matching stages sum
+// their gradients over c10d Gloo groups and step AdamW themselves, driven from the coordinator.
+#pragma once
+
+#include <absl/base/thread_annotations.h>
+#include <absl/status/statusor.h>
+#include <absl/synchronization/mutex.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/collective/peer_group.h"
+#include "core/train/adamw.h"
+#include "core/train/job.h"
+#include "stage_driver/replica_set.h"
+
+namespace baton {
+
+struct ExchangeResult {
+  double grad_norm = 0;       // before clipping
+  double reduce_seconds = 0;  // the slowest stage's allreduce
+  double seconds = 0;         // groups (when re-formed), reduction and update
+  bool regrouped = false;     // the groups were formed for this step
+};
+
+// Stage s of every replica forms a c10d Gloo group with stage s of the others (core/collective), sums its held
+// gradients over it and applies AdamW itself. Per step only the squared norms (for the global clipping) and the
+// update's few numbers pass through the coordinator; neither gradients nor adapters do.
+//
+// The coordinator still decides everything: who is in the groups (the replicas whose slices count this step), the
+// clipping factor (from every stage's squared norms, added in ClipGradNorm's order, so the update is bitwise the
+// coordinator exchange's for two replicas), the learning rate. It reads the state back (Pull) for every checkpoint,
+// validation and sample pass, and loads a replica that was lost and came back (or sat a step out) with the state of
+// one that was not (Prepare) before it runs a slice.
+//
+// Failures: a replica lost during its slice costs nothing (ReplicaSet deals its micro-batches to the others, its
+// finished slices too, whose sums were lost with it). One lost after its slice, in the reduction, fails Apply with
+// ABORTED: the step starts over on the others (ReplicaSet::RestartStep). One lost in the update is simply out (the
+// others applied it); only if no replica completed its update is the run's state lost (DATA_LOSS; resume from the
+// last checkpoint).
+class PeerExchange {
+ public:
+  using Tensors = std::map<std::string, at::Tensor>;
+  // `replicas` must outlive the exchange; `timeout`: forming a group and each collective (a dead peer fails one at
+  // once; a silent one after this).
+  PeerExchange(const JobConfig& job, ReplicaSet* replicas, absl::Duration timeout);
+  ~PeerExchange();
+
+  // The rendezvous store started and every replica loaded with the run's start state (`master` and the optimizer's).
+  absl::Status Start(const Tensors& master, const AdamW& optimizer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Replica r, before its first slice of a step: loaded with the current state when it was lost since it last had it.
+  absl::Status Prepare(int r) ABSL_LOCKS_EXCLUDED(mu_);
+  // The step's update over `participants` (the replicas whose slices count), with the step's losses (for the
+  // non-finite check) and learning rate.
+  absl::StatusOr<ExchangeResult> Apply(int64_t step, const std::vector<int>& participants,
+                                       const std::vector<double>& losses, double lr,
+                                       const std::function<void()>& on_abort) ABSL_LOCKS_EXCLUDED(mu_);
+  // The current adapters and optimizer state, from a replica that holds them.
+  absl::Status Pull(Tensors& master, AdamW& optimizer) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // The state of a replica other than `except` that holds the current one (cached until the next update).
+  absl::StatusOr<Tensors> CurrentState(int except) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replica r's stages loaded with `state` (each its adapters, their moments and the step count).
+  absl::Status LoadReplica(int r, const Tensors& state);
+  // Whether replica r holds the run's current state: loaded since it was last lost, and in every update since.
+  bool Current(int r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FormGroups(int64_t step, const std::vector<int>& members, const std::function<void()>& on_abort)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replicas whose call failed on their own account (not ABORTED, a peer's fault) are lost; ABORTED for the caller
+  // when any call failed.
+  absl::Status LoseFailed(int64_t step, const std::vector<int>& replicas, const std::vector<absl::Status>& results,
+                          const std::string& what, const std::function<void()>& on_abort);
+  absl::StatusOr<std::map<std::string, double>> Reduce(int64_t step, const std::vector<int>& members, double& seconds,
+                                                       const std::function<void()>& on_abort)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The replicas that completed their update (a replica that did not is lost: it reloads before its next slice).
+  absl::StatusOr<std::vector<int>> Update(int64_t step, const std::vector<int>& members, double lr, double norm,
+                                          const std::function<void()>& on_abort) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const OptimizerConfig optimizer_config_;
+  const std::string job_id_;
+  ReplicaSet* replicas_;
+  const absl::Duration timeout_;
+  const int stages_;
+  // Held by Start, Prepare, Apply and Pull: one of them at a time (Prepare runs on the replicas' slice threads).
+  absl::Mutex mu_;
+  std::unique_ptr<RendezvousStore> store_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> loaded_ ABSL_GUARDED_BY(mu_);         // [replica] its Losses() when it was last loaded; -1: never
+  std::vector<int64_t> at_update_ ABSL_GUARDED_BY(mu_);  // [replica] updates_ when it last took part or loaded
+  std::vector<int> members_ ABSL_GUARDED_BY(mu_);        // the replicas the groups were formed over (empty: none)
+  int formations_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;  // updates applied since Start
+  Tensors cache_ ABSL_GUARDED_BY(mu_);        // the state after `cache_updates_` updates
+  int64_t cache_updates_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+// The host of a worker address ("10.0.0.2:7001" → "10.0.0.2", "[::1]:7001" → "::1").
+std::string AddressHost(const std::string& address);
+
+}  // namespace baton

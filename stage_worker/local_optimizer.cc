@@ -1,0 +1,136 @@
+#include "stage_worker/local_optimizer.h"
+
+#include <absl/strings/str_cat.h>
+
+#include <chrono>
+#include <vector>
+
+#include "core/util/status.h"
+
+namespace baton {
+
+absl::Status LocalOptimizer::Hold(int64_t step, bool add, const Tensors& grads) {
+  if (add && held_step_ != step) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no gradients of step ", step + 1, " are held to add to (held: step ", held_step_ + 1, ")"));
+  }
+  at::NoGradGuard no_grad;
+  if (!add) {
+    held_.clear();
+    for (const auto& [name, g] : grads) held_[name] = g.detach().to(at::kFloat).clone();
+    held_step_ = step;
+    return absl::OkStatus();
+  }
+  for (const auto& [name, g] : grads) {
+    auto it = held_.find(name);
+    if (it == held_.end()) return absl::InternalError(absl::StrCat("no held gradient for ", name));
+    it->second.add_(g.detach().to(at::kFloat));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalOptimizer::JoinGroup(const PeerGroupSpec& spec) {
+  group_.reset();
+  ASSIGN_OR_RETURN(group_, PeerGroup::Join(spec));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ReduceResponse> LocalOptimizer::Reduce(int64_t step) {
+  if (!group_) return absl::FailedPreconditionError("Reduce before JoinGroup");
+  if (held_step_ != step || held_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no gradients of step ", step + 1, " are held (held: step ", held_step_ + 1, ")"));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  // One flat buffer in name order: one collective per step, whatever the number of adapters.
+  std::vector<at::Tensor> parts;
+  for (const auto& [name, g] : held_) parts.push_back(g.flatten());
+  at::Tensor flat = at::cat(parts).to(at::kCPU).contiguous();
+  RETURN_IF_ERROR(group_->AllreduceSum(flat));
+  v1::ReduceResponse response;
+  reduced_.clear();
+  int64_t offset = 0;
+  for (const auto& [name, g] : held_) {
+    at::Tensor part = flat.narrow(0, offset, g.numel()).view(g.sizes());
+    offset += g.numel();
+    // As the coordinator's ClipGradNorm measures a gradient: in double, on the CPU copy.
+    (*response.mutable_squared_norms())[name] = part.to(at::kDouble).pow(2).sum().item<double>();
+    reduced_[name] = part.to(g.device());
+  }
+  reduced_step_ = step;
+  response.set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  response.set_bytes(static_cast<uint64_t>(flat.nbytes()));
+  return response;
+}
+
+OptimizerConfig LocalOptimizer::ConfigOf(const v1::UpdateRequest& req) {
+  OptimizerConfig config;
+  config.beta1 = req.beta1();
+  config.beta2 = req.beta2();
+  config.eps = req.eps();
+  config.weight_decay = req.weight_decay();
+  return config;
+}
+
+absl::StatusOr<int64_t> LocalOptimizer::Update(const v1::UpdateRequest& req, Tensors params) {
+  if (reduced_step_ != req.step()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no reduced gradients of step ", req.step() + 1, " (reduced: step ", reduced_step_ + 1, ")"));
+  }
+  const OptimizerConfig config = ConfigOf(req);
+  const bool same = adamw_ && config.beta1 == adamw_config_.beta1 && config.beta2 == adamw_config_.beta2 &&
+                    config.eps == adamw_config_.eps && config.weight_decay == adamw_config_.weight_decay;
+  if (!same) {  // the first update (of the run, or after a Load), or new settings: the moments carry over
+    Tensors state = adamw_ ? State() : loaded_;
+    if (!params.empty()) {  // the moments live beside the adapters
+      for (auto& [name, t] : state) {
+        if (name != "__step__") t = t.to(params.begin()->second.device());
+      }
+    }
+    adamw_ = std::make_unique<AdamW>(config);
+    adamw_config_ = config;
+    if (!state.empty()) RETURN_IF_ERROR(adamw_->LoadStateDict(state));
+    loaded_.clear();
+  }
+  Tensors grads = reduced_;
+  // As ClipGradNorm scales: only when the norm exceeded the limit, by the same double factor.
+  if (req.clip()) {
+    for (auto& [name, g] : grads) g = g * req.clip_scale();
+  }
+  RETURN_IF_ERROR(adamw_->Step(params, grads, req.lr()));
+  held_.clear();
+  reduced_.clear();
+  held_step_ = reduced_step_ = -1;
+  return adamw_->steps();
+}
+
+LocalOptimizer::Tensors LocalOptimizer::State() const {
+  if (!adamw_) return loaded_.empty() ? Tensors{{"__step__", at::scalar_tensor(0, at::kLong)}} : loaded_;
+  Tensors state;
+  for (const auto& [name, t] : adamw_->StateDict()) state[name] = t.to(at::kCPU).clone();
+  return state;
+}
+
+absl::Status LocalOptimizer::Load(const Tensors& state) {
+  // Checked by building an optimizer from it; the job's settings come with the first Update.
+  AdamW probe{OptimizerConfig{}};
+  RETURN_IF_ERROR(probe.LoadStateDict(state));
+  adamw_.reset();
+  loaded_.clear();
+  for (const auto& [name, t] : state) loaded_[name] = t.to(at::kCPU).clone();
+  held_.clear();
+  reduced_.clear();
+  held_step_ = reduced_step_ = -1;
+  return absl::OkStatus();
+}
+
+void LocalOptimizer::Reset() {
+  held_.clear();
+  reduced_.clear();
+  held_step_ = reduced_step_ = -1;
+  group_.reset();
+  adamw_.reset();
+  loaded_.clear();
+}
+
+}  // namespace baton

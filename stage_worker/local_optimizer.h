@@ -1,0 +1,58 @@
+// The stage-local optimizer of data-parallel replicas (the job's `replica_exchange: allreduce`): the step's LoRA
+// gradients held on the stage, summed over the peer group, and AdamW applied to this stage's adapters.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "baton/v1/stage.pb.h"
+#include "core/collective/peer_group.h"
+#include "core/train/adamw.h"
+
+namespace baton {
+
+// The gradients of stage s of every replica in the step are summed by c10d's Gloo allreduce (StageService's JoinGroup,
+// Reduce, Update and LoadState). The update is bitwise the coordinator's: the same AdamW on the same fp32 values, and
+// the clipping factor computed by the coordinator from every stage's squared norms in the order its own ClipGradNorm
+// adds them. The held sum is kept through a failed Reduce, so a group re-formed without a lost replica reduces it
+// again. Not thread-safe: the StageRunner calls it under its run lock.
+class LocalOptimizer {
+ public:
+  using Tensors = std::map<std::string, at::Tensor>;
+
+  // The summed gradients of one plan (device tensors, by name): a new sum for `step`, or (`add`) added to the sum held
+  // for the same step.
+  absl::Status Hold(int64_t step, bool add, const Tensors& grads);
+  // A new group (the old one, if any, is let go first).
+  absl::Status JoinGroup(const PeerGroupSpec& spec);
+  // The held sum of `step`, summed over the group into the reduced gradients (the held sum is left as it was); the
+  // reduced gradients' squared norms by name.
+  absl::StatusOr<v1::ReduceResponse> Reduce(int64_t step);
+  // AdamW on `params` (the live adapters, modified in place) from the reduced gradients of req.step(); then nothing
+  // is held. The optimizer's step count after it.
+  absl::StatusOr<int64_t> Update(const v1::UpdateRequest& req, Tensors params);
+  // The optimizer's state as LoadState takes it (CPU, fp32 moments; "__step__"), and setting it (drops what is held).
+  Tensors State() const;
+  absl::Status Load(const Tensors& state);
+  // Everything dropped: held and reduced sums, the optimizer's state, the group (a new run).
+  void Reset();
+
+ private:
+  static OptimizerConfig ConfigOf(const v1::UpdateRequest& req);
+
+  int64_t held_step_ = -1;
+  Tensors held_;               // the step's summed gradients, on the stage's device
+  int64_t reduced_step_ = -1;  // the step whose reduced gradients `reduced_` holds
+  Tensors reduced_;            // on the stage's device
+  std::unique_ptr<PeerGroup> group_;
+  std::unique_ptr<AdamW> adamw_;
+  OptimizerConfig adamw_config_;
+  Tensors loaded_;  // state from Load, taken by the first Update (AdamW needs the job's settings to be built)
+};
+
+}  // namespace baton
