@@ -4,12 +4,15 @@ Two replicas of a 2-stage pipeline, each stage worker in its own network namespa
 every link shaped with tc tbf (tests/netns/topology.sh), mutual TLS. The model is the namespace tests' small FLUX.2
 at twice the width (D 512, 1 + 1 blocks, 64 + 16 tokens) with an all-linear LoRA whose rank is chosen so that the adapters hold
 --lora_params parameters (default 77.1 M: FLUX.2-dev's rank-16 all-linear adapters): a synthetic LoRA of the real
-size on a model whose compute is small, so the step is mostly the exchange. Every step each replica's stages send
-their fp32 gradients to the coordinator and get the new adapters back; the report gives, per link rate, the median
-step seconds (after the first), the bytes the coordinator's link carried per step, and the seconds those bytes take
-at the rate.
+size on a model whose compute is small, so the step is mostly the exchange. Each run uses one of the job's
+`replica_exchange` ways: `coordinator` (every step each replica's stages send their fp32 gradients to the coordinator
+and get the new adapters back) or `allreduce` (stage s of each replica sums its gradients with the other's over a c10d
+Gloo group, worker to worker, and steps AdamW itself). The report gives, per link rate and exchange, the median step
+seconds (after the first), the bytes the coordinator's link and a stage-1 worker's link carried per step, and the
+seconds the coordinator's bytes take at the rate.
 
-    sudo .venv/bin/python bench/replicas_exchange_netns.py [--rates 1gbit,10gbit] [--steps 4]
+    sudo .venv/bin/python bench/replicas_exchange_netns.py [--rates 1gbit,10gbit] [--exchanges coordinator,allreduce]
+        [--steps 4]
 
 Needs root and iproute2. The last line is one JSON object.
 """
@@ -36,6 +39,7 @@ PREFIX = "baton-netns-xchg-"
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="1gbit,10gbit", help="tc tbf rates, one run each")
+    p.add_argument("--exchanges", default="coordinator,allreduce", help="the job's replica_exchange, one run each")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--lora_params", type=float, default=77.1e6)
     return p.parse_args()
@@ -62,19 +66,19 @@ def lora_params(run_dir):
     return sum(t.size for t in load_file(os.path.join(run_dir, "lora.safetensors")).values())
 
 
-def sized_job(work, job, rank, steps):
+def sized_job(work, job, rank, steps, exchange):
     """The namespace tests' job with the LoRA rank that gives the wanted adapter size, 2 replicas, an even split."""
     text = open(job).read()
     text = re.sub(r"rank: \d+, alpha: \d+", f"rank: {rank}, alpha: {rank}", text)
     text = re.sub(r"steps: \d+", f"steps: {steps}", text)
-    path = os.path.join(work, "job_sized.yaml")
+    path = os.path.join(work, f"job_{exchange}.yaml")
     with open(path, "w") as f:
-        f.write(text + "replicas: 2\nreplica_split: equal\n")
+        f.write(text + f"replicas: 2\nreplica_split: equal\nreplica_exchange: {exchange}\n")
     return path
 
 
 def run_at(tag, work, job, rate):
-    """One run of the job over the namespaces at `rate`: (step seconds after the first, coordinator link bytes)."""
+    """One run of the job over the namespaces at `rate`: (step seconds, the link bytes of every host)."""
     two.run([two.TOPOLOGY, "up", tag, rate] + [f"{h}={ip}/24" for h, ip in HOSTS.items()])
     try:
         certs = os.path.join(work, "certs")
@@ -88,7 +92,8 @@ def run_at(tag, work, job, rate):
             before = two.link_bytes(tag)
             out = two.run(["ip", "netns", "exec", f"{tag}-c", os.path.join(two.BIN_DIR, "coordinator"), "--workers",
                            f"{addresses[0]},{addresses[1]};{addresses[2]},{addresses[3]}", "--tls_dir",
-                           os.path.join(certs, HOSTS["c"]), "--job", job, "--output", f"{work}/run_{rate}"],
+                           os.path.join(certs, HOSTS["c"]), "--job", job, "--output",
+                           f"{work}/run_{rate}_{os.path.basename(job)}"],
                           timeout=1200).stdout
             after = two.link_bytes(tag)
         finally:
@@ -97,10 +102,27 @@ def run_at(tag, work, job, rate):
             for w in workers:
                 w.wait(timeout=30)
         seconds = [float(s) for s in re.findall(r"([0-9.]+) s/step", out)]
-        sent, received = (after["c"][i] - before["c"][i] for i in (0, 1))  # switch port "c": the coordinator's host
-        return seconds, sent, received
+        return seconds, {h: (after[h][0] - before[h][0], after[h][1] - before[h][1]) for h in after}
     finally:
         subprocess.run([two.TOPOLOGY, "down", tag], check=False)
+
+
+def report(rate, exchange, seconds, links, steps):
+    """One run's row, printed: the median step after the first, and what the links carried per step (the whole run's
+    bytes over its steps: start-up, the final read of the LoRA and the checkpoint included)."""
+    steady = statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]
+    bits = float(re.match(r"([0-9.]+)", rate).group(1)) * {"g": 1e9, "m": 1e6}[rate.rstrip("bit")[-1]]
+    sent, received = links["c"]  # switch port "c": the coordinator's host
+    worker_sent, worker_received = links["r1s1"]  # a stage-1 worker of replica 1
+    row = {"rate": rate, "exchange": exchange, "step_seconds": steady, "all_steps": seconds,
+           "coordinator_link_mb_per_step": round((sent + received) / steps / 1e6, 1),
+           "coordinator_link_seconds_at_rate": round(max(sent, received) / steps * 8 / bits, 3),
+           "stage_worker_link_mb_per_step": round((worker_sent + worker_received) / steps / 1e6, 1)}
+    print(f"{rate}, {exchange}: {steady:.2f} s/step (median after the first of {seconds}); per step the coordinator's "
+          f"link carried {sent / steps / 1e6:.1f} MB out + {received / steps / 1e6:.1f} MB in "
+          f"({row['coordinator_link_seconds_at_rate']:.2f} s each way at {rate}), worker r1s1's "
+          f"{worker_sent / steps / 1e6:.1f} MB out + {worker_received / steps / 1e6:.1f} MB in", flush=True)
+    return row
 
 
 def main():
@@ -116,22 +138,14 @@ def main():
                  f"{work}/probe"])
         per_rank = lora_params(f"{work}/probe") / 8
         rank = max(1, round(args.lora_params / per_rank))
-        sized = sized_job(work, job, rank, args.steps)
         print(f"LoRA rank {rank}: {rank * per_rank / 1e6:.1f} M parameters ({rank * per_rank * 4 / 1e6:.1f} MB fp32)",
               flush=True)
         results = []
         for rate in args.rates.split(","):
-            seconds, sent, received = run_at(tag, work, sized, rate)
-            steady = statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]
-            bits = float(re.match(r"([0-9.]+)", rate).group(1)) * {"g": 1e9, "m": 1e6}[rate.rstrip("bit")[-1]]
-            wire = (sent + received) / args.steps
-            row = {"rate": rate, "step_seconds": steady, "all_steps": seconds,
-                   "coordinator_link_mb_per_step": round(wire / 1e6, 1),
-                   "coordinator_link_seconds_at_rate": round(max(sent, received) / args.steps * 8 / bits, 3)}
-            print(f"{rate}: {steady:.2f} s/step (median after the first of {seconds}); the coordinator's link carried "
-                  f"{sent / args.steps / 1e6:.1f} MB out + {received / args.steps / 1e6:.1f} MB in per step "
-                  f"({row['coordinator_link_seconds_at_rate']:.2f} s each way at {rate})", flush=True)
-            results.append(row)
+            for exchange in args.exchanges.split(","):
+                sized = sized_job(work, job, rank, args.steps, exchange)
+                seconds, links = run_at(tag, work, sized, rate)
+                results.append(report(rate, exchange, seconds, links, args.steps))
         print(json.dumps({"bench": "replicas_exchange_netns", "lora_rank": rank,
                           "lora_params": rank * per_rank, "steps": args.steps, "results": results}))
     finally:

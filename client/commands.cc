@@ -269,6 +269,11 @@ absl::StatusOr<PartitionOptions> PlanOptionsFromArgs(const Args& args) {
   ASSIGN_OR_RETURN(opts.device, ParsePlanDevice(args.Get("device")));
   ASSIGN_OR_RETURN(int64_t micro_batches, args.GetInt("micro-batches"));
   opts.micro_batches = static_cast<int>(micro_batches);
+  const std::string exchange = args.Get("replica-exchange");
+  if (exchange != "coordinator" && exchange != "allreduce") {
+    return absl::InvalidArgumentError("--replica-exchange must be coordinator or allreduce");
+  }
+  opts.local_optimizer = exchange == "allreduce";
   return opts;
 }
 
@@ -325,7 +330,10 @@ absl::Status PrintPlan(const Args& args) {
     if (!plan.fits && unfit.empty()) unfit = unequal ? absl::StrCat("replica ", r, ": ", plan.message) : plan.message;
     if (!first) first = std::move(plan);
   }
-  if (counts.size() > 1) std::fputs(RenderReplicaLoad(*first, counts).c_str(), stdout);
+  if (opts.local_optimizer && (counts.size() < 2 || unequal)) {
+    return absl::InvalidArgumentError("--replica-exchange allreduce needs 2 or more replicas of the same stage count");
+  }
+  if (counts.size() > 1) std::fputs(RenderReplicaLoad(*first, counts, opts.local_optimizer).c_str(), stdout);
   if (!unfit.empty()) return absl::FailedPreconditionError(unfit);
   return absl::OkStatus();
 }
@@ -364,7 +372,11 @@ Command PlanCommand() {
        {"recompute", "auto (recompute the fewest blocks that fit the budget) | true (all) | false", "auto"},
        {"device", "cuda | cpu (the fixed per-process memory: estimated on cuda, measured on cpu)", "cuda"},
        {"micro-batches", "micro-batches per step (in-flight activations); 0 = as many as stages", "0"},
-       {"rank", "LoRA rank", "16"}},
+       {"rank", "LoRA rank", "16"},
+       {"replica-exchange",
+        "coordinator | allreduce (job key replica_exchange:): with allreduce the stages hold AdamW's state and the "
+        "gradient sums (counted per stage), and the exchange line says what crosses each stage's link",
+        "coordinator"}},
       PrintPlan};
 }
 

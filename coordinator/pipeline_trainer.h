@@ -1,4 +1,5 @@
-// The coordinator's training loop: the only owner of trainable state. Each step it draws the micro-batches
+// The coordinator's training loop: the owner of trainable state (with `replica_exchange: allreduce` the stages step
+// AdamW themselves, and it reads their state back for every checkpoint). Each step it draws the micro-batches
 // (the same sampler as train-local), computes the frozen shell's constants, fans inputs/constants/targets
 // out to the stages, drives the schedule (every stage runs its own action list; activations and gradients
 // flow stage to stage directly), gathers each stage's LoRA gradients, clips and steps AdamW on the fp32

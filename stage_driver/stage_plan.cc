@@ -50,6 +50,7 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, Sam
   popts.device = popts.devices.empty() ? PlanDevice::kCpu : popts.devices[0];
   popts.activation_bytes = static_cast<int>(c10::elementSize(dtype));
   popts.all_linear = job.lora_targets == "all-linear";
+  popts.local_optimizer = job.replica_exchange == "allreduce";
   popts.tokens_per_micro_batch = (tokens.image + tokens.text) * job.micro_batch_size();
   popts.text_tokens_per_micro_batch = tokens.text * job.micro_batch_size();
   for (const auto& budget : job.memory_per_stage) {

@@ -106,7 +106,7 @@ class Sizer {
   int64_t ActivationPerMicroBatch(int64_t n, int64_t r) const { return r * act_unit_ + (n - r) * graph_; }
   // Everything but the activations.
   int64_t Fixed(int k, int64_t i, int64_t j) const {
-    return Weights(k, i, j) + Lora(i, j) * 4 * 2 + overhead_[k] + transient_;
+    return Weights(k, i, j) + Lora(i, j) * 4 * options_.LoraCopies() + overhead_[k] + transient_;
   }
   // How many leading blocks of the segment are recomputed: the policy, or under auto the fewest that fit.
   int64_t Recompute(int k, int64_t i, int64_t j) const {
@@ -399,7 +399,7 @@ absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions&
     s.params = z.Params(k, i, j);
     s.param_bytes = z.Weights(k, i, j);
     s.lora_params = z.Lora(i, j);
-    s.lora_bytes = s.lora_params * 4 * 2;
+    s.lora_bytes = s.lora_params * 4 * o.LoraCopies();
     s.in_flight = z.InFlight(k);
     s.recompute_blocks = z.Recompute(k, i, j);
     s.activation_bytes = z.Activation(k, j - i, s.recompute_blocks);
@@ -502,8 +502,11 @@ std::string RenderPlan(const Plan& plan) {
       "estimate: weights (block linears 8-bit when quantized) + LoRA + activations (a block's graph includes the fp32 "
       "copies of the adapters' inputs under bf16) + transient (one 8-bit weight dequantized for its matmul) + the "
       "stage device's fixed per-process overhead (cpu: measured; cuda: estimated, not measured)",
-      ".\n * LoRA+grad: fp32 LoRA weights and their gradients on the stage; the optimizer state (AdamW moments) "
-      "lives on the coordinator. act/mb: activations one in-flight micro-batch keeps with every block recomputed | "
+      ".\n * LoRA+grad: fp32 LoRA weights and their gradients on the stage; ",
+      o.local_optimizer ? "with the stage-local optimizer (replica_exchange: allreduce) also AdamW's two moments and "
+                          "the step's held and reduced gradient sums (6 copies in all)"
+                        : "the optimizer state (AdamW moments) lives on the coordinator",
+      ". act/mb: activations one in-flight micro-batch keeps with every block recomputed | "
       "with none; activations: the stage's total for the recompute shown, at its peak in-flight micro-batches (mb))\n");
   return out;
 }

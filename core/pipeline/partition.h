@@ -40,7 +40,8 @@ constexpr int64_t kBlockWorkingFactor = 32;
 //   weights  = the stage's frozen parameters, each FrozenParamBytes: block linears 1 byte/element + an fp32
 //              scale per output row under `quantize: int8|fp8`, everything else bytes_per_param (stage_memory.h)
 //   lora     = LoRA params on the stage's blocks x 4 bytes (fp32) x 2 (weight + gradient); the optimizer
-//              state (AdamW's two moments) lives on the coordinator, not on stages
+//              state (AdamW's two moments) lives on the coordinator, not on stages -- but with a stage-local
+//              optimizer (`replica_exchange: allreduce`) x 6: also its two moments, the held sum and the reduced one
 //   act      = per in-flight micro-batch, with A = tokens_per_micro_batch x D x activation_bytes: a block
 //              run with its graph keeps ~kBlockWorkingFactor x A (every intermediate of its forward); a
 //              recomputed block keeps only its input, 1 x A (its checkpoint), and the stage then needs one
@@ -70,7 +71,7 @@ struct StageSpec {
   int64_t params = 0;          // frozen parameters held
   int64_t param_bytes = 0;     // the `weights` term: their bytes (quantized where `quantize` says)
   int64_t lora_params = 0;
-  int64_t lora_bytes = 0;        // the `lora` term (weight + gradient, fp32)
+  int64_t lora_bytes = 0;        // the `lora` term (weight + gradient, fp32; + optimizer state when stage-local)
   int in_flight = 0;             // peak micro-batches held at once under the schedule
   int64_t recompute_blocks = 0;  // the first this-many blocks of the stage are recomputed (0 = none)
   int64_t activation_bytes = 0;  // the `act` term of the memory model, with recompute_blocks
@@ -102,6 +103,8 @@ struct PartitionOptions {
   PlanDevice device = PlanDevice::kCuda;
   std::vector<PlanDevice> devices;  // per stage; empty = `device` for every stage
   int64_t overhead_bytes = -1;      // -1: each stage's device's fixed per-process cost (DeviceProcessBytes)
+  bool local_optimizer = false;     // the stages hold AdamW's state and the step's gradient sums (`lora` above)
+  int LoraCopies() const { return local_optimizer ? 6 : 2; }
   PlanDevice StageDevice(int k) const {
     return k >= 0 && static_cast<size_t>(k) < devices.size() ? devices[static_cast<size_t>(k)] : device;
   }

@@ -100,6 +100,24 @@ TEST(PartitionTest, TwoStagesOfDevBalanceWithinOneBlock) {
   EXPECT_GT(plan->stages[0].param_bytes, plan->stages[1].param_bytes * 5 / 4);
 }
 
+// A stage-local optimizer (replica_exchange: allreduce) keeps AdamW's moments and the step's gradient sums on the
+// stage: 6 fp32 copies of its adapters instead of 2, in the LoRA term and the estimate.
+TEST(PartitionTest, AStageLocalOptimizerCountsItsStateOnTheStage) {
+  const Flux2Config dev = LoadModel("flux2-dev");
+  PartitionOptions o = Stages(2);
+  auto coordinator = PartitionFlux2(dev, o);
+  o.local_optimizer = true;
+  auto local = PartitionFlux2(dev, o);
+  ASSERT_TRUE(coordinator.ok() && local.ok());
+  for (int k = 0; k < 2; ++k) {
+    const StageSpec& a = coordinator->stages[k];
+    const StageSpec& b = local->stages[k];
+    ASSERT_EQ(a.block_end, b.block_end);  // no budget: the same cut
+    EXPECT_EQ(b.lora_bytes, a.lora_bytes * 3);
+    EXPECT_EQ(b.est_memory_bytes - a.est_memory_bytes, b.lora_bytes - a.lora_bytes);
+  }
+}
+
 TEST(PartitionTest, DoubleAndSingleBlocksCostTheSameComputeButNotTheSameMemory) {
   // A double block holds twice a single block's parameters, yet every token passes through one stream's
   // weights only, so both do 4·D² + 3·M·D MACs per token (plus the same attention).

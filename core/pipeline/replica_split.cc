@@ -54,7 +54,7 @@ void ReplicaSpeeds::Record(int replica, int micro_batches, double seconds) {
   s = s > 0 ? (1 - weight_) * s + weight_ * now : now;
 }
 
-std::string RenderReplicaLoad(const Plan& plan, const std::vector<int>& replica_stages) {
+std::string RenderReplicaLoad(const Plan& plan, const std::vector<int>& replica_stages, bool allreduce) {
   int64_t lora_params = 0;
   for (const StageSpec& s : plan.stages) lora_params += s.lora_params;
   const int replicas = static_cast<int>(replica_stages.size());
@@ -66,6 +66,17 @@ std::string RenderReplicaLoad(const Plan& plan, const std::vector<int>& replica_
               : absl::StrCat(replicas, " copies of this plan (", workers, " workers)");
   const double replica_bytes = 4.0 * static_cast<double>(lora_params);  // fp32, each way, however it is staged
   const double link_bytes = replica_bytes * replicas;
+  if (allreduce) {
+    // Gloo's ring allreduce: each member sends and receives 2 (R - 1) / R of the buffer.
+    int64_t busiest = 0;
+    for (const StageSpec& s : plan.stages) busiest = std::max(busiest, s.lora_params);
+    const double stage_bytes = 4.0 * static_cast<double>(busiest) * 2.0 * (replicas - 1) / replicas;
+    return absl::StrFormat(
+        "replicas: %s; replica_exchange: allreduce: each step stage s of every replica sums its fp32 LoRA gradients "
+        "with the others' (ring allreduce) and steps AdamW itself; the busiest stage's link carries %.1f MB each way "
+        "per step (%.2f s at 1 Gbit/s, %.3f s at 10 Gbit/s), the coordinator's nothing but a checkpoint's read\n",
+        shape, stage_bytes / 1e6, stage_bytes * 8 / 1e9, stage_bytes * 8 / 1e10);
+  }
   return absl::StrFormat(
       "replicas: %s; each step every replica's stages send %.1f MB of fp32 LoRA gradients to the coordinator and "
       "get %.1f MB of adapters back: the coordinator's link carries %.1f MB each way per step (%.2f s at 1 Gbit/s, "

@@ -40,6 +40,6 @@ class ReplicaSpeeds {
 // What `baton plan --replicas R` (or --replica-stages) adds under the plan: the replicas' shape, and the LoRA exchange
 // each step puts on the coordinator's link (every replica's fp32 gradients in, the new fp32 adapters out; the same
 // bytes however a replica is staged), with its time at 1 and 10 Gbit/s.
-std::string RenderReplicaLoad(const Plan& plan, const std::vector<int>& replica_stages);
+std::string RenderReplicaLoad(const Plan& plan, const std::vector<int>& replica_stages, bool allreduce = false);
 
 }  // namespace baton

@@ -68,5 +68,19 @@ TEST(ReplicaSplitTest, ThePlanShowsTheLoraExchangeOnTheCoordinatorsLink) {
       << text;
 }
 
+// With the stage-local optimizer each stage's link carries its own gradients through the ring allreduce: 2 (R - 1) / R
+// of them each way, the busiest stage's figure shown.
+TEST(ReplicaSplitTest, TheAllreduceExchangeShowsTheBusiestStagesLink) {
+  Plan plan;
+  plan.stages.resize(2);
+  plan.stages[0].lora_params = 30'000'000;
+  plan.stages[1].lora_params = 47'000'000;
+  const std::string two = RenderReplicaLoad(plan, {2, 2}, /*allreduce=*/true);
+  EXPECT_NE(two.find("busiest stage's link carries 188.0 MB each way per step (1.50 s at 1 Gbit/s"), std::string::npos)
+      << two;
+  const std::string four = RenderReplicaLoad(plan, {2, 2, 2, 2}, /*allreduce=*/true);
+  EXPECT_NE(four.find("carries 282.0 MB each way"), std::string::npos) << four;
+}
+
 }  // namespace
 }  // namespace baton
