@@ -323,6 +323,23 @@ TEST_F(ReplicasTest, AReplicaLostBeforeTheReductionStartsTheStepOverOnTheOthers)
   EXPECT_LE(diff, 1e-4);
 }
 
+// A run with the stage-local optimizer stopped after 2 steps and resumed: the checkpoint holds the stages' adapters
+// and AdamW moments (read back from a replica), the resumed run loads them into every stage, and the LoRA after 4 steps
+// is the uninterrupted run's bit for bit.
+TEST_F(ReplicasTest, AnAllreduceRunResumesBitwiseFromTheStagesState) {
+  const JobConfig job = Job("replica_split: equal\nreplica_exchange: allreduce\n");
+  ASSERT_TRUE(Run(job, 2, 2, "allreduce_whole", /*steps=*/4).ok());
+  ASSERT_TRUE(Run(job, 2, 2, "allreduce_resumed", /*steps=*/2).ok());
+  CoordinatorOptions options = test_util::LocalStagesOptions(2, JoinPath(*dir_, "allreduce_resumed"));
+  options.replicas = 2;
+  options.steps = 4;
+  options.resume = true;
+  auto resumed = RunCoordinator(job, options);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->first_step, 2);
+  EXPECT_EQ(MaxLoraDifference("allreduce_whole", "allreduce_resumed"), 0.0);
+}
+
 // The stage-local optimizer sums matching stages: replicas of different stage counts, or a single one, are refused.
 TEST_F(ReplicasTest, TheAllreduceExchangeNeedsEqualReplicas) {
   JobConfig job = Job("replica_exchange: allreduce\n");
