@@ -102,26 +102,37 @@ def run_at(tag, work, job, rate):
             for w in workers:
                 w.wait(timeout=30)
         seconds = [float(s) for s in re.findall(r"([0-9.]+) s/step", out)]
-        return seconds, {h: (after[h][0] - before[h][0], after[h][1] - before[h][1]) for h in after}
+        with open(os.path.join(f"{work}/run_{rate}_{os.path.basename(job)}", "train_log.jsonl")) as f:
+            log = [json.loads(line) for line in f]
+        return seconds, {h: (after[h][0] - before[h][0], after[h][1] - before[h][1]) for h in after}, log
     finally:
         subprocess.run([two.TOPOLOGY, "down", tag], check=False)
 
 
-def report(rate, exchange, seconds, links, steps):
-    """One run's row, printed: the median step after the first, and what the links carried per step (the whole run's
-    bytes over its steps: start-up, the final read of the LoRA and the checkpoint included)."""
+def report(rate, exchange, seconds, links, log, steps):
+    """One run's row, printed: the median step after the first, the exchange's exposed seconds (after the step's
+    micro-batches: the coordinator's optimizer step, or the stages' reduction and update) and the allreduce's own,
+    and what the links carried per step (the whole run's bytes over its steps: start-up, the final read of the LoRA
+    and the checkpoint included)."""
     steady = statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]
+    exposed = statistics.median(r["coordinator_seconds"]["optimizer"] for r in log[1:] or log)
+    allreduce = [r["replica_allreduce_seconds"] for r in log[1:] or log if "replica_allreduce_seconds" in r]
+    early = all(r.get("replica_allreduce_early", False) for r in log)
     bits = float(re.match(r"([0-9.]+)", rate).group(1)) * {"g": 1e9, "m": 1e6}[rate.rstrip("bit")[-1]]
     sent, received = links["c"]  # switch port "c": the coordinator's host
     worker_sent, worker_received = links["r1s1"]  # a stage-1 worker of replica 1
     row = {"rate": rate, "exchange": exchange, "step_seconds": steady, "all_steps": seconds,
            "coordinator_link_mb_per_step": round((sent + received) / steps / 1e6, 1),
            "coordinator_link_seconds_at_rate": round(max(sent, received) / steps * 8 / bits, 3),
-           "stage_worker_link_mb_per_step": round((worker_sent + worker_received) / steps / 1e6, 1)}
+           "stage_worker_link_mb_per_step": round((worker_sent + worker_received) / steps / 1e6, 1),
+           "exposed_exchange_seconds": exposed,
+           "allreduce_seconds": statistics.median(allreduce) if allreduce else None, "allreduce_early": early}
     print(f"{rate}, {exchange}: {steady:.2f} s/step (median after the first of {seconds}); per step the coordinator's "
           f"link carried {sent / steps / 1e6:.1f} MB out + {received / steps / 1e6:.1f} MB in "
           f"({row['coordinator_link_seconds_at_rate']:.2f} s each way at {rate}), worker r1s1's "
-          f"{worker_sent / steps / 1e6:.1f} MB out + {worker_received / steps / 1e6:.1f} MB in", flush=True)
+          f"{worker_sent / steps / 1e6:.1f} MB out + {worker_received / steps / 1e6:.1f} MB in; after the micro-batches "
+          f"{exposed:.2f} s (median)" + (f", the allreduce itself {row['allreduce_seconds']:.2f} s, begun when held: "
+                                          f"{early}" if allreduce else ""), flush=True)
     return row
 
 
@@ -144,8 +155,8 @@ def main():
         for rate in args.rates.split(","):
             for exchange in args.exchanges.split(","):
                 sized = sized_job(work, job, rank, args.steps, exchange)
-                seconds, links = run_at(tag, work, sized, rate)
-                results.append(report(rate, exchange, seconds, links, args.steps))
+                seconds, links, log = run_at(tag, work, sized, rate)
+                results.append(report(rate, exchange, seconds, links, log, args.steps))
         print(json.dumps({"bench": "replicas_exchange_netns", "lora_rank": rank,
                           "lora_params": rank * per_rank, "steps": args.steps, "results": results}))
     finally:

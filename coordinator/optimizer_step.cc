@@ -61,6 +61,7 @@ absl::StatusOr<PipelineStepRecord> ApplyExchange(const JobConfig& job, int64_t s
                    exchange.Apply(step, participants, MicroBatchLosses(outputs), rec.lr, on_abort));
   rec.grad_norm = result.grad_norm;
   rec.exchange_seconds = result.reduce_seconds;
+  rec.exchange_early = result.early;
   return rec;
 }
 

@@ -275,6 +275,8 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const Coo
     exchange = std::make_unique<PeerExchange>(job, replicas.get(), std::max(absl::Seconds(60), options.stall_timeout));
     RETURN_IF_ERROR(exchange->Start(start.master, optimizer));
     replicas->set_prepare([ex = exchange.get()](int r) { return ex->Prepare(r); });
+    replicas->set_before_step(
+        [ex = exchange.get()](int64_t step, const std::vector<int>& with) { return ex->BeforeStep(step, with); });
   }
   RETURN_IF_ERROR(MakeDirs(options.output_dir));
   if (start.resumed) {

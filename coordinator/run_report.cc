@@ -51,7 +51,10 @@ nlohmann::ordered_json StepLine(const PipelineStepRecord& rec) {
   line["stage_busy_seconds"] = busy;
   line["stage_idle_seconds"] = idle;
   line["coordinator_seconds"] = {{"prepare", rec.prepare_seconds}, {"optimizer", rec.optimizer_seconds}};
-  if (rec.exchange_seconds > 0) line["replica_allreduce_seconds"] = rec.exchange_seconds;
+  if (rec.exchange_seconds > 0) {
+    line["replica_allreduce_seconds"] = rec.exchange_seconds;
+    line["replica_allreduce_early"] = rec.exchange_early;
+  }
   if (rec.replica_micro_batches.size() > 1) {
     line["replica_micro_batches"] = rec.replica_micro_batches;
     line["replica_samples_per_second"] = rec.replica_samples_per_second;

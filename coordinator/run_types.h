@@ -62,6 +62,7 @@ struct PipelineStepRecord : StepRecord {
   // With `replica_exchange: allreduce`: the slowest stage's allreduce of the step's gradients (optimizer_seconds then
   // is the whole exchange: any regrouping, the reduction and the stages' updates).
   double exchange_seconds = 0;
+  bool exchange_early = false;  // every stage began its sum as soon as it held its gradients (behind the backwards)
   std::vector<int> replica_micro_batches;          // with replicas: how many of the step's micro-batches each ran
   std::vector<double> replica_samples_per_second;  // with replicas: each one's samples over its own seconds
 };

@@ -17,17 +17,20 @@ bool IsMoment(const std::string& name) {
   return absl::EndsWith(name, ".exp_avg") || absl::EndsWith(name, ".exp_avg_sq");
 }
 
+// Forming a group among live workers takes milliseconds; a member that never comes fails it after this.
+constexpr absl::Duration kJoinTimeout = absl::Seconds(10);
+
 double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// Per replica, the first failure of its stages, one on its own account (not ABORTED) before a peer's.
+// Per replica, the first failure of its stages, one on its own account before one that is a peer's (ABORTED).
 std::vector<absl::Status> PerReplica(const std::vector<absl::Status>& per_stage, int stages) {
   std::vector<absl::Status> out(per_stage.size() / stages);
   for (size_t k = 0; k < per_stage.size(); ++k) {
-    absl::Status& s = out[k / stages];
-    if (s.ok() || (absl::IsAborted(s) && !absl::IsAborted(per_stage[k]))) s.Update(per_stage[k]);
-    if (absl::IsAborted(s) && !per_stage[k].ok() && !absl::IsAborted(per_stage[k])) s = per_stage[k];
+    const absl::Status& stage = per_stage[k];
+    absl::Status& replica = out[k / stages];
+    if (!stage.ok() && (replica.ok() || (absl::IsAborted(replica) && !absl::IsAborted(stage)))) replica = stage;
   }
   return out;
 }
@@ -88,11 +91,9 @@ absl::Status PeerExchange::Start(const Tensors& master, const AdamW& optimizer) 
 
 bool PeerExchange::Current(int r) { return loaded_[r] == replicas_->Losses(r) && at_update_[r] == updates_; }
 
-absl::Status PeerExchange::Prepare(int r) {
-  absl::MutexLock lock(&mu_);
-  if (!store_) return absl::OkStatus();  // before Start (which loads every replica)
-  const int losses = replicas_->Losses(r);
+absl::Status PeerExchange::LoadCurrent(int r) {
   if (Current(r)) return absl::OkStatus();
+  const int losses = replicas_->Losses(r);
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(Tensors state, CurrentState(r));
   RETURN_IF_ERROR(LoadReplica(r, state));
@@ -101,6 +102,32 @@ absl::Status PeerExchange::Prepare(int r) {
   members_.clear();  // its stages are in no group of ours now
   LogInfo("replica ", r, " loaded with the run's current state in ", SecondsSince(t0), " s");
   return absl::OkStatus();
+}
+
+absl::Status PeerExchange::Prepare(int r) {
+  absl::MutexLock lock(&mu_);
+  if (!store_) return absl::OkStatus();  // before Start (which loads every replica)
+  return LoadCurrent(r);
+}
+
+bool PeerExchange::BeforeStep(int64_t step, const std::vector<int>& replicas) {
+  absl::MutexLock lock(&mu_);
+  if (!store_) return false;
+  for (int r : replicas) {
+    if (absl::Status loaded = LoadCurrent(r); !loaded.ok()) {
+      LogWarning("step ", step + 1, ": replica ", r, " could not be loaded before the step: ", loaded.message());
+      return false;
+    }
+  }
+  if (replicas == members_) return true;
+  for (const absl::Status& s : JoinAll(replicas)) {
+    if (!s.ok()) {
+      LogWarning("step ", step + 1, ": the peer groups could not be formed before the step (", s.message(),
+                 "); the gradients are summed after it");
+      return false;
+    }
+  }
+  return true;
 }
 
 absl::StatusOr<PeerExchange::Tensors> PeerExchange::CurrentState(int except) {
@@ -156,8 +183,7 @@ absl::Status PeerExchange::LoseFailed(int64_t step, const std::vector<int>& repl
   return absl::AbortedError(absl::StrCat("step ", step + 1, ": ", what, " failed (", first.message(), ")"));
 }
 
-absl::Status PeerExchange::FormGroups(int64_t step, const std::vector<int>& members,
-                                      const std::function<void()>& on_abort) {
+std::vector<absl::Status> PeerExchange::JoinAll(const std::vector<int>& members) {
   members_.clear();
   const std::string base = absl::StrCat(replicas_->fleet(0).run_id, "/", ++formations_);
   const int n = static_cast<int>(members.size());
@@ -173,16 +199,24 @@ absl::Status PeerExchange::FormGroups(int64_t step, const std::vector<int>& memb
     request.set_size(n);
     request.set_bind_host(AddressHost(client.address()));
     request.set_timeout_ms(absl::ToInt64Milliseconds(timeout_));
-    results[k] = client.JoinGroup(job_id_, request, timeout_);
+    request.set_join_timeout_ms(absl::ToInt64Milliseconds(kJoinTimeout));
+    results[k] = client.JoinGroup(job_id_, request, kJoinTimeout);
     return absl::OkStatus();
   });
-  RETURN_IF_ERROR(LoseFailed(step, members, PerReplica(results, stages_), "forming the peer groups", on_abort));
-  members_ = members;
-  return absl::OkStatus();
+  std::vector<absl::Status> per_replica = PerReplica(results, stages_);
+  bool all = true;
+  for (const absl::Status& s : per_replica) all &= s.ok();
+  if (all) members_ = members;
+  return per_replica;
+}
+
+absl::Status PeerExchange::FormGroups(int64_t step, const std::vector<int>& members,
+                                      const std::function<void()>& on_abort) {
+  return LoseFailed(step, members, JoinAll(members), "forming the peer groups", on_abort);
 }
 
 absl::StatusOr<std::map<std::string, double>> PeerExchange::Reduce(int64_t step, const std::vector<int>& members,
-                                                                   double& seconds,
+                                                                   ExchangeResult& result,
                                                                    const std::function<void()>& on_abort) {
   const int n = static_cast<int>(members.size());
   std::vector<absl::StatusOr<v1::ReduceResponse>> out(n * stages_, absl::UnknownError("not run"));
@@ -199,9 +233,11 @@ absl::StatusOr<std::map<std::string, double>> PeerExchange::Reduce(int64_t step,
   }
   // Every member got the same bytes: the norms must agree to the bit.
   std::map<std::string, double> norms;
-  seconds = 0;
+  result.reduce_seconds = 0;
+  result.early = true;
   for (int k = 0; k < n * stages_; ++k) {
-    seconds = std::max(seconds, out[k]->seconds());
+    result.reduce_seconds = std::max(result.reduce_seconds, out[k]->seconds());
+    result.early &= out[k]->begun_when_held();
     for (const auto& [name, sq] : out[k]->squared_norms()) {
       auto [it, first] = norms.emplace(name, sq);
       if (!first && it->second != sq) {
@@ -265,7 +301,7 @@ absl::StatusOr<ExchangeResult> PeerExchange::Apply(int64_t step, const std::vect
     RETURN_IF_ERROR(FormGroups(step, participants, on_abort));
     result.regrouped = true;
   }
-  ASSIGN_OR_RETURN(auto norms, Reduce(step, participants, result.reduce_seconds, on_abort));
+  ASSIGN_OR_RETURN(auto norms, Reduce(step, participants, result, on_abort));
   RETURN_IF_ERROR(CheckStepFinite(step + 1, lr, losses, stages_ - 1, {}));
   double sq = 0;
   for (const auto& [name, v] : norms) sq += v;  // ClipGradNorm's order: by name over every stage

@@ -22,7 +22,8 @@ struct ExchangeResult {
   double grad_norm = 0;       // before clipping
   double reduce_seconds = 0;  // the slowest stage's allreduce
   double seconds = 0;         // groups (when re-formed), reduction and update
-  bool regrouped = false;     // the groups were formed for this step
+  bool regrouped = false;     // the groups were formed after the step's slices (a replica lost or rejoined)
+  bool early = false;         // every stage began its sum as soon as it held its gradients
 };
 
 // Stage s of every replica forms a c10d Gloo group with stage s of the others (core/collective), sums its held
@@ -52,6 +53,11 @@ class PeerExchange {
   absl::Status Start(const Tensors& master, const AdamW& optimizer) ABSL_LOCKS_EXCLUDED(mu_);
   // Replica r, before its first slice of a step: loaded with the current state when it was lost since it last had it.
   absl::Status Prepare(int r) ABSL_LOCKS_EXCLUDED(mu_);
+  // Before a step's first slices (ReplicaSet's before_step): every replica with a slice loaded, and the peer groups
+  // formed over exactly them, so each stage sums its gradients as soon as it holds them, hidden behind the upstream
+  // stages' last backwards. False when they could not be (a replica lost meanwhile): the step then reduces after its
+  // slices, as Apply finds the groups.
+  bool BeforeStep(int64_t step, const std::vector<int>& replicas) ABSL_LOCKS_EXCLUDED(mu_);
   // The step's update over `participants` (the replicas whose slices count), with the step's losses (for the
   // non-finite check) and learning rate.
   absl::StatusOr<ExchangeResult> Apply(int64_t step, const std::vector<int>& participants,
@@ -69,12 +75,18 @@ class PeerExchange {
   bool Current(int r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FormGroups(int64_t step, const std::vector<int>& members, const std::function<void()>& on_abort)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every stage of `members` joins its new group; per replica, the first failure of its stages (members_ is set only
+  // when all joined).
+  std::vector<absl::Status> JoinAll(const std::vector<int>& members) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Replica r loaded with the current state (Prepare's work, under the lock).
+  absl::Status LoadCurrent(int r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replicas whose call failed on their own account (not ABORTED, a peer's fault) are lost; ABORTED for the caller
   // when any call failed.
   absl::Status LoseFailed(int64_t step, const std::vector<int>& replicas, const std::vector<absl::Status>& results,
                           const std::string& what, const std::function<void()>& on_abort);
-  absl::StatusOr<std::map<std::string, double>> Reduce(int64_t step, const std::vector<int>& members, double& seconds,
-                                                       const std::function<void()>& on_abort)
+  // The reduced gradients' squared norms by name (every member's must agree); `result` gets the times.
+  absl::StatusOr<std::map<std::string, double>> Reduce(int64_t step, const std::vector<int>& members,
+                                                       ExchangeResult& result, const std::function<void()>& on_abort)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The replicas that completed their update (a replica that did not is lost: it reloads before its next slice).
   absl::StatusOr<std::vector<int>> Update(int64_t step, const std::vector<int>& members, double lr, double norm,

@@ -210,7 +210,8 @@ absl::StatusOr<StepOutputs> ReplicaSet::RunOne(int64_t step, const StepInputs& i
 std::vector<absl::StatusOr<StepOutputs>> ReplicaSet::RunSlices(int64_t step, const StepInputs& inputs,
                                                                const std::vector<Slice>& slices,
                                                                const std::map<std::string, at::Tensor>& master,
-                                                               const std::function<void()>& on_started) {
+                                                               const std::function<void()>& on_started,
+                                                               bool reduce_when_held) {
   std::vector<absl::StatusOr<StepOutputs>> results(slices.size(), absl::UnknownError("not run"));
   std::atomic<int> started{0};
   auto started_one = [&] {
@@ -229,6 +230,7 @@ std::vector<absl::StatusOr<StepOutputs>> ReplicaSet::RunSlices(int64_t step, con
       adds = held_[step].count(slice.replica) > 0;
     }
     if (config_.local_optimizer) replica.fleet.gradients = adds ? v1::StepPlan::HOLD_ADD : v1::StepPlan::HOLD_NEW;
+    replica.fleet.reduce_when_held = reduce_when_held && !adds;
     const auto t0 = std::chrono::steady_clock::now();
     absl::Status prepared = prepare_ && !adds ? prepare_(slice.replica) : absl::OkStatus();
     if (!prepared.ok()) {
@@ -376,6 +378,12 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
   for (int r = 0; r < size(); ++r) {
     if (split[r] > 0) todo.push_back({r, first[r], split[r]});
   }
+  bool reduce_when_held = false;  // the step's peer groups formed over exactly the replicas with a slice
+  if (before_step_) {
+    std::vector<int> with;
+    for (const Slice& slice : todo) with.push_back(slice.replica);
+    reduce_when_held = before_step_(step, with);
+  }
   DoneSlices done;
   int failures = 0;
   for (int round = 0; !todo.empty(); ++round) {
@@ -384,7 +392,7 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
     std::set<int> busy;
     for (const Slice& slice : todo) (busy.insert(slice.replica).second ? now : later).push_back(slice);
     std::vector<absl::StatusOr<StepOutputs>> results =
-        RunSlices(step, inputs, now, master, round == 0 ? on_started : nullptr);
+        RunSlices(step, inputs, now, master, round == 0 ? on_started : nullptr, reduce_when_held && round == 0);
     std::vector<Slice> lost;
     for (size_t k = 0; k < now.size(); ++k) {
       if (results[k].ok()) {

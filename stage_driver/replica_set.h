@@ -82,6 +82,12 @@ class ReplicaSet {
   // Runs before replica r's first slice of each step (from that slice's thread): a failure fails the slice. A
   // stage-local optimizer loads a replica that came back with the current state here (PeerExchange::Prepare).
   void set_prepare(std::function<absl::Status(int r)> prepare) { prepare_ = std::move(prepare); }
+  // Runs once per step before its first slices, with the replicas that have one; true: the stages may reduce their
+  // held gradients as soon as they hold them (the peer groups are formed over exactly these replicas:
+  // PeerExchange::BeforeStep). Later slices of a step (a lost replica's) never do.
+  void set_before_step(std::function<bool(int64_t step, const std::vector<int>& replicas)> before_step) {
+    before_step_ = std::move(before_step);
+  }
   // How often replica r has been taken out (lost) so far: a replica whose count moved was restarted or reconfigured
   // since, and holds nothing of the run's state that it held before.
   int Losses(int r) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -117,10 +123,12 @@ class ReplicaSet {
                                      const std::map<std::string, at::Tensor>& master,
                                      const std::function<void()>& on_started, const std::function<void()>& on_abort);
   // One attempt of each slice on its replica, all at once (no recovery); `on_started` as Run's.
+  // `reduce_when_held`: the slices are their replicas' only ones this step, over the step's peer groups.
   std::vector<absl::StatusOr<StepOutputs>> RunSlices(int64_t step, const StepInputs& inputs,
                                                      const std::vector<Slice>& slices,
                                                      const std::map<std::string, at::Tensor>& master,
-                                                     const std::function<void()>& on_started) ABSL_LOCKS_EXCLUDED(mu_);
+                                                     const std::function<void()>& on_started, bool reduce_when_held)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A replica's attempt failed: the caller's on_abort, then (if a recovery can mend it) the replica leaves the step
   // and is recovered in the background, to rejoin at a later step. Else the error.
   absl::Status TakeOut(int r, int64_t step, const absl::Status& failure, const std::function<void()>& on_abort)
@@ -155,13 +163,14 @@ class ReplicaSet {
   std::vector<std::thread> recoveries_;  // [replica]; started and joined by the thread that calls Run and Stop
   absl::Mutex abort_mu_;                 // serialises the callers' on_abort across replica threads
   mutable absl::Mutex mu_;
-  std::vector<State> state_ ABSL_GUARDED_BY(mu_);                    // [replica]
-  std::vector<std::string> recovery_errors_ ABSL_GUARDED_BY(mu_);    // [replica], of a failed recovery
-  std::map<int64_t, std::vector<int>> splits_ ABSL_GUARDED_BY(mu_);  // step → micro-batches per replica
-  std::map<int64_t, std::set<int>> pushed_ ABSL_GUARDED_BY(mu_);     // step → replicas holding its early push
-  std::map<int64_t, std::set<int>> held_ ABSL_GUARDED_BY(mu_);       // step → replicas holding a sum of it
-  std::vector<int> losses_ ABSL_GUARDED_BY(mu_);                     // [replica] times taken out
-  std::function<absl::Status(int)> prepare_;                         // set before Start
+  std::vector<State> state_ ABSL_GUARDED_BY(mu_);                      // [replica]
+  std::vector<std::string> recovery_errors_ ABSL_GUARDED_BY(mu_);      // [replica], of a failed recovery
+  std::map<int64_t, std::vector<int>> splits_ ABSL_GUARDED_BY(mu_);    // step → micro-batches per replica
+  std::map<int64_t, std::set<int>> pushed_ ABSL_GUARDED_BY(mu_);       // step → replicas holding its early push
+  std::map<int64_t, std::set<int>> held_ ABSL_GUARDED_BY(mu_);         // step → replicas holding a sum of it
+  std::vector<int> losses_ ABSL_GUARDED_BY(mu_);                       // [replica] times taken out
+  std::function<absl::Status(int)> prepare_;                           // set before the first Run
+  std::function<bool(int64_t, const std::vector<int>&)> before_step_;  // set before the first Run
   ReplicaSpeeds speeds_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -143,6 +143,7 @@ v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
   plan.set_first_micro_batch(first_micro_batch);
   plan.set_gradients(gradients);
   plan.set_own_adapters(own_adapters);
+  plan.set_reduce_when_held(reduce_when_held);
   for (const Action& a : schedule.per_stage[i]) {
     v1::Action* action = plan.add_actions();
     action->set_type(a.type == Action::kForward ? v1::Action::FORWARD : v1::Action::BACKWARD);

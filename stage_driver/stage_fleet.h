@@ -90,6 +90,7 @@ struct StageFleet {
   // step's gradients (HOLD_NEW, or HOLD_ADD for a second slice of the same step) instead of streaming them.
   bool own_adapters = false;
   v1::StepPlan::Gradients gradients = v1::StepPlan::STREAM;
+  bool reduce_when_held = false;                      // StepPlan.reduce_when_held: the peer groups are this step's
   std::vector<std::unique_ptr<StageClient>> clients;  // [stage]
   std::vector<std::vector<std::string>> params;       // [stage] LoRA parameter names it holds
   std::vector<RopeMirror> rope;                       // [stage]

@@ -3,6 +3,8 @@
 #include <absl/strings/str_cat.h>
 
 #include <chrono>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/util/status.h"
@@ -10,6 +12,7 @@
 namespace baton {
 
 absl::Status LocalOptimizer::Hold(int64_t step, bool add, const Tensors& grads) {
+  Abandon();  // a sum begun over what was held is no longer this step's
   if (add && held_step_ != step) {
     return absl::FailedPreconditionError(
         absl::StrCat("no gradients of step ", step + 1, " are held to add to (held: step ", held_step_ + 1, ")"));
@@ -29,24 +32,69 @@ absl::Status LocalOptimizer::Hold(int64_t step, bool add, const Tensors& grads) 
   return absl::OkStatus();
 }
 
-absl::Status LocalOptimizer::JoinGroup(const PeerGroupSpec& spec) {
+void LocalOptimizer::Abandon() {
+  if (!flight_) return;
+  flight_.reset();
   group_.reset();
-  ASSIGN_OR_RETURN(group_, PeerGroup::Join(spec));
+}
+
+absl::Status LocalOptimizer::JoinGroup(const PeerGroupSpec& spec) {
+  Abandon();
+  group_.reset();
+  ASSIGN_OR_RETURN(std::unique_ptr<PeerGroup> group, PeerGroup::Join(spec));
+  group_ = std::move(group);
+  return absl::OkStatus();
+}
+
+at::Tensor LocalOptimizer::Flatten() const {
+  std::vector<at::Tensor> parts;
+  for (const auto& [name, g] : held_) parts.push_back(g.flatten());
+  return at::cat(parts).to(at::kCPU).contiguous();
+}
+
+absl::Status LocalOptimizer::StartReduce(int64_t step) {
+  Abandon();
+  if (!group_) return absl::FailedPreconditionError("no peer group to sum over");
+  if (held_step_ != step || held_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("no gradients of step ", step + 1, " are held"));
+  }
+  auto promise = std::make_shared<std::promise<std::pair<absl::Status, double>>>();
+  Flight flight{step, group_, Flatten(), promise->get_future().share()};
+  // Detached: a reduction given up may wait out a silent peer; the thread then ends on its own, taking the group.
+  std::thread([group = flight.group, flat = flight.flat, promise]() mutable {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status status = group->AllreduceSum(flat);
+    promise->set_value({status, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+  }).detach();
+  flight_ = std::move(flight);
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::ReduceResponse> LocalOptimizer::Reduce(int64_t step) {
-  if (!group_) return absl::FailedPreconditionError("Reduce before JoinGroup");
   if (held_step_ != step || held_.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("no gradients of step ", step + 1, " are held (held: step ", held_step_ + 1, ")"));
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  // One flat buffer in name order: one collective per step, whatever the number of adapters.
-  std::vector<at::Tensor> parts;
-  for (const auto& [name, g] : held_) parts.push_back(g.flatten());
-  at::Tensor flat = at::cat(parts).to(at::kCPU).contiguous();
-  RETURN_IF_ERROR(group_->AllreduceSum(flat));
+  at::Tensor flat;
+  double seconds = 0;
+  absl::Status summed = absl::OkStatus();
+  const bool begun = flight_ && flight_->step == step && flight_->group == group_;
+  if (begun) {  // as soon as the sum was held
+    std::tie(summed, seconds) = flight_->done.get();
+    flat = flight_->flat;
+    flight_.reset();
+  } else {
+    Abandon();
+    if (!group_) return absl::AbortedError("no peer group: the last one was given up; form a new one");
+    const auto t0 = std::chrono::steady_clock::now();
+    flat = Flatten();
+    summed = group_->AllreduceSum(flat);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (!summed.ok()) {
+    group_.reset();  // spent
+    return summed;
+  }
   v1::ReduceResponse response;
   reduced_.clear();
   int64_t offset = 0;
@@ -58,8 +106,9 @@ absl::StatusOr<v1::ReduceResponse> LocalOptimizer::Reduce(int64_t step) {
     reduced_[name] = part.to(g.device());
   }
   reduced_step_ = step;
-  response.set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  response.set_seconds(seconds);
   response.set_bytes(static_cast<uint64_t>(flat.nbytes()));
+  response.set_begun_when_held(begun);
   return response;
 }
 
@@ -115,6 +164,7 @@ absl::Status LocalOptimizer::Load(const Tensors& state) {
   // Checked by building an optimizer from it; the job's settings come with the first Update.
   AdamW probe{OptimizerConfig{}};
   RETURN_IF_ERROR(probe.LoadStateDict(state));
+  Abandon();
   adamw_.reset();
   loaded_.clear();
   for (const auto& [name, t] : state) loaded_[name] = t.to(at::kCPU).clone();
@@ -125,6 +175,7 @@ absl::Status LocalOptimizer::Load(const Tensors& state) {
 }
 
 void LocalOptimizer::Reset() {
+  Abandon();
   held_.clear();
   reduced_.clear();
   held_step_ = reduced_step_ = -1;

@@ -6,9 +6,12 @@
 #include <absl/status/statusor.h>
 
 #include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "baton/v1/stage.pb.h"
 #include "core/collective/peer_group.h"
@@ -28,10 +31,15 @@ class LocalOptimizer {
   // The summed gradients of one plan (device tensors, by name): a new sum for `step`, or (`add`) added to the sum held
   // for the same step.
   absl::Status Hold(int64_t step, bool add, const Tensors& grads);
-  // A new group (the old one, if any, is let go first).
+  // A new group (the old one, and any reduction in flight in it, are given up first).
   absl::Status JoinGroup(const PeerGroupSpec& spec);
-  // The held sum of `step`, summed over the group into the reduced gradients (the held sum is left as it was); the
-  // reduced gradients' squared norms by name.
+  // Starts summing the held sum of `step` over the group on a thread of its own (the plan's reduce_when_held), so that
+  // it runs while the upstream stages finish their backwards; Reduce then waits for it. Holding more, joining a group
+  // or loading state gives it up (and the group with it: a Gloo collective cannot be cancelled).
+  absl::Status StartReduce(int64_t step);
+  // The held sum of `step`, summed over the group into the reduced gradients (the held sum is left as it was; the
+  // sum StartReduce began, when there is one); the reduced gradients' squared norms by name. ABORTED when the group
+  // failed or was given up: the caller forms a new one.
   absl::StatusOr<v1::ReduceResponse> Reduce(int64_t step);
   // AdamW on `params` (the live adapters, modified in place) from the reduced gradients of req.step(); then nothing
   // is held. The optimizer's step count after it.
@@ -44,12 +52,25 @@ class LocalOptimizer {
 
  private:
   static OptimizerConfig ConfigOf(const v1::UpdateRequest& req);
+  // The held sum as one fp32 CPU buffer, in name order: one collective per step, whatever the number of adapters.
+  at::Tensor Flatten() const;
+  // A reduction in flight given up, and its group with it.
+  void Abandon();
+
+  // A reduction started by StartReduce: its thread holds the group and the buffer until it ends.
+  struct Flight {
+    int64_t step = -1;
+    std::shared_ptr<PeerGroup> group;
+    at::Tensor flat;                                           // summed in place
+    std::shared_future<std::pair<absl::Status, double>> done;  // the status and seconds
+  };
 
   int64_t held_step_ = -1;
   Tensors held_;               // the step's summed gradients, on the stage's device
   int64_t reduced_step_ = -1;  // the step whose reduced gradients `reduced_` holds
   Tensors reduced_;            // on the stage's device
-  std::unique_ptr<PeerGroup> group_;
+  std::shared_ptr<PeerGroup> group_;
+  std::optional<Flight> flight_;
   std::unique_ptr<AdamW> adamw_;
   OptimizerConfig adamw_config_;
   Tensors loaded_;  // state from Load, taken by the first Update (AdamW needs the job's settings to be built)

@@ -653,6 +653,12 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
   if (plan.gradients() != v1::StepPlan::STREAM) {  // a stage-local optimizer's: kept here for Reduce
     RETURN_IF_ERROR(Annotate(optimizer_.Hold(plan.step(), plan.gradients() == v1::StepPlan::HOLD_ADD, grads), name()));
     grads.clear();
+    if (plan.reduce_when_held() && plan.gradients() == v1::StepPlan::HOLD_NEW) {
+      // While the stages upstream run their last backwards; Reduce does it now if this could not start.
+      absl::Status started = optimizer_.StartReduce(plan.step());
+      if (!started.ok())
+        LogWarning(name(), ": the sum of step ", plan.step() + 1, " starts later: ", started.message());
+    }
   }
   progress_.Set("sending the gradients to the coordinator");
   // Every download starts before the first is awaited: one wait for the lot instead of one sync per tensor.

@@ -31,6 +31,7 @@ absl::StatusOr<v1::JoinGroupResponse> StageRunner::JoinGroup(const v1::JoinGroup
   spec.size = req.size();
   spec.bind_host = req.bind_host();
   if (req.timeout_ms() > 0) spec.timeout = absl::Milliseconds(req.timeout_ms());
+  if (req.join_timeout_ms() > 0) spec.join_timeout = absl::Milliseconds(req.join_timeout_ms());
   const auto t0 = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(Annotate(optimizer_.JoinGroup(spec), name()));
   v1::JoinGroupResponse response;

@@ -252,6 +252,8 @@ TEST_F(ReplicasTest, TheAllreduceExchangeTrainsBitwiseTheCoordinatorsLora) {
     EXPECT_EQ(log[i]["grad_norm"].get<double>(), reference[i]["grad_norm"].get<double>()) << "step " << i + 1;
     EXPECT_EQ(log[i]["loss"].get<double>(), reference[i]["loss"].get<double>()) << "step " << i + 1;
     EXPECT_GT(log[i]["replica_allreduce_seconds"].get<double>(), 0.0) << "step " << i + 1;
+    // Begun by each stage as soon as it held its gradients: the groups are formed before every step.
+    EXPECT_TRUE(log[i]["replica_allreduce_early"].get<bool>()) << "step " << i + 1;
   }
 }
 

@@ -70,12 +70,13 @@ absl::StatusOr<std::unique_ptr<PeerGroup>> PeerGroup::Join(const PeerGroupSpec& 
     options.port = static_cast<uint16_t>(spec.store_port);
     options.isServer = false;
     options.waitWorkers = false;
-    options.timeout = Millis(spec.timeout);
+    options.timeout = Millis(spec.join_timeout);
     auto store = c10::make_intrusive<c10d::TCPStore>(spec.store_host, options);
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(spec.prefix, store);
-    auto gloo = c10d::ProcessGroupGloo::Options::create(Millis(spec.timeout));
+    auto gloo = c10d::ProcessGroupGloo::Options::create(Millis(spec.join_timeout));
     gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(spec.bind_host));
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, spec.rank, spec.size, gloo);
+    impl->group->setTimeout(Millis(spec.timeout));  // formed: the collectives' own limit from now on
   } catch (const std::exception& e) {
     return FromException(e, what);
   }

@@ -38,12 +38,13 @@ struct PeerGroupSpec {
   int rank = 0;        // in [0, size)
   int size = 1;
   std::string bind_host;  // the address this member's peers reach it at (its Gloo device binds to it)
-  absl::Duration timeout = absl::Seconds(60);  // forming the group, and every collective after
+  absl::Duration join_timeout = absl::Seconds(10);  // forming the group (a member that never comes)
+  absl::Duration timeout = absl::Seconds(60);       // every collective after
 };
 
-// One member of a group of `size` processes. Joining blocks until every member has joined (or the timeout). A
-// collective fails (it cannot be cancelled) when a peer dies (at once) or stops answering (after the timeout); the
-// group is then spent: form a new one, under a new prefix, among those left.
+// One member of a group of `size` processes. Joining blocks until every member has joined (or the join timeout). A
+// collective fails with ABORTED (it cannot be cancelled) when a peer dies (at once) or stops answering (after the
+// timeout); the group is then spent: form a new one, under a new prefix, among those left.
 class PeerGroup {
  public:
   static absl::StatusOr<std::unique_ptr<PeerGroup>> Join(const PeerGroupSpec& spec);

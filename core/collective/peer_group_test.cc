@@ -16,7 +16,7 @@ PeerGroupSpec Spec(int port, const std::string& prefix, int rank, int size) {
   spec.rank = rank;
   spec.size = size;
   spec.bind_host = "127.0.0.1";
-  spec.timeout = absl::Seconds(20);
+  spec.join_timeout = spec.timeout = absl::Seconds(20);
   return spec;
 }
 
@@ -81,7 +81,7 @@ TEST(PeerGroupTest, AMissingMemberFailsTheJoinAfterTheTimeout) {
   auto store = RendezvousStore::Start();
   ASSERT_TRUE(store.ok()) << store.status();
   PeerGroupSpec spec = Spec((*store)->port(), "t/missing", 0, 2);
-  spec.timeout = absl::Seconds(2);
+  spec.join_timeout = absl::Seconds(2);
   auto group = PeerGroup::Join(spec);
   ASSERT_FALSE(group.ok());
   EXPECT_EQ(group.status().code(), absl::StatusCode::kAborted);
