@@ -59,6 +59,10 @@ void AddMetricsHooks(const std::string& job_name, CoordinatorHooks* hooks) {
       series->m.replica_micro_batches.Add(labels).Set(rec.replica_micro_batches[r]);
       series->m.replica_samples_per_second.Add(labels).Set(rec.replica_samples_per_second[r]);
     }
+    if (rec.exchange_seconds > 0) {
+      series->m.replica_allreduce_seconds.Add({{"job", series->labels.at("job")}}).Set(rec.exchange_seconds);
+      series->m.replica_exchange_wait_seconds.Add({{"job", series->labels.at("job")}}).Set(rec.optimizer_seconds);
+    }
     if (next) next(rec);
   };
   hooks->on_recovery = [job_name, next = std::move(hooks->on_recovery)](int64_t step, int stage,

@@ -241,8 +241,14 @@ TEST_F(ReplicasTest, TheAllreduceExchangeTrainsBitwiseTheCoordinatorsLora) {
   job.optimizer.clip = 0.05;  // small enough that the clipping applies: its factor must be the coordinator's too
   ASSERT_TRUE(Run(job, 2, 2, "exchange_coordinator").ok());
   job.replica_exchange = "allreduce";
-  auto run = Run(job, 2, 2, "exchange_allreduce");
+  CoordinatorOptions options = test_util::LocalStagesOptions(2, JoinPath(*dir_, "exchange_allreduce"));
+  options.replicas = 2;
+  AddMetricsHooks("replicas-allreduce", &options.hooks);
+  auto run = RunCoordinator(job, options);
   ASSERT_TRUE(run.ok()) << run.status();
+  const prometheus::Labels labels = {{"job", "replicas-allreduce"}};
+  EXPECT_GT(CoordinatorFamilies().replica_allreduce_seconds.Add(labels).Value(), 0.0);
+  EXPECT_GE(CoordinatorFamilies().replica_exchange_wait_seconds.Add(labels).Value(), 0.0);
   EXPECT_EQ(MaxLoraDifference("exchange_coordinator", "exchange_allreduce"), 0.0);
   const auto reference = test_util::ReadTrainLog(JoinPath(*dir_, "exchange_coordinator"));
   const auto log = test_util::ReadTrainLog(JoinPath(*dir_, "exchange_allreduce"));

@@ -109,6 +109,15 @@ CoordinatorMetrics& CoordinatorFamilies() {
             .Name("baton_replica_samples_per_second")
             .Help("Each replica's samples in the last step over the seconds it took to run them")
             .Register(r),
+        BuildGauge()
+            .Name("baton_replica_allreduce_seconds")
+            .Help("replica_exchange: allreduce: the slowest stage's allreduce of the last step's LoRA gradients")
+            .Register(r),
+        BuildGauge()
+            .Name("baton_replica_exchange_wait_seconds")
+            .Help("replica_exchange: allreduce: the coordinator's wait after the last step's micro-batches for the "
+                  "stages' sums and updates")
+            .Register(r),
     };
   }();
   return *m;

@@ -49,6 +49,10 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& sample_images;        // {job}
   prometheus::Family<prometheus::Gauge>& replica_micro_batches;  // {job, replica}: its share of the last step
   prometheus::Family<prometheus::Gauge>& replica_samples_per_second;  // {job, replica}: its samples / its seconds
+  // {job}, with replica_exchange: allreduce: the slowest stage's allreduce of the last step, and the coordinator's
+  // wait after the step's micro-batches (what the sums did not hide, plus the stages' AdamW).
+  prometheus::Family<prometheus::Gauge>& replica_allreduce_seconds;
+  prometheus::Family<prometheus::Gauge>& replica_exchange_wait_seconds;
 };
 CoordinatorMetrics& CoordinatorFamilies();
 

@@ -23,8 +23,9 @@ DASHBOARD = os.path.join(GRAFANA_DIR, "dashboards", "baton-training.json")
 UID = "baton-training"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 ROWS = ["progress", "loss", "utilisation", "links", "memory", "errors", "replicas"]  # words each row title must hold, in order
-# Empty while nothing fails and no GPU is used; every other panel must show data during training.
-OPTIONAL_PANELS = {"RPC errors / s", "Device memory allocated"}
+# Empty while nothing fails, no GPU is used and the replicas meet at the coordinator (the live job is one pipeline;
+# tests/replicas_test.cc checks the allreduce gauges); every other panel must show data during training.
+OPTIONAL_PANELS = {"RPC errors / s", "Device memory allocated", "Gradient allreduce (replica_exchange: allreduce)"}
 STAGES = {"0", "1"}  # a per-stage panel shows every stage of the 2-stage job
 MAX_DATA_POINTS = 1000  # about a full-width panel's pixels: Grafana's default maxDataPoints
 
