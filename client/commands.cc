@@ -314,7 +314,7 @@ absl::Status PrintPlan(const Args& args) {
   }
   // Replicas of one stage count share one plan; of different counts, each gets its own (budgets: one for all, or
   // one per worker, replica after replica).
-  const bool unequal = std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<int>()) != counts.end();
+  const bool unequal = UnequalStageCounts(counts);
   const int total = std::accumulate(counts.begin(), counts.end(), 0);
   std::optional<Plan> first;
   std::string unfit;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "core/pipeline/replica_split.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -83,10 +84,7 @@ int StageDriverOptions::FirstWorker(int replica) const {
   return first;
 }
 
-bool StageDriverOptions::UnequalReplicas() const {
-  return std::adjacent_find(replica_stages.begin(), replica_stages.end(), std::not_equal_to<int>()) !=
-         replica_stages.end();
-}
+bool StageDriverOptions::UnequalReplicas() const { return UnequalStageCounts(replica_stages); }
 
 absl::Status CheckStageDriverOptions(const StageDriverOptions& options) {
   if (options.stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");

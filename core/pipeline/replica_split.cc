@@ -54,13 +54,17 @@ void ReplicaSpeeds::Record(int replica, int micro_batches, double seconds) {
   s = s > 0 ? (1 - weight_) * s + weight_ * now : now;
 }
 
+bool UnequalStageCounts(const std::vector<int>& replica_stages) {
+  return std::adjacent_find(replica_stages.begin(), replica_stages.end(), std::not_equal_to<int>()) !=
+         replica_stages.end();
+}
+
 std::string RenderReplicaLoad(const Plan& plan, const std::vector<int>& replica_stages, bool allreduce) {
   int64_t lora_params = 0;
   for (const StageSpec& s : plan.stages) lora_params += s.lora_params;
   const int replicas = static_cast<int>(replica_stages.size());
   const int workers = std::accumulate(replica_stages.begin(), replica_stages.end(), 0);
-  const bool unequal = std::adjacent_find(replica_stages.begin(), replica_stages.end(), std::not_equal_to<int>()) !=
-                       replica_stages.end();
+  const bool unequal = UnequalStageCounts(replica_stages);
   const std::string shape =
       unequal ? absl::StrCat(replicas, " of ", absl::StrJoin(replica_stages, "+"), " stages (", workers, " workers)")
               : absl::StrCat(replicas, " copies of this plan (", workers, " workers)");

@@ -42,4 +42,8 @@ class ReplicaSpeeds {
 // bytes however a replica is staged), with its time at 1 and 10 Gbit/s.
 std::string RenderReplicaLoad(const Plan& plan, const std::vector<int>& replica_stages, bool allreduce = false);
 
+// Whether replicas of these stage counts differ (each then needs a plan and schedules of its own; they have no
+// matching stages to sum gradients over).
+bool UnequalStageCounts(const std::vector<int>& replica_stages);
+
 }  // namespace baton
