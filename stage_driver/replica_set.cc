@@ -396,7 +396,7 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
     std::vector<Slice> lost;
     for (size_t k = 0; k < now.size(); ++k) {
       if (results[k].ok()) {
-        done[now[k].first] = {now[k].replica, std::move(*results[k])};
+        done[now[k].first] = {now[k].replica, Losses(now[k].replica), std::move(*results[k])};
         continue;
       }
       lost.push_back(now[k]);
@@ -419,10 +419,10 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
   std::vector<StepOutputs> in_order;
   std::vector<int> ran(size(), 0);
   std::vector<double> seconds(size(), 0.0);
-  for (auto& [first_mb, result] : done) {
-    ran[result.first] += static_cast<int>(result.second.summaries.back().losses_size());
-    seconds[result.first] += result.second.replica_seconds.front();
-    in_order.push_back(std::move(result.second));
+  for (auto& [first_mb, slice] : done) {
+    ran[slice.replica] += static_cast<int>(slice.outputs.summaries.back().losses_size());
+    seconds[slice.replica] += slice.outputs.replica_seconds.front();
+    in_order.push_back(std::move(slice.outputs));
   }
   ASSIGN_OR_RETURN(StepOutputs merged, MergeReplicaOutputs(std::move(in_order)));
   merged.replica_micro_batches = ran;
@@ -435,12 +435,12 @@ std::vector<ReplicaSet::Slice> ReplicaSet::LostWithTheirReplica(DoneSlices& done
   if (!config_.local_optimizer) return lost;
   absl::MutexLock lock(&mu_);
   for (auto it = done.begin(); it != done.end();) {
-    const int r = it->second.first;
-    if (state_[r] == State::kReady) {
+    const DoneSlice& slice = it->second;
+    if (losses_[slice.replica] == slice.losses) {
       ++it;
       continue;
     }
-    lost.push_back({r, it->first, static_cast<int>(it->second.second.summaries.back().losses_size())});
+    lost.push_back({slice.replica, it->first, static_cast<int>(slice.outputs.summaries.back().losses_size())});
     it = done.erase(it);
   }
   return lost;

@@ -146,9 +146,14 @@ class ReplicaSet {
   absl::StatusOr<std::set<int>> Reconfigure(const std::set<int>& replicas, int64_t step,
                                             const std::function<void()>& on_abort) ABSL_LOCKS_EXCLUDED(mu_);
   static void MoveSlicesOf(const std::set<int>& replicas, std::vector<Slice>& from, std::vector<Slice>& to);
-  using DoneSlices = std::map<int, std::pair<int, StepOutputs>>;  // first micro-batch → (replica, outputs)
-  // A stage-local optimizer's finished slices whose replica is no longer ready (their sums were lost with it): out of
-  // `done`, to be dealt out again.
+  struct DoneSlice {
+    int replica = 0;
+    int losses = 0;  // the replica's Losses() when it finished the slice
+    StepOutputs outputs;
+  };
+  using DoneSlices = std::map<int, DoneSlice>;  // by first micro-batch
+  // A stage-local optimizer's finished slices whose replica was lost since (their sums were lost with it, even if it
+  // is back already): out of `done`, to be dealt out again.
   std::vector<Slice> LostWithTheirReplica(DoneSlices& done) ABSL_LOCKS_EXCLUDED(mu_);
   void JoinRecoveries();
   int Unit() const;  // what slices are multiples of: the stages under an interleaved schedule, else 1
