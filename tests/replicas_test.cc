@@ -59,12 +59,16 @@ class ReplicasTest : public ::testing::Test {
     return *job;
   }
 
-  static absl::StatusOr<CoordinatorResult> Run(const JobConfig& job, int stages, int replicas, const std::string& out,
-                                               int64_t steps = 0) {
+  // Local workers: `replicas` x `stages` of them, the run's output in `out`, `steps` (0: the job's).
+  static CoordinatorOptions Options(int stages, int replicas, const std::string& out, int64_t steps = 0) {
     CoordinatorOptions options = test_util::LocalStagesOptions(stages, JoinPath(*dir_, out));
     options.replicas = replicas;
     options.steps = steps;
-    return RunCoordinator(job, options);
+    return options;
+  }
+  static absl::StatusOr<CoordinatorResult> Run(const JobConfig& job, int stages, int replicas, const std::string& out,
+                                               int64_t steps = 0) {
+    return RunCoordinator(job, Options(stages, replicas, out, steps));
   }
 
   // The largest absolute difference between two runs' LoRA tensors.
@@ -241,8 +245,7 @@ TEST_F(ReplicasTest, TheAllreduceExchangeTrainsBitwiseTheCoordinatorsLora) {
   job.optimizer.clip = 0.05;  // small enough that the clipping applies: its factor must be the coordinator's too
   ASSERT_TRUE(Run(job, 2, 2, "exchange_coordinator").ok());
   job.replica_exchange = "allreduce";
-  CoordinatorOptions options = test_util::LocalStagesOptions(2, JoinPath(*dir_, "exchange_allreduce"));
-  options.replicas = 2;
+  CoordinatorOptions options = Options(2, 2, "exchange_allreduce");
   AddMetricsHooks("replicas-allreduce", &options.hooks);
   auto run = RunCoordinator(job, options);
   ASSERT_TRUE(run.ok()) << run.status();
@@ -284,9 +287,7 @@ TEST_F(ReplicasTest, FourReplicasSumOverTheRingWithinTheTolerance) {
 TEST_F(ReplicasTest, AKilledReplicaRejoinsTheAllreduceExchangeWithTheCurrentState) {
   JobConfig job = Job("replica_split: equal\nreplica_exchange: allreduce\n");
   ASSERT_TRUE(Run(job, 2, 2, "allreduce_reference", /*steps=*/12).ok());
-  CoordinatorOptions options = test_util::LocalStagesOptions(2, JoinPath(*dir_, "allreduce_killed"));
-  options.replicas = 2;
-  options.steps = 12;
+  CoordinatorOptions options = Options(2, 2, "allreduce_killed", /*steps=*/12);
   std::atomic<int> recoveries{0};
   options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++recoveries; };
   std::thread killer([&] {
@@ -318,9 +319,7 @@ TEST_F(ReplicasTest, AKilledReplicaRejoinsTheAllreduceExchangeWithTheCurrentStat
 TEST_F(ReplicasTest, AReplicaLostBeforeTheReductionStartsTheStepOverOnTheOthers) {
   JobConfig job = Job("replica_split: equal\nreplica_exchange: allreduce\n");
   ASSERT_TRUE(Run(job, 1, 2, "reduce_reference", /*steps=*/20).ok());
-  CoordinatorOptions options = test_util::LocalStagesOptions(1, JoinPath(*dir_, "reduce_killed"));
-  options.replicas = 2;
-  options.steps = 20;  // a restart takes longer than a few of these tiny steps
+  CoordinatorOptions options = Options(1, 2, "reduce_killed", /*steps=*/20);  // a restart outlasts a few tiny steps
   std::atomic<int> recoveries{0};
   options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++recoveries; };
   options.hooks.before_update = [&](int64_t step) {
@@ -352,9 +351,7 @@ TEST_F(ReplicasTest, AnAllreduceRunResumesBitwiseFromTheStagesState) {
   const JobConfig job = Job("replica_split: equal\nreplica_exchange: allreduce\n");
   ASSERT_TRUE(Run(job, 2, 2, "allreduce_whole", /*steps=*/4).ok());
   ASSERT_TRUE(Run(job, 2, 2, "allreduce_resumed", /*steps=*/2).ok());
-  CoordinatorOptions options = test_util::LocalStagesOptions(2, JoinPath(*dir_, "allreduce_resumed"));
-  options.replicas = 2;
-  options.steps = 4;
+  CoordinatorOptions options = Options(2, 2, "allreduce_resumed", /*steps=*/4);
   options.resume = true;
   auto resumed = RunCoordinator(job, options);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
