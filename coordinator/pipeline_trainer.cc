@@ -37,6 +37,7 @@
 #include "core/train/common.h"
 #include "core/train/finite_check.h"
 #include "core/train/init_lora.h"
+#include "core/util/clock.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
@@ -59,8 +60,6 @@ bool StopRequested(const CoordinatorOptions& options) {
 }
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Trainable state at the start: the newest checkpoint when resuming (its optimizer state goes into `optimizer`),
 // else the stages' own seeded init, or the job's init_lora.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor/shape.h"
+#include "core/train/adamw.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -65,7 +66,7 @@ absl::Status CheckOptimizer(const TrainingState& state, const std::string& where
   auto bad = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(where, " optimizer.safetensors: ", why));
   };
-  auto step = state.optimizer.find("__step__");
+  auto step = state.optimizer.find(kAdamWStepKey);
   if (step == state.optimizer.end()) return bad("lacks __step__");
   const at::Tensor& s = step->second;
   if (s.numel() != 1 || at::isFloatingType(s.scalar_type()) || s.scalar_type() == at::kBool) {
@@ -74,25 +75,20 @@ absl::Status CheckOptimizer(const TrainingState& state, const std::string& where
   // AdamW has both moments of every parameter after its first step and none before.
   const bool stepped = s.item<int64_t>() > 0;
   for (const auto& [name, p] : state.lora) {
-    for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
-      auto it = state.optimizer.find(name + suffix);
+    for (const std::string& key : MomentKeys(name)) {
+      auto it = state.optimizer.find(key);
       if (it == state.optimizer.end()) {
-        if (stepped) return bad(absl::StrCat("lacks ", name, suffix));
+        if (stepped) return bad(absl::StrCat("lacks ", key));
         continue;
       }
       if (it->second.scalar_type() != at::kFloat || it->second.sizes() != p.sizes()) {
-        return bad(absl::StrCat(name, suffix, " is ", c10::toString(it->second.scalar_type()), " ",
+        return bad(absl::StrCat(key, " is ", c10::toString(it->second.scalar_type()), " ",
                                 ShapeString(it->second.sizes()), ", expected Float ", ShapeString(p.sizes())));
       }
     }
   }
   for (const auto& [key, t] : state.optimizer) {
-    bool known = key == "__step__";
-    for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
-      if (absl::EndsWith(key, suffix) && state.lora.count(key.substr(0, key.size() - std::strlen(suffix)))) {
-        known = true;
-      }
-    }
+    const bool known = key == kAdamWStepKey || state.lora.count(MomentParam(key)) > 0;
     if (!known) return bad(absl::StrCat("has ", key, ", which belongs to no LoRA tensor"));
   }
   return absl::OkStatus();

@@ -11,6 +11,7 @@
 
 #include "core/data/cache_shard.h"
 #include "core/metrics/families.h"
+#include "core/util/clock.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
@@ -19,8 +20,6 @@ namespace baton {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // FAILED_PRECONDITION when `cache_dir` holds another share, or the whole dataset's cache while this run encodes a share
 // (or the reverse): its records would be dropped as gone from the dataset and its index overwritten. Marks a new

@@ -7,22 +7,15 @@
 #include <cmath>
 
 #include "core/train/finite_check.h"
+#include "core/util/clock.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
 
 namespace baton {
 namespace {
 
-bool IsMoment(const std::string& name) {
-  return absl::EndsWith(name, ".exp_avg") || absl::EndsWith(name, ".exp_avg_sq");
-}
-
 // Forming a group among live workers takes milliseconds; a member that never comes fails it after this.
 constexpr absl::Duration kJoinTimeout = absl::Seconds(10);
-
-double SecondsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
 
 // Per replica, the first failure of its stages, one on its own account before one that is a peer's (ABORTED).
 std::vector<absl::Status> PerReplica(const std::vector<absl::Status>& per_stage, int stages) {
@@ -62,12 +55,14 @@ absl::Status PeerExchange::LoadReplica(int r, const Tensors& state) {
   return ParallelFor(fleet.size(), [&](int s) {
     Tensors piece;
     for (const std::string& name : fleet.params[s]) {
-      for (const std::string& key : {name, name + ".exp_avg", name + ".exp_avg_sq"}) {
+      std::vector<std::string> keys = MomentKeys(name);
+      keys.push_back(name);
+      for (const std::string& key : keys) {
         auto it = state.find(key);
         if (it != state.end()) piece[key] = it->second;
       }
     }
-    piece["__step__"] = state.at("__step__");
+    piece[kAdamWStepKey] = state.at(kAdamWStepKey);
     return fleet.clients[s]->LoadState(job_id_, piece);
   });
 }
@@ -159,7 +154,7 @@ absl::Status PeerExchange::Pull(Tensors& master, AdamW& optimizer) {
   ASSIGN_OR_RETURN(Tensors state, CurrentState(-1));
   Tensors moments;
   for (const auto& [key, t] : state) {
-    if (key == "__step__" || IsMoment(key)) {
+    if (key == kAdamWStepKey || !MomentParam(key).empty()) {
       moments[key] = t;
     } else if (master.count(key)) {
       master[key] = t;
@@ -177,7 +172,7 @@ absl::Status PeerExchange::LoseFailed(int64_t step, const std::vector<int>& repl
   for (size_t k = 0; k < replicas.size(); ++k) {
     if (results[k].ok()) continue;
     if (first.ok() || absl::IsAborted(first)) first = results[k];
-    if (!absl::IsAborted(results[k])) RETURN_IF_ERROR(replicas_->Lose(replicas[k], step, results[k], on_abort));
+    if (!absl::IsAborted(results[k])) RETURN_IF_ERROR(replicas_->TakeOut(replicas[k], step, results[k], on_abort));
   }
   if (first.ok()) return first;
   return absl::AbortedError(absl::StrCat("step ", step + 1, ": ", what, " failed (", first.message(), ")"));
@@ -276,7 +271,7 @@ absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::v
       continue;
     }
     members_.clear();
-    RETURN_IF_ERROR(replicas_->Lose(members[k], step, per_replica[k], on_abort));
+    RETURN_IF_ERROR(replicas_->TakeOut(members[k], step, per_replica[k], on_abort));
   }
   if (updated.empty()) {
     return absl::DataLossError(absl::StrCat("step ", step + 1, ": no replica completed its update (",

@@ -456,10 +456,6 @@ bool ReplicaSet::Ready(int r) const {
   return state_[r] == State::kReady;
 }
 
-absl::Status ReplicaSet::Lose(int r, int64_t step, const absl::Status& failure, const std::function<void()>& on_abort) {
-  return TakeOut(r, step, failure, on_abort);
-}
-
 absl::Status ReplicaSet::RestartStep(int64_t step, const std::function<void()>& on_abort) {
   std::vector<Slice> none, lost;
   ASSIGN_OR_RETURN(std::vector<int> ready, ReconfigureReady(step, none, lost, on_abort));

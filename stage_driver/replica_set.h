@@ -92,9 +92,10 @@ class ReplicaSet {
   // since, and holds nothing of the run's state that it held before.
   int Losses(int r) const ABSL_LOCKS_EXCLUDED(mu_);
   bool Ready(int r) const ABSL_LOCKS_EXCLUDED(mu_);
-  // A replica lost after Run returned (in the stage-local optimizer's reduction or update): taken out as a failed
-  // attempt is (recovered in the background; the error itself when no recovery can mend it).
-  absl::Status Lose(int r, int64_t step, const absl::Status& failure, const std::function<void()>& on_abort)
+  // A replica failed (an attempt of its slice here, or the stage-local optimizer's reduction or update after Run): the
+  // caller's on_abort, then (if a recovery can mend it) the replica leaves the step and is recovered in the
+  // background, to rejoin at a later step. Else the error.
+  absl::Status TakeOut(int r, int64_t step, const absl::Status& failure, const std::function<void()>& on_abort)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The step starts over on the ready replicas (each reconfigured for a new generation; the next Run splits the step
   // again and every replica starts a new held sum): what a stage-local optimizer does when a replica is lost after its
@@ -128,10 +129,6 @@ class ReplicaSet {
                                                      const std::vector<Slice>& slices,
                                                      const std::map<std::string, at::Tensor>& master,
                                                      const std::function<void()>& on_started, bool reduce_when_held)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // A replica's attempt failed: the caller's on_abort, then (if a recovery can mend it) the replica leaves the step
-  // and is recovered in the background, to rejoin at a later step. Else the error.
-  absl::Status TakeOut(int r, int64_t step, const absl::Status& failure, const std::function<void()>& on_abort)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The lost slices dealt out to the ready replicas by speed (into `todo`), each ready replica reconfigured first
   // (a new generation: it ran this step already). A pending slice of a replica lost meanwhile is dealt out too.

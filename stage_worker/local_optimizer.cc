@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/util/clock.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -55,26 +56,34 @@ at::Tensor LocalOptimizer::Flatten() const {
 absl::Status LocalOptimizer::StartReduce(int64_t step) {
   Abandon();
   if (!group_) return absl::FailedPreconditionError("no peer group to sum over");
-  if (held_step_ != step || held_.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("no gradients of step ", step + 1, " are held"));
-  }
+  RETURN_IF_ERROR(CheckHeld(step));
   auto promise = std::make_shared<std::promise<std::pair<absl::Status, double>>>();
   Flight flight{step, group_, Flatten(), promise->get_future().share()};
   // Detached: a reduction given up may wait out a silent peer; the thread then ends on its own, taking the group.
   std::thread([group = flight.group, flat = flight.flat, promise]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
     absl::Status status = group->AllreduceSum(flat);
-    promise->set_value({status, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+    promise->set_value({status, SecondsSince(t0)});
   }).detach();
   flight_ = std::move(flight);
   return absl::OkStatus();
 }
 
+absl::Status LocalOptimizer::CheckHeld(int64_t step) const {
+  if (held_step_ == step && !held_.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("no gradients of step ", step + 1, " are held (held: step ", held_step_ + 1, ")"));
+}
+
+void LocalOptimizer::DropSums() {
+  Abandon();
+  held_.clear();
+  reduced_.clear();
+  held_step_ = reduced_step_ = -1;
+}
+
 absl::StatusOr<v1::ReduceResponse> LocalOptimizer::Reduce(int64_t step) {
-  if (held_step_ != step || held_.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no gradients of step ", step + 1, " are held (held: step ", held_step_ + 1, ")"));
-  }
+  RETURN_IF_ERROR(CheckHeld(step));
   at::Tensor flat;
   double seconds = 0;
   absl::Status summed = absl::OkStatus();
@@ -89,7 +98,7 @@ absl::StatusOr<v1::ReduceResponse> LocalOptimizer::Reduce(int64_t step) {
     const auto t0 = std::chrono::steady_clock::now();
     flat = Flatten();
     summed = group_->AllreduceSum(flat);
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    seconds = SecondsSince(t0);
   }
   if (!summed.ok()) {
     group_.reset();  // spent
@@ -133,7 +142,7 @@ absl::StatusOr<int64_t> LocalOptimizer::Update(const v1::UpdateRequest& req, Ten
     Tensors state = adamw_ ? State() : loaded_;
     if (!params.empty()) {  // the moments live beside the adapters
       for (auto& [name, t] : state) {
-        if (name != "__step__") t = t.to(params.begin()->second.device());
+        if (name != kAdamWStepKey) t = t.to(params.begin()->second.device());
       }
     }
     adamw_ = std::make_unique<AdamW>(config);
@@ -147,14 +156,12 @@ absl::StatusOr<int64_t> LocalOptimizer::Update(const v1::UpdateRequest& req, Ten
     for (auto& [name, g] : grads) g = g * req.clip_scale();
   }
   RETURN_IF_ERROR(adamw_->Step(params, grads, req.lr()));
-  held_.clear();
-  reduced_.clear();
-  held_step_ = reduced_step_ = -1;
+  DropSums();
   return adamw_->steps();
 }
 
 LocalOptimizer::Tensors LocalOptimizer::State() const {
-  if (!adamw_) return loaded_.empty() ? Tensors{{"__step__", at::scalar_tensor(0, at::kLong)}} : loaded_;
+  if (!adamw_) return loaded_.empty() ? Tensors{{kAdamWStepKey, at::scalar_tensor(0, at::kLong)}} : loaded_;
   Tensors state;
   for (const auto& [name, t] : adamw_->StateDict()) state[name] = t.to(at::kCPU).clone();
   return state;
@@ -164,21 +171,15 @@ absl::Status LocalOptimizer::Load(const Tensors& state) {
   // Checked by building an optimizer from it; the job's settings come with the first Update.
   AdamW probe{OptimizerConfig{}};
   RETURN_IF_ERROR(probe.LoadStateDict(state));
-  Abandon();
+  DropSums();
   adamw_.reset();
   loaded_.clear();
   for (const auto& [name, t] : state) loaded_[name] = t.to(at::kCPU).clone();
-  held_.clear();
-  reduced_.clear();
-  held_step_ = reduced_step_ = -1;
   return absl::OkStatus();
 }
 
 void LocalOptimizer::Reset() {
-  Abandon();
-  held_.clear();
-  reduced_.clear();
-  held_step_ = reduced_step_ = -1;
+  DropSums();
   group_.reset();
   adamw_.reset();
   loaded_.clear();

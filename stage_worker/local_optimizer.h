@@ -56,6 +56,10 @@ class LocalOptimizer {
   at::Tensor Flatten() const;
   // A reduction in flight given up, and its group with it.
   void Abandon();
+  // FAILED_PRECONDITION unless a sum of `step` is held.
+  absl::Status CheckHeld(int64_t step) const;
+  // The held and reduced sums dropped (and any reduction in flight given up).
+  void DropSums();
 
   // A reduction started by StartReduce: its thread holds the group and the buffer until it ends.
   struct Flight {

@@ -4,11 +4,11 @@
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 
-#include <cstring>
 #include <set>
 
 #include "core/model/stage_io.h"
 #include "core/tensor/shape.h"
+#include "core/train/adamw.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -73,16 +73,13 @@ absl::Status CheckStateTensors(const ExpectedStageIO& e, const TensorMap& t) {
   const std::string what = "LORA_STATE";
   TensorMap adapters;
   for (const auto& [name, x] : t) {
-    if (name == "__step__") {
+    if (name == kAdamWStepKey) {
       if (x.numel() != 1 || x.is_floating_point() || x.item<int64_t>() < 0) {
         return Invalid(what, "\"__step__\" must be one integer >= 0");
       }
       continue;
     }
-    std::string adapter;
-    for (const char* suffix : {".exp_avg_sq", ".exp_avg"}) {
-      if (adapter.empty() && absl::EndsWith(name, suffix)) adapter = name.substr(0, name.size() - strlen(suffix));
-    }
+    const std::string adapter = MomentParam(name);
     if (adapter.empty()) {
       adapters[name] = x;
       continue;
@@ -94,7 +91,7 @@ absl::Status CheckStateTensors(const ExpectedStageIO& e, const TensorMap& t) {
     RETURN_IF_ERROR(CheckExactShape(absl::StrCat(what, ": ", Quoted(name)), it->second, x));
     RETURN_IF_ERROR(CheckFinite(what, name, x));
   }
-  if (!t.count("__step__")) return Invalid(what, "no \"__step__\"");
+  if (!t.count(kAdamWStepKey)) return Invalid(what, "no \"__step__\"");
   return CheckLoraWeights(e, what, adapters);
 }
 

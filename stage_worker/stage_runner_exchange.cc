@@ -1,10 +1,10 @@
 // StageRunner's part in the data-parallel replicas' exchange with a stage-local optimizer (stage_runner.h): the peer
 // group, the reduction, the update and the state, each under the run lock (never while a step runs).
-#include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 
 #include <chrono>
 
+#include "core/train/adamw.h"
 #include "core/train/common.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
@@ -75,7 +75,7 @@ absl::Status StageRunner::LoadState(const ReceivedEnvelope& envelope) {
   }
   TensorMap adapters, state;
   for (const auto& [key, t] : envelope.tensors) {
-    const bool adapter = key != "__step__" && !absl::EndsWith(key, ".exp_avg") && !absl::EndsWith(key, ".exp_avg_sq");
+    const bool adapter = key != kAdamWStepKey && MomentParam(key).empty();
     (adapter ? adapters : state)[key] = t;
   }
   const std::shared_ptr<DeviceTransfer> transfer = Transfer();

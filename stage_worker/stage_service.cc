@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "core/util/clock.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "rpc/envelope.h"
@@ -20,13 +21,6 @@
 #include "rpc/wire.h"
 
 namespace baton {
-namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-}  // namespace
 
 grpc::Status StageServiceImpl::Configure(grpc::ServerContext*, const v1::ConfigureRequest* req,
                                          v1::ConfigureResponse* resp) {

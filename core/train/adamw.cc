@@ -18,6 +18,20 @@ double ClipGradNorm(std::map<std::string, at::Tensor>& grads, double max_norm) {
   return norm;
 }
 
+namespace {
+constexpr char kExpAvg[] = ".exp_avg";
+constexpr char kExpAvgSq[] = ".exp_avg_sq";
+}  // namespace
+
+std::vector<std::string> MomentKeys(const std::string& param) { return {param + kExpAvg, param + kExpAvgSq}; }
+
+std::string MomentParam(const std::string& key) {
+  for (absl::string_view suffix : {kExpAvgSq, kExpAvg}) {
+    if (absl::EndsWith(key, suffix) && key.size() > suffix.size()) return key.substr(0, key.size() - suffix.size());
+  }
+  return "";
+}
+
 double LearningRate(const OptimizerConfig& opt, int64_t step) {
   if (opt.warmup_steps > 0 && step < opt.warmup_steps) {
     return opt.lr * static_cast<double>(step + 1) / static_cast<double>(opt.warmup_steps);
@@ -56,9 +70,9 @@ absl::Status AdamW::Step(std::map<std::string, at::Tensor>& params, const std::m
 
 std::map<std::string, at::Tensor> AdamW::StateDict() const {
   std::map<std::string, at::Tensor> out;
-  for (const auto& [name, m] : exp_avg_) out[name + ".exp_avg"] = m;
-  for (const auto& [name, v] : exp_avg_sq_) out[name + ".exp_avg_sq"] = v;
-  out["__step__"] = at::scalar_tensor(steps_, at::kLong);
+  for (const auto& [name, m] : exp_avg_) out[MomentKeys(name)[0]] = m;
+  for (const auto& [name, v] : exp_avg_sq_) out[MomentKeys(name)[1]] = v;
+  out[kAdamWStepKey] = at::scalar_tensor(steps_, at::kLong);
   return out;
 }
 
@@ -66,17 +80,16 @@ absl::Status AdamW::LoadStateDict(const std::map<std::string, at::Tensor>& state
   exp_avg_.clear();
   exp_avg_sq_.clear();
   for (const auto& [key, t] : state) {
-    if (key == "__step__") {
+    const std::string param = MomentParam(key);
+    if (key == kAdamWStepKey) {
       steps_ = t.item<int64_t>();
-    } else if (absl::EndsWith(key, ".exp_avg_sq")) {
-      exp_avg_sq_[key.substr(0, key.size() - 11)] = t.clone();
-    } else if (absl::EndsWith(key, ".exp_avg")) {
-      exp_avg_[key.substr(0, key.size() - 8)] = t.clone();
+    } else if (!param.empty()) {
+      (key == MomentKeys(param)[1] ? exp_avg_sq_ : exp_avg_)[param] = t.clone();
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unexpected optimizer state key ", key));
     }
   }
-  if (!state.count("__step__")) return absl::InvalidArgumentError("optimizer state lacks __step__");
+  if (!state.count(kAdamWStepKey)) return absl::InvalidArgumentError("optimizer state lacks __step__");
   return absl::OkStatus();
 }
 

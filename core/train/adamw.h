@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/train/job.h"
 
@@ -17,6 +18,13 @@ namespace baton {
 // Scales `grads` in place so their global L2 norm is at most max_norm (no-op when max_norm ≤ 0).
 // Returns the norm before clipping.
 double ClipGradNorm(std::map<std::string, at::Tensor>& grads, double max_norm);
+
+// The names of AdamW's state (StateDict): "<param>.exp_avg" and "<param>.exp_avg_sq" for each stepped parameter, and
+// the step count.
+inline constexpr char kAdamWStepKey[] = "__step__";
+std::vector<std::string> MomentKeys(const std::string& param);
+// The parameter a moment key belongs to; "" for the step count or any other key.
+std::string MomentParam(const std::string& key);
 
 // Learning rate at `step` (0-based): linear warm-up over warmup_steps, then constant.
 double LearningRate(const OptimizerConfig& opt, int64_t step);
