@@ -4,14 +4,16 @@
 //
 // The step is RunLocalStep (core/train/local_step.h), the function `baton train-local` runs every step, on one
 // fixed micro-batch instead of the sampler's: shell without grad, stage forward, FlowMatchingLoss, backward,
-// gradients to fp32 CPU copies, ClipGradNorm, AdamW on the fp32 masters, copy back into the adapters.
+// the gradients' squared norms read back with the loss (one readback), clipping and the fused AdamW on the adapters
+// themselves (the fp32 masters), on the step's device.
 //
 //   bench_vs_pytorch --model DIR --inputs FILE --lora FILE [--threads 1] [--rank 16] [--alpha 16]
 //                    [--targets attention] [--lr 1e-3] [--clip 1.0] [--cpu_linear onednn|aten]
-//                    [--device cpu|cuda:N] [--dtype fp32|bf16]
+//                    [--device cpu|cuda:N] [--dtype fp32|bf16] [--lora_dtype fp32|bf16]
 //
 // --device/--dtype place the frozen weights, adapters and step on a device in a compute dtype (the masters and
-// AdamW stay fp32 on the CPU, as in train-local); on CUDA each step ends with a device synchronize and every
+// AdamW stay fp32, on that device, as in train-local); --lora_dtype is the adapters' math (default: --dtype, as the
+// job key lora_dtype); on CUDA each step ends with a device synchronize and every
 // reply carries the caching allocator's peak allocated and reserved bytes (scripts/gpu_check.sh reads them).
 //
 // --cpu_linear picks the GEMM behind the frozen Linears on CPU (core/lora/cpu_linear.h): onednn (default) or
@@ -70,6 +72,7 @@ ABSL_FLAG(double, clip, 1.0, "gradient norm clip");
 ABSL_FLAG(std::string, cpu_linear, "onednn", "the GEMM behind the frozen Linears on CPU: onednn | aten");
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda:N");
 ABSL_FLAG(std::string, dtype, "fp32", "compute dtype: fp32 | bf16");
+ABSL_FLAG(std::string, lora_dtype, "", "the adapters' math: fp32 | the compute dtype (default)");
 ABSL_FLAG(std::string, trace_out, "",
           "after stdin closes, run 2 more steps under libtorch's profiler (Kineto: CPU ops and CUDA kernels) and save "
           "their Chrome trace here");
@@ -88,6 +91,7 @@ struct Args {
   CpuLinearBackend cpu_linear = CpuLinearBackend::kOnednn;
   std::string device = "cpu";
   std::string dtype = "fp32";
+  std::string lora_dtype;  // empty: dtype
 };
 
 absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
@@ -95,7 +99,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       ParseBenchFlags(argc, argv,
                       "bench_vs_pytorch --model DIR --inputs FILE --lora FILE [--threads 1] [--rank 16] [--alpha 16] "
                       "[--targets attention] [--lr 1e-3] [--clip 1.0] [--cpu_linear onednn|aten] [--device cpu|cuda:N] "
-                      "[--dtype fp32|bf16] [--trace_out FILE] (see the comment atop bench/bench_vs_pytorch.cc)"));
+                      "[--dtype fp32|bf16] [--lora_dtype fp32|bf16] [--trace_out FILE] (see the comment atop "
+                      "bench/bench_vs_pytorch.cc)"));
   Args a;
   a.model = absl::GetFlag(FLAGS_model);
   a.inputs = absl::GetFlag(FLAGS_inputs);
@@ -108,6 +113,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
   a.clip = absl::GetFlag(FLAGS_clip);
   a.device = absl::GetFlag(FLAGS_device);
   a.dtype = absl::GetFlag(FLAGS_dtype);
+  a.lora_dtype = absl::GetFlag(FLAGS_lora_dtype);
+  if (a.lora_dtype.empty()) a.lora_dtype = a.dtype;
   ASSIGN_OR_RETURN(a.cpu_linear, ParseCpuLinearBackend(absl::GetFlag(FLAGS_cpu_linear)));
   if (a.threads < 1) return absl::InvalidArgumentError(absl::StrCat("bad value '", a.threads, "' for --threads"));
   if (a.model.empty() || a.inputs.empty() || a.lora.empty()) {
@@ -126,7 +133,7 @@ absl::StatusOr<at::Tensor> Get(const std::map<std::string, at::Tensor>& tensors,
 // Everything one step touches, built once.
 struct Trainer {
   LocalModel model;
-  std::map<std::string, at::Tensor> master;  // fp32 CPU LoRA masters, PEFT names
+  std::map<std::string, at::Tensor> master;  // the adapters (fp32 masters, on the step's device), PEFT names
   std::unique_ptr<AdamW> optimizer;
   OptimizerConfig opt;
   std::vector<MicroBatch> micro_batches;  // the one fixed micro-batch of every step
@@ -168,6 +175,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Build(const Args& a) {
   spec.rank = a.rank;
   spec.alpha = a.alpha;
   ASSIGN_OR_RETURN(spec.targets, ResolveLoraTargets(a.targets));
+  ASSIGN_OR_RETURN(spec.dtype, ParseDtype(a.lora_dtype));
   ASSIGN_OR_RETURN(Flux2Shell shell, BuildFlux2Shell(*checkpoint, dtype, device));
   t->model.shell = WrapFlux2Shell(std::move(shell), checkpoint->config());
   ASSIGN_OR_RETURN(Flux2Stage stage, BuildFlux2Stage(*checkpoint, Flux2StageRange::Full(checkpoint->config()), dtype,
@@ -175,7 +183,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Build(const Args& a) {
   t->model.stage = WrapFlux2Stage(std::move(stage), dtype);
   ASSIGN_OR_RETURN(auto lora, LoadAllSafetensors(a.lora));
   RETURN_IF_ERROR(Annotate(AssignLoraParameters(t->model.stage->module(), lora), a.lora));
-  t->master = CloneToCpuFloat(LoraParameters(t->model.stage->module()));
+  t->master = LoraParameters(t->model.stage->module());
   t->opt.lr = a.lr;
   t->opt.clip = a.clip;
   t->optimizer = std::make_unique<AdamW>(t->opt);

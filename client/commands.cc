@@ -330,8 +330,8 @@ absl::Status PrintPlan(const Args& args) {
     if (!plan.fits && unfit.empty()) unfit = unequal ? absl::StrCat("replica ", r, ": ", plan.message) : plan.message;
     if (!first) first = std::move(plan);
   }
-  if (opts.local_optimizer && (counts.size() < 2 || unequal)) {
-    return absl::InvalidArgumentError("--replica-exchange allreduce needs 2 or more replicas of the same stage count");
+  if (opts.local_optimizer && unequal) {
+    return absl::InvalidArgumentError("--replica-exchange allreduce needs replicas of the same stage count");
   }
   if (counts.size() > 1) std::fputs(RenderReplicaLoad(*first, counts, opts.local_optimizer).c_str(), stdout);
   if (!unfit.empty()) return absl::FailedPreconditionError(unfit);

@@ -75,12 +75,12 @@ absl::Status ApplyJobReplicas(const JobConfig& job, StageDriverOptions& options)
     options.stages = listed[0];
   }
   if (options.replicas == 0) options.replicas = static_cast<int>(job.replicas);
-  if (job.replica_exchange == "allreduce" && (options.replicas < 2 || options.UnequalReplicas())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        job.source,
-        ": replica_exchange: allreduce sums the gradients of matching stages, so it needs 2 or more "
-        "replicas of the same stage count (here ",
-        options.replicas, options.UnequalReplicas() ? " replicas of different stage counts" : " replica", ")"));
+  if (job.replica_exchange == "allreduce" && options.UnequalReplicas()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(job.source,
+                     ": replica_exchange: allreduce sums the gradients of matching stages, so its replicas need the "
+                     "same stage count (here ",
+                     options.replicas, " replicas of different stage counts)"));
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 
 #include "core/train/common.h"
 #include "core/train/finite_check.h"
+#include "core/train/grad_norm.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -43,9 +44,19 @@ absl::StatusOr<PipelineStepRecord> ApplyGradients(const JobConfig& job, int64_t 
     if (!all_grads.count(name)) return absl::DataLossError(absl::StrCat("no gradient came back for ", name));
   }
   PipelineStepRecord rec = RecordOf(job, step, outputs);
+  // Measured per stage as each stage's own optimizer would measure them (grad_norm.h), added in name order.
+  std::vector<std::map<std::string, double>> squared;
+  std::map<std::string, double> all_squared;
+  for (const TensorMap& grads : outputs.grads) {
+    squared.push_back(SquaredNormsByName(grads));
+    all_squared.insert(squared.back().begin(), squared.back().end());
+  }
   RETURN_IF_ERROR(CheckStepFinite(rec.step, rec.lr, MicroBatchLosses(outputs),
-                                  static_cast<int>(outputs.summaries.size()) - 1, outputs.grads));
-  rec.grad_norm = ClipGradNorm(all_grads, job.optimizer.clip);
+                                  static_cast<int>(outputs.summaries.size()) - 1, squared));
+  rec.grad_norm = GlobalNorm(all_squared);
+  std::vector<at::Tensor> grad_list;
+  for (const auto& [name, g] : all_grads) grad_list.push_back(g);
+  ScaleGradients(grad_list, ClipFactor(rec.grad_norm, job.optimizer.clip));
   RETURN_IF_ERROR(optimizer.Step(master, all_grads, rec.lr));
   return rec;
 }

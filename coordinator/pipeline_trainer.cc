@@ -116,9 +116,6 @@ absl::StatusOr<StepInputs> TakeEarlyInputs(std::future<absl::StatusOr<StepInputs
   return PrepareStepInputs(setup, step);
 }
 
-// The steps from the start state to total_steps: each step's inputs prepared (and pushed) while the previous step
-// runs, the step run by the executor (redone after a lost stage), the optimizer step, the log and progress, and
-// the checkpoints; a stop ends the run after a checkpoint.
 // One step run and applied: the coordinator's optimizer step, or the stages' own with a stage-local optimizer
 // (`exchange`), where a replica lost after its micro-batches counted starts the step over on the others.
 absl::StatusOr<PipelineStepRecord> RunAndApply(const JobConfig& job, const CoordinatorHooks& hooks, int64_t step,
@@ -140,6 +137,21 @@ absl::StatusOr<PipelineStepRecord> RunAndApply(const JobConfig& job, const Coord
   }
 }
 
+// The stages lost the run's state after the coordinator last read it back (a stage-local optimizer's worker restarted):
+// every stage loaded with the coordinator's copy; the step the run goes on from (the steps from there to `step` are
+// redone, and compute what they computed before, bit for bit).
+absl::StatusOr<int64_t> RollBack(PeerExchange& exchange, int64_t start_step, int64_t step, const absl::Status& lost) {
+  ASSIGN_OR_RETURN(int64_t updates, exchange.RollBack());
+  const int64_t from = start_step + updates;
+  LogWarning("step ", step + 1, ": ", lost.message(), "; rolled back to the state of step ", from, ", redoing step",
+             from + 1 < step + 1 ? absl::StrCat("s ", from + 1, "..", step + 1) : absl::StrCat(" ", step + 1));
+  return from;
+}
+
+// The steps from the start state to total_steps: each step's inputs prepared (and pushed) while the previous step
+// runs, the step run by the executor (redone after a lost stage), the optimizer step, the log and progress, and
+// the checkpoints; a stop ends the run after a checkpoint. A stage-local optimizer's state lost with a stage rolls
+// the run back to the coordinator's copy (RollBack).
 absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const CoordinatorOptions& options, JobSetup& setup,
                                              ReplicaSet& replicas, PeerExchange* exchange, AdamW& optimizer,
                                              StartState& start, int64_t total_steps, JsonlWriter& log,
@@ -172,8 +184,10 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   CoordinatorResult result;
   result.first_step = start.step;
   double elapsed = 0;
+  int64_t logged = start.step;  // the steps 1..logged have their line in the train log
   for (int64_t step = start.step; step < total_steps; ++step) {
     auto t0 = Clock::now();
+    const TrafficBytes bytes_before = replicas.Traffic();
     absl::StatusOr<StepInputs> inputs = next_inputs.valid()
                                             ? TakeEarlyInputs(next_inputs, replicas, setup, step, options.stall_timeout)
                                             : PrepareStepInputs(setup, step);
@@ -190,22 +204,39 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     };
     StepOutputs outputs;
     Clock::time_point t_run;
-    ASSIGN_OR_RETURN(PipelineStepRecord rec, RunAndApply(job, options.hooks, step, *inputs, replicas, exchange,
-                                                         optimizer, master, start_next, drop_next, outputs, t_run));
+    absl::StatusOr<PipelineStepRecord> applied = RunAndApply(job, options.hooks, step, *inputs, replicas, exchange,
+                                                             optimizer, master, start_next, drop_next, outputs, t_run);
+    if (!applied.ok() && exchange != nullptr && exchange->StateLost()) {
+      drop_next();
+      replicas.Rewind();
+      ASSIGN_OR_RETURN(step, RollBack(*exchange, start.step, step, applied.status()));
+      --step;  // the loop's ++ takes it to the first step after the state the stages now hold
+      continue;
+    }
+    if (!applied.ok()) return applied.status();
+    PipelineStepRecord& rec = *applied;
     rec.step_seconds = SecondsSince(t0);
     rec.prepare_seconds = prepare_seconds;
     rec.optimizer_seconds = SecondsSince(t_run);
     rec.samples_per_second = static_cast<double>(job.batch_size) / rec.step_seconds;
+    const TrafficBytes bytes = replicas.Traffic() - bytes_before;
+    rec.link_data_bytes = bytes.data;
+    rec.link_adapter_bytes = bytes.adapters;
+    rec.link_control_bytes = bytes.control;
+    rec.link_heartbeat_bytes = bytes.heartbeats;
     for (size_t r = 0; r < outputs.replica_seconds.size(); ++r) {
       const double seconds = outputs.replica_seconds[r];
       const double samples = static_cast<double>(outputs.replica_micro_batches[r] * job.micro_batch_size());
       rec.replica_samples_per_second.push_back(seconds > 0 ? samples / seconds : 0.0);
     }
-    RETURN_IF_ERROR(log.Append(StepLine(rec)));
-    elapsed += rec.step_seconds;
-    if (!options.quiet) PrintProgress(rec, start.step, total_steps, elapsed, tty);
-    if (options.hooks.on_step) options.hooks.on_step(rec);
-    result.steps.push_back(rec);
+    if (rec.step > logged) {  // a step redone after a rollback keeps the line it had (it computed the same)
+      RETURN_IF_ERROR(log.Append(StepLine(rec)));
+      elapsed += rec.step_seconds;
+      if (!options.quiet) PrintProgress(rec, start.step, total_steps, elapsed, tty);
+      if (options.hooks.on_step) options.hooks.on_step(rec);
+      result.steps.push_back(rec);
+      logged = rec.step;
+    }
     const bool last = step + 1 == total_steps;
     const bool stop = StopRequested(options);
     if (last || stop || (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0)) {

@@ -51,6 +51,10 @@ nlohmann::ordered_json StepLine(const PipelineStepRecord& rec) {
   line["stage_busy_seconds"] = busy;
   line["stage_idle_seconds"] = idle;
   line["coordinator_seconds"] = {{"prepare", rec.prepare_seconds}, {"optimizer", rec.optimizer_seconds}};
+  line["coordinator_link_bytes"] = {{"data", rec.link_data_bytes},
+                                    {"adapters", rec.link_adapter_bytes},
+                                    {"control", rec.link_control_bytes},
+                                    {"heartbeats", rec.link_heartbeat_bytes}};
   if (rec.exchange_seconds > 0) {
     line["replica_allreduce_seconds"] = rec.exchange_seconds;
     line["replica_allreduce_early"] = rec.exchange_early;

@@ -65,6 +65,10 @@ struct PipelineStepRecord : StepRecord {
   bool exchange_early = false;  // every stage began its sum as soon as it held its gradients (behind the backwards)
   std::vector<int> replica_micro_batches;          // with replicas: how many of the step's micro-batches each ran
   std::vector<double> replica_samples_per_second;  // with replicas: each one's samples over its own seconds
+  // Bytes between the coordinator and every stage during the step (train_log.jsonl: coordinator_link_bytes): `data`
+  // (activations, inputs, constants, targets, RoPE tables), `adapters` (the LoRA, its gradients and state), `control`
+  // (plans, summaries, the stage-local optimizer's calls) and `heartbeats` (the stall watch's, one a second a stage).
+  uint64_t link_data_bytes = 0, link_adapter_bytes = 0, link_control_bytes = 0, link_heartbeat_bytes = 0;
 };
 
 struct CoordinatorResult {

@@ -2,11 +2,13 @@
 
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 
 #include <chrono>
 #include <cmath>
 
 #include "core/train/finite_check.h"
+#include "core/train/grad_norm.h"
 #include "core/util/clock.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
@@ -69,7 +71,11 @@ absl::Status PeerExchange::LoadReplica(int r, const Tensors& state) {
 
 absl::Status PeerExchange::Start(const Tensors& master, const AdamW& optimizer) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(store_, RendezvousStore::Start());
+  if (replicas_->size() > 1) {  // one replica sums with nobody
+    ASSIGN_OR_RETURN(store_, RendezvousStore::Start());
+  }
+  started_ = true;
+  start_steps_ = optimizer.steps();
   Tensors state = master;
   for (const auto& [key, t] : optimizer.StateDict()) state[key] = t;
   std::vector<int> losses;
@@ -77,10 +83,15 @@ absl::Status PeerExchange::Start(const Tensors& master, const AdamW& optimizer) 
   RETURN_IF_ERROR(ParallelFor(replicas_->size(), [&](int r) { return LoadReplica(r, state); }));
   loaded_ = losses;
   at_update_.assign(replicas_->size(), 0);
+  probed_generation_ = replicas_->fleet(0).generation;  // loaded just now: nothing to ask before the first step
   cache_ = std::move(state);
   cache_updates_ = updates_ = 0;
-  LogInfo("replicas: stage-local AdamW, gradients summed over c10d Gloo groups (rendezvous on port ", store_->port(),
-          ")");
+  if (store_) {
+    LogInfo("replicas: stage-local AdamW, gradients summed over c10d Gloo groups (rendezvous on port ", store_->port(),
+            ")");
+  } else {
+    LogInfo("stage-local AdamW: each stage steps its own adapters; the coordinator reads them back to save them");
+  }
   return absl::OkStatus();
 }
 
@@ -101,13 +112,79 @@ absl::Status PeerExchange::LoadCurrent(int r) {
 
 absl::Status PeerExchange::Prepare(int r) {
   absl::MutexLock lock(&mu_);
-  if (!store_) return absl::OkStatus();  // before Start (which loads every replica)
+  if (!started_) return absl::OkStatus();  // before Start (which loads every replica)
+  if (replicas_->size() == 1) return ProbeSolo();
   return LoadCurrent(r);
+}
+
+absl::Status PeerExchange::ProbeSolo() {
+  StageFleet& fleet = replicas_->fleet(0);
+  // Nothing reconfigured the stages since they last held the current state: they hold it still.
+  if (fleet.generation == probed_generation_ && Current(0)) return absl::OkStatus();
+  std::vector<int64_t> steps(stages_, -1);
+  RETURN_IF_ERROR(ParallelFor(stages_, [&](int s) -> absl::Status {
+    v1::JoinGroupRequest request;  // a group of one: no store, no socket
+    request.set_prefix(absl::StrCat("solo/", s));
+    request.set_size(1);
+    ASSIGN_OR_RETURN(v1::JoinGroupResponse response, fleet.clients[s]->JoinGroup(job_id_, request, kJoinTimeout));
+    steps[s] = response.optimizer_steps();
+    return absl::OkStatus();
+  }));
+  const int64_t expected = start_steps_ + updates_;
+  std::vector<std::string> stale;
+  for (int s = 0; s < stages_; ++s) {
+    if (steps[s] != expected) {
+      stale.push_back(absl::StrCat(fleet.clients[s]->name(),
+                                   steps[s] < 0 ? " (no state)" : absl::StrCat(" (at step ", steps[s], ")")));
+    }
+  }
+  if (!stale.empty()) {
+    const std::string who = absl::StrJoin(stale, ", ");
+    if (cache_updates_ != updates_) {
+      state_lost_ = true;
+      return absl::DataLossError(absl::StrCat("the adapters and optimizer state of step ", expected, " are lost with ",
+                                              who, "; the coordinator holds those of step ",
+                                              start_steps_ + cache_updates_));
+    }
+    RETURN_IF_ERROR(LoadReplica(0, cache_));
+    LogWarning(who, ": loaded with the run's state of step ", expected, " (the coordinator's copy)");
+  }
+  loaded_[0] = replicas_->Losses(0);
+  at_update_[0] = updates_;
+  members_ = {0};
+  probed_generation_ = fleet.generation;
+  return absl::OkStatus();
+}
+
+bool PeerExchange::StateLost() {
+  absl::MutexLock lock(&mu_);
+  return state_lost_;
+}
+
+absl::StatusOr<int64_t> PeerExchange::RollBack() {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> ready;
+  for (int r = 0; r < replicas_->size(); ++r) {
+    if (replicas_->Ready(r)) ready.push_back(r);
+  }
+  if (ready.empty()) return absl::UnavailableError("no replica is ready to take the run's state");
+  std::vector<int> losses;
+  for (int r : ready) losses.push_back(replicas_->Losses(r));
+  const Tensors state = cache_;
+  RETURN_IF_ERROR(ParallelFor(static_cast<int>(ready.size()), [&](int k) { return LoadReplica(ready[k], state); }));
+  updates_ = cache_updates_;
+  for (size_t k = 0; k < ready.size(); ++k) {
+    loaded_[ready[k]] = losses[k];
+    at_update_[ready[k]] = updates_;
+  }
+  members_.clear();
+  state_lost_ = false;
+  return updates_;
 }
 
 bool PeerExchange::BeforeStep(int64_t step, const std::vector<int>& replicas) {
   absl::MutexLock lock(&mu_);
-  if (!store_) return false;
+  if (!started_) return false;
   for (int r : replicas) {
     if (absl::Status loaded = LoadCurrent(r); !loaded.ok()) {
       LogWarning("step ", step + 1, ": replica ", r, " could not be loaded before the step: ", loaded.message());
@@ -127,7 +204,9 @@ bool PeerExchange::BeforeStep(int64_t step, const std::vector<int>& replicas) {
 
 absl::StatusOr<PeerExchange::Tensors> PeerExchange::CurrentState(int except) {
   if (cache_updates_ == updates_) return cache_;
-  absl::Status last = absl::FailedPreconditionError("no replica holds the run's current state");
+  absl::Status last =
+      absl::DataLossError(absl::StrCat("no replica holds the run's state of step ", start_steps_ + updates_,
+                                       "; the coordinator holds that of step ", start_steps_ + cache_updates_));
   for (int q = 0; q < replicas_->size(); ++q) {
     if (q == except || !replicas_->Ready(q) || !Current(q)) continue;
     StageFleet& fleet = replicas_->fleet(q);
@@ -146,6 +225,7 @@ absl::StatusOr<PeerExchange::Tensors> PeerExchange::CurrentState(int except) {
     cache_updates_ = updates_;
     return cache_;
   }
+  if (absl::IsDataLoss(last)) state_lost_ = true;
   return last;
 }
 
@@ -183,7 +263,7 @@ std::vector<absl::Status> PeerExchange::JoinAll(const std::vector<int>& members)
   const std::string base = absl::StrCat(replicas_->fleet(0).run_id, "/", ++formations_);
   const int n = static_cast<int>(members.size());
   std::vector<absl::Status> results(n * stages_);
-  const int port = store_->port();
+  const int port = store_ ? store_->port() : 0;
   (void)ParallelFor(n * stages_, [&](int k) {
     const int rank = k / stages_, s = k % stages_;
     StageClient& client = *replicas_->fleet(members[rank]).clients[s];
@@ -195,7 +275,7 @@ std::vector<absl::Status> PeerExchange::JoinAll(const std::vector<int>& members)
     request.set_bind_host(AddressHost(client.address()));
     request.set_timeout_ms(absl::ToInt64Milliseconds(timeout_));
     request.set_join_timeout_ms(absl::ToInt64Milliseconds(kJoinTimeout));
-    results[k] = client.JoinGroup(job_id_, request, kJoinTimeout);
+    results[k] = client.JoinGroup(job_id_, request, kJoinTimeout).status();
     return absl::OkStatus();
   });
   std::vector<absl::Status> per_replica = PerReplica(results, stages_);
@@ -210,9 +290,10 @@ absl::Status PeerExchange::FormGroups(int64_t step, const std::vector<int>& memb
   return LoseFailed(step, members, JoinAll(members), "forming the peer groups", on_abort);
 }
 
-absl::StatusOr<std::map<std::string, double>> PeerExchange::Reduce(int64_t step, const std::vector<int>& members,
-                                                                   ExchangeResult& result,
-                                                                   const std::function<void()>& on_abort) {
+absl::StatusOr<std::vector<std::map<std::string, double>>> PeerExchange::Reduce(int64_t step,
+                                                                                const std::vector<int>& members,
+                                                                                ExchangeResult& result,
+                                                                                const std::function<void()>& on_abort) {
   const int n = static_cast<int>(members.size());
   std::vector<absl::StatusOr<v1::ReduceResponse>> out(n * stages_, absl::UnknownError("not run"));
   (void)ParallelFor(n * stages_, [&](int k) {
@@ -227,14 +308,22 @@ absl::StatusOr<std::map<std::string, double>> PeerExchange::Reduce(int64_t step,
     return failed;
   }
   // Every member got the same bytes: the norms must agree to the bit.
-  std::map<std::string, double> norms;
+  std::vector<std::map<std::string, double>> norms(stages_);
   result.reduce_seconds = 0;
   result.early = true;
   for (int k = 0; k < n * stages_; ++k) {
     result.reduce_seconds = std::max(result.reduce_seconds, out[k]->seconds());
     result.early &= out[k]->begun_when_held();
-    for (const auto& [name, sq] : out[k]->squared_norms()) {
-      auto [it, first] = norms.emplace(name, sq);
+    const std::vector<std::string>& names = replicas_->fleet(members[k / stages_]).params[k % stages_];
+    if (out[k]->squared_norms_size() != static_cast<int>(names.size())) {
+      return absl::DataLossError(absl::StrCat("step ", step + 1, ": stage ", k % stages_, " sent ",
+                                              out[k]->squared_norms_size(), " squared norms for its ", names.size(),
+                                              " LoRA parameters"));
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string& name = names[i];
+      const double sq = out[k]->squared_norms(static_cast<int>(i));
+      auto [it, first] = norms[k % stages_].emplace(name, sq);
       if (!first && it->second != sq) {
         return absl::DataLossError(absl::StrCat("step ", step + 1, ": the replicas' reduced gradients of ", name,
                                                 " differ (squared norms ", it->second, " and ", sq, ")"));
@@ -253,10 +342,9 @@ absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::v
   request.set_beta2(optimizer_config_.beta2);
   request.set_eps(optimizer_config_.eps);
   request.set_weight_decay(optimizer_config_.weight_decay);
-  // ClipGradNorm's rule and factor, to the bit.
-  const double clip = optimizer_config_.clip;
-  request.set_clip(clip > 0 && norm > clip);
-  request.set_clip_scale(request.clip() ? clip / (norm + 1e-6) : 1.0);
+  // Every trainer's rule and factor, to the bit (grad_norm.h).
+  request.set_clip_scale(ClipFactor(norm, optimizer_config_.clip));
+  request.set_clip(request.clip_scale() != 1.0);
   const int n = static_cast<int>(members.size());
   std::vector<absl::Status> results(n * stages_);
   (void)ParallelFor(n * stages_, [&](int k) {
@@ -273,10 +361,9 @@ absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::v
     members_.clear();
     RETURN_IF_ERROR(replicas_->TakeOut(members[k], step, per_replica[k], on_abort));
   }
-  if (updated.empty()) {
-    return absl::DataLossError(absl::StrCat("step ", step + 1, ": no replica completed its update (",
-                                            per_replica.front().message(),
-                                            "); the run's state is lost: resume from the last checkpoint"));
+  if (updated.empty()) {  // each stage applied it, or not: Prepare finds out which and loads, or rolls back
+    return absl::AbortedError(
+        absl::StrCat("step ", step + 1, ": no replica completed its update (", per_replica.front().message(), ")"));
   }
   return updated;
 }
@@ -296,15 +383,11 @@ absl::StatusOr<ExchangeResult> PeerExchange::Apply(int64_t step, const std::vect
     RETURN_IF_ERROR(FormGroups(step, participants, on_abort));
     result.regrouped = true;
   }
-  ASSIGN_OR_RETURN(auto norms, Reduce(step, participants, result, on_abort));
-  RETURN_IF_ERROR(CheckStepFinite(step + 1, lr, losses, stages_ - 1, {}));
-  double sq = 0;
-  for (const auto& [name, v] : norms) sq += v;  // ClipGradNorm's order: by name over every stage
-  result.grad_norm = std::sqrt(sq);
-  if (!std::isfinite(result.grad_norm)) {
-    return absl::InvalidArgumentError(absl::StrCat("step ", step + 1, ": a LoRA gradient is NaN or infinite (lr ", lr,
-                                                   "): lower the learning rate or check the data"));
-  }
+  ASSIGN_OR_RETURN(auto norms, Reduce(step, participants, result, on_abort));  // [stage] name → squared norm
+  RETURN_IF_ERROR(CheckStepFinite(step + 1, lr, losses, stages_ - 1, norms));
+  std::map<std::string, double> all;
+  for (const auto& stage : norms) all.insert(stage.begin(), stage.end());
+  result.grad_norm = GlobalNorm(all);  // by name over every stage, as every trainer adds them
   ASSIGN_OR_RETURN(std::vector<int> updated, Update(step, participants, lr, result.grad_norm, on_abort));
   ++updates_;
   for (int r : updated) at_update_[r] = updates_;

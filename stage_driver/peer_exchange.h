@@ -31,16 +31,21 @@ struct ExchangeResult {
 // update's few numbers pass through the coordinator; neither gradients nor adapters do.
 //
 // The coordinator still decides everything: who is in the groups (the replicas whose slices count this step), the
-// clipping factor (from every stage's squared norms, added in ClipGradNorm's order, so the update is bitwise the
-// coordinator exchange's for two replicas), the learning rate. It reads the state back (Pull) for every checkpoint,
-// validation and sample pass, and loads a replica that was lost and came back (or sat a step out) with the state of
-// one that was not (Prepare) before it runs a slice.
+// clipping factor (from every stage's squared norms, added in name order as every trainer adds them, so the update is
+// bitwise the coordinator exchange's for two replicas), the learning rate. It reads the state back (Pull) for every
+// checkpoint, validation and sample pass, and loads a replica that was lost and came back (or sat a step out) with the
+// state of one that was not (Prepare) before it runs a slice.
 //
 // Failures: a replica lost during its slice costs nothing (ReplicaSet deals its micro-batches to the others, its
 // finished slices too, whose sums were lost with it). One lost after its slice, in the reduction, fails Apply with
 // ABORTED: the step starts over on the others (ReplicaSet::RestartStep). One lost in the update is simply out (the
-// others applied it); only if no replica completed its update is the run's state lost (DATA_LOSS; resume from the
-// last checkpoint).
+// others applied it). With one replica nobody else holds the state: before each attempt of a step every stage is
+// asked for its optimizer's step count (Prepare) when anything reconfigured them since they were last asked, and one
+// that lost its state (a restarted worker) is loaded with the
+// coordinator's copy when that is current. When it is not (the state was lost after the steps since the coordinator
+// last read it back), StateLost() says so and the trainer rolls the run back to that copy (RollBack) and redoes the
+// steps since, which compute the same LoRA bit for bit (each step is a pure function of the seed, the step and the
+// state). The copy is read back for every checkpoint, validation and sample pass.
 class PeerExchange {
  public:
   using Tensors = std::map<std::string, at::Tensor>;
@@ -65,8 +70,17 @@ class PeerExchange {
                                        const std::function<void()>& on_abort) ABSL_LOCKS_EXCLUDED(mu_);
   // The current adapters and optimizer state, from a replica that holds them.
   absl::Status Pull(Tensors& master, AdamW& optimizer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the run's current state is held by no replica (and no longer by the coordinator): a failure with this
+  // set is mended by RollBack, not by a retry.
+  bool StateLost() ABSL_LOCKS_EXCLUDED(mu_);
+  // Every ready replica loaded with the coordinator's copy of the state; the updates since Start that copy holds
+  // (the trainer redoes the steps after it).
+  absl::StatusOr<int64_t> RollBack() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // One replica: every stage's optimizer step count read (JoinGroup, a group of one), and the stages loaded with the
+  // coordinator's copy when some lost theirs and the copy is current; else DATA_LOSS and state_lost_.
+  absl::Status ProbeSolo() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The state of a replica other than `except` that holds the current one (cached until the next update).
   absl::StatusOr<Tensors> CurrentState(int except) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replica r's stages loaded with `state` (each its adapters, their moments and the step count).
@@ -84,9 +98,10 @@ class PeerExchange {
   // when any call failed.
   absl::Status LoseFailed(int64_t step, const std::vector<int>& replicas, const std::vector<absl::Status>& results,
                           const std::string& what, const std::function<void()>& on_abort);
-  // The reduced gradients' squared norms by name (every member's must agree); `result` gets the times.
-  absl::StatusOr<std::map<std::string, double>> Reduce(int64_t step, const std::vector<int>& members,
-                                                       ExchangeResult& result, const std::function<void()>& on_abort)
+  // The reduced gradients' squared norms, per stage by name (every member's must agree); `result` gets the times.
+  absl::StatusOr<std::vector<std::map<std::string, double>>> Reduce(int64_t step, const std::vector<int>& members,
+                                                                    ExchangeResult& result,
+                                                                    const std::function<void()>& on_abort)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The replicas that completed their update (a replica that did not is lost: it reloads before its next slice).
   absl::StatusOr<std::vector<int>> Update(int64_t step, const std::vector<int>& members, double lr, double norm,
@@ -99,13 +114,17 @@ class PeerExchange {
   const int stages_;
   // Held by Start, Prepare, Apply and Pull: one of them at a time (Prepare runs on the replicas' slice threads).
   absl::Mutex mu_;
-  std::unique_ptr<RendezvousStore> store_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RendezvousStore> store_ ABSL_GUARDED_BY(mu_);  // with two or more replicas
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t start_steps_ ABSL_GUARDED_BY(mu_) = 0;  // the optimizer's step count at Start
+  bool state_lost_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t probed_generation_ ABSL_GUARDED_BY(mu_) = 0;  // one replica: its fleet's generation at the last probe
   std::vector<int> loaded_ ABSL_GUARDED_BY(mu_);         // [replica] its Losses() when it was last loaded; -1: never
   std::vector<int64_t> at_update_ ABSL_GUARDED_BY(mu_);  // [replica] updates_ when it last took part or loaded
   std::vector<int> members_ ABSL_GUARDED_BY(mu_);        // the replicas the groups were formed over (empty: none)
   int formations_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t updates_ ABSL_GUARDED_BY(mu_) = 0;  // updates applied since Start
-  Tensors cache_ ABSL_GUARDED_BY(mu_);        // the state after `cache_updates_` updates
+  Tensors cache_ ABSL_GUARDED_BY(mu_);        // the state after `cache_updates_` updates (the coordinator's copy)
   int64_t cache_updates_ ABSL_GUARDED_BY(mu_) = -1;
 };
 

@@ -185,6 +185,10 @@ absl::StatusOr<StepOutputs> ReplicaSet::RunOne(int64_t step, const StepInputs& i
   Replica& replica = *replicas_[0];
   replica.fleet.schedule = schedules_.at({options_.StagesOf(0), config_.micro_batches});
   replica.fleet.first_micro_batch = 0;
+  if (config_.local_optimizer) {  // the stages hold the step's gradients for their own AdamW
+    replica.fleet.gradients = v1::StepPlan::HOLD_NEW;
+    replica.executor->set_before_attempt([this] { return prepare_ ? prepare_(0) : absl::OkStatus(); });
+  }
   StepInputs all = inputs;
   {
     absl::MutexLock lock(&mu_);
@@ -464,6 +468,19 @@ absl::Status ReplicaSet::RestartStep(int64_t step, const std::function<void()>& 
   splits_.erase(step);
   LogWarning("step ", step + 1, ": starting over on ", ready.size(), " replica(s)");
   return absl::OkStatus();
+}
+
+void ReplicaSet::Rewind() {
+  absl::MutexLock lock(&mu_);
+  pushed_.clear();
+  splits_.clear();
+  held_.clear();
+}
+
+TrafficBytes ReplicaSet::Traffic() const {
+  TrafficBytes total;
+  for (const auto& replica : replicas_) total += *replica->fleet.traffic;
+  return total;
 }
 
 // A recovering replica's clients are its recovery's (it replaces them): skipped.

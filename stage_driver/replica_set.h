@@ -101,6 +101,11 @@ class ReplicaSet {
   // again and every replica starts a new held sum): what a stage-local optimizer does when a replica is lost after its
   // slice counted.
   absl::Status RestartStep(int64_t step, const std::function<void()>& on_abort) ABSL_LOCKS_EXCLUDED(mu_);
+  // The run goes back to an earlier step (a stage-local optimizer's rollback): nothing recorded as pushed, split or
+  // held for any step stands any more (the stages' inboxes were emptied by the recoveries since).
+  void Rewind() ABSL_LOCKS_EXCLUDED(mu_);
+  // The bytes exchanged with every stage of every replica so far, by kind.
+  TrafficBytes Traffic() const;
   // The oldest push in flight to any stage of any replica, in seconds; and Cancel on every client.
   double OldestPushSeconds() const;
   void CancelAll();

@@ -12,6 +12,26 @@
 #include "rpc/wire.h"
 
 namespace baton {
+namespace {
+// The bytes of an envelope: its header and its tensors' payload (the chunks' framing is a few bytes each).
+uint64_t EnvelopeBytes(const v1::EnvelopeHeader& header, const TensorMap& tensors) {
+  uint64_t bytes = header.ByteSizeLong();
+  for (const auto& [name, t] : tensors) bytes += name.size() + static_cast<uint64_t>(t.nbytes());
+  return bytes;
+}
+}  // namespace
+
+TrafficBytes& TrafficBytes::operator+=(const LinkTraffic& t) {
+  data += t.data.load(std::memory_order_relaxed);
+  adapters += t.adapters.load(std::memory_order_relaxed);
+  control += t.control.load(std::memory_order_relaxed);
+  heartbeats += t.heartbeats.load(std::memory_order_relaxed);
+  return *this;
+}
+
+TrafficBytes TrafficBytes::operator-(const TrafficBytes& earlier) const {
+  return {data - earlier.data, adapters - earlier.adapters, control - earlier.control, heartbeats - earlier.heartbeats};
+}
 
 StageClient::StageClient(int index, std::string address, absl::Duration rpc_timeout)
     : index_(index), address_(std::move(address)), rpc_timeout_(rpc_timeout) {
@@ -25,6 +45,14 @@ absl::Status StageClient::Named(const absl::Status& s, const std::string& what) 
   if (up_ != nullptr) up_->Set(s.code() == absl::StatusCode::kUnavailable ? 0 : 1);
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(name(), ": ", what, ": ", s.message()));
+}
+
+void StageClient::Count(std::atomic<uint64_t> LinkTraffic::*kind, uint64_t bytes) const {
+  if (traffic_) ((*traffic_).*kind).fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void StageClient::CountControl(const google::protobuf::Message& a, const google::protobuf::Message& b) const {
+  Count(&LinkTraffic::control, a.ByteSizeLong() + b.ByteSizeLong());
 }
 
 absl::Status StageClient::WaitReady(absl::Duration timeout, const std::function<bool()>& stop) {
@@ -58,6 +86,7 @@ absl::StatusOr<v1::ConfigureResponse> StageClient::Configure(const v1::Configure
   ctx.set_deadline(DeadlineAfter(rpc_timeout_));
   v1::ConfigureResponse response;
   absl::Status s = FromGrpcStatus(stub_->Configure(&ctx, request, &response));
+  CountControl(request, response);
   if (!s.ok()) return Named(s, "Configure");
   return response;
 }
@@ -86,6 +115,8 @@ absl::Status StageClient::Push(const v1::EnvelopeHeader& header, const TensorMap
   writer->WritesDone();
   absl::Status finished = FromGrpcStatus(writer->Finish());
   End(&ctx);
+  const bool adapters = header.kind() == v1::EnvelopeHeader::LORA_WEIGHTS;
+  Count(adapters ? &LinkTraffic::adapters : &LinkTraffic::data, EnvelopeBytes(header, tensors));
   if (s.ok() || !finished.ok()) s = finished;
   return Named(s, what);
 }
@@ -102,6 +133,7 @@ absl::StatusOr<v1::StepSummary> StageClient::RunStep(const v1::StepPlan& plan, T
     beat_.Clear();
   }
   auto reader = stub_->RunStep(&ctx, plan);
+  Count(&LinkTraffic::control, plan.ByteSizeLong());
   TensorAssembler assembler(uint64_t{16} << 30);
   v1::StepReply reply;
   v1::StepSummary summary;
@@ -113,6 +145,10 @@ absl::StatusOr<v1::StepSummary> StageClient::RunStep(const v1::StepPlan& plan, T
       heard_ = Clock::now();
       if (reply.has_progress()) beat_ = reply.progress();
     }
+    Count(reply.has_grad_chunk() ? &LinkTraffic::adapters
+          : reply.has_progress() ? &LinkTraffic::heartbeats
+                                 : &LinkTraffic::control,
+          reply.ByteSizeLong());
     if (reply.has_progress()) continue;
     if (reply.has_summary()) {
       summary = reply.summary();
@@ -152,6 +188,7 @@ absl::StatusOr<TensorMap> StageClient::GetLora(const std::string& job_id, bool o
   v1::TensorChunk chunk;
   absl::Status status;
   while (reader->Read(&chunk)) {
+    Count(&LinkTraffic::adapters, chunk.ByteSizeLong());
     auto done = assembler.Add(chunk);
     if (!done.ok()) {
       status = done.status();
@@ -166,25 +203,28 @@ absl::StatusOr<TensorMap> StageClient::GetLora(const std::string& job_id, bool o
   return out;
 }
 
-absl::Status StageClient::JoinGroup(const std::string& job_id, v1::JoinGroupRequest request, absl::Duration wait) {
+absl::StatusOr<v1::JoinGroupResponse> StageClient::JoinGroup(const std::string& job_id, v1::JoinGroupRequest request,
+                                                             absl::Duration wait) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(rpc_timeout_ + wait));
   request.set_job_id(job_id);
   request.set_config_hash(job_id);
   v1::JoinGroupResponse response;
-  return Named(FromGrpcStatus(stub_->JoinGroup(&ctx, request, &response)),
-               absl::StrCat("JoinGroup ", request.prefix()));
+  absl::Status s = FromGrpcStatus(stub_->JoinGroup(&ctx, request, &response));
+  CountControl(request, response);
+  if (!s.ok()) return Named(s, absl::StrCat("JoinGroup ", request.prefix()));
+  return response;
 }
 
 absl::StatusOr<v1::ReduceResponse> StageClient::Reduce(const std::string& job_id, int64_t step, absl::Duration wait) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(rpc_timeout_ + wait));
   v1::ReduceRequest request;
-  request.set_job_id(job_id);
-  request.set_config_hash(job_id);
+  request.set_job_id(job_id);  // per step: no config_hash (the job id names the configuration)
   request.set_step(step);
   v1::ReduceResponse response;
   absl::Status s = FromGrpcStatus(stub_->Reduce(&ctx, request, &response));
+  CountControl(request, response);
   if (!s.ok()) return Named(s, absl::StrCat("Reduce step ", step + 1));
   return response;
 }
@@ -193,10 +233,10 @@ absl::Status StageClient::Update(const std::string& job_id, v1::UpdateRequest re
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(rpc_timeout_));
   request.set_job_id(job_id);
-  request.set_config_hash(job_id);
   v1::UpdateResponse response;
-  return Named(FromGrpcStatus(stub_->Update(&ctx, request, &response)),
-               absl::StrCat("Update step ", request.step() + 1));
+  absl::Status s = FromGrpcStatus(stub_->Update(&ctx, request, &response));
+  CountControl(request, response);
+  return Named(s, absl::StrCat("Update step ", request.step() + 1));
 }
 
 absl::Status StageClient::LoadState(const std::string& job_id, const TensorMap& state) {
@@ -209,6 +249,7 @@ absl::Status StageClient::LoadState(const std::string& job_id, const TensorMap& 
   header.set_sender("coordinator");
   v1::PushAck ack;
   auto writer = stub_->LoadState(&ctx, &ack);
+  Count(&LinkTraffic::adapters, EnvelopeBytes(header, state));
   absl::Status s = WriteEnvelope(writer.get(), header, state);
   writer->WritesDone();
   absl::Status finished = FromGrpcStatus(writer->Finish());

@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 #include <prometheus/gauge.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -20,6 +21,21 @@
 
 namespace baton {
 
+// Bytes between the driver and its stages (both directions, the messages' serialized sizes), by what they carry.
+// Shared by a fleet's clients, so it outlives a client replaced by a recovery. Thread-safe.
+struct LinkTraffic {
+  std::atomic<uint64_t> data{0};        // what a step computes on: activations, inputs, constants, targets, RoPE tables
+  std::atomic<uint64_t> adapters{0};    // the LoRA, its gradients and its optimizer state, whichever way they travel
+  std::atomic<uint64_t> control{0};     // plans, summaries, Configure, the stage-local optimizer's calls
+  std::atomic<uint64_t> heartbeats{0};  // the stall watch's, one a second from each stage running a step
+};
+// A reading of LinkTraffic (sums, differences).
+struct TrafficBytes {
+  uint64_t data = 0, adapters = 0, control = 0, heartbeats = 0;
+  TrafficBytes& operator+=(const LinkTraffic& t);
+  TrafficBytes operator-(const TrafficBytes& earlier) const;
+};
+
 class StageClient {
  public:
   StageClient(int index, std::string address, absl::Duration rpc_timeout);
@@ -30,6 +46,8 @@ class StageClient {
   // After every call: 1 if the worker answered (even with an error), 0 if it could not be reached
   // (UNAVAILABLE, or WaitReady timing out). Optional (baton_stage_up).
   void set_up_gauge(prometheus::Gauge* gauge) { up_ = gauge; }
+  // Where this client counts its bytes (optional; set before the first call).
+  void set_traffic(std::shared_ptr<LinkTraffic> traffic) { traffic_ = std::move(traffic); }
 
   // Waits until the channel connects and the health service says StageService is SERVING, up to `timeout`.
   // A server that is not a stage worker (e.g. --workers pointing at an encoder worker) is FAILED_PRECONDITION.
@@ -43,7 +61,8 @@ class StageClient {
   absl::StatusOr<TensorMap> GetLora(const std::string& job_id, bool optimizer_state = false);
   // A stage-local optimizer's exchange (stage.proto's JoinGroup, Reduce, Update, LoadState). JoinGroup and Reduce wait
   // for the whole group: their deadline is `wait` past the RPC timeout. The job id is filled in.
-  absl::Status JoinGroup(const std::string& job_id, v1::JoinGroupRequest request, absl::Duration wait);
+  absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const std::string& job_id, v1::JoinGroupRequest request,
+                                                  absl::Duration wait);
   absl::StatusOr<v1::ReduceResponse> Reduce(const std::string& job_id, int64_t step, absl::Duration wait);
   absl::Status Update(const std::string& job_id, v1::UpdateRequest request);
   absl::Status LoadState(const std::string& job_id, const TensorMap& state);
@@ -61,13 +80,16 @@ class StageClient {
 
  private:
   absl::Status Named(const absl::Status& s, const std::string& what) const;
+  void Count(std::atomic<uint64_t> LinkTraffic::*kind, uint64_t bytes) const;
+  void CountControl(const google::protobuf::Message& a, const google::protobuf::Message& b) const;
 
   int index_;
   std::string address_;
   absl::Duration rpc_timeout_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::StageService::Stub> stub_;
-  prometheus::Gauge* up_ = nullptr;  // set before the first call, then only read
+  prometheus::Gauge* up_ = nullptr;       // set before the first call, then only read
+  std::shared_ptr<LinkTraffic> traffic_;  // likewise
   using Clock = std::chrono::steady_clock;
   // Registers a call for Cancel(); false (and nothing registered) when already cancelled.
   bool Begin(grpc::ClientContext* ctx) ABSL_LOCKS_EXCLUDED(mu_);

@@ -134,8 +134,7 @@ absl::Status StageFleet::PushData(int64_t step, const StepInputs& inputs) {
 
 v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
   v1::StepPlan plan;
-  plan.set_job_id(job_id);
-  plan.set_config_hash(job_id);
+  plan.set_job_id(job_id);  // no config_hash: the job id names the configuration (stage.proto's StepPlan)
   plan.set_step(step);
   plan.set_micro_batches(schedule.micro_batches);
   plan.set_loss_scale(loss_scale);

@@ -92,8 +92,9 @@ struct StageFleet {
   v1::StepPlan::Gradients gradients = v1::StepPlan::STREAM;
   bool reduce_when_held = false;                      // StepPlan.reduce_when_held: the peer groups are this step's
   std::vector<std::unique_ptr<StageClient>> clients;  // [stage]
-  std::vector<std::vector<std::string>> params;       // [stage] LoRA parameter names it holds
-  std::vector<RopeMirror> rope;                       // [stage]
+  std::shared_ptr<LinkTraffic> traffic = std::make_shared<LinkTraffic>();  // every client's bytes, replaced or not
+  std::vector<std::vector<std::string>> params;                            // [stage] LoRA parameter names it holds
+  std::vector<RopeMirror> rope;                                            // [stage]
 
   int size() const { return static_cast<int>(clients.size()); }
 

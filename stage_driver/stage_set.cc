@@ -53,6 +53,7 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
   req.mutable_lora()->set_alpha(static_cast<float>(job.lora.alpha));
   for (const auto& t : job.lora.targets) req.mutable_lora()->add_targets(t);
   req.mutable_lora()->set_dropout(static_cast<float>(job.lora.dropout));
+  req.mutable_lora()->set_dtype(job.lora_dtype);
   if (i + 1 < p) req.set_next_address(addresses[i + 1]);
   if (i > 0) req.set_prev_address(addresses[i - 1]);
   if (chunks.size() > 1) {
@@ -141,6 +142,7 @@ absl::Status StageSet::Connect() {
   fleet_->clients.clear();
   for (int i = 0; i < p; ++i) {
     fleet_->clients.push_back(std::make_unique<StageClient>(i, addresses_[i], options_.rpc_timeout));
+    fleet_->clients.back()->set_traffic(fleet_->traffic);
     if (!options_.metrics_address.empty()) {
       fleet_->clients.back()->set_up_gauge(StageUpGauge(JobName(job_), i, addresses_[i]));
     }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/util/log.h"
+#include "core/util/status.h"
 
 namespace baton {
 
@@ -36,7 +37,10 @@ absl::StatusOr<StepOutputs> StepExecutor::Run(int64_t step, StepInputs& inputs,
                                               const std::function<void()>& on_abort) {
   return WithRecovery<StepOutputs>(
       step + 1, absl::StrCat("step ", step + 1),
-      [&](int retry) { return fleet_->RunStep(step, inputs, master, retry == 1 ? on_started : nullptr); },
+      [&](int retry) -> absl::StatusOr<StepOutputs> {
+        if (before_attempt_) RETURN_IF_ERROR(before_attempt_());
+        return fleet_->RunStep(step, inputs, master, retry == 1 ? on_started : nullptr);
+      },
       [&] {
         if (on_abort) on_abort();
       },

@@ -50,6 +50,9 @@ class StepExecutor {
   absl::StatusOr<std::vector<at::Tensor>> RunForwardPass(int64_t step, uint64_t pass,
                                                          const std::vector<ShellOutputs>& shell,
                                                          const std::map<std::string, at::Tensor>& master);
+  // Runs before every attempt of a step (the first and each redo): a failure fails the step as it is (a stage-local
+  // optimizer checks here that the stages still hold the run's state: PeerExchange::Prepare).
+  void set_before_attempt(std::function<absl::Status()> before) { before_attempt_ = std::move(before); }
   // Who a failed attempt lost and whether a recovery can mend it (waits up to 0.5 s for a dying local worker).
   StepLoss Diagnose(const absl::Status& failure) const;
 
@@ -67,6 +70,7 @@ class StepExecutor {
   StageSet* stages_;
   std::function<bool()> stop_;
   OnRecovery on_recovery_;
+  std::function<absl::Status()> before_attempt_;
 };
 
 }  // namespace baton

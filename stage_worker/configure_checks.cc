@@ -136,6 +136,12 @@ absl::StatusOr<PreparedStage> PrepareConfigure(const v1::ConfigureRequest& req, 
   out.lora.targets.assign(req.lora().targets().begin(), req.lora().targets().end());
   out.lora.dropout = req.lora().dropout();
   out.lora.seed = req.seed();
+  // The adapters' math: fp32 (empty: what a coordinator that predates the field means) or the compute dtype.
+  ASSIGN_OR_RETURN(out.lora.dtype, ParseDtype(req.lora().dtype().empty() ? "fp32" : req.lora().dtype()));
+  if (out.lora.dtype != at::kFloat && out.lora.dtype != out.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("Configure: LoRA dtype ", req.lora().dtype(),
+                                                   " is neither fp32 nor the compute dtype ", req.dtype()));
+  }
   return out;
 }
 

@@ -7,6 +7,8 @@
 #include <tuple>
 #include <vector>
 
+#include "core/device/readback.h"
+#include "core/train/grad_norm.h"
 #include "core/util/clock.h"
 #include "core/util/status.h"
 
@@ -20,8 +22,9 @@ absl::Status LocalOptimizer::Hold(int64_t step, bool add, const Tensors& grads) 
   }
   at::NoGradGuard no_grad;
   if (!add) {
+    // The adapters' own .grad tensors (fp32), taken over: the runner drops its references next, so no copy is made.
     held_.clear();
-    for (const auto& [name, g] : grads) held_[name] = g.detach().to(at::kFloat).clone();
+    for (const auto& [name, g] : grads) held_[name] = g.detach().to(at::kFloat);
     held_step_ = step;
     return absl::OkStatus();
   }
@@ -47,22 +50,25 @@ absl::Status LocalOptimizer::JoinGroup(const PeerGroupSpec& spec) {
   return absl::OkStatus();
 }
 
-at::Tensor LocalOptimizer::Flatten() const {
+at::Tensor LocalOptimizer::FlattenOnDevice() const {
   std::vector<at::Tensor> parts;
   for (const auto& [name, g] : held_) parts.push_back(g.flatten());
-  return at::cat(parts).to(at::kCPU).contiguous();
+  return at::cat(parts);
 }
 
 absl::Status LocalOptimizer::StartReduce(int64_t step) {
   Abandon();
   if (!group_) return absl::FailedPreconditionError("no peer group to sum over");
   RETURN_IF_ERROR(CheckHeld(step));
+  if (group_->size() == 1) return absl::OkStatus();  // nothing to sum: Reduce takes the held sum as it is
   auto promise = std::make_shared<std::promise<std::pair<absl::Status, double>>>();
-  Flight flight{step, group_, Flatten(), promise->get_future().share()};
-  // Detached: a reduction given up may wait out a silent peer; the thread then ends on its own, taking the group.
-  std::thread([group = flight.group, flat = flight.flat, promise]() mutable {
+  Flight flight{step, group_, std::make_shared<at::Tensor>(), promise->get_future().share()};
+  // Detached: a reduction given up may wait out a silent peer; the thread then ends on its own, taking the group. The
+  // copy to the host (Gloo sums host memory) is made there too, off the compute thread.
+  std::thread([group = flight.group, host = flight.flat, on_device = FlattenOnDevice(), promise]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
-    absl::Status status = group->AllreduceSum(flat);
+    *host = on_device.to(at::kCPU).contiguous();
+    absl::Status status = group->AllreduceSum(*host);
     promise->set_value({status, SecondsSince(t0)});
   }).detach();
   flight_ = std::move(flight);
@@ -84,19 +90,24 @@ void LocalOptimizer::DropSums() {
 
 absl::StatusOr<v1::ReduceResponse> LocalOptimizer::Reduce(int64_t step) {
   RETURN_IF_ERROR(CheckHeld(step));
+  v1::ReduceResponse response;
+  if (group_ && group_->size() == 1 && !flight_) {  // one replica: nothing to sum, nothing leaves the device
+    reduced_ = held_;
+    return Reduced(step, {}, 0, false, response);
+  }
   at::Tensor flat;
   double seconds = 0;
   absl::Status summed = absl::OkStatus();
   const bool begun = flight_ && flight_->step == step && flight_->group == group_;
   if (begun) {  // as soon as the sum was held
     std::tie(summed, seconds) = flight_->done.get();
-    flat = flight_->flat;
+    flat = *flight_->flat;
     flight_.reset();
   } else {
     Abandon();
     if (!group_) return absl::AbortedError("no peer group: the last one was given up; form a new one");
     const auto t0 = std::chrono::steady_clock::now();
-    flat = Flatten();
+    flat = FlattenOnDevice().to(at::kCPU).contiguous();
     summed = group_->AllreduceSum(flat);
     seconds = SecondsSince(t0);
   }
@@ -104,19 +115,28 @@ absl::StatusOr<v1::ReduceResponse> LocalOptimizer::Reduce(int64_t step) {
     group_.reset();  // spent
     return summed;
   }
-  v1::ReduceResponse response;
+  // Back to the device in one copy (the sum is on the host for Gloo), cut into the adapters' views there.
+  const at::Tensor on_device = held_.empty() ? flat : flat.to(held_.begin()->second.device());
   reduced_.clear();
   int64_t offset = 0;
   for (const auto& [name, g] : held_) {
-    at::Tensor part = flat.narrow(0, offset, g.numel()).view(g.sizes());
+    reduced_[name] = on_device.narrow(0, offset, g.numel()).view(g.sizes());
     offset += g.numel();
-    // As the coordinator's ClipGradNorm measures a gradient: in double, on the CPU copy.
-    (*response.mutable_squared_norms())[name] = part.to(at::kDouble).pow(2).sum().item<double>();
-    reduced_[name] = part.to(g.device());
   }
+  return Reduced(step, flat, seconds, begun, response);
+}
+
+absl::StatusOr<v1::ReduceResponse> LocalOptimizer::Reduced(int64_t step, const at::Tensor& flat, double seconds,
+                                                           bool begun, v1::ReduceResponse& response) {
+  // The squared norms as every trainer measures a gradient (grad_norm.h), where the sum lives: the step's one readback.
+  std::vector<at::Tensor> list;
+  for (const auto& [name, g] : reduced_) list.push_back(g);
+  const at::Tensor host = ReadBack(SquaredNorms(list));
+  const double* values = host.data_ptr<double>();
+  for (size_t k = 0; k < reduced_.size(); ++k) response.add_squared_norms(values[k]);
   reduced_step_ = step;
   response.set_seconds(seconds);
-  response.set_bytes(static_cast<uint64_t>(flat.nbytes()));
+  response.set_bytes(flat.defined() ? static_cast<uint64_t>(flat.nbytes()) : 0);
   response.set_begun_when_held(begun);
   return response;
 }
@@ -151,13 +171,22 @@ absl::StatusOr<int64_t> LocalOptimizer::Update(const v1::UpdateRequest& req, Ten
     loaded_.clear();
   }
   Tensors grads = reduced_;
-  // As ClipGradNorm scales: only when the norm exceeded the limit, by the same double factor.
+  // As every trainer clips (grad_norm.h): only when the norm exceeded the limit, by the coordinator's double factor.
   if (req.clip()) {
-    for (auto& [name, g] : grads) g = g * req.clip_scale();
+    std::vector<at::Tensor> list;
+    for (auto& [name, g] : grads) list.push_back(g);
+    ScaleGradients(list, req.clip_scale());
   }
   RETURN_IF_ERROR(adamw_->Step(params, grads, req.lr()));
   DropSums();
   return adamw_->steps();
+}
+
+int64_t LocalOptimizer::Steps() const {
+  if (!has_state_) return -1;
+  if (adamw_) return adamw_->steps();
+  auto it = loaded_.find(kAdamWStepKey);
+  return it == loaded_.end() ? 0 : it->second.item<int64_t>();
 }
 
 LocalOptimizer::Tensors LocalOptimizer::State() const {
@@ -175,6 +204,7 @@ absl::Status LocalOptimizer::Load(const Tensors& state) {
   adamw_.reset();
   loaded_.clear();
   for (const auto& [name, t] : state) loaded_[name] = t.to(at::kCPU).clone();
+  has_state_ = true;
   return absl::OkStatus();
 }
 
@@ -183,6 +213,7 @@ void LocalOptimizer::Reset() {
   group_.reset();
   adamw_.reset();
   loaded_.clear();
+  has_state_ = false;
 }
 
 }  // namespace baton

@@ -21,7 +21,7 @@ namespace baton {
 
 // The gradients of stage s of every replica in the step are summed by c10d's Gloo allreduce (StageService's JoinGroup,
 // Reduce, Update and LoadState). The update is bitwise the coordinator's: the same AdamW on the same fp32 values, and
-// the clipping factor computed by the coordinator from every stage's squared norms in the order its own ClipGradNorm
+// the clipping factor computed by the coordinator from every stage's squared norms in the order every trainer
 // adds them. The held sum is kept through a failed Reduce, so a group re-formed without a lost replica reduces it
 // again. Not thread-safe: the StageRunner calls it under its run lock.
 class LocalOptimizer {
@@ -44,6 +44,8 @@ class LocalOptimizer {
   // AdamW on `params` (the live adapters, modified in place) from the reduced gradients of req.step(); then nothing
   // is held. The optimizer's step count after it.
   absl::StatusOr<int64_t> Update(const v1::UpdateRequest& req, Tensors params);
+  // AdamW's step count, or -1 when no state was loaded since the last Reset (a new worker holds none of the run's).
+  int64_t Steps() const;
   // The optimizer's state as LoadState takes it (CPU, fp32 moments; "__step__"), and setting it (drops what is held).
   Tensors State() const;
   absl::Status Load(const Tensors& state);
@@ -52,8 +54,13 @@ class LocalOptimizer {
 
  private:
   static OptimizerConfig ConfigOf(const v1::UpdateRequest& req);
-  // The held sum as one fp32 CPU buffer, in name order: one collective per step, whatever the number of adapters.
-  at::Tensor Flatten() const;
+  // The held sum as one fp32 buffer on its device, in name order: one collective per step, whatever the number of
+  // adapters (Gloo sums a host copy of it).
+  at::Tensor FlattenOnDevice() const;
+  // The response of Reduce once `reduced_` holds the step's sum: its squared norms (one readback), the sum's bytes and
+  // seconds on the wire (`flat`: undefined when nothing was summed, a group of one).
+  absl::StatusOr<v1::ReduceResponse> Reduced(int64_t step, const at::Tensor& flat, double seconds, bool begun,
+                                             v1::ReduceResponse& response);
   // A reduction in flight given up, and its group with it.
   void Abandon();
   // FAILED_PRECONDITION unless a sum of `step` is held.
@@ -65,7 +72,7 @@ class LocalOptimizer {
   struct Flight {
     int64_t step = -1;
     std::shared_ptr<PeerGroup> group;
-    at::Tensor flat;                                           // summed in place
+    std::shared_ptr<at::Tensor> flat;  // the host copy, summed in place (set by the thread before `done`)
     std::shared_future<std::pair<absl::Status, double>> done;  // the status and seconds
   };
 
@@ -77,7 +84,8 @@ class LocalOptimizer {
   std::optional<Flight> flight_;
   std::unique_ptr<AdamW> adamw_;
   OptimizerConfig adamw_config_;
-  Tensors loaded_;  // state from Load, taken by the first Update (AdamW needs the job's settings to be built)
+  bool has_state_ = false;  // Load was called since the last Reset
+  Tensors loaded_;          // state from Load, taken by the first Update (AdamW needs the job's settings to be built)
 };
 
 }  // namespace baton

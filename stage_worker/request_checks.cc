@@ -141,6 +141,11 @@ absl::Status CheckJob(const ExpectedStageIO& e, const std::string& job_id, const
   return absl::OkStatus();
 }
 
+absl::Status CheckStepJob(const ExpectedStageIO& e, const std::string& job_id, const std::string& config_hash,
+                          absl::string_view what) {
+  return CheckJob(e, job_id, config_hash.empty() ? e.config_hash : config_hash, what);
+}
+
 absl::Status CheckStepWindow(const ExpectedStageIO& e, int64_t step, absl::string_view what) {
   if (step < 0) return Invalid(what, absl::StrCat("step ", step, " is negative"));
   if (e.current_step < 0) return absl::OkStatus();
@@ -239,7 +244,7 @@ static absl::Status CheckPassPlan(const ExpectedStageIO& e, const v1::StepPlan& 
 }
 
 absl::Status CheckStepPlan(const ExpectedStageIO& e, const v1::StepPlan& plan) {
-  RETURN_IF_ERROR(CheckJob(e, plan.job_id(), plan.config_hash(), absl::StrCat("step plan ", plan.step())));
+  RETURN_IF_ERROR(CheckStepJob(e, plan.job_id(), plan.config_hash(), absl::StrCat("step plan ", plan.step())));
   if (plan.pass() != 0) return CheckPassPlan(e, plan);
   RETURN_IF_ERROR(CheckStepWindow(e, plan.step(), "step plan"));
   // A replica runs a slice of the step: 1..the configured micro-batches (stage.proto, StepPlan.first_micro_batch).

@@ -43,6 +43,10 @@ struct ExpectedStageIO {
 // FAILED_PRECONDITION naming both jobs unless (job_id, config_hash) is the configured job.
 absl::Status CheckJob(const ExpectedStageIO& expected, const std::string& job_id, const std::string& config_hash,
                       absl::string_view what);
+// The same for the coordinator's per-step calls (plans, Reduce, Update), whose config hash is optional: empty, the job
+// id alone names the configuration (it is the job's hash), which keeps a step's control traffic small.
+absl::Status CheckStepJob(const ExpectedStageIO& expected, const std::string& job_id, const std::string& config_hash,
+                          absl::string_view what);
 // INVALID_ARGUMENT for a negative step; OUT_OF_RANGE for one outside the window (any step ≥ 0 before the first step):
 // the window moves, so the same push may be stale or early, never malformed.
 absl::Status CheckStepWindow(const ExpectedStageIO& expected, int64_t step, absl::string_view what);

@@ -59,6 +59,11 @@ TEST_F(RequestChecksTest, JobAndConfigHashMustMatch) {
   h = Header(Kind::TARGET);
   h.set_config_hash("");
   EXPECT_EQ(CheckEnvelopeHeader(e_, h).code(), absl::StatusCode::kFailedPrecondition);
+  // The per-step calls may leave the hash out (the job id names the configuration); a wrong one is still refused.
+  EXPECT_TRUE(CheckStepJob(e_, "job", "", "plan").ok());
+  EXPECT_TRUE(CheckStepJob(e_, "job", "hash", "plan").ok());
+  EXPECT_EQ(CheckStepJob(e_, "job", "other", "plan").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CheckStepJob(e_, "other", "", "plan").code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(RequestChecksTest, StepWindowMicroBatchAndChunkRanges) {

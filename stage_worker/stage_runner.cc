@@ -312,7 +312,7 @@ v1::EnvelopeHeader StageRunner::Header(const v1::StepPlan& plan, int32_t mb, v1:
                                        int32_t chunk) const {
   v1::EnvelopeHeader h;
   h.set_job_id(plan.job_id());
-  h.set_config_hash(plan.config_hash());
+  h.set_config_hash(config_.config_hash());  // the configured one: a plan may leave it out
   h.set_step(plan.step());
   h.set_micro_batch(mb);
   h.set_kind(kind);

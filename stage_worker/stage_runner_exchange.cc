@@ -16,7 +16,7 @@ absl::Status StageRunner::CheckExchangeJob(const std::string& job_id, const std:
                                            const std::string& what) {
   if (!configured_) return absl::FailedPreconditionError(absl::StrCat(name(), ": not configured"));
   ASSIGN_OR_RETURN(ExpectedStageIO expected, Expected());
-  return Annotate(CheckJob(expected, job_id, config_hash, what), name());
+  return Annotate(CheckStepJob(expected, job_id, config_hash, what), name());
 }
 
 absl::StatusOr<v1::JoinGroupResponse> StageRunner::JoinGroup(const v1::JoinGroupRequest& req,
@@ -36,8 +36,10 @@ absl::StatusOr<v1::JoinGroupResponse> StageRunner::JoinGroup(const v1::JoinGroup
   RETURN_IF_ERROR(Annotate(optimizer_.JoinGroup(spec), name()));
   v1::JoinGroupResponse response;
   response.set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  LogInfo(name(), ": joined peer group ", spec.prefix, " as rank ", spec.rank, " of ", spec.size, " in ",
-          response.seconds(), " s");
+  response.set_optimizer_steps(optimizer_.Steps());
+  if (spec.size > 1)
+    LogInfo(name(), ": joined peer group ", spec.prefix, " as rank ", spec.rank, " of ", spec.size, " in ",
+            response.seconds(), " s");
   return response;
 }
 

@@ -145,6 +145,7 @@ absl::StatusOr<int> AttachLora(torch::nn::Module& root, const LoraSpec& spec) {
   for (auto& [name, linear] : NamedLoraLinears(root)) {
     if (!LoraTargetMatches(name, spec.targets)) continue;
     linear->AttachLora(spec.rank, spec.alpha, spec.dropout, MixSeed(spec.seed, HashName(name)));
+    linear->set_math_dtype(spec.dtype);
     linear->set_layer_id(HashName(name));
     ++count;
   }

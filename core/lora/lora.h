@@ -20,6 +20,9 @@ struct LoraSpec {
   std::vector<std::string> targets;  // diffusers module-name suffixes, e.g. "to_q", "to_out.0", "attn.to_out"
   double dropout = 0.0;
   uint64_t seed = 0;  // adapter init; each module's A is drawn from (seed, module name)
+  // The adapters' math: fp32 (as stored), or the compute dtype (bf16: tensor cores, as PEFT's adapters cast to the
+  // base dtype). The adapters themselves stay fp32 either way (the optimizer's masters); see LoraLinearImpl.
+  at::ScalarType dtype = at::kFloat;
 };
 
 // "attention" | "all-linear" | a comma-separated list of target names.

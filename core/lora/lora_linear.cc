@@ -94,26 +94,36 @@ void LoraLinearImpl::AttachLora(int64_t rank, double alpha, double dropout, uint
   register_module("lora_B", holder_b);
 }
 
+at::Tensor LoraLinearImpl::MathA() const {
+  return math_dtype_ == at::kFloat || lora_A_.scalar_type() == math_dtype_ ? lora_A_ : lora_A_.to(math_dtype_);
+}
+
+at::Tensor LoraLinearImpl::MathB() const {
+  return math_dtype_ == at::kFloat || lora_B_.scalar_type() == math_dtype_ ? lora_B_ : lora_B_.to(math_dtype_);
+}
+
 at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
   // 8-bit weights: the quantized matmul keeps only the 8-bit weight for backward (never a dequantized copy).
   if (quant_ != WeightQuant::kNone) return AddLora(x, frozen_matmul(x));
   const at::Tensor w = frozen_weight();
   const bool onednn = UsesOnednn(x, w);
-  // The fused path covers the common case (adapters in the compute dtype, no dropout); the rest stays generic.
-  if (onednn && lora_A_.defined() && lora_A_.scalar_type() == x.scalar_type() && (dropout_ == 0.0 || !is_training())) {
-    return LoraLinearOnednn(x, w, lora_A_, lora_B_, scale_);
+  // The fused path covers the common case (adapter math in the compute dtype, no dropout); the rest stays generic.
+  if (onednn && lora_A_.defined() && (dropout_ == 0.0 || !is_training())) {
+    const at::Tensor a = MathA();
+    if (a.scalar_type() == x.scalar_type()) return LoraLinearOnednn(x, w, a, MathB(), scale_);
   }
   return AddLora(x, onednn ? FrozenLinearOnednn(x, w) : at::matmul(x, w.t()));
 }
 
 at::Tensor LoraLinearImpl::AddLora(const at::Tensor& x, at::Tensor y) {
   if (!lora_A_.defined()) return y;
-  // The adapter path runs in the adapters' precision (fp32 masters; fp64 in gradient checks).
-  at::Tensor h = x.to(at::promote_types(x.scalar_type(), lora_A_.scalar_type()));
+  const at::Tensor a = MathA(), b = MathB();
+  // The adapter path runs in the math dtype: fp32 masters (fp64 in gradient checks), or the compute dtype.
+  at::Tensor h = x.to(at::promote_types(x.scalar_type(), a.scalar_type()));
   if (dropout_ > 0.0 && is_training()) {
     h = h * DropoutKeepMask(h, 1.0 - dropout_, MixSeed(dropout_seed_, layer_id_)) / (1.0 - dropout_);
   }
-  at::Tensor delta = at::matmul(at::matmul(h, lora_A_.t()), lora_B_.t()) * scale_;
+  at::Tensor delta = at::matmul(at::matmul(h, a.t()), b.t()) * scale_;
   return y + delta.to(y.scalar_type());
 }
 

@@ -1,8 +1,8 @@
 // A bias-free Linear layer with a frozen weight and an optional LoRA adapter (PEFT semantics):
 //   y = x·Wᵀ + (alpha/rank) · B(A(dropout(x)))
 // Every Linear inside the FLUX.2 blocks is one of these, so LoRA can target any of them by its diffusers
-// name. The frozen weight never requires grad (no gradient buffer is ever allocated for it); the adapter
-// matrices are fp32 regardless of the compute dtype, and are the only trainable parameters.
+// name. The frozen weight never requires grad; the adapter matrices are fp32 whatever the compute dtype (the
+// optimizer's masters) and are the only trainable parameters. Their math runs in fp32 or in the compute dtype.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -37,6 +37,13 @@ class LoraLinearImpl : public torch::nn::Module {
   at::Tensor& lora_A() { return lora_A_; }  // [rank, in] fp32
   at::Tensor& lora_B() { return lora_B_; }  // [out, rank] fp32
 
+  // The dtype of the adapter's math. kFloat (the default): the adapters as stored, the input promoted to them (fp32
+  // math over a bf16 base). Another dtype (the compute dtype, bf16): A and B cast to it inside the graph for each
+  // forward, so the down and up projections run on tensor cores as PEFT's do (it casts adapters to the base dtype),
+  // while the gradients flow back through the cast into the fp32 adapters and are summed over micro-batches in fp32.
+  void set_math_dtype(at::ScalarType dtype) { math_dtype_ = dtype; }
+  at::ScalarType math_dtype() const { return math_dtype_; }
+
   // Dropout masks are drawn from a generator seeded by (seed, this layer's id) so that a recomputed
   // forward, or the same micro-batch on another process, sees the same mask.
   void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
@@ -67,6 +74,9 @@ class LoraLinearImpl : public torch::nn::Module {
  private:
   // y plus the adapter's delta for input x (generic path: any dtype, dropout, device).
   at::Tensor AddLora(const at::Tensor& x, at::Tensor y);
+  // lora_A_ / lora_B_ as the math uses them: as stored, or cast to math_dtype_ (a differentiable cast).
+  at::Tensor MathA() const;
+  at::Tensor MathB() const;
 
   int64_t in_features_, out_features_;
   at::ScalarType compute_dtype_;  // what frozen_weight() returns
@@ -76,6 +86,7 @@ class LoraLinearImpl : public torch::nn::Module {
   double dropout_ = 0.0;
   uint64_t dropout_seed_ = 0;
   uint64_t layer_id_ = 0;
+  at::ScalarType math_dtype_ = at::kFloat;
   at::Tensor lora_A_, lora_B_;
 };
 TORCH_MODULE(LoraLinear);

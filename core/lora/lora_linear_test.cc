@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include "core/lora/cpu_linear.h"
 #include "core/util/seed.h"
 
 namespace baton {
@@ -44,6 +45,47 @@ TEST(DropoutKeepMaskTest, LoraForwardWithDropoutRunsOnTheDevice) {
   const at::Tensor y = linear(x);
   EXPECT_TRUE(y.is_meta());
   EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 3, 4}));
+}
+
+}  // namespace
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+// math_dtype bf16 (the job's lora_dtype on a bf16 base): the adapter's projections run in bf16 exactly as PEFT's
+// bf16 adapters compute them, while the adapters and their gradients stay fp32 and the gradients of two micro-batches
+// sum in fp32. With fp32 math (the default) the input is promoted and the math is fp32, as before.
+TEST(LoraMathDtypeTest, Bf16MathCastsTheAdaptersAndKeepsFp32Gradients) {
+  const CpuLinearBackend was = GetCpuLinearBackend();
+  SetCpuLinearBackend(CpuLinearBackend::kAten);  // at::matmul, as the reference below (oneDNN fuses the add)
+  for (at::ScalarType math : {at::kBFloat16, at::kFloat}) {
+    LoraLinear linear(16, 8, at::TensorOptions().dtype(at::kBFloat16));
+    linear->weight.copy_(at::randn({8, 16}) * 0.1);
+    linear->AttachLora(4, 8.0, 0.0, 5);
+    linear->lora_B().detach().copy_(at::randn({8, 4}) * 0.1);  // nonzero, so A gets a gradient too
+    linear->set_math_dtype(math);
+    const at::Tensor x = at::randn({3, 16}).to(at::kBFloat16);
+    const at::Tensor y = linear->forward(x);
+    ASSERT_EQ(y.scalar_type(), at::kBFloat16);
+    // The reference: what PEFT computes with adapters of that dtype (x and the adapters in it), added to the base.
+    const at::Tensor a = linear->lora_A().detach().to(math), b = linear->lora_B().detach().to(math);
+    const at::Tensor base = at::matmul(x, linear->weight.t());
+    const at::Tensor delta = at::matmul(at::matmul(x.to(math), a.t()), b.t()) * 2.0;
+    EXPECT_TRUE(at::equal(y, base + delta.to(at::kBFloat16))) << "math " << math;
+    y.sum().backward();
+    const at::Tensor once = linear->lora_A().grad().clone();
+    linear->forward(x).sum().backward();
+    for (at::Tensor* p : {&linear->lora_A(), &linear->lora_B()}) {
+      EXPECT_EQ(p->scalar_type(), at::kFloat);
+      ASSERT_TRUE(p->grad().defined());
+      EXPECT_EQ(p->grad().scalar_type(), at::kFloat);
+    }
+    // Summed in fp32: twice the same micro-batch is exactly twice its gradient (a bf16 sum would round).
+    EXPECT_TRUE(at::equal(linear->lora_A().grad(), once * 2)) << "math " << math;
+    EXPECT_GT(once.abs().max().item<double>(), 0.0);
+  }
+  SetCpuLinearBackend(was);
 }
 
 }  // namespace

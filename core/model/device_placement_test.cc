@@ -9,9 +9,9 @@
 // Ops without a meta kernel in libtorch's C++ build (their meta registrations live in Python,
 // torch/_meta_registrations.py, and the C++ fallbacks end in native_batch_norm, convolution_overrideable,
 // complex.out and where.self_out, which have none either): native_layer_norm (+ backward), native_group_norm,
-// convolution (+ backward), complex (RoPE) and where (SDPA's safe softmax). MetaKernels registers shape-only
-// kernels for them, each refusing a tensor that is not on meta, as built-in meta kernels do. Module::to(meta) is
-// refused by set_data only because meta is missing from libtorch's list of dense backends
+// convolution (+ backward), complex (RoPE), where (SDPA's safe softmax) and _fused_adamw_ (AdamW). MetaKernels
+// registers shape-only kernels for them, each refusing a tensor that is not on meta, as built-in meta kernels do.
+// Module::to(meta) is refused by set_data only because meta is missing from libtorch's list of dense backends
 // (TensorImpl::has_compatible_shallow_copy_type, which out-of-tree backends override the same way): MetaKernels lets
 // it make the shallow copy it makes between the CPU and CUDA, so a stage built on the CPU (8 bits) and the VAE
 // decoder (torch::nn modules, created on the CPU) reach meta as they reach a GPU.
@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device/readback.h"
 #include "core/lora/lora.h"
 #include "core/lora/lora_linear.h"
 #include "core/model/flux2_model.h"
@@ -38,7 +39,9 @@
 #include "core/sample/flux2_sampler.h"
 #include "core/sample/model_denoiser.h"
 #include "core/testing/tiny_flux2.h"
+#include "core/train/adamw.h"
 #include "core/train/common.h"
+#include "core/train/local_step.h"
 #include "core/vae/flux2_vae.h"
 #include "core/vae/flux2_vae_decoder.h"
 
@@ -144,6 +147,17 @@ void WhereOutMeta(const c10::OperatorHandle& op, Stack* stack) {
   torch::jit::push(*stack, out);
 }
 
+// AdamW's fused kernel updates in place and returns nothing: its meta form checks that every tensor is on meta.
+void FusedAdamWMeta(const c10::OperatorHandle& op, Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  torch::jit::drop(*stack, n);
+  for (const c10::IValue& a : args) {
+    if (!a.isTensorList()) continue;
+    for (const at::Tensor& t : a.toTensorVector()) TORCH_CHECK(t.is_meta(), "_fused_adamw_: a ", t.device(), " tensor");
+  }
+}
+
 void ShallowCopyCompatibleMeta(const c10::OperatorHandle& op, Stack* stack) {
   const c10::IValue from = torch::jit::pop(*stack), self = torch::jit::pop(*stack);
   const at::Tensor &s = self.toTensor(), &f = from.toTensor();
@@ -171,6 +185,7 @@ class MetaKernels {
     Add<&WhereMeta>("where", "self");
     Add<&WhereOutMeta>("where", "self_out");
     Add<&ShallowCopyCompatibleMeta>("_has_compatible_shallow_copy_type");
+    Add<&FusedAdamWMeta>("_fused_adamw_");
   }
   // Only where libtorch has none: a later libtorch's own kernel wins.
   template <c10::BoxedKernel::BoxedKernelFunction* fn>
@@ -497,6 +512,56 @@ TEST(SamplerPlacementTest, DenoisingLoopStaysOnTheDevice) {
   ASSERT_EQ(latents->size(), 1u);
   EXPECT_TRUE((*latents)[0].is_meta());
   EXPECT_EQ((*latents)[0].sizes(), noise.sizes());
+}
+
+// A whole train-local step (RunLocalStep: the micro-batches' forwards and backwards, clipping, AdamW) with the model on
+// meta, where any read of a value throws: the step reads back exactly once, through ReadBack (the losses and the
+// gradients' squared norms together), uploads nothing but the micro-batches' inputs (no adapter, gradient or moment),
+// and leaves the adapters and AdamW's moments on the device (for FLUX.2, in bf16 math, one adapter per target Linear).
+TEST(TrainStepPlacementTest, AStepReadsBackOnceAndKeepsItsStateOnTheDevice) {
+  MetaKernels::Install();
+  auto model = OpenModel(Flux2Dir());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto targets = (*model)->LoraTargets("all-linear");
+  ASSERT_TRUE(targets.ok()) << targets.status();
+  LoraSpec lora;
+  lora.rank = 2;
+  lora.targets = *targets;
+  lora.dtype = at::kBFloat16;
+  LocalModel local;
+  local.device = kMeta;
+  local.dtype = at::kBFloat16;
+  auto shell = (*model)->BuildShell(at::kBFloat16, kMeta);
+  auto stage = (*model)->BuildStage((*model)->FullRange(), at::kBFloat16, kMeta, &lora, true, WeightQuant::kNone);
+  ASSERT_TRUE(shell.ok() && stage.ok()) << shell.status() << stage.status();
+  local.shell = std::move(*shell);
+  local.stage = std::move(*stage);
+  std::vector<MicroBatch> mbs(2);
+  int64_t input_tensors = 0;
+  for (MicroBatch& mb : mbs) {
+    auto inputs = (*model)->MicroBatchInputs(Batch("flux2"));
+    ASSERT_TRUE(inputs.ok()) << inputs.status();
+    mb.model_inputs = *inputs;
+    mb.target = at::zeros({1, 6, 4});
+    mb.samples = {0};
+    for (const auto& [name, t] : mb.model_inputs) input_tensors += t.numel() > 1 ? 1 : 0;
+    ++input_tensors;  // the target
+  }
+  std::map<std::string, at::Tensor> master = LoraParameters(local.stage->module());
+  OptimizerConfig opt;
+  AdamW adamw(opt);
+  HostCopyWatch watch;
+  const int64_t before = ReadBackCount();
+  for (int64_t step = 0; step < 2; ++step) {
+    auto result = RunLocalStep(local, mbs, step, opt, adamw, master);
+    ASSERT_TRUE(result.ok()) << result.status();
+  }
+  EXPECT_EQ(ReadBackCount() - before, 2);
+  EXPECT_LE(static_cast<int64_t>(watch.copies().size()), 2 * input_tensors) << Joined(watch.copies());
+  for (const auto& [name, t] : adamw.StateDict()) {
+    if (name != kAdamWStepKey) EXPECT_TRUE(t.is_meta()) << name << " on " << t.device();
+  }
+  for (const auto& [name, p] : master) EXPECT_TRUE(p.is_meta() && p.scalar_type() == at::kFloat) << name;
 }
 
 // The VAE decoder loaded on meta decodes tokens on meta into pixels on meta; nothing is uploaded on the way.

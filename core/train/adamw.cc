@@ -4,19 +4,9 @@
 #include <absl/strings/str_cat.h>
 
 #include <cmath>
+#include <vector>
 
 namespace baton {
-
-double ClipGradNorm(std::map<std::string, at::Tensor>& grads, double max_norm) {
-  double sq = 0.0;
-  for (const auto& [name, g] : grads) sq += g.to(at::kDouble).pow(2).sum().item<double>();
-  const double norm = std::sqrt(sq);
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (auto& [name, g] : grads) g = g * scale;
-  }
-  return norm;
-}
 
 namespace {
 constexpr char kExpAvg[] = ".exp_avg";
@@ -41,30 +31,44 @@ double LearningRate(const OptimizerConfig& opt, int64_t step) {
 
 absl::Status AdamW::Step(std::map<std::string, at::Tensor>& params, const std::map<std::string, at::Tensor>& grads,
                          double lr) {
+  if (params.empty()) return absl::OkStatus();
+  const at::Device device = params.begin()->second.device();
   for (const auto& [name, p] : params) {
     if (!grads.count(name)) return absl::InvalidArgumentError(absl::StrCat("no gradient for ", name));
     if (grads.at(name).sizes() != p.sizes()) {
       return absl::InvalidArgumentError(absl::StrCat("gradient for ", name, " has the wrong shape"));
     }
+    if (p.device() != device || p.scalar_type() != at::kFloat) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": AdamW steps fp32 parameters on one device (",
+                                                     device.str(), "), not ", p.scalar_type(), " on ",
+                                                     p.device().str()));
+    }
   }
   ++steps_;
-  const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
-  const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
   at::NoGradGuard no_grad;
+  std::vector<at::Tensor> ps, gs, ms, vs;
   for (auto& [name, p] : params) {
-    at::Tensor g = grads.at(name).to(p.device(), at::kFloat);
+    const at::Tensor& g = grads.at(name);
+    gs.push_back(g.device() == device && g.scalar_type() == at::kFloat ? g : g.to(device, at::kFloat));
     at::Tensor& m = exp_avg_[name];
     at::Tensor& v = exp_avg_sq_[name];
     if (!m.defined()) {
       m = at::zeros_like(p);
       v = at::zeros_like(p);
+    } else if (m.device() != device) {  // loaded on the host (a checkpoint, LoadState): beside the params from now on
+      m = m.to(device);
+      v = v.to(device);
     }
-    m.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
-    v.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
-    if (opt_.weight_decay > 0) p.mul_(1.0 - lr * opt_.weight_decay);
-    at::Tensor denom = (v / bc2).sqrt_().add_(opt_.eps);
-    p.addcdiv_(m, denom, -lr / bc1);
+    ps.push_back(p);
+    ms.push_back(m);
+    vs.push_back(v);
   }
+  // The step count as the kernel takes it: a float tensor on the device per parameter (one, shared), filled from the
+  // host's count without a copy.
+  const at::Tensor step = at::full({}, static_cast<double>(steps_), at::TensorOptions(at::kFloat).device(device));
+  const std::vector<at::Tensor> steps(ps.size(), step);
+  at::_fused_adamw_(ps, gs, ms, vs, /*max_exp_avg_sqs=*/at::TensorList(), steps, lr, opt_.beta1, opt_.beta2,
+                    opt_.weight_decay, opt_.eps, /*amsgrad=*/false, /*maximize=*/false);
   return absl::OkStatus();
 }
 

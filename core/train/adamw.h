@@ -1,6 +1,6 @@
-// AdamW on fp32 master weights, with global grad-norm clipping. Tensors are addressed by name and always
-// visited in sorted-name order, so a step is bitwise repeatable wherever the gradients were computed.
-// The coordinator owns one of these for the whole pipeline; `baton train-local` uses the same class.
+// AdamW on fp32 master weights, where they live: libtorch's fused AdamW kernel (the one torch.optim.AdamW(fused=True)
+// runs) over every parameter at once, on the CPU or the GPU. Elementwise, so a parameter's update does not depend on
+// which others share the call: the coordinator, `baton train-local` and the stages' own optimizers agree bitwise.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -11,13 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "core/train/grad_norm.h"
 #include "core/train/job.h"
 
 namespace baton {
-
-// Scales `grads` in place so their global L2 norm is at most max_norm (no-op when max_norm ≤ 0).
-// Returns the norm before clipping.
-double ClipGradNorm(std::map<std::string, at::Tensor>& grads, double max_norm);
 
 // The names of AdamW's state (StateDict): "<param>.exp_avg" and "<param>.exp_avg_sq" for each stepped parameter, and
 // the step count.
@@ -33,7 +30,8 @@ class AdamW {
  public:
   explicit AdamW(const OptimizerConfig& opt) : opt_(opt) {}
 
-  // One update of `params` (fp32, modified in place) from `grads` (same names) at learning rate `lr`.
+  // One update of `params` (fp32, modified in place, all on one device) from `grads` (same names, fp32; moved to the
+  // params' device when elsewhere) at learning rate `lr`. The moments live beside the params. Nothing is read back.
   absl::Status Step(std::map<std::string, at::Tensor>& params, const std::map<std::string, at::Tensor>& grads,
                     double lr);
 

@@ -22,7 +22,8 @@ std::string StageName(int stage, size_t stages) {
 }  // namespace
 
 absl::Status CheckStepFinite(int64_t step, double lr, const std::vector<double>& micro_batch_losses, int loss_stage,
-                             const std::vector<std::map<std::string, at::Tensor>>& stage_grads) {
+                             const std::vector<std::map<std::string, double>>& stage_squared_norms) {
+  const auto& stage_grads = stage_squared_norms;
   for (size_t i = 0; i < micro_batch_losses.size(); ++i) {
     if (std::isfinite(micro_batch_losses[i])) continue;
     return absl::FailedPreconditionError(absl::StrCat("step ", step, ": the loss of micro-batch ", i, " is ",
@@ -30,8 +31,8 @@ absl::Status CheckStepFinite(int64_t step, double lr, const std::vector<double>&
                                                       StageName(loss_stage, stage_grads.size()), ")", NotApplied(lr)));
   }
   for (size_t s = 0; s < stage_grads.size(); ++s) {
-    for (const auto& [name, g] : stage_grads[s]) {
-      if (at::isfinite(g).all().item<bool>()) continue;
+    for (const auto& [name, sq] : stage_grads[s]) {
+      if (std::isfinite(sq)) continue;
       return absl::FailedPreconditionError(absl::StrCat(
           "step ", step, ": ", StageName(static_cast<int>(s), stage_grads.size()), " sent a non-finite gradient for ",
           name, " (summed over the step's micro-batches)", NotApplied(lr)));

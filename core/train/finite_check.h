@@ -3,7 +3,6 @@
 // with this error; the last checkpoint stays the last good state.
 #pragma once
 
-#include <ATen/ATen.h>
 #include <absl/status/status.h>
 
 #include <cstdint>
@@ -16,8 +15,10 @@ namespace baton {
 // OK when every micro-batch loss and every gradient is finite. Otherwise FAILED_PRECONDITION naming the step
 // (1-based, as train_log.jsonl counts), the first bad micro-batch (0-based) and the stage that computed its
 // loss, or the first stage and LoRA parameter with a non-finite gradient, plus the step's learning rate (a
-// diverging lr is the usual cause). `stage_grads`: per stage (one entry: a single-process run).
+// diverging lr is the usual cause). A gradient is judged by its squared norm (core/train/grad_norm.h), summed in
+// double: finite exactly when every element is, and already read back with the losses (no readback per tensor).
+// `stage_squared_norms`: per stage, name → squared norm (one entry: a single-process run).
 absl::Status CheckStepFinite(int64_t step, double lr, const std::vector<double>& micro_batch_losses, int loss_stage,
-                             const std::vector<std::map<std::string, at::Tensor>>& stage_grads);
+                             const std::vector<std::map<std::string, double>>& stage_squared_norms);
 
 }  // namespace baton

@@ -4,11 +4,14 @@
 
 #include <limits>
 
+#include "core/train/grad_norm.h"
+
 namespace baton {
 namespace {
 
-std::map<std::string, at::Tensor> Grads(float value) {
-  return {{"a.lora_A.weight", at::ones({2, 3})}, {"b.lora_B.weight", at::full({3, 2}, value)}};
+// The squared norms of two gradients, the second filled with `value`, as the trainers measure them.
+std::map<std::string, double> Grads(float value) {
+  return SquaredNormsByName({{"a.lora_A.weight", at::ones({2, 3})}, {"b.lora_B.weight", at::full({3, 2}, value)}});
 }
 
 TEST(FiniteCheckTest, FiniteStepPasses) {
@@ -33,6 +36,12 @@ TEST(FiniteCheckTest, NonFiniteGradientNamesStageAndParameter) {
   // One process: no stage to name.
   s = CheckStepFinite(3, 1e-3, {0.5}, 0, {Grads(-inf)});
   EXPECT_NE(s.message().find("the model sent a non-finite gradient"), std::string::npos) << s;
+  // A NaN among finite values, and the largest finite values squared and summed: the norm tells them apart.
+  at::Tensor mixed = at::ones({4});
+  mixed[2] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(CheckStepFinite(3, 1e-3, {0.5}, 0, {SquaredNormsByName({{"m", mixed}})}).ok());
+  const float big = std::numeric_limits<float>::max();
+  EXPECT_TRUE(CheckStepFinite(3, 1e-3, {0.5}, 0, {SquaredNormsByName({{"m", at::full({1 << 16}, big)}})}).ok());
 }
 
 }  // namespace

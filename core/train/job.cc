@@ -350,6 +350,11 @@ absl::Status ParseRunKeys(Reader& r, YAML::Node root, JobConfig& job) {
   RETURN_IF_ERROR(r.Check(job.checkpoint_every >= 0, root, "checkpoint_every", "must be ≥ 0"));
   RETURN_IF_ERROR(r.Get(root, "dtype", &job.dtype));
   RETURN_IF_ERROR(r.Check(job.dtype == "fp32" || job.dtype == "bf16", root, "dtype", "must be fp32 or bf16"));
+  job.lora_dtype = job.dtype;
+  RETURN_IF_ERROR(r.Get(root, "lora_dtype", &job.lora_dtype));
+  RETURN_IF_ERROR(r.Check(job.lora_dtype == "fp32" || job.lora_dtype == job.dtype, root, "lora_dtype",
+                          absl::StrCat("must be fp32 or the job's dtype (", job.dtype, ")")));
+  job.lora.dtype = job.lora_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   RETURN_IF_ERROR(r.GetList(root, "devices", kMaxJobStages, "one device per stage", &job.devices));
   RETURN_IF_ERROR(r.Get(root, "guidance", &job.guidance));
   RETURN_IF_ERROR(r.Get(root, "save_bfl", &job.save_bfl));
@@ -390,6 +395,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                           "seed",
                           "checkpoint_every",
                           "dtype",
+                          "lora_dtype",
                           "devices",
                           "guidance",
                           "save_bfl",
@@ -462,6 +468,7 @@ std::string JobHash(const JobConfig& j) {
   if (j.wire_dtype != "none") absl::StrAppend(&s, "|wire_dtype=", j.wire_dtype);
   if (j.quantize != "none") absl::StrAppend(&s, "|quantize=", j.quantize);  // absent: older hashes stay valid
   if (!j.expert.empty()) absl::StrAppend(&s, "|expert=", j.expert);
+  if (j.lora_dtype != "fp32") absl::StrAppend(&s, "|lora_dtype=", j.lora_dtype);
   return absl::StrFormat("%016x", HashName(s));
 }
 

@@ -109,6 +109,7 @@ struct SamplesConfig {
 //   timesteps: {sampling: none, logit_mean: 0.0, logit_std: 1.0, mode_scale: 1.29, shift: none, shift_steps: 50}
 //   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: auto, seed: 42
 //   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1
+//   lora_dtype: bf16                    # the adapters' math: the job's dtype (default) or fp32
 //   quantize: none                      # none | int8 | fp8: the blocks' frozen Linear weights in 8 bits
 //   schedule: interleaved, chunks: 2    # interleaved 1F1B: chunks (2..26, default 2) model chunks per stage
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
@@ -156,8 +157,12 @@ struct JobConfig {
   // for slow links (rpc/wire_compression.h).
   std::string wire_dtype = "none";
   uint64_t seed = 0;
-  int64_t checkpoint_every = 0;      // 0: only at the end
-  std::string dtype = "fp32";        // fp32 | bf16
+  int64_t checkpoint_every = 0;  // 0: only at the end
+  std::string dtype = "fp32";    // fp32 | bf16
+  // The LoRA adapters' math (their down and up projections): the compute dtype (the default: bf16 runs them on
+  // tensor cores, as PEFT does) or fp32 (today's math over a bf16 base, for whoever wants it). The adapters, their
+  // gradients summed over micro-batches and the optimizer's moments are fp32 either way (LoraLinearImpl::math_dtype).
+  std::string lora_dtype = "fp32";   // fp32 | the job's dtype; set from `dtype` when absent
   std::string quantize = "none";     // none | int8 | fp8 (core/quant/weight_quant.h), validated on parse
   std::vector<std::string> devices;  // per stage (replica 0's, then replica 1's ...); empty = each worker's --device
   double guidance = 3.5;             // used when the model has a guidance embedder

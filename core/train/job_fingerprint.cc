@@ -146,6 +146,8 @@ absl::StatusOr<JobFingerprint> MakeJobFingerprint(const JobConfig& job, const st
   f.emplace_back("batch_size", absl::StrCat(job.batch_size));
   f.emplace_back("micro_batches", absl::StrCat(job.micro_batches));
   f.emplace_back("dtype", job.dtype);
+  // Only when the adapter math is not fp32: checkpoints written before the key existed (fp32 math) keep resuming.
+  if (job.lora_dtype != "fp32") f.emplace_back("lora_dtype", job.lora_dtype);
   f.emplace_back("quantize", job.quantize);
   f.emplace_back("wire_dtype", job.wire_dtype);
   return f;

@@ -80,7 +80,7 @@ TEST_F(JobFingerprintTest, EachResultKeyChangesItAndIsNamed) {
       {"lora: {rank: 4, alpha: 2, targets: attention}\n", "lora.alpha: 4 → 2"},
       {"lora: {rank: 4, targets: all-linear}\n", "lora.targets"},
       {"lora: {rank: 4, targets: attention, dropout: 0.1}\n", "lora.dropout: 0 → 0.1"},
-      {"dtype: bf16\n", "dtype: fp32 → bf16"},
+      {"dtype: bf16\nlora_dtype: fp32\n", "dtype: fp32 → bf16"},
       {"quantize: int8\n", "quantize: none → int8"},
   };
   for (const auto& [yaml, named] : changes) {
@@ -93,6 +93,11 @@ TEST_F(JobFingerprintTest, EachResultKeyChangesItAndIsNamed) {
     ASSERT_EQ(diffs.size(), 1u) << yaml << absl::StrJoin(diffs, "\n");
     EXPECT_NE(diffs[0].find(named), std::string::npos) << diffs[0];
   }
+  // A bf16 job's adapter math follows its dtype unless lora_dtype keeps it fp32: each is another result.
+  auto math = FingerprintDifferences(Fingerprint(Yaml() + "dtype: bf16\nlora_dtype: fp32\n"),
+                                     Fingerprint(Yaml() + "dtype: bf16\n"));
+  ASSERT_EQ(math.size(), 1u) << absl::StrJoin(math, "\n");
+  EXPECT_EQ(math[0], "lora_dtype: (absent) → bf16");
   // Other weights (same names and shapes) and another dataset: named as weights and data.
   auto weights = FingerprintDifferences(base, Fingerprint(Yaml("model2")));
   ASSERT_EQ(weights.size(), 1u);

@@ -1,21 +1,28 @@
 #include "core/train/local_step.h"
 
+#include "core/device/readback.h"
 #include "core/lora/lora.h"
 #include "core/train/common.h"
 #include "core/train/finite_check.h"
+#include "core/train/grad_norm.h"
 #include "core/util/status.h"
 
 namespace baton {
+namespace {
 
-absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model,
-                                                       const std::vector<MicroBatch>& micro_batches) {
+// The forward and backward passes of every micro-batch: the gradients of the mean loss summed into the adapters'
+// .grad, each micro-batch's loss as a device scalar (fp32). Nothing is read back.
+absl::StatusOr<std::vector<at::Tensor>> ForwardBackward(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
+                                                        int64_t& samples) {
   const at::Device device = model.device;
   const at::ScalarType dtype = model.dtype;
-  LocalGradients out;
+  std::vector<at::Tensor> losses;
   for (const MicroBatch& mb : micro_batches) {
     TensorMap model_inputs;
+    // Integer metadata (FLUX.2's position ids, Wan's grid) stays on the host, where the shell reads it as numbers: on a
+    // device every read would be a synchronization.
     RETURN_IF_ERROR(TorchCall("moving the inputs", [&] {
-      for (const auto& [name, t] : mb.model_inputs) model_inputs[name] = t.to(device);
+      for (const auto& [name, t] : mb.model_inputs) model_inputs[name] = t.is_floating_point() ? t.to(device) : t;
     }));
     // The frozen shell (no graph): the stage's inputs, its constants and tables, which the stage takes merged.
     ASSIGN_OR_RETURN(ShellOutputs shell, model.shell->Run(model_inputs, dtype));
@@ -28,10 +35,21 @@ absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model,
       // The same float scale the pipeline's StepPlan.loss_scale carries, so both paths round alike.
       const float loss_scale = 1.0f / static_cast<float>(micro_batches.size());
       (loss * static_cast<double>(loss_scale)).backward();
-      out.losses.push_back(loss.item<double>());
-      out.samples += static_cast<int64_t>(mb.samples.size());
+      losses.push_back(loss.detach().to(at::kFloat));
+      samples += static_cast<int64_t>(mb.samples.size());
     }));
   }
+  return losses;
+}
+
+}  // namespace
+
+absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model,
+                                                       const std::vector<MicroBatch>& micro_batches) {
+  LocalGradients out;
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> losses, ForwardBackward(model, micro_batches, out.samples));
+  const at::Tensor host = ReadBack(at::stack(losses));
+  for (int64_t i = 0; i < host.numel(); ++i) out.losses.push_back(host[i].item<double>());
   out.grads = CloneToCpuFloat(LoraGradients(model.stage->module()));
   ZeroLoraGradients(model.stage->module());
   return out;
@@ -40,17 +58,34 @@ absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model,
 absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
                                              int64_t step, const OptimizerConfig& optimizer_config, AdamW& optimizer,
                                              std::map<std::string, at::Tensor>& master) {
-  ASSIGN_OR_RETURN(LocalGradients g, RunLocalForwardBackward(model, micro_batches));
   LocalStepResult result;
-  result.samples = g.samples;
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> losses, ForwardBackward(model, micro_batches, result.samples));
+  std::map<std::string, at::Tensor> grads = LoraGradients(model.stage->module());
+  std::vector<at::Tensor> grad_list;
+  for (const auto& [name, g] : grads) grad_list.push_back(g);
+  // The step's one readback: the losses and the gradients' squared norms, in one small copy.
+  const int64_t m = static_cast<int64_t>(losses.size());
+  at::Tensor host;
+  RETURN_IF_ERROR(TorchCall("reading the step's losses and norms", [&] {
+    host = ReadBack(at::cat({at::stack(losses).to(at::kDouble), SquaredNorms(grad_list)}));
+  }));
+  const double* values = host.data_ptr<double>();
+  std::vector<double> loss_values(values, values + m);
+  std::map<std::string, double> squared;
+  int64_t i = m;
+  for (const auto& [name, g] : grads) squared[name] = values[i++];
   result.lr = LearningRate(optimizer_config, step);
-  RETURN_IF_ERROR(CheckStepFinite(step + 1, result.lr, g.losses, 0, {g.grads}));
+  RETURN_IF_ERROR(CheckStepFinite(step + 1, result.lr, loss_values, 0, {squared}));
   double loss_sum = 0.0;
-  for (double l : g.losses) loss_sum += l;  // the same order of additions as before
+  for (double l : loss_values) loss_sum += l;  // the same order of additions as before
   result.loss = loss_sum / static_cast<double>(micro_batches.size());
-  result.grad_norm = ClipGradNorm(g.grads, optimizer_config.clip);
-  RETURN_IF_ERROR(optimizer.Step(master, g.grads, result.lr));
-  RETURN_IF_ERROR(AssignLoraParameters(model.stage->module(), master));
+  result.grad_norm = GlobalNorm(squared);
+  RETURN_IF_ERROR(TorchCall("the optimizer step", [&] {
+    ScaleGradients(grad_list, ClipFactor(result.grad_norm, optimizer_config.clip));
+    absl::Status stepped = optimizer.Step(master, grads, result.lr);
+    TORCH_CHECK(stepped.ok(), std::string(stepped.message()));
+  }));
+  ZeroLoraGradients(model.stage->module());
   return result;
 }
 

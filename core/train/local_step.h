@@ -1,8 +1,8 @@
-// One optimizer step of the single-process trainer on micro-batches already drawn: for each micro-batch the
-// shell's constants (no grad), the stage's forward with LoRA, the flow-matching loss and its backward (scaled
-// by 1/m, as the pipeline's StepPlan.loss_scale scales it); then the fp32 gradients, clipping, AdamW on the fp32
-// masters and the new weights back into the adapters. `baton train-local` runs it every step, and
-// bench/bench_vs_pytorch times exactly this function against PyTorch.
+// One optimizer step of the single-process trainer on micro-batches already drawn: per micro-batch the shell's
+// constants (no grad), the stage's forward with LoRA, the flow-matching loss and its backward (scaled by 1/m, as the
+// pipeline's StepPlan.loss_scale scales it); then clipping and AdamW on the adapters themselves (the fp32 masters),
+// all on the model's device, with one readback per step (the losses and the gradients' squared norms together).
+// `baton train-local` runs it every step; bench/bench_vs_pytorch times exactly this function against PyTorch.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -45,7 +45,8 @@ struct LocalGradients {
 };
 absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model, const std::vector<MicroBatch>& micro_batches);
 
-// `step` is 0-based (it picks the learning rate). `master` holds the fp32 LoRA masters by PEFT name.
+// `step` is 0-based (it picks the learning rate). `master` holds the fp32 LoRA masters by PEFT name: the stage's
+// adapter parameters themselves (LoraParameters), updated in place on their device.
 absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
                                              int64_t step, const OptimizerConfig& optimizer_config, AdamW& optimizer,
                                              std::map<std::string, at::Tensor>& master);

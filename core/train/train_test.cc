@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/data/cache.h"
+#include "core/device/readback.h"
 #include "core/lora/lora.h"
 #include "core/model/flux2_family.h"
 #include "core/model/flux2_weights.h"
@@ -151,11 +152,37 @@ TEST(AdamWTest, OneStepMatchesTheFormula) {
   EXPECT_EQ(restored.steps(), 1);
 }
 
-TEST(AdamWTest, ClipScalesToTheMaxNorm) {
-  std::map<std::string, at::Tensor> grads = {{"a", at::tensor({3.0f})}, {"b", at::tensor({4.0f})}};
-  EXPECT_NEAR(ClipGradNorm(grads, 1.0), 5.0, 1e-9);
-  EXPECT_NEAR(grads["a"].item<double>(), 0.6, 1e-6);
-  EXPECT_NEAR(grads["b"].item<double>(), 0.8, 1e-6);
+// Three steps against the formula of torch.optim.AdamW (bias corrections, decoupled decay), a parameter's update
+// independent of the others in the call (bitwise: what lets N stages equal one process), and moments that live beside
+// the parameters.
+TEST(AdamWTest, StepsMatchTorchsAdamWAndEachParameterStandsAlone) {
+  OptimizerConfig opt;
+  opt.lr = 0.05;
+  opt.weight_decay = 0.1;
+  std::map<std::string, at::Tensor> both = {{"a", at::tensor({1.0f, -2.0f, 0.5f})}, {"b", at::tensor({3.0f})}};
+  std::map<std::string, at::Tensor> alone = {{"a", both["a"].clone()}};
+  AdamW together(opt), by_itself(opt);
+  std::vector<double> p = {1.0, -2.0, 0.5}, m(3, 0.0), v(3, 0.0);
+  for (int t = 1; t <= 3; ++t) {
+    const at::Tensor g = at::tensor({0.3f * t, -0.2f, 0.05f / t});
+    ASSERT_TRUE(together.Step(both, {{"a", g}, {"b", at::tensor({1.0f})}}, opt.lr).ok());
+    ASSERT_TRUE(by_itself.Step(alone, {{"a", g.clone()}}, opt.lr).ok());
+    for (int i = 0; i < 3; ++i) {
+      const double gi = g[i].item<double>();
+      m[i] = 0.9 * m[i] + 0.1 * gi;
+      v[i] = 0.999 * v[i] + 0.001 * gi * gi;
+      p[i] *= 1 - opt.lr * opt.weight_decay;
+      p[i] -= opt.lr / (1 - std::pow(0.9, t)) * m[i] / (std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
+      EXPECT_NEAR(both["a"][i].item<double>(), p[i], 1e-6) << "step " << t << " element " << i;
+    }
+    EXPECT_TRUE(at::equal(both["a"], alone["a"])) << "step " << t;
+  }
+  EXPECT_EQ(together.steps(), 3);
+  EXPECT_TRUE(at::equal(together.StateDict().at("a.exp_avg"), by_itself.StateDict().at("a.exp_avg")));
+  // Params on one device, fp32: anything else is refused by name.
+  std::map<std::string, at::Tensor> half = {{"h", at::zeros({2}, at::kHalf)}};
+  absl::Status refused = AdamW(opt).Step(half, {{"h", at::zeros({2})}}, 0.1);
+  EXPECT_NE(refused.message().find("h: AdamW steps fp32 parameters"), std::string::npos) << refused;
 }
 
 class TrainerTest : public ::testing::Test {
@@ -176,6 +203,14 @@ class TrainerTest : public ::testing::Test {
   std::string dir_;
   JobConfig job_;
 };
+
+// One readback per step (the losses and the gradients' squared norms together): nothing else waits on the device.
+TEST_F(TrainerTest, EachStepReadsBackFromTheDeviceOnce) {
+  const int64_t before = ReadBackCount();
+  auto result = RunLocalTraining(job_, JoinPath(dir_, "readbacks"), 3);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(ReadBackCount() - before, 3);
+}
 
 TEST_F(TrainerTest, SamplerIsDeterministicAndMixesBuckets) {
   auto cache = CacheReader::Open(JoinPath(dir_, "cache"));

