@@ -146,11 +146,13 @@ struct Variant {
   std::string schedule;
   RecomputePolicy recompute;
   bool param_split = false;  // 2 stages: the parameter-count split instead of the planner's
+  std::string exchange;      // the job's replica_exchange; empty: its default
   std::string Label() const {
     const char* rc = recompute == RecomputePolicy::kAll    ? "/rc"
                      : recompute == RecomputePolicy::kNone ? "/norc"
                                                            : "/auto";
-    return absl::StrCat(stages, "st", param_split ? "-params" : "", "/", schedule, rc);
+    return absl::StrCat(stages, "st", param_split ? "-params" : "", "/", schedule, rc,
+                        exchange.empty() ? "" : "/" + exchange);
   }
 };
 
@@ -232,6 +234,7 @@ struct Measured {
   std::vector<double> prepare_s, optimizer_s;         // the coordinator's serial work per measured step
   std::vector<double> bubble;                         // per measured step
   std::vector<std::vector<double>> fwd, bwd, idle;    // [stage][measured step]
+  std::vector<double> link_bytes;                     // through the coordinator besides activations, per step
   double wall_s = 0, foreign_cpu_s = 0, steal_s = 0;  // whole runs, all rounds
 };
 
@@ -299,6 +302,7 @@ void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::
   job.schedule = v.schedule;
   job.chunks = v.schedule == "interleaved" ? a.chunks : 1;
   job.recompute = v.recompute;
+  if (!v.exchange.empty()) job.replica_exchange = v.exchange;
   if (v.param_split) {
     const Flux2Config c = Flux2BenchConfig(a);
     job.memory_per_stage = BudgetsForBoundary(c, CoordinatorPartitionOptions(job, a, 2), ParamBalancedBoundary(c));
@@ -324,6 +328,7 @@ void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::
     out.step_s.push_back(r.step_seconds);
     out.prepare_s.push_back(r.prepare_seconds);
     out.optimizer_s.push_back(r.optimizer_seconds);
+    out.link_bytes.push_back(static_cast<double>(r.link_adapter_bytes + r.link_control_bytes));
     double busy = 0;
     for (int s = 0; s < v.stages; ++s) {
       const StageStepStats& st = r.stages[s];
@@ -402,6 +407,10 @@ std::vector<Variant> Variants(const Args& a, bool try_params) {
       if (try_params) variants.push_back({2, sched, rc, /*param_split=*/true});
     }
     if (a.m % 2 == 0) variants.push_back({2, "interleaved", rc});
+    if (rc == RecomputePolicy::kAll) {  // the other optimizer placement, side by side with the default's rows
+      variants.push_back({1, "1f1b", rc, false, "coordinator"});
+      variants.push_back({2, "1f1b", rc, false, "coordinator"});
+    }
   }
   if (!a.only.empty()) {
     variants.erase(std::remove_if(variants.begin(), variants.end(),
@@ -445,7 +454,7 @@ std::vector<std::vector<double>> BracketRatios(const std::vector<Variant>& varia
       for (int64_t j = static_cast<int64_t>(k) + dir_step; j >= 0 && j < static_cast<int64_t>(sequence.size());
            j += dir_step) {
         const Variant& u = variants[sequence[j].variant];
-        if (u.stages == 1 && u.recompute == v.recompute) {
+        if (u.stages == 1 && u.recompute == v.recompute && u.exchange == v.exchange) {
           refs.push_back(sequence[j].samples_per_s);
           break;
         }
@@ -648,7 +657,38 @@ struct Headline {
   std::string best_sched;
 };
 
-Headline PrintHeadline(const Args& a, const Setup& s, Summary& sum) {
+// The two optimizer placements (the job's replica_exchange) side by side, 1f1b with recompute: samples/s, the
+// coordinator's serial seconds after the micro-batches, the bytes through its links besides activations; and how
+// far the default 2-stage step is from what the stages' busy time allows under the schedule (the simulation).
+void PrintExchanges(const Args& a, const Setup& s, const Results& r, Summary& sum) {
+  auto find = [&](const std::string& label) -> const Measured* {
+    for (size_t i = 0; i < s.variants.size(); ++i) {
+      if (s.variants[i].Label() == label) return &r.measured[i];
+    }
+    return nullptr;
+  };
+  for (int p : {1, 2}) {
+    const std::string def = absl::StrCat(p, "st/1f1b/rc"), coord = def + "/coordinator";
+    const Measured *d = find(def), *c = find(coord);
+    if (d == nullptr || c == nullptr) continue;
+    std::printf(
+        "exchange, %d stage(s): default (%s) %.3f samples/s, coordinator %.3f: %.3fx; coordinator's serial ms after "
+        "the micro-batches %.1f vs %.1f; bytes through the coordinator per step besides activations %.0f vs %.0f\n",
+        p, JobConfig().replica_exchange.c_str(), sum.sps[def], sum.sps[coord], sum.sps[def] / sum.sps[coord],
+        1e3 * Mean(d->optimizer_s), 1e3 * Mean(c->optimizer_s), Median(d->link_bytes), Median(c->link_bytes));
+  }
+  if (const Measured* d = find("2st/1f1b/rc")) {
+    double busy = 0;
+    for (size_t st = 0; st < d->fwd.size(); ++st) busy += Mean(d->fwd[st]) + Mean(d->bwd[st]);
+    const double allowed = busy / (2 * (1 - sum.simulated["2st/1f1b/rc"]));
+    std::printf(
+        "2-stage step (1f1b, recompute, default exchange): %.3f s measured vs %.3f s that the stages' busy time allows "
+        "under the schedule (simulated bubble %.3f): %+.1f%% (target within 10%%)\n",
+        Median(d->step_s), allowed, sum.simulated["2st/1f1b/rc"], 100 * (Median(d->step_s) / allowed - 1));
+  }
+}
+
+Headline PrintHeadline(const Args& a, const Setup& s, const Results& r, Summary& sum) {
   // The default job (1F1B, recompute, the planner's split).
   Headline h;
   h.theory2 = TheoreticalBubble(2, a.m);
@@ -666,6 +706,7 @@ Headline PrintHeadline(const Args& a, const Setup& s, Summary& sum) {
       "split %.3fx (1f1b, recompute); the measured speedup falls below this by the extra compute time of 2 "
       "busy cores plus noise\n",
       EqualWorkSpeedup(sum.bubble, "2st/1f1b/rc"), EqualWorkSpeedup(sum.bubble, "2st-params/1f1b/rc"));
+  PrintExchanges(a, s, r, sum);
   h.speedup_params = s.try_params ? sum.speedups["2st-params/1f1b/rc"] : NAN;
   if (s.try_params) {
     std::printf(
@@ -738,7 +779,7 @@ int Main(int argc, char** argv) {
   const Setup s = Prepare(a);
   const Results r = MeasureAll(a, s);
   Summary sum = PrintTable(a, s, r);
-  const Headline h = PrintHeadline(a, s, sum);
+  const Headline h = PrintHeadline(a, s, r, sum);
   PrintJson(a, s, r, sum, h);
   if (!a.keep) (void)RemoveAll(s.dir);
   return 0;

@@ -1,18 +1,19 @@
-"""The LoRA exchange of data-parallel replicas at FLUX.2-dev's adapter size, on shaped links (issue 23).
+"""The LoRA exchange at FLUX.2-dev's adapter size, on shaped links (issues 23 and 34).
 
-Two replicas of a 2-stage pipeline, each stage worker in its own network namespace and the coordinator in a fifth,
+Two replicas (--replicas 2, the default) or one (--replicas 1) of a 2-stage pipeline, each stage worker in its own network namespace and the coordinator in a fifth,
 every link shaped with tc tbf (tests/netns/topology.sh), mutual TLS. The model is the namespace tests' small FLUX.2
 at twice the width (D 512, 1 + 1 blocks, 64 + 16 tokens) with an all-linear LoRA whose rank is chosen so that the adapters hold
 --lora_params parameters (default 77.1 M: FLUX.2-dev's rank-16 all-linear adapters): a synthetic LoRA of the real
 size on a model whose compute is small, so the step is mostly the exchange. Each run uses one of the job's
 `replica_exchange` ways: `coordinator` (every step each replica's stages send their fp32 gradients to the coordinator
 and get the new adapters back) or `allreduce` (stage s of each replica sums its gradients with the other's over a c10d
-Gloo group, worker to worker, and steps AdamW itself). The report gives, per link rate and exchange, the median step
+Gloo group, worker to worker, and steps AdamW itself; with one replica there is nothing to sum: each stage steps its own
+AdamW and only the squared norms and the clip factor cross the coordinator's link). The report gives, per link rate and exchange, the median step
 seconds (after the first), the bytes the coordinator's link and a stage-1 worker's link carried per step, and the
 seconds the coordinator's bytes take at the rate.
 
     sudo .venv/bin/python bench/replicas_exchange_netns.py [--rates 1gbit,10gbit] [--exchanges coordinator,allreduce]
-        [--steps 4]
+        [--steps 4] [--replicas 2]
 
 Needs root and iproute2. The last line is one JSON object.
 """
@@ -42,6 +43,7 @@ def parse_args():
     p.add_argument("--exchanges", default="coordinator,allreduce", help="the job's replica_exchange, one run each")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--lora_params", type=float, default=77.1e6)
+    p.add_argument("--replicas", type=int, default=2, choices=(1, 2))
     return p.parse_args()
 
 
@@ -66,32 +68,34 @@ def lora_params(run_dir):
     return sum(t.size for t in load_file(os.path.join(run_dir, "lora.safetensors")).values())
 
 
-def sized_job(work, job, rank, steps, exchange):
-    """The namespace tests' job with the LoRA rank that gives the wanted adapter size, 2 replicas, an even split."""
+def sized_job(work, job, rank, steps, exchange, replicas):
+    """The namespace tests' job with the LoRA rank that gives the wanted adapter size, `replicas`, an even split."""
     text = open(job).read()
     text = re.sub(r"rank: \d+, alpha: \d+", f"rank: {rank}, alpha: {rank}", text)
     text = re.sub(r"steps: \d+", f"steps: {steps}", text)
     path = os.path.join(work, f"job_{exchange}.yaml")
     with open(path, "w") as f:
-        f.write(text + f"replicas: 2\nreplica_split: equal\nreplica_exchange: {exchange}\n")
+        f.write(text + f"replicas: {replicas}\nreplica_split: equal\nreplica_exchange: {exchange}\n")
     return path
 
 
-def run_at(tag, work, job, rate):
+def run_at(tag, work, job, rate, replicas):
     """One run of the job over the namespaces at `rate`: (step seconds, the link bytes of every host)."""
-    two.run([two.TOPOLOGY, "up", tag, rate] + [f"{h}={ip}/24" for h, ip in HOSTS.items()])
+    hosts = {h: ip for h, ip in HOSTS.items() if h == "c" or int(h[1]) < replicas}
+    two.run([two.TOPOLOGY, "up", tag, rate] + [f"{h}={ip}/24" for h, ip in hosts.items()])
     try:
         certs = os.path.join(work, "certs")
         shutil.rmtree(certs, ignore_errors=True)
-        two.run([os.path.join(two.BIN_DIR, "baton"), "certs", "--out", certs, "--hosts", ",".join(HOSTS.values())])
-        names = [h for h in HOSTS if h != "c"]
+        two.run([os.path.join(two.BIN_DIR, "baton"), "certs", "--out", certs, "--hosts", ",".join(hosts.values())])
+        names = [h for h in hosts if h != "c"]
         addresses = [f"{HOSTS[h]}:{two.PORT}" for h in names]
         logs = [open(os.path.join(work, f"{h}.log"), "w") for h in names]
         workers = [two.start_worker(f"{tag}-{h}", a, log, certs, work) for h, a, log in zip(names, addresses, logs)]
         try:
             before = two.link_bytes(tag)
+            groups = ";".join(",".join(addresses[2 * r:2 * r + 2]) for r in range(replicas))
             out = two.run(["ip", "netns", "exec", f"{tag}-c", os.path.join(two.BIN_DIR, "coordinator"), "--workers",
-                           f"{addresses[0]},{addresses[1]};{addresses[2]},{addresses[3]}", "--tls_dir",
+                           groups, "--tls_dir",
                            os.path.join(certs, HOSTS["c"]), "--job", job, "--output",
                            f"{work}/run_{rate}_{os.path.basename(job)}"],
                           timeout=1200).stdout
@@ -120,7 +124,8 @@ def report(rate, exchange, seconds, links, log, steps):
     early = all(r.get("replica_allreduce_early", False) for r in log)
     bits = float(re.match(r"([0-9.]+)", rate).group(1)) * {"g": 1e9, "m": 1e6}[rate.rstrip("bit")[-1]]
     sent, received = links["c"]  # switch port "c": the coordinator's host
-    worker_sent, worker_received = links["r1s1"]  # a stage-1 worker of replica 1
+    worker = "r1s1" if "r1s1" in links else "r0s1"  # a stage-1 worker of the last replica
+    worker_sent, worker_received = links[worker]
     row = {"rate": rate, "exchange": exchange, "step_seconds": steady, "all_steps": seconds,
            "coordinator_link_mb_per_step": round((sent + received) / steps / 1e6, 1),
            "coordinator_link_seconds_at_rate": round(max(sent, received) / steps * 8 / bits, 3),
@@ -129,7 +134,7 @@ def report(rate, exchange, seconds, links, log, steps):
            "allreduce_seconds": statistics.median(allreduce) if allreduce else None, "allreduce_early": early}
     print(f"{rate}, {exchange}: {steady:.2f} s/step (median after the first of {seconds}); per step the coordinator's "
           f"link carried {sent / steps / 1e6:.1f} MB out + {received / steps / 1e6:.1f} MB in "
-          f"({row['coordinator_link_seconds_at_rate']:.2f} s each way at {rate}), worker r1s1's "
+          f"({row['coordinator_link_seconds_at_rate']:.2f} s each way at {rate}), worker {worker}'s "
           f"{worker_sent / steps / 1e6:.1f} MB out + {worker_received / steps / 1e6:.1f} MB in; after the micro-batches "
           f"{exposed:.2f} s (median)" + (f", the allreduce itself {row['allreduce_seconds']:.2f} s, begun when held: "
                                           f"{early}" if allreduce else ""), flush=True)
@@ -154,10 +159,10 @@ def main():
         results = []
         for rate in args.rates.split(","):
             for exchange in args.exchanges.split(","):
-                sized = sized_job(work, job, rank, args.steps, exchange)
-                seconds, links, log = run_at(tag, work, sized, rate)
+                sized = sized_job(work, job, rank, args.steps, exchange, args.replicas)
+                seconds, links, log = run_at(tag, work, sized, rate, args.replicas)
                 results.append(report(rate, exchange, seconds, links, log, args.steps))
-        print(json.dumps({"bench": "replicas_exchange_netns", "lora_rank": rank,
+        print(json.dumps({"bench": "replicas_exchange_netns", "replicas": args.replicas, "lora_rank": rank,
                           "lora_params": rank * per_rank, "steps": args.steps, "results": results}))
     finally:
         subprocess.run([two.TOPOLOGY, "down", tag], check=False)

@@ -270,10 +270,10 @@ absl::StatusOr<PartitionOptions> PlanOptionsFromArgs(const Args& args) {
   ASSIGN_OR_RETURN(int64_t micro_batches, args.GetInt("micro-batches"));
   opts.micro_batches = static_cast<int>(micro_batches);
   const std::string exchange = args.Get("replica-exchange");
-  if (exchange != "coordinator" && exchange != "allreduce") {
-    return absl::InvalidArgumentError("--replica-exchange must be coordinator or allreduce");
+  if (exchange != "auto" && exchange != "coordinator" && exchange != "allreduce") {
+    return absl::InvalidArgumentError("--replica-exchange must be auto, allreduce or coordinator");
   }
-  opts.local_optimizer = exchange == "allreduce";
+  opts.local_optimizer = exchange != "coordinator";  // auto: allreduce, unless the replicas differ (PrintPlan)
   return opts;
 }
 
@@ -315,6 +315,7 @@ absl::Status PrintPlan(const Args& args) {
   // Replicas of one stage count share one plan; of different counts, each gets its own (budgets: one for all, or
   // one per worker, replica after replica).
   const bool unequal = UnequalStageCounts(counts);
+  if (unequal && args.Get("replica-exchange") == "auto") opts.local_optimizer = false;  // auto's choice for them
   const int total = std::accumulate(counts.begin(), counts.end(), 0);
   std::optional<Plan> first;
   std::string unfit;
@@ -374,9 +375,10 @@ Command PlanCommand() {
        {"micro-batches", "micro-batches per step (in-flight activations); 0 = as many as stages", "0"},
        {"rank", "LoRA rank", "16"},
        {"replica-exchange",
-        "coordinator | allreduce (job key replica_exchange:): with allreduce the stages hold AdamW's state and the "
-        "gradient sums (counted per stage), and the exchange line says what crosses each stage's link",
-        "coordinator"}},
+        "auto | allreduce | coordinator (job key replica_exchange:): with allreduce (auto's choice unless the replicas "
+        "differ in stage counts) the stages hold AdamW's state and the gradient sums (counted per stage), and the "
+        "exchange line says what crosses each stage's link",
+        "auto"}},
       PrintPlan};
 }
 

@@ -85,6 +85,14 @@ absl::Status ApplyJobReplicas(const JobConfig& job, StageDriverOptions& options)
   return absl::OkStatus();
 }
 
+JobConfig WithConcreteExchange(const JobConfig& job, const StageDriverOptions& options) {
+  JobConfig concrete = job;
+  if (concrete.replica_exchange == "auto") {
+    concrete.replica_exchange = options.UnequalReplicas() ? "coordinator" : "allreduce";
+  }
+  return concrete;
+}
+
 absl::Status CheckJobPlan(const JobConfig& job, int stages) {
   if (stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
   StageDriverOptions options;

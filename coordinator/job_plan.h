@@ -41,6 +41,9 @@ absl::Status CheckJobPlan(const JobConfig& job, int stages);
 // The job's replica shape over the coordinator's options: `replica_stages` (which sets the replicas and replica 0's
 // stages), else `replicas` where the options leave it open (0).
 absl::Status ApplyJobReplicas(const JobConfig& job, StageDriverOptions& options);
+// `replica_exchange: auto` made concrete for the replicas in `options` (after ApplyJobReplicas): `allreduce`, or
+// `coordinator` for replicas of different stage counts (the stage-local optimizer sums matching stages).
+JobConfig WithConcreteExchange(const JobConfig& job, const StageDriverOptions& options);
 
 // Opens everything, runs the encoder worker first when the job names one, and plans the stages.
 absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions& options);

@@ -209,7 +209,9 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     if (!applied.ok() && exchange != nullptr && exchange->StateLost()) {
       drop_next();
       replicas.Rewind();
+      const int64_t lost_at = step;
       ASSIGN_OR_RETURN(step, RollBack(*exchange, start.step, step, applied.status()));
+      result.steps_redone += lost_at - step;  // the steps before the lost one, run again (it was never done)
       --step;  // the loop's ++ takes it to the first step after the state the stages now hold
       continue;
     }
@@ -249,6 +251,11 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
       LogWarning("stop requested: checkpointed step ", step + 1, " and stopping");
       break;
     }
+    // The coordinator's copy of a stage-local optimizer's state, at most state_every steps old: what a lost stage
+    // costs.
+    if (exchange != nullptr && job.state_every > 0 && (step + 1) % job.state_every == 0) {
+      RETURN_IF_ERROR(exchange->Pull(master, optimizer));
+    }
     RETURN_IF_ERROR(evaluate(step + 1));
   }
   if (tty && !options.quiet) std::printf("\n");
@@ -280,9 +287,10 @@ std::unique_ptr<ReplicaSet> MakeReplicas(const JobConfig& job, const Coordinator
 
 }  // namespace
 
-absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& job, const CoordinatorOptions& given) {
+absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& given_job, const CoordinatorOptions& given) {
   CoordinatorOptions options = given;
-  RETURN_IF_ERROR(ApplyJobReplicas(job, options));
+  RETURN_IF_ERROR(ApplyJobReplicas(given_job, options));
+  const JobConfig job = WithConcreteExchange(given_job, options);
   RETURN_IF_ERROR(CheckStageDriverOptions(options));
   SetComputeThreads(job.threads);
   ASSIGN_OR_RETURN(JobSetup setup, SetUpJob(job, options));

@@ -73,7 +73,8 @@ struct PipelineStepRecord : StepRecord {
 
 struct CoordinatorResult {
   std::vector<PipelineStepRecord> steps;
-  int64_t first_step = 0;  // 0, or the checkpoint step a resumed run started from
+  int64_t first_step = 0;    // 0, or the checkpoint step a resumed run started from
+  int64_t steps_redone = 0;  // steps run again after a stage-local optimizer's state was lost (rollbacks)
 };
 
 }  // namespace baton

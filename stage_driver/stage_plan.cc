@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/pipeline/chunks.h"
+#include "core/pipeline/replica_split.h"
 #include "core/pipeline/schedule.h"
 #include "core/quant/weight_quant.h"
 #include "core/train/common.h"
@@ -50,7 +51,10 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const JobConfig& job, Sam
   popts.device = popts.devices.empty() ? PlanDevice::kCpu : popts.devices[0];
   popts.activation_bytes = static_cast<int>(c10::elementSize(dtype));
   popts.all_linear = job.lora_targets == "all-linear";
-  popts.local_optimizer = job.replica_exchange == "allreduce";
+  // `auto` is `allreduce` unless the replicas differ in stage counts (coordinator/job_plan.h: WithConcreteExchange).
+  std::vector<int> counts(job.replica_stages.begin(), job.replica_stages.end());
+  popts.local_optimizer =
+      job.replica_exchange == "allreduce" || (job.replica_exchange == "auto" && !UnequalStageCounts(counts));
   popts.tokens_per_micro_batch = (tokens.image + tokens.text) * job.micro_batch_size();
   popts.text_tokens_per_micro_batch = tokens.text * job.micro_batch_size();
   for (const auto& budget : job.memory_per_stage) {

@@ -638,6 +638,9 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
 
   StepState step;
   metrics_.SetInFlight(0);  // a failed step may have left some
+  // A step's gradients start from zero: an aborted attempt's partial sums are dropped (with the stage's own adapters no
+  // LORA_WEIGHTS push zeroes them, as it does with the coordinator's).
+  for (auto& chunk : chunks_) ZeroLoraGradients(chunk->module());
   for (const v1::Action& action : plan.actions()) {
     if (action.type() == v1::Action::FORWARD) {
       RETURN_IF_ERROR(Forward(plan, action.chunk(), action.micro_batch(), cancelled, step, summary));

@@ -97,10 +97,14 @@ grpc::Status StageServiceImpl::GetLora(grpc::ServerContext*, const v1::GetLoraRe
                                        grpc::ServerWriter<v1::TensorChunk>* writer) {
   auto lora = runner_->CurrentLora(req->job_id(), req->config_hash(), req->with_optimizer_state());
   if (!lora.ok()) return ToGrpcStatus(lora.status());
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t bytes = 0;
   for (const auto& [name, t] : *lora) {
     absl::Status s = AppendTensorChunks(name, t, kMaxChunkBytes, [&](v1::TensorChunk&& c) { return writer->Write(c); });
     if (!s.ok()) return ToGrpcStatus(s);
+    bytes += static_cast<uint64_t>(t.nbytes());
   }
+  runner_->metrics().Link("coordinator").Sent(bytes, SecondsSince(t0));  // the state read back (a checkpoint, ...)
   return grpc::Status::OK;
 }
 

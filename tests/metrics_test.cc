@@ -115,7 +115,8 @@ TEST(MetricsRunTest, TwoStageRunExposesStepsLinksAndStageSeconds) {
     EXPECT_GE(SumSamples(st, "baton_stage_idle_seconds_total", labels), 0) << st;
     EXPECT_EQ(SumSamples(st, "baton_microbatches_in_flight", labels), 0) << "between steps nothing is in flight";
     EXPECT_GT(SumSamples(st, "baton_process_resident_memory_bytes"), 1 << 20);
-    // Every stage gets constants from the coordinator and sends its LoRA gradients back to it.
+    // Every stage gets constants from the coordinator and sends it its LoRA gradients, or its state when the
+    // coordinator reads it back (a checkpoint: the stage-local optimizer's default).
     auto link = [&](const std::string& peer) {
       return std::map<std::string, std::string>{{"job", "metrics-tiny"}, {"stage", absl::StrCat(i)}, {"peer", peer}};
     };

@@ -158,6 +158,7 @@ TEST_F(PipelineTest, AutoRecomputeUnderABudgetMatchesTrainLocal) {
   o.activation_bytes = 4;
   o.lora_rank = 4;
   o.all_linear = true;
+  o.local_optimizer = true;  // the default exchange: AdamW's state beside the adapters
   o.micro_batches = 4;
   o.recompute = RecomputePolicy::kNone;
   o.device = PlanDevice::kCpu;

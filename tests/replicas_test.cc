@@ -48,8 +48,10 @@ class ReplicasTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  // LoRA dropout on, so that a replica drawing another micro-batch's mask would show.
-  static JobConfig Job(const std::string& extra = "", int micro_batches = 4) {
+  // LoRA dropout on, so that a replica drawing another micro-batch's mask would show. The coordinator exchange unless
+  // `extra` names one (its summation order is the one the tolerance above describes).
+  static JobConfig Job(std::string extra = "", int micro_batches = 4) {
+    if (extra.find("replica_exchange") == std::string::npos) extra += "replica_exchange: coordinator\n";
     auto job = ParseJobYaml(absl::StrCat("model: ", JoinPath(*dir_, "model"), "\ndataset: ", JoinPath(*dir_, "cache"),
                                          "\nlora: {rank: 4, targets: all-linear, dropout: 0.1}\n"
                                          "optimizer: {lr: 0.01, weight_decay: 0.01}\nsteps: 3\nbatch_size: ",

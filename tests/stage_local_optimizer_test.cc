@@ -96,6 +96,7 @@ TEST_F(StageLocalOptimizerTest, OneReplicaTrainsTheCoordinatorExchangesLoraWitho
 TEST_F(StageLocalOptimizerTest, AKilledStageRollsTheRunBackToTheCoordinatorsCopy) {
   JobConfig job = Job("allreduce", 10);
   job.checkpoint_every = 4;
+  job.state_every = 0;
   ASSERT_TRUE(RunCoordinator(job, Options("rollback_reference")).ok());
   CoordinatorOptions options = Options("rollback_killed");
   std::atomic<int> recoveries{0};
@@ -110,10 +111,33 @@ TEST_F(StageLocalOptimizerTest, AKilledStageRollsTheRunBackToTheCoordinatorsCopy
   killer.join();
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_GE(recoveries.load(), 1);
+  EXPECT_GE(run->steps_redone, 1);  // killed after step 6 was logged: back to step 4's checkpoint (8's if it was late)
   EXPECT_EQ(MaxLoraDifference("rollback_reference", "rollback_killed"), 0.0);
   const auto log = test_util::ReadTrainLog(options.output_dir);
   ASSERT_EQ(log.size(), 10u);
   for (size_t i = 0; i < log.size(); ++i) EXPECT_EQ(log[i]["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
+}
+
+// Without checkpoints, the coordinator still reads the state back every state_every steps: a stage killed mid-run costs
+// at most that many steps, and the LoRA is the uninterrupted run's bit for bit.
+TEST_F(StageLocalOptimizerTest, StateEveryBoundsWhatALostStageCosts) {
+  JobConfig job = Job("allreduce", 12);
+  job.checkpoint_every = 0;
+  job.state_every = 3;
+  ASSERT_TRUE(RunCoordinator(job, Options("every_reference")).ok());
+  CoordinatorOptions options = Options("every_killed");
+  std::thread killer([&] {
+    test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 5);
+    std::vector<pid_t> workers = test_util::OurStageWorkers();
+    ASSERT_EQ(workers.size(), 2u);
+    ::kill(workers.back(), SIGKILL);
+  });
+  auto run = RunCoordinator(job, options);
+  killer.join();
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_LE(run->steps_redone, job.state_every - 1);  // the lost step itself is not counted: it never completed
+  EXPECT_EQ(MaxLoraDifference("every_reference", "every_killed"), 0.0);
+  EXPECT_EQ(test_util::ReadTrainLog(options.output_dir).size(), 12u);
 }
 
 // A stage killed right after a checkpoint (before the next update): the coordinator's copy is current, so the

@@ -342,8 +342,12 @@ absl::Status ParseRunKeys(Reader& r, YAML::Node root, JobConfig& job) {
   RETURN_IF_ERROR(r.Check(job.replica_split == "speed" || job.replica_split == "equal", root, "replica_split",
                           "must be speed or equal"));
   RETURN_IF_ERROR(r.Get(root, "replica_exchange", &job.replica_exchange));
-  RETURN_IF_ERROR(r.Check(job.replica_exchange == "coordinator" || job.replica_exchange == "allreduce", root,
-                          "replica_exchange", "must be coordinator or allreduce"));
+  RETURN_IF_ERROR(r.Check(
+      job.replica_exchange == "auto" || job.replica_exchange == "coordinator" || job.replica_exchange == "allreduce",
+      root, "replica_exchange", "must be auto, allreduce or coordinator"));
+  RETURN_IF_ERROR(r.Get(root, "state_every", &job.state_every));
+  RETURN_IF_ERROR(r.Check(job.state_every >= 0, root, "state_every",
+                          "must be ≥ 0 (0: read the state back only at evaluations and checkpoints)"));
   RETURN_IF_ERROR(ParsePipelineKeys(r, root, job));
   RETURN_IF_ERROR(r.Get(root, "seed", &job.seed));
   RETURN_IF_ERROR(r.Get(root, "checkpoint_every", &job.checkpoint_every));
@@ -413,7 +417,8 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                           "replicas",
                           "replica_split",
                           "replica_stages",
-                          "replica_exchange"}));
+                          "replica_exchange",
+                          "state_every"}));
   RETURN_IF_ERROR(r.Get(root, "name", &job.name));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
