@@ -79,14 +79,20 @@ fi
 
 t0=$(date +%s)
 mkdir -p "$CACHE/debs" "$CACHE/wheels"
-rm -rf "$KIT" "$CACHE/prefix"
+rm -rf "$KIT" "$CACHE/prefix" "$CACHE/runtime" "$CACHE/manifest"
 mkdir -p "$KIT/wheels" "$CACHE/prefix"
 cp "$LISTS"/{dev,base,need}.list "$CACHE/"
 echo "gpu_pack: $(wc -l <"$CACHE/need.list") Debian packages: $(tr '\n' ' ' <"$CACHE/need.list")"
 (cd "$CACHE/debs" && apt-get download $(cat "$CACHE/need.list") >/dev/null 2>&1 ||
   (cd "$CACHE/debs" && apt-get download $(cat "$CACHE/need.list")))
+# The .deb of package $1 at apt's candidate version (the one `apt-get download` fetched; older ones may be cached).
+deb_of() {
+  local v
+  v=$(apt-cache policy "$1" | awk '/Candidate:/ {print $2}')
+  ls "$CACHE"/debs/"$1"_"${v/:/%3a}"_*.deb 2>/dev/null | head -1
+}
 for p in $(cat "$CACHE/need.list"); do
-  deb=$(ls "$CACHE"/debs/"${p}"_*.deb 2>/dev/null | head -1)
+  deb=$(deb_of "$p")
   [ -n "$deb" ] || { echo "gpu_pack: no .deb for $p" >&2; exit 1; }
   dpkg -x "$deb" "$CACHE/prefix"
   echo "deb $(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version)" >>"$CACHE/manifest"
@@ -138,27 +144,40 @@ done
 # Development symlinks that point outside the kit: into a runtime package of the base system (libcurl.so ->
 # libcurl.so.4.8.0 of libcurl4, libssl.so -> libssl.so.3 of libssl3: cmake depends on both, so the kit counts on the
 # machine having them, but under the runtime name only), or absolute (libz.so -> /lib/.../libz.so.1.2.13). Bring the
-# file they name from this machine, where the same package is installed, so CMake's find_library finds a real
-# library on a machine whose own copy may be missing or elsewhere. (A relative link's `readlink -f` names a path
-# inside the kit even when nothing is there: only a link that resolves counts as inside.)
+# file they name, from that runtime package at the version apt downloads (the one the -dev package's headers
+# match; this machine's dpkg says which package), so CMake's find_library finds a real library on a machine whose
+# own copy may be missing or elsewhere. (A relative link's `readlink -f` names a path inside the kit even when
+# nothing is there: only a link that resolves counts as inside.)
 for l in $(find "$P" -type l); do
   if [ -e "$l" ]; then
     case "$(readlink -f "$l")" in "$P"/*) continue ;; esac
   fi
   target=$(readlink "$l")
   case "$target" in
-    /*) src=$target ;;
-    *) src=$(dirname "${l#"$P"}")/$target ;;  # the same link on this machine
+    /*) want=$target ;;
+    *) want=$(dirname "${l#"$P"}")/$target ;;  # where the link points on an installed system
   esac
-  real=$(readlink -f "$src" || true)
-  if [ ! -f "$real" ]; then
-    echo "gpu_pack: ${l#"$P"} -> $target: no such file here either (is its package installed?)" >&2
-    continue  # the check below names it and fails
-  fi
-  cp "$real" "$(dirname "$l")/$(basename "$real")"
-  ln -sf "$(basename "$real")" "$l"
+  real=$(readlink -f "$want" || true)  # the file itself, on this machine (a link may lead to a link)
   owner=$( (dpkg -S "$real" || dpkg -S "${real#/usr}") 2>/dev/null | head -1 | cut -d: -f1) || true
-  echo "copied $(basename "$real") (${owner:-not from a package}, from this machine, for $(basename "$l"))" >>"$CACHE/manifest"
+  if [ -z "$owner" ]; then
+    echo "gpu_pack: ${l#"$P"} -> $target: $real belongs to no installed package here (scripts/setup.sh installs them)" >&2
+    continue  # the check below names the link and fails
+  fi
+  rt="$CACHE/runtime/$owner"
+  if [ ! -d "$rt" ]; then
+    (cd "$CACHE/debs" && apt-get download "$owner" >/dev/null 2>&1 || apt-get download "$owner")
+    mkdir -p "$rt"
+    dpkg -x "$(deb_of "$owner")" "$rt"
+  fi
+  f=""
+  for c in "$rt$real" "$rt${real#/usr}"; do [ -f "$c" ] && { f=$c; break; }; done
+  if [ -z "$f" ]; then
+    echo "gpu_pack: ${l#"$P"} -> $target: $real is not in $owner's .deb" >&2
+    continue
+  fi
+  cp "$f" "$(dirname "$l")/$(basename "$real")"
+  ln -sf "$(basename "$real")" "$l"
+  echo "copied $(basename "$real") from $(basename "$(deb_of "$owner")") (for $(basename "$l"))" >>"$CACHE/manifest"
 done
 keep=()
 for g in $KEEP_STATIC; do keep+=(! -name "$g"); done
