@@ -47,14 +47,16 @@ class CheckGpuKitTest(unittest.TestCase):
 
     def copy_tree_cmake(self):
         """Every CMakeLists.txt and *.cmake of the repository, as they are (no sources, no build)."""
-        for path in list(REPO.rglob("CMakeLists.txt")) + list(REPO.rglob("*.cmake")):
-            rel = path.relative_to(REPO)
-            if rel.parts[0] in {"build", "gpu_kit", "gpu_rehearsal", ".gpu_cache", ".venv", "out"} or \
-                    rel.parts[0].startswith("build") or any(p.startswith(".") for p in rel.parts):
-                continue
-            dst = self.root / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(path, dst)
+        skip = {"gpu_kit", "gpu_rehearsal", "out", "node_modules"}  # and build*/ and hidden folders
+        for dirpath, dirnames, filenames in os.walk(REPO):
+            top = pathlib.Path(dirpath) == REPO
+            dirnames[:] = [d for d in dirnames if not d.startswith(".") and
+                           not (top and (d in skip or d.startswith("build")))]
+            for f in filenames:
+                if f == "CMakeLists.txt" or f.endswith(".cmake"):
+                    dst = self.root / pathlib.Path(dirpath, f).relative_to(REPO)
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(os.path.join(dirpath, f), dst)
 
     def pack_without(self, package):
         """The real gpu_pack.sh with PACKAGE taken out of DEV."""
