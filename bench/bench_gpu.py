@@ -221,12 +221,14 @@ class PeakMemory:
                 self.peak[int(pid)] = max(self.peak.get(int(pid), 0), int(mib))
 
     def sample_cpu(self):
-        parents = {}
+        parents, names = {}, {}
         for d in os.listdir("/proc"):
             if d.isdigit():
                 try:
                     with open(f"/proc/{d}/stat") as f:
-                        parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+                        head, tail = f.read().rsplit(")", 1)
+                    parents[int(d)] = int(tail.split()[1])
+                    names[int(d)] = head.split("(", 1)[1]
                 except (OSError, IndexError, ValueError):
                     pass
         mine, grew = {self.own}, True
@@ -234,6 +236,10 @@ class PeakMemory:
             new = {p for p, pp in parents.items() if pp in mine} - mine
             grew = bool(new)
             mine |= new
+        # The row's own processes: this process's children (bench_vs_pytorch, the coordinator, a PyTorch row) and
+        # the programs they start (stage workers), not the Python helpers a PyTorch row forks (Inductor's compile
+        # workers), which the CUDA measure does not see either.
+        mine = {p for p in mine if parents.get(p) == self.own or not names.get(p, "").startswith("python")}
         for pid in mine - {self.own}:
             try:
                 with open(f"/proc/{pid}/status") as f:

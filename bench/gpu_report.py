@@ -161,7 +161,9 @@ def main():
         md.append(f"| {label} | {r.get('adapters', ld)} | {optimizer} | {sec(r.get('s_per_step'))} | "
                   f"{r.get('samples_per_step', 1)} | {mem} | {gib(r.get('allocator_peak_allocated_bytes'))} | "
                   f"{est or '—'} | {det_text} | {ratio} |")
-    md += ["", "Losses of steps 1 and 2 (the same problem on every row; bf16 rows agree to bf16's precision):", ""]
+    md += ["", "Losses of steps 1 and 2 (Baton in one process, PyTorch eager and torch.compile take one fixed "
+           "micro-batch and should agree, bf16 rows to bf16's precision; the coordinator rows train on a synthetic "
+           "cache with their own noise draws):", ""]
     md += [f"- {key}: {', '.join(f'{x:.5f}' for x in r.get('losses', []))}" for key, r in bp.items()
            if key.startswith("klein_") and r.get("losses")]
     md += ["", "Determinism per row:", ""]
