@@ -231,16 +231,19 @@ class PeakMemory:
                     names[int(d)] = head.split("(", 1)[1]
                 except (OSError, IndexError, ValueError):
                     pass
-        mine, grew = {self.own}, True
-        while grew:
-            new = {p for p, pp in parents.items() if pp in mine} - mine
-            grew = bool(new)
-            mine |= new
         # The row's own processes: this process's children (bench_vs_pytorch, the coordinator, a PyTorch row) and
-        # the programs they start (stage workers), not the Python helpers a PyTorch row forks (Inductor's compile
-        # workers), which the CUDA measure does not see either.
-        mine = {p for p in mine if parents.get(p) == self.own or not names.get(p, "").startswith("python")}
-        for pid in mine - {self.own}:
+        # the Baton workers below them, not the helpers a PyTorch row starts (Inductor's compile workers, the C++
+        # compiler), which the CUDA measure does not see either.
+        children = {}
+        for p, pp in parents.items():
+            children.setdefault(pp, []).append(p)
+        mine, todo = set(), [(c, True) for c in children.get(self.own, [])]
+        while todo:
+            pid, direct = todo.pop()
+            if direct or names.get(pid) in ("stage_worker", "encoder_worker"):
+                mine.add(pid)
+            todo += [(c, False) for c in children.get(pid, [])]
+        for pid in mine:
             try:
                 with open(f"/proc/{pid}/status") as f:
                     m = re.search(r"^VmHWM:\s+(\d+) kB", f.read(), re.M)
