@@ -1,21 +1,39 @@
 """Parts 3 and 4 of scripts/gpu_check.sh: Baton's LoRA training step at real sizes on one device, its peak device
 memory next to `baton plan`, a full-width slice of FLUX.2-dev extrapolated to the whole model, and the same step
-in PyTorch (diffusers Flux2Transformer2DModel + peft), eager and torch.compile, on the same device.
+in PyTorch (diffusers Flux2Transformer2DModel + peft), eager and with regional torch.compile, on the same device.
 
     python3 bench/bench_gpu.py --bin_dir BUILD/bin --device cuda --out parts.json [--small] [--dtype bf16]
 
 Measurements (random weights written here; inputs fixed; LoRA rank 16 on the attention preset; batch 1):
   klein      a FLUX.2 klein-4B-shaped model (configs/models/flux2-klein-4b.json, guidance embedder added so both sides
              take the same inputs) at 1024x1024: 4096 image + 512 text tokens.
-             baton_1p: one stage in one process (bench_vs_pytorch --device, RunLocalStep: what train-local runs);
-             coordinator_1s / coordinator_2s: `coordinator --stages 1|2` with every stage on the same device
-             (job key devices), step seconds from train_log.jsonl, each stage process's peak device memory sampled
-             with nvidia-smi; plan_1s / plan_2s: `baton plan` for the same config.
-             pytorch_eager / pytorch_compile: diffusers + peft, bf16 base, fp32 LoRA (peft's default), fused AdamW.
+             baton_1p_<lora>: one stage in one process (bench_vs_pytorch --device --lora_dtype: train-local's step).
+             pytorch_eager_<lora>: diffusers + peft, the same adapter precision: bf16 = the adapters as peft's
+             inject_adapter_in_model leaves them (cast to the base dtype), fused AdamW on them; fp32 = the adapters
+             upcast to fp32 (diffusers' training scripts' cast_training_params), peft casting the input to them.
+             coordinator_<S>s[_local]: `coordinator --stages S` with every stage on the same device (job key devices),
+             step seconds from train_log.jsonl; the optimizer in the coordinator (replica_exchange: coordinator, the
+             LoRA round trip every step) or, _local, on each stage's device (replica_exchange: allreduce at one
+             replica: the stage-local optimizer). replicas_2x1_allreduce: two replicas of one stage on the same
+             device, their gradients summed by the allreduce exchange (2 micro-batches a step, one per replica).
+             plan_1s / plan_2s: `baton plan` for the same config.
+             pytorch_compile_<lora>: diffusers + peft with regional compilation (each transformer block's forward
+             compiled: diffusers' compile_repeated_blocks, what diffusers recommends for training), after every
+             Baton row, under its own timeout (--compile_timeout).
   dev_slice  FLUX.2-dev at real width (D = 6144, joint 15360): 1 double + 2 single and 2 double + 4 single blocks,
              baton_1p each; their difference is the cost of 1 double + 2 single blocks, scaled by block parameters
              to the whole 8 + 48 blocks; bytes likewise. plan_dev_int8: `baton plan` of the whole model on two 24 GB
              cards with int8 weights.
+Like for like, every row: the same adapter precision on both sides (the row's lora_dtype), the same determinism
+(--deterministic, default false: libtorch's defaults, which bench_vs_pytorch keeps; the coordinator rows write
+`deterministic:` accordingly; PyTorch sets torch.use_deterministic_algorithms and cuDNN to match), the same CPU
+threads (--threads: bench_vs_pytorch --threads, the job's `threads:`, torch.set_num_threads), and peak memory from
+one source: each row runs in its own processes and every process's peak is sampled the same way (CUDA: nvidia-smi's
+used memory per process, the CUDA context and the caching allocator's reserve; CPU: the peak resident set, VmHWM).
+Where a process reports its caching allocator's peak allocated bytes, that is recorded beside it.
+Rows the build does not support yet (lora_dtype bf16, replica_exchange: allreduce at one replica) fail with the
+build's own message, and the rest runs; an fp32-adapter row on a build without lora_dtype runs without the key
+(fp32 adapter math was the only one) and says so.
 --small runs the same code at tiny sizes (the CPU rehearsal). Every sub-part has its own timeout; the JSON is
 rewritten after each, so a part that fails or times out leaves the others' figures and its own error.
 """
@@ -40,6 +58,7 @@ from bench_vs_pytorch import lora_target_names  # noqa: E402  (same LoRA targets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = {"parts": {}, "errors": {}}
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def save(path):
@@ -49,8 +68,27 @@ def save(path):
     os.replace(tmp, path)
 
 
+DEADLINE = [None]  # time.time() by which every part must be done (--time_budget), or None
+
+
+def time_left():
+    return None if DEADLINE[0] is None else DEADLINE[0] - time.time()
+
+
+def timeout_for(t):
+    """A part's timeout: its own, or what the time budget leaves (10 s kept for the JSON and the report)."""
+    left = time_left()
+    return t if left is None else max(1, min(t, int(left - 10)))
+
+
 def part(name, out_path, fn, *a):
     t0 = time.time()
+    left = time_left()
+    if left is not None and left < 30:
+        RESULTS.setdefault("skipped", {})[name] = f"no time left ({left:.0f} s of --time_budget)"
+        print(f"[bench_gpu] {name} skipped: {RESULTS['skipped'][name]}", flush=True)
+        save(out_path)
+        return
     print(f"[bench_gpu] {name} ...", flush=True)
     try:
         RESULTS["parts"][name] = fn(*a)
@@ -127,61 +165,97 @@ def write_problem(s, args, work, rank=16):
     del model
     if args.device.startswith("cuda"):
         torch.cuda.empty_cache()
+    with open(os.path.join(work, "targets.json"), "w") as f:
+        json.dump(targets, f)
     return targets, {"params": params, "block_params": block_params}
 
 
-def run_baton_1p(args, work, timeout):
-    """bench_vs_pytorch on the device: 2 checked steps, warm-up, timed steps; peak device memory."""
-    cmd = [os.path.join(args.bin_dir, "bench_vs_pytorch"), "--model", os.path.join(work, "transformer"),
-           "--inputs", os.path.join(work, "inputs.safetensors"), "--lora", os.path.join(work, "lora_init.safetensors"),
-           "--threads", str(args.threads), "--rank", "16", "--alpha", "16", "--targets", "attention",
-           "--lr", "1e-3", "--clip", "1.0", "--device", args.device_name, "--dtype", args.dtype]
-    if args.trace_dir:
-        cmd += ["--trace_out", os.path.join(args.trace_dir, f"baton_1p_{os.path.basename(work)}_trace.json")]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    timer = threading.Timer(timeout, proc.kill)
-    timer.start()
-    try:
-        def ask(n):
-            if n is not None:
-                proc.stdin.write(f"{n}\n")
-                proc.stdin.flush()
-            line = proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"bench_vs_pytorch exited {proc.wait()} (stderr above)")
-            return json.loads(line)
-        ready = ask(None)
-        first = ask(2)
-        ask(args.warmup)
-        timed = ask(args.steps)
-        proc.stdin.close()
-        proc.wait(timeout=120 if args.trace_dir else 60)
-    finally:
-        timer.cancel()
-        if proc.poll() is None:
-            proc.kill()
-    return {"s_per_step": round(statistics.median(timed["seconds"]), 5), "losses": first["loss"],
-            "grad_norm_step1": first["grad_norm"][0],
-            "peak_device_allocated_bytes": timed.get("device_peak_allocated_bytes", 0),
-            "peak_device_reserved_bytes": timed.get("device_peak_reserved_bytes", 0),
-            "lora_tensors": ready.get("lora_tensors")}
+# ---- like for like: what every row states ---------------------------------------------------------------------
+def determinism(args, who):
+    if who == "baton_1p":
+        how = ("libtorch's defaults (bench_vs_pytorch sets nothing): non-deterministic algorithms allowed, cuDNN "
+               "benchmark off")
+        return {"deterministic": False, "how": how, "as_asked": not args.deterministic}
+    if who == "coordinator":
+        how = (f"job key deterministic: {str(args.deterministic).lower()} (CUDA: deterministic algorithms, cuDNN "
+               "deterministic, no autotuning, CUBLAS_WORKSPACE_CONFIG=:4096:8)" if args.deterministic else
+               "job key deterministic: false (non-deterministic algorithms allowed, cuDNN benchmark off)")
+        return {"deterministic": args.deterministic, "how": how, "as_asked": True}
+    how = (f"torch.use_deterministic_algorithms({args.deterministic}), cudnn.deterministic={args.deterministic}, "
+           "cudnn.benchmark=False" + (", CUBLAS_WORKSPACE_CONFIG=:4096:8" if args.deterministic else ""))
+    return {"deterministic": args.deterministic, "how": how, "as_asked": True}
 
 
-class GpuMemorySampler:
-    """Each process's largest device memory (MiB, nvidia-smi --query-compute-apps) while it runs; CUDA only."""
+def lora_note(side, lora_dtype, base_dtype):
+    if side == "baton":
+        return (f"{lora_dtype} adapter math over a {base_dtype} base; fp32 masters and AdamW moments"
+                if lora_dtype != "fp32" else f"fp32 adapter math over a {base_dtype} base; fp32 masters and moments")
+    if lora_dtype == base_dtype:
+        return (f"peft adapters in {lora_dtype}, as inject_adapter_in_model leaves them (cast to the base dtype); "
+                "AdamW on them")
+    return f"peft adapters upcast to fp32 (cast_training_params) over a {base_dtype} base; AdamW on them"
 
-    def __init__(self, enabled):
-        self.peak, self.enabled, self.stop = {}, enabled and shutil.which("nvidia-smi") is not None, False
+
+# ---- one source of peak memory for every row -------------------------------------------------------------------
+class PeakMemory:
+    """Each process's peak memory while a row runs, measured the same way for every row. CUDA: nvidia-smi's used
+    memory per compute process (sampled every 0.25 s; the caching allocator's reserve only grows, so the samples
+    catch its peak), this process excluded. CPU: the peak resident set (VmHWM) of every descendant process."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.peak = {}  # pid -> MiB
+        self.stop = False
+        self.own = os.getpid()
+        self.source = ("nvidia-smi used memory per process (CUDA context + caching allocator reserve)" if cuda
+                       else "peak resident set (VmHWM) per process")
+        self.enabled = (shutil.which("nvidia-smi") is not None) if cuda else os.path.isdir("/proc/self")
         self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def sample_cuda(self):
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            pid, mib = [x.strip() for x in line.split(",")[:2]]
+            if int(pid) != self.own:
+                self.peak[int(pid)] = max(self.peak.get(int(pid), 0), int(mib))
+
+    def sample_cpu(self):
+        parents, names = {}, {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        head, tail = f.read().rsplit(")", 1)
+                    parents[int(d)] = int(tail.split()[1])
+                    names[int(d)] = head.split("(", 1)[1]
+                except (OSError, IndexError, ValueError):
+                    pass
+        # The row's own processes: this process's children (bench_vs_pytorch, the coordinator, a PyTorch row) and
+        # the Baton workers below them, not the helpers a PyTorch row starts (Inductor's compile workers, the C++
+        # compiler), which the CUDA measure does not see either.
+        children = {}
+        for p, pp in parents.items():
+            children.setdefault(pp, []).append(p)
+        mine, todo = set(), [(c, True) for c in children.get(self.own, [])]
+        while todo:
+            pid, direct = todo.pop()
+            if direct or names.get(pid) in ("stage_worker", "encoder_worker"):
+                mine.add(pid)
+            todo += [(c, False) for c in children.get(pid, [])]
+        for pid in mine:
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    m = re.search(r"^VmHWM:\s+(\d+) kB", f.read(), re.M)
+                if m:
+                    self.peak[pid] = max(self.peak.get(pid, 0), int(m.group(1)) // 1024)
+            except OSError:
+                pass
 
     def loop(self):
         while not self.stop:
             try:
-                out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True, timeout=10).stdout
-                for line in out.splitlines():
-                    pid, mib = [x.strip() for x in line.split(",")[:2]]
-                    self.peak[int(pid)] = max(self.peak.get(int(pid), 0), int(mib))
+                self.sample_cuda() if self.cuda else self.sample_cpu()
             except Exception:
                 pass
             time.sleep(0.25)
@@ -196,8 +270,77 @@ class GpuMemorySampler:
         if self.enabled:
             self.thread.join(timeout=15)
 
+    def result(self):
+        return {"peak_memory_mib_per_process": sorted(self.peak.values(), reverse=True),
+                "peak_memory_source": self.source if self.enabled else "none (no nvidia-smi)"}
 
-def run_coordinator(args, work, stages, timeout, deterministic=True):
+
+def common(args, lora_dtype, who):
+    return {"lora_dtype": lora_dtype, "base_dtype": args.dtype, "cpu_threads": args.threads,
+            "determinism": determinism(args, who)}
+
+
+# ---- Baton in one process --------------------------------------------------------------------------------------
+def binary_has_flag(path, flag):
+    try:
+        r = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=30)
+        return f"--{flag}" in r.stdout + r.stderr or f"-{flag}" in r.stdout + r.stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def run_baton_1p(args, work, timeout, lora_dtype):
+    """bench_vs_pytorch on the device: 2 checked steps, warm-up, timed steps; peak device memory."""
+    exe = os.path.join(args.bin_dir, "bench_vs_pytorch")
+    cmd = [exe, "--model", os.path.join(work, "transformer"), "--inputs", os.path.join(work, "inputs.safetensors"),
+           "--lora", os.path.join(work, "lora_init.safetensors"), "--threads", str(args.threads), "--rank", "16",
+           "--alpha", "16", "--targets", "attention", "--lr", "1e-3", "--clip", "1.0", "--device", args.device_name,
+           "--dtype", args.dtype]
+    note = None
+    if binary_has_flag(exe, "lora_dtype"):
+        cmd += ["--lora_dtype", lora_dtype]
+    elif lora_dtype == "fp32":
+        note = "this build's bench_vs_pytorch has no --lora_dtype: fp32 adapter math, its only one"
+    else:
+        raise RuntimeError(f"this build's bench_vs_pytorch has no --lora_dtype: no {lora_dtype} adapter math yet")
+    if args.trace_dir:
+        cmd += ["--trace_out", os.path.join(args.trace_dir, f"baton_1p_{os.path.basename(work)}_{lora_dtype}_trace.json")]
+    with PeakMemory(args.cuda) as mem:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            def ask(n):
+                if n is not None:
+                    proc.stdin.write(f"{n}\n")
+                    proc.stdin.flush()
+                line = proc.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"bench_vs_pytorch exited {proc.wait()} (stderr above)")
+                return json.loads(line)
+            ready = ask(None)
+            first = ask(2)
+            ask(args.warmup)
+            timed = ask(args.steps)
+            proc.stdin.close()
+            proc.wait(timeout=120 if args.trace_dir else 60)
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+    r = {"s_per_step": round(statistics.median(timed["seconds"]), 5), "losses": first["loss"],
+         "grad_norm_step1": first["grad_norm"][0],
+         "allocator_peak_allocated_bytes": timed.get("device_peak_allocated_bytes", 0),
+         "allocator_peak_reserved_bytes": timed.get("device_peak_reserved_bytes", 0),
+         "lora_tensors": ready.get("lora_tensors"), "optimizer": "AdamW in the process (train-local's step)",
+         "adapters": lora_note("baton", lora_dtype, args.dtype), **mem.result(), **common(args, lora_dtype, "baton_1p")}
+    if note:
+        r["note"] = note
+    return r
+
+
+# ---- Baton through the coordinator -----------------------------------------------------------------------------
+def run_coordinator(args, work, stages, timeout, lora_dtype, exchange="coordinator", replicas=1, deterministic=None):
     s_cache = os.path.join(work, "cache")
     if not os.path.exists(s_cache):
         grid = args.shape["grid"]
@@ -205,42 +348,75 @@ def run_coordinator(args, work, stages, timeout, deterministic=True):
                         os.path.join(work, "transformer", "config.json"), "--out", s_cache, "--samples", "2",
                         "--grids", f"{grid}x{grid}", "--text-len", str(args.shape["text"]), "--seed", "1"],
                        check=True, timeout=timeout)
+    det = args.deterministic if deterministic is None else deterministic
     steps = 2 + args.warmup + args.steps
     dev = args.device_name
-    job = os.path.join(work, f"job{stages}.yaml")
-    with open(job, "w") as f:
-        f.write(f"model: {work}/transformer\ndataset: {s_cache}\nlora: {{rank: 16, alpha: 16, targets: attention}}\n"
-                f"optimizer: {{lr: 1.0e-3, clip: 1.0}}\nsteps: {steps}\nbatch_size: 1\nmicro_batches: 1\n"
-                f"schedule: 1f1b\nrecompute: false\nseed: 1\ncheckpoint_every: {steps + 1}\ndtype: {args.dtype}\n"
-                f"threads: {args.threads}\ndevices: [{', '.join([dev] * stages)}]\n"
-                f"deterministic: {str(deterministic).lower()}\n")
-    out = os.path.join(work, f"pp{stages}")
-    with GpuMemorySampler(args.device.startswith("cuda")) as mem:
-        r = subprocess.run([os.path.join(args.bin_dir, "coordinator"), "--stages", str(stages), "--job", job,
-                            "--output", out], capture_output=True, text=True, timeout=timeout)
+    name = f"{stages}s{'_local' if exchange == 'allreduce' and replicas == 1 else ''}_r{replicas}_{lora_dtype}" + \
+        ("" if det == args.deterministic else ("_det" if det else "_nondet"))
+
+    def job_text(with_lora_dtype):
+        return (f"model: {work}/transformer\ndataset: {s_cache}\nlora: {{rank: 16, alpha: 16, targets: attention}}\n"
+                f"optimizer: {{lr: 1.0e-3, clip: 1.0}}\nsteps: {steps}\nbatch_size: {replicas}\n"
+                f"micro_batches: {replicas}\nschedule: 1f1b\nrecompute: false\nseed: 1\n"
+                f"checkpoint_every: {steps + 1}\ndtype: {args.dtype}\n"
+                + (f"lora_dtype: {lora_dtype}\n" if with_lora_dtype else "")
+                + f"threads: {args.threads}\ndevices: [{', '.join([dev] * (stages * replicas))}]\n"
+                f"deterministic: {str(det).lower()}\nreplica_exchange: {exchange}\n"
+                + (f"replicas: {replicas}\n" if replicas > 1 else ""))
+
+    def attempt(with_lora_dtype):
+        job = os.path.join(work, f"job_{name}.yaml")
+        with open(job, "w") as f:
+            f.write(job_text(with_lora_dtype))
+        out = os.path.join(work, f"run_{name}")
+        shutil.rmtree(out, ignore_errors=True)
+        with PeakMemory(args.cuda) as mem:
+            r = subprocess.run([os.path.join(args.bin_dir, "coordinator"), "--stages", str(stages), "--job", job,
+                                "--output", out], capture_output=True, text=True, timeout=timeout)
+        return r, out, mem
+
+    note = None
+    r, out, mem = attempt(True)
+    if r.returncode != 0 and "unknown key 'lora_dtype'" in r.stderr:
+        if lora_dtype != "fp32":
+            raise RuntimeError(f"this build's coordinator has no job key lora_dtype: no {lora_dtype} adapter math "
+                               f"yet ({r.stderr.strip()[-300:]})")
+        note = "this build's coordinator has no job key lora_dtype: fp32 adapter math, its only one"
+        r, out, mem = attempt(False)
     sys.stdout.write(r.stdout[-3000:])
     sys.stderr.write(r.stderr[-3000:])
     log_path = os.path.join(out, "train_log.jsonl")
     log = [json.loads(line) for line in open(log_path) if line.strip()] if os.path.exists(log_path) else []
     if args.trace_dir and os.path.exists(log_path):
-        shutil.copy(log_path, os.path.join(args.trace_dir, f"train_log_{stages}s{'' if deterministic else '_nondet'}.jsonl"))
+        shutil.copy(log_path, os.path.join(args.trace_dir, f"train_log_{name}.jsonl"))
     log = [x for x in log if "event" not in x and "step_seconds" in x]
     # A crash after the last step (at exit) still leaves the measurements: keep them and say so.
     if r.returncode != 0 and not (r.returncode < 0 and len(log) == steps):
-        raise RuntimeError(f"coordinator --stages {stages} exited {r.returncode}: {r.stderr[-600:]}")
+        raise RuntimeError(f"coordinator --stages {stages} ({exchange}, {replicas} replica(s)) exited "
+                           f"{r.returncode}: {r.stderr.strip()[-600:]}")
     timed = [x["step_seconds"] for x in log[2 + args.warmup:]] or [x["step_seconds"] for x in log]
-    own = os.getpid()
-    return {"s_per_step": round(statistics.median(timed), 5), "steps": len(log),
-            "losses": [x["loss"] for x in log[:2]],
-            "stage_busy_seconds_last": log[-1].get("stage_busy_seconds"),
-            "peak_device_mib_per_process": sorted([v for k, v in mem.peak.items() if k != own], reverse=True),
-            "exit_code": r.returncode}
+    optimizer = ("AdamW in the coordinator (replica_exchange: coordinator: gradients up, adapters down each step)"
+                 if exchange == "coordinator" else
+                 "AdamW on each stage's device (replica_exchange: allreduce"
+                 + (", one replica: the stage-local optimizer)" if replicas == 1 else f", {replicas} replicas)"))
+    res = {"s_per_step": round(statistics.median(timed), 5), "steps": len(log), "stages": stages,
+           "replicas": replicas, "samples_per_step": replicas, "losses": [x["loss"] for x in log[:2]],
+           "stage_busy_seconds_last": log[-1].get("stage_busy_seconds"),
+           "coordinator_seconds_last": log[-1].get("coordinator_seconds"),
+           "replica_allreduce_seconds_last": log[-1].get("replica_allreduce_seconds"),
+           "exit_code": r.returncode, "optimizer": optimizer, "adapters": lora_note("baton", lora_dtype, args.dtype),
+           **mem.result(), **common(args, lora_dtype, "coordinator")}
+    res["determinism"] = {"deterministic": det, "as_asked": det == args.deterministic,
+                          "how": f"job key deterministic: {str(det).lower()}"}
+    if note:
+        res["note"] = note
+    return res
 
 
 def run_plan(args, config, stages, budget, quantize="none", recompute="false", timeout=120):
     cmd = [os.path.join(args.bin_dir, "baton"), "plan", "--model-config", config, "--stages", str(stages),
            "--memory-per-stage", budget, "--dtype", args.dtype, "--quantize", quantize, "--recompute", recompute,
-           "--device", "cuda" if args.device.startswith("cuda") else "cpu", "--micro-batches", "1", "--rank", "16",
+           "--device", "cuda" if args.cuda else "cpu", "--micro-batches", "1", "--rank", "16",
            "--tokens", str(args.shape["grid"] ** 2 + args.shape["text"]), "--text-tokens", str(args.shape["text"])]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
@@ -255,123 +431,211 @@ def run_plan(args, config, stages, budget, quantize="none", recompute="false", t
             "output": r.stdout[-2500:]}
 
 
-class PyTorchSide:
-    def __init__(self, args, work, targets, compiled):
-        from diffusers import Flux2Transformer2DModel
-        from peft import LoraConfig, set_peft_model_state_dict
-        from safetensors.torch import load_file
-        dev = args.device_name
-        self.dev = dev
-        self.model = Flux2Transformer2DModel.from_pretrained(os.path.join(work, "transformer"),
-                                                             torch_dtype=args.torch_dtype).to(dev)
-        self.model.requires_grad_(False)
-        self.model.add_adapter(LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, target_modules=targets,
-                                          init_lora_weights=True))
-        set_peft_model_state_dict(self.model, load_file(os.path.join(work, "lora_init.safetensors")))
-        self.model.train()
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        fused = dev.startswith("cuda")
-        self.opt = torch.optim.AdamW(self.params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, fused=fused)
-        self.x = {k: v.to(dev) for k, v in load_file(os.path.join(work, "inputs.safetensors")).items()}
-        self.forward = torch.compile(self.model) if compiled else self.model
-
-    def step(self):
-        t0 = time.perf_counter()
-        x = self.x
-        pred = self.forward(hidden_states=x["hidden_states"].to(self.model.dtype),
-                            encoder_hidden_states=x["encoder_hidden_states"].to(self.model.dtype),
-                            timestep=x["timestep"], img_ids=x["img_ids"], txt_ids=x["txt_ids"], guidance=x["guidance"],
-                            return_dict=False)[0]
-        loss = (pred.float() - x["target"].float()).pow(2).mean()
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        loss_v, g = loss.item(), grad_norm.item()  # synchronizes
-        return time.perf_counter() - t0, loss_v, g
-
-
-def run_pytorch(args, work, targets, compiled):
-    if args.device.startswith("cuda"):
-        torch.cuda.empty_cache()
+# ---- PyTorch (diffusers + peft), each row in its own process ---------------------------------------------------
+def pytorch_child(spec):
+    """Runs in a child process (bench_gpu.py --pytorch_child SPEC): one PyTorch row, its result as the last line."""
+    from diffusers import Flux2Transformer2DModel
+    from peft import LoraConfig, set_peft_model_state_dict
+    from safetensors.torch import load_file
+    dev, work, cuda = spec["device"], spec["work"], spec["device"].startswith("cuda")
+    torch.set_num_threads(spec["threads"])
+    torch.use_deterministic_algorithms(spec["deterministic"])
+    torch.backends.cudnn.deterministic = spec["deterministic"]
+    torch.backends.cudnn.benchmark = False
+    if cuda:
         torch.cuda.reset_peak_memory_stats()
     t0 = time.time()
-    side = PyTorchSide(args, work, targets, compiled)
-    first = [side.step() for _ in range(2)]
+    base = DTYPES[spec["dtype"]]
+    model = Flux2Transformer2DModel.from_pretrained(os.path.join(work, "transformer"), torch_dtype=base).to(dev)
+    model.requires_grad_(False)
+    model.add_adapter(LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, target_modules=spec["targets"],
+                                 init_lora_weights=True))
+    set_peft_model_state_dict(model, load_file(os.path.join(work, "lora_init.safetensors")))
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    if spec["lora_dtype"] == "fp32":
+        for p in params:  # diffusers' training scripts: cast_training_params(model, dtype=torch.float32)
+            p.data = p.data.to(torch.float32)
+    adapter_dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+    opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, fused=cuda)
+    x = {k: v.to(dev) for k, v in load_file(os.path.join(work, "inputs.safetensors")).items()}
+    compiled = ""
+    if spec["compile"]:
+        if hasattr(model, "compile_repeated_blocks") and getattr(model, "_repeated_blocks", None):
+            model.compile_repeated_blocks()
+            compiled = f"regional: diffusers' compile_repeated_blocks ({', '.join(model._repeated_blocks)})"
+        else:
+            n = 0
+            for blocks in (model.transformer_blocks, model.single_transformer_blocks):
+                for b in blocks:
+                    b.compile()
+                    n += 1
+            compiled = f"regional: block.compile() on each of {n} transformer blocks"
+
+    def step():
+        t = time.perf_counter()
+        pred = model(hidden_states=x["hidden_states"].to(base), encoder_hidden_states=x["encoder_hidden_states"].to(base),
+                     timestep=x["timestep"], img_ids=x["img_ids"], txt_ids=x["txt_ids"], guidance=x["guidance"],
+                     return_dict=False)[0]
+        loss = (pred.float() - x["target"].float()).pow(2).mean()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss_v, g = loss.item(), grad_norm.item()  # synchronizes
+        return time.perf_counter() - t, loss_v, g
+
+    first = [step() for _ in range(2)]
     warm = time.time() - t0
-    for _ in range(args.warmup):
-        side.step()
-    timed = [side.step()[0] for _ in range(args.steps)]
-    if args.trace_dir and not compiled:
-        acts = [torch.profiler.ProfilerActivity.CPU]
-        if args.device.startswith("cuda"):
-            acts.append(torch.profiler.ProfilerActivity.CUDA)
+    for _ in range(spec["warmup"]):
+        step()
+    timed = [step()[0] for _ in range(spec["steps"])]
+    if spec.get("trace_dir") and not spec["compile"]:
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
         with torch.profiler.profile(activities=acts) as prof:
-            side.step()
-            side.step()
-        prof.export_chrome_trace(os.path.join(args.trace_dir, "pytorch_eager_trace.json"))
+            step()
+            step()
+        prof.export_chrome_trace(os.path.join(spec["trace_dir"], f"pytorch_eager_{spec['lora_dtype']}_trace.json"))
     r = {"s_per_step": round(statistics.median(timed), 5), "losses": [f[1] for f in first],
-         "grad_norm_step1": first[0][2], "setup_and_first_steps_s": round(warm, 1)}
-    if args.device.startswith("cuda"):
-        r["peak_device_allocated_bytes"] = torch.cuda.max_memory_allocated()
-        r["peak_device_reserved_bytes"] = torch.cuda.max_memory_reserved()
-    del side
-    if args.device.startswith("cuda"):
-        torch.cuda.empty_cache()
-    return r
+         "grad_norm_step1": first[0][2], "setup_and_first_steps_s": round(warm, 1), "adapter_param_dtypes": adapter_dtypes,
+         "torch_threads": torch.get_num_threads()}
+    if compiled:
+        r["compiled"] = compiled
+    if cuda:
+        r["allocator_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        r["allocator_peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    print("RESULT " + json.dumps(r), flush=True)
+
+
+def run_pytorch(args, work, targets, lora_dtype, compiled, timeout):
+    spec = {"device": args.device_name, "work": work, "targets": targets, "dtype": args.dtype,
+            "lora_dtype": lora_dtype, "compile": compiled, "threads": args.threads,
+            "deterministic": args.deterministic, "warmup": args.warmup, "steps": args.steps,
+            "trace_dir": args.trace_dir}
+    env = dict(os.environ)
+    if args.deterministic:
+        env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    with PeakMemory(args.cuda) as mem:
+        try:
+            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--pytorch_child", json.dumps(spec)],
+                               capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired as e:
+            tail = (e.stderr or b"")[-800:]
+            raise RuntimeError(f"timed out after {timeout} s{' (compiling)' if compiled else ''}: "
+                               f"{tail.decode(errors='replace') if isinstance(tail, bytes) else tail}")
+    sys.stdout.write(r.stdout[-2000:])
+    result = next((json.loads(line[7:]) for line in reversed(r.stdout.splitlines()) if line.startswith("RESULT ")),
+                  None)
+    if r.returncode != 0 or result is None:
+        # The error's own line (e.g. Inductor's "CUDA error: an illegal memory access") and the end of the stderr.
+        err = r.stderr.strip().splitlines()
+        key = [x for x in err if re.search(r"Error|error:", x)][-3:]
+        raise RuntimeError(f"exited {r.returncode}: {' | '.join(key)[-900:]} || {' '.join(err[-4:])[-600:]}")
+    sys.stderr.write(r.stderr[-1500:])
+    result.update({"optimizer": f"torch.optim.AdamW({'fused' if args.cuda else 'foreach'}) in the process",
+                   "adapters": lora_note("pytorch", lora_dtype, args.dtype), **mem.result(),
+                   **common(args, lora_dtype, "pytorch")})
+    return result
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--pytorch_child":
+        pytorch_child(json.loads(sys.argv[2]))
+        return 0
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin_dir", required=True)
     p.add_argument("--device", default="cuda", help="cuda | cpu")
     p.add_argument("--dtype", default="", help="bf16 | fp32 (default: bf16 on cuda, fp32 on cpu)")
+    p.add_argument("--lora_dtypes", default="", help="adapter precisions, each its own Baton and PyTorch rows, the "
+                   "first also the coordinator, compile and dev-slice rows (default: the dtype, then fp32)")
+    p.add_argument("--deterministic", default="false", choices=["false", "true"],
+                   help="every row's determinism (bench_vs_pytorch knows only libtorch's defaults, i.e. false)")
     p.add_argument("--small", action="store_true")
     p.add_argument("--out", required=True)
-    p.add_argument("--only", default="klein,pytorch,compile,dev_slice")
+    p.add_argument("--only", default="klein,pytorch,coordinator,local,replicas,dev_slice,compile",
+                   help="klein: Baton in one process and the plans; pytorch: eager; coordinator: the coordinator "
+                   "exchange, 1 and 2 stages; local: the stage-local optimizer (allreduce at one replica), 1 and 2 "
+                   "stages; replicas: 2 replicas, the allreduce exchange; dev_slice; compile: regional torch.compile")
     p.add_argument("--trace_dir", default="", help="also save profiler traces (Baton 1 process, PyTorch eager), the "
-                   "coordinator runs' train logs, and run a 2-stage coordinator with deterministic: false")
+                   "coordinator runs' train logs, and run a 2-stage coordinator with the other determinism")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 1),
+                   help="CPU threads of every row (default 4, or the cores there are)")
     p.add_argument("--part_timeout", type=int, default=240, help="seconds for each sub-part")
+    p.add_argument("--compile_timeout", type=int, default=300, help="seconds for each torch.compile row")
+    p.add_argument("--time_budget", type=int, default=0, help="seconds for the whole bench (0: none): each part's "
+                   "timeout is cut to what is left, and a part with under 30 s left is skipped and named")
     args = p.parse_args()
     if args.trace_dir:
         os.makedirs(args.trace_dir, exist_ok=True)
+    args.cuda = args.device.startswith("cuda")
     args.device_name = "cuda:0" if args.device == "cuda" else args.device
-    args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
-    args.torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    args.dtype = args.dtype or ("bf16" if args.cuda else "fp32")
+    args.torch_dtype = DTYPES[args.dtype]
+    args.deterministic = args.deterministic == "true"
+    if args.time_budget > 0:
+        DEADLINE[0] = time.time() + args.time_budget
+    loras = [x for x in (args.lora_dtypes or f"{args.dtype},fp32").split(",") if x]
+    loras = list(dict.fromkeys(loras))  # fp32 base: one precision
     only = set(args.only.split(","))
     T = args.part_timeout
-    RESULTS.update({"device": args.device_name, "dtype": args.dtype, "small": args.small, "torch": torch.__version__,
-                    "warmup": args.warmup, "timed_steps": args.steps, "lora": "rank 16, attention preset",
-                    "batch": 1})
-    if args.device.startswith("cuda") and torch.cuda.is_available():
+    RESULTS.update({"device": args.device_name, "dtype": args.dtype, "lora_dtypes": loras, "small": args.small,
+                    "torch": torch.__version__, "warmup": args.warmup, "timed_steps": args.steps,
+                    "lora": "rank 16, attention preset", "batch": 1, "cpu_threads": args.threads,
+                    "deterministic": args.deterministic,
+                    "memory_source": PeakMemory(args.cuda).source})
+    if args.cuda and torch.cuda.is_available():
         RESULTS["gpu"] = torch.cuda.get_device_name(0)
     work_root = tempfile.mkdtemp(prefix="baton-gpu-")
-    # Most wanted first: the overall timeout may cut the tail (torch.compile's compile alone can take minutes).
+    main_lora = loras[0]
+    # Most wanted first: the overall timeout may cut the tail. torch.compile comes after every Baton row.
     try:
         holder = {}
-        if only & {"klein", "pytorch"}:
-            args.shape = shape(args, "klein")
-            RESULTS["klein_shape"] = args.shape
-            work = os.path.join(work_root, "klein")
-            os.makedirs(work)
-
+        args.shape = shape(args, "klein")
+        RESULTS["klein_shape"] = args.shape
+        work = os.path.join(work_root, "klein")
+        os.makedirs(work)
+        if only & {"klein", "pytorch", "coordinator", "local", "replicas", "compile"}:
             def write():
                 holder["targets"], sizes = write_problem(args.shape, args, work)
                 return sizes
             part("klein_write", args.out, write)
-            cfg = os.path.join(work, "transformer", "config.json")
-            if "targets" in holder and "klein" in only:
-                part("klein_plan_1s", args.out, run_plan, args, cfg, 1, "80GB")
-                part("klein_plan_2s", args.out, run_plan, args, cfg, 2, "40GB")
-                part("klein_baton_1p", args.out, run_baton_1p, args, work, T)
-                part("klein_coordinator_2s", args.out, run_coordinator, args, work, 2, T)
-                if args.trace_dir:
-                    part("klein_coordinator_2s_nondet", args.out, run_coordinator, args, work, 2, T, False)
-            if "targets" in holder and "pytorch" in only:
-                part("klein_pytorch_eager", args.out, run_pytorch, args, work, holder["targets"], False)
+        cfg = os.path.join(work, "transformer", "config.json")
+        tw = work if "targets" in holder else None
+        if tw and "klein" in only:
+            part("klein_plan_1s", args.out, run_plan, args, cfg, 1, "80GB")
+            part("klein_plan_2s", args.out, run_plan, args, cfg, 2, "40GB")
+
+        def pair(ld):  # Baton in one process and PyTorch eager at one adapter precision
+            if "klein" in only:
+                part(f"klein_baton_1p_{ld}", args.out, lambda: run_baton_1p(args, tw, timeout_for(T), ld))
+            if "pytorch" in only:
+                part(f"klein_pytorch_eager_{ld}", args.out,
+                     lambda: run_pytorch(args, tw, holder["targets"], ld, False, timeout_for(T)))
+        if tw:
+            pair(main_lora)
+            for stages in (1, 2):
+                if "local" in only:
+                    part(f"klein_coordinator_{stages}s_local_{main_lora}", args.out,
+                         lambda: run_coordinator(args, tw, stages, timeout_for(T), main_lora, "allreduce"))
+                if "coordinator" in only:
+                    part(f"klein_coordinator_{stages}s_{main_lora}", args.out,
+                         lambda: run_coordinator(args, tw, stages, timeout_for(T), main_lora))
+            if "replicas" in only:
+                part(f"klein_replicas_2x1_allreduce_{main_lora}", args.out,
+                     lambda: run_coordinator(args, tw, 1, timeout_for(T), main_lora, "allreduce", 2))
+            if args.trace_dir and "coordinator" in only:
+                part(f"klein_coordinator_2s_{main_lora}_{'nondet' if args.deterministic else 'det'}", args.out,
+                     lambda: run_coordinator(args, tw, 2, timeout_for(T), main_lora, "coordinator", 1,
+                                             not args.deterministic))
+            for ld in loras[1:]:
+                pair(ld)
+            # After every klein Baton row, in its own process under its own timeout: a compiler failure (the H100's
+            # "illegal memory access" inside Inductor) is this row's error and takes nothing else with it.
+            if "compile" in only:
+                part(f"klein_pytorch_compile_{main_lora}", args.out,
+                     lambda: run_pytorch(args, tw, holder["targets"], main_lora, True, timeout_for(args.compile_timeout)))
         if "dev_slice" in only:
             base = shape(args, "dev")
             args.shape = base
@@ -380,24 +644,18 @@ def main():
             sizes = {}
             for d, s in ((1, 2), (2, 4)):
                 sh = dict(base, double=d, single=s)
-                args.shape = sh
                 dwork = os.path.join(work_root, f"dev{d}x{s}")
                 os.makedirs(dwork)
 
                 def write(sh=sh, dwork=dwork, key=f"{d}x{s}"):
+                    args.shape = sh
                     sizes[key] = write_problem(sh, args, dwork)[1]
                     return dict(sizes[key])
                 part(f"dev_write_{d}x{s}", args.out, write)
-                part(f"dev_baton_1p_{d}x{s}", args.out, run_baton_1p, args, dwork, T)
+                if f"{d}x{s}" in sizes:
+                    part(f"dev_baton_1p_{d}x{s}", args.out, lambda: run_baton_1p(args, dwork, timeout_for(T), main_lora))
                 shutil.rmtree(dwork, ignore_errors=True)
             part("dev_extrapolation", args.out, extrapolate, base, sizes)
-        if "targets" in holder:
-            args.shape = shape(args, "klein")
-            work = os.path.join(work_root, "klein")
-            if "compile" in only:
-                part("klein_pytorch_compile", args.out, run_pytorch, args, work, holder["targets"], True)
-            if "klein" in only:
-                part("klein_coordinator_1s", args.out, run_coordinator, args, work, 1, T)
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
         save(args.out)
@@ -407,12 +665,16 @@ def main():
 def extrapolate(base, sizes):
     """Seconds and peak bytes per block parameter from the two slices (their difference is 1 double + 2 single
     blocks), scaled to FLUX.2-dev's 8 double + 48 single blocks; the rest (embedders, head, fixed costs) is what
-    the 1 + 2 slice leaves over."""
+    the 1 + 2 slice leaves over. Bytes: the caching allocator's peak allocated (bench_vs_pytorch reports it; on
+    CPU, the peak resident set instead)."""
     from diffusers import Flux2Transformer2DModel
     a, b = RESULTS["parts"]["dev_baton_1p_1x2"], RESULTS["parts"]["dev_baton_1p_2x4"]
+
+    def peak(r):
+        return r.get("allocator_peak_allocated_bytes") or (max(r.get("peak_memory_mib_per_process") or [0]) << 20)
     dp = sizes["2x4"]["block_params"] - sizes["1x2"]["block_params"]
     per_param_s = (b["s_per_step"] - a["s_per_step"]) / dp
-    per_param_bytes = (b["peak_device_allocated_bytes"] - a["peak_device_allocated_bytes"]) / dp
+    per_param_bytes = (peak(b) - peak(a)) / dp
     axes = base["head_dim"] // 4
     with torch.device("meta"):  # exact per-kind parameter counts, no memory
         m = Flux2Transformer2DModel(patch_size=1, in_channels=128, num_layers=1, num_single_layers=1,
@@ -424,11 +686,11 @@ def extrapolate(base, sizes):
     single = sum(p.numel() for n, p in m.named_parameters() if n.startswith("single_transformer_blocks."))
     full_block_params = base["full_double"] * double + base["full_single"] * single
     rest_s = a["s_per_step"] - per_param_s * sizes["1x2"]["block_params"]
-    rest_b = a["peak_device_allocated_bytes"] - per_param_bytes * sizes["1x2"]["block_params"]
+    rest_b = peak(a) - per_param_bytes * sizes["1x2"]["block_params"]
     full_s = rest_s + per_param_s * full_block_params
     full_b = rest_b + per_param_bytes * full_block_params
     return {"D": base["heads"] * base["head_dim"], "double_block_params": double, "single_block_params": single,
-            "full_block_params": full_block_params,
+            "full_block_params": full_block_params, "lora_dtype": a.get("lora_dtype"),
             "seconds_per_double_block": per_param_s * double, "seconds_per_single_block": per_param_s * single,
             "bytes_per_double_block": per_param_bytes * double, "bytes_per_single_block": per_param_bytes * single,
             "full_model_s_per_step": full_s, "full_model_peak_bytes": full_b,

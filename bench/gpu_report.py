@@ -77,7 +77,8 @@ def main():
     transfer = last_json_line(read(os.path.join(a.out, "transfer.log")), '"bench":"transfer"')
     ctest = ctest_results(read(os.path.join(a.out, "ctest.log")))
     env = read(os.path.join(a.work, "env.txt"))
-    failed = [x["part"] for x in parts if not x["ok"]] + [f"bench.{k}" for k in bench.get("errors", {})]
+    failed = [x["part"] for x in parts if not x["ok"]] + [f"bench.{k}" for k in bench.get("errors", {})] + \
+        [f"bench.{k} (skipped)" for k in bench.get("skipped", {})]
     report = {"date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M:%S"), "device": a.device,
               "mode": "cpu rehearsal (--small)" if a.small == "1" else f"{a.device} real sizes",
               "wall_seconds": a.wall, "deadline_seconds": a.deadline, "parts": parts, "failed": failed, "env": env,
@@ -106,32 +107,68 @@ def main():
     md += ["", "## Training step (LoRA rank 16 on the attention preset, batch 1)", "",
            f"klein-4B-shaped: D = {shape.get('heads', 0) * shape.get('head_dim', 0)}, {shape.get('double', '?')} double + "
            f"{shape.get('single', '?')} single blocks, {shape.get('grid', 0) ** 2} image + {shape.get('text', '?')} "
-           "text tokens.", "",
-           "| run | s/step | peak device memory | `baton plan` estimate per stage | PyTorch eager s/step ÷ this |",
-           "|---|---|---|---|---|"]
-    eager = bp.get("klein_pytorch_eager", {}).get("s_per_step")
-    rows = [("Baton, 1 stage, 1 process (train-local's step)", "klein_baton_1p"),
-            ("Baton coordinator, 1 stage", "klein_coordinator_1s"),
-            ("Baton coordinator, 2 stages on one device", "klein_coordinator_2s"),
-            ("PyTorch eager (diffusers + peft)", "klein_pytorch_eager"),
-            ("PyTorch torch.compile", "klein_pytorch_compile")]
-    for label, key in rows:
+           f"text tokens; base {bench.get('dtype', '?')}; {bench.get('cpu_threads', '?')} CPU threads in every row; "
+           f"peak memory, every row: {bench.get('memory_source', '?')}. Like for like: each row's PyTorch eager "
+           "ratio is against eager at the same adapter precision.", "",
+           "| run | adapters | optimizer | s/step | samples/step | peak memory per process | allocator peak "
+           "allocated | `baton plan` estimate per stage | deterministic | PyTorch eager s/step ÷ this |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    errors, skipped = bench.get("errors", {}), bench.get("skipped", {})
+    loras = bench.get("lora_dtypes") or [bench.get("dtype", "fp32")]
+    main_lora = loras[0]
+    rows = []
+    for ld in loras:
+        rows += [(f"Baton, 1 stage, 1 process (train-local's step)", f"klein_baton_1p_{ld}", ld),
+                 ("PyTorch eager (diffusers + peft)", f"klein_pytorch_eager_{ld}", ld)]
+    rows += [("Baton coordinator, 1 stage, stage-local optimizer (allreduce, 1 replica)",
+              f"klein_coordinator_1s_local_{main_lora}", main_lora),
+             ("Baton coordinator, 1 stage, optimizer in the coordinator", f"klein_coordinator_1s_{main_lora}", main_lora),
+             ("Baton coordinator, 2 stages on one device, stage-local optimizer",
+              f"klein_coordinator_2s_local_{main_lora}", main_lora),
+             ("Baton coordinator, 2 stages on one device, optimizer in the coordinator",
+              f"klein_coordinator_2s_{main_lora}", main_lora),
+             ("Baton, 2 replicas x 1 stage on one device, allreduce exchange",
+              f"klein_replicas_2x1_allreduce_{main_lora}", main_lora)]
+    rows += [(f"Baton coordinator, 2 stages, deterministic: {'false' if k.endswith('nondet') else 'true'}", k, main_lora)
+             for k in bp if re.match(r"klein_coordinator_2s_\w+_(det|nondet)$", k)]
+    rows += [("PyTorch torch.compile, regional (each block)", f"klein_pytorch_compile_{main_lora}", main_lora)]
+    plans = {1: "klein_plan_1s", 2: "klein_plan_2s"}
+    for label, key, ld in rows:
         r = bp.get(key)
         if r is None:
-            md.append(f"| {label} | {'FAILED' if key in bench.get('errors', {}) else 'not run'} | — | — | — |")
+            state = ("FAILED (Errors below)" if key in errors else "skipped: " + skipped[key] if key in skipped
+                     else "not run")
+            md.append(f"| {label} | {ld} | — | {state} | — | — | — | — | — | — |")
             continue
-        if "peak_device_mib_per_process" in r:
-            mem = ", ".join(f"{m / 1024:.2f} GiB" for m in r["peak_device_mib_per_process"]) or "—"
-            mem += " (per process, nvidia-smi)" if r["peak_device_mib_per_process"] else ""
-        else:
-            peak = r.get("peak_device_allocated_bytes")
-            mem = f"{gib(peak)} allocated" if peak else "— (cpu)" if a.device == "cpu" else "—"
-        ratio = f"{eager / r['s_per_step']:.2f}" if eager and r.get("s_per_step") else "—"
-        plan = {"klein_coordinator_1s": "klein_plan_1s", "klein_coordinator_2s": "klein_plan_2s"}.get(key)
-        est = ", ".join(bp.get(plan, {}).get("stage_memory_estimates", [])) if plan else ""
+        mem = ", ".join(f"{m / 1024:.2f} GiB" for m in r.get("peak_memory_mib_per_process") or []) or "—"
+        eager = bp.get(f"klein_pytorch_eager_{ld}", {}).get("s_per_step")
+        per_sample = r["s_per_step"] / r.get("samples_per_step", 1) if r.get("s_per_step") else None
+        ratio = f"{eager / per_sample:.2f}" if eager and per_sample else "—"
+        if r.get("samples_per_step", 1) > 1 and ratio != "—":
+            ratio += " (per sample)"
+        est = ""
+        if "stages" in r and r.get("replicas", 1) == 1:
+            est = ", ".join(bp.get(plans.get(r["stages"]), {}).get("stage_memory_estimates", []))
+        det = r.get("determinism", {})
+        det_text = str(det.get("deterministic", "?")).lower() + ("" if det.get("as_asked", True) else " (not as asked)")
         if r.get("exit_code"):
             label += f" (exited {r['exit_code']} after its last step)"
-        md.append(f"| {label} | {sec(r.get('s_per_step'))} | {mem} | {est or '—'} | {ratio} |")
+        if r.get("compiled"):
+            label += f" ({r['compiled']})"
+        if r.get("note"):
+            label += f" ({r['note']})"
+        optimizer = (r.get("optimizer") or "—").split(" (")[0]
+        md.append(f"| {label} | {r.get('adapters', ld)} | {optimizer} | {sec(r.get('s_per_step'))} | "
+                  f"{r.get('samples_per_step', 1)} | {mem} | {gib(r.get('allocator_peak_allocated_bytes'))} | "
+                  f"{est or '—'} | {det_text} | {ratio} |")
+    md += ["", "Losses of steps 1 and 2 (Baton in one process, PyTorch eager and torch.compile take one fixed "
+           "micro-batch and should agree, bf16 rows to bf16's precision; the coordinator rows train on a synthetic "
+           "cache with their own noise draws):", ""]
+    md += [f"- {key}: {', '.join(f'{x:.5f}' for x in r.get('losses', []))}" for key, r in bp.items()
+           if key.startswith("klein_") and r.get("losses")]
+    md += ["", "Determinism per row:", ""]
+    md += [f"- {key}: {r['determinism'].get('how')}" for key, r in bp.items()
+           if key.startswith("klein_") and r.get("determinism")]
     for key in ("klein_plan_1s", "klein_plan_2s", "dev_plan_int8_2x24GB"):
         r = bp.get(key)
         if r:
@@ -145,7 +182,7 @@ def main():
            "|---|---|---|"]
     for key, label in (("dev_baton_1p_1x2", "1 double + 2 single"), ("dev_baton_1p_2x4", "2 double + 4 single")):
         r = bp.get(key, {})
-        md.append(f"| {label} | {sec(r.get('s_per_step'))} | {gib(r.get('peak_device_allocated_bytes'))} |")
+        md.append(f"| {label} | {sec(r.get('s_per_step'))} | {gib(r.get('allocator_peak_allocated_bytes'))} |")
     if ex:
         md += ["", f"Per double block {ex['seconds_per_double_block']:.4f} s and {gib(ex['bytes_per_double_block'])}; "
                f"per single block {ex['seconds_per_single_block']:.4f} s and {gib(ex['bytes_per_single_block'])}. "
@@ -162,7 +199,9 @@ def main():
     else:
         md.append("no result (see transfer.log)")
     if bench.get("errors"):
-        md += ["", "## Errors", ""] + [f"- **{k}**: `{v[-500:]}`" for k, v in bench["errors"].items()]
+        md += ["", "## Errors", ""] + [f"- **{k}**: `{v[-700:]}`" for k, v in bench["errors"].items()]
+    if bench.get("skipped"):
+        md += ["", "## Skipped", ""] + [f"- **{k}**: {v}" for k, v in bench["skipped"].items()]
     with open(os.path.join(a.out, "gpu_report.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md[:14]))

@@ -3,15 +3,20 @@
 # that builds Baton from this checkout and gpu_kit/ (scripts/gpu_pack.sh) against the machine's own torch, then
 # measures, and writes OUTDIR/gpu_report.json and OUTDIR/gpu_report.md (+ build.log, ctest.log, bench.log,
 # transfer.log). Parts: setup, build, env (nvidia-smi, --version), ctest -L cuda, transfer (bench_transfer
-# --device), bench (bench/bench_gpu.py: step time and device memory at real sizes, baton plan, FLUX.2-dev slice,
-# diffusers + peft eager and torch.compile). Each part runs under its own timeout inside one overall deadline, so a
-# failing part still leaves a report that names it. --device cpu --small is the CPU rehearsal (scripts/gpu_rehearse.sh).
+# --device), bench (bench/bench_gpu.py: step time and memory at real sizes, Baton in one process, through the
+# coordinator with the optimizer there or on the stages, two replicas with the allreduce exchange, each beside
+# diffusers + peft eager at the same adapter precision; baton plan; regional torch.compile after the Baton rows; the
+# FLUX.2-dev slice). Each part runs under its own timeout inside one overall deadline, and each bench row under its
+# own timeout inside the bench's, so a failing part or row still leaves a report that names it. --device cpu
+# --small is the CPU rehearsal (scripts/gpu_rehearse.sh).
 #
 #   scripts/gpu_check.sh OUTDIR [--device cuda|cpu] [--small] [--kit DIR] [--build DIR] [--deadline S]
 #                        [--parts setup,build,env,ctest_cuda,transfer,bench] [--bench_args "ARGS"]
 # --parts runs only the parts named (a follow-up call on a fresh machine still needs setup and build);
 # --bench_args goes to bench/bench_gpu.py (e.g. "--only klein,pytorch --trace_dir OUTDIR/traces").
-# Environment: GPU_CHECK_JOBS (build parallelism, default nproc), GPU_CHECK_BUILD_TIMEOUT (s, default 330).
+# Environment: GPU_CHECK_JOBS (build parallelism, default nproc), GPU_CHECK_BUILD_TIMEOUT (s, default 330),
+# GPU_CHECK_BENCH_TIMEOUT (s for the whole bench, default 480), GPU_CHECK_PART_TIMEOUT (s per bench row, default
+# 150), GPU_CHECK_COMPILE_TIMEOUT (s for the torch.compile row, default 240).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -163,8 +168,14 @@ run_part transfer 90 "$OUT/transfer.log" "$BIN/bench_transfer" --device="$DEV_NA
 # ---- bench: step time and memory at real sizes, baton plan, the FLUX.2-dev slice, PyTorch ----------------------
 SMALL_FLAG=""
 [ "$SMALL" = 1 ] && SMALL_FLAG=--small
-run_part bench 480 "$OUT/bench.log" env PYTHONUNBUFFERED=1 $PY bench/bench_gpu.py --bin_dir "$BIN" --device "$DEVICE" \
-  $SMALL_FLAG --out "$WORK/bench.json" --part_timeout "${GPU_CHECK_PART_TIMEOUT:-150}" $BENCH_ARGS
+# The bench knows its own budget (what the deadline leaves, at most 480 s): a row with too little time left is
+# skipped and named instead of the whole part timing out.
+BENCH_MAX=${GPU_CHECK_BENCH_TIMEOUT:-480}
+BENCH_BUDGET=$(($(left) - 30))
+[ "$BENCH_BUDGET" -gt "$BENCH_MAX" ] && BENCH_BUDGET=$BENCH_MAX
+run_part bench $BENCH_MAX "$OUT/bench.log" env PYTHONUNBUFFERED=1 $PY bench/bench_gpu.py --bin_dir "$BIN" \
+  --device "$DEVICE" $SMALL_FLAG --out "$WORK/bench.json" --part_timeout "${GPU_CHECK_PART_TIMEOUT:-150}" \
+  --compile_timeout "${GPU_CHECK_COMPILE_TIMEOUT:-240}" --time_budget "$BENCH_BUDGET" $BENCH_ARGS
 
 # ---- report ---------------------------------------------------------------------------------------------------
 $PY bench/gpu_report.py --work "$WORK" --out "$OUT" --device "$DEVICE" --small "$SMALL" \

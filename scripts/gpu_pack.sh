@@ -13,19 +13,30 @@
 # It prints the kit's size next to the checkout's and fails when both together exceed the 60 MiB that may travel.
 #
 #   scripts/gpu_pack.sh [KIT_DIR]        (root or sudo for apt-get; network to the Debian mirror and PyPI)
+#   scripts/gpu_pack.sh --list           what the kit would carry and what it counts on the machine having, one
+#                                        "kind name" a line; no network, no root, writes nothing (scripts/
+#                                        check_gpu_kit.py checks the build's needs against it)
 # Downloads and the FFmpeg build are cached in .gpu_cache/ (git-ignored); a second run takes seconds.
+# Every symbolic link in the kit must resolve inside it: a development link into a runtime package the kit does not
+# carry (libcurl.so -> libcurl.so.4.8.0 of cmake's libcurl4) brings that file along, and a link that still dangles
+# after packing fails the run, naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+LIST=0
+[ "${1:-}" = --list ] && { LIST=1; shift; }
 KIT=${1:-gpu_kit}
 CACHE=${GPU_PACK_CACHE:-$REPO/.gpu_cache}
 BUDGET=$((60 * 1024 * 1024))
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
-# What Baton's build needs (scripts/setup.sh's list, minus FFmpeg, plus GoogleTest and the image libraries).
+# What Baton's build needs (scripts/setup.sh's list, minus FFmpeg, plus GoogleTest and the image libraries), and
+# everything they depend on. scripts/check_gpu_kit.py (ctest lint.gpu_kit) fails when something the CMake looks for
+# is in neither this closure nor BASE's.
 DEV="libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev
-     libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev libpng-dev libjpeg-dev zlib1g-dev pkgconf libgloo-dev"
+     libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libgmock-dev libpng-dev libjpeg-dev zlib1g-dev pkgconf libgloo-dev
+     libssl-dev"
 # What the target machine (and the rehearsal's root) already has: these and everything they depend on.
 BASE="python3 python3-venv cmake ninja-build g++ ca-certificates"
 # Python packages the PyTorch side needs beyond what that machine has (see /work/.library/device/KINDS.md's list:
@@ -33,27 +44,55 @@ BASE="python3 python3-venv cmake ninja-build g++ ca-certificates"
 # tqdm, packaging, zipp, filelock, peft are there; peft is carried anyway so both sides pin the version we test).
 WHEELS="diffusers==0.42.1 peft==0.21.2 importlib_metadata==10.2.0 zipp==4.1.2 lazy-importer==0.1.0"
 FFMPEG_VERSION=5.1.9
-
-t0=$(date +%s)
-mkdir -p "$CACHE/debs" "$CACHE/wheels"
-rm -rf "$KIT" "$CACHE/prefix"
-mkdir -p "$KIT/wheels" "$CACHE/prefix"
+# The libraries that FFmpeg build makes (the kit carries them instead of Debian's libav*-dev): core/CMakeLists.txt's
+# pkg_check_modules names some of them. Checked after the build.
+FFMPEG_LIBS="avcodec avformat avutil swscale swresample"
+# Pruned from the unpacked packages: documentation, manuals, locales, and static archives nothing links (GoogleTest
+# ships only .a: kept).
+PRUNE_DIRS="usr/share/doc usr/share/man usr/share/locale usr/share/lintian usr/share/info usr/src etc"
+KEEP_STATIC="libgtest* libgmock*"
 
 closure() {
   apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
     --no-enhances "$@" | grep -v '^ ' | grep -v '^<' | sort -u
 }
-closure $DEV >"$CACHE/dev.list"
+LISTS=$(mktemp -d)
+trap 'rm -rf "$LISTS"' EXIT
+closure $DEV >"$LISTS/dev.list"
 {
   closure $BASE
   dpkg-query -W -f '${Package} ${Priority}\n' | awk '$2 == "required" {print $1}'
-} | sort -u >"$CACHE/base.list"
-comm -23 "$CACHE/dev.list" "$CACHE/base.list" >"$CACHE/need.list"
+} | sort -u >"$LISTS/base.list"
+comm -23 "$LISTS/dev.list" "$LISTS/base.list" >"$LISTS/need.list"
+if [ "$LIST" = 1 ]; then
+  echo "# scripts/gpu_pack.sh --list: kit = Debian packages unpacked into the kit (DEV's closure minus BASE's);"
+  echo "# base = what the GPU machine is taken to have (BASE's closure and Debian's required packages); ffmpeg ="
+  echo "# libraries of the kit's own FFmpeg build; pruned = folders removed from the kit; static_kept = the only"
+  echo "# static archives kept"
+  sed 's/^/kit /' "$LISTS/need.list"
+  sed 's/^/base /' "$LISTS/base.list"
+  for x in $FFMPEG_LIBS; do echo "ffmpeg $x"; done
+  for x in $PRUNE_DIRS; do echo "pruned /$x"; done
+  for x in $KEEP_STATIC; do echo "static_kept $x"; done
+  exit 0
+fi
+
+t0=$(date +%s)
+mkdir -p "$CACHE/debs" "$CACHE/wheels"
+rm -rf "$KIT" "$CACHE/prefix" "$CACHE/runtime" "$CACHE/manifest"
+mkdir -p "$KIT/wheels" "$CACHE/prefix"
+cp "$LISTS"/{dev,base,need}.list "$CACHE/"
 echo "gpu_pack: $(wc -l <"$CACHE/need.list") Debian packages: $(tr '\n' ' ' <"$CACHE/need.list")"
 (cd "$CACHE/debs" && apt-get download $(cat "$CACHE/need.list") >/dev/null 2>&1 ||
   (cd "$CACHE/debs" && apt-get download $(cat "$CACHE/need.list")))
+# The .deb of package $1 at apt's candidate version (the one `apt-get download` fetched; older ones may be cached).
+deb_of() {
+  local v
+  v=$(apt-cache policy "$1" | awk '/Candidate:/ {print $2}')
+  ls "$CACHE"/debs/"$1"_"${v/:/%3a}"_*.deb 2>/dev/null | head -1
+}
 for p in $(cat "$CACHE/need.list"); do
-  deb=$(ls "$CACHE"/debs/"${p}"_*.deb 2>/dev/null | head -1)
+  deb=$(deb_of "$p")
   [ -n "$deb" ] || { echo "gpu_pack: no .deb for $p" >&2; exit 1; }
   dpkg -x "$deb" "$CACHE/prefix"
   echo "deb $(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version)" >>"$CACHE/manifest"
@@ -81,6 +120,9 @@ if [ ! -f "$FF/lib/libavcodec.so" ]; then
       --enable-parser=h264,hevc,mpeg4video,mjpeg,vp9 --enable-zlib --enable-swscale >/dev/null &&
     make -j"$(nproc)" >/dev/null && make install >/dev/null)
 fi
+for x in $FFMPEG_LIBS; do
+  [ -f "$FF/lib/lib$x.so" ] || { echo "gpu_pack: the FFmpeg build made no lib$x.so (FFMPEG_LIBS)" >&2; exit 1; }
+done
 cp -a "$FF"/include/. "$CACHE/prefix/usr/include/"
 cp -a "$FF"/lib/*.so* "$CACHE/prefix/usr/lib/x86_64-linux-gnu/"
 mkdir -p "$CACHE/prefix/usr/lib/x86_64-linux-gnu/pkgconfig"
@@ -91,32 +133,55 @@ done
 echo "built ffmpeg-minimal $FFMPEG_VERSION (libavcodec/avformat/avutil/swscale/swresample; codecs: mpeg4 mjpeg png h264 hevc vp8 vp9)" \
   >>"$CACHE/manifest"
 
-# Prune: documentation, manuals, locales, and static archives nothing links (GoogleTest ships only .a: keep).
+# Prune (PRUNE_DIRS).
 P="$CACHE/prefix"
-rm -rf "$P"/usr/share/doc "$P"/usr/share/man "$P"/usr/share/locale "$P"/usr/share/lintian "$P"/usr/share/info \
-  "$P"/usr/src "$P"/etc
+for d in $PRUNE_DIRS; do rm -rf "${P:?}/$d"; done
 # gRPC's and civetweb's CMake configs check that every program they export exists: the ones the build never runs
 # become one-line stubs.
 for b in "$P"/usr/bin/grpc_{php,python,ruby}_plugin "$P"/usr/bin/civetweb; do
   printf '#!/bin/sh\necho "%s: not carried by gpu_pack.sh" >&2\nexit 1\n' "$(basename "$b")" >"$b"
 done
-# Development symlinks that point outside the kit (libz.so -> /lib/.../libz.so.1.2.13, libssl.so -> libssl.so.3
-# of the base system's runtime package): bring the file they name, so CMake's find_library finds a real library
-# on a machine whose own copy may be missing or elsewhere.
+# Development symlinks that point outside the kit: into a runtime package of the base system (libcurl.so ->
+# libcurl.so.4.8.0 of libcurl4, libssl.so -> libssl.so.3 of libssl3: cmake depends on both, so the kit counts on the
+# machine having them, but under the runtime name only), or absolute (libz.so -> /lib/.../libz.so.1.2.13). Bring the
+# file they name, from that runtime package at the version apt downloads (the one the -dev package's headers
+# match; this machine's dpkg says which package), so CMake's find_library finds a real library on a machine whose
+# own copy may be missing or elsewhere. (A relative link's `readlink -f` names a path inside the kit even when
+# nothing is there: only a link that resolves counts as inside.)
 for l in $(find "$P" -type l); do
+  if [ -e "$l" ]; then
+    case "$(readlink -f "$l")" in "$P"/*) continue ;; esac
+  fi
   target=$(readlink "$l")
   case "$target" in
-    /*) src=$target ;;
-    *) [ -e "$(dirname "$l")/$target" ] && continue; src=/usr/lib/x86_64-linux-gnu/$target ;;
+    /*) want=$target ;;
+    *) want=$(dirname "${l#"$P"}")/$target ;;  # where the link points on an installed system
   esac
-  case "$(readlink -f "$l")" in "$P"/*) continue ;; esac
-  real=$(readlink -f "$src")
-  [ -f "$real" ] || { echo "gpu_pack: $l points to $target, absent here too" >&2; continue; }
-  cp "$real" "$(dirname "$l")/$(basename "$real")"
+  real=$(readlink -f "$want" || true)  # the file itself, on this machine (a link may lead to a link)
+  owner=$( (dpkg -S "$real" || dpkg -S "${real#/usr}") 2>/dev/null | head -1 | cut -d: -f1) || true
+  if [ -z "$owner" ]; then
+    echo "gpu_pack: ${l#"$P"} -> $target: $real belongs to no installed package here (scripts/setup.sh installs them)" >&2
+    continue  # the check below names the link and fails
+  fi
+  rt="$CACHE/runtime/$owner"
+  if [ ! -d "$rt" ]; then
+    (cd "$CACHE/debs" && apt-get download "$owner" >/dev/null 2>&1 || apt-get download "$owner")
+    mkdir -p "$rt"
+    dpkg -x "$(deb_of "$owner")" "$rt"
+  fi
+  f=""
+  for c in "$rt$real" "$rt${real#/usr}"; do [ -f "$c" ] && { f=$c; break; }; done
+  if [ -z "$f" ]; then
+    echo "gpu_pack: ${l#"$P"} -> $target: $real is not in $owner's .deb" >&2
+    continue
+  fi
+  cp "$f" "$(dirname "$l")/$(basename "$real")"
   ln -sf "$(basename "$real")" "$l"
-  echo "copied $(basename "$real") (from the base system, for $(basename "$l"))" >>"$CACHE/manifest"
+  echo "copied $(basename "$real") from $(basename "$(deb_of "$owner")") (for $(basename "$l"))" >>"$CACHE/manifest"
 done
-find "$P" -name '*.a' ! -name 'libgtest*' ! -name 'libgmock*' -delete
+keep=()
+for g in $KEEP_STATIC; do keep+=(! -name "$g"); done
+find "$P" -name '*.a' "${keep[@]}" -delete
 # Relocatable .pc files: their prefix follows wherever the kit is unpacked.
 for pc in "$P"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc "$P"/usr/share/pkgconfig/*.pc; do
   [ -f "$pc" ] || continue
@@ -139,6 +204,13 @@ EOF
   chmod +x "$b"
 done
 strip --strip-unneeded "$P"/usr/lib/x86_64-linux-gnu/*.so.* 2>/dev/null || true
+# No link in the kit may dangle (pruned, or pointing where the GPU machine has nothing): fail, naming each.
+dangling=$(find "$P" -xtype l -printf '/%P -> %l\n')
+if [ -n "$dangling" ]; then
+  echo "gpu_pack: symbolic links in the kit that point to nothing:" >&2
+  echo "$dangling" | sed 's/^/  /' >&2
+  exit 1
+fi
 cp "$CACHE/manifest" "$KIT/MANIFEST.txt"
 rm -f "$CACHE/manifest"
 tar -C "$P" -cf - usr | xz -T"$(nproc)" -6 >"$KIT/prefix.tar.xz"

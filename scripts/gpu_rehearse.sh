@@ -63,11 +63,14 @@ mount -t proc proc "$ROOT/proc"
 mount --bind /dev "$ROOT/dev"
 mount --bind -o ro "$CUDA" "$ROOT/usr/local/cuda"
 mount --bind "$OUT" "$ROOT/out"
-# 4. The check, as the GPU machine runs it, on CPU at tiny sizes (2 cores here: a longer deadline for the build).
+# 4. The check, as the GPU machine runs it, on CPU at tiny sizes (2 cores here: longer timeouts for the build, the
+# bench and its torch.compile row, whose Inductor C++ compiles took 200 s on 2 busy cores).
 t1=$(date +%s)
 set +e
 chroot "$ROOT" env -i PATH=/opt/torch/bin:/usr/local/cuda/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
   GPU_CHECK_BUILD_TIMEOUT="${GPU_CHECK_BUILD_TIMEOUT:-2400}" GPU_CHECK_JOBS="${GPU_CHECK_JOBS:-$(nproc)}" \
+  GPU_CHECK_BENCH_TIMEOUT="${GPU_CHECK_BENCH_TIMEOUT:-1500}" GPU_CHECK_PART_TIMEOUT="${GPU_CHECK_PART_TIMEOUT:-300}" \
+  GPU_CHECK_COMPILE_TIMEOUT="${GPU_CHECK_COMPILE_TIMEOUT:-600}" \
   bash /work/baton/scripts/gpu_check.sh /out --device cpu --small --deadline "${GPU_REHEARSE_DEADLINE:-3300}"
 rc=$?
 set -e
