@@ -86,7 +86,7 @@ class CheckGpuKitTest(unittest.TestCase):
         rc, out = run_check(self.root)
         self.assertEqual(rc, 1, out)
         self.assertRegex(out, r"FAIL Debian package libgloo-dev is neither in the kit nor on the GPU machine .*: "
-                              r"/usr/include/gloo/context\.h is in it, needed by core/CMakeLists\.txt:\d+ "
+                              r"/usr/include/gloo/context\.h is in it, needed by collective/CMakeLists\.txt:\d+ "
                               r"find_path\(BATON_GLOO_INCLUDE gloo/context\.h\)")
         self.assertEqual(out.count("FAIL"), 1, out)
 
@@ -102,7 +102,7 @@ class CheckGpuKitTest(unittest.TestCase):
 
     def test_a_header_only_the_build_dependencies_show_counts(self):
         self.write("CMakeLists.txt", "project(x CXX)\n")
-        deps = self.write("deps.txt", "core/collective/gloo_group.o: #deps 2, deps mtime 1 (VALID)\n"
+        deps = self.write("deps.txt", "collective/gloo_group.o: #deps 2, deps mtime 1 (VALID)\n"
                                       "    /usr/include/gloo/context.h\n    /usr/include/c++/12/vector\n")
         self.stub_pack()
         rc, out = run_check(self.root, "--deps", str(deps))

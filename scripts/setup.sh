@@ -15,7 +15,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libgtest-dev libgmock-dev libyaml-cpp-dev nlohmann-json3-dev
   libpng-dev libjpeg-dev libssl-dev prometheus iproute2
-  libgloo-dev  # declarations only: c10d's Gloo header includes them (core/collective); the code is libtorch's
+  libgloo-dev  # declarations only: c10d's Gloo header includes them (collective/); the code is libtorch's
   libavcodec-dev libavformat-dev libswscale-dev libavutil-dev  # video clips (core/video)
   clang-14 libclang-rt-14-dev  # the fuzz targets' build (scripts/fuzz.sh)
 )

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/collective/peer_group.h"
+#include "collective/peer_group.h"
 #include "core/train/adamw.h"
 #include "core/train/job.h"
 #include "stage_driver/replica_set.h"
@@ -26,7 +26,7 @@ struct ExchangeResult {
   bool early = false;         // every stage began its sum as soon as it held its gradients
 };
 
-// Stage s of every replica forms a c10d Gloo group with stage s of the others (core/collective), sums its held
+// Stage s of every replica forms a c10d Gloo group with stage s of the others (collective/), sums its held
 // gradients over it and applies AdamW itself. Per step only the squared norms (for the global clipping) and the
 // update's few numbers pass through the coordinator; neither gradients nor adapters do.
 //

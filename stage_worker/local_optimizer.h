@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "baton/v1/stage.pb.h"
-#include "core/collective/peer_group.h"
+#include "collective/peer_group.h"
 #include "core/train/adamw.h"
 
 namespace baton {

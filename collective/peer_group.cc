@@ -1,9 +1,9 @@
-#include "core/collective/peer_group.h"
+#include "collective/peer_group.h"
 
 // c10d's Gloo header is empty unless USE_C10D_GLOO is defined (torch's CMake targets define it); the Gloo headers it
 // includes are Debian's libgloo-dev: only declarations are used, the code is libtorch_cpu's own.
 #ifndef USE_C10D_GLOO
-#error "libtorch's CMake targets define USE_C10D_GLOO; core/collective needs them"
+#error "libtorch's CMake targets define USE_C10D_GLOO; collective/ needs them"
 #endif
 #include <absl/strings/str_cat.h>
 

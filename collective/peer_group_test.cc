@@ -1,4 +1,4 @@
-#include "core/collective/peer_group.h"
+#include "collective/peer_group.h"
 
 #include <gtest/gtest.h>
 
