@@ -57,13 +57,15 @@ absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig
                           {"model_config", job.model_config, !job.model_config.empty()},
                           {"dataset", job.dataset, job.encode.encoder_worker.empty()},
                           {"init_lora", job.init_lora, !job.init_lora.empty()},
-                          {"validation.dataset", job.validation.dataset, !job.validation.dataset.empty()}};
+                          {"validation.dataset", job.validation.dataset, !job.validation.dataset.empty()},
+                          // The encoder worker reads it (on its host): judged here, not required to exist here.
+                          {"encode.images", job.encode.images, false}};
   // Inside the root first: a refusal must not depend on whether the file exists.
   for (const PathKey& k : keys) {
     if (data_root.empty() || k.path.empty()) continue;
     auto inside = ResolveForWriteInsideRoot(data_root, k.path, k.key);
     if (!inside.ok()) {
-      const std::string key = k.key == std::string("validation.dataset") ? "validation" : k.key;
+      const std::string key = std::string(k.key).substr(0, std::string(k.key).find('.'));  // the top-level key
       return absl::PermissionDeniedError(absl::StrCat(KeyPosition(submitted, key), ": ", k.key, ": ", k.path,
                                                       " is outside the job service's --data_root ", data_root));
     }

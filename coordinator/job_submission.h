@@ -23,11 +23,12 @@ struct SubmittedJob {
 // Parses the YAML (at most kMaxJobFileBytes, lists within their limits: core/train/job.h) and makes the relative
 // paths among model, model_config, dataset, init_lora and validation.dataset absolute against working_dir
 // (`coordinator --job` resolves them against its cwd; a service has its own). The encoder worker's encode.images is
-// passed on as written (it names a path on the encoder's host, which checks it against its --cache_root).
+// passed on as written (it names a path on the encoder's host, which writes the cache only inside its --cache_root
+// and reads no file that resolves outside that folder: encoder_worker/dataset_fence.h).
 absl::StatusOr<JobConfig> ParseSubmittedJob(const SubmittedJob& submitted);
 
-// Those paths lie inside `data_root` (symlinks resolved; a path that does not exist yet is judged by its deepest
-// existing folder, so the answer never tells whether a file outside exists): else PERMISSION_DENIED naming
+// Those paths and encode.images lie inside `data_root` (symlinks resolved; a path that does not exist yet is judged by
+// its deepest existing folder, so the answer never tells whether a file outside exists): else PERMISSION_DENIED naming
 // `file:line`, the key and the path. Empty data_root: no restriction (in-process use; the job service passes its
 // --data_root). Then they exist (InvalidArgument naming `file:line` of the key), and CheckJobPlan passes for `stages`.
 absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig& job, int stages,

@@ -78,6 +78,31 @@ TEST(JobSubmissionTest, PathsOutsideTheDataRootAreRefusedByName) {
   EXPECT_NE(inside.message().find("does not exist"), std::string::npos) << inside;
 }
 
+// Issue 35: the images folder a job has its encoder worker read is fenced like every other path (the worker then reads
+// no file that resolves outside that folder: encoder_worker/dataset_fence.h).
+TEST(JobSubmissionTest, AnImagesFolderOutsideTheDataRootIsRefusedByName) {
+  const std::string root = test_util::MakeTempDir("data_root_images");
+  ASSERT_TRUE(MakeDirs(JoinPath(root, "model")).ok());
+  ASSERT_EQ(::symlink("/etc", JoinPath(root, "etc").c_str()), 0);
+  auto validate = [&](const std::string& images) {
+    SubmittedJob s{absl::StrCat("model: ", JoinPath(root, "model"), "\ndataset: ", JoinPath(root, "cache"),
+                                "\nencode:\n  encoder_worker: 127.0.0.1:1\n  images: ", images, "\n"),
+                   "jobs/a.yaml", "", "", 0};
+    auto job = ParseSubmittedJob(s);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? ValidateSubmittedJob(s, *job, 2, root) : job.status();
+  };
+  for (const std::string& images : {std::string("/etc"), JoinPath(root, "etc")}) {
+    absl::Status status = validate(images);
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+    EXPECT_EQ(status.message(), absl::StrCat("jobs/a.yaml:4: encode.images: ", images,  // the encode: block
+                                             " is outside the job service's --data_root ", root));
+  }
+  absl::Status inside = validate(JoinPath(root, "images"));  // need not exist on the coordinator's host
+  EXPECT_NE(inside.code(), absl::StatusCode::kPermissionDenied) << inside;
+  EXPECT_EQ(inside.message().find("encode.images"), absl::string_view::npos) << inside;
+}
+
 TEST(JobSubmissionTest, StepsOverrideHasTheStepLimit) {
   SubmittedJob s{"model: m\ndataset: d\n", "jobs/a.yaml", "", "", kMaxJobSteps + 1};
   auto job = ParseSubmittedJob(s);

@@ -27,6 +27,7 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
   const auto started = std::chrono::steady_clock::now();
   ScanOptions scan_options;
   scan_options.trigger = options.trigger;
+  scan_options.follow_links_into = options.follow_links_into;
   if (options.shard) {
     const ShardSpec shard = *options.shard;
     scan_options.include = [shard](const std::string& name) { return shard.Contains(name); };

@@ -35,6 +35,9 @@ struct CacheBuildOptions {
   // Set: encode only this worker's share of the dataset, into a cache folder of its own that no other share and no
   // whole-dataset build uses (core/data/cache_shard.h; cache_merge.h joins the shares). Unset: the whole dataset.
   std::optional<ShardSpec> shard;
+  // Folders outside the dataset that its symlinks may lead into (ScanOptions::follow_links_into); the operator's
+  // --follow_links_into, never a request's.
+  std::vector<std::string> follow_links_into;
 };
 
 struct CacheBuildProgress {

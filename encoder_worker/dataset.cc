@@ -13,6 +13,7 @@
 #include "core/util/files.h"
 #include "core/util/sha256.h"
 #include "core/util/status.h"
+#include "encoder_worker/dataset_fence.h"
 
 namespace baton {
 namespace {
@@ -32,21 +33,21 @@ FileKind Classify(const std::string& extension_lower) {
 }
 
 // Everything about one image file; an error status becomes a FileError.
-absl::StatusOr<DatasetSample> LoadSample(const std::string& dir, const std::string& name, const ScanOptions& options) {
+absl::StatusOr<DatasetSample> LoadSample(const DatasetFence& fence, const std::string& name,
+                                         const ScanOptions& options) {
   DatasetSample s;
   s.name = name;
-  s.image_path = JoinPath(dir, name);
-  s.caption_path = JoinPath(dir, fs::path(name).stem().string() + ".txt");
-  if (!PathExists(s.caption_path)) {
+  s.image_path = JoinPath(fence.dir(), name);
+  s.caption_path = JoinPath(fence.dir(), fs::path(name).stem().string() + ".txt");
+  if (!SomethingAt(s.caption_path)) {
     return absl::NotFoundError(absl::StrCat(s.image_path, ": missing caption file ", s.caption_path));
   }
-  ASSIGN_OR_RETURN(std::string bytes, ReadFile(s.image_path));
+  ASSIGN_OR_RETURN(std::string bytes, fence.Read(s.image_path));
   ASSIGN_OR_RETURN(ImageInfo info, ReadImageInfo(bytes, s.image_path));
   if (options.verify_decode) {
     RETURN_IF_ERROR(DecodeImage(bytes, s.image_path).status());
   }
-  ASSIGN_OR_RETURN(std::string caption_text, ReadFile(s.caption_path));
-  ASSIGN_OR_RETURN(std::string caption, CleanCaption(caption_text, s.caption_path));
+  ASSIGN_OR_RETURN(std::string caption, ReadCaption(fence, s.caption_path));
   s.caption = ApplyTrigger(caption, options.trigger);
   s.format = info.format;
   s.width = info.width;
@@ -58,6 +59,11 @@ absl::StatusOr<DatasetSample> LoadSample(const std::string& dir, const std::stri
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadCaption(const DatasetFence& fence, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, fence.Read(path, kMaxCaptionBytes, "caption"));
+  return CleanCaption(text, path);
+}
 
 absl::StatusOr<std::string> CleanCaption(absl::string_view text, absl::string_view path) {
   if (absl::StartsWith(text, "\xEF\xBB\xBF")) text.remove_prefix(3);
@@ -105,10 +111,13 @@ absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& o
     if (name.empty() || name[0] == '.') continue;             // dotfiles, incl. macOS "._x.jpg" forks
     if (options.include && !options.include(name)) continue;  // another worker's share
     std::error_code type_ec;
-    if (!it->is_regular_file(type_ec)) continue;
+    // A folder (even one named x.png) is not a sample; a link that is dangling or leads to something other than a
+    // file is, to be named as such by the read.
+    if (!it->is_regular_file(type_ec) && (!it->is_symlink(type_ec) || it->is_directory(type_ec))) continue;
     names.push_back(std::move(name));
   }
   std::sort(names.begin(), names.end());
+  ASSIGN_OR_RETURN(const DatasetFence fence, DatasetFence::Make(dir, options.follow_links_into));
 
   Dataset ds;
   ds.dir = dir;
@@ -122,7 +131,7 @@ absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& o
                                      path, ": ", ext.substr(1), " not supported by this build (use PNG or JPEG)"))});
       continue;
     }
-    auto sample = LoadSample(dir, name, options);
+    auto sample = LoadSample(fence, name, options);
     if (sample.ok()) {
       ds.samples.push_back(*std::move(sample));
     } else {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/image/image.h"
+#include "encoder_worker/dataset_fence.h"
 
 namespace baton {
 
@@ -41,6 +42,12 @@ struct Dataset {
   std::vector<FileError> errors;       // sorted by path
 };
 
+// Captions longer than this are refused, per record, by name (as images over kMaxImageSide are), and a caption file is
+// never read past it + 1 byte. The text encoders keep 512 tokens, 2-4 KiB of text: 16 KiB is 4-8x that, so a longer
+// .txt is not a caption the model could see but a misplaced file, and the encoder's cost grows with the whole text
+// (its peak memory ~19x the caption, the BPE merges of one long word quadratically). Sample prompts share the bound.
+constexpr uint64_t kMaxCaptionBytes = 16 << 10;
+
 struct ScanOptions {
   std::string trigger;  // empty: no trigger word
   // Fully decode every image during the scan so truncated or corrupt bodies become per-file errors
@@ -49,13 +56,20 @@ struct ScanOptions {
   // When set, only the files whose name it accepts are looked at (read, checked, reported): one encoder worker's
   // share of the dataset (core/data/cache_shard.h). Unset: every file.
   std::function<bool(const std::string& name)> include;
+  // Folders (besides the dataset folder) that the dataset's symlinks may lead into (encoder_worker
+  // --follow_links_into; dataset_fence.h). Empty: a file that resolves outside the dataset folder is refused.
+  std::vector<std::string> follow_links_into;
 };
 
 // The scan is non-recursive, skips dotfiles, and is sorted by file name (bytewise) so sample order is the same
 // everywhere. Problems with single files (missing caption, zero-byte, unreadable, truncated or non-image file,
-// WebP...) are collected as per-file errors; the scan still returns the good files.
-// Fails only if `dir` is missing, not a directory or cannot be listed.
+// WebP, a caption over kMaxCaptionBytes, an image or caption that is a dangling link or resolves outside the
+// dataset folder...) are collected as per-file errors; the scan still returns the good files.
+// Fails only if `dir` is missing, not a directory or cannot be listed, or a follow_links_into folder is missing.
 absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& options = {});
+
+// The caption file at `path`, read through `fence` (at most kMaxCaptionBytes) and cleaned (CleanCaption).
+absl::StatusOr<std::string> ReadCaption(const DatasetFence& fence, const std::string& path);
 
 // Caption file text → caption: drops a UTF-8 BOM and surrounding ASCII whitespace. INVALID_ARGUMENT
 // (naming `path`) if the text is not valid UTF-8.
@@ -72,7 +86,8 @@ std::string ApplyTrigger(const std::string& caption, const std::string& trigger)
 std::string SampleContentHash(absl::string_view image_bytes, absl::string_view caption, absl::string_view trigger);
 
 // Reads and decodes the sample's image (errors name the path). FAILED_PRECONDITION if the file's
-// bytes no longer match image_sha256 (changed since the scan; rescan).
+// bytes no longer match image_sha256 (changed since the scan; rescan): so the bytes encoded are those the scan read
+// through its fence, even if a link was swapped in since.
 absl::StatusOr<Image> LoadSampleImage(const DatasetSample& sample);
 
 }  // namespace baton

@@ -26,10 +26,51 @@ class DatasetTest : public ::testing::Test {
     ASSERT_TRUE(RemoveAll(dir_).ok());
     ASSERT_TRUE(MakeDirs(dir_).ok());
   }
-  void TearDown() override { ASSERT_TRUE(RemoveAll(dir_).ok()); }
+  void TearDown() override {
+    ASSERT_TRUE(RemoveAll(dir_).ok());
+    ASSERT_TRUE(RemoveAll(dir_ + "_outside").ok());
+  }
 
   void Write(const std::string& name, const std::string& data) {
     ASSERT_TRUE(WriteFileAtomic(JoinPath(dir_, name), data).ok()) << name;
+  }
+  // dataset/name -> target (as written: relative targets resolve from the link's folder).
+  void Link(const std::string& target, const std::string& name) {
+    ASSERT_EQ(::symlink(target.c_str(), JoinPath(dir_, name).c_str()), 0) << name;
+  }
+  // A folder beside the dataset, with a "secret" and a picture in it: what links must not reach.
+  std::string Outside() {
+    const std::string outside = dir_ + "_outside";
+    EXPECT_TRUE(MakeDirs(outside).ok());
+    EXPECT_TRUE(WriteFileAtomic(JoinPath(outside, "passwd"), "root:x:0:0:root:/root:/bin/bash").ok());
+    EXPECT_TRUE(WriteFileAtomic(JoinPath(outside, "photo.png"), Png(6, 6, 9)).ok());
+    return outside;
+  }
+  // One of each kind of link: out of the dataset (caption, image, through a linked subfolder), dangling (caption,
+  // image), and inside the dataset (to a subfolder, and out and back in).
+  void WriteLinkedFolder() {
+    const std::string outside = Outside();
+    Write("cap_out.png", Png(4, 4, 1));
+    Link(JoinPath(outside, "passwd"), "cap_out.txt");  // p.txt -> /etc/passwd
+    Link(JoinPath(outside, "photo.png"), "img_out.png");
+    Write("img_out.txt", "a photo from the library");
+    ASSERT_TRUE(MakeDirs(JoinPath(dir_, "sub")).ok());
+    ASSERT_EQ(::symlink(outside.c_str(), JoinPath(dir_, "sub/lib").c_str()), 0);
+    Write("via_sub.png", Png(4, 4, 2));
+    Link("sub/lib/passwd", "via_sub.txt");  // inside by name, outside once resolved
+    Write("cap_gone.png", Png(4, 4, 3));
+    Link("no_such.txt", "cap_gone.txt");
+    Link("no_such.png", "img_gone.png");
+    Write("img_gone.txt", "a picture that is not there");
+    Write("sub/in.txt", "a caption kept in a subfolder");
+    Write("sub/in.png", Png(4, 4, 4));
+    Write("in.png", Png(4, 4, 5));
+    Link("sub/in.txt", "in.txt");
+    Link("sub/in.png", "in_img.png");
+    Write("in_img.txt", "an image kept in a subfolder");
+    const std::string name = std::filesystem::path(dir_).filename().string();
+    Write("back.png", Png(4, 4, 6));
+    Link(absl::StrCat("../", name, "/sub/in.txt"), "back.txt");  // out by name, inside once resolved
   }
   static std::string Png(int w, int h, uint8_t shade) {
     Image img(w, h);
@@ -211,6 +252,94 @@ TEST_F(DatasetTest, FolderErrors) {
   ASSERT_TRUE(empty.ok());
   EXPECT_TRUE(empty->samples.empty());
   EXPECT_TRUE(empty->errors.empty());
+}
+
+// Issue 35: a caption file over kMaxCaptionBytes is that record's error, named with its size and the limit, as an
+// image over kMaxImageSide is; one exactly at the limit is a caption.
+TEST_F(DatasetTest, CaptionsOverTheLimitAreRefusedByName) {
+  Write("big.png", Png(4, 4, 1));
+  Write("big.txt", std::string(kMaxCaptionBytes + 1, 'a'));
+  Write("edge.png", Png(4, 4, 2));
+  Write("edge.txt", std::string(kMaxCaptionBytes, 'b'));
+  auto ds = ScanDataset(dir_);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ASSERT_EQ(ds->samples.size(), 1u);
+  EXPECT_EQ(ds->samples[0].name, "edge.png");
+  EXPECT_EQ(ds->samples[0].caption.size(), kMaxCaptionBytes);
+  ASSERT_EQ(ds->errors.size(), 1u);
+  EXPECT_EQ(ds->errors[0].path, JoinPath(dir_, "big.png"));
+  EXPECT_EQ(ds->errors[0].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ds->errors[0].status.message(),
+            absl::StrCat(JoinPath(dir_, "big.txt"), ": caption is ", kMaxCaptionBytes + 1, " bytes, over the limit of ",
+                         kMaxCaptionBytes, " bytes"));
+}
+
+// Issue 35: an image or caption that resolves outside the dataset folder (`p.txt -> /etc/passwd`, directly or through
+// a linked subfolder) is refused by name, as is a dangling link; links that stay inside are followed.
+TEST_F(DatasetTest, LinksOutOfTheDatasetAreRefusedByName) {
+  WriteLinkedFolder();
+  auto ds = ScanDataset(dir_);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  std::map<std::string, std::string> captions;
+  for (const DatasetSample& s : ds->samples) captions[s.name] = s.caption;
+  EXPECT_EQ(captions, (std::map<std::string, std::string>{{"back.png", "a caption kept in a subfolder"},
+                                                          {"in.png", "a caption kept in a subfolder"},
+                                                          {"in_img.png", "an image kept in a subfolder"}}));
+  auto errors = ErrorsByName(*ds);
+  EXPECT_EQ(errors.size(), 5u);
+  const std::string outside = *RealPath(dir_ + "_outside");
+  auto expect_error = [&](const std::string& name, absl::StatusCode code, const std::string& text) {
+    ASSERT_TRUE(errors.count(name)) << name;
+    EXPECT_EQ(errors[name].code(), code) << errors[name];
+    EXPECT_THAT(std::string(errors[name].message()), HasSubstr(text));
+  };
+  const std::string refused =
+      absl::StrCat(", outside the dataset folder ", *RealPath(dir_), ": links out of the dataset are not followed");
+  expect_error("cap_out.png", absl::StatusCode::kPermissionDenied,
+               absl::StrCat(JoinPath(dir_, "cap_out.txt"), " resolves to ", outside, "/passwd", refused));
+  expect_error("img_out.png", absl::StatusCode::kPermissionDenied,
+               absl::StrCat(JoinPath(dir_, "img_out.png"), " resolves to ", outside, "/photo.png", refused));
+  expect_error("via_sub.png", absl::StatusCode::kPermissionDenied,
+               absl::StrCat(JoinPath(dir_, "via_sub.txt"), " resolves to ", outside, "/passwd", refused));
+  expect_error("cap_gone.png", absl::StatusCode::kNotFound,
+               absl::StrCat(JoinPath(dir_, "cap_gone.txt"), " is a dangling link (to no_such.txt)"));
+  expect_error("img_gone.png", absl::StatusCode::kNotFound,
+               absl::StrCat(JoinPath(dir_, "img_gone.png"), " is a dangling link (to no_such.png)"));
+  for (const DatasetSample& s : ds->samples) EXPECT_THAT(s.caption, ::testing::Not(HasSubstr("root:x")));
+
+  // The dataset folder itself may be a link: it is judged by where it resolves.
+  const std::string alias = dir_ + "_outside/alias";
+  ASSERT_EQ(::symlink(dir_.c_str(), alias.c_str()), 0);
+  auto via_alias = ScanDataset(alias);
+  ASSERT_TRUE(via_alias.ok()) << via_alias.status();
+  EXPECT_EQ(via_alias->samples.size(), 3u);
+  EXPECT_EQ(via_alias->errors.size(), 5u);
+}
+
+// The operator's --follow_links_into: links into those folders are followed (a dataset assembled from links into a
+// shared photo library), the others still refused; a missing folder fails the scan, naming it.
+TEST_F(DatasetTest, LinksIntoAFolderTheOperatorOpenedAreFollowed) {
+  WriteLinkedFolder();
+  ScanOptions options;
+  options.follow_links_into = {dir_ + "_outside"};
+  auto ds = ScanDataset(dir_, options);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  std::map<std::string, std::string> captions;
+  for (const DatasetSample& s : ds->samples) captions[s.name] = s.caption;
+  EXPECT_EQ(captions.size(), 6u);
+  EXPECT_EQ(captions["cap_out.png"], "root:x:0:0:root:/root:/bin/bash");
+  EXPECT_EQ(captions["img_out.png"], "a photo from the library");
+  EXPECT_EQ(captions["via_sub.png"], "root:x:0:0:root:/root:/bin/bash");
+  EXPECT_THAT(ErrorsByName(*ds), ::testing::SizeIs(2));  // the dangling links
+
+  options.follow_links_into = {JoinPath(dir_, "sub")};  // inside the dataset: changes nothing
+  ds = ScanDataset(dir_, options);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ(ds->samples.size(), 3u);
+  options.follow_links_into = {dir_ + "_nowhere"};
+  auto missing = ScanDataset(dir_, options);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr(dir_ + "_nowhere"));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
+#include "encoder_worker/dataset.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
 #include "rpc/server_start.h"
@@ -90,6 +91,7 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   options.dataset_dir = req->dataset_dir();
   options.cache_dir = *cache_dir;
   options.trigger = req->trigger();
+  options.follow_links_into = follow_links_into_;
   options.buckets = BucketsForResolution(req->resolution() > 0 ? req->resolution() : default_resolution_);
   if (req->shard_count() != 0 || req->shard_index() != 0) {
     const ShardSpec shard{req->shard_index(), req->shard_count()};
@@ -129,7 +131,7 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
 namespace {
 
 constexpr int kMaxPrompts = 256;
-constexpr size_t kMaxPromptBytes = 16 << 10;
+constexpr size_t kMaxPromptBytes = kMaxCaptionBytes;  // a sample prompt is a caption at sampling time
 
 absl::Status CheckPromptsRequest(const v1::EncodePromptsRequest& req, const SampleEncoder& encoder) {
   if (req.prompts_size() < 1 || req.prompts_size() > kMaxPrompts) {
@@ -181,8 +183,9 @@ grpc::Status EncoderServiceImpl::EncodePrompts(grpc::ServerContext* ctx, const v
 }
 
 absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution,
-                          const std::string& cache_root, WeightQuant quantize) {
-  EncoderServiceImpl service(encoder, default_resolution, cache_root, quantize);
+                          const std::string& cache_root, WeightQuant quantize,
+                          const std::vector<std::string>& follow_links_into) {
+  EncoderServiceImpl service(encoder, default_resolution, cache_root, quantize, follow_links_into);
   ASSIGN_OR_RETURN(StartedServer started, StartServer("encoder_worker", listen, &service, kEncoderServiceName));
   const std::string& address = started.address;
   std::signal(SIGTERM, OnSignal);

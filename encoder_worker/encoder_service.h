@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <string>
+#include <vector>
 
 #include "baton/v1/encoder.grpc.pb.h"
 #include "core/quant/weight_quant.h"
@@ -18,13 +19,15 @@ class EncoderServiceImpl final : public v1::EncoderService::Service {
  public:
   // Caches are written only inside `cache_root` (realpath; "" = the working directory): a request naming a cache
   // elsewhere is refused with PERMISSION_DENIED. `quantize`: the text encoder's precision (--quantize); a request
-  // asking for another is refused with FAILED_PRECONDITION.
+  // asking for another is refused with FAILED_PRECONDITION. `follow_links_into`: the folders outside a dataset that
+  // its symlinks may lead into (--follow_links_into; a request cannot widen it).
   EncoderServiceImpl(SampleEncoder* encoder, int64_t default_resolution, std::string cache_root,
-                     WeightQuant quantize = WeightQuant::kNone)
+                     WeightQuant quantize = WeightQuant::kNone, std::vector<std::string> follow_links_into = {})
       : encoder_(encoder),
         default_resolution_(default_resolution),
         cache_root_(std::move(cache_root)),
-        quantize_(quantize) {}
+        quantize_(quantize),
+        follow_links_into_(std::move(follow_links_into)) {}
   grpc::Status EncodeDataset(grpc::ServerContext* ctx, const v1::EncodeDatasetRequest* req,
                              grpc::ServerWriter<v1::EncodeProgress>* writer) override;
   grpc::Status EncodePrompts(grpc::ServerContext* ctx, const v1::EncodePromptsRequest* req,
@@ -40,6 +43,7 @@ class EncoderServiceImpl final : public v1::EncoderService::Service {
   const int64_t default_resolution_;
   const std::string cache_root_;
   const WeightQuant quantize_;
+  const std::vector<std::string> follow_links_into_;
 };
 
 // Bucket settings for a square target resolution (area = resolution², sides multiples of 16).
@@ -47,7 +51,8 @@ BucketSpec BucketsForResolution(int64_t resolution);
 
 // Serves EncoderService on `listen` until SIGTERM/SIGINT; prints "LISTENING host:port" once up.
 absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution,
-                          const std::string& cache_root, WeightQuant quantize = WeightQuant::kNone);
+                          const std::string& cache_root, WeightQuant quantize = WeightQuant::kNone,
+                          const std::vector<std::string>& follow_links_into = {});
 
 // One line of progress ("[####......]  12/40  0.8 s/sample  ETA 22s  cat_01.jpg").
 std::string RenderEncodeProgress(const CacheBuildProgress& p, double seconds_per_encoded);

@@ -15,6 +15,7 @@
 #include "core/encode/wan_encoder.h"
 #include "core/metrics/metrics_server.h"
 #include "core/train/common.h"
+#include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/threads.h"
 #include "encoder_worker/cache_builder.h"
@@ -61,6 +62,7 @@ int BuildOneCache(const EncoderWorkerCommand& command, SampleEncoder& encoder, s
   build.video.max_frames = command.max_frames;
   build.video.stride = command.frame_stride;
   build.shard = shard;
+  build.follow_links_into = command.follow_links_into;
   const bool tty = ::isatty(STDOUT_FILENO);
   auto report = BuildCache(encoder, build, [&](const CacheBuildProgress& p) {
     std::printf("%s%s%s", tty ? "\r\033[K" : "", RenderEncodeProgress(p, 0).c_str(), tty ? "" : "\n");
@@ -133,6 +135,12 @@ int RunEncoderWorkerCommand(const EncoderWorkerCommand& command) {
       return 2;
     }
   }
+  for (const std::string& folder : command.follow_links_into) {
+    if (!IsDirectory(folder)) {
+      std::fprintf(stderr, "encoder_worker: --follow_links_into %s is not a folder\n", folder.c_str());
+      return 2;
+    }
+  }
   auto metrics = StartMetricsServerFromFlag(command.metrics, "encoder_worker");
   if (!metrics.ok()) {
     std::fprintf(stderr, "encoder_worker: %s\n", std::string(metrics.status().message()).c_str());
@@ -156,8 +164,9 @@ int RunEncoderWorkerCommand(const EncoderWorkerCommand& command) {
     return 1;
   }
   if (!command.listen.empty()) {
-    absl::Status s = ServeEncoder(encoder->get(), command.listen, command.resolution,
-                                  command.cache_root.empty() ? "." : command.cache_root, *quantize);
+    absl::Status s =
+        ServeEncoder(encoder->get(), command.listen, command.resolution,
+                     command.cache_root.empty() ? "." : command.cache_root, *quantize, command.follow_links_into);
     if (!s.ok()) std::fprintf(stderr, "encoder_worker: %s\n", s.ToString().c_str());
     return s.ok() ? 0 : 1;
   }

@@ -26,6 +26,8 @@ struct EncoderWorkerCommand {
   std::string metrics;             // HOST:PORT, "" = no metrics
   std::string shard;               // batch mode: "i/N", this worker's share of the dataset ("" = all of it)
   std::vector<std::string> merge;  // the shard caches to join into `cache` (no encoding, no model)
+  // Folders outside a dataset that its symlinks may lead into (dataset_fence.h); empty: links must stay inside.
+  std::vector<std::string> follow_links_into;
 };
 
 int RunEncoderWorkerCommand(const EncoderWorkerCommand& command);

@@ -41,6 +41,11 @@ ABSL_FLAG(std::string, shard, "",
           "of a sample is a hash of its file name. Join the N folders with --merge");
 ABSL_FLAG(std::vector<std::string>, merge, {},
           "comma-separated shard cache folders (all N shares of one split) to join into --cache; needs no --model");
+ABSL_FLAG(
+    std::vector<std::string>, follow_links_into, {},
+    "comma-separated folders outside the dataset folder that its symlinks (images, captions, clips, frames) may "
+    "lead into, e.g. a shared photo library or a Hugging Face cache's blobs/ (/ follows every link); by default a "
+    "file that resolves outside the dataset folder is refused by name, so a job service's --data_root holds");
 ABSL_FLAG(std::string, metrics, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); empty = no metrics");
 
@@ -65,6 +70,7 @@ baton::EncoderWorkerCommand CommandFromFlags() {
   command.metrics = absl::GetFlag(FLAGS_metrics);
   command.shard = absl::GetFlag(FLAGS_shard);
   command.merge = absl::GetFlag(FLAGS_merge);
+  command.follow_links_into = absl::GetFlag(FLAGS_follow_links_into);
   return command;
 }
 
@@ -73,7 +79,7 @@ baton::EncoderWorkerCommand CommandFromFlags() {
 int main(int argc, char** argv) {
   baton::ParseBinaryFlags(argc, argv,
                           "encoder_worker --dataset DIR --cache DIR --model PIPELINE_DIR [--threads K] [--shard i/N]\n"
-                          "                      [--metrics HOST:PORT]\n"
+                          "                      [--metrics HOST:PORT] [--follow_links_into DIR,...]\n"
                           "       encoder_worker --merge SHARD_DIR,SHARD_DIR,... --cache DIR\n"
                           "       encoder_worker --model PIPELINE_DIR --listen HOST:PORT (--tls_dir DIR | --insecure)");
   return baton::RunEncoderWorkerCommand(CommandFromFlags());

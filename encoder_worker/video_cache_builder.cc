@@ -30,9 +30,11 @@ absl::StatusOr<at::Tensor> WithFirstFrameFrom(const std::string& image_path, con
 }
 
 // Decodes, buckets and encodes one clip into its record. The bucket string is the pixel "WxHxF" the clip became.
-absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const VideoSample& sample,
+absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const DatasetFence& fence, const VideoSample& sample,
                                            const VideoBucketSpec& spec, const CacheBuildOptions& options,
                                            const std::string& identity) {
+  // The decoders open the clip and the image by name: judged again now, not only when the scan read them.
+  RETURN_IF_ERROR(CheckVideoSampleInside(fence, sample));
   ASSIGN_OR_RETURN(at::Tensor pixels, LoadClipPixels(sample.path, spec));  // [1, 3, F, H, W]
   ASSIGN_OR_RETURN(at::Tensor latents, encoder.EncodeVideo(pixels));
   ASSIGN_OR_RETURN(at::Tensor text, encoder.EncodeText(sample.caption));
@@ -61,18 +63,21 @@ absl::StatusOr<CacheBuildReport> BuildVideoCache(SampleEncoder& encoder, const C
   const auto started = std::chrono::steady_clock::now();
   VideoBucketSpec spec = options.video;
   spec.target_area = options.buckets.target_area;
-  std::function<bool(const std::string&)> include;
+  ScanOptions scan_options;
+  scan_options.trigger = options.trigger;
+  scan_options.follow_links_into = options.follow_links_into;
   if (options.shard) {
     const ShardSpec shard = *options.shard;
-    include = [shard](const std::string& name) { return shard.Contains(name); };
+    scan_options.include = [shard](const std::string& name) { return shard.Contains(name); };
   }
-  ASSIGN_OR_RETURN(VideoDataset dataset, ScanVideoDataset(options.dataset_dir, options.trigger, spec, include));
+  ASSIGN_OR_RETURN(VideoDataset dataset, ScanVideoDataset(options.dataset_dir, spec, scan_options));
+  ASSIGN_OR_RETURN(const DatasetFence fence, DatasetFence::Make(options.dataset_dir, options.follow_links_into));
   std::vector<CacheBuildItem> items;
   for (const VideoSample& sample : dataset.samples) items.push_back({sample.name, sample.path, sample.content_hash});
   CacheBuildSteps steps;
   steps.record_fits = [](size_t, const CacheRecordInfo& existing) { return existing.frames > 0; };
   steps.encode = [&](size_t i, const std::string& identity) {
-    return EncodeClip(encoder, dataset.samples[i], spec, options, identity);
+    return EncodeClip(encoder, fence, dataset.samples[i], spec, options, identity);
   };
   return RunCacheBuild(encoder, options, items, dataset.errors, steps, started, on_progress);
 }

@@ -21,60 +21,70 @@ bool IsFrameImage(const fs::path& p) {
   return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
 }
 
-// The clip's bytes into `h`: the file, or a frame folder's image files (name and bytes, in ReadFrameFolder's order).
-absl::Status HashClipBytes(const std::string& path, bool is_folder, Sha256& h) {
-  if (!is_folder) {
-    ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-    h.UpdateFramed(bytes);
-    return absl::OkStatus();
-  }
+// The frame files of a frame folder, sorted (ReadFrameFolder's order): every entry with a frame image's name but a
+// folder, so a dangling link among them is named by the read.
+absl::StatusOr<std::vector<std::string>> FrameNames(const std::string& path) {
   std::vector<std::string> frames;
   std::error_code ec;
   for (fs::directory_iterator it(path, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    if (it->is_regular_file() && IsFrameImage(it->path())) frames.push_back(it->path().filename().string());
+    std::error_code type_ec;
+    if (IsFrameImage(it->path()) && !it->is_directory(type_ec)) frames.push_back(it->path().filename().string());
   }
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot list frame folder ", path, ": ", ec.message()));
-  if (frames.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no .png/.jpg frames in the folder"));
   std::sort(frames.begin(), frames.end());
+  return frames;
+}
+
+// The clip's bytes into `h`: the file, or a frame folder's image files (name and bytes, in ReadFrameFolder's order),
+// each read through `fence`.
+absl::Status HashClipBytes(const DatasetFence& fence, const std::string& path, bool is_folder, Sha256& h) {
+  if (!is_folder) {
+    ASSIGN_OR_RETURN(std::string bytes, fence.Read(path));
+    h.UpdateFramed(bytes);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(fence.Check(path));
+  ASSIGN_OR_RETURN(std::vector<std::string> frames, FrameNames(path));
+  if (frames.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no .png/.jpg frames in the folder"));
   for (const std::string& f : frames) {
-    ASSIGN_OR_RETURN(std::string bytes, ReadFile(JoinPath(path, f)));
+    ASSIGN_OR_RETURN(std::string bytes, fence.Read(JoinPath(path, f)));
     h.UpdateFramed(f);
     h.UpdateFramed(bytes);
   }
   return absl::OkStatus();
 }
 
-// The first of stem.png, stem.jpg, stem.jpeg in `dir`, or "".
+// The first of stem.png, stem.jpg, stem.jpeg in `dir` (a dangling link counts: it is named, not passed over), or "".
 std::string SidecarImage(const std::string& dir, const std::string& stem) {
   for (const char* ext : {".png", ".jpg", ".jpeg"}) {
     const std::string path = JoinPath(dir, stem + ext);
-    if (PathExists(path) && !IsDirectory(path)) return path;
+    if (SomethingAt(path) && !IsDirectory(path)) return path;
   }
   return "";
 }
 
-absl::StatusOr<VideoSample> LoadVideoSample(const std::string& dir, const std::string& name, bool is_folder,
+absl::StatusOr<VideoSample> LoadVideoSample(const DatasetFence& fence, const std::string& name, bool is_folder,
                                             const std::string& trigger, const VideoBucketSpec& spec) {
+  const std::string& dir = fence.dir();
   VideoSample s;
   s.name = name;
   s.path = JoinPath(dir, name);
   s.caption_path = JoinPath(dir, (is_folder ? name : fs::path(name).stem().string()) + ".txt");
-  if (!PathExists(s.caption_path)) {
+  if (!SomethingAt(s.caption_path)) {
     return absl::NotFoundError(absl::StrCat(s.path, ": missing caption file ", s.caption_path));
   }
-  ASSIGN_OR_RETURN(std::string caption_text, ReadFile(s.caption_path));
-  ASSIGN_OR_RETURN(std::string caption, CleanCaption(caption_text, s.caption_path));
+  ASSIGN_OR_RETURN(std::string caption, ReadCaption(fence, s.caption_path));
   s.caption = ApplyTrigger(caption, trigger);
   Sha256 h;
   h.Update("baton-clip-v1");
-  RETURN_IF_ERROR(HashClipBytes(s.path, is_folder, h));
+  RETURN_IF_ERROR(HashClipBytes(fence, s.path, is_folder, h));
   h.UpdateFramed(caption);
   h.UpdateFramed(trigger);
   h.UpdateFramed(
       absl::StrCat(spec.max_frames, "/", spec.min_frames, "/", spec.stride, "/", spec.target_area, "/", spec.step));
   s.image_path = SidecarImage(dir, is_folder ? name : fs::path(name).stem().string());
   if (!s.image_path.empty()) {
-    ASSIGN_OR_RETURN(std::string image, ReadFile(s.image_path));
+    ASSIGN_OR_RETURN(std::string image, fence.Read(s.image_path));
     h.UpdateFramed(image);
   }
   s.content_hash = DigestToHex(h.Finish());
@@ -90,9 +100,8 @@ bool IsVideoExtension(const std::string& extension_lower) {
   return false;
 }
 
-absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const std::string& trigger,
-                                              const VideoBucketSpec& spec,
-                                              const std::function<bool(const std::string& name)>& include) {
+absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const VideoBucketSpec& spec,
+                                              const ScanOptions& options) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return absl::NotFoundError(absl::StrCat("dataset folder ", dir, " does not exist or is not a directory"));
@@ -104,20 +113,21 @@ absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const std:
     if (ec) return absl::InternalError(absl::StrCat("error listing ", dir, ": ", ec.message()));
     const std::string name = it->path().filename().string();
     if (name.empty() || name[0] == '.') continue;
-    if (include && !include(name)) continue;  // another worker's share
+    if (options.include && !options.include(name)) continue;  // another worker's share
     std::error_code type_ec;
+    const bool video_name = IsVideoExtension(absl::AsciiStrToLower(it->path().extension().string()));
     if (it->is_directory(type_ec)) {
       clips.push_back({name, true});
-    } else if (it->is_regular_file(type_ec) &&
-               IsVideoExtension(absl::AsciiStrToLower(it->path().extension().string()))) {
-      clips.push_back({name, false});
+    } else if (video_name && (it->is_regular_file(type_ec) || it->is_symlink(type_ec))) {
+      clips.push_back({name, false});  // a dangling link, or one to a device, is named by the read
     }
   }
   std::sort(clips.begin(), clips.end());
+  ASSIGN_OR_RETURN(const DatasetFence fence, DatasetFence::Make(dir, options.follow_links_into));
   VideoDataset ds;
   ds.dir = dir;
   for (const auto& [name, is_folder] : clips) {
-    auto sample = LoadVideoSample(dir, name, is_folder, trigger, spec);
+    auto sample = LoadVideoSample(fence, name, is_folder, options.trigger, spec);
     if (sample.ok()) {
       ds.samples.push_back(*std::move(sample));
     } else {
@@ -125,6 +135,16 @@ absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const std:
     }
   }
   return ds;
+}
+
+absl::Status CheckVideoSampleInside(const DatasetFence& fence, const VideoSample& sample) {
+  RETURN_IF_ERROR(fence.Check(sample.path));
+  if (IsDirectory(sample.path)) {
+    ASSIGN_OR_RETURN(std::vector<std::string> frames, FrameNames(sample.path));
+    for (const std::string& f : frames) RETURN_IF_ERROR(fence.Check(JoinPath(sample.path, f)));
+  }
+  if (!sample.image_path.empty()) RETURN_IF_ERROR(fence.Check(sample.image_path));
+  return absl::OkStatus();
 }
 
 }  // namespace baton

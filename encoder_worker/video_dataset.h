@@ -2,7 +2,8 @@
 // folders of frame images -- each with a same-named UTF-8 .txt caption beside it ("walk.mp4" + "walk.txt",
 // "walk/" + "walk.txt"), as data/wan_sample/ holds them. The scan is non-recursive, skips dotfiles, sorts by name
 // (bytewise) and hashes each clip's bytes with its caption, trigger and bucket settings, so a rerun re-encodes
-// exactly the clips whose content or settings changed. Captions follow the image dataset's rules (dataset.h).
+// exactly the clips whose content or settings changed. Captions and links follow the image dataset's rules
+// (dataset.h, dataset_fence.h).
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -39,11 +40,14 @@ struct VideoDataset {
 // True for the extensions above (lower-cased, with the dot).
 bool IsVideoExtension(const std::string& extension_lower);
 
-// Fails only if `dir` is missing or cannot be listed. Decoding is left to the encode step (a clip that does not
-// decode is that clip's error then).
-// `include`, when set, limits the scan to the clips whose name it accepts (one encoder worker's share).
-absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const std::string& trigger,
-                                              const VideoBucketSpec& spec,
-                                              const std::function<bool(const std::string& name)>& include = {});
+// Fails only if `dir` is missing or cannot be listed, or a follow_links_into folder is missing. Decoding is left to
+// the encode step (a clip that does not decode is that clip's error then). Of `options`, the trigger, `include` (one
+// encoder worker's share) and follow_links_into apply; verify_decode does not.
+absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const VideoBucketSpec& spec,
+                                              const ScanOptions& options = {});
+
+// OK when the clip (a file, or a frame folder and each frame in it) and its conditioning image still resolve inside
+// `fence`: what the encode step checks again right before it decodes them by path.
+absl::Status CheckVideoSampleInside(const DatasetFence& fence, const VideoSample& sample);
 
 }  // namespace baton

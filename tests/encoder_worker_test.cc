@@ -22,6 +22,7 @@
 #include "core/train/job.h"
 #include "core/train_local/local_trainer.h"
 #include "core/util/files.h"
+#include "encoder_worker/dataset.h"
 #include "encoder_worker/encoder_service.h"
 #include "rpc/grpc_options.h"
 #include "rpc/tls.h"
@@ -94,6 +95,65 @@ TEST_F(EncoderWorkerTest, BatchModeEncodesReportsBadFilesAndSkipsOnRerun) {
   auto [code2, out2] = RunCommand(cmd);
   EXPECT_EQ(code2, 0) << out2;
   EXPECT_NE(out2.find("encoded 0, kept 2 unchanged"), std::string::npos) << out2;
+}
+
+// Issue 35: a caption over kMaxCaptionBytes (here a 20 MB one, as a misplaced log would be) fails that record alone,
+// named with its size and the limit; the rest encode.
+TEST_F(EncoderWorkerTest, CaptionOverTheLimitFailsItsRecordByNameAndTheRestEncode) {
+  std::string data = MakeDataset("long_caption");
+  ASSERT_TRUE(WritePng(JoinPath(data, "log.png"), Picture(64, 64, 60)).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "log.txt"), std::string(20 << 20, 'x')).ok());
+  std::string cmd = absl::StrCat(JoinPath(BinDir(), "encoder_worker"), " --dataset ", data, " --cache ",
+                                 JoinPath(*root_, "long_caption_cache"), " --model ", Pipeline(),
+                                 " --resolution 64 --max_sequence_length 96 --threads 1");
+  auto run = test_util::RunCommand(cmd, /*with_stderr=*/true);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find(absl::StrCat("error: ", JoinPath(data, "log.txt"), ": caption is ", 20 << 20,
+                                         " bytes, over the limit of ", kMaxCaptionBytes, " bytes")),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("encoded 2, kept 0 unchanged, 1 failed of 2 samples"), std::string::npos) << run.output;
+}
+
+// Issue 35: an image or caption that is a link out of the dataset (`p.txt -> /etc/passwd`) fails its record alone,
+// named, so a job service's --data_root also fences what is read through a dataset; links within the dataset are
+// followed, and the operator's --follow_links_into opens a folder (a shared photo library).
+TEST_F(EncoderWorkerTest, LinksOutOfTheDatasetFailTheirRecordUnlessTheOperatorOpensTheFolder) {
+  std::string data = MakeDataset("linked");
+  const std::string library = JoinPath(*root_, "library");
+  ASSERT_TRUE(MakeDirs(library).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(library, "passwd"), "root:x:0:0:root:/root:/bin/bash").ok());
+  ASSERT_TRUE(WritePng(JoinPath(library, "photo.png"), Picture(64, 64, 90)).ok());
+  ASSERT_TRUE(WritePng(JoinPath(data, "p.png"), Picture(64, 64, 10)).ok());
+  std::filesystem::create_symlink(JoinPath(library, "passwd"), JoinPath(data, "p.txt"));
+  std::filesystem::create_symlink(JoinPath(library, "photo.png"), JoinPath(data, "photo.png"));
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "photo.txt"), "a photo from the library").ok());
+  std::filesystem::create_symlink("one.txt", JoinPath(data, "three.txt"));  // inside: followed
+  std::filesystem::create_symlink("one.png", JoinPath(data, "three.png"));
+  std::string cmd = absl::StrCat(JoinPath(BinDir(), "encoder_worker"), " --dataset ", data, " --cache ",
+                                 JoinPath(*root_, "linked_cache"), " --model ", Pipeline(),
+                                 " --resolution 64 --max_sequence_length 96 --threads 1");
+  auto run = test_util::RunCommand(cmd, /*with_stderr=*/true);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  const std::string real_library = *RealPath(library);
+  for (const char* name : {"p.txt", "photo.png"}) {
+    EXPECT_NE(run.output.find(absl::StrCat("error: ", JoinPath(data, name), " resolves to ", real_library, "/")),
+              std::string::npos)
+        << name << "\n"
+        << run.output;
+  }
+  EXPECT_NE(run.output.find("encoded 3, kept 0 unchanged, 2 failed of 3 samples"), std::string::npos) << run.output;
+
+  auto opened = test_util::RunCommand(absl::StrCat(cmd, " --follow_links_into ", library), /*with_stderr=*/true);
+  EXPECT_EQ(opened.exit_code, 0) << opened.output;
+  EXPECT_NE(opened.output.find("encoded 2, kept 3 unchanged, 0 failed of 5 samples"), std::string::npos)
+      << opened.output;
+  auto missing = test_util::RunCommand(absl::StrCat(cmd, " --follow_links_into ", JoinPath(*root_, "no_such")),
+                                       /*with_stderr=*/true);
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("--follow_links_into " + JoinPath(*root_, "no_such") + " is not a folder"),
+            std::string::npos)
+      << missing.output;
 }
 
 TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {

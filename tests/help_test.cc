@@ -82,7 +82,8 @@ TEST(HelpTest, EncoderWorkerListsItsFlagsWithDefaults) {
                                      {"frame_stride", "1"},
                                      {"dtype", "\"fp32\""},
                                      {"listen", "\"\""},
-                                     {"shard", "\"\""}});
+                                     {"shard", "\"\""},
+                                     {"follow_links_into", ""}});
 }
 
 TEST(HelpTest, BatonListsEveryCommand) {

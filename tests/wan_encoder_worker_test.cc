@@ -169,5 +169,37 @@ TEST(WanEncoderWorkerTest, ClipWithoutCaptionOrUndecodableFailsAlone) {
   EXPECT_NE(run.output.find("encoded 0, kept 0 unchanged, 2 failed of 1 samples"), std::string::npos) << run.output;
 }
 
+// Issue 35: a clip whose caption or conditioning image is a link out of the dataset (`walk.txt -> /etc/passwd`) fails
+// alone, named, and nothing outside is encoded; the operator's --follow_links_into opens the folder.
+TEST(WanEncoderWorkerTest, ClipsLinkedOutOfTheDatasetFailAloneUnlessTheOperatorOpensTheFolder) {
+  const std::string root = test_util::MakeTempDir("wan_encoder_links");
+  const std::string pipeline = JoinPath(root, "pipeline");
+  ASSERT_TRUE(WriteTinyWanPipeline(pipeline, 1).ok());
+  const std::string data = JoinPath(root, "data");
+  const std::string library = JoinPath(root, "library");
+  ASSERT_TRUE(MakeDirs(data).ok());
+  ASSERT_TRUE(MakeDirs(library).ok());
+  const std::string clip = JoinPath(test_util::SourceDir(), "data/wan_sample/red_circle_right.mp4");
+  std::filesystem::copy_file(clip, JoinPath(data, "kept.mp4"));
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "kept.txt"), "a red circle").ok());
+  std::filesystem::copy_file(clip, JoinPath(data, "leak.mp4"));
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(library, "passwd"), "root:x:0:0").ok());
+  std::filesystem::create_symlink(JoinPath(library, "passwd"), JoinPath(data, "leak.txt"));
+  auto run = test_util::RunCommand(Worker(data, JoinPath(root, "cache"), pipeline), /*with_stderr=*/true);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find(absl::StrCat("error: ", JoinPath(data, "leak.txt"), " resolves to ", *RealPath(library),
+                                         "/passwd, outside the dataset folder")),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("encoded 1, kept 0 unchanged, 1 failed of 1 samples"), std::string::npos) << run.output;
+
+  auto opened = test_util::RunCommand(
+      absl::StrCat(Worker(data, JoinPath(root, "cache"), pipeline), " --follow_links_into ", library),
+      /*with_stderr=*/true);
+  EXPECT_EQ(opened.exit_code, 0) << opened.output;
+  EXPECT_NE(opened.output.find("encoded 1, kept 1 unchanged, 0 failed of 2 samples"), std::string::npos)
+      << opened.output;
+}
+
 }  // namespace
 }  // namespace baton
