@@ -217,6 +217,12 @@ TEST_F(StageRunnerTest, ConfigureKeepsTheStageOnlyWithinARun) {
   ASSERT_TRUE(runner_->Configure(req_).ok());
   expect_lora(initial, "a new run");
 
+  // The replica (its metrics' label) is part of what makes a stage the same (SameStage): another rebuilds it.
+  run_step_with(trained);
+  req_.set_replica(1);
+  ASSERT_TRUE(runner_->Configure(req_).ok());
+  expect_lora(initial, "another replica");
+
   run_step_with(trained);
   req_.set_job_id("job-2");
   req_.set_config_hash("hash-2");
@@ -292,6 +298,38 @@ TEST_F(StageRunnerTest, ConfigureRejectsABadBlockRange) {
   auto resp = runner_->Configure(req);
   ASSERT_FALSE(resp.ok());
   EXPECT_NE(resp.status().message().find("block range [3, 99)"), std::string::npos) << resp.status();
+  // A request refused by its checks leaves the running job as it was (stage.proto's Configure).
+  EXPECT_TRUE(runner_->CurrentLora("job", "hash").ok());
+}
+
+// A request that passes its checks but whose stage fails to load (a config naming one single-stream block more than
+// the weights hold: found missing only while the blocks load) has already dropped the running stage to make room for
+// the new one: the worker is unconfigured until a Configure succeeds (stage.proto's Configure says so).
+TEST_F(StageRunnerTest, AConfigureThatFailsWhileLoadingLeavesTheWorkerUnconfigured) {
+  const std::string more = JoinPath(dir_, "more");
+  ASSERT_TRUE(MakeDirs(more).ok());
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    if (entry.is_regular_file())
+      std::filesystem::copy_file(entry.path(), JoinPath(more, entry.path().filename().string()));
+  }
+  auto config = ReadFile(JoinPath(more, "config.json"));
+  ASSERT_TRUE(config.ok());
+  const std::string layers = absl::StrCat("\"num_single_layers\": ", config_.num_single_layers);
+  ASSERT_NE(config->find(layers), std::string::npos) << *config;
+  config->replace(config->find(layers), layers.size(),
+                  absl::StrCat("\"num_single_layers\": ", config_.num_single_layers + 1));
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(more, "config.json"), *config).ok());
+  v1::ConfigureRequest req = req_;
+  req.set_model_path(more);
+  req.set_block_end(static_cast<int32_t>(config_.num_blocks()) + 1);
+  auto resp = runner_->Configure(req);
+  ASSERT_FALSE(resp.ok());
+  EXPECT_NE(resp.status().message().find("single_transformer_blocks"), std::string::npos) << resp.status();
+  auto lora = runner_->CurrentLora("job", "hash");
+  EXPECT_EQ(lora.status().code(), absl::StatusCode::kFailedPrecondition) << lora.status();
+  EXPECT_NE(lora.status().message().find("not configured"), std::string::npos) << lora.status();
+  ASSERT_TRUE(runner_->Configure(req_).ok());
+  EXPECT_TRUE(runner_->CurrentLora("job", "hash").ok());
 }
 
 TEST_F(StageRunnerTest, ConfigureRejectsChunksWithNowhereToSend) {

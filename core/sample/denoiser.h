@@ -1,5 +1,5 @@
-// Forward-only model evaluation, wherever the model runs: in this process (sample/local_denoiser.h) or through the
-// pipeline's stage workers (the coordinator's forward passes). Validation and sampling are written against it.
+// Forward-only model evaluation, wherever the model runs: in this process (sample/model_denoiser.h) or through the
+// pipeline's stage workers (stage_driver/stage_denoiser.h). Validation and sampling are written against it.
 #pragma once
 
 #include <ATen/ATen.h>

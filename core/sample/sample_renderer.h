@@ -43,19 +43,11 @@ struct SampleRecord {
 // Where a run writes the sample rendering after `step` steps: <output_dir>/samples/step-N.
 std::string SampleStepDir(const std::string& output_dir, int64_t step);
 
-// Renders a job's samples after a step; one implementation per family (FLUX.2 images in sample_renderer.cc, Wan
-// videos in wan_sample_renderer.h). Everything fixed for the run is prepared by Create.
+// Renders a job's samples after a step; one implementation per family (FLUX.2 images in flux2_sample_renderer.h, Wan
+// videos in wan_sample_renderer.h), made by CreateSampleRenderer (sample_renderers.h).
 class SampleRenderer {
  public:
   virtual ~SampleRenderer() = default;
-  // Fails, saying why, for a family without samples, a model outside a pipeline folder, or prompts that do not
-  // encode. `latent_channels` and `text_len` are the training cache's (the transformer's in_channels and, unless
-  // samples.max_sequence_length says otherwise, the prompts' length).
-  static absl::StatusOr<std::unique_ptr<SampleRenderer>> Create(const JobConfig& job, const ModelFamily& family,
-                                                                int64_t latent_channels, int64_t text_len,
-                                                                const std::string& output_dir,
-                                                                const PromptEncoder& encode, int micro_batch_size);
-
   std::string StepDir(int64_t step) const;
   // Whether step's samples are on disk already (a resumed run does not render them again).
   bool Rendered(int64_t step) const;

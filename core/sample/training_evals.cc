@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "core/sample/sample_renderers.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -32,8 +33,8 @@ absl::StatusOr<std::unique_ptr<TrainingEvals>> TrainingEvals::Create(const JobCo
     const int per_micro_batch = static_cast<int>((prompts + e->micro_batches_ - 1) / e->micro_batches_);
     int64_t text_len = 0;
     if (cache.size() > 0) text_len = cache.index().records[0].text_len;
-    ASSIGN_OR_RETURN(e->samples_, SampleRenderer::Create(job, family, cache.index().latent_channels, text_len,
-                                                         output_dir, encode, per_micro_batch));
+    ASSIGN_OR_RETURN(e->samples_, CreateSampleRenderer(job, family, cache.index().latent_channels, text_len, output_dir,
+                                                       encode, per_micro_batch));
   }
   return e;
 }

@@ -15,7 +15,7 @@
 
 namespace baton {
 
-// The renderer of a Wan job's `samples:` (SampleRenderer::Create calls it for the "wan" family). Prompts and the
+// The renderer of a Wan job's `samples:` (CreateSampleRenderer picks it for the "wan" family). Prompts and the
 // negative prompt are encoded once (at samples.max_sequence_length, else `text_len`); each prompt K's noise comes
 // from seed + K. InvalidArgument for a size or frame count the model cannot take, an image-to-video model without
 // samples.image, or an image for a text-to-video model.

@@ -1,6 +1,6 @@
 // Video clips as RGB8 frames: decoding any file libavformat/libavcodec can read (Debian's FFmpeg libraries),
 // reading a folder of frame images, and writing a short clip (MPEG-4 Part 2, or MJPEG for .avi when asked) so
-// tests and scripts/make_wan_sample.sh make their own videos. Every error is a Status naming the file.
+// tests and scripts/make_wan_sample.py make their own videos. Every error is a Status naming the file.
 #pragma once
 
 #include <absl/status/status.h>
