@@ -201,10 +201,12 @@ absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
         absl::StrCat("waiting up to ", absl::FormatDuration(options_.worker_restart_timeout), " for it to come back");
     RETURN_IF_ERROR(ParallelFor(static_cast<int>(lost.size()), [&](int k) -> absl::Status {
       const int i = lost[k];
+      const double silent = fleet_->clients[i]->SecondsSinceHeard();  // the outage began before its step failed
       StageClient client(i, addresses_[i], options_.rpc_timeout);
       absl::Status s = client.WaitReady(options_.worker_restart_timeout, [&] {
-        fleet_->outages.Silent(i, client.name(), 0, doing);
-        return stop_();
+        if (stop_()) return true;
+        fleet_->outages.Silent(i, client.name(), silent, doing);
+        return false;
       });
       if (s.ok()) fleet_->outages.Answered(i);
       if (s.ok() || absl::IsCancelled(s)) return s;

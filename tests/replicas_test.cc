@@ -47,17 +47,18 @@ char ProcessState(pid_t pid) {
   return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
 }
 
-// Which of `pids` listens on `address`'s TCP port ("127.0.0.1:PORT"), from /proc/net/tcp and each one's fds; 0: none.
+// Which of `pids` listens on `address`'s TCP port ("127.0.0.1:PORT"), from /proc/net/tcp[6] and their fds; 0: none.
 pid_t ListeningPid(const std::string& address, const std::vector<pid_t>& pids) {
   const std::string port = absl::StrFormat(":%04X", std::stoi(address.substr(address.rfind(':') + 1)));
-  std::ifstream tcp("/proc/net/tcp");
-  std::string line, inode;
-  while (std::getline(tcp, line)) {
-    std::istringstream fields(line);
-    std::string sl, local, remote, state, queues, timer, retransmits, uid, timeout;
-    fields >> sl >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
-    if (state == "0A" && absl::EndsWith(local, port)) break;  // LISTEN
-    inode.clear();
+  std::string inode;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream tcp(table);
+    for (std::string line; inode.empty() && std::getline(tcp, line);) {
+      std::istringstream fields(line);
+      std::string sl, local, remote, state, queues, timer, retransmits, uid, timeout, node;
+      fields >> sl >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> node;
+      if (state == "0A" && absl::EndsWith(local, port)) inode = node;  // LISTEN
+    }
   }
   if (inode.empty()) return 0;
   for (pid_t pid : pids) {
