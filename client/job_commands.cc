@@ -158,6 +158,8 @@ absl::Status Watch(const Args& args) {
       std::printf("job %s %s\n", last.job_id().c_str(), ValidationLine(event.validation()).c_str());
     } else if (event.has_samples()) {
       std::printf("job %s %s\n", last.job_id().c_str(), SamplesLine(event.samples()).c_str());
+    } else if (event.has_outage()) {
+      std::printf("job %s %s\n", last.job_id().c_str(), OutageLine(event.outage()).c_str());
     } else {
       std::printf("%s\n", JobSummaryLine(last).c_str());
     }

@@ -100,6 +100,11 @@ std::string JobPanel(const v1::JobInfo& job, int bar_width) {
     absl::StrAppend(
         &out, absl::StrFormat("replica %d  %d micro-batches  %.1f samples/s\n", r, step.replica_micro_batches(r), sps));
   }
+  for (const v1::StageOutage& o : job.outages()) {  // as last said, carried on to now
+    const double since =
+        o.seconds() + std::max(0.0, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) - o.time_unix());
+    absl::StrAppend(&out, "NOT ANSWERING: ", o.name(), " for ", FormatDuration(since), "\n");
+  }
   if (job.last_checkpoint_step() > 0) absl::StrAppend(&out, "checkpoint: step ", job.last_checkpoint_step(), "\n");
   if (job.has_last_validation()) absl::StrAppend(&out, ValidationLine(job.last_validation()), "\n");
   if (job.has_last_samples()) absl::StrAppend(&out, SamplesLine(job.last_samples()), "\n");
@@ -118,6 +123,12 @@ std::string ValidationLine(const v1::ValidationProgress& v) {
 std::string SamplesLine(const v1::SamplesProgress& s) {
   return absl::StrFormat("samples after step %d: %d images, %.2f s each: %s", s.step(), s.images(),
                          s.seconds_per_sample(), s.contact_sheet());
+}
+
+std::string OutageLine(const v1::StageOutage& o) {
+  if (!o.message().empty()) return o.message();
+  return o.over() ? absl::StrFormat("%s is back after %.0f s without an answer", o.name(), o.seconds())
+                  : absl::StrFormat("%s has not answered for %.0f s", o.name(), o.seconds());
 }
 
 std::string JobSummaryLine(const v1::JobInfo& job) {

@@ -1,5 +1,6 @@
 #include "client/watch_view.h"
 
+#include <absl/time/clock.h>
 #include <gtest/gtest.h>
 
 namespace baton {
@@ -82,6 +83,30 @@ TEST(WatchViewTest, EvaluationsReadAsTheCoordinatorPrintsThem) {
   const std::string panel = JobPanel(job, 8);
   EXPECT_NE(panel.find(ValidationLine(*v) + "\n"), std::string::npos) << panel;
   EXPECT_NE(panel.find(SamplesLine(*s) + "\n"), std::string::npos) << panel;
+}
+
+// Issue 35, item 4: a stage that does not answer is a line of its own (the coordinator's) and a panel line that counts
+// on from when it was said.
+TEST(WatchViewTest, AStageThatDoesNotAnswerIsSaidWithItsDuration) {
+  v1::StageOutage o;
+  o.set_stage(1);
+  o.set_name("stage 1 (10.0.0.2:7001)");
+  o.set_seconds(23);
+  EXPECT_EQ(OutageLine(o), "stage 1 (10.0.0.2:7001) has not answered for 23 s");
+  o.set_message("stage 1 (10.0.0.2:7001) has not answered for 23 s (waiting up to 1m0s for it to come back)");
+  EXPECT_EQ(OutageLine(o), o.message());
+  v1::StageOutage back = o;
+  back.clear_message();
+  back.set_over(true);
+  EXPECT_EQ(OutageLine(back), "stage 1 (10.0.0.2:7001) is back after 23 s without an answer");
+
+  v1::JobInfo job;
+  job.set_job_id("3");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  o.set_time_unix(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) - 10);  // said 10 s ago
+  *job.add_outages() = o;
+  const std::string panel = JobPanel(job);
+  EXPECT_NE(panel.find("NOT ANSWERING: stage 1 (10.0.0.2:7001) for 33s\n"), std::string::npos) << panel;
 }
 
 TEST(WatchViewTest, StateNamesAndSummaryLinesOfEndedJobs) {

@@ -72,6 +72,11 @@ void AddMetricsHooks(const std::string& job_name, CoordinatorHooks* hooks) {
         .Increment();
     if (next) next(step, stage, cause);
   };
+  hooks->on_outage = [series, job_name, next = std::move(hooks->on_outage)](const StageOutage& outage) {
+    series->m.stage_unreachable_seconds.Add({{"job", job_name}, {"stage", absl::StrCat(outage.worker)}})
+        .Set(outage.over ? 0.0 : outage.seconds);
+    if (next) next(outage);
+  };
   hooks->on_eval = [series, job_name, next = std::move(hooks->on_eval)](const EvalReport& report) {
     if (report.validation) {
       const ValidationResult& v = *report.validation;

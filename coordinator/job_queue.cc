@@ -121,6 +121,13 @@ absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uin
     update.checkpoints.push_back(job->checkpoints[i]);
   }
   for (size_t i = cursor.evals_seen; i < job->evals.size(); ++i) update.evals.push_back(job->evals[i]);
+  update.outages_seen = job->outage_count;
+  if (cursor.outages_seen != WatchCursor::kLiveOnly) {
+    const uint64_t kept_from = job->outage_count - job->outages.size();
+    for (uint64_t i = std::max(cursor.outages_seen, kept_from); i < job->outage_count; ++i) {
+      update.outages.push_back(job->outages[i - kept_from]);
+    }
+  }
   return update;
 }
 
@@ -224,7 +231,36 @@ CoordinatorHooks JobQueue::HooksFor(int64_t id) {
     OnEval(id, report);
     if (next) next(report);
   };
+  hooks.on_outage = [this, id, next = base.on_outage](const StageOutage& outage) {
+    OnOutage(id, outage);
+    if (next) next(outage);
+  };
   return hooks;
+}
+
+// Notices only (the refreshes between them are the metric's): the job's current outages, and an event for watchers.
+void JobQueue::OnOutage(int64_t id, const StageOutage& outage) {
+  if (!outage.notice) return;
+  constexpr size_t kKeptOutages = 256;  // a link that flaps for days must not grow the job without bound
+  v1::StageOutage o;
+  o.set_stage(outage.worker);
+  o.set_name(outage.name);
+  o.set_seconds(outage.seconds);
+  o.set_over(outage.over);
+  o.set_message(outage.message);
+  o.set_time_unix(NowUnix());
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_.at(id);
+  auto* now = job.info.mutable_outages();
+  now->erase(std::remove_if(now->begin(), now->end(), [&](const v1::StageOutage& x) { return x.stage() == o.stage(); }),
+             now->end());
+  if (!o.over()) *now->Add() = o;
+  v1::WatchEvent event;
+  *event.mutable_outage() = std::move(o);
+  job.outages.push_back(std::move(event));
+  ++job.outage_count;
+  if (job.outages.size() > kKeptOutages) job.outages.pop_front();
+  Changed(job);
 }
 
 void JobQueue::OnEval(int64_t id, const EvalReport& report) {
@@ -295,6 +331,7 @@ void JobQueue::Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& resul
   Job& job = jobs_.at(id);
   running_ = 0;
   job.info.set_end_time_unix(NowUnix());
+  job.info.clear_outages();  // nobody waits for them any more
   const bool stopped_at_start = !result.ok() && absl::IsCancelled(result.status()) && job.stop->load();
   if (stopped_at_start) {
     job.info.set_state(v1::JOB_STATE_STOPPED);  // stopped before its first step: nothing to checkpoint
@@ -364,6 +401,7 @@ absl::Status JobQueue::Reload() {
       LogWarning("job ", id, ": the service exited while it ran (last checkpoint: step ",
                  job.info.last_checkpoint_step(), "); resuming it");
     }
+    job.info.clear_outages();  // as of the last checkpoint: long over or moot
     if (died_running || job.info.state() == v1::JOB_STATE_QUEUED ||
         (job.resume && job.info.state() == v1::JOB_STATE_STOPPED)) {
       job.info.set_state(v1::JOB_STATE_QUEUED);

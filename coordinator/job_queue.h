@@ -29,6 +29,9 @@ struct WatchCursor {
   int64_t from_step = 0;        // the steps up to this one
   size_t checkpoints_seen = 0;  // the job's first checkpoints
   size_t evals_seen = 0;        // the job's first evaluations
+  // The job's first outage notices (kLiveOnly: those said before the first update, which a watch does not replay).
+  static constexpr uint64_t kLiveOnly = UINT64_MAX;
+  uint64_t outages_seen = kLiveOnly;
 };
 
 // What a watcher has not seen yet: the job now, and the steps, checkpoints and evaluations after its cursor.
@@ -37,6 +40,8 @@ struct JobUpdate {
   std::vector<v1::StepProgress> steps;  // steps after `from_step`, in order
   std::vector<int64_t> checkpoints;     // checkpoint steps after the first `checkpoints_seen`
   std::vector<v1::WatchEvent> evals;    // validation or samples events after the first `evals_seen`, in order
+  std::vector<v1::WatchEvent> outages;  // outage events after the first `outages_seen`, in order
+  uint64_t outages_seen = 0;            // the cursor's outages_seen after these
   uint64_t version = 0;                 // pass back to WaitForUpdate
   bool ended() const { return job.state() >= v1::JOB_STATE_FINISHED; }
 };
@@ -79,7 +84,9 @@ class JobQueue {
     JobConfig config;
     std::vector<v1::StepProgress> steps;
     std::vector<int64_t> checkpoints;
-    std::vector<v1::WatchEvent> evals;  // each with its validation or samples set
+    std::vector<v1::WatchEvent> evals;   // each with its validation or samples set
+    std::deque<v1::WatchEvent> outages;  // each with its outage set: the last kKeptOutages of outage_count
+    uint64_t outage_count = 0;
     uint64_t version = 1;
     double run_seconds = 0;    // sum of step times, for the ETA
     bool resume = false;       // continue from the newest checkpoint in the output folder
@@ -92,6 +99,7 @@ class JobQueue {
   CoordinatorHooks HooksFor(int64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   void OnStep(int64_t id, const PipelineStepRecord& rec) ABSL_LOCKS_EXCLUDED(mu_);
   void OnEval(int64_t id, const EvalReport& report) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnOutage(int64_t id, const StageOutage& outage) ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& result) ABSL_LOCKS_EXCLUDED(mu_);
   // Bumps the version; the watchers' WaitForUpdate conditions see it when mu_ is released.
   void Changed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

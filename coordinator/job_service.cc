@@ -128,7 +128,8 @@ class JobServiceImpl final : public v1::JobService::Service {
 };
 
 // Events for what changed since the last round, in the order they happened: one per new step, then that step's
-// checkpoint and evaluations (validation, samples), one per state change, and a last one marked final.
+// checkpoint and evaluations (validation, samples), the stages that do not answer (said since the watch began), one
+// per state change, and a last one marked final.
 grpc::Status JobServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
                                    grpc::ServerWriter<v1::WatchEvent>* writer) {
   std::string id = req->job_id();
@@ -169,6 +170,12 @@ grpc::Status JobServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchRequ
       cursor.from_step = step.step();
     }
     if (!send_upto(INT64_MAX)) return grpc::Status::CANCELLED;
+    for (const v1::WatchEvent& said : update->outages) {  // live: none from before the watch began
+      v1::WatchEvent event = said;
+      *event.mutable_job() = update->job;
+      if (!writer->Write(event)) return grpc::Status::CANCELLED;
+    }
+    cursor.outages_seen = update->outages_seen;
     v1::WatchEvent event;
     *event.mutable_job() = update->job;
     if (update->ended()) {

@@ -12,6 +12,7 @@
 #include "core/sample/training_evals.h"
 #include "core/train_local/local_trainer.h"
 #include "stage_driver/driver_options.h"
+#include "stage_driver/outage_watch.h"
 
 namespace baton {
 
@@ -33,6 +34,9 @@ struct CoordinatorHooks {
   // A lost step (1-based), as soon as the loss is noticed, before the recovery: the stage blamed (-1: a link or
   // unknown) and what happened.
   std::function<void(int64_t step, int stage, const std::string& cause)> on_recovery;
+  // A stage worker that does not answer (stage_driver/outage_watch.h), from any thread: a notice once it has been
+  // silent for half the stall timeout, then every stall timeout, and when it is back; between them refreshes (≤ 1/s).
+  OnOutage on_outage;
   // A step's (0-based) micro-batches have all run; its optimizer step is next (tests stop a worker here).
   std::function<void(int64_t step)> before_update;
   // Once set: finish the step, checkpoint, return. The owner sets it: main's SIGINT/SIGTERM handler, or the job

@@ -51,8 +51,11 @@ ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
       recoveries_(options.replicas),
       state_(options.replicas, State::kReady),
       recovery_errors_(options.replicas),
+      pushing_(options.replicas, 0),
       losses_(options.replicas, 0),
       speeds_(options.replicas) {
+  // A recovery under way when the run ends (a remote worker that has not come back) stops waiting for it (Stop).
+  auto stop_waiting = [this, stop = std::move(stop)] { return stopping_.load() || (stop && stop()); };
   for (int r = 0; r < options.replicas; ++r) {
     auto replica = std::make_unique<Replica>();
     StageFleet& fleet = replica->fleet;
@@ -60,20 +63,26 @@ ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
     fleet.loss_scale = config_.loss_scale;
     fleet.dropout_seed = config_.dropout_seed;
     fleet.stall_timeout = config_.stall_timeout;
+    fleet.outages.Configure(options.FirstWorker(r), options.replicas > 1 ? absl::StrCat("replica ", r, ": ") : "",
+                            config_.stall_timeout, config_.on_outage);
     fleet.own_adapters = config_.local_optimizer;
-    replica->stages = std::make_unique<StageSet>(job, options, plans[r], &fleet, stop, r);
-    StepExecutor::OnRecovery hook;
-    if (on_recovery) {
-      hook = [on_recovery, first = options.FirstWorker(r)](int64_t step, int stage, const std::string& cause) {
-        on_recovery(step, stage < 0 ? stage : first + stage, cause);
-      };
-    }
-    replica->executor = std::make_unique<StepExecutor>(options, &fleet, replica->stages.get(), stop, hook);
+    replica->stages = std::make_unique<StageSet>(job, options, plans[r], &fleet, stop_waiting, r);
+    // The executor recovers this replica's stages itself in a pass (and in a one-replica step): what was pushed to
+    // them early is gone with their inboxes.
+    StepExecutor::OnRecovery hook = [this, r, on_recovery, first = options.FirstWorker(r)](int64_t step, int stage,
+                                                                                           const std::string& cause) {
+      ForgetStages(r);
+      if (on_recovery) on_recovery(step, stage < 0 ? stage : first + stage, cause);
+    };
+    replica->executor = std::make_unique<StepExecutor>(options, &fleet, replica->stages.get(), stop_waiting, hook);
     replicas_.push_back(std::move(replica));
   }
 }
 
-ReplicaSet::~ReplicaSet() { JoinRecoveries(); }
+ReplicaSet::~ReplicaSet() {
+  stopping_ = true;
+  JoinRecoveries();
+}
 
 void ReplicaSet::SettleReplica(int r) {
   if (recoveries_[r].joinable()) recoveries_[r].join();
@@ -81,6 +90,18 @@ void ReplicaSet::SettleReplica(int r) {
 
 void ReplicaSet::JoinRecoveries() {
   for (int r = 0; r < size(); ++r) SettleReplica(r);
+}
+
+void ReplicaSet::ForgetStages(int r) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [this, r]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pushing_[r] == 0; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&settled), absl::Seconds(1))) {
+    for (auto& client : replicas_[r]->fleet.clients) client->Cancel();  // the recovery connects afresh
+    mu_.Await(absl::Condition(&settled));
+  }
+  for (auto& [step, replicas] : pushed_) replicas.erase(r);
+  for (auto& [step, replicas] : held_) replicas.erase(r);
+  ++losses_[r];
 }
 
 int ReplicaSet::Unit() const { return config_.schedule_kind == ScheduleKind::kInterleaved1F1B ? options_.stages : 1; }
@@ -170,11 +191,13 @@ absl::Status ReplicaSet::PushData(int64_t step, const StepInputs& inputs) {
     {
       absl::MutexLock lock(&mu_);
       if (pushed_[step].count(r)) return absl::OkStatus();
+      ++pushing_[r];  // a recovery of its stages waits for it (ForgetStages)
     }
-    RETURN_IF_ERROR(replicas_[r]->fleet.PushData(step, SliceStepInputs(inputs, first[r], split[r])));
+    absl::Status pushed = replicas_[r]->fleet.PushData(step, SliceStepInputs(inputs, first[r], split[r]));
     absl::MutexLock lock(&mu_);
-    pushed_[step].insert(r);
-    return absl::OkStatus();
+    --pushing_[r];
+    if (pushed.ok()) pushed_[step].insert(r);
+    return pushed;
   });
 }
 
@@ -282,7 +305,7 @@ absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failur
     if (!lost.ok()) recovery_errors_[r] = std::string(lost.status().message());
     if (lost.ok()) {
       LogWarning("replica ", r, " is back; it rejoins at the next step");
-    } else {
+    } else if (!stopping_) {  // else the run ended without it (Stop said so)
       LogWarning("replica ", r, " did not come back: ", lost.status().message());
     }
   });
@@ -503,6 +526,13 @@ void ReplicaSet::CancelAll() {
 }
 
 absl::Status ReplicaSet::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    for (int r = 0; r < size(); ++r) {
+      if (state_[r] == State::kRecovering) LogWarning("replica ", r, " is still out; the run ends without it");
+    }
+  }
+  stopping_ = true;  // a recovery still waiting for its worker gives up within 200 ms
   JoinRecoveries();
   absl::Status first = absl::OkStatus();
   for (auto& replica : replicas_) first.Update(replica->stages->Stop());

@@ -6,6 +6,7 @@
 #include <absl/status/statusor.h>
 #include <absl/synchronization/mutex.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -38,6 +39,8 @@ struct ReplicaFleetConfig {
   // A stage-local optimizer (PeerExchange; the job's `replica_exchange: allreduce`): the stages hold their gradients
   // and keep their adapters. A lost replica's finished slices are then lost with it and redone by the others.
   bool local_optimizer = false;
+  // Every report of a stage that does not answer (stage_driver/outage_watch.h), with its global worker index.
+  OnOutage on_outage;
 };
 
 // Every step's micro-batches are dealt out (core/pipeline/replica_split.h: in proportion to each replica's measured
@@ -109,7 +112,8 @@ class ReplicaSet {
   // The oldest push in flight to any stage of any replica, in seconds; and Cancel on every client.
   double OldestPushSeconds() const;
   void CancelAll();
-  // Local workers of every replica shut down; remote ones are left running.
+  // Local workers of every replica shut down; remote ones are left running. A replica still being recovered (a remote
+  // worker that has not come back) is given up at once: the run's steps went on without it.
   absl::Status Stop();
 
  private:
@@ -158,6 +162,11 @@ class ReplicaSet {
   // is back already): out of `done`, to be dealt out again.
   std::vector<Slice> LostWithTheirReplica(DoneSlices& done) ABSL_LOCKS_EXCLUDED(mu_);
   void JoinRecoveries();
+  // Replica r's stages were recovered by its executor (a forward-only pass, or a one-replica step): its inboxes were
+  // emptied and a restarted stage holds none of the run's state. Its early pushes are waited for (cancelled when they
+  // hang) and forgotten, so the next step feeds it its data again, and it counts as lost (a stage-local optimizer
+  // loads it again before its next slice).
+  void ForgetStages(int r) ABSL_LOCKS_EXCLUDED(mu_);
   int Unit() const;  // what slices are multiples of: the stages under an interleaved schedule, else 1
   std::vector<int> ReadyReplicas() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PublishTargets() const;
@@ -169,11 +178,14 @@ class ReplicaSet {
   std::map<std::pair<int, int>, Schedule> schedules_;  // by (stages, micro-batches); filled by Start, then read-only
   std::vector<std::thread> recoveries_;  // [replica]; started and joined by the thread that calls Run and Stop
   absl::Mutex abort_mu_;                 // serialises the callers' on_abort across replica threads
+  // Set by Stop: the recoveries stop waiting for their workers.
+  std::atomic<bool> stopping_{false};
   mutable absl::Mutex mu_;
   std::vector<State> state_ ABSL_GUARDED_BY(mu_);                      // [replica]
   std::vector<std::string> recovery_errors_ ABSL_GUARDED_BY(mu_);      // [replica], of a failed recovery
   std::map<int64_t, std::vector<int>> splits_ ABSL_GUARDED_BY(mu_);    // step → micro-batches per replica
   std::map<int64_t, std::set<int>> pushed_ ABSL_GUARDED_BY(mu_);       // step → replicas holding its early push
+  std::vector<int> pushing_ ABSL_GUARDED_BY(mu_);                      // [replica] early pushes in flight
   std::map<int64_t, std::set<int>> held_ ABSL_GUARDED_BY(mu_);         // step → replicas holding a sum of it
   std::vector<int> losses_ ABSL_GUARDED_BY(mu_);                       // [replica] times taken out
   std::function<absl::Status(int)> prepare_;                           // set before the first Run

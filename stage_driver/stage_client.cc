@@ -281,6 +281,11 @@ double StageClient::SilentSeconds() const {
   return stepping_ ? std::chrono::duration<double>(Clock::now() - heard_).count() : 0;
 }
 
+double StageClient::SecondsSinceHeard() const {
+  absl::MutexLock lock(&mu_);
+  return heard_ == Clock::time_point() ? 0 : std::chrono::duration<double>(Clock::now() - heard_).count();
+}
+
 v1::StageHeartbeat StageClient::LastHeartbeat() const {
   absl::MutexLock lock(&mu_);
   return beat_;

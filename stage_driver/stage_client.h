@@ -75,6 +75,9 @@ class StageClient {
   // heartbeat or a gradient chunk; 0 when no RunStep runs), the last heartbeat, and the age of the oldest Push in
   // flight (0: none).
   double SilentSeconds() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Seconds since the last RunStep's stream last said anything (or began), whether or not one runs now; 0 before the
+  // first RunStep. The recovery's OutageWatch starts a silence there.
+  double SecondsSinceHeard() const ABSL_LOCKS_EXCLUDED(mu_);
   v1::StageHeartbeat LastHeartbeat() const ABSL_LOCKS_EXCLUDED(mu_);
   double OldestPushSeconds() const ABSL_LOCKS_EXCLUDED(mu_);
 

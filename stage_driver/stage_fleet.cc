@@ -47,7 +47,23 @@ void RopeMirror::Add(const std::string& key) {
   }
 }
 
-std::optional<StallVerdict> StageFleet::FindStall() const {
+void StageFleet::ReportSilence(const std::string& what) {
+  const double first = outages.FirstAfterSeconds();
+  for (int i = 0; i < size(); ++i) {
+    const double silent = clients[i]->SilentSeconds();
+    if (silent >= first) {
+      const v1::StageHeartbeat beat = clients[i]->LastHeartbeat();
+      outages.Silent(i, clients[i]->name(), silent,
+                     absl::StrFormat("%s waits for it; last heartbeat: %s; it counts as stalled at %.0f s", what,
+                                     beat.activity().empty() ? "none yet" : beat.activity(),
+                                     absl::ToDoubleSeconds(stall_timeout)));
+    } else if (silent > 0 && silent < first && outages.Open(i)) {
+      outages.Answered(i);  // its stream talks again
+    }
+  }
+}
+
+std::optional<StallVerdict> StageFleet::FindStall(const std::vector<std::atomic<bool>>& fed) const {
   const double limit = absl::ToDoubleSeconds(stall_timeout);
   const int p = size();
   // A stage that says nothing (stopped, hung, cut off) is the one stalled, not the neighbours waiting for it.
@@ -74,6 +90,16 @@ std::optional<StallVerdict> StageFleet::FindStall() const {
     if (push > limit) {
       return StallVerdict{-1, absl::StrFormat("link coordinator → %s stalled: a push has been in flight for %.0f s",
                                               clients[i]->name(), push)};
+    }
+  }
+  // A stage still waiting for the coordinator's data after it was sent all of it: the data is gone (pushed early, then
+  // emptied from its inbox by a recovery), and nothing else will come. Redone with its data, not after the 300 s wait.
+  for (int i = 0; i < p; ++i) {
+    const v1::StageHeartbeat beat = clients[i]->LastHeartbeat();
+    if (fed[i] && beat.waiting_on() == -1 && beat.activity_seconds() > limit) {
+      return StallVerdict{-1, absl::StrFormat("%s has been %s for %.0f s, though the coordinator sent it everything: "
+                                              "the data was lost",
+                                              clients[i]->name(), beat.activity(), beat.activity_seconds())};
     }
   }
   return std::nullopt;
@@ -235,6 +261,7 @@ absl::Status StageFleet::RunOnStages(const std::string& what, const std::functio
   summaries->assign(p, v1::StepSummary());
   // Feed (weights first, then each micro-batch's data) and run, all stages at once.
   std::vector<absl::Status> feed_status(p), run_status(p);
+  std::vector<std::atomic<bool>> fed(p);  // [stage] its feed succeeded
   std::vector<std::thread> threads;
   std::atomic<bool> failed{false};
   auto fail_all = [&] {
@@ -253,6 +280,7 @@ absl::Status StageFleet::RunOnStages(const std::string& what, const std::functio
     auto feed_one = [&, i] {
       feed_status[i] = feed(i);
       if (!feed_status[i].ok()) fail_all();
+      fed[i] = feed_status[i].ok();
       return feed_status[i].ok();
     };
     auto run_one = [&, i] {
@@ -291,7 +319,8 @@ absl::Status StageFleet::RunOnStages(const std::string& what, const std::functio
       if (done_mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Milliseconds(200))) break;
     }
     if (!failed && stall.ok()) {
-      if (std::optional<StallVerdict> verdict = FindStall()) {
+      ReportSilence(what);
+      if (std::optional<StallVerdict> verdict = FindStall(fed)) {
         last_stall = *verdict;
         stall = absl::DeadlineExceededError(verdict->message);
         fail_all();
@@ -299,6 +328,9 @@ absl::Status StageFleet::RunOnStages(const std::string& what, const std::functio
     }
   }
   for (auto& t : threads) t.join();
+  for (int i = 0; i < p; ++i) {
+    if (run_status[i].ok() && feed_status[i].ok()) outages.Answered(i);  // it answered to the end
+  }
   if (!stall.ok()) return absl::Status(stall.code(), absl::StrCat(what, " failed: ", stall.message()));
   if (!failed) return absl::OkStatus();
   // Report the root cause: a stage's own failure beats the cancellations it caused elsewhere.

@@ -5,6 +5,7 @@
 #include <absl/status/status.h>
 #include <absl/time/time.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -19,6 +20,7 @@
 #include "core/model/model_family.h"
 #include "core/pipeline/schedule.h"
 #include "core/train/batches.h"
+#include "stage_driver/outage_watch.h"
 #include "stage_driver/stage_client.h"
 
 namespace baton {
@@ -82,6 +84,7 @@ struct StageFleet {
   // heartbeat every second).
   absl::Duration stall_timeout = absl::Seconds(15);
   StallVerdict last_stall;    // set when RunStep failed on a stall
+  OutageWatch outages;        // stages silent in a step or pass, and their recovery (configured with stall_timeout)
   Schedule schedule;          // for this fleet's micro-batches of the step (a replica's share: set per step)
   int first_micro_batch = 0;  // the step-wide index of this fleet's micro-batch 0 (a replica's slice; dropout seeds)
   float loss_scale = 1.0f;    // 1/m, m the step's micro-batches over all replicas
@@ -127,8 +130,12 @@ struct StageFleet {
   absl::Status Feed(int stage, int64_t step, const StepInputs& inputs, const std::map<std::string, at::Tensor>& master);
   absl::Status PushStageData(int stage, int64_t step, const StepInputs& inputs);
   v1::StepPlan Plan(int stage, int64_t step) const;
-  // The stall, if any stage or link has made no progress for stall_timeout.
-  std::optional<StallVerdict> FindStall() const;
+  // The stall, if any stage or link has made no progress for stall_timeout. `fed`: [stage] the coordinator has sent it
+  // everything of this step or pass.
+  std::optional<StallVerdict> FindStall(const std::vector<std::atomic<bool>>& fed) const;
+  // Stages silent for half the stall timeout and longer are reported to `outages` (`what`: "step 12"), and those
+  // that talk again end their outage.
+  void ReportSilence(const std::string& what);
 };
 
 }  // namespace baton

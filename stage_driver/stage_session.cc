@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<StageSession>> StageSession::Start(const StageSes
   fleet.loss_scale = 1.0f / static_cast<float>(session.micro_batches);
   fleet.dropout_seed = DropoutBaseSeed(0);
   fleet.stall_timeout = options.stall_timeout;
+  fleet.outages.Configure(0, "", options.stall_timeout, nullptr);
   auto never = [] { return false; };
   s->stages_ = std::make_unique<StageSet>(s->job_, s->options_, std::move(plan), &fleet, never);
   RETURN_IF_ERROR(s->stages_->Start());

@@ -198,10 +198,19 @@ absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
     }
   } else {
     // Remote: the lost ones get worker_restart_timeout to answer again (restarted by systemd/Kubernetes).
+    // Said while it lasts (OutageWatch): which stage does not answer, and for how long.
+    const std::string doing =
+        absl::StrCat("waiting up to ", absl::FormatDuration(options_.worker_restart_timeout), " for it to come back");
     RETURN_IF_ERROR(ParallelFor(static_cast<int>(lost.size()), [&](int k) -> absl::Status {
       const int i = lost[k];
-      absl::Status s =
-          StageClient(i, addresses_[i], options_.rpc_timeout).WaitReady(options_.worker_restart_timeout, stop_);
+      const double silent = fleet_->clients[i]->SecondsSinceHeard();  // the outage began before its step failed
+      StageClient client(i, addresses_[i], options_.rpc_timeout);
+      absl::Status s = client.WaitReady(options_.worker_restart_timeout, [&] {
+        if (stop_()) return true;
+        fleet_->outages.Silent(i, client.name(), silent, doing);
+        return false;
+      });
+      if (s.ok()) fleet_->outages.Answered(i);
       if (s.ok() || absl::IsCancelled(s)) return s;
       return absl::DeadlineExceededError(absl::StrCat("stage ", i, " (", addresses_[i], ") did not come back within ",
                                                       absl::FormatDuration(options_.worker_restart_timeout), ": ",
@@ -211,6 +220,7 @@ absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
   ++fleet_->generation;
   RETURN_IF_ERROR(Connect());
   RETURN_IF_ERROR(Configure());
+  fleet_->outages.AnsweredAll();  // a restarted local worker, or one that answered its health check late
   return lost;
 }
 

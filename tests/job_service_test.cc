@@ -28,6 +28,7 @@
 #include "core/util/files.h"
 #include "rpc/grpc_options.h"
 #include "rpc/tls.h"
+#include "tests/local_stages.h"
 
 namespace baton {
 namespace {
@@ -51,7 +52,7 @@ std::string Certs(const std::string& dir) {
 // A `coordinator --listen 127.0.0.1:0 --stages 2` child; its output goes to <dir>/coordinator-<n>.log.
 class Service {
  public:
-  Service(const std::string& dir, const std::string& root) {
+  Service(const std::string& dir, const std::string& root, const std::vector<std::string>& extra_args = {}) {
     static int count = 0;
     const std::string certs = Certs(dir);
     log_ = JoinPath(dir, absl::StrCat("coordinator-", ++count, ".log"));
@@ -64,6 +65,7 @@ class Service {
                                      absl::StrCat("--stage_worker=", JoinPath(BinDir(), "stage_worker")),
                                      absl::StrCat("--tls_dir=", JoinPath(certs, "127.0.0.1")),
                                      absl::StrCat("--token_file=", JoinPath(certs, "token"))};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     pid_ = test_util::SpawnLogged(args, log_);
     static const std::regex kListening("LISTENING (\\S+)");
     for (int i = 0; i < 1200 && pid_ > 0 && address_.empty(); ++i) {
@@ -107,6 +109,7 @@ class Service {
     pid_ = 0;
   }
   const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
   std::string log() const { return ReadFile(log_).value_or(""); }
 
   v1::JobInfo Status(const std::string& id) {
@@ -464,6 +467,53 @@ TEST_F(JobServiceTest, SigkillOfTheServiceResumesTheRunningJobOnRestart) {
   ASSERT_EQ(a->size(), b->size());
   for (const auto& [name, t] : *a) EXPECT_TRUE(at::equal(t, b->at(name))) << name;
   EXPECT_EQ(second.Terminate(), 0) << second.log();
+}
+
+// Issue 35, item 4: a stage worker that does not answer is said while it does not, in `baton watch` and in the job's
+// status, within the stall timeout: here a local worker stopped (SIGSTOP: a hung host), which the service replaces at
+// the stall timeout (4 s), after which the stage is back and the job goes on.
+TEST_F(JobServiceTest, WatchAndStatusSayWhichStageDoesNotAnswerWhileItDoesNot) {
+  Service service(*dir_, JoinPath(*dir_, "jobs_outage"), {"--stall_timeout_s=4"});
+  ASSERT_FALSE(service.address().empty()) << service.log();
+  const std::string id = Submit(WriteJob("outage", 100000), nullptr, &service);
+  ASSERT_FALSE(id.empty());
+  v1::JobInfo running = service.WaitFor(id, [](const v1::JobInfo& j) { return j.last_step().step() >= 2; });
+  ASSERT_GE(running.last_step().step(), 2) << service.log();
+  const std::string watch_log = JoinPath(*dir_, "watch_outage.log");
+  const pid_t watch = test_util::SpawnLogged(
+      {JoinPath(BinDir(), "baton"), "watch", id, "--plain", "--coordinator", service.address()}, watch_log);
+  ASSERT_GT(watch, 0);
+  auto watched = [&] { return ReadFile(watch_log).value_or(""); };
+  for (int i = 0; i < 600 && watched().find(absl::StrCat("job ", id, " step ")) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the watch is live once it printed a step
+  }
+  const std::vector<pid_t> workers = test_util::StageWorkersOf(service.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  const auto stopped = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(workers[1], SIGSTOP), 0);
+  v1::JobInfo out = service.WaitFor(id, [](const v1::JobInfo& j) { return j.outages_size() > 0; });
+  const double said = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  ASSERT_EQ(out.outages_size(), 1) << service.log();
+  EXPECT_EQ(out.outages(0).stage(), 1);
+  EXPECT_NE(out.outages(0).name().find("stage 1 ("), std::string::npos) << out.outages(0).name();
+  EXPECT_NE(out.outages(0).message().find("has not answered for"), std::string::npos) << out.outages(0).message();
+  EXPECT_LE(said, 4.0 + 1) << "said within the stall timeout";
+  // Replaced at the stall timeout: back, and the job goes on.
+  const int64_t at = out.last_step().step();
+  v1::JobInfo back =
+      service.WaitFor(id, [&](const v1::JobInfo& j) { return j.outages_size() == 0 && j.last_step().step() > at + 1; });
+  EXPECT_EQ(back.outages_size(), 0);
+  EXPECT_GT(back.last_step().step(), at + 1) << service.log();
+  EXPECT_EQ(Baton(absl::StrCat("stop ", id), &service).exit_code, 0);
+  EXPECT_TRUE(Ended(service.WaitFor(id, Ended)));
+  int status = 0;
+  ASSERT_EQ(::waitpid(watch, &status, 0), watch);
+  const std::string text = watched();
+  const size_t first = text.find(absl::StrCat("job ", id, " stage 1 ("));
+  ASSERT_NE(first, std::string::npos) << text;
+  EXPECT_NE(text.find(" has not answered for ", first), std::string::npos) << text;
+  EXPECT_NE(text.find(" is back after ", first), std::string::npos) << text;
+  EXPECT_EQ(service.Terminate(), 0) << service.log();
 }
 
 }  // namespace

@@ -177,6 +177,75 @@ TEST_F(RecoveryTest, StoppedRemoteWorkerIsAStallNamedWithinSecondsThenRedone) {
   ExpectSameAsUninterrupted("stopped_remote", steps);
 }
 
+// An outage is said while it lasts (issue 35, item 4): a remote worker that does not answer (SIGSTOP: on loopback, what
+// a cut link or a hung host looks like) is named within the stall timeout, again every stall timeout while the step
+// and then the recovery wait for it, and once it is back; the metric baton_stage_unreachable_seconds follows it.
+TEST_F(RecoveryTest, AnUnreachableRemoteWorkerIsSaidWithinTheStallTimeoutThenPeriodicallyUntilItIsBack) {
+  const int64_t steps = 6;
+  LocalWorkerOptions lopts;
+  lopts.binary = JoinPath(BinDir(), "stage_worker");
+  lopts.extra_args = *LocalWorkerSecurityArgs();  // mutual TLS: a stopped worker cannot even finish a handshake
+  lopts.extra_args.push_back("--model_root=" + *dir_);
+  auto workers = LocalWorkers::Start(2, lopts);
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  CoordinatorOptions o = Options("unreachable_remote");
+  o.workers = (*workers)->addresses();
+  o.stall_timeout = absl::Seconds(4);  // lines after 2 s, then every 4 s
+  constexpr double kStoppedSeconds = 14;
+  struct Said {
+    double at;  // seconds after the SIGSTOP
+    StageOutage outage;
+  };
+  std::mutex mu;
+  std::vector<Said> said;  // notices
+  double highest_gauge = 0;
+  Clock::time_point stopped = Clock::now() + std::chrono::hours(1);
+  AddMetricsHooks("recovery_unreachable", &o.hooks);
+  const prometheus::Labels labels = {{"job", "recovery_unreachable"}, {"stage", "1"}};
+  // Runs after the metrics hook (AddMetricsHooks chains the hook it finds after its own).
+  o.hooks.on_outage = [&, metrics = std::move(o.hooks.on_outage)](const StageOutage& outage) {
+    metrics(outage);
+    std::lock_guard<std::mutex> lock(mu);
+    highest_gauge = std::max(highest_gauge, CoordinatorFamilies().stage_unreachable_seconds.Add(labels).Value());
+    if (outage.notice) said.push_back({std::chrono::duration<double>(Clock::now() - stopped).count(), outage});
+  };
+  const std::string log = JoinPath(o.output_dir, "train_log.jsonl");
+  std::thread stopper([&] {
+    WaitForLines(log, 2);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopped = Clock::now();
+    }
+    ASSERT_TRUE((*workers)->Kill(1, SIGSTOP).ok());
+    std::this_thread::sleep_for(std::chrono::duration<double>(kStoppedSeconds));
+    ASSERT_TRUE((*workers)->Kill(1, SIGCONT).ok());
+  });
+  auto result = RunCoordinator(Job(steps), o);
+  stopper.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_GE(said.size(), 3u);
+  for (const Said& s : said) std::printf("%5.1f s: %s\n", s.at, s.outage.message.c_str());
+  EXPECT_EQ(said.front().outage.worker, 1);
+  EXPECT_NE(said.front().outage.message.find("stage 1 (" + o.workers[1] + ")"), std::string::npos)
+      << said.front().outage.message;
+  EXPECT_LE(said.front().at, 4.0 + 1) << "the first line must come within the stall timeout";
+  // While it is stopped, a line at least every stall timeout (a little slack for a loaded machine).
+  double last = 0;
+  for (const Said& s : said) {
+    if (s.outage.over) break;
+    EXPECT_LE(s.at - last, 4.0 + 2) << s.outage.message;
+    last = s.at;
+  }
+  EXPECT_GE(last, kStoppedSeconds - 4.0 - 2) << "lines until it was back";
+  EXPECT_TRUE(said.back().outage.over) << said.back().outage.message;
+  EXPECT_GE(said.back().at, kStoppedSeconds);
+  EXPECT_NE(said.back().outage.message.find("is back after"), std::string::npos) << said.back().outage.message;
+  EXPECT_GE(highest_gauge, kStoppedSeconds - 4.0 - 2);
+  EXPECT_EQ(CoordinatorFamilies().stage_unreachable_seconds.Add(labels).Value(), 0.0) << "back: 0";
+  ExpectSameAsUninterrupted("unreachable_remote", steps);
+}
+
 // A remote worker that never comes back: the run fails after --worker_restart_timeout_s, naming the stage and its
 // address, non-zero, with the last checkpoint kept for --resume.
 TEST_F(RecoveryTest, WorkerThatNeverComesBackFailsCleanlyNamingItAndKeepsTheCheckpoint) {

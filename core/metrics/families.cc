@@ -118,6 +118,11 @@ CoordinatorMetrics& CoordinatorFamilies() {
             .Help("replica_exchange: allreduce: the coordinator's wait after the last step's micro-batches for the "
                   "stages' sums and updates")
             .Register(r),
+        BuildGauge()
+            .Name("baton_stage_unreachable_seconds")
+            .Help("Seconds since the stage worker last answered, while it does not (from half the stall timeout on); "
+                  "0 once it is back")
+            .Register(r),
     };
   }();
   return *m;

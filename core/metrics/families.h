@@ -53,6 +53,9 @@ struct CoordinatorMetrics {
   // wait after the step's micro-batches (what the sums did not hide, plus the stages' AdamW).
   prometheus::Family<prometheus::Gauge>& replica_allreduce_seconds;
   prometheus::Family<prometheus::Gauge>& replica_exchange_wait_seconds;
+  // {job, stage}: seconds since the stage worker last answered while it does not (a dead link, a stopped host), from
+  // half the stall timeout on; 0 once it is back. Stage: the global worker index (replica after replica).
+  prometheus::Family<prometheus::Gauge>& stage_unreachable_seconds;
 };
 CoordinatorMetrics& CoordinatorFamilies();
 
