@@ -140,12 +140,32 @@ absl::StatusOr<PipelineStepRecord> RunAndApply(const JobConfig& job, const Coord
 // The stages lost the run's state after the coordinator last read it back (a stage-local optimizer's worker restarted):
 // every stage loaded with the coordinator's copy; the step the run goes on from (the steps from there to `step` are
 // redone, and compute what they computed before, bit for bit).
-absl::StatusOr<int64_t> RollBack(PeerExchange& exchange, int64_t start_step, int64_t step, const absl::Status& lost) {
+// `until`: the last step (1-based) to redo.
+absl::StatusOr<int64_t> RollBack(PeerExchange& exchange, int64_t start_step, int64_t until, const absl::Status& lost) {
   ASSIGN_OR_RETURN(int64_t updates, exchange.RollBack());
   const int64_t from = start_step + updates;
-  LogWarning("step ", step + 1, ": ", lost.message(), "; rolled back to the state of step ", from, ", redoing step",
-             from + 1 < step + 1 ? absl::StrCat("s ", from + 1, "..", step + 1) : absl::StrCat(" ", step + 1));
+  LogWarning(lost.message(), "; rolled back to the state of step ", from, ", redoing step",
+             from + 1 < until ? absl::StrCat("s ", from + 1, "..", until) : absl::StrCat(" ", until));
   return from;
+}
+
+// What follows step `step` (0-based): the checkpoint (the last step's, a stop's, every checkpoint_every), the
+// coordinator's copy of a stage-local optimizer's state every state_every steps (what a lost stage costs), and the
+// validation and sample passes.
+absl::Status AfterStep(const JobConfig& job, const CoordinatorOptions& options, const JobSetup& setup, int64_t step,
+                       bool last, bool stop, bool tty, const std::function<absl::Status(int64_t)>& read_back,
+                       const std::function<absl::Status(int64_t)>& evaluate, std::map<std::string, at::Tensor>& master,
+                       AdamW& optimizer) {
+  const int64_t done = step + 1;
+  if (last || stop || (job.checkpoint_every > 0 && done % job.checkpoint_every == 0)) {
+    if (tty && !options.quiet) std::printf("\n");
+    RETURN_IF_ERROR(read_back(done));  // the stages hold the state
+    RETURN_IF_ERROR(
+        CheckpointRun(job, options, JobHash(job), setup.fingerprint, done, master, optimizer, *setup.model));
+  }
+  if (stop && !last) return absl::OkStatus();
+  if (job.state_every > 0 && done % job.state_every == 0) RETURN_IF_ERROR(read_back(done));
+  return evaluate(done);
 }
 
 // The steps from the start state to total_steps: each step's inputs prepared (and pushed) while the previous step
@@ -161,10 +181,17 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   StageDenoiser stage_denoiser(*setup.model, *setup.shell, setup.dtype, setup.micro_batches, replicas.executor(0),
                                master);
   const Denoiser denoiser = stage_denoiser.AsDenoiser();
+  // A stage-local optimizer's state into `master` and `optimizer`, after `done` steps; a stage lost meanwhile is
+  // recovered first (the read then finds the state lost: the caller rolls back).
+  auto read_back = [&](int64_t done) -> absl::Status {
+    if (exchange == nullptr) return absl::OkStatus();
+    return replicas.executor(0).RunBetweenSteps(done, absl::StrCat("read-back (after step ", done, ")"),
+                                                [&] { return exchange->Pull(master, optimizer); });
+  };
   auto evaluate = [&](int64_t done) -> absl::Status {
     if (!evals.Due(done, total_steps, start.step)) return absl::OkStatus();
-    if (exchange != nullptr) RETURN_IF_ERROR(exchange->Pull(master, optimizer));  // the passes push `master`
-    replicas.SettleReplica(0);  // the passes run on replica 0: back from any recovery first
+    RETURN_IF_ERROR(read_back(done));  // the passes push `master`
+    replicas.SettleReplica(0);         // the passes run on replica 0: back from any recovery first
     stage_denoiser.set_step(done);
     ASSIGN_OR_RETURN(EvalReport report, evals.Run(done, total_steps, start.step, denoiser, log));
     if (options.hooks.on_eval) options.hooks.on_eval(report);
@@ -206,13 +233,21 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     Clock::time_point t_run;
     absl::StatusOr<PipelineStepRecord> applied = RunAndApply(job, options.hooks, step, *inputs, replicas, exchange,
                                                              optimizer, master, start_next, drop_next, outputs, t_run);
-    if (!applied.ok() && exchange != nullptr && exchange->StateLost()) {
+    // The state lost with a stage after `done` steps: the run goes back to the coordinator's copy and redoes the
+    // steps up to `until` (1-based).
+    auto roll_back = [&](int64_t done, int64_t until, const absl::Status& lost) -> absl::Status {
       drop_next();
       replicas.Rewind();
-      const int64_t lost_at = step;
-      ASSIGN_OR_RETURN(step, RollBack(*exchange, start.step, step, applied.status()));
-      result.steps_redone += lost_at - step;  // the steps before the lost one, run again (it was never done)
-      --step;  // the loop's ++ takes it to the first step after the state the stages now hold
+      ASSIGN_OR_RETURN(const int64_t from, RollBack(*exchange, start.step, until, lost));
+      result.steps_redone += done - from;  // the steps done since the copy, run again
+      step = from - 1;                     // the loop's ++ takes it to the first step after the state now held
+      return absl::OkStatus();
+    };
+    if (!applied.ok() && exchange != nullptr && exchange->StateLost()) {
+      // The lost step itself was never done ("step 4: ..." names it).
+      RETURN_IF_ERROR(roll_back(
+          step, step + 1,
+          absl::Status(applied.status().code(), absl::StrCat("step ", step + 1, ": ", applied.status().message()))));
       continue;
     }
     if (!applied.ok()) return applied.status();
@@ -241,22 +276,16 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     }
     const bool last = step + 1 == total_steps;
     const bool stop = StopRequested(options);
-    if (last || stop || (job.checkpoint_every > 0 && (step + 1) % job.checkpoint_every == 0)) {
-      if (tty && !options.quiet) std::printf("\n");
-      if (exchange != nullptr) RETURN_IF_ERROR(exchange->Pull(master, optimizer));  // the stages hold the state
-      RETURN_IF_ERROR(
-          CheckpointRun(job, options, JobHash(job), setup.fingerprint, step + 1, master, optimizer, *setup.model));
+    absl::Status after = AfterStep(job, options, setup, step, last, stop, tty, read_back, evaluate, master, optimizer);
+    if (!after.ok() && exchange != nullptr && exchange->StateLost()) {
+      RETURN_IF_ERROR(roll_back(step + 1, step + 1, after));
+      continue;
     }
+    RETURN_IF_ERROR(after);
     if (stop && !last) {
       LogWarning("stop requested: checkpointed step ", step + 1, " and stopping");
       break;
     }
-    // The coordinator's copy of a stage-local optimizer's state, at most state_every steps old: what a lost stage
-    // costs.
-    if (exchange != nullptr && job.state_every > 0 && (step + 1) % job.state_every == 0) {
-      RETURN_IF_ERROR(exchange->Pull(master, optimizer));
-    }
-    RETURN_IF_ERROR(evaluate(step + 1));
   }
   if (tty && !options.quiet) std::printf("\n");
   return result;

@@ -231,6 +231,8 @@ absl::StatusOr<PeerExchange::Tensors> PeerExchange::CurrentState(int except) {
 
 absl::Status PeerExchange::Pull(Tensors& master, AdamW& optimizer) {
   absl::MutexLock lock(&mu_);
+  // One replica, recovered since it was last asked: its stages may have lost the state (DATA_LOSS, state_lost_).
+  if (started_ && replicas_->size() == 1) RETURN_IF_ERROR(ProbeSolo());
   ASSIGN_OR_RETURN(Tensors state, CurrentState(-1));
   Tensors moments;
   for (const auto& [key, t] : state) {

@@ -68,7 +68,8 @@ class PeerExchange {
   absl::StatusOr<ExchangeResult> Apply(int64_t step, const std::vector<int>& participants,
                                        const std::vector<double>& losses, double lr,
                                        const std::function<void()>& on_abort) ABSL_LOCKS_EXCLUDED(mu_);
-  // The current adapters and optimizer state, from a replica that holds them.
+  // The current adapters and optimizer state, from a replica that holds them. DATA_LOSS with StateLost() when none
+  // does any more (one replica whose stage restarted since the coordinator's copy was taken).
   absl::Status Pull(Tensors& master, AdamW& optimizer) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the run's current state is held by no replica (and no longer by the coordinator): a failure with this
   // set is mended by RollBack, not by a retry.

@@ -55,6 +55,18 @@ absl::StatusOr<std::vector<at::Tensor>> StepExecutor::RunForwardPass(int64_t ste
       [&](int) { return fleet_->RunForwardPass(step, pass, shell, master); }, [] {}, [] {});
 }
 
+absl::Status StepExecutor::RunBetweenSteps(int64_t step, const std::string& what_ran,
+                                           const std::function<absl::Status()>& work) {
+  return WithRecovery<bool>(
+             step, what_ran,
+             [&](int) -> absl::StatusOr<bool> {
+               RETURN_IF_ERROR(work());
+               return true;
+             },
+             [] {}, [] {})
+      .status();
+}
+
 StepLoss StepExecutor::Diagnose(const absl::Status& failure) const {
   const int p = fleet_->size();
   // Who is gone: dead local processes (how they died is the best cause), else the stage a stall was blamed on.

@@ -50,6 +50,11 @@ class StepExecutor {
   absl::StatusOr<std::vector<at::Tensor>> RunForwardPass(int64_t step, uint64_t pass,
                                                          const std::vector<ShellOutputs>& shell,
                                                          const std::map<std::string, at::Tensor>& master);
+  // Work with the stages between steps (the state read back for a checkpoint or a pass, `what_ran` names it in
+  // messages): a lost stage is recovered and the work redone, as a step is. A restarted stage holds no state of the
+  // run: work that needs it finds that out itself (PeerExchange::Pull) and fails with DATA_LOSS, which ends the
+  // retries.
+  absl::Status RunBetweenSteps(int64_t step, const std::string& what_ran, const std::function<absl::Status()>& work);
   // Runs before every attempt of a step (the first and each redo): a failure fails the step as it is (a stage-local
   // optimizer checks here that the stages still hold the run's state: PeerExchange::Prepare).
   void set_before_attempt(std::function<absl::Status()> before) { before_attempt_ = std::move(before); }
