@@ -24,6 +24,7 @@ absl::StatusOr<std::unique_ptr<SampleBackend>> StartSampleBackend(const Args& ar
     StageDriverOptions driver;
     driver.stages = static_cast<int>(stages);
     driver.quiet = true;
+    driver.process = "baton_sample";
     ASSIGN_OR_RETURN(b->session, StageSession::Start(so, driver));
     b->denoiser = b->session->denoiser();
     return b;

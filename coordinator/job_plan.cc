@@ -46,8 +46,8 @@ absl::StatusOr<std::vector<std::vector<std::vector<StageSpec>>>> PlanReplicas(co
     RETURN_IF_ERROR(JobSchedule(job, stages).status());
     const bool print = !quiet && (r == 0 || options.UnequalReplicas());
     if (print && options.UnequalReplicas()) std::printf("replica %d (%d stages):\n", r, stages);
-    auto plan = PlanStages(ReplicaJob(job, options, r), model, cache, stages, chunks, dtype, !print,
-                           /*remote_workers=*/!options.workers.empty());
+    auto plan = PlanJobStages(ReplicaJob(job, options, r), model, cache, stages, chunks, dtype, !print,
+                              /*remote_workers=*/!options.workers.empty());
     if (!plan.ok() && options.replicas > 1) return Annotate(plan.status(), absl::StrCat("replica ", r));
     if (!plan.ok()) return plan.status();
     plans.push_back(std::move(*plan));

@@ -1,6 +1,6 @@
 // Job setup and plan: what the coordinator settles before it starts any worker -- the model and dataset open and
 // fit each other, the step sampler and the frozen shell, the schedule, and the planner's split of the blocks over
-// the stages (stage_driver/stage_plan.h; PlanStages prints it).
+// the stages (coordinator/job_partition.h; PlanStages prints it).
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "coordinator/job_partition.h"
 #include "coordinator/run_types.h"
 #include "core/data/cache.h"
 #include "core/model/model_family.h"
@@ -16,7 +17,6 @@
 #include "core/pipeline/schedule.h"
 #include "core/train/batches.h"
 #include "core/train/job_fingerprint.h"
-#include "stage_driver/stage_plan.h"
 
 namespace baton {
 

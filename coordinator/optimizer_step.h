@@ -7,9 +7,9 @@
 #include <map>
 #include <string>
 
+#include "coordinator/peer_exchange.h"
 #include "coordinator/run_types.h"
 #include "core/train/adamw.h"
-#include "stage_driver/peer_exchange.h"
 #include "stage_driver/stage_fleet.h"
 
 namespace baton {

@@ -46,8 +46,11 @@ struct CoordinatorHooks {
 
 // The stage driver's options (stages, workers, timeouts, recovery, metrics) and the run's own.
 struct CoordinatorOptions : StageDriverOptions {
-  CoordinatorOptions() { replicas = 0; }  // 0: the job's `replicas:` (1 when it has none); --replicas sets it
-  int64_t steps = 0;                      // ≤ 0: the job's
+  CoordinatorOptions() {
+    replicas = 0;  // 0: the job's `replicas:` (1 when it has none); --replicas sets it
+    process = "coordinator";
+  }
+  int64_t steps = 0;           // ≤ 0: the job's
   bool resume = false;         // continue from the newest valid checkpoint in output_dir; refuse when there is none
   bool resume_if_any = false;  // with resume: no checkpoint at all → start fresh (--resume=if-any)
   CoordinatorHooks hooks;

@@ -14,7 +14,7 @@ namespace baton {
 
 struct StageDriverOptions {
   int stages = 1;    // per replica (replica 0's when replica_stages differ)
-  int replicas = 1;  // data-parallel pipelines (stage_driver/replica_set.h), each of `stages` workers
+  int replicas = 1;  // data-parallel pipelines (coordinator/replica_set.h), each of `stages` workers
   // Stages per replica where replicas differ (a 48 GB card as a one-stage replica beside two 24 GB cards as a
   // two-stage one): `replicas` entries; empty = every replica has `stages`.
   std::vector<int> replica_stages;
@@ -39,6 +39,8 @@ struct StageDriverOptions {
   // process's own server is bound. Local stage workers serve theirs on HOST:PORT+1+i (PORT 0: free ports); the run
   // prints them all and writes <output_dir>/prometheus_targets.json.
   std::string metrics_listen, metrics_address;
+  // The driving process, as its envelopes' sender and its metrics target's `baton_process` label name it.
+  std::string process = "stage_driver";
 
   int StagesOf(int replica) const { return replica_stages.empty() ? stages : replica_stages[replica]; }
   int FirstWorker(int replica) const;  // the global index of replica r's stage 0 (workers, devices, metrics ports)

@@ -246,7 +246,7 @@ absl::Status StageClient::LoadState(const std::string& job_id, const TensorMap& 
   header.set_job_id(job_id);
   header.set_config_hash(job_id);
   header.set_kind(v1::EnvelopeHeader::LORA_STATE);
-  header.set_sender("coordinator");
+  header.set_sender(sender_);
   v1::PushAck ack;
   auto writer = stub_->LoadState(&ctx, &ack);
   Count(&LinkTraffic::adapters, EnvelopeBytes(header, state));

@@ -48,6 +48,8 @@ class StageClient {
   void set_up_gauge(prometheus::Gauge* gauge) { up_ = gauge; }
   // Where this client counts its bytes (optional; set before the first call).
   void set_traffic(std::shared_ptr<LinkTraffic> traffic) { traffic_ = std::move(traffic); }
+  // The driving process, as the envelopes this client sends name it (set before the first call).
+  void set_sender(std::string sender) { sender_ = std::move(sender); }
 
   // Waits until the channel connects and the health service says StageService is SERVING, up to `timeout`.
   // A server that is not a stage worker (e.g. --workers pointing at an encoder worker) is FAILED_PRECONDITION.
@@ -93,6 +95,7 @@ class StageClient {
   std::unique_ptr<v1::StageService::Stub> stub_;
   prometheus::Gauge* up_ = nullptr;       // set before the first call, then only read
   std::shared_ptr<LinkTraffic> traffic_;  // likewise
+  std::string sender_ = "stage_driver";
   using Clock = std::chrono::steady_clock;
   // Registers a call for Cancel(); false (and nothing registered) when already cancelled.
   bool Begin(grpc::ClientContext* ctx) ABSL_LOCKS_EXCLUDED(mu_);

@@ -114,7 +114,7 @@ v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::Envelop
   h.set_step(step);
   h.set_micro_batch(micro_batch);
   h.set_kind(kind);
-  h.set_sender("coordinator");
+  h.set_sender(sender);
   h.set_generation(generation);
   return h;
 }

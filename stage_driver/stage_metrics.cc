@@ -24,11 +24,11 @@ absl::StatusOr<std::string> StageMetricsListen(const std::string& coordinator_li
   return absl::StrCat(address.host, ":", port);
 }
 
-absl::Status PublishMetricsTargets(const std::string& output_dir, const std::string& coordinator,
-                                   const std::vector<std::string>& stages, bool print) {
+absl::Status PublishMetricsTargets(const std::string& output_dir, const std::string& process,
+                                   const std::string& address, const std::vector<std::string>& stages, bool print) {
   nlohmann::ordered_json groups = nlohmann::ordered_json::array();
-  groups.push_back({{"targets", {coordinator}}, {"labels", {{"baton_process", "coordinator"}}}});
-  std::vector<std::string> line = {absl::StrCat("coordinator ", coordinator)};
+  groups.push_back({{"targets", {address}}, {"labels", {{"baton_process", process}}}});
+  std::vector<std::string> line = {absl::StrCat(process, " ", address)};
   for (size_t i = 0; i < stages.size(); ++i) {
     if (stages[i].empty()) continue;
     groups.push_back(

@@ -16,10 +16,10 @@ absl::StatusOr<std::string> StageMetricsListen(const std::string& coordinator_li
 
 // Prints `metrics: coordinator H:P, stage 0 H:P, ...` on stdout (when `print`) and writes
 // <output_dir>/prometheus_targets.json in Prometheus' file_sd format: one target group per process, labelled
-// {baton_process: coordinator|stage_worker, stage: N}. `stages`: each stage worker's metrics "host:port" by
-// stage, "" where unknown (remote workers: their operator knows them), skipped.
-absl::Status PublishMetricsTargets(const std::string& output_dir, const std::string& coordinator,
-                                   const std::vector<std::string>& stages, bool print);
+// {baton_process: `process` (the driving process, at `address`)|stage_worker, stage: N}. `stages`: each stage
+// worker's metrics "host:port" by stage, "" where unknown (remote workers: their operator knows them), skipped.
+absl::Status PublishMetricsTargets(const std::string& output_dir, const std::string& process,
+                                   const std::string& address, const std::vector<std::string>& stages, bool print);
 
 // baton_stage_up{job, stage, peer = the worker's address}: StageClient sets it after every call.
 prometheus::Gauge* StageUpGauge(const std::string& job_name, int stage, const std::string& address);

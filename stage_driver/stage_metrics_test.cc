@@ -23,7 +23,8 @@ TEST(StageMetricsTest, StageWorkersGetTheNextPortsOrFreeOnes) {
 TEST(StageMetricsTest, TargetsFileIsPrometheusFileSd) {
   const std::string dir = JoinPath(test_util::MakeTempDir("targets"), "out");
   testing::internal::CaptureStdout();
-  ASSERT_TRUE(PublishMetricsTargets(dir, "127.0.0.1:9400", {"127.0.0.1:9401", "", "127.0.0.1:9403"}, true).ok());
+  ASSERT_TRUE(
+      PublishMetricsTargets(dir, "coordinator", "127.0.0.1:9400", {"127.0.0.1:9401", "", "127.0.0.1:9403"}, true).ok());
   EXPECT_EQ(testing::internal::GetCapturedStdout(),
             "metrics: coordinator 127.0.0.1:9400, stage 0 127.0.0.1:9401, stage 2 127.0.0.1:9403\n");
   auto text = ReadFile(JoinPath(dir, "prometheus_targets.json"));

@@ -1,7 +1,7 @@
 #include "stage_driver/stage_session.h"
 
 #include <absl/strings/str_cat.h>
-#include <absl/strings/str_join.h>
+#include <absl/strings/str_format.h>
 
 #include <algorithm>
 
@@ -9,6 +9,7 @@
 #include "core/tensor/shape.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
+#include "core/util/seed.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -34,23 +35,20 @@ std::map<std::string, at::Tensor> PaddedParameters(const std::map<std::string, L
 
 }  // namespace
 
-absl::Status StageSession::MakeJob(const StageSessionOptions& session) {
-  job_.source = session.lora.empty() ? "baton sample" : session.lora;
-  job_.name = "sample";
-  job_.model = session.model;
-  job_.model_config = session.model_config;
-  job_.dtype = session.dtype;
-  job_.quantize = session.quantize;
-  job_.threads = session.threads;
-  job_.micro_batches = session.micro_batches;
-  job_.batch_size = session.micro_batches;
-  job_.schedule = "gpipe";
-  job_.steps = 1;
+absl::Status StageSession::MakeSpec(const StageSessionOptions& session) {
+  spec_.name = "sample";
+  spec_.model = session.model;
+  spec_.model_config = session.model_config;
+  spec_.dtype = session.dtype;
+  spec_.quantize = session.quantize;
+  spec_.threads = session.threads;
+  spec_.micro_batches = session.micro_batches;
+  spec_.id = absl::StrFormat("%016x", HashName(absl::StrCat("sample|", session.model, "|", session.model_config, "|",
+                                                            session.lora, "|", session.dtype, "|", session.quantize)));
   if (session.lora.empty()) {  // the base model: a zero adapter (B = 0 at init) on attention
-    job_.lora_targets = "attention";
-    ASSIGN_OR_RETURN(job_.lora.targets, ResolveLoraTargets(job_.lora_targets));
-    job_.lora.rank = 1;
-    job_.lora.alpha = 1;
+    ASSIGN_OR_RETURN(spec_.lora.targets, ResolveLoraTargets("attention"));
+    spec_.lora.rank = 1;
+    spec_.lora.alpha = 1;
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(auto weights, LoadLoraFile(session.lora));
@@ -58,11 +56,10 @@ absl::Status StageSession::MakeJob(const StageSessionOptions& session) {
   int64_t rank = 0;
   for (const auto& [module, w] : weights) {
     rank = std::max(rank, w.A.size(0));
-    job_.lora.targets.push_back(module);  // exact module names: only the file's modules get an adapter
+    spec_.lora.targets.push_back(module);  // exact module names: only the file's modules get an adapter
   }
-  job_.lora.rank = rank;
-  job_.lora.alpha = static_cast<double>(rank);
-  job_.lora_targets = absl::StrJoin(job_.lora.targets, ",");
+  spec_.lora.rank = rank;
+  spec_.lora.alpha = static_cast<double>(rank);
   file_params_ = PaddedParameters(weights, rank);
   return absl::OkStatus();
 }
@@ -71,23 +68,26 @@ absl::StatusOr<std::unique_ptr<StageSession>> StageSession::Start(const StageSes
                                                                   const StageDriverOptions& options) {
   std::unique_ptr<StageSession> s(new StageSession());
   s->options_ = options;
-  RETURN_IF_ERROR(s->MakeJob(session));
+  RETURN_IF_ERROR(s->MakeSpec(session));
   ASSIGN_OR_RETURN(s->dtype_, ParseDtype(session.dtype));
   ASSIGN_OR_RETURN(s->model_, OpenModel(session.model, session.model_config));
   ASSIGN_OR_RETURN(s->shell_, s->model_->BuildShell(s->dtype_, at::kCPU));
   StageFleet& fleet = s->fleet_;
   ASSIGN_OR_RETURN(fleet.schedule, MakeSchedule(ScheduleKind::kGPipe, options.stages, session.micro_batches, 1));
-  ASSIGN_OR_RETURN(PartitionOptions popts, StagePartitionOptions(s->job_, session.tokens, options.stages, s->dtype_,
-                                                                 /*remote_workers=*/!options.workers.empty()));
+  ASSIGN_OR_RETURN(PartitionOptions popts,
+                   StagePartitionOptions(s->spec_, session.tokens, /*samples_per_micro_batch=*/1, options.stages,
+                                         s->dtype_, /*remote_workers=*/!options.workers.empty()));
+  popts.schedule = ScheduleKind::kGPipe;  // forward-only passes, no optimizer state on the stages
+  popts.recompute = RecomputePolicy::kAuto;
   ASSIGN_OR_RETURN(auto plan, PlanStages(*s->model_, std::move(popts), options.stages, 1, options.quiet));
 
-  fleet.job_id = JobHash(s->job_);
+  fleet.job_id = s->spec_.id;
   fleet.loss_scale = 1.0f / static_cast<float>(session.micro_batches);
   fleet.dropout_seed = DropoutBaseSeed(0);
   fleet.stall_timeout = options.stall_timeout;
   fleet.outages.Configure(0, "", options.stall_timeout, nullptr);
   auto never = [] { return false; };
-  s->stages_ = std::make_unique<StageSet>(s->job_, s->options_, std::move(plan), &fleet, never);
+  s->stages_ = std::make_unique<StageSet>(s->spec_, s->options_, std::move(plan), &fleet, never);
   RETURN_IF_ERROR(s->stages_->Start());
   for (auto& client : fleet.clients) {
     ASSIGN_OR_RETURN(TensorMap w, client->GetLora(fleet.job_id));

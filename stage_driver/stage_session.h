@@ -11,7 +11,6 @@
 #include <string>
 
 #include "core/model/model_family.h"
-#include "core/train/job.h"
 #include "stage_driver/driver_options.h"
 #include "stage_driver/stage_denoiser.h"
 #include "stage_driver/stage_fleet.h"
@@ -44,10 +43,10 @@ class StageSession {
 
  private:
   StageSession() = default;
-  // The job a training run with this adapter would be: its LoRA spec fits every module of the file.
-  absl::Status MakeJob(const StageSessionOptions& session);
+  // What the stages hold: the model, and a LoRA spec that fits every module of the file.
+  absl::Status MakeSpec(const StageSessionOptions& session);
 
-  JobConfig job_;
+  PipelineSpec spec_;
   StageDriverOptions options_;
   at::ScalarType dtype_ = at::kFloat;
   std::unique_ptr<ModelFamily> model_;

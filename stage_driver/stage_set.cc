@@ -16,30 +16,29 @@ namespace {
 
 // Worker i's request; `chunks` holds its one block range, or its v chunks (interleaved: the neighbours wrap
 // around, worker p-1's outputs feeding worker 0's next chunk).
-v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string& job_id,
-                                         const std::vector<StageSpec>& chunks, int i,
+v1::ConfigureRequest ConfigureRequestFor(const PipelineSpec& pipeline, const std::vector<StageSpec>& chunks, int i,
                                          const std::vector<std::string>& addresses, int replica, int first_worker) {
   const int p = static_cast<int>(addresses.size());
   const StageSpec& spec = chunks.front();
   v1::ConfigureRequest req;
-  req.set_job_id(job_id);
-  req.set_job_name(JobName(job));
-  req.set_config_hash(job_id);
-  req.set_micro_batches(static_cast<int32_t>(job.micro_batches));
+  req.set_job_id(pipeline.id);
+  req.set_job_name(pipeline.name);
+  req.set_config_hash(pipeline.id);
+  req.set_micro_batches(static_cast<int32_t>(pipeline.micro_batches));
   req.set_stage_index(i);
   req.set_replica(replica);
   req.set_num_stages(p);
-  req.set_model_path(job.model);
-  req.set_model_config_path(job.model_config);
+  req.set_model_path(pipeline.model);
+  req.set_model_config_path(pipeline.model_config);
   req.set_block_begin(static_cast<int32_t>(spec.block_begin));
   req.set_block_end(static_cast<int32_t>(spec.block_end));
   req.set_has_embedders(spec.has_embedders);
   req.set_has_head(spec.has_head);
-  req.set_dtype(job.dtype);
-  // Without `devices:` in the job each worker computes on its own --device (local workers: cpu).
+  req.set_dtype(pipeline.dtype);
+  // Without devices in the spec each worker computes on its own --device (local workers: cpu).
   // With replicas, `devices:` lists replica 0's stages, then replica 1's, ...
   const size_t device = static_cast<size_t>(first_worker) + static_cast<size_t>(i);
-  if (device < job.devices.size()) req.set_device(job.devices[device]);
+  if (device < pipeline.devices.size()) req.set_device(pipeline.devices[device]);
   // The planner's per-stage decision (recompute: auto decides from the budget; true = all, false = none).
   // Interleaved: every chunk of every worker got the same all-or-nothing decision (PlanStages).
   if (chunks.size() > 1) {
@@ -48,12 +47,12 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
     req.set_recompute(spec.recompute_blocks > 0);
     req.set_recompute_blocks(static_cast<int32_t>(spec.recompute_blocks));
   }
-  req.set_quantize(job.quantize);
-  req.mutable_lora()->set_rank(static_cast<int32_t>(job.lora.rank));
-  req.mutable_lora()->set_alpha(static_cast<float>(job.lora.alpha));
-  for (const auto& t : job.lora.targets) req.mutable_lora()->add_targets(t);
-  req.mutable_lora()->set_dropout(static_cast<float>(job.lora.dropout));
-  req.mutable_lora()->set_dtype(job.lora_dtype);
+  req.set_quantize(pipeline.quantize);
+  req.mutable_lora()->set_rank(static_cast<int32_t>(pipeline.lora.rank));
+  req.mutable_lora()->set_alpha(static_cast<float>(pipeline.lora.alpha));
+  for (const auto& t : pipeline.lora.targets) req.mutable_lora()->add_targets(t);
+  req.mutable_lora()->set_dropout(static_cast<float>(pipeline.lora.dropout));
+  req.mutable_lora()->set_dtype(pipeline.lora_dtype);
   if (i + 1 < p) req.set_next_address(addresses[i + 1]);
   if (i > 0) req.set_prev_address(addresses[i - 1]);
   if (chunks.size() > 1) {
@@ -67,46 +66,51 @@ v1::ConfigureRequest ConfigureRequestFor(const JobConfig& job, const std::string
     req.set_next_address(addresses[(i + 1) % p]);
     req.set_prev_address(addresses[(i + p - 1) % p]);
   }
-  req.set_threads(job.threads);
-  req.set_allow_nondeterministic(!job.deterministic);
-  req.set_seed(job.seed);
-  req.set_wire_dtype(job.wire_dtype);
+  req.set_threads(pipeline.threads);
+  req.set_allow_nondeterministic(!pipeline.deterministic);
+  req.set_seed(pipeline.seed);
+  req.set_wire_dtype(pipeline.wire_dtype);
   return req;
 }
 
 }  // namespace
 
-StageSet::StageSet(const JobConfig& job, const StageDriverOptions& options, std::vector<std::vector<StageSpec>> plan,
+StageSet::StageSet(PipelineSpec pipeline, const StageDriverOptions& options, std::vector<std::vector<StageSpec>> plan,
                    StageFleet* fleet, std::function<bool()> stop, int replica)
-    : job_(job), options_(options), plan_(std::move(plan)), fleet_(fleet), stop_(std::move(stop)), replica_(replica) {}
+    : pipeline_(std::move(pipeline)),
+      options_(options),
+      plan_(std::move(plan)),
+      fleet_(fleet),
+      stop_(std::move(stop)),
+      replica_(replica) {}
 
 StageSet::~StageSet() = default;
 
 // Workers: embedded local processes (started here, into local_), or the ones given. Returns their addresses.
 absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
-  const JobConfig& job = job_;
   const StageDriverOptions& options = options_;
   std::unique_ptr<LocalWorkers>* local = &local_;
   const bool publish_targets = !options.metrics_address.empty() && options.replicas == 1;  // else ReplicaSet does
   if (!options.workers.empty()) {
     RETURN_IF_ERROR(RequireRemoteWorkerSecurity());
     if (publish_targets) {  // remote workers' metrics ports are their operators' to list
-      RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, {}, !options.quiet));
+      RETURN_IF_ERROR(
+          PublishMetricsTargets(options.output_dir, options.process, options.metrics_address, {}, !options.quiet));
     }
     const auto first = options.workers.begin() + options.FirstWorker(replica_);
     return std::vector<std::string>(first, first + options.StagesOf(replica_));
   }
   LocalWorkerOptions lopts;
   if (!options.stage_worker_binary.empty()) lopts.binary = options.stage_worker_binary;
-  lopts.threads = job.threads;
+  lopts.threads = pipeline_.threads;
   int wait_s = options.worker_wait_timeout_s > 0 ? options.worker_wait_timeout_s
                                                  : static_cast<int>(absl::ToInt64Seconds(options.rpc_timeout));
   lopts.extra_args = {absl::StrCat("--wait_timeout_s=", wait_s)};
   ASSIGN_OR_RETURN(std::vector<std::string> tls_args, LocalWorkerSecurityArgs());  // stage_driver/local_tls.h
   lopts.extra_args.insert(lopts.extra_args.end(), tls_args.begin(), tls_args.end());
-  // Workers read models only inside their --model_root: ours may read exactly the job's model files.
+  // Workers read models only inside their --model_root: ours may read exactly the pipeline's model files.
   // (A model that does not resolve gets no root here; the worker's Configure then names what is missing.)
-  if (auto root = CommonRoot({job.model, job.model_config}); root.ok()) {
+  if (auto root = CommonRoot({pipeline_.model, pipeline_.model_config}); root.ok()) {
     lopts.extra_args.push_back(absl::StrCat("--model_root=", *root));
   }
   const int stages = options.StagesOf(replica_);
@@ -122,8 +126,8 @@ absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
                 absl::StrJoin(addresses, ", ").c_str());
   }
   if (publish_targets) {
-    RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.metrics_address, (*local)->metrics_addresses(),
-                                          !options.quiet));
+    RETURN_IF_ERROR(PublishMetricsTargets(options.output_dir, options.process, options.metrics_address,
+                                          (*local)->metrics_addresses(), !options.quiet));
   }
   return addresses;
 }
@@ -139,12 +143,14 @@ absl::Status StageSet::Start() {
 // for until its health service says SERVING.
 absl::Status StageSet::Connect() {
   const int p = static_cast<int>(addresses_.size());
+  fleet_->sender = options_.process;
   fleet_->clients.clear();
   for (int i = 0; i < p; ++i) {
     fleet_->clients.push_back(std::make_unique<StageClient>(i, addresses_[i], options_.rpc_timeout));
     fleet_->clients.back()->set_traffic(fleet_->traffic);
+    fleet_->clients.back()->set_sender(options_.process);
     if (!options_.metrics_address.empty()) {
-      fleet_->clients.back()->set_up_gauge(StageUpGauge(JobName(job_), i, addresses_[i]));
+      fleet_->clients.back()->set_up_gauge(StageUpGauge(pipeline_.name, i, addresses_[i]));
     }
   }
   return ParallelFor(p, [&](int i) { return fleet_->clients[i]->WaitReady(options_.connect_timeout, stop_); });
@@ -164,8 +170,8 @@ absl::Status StageSet::Configure() {
 }
 
 v1::ConfigureRequest StageSet::ConfigureRequestFor(int i) const {
-  v1::ConfigureRequest req = baton::ConfigureRequestFor(job_, fleet_->job_id, plan_[i], i, addresses_, replica_,
-                                                        options_.FirstWorker(replica_));
+  v1::ConfigureRequest req =
+      baton::ConfigureRequestFor(pipeline_, plan_[i], i, addresses_, replica_, options_.FirstWorker(replica_));
   req.set_generation(fleet_->generation);
   req.set_run_id(fleet_->run_id);
   return req;

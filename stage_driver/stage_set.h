@@ -13,20 +13,20 @@
 #include <vector>
 
 #include "core/pipeline/partition.h"
-#include "core/train/job.h"
 #include "stage_driver/driver_options.h"
 #include "stage_driver/local_workers.h"
+#include "stage_driver/pipeline_spec.h"
 #include "stage_driver/stage_fleet.h"
 
 namespace baton {
 
 class StageSet {
  public:
-  // `plan`: [worker][chunk] block ranges (PlanStages). `fleet` receives the clients; it outlives this set.
-  // `job` and `options` must outlive the set; `stop` is polled while waiting for workers. `replica`: which of
-  // options.replicas pipelines this set is (its workers, devices and metrics ports are that replica's: global worker
-  // index replica * options.stages + stage).
-  StageSet(const JobConfig& job, const StageDriverOptions& options, std::vector<std::vector<StageSpec>> plan,
+  // `pipeline`: what every stage holds (its id is fleet->job_id). `plan`: [worker][chunk] block ranges (PlanStages).
+  // `fleet` receives the clients; it and `options` outlive this set; `stop` is polled while waiting for workers.
+  // `replica`: which of options.replicas pipelines this set is (its workers, devices and metrics ports are that
+  // replica's: global worker index options.FirstWorker(replica) + stage).
+  StageSet(PipelineSpec pipeline, const StageDriverOptions& options, std::vector<std::vector<StageSpec>> plan,
            StageFleet* fleet, std::function<bool()> stop, int replica = 0);
   ~StageSet();
 
@@ -53,7 +53,7 @@ class StageSet {
   absl::Status Connect();
   v1::ConfigureRequest ConfigureRequestFor(int i) const;
 
-  const JobConfig& job_;
+  const PipelineSpec pipeline_;
   const StageDriverOptions& options_;
   std::vector<std::vector<StageSpec>> plan_;
   StageFleet* fleet_;

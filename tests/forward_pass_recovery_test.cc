@@ -50,7 +50,7 @@ TEST(ForwardPassRecoveryTest, KilledWorkerDuringAPassIsRestartedAndThePassRedone
   fleet.loss_scale = 1.0f / static_cast<float>(setup->micro_batches);
   fleet.stall_timeout = o.stall_timeout;
   auto no_stop = [] { return false; };
-  StageSet stages(*job, o, setup->plans[0], &fleet, no_stop);
+  StageSet stages(PipelineSpecFor(*job), o, setup->plans[0], &fleet, no_stop);
   ASSERT_TRUE(stages.Start().ok());
   std::map<std::string, at::Tensor> master;
   for (auto& client : fleet.clients) {

@@ -1,4 +1,4 @@
-// Data-parallel replicas of the pipeline (stage_driver/replica_set.h): real stage_worker processes on loopback, R
+// Data-parallel replicas of the pipeline (coordinator/replica_set.h): real stage_worker processes on loopback, R
 // pipelines driven by one coordinator, held to the single-process reference trainer.
 //
 // Tolerance: each replica runs exactly the ops one pipeline runs for its micro-batches (same inputs, noise, timesteps

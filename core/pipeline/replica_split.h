@@ -1,4 +1,4 @@
-// How a step's micro-batches are dealt out to data-parallel replicas of the pipeline (stage_driver/replica_set.h),
+// How a step's micro-batches are dealt out to data-parallel replicas of the pipeline (coordinator/replica_set.h),
 // and how each replica's speed is measured for the next deal. Pure functions of their inputs: a split is decided
 // once per step and logged, and a given split trains bitwise the same LoRA.
 #pragma once

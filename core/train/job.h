@@ -134,7 +134,7 @@ struct JobConfig {
   int64_t steps = 100;
   int64_t batch_size = 1;
   int64_t micro_batches = 1;
-  // Data-parallel replicas of the pipeline (stage_driver/replica_set.h): each step's micro-batches are dealt out to
+  // Data-parallel replicas of the pipeline (coordinator/replica_set.h): each step's micro-batches are dealt out to
   // them, their LoRA gradients summed in replica order. `replica_split`: speed (in proportion to each replica's
   // measured seconds per micro-batch) | equal. What is learned does not depend on either (float summation order).
   int64_t replicas = 1;
@@ -147,7 +147,7 @@ struct JobConfig {
   // counts, which only it can serve), `allreduce` (each stage keeps its adapters' fp32 masters and AdamW moments and
   // steps them on its own device; with replicas, stage s of every replica first sums its gradients with the others'
   // over a c10d Gloo group; per step only the squared norms go up and the clip factor and learning rate come down;
-  // replicas of equal stage counts only; stage_driver/peer_exchange.h) or `coordinator` (each step every stage sends
+  // replicas of equal stage counts only; coordinator/peer_exchange.h) or `coordinator` (each step every stage sends
   // its gradients to the coordinator, which steps AdamW and sends the adapters back: the whole LoRA twice per step over
   // the links). The LoRA is the same either way. With `allreduce` the coordinator reads the state back for every
   // checkpoint, validation and sample pass, and every `state_every` steps; a stage that loses it (a killed worker)

@@ -116,6 +116,10 @@ class SampleRefereeTest(unittest.TestCase):
         lora_file = os.path.join(lora_dir, "pytorch_lora_weights.safetensors")
         try:
             with_lora = self.run_both("lora", "--lora", lora_file)
+            # The same adapter through two stage workers (baton sample --stages 2: the stage driver's pipeline,
+            # configured from the file's LoRA spec, no training job behind it).
+            staged = self.run_both("lora_2_stages", "--lora", lora_file, "--stages", 2)
+            print(f"two stages vs one process: latents rel error {referee.max_rel_error(staged, with_lora):.2e}")
         finally:
             self.pipe.unload_lora_weights()
         base = self.pipe(prompt_embeds=self.embeds, num_inference_steps=STEPS, width=WIDTH, height=HEIGHT,

@@ -1,4 +1,4 @@
-#include "stage_driver/replica_set.h"
+#include "coordinator/replica_set.h"
 
 #include <absl/strings/str_cat.h>
 
@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "coordinator/job_partition.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "stage_driver/stage_metrics.h"
@@ -66,7 +67,7 @@ ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
     fleet.outages.Configure(options.FirstWorker(r), options.replicas > 1 ? absl::StrCat("replica ", r, ": ") : "",
                             config_.stall_timeout, config_.on_outage);
     fleet.own_adapters = config_.local_optimizer;
-    replica->stages = std::make_unique<StageSet>(job, options, plans[r], &fleet, stop_waiting, r);
+    replica->stages = std::make_unique<StageSet>(PipelineSpecFor(job), options, plans[r], &fleet, stop_waiting, r);
     // The executor recovers this replica's stages itself in a pass (and in a one-replica step): what was pushed to
     // them early is gone with their inboxes.
     StepExecutor::OnRecovery hook = [this, r, on_recovery, first = options.FirstWorker(r)](int64_t step, int stage,
@@ -142,7 +143,8 @@ absl::Status ReplicaSet::PublishTargets() const {
     if (replica->stages->local() == nullptr) continue;  // remote workers' metrics are their operators' to list
     for (const std::string& t : replica->stages->local()->metrics_addresses()) targets.push_back(t);
   }
-  return PublishMetricsTargets(options_.output_dir, options_.metrics_address, targets, !options_.quiet);
+  return PublishMetricsTargets(options_.output_dir, options_.process, options_.metrics_address, targets,
+                               !options_.quiet);
 }
 
 std::vector<std::string> ReplicaSet::addresses() const {

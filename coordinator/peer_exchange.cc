@@ -1,4 +1,4 @@
-#include "stage_driver/peer_exchange.h"
+#include "coordinator/peer_exchange.h"
 
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "collective/peer_group.h"
+#include "coordinator/replica_set.h"
 #include "core/train/adamw.h"
 #include "core/train/job.h"
-#include "stage_driver/replica_set.h"
 
 namespace baton {
 
