@@ -113,7 +113,7 @@ ALLOWED = [
     ("encoder_worker", "proto", "it speaks encoder.proto"),
     ("encoder_worker", "core", "it encodes with core/encode"),
     ("stage_driver", "rpc", "it is the stage workers' client"),
-    ("stage_driver", "collective", "the replicas' exchange serves the peer groups' rendezvous store"),
+    ("coordinator", "collective", "the replicas' exchange serves the peer groups' rendezvous store"),
     ("stage_driver", "proto", "it speaks stage.proto"),
     ("stage_driver", "core", "it plans and drives a model's stages"),
     ("coordinator", "stage_driver", "a run drives its stage workers through it"),
