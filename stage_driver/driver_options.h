@@ -1,6 +1,6 @@
 // How a process drives its stage workers: how many, where (started here or given), the timeouts of their RPCs, and
-// what a lost worker gets (retries, restart time, stall time). The coordinator's run options extend these
-// (coordinator/run_types.h); `baton sample --stages N` fills them alone.
+// what a lost worker gets (retries, restart time, stall time). A training run's options extend these; `baton sample
+// --stages N` fills them alone.
 #pragma once
 
 #include <absl/status/status.h>
@@ -14,7 +14,7 @@ namespace baton {
 
 struct StageDriverOptions {
   int stages = 1;    // per replica (replica 0's when replica_stages differ)
-  int replicas = 1;  // data-parallel pipelines (coordinator/replica_set.h), each of `stages` workers
+  int replicas = 1;  // data-parallel pipelines, each of `stages` workers
   // Stages per replica where replicas differ (a 48 GB card as a one-stage replica beside two 24 GB cards as a
   // two-stage one): `replicas` entries; empty = every replica has `stages`.
   std::vector<int> replica_stages;

@@ -30,7 +30,7 @@ TEST(WorkerGroupsTest, OneListSemicolonGroupsAndAClusterFileGiveTheSameWorkers) 
 
   StageDriverOptions options;
   options.stages = 2;
-  options.replicas = 0;  // the coordinator's "take the job's": the groups decide
+  options.replicas = 0;  // "take the run's": the groups decide
   ASSERT_TRUE(ApplyWorkerGroups(*file, options).ok());
   EXPECT_EQ(options.replicas, 2);
   EXPECT_EQ(options.workers, (std::vector<std::string>{"pcA:7001", "pcA:7002", "pcB:7001", "pcB:7002"}));

@@ -20,7 +20,7 @@ namespace {
 
 // The ephemeral folder; its destructor (at process exit) removes it with plain unlink/rmdir of the three files
 // MakeEphemeralTls writes, never std::filesystem: libtorch 2.11 exports its own std::filesystem, and its remove_all
-// called from a static destructor jumped to a null pointer on the first GPU machine (coordinator exit -11).
+// called from a static destructor jumped to a null pointer on the first GPU machine (a driver's exit -11).
 struct EphemeralDir {
   std::string path;
   ~EphemeralDir() {
@@ -66,7 +66,7 @@ absl::StatusOr<std::vector<std::string>> LocalWorkerSecurityArgs() {
 absl::Status RequireRemoteWorkerSecurity() {
   if (GetProcessSecurity()) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      "--workers: pass --tls_dir DIR (this coordinator's certificate and the CA of the workers', see `baton certs`) "
+      "--workers: pass --tls_dir DIR (this process's certificate and the CA of the workers', see `baton certs`) "
       "or --insecure (plaintext)");
 }
 

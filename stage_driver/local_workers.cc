@@ -104,7 +104,7 @@ namespace {
                             size_t exec_error_len) {
   // The "parent" for PDEATHSIG is the forking thread: the reader thread, which outlives the child.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(127);  // the coordinator died before prctl took effect
+  if (::getppid() != parent) ::_exit(127);  // the driving process died before prctl took effect
   ::setpgid(0, 0);
   ::dup2(devnull, STDIN_FILENO);
   ::dup2(out_fd, STDOUT_FILENO);
@@ -253,7 +253,7 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(int n, const L
   if (::access(binary.c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("stage worker binary ", binary, " is not executable: ", ErrnoText(),
-                     options.binary.empty() ? " (build stage_worker next to the coordinator, or pass --workers)" : ""));
+                     options.binary.empty() ? " (build stage_worker next to this program, or pass --workers)" : ""));
   }
   std::unique_ptr<LocalWorkers> w(new LocalWorkers());
   for (int i = 0; i < n; ++i) {

@@ -1,5 +1,5 @@
-// The embedded default: `coordinator --stages N` without --workers starts N local stage_worker processes
-// on free loopback ports and stops them on exit (LocalWorkers). Thread-safe.
+// The embedded default: a driving process given no --workers (a training run with --stages N, `baton sample --stages
+// N`) starts N local stage_worker processes on free loopback ports and stops them on exit (LocalWorkers). Thread-safe.
 #pragma once
 
 #include <absl/base/thread_annotations.h>
@@ -33,8 +33,8 @@ struct LocalWorkerOptions {
 // and must print one line `LISTENING <host>:<port>` on stdout (flushed) once its gRPC server is up; a child
 // started with --metrics prints `metrics: http://<host>:<port>/metrics` before it. Every other line a child
 // prints on stdout or stderr is forwarded to our stderr as `[stage i] ...`.
-// Children run in their own process group (Ctrl-C reaches only the coordinator, which stops them in order)
-// and get SIGKILL if the coordinator dies (PR_SET_PDEATHSIG).
+// Children run in their own process group (Ctrl-C reaches only the driving process, which stops them in order)
+// and get SIGKILL if the driving process dies (PR_SET_PDEATHSIG).
 class LocalWorkers {
  public:
   // Starts n workers concurrently and waits until each has printed LISTENING. If one exits first or the
@@ -59,7 +59,7 @@ class LocalWorkers {
   std::string Describe(int i) ABSL_LOCKS_EXCLUDED(mu_);
   // Sends `signal` to stage i's process (failure tests). FailedPrecondition if it has already been reaped.
   absl::Status Kill(int i, int signal) ABSL_LOCKS_EXCLUDED(mu_);
-  // Replaces stage i's process (the coordinator's recovery of a lost or stalled worker): SIGKILL to the old one if
+  // Replaces stage i's process (the recovery of a lost or stalled worker): SIGKILL to the old one if
   // it still runs, then the same command line again, waiting up to `timeout` for its LISTENING line. Returns the
   // new address (a new port: the neighbours must be told).
   absl::StatusOr<std::string> Restart(int i, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);

@@ -256,9 +256,9 @@ TEST(LocalWorkersTest, ChildrenDieWithTheCoordinator) {
   opts.binary = WriteFakeWorker(dir, kHealthy);
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
-  pid_t coordinator = ::fork();
-  ASSERT_GE(coordinator, 0);
-  if (coordinator == 0) {  // a stand-in coordinator that dies without stopping its workers
+  pid_t driver = ::fork();
+  ASSERT_GE(driver, 0);
+  if (driver == 0) {  // a stand-in driving process that dies without stopping its workers
     ::close(fds[0]);
     auto w = LocalWorkers::Start(1, opts);
     pid_t pid = w.ok() ? (*w)->pids()[0] : -1;
@@ -272,7 +272,7 @@ TEST(LocalWorkersTest, ChildrenDieWithTheCoordinator) {
   ::close(fds[0]);
   ASSERT_GT(worker, 0);
   int status;
-  ASSERT_EQ(::waitpid(coordinator, &status, 0), coordinator);
+  ASSERT_EQ(::waitpid(driver, &status, 0), driver);
   EXPECT_TRUE(WaitUntil([&] { return ProcessGone(worker); }, absl::Seconds(2))) << "worker " << worker;
 }
 

@@ -181,7 +181,7 @@ absl::StatusOr<TensorMap> StageClient::GetLora(const std::string& job_id, bool o
   v1::GetLoraRequest request;
   request.set_job_id(job_id);
   request.set_with_optimizer_state(optimizer_state);
-  request.set_config_hash(job_id);  // the coordinator's config hash is its job id (ConfigureRequestFor)
+  request.set_config_hash(job_id);  // the pipeline's config hash is its id (ConfigureRequestFor)
   auto reader = stub_->GetLora(&ctx, request);
   TensorAssembler assembler(uint64_t{16} << 30);
   TensorMap out;

@@ -88,18 +88,18 @@ std::optional<StallVerdict> StageFleet::FindStall(const std::vector<std::atomic<
     }
     const double push = clients[i]->OldestPushSeconds();
     if (push > limit) {
-      return StallVerdict{-1, absl::StrFormat("link coordinator → %s stalled: a push has been in flight for %.0f s",
+      return StallVerdict{-1, absl::StrFormat("link %s → %s stalled: a push has been in flight for %.0f s", sender,
                                               clients[i]->name(), push)};
     }
   }
-  // A stage still waiting for the coordinator's data after it was sent all of it: the data is gone (pushed early, then
+  // A stage still waiting for the driver's data after it was sent all of it: the data is gone (pushed early, then
   // emptied from its inbox by a recovery), and nothing else will come. Redone with its data, not after the 300 s wait.
   for (int i = 0; i < p; ++i) {
     const v1::StageHeartbeat beat = clients[i]->LastHeartbeat();
     if (fed[i] && beat.waiting_on() == -1 && beat.activity_seconds() > limit) {
-      return StallVerdict{-1, absl::StrFormat("%s has been %s for %.0f s, though the coordinator sent it everything: "
+      return StallVerdict{-1, absl::StrFormat("%s has been %s for %.0f s, though the %s sent it everything: "
                                               "the data was lost",
-                                              clients[i]->name(), beat.activity(), beat.activity_seconds())};
+                                              clients[i]->name(), beat.activity(), beat.activity_seconds(), sender)};
     }
   }
   return std::nullopt;

@@ -28,7 +28,7 @@ namespace baton {
 // Runs fn(i) for i in [0, n) on n threads; returns the first error (by index).
 absl::Status ParallelFor(int n, const std::function<absl::Status(int)>& fn);
 
-// What the coordinator knows a stage holds in its RoPE cache (mirrors the stage's FIFO).
+// What the driver knows a stage holds in its RoPE cache (mirrors the stage's FIFO).
 class RopeMirror {
  public:
   bool Has(const std::string& key) const { return keys_.count(key) > 0; }
@@ -60,7 +60,7 @@ struct StallVerdict {
   std::string message;
 };
 
-// A run's identity towards its workers (ConfigureRequest.run_id): random, new for every coordinator run (a second
+// A run's identity towards its workers (ConfigureRequest.run_id): random, new for every run (a second
 // run of the same job and a --resume included), so a worker that outlived an earlier run resets for this one.
 std::string NewRunId();
 // The first recovery generation of a run: the wall clock in microseconds, so every envelope of an earlier run
@@ -103,7 +103,7 @@ struct StageFleet {
   int size() const { return static_cast<int>(clients.size()); }
 
   // One step (0-based) over every stage, with the adapters in `master`. `on_started` runs once every stage has
-  // been given its work (the coordinator prepares the next step's inputs meanwhile).
+  // been given its work (the caller prepares the next step's inputs meanwhile).
   absl::StatusOr<StepOutputs> RunStep(int64_t step, const StepInputs& inputs,
                                       const std::map<std::string, at::Tensor>& master,
                                       const std::function<void()>& on_started);
@@ -131,7 +131,7 @@ struct StageFleet {
   absl::Status Feed(int stage, int64_t step, const StepInputs& inputs, const std::map<std::string, at::Tensor>& master);
   absl::Status PushStageData(int stage, int64_t step, const StepInputs& inputs);
   v1::StepPlan Plan(int stage, int64_t step) const;
-  // The stall, if any stage or link has made no progress for stall_timeout. `fed`: [stage] the coordinator has sent it
+  // The stall, if any stage or link has made no progress for stall_timeout. `fed`: [stage] the driver has sent it
   // everything of this step or pass.
   std::optional<StallVerdict> FindStall(const std::vector<std::atomic<bool>>& fed) const;
   // Stages silent for half the stall timeout and longer are reported to `outages` (`what`: "step 12"), and those

@@ -13,12 +13,12 @@
 
 namespace baton {
 
-absl::StatusOr<std::string> StageMetricsListen(const std::string& coordinator_listen, int stage) {
-  ASSIGN_OR_RETURN(MetricsAddress address, ParseMetricsAddress(coordinator_listen));
+absl::StatusOr<std::string> StageMetricsListen(const std::string& driver_listen, int stage) {
+  ASSIGN_OR_RETURN(MetricsAddress address, ParseMetricsAddress(driver_listen));
   if (address.port == 0) return absl::StrCat(address.host, ":0");
   const int port = address.port + 1 + stage;
   if (port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--metrics ", coordinator_listen, ": stage ", stage,
+    return absl::InvalidArgumentError(absl::StrCat("--metrics ", driver_listen, ": stage ", stage,
                                                    " would serve its metrics on port ", port, " (past 65535)"));
   }
   return absl::StrCat(address.host, ":", port);

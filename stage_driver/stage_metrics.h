@@ -10,11 +10,11 @@
 
 namespace baton {
 
-// The coordinator's --metrics HOST:PORT → local stage worker i's: HOST:(PORT+1+i), or HOST:0 (a free port) when
+// The driving process's --metrics HOST:PORT → local stage worker i's: HOST:(PORT+1+i), or HOST:0 (a free port) when
 // PORT is 0. INVALID_ARGUMENT for a malformed address or a port past 65535.
-absl::StatusOr<std::string> StageMetricsListen(const std::string& coordinator_listen, int stage);
+absl::StatusOr<std::string> StageMetricsListen(const std::string& driver_listen, int stage);
 
-// Prints `metrics: coordinator H:P, stage 0 H:P, ...` on stdout (when `print`) and writes
+// Prints `metrics: PROCESS H:P, stage 0 H:P, ...` on stdout (when `print`) and writes
 // <output_dir>/prometheus_targets.json in Prometheus' file_sd format: one target group per process, labelled
 // {baton_process: `process` (the driving process, at `address`)|stage_worker, stage: N}. `stages`: each stage
 // worker's metrics "host:port" by stage, "" where unknown (remote workers: their operator knows them), skipped.

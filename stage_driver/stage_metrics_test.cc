@@ -24,13 +24,13 @@ TEST(StageMetricsTest, TargetsFileIsPrometheusFileSd) {
   const std::string dir = JoinPath(test_util::MakeTempDir("targets"), "out");
   testing::internal::CaptureStdout();
   ASSERT_TRUE(
-      PublishMetricsTargets(dir, "coordinator", "127.0.0.1:9400", {"127.0.0.1:9401", "", "127.0.0.1:9403"}, true).ok());
+      PublishMetricsTargets(dir, "trainer", "127.0.0.1:9400", {"127.0.0.1:9401", "", "127.0.0.1:9403"}, true).ok());
   EXPECT_EQ(testing::internal::GetCapturedStdout(),
-            "metrics: coordinator 127.0.0.1:9400, stage 0 127.0.0.1:9401, stage 2 127.0.0.1:9403\n");
+            "metrics: trainer 127.0.0.1:9400, stage 0 127.0.0.1:9401, stage 2 127.0.0.1:9403\n");
   auto text = ReadFile(JoinPath(dir, "prometheus_targets.json"));
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(nlohmann::json::parse(*text), nlohmann::json::parse(R"([
-    {"targets": ["127.0.0.1:9400"], "labels": {"baton_process": "coordinator"}},
+    {"targets": ["127.0.0.1:9400"], "labels": {"baton_process": "trainer"}},
     {"targets": ["127.0.0.1:9401"], "labels": {"baton_process": "stage_worker", "stage": "0"}},
     {"targets": ["127.0.0.1:9403"], "labels": {"baton_process": "stage_worker", "stage": "2"}}])"));
 }

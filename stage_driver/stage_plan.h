@@ -1,7 +1,7 @@
 // The planner's split of a model's blocks over the stage workers of a pipeline: the options it sizes each stage by
 // (dtype, quantization, LoRA rank, micro-batch tokens, each stage's device) and the [worker][chunk] block ranges it
 // returns (PlanStages prints the plan unless quiet). A training run adds its own (schedule, recompute, memory budgets,
-// where the optimizer runs: coordinator/job_partition.h).
+// where the optimizer runs).
 #pragma once
 
 #include <absl/status/statusor.h>
