@@ -67,6 +67,7 @@ ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
     fleet.outages.Configure(options.FirstWorker(r), options.replicas > 1 ? absl::StrCat("replica ", r, ": ") : "",
                             config_.stall_timeout, config_.on_outage);
     fleet.own_adapters = config_.local_optimizer;
+    fleet.chunks = config_.chunks;
     replica->stages = std::make_unique<StageSet>(PipelineSpecFor(job), options, plans[r], &fleet, stop_waiting, r);
     // The executor recovers this replica's stages itself in a pass (and in a one-replica step): what was pushed to
     // them early is gone with their inboxes.
@@ -128,8 +129,6 @@ absl::Status ReplicaSet::Start() {
       ASSIGN_OR_RETURN(schedules_[std::make_pair(stages, m)],
                        MakeSchedule(config_.schedule_kind, stages, m, config_.chunks));
     }
-    // Until the first step sets each replica's share: forward-only passes read only the chunks from it.
-    replicas_[r]->fleet.schedule = schedules_.at({stages, unit});
   }
   RETURN_IF_ERROR(ParallelFor(size(), [&](int r) { return replicas_[r]->stages->Start(); }));
   return PublishTargets();
@@ -208,10 +207,10 @@ absl::StatusOr<StepOutputs> ReplicaSet::RunOne(int64_t step, const StepInputs& i
                                                const std::function<void()>& on_started,
                                                const std::function<void()>& on_abort) {
   Replica& replica = *replicas_[0];
-  replica.fleet.schedule = schedules_.at({options_.StagesOf(0), config_.micro_batches});
-  replica.fleet.first_micro_batch = 0;
+  StepSlice slice;
+  slice.schedule = schedules_.at({options_.StagesOf(0), config_.micro_batches});
   if (config_.local_optimizer) {  // the stages hold the step's gradients for their own AdamW
-    replica.fleet.gradients = v1::StepPlan::HOLD_NEW;
+    slice.gradients = v1::StepPlan::HOLD_NEW;
     replica.executor->set_before_attempt([this] { return prepare_ ? prepare_(0) : absl::OkStatus(); });
   }
   StepInputs all = inputs;
@@ -227,7 +226,7 @@ absl::StatusOr<StepOutputs> ReplicaSet::RunOne(int64_t step, const StepInputs& i
     pushed_[step + 1].erase(0);
   };
   const auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(StepOutputs out, replica.executor->Run(step, all, master, on_started, abort));
+  ASSIGN_OR_RETURN(StepOutputs out, replica.executor->Run(step, slice, all, master, on_started, abort));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.replica_micro_batches = {config_.micro_batches};
   out.replica_seconds = {seconds};
@@ -249,8 +248,9 @@ std::vector<absl::StatusOr<StepOutputs>> ReplicaSet::RunSlices(int64_t step, con
   (void)ParallelFor(static_cast<int>(slices.size()), [&](int k) {
     const Slice& slice = slices[k];
     Replica& replica = *replicas_[slice.replica];
-    replica.fleet.schedule = schedules_.at({options_.StagesOf(slice.replica), slice.count});
-    replica.fleet.first_micro_batch = slice.first;
+    StepSlice run;
+    run.schedule = schedules_.at({options_.StagesOf(slice.replica), slice.count});
+    run.first_micro_batch = slice.first;
     StepInputs part = SliceStepInputs(inputs, slice.first, slice.count);
     bool adds = false;
     {
@@ -258,8 +258,8 @@ std::vector<absl::StatusOr<StepOutputs>> ReplicaSet::RunSlices(int64_t step, con
       part.data_pushed = pushed_[step].count(slice.replica) > 0;
       adds = held_[step].count(slice.replica) > 0;
     }
-    if (config_.local_optimizer) replica.fleet.gradients = adds ? v1::StepPlan::HOLD_ADD : v1::StepPlan::HOLD_NEW;
-    replica.fleet.reduce_when_held = reduce_when_held && !adds;
+    if (config_.local_optimizer) run.gradients = adds ? v1::StepPlan::HOLD_ADD : v1::StepPlan::HOLD_NEW;
+    run.reduce_when_held = reduce_when_held && !adds;
     const auto t0 = std::chrono::steady_clock::now();
     absl::Status prepared = prepare_ && !adds ? prepare_(slice.replica) : absl::OkStatus();
     if (!prepared.ok()) {
@@ -267,7 +267,7 @@ std::vector<absl::StatusOr<StepOutputs>> ReplicaSet::RunSlices(int64_t step, con
       results[k] = prepared;
       return absl::OkStatus();
     }
-    results[k] = replica.fleet.RunStep(step, part, master, started_one);
+    results[k] = replica.fleet.RunStep(step, run, part, master, started_one);
     if (results[k].ok()) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       results[k]->replica_seconds = {s};

@@ -158,18 +158,18 @@ absl::Status StageFleet::PushData(int64_t step, const StepInputs& inputs) {
   return ParallelFor(size(), [&](int i) { return PushStageData(i, step, inputs); });
 }
 
-v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
+v1::StepPlan StageFleet::Plan(int i, int64_t step, const StepSlice& slice) const {
   v1::StepPlan plan;
   plan.set_job_id(job_id);  // no config_hash: the job id names the configuration (stage.proto's StepPlan)
   plan.set_step(step);
-  plan.set_micro_batches(schedule.micro_batches);
+  plan.set_micro_batches(slice.schedule.micro_batches);
   plan.set_loss_scale(loss_scale);
   plan.set_dropout_seed(dropout_seed);
-  plan.set_first_micro_batch(first_micro_batch);
-  plan.set_gradients(gradients);
+  plan.set_first_micro_batch(slice.first_micro_batch);
+  plan.set_gradients(slice.gradients);
   plan.set_own_adapters(own_adapters);
-  plan.set_reduce_when_held(reduce_when_held);
-  for (const Action& a : schedule.per_stage[i]) {
+  plan.set_reduce_when_held(slice.reduce_when_held);
+  for (const Action& a : slice.schedule.per_stage[i]) {
     v1::Action* action = plan.add_actions();
     action->set_type(a.type == Action::kForward ? v1::Action::FORWARD : v1::Action::BACKWARD);
     action->set_micro_batch(a.micro_batch);
@@ -178,13 +178,13 @@ v1::StepPlan StageFleet::Plan(int i, int64_t step) const {
   return plan;
 }
 
-absl::StatusOr<StepOutputs> StageFleet::RunStep(int64_t step, const StepInputs& inputs,
+absl::StatusOr<StepOutputs> StageFleet::RunStep(int64_t step, const StepSlice& slice, const StepInputs& inputs,
                                                 const std::map<std::string, at::Tensor>& master,
                                                 const std::function<void()>& on_started) {
   StepOutputs out;
   RETURN_IF_ERROR(RunOnStages(
       absl::StrCat("step ", step + 1), [&](int i) { return Feed(i, step, inputs, master); },
-      [&](int i) { return Plan(i, step); }, &out.grads, &out.summaries, on_started));
+      [&](int i) { return Plan(i, step, slice); }, &out.grads, &out.summaries, on_started));
   return out;
 }
 
@@ -240,8 +240,6 @@ v1::StepPlan StageFleet::PassPlan(int i, int64_t step, uint64_t pass, int micro_
   plan.set_micro_batches(micro_batches);
   // Chunk by chunk, every micro-batch through each: the stages pipeline the micro-batches, and no worker waits on an
   // action it has yet to run.
-  int chunks = 1;
-  for (const Action& a : schedule.per_stage[i]) chunks = std::max(chunks, a.chunk + 1);
   for (int c = 0; c < chunks; ++c) {
     for (int mb = 0; mb < micro_batches; ++mb) {
       v1::Action* action = plan.add_actions();

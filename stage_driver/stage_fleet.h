@@ -60,6 +60,15 @@ struct StallVerdict {
   std::string message;
 };
 
+// What one run of a step's micro-batches over the stages is: the schedule over them, where they start in the step, and
+// what the stages do with their gradients. A whole step, or a replica's share of one.
+struct StepSlice {
+  Schedule schedule;          // over the slice's micro-batches
+  int first_micro_batch = 0;  // the step-wide index of the slice's micro-batch 0 (dropout seeds)
+  v1::StepPlan::Gradients gradients = v1::StepPlan::STREAM;  // stream them back, or hold them (a stage-local AdamW)
+  bool reduce_when_held = false;  // StepPlan.reduce_when_held: the peer groups are this step's
+};
+
 // A run's identity towards its workers (ConfigureRequest.run_id): random, new for every run (a second
 // run of the same job and a --resume included), so a worker that outlived an earlier run resets for this one.
 std::string NewRunId();
@@ -86,25 +95,22 @@ struct StageFleet {
   absl::Duration stall_timeout = absl::Seconds(15);
   StallVerdict last_stall;    // set when RunStep failed on a stall
   OutageWatch outages;        // stages silent in a step or pass, and their recovery (configured with stall_timeout)
-  Schedule schedule;          // for this fleet's micro-batches of the step (a replica's share: set per step)
-  int first_micro_batch = 0;  // the step-wide index of this fleet's micro-batch 0 (a replica's slice; dropout seeds)
+  int chunks = 1;             // model chunks per worker (interleaved: v; a pass runs each through every one)
   float loss_scale = 1.0f;    // 1/m, m the step's micro-batches over all replicas
   uint64_t dropout_seed = 0;  // the job's LoRA dropout base seed
   // A stage-local optimizer (PeerExchange): the stages keep their own adapters (no LORA_WEIGHTS pushed) and hold the
   // step's gradients (HOLD_NEW, or HOLD_ADD for a second slice of the same step) instead of streaming them.
   bool own_adapters = false;
-  v1::StepPlan::Gradients gradients = v1::StepPlan::STREAM;
-  bool reduce_when_held = false;                      // StepPlan.reduce_when_held: the peer groups are this step's
-  std::vector<std::unique_ptr<StageClient>> clients;  // [stage]
+  std::vector<std::unique_ptr<StageClient>> clients;                       // [stage]
   std::shared_ptr<LinkTraffic> traffic = std::make_shared<LinkTraffic>();  // every client's bytes, replaced or not
   std::vector<std::vector<std::string>> params;                            // [stage] LoRA parameter names it holds
   std::vector<RopeMirror> rope;                                            // [stage]
 
   int size() const { return static_cast<int>(clients.size()); }
 
-  // One step (0-based) over every stage, with the adapters in `master`. `on_started` runs once every stage has
-  // been given its work (the caller prepares the next step's inputs meanwhile).
-  absl::StatusOr<StepOutputs> RunStep(int64_t step, const StepInputs& inputs,
+  // `slice` of step `step` (0-based) over every stage, with the adapters in `master` and the slice's `inputs`.
+  // `on_started` runs once every stage has been given its work (the caller prepares the next step's inputs meanwhile).
+  absl::StatusOr<StepOutputs> RunStep(int64_t step, const StepSlice& slice, const StepInputs& inputs,
                                       const std::map<std::string, at::Tensor>& master,
                                       const std::function<void()>& on_started);
   // Pushes the step's constants (every stage), inputs (stage 0) and targets (last stage) -- no RoPE tables, no
@@ -130,7 +136,7 @@ struct StageFleet {
   v1::StepPlan PassPlan(int stage, int64_t step, uint64_t pass, int micro_batches) const;
   absl::Status Feed(int stage, int64_t step, const StepInputs& inputs, const std::map<std::string, at::Tensor>& master);
   absl::Status PushStageData(int stage, int64_t step, const StepInputs& inputs);
-  v1::StepPlan Plan(int stage, int64_t step) const;
+  v1::StepPlan Plan(int stage, int64_t step, const StepSlice& slice) const;
   // The stall, if any stage or link has made no progress for stall_timeout. `fed`: [stage] the driver has sent it
   // everything of this step or pass.
   std::optional<StallVerdict> FindStall(const std::vector<std::atomic<bool>>& fed) const;

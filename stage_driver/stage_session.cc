@@ -73,7 +73,6 @@ absl::StatusOr<std::unique_ptr<StageSession>> StageSession::Start(const StageSes
   ASSIGN_OR_RETURN(s->model_, OpenModel(session.model, session.model_config));
   ASSIGN_OR_RETURN(s->shell_, s->model_->BuildShell(s->dtype_, at::kCPU));
   StageFleet& fleet = s->fleet_;
-  ASSIGN_OR_RETURN(fleet.schedule, MakeSchedule(ScheduleKind::kGPipe, options.stages, session.micro_batches, 1));
   ASSIGN_OR_RETURN(PartitionOptions popts,
                    StagePartitionOptions(s->spec_, session.tokens, /*samples_per_micro_batch=*/1, options.stages,
                                          s->dtype_, /*remote_workers=*/!options.workers.empty()));

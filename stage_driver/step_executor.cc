@@ -31,7 +31,7 @@ StepExecutor::StepExecutor(const StageDriverOptions& options, StageFleet* fleet,
                            std::function<bool()> stop, OnRecovery on_recovery)
     : options_(options), fleet_(fleet), stages_(stages), stop_(std::move(stop)), on_recovery_(std::move(on_recovery)) {}
 
-absl::StatusOr<StepOutputs> StepExecutor::Run(int64_t step, StepInputs& inputs,
+absl::StatusOr<StepOutputs> StepExecutor::Run(int64_t step, const StepSlice& slice, StepInputs& inputs,
                                               const std::map<std::string, at::Tensor>& master,
                                               const std::function<void()>& on_started,
                                               const std::function<void()>& on_abort) {
@@ -39,7 +39,7 @@ absl::StatusOr<StepOutputs> StepExecutor::Run(int64_t step, StepInputs& inputs,
       step + 1, absl::StrCat("step ", step + 1),
       [&](int retry) -> absl::StatusOr<StepOutputs> {
         if (before_attempt_) RETURN_IF_ERROR(before_attempt_());
-        return fleet_->RunStep(step, inputs, master, retry == 1 ? on_started : nullptr);
+        return fleet_->RunStep(step, slice, inputs, master, retry == 1 ? on_started : nullptr);
       },
       [&] {
         if (on_abort) on_abort();

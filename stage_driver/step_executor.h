@@ -40,10 +40,12 @@ class StepExecutor {
   StepExecutor(const StageDriverOptions& options, StageFleet* fleet, StageSet* stages, std::function<bool()> stop,
                OnRecovery on_recovery = nullptr);
 
-  // Step `step` (0-based). `on_started` runs once the first attempt's stages have their work (the trainer prepares
-  // the next step meanwhile); `on_abort` runs after a failed attempt, before any recovery, and must finish whatever
-  // on_started began with the fleet (its early pushes for the next step, which the recovery discards).
-  absl::StatusOr<StepOutputs> Run(int64_t step, StepInputs& inputs, const std::map<std::string, at::Tensor>& master,
+  // `slice` of step `step` (0-based), from `inputs`. `on_started` runs once the first attempt's stages have their work
+  // (the trainer prepares the next step meanwhile); `on_abort` runs after a failed attempt, before any recovery, and
+  // must finish whatever on_started began with the fleet (its early pushes for the next step, which the recovery
+  // discards).
+  absl::StatusOr<StepOutputs> Run(int64_t step, const StepSlice& slice, StepInputs& inputs,
+                                  const std::map<std::string, at::Tensor>& master,
                                   const std::function<void()>& on_started, const std::function<void()>& on_abort);
   // A forward-only pass (validation, sampling) after training step `step`: each micro-batch's model output, with the
   // adapters in `master`; a lost stage is recovered and the pass redone, as a step is.

@@ -46,7 +46,8 @@ TEST(ForwardPassRecoveryTest, KilledWorkerDuringAPassIsRestartedAndThePassRedone
   ASSERT_TRUE(setup.ok()) << setup.status();
   StageFleet fleet;
   fleet.job_id = JobHash(*job);
-  fleet.schedule = setup->schedule;
+  StepSlice slice;  // the whole step
+  slice.schedule = setup->schedule;
   fleet.loss_scale = 1.0f / static_cast<float>(setup->micro_batches);
   fleet.stall_timeout = o.stall_timeout;
   auto no_stop = [] { return false; };
@@ -78,7 +79,7 @@ TEST(ForwardPassRecoveryTest, KilledWorkerDuringAPassIsRestartedAndThePassRedone
   for (size_t mb = 0; mb < first->size(); ++mb) EXPECT_TRUE(at::equal((*redone)[mb], (*first)[mb])) << mb;
 
   // Training goes on with the restarted stage.
-  auto step = executor.Run(0, *inputs, master, nullptr, nullptr);
+  auto step = executor.Run(0, slice, *inputs, master, nullptr, nullptr);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_TRUE(std::isfinite(step->summaries.back().losses(0)));
   EXPECT_TRUE(stages.Stop().ok());

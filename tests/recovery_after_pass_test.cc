@@ -167,7 +167,8 @@ TEST_F(RecoveryAfterPassTest, DataLostAfterAnEarlyPushIsAStallNotAWaitForTheDead
   ASSERT_TRUE(setup.ok()) << setup.status();
   StageFleet fleet;
   fleet.job_id = JobHash(job);
-  fleet.schedule = setup->schedule;
+  StepSlice slice;  // the whole step
+  slice.schedule = setup->schedule;
   fleet.loss_scale = 1.0f / static_cast<float>(setup->micro_batches);
   fleet.stall_timeout = o.stall_timeout;
   auto no_stop = [] { return false; };
@@ -187,7 +188,7 @@ TEST_F(RecoveryAfterPassTest, DataLostAfterAnEarlyPushIsAStallNotAWaitForTheDead
   ASSERT_TRUE(stages.Configure().ok());
 
   const auto t0 = Clock::now();
-  auto step = fleet.RunStep(0, *inputs, master, nullptr);
+  auto step = fleet.RunStep(0, slice, *inputs, master, nullptr);
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_FALSE(step.ok());
   EXPECT_EQ(step.status().code(), absl::StatusCode::kDeadlineExceeded) << step.status();
@@ -197,7 +198,7 @@ TEST_F(RecoveryAfterPassTest, DataLostAfterAnEarlyPushIsAStallNotAWaitForTheDead
 
   // The executor redoes it with its data.
   StepExecutor executor(o, &fleet, &stages, no_stop);
-  auto redone = executor.Run(0, *inputs, master, nullptr, nullptr);
+  auto redone = executor.Run(0, slice, *inputs, master, nullptr, nullptr);
   ASSERT_TRUE(redone.ok()) << redone.status();
   EXPECT_TRUE(stages.Stop().ok());
 }
