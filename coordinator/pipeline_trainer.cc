@@ -1,23 +1,16 @@
 #include "coordinator/pipeline_trainer.h"
 
-#include <ATen/Parallel.h>
 #include <absl/strings/str_cat.h>
-#include <absl/strings/str_format.h>
-#include <absl/strings/str_join.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <deque>
 #include <future>
 #include <optional>
-#include <set>
-#include <thread>
 
 #include "coordinator/checkpoint.h"
 #include "coordinator/checkpointer.h"
-#include "coordinator/coordinator_metrics.h"
 #include "coordinator/encoder_client.h"
 #include "coordinator/job_plan.h"
 #include "coordinator/optimizer_step.h"
@@ -26,29 +19,19 @@
 #include "coordinator/resume.h"
 #include "coordinator/run_report.h"
 #include "coordinator/step_inputs.h"
-#include "core/data/cache.h"
 #include "core/lora/lora.h"
-#include "core/model/flux2_weights.h"
-#include "core/model/stage_io.h"
-#include "core/pipeline/chunks.h"
-#include "core/pipeline/partition.h"
-#include "core/pipeline/schedule.h"
-#include "core/quant/weight_quant.h"
 #include "core/train/adamw.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
-#include "core/train/finite_check.h"
 #include "core/train/init_lora.h"
 #include "core/util/clock.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
-#include "stage_driver/local_workers.h"
 #include "stage_driver/stage_client.h"
 #include "stage_driver/stage_denoiser.h"
 #include "stage_driver/stage_fleet.h"
-#include "stage_driver/stage_set.h"
 #include "stage_driver/step_executor.h"
 
 namespace baton {

@@ -1,0 +1,53 @@
+// A pipeline of fake stage workers (fake_stage_worker.h) driven as remote workers by the driver's real StageSet,
+// StageFleet and StepExecutor, all in the test's process: what the driver's unit tests run a step, a pass or a
+// recovery on. Stage i holds the LoRA parameters "s<i>.a" and "s<i>.b".
+#pragma once
+
+#include <absl/status/statusor.h>
+#include <absl/synchronization/mutex.h>
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "stage_driver/stage_fleet.h"
+#include "stage_driver/stage_set.h"
+#include "stage_driver/step_executor.h"
+#include "stage_driver/testing/fake_stage_worker.h"
+
+namespace baton {
+
+class FakePipeline {
+ public:
+  // `stages` fake workers, connected and configured. `options`: timeouts and retries (workers are filled in).
+  static absl::StatusOr<std::unique_ptr<FakePipeline>> Start(int stages, StageDriverOptions options = {});
+  ~FakePipeline();
+
+  FakeStageWorker& worker(int i) { return *workers_[i]; }
+  StageFleet& fleet() { return fleet_; }
+  StageSet& stages() { return *stages_; }
+  StepExecutor& executor() { return *executor_; }
+  const StageDriverOptions& options() const { return options_; }
+  // The recoveries the executor began: (step, stage blamed).
+  std::vector<std::pair<int64_t, int>> recoveries() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A whole step of `micro_batches` under GPipe.
+  StepSlice Slice(int micro_batches) const;
+  // `micro_batches` micro-batches of tiny tensors, all sharing one RoPE key.
+  static StepInputs Inputs(int micro_batches, const std::string& rope_key = "grid-2x2");
+  // Every stage's adapters (zeros), by name.
+  std::map<std::string, at::Tensor> Master() const;
+
+ private:
+  FakePipeline() = default;
+
+  std::vector<std::unique_ptr<FakeStageWorker>> workers_;
+  StageDriverOptions options_;
+  StageFleet fleet_;
+  std::unique_ptr<StageSet> stages_;
+  std::unique_ptr<StepExecutor> executor_;
+  mutable absl::Mutex mu_;
+  std::vector<std::pair<int64_t, int>> recoveries_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace baton
