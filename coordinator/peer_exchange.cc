@@ -126,9 +126,11 @@ absl::Status PeerExchange::ProbeSolo() {
     v1::JoinGroupRequest request;  // a group of one: no store, no socket
     request.set_prefix(absl::StrCat("solo/", s));
     request.set_size(1);
-    ASSIGN_OR_RETURN(v1::JoinGroupResponse response, fleet.clients[s]->JoinGroup(job_id_, request, kJoinTimeout));
-    steps[s] = response.optimizer_steps();
-    return absl::OkStatus();
+    return fleet.Watched(s, "the check of its optimizer state waits for it", [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(v1::JoinGroupResponse response, fleet.clients[s]->JoinGroup(job_id_, request, kJoinTimeout));
+      steps[s] = response.optimizer_steps();
+      return absl::OkStatus();
+    });
   }));
   const int64_t expected = start_steps_ + updates_;
   std::vector<std::string> stale;
@@ -212,8 +214,10 @@ absl::StatusOr<PeerExchange::Tensors> PeerExchange::CurrentState(int except) {
     StageFleet& fleet = replicas_->fleet(q);
     std::vector<Tensors> parts(fleet.size());
     absl::Status pulled = ParallelFor(fleet.size(), [&](int s) -> absl::Status {
-      ASSIGN_OR_RETURN(parts[s], fleet.clients[s]->GetLora(job_id_, /*optimizer_state=*/true));
-      return absl::OkStatus();
+      return fleet.Watched(s, "the read-back of the run's state waits for it", [&]() -> absl::Status {
+        ASSIGN_OR_RETURN(parts[s], fleet.clients[s]->GetLora(job_id_, /*optimizer_state=*/true));
+        return absl::OkStatus();
+      });
     });
     if (!pulled.ok()) {
       last = pulled;
@@ -277,7 +281,9 @@ std::vector<absl::Status> PeerExchange::JoinAll(const std::vector<int>& members)
     request.set_bind_host(AddressHost(client.address()));
     request.set_timeout_ms(absl::ToInt64Milliseconds(timeout_));
     request.set_join_timeout_ms(absl::ToInt64Milliseconds(kJoinTimeout));
-    results[k] = client.JoinGroup(job_id_, request, kJoinTimeout).status();
+    results[k] = replicas_->fleet(members[rank]).Watched(s, "forming the peer groups waits for it", [&] {
+      return client.JoinGroup(job_id_, request, kJoinTimeout).status();
+    });
     return absl::OkStatus();
   });
   std::vector<absl::Status> per_replica = PerReplica(results, stages_);
@@ -299,7 +305,12 @@ absl::StatusOr<std::vector<std::map<std::string, double>>> PeerExchange::Reduce(
   const int n = static_cast<int>(members.size());
   std::vector<absl::StatusOr<v1::ReduceResponse>> out(n * stages_, absl::UnknownError("not run"));
   (void)ParallelFor(n * stages_, [&](int k) {
-    out[k] = replicas_->fleet(members[k / stages_]).clients[k % stages_]->Reduce(job_id_, step, timeout_);
+    StageFleet& fleet = replicas_->fleet(members[k / stages_]);
+    const int s = k % stages_;
+    (void)fleet.Watched(s, absl::StrCat("step ", step + 1, "'s gradient sum waits for it"), [&] {
+      out[k] = fleet.clients[s]->Reduce(job_id_, step, timeout_);
+      return out[k].status();
+    });
     return absl::OkStatus();
   });
   std::vector<absl::Status> results;
@@ -350,7 +361,10 @@ absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::v
   const int n = static_cast<int>(members.size());
   std::vector<absl::Status> results(n * stages_);
   (void)ParallelFor(n * stages_, [&](int k) {
-    results[k] = replicas_->fleet(members[k / stages_]).clients[k % stages_]->Update(job_id_, request);
+    StageFleet& fleet = replicas_->fleet(members[k / stages_]);
+    const int s = k % stages_;
+    results[k] = fleet.Watched(s, absl::StrCat("step ", step + 1, "'s update waits for it"),
+                               [&] { return fleet.clients[s]->Update(job_id_, request); });
     return absl::OkStatus();
   });
   std::vector<int> updated;

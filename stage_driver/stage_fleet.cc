@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -61,6 +62,26 @@ void StageFleet::ReportSilence(const std::string& what) {
       outages.Answered(i);  // its stream talks again
     }
   }
+}
+
+absl::Status StageFleet::Watched(int stage, const std::string& doing, const std::function<absl::Status()>& call) {
+  std::future<absl::Status> done = std::async(std::launch::async, call);
+  const auto t0 = std::chrono::steady_clock::now();
+  const double first = outages.FirstAfterSeconds();
+  bool said = false;
+  while (done.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    const double silent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (silent >= first) {
+      outages.Silent(stage, clients[stage]->name(), silent, doing);
+      said = true;
+    }
+  }
+  absl::Status status = done.get();
+  // Back when it answered; a call that failed for want of the stage leaves the outage to the recovery.
+  if (said && !absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status) && !absl::IsCancelled(status)) {
+    outages.Answered(stage);
+  }
+  return status;
 }
 
 std::optional<StallVerdict> StageFleet::FindStall(const std::vector<std::atomic<bool>>& fed) const {

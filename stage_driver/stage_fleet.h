@@ -124,6 +124,11 @@ struct StageFleet {
                                                          const std::vector<ShellOutputs>& shell,
                                                          const std::map<std::string, at::Tensor>& master);
 
+  // A call to stage `stage` that sends no heartbeats (the stage-local optimizer's JoinGroup, Reduce, Update, a
+  // GetLora or LoadState): run here, and said as the stage's outage (`doing`: what waits for it) while it has not
+  // returned after half the stall timeout, as a silent step is.
+  absl::Status Watched(int stage, const std::string& doing, const std::function<absl::Status()>& call);
+
  private:
   v1::EnvelopeHeader Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind, uint64_t pass = 0) const;
   // Feeds every stage (feed(i)) and runs plan_for(i) on each, all at once, with the stall watch; each stage's streamed

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 
 #include "stage_driver/testing/fake_pipeline.h"
 
@@ -191,6 +192,51 @@ TEST(StageFleetTest, AForwardPassReturnsTheLastStagesOutputsAndNeverMixesWithASt
     for (const v1::Action& a : plan.actions()) EXPECT_EQ(a.type(), v1::Action::FORWARD);
     EXPECT_EQ(Count(Kinds(p->worker(i)), Kind::TARGET), 0) << "a pass has no loss";
   }
+}
+
+// A call without heartbeats (the stage-local optimizer's Reduce, a read-back) that hangs is said as an outage, as a
+// silent step is; back once it answers, left to the recovery when it failed for want of the stage.
+TEST(StageFleetTest, ACallWithoutHeartbeatsThatHangsIsSaidAsTheStagesOutage) {
+  auto p = Pipeline(2, absl::Seconds(1));
+  ASSERT_NE(p, nullptr);
+  absl::Mutex mu;
+  std::vector<StageOutage> said;
+  p->fleet().outages.Configure(0, "", absl::Seconds(1), [&](const StageOutage& o) {
+    absl::MutexLock lock(&mu);
+    if (o.notice) said.push_back(o);
+  });
+  auto slow = [](absl::Status result) {
+    return [result] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+      return result;
+    };
+  };
+  EXPECT_TRUE(p->fleet().Watched(1, "step 3's gradient sum waits for it", slow(absl::OkStatus())).ok());
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(said.size(), 2u);
+    EXPECT_EQ(said[0].worker, 1);
+    EXPECT_NE(said[0].message.find("stage 1 ("), std::string::npos) << said[0].message;
+    EXPECT_NE(said[0].message.find("step 3's gradient sum waits for it"), std::string::npos) << said[0].message;
+    EXPECT_TRUE(said[1].over) << "back once it answered";
+    said.clear();
+  }
+  EXPECT_TRUE(
+      absl::IsUnavailable(p->fleet().Watched(1, "the read-back waits for it", slow(absl::UnavailableError("gone")))));
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(said.size(), 1u);
+    EXPECT_FALSE(said[0].over) << "a call that failed for want of the stage leaves the outage open for the recovery";
+  }
+  EXPECT_TRUE(p->fleet().outages.Open(1));
+  p->fleet().outages.AnsweredAll();
+  {
+    absl::MutexLock lock(&mu);
+    said.clear();
+  }
+  EXPECT_TRUE(p->fleet().Watched(0, "nothing", [] { return absl::OkStatus(); }).ok());
+  absl::MutexLock lock(&mu);
+  EXPECT_TRUE(said.empty()) << "a quick call says nothing";
 }
 
 }  // namespace
