@@ -30,4 +30,13 @@ struct PipelineSpec {
   uint64_t seed = 0;  // the adapters' init and the dropout masks
 };
 
+// Names the pipeline a request or envelope is for: its id, which is also its configuration's hash (stage.proto's
+// job_id and config_hash; the stage worker checks both). Per-step messages (StepPlan, Reduce, Update) carry the id
+// alone.
+template <typename Message>
+void AddressTo(Message& message, const std::string& pipeline_id) {
+  message.set_job_id(pipeline_id);
+  message.set_config_hash(pipeline_id);
+}
+
 }  // namespace baton

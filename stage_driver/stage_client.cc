@@ -10,6 +10,7 @@
 #include "rpc/health.h"
 #include "rpc/tls.h"
 #include "rpc/wire.h"
+#include "stage_driver/pipeline_spec.h"
 
 namespace baton {
 namespace {
@@ -179,9 +180,8 @@ absl::StatusOr<TensorMap> StageClient::GetLora(const std::string& job_id, bool o
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(rpc_timeout_));
   v1::GetLoraRequest request;
-  request.set_job_id(job_id);
+  AddressTo(request, job_id);
   request.set_with_optimizer_state(optimizer_state);
-  request.set_config_hash(job_id);  // the pipeline's config hash is its id (ConfigureRequestFor)
   auto reader = stub_->GetLora(&ctx, request);
   TensorAssembler assembler(uint64_t{16} << 30);
   TensorMap out;
@@ -207,8 +207,7 @@ absl::StatusOr<v1::JoinGroupResponse> StageClient::JoinGroup(const std::string& 
                                                              absl::Duration wait) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(rpc_timeout_ + wait));
-  request.set_job_id(job_id);
-  request.set_config_hash(job_id);
+  AddressTo(request, job_id);
   v1::JoinGroupResponse response;
   absl::Status s = FromGrpcStatus(stub_->JoinGroup(&ctx, request, &response));
   CountControl(request, response);
@@ -243,8 +242,7 @@ absl::Status StageClient::LoadState(const std::string& job_id, const TensorMap& 
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(rpc_timeout_));
   v1::EnvelopeHeader header;
-  header.set_job_id(job_id);
-  header.set_config_hash(job_id);
+  AddressTo(header, job_id);
   header.set_kind(v1::EnvelopeHeader::LORA_STATE);
   header.set_sender(sender_);
   v1::PushAck ack;

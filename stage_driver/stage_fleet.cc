@@ -130,8 +130,7 @@ v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::Envelop
                                       uint64_t pass) const {
   v1::EnvelopeHeader h;
   h.set_pass(pass);
-  h.set_job_id(job_id);
-  h.set_config_hash(job_id);  // ConfigureRequestFor's config hash
+  AddressTo(h, job_id);
   h.set_step(step);
   h.set_micro_batch(micro_batch);
   h.set_kind(kind);
@@ -254,8 +253,7 @@ absl::Status StageFleet::FeedPass(int i, int64_t step, uint64_t pass, const std:
 
 v1::StepPlan StageFleet::PassPlan(int i, int64_t step, uint64_t pass, int micro_batches) const {
   v1::StepPlan plan;
-  plan.set_job_id(job_id);
-  plan.set_config_hash(job_id);
+  AddressTo(plan, job_id);
   plan.set_step(step);
   plan.set_pass(pass);
   plan.set_micro_batches(micro_batches);

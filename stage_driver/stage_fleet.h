@@ -21,6 +21,7 @@
 #include "core/pipeline/schedule.h"
 #include "core/train/batches.h"
 #include "stage_driver/outage_watch.h"
+#include "stage_driver/pipeline_spec.h"
 #include "stage_driver/stage_client.h"
 
 namespace baton {

@@ -21,9 +21,8 @@ v1::ConfigureRequest ConfigureRequestFor(const PipelineSpec& pipeline, const std
   const int p = static_cast<int>(addresses.size());
   const StageSpec& spec = chunks.front();
   v1::ConfigureRequest req;
-  req.set_job_id(pipeline.id);
+  AddressTo(req, pipeline.id);
   req.set_job_name(pipeline.name);
-  req.set_config_hash(pipeline.id);
   req.set_micro_batches(static_cast<int32_t>(pipeline.micro_batches));
   req.set_stage_index(i);
   req.set_replica(replica);
