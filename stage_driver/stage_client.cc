@@ -112,7 +112,9 @@ absl::Status StageClient::Push(const v1::EnvelopeHeader& header, const TensorMap
   if (!Begin(&ctx)) return absl::CancelledError(absl::StrCat(name(), ": ", what, ": cancelled"));
   v1::PushAck ack;
   auto writer = stub_->Push(&ctx, &ack);
-  absl::Status s = WriteEnvelope(writer.get(), header, tensors);
+  v1::EnvelopeHeader stamped = header;
+  stamped.set_sender(sender_);
+  absl::Status s = WriteEnvelope(writer.get(), stamped, tensors);
   writer->WritesDone();
   absl::Status finished = FromGrpcStatus(writer->Finish());
   End(&ctx);

@@ -48,14 +48,16 @@ class StageClient {
   void set_up_gauge(prometheus::Gauge* gauge) { up_ = gauge; }
   // Where this client counts its bytes (optional; set before the first call).
   void set_traffic(std::shared_ptr<LinkTraffic> traffic) { traffic_ = std::move(traffic); }
-  // The driving process, as the envelopes this client sends name it (set before the first call).
+  // The driving process, as every envelope this client sends names it (set before the first call).
   void set_sender(std::string sender) { sender_ = std::move(sender); }
+  const std::string& sender() const { return sender_; }
 
   // Waits until the channel connects and the health service says StageService is SERVING, up to `timeout`.
   // A server that is not a stage worker (e.g. --workers pointing at an encoder worker) is FAILED_PRECONDITION.
   // `stop` (optional) is polled while waiting: once true, CANCELLED at once.
   absl::Status WaitReady(absl::Duration timeout, const std::function<bool()>& stop = nullptr);
   absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request);
+  // Sends one envelope; its header's sender is this client's (set_sender).
   absl::Status Push(const v1::EnvelopeHeader& header, const TensorMap& tensors);
   // Runs the plan; fills `grads` with the stage's summed LoRA gradients. Cancel() aborts it from another thread.
   absl::StatusOr<v1::StepSummary> RunStep(const v1::StepPlan& plan, TensorMap* grads) ABSL_LOCKS_EXCLUDED(mu_);

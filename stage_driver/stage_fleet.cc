@@ -109,8 +109,8 @@ std::optional<StallVerdict> StageFleet::FindStall(const std::vector<std::atomic<
     }
     const double push = clients[i]->OldestPushSeconds();
     if (push > limit) {
-      return StallVerdict{-1, absl::StrFormat("link %s → %s stalled: a push has been in flight for %.0f s", sender,
-                                              clients[i]->name(), push)};
+      return StallVerdict{-1, absl::StrFormat("link %s → %s stalled: a push has been in flight for %.0f s",
+                                              clients[i]->sender(), clients[i]->name(), push)};
     }
   }
   // A stage still waiting for the driver's data after it was sent all of it: the data is gone (pushed early, then
@@ -118,9 +118,10 @@ std::optional<StallVerdict> StageFleet::FindStall(const std::vector<std::atomic<
   for (int i = 0; i < p; ++i) {
     const v1::StageHeartbeat beat = clients[i]->LastHeartbeat();
     if (fed[i] && beat.waiting_on() == -1 && beat.activity_seconds() > limit) {
-      return StallVerdict{-1, absl::StrFormat("%s has been %s for %.0f s, though the %s sent it everything: "
-                                              "the data was lost",
-                                              clients[i]->name(), beat.activity(), beat.activity_seconds(), sender)};
+      return StallVerdict{
+          -1, absl::StrFormat("%s has been %s for %.0f s, though the %s sent it everything: "
+                              "the data was lost",
+                              clients[i]->name(), beat.activity(), beat.activity_seconds(), clients[i]->sender())};
     }
   }
   return std::nullopt;
@@ -134,7 +135,6 @@ v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::Envelop
   h.set_step(step);
   h.set_micro_batch(micro_batch);
   h.set_kind(kind);
-  h.set_sender(sender);
   h.set_generation(generation);
   return h;
 }

@@ -88,7 +88,6 @@ uint64_t RunStartGeneration();
 // RoPE tables never travel early: a new one could evict from a stage's FIFO cache a table step n still uses.
 struct StageFleet {
   std::string job_id;
-  std::string sender;  // the driving process (StageDriverOptions::process), in every envelope it sends
   std::string run_id = NewRunId();
   uint64_t generation = RunStartGeneration();  // ConfigureRequest.generation; raised by each recovery
   // A stage silent this long, or a push in flight this long, fails the step as stalled (the stages send a

@@ -142,7 +142,6 @@ absl::Status StageSet::Start() {
 // for until its health service says SERVING.
 absl::Status StageSet::Connect() {
   const int p = static_cast<int>(addresses_.size());
-  fleet_->sender = options_.process;
   fleet_->clients.clear();
   for (int i = 0; i < p; ++i) {
     fleet_->clients.push_back(std::make_unique<StageClient>(i, addresses_[i], options_.rpc_timeout));
