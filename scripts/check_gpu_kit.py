@@ -21,8 +21,9 @@ What it checks, on this machine (Debian 12 with scripts/setup.sh's packages inst
      dependency closure minus BASE's) and the file is not one the kit prunes, or the GPU machine is taken to have
      the package ("base": python3, cmake, g++ ... and their closure; a kit link into such a package brings the file
      along, and gpu_pack.sh fails if a link dangles), or it is an FFmpeg library the kit builds itself.
-     Exempt, and printed as such: the machine's own torch wheel and CUDA toolkit (torch's config finds them),
-     compiler-internal headers, and the optional finds in OPTIONAL.
+     Exempt, and printed as such: the machine's own torch wheel and CUDA toolkit (torch's config finds them; the
+     toolkit is told by the cache variables its finds set, or by a path into /usr/local/cuda*), compiler-internal
+     headers, and the optional finds in OPTIONAL.
 Anything else fails, naming the file, the CMake line or header that needs it, and its package. Exit status 0 when
 everything is provided, 1 otherwise.
 """
@@ -68,6 +69,11 @@ OPTIONAL = {"ccache": "CMakeLists.txt uses ccache as the compiler launcher when 
 # Found by the build but not the kit's business: the machine's compilers, CUDA and torch, the project itself.
 EXEMPT_PREFIXES = ["/usr/local/cuda", "/usr/lib/gcc/", "/usr/lib/llvm-"]
 EXEMPT_VARS = {"BATON_PYTHON": "the machine's python3 (gpu_check.sh passes -DBATON_PYTHON)"}
+# Cache variables that find_package(CUDA) / find_package(CUDAToolkit) set (torch's config makes both finds): the
+# machine's CUDA toolkit wherever it lies. CI's machine installs it straight into /usr/local (/usr/local/bin/nvcc,
+# /usr/local/lib64/libcublas.so), where no path prefix tells it from anything else.
+EXEMPT_VAR_PREFIXES = {"CUDA_": "the machine's CUDA toolkit (find_package(CUDA), which torch's config makes)",
+                       "CUDAToolkit_": "the machine's CUDA toolkit (find_package(CUDAToolkit))"}
 SKIP_DIRS = {".git", "build", "gpu_kit", "gpu_rehearsal", ".gpu_cache", ".venv", "out", "node_modules"}
 KEYWORDS = {"NAMES", "HINTS", "PATHS", "PATH_SUFFIXES", "DOC", "NO_DEFAULT_PATH", "REQUIRED", "NO_CACHE",
             "NAMES_PER_DIR", "NO_CMAKE_PATH", "NO_SYSTEM_ENVIRONMENT_PATH", "CMAKE_FIND_ROOT_PATH_BOTH",
@@ -350,6 +356,10 @@ class Checker:
             if var in EXEMPT_VARS:
                 self.notes.append(f"CMakeCache.txt: {var} is {EXEMPT_VARS[var]}")
                 continue
+            prefix = next((p for p in EXEMPT_VAR_PREFIXES if var.startswith(p)), None)
+            if prefix:
+                self.notes.append(f"CMakeCache.txt: {var} ({value}) is {EXEMPT_VAR_PREFIXES[prefix]}")
+                continue
             if var == "Torch_DIR" or var.endswith("_DIR") and "site-packages" in value:
                 self.torch_prefixes.append(value.split("/share/cmake")[0].split("/lib/")[0])
             if self.exempt(value) or not os.path.exists(value):
@@ -382,7 +392,7 @@ class Checker:
         return sorted({line.strip() for line in text.splitlines() if line.startswith((" ", "\t"))})
 
     def exempt(self, path):
-        if any(path.startswith(p) for p in EXEMPT_PREFIXES):
+        if any(path.startswith(p) or os.path.realpath(path).startswith(p) for p in EXEMPT_PREFIXES):
             return True
         if path.startswith(self.root.rstrip("/") + "/") or (self.build and path.startswith(self.build + "/")):
             return True

@@ -131,6 +131,33 @@ class CheckGpuKitTest(unittest.TestCase):
         self.assertRegex(out, r"Debian package libcurl4-openssl-dev is neither .*/libcurl\.so is in it, needed by "
                               r"\S*CMakeCache\.txt: CURL_LIBRARY_RELEASE")
 
+    def test_the_machines_cuda_toolkit_is_exempt_wherever_it_lies(self):
+        # CI's machine installs the toolkit straight into /usr/local: FindCUDA there records /usr/local/bin/nvcc
+        # and /usr/local/lib64/libcublas.so, files of no Debian package (the failure of stop 39).
+        self.write("CMakeLists.txt", "project(x CXX)\n")
+        build = self.root / "b"
+        build.mkdir()
+        elsewhere = tempfile.TemporaryDirectory()  # outside ROOT, whose own files are always exempt
+        self.addCleanup(elsewhere.cleanup)
+        nvcc = pathlib.Path(elsewhere.name, "nvcc")
+        cublas = pathlib.Path(elsewhere.name, "libcublas.so")
+        nvcc.write_text("#!/bin/sh\n")
+        cublas.write_text("")
+        (build / "CMakeCache.txt").write_text(
+            f"CUDA_NVCC_EXECUTABLE:FILEPATH={nvcc}\nCUDA_cublas_LIBRARY:FILEPATH={cublas}\n"
+            f"CUDAToolkit_NVCC_EXECUTABLE:FILEPATH={nvcc}\n")
+        deps = self.write("deps.txt", "")
+        self.stub_pack()
+        rc, out = run_check(self.root, "--build", str(build), "--deps", str(deps))
+        self.assertEqual(rc, 0, out)
+        self.assertIn("CUDA_NVCC_EXECUTABLE", out)
+        self.assertIn("the machine's CUDA toolkit", out)
+        # The same file under any other variable is not the toolkit's say-so: it fails as a file of no package.
+        (build / "CMakeCache.txt").write_text(f"SOME_LIBRARY:FILEPATH={cublas}\n")
+        rc, out = run_check(self.root, "--build", str(build), "--deps", str(deps))
+        self.assertEqual(rc, 1, out)
+        self.assertIn("SOME_LIBRARY", out)
+
     def test_a_static_archive_the_kit_prunes_fails(self):
         self.write("CMakeLists.txt", "find_library(SSL_STATIC NAMES libssl.a)  # a comment (find_path(X y.h))\n")
         self.stub_pack()
