@@ -295,7 +295,7 @@ std::unique_ptr<ReplicaSet> MakeReplicas(const JobConfig& job, const Coordinator
   config.split_by_speed = job.replica_split == "speed";
   config.local_optimizer = job.replica_exchange == "allreduce";
   config.on_outage = options.hooks.on_outage;
-  return std::make_unique<ReplicaSet>(job, options, setup.plans, config, std::move(stop), options.hooks.on_recovery);
+  return std::make_unique<ReplicaSet>(PipelineSpecFor(job), options, setup.plans, config, std::move(stop), options.hooks.on_recovery);
 }
 
 }  // namespace

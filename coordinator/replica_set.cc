@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 
-#include "coordinator/job_partition.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "stage_driver/stage_metrics.h"
@@ -43,12 +42,11 @@ absl::StatusOr<StepOutputs> MergeReplicaOutputs(std::vector<StepOutputs> outputs
   return merged;
 }
 
-ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
+ReplicaSet::ReplicaSet(const PipelineSpec& pipeline, const StageDriverOptions& options,
                        const std::vector<std::vector<std::vector<StageSpec>>>& plans, ReplicaFleetConfig config,
                        std::function<bool()> stop, StepExecutor::OnRecovery on_recovery)
     : options_(options),
       config_(std::move(config)),
-      on_recovery_(on_recovery),
       recoveries_(options.replicas),
       state_(options.replicas, State::kReady),
       recovery_errors_(options.replicas),
@@ -68,7 +66,7 @@ ReplicaSet::ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
                             config_.stall_timeout, config_.on_outage);
     fleet.own_adapters = config_.local_optimizer;
     fleet.chunks = config_.chunks;
-    replica->stages = std::make_unique<StageSet>(PipelineSpecFor(job), options, plans[r], &fleet, stop_waiting, r);
+    replica->stages = std::make_unique<StageSet>(pipeline, options, plans[r], &fleet, stop_waiting, r);
     // The executor recovers this replica's stages itself in a pass (and in a one-replica step): what was pushed to
     // them early is gone with their inboxes.
     StepExecutor::OnRecovery hook = [this, r, on_recovery, first = options.FirstWorker(r)](int64_t step, int stage,
@@ -286,22 +284,24 @@ absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failur
     absl::MutexLock lock(&abort_mu_);
     if (on_abort) on_abort();
   }
-  const StepLoss loss = replicas_[r]->executor->Diagnose(failure);
+  StepExecutor& executor = *replicas_[r]->executor;
+  const StepLoss loss = executor.Diagnose(failure);
   if (!loss.retryable) return failure;
-  if (on_recovery_) on_recovery_(step + 1, loss.suspect < 0 ? -1 : options_.FirstWorker(r) + loss.suspect, loss.cause);
+  executor.ReportLoss(step + 1, loss);  // its early pushes forgotten, it counts as lost, the trainer told
   LogWarning("step ", step + 1, ": replica ", r, ": ", loss.what,
              "; its micro-batches go to the other replicas while it ",
              replicas_[r]->stages->local() ? "is restarted" : "is waited for");
   {
     absl::MutexLock lock(&mu_);
     state_[r] = State::kRecovering;
-    ++losses_[r];
-    for (auto& [held_step, replicas] : held_) replicas.erase(r);
     pushed_.clear();  // its inboxes are emptied; the others are reconfigured before they run this step again
   }
   SettleReplica(r);  // an earlier recovery of it, long finished
-  recoveries_[r] = std::thread([this, r, suspect = loss.suspect] {
-    absl::StatusOr<std::vector<int>> lost = replicas_[r]->stages->Recover(suspect);
+  // The executor's recovery (StepExecutor::Recover, as a one-replica run's), in the background.
+  recoveries_[r] = std::thread([this, r, loss, what = absl::StrCat("replica ", r, " (step ", step + 1, ")"),
+                                hook_step = step + 1, &executor] {
+    int retry = 1;
+    absl::StatusOr<std::vector<int>> lost = executor.Recover(hook_step, what, loss, &retry);
     absl::MutexLock lock(&mu_);
     state_[r] = lost.ok() ? State::kReady : State::kFailed;
     if (!lost.ok()) recovery_errors_[r] = std::string(lost.status().message());

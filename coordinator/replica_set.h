@@ -18,7 +18,7 @@
 #include "core/pipeline/partition.h"
 #include "core/pipeline/replica_split.h"
 #include "core/pipeline/schedule.h"
-#include "core/train/job.h"
+#include "stage_driver/pipeline_spec.h"
 #include "stage_driver/driver_options.h"
 #include "stage_driver/stage_fleet.h"
 #include "stage_driver/stage_set.h"
@@ -54,11 +54,12 @@ struct ReplicaFleetConfig {
 // With one replica a lost stage is recovered and the step redone (StepExecutor), as before replicas, bit for bit.
 class ReplicaSet {
  public:
-  // `job`, `options` (options.replicas pipelines of options.StagesOf(r) workers) and `plans` ([replica] the
-  // planner's [worker][chunk] ranges) must outlive the set; `stop` is polled while waiting for workers; `on_recovery`
-  // (optional) gets the global worker index (options.FirstWorker(replica) + stage) of a lost stage. Replicas of
-  // different stage counts need a schedule that is not interleaved (a slice is a multiple of the stages there).
-  ReplicaSet(const JobConfig& job, const StageDriverOptions& options,
+  // `pipeline`: what every replica's stages hold. `options` (options.replicas pipelines of options.StagesOf(r)
+  // workers) and `plans` ([replica] the planner's [worker][chunk] ranges) must outlive the set; `stop` is polled while
+  // waiting for workers; `on_recovery` (optional) gets the global worker index (options.FirstWorker(replica) + stage)
+  // of a lost stage. Replicas of different stage counts need a schedule that is not interleaved (a slice is a multiple
+  // of the stages there).
+  ReplicaSet(const PipelineSpec& pipeline, const StageDriverOptions& options,
              const std::vector<std::vector<std::vector<StageSpec>>>& plans, ReplicaFleetConfig config,
              std::function<bool()> stop, StepExecutor::OnRecovery on_recovery);
   ~ReplicaSet();
@@ -173,7 +174,6 @@ class ReplicaSet {
 
   const StageDriverOptions& options_;
   const ReplicaFleetConfig config_;
-  StepExecutor::OnRecovery on_recovery_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::map<std::pair<int, int>, Schedule> schedules_;  // by (stages, micro-batches); filled by Start, then read-only
   std::vector<std::thread> recoveries_;  // [replica]; started and joined by the thread that calls Run and Stop

@@ -44,7 +44,7 @@ TEST(StageClientTest, AStepReturnsTheGradientsAndSummaryAndItsBytesAreCountedByK
   EXPECT_EQ(summary->step(), 2);
   EXPECT_EQ(summary->losses_size(), 3);
   ASSERT_EQ(grads.size(), 2u);
-  EXPECT_TRUE(at::equal(grads.at("a"), at::full({4}, 3.0f)));
+  EXPECT_TRUE(at::equal(grads.at("a"), at::full({4}, 3.0f * 3))) << "(step 2 + 1) per micro-batch, 3 of them";
   TrafficBytes bytes;
   bytes += *traffic;
   EXPECT_GT(bytes.adapters, 2 * 4 * sizeof(float)) << "the gradients count as adapter bytes";

@@ -58,9 +58,9 @@ TEST(StageFleetTest, AStepSendsEachStageWhatItNeedsAndReturnsEveryStagesGradient
       EXPECT_EQ(e.header.sender(), "stage_driver") << "the driving process names itself";
       EXPECT_EQ(e.header.generation(), p->fleet().generation);
     }
-    // Gradients: each of its names, every element step + 1 + the name's index (the fake's rule).
+    // Gradients: each of its names, every element (step + 1 + the name's index) x 2 micro-batches (the fake's rule).
     EXPECT_EQ(out->grads[i].size(), 2u);
-    EXPECT_TRUE(at::equal(out->grads[i].at(absl::StrCat("s", i, ".b")), at::full({4}, 4 + 1 + 1.0f)));
+    EXPECT_TRUE(at::equal(out->grads[i].at(absl::StrCat("s", i, ".b")), at::full({4}, (4 + 1 + 1.0f) * 2)));
   }
   EXPECT_EQ(out->summaries[1].losses_size(), 2);
 }

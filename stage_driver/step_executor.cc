@@ -100,6 +100,28 @@ StepLoss StepExecutor::Diagnose(const absl::Status& failure) const {
   return loss;
 }
 
+void StepExecutor::ReportLoss(int64_t step, const StepLoss& loss) {
+  if (on_recovery_) on_recovery_(step, loss.suspect, loss.cause);
+}
+
+absl::StatusOr<std::vector<int>> StepExecutor::Recover(int64_t step, const std::string& what_ran, const StepLoss& loss,
+                                                      int* retry) {
+  auto lost = stages_->Recover(loss.suspect);
+  while (!lost.ok() && !absl::IsDeadlineExceeded(lost.status()) && RetryableStepFailure(lost.status(), false) &&
+         *retry < options_.step_retries && !stop_()) {
+    // Lost again during the recovery (e.g. killed while it restarted): recover again, counted as a retry.
+    LogWarning(what_ran, ": ", loss.what, "; the recovery failed (", lost.status().message(), "), retry ", *retry, "/",
+               options_.step_retries);
+    ReportLoss(step, loss);
+    ++*retry;
+    lost = stages_->Recover(-1);
+  }
+  if (!lost.ok()) {
+    return absl::Status(lost.status().code(), absl::StrCat(what_ran, ": ", loss.what, "; ", lost.status().message()));
+  }
+  return lost;
+}
+
 template <typename Out>
 absl::StatusOr<Out> StepExecutor::WithRecovery(int64_t hook_step, const std::string& what_ran,
                                                const std::function<absl::StatusOr<Out>(int retry)>& attempt,
@@ -120,21 +142,9 @@ absl::StatusOr<Out> StepExecutor::WithRecovery(int64_t hook_step, const std::str
                                                                                 options_.step_retries, ")")
                                                                  : " (recovery is off: --step_retries 0)"));
     }
-    if (on_recovery_) on_recovery_(hook_step, loss.suspect, loss.cause);
-    auto lost = stages_->Recover(loss.suspect);
-    while (!lost.ok() && !absl::IsDeadlineExceeded(lost.status()) && RetryableStepFailure(lost.status(), false) &&
-           retry < options_.step_retries && !stop_()) {
-      // Lost again during the recovery (e.g. killed while it restarted): recover again, counted as a retry.
-      LogWarning(what_ran, ": ", what, "; the recovery failed (", lost.status().message(), "), retry ", retry, "/",
-                 options_.step_retries);
-      if (on_recovery_) on_recovery_(hook_step, loss.suspect, loss.cause);
-      ++retry;
-      lost = stages_->Recover(-1);
-    }
-    if (!lost.ok()) {
-      return absl::Status(lost.status().code(), absl::StrCat(what_ran, ": ", what, "; ", lost.status().message()));
-    }
-    LogWarning(what_ran, ": ", what, "; ", lost->empty() ? "reconfigured" : (stages_->local() ? "restarted" : "back"),
+    ReportLoss(hook_step, loss);
+    ASSIGN_OR_RETURN(std::vector<int> lost, Recover(hook_step, what_ran, loss, &retry));
+    LogWarning(what_ran, ": ", what, "; ", lost.empty() ? "reconfigured" : (stages_->local() ? "restarted" : "back"),
                ", redoing the ", what_ran.substr(0, what_ran.find(' ')), " (retry ", retry, "/", options_.step_retries,
                ")");
     on_recovered();

@@ -107,7 +107,9 @@ class FakeStageWorker::Service final : public v1::StageService::Service {
     v1::StepReply last;
     v1::StepSummary* summary = last.mutable_summary();
     summary->set_step(plan->step());
-    for (int mb = 0; mb < plan->micro_batches(); ++mb) summary->add_losses(0.5f + static_cast<float>(mb));
+    for (int mb = 0; mb < plan->micro_batches(); ++mb) {
+      summary->add_losses(0.5f + static_cast<float>(plan->first_micro_batch() + mb));  // by step-wide micro-batch
+    }
     writer->Write(last);
     return grpc::Status::OK;
   }
@@ -133,8 +135,8 @@ class FakeStageWorker::Service final : public v1::StageService::Service {
     return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the driver");
   }
 
-  // A training step: each LoRA name's gradient, every element step + 1 + its index; a forward-only pass: each
-  // micro-batch's output.
+  // A training step: each LoRA name's gradient summed over the plan's micro-batches, each contributing step + 1 + the
+  // name's index to every element; a forward-only pass: each micro-batch's output.
   bool Answer(const v1::StepPlan& plan, grpc::ServerWriter<v1::StepReply>* writer) {
     if (plan.pass() != 0) {
       for (int mb = 0; mb < plan.micro_batches(); ++mb) {
@@ -143,7 +145,7 @@ class FakeStageWorker::Service final : public v1::StageService::Service {
       return true;
     }
     for (size_t i = 0; i < w_->names_.size(); ++i) {
-      const float value = static_cast<float>(plan.step() + 1 + static_cast<int64_t>(i));
+      const float value = static_cast<float>((plan.step() + 1 + static_cast<int64_t>(i)) * plan.micro_batches());
       if (!WriteTensor(writer, w_->names_[i], at::full({w_->numel_}, value))) return false;
     }
     return true;

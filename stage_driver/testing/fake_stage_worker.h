@@ -26,8 +26,9 @@ enum class FakeRun {
 };
 
 // It answers Configure with the LoRA names it was given, keeps what is pushed or loaded into it, and answers RunStep
-// with one gradient per name (each element step + 1 + the name's index: the test can tell which step it is) and a
-// summary; or plays the fault it was told to: fail with a status, stall in silence or while saying it waits for the
+// with one gradient per name (each element (step + 1 + the name's index) x its micro-batches: the test can tell
+// which step it is and how many micro-batches it ran) and a summary (micro-batch i's loss 0.5 + its step-wide index);
+// or plays the fault it was told to: fail with a status, stall in silence or while saying it waits for the
 // driver's data, send a reply without a summary or a gradient chunk that does not assemble. It can be killed and
 // restarted at the same address, as systemd or Kubernetes restart a remote worker.
 class FakeStageWorker {
