@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
-#include "bench/flux2_bench_model.h"
+#include "bench/flux2_bench_flags.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_config.h"
@@ -38,16 +38,8 @@
 #include "stage_driver/local_tls.h"
 #include "stage_driver/local_workers.h"
 
-ABSL_FLAG(int64_t, dim, 1536, "hidden size D (a multiple of 64: head_dim 64)");
-ABSL_FLAG(int64_t, double, 2, "double-stream blocks");
-ABSL_FLAG(int64_t, single, 12, "single-stream blocks");
-ABSL_FLAG(int64_t, joint, 1024, "joint_attention_dim (text embedding width)");
-ABSL_FLAG(int64_t, grid, 8, "latent grid side: grid^2 image tokens");
-ABSL_FLAG(int64_t, text, 16, "text tokens");
 ABSL_FLAG(int, m, 2, "micro-batches per step");
 ABSL_FLAG(int, stages, 2, "stage worker processes");
-ABSL_FLAG(int64_t, rank, 16, "LoRA rank");
-ABSL_FLAG(std::string, targets, "all-linear", "LoRA targets");
 ABSL_FLAG(int, steps, 1, "training steps");
 ABSL_FLAG(std::string, schedule, "1f1b", "pipeline schedule");
 ABSL_FLAG(std::string, recompute, "true", "activation recompute: true | false | auto");
@@ -58,46 +50,41 @@ ABSL_FLAG(bool, keep, false, "keep the temporary folder (weights, cache, job) fo
 namespace baton {
 namespace {
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_memory: %s\n", what.c_str());
-  std::exit(1);
-}
-
-struct Args : Flux2BenchShape {
+struct Args : Flux2BenchRun {
   int m = 2, stages = 2, steps = 1, threads = 1;
-  int64_t rank = 16;
-  std::string targets = "all-linear", schedule = "1f1b", recompute = "true", budget;
+  std::string schedule = "1f1b", recompute = "true", budget;
   bool keep = false;
 };
 
 Args ParseArgs(int argc, char** argv) {
+  Flux2BenchRun defaults;
+  defaults.dim = 1536;
+  defaults.double_blocks = 2;
+  defaults.single_blocks = 12;
+  defaults.joint = 1024;
+  defaults.grid = 8;
+  defaults.text = 16;
+  SetFlux2BenchDefaults(defaults);
   if (absl::Status s = ParseBenchFlags(
           argc, argv,
           "bench_memory [--dim=1536] [--double=2] [--single=12] [--joint=1024] [--grid=8] [--text=16] [--m=2] "
           "[--stages=2] [--rank=16] [--targets=all-linear] [--steps=1] [--schedule=1f1b] [--recompute=true|false|auto] "
           "[--budget=BYTES] [--threads=1] [--keep] (see the comment atop bench/bench_memory.cc)");
       !s.ok()) {
-    Die(std::string(s.message()));
+    BenchDie(std::string(s.message()));
   }
   Args a;
-  a.dim = absl::GetFlag(FLAGS_dim);
-  a.double_blocks = absl::GetFlag(FLAGS_double);
-  a.single_blocks = absl::GetFlag(FLAGS_single);
-  a.joint = absl::GetFlag(FLAGS_joint);
-  a.grid = absl::GetFlag(FLAGS_grid);
-  a.text = absl::GetFlag(FLAGS_text);
+  static_cast<Flux2BenchRun&>(a) = Flux2BenchFromFlags();
   a.m = absl::GetFlag(FLAGS_m);
   a.stages = absl::GetFlag(FLAGS_stages);
   a.steps = absl::GetFlag(FLAGS_steps);
   a.threads = absl::GetFlag(FLAGS_threads);
-  a.rank = absl::GetFlag(FLAGS_rank);
-  a.targets = absl::GetFlag(FLAGS_targets);
   a.schedule = absl::GetFlag(FLAGS_schedule);
   a.recompute = absl::GetFlag(FLAGS_recompute);
   a.budget = absl::GetFlag(FLAGS_budget);
   a.keep = absl::GetFlag(FLAGS_keep);
   if (a.dim % 64 != 0 || a.m < 1 || a.steps < 1 || a.stages < 1) {
-    Die("--dim must be a multiple of 64 (head_dim 64); --m, --steps, --stages >= 1");
+    BenchDie("--dim must be a multiple of 64 (head_dim 64); --m, --steps, --stages >= 1");
   }
   return a;
 }
@@ -136,7 +123,7 @@ PartitionOptions PlannerOptions(const JobConfig& job, const Args& a) {
   o.text_tokens_per_micro_batch = a.text;
   for (const std::string& b : job.memory_per_stage) {
     auto bytes = ParseByteSize(b);
-    if (!bytes.ok()) Die(bytes.status().ToString());
+    if (!bytes.ok()) BenchDie(bytes.status().ToString());
     o.memory_budget_bytes.push_back(*bytes);
   }
   return o;
@@ -148,17 +135,17 @@ int Main(int argc, char** argv) {
   const Args a = ParseArgs(argc, argv);
   at::set_num_threads(1);
   const Flux2Config c = Flux2BenchConfig(a);
-  if (absl::Status s = c.Validate(); !s.ok()) Die(s.ToString());
+  if (absl::Status s = c.Validate(); !s.ok()) BenchDie(s.ToString());
 
   char tmpl[] = "/tmp/bench_memory_XXXXXX";
-  if (!::mkdtemp(tmpl)) Die("mkdtemp failed");
+  if (!::mkdtemp(tmpl)) BenchDie("mkdtemp failed");
   const std::string dir = tmpl;
   const std::string model = JoinPath(dir, "model"), cache = JoinPath(dir, "cache");
-  if (absl::Status s = WriteRandomFlux2Weights(c, model, 1); !s.ok()) Die(s.ToString());
+  if (absl::Status s = WriteRandomFlux2Weights(c, model, 1); !s.ok()) BenchDie(s.ToString());
   if (absl::Status s =
           WriteSyntheticCache(cache, c.in_channels, c.joint_attention_dim, 2 * a.m, {{a.grid, a.grid}}, a.text, 7);
       !s.ok()) {
-    Die(s.ToString());
+    BenchDie(s.ToString());
   }
   auto job =
       ParseJobYaml(absl::StrCat("model: ", model, "\ndataset: ", cache, "\nlora: {rank: ", a.rank, ", alpha: ", a.rank,
@@ -167,9 +154,9 @@ int Main(int argc, char** argv) {
                                 "\nrecompute: ", a.recompute, "\nseed: 1\ndtype: fp32\nthreads: ", a.threads, "\n",
                                 a.budget.empty() ? "" : absl::StrCat("memory_per_stage: ", a.budget, "\n")),
                    "bench_memory job");
-  if (!job.ok()) Die(job.status().ToString());
+  if (!job.ok()) BenchDie(job.status().ToString());
   auto plan = PartitionFlux2(c, PlannerOptions(*job, a));
-  if (!plan.ok()) Die(plan.status().ToString());
+  if (!plan.ok()) BenchDie(plan.status().ToString());
 
   // The workers are started here, not by the coordinator, so their pids outlive the run for /proc reads.
   LocalWorkerOptions lopts;
@@ -177,12 +164,12 @@ int Main(int argc, char** argv) {
   lopts.binary = bin ? JoinPath(bin, "stage_worker") : DefaultStageWorkerBinary();
   lopts.threads = a.threads;
   auto tls = LocalWorkerSecurityArgs();  // mutual TLS with an ephemeral CA, as the coordinator's own local workers
-  if (!tls.ok()) Die(tls.status().ToString());
+  if (!tls.ok()) BenchDie(tls.status().ToString());
   lopts.extra_args = *tls;
   lopts.extra_args.push_back("--wait_timeout_s=600");
   lopts.extra_args.push_back("--model_root=" + dir);
   auto workers = LocalWorkers::Start(a.stages, lopts);
-  if (!workers.ok()) Die(workers.status().ToString());
+  if (!workers.ok()) BenchDie(workers.status().ToString());
   const std::vector<pid_t> pids = (*workers)->pids();
   ::usleep(300'000);  // let each worker settle after LISTENING (its gRPC threads start lazily)
   std::vector<int64_t> baseline;
@@ -195,7 +182,7 @@ int Main(int argc, char** argv) {
   o.quiet = true;
   o.rpc_timeout = absl::Seconds(600);
   auto result = RunCoordinator(*job, o);
-  if (!result.ok()) Die(result.status().ToString());
+  if (!result.ok()) BenchDie(result.status().ToString());
   std::vector<int64_t> peak, rss_end;
   for (pid_t pid : pids) {
     peak.push_back(StatusBytes(pid, "VmHWM"));

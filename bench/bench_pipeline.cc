@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
-#include "bench/flux2_bench_model.h"
+#include "bench/flux2_bench_flags.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_config.h"
@@ -53,15 +53,7 @@
 #include "core/util/files.h"
 #include "stage_driver/local_workers.h"
 
-ABSL_FLAG(int64_t, dim, 384, "hidden size D (a multiple of 64: head_dim 64)");
-ABSL_FLAG(int64_t, double, 2, "double-stream blocks");
-ABSL_FLAG(int64_t, single, 4, "single-stream blocks");
-ABSL_FLAG(int64_t, joint, 256, "joint_attention_dim (text embedding width)");
-ABSL_FLAG(int64_t, grid, 16, "latent grid side: grid^2 image tokens");
-ABSL_FLAG(int64_t, text, 64, "text tokens");
 ABSL_FLAG(int, m, 8, "micro-batches per step");
-ABSL_FLAG(int64_t, rank, 16, "LoRA rank");
-ABSL_FLAG(std::string, targets, "all-linear", "LoRA targets");
 ABSL_FLAG(int, steps, 3, "timed training steps per run");
 ABSL_FLAG(int, warmup, 1, "untimed steps before them");
 ABSL_FLAG(int, rounds, 4, "rounds; each runs every variant once, interleaved");
@@ -87,15 +79,8 @@ double Mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_pipeline: %s\n", what.c_str());
-  std::exit(1);
-}
-
-struct Args : Flux2BenchShape {
+struct Args : Flux2BenchRun {
   int m = 8;
-  int64_t rank = 16;
-  std::string targets = "all-linear";
   int steps = 3, warmup = 1, rounds = 4;
   int chunks = 2;  // interleaved: model chunks per stage
   bool recompute_off = false;
@@ -113,18 +98,11 @@ Args ParseArgs(int argc, char** argv) {
           "[--recompute_auto] [--no_param_split] [--only=LABEL_PART] [--keep] (see the comment atop "
           "bench/bench_pipeline.cc)");
       !s.ok()) {
-    Die(std::string(s.message()));
+    BenchDie(std::string(s.message()));
   }
   Args a;
-  a.dim = absl::GetFlag(FLAGS_dim);
-  a.double_blocks = absl::GetFlag(FLAGS_double);
-  a.single_blocks = absl::GetFlag(FLAGS_single);
-  a.joint = absl::GetFlag(FLAGS_joint);
-  a.grid = absl::GetFlag(FLAGS_grid);
-  a.text = absl::GetFlag(FLAGS_text);
+  static_cast<Flux2BenchRun&>(a) = Flux2BenchFromFlags();
   a.m = absl::GetFlag(FLAGS_m);
-  a.rank = absl::GetFlag(FLAGS_rank);
-  a.targets = absl::GetFlag(FLAGS_targets);
   a.steps = absl::GetFlag(FLAGS_steps);
   a.warmup = absl::GetFlag(FLAGS_warmup);
   a.rounds = absl::GetFlag(FLAGS_rounds);
@@ -135,7 +113,7 @@ Args ParseArgs(int argc, char** argv) {
   a.keep = absl::GetFlag(FLAGS_keep);
   a.only = absl::GetFlag(FLAGS_only);
   if (a.dim % 64 != 0 || a.m < 1 || a.steps < 1 || a.warmup < 0 || a.rounds < 1 || a.chunks < 2) {
-    Die("--dim must be a multiple of 64 (head_dim 64); --m, --steps, --rounds ≥ 1; --warmup ≥ 0; --chunks ≥ 2");
+    BenchDie("--dim must be a multiple of 64 (head_dim 64); --m, --steps, --rounds ≥ 1; --warmup ≥ 0; --chunks ≥ 2");
   }
   return a;
 }
@@ -207,7 +185,7 @@ int64_t StageBlocks(const Flux2Config& c, const PartitionOptions& o, int k, int6
 // coordinator.
 std::vector<std::string> BudgetsForBoundary(const Flux2Config& c, const PartitionOptions& o, int64_t boundary) {
   auto plan = PartitionFlux2(c, o);
-  if (!plan.ok()) Die(plan.status().ToString());
+  if (!plan.ok()) BenchDie(plan.status().ToString());
   const int64_t n = c.num_blocks();
   const int k = boundary < plan->stages[0].block_end ? 0 : 1;  // the stage to cap
   const int64_t blocks = k == 0 ? boundary : n - boundary;
@@ -221,7 +199,7 @@ std::vector<std::string> BudgetsForBoundary(const Flux2Config& c, const Partitio
   };
   const int64_t a = smallest(blocks), b = smallest(blocks + 1);
   const int64_t cap = a + (b - a) / 2;
-  if (StageBlocks(c, o, k, cap) != blocks) Die("cannot steer the planner to the requested split");
+  if (StageBlocks(c, o, k, cap) != blocks) BenchDie("cannot steer the planner to the requested split");
   std::vector<std::string> budgets = {absl::StrCat(int64_t{1} << 60), absl::StrCat(int64_t{1} << 60)};
   budgets[k] = absl::StrCat(cap);
   return budgets;
@@ -318,7 +296,7 @@ void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::
   const CpuSample before = SampleCpu();
   auto result = RunCoordinator(job, o);
   AddCpu(before, SampleCpu(), out);
-  if (!result.ok()) Die(absl::StrCat(v.Label(), ": ", result.status().ToString()));
+  if (!result.ok()) BenchDie(absl::StrCat(v.Label(), ": ", result.status().ToString()));
   if (out.fwd.empty()) out.fwd.resize(v.stages), out.bwd.resize(v.stages), out.idle.resize(v.stages);
   std::vector<double> this_round;
   for (size_t i = a.warmup; i < result->steps.size(); ++i) {
@@ -358,21 +336,21 @@ struct Setup {
 // Random weights and a synthetic cache in a temp dir, and the job that trains on them.
 void WriteProblem(const Args& a, Setup& s) {
   char tmpl[] = "/tmp/bench_pipeline_XXXXXX";
-  if (!::mkdtemp(tmpl)) Die("mkdtemp failed");
+  if (!::mkdtemp(tmpl)) BenchDie("mkdtemp failed");
   s.dir = tmpl;
   const std::string model = JoinPath(s.dir, "model"), cache = JoinPath(s.dir, "cache");
-  if (absl::Status st = WriteRandomFlux2Weights(s.c, model, 1); !st.ok()) Die(st.ToString());
+  if (absl::Status st = WriteRandomFlux2Weights(s.c, model, 1); !st.ok()) BenchDie(st.ToString());
   if (absl::Status st =
           WriteSyntheticCache(cache, s.c.in_channels, s.c.joint_attention_dim, 4 * a.m, {{a.grid, a.grid}}, a.text, 7);
       !st.ok()) {
-    Die(st.ToString());
+    BenchDie(st.ToString());
   }
   auto job =
       ParseJobYaml(absl::StrCat("model: ", model, "\ndataset: ", cache, "\nlora: {rank: ", a.rank, ", alpha: ", a.rank,
                                 ", targets: ", a.targets, "}\noptimizer: {lr: 1.0e-3}\nsteps: 1\nbatch_size: ", a.m,
                                 "\nmicro_batches: ", a.m, "\nseed: 1\ndtype: fp32\nthreads: 1\n"),
                    "bench_pipeline job");
-  if (!job.ok()) Die(job.status().ToString());
+  if (!job.ok()) BenchDie(job.status().ToString());
   s.job = *job;
 }
 
@@ -381,7 +359,7 @@ void WriteProblem(const Args& a, Setup& s) {
 // what `recompute: auto` decides (no budget: nothing).
 void PlanSplits(const Args& a, Setup& s) {
   auto planned = PartitionFlux2(s.c, CoordinatorPartitionOptions(s.job, a, 2));
-  if (!planned.ok()) Die(planned.status().ToString());
+  if (!planned.ok()) BenchDie(planned.status().ToString());
   s.planner_boundary = planned->stages[0].block_end;
   s.param_boundary = ParamBalancedBoundary(s.c);
   s.try_params = a.param_split && s.planner_boundary != s.param_boundary;
@@ -391,7 +369,7 @@ void PlanSplits(const Args& a, Setup& s) {
   JobConfig j = s.job;
   j.recompute = RecomputePolicy::kAuto;
   auto p = PartitionFlux2(s.c, CoordinatorPartitionOptions(j, a, 2));
-  if (!p.ok()) Die(p.status().ToString());
+  if (!p.ok()) BenchDie(p.status().ToString());
   for (int k = 0; k < 2; ++k) s.auto_rc[k] = p->stages[k].recompute_blocks;
 }
 
@@ -423,7 +401,7 @@ std::vector<Variant> Variants(const Args& a, bool try_params) {
 Setup Prepare(const Args& a) {
   Setup s;
   s.c = Flux2BenchConfig(a);
-  if (absl::Status st = s.c.Validate(); !st.ok()) Die(st.ToString());
+  if (absl::Status st = s.c.Validate(); !st.ok()) BenchDie(st.ToString());
   WriteProblem(a, s);
   PlanSplits(a, s);
   s.variants = Variants(a, s.try_params);
@@ -470,7 +448,7 @@ double TrainLocalSamplesPerSecond(const Args& a, const Setup& s) {
   JobConfig j = s.job;
   j.steps = a.warmup + a.steps;
   auto local = RunLocalTraining(j, JoinPath(s.dir, "local"), 0);
-  if (!local.ok()) Die(local.status().ToString());
+  if (!local.ok()) BenchDie(local.status().ToString());
   std::vector<double> sps;
   for (size_t i = a.warmup; i < local->steps.size(); ++i) sps.push_back(local->steps[i].samples_per_second);
   return Median(sps);

@@ -58,11 +58,6 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_transfer: %s\n", what.c_str());
-  std::exit(1);
-}
-
 // ---- gRPC ------------------------------------------------------------------------------------------
 
 // Receives each envelope fully (validated, copied into fresh tensors), acks, and drops it.
@@ -112,8 +107,8 @@ double GrpcPushSeconds(v1::StageService::Stub& stub, const at::Tensor& tensor, s
   writer->WritesDone();
   absl::Status done = FromGrpcStatus(writer->Finish(), "Push");
   const auto end = Clock::now();
-  if (!sent.ok() || !done.ok()) Die(done.ok() ? sent.ToString() : done.ToString());
-  if (ack.num_bytes() != static_cast<uint64_t>(tensor.numel() * tensor.element_size())) Die("short Push");
+  if (!sent.ok() || !done.ok()) BenchDie(done.ok() ? sent.ToString() : done.ToString());
+  if (ack.num_bytes() != static_cast<uint64_t>(tensor.numel() * tensor.element_size())) BenchDie("short Push");
   return Seconds(start, end);
 }
 
@@ -122,7 +117,7 @@ double GrpcPushSeconds(v1::StageService::Stub& stub, const at::Tensor& tensor, s
 void SendAll(int fd, const char* p, size_t n) {
   while (n > 0) {
     ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (k <= 0) Die(absl::StrFormat("send: %s", std::strerror(errno)));
+    if (k <= 0) BenchDie(absl::StrFormat("send: %s", std::strerror(errno)));
     p += k;
     n -= static_cast<size_t>(k);
   }
@@ -146,12 +141,12 @@ void NoDelay(int fd) {
 // Receiver: per message an 8-byte length, then the bytes into a freshly allocated tensor; acks 1 byte.
 void TcpReceiver(int listen_fd) {
   int fd = ::accept(listen_fd, nullptr, nullptr);
-  if (fd < 0) Die("accept failed");
+  if (fd < 0) BenchDie("accept failed");
   NoDelay(fd);
   uint64_t n = 0;
   while (RecvAll(fd, reinterpret_cast<char*>(&n), sizeof(n))) {
     at::Tensor buffer = at::empty({static_cast<int64_t>(n)}, at::kByte);
-    if (!RecvAll(fd, static_cast<char*>(buffer.data_ptr()), n)) Die("short TCP read");
+    if (!RecvAll(fd, static_cast<char*>(buffer.data_ptr()), n)) BenchDie("short TCP read");
     const char ack = 1;
     SendAll(fd, &ack, 1);
   }
@@ -165,7 +160,7 @@ double TcpSendSeconds(int fd, const at::Tensor& tensor) {
   SendAll(fd, reinterpret_cast<const char*>(&n), sizeof(n));
   SendAll(fd, static_cast<const char*>(cpu.data_ptr()), n);
   char ack = 0;
-  if (!RecvAll(fd, &ack, 1)) Die("no TCP ack");
+  if (!RecvAll(fd, &ack, 1)) BenchDie("no TCP ack");
   return Seconds(start, Clock::now());
 }
 
@@ -178,13 +173,13 @@ int Main(int argc, char** argv) {
   if (absl::Status s = ParseBenchFlags(
           argc, argv, "bench_transfer [--chunk_kib=1024] [--reps=5] [--max_mib=256] [--device=cpu|cuda:N]");
       !s.ok()) {
-    Die(std::string(s.message()));
+    BenchDie(std::string(s.message()));
   }
   const size_t chunk_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_chunk_kib)) << 10;
   const int reps = absl::GetFlag(FLAGS_reps);
   const int max_mib = absl::GetFlag(FLAGS_max_mib);
   const std::string device_name = absl::GetFlag(FLAGS_device);
-  if (chunk_bytes == 0 || reps < 1) Die("--chunk_kib and --reps must be positive");
+  if (chunk_bytes == 0 || reps < 1) BenchDie("--chunk_kib and --reps must be positive");
 
   // gRPC endpoint.
   SinkService service;
@@ -194,13 +189,13 @@ int Main(int argc, char** argv) {
   ApplyServerOptions(builder);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) Die("cannot start the gRPC server");
+  if (!server || port == 0) BenchDie("cannot start the gRPC server");
   std::unique_ptr<v1::StageService::Stub> stub =
       v1::StageService::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
 
   // The device path: a second sink that receives pinned and uploads, and a sender that downloads first.
   absl::StatusOr<at::Device> device = ParseDevice(device_name);
-  if (!device.ok()) Die(device.status().ToString());
+  if (!device.ok()) BenchDie(device.status().ToString());
   DeviceTransfer sender_transfer(*device), receiver_transfer(*device);
   SinkService device_service(&receiver_transfer);
   grpc::ServerBuilder device_builder;
@@ -209,7 +204,7 @@ int Main(int argc, char** argv) {
   ApplyServerOptions(device_builder);
   device_builder.RegisterService(&device_service);
   std::unique_ptr<grpc::Server> device_server = device_builder.BuildAndStart();
-  if (!device_server || device_port == 0) Die("cannot start the device gRPC server");
+  if (!device_server || device_port == 0) BenchDie("cannot start the device gRPC server");
   std::unique_ptr<v1::StageService::Stub> device_stub = v1::StageService::NewStub(
       MakeChannel(absl::StrCat("127.0.0.1:", device_port), grpc::InsecureChannelCredentials()));
 
@@ -221,11 +216,11 @@ int Main(int argc, char** argv) {
   socklen_t len = sizeof(addr);
   if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listen_fd, 1) != 0 ||
       ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    Die("cannot listen on 127.0.0.1");
+    BenchDie("cannot listen on 127.0.0.1");
   }
   std::thread receiver(TcpReceiver, listen_fd);
   int tcp_fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (::connect(tcp_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) Die("cannot connect");
+  if (::connect(tcp_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) BenchDie("cannot connect");
   NoDelay(tcp_fd);
 
   std::vector<Row> rows;
@@ -272,7 +267,7 @@ int Main(int argc, char** argv) {
     sum_grpc += row.grpc_s;
     sum_tcp += row.tcp_s;
   }
-  if (rows.empty()) Die("no sizes ran");
+  if (rows.empty()) BenchDie("no sizes ran");
   const Row& big = rows.back();
   const double g = gbps(big.mib, big.grpc_s), r = gbps(big.mib, big.tcp_s);
   std::printf(
