@@ -4,10 +4,7 @@
 // clients submit jobs that run one at a time.
 #include <absl/flags/flag.h>
 #include <absl/flags/reflection.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <csignal>
 #include <string>
 
 #include "coordinator/coordinator_command.h"
@@ -15,6 +12,7 @@
 #include "core/device/binary_flags.h"
 #include "core/device/determinism.h"
 #include "core/device/device.h"
+#include "core/util/stop_signals.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages (of each replica)");
 ABSL_FLAG(int, replicas, 0,
@@ -58,18 +56,7 @@ ABSL_FLAG(std::string, metrics, "",
 
 namespace {
 
-// The process's stop request (RunCoordinatorCommand reads it; the library holds no process-wide state).
-std::atomic<bool> g_stop{false};
-// One job: the first SIGINT/SIGTERM finishes the step, checkpoints and exits 128 + signal; a second one exits at once.
-std::atomic<int> g_signal{0};
-void OnSignal(int sig) {
-  if (g_signal.exchange(sig) != 0) _exit(128 + sig);
-  g_stop = true;
-}
-// The job service: stops the running job with a checkpoint and returns.
-void OnServiceSignal(int) { g_stop = true; }
-
-baton::CoordinatorCommand CommandFromFlags() {
+baton::CoordinatorCommand CommandFromFlags(baton::StopFlags& flags) {
   baton::CoordinatorCommand command;
   baton::CoordinatorOptions& options = command.options;
   options.stages = absl::GetFlag(FLAGS_stages);
@@ -93,8 +80,8 @@ baton::CoordinatorCommand CommandFromFlags() {
   // The one-job default out/run would mix the jobs' folders with a run's files.
   const std::string output = absl::GetFlag(FLAGS_output);
   command.output_root = output == absl::GetFlagReflectionHandle(FLAGS_output).DefaultValue() ? "out/jobs" : output;
-  command.stop = &g_stop;
-  command.signal = &g_signal;
+  command.stop = &flags.stop;
+  command.signal = &flags.signal;
   return command;
 }
 
@@ -111,8 +98,10 @@ int main(int argc, char** argv) {
       "  either with [--metrics HOST:PORT]; --workers and --listen need [--tls_dir DIR | --insecure], --listen with\n"
       "  TLS --token_file FILE (make them with baton certs)",
       {"resume"});
+  // One job: the first SIGINT/SIGTERM finishes the step, checkpoints and exits 128 + signal; a second one exits at
+  // once. The job service: stops the running job with a checkpoint and returns.
   const bool service = !absl::GetFlag(FLAGS_listen).empty();
-  std::signal(SIGTERM, service ? OnServiceSignal : OnSignal);
-  std::signal(SIGINT, service ? OnServiceSignal : OnSignal);
-  return baton::RunCoordinatorCommand(CommandFromFlags());
+  baton::StopFlags& flags =
+      baton::InstallStopSignals(service ? baton::SecondSignal::kStops : baton::SecondSignal::kExits);
+  return baton::RunCoordinatorCommand(CommandFromFlags(flags));
 }

@@ -4,13 +4,13 @@
 #include <absl/strings/str_format.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <thread>
 
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
+#include "core/util/stop_signals.h"
 #include "encoder_worker/dataset.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
@@ -18,10 +18,6 @@
 #include "rpc/wire.h"
 
 namespace baton {
-namespace {
-std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop = true; }
-}  // namespace
 
 BucketSpec BucketsForResolution(int64_t resolution) {
   BucketSpec spec;
@@ -188,11 +184,10 @@ absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int
   EncoderServiceImpl service(encoder, default_resolution, cache_root, quantize, follow_links_into);
   ASSIGN_OR_RETURN(StartedServer started, StartServer("encoder_worker", listen, &service, kEncoderServiceName));
   const std::string& address = started.address;
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
+  const std::atomic<bool>& stop = InstallStopSignals(SecondSignal::kStops).stop;
   std::printf("LISTENING %s\n", address.c_str());
   std::fflush(stdout);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   StopServer(*started.server);
   return absl::OkStatus();
 }

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -13,6 +12,7 @@
 #include "core/util/clock.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
+#include "core/util/stop_signals.h"
 #include "rpc/envelope.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
@@ -154,8 +154,6 @@ grpc::Status StageServiceImpl::Shutdown(grpc::ServerContext*, const google::prot
 
 namespace {
 constexpr std::chrono::seconds kShutdownGrace{8};  // StopServer's 2 s drain, then the runner's teardown
-std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop = true; }
 }  // namespace
 
 absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions& options,
@@ -165,12 +163,11 @@ absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions&
   StageServiceImpl service(&runner);
   ASSIGN_OR_RETURN(StartedServer started, StartServer("stage_worker", listen, &service, kStageServiceName));
   const std::string& address = started.address;
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  service.set_shutdown_callback([] { g_stop = true; });
+  std::atomic<bool>& stop = InstallStopSignals(SecondSignal::kStops).stop;
+  service.set_shutdown_callback([&stop] { stop = true; });
   runner.set_address(address);  // the runner names itself with its address in errors
   on_listening(address);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   LogInfo("shutting down");
   // A handler that does not return after its cancellation, or a channel that will not close, must not keep a stopped
   // worker alive (a supervisor would SIGKILL it later anyway): it holds nothing of the job's that the coordinator
