@@ -139,50 +139,57 @@ v1::EnvelopeHeader StageFleet::Header(int64_t step, int micro_batch, v1::Envelop
   return h;
 }
 
-absl::Status StageFleet::Feed(int i, int64_t step, const StepInputs& in,
-                              const std::map<std::string, at::Tensor>& master) {
+absl::Status StageFleet::PushTablesAndAdapters(int i, int64_t step, uint64_t pass,
+                                               const std::vector<ShellOutputs>& shell,
+                                               const std::map<std::string, at::Tensor>& master, bool adapters) {
   StageClient& client = *clients[i];
-  const int m = static_cast<int>(in.micro_batches.size());
   // RoPE tables before the weights: a stage looks a table up only after it has its step's weights.
-  for (int mb = 0; mb < m; ++mb) {
-    const ShellOutputs& shell = in.shell[mb];
-    if (!rope[i].Has(shell.tables_key)) {
-      RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::ROPE), TablesOnWire(shell)));
-      rope[i].Add(shell.tables_key);
+  for (size_t mb = 0; mb < shell.size(); ++mb) {
+    if (!rope[i].Has(shell[mb].tables_key)) {
+      RETURN_IF_ERROR(
+          client.Push(Header(step, static_cast<int>(mb), v1::EnvelopeHeader::ROPE, pass), TablesOnWire(shell[mb])));
+      rope[i].Add(shell[mb].tables_key);
     }
   }
-  if (!own_adapters) {
-    TensorMap weights;
-    for (const auto& name : params[i]) weights[name] = master.at(name);
-    RETURN_IF_ERROR(client.Push(Header(step, 0, v1::EnvelopeHeader::LORA_WEIGHTS), weights));
-  }
-  return in.data_pushed ? absl::OkStatus() : PushStageData(i, step, in);
+  if (!adapters) return absl::OkStatus();
+  TensorMap weights;
+  for (const auto& name : params[i]) weights[name] = master.at(name);
+  return client.Push(Header(step, 0, v1::EnvelopeHeader::LORA_WEIGHTS, pass), weights);
 }
 
-absl::Status StageFleet::PushStageData(int i, int64_t step, const StepInputs& in) {
+absl::Status StageFleet::PushStageData(int i, int64_t step, uint64_t pass, const std::vector<ShellOutputs>& shell,
+                                       const std::vector<MicroBatch>* targets) {
   StageClient& client = *clients[i];
-  const int m = static_cast<int>(in.micro_batches.size());
-  for (int mb = 0; mb < m; ++mb) {
-    RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::CONSTANTS), ConstantsOnWire(in.shell[mb])));
-    if (i == 0) RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::INPUTS), in.shell[mb].inputs));
-    if (i == size() - 1) {
-      TensorMap target = {{"target", in.micro_batches[mb].target}};
-      if (in.micro_batches[mb].loss_mask.defined()) target["loss_mask"] = in.micro_batches[mb].loss_mask;
-      RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::TARGET), target));
+  for (size_t k = 0; k < shell.size(); ++k) {
+    const int mb = static_cast<int>(k);
+    RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::CONSTANTS, pass), ConstantsOnWire(shell[k])));
+    if (i == 0) RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::INPUTS, pass), shell[k].inputs));
+    if (targets != nullptr && i == size() - 1) {
+      const MicroBatch& batch = (*targets)[k];
+      TensorMap target = {{"target", batch.target}};
+      if (batch.loss_mask.defined()) target["loss_mask"] = batch.loss_mask;
+      RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::TARGET, pass), target));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status StageFleet::PushData(int64_t step, const StepInputs& inputs) {
-  return ParallelFor(size(), [&](int i) { return PushStageData(i, step, inputs); });
+  return ParallelFor(size(),
+                     [&](int i) { return PushStageData(i, step, 0, inputs.shell, &inputs.micro_batches); });
 }
 
-v1::StepPlan StageFleet::Plan(int i, int64_t step, const StepSlice& slice) const {
+v1::StepPlan StageFleet::PlanHead(int64_t step, uint64_t pass, int micro_batches) const {
   v1::StepPlan plan;
   plan.set_job_id(job_id);  // no config_hash: the job id names the configuration (stage.proto's StepPlan)
   plan.set_step(step);
-  plan.set_micro_batches(slice.schedule.micro_batches);
+  plan.set_pass(pass);
+  plan.set_micro_batches(micro_batches);
+  return plan;
+}
+
+v1::StepPlan StageFleet::Plan(int i, int64_t step, const StepSlice& slice) const {
+  v1::StepPlan plan = PlanHead(step, 0, slice.schedule.micro_batches);
   plan.set_loss_scale(loss_scale);
   plan.set_dropout_seed(dropout_seed);
   plan.set_first_micro_batch(slice.first_micro_batch);
@@ -203,7 +210,11 @@ absl::StatusOr<StepOutputs> StageFleet::RunStep(int64_t step, const StepSlice& s
                                                 const std::function<void()>& on_started) {
   StepOutputs out;
   RETURN_IF_ERROR(RunOnStages(
-      absl::StrCat("step ", step + 1), [&](int i) { return Feed(i, step, inputs, master); },
+      absl::StrCat("step ", step + 1),
+      [&](int i) {
+        RETURN_IF_ERROR(PushTablesAndAdapters(i, step, 0, inputs.shell, master, !own_adapters));
+        return inputs.data_pushed ? absl::OkStatus() : PushStageData(i, step, 0, inputs.shell, &inputs.micro_batches);
+      },
       [&](int i) { return Plan(i, step, slice); }, &out.grads, &out.summaries, on_started));
   return out;
 }
@@ -216,8 +227,12 @@ absl::StatusOr<std::vector<at::Tensor>> StageFleet::RunForwardPass(int64_t step,
   std::vector<v1::StepSummary> summaries;
   const std::string what = absl::StrCat("pass ", pass, " (after step ", step, ")");
   RETURN_IF_ERROR(RunOnStages(
-      what, [&](int i) { return FeedPass(i, step, pass, shell, master); },
-      [&](int i) { return PassPlan(i, step, pass, m); }, &streamed, &summaries, nullptr));
+      what,
+      [&](int i) {
+        RETURN_IF_ERROR(PushTablesAndAdapters(i, step, pass, shell, master, /*adapters=*/true));
+        return PushStageData(i, step, pass, shell, /*targets=*/nullptr);
+      },
+      [&](int) { return PassPlan(step, pass, m); }, &streamed, &summaries, nullptr));
   std::vector<at::Tensor> outputs;
   const TensorMap& last = streamed.back();  // the last virtual stage is on the last worker
   for (int mb = 0; mb < m; ++mb) {
@@ -231,32 +246,8 @@ absl::StatusOr<std::vector<at::Tensor>> StageFleet::RunForwardPass(int64_t step,
   return outputs;
 }
 
-absl::Status StageFleet::FeedPass(int i, int64_t step, uint64_t pass, const std::vector<ShellOutputs>& shell,
-                                  const std::map<std::string, at::Tensor>& master) {
-  StageClient& client = *clients[i];
-  const int m = static_cast<int>(shell.size());
-  for (int mb = 0; mb < m; ++mb) {
-    if (!rope[i].Has(shell[mb].tables_key)) {
-      RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::ROPE, pass), TablesOnWire(shell[mb])));
-      rope[i].Add(shell[mb].tables_key);
-    }
-  }
-  TensorMap weights;
-  for (const auto& name : params[i]) weights[name] = master.at(name);
-  RETURN_IF_ERROR(client.Push(Header(step, 0, v1::EnvelopeHeader::LORA_WEIGHTS, pass), weights));
-  for (int mb = 0; mb < m; ++mb) {
-    RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::CONSTANTS, pass), ConstantsOnWire(shell[mb])));
-    if (i == 0) RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::INPUTS, pass), shell[mb].inputs));
-  }
-  return absl::OkStatus();
-}
-
-v1::StepPlan StageFleet::PassPlan(int i, int64_t step, uint64_t pass, int micro_batches) const {
-  v1::StepPlan plan;
-  AddressTo(plan, job_id);
-  plan.set_step(step);
-  plan.set_pass(pass);
-  plan.set_micro_batches(micro_batches);
+v1::StepPlan StageFleet::PassPlan(int64_t step, uint64_t pass, int micro_batches) const {
+  v1::StepPlan plan = PlanHead(step, pass, micro_batches);
   // Chunk by chunk, every micro-batch through each: the stages pipeline the micro-batches, and no worker waits on an
   // action it has yet to run.
   for (int c = 0; c < chunks; ++c) {

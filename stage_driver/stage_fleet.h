@@ -136,11 +136,16 @@ struct StageFleet {
   absl::Status RunOnStages(const std::string& what, const std::function<absl::Status(int)>& feed,
                            const std::function<v1::StepPlan(int)>& plan_for, std::vector<TensorMap>* streamed,
                            std::vector<v1::StepSummary>* summaries, const std::function<void()>& on_started);
-  absl::Status FeedPass(int stage, int64_t step, uint64_t pass, const std::vector<ShellOutputs>& shell,
-                        const std::map<std::string, at::Tensor>& master);
-  v1::StepPlan PassPlan(int stage, int64_t step, uint64_t pass, int micro_batches) const;
-  absl::Status Feed(int stage, int64_t step, const StepInputs& inputs, const std::map<std::string, at::Tensor>& master);
-  absl::Status PushStageData(int stage, int64_t step, const StepInputs& inputs);
+  // What stage `stage` is sent before a step or pass (`pass` 0: a step) runs: the RoPE tables it lacks, then (unless
+  // !adapters: it owns them) its adapters from `master`.
+  absl::Status PushTablesAndAdapters(int stage, int64_t step, uint64_t pass, const std::vector<ShellOutputs>& shell,
+                                     const std::map<std::string, at::Tensor>& master, bool adapters);
+  // Each micro-batch's constants, inputs (stage 0) and, when `targets` are given, targets (last stage).
+  absl::Status PushStageData(int stage, int64_t step, uint64_t pass, const std::vector<ShellOutputs>& shell,
+                             const std::vector<MicroBatch>* targets);
+  // A plan's addressing: the pipeline, the step, the pass (0: a training step), the micro-batches.
+  v1::StepPlan PlanHead(int64_t step, uint64_t pass, int micro_batches) const;
+  v1::StepPlan PassPlan(int64_t step, uint64_t pass, int micro_batches) const;
   v1::StepPlan Plan(int stage, int64_t step, const StepSlice& slice) const;
   // The stall, if any stage or link has made no progress for stall_timeout. `fed`: [stage] the driver has sent it
   // everything of this step or pass.
