@@ -41,8 +41,8 @@ std::string AddressHost(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
-PeerExchange::PeerExchange(const JobConfig& job, ReplicaSet* replicas, absl::Duration timeout)
-    : optimizer_config_(job.optimizer),
+PeerExchange::PeerExchange(const OptimizerConfig& optimizer, ReplicaSet* replicas, absl::Duration timeout)
+    : optimizer_config_(optimizer),
       job_id_(replicas->fleet(0).job_id),
       replicas_(replicas),
       timeout_(timeout),

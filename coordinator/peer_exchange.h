@@ -49,9 +49,9 @@ struct ExchangeResult {
 class PeerExchange {
  public:
   using Tensors = std::map<std::string, at::Tensor>;
-  // `replicas` must outlive the exchange; `timeout`: forming a group and each collective (a dead peer fails one at
-  // once; a silent one after this).
-  PeerExchange(const JobConfig& job, ReplicaSet* replicas, absl::Duration timeout);
+  // `optimizer`: the AdamW the stages step (the learning rate comes with each Apply); `replicas` must outlive the
+  // exchange; `timeout`: forming a group and each collective (a dead peer fails one at once; a silent one after this).
+  PeerExchange(const OptimizerConfig& optimizer, ReplicaSet* replicas, absl::Duration timeout);
   ~PeerExchange();
 
   // The rendezvous store started and every replica loaded with the run's start state (`master` and the optimizer's).

@@ -10,100 +10,10 @@
 #include <chrono>
 #include <thread>
 
-#include "rpc/tls.h"
-#include "stage_driver/testing/fake_pipeline.h"
-#include "stage_driver/testing/fake_stage_worker.h"
+#include "coordinator/testing/fake_replicas.h"
 
 namespace baton {
 namespace {
-
-// R replicas of S fake stage workers each; stage i of every replica holds "s<i>.a" and "s<i>.b".
-class FakeReplicas {
- public:
-  static std::unique_ptr<FakeReplicas> Start(int replicas, int stages, int micro_batches, bool local_optimizer) {
-    SetProcessSecurity(InsecureSecurity());
-    auto f = std::make_unique<FakeReplicas>();
-    f->options_.stages = stages;
-    f->options_.replicas = replicas;
-    f->options_.quiet = true;
-    f->options_.step_retries = 3;
-    f->options_.stall_timeout = absl::Seconds(1);
-    f->options_.rpc_timeout = absl::Seconds(30);
-    f->options_.worker_restart_timeout = absl::Seconds(10);
-    for (int r = 0; r < replicas; ++r) {
-      std::vector<std::vector<StageSpec>> plan;
-      for (int i = 0; i < stages; ++i) {
-        auto w = FakeStageWorker::Start({absl::StrCat("s", i, ".a"), absl::StrCat("s", i, ".b")});
-        EXPECT_TRUE(w.ok()) << w.status();
-        if (!w.ok()) return nullptr;
-        f->options_.workers.push_back((*w)->address());
-        f->workers_.push_back(std::move(*w));
-        StageSpec spec;
-        spec.index = i;
-        spec.block_begin = i;
-        spec.block_end = i + 1;
-        spec.has_embedders = i == 0;
-        spec.has_head = i + 1 == stages;
-        plan.push_back({spec});
-      }
-      f->plans_.push_back(plan);
-    }
-    f->pipeline_.id = "fake-pipeline";
-    f->pipeline_.name = "fake";
-    f->pipeline_.model = "/nonexistent/model";
-    ReplicaFleetConfig config;
-    config.job_id = f->pipeline_.id;
-    config.schedule_kind = ScheduleKind::kGPipe;
-    config.micro_batches = micro_batches;
-    config.loss_scale = 1.0f / static_cast<float>(micro_batches);
-    config.stall_timeout = f->options_.stall_timeout;
-    config.split_by_speed = false;  // evenly: the test knows the split
-    config.local_optimizer = local_optimizer;
-    FakeReplicas* raw = f.get();
-    f->set_ = std::make_unique<ReplicaSet>(
-        f->pipeline_, f->options_, f->plans_, config, [] { return false; },
-        [raw](int64_t step, int worker, const std::string&) {
-          absl::MutexLock lock(&raw->mu_);
-          raw->recoveries_.emplace_back(step, worker);
-        });
-    absl::Status started = f->set_->Start();
-    EXPECT_TRUE(started.ok()) << started;
-    return started.ok() ? std::move(f) : nullptr;
-  }
-
-  ~FakeReplicas() {
-    if (set_) (void)set_->Stop();
-  }
-
-  ReplicaSet& set() { return *set_; }
-  FakeStageWorker& worker(int global) { return *workers_[global]; }
-  int workers() const { return static_cast<int>(workers_.size()); }
-  // The recoveries reported: (step, 1-based; global worker blamed, -1 for none).
-  std::vector<std::pair<int64_t, int>> recoveries() {
-    absl::MutexLock lock(&mu_);
-    return recoveries_;
-  }
-  std::map<std::string, at::Tensor> Master() const {
-    std::map<std::string, at::Tensor> master;
-    for (int i = 0; i < options_.stages; ++i) {
-      master[absl::StrCat("s", i, ".a")] = at::zeros({4});
-      master[absl::StrCat("s", i, ".b")] = at::zeros({4});
-    }
-    return master;
-  }
-  absl::StatusOr<StepOutputs> Run(int64_t step, int micro_batches) {
-    return set_->Run(step, FakePipeline::Inputs(micro_batches), Master(), nullptr, nullptr);
-  }
-
- private:
-  StageDriverOptions options_;
-  std::vector<std::vector<std::vector<StageSpec>>> plans_;
-  PipelineSpec pipeline_;
-  std::vector<std::unique_ptr<FakeStageWorker>> workers_;
-  std::unique_ptr<ReplicaSet> set_;
-  absl::Mutex mu_;
-  std::vector<std::pair<int64_t, int>> recoveries_ ABSL_GUARDED_BY(mu_);
-};
 
 // One pipeline's outputs of step `step` over `micro_batches`, by the fake's rule: each element of a stage's i-th
 // gradient (step + 1 + i) per micro-batch, and micro-batch k's loss 0.5 + k.
@@ -132,8 +42,9 @@ std::vector<std::tuple<int, int, int>> Slices(FakeStageWorker& w) {
 }
 
 TEST(ReplicaSetTest, TwoReplicasSplitAStepAndTheirGradientsSumToOnePipelines) {
-  auto f = FakeReplicas::Start(2, 2, 4, false);
-  ASSERT_NE(f, nullptr);
+  auto started = FakeReplicas::Start(2, 2, 4, false);
+  ASSERT_TRUE(started.ok()) << started.status();
+  FakeReplicas* f = started->get();
   auto out = f->Run(0, 4);
   ASSERT_TRUE(out.ok()) << out.status();
   ExpectOnePipelines(*out, 0, 4, 2);
@@ -147,8 +58,9 @@ TEST(ReplicaSetTest, TwoReplicasSplitAStepAndTheirGradientsSumToOnePipelines) {
 }
 
 TEST(ReplicaSetTest, AReplicaLostBeforeItsSliceLeavesItToTheOtherAndRejoinsOnceBack) {
-  auto f = FakeReplicas::Start(2, 2, 4, false);
-  ASSERT_NE(f, nullptr);
+  auto started = FakeReplicas::Start(2, 2, 4, false);
+  ASSERT_TRUE(started.ok()) << started.status();
+  FakeReplicas* f = started->get();
   ASSERT_TRUE(f->Run(0, 4).ok());
   f->worker(2).ClearRecords();
   f->worker(2).Kill();  // replica 1's stage 0, between steps
@@ -175,8 +87,9 @@ TEST(ReplicaSetTest, AReplicaLostBeforeItsSliceLeavesItToTheOtherAndRejoinsOnceB
 }
 
 TEST(ReplicaSetTest, AReplicaKilledDuringItsSliceIsLeftAndItsSliceRunByTheOther) {
-  auto f = FakeReplicas::Start(2, 2, 4, false);
-  ASSERT_NE(f, nullptr);
+  auto started = FakeReplicas::Start(2, 2, 4, false);
+  ASSERT_TRUE(started.ok()) << started.status();
+  FakeReplicas* f = started->get();
   f->worker(3).Play(FakeRun::kStallSilently);  // replica 1's last stage holds its slice in flight ...
   std::thread killer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -203,8 +116,9 @@ TEST(ReplicaSetTest, AReplicaKilledDuringItsSliceIsLeftAndItsSliceRunByTheOther)
 }
 
 TEST(ReplicaSetTest, ADeterministicErrorFailsTheStepInsteadOfMovingIt) {
-  auto f = FakeReplicas::Start(2, 2, 4, false);
-  ASSERT_NE(f, nullptr);
+  auto started = FakeReplicas::Start(2, 2, 4, false);
+  ASSERT_TRUE(started.ok()) << started.status();
+  FakeReplicas* f = started->get();
   f->worker(1).Fail(absl::InvalidArgumentError("shape mismatch in block 3"));
   auto out = f->Run(0, 4);
   ASSERT_FALSE(out.ok());
@@ -214,8 +128,9 @@ TEST(ReplicaSetTest, ADeterministicErrorFailsTheStepInsteadOfMovingIt) {
 }
 
 TEST(ReplicaSetTest, EveryReplicaLostAtOnceIsWaitedForAndTheStepRedone) {
-  auto f = FakeReplicas::Start(2, 2, 4, false);
-  ASSERT_NE(f, nullptr);
+  auto started = FakeReplicas::Start(2, 2, 4, false);
+  ASSERT_TRUE(started.ok()) << started.status();
+  FakeReplicas* f = started->get();
   f->worker(1).Kill();
   f->worker(3).Kill();
   std::thread restart([&] {
@@ -233,8 +148,9 @@ TEST(ReplicaSetTest, EveryReplicaLostAtOnceIsWaitedForAndTheStepRedone) {
 // The stage-local optimizer: the stages hold their sums (HOLD_NEW), and a replica given a lost slice after its own
 // adds to its sum (HOLD_ADD).
 TEST(ReplicaSetTest, UnderTheStageLocalOptimizerALostSliceIsAddedToTheHeldSumOfTheReplicaThatTakesIt) {
-  auto f = FakeReplicas::Start(2, 2, 4, true);
-  ASSERT_NE(f, nullptr);
+  auto started = FakeReplicas::Start(2, 2, 4, true);
+  ASSERT_TRUE(started.ok()) << started.status();
+  FakeReplicas* f = started->get();
   f->worker(1).Kill();  // replica 0's last stage: its recovery waits for it to answer again
   auto out = f->Run(0, 4);
   ASSERT_TRUE(out.ok()) << out.status();
@@ -249,8 +165,9 @@ TEST(ReplicaSetTest, UnderTheStageLocalOptimizerALostSliceIsAddedToTheHeldSumOfT
 // The allreduce exchange's restart (PeerExchange::Apply when a replica is lost in the reduction, after its slice
 // counted): the replica is taken out, the step starts over on the others with a new held sum.
 TEST(ReplicaSetTest, AStepRestartedAfterAReplicaWasLostInTheReductionStartsNewSumsOnTheOthers) {
-  auto f = FakeReplicas::Start(2, 2, 4, true);
-  ASSERT_NE(f, nullptr);
+  auto started = FakeReplicas::Start(2, 2, 4, true);
+  ASSERT_TRUE(started.ok()) << started.status();
+  FakeReplicas* f = started->get();
   ASSERT_TRUE(f->Run(0, 4).ok());
   f->worker(3).Kill();
   int aborts = 0;

@@ -60,10 +60,43 @@ class FakeStageWorker::Service final : public v1::StageService::Service {
     return grpc::Status::OK;
   }
 
-  // Kept with the pushes (kind LORA_STATE).
-  grpc::Status LoadState(grpc::ServerContext* ctx, grpc::ServerReader<v1::Envelope>* reader,
-                         v1::PushAck* ack) override {
-    return Push(ctx, reader, ack);
+  // Kept with the pushes (kind LORA_STATE), and loaded into its optimizer.
+  grpc::Status LoadState(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck*) override {
+    absl::StatusOr<ReceivedEnvelope> envelope = ReadEnvelope(reader);
+    if (!envelope.ok()) return ToGrpcStatus(envelope.status());
+    if (absl::Status fault = w_->TakeFault("LoadState"); !fault.ok()) return ToGrpcStatus(fault);
+    w_->optimizer_.Load(envelope->tensors);
+    absl::MutexLock lock(&w_->mu_);
+    w_->pushes_.push_back(std::move(*envelope));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status JoinGroup(grpc::ServerContext*, const v1::JoinGroupRequest* req, v1::JoinGroupResponse* out) override {
+    if (absl::Status fault = w_->TakeFault("JoinGroup"); !fault.ok()) return ToGrpcStatus(fault);
+    absl::StatusOr<int64_t> steps = w_->optimizer_.Join(*req);
+    if (!steps.ok()) return ToGrpcStatus(steps.status());
+    out->set_optimizer_steps(*steps);
+    return grpc::Status::OK;
+  }
+
+  // A failed Reduce fails its group's sum for the others too, as a collective fails when a peer dies.
+  grpc::Status Reduce(grpc::ServerContext*, const v1::ReduceRequest* req, v1::ReduceResponse* out) override {
+    if (absl::Status fault = w_->TakeFault("Reduce"); !fault.ok()) {
+      w_->optimizer_.Break();
+      return ToGrpcStatus(fault);
+    }
+    absl::StatusOr<v1::ReduceResponse> reduced = w_->optimizer_.Reduce(req->step());
+    if (!reduced.ok()) return ToGrpcStatus(reduced.status());
+    *out = std::move(*reduced);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Update(grpc::ServerContext*, const v1::UpdateRequest* req, v1::UpdateResponse* out) override {
+    if (absl::Status fault = w_->TakeFault("Update"); !fault.ok()) return ToGrpcStatus(fault);
+    absl::StatusOr<int64_t> steps = w_->optimizer_.Update(*req);
+    if (!steps.ok()) return ToGrpcStatus(steps.status());
+    out->set_optimizer_steps(*steps);
+    return grpc::Status::OK;
   }
 
   grpc::Status RunStep(grpc::ServerContext* ctx, const v1::StepPlan* plan,
@@ -102,7 +135,11 @@ class FakeStageWorker::Service final : public v1::StageService::Service {
       case FakeRun::kNoSummary:
         break;
     }
-    if (!Answer(*plan, writer)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "reply stream broke");
+    if (plan->gradients() != v1::StepPlan::STREAM) {  // held for its optimizer, not streamed
+      w_->optimizer_.Hold(plan->step(), Gradients(*plan), plan->gradients() == v1::StepPlan::HOLD_ADD);
+    } else if (!Answer(*plan, writer)) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "reply stream broke");
+    }
     if (what == FakeRun::kNoSummary) return grpc::Status::OK;
     v1::StepReply last;
     v1::StepSummary* summary = last.mutable_summary();
@@ -114,10 +151,11 @@ class FakeStageWorker::Service final : public v1::StageService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetLora(grpc::ServerContext*, const v1::GetLoraRequest*,
+  grpc::Status GetLora(grpc::ServerContext*, const v1::GetLoraRequest* req,
                        grpc::ServerWriter<v1::TensorChunk>* writer) override {
-    for (const std::string& name : w_->names_) {
-      absl::Status sent = AppendTensorChunks(name, at::zeros({w_->numel_}), kMaxChunkBytes,
+    if (absl::Status fault = w_->TakeFault("GetLora"); !fault.ok()) return ToGrpcStatus(fault);
+    for (const auto& [name, t] : w_->optimizer_.State(req->with_optimizer_state(), w_->numel_)) {
+      absl::Status sent = AppendTensorChunks(name, t, kMaxChunkBytes,
                                              [&](v1::TensorChunk&& chunk) { return writer->Write(chunk); });
       if (!sent.ok()) return ToGrpcStatus(sent);
     }
@@ -135,8 +173,18 @@ class FakeStageWorker::Service final : public v1::StageService::Service {
     return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the driver");
   }
 
-  // A training step: each LoRA name's gradient summed over the plan's micro-batches, each contributing step + 1 + the
-  // name's index to every element; a forward-only pass: each micro-batch's output.
+  // A training step's gradients: each LoRA name's summed over the plan's micro-batches, each contributing step + 1 +
+  // the name's index to every element.
+  TensorMap Gradients(const v1::StepPlan& plan) const {
+    TensorMap grads;
+    for (size_t i = 0; i < w_->names_.size(); ++i) {
+      const float value = static_cast<float>((plan.step() + 1 + static_cast<int64_t>(i)) * plan.micro_batches());
+      grads[w_->names_[i]] = at::full({w_->numel_}, value);
+    }
+    return grads;
+  }
+
+  // A training step's gradients, or a forward-only pass's output per micro-batch.
   bool Answer(const v1::StepPlan& plan, grpc::ServerWriter<v1::StepReply>* writer) {
     if (plan.pass() != 0) {
       for (int mb = 0; mb < plan.micro_batches(); ++mb) {
@@ -144,9 +192,8 @@ class FakeStageWorker::Service final : public v1::StageService::Service {
       }
       return true;
     }
-    for (size_t i = 0; i < w_->names_.size(); ++i) {
-      const float value = static_cast<float>((plan.step() + 1 + static_cast<int64_t>(i)) * plan.micro_batches());
-      if (!WriteTensor(writer, w_->names_[i], at::full({w_->numel_}, value))) return false;
+    for (const auto& [name, g] : Gradients(plan)) {
+      if (!WriteTensor(writer, name, g)) return false;
     }
     return true;
   }
@@ -156,7 +203,7 @@ class FakeStageWorker::Service final : public v1::StageService::Service {
 
 absl::StatusOr<std::unique_ptr<FakeStageWorker>> FakeStageWorker::Start(std::vector<std::string> lora_names, int numel,
                                                                         int port) {
-  std::unique_ptr<FakeStageWorker> w(new FakeStageWorker());
+  std::unique_ptr<FakeStageWorker> w(new FakeStageWorker(lora_names));
   w->names_ = std::move(lora_names);
   w->numel_ = numel;
   w->service_ = std::make_unique<Service>(w.get());
@@ -164,6 +211,8 @@ absl::StatusOr<std::unique_ptr<FakeStageWorker>> FakeStageWorker::Start(std::vec
   if (!served.ok()) return served;
   return w;
 }
+
+FakeStageWorker::FakeStageWorker(std::vector<std::string> names) : optimizer_(std::move(names)) {}
 
 FakeStageWorker::~FakeStageWorker() { Kill(); }
 
@@ -182,6 +231,7 @@ absl::Status FakeStageWorker::Serve(int port) {
 }
 
 void FakeStageWorker::Kill() {
+  optimizer_.Forget();  // a killed worker's state dies with it
   if (!server_) return;
   server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
@@ -208,6 +258,20 @@ void FakeStageWorker::Fail(absl::Status status, int times) {
     script_.push_back(FakeRun::kFail);
     failures_.push_back(status);
   }
+}
+
+void FakeStageWorker::FailCall(const std::string& rpc, absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  call_faults_[rpc].push_back(std::move(status));
+}
+
+absl::Status FakeStageWorker::TakeFault(const std::string& rpc) {
+  absl::MutexLock lock(&mu_);
+  std::vector<absl::Status>& faults = call_faults_[rpc];
+  if (faults.empty()) return absl::OkStatus();
+  absl::Status fault = faults.front();
+  faults.erase(faults.begin());
+  return fault;
 }
 
 FakeRun FakeStageWorker::Next(absl::Status* failure) {

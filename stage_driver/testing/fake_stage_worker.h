@@ -6,12 +6,14 @@
 #include <absl/status/statusor.h>
 #include <absl/synchronization/mutex.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "proto/baton/v1/stage.grpc.pb.h"
 #include "rpc/envelope.h"
+#include "stage_driver/testing/fake_optimizer.h"
 
 namespace baton {
 
@@ -29,8 +31,10 @@ enum class FakeRun {
 // with one gradient per name (each element (step + 1 + the name's index) x its micro-batches: the test can tell
 // which step it is and how many micro-batches it ran) and a summary (micro-batch i's loss 0.5 + its step-wide index);
 // or plays the fault it was told to: fail with a status, stall in silence or while saying it waits for the
-// driver's data, send a reply without a summary or a gradient chunk that does not assemble. It can be killed and
-// restarted at the same address, as systemd or Kubernetes restart a remote worker.
+// driver's data, send a reply without a summary or a gradient chunk that does not assemble. A plan that holds its
+// gradients (HOLD_NEW, HOLD_ADD) gives them to its stage-local optimizer instead (fake_optimizer.h: JoinGroup, Reduce,
+// Update, LoadState and GetLora's state). It can be killed (losing that state) and restarted at the same address, as
+// systemd or Kubernetes restart a remote worker.
 class FakeStageWorker {
  public:
   // Listens on 127.0.0.1:`port` (0: a free port). `lora_names`: the adapters it holds; each gradient has `numel`
@@ -43,6 +47,9 @@ class FakeStageWorker {
   // The next `times` RunSteps (of training steps and passes alike) do `what`; after them it answers again.
   void Play(FakeRun what, int times = 1) ABSL_LOCKS_EXCLUDED(mu_);
   void Fail(absl::Status status, int times = 1) ABSL_LOCKS_EXCLUDED(mu_);
+  // The next call of RPC `rpc` ("JoinGroup", "Reduce", "Update", "LoadState", "GetLora") fails with `status`; a
+  // failed Reduce fails its group's sum for the other members too.
+  void FailCall(const std::string& rpc, absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   // Kills the server at once (calls in flight fail), as a killed process; Restart serves the same address again.
   void Kill();
   absl::Status Restart();
@@ -55,7 +62,8 @@ class FakeStageWorker {
 
  private:
   class Service;
-  FakeStageWorker() = default;
+  explicit FakeStageWorker(std::vector<std::string> names);
+  absl::Status TakeFault(const std::string& rpc) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Serve(int port);
   // What the next RunStep does (and the status of a kFail).
   FakeRun Next(absl::Status* failure) ABSL_LOCKS_EXCLUDED(mu_);
@@ -68,6 +76,8 @@ class FakeStageWorker {
   mutable absl::Mutex mu_;
   std::vector<FakeRun> script_ ABSL_GUARDED_BY(mu_);  // front first
   std::vector<absl::Status> failures_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<absl::Status>> call_faults_ ABSL_GUARDED_BY(mu_);  // by RPC, front first
+  FakeLocalOptimizer optimizer_;  // its stage-local optimizer (thread-safe); emptied when killed
   std::vector<v1::ConfigureRequest> configures_ ABSL_GUARDED_BY(mu_);
   std::vector<ReceivedEnvelope> pushes_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StepPlan> plans_ ABSL_GUARDED_BY(mu_);

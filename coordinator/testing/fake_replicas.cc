@@ -1,0 +1,84 @@
+#include "coordinator/testing/fake_replicas.h"
+
+#include <absl/strings/str_cat.h>
+
+#include "rpc/tls.h"
+#include "stage_driver/testing/fake_pipeline.h"
+
+namespace baton {
+
+absl::StatusOr<std::unique_ptr<FakeReplicas>> FakeReplicas::Start(int replicas, int stages, int micro_batches,
+                                                                   bool local_optimizer) {
+  SetProcessSecurity(InsecureSecurity());  // remote workers need a transport; these are plaintext on loopback
+  std::unique_ptr<FakeReplicas> f(new FakeReplicas());
+  f->options_.stages = stages;
+  f->options_.replicas = replicas;
+  f->options_.quiet = true;
+  f->options_.step_retries = 3;
+  f->options_.stall_timeout = absl::Seconds(1);
+  f->options_.rpc_timeout = absl::Seconds(30);
+  f->options_.worker_restart_timeout = absl::Seconds(10);
+  for (int r = 0; r < replicas; ++r) {
+    std::vector<std::vector<StageSpec>> plan;
+    for (int i = 0; i < stages; ++i) {
+      absl::StatusOr<std::unique_ptr<FakeStageWorker>> w =
+          FakeStageWorker::Start({absl::StrCat("s", i, ".a"), absl::StrCat("s", i, ".b")});
+      if (!w.ok()) return w.status();
+      f->options_.workers.push_back((*w)->address());
+      f->workers_.push_back(std::move(*w));
+      StageSpec spec;
+      spec.index = i;
+      spec.block_begin = i;
+      spec.block_end = i + 1;
+      spec.has_embedders = i == 0;
+      spec.has_head = i + 1 == stages;
+      plan.push_back({spec});
+    }
+    f->plans_.push_back(plan);
+  }
+  f->pipeline_.id = "fake-pipeline";
+  f->pipeline_.name = "fake";
+  f->pipeline_.model = "/nonexistent/model";
+  ReplicaFleetConfig config;
+  config.job_id = f->pipeline_.id;
+  config.schedule_kind = ScheduleKind::kGPipe;
+  config.micro_batches = micro_batches;
+  config.loss_scale = 1.0f / static_cast<float>(micro_batches);
+  config.stall_timeout = f->options_.stall_timeout;
+  config.split_by_speed = false;  // evenly: the tests know the split
+  config.local_optimizer = local_optimizer;
+  FakeReplicas* raw = f.get();
+  f->set_ = std::make_unique<ReplicaSet>(
+      f->pipeline_, f->options_, f->plans_, config, [] { return false; },
+      [raw](int64_t step, int worker, const std::string&) {
+        absl::MutexLock lock(&raw->mu_);
+        raw->recoveries_.emplace_back(step, worker);
+      });
+  absl::Status started = f->set_->Start();
+  if (!started.ok()) return started;
+  return f;
+}
+
+FakeReplicas::~FakeReplicas() {
+  if (set_) (void)set_->Stop();
+}
+
+std::vector<std::pair<int64_t, int>> FakeReplicas::recoveries() const {
+  absl::MutexLock lock(&mu_);
+  return recoveries_;
+}
+
+std::map<std::string, at::Tensor> FakeReplicas::Master() const {
+  std::map<std::string, at::Tensor> master;
+  for (int i = 0; i < options_.stages; ++i) {
+    master[absl::StrCat("s", i, ".a")] = at::zeros({4});
+    master[absl::StrCat("s", i, ".b")] = at::zeros({4});
+  }
+  return master;
+}
+
+absl::StatusOr<StepOutputs> FakeReplicas::Run(int64_t step, int micro_batches) {
+  return set_->Run(step, FakePipeline::Inputs(micro_batches), Master(), nullptr, nullptr);
+}
+
+}  // namespace baton
