@@ -186,7 +186,7 @@ absl::StatusOr<int64_t> PeerExchange::RollBack() {
 
 bool PeerExchange::BeforeStep(int64_t step, const std::vector<int>& replicas) {
   absl::MutexLock lock(&mu_);
-  if (!started_) return false;
+  if (!started_ || replicas_->size() == 1) return false;
   for (int r : replicas) {
     if (absl::Status loaded = LoadCurrent(r); !loaded.ok()) {
       LogWarning("step ", step + 1, ": replica ", r, " could not be loaded before the step: ", loaded.message());

@@ -58,10 +58,11 @@ class PeerExchange {
   absl::Status Start(const Tensors& master, const AdamW& optimizer) ABSL_LOCKS_EXCLUDED(mu_);
   // Replica r, before its first slice of a step: loaded with the current state when it was lost since it last had it.
   absl::Status Prepare(int r) ABSL_LOCKS_EXCLUDED(mu_);
-  // Before a step's first slices (ReplicaSet's before_step): every replica with a slice loaded, and the peer groups
-  // formed over exactly them, so each stage sums its gradients as soon as it holds them, hidden behind the upstream
-  // stages' last backwards. False when they could not be (a replica lost meanwhile): the step then reduces after its
-  // slices, as Apply finds the groups.
+  // Before a step's first slices, with the replicas that have one (ReplicaSet::StepReplicas): each loaded, and the
+  // peer groups formed over exactly them, so each stage sums its gradients as soon as it holds them, hidden behind the
+  // upstream stages' last backwards (ReplicaSet::Run's reduce_when_held). False when they could not be (a replica lost
+  // meanwhile), or with one replica (it sums with nobody): the step then reduces after its slices, as Apply finds the
+  // groups.
   bool BeforeStep(int64_t step, const std::vector<int>& replicas) ABSL_LOCKS_EXCLUDED(mu_);
   // The step's update over `participants` (the replicas whose slices count), with the step's losses (for the
   // non-finite check) and learning rate.

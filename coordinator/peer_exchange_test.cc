@@ -46,16 +46,14 @@ struct Exchanged {
     EXPECT_TRUE(s.ok()) << s;
     PeerExchange* ex = e->exchange.get();
     e->replicas->set().set_prepare([ex](int r) { return ex->Prepare(r); });
-    e->replicas->set().set_before_step([ex](int64_t step, const std::vector<int>& with) {
-      return ex->BeforeStep(step, with);
-    });
     return s.ok() ? std::move(e) : nullptr;
   }
 
   // One step run and applied, started over when a replica was lost after its slice counted (RunAndApply's loop).
   absl::StatusOr<ExchangeResult> Step(int64_t step, int* restarts = nullptr) {
     for (int attempt = 0;; ++attempt) {
-      ASSIGN_OR_RETURN(StepOutputs out, replicas->Run(step, kMicroBatches));
+      const bool early = exchange->BeforeStep(step, replicas->set().StepReplicas(step));
+      ASSIGN_OR_RETURN(StepOutputs out, replicas->Run(step, kMicroBatches, early));
       std::vector<int> participants;
       for (size_t r = 0; r < out.replica_micro_batches.size(); ++r) {
         if (out.replica_micro_batches[r] > 0) participants.push_back(static_cast<int>(r));

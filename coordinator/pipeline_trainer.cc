@@ -108,7 +108,9 @@ absl::StatusOr<PipelineStepRecord> RunAndApply(const JobConfig& job, const Coord
                                                const std::function<void()>& drop_next, StepOutputs& outputs,
                                                Clock::time_point& t_run) {
   for (int attempt = 0;; ++attempt) {
-    ASSIGN_OR_RETURN(outputs, replicas.Run(step, inputs, master, start_next, drop_next));
+    // A stage-local optimizer's peer groups formed over the step's replicas first: the stages reduce as they go.
+    const bool early = exchange != nullptr && exchange->BeforeStep(step, replicas.StepReplicas(step));
+    ASSIGN_OR_RETURN(outputs, replicas.Run(step, inputs, master, start_next, drop_next, early));
     t_run = Clock::now();
     if (hooks.before_update) hooks.before_update(step);
     if (exchange == nullptr) return ApplyGradients(job, step, outputs, optimizer, master);
@@ -326,8 +328,6 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& given_job, con
     exchange = std::make_unique<PeerExchange>(job.optimizer, replicas.get(), std::max(absl::Seconds(60), options.stall_timeout));
     RETURN_IF_ERROR(exchange->Start(start.master, optimizer));
     replicas->set_prepare([ex = exchange.get()](int r) { return ex->Prepare(r); });
-    replicas->set_before_step(
-        [ex = exchange.get()](int64_t step, const std::vector<int>& with) { return ex->BeforeStep(step, with); });
   }
   RETURN_IF_ERROR(MakeDirs(options.output_dir));
   if (start.resumed) {

@@ -392,10 +392,23 @@ absl::Status ReplicaSet::Reassign(int64_t step, std::vector<Slice> lost, std::ve
   return absl::OkStatus();
 }
 
+std::vector<int> ReplicaSet::StepReplicas(int64_t step) {
+  std::vector<int> split;
+  {
+    absl::MutexLock lock(&mu_);
+    split = SplitFor(step);
+  }
+  std::vector<int> with;
+  for (int r = 0; r < size(); ++r) {
+    if (split[r] > 0) with.push_back(r);
+  }
+  return with;
+}
+
 absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inputs,
                                             const std::map<std::string, at::Tensor>& master,
                                             const std::function<void()>& on_started,
-                                            const std::function<void()>& on_abort) {
+                                            const std::function<void()>& on_abort, bool reduce_when_held) {
   if (size() == 1) return RunOne(step, inputs, master, on_started, on_abort);
   std::vector<int> split;
   {
@@ -406,12 +419,6 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
   const std::vector<int> first = FirstMicroBatches(split);
   for (int r = 0; r < size(); ++r) {
     if (split[r] > 0) todo.push_back({r, first[r], split[r]});
-  }
-  bool reduce_when_held = false;  // the step's peer groups formed over exactly the replicas with a slice
-  if (before_step_) {
-    std::vector<int> with;
-    for (const Slice& slice : todo) with.push_back(slice.replica);
-    reduce_when_held = before_step_(step, with);
   }
   DoneSlices done;
   int failures = 0;

@@ -76,22 +76,21 @@ class ReplicaSet {
   // The early push of step `step`'s data while the previous step runs: each replica its slice (the step's split is
   // decided here, once). A replica whose push succeeded is not fed the data again with the step.
   absl::Status PushData(int64_t step, const StepInputs& inputs) ABSL_LOCKS_EXCLUDED(mu_);
+  // The replicas with a slice of step `step` (its split decided here, once, as PushData does): a stage-local optimizer
+  // forms its peer groups over exactly these before the step (PeerExchange::BeforeStep), and then lets the stages
+  // reduce as soon as they hold their gradients (Run's `reduce_when_held`).
+  std::vector<int> StepReplicas(int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
   // One step over every replica. `on_started` runs once every replica has its work; `on_abort` runs (serialised)
-  // whenever a replica's attempt failed, before its recovery (StepExecutor::Run). The outputs: the summed
-  // gradients, every micro-batch's loss in step order, and the split (replica_micro_batches).
+  // whenever a replica's attempt failed, before its recovery (StepExecutor::Run). `reduce_when_held`: the peer groups
+  // were formed over StepReplicas(step) (later slices of the step, a lost replica's, never reduce early). The outputs:
+  // the summed gradients, every micro-batch's loss in step order, and the split (replica_micro_batches).
   absl::StatusOr<StepOutputs> Run(int64_t step, const StepInputs& inputs,
                                   const std::map<std::string, at::Tensor>& master,
-                                  const std::function<void()>& on_started, const std::function<void()>& on_abort)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                  const std::function<void()>& on_started, const std::function<void()>& on_abort,
+                                  bool reduce_when_held = false) ABSL_LOCKS_EXCLUDED(mu_);
   // Runs before replica r's first slice of each step (from that slice's thread): a failure fails the slice. A
   // stage-local optimizer loads a replica that came back with the current state here (PeerExchange::Prepare).
   void set_prepare(std::function<absl::Status(int r)> prepare) { prepare_ = std::move(prepare); }
-  // Runs once per step before its first slices, with the replicas that have one; true: the stages may reduce their
-  // held gradients as soon as they hold them (the peer groups are formed over exactly these replicas:
-  // PeerExchange::BeforeStep). Later slices of a step (a lost replica's) never do.
-  void set_before_step(std::function<bool(int64_t step, const std::vector<int>& replicas)> before_step) {
-    before_step_ = std::move(before_step);
-  }
   // How often replica r has been taken out (lost) so far: a replica whose count moved was restarted or reconfigured
   // since, and holds nothing of the run's state that it held before.
   int Losses(int r) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -189,7 +188,6 @@ class ReplicaSet {
   std::map<int64_t, std::set<int>> held_ ABSL_GUARDED_BY(mu_);         // step → replicas holding a sum of it
   std::vector<int> losses_ ABSL_GUARDED_BY(mu_);                       // [replica] times taken out
   std::function<absl::Status(int)> prepare_;                           // set before the first Run
-  std::function<bool(int64_t, const std::vector<int>&)> before_step_;  // set before the first Run
   ReplicaSpeeds speeds_ ABSL_GUARDED_BY(mu_);
 };
 

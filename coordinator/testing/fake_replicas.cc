@@ -77,8 +77,8 @@ std::map<std::string, at::Tensor> FakeReplicas::Master() const {
   return master;
 }
 
-absl::StatusOr<StepOutputs> FakeReplicas::Run(int64_t step, int micro_batches) {
-  return set_->Run(step, FakePipeline::Inputs(micro_batches), Master(), nullptr, nullptr);
+absl::StatusOr<StepOutputs> FakeReplicas::Run(int64_t step, int micro_batches, bool reduce_when_held) {
+  return set_->Run(step, FakePipeline::Inputs(micro_batches), Master(), nullptr, nullptr, reduce_when_held);
 }
 
 }  // namespace baton

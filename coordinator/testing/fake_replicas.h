@@ -31,8 +31,9 @@ class FakeReplicas {
   std::vector<std::pair<int64_t, int>> recoveries() const ABSL_LOCKS_EXCLUDED(mu_);
   // Every adapter, zeros, by name.
   std::map<std::string, at::Tensor> Master() const;
-  // Step `step` over `micro_batches` tiny micro-batches, with Master()'s adapters.
-  absl::StatusOr<StepOutputs> Run(int64_t step, int micro_batches);
+  // Step `step` over `micro_batches` tiny micro-batches, with Master()'s adapters (ReplicaSet::Run's
+  // `reduce_when_held`).
+  absl::StatusOr<StepOutputs> Run(int64_t step, int micro_batches, bool reduce_when_held = false);
 
  private:
   FakeReplicas() = default;
