@@ -40,12 +40,8 @@ v1::ConfigureRequest ConfigureRequestFor(const PipelineSpec& pipeline, const std
   if (device < pipeline.devices.size()) req.set_device(pipeline.devices[device]);
   // The planner's per-stage decision (recompute: auto decides from the budget; true = all, false = none).
   // Interleaved: every chunk of every worker got the same all-or-nothing decision (PlanStages).
-  if (chunks.size() > 1) {
-    req.set_recompute(spec.recompute_blocks > 0);
-  } else {
-    req.set_recompute(spec.recompute_blocks > 0);
-    req.set_recompute_blocks(static_cast<int32_t>(spec.recompute_blocks));
-  }
+  req.set_recompute(spec.recompute_blocks > 0);
+  if (chunks.size() == 1) req.set_recompute_blocks(static_cast<int32_t>(spec.recompute_blocks));
   req.set_quantize(pipeline.quantize);
   req.mutable_lora()->set_rank(static_cast<int32_t>(pipeline.lora.rank));
   req.mutable_lora()->set_alpha(static_cast<float>(pipeline.lora.alpha));

@@ -47,6 +47,7 @@ class FakeStageWorker::Service final : public v1::StageService::Service {
       absl::MutexLock lock(&w_->mu_);
       w_->configures_.push_back(*req);
     }
+    if (absl::Status fault = w_->TakeFault("Configure"); !fault.ok()) return ToGrpcStatus(fault);
     for (const std::string& name : w_->names_) out->add_lora_param_names(name);
     out->set_num_lora_params(static_cast<int64_t>(w_->names_.size()) * w_->numel_);
     return grpc::Status::OK;
@@ -155,8 +156,8 @@ class FakeStageWorker::Service final : public v1::StageService::Service {
                        grpc::ServerWriter<v1::TensorChunk>* writer) override {
     if (absl::Status fault = w_->TakeFault("GetLora"); !fault.ok()) return ToGrpcStatus(fault);
     for (const auto& [name, t] : w_->optimizer_.State(req->with_optimizer_state(), w_->numel_)) {
-      absl::Status sent = AppendTensorChunks(name, t, kMaxChunkBytes,
-                                             [&](v1::TensorChunk&& chunk) { return writer->Write(chunk); });
+      absl::Status sent =
+          AppendTensorChunks(name, t, kMaxChunkBytes, [&](v1::TensorChunk&& chunk) { return writer->Write(chunk); });
       if (!sent.ok()) return ToGrpcStatus(sent);
     }
     return grpc::Status::OK;

@@ -47,7 +47,8 @@ class FakeStageWorker {
   // The next `times` RunSteps (of training steps and passes alike) do `what`; after them it answers again.
   void Play(FakeRun what, int times = 1) ABSL_LOCKS_EXCLUDED(mu_);
   void Fail(absl::Status status, int times = 1) ABSL_LOCKS_EXCLUDED(mu_);
-  // The next call of RPC `rpc` ("JoinGroup", "Reduce", "Update", "LoadState", "GetLora") fails with `status`; a
+  // The next call of RPC `rpc` ("Configure", "JoinGroup", "Reduce", "Update", "LoadState", "GetLora") fails with
+  // `status` (a Configure is still recorded); a
   // failed Reduce fails its group's sum for the other members too.
   void FailCall(const std::string& rpc, absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   // Kills the server at once (calls in flight fail), as a killed process; Restart serves the same address again.
