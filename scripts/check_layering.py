@@ -6,7 +6,8 @@ RPC, no socket and no process; rpc/ and collective/ (c10d groups) sit on core; t
 coordinator on the stage driver; the client beside the coordinator, never on it. LEVELS below names the floors
 bottom first, and ALLOWED says, pair by pair and with the reason, which folder's code may include which folder's
 headers. A file may always include its own folder. Test code may include more (allowed_for_tests); tests/ and
-bench/ may include anything.
+bench/ may include anything. FORBIDDEN_HEADERS names the few headers of a lower floor a folder must still not include
+(the stage driver: no training job).
 
 Every `#include "..."` of every .cc/.h under the project folders is read; one that names a folder its file may not
 include is printed as file:line and the run fails. The table itself must point down LEVELS' order, so it cannot
@@ -124,6 +125,12 @@ ALLOWED = [
     ("client", "rpc", "it calls JobService and the workers"),
     ("client", "proto", "it speaks job_service.proto"),
     ("client", "core", "the local commands run core directly"),
+]
+
+# Headers a folder may not include although their floor is beneath it: (folder, header, why).
+FORBIDDEN_HEADERS = [
+    ("stage_driver", "core/train/job.h",
+     "the stage driver knows pipelines (stage_driver/pipeline_spec.h), not training jobs (issue 36)"),
 ]
 
 
@@ -247,6 +254,9 @@ def check_tree(root):
                 if target is None:
                     continue
                 includes += 1
+                for banned_folder, header, why in FORBIDDEN_HEADERS:
+                    if folder == banned_folder and m.group(1) == header:
+                        problems.append(f"{rel}:{number}: includes {header}: {why}")
                 if target == folder:
                     continue
                 if target not in FLOORS:

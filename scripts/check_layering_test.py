@@ -57,6 +57,19 @@ class CheckLayeringTest(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("client/sample_command.cc:1: includes coordinator/stage_session.h", out)
 
+    def test_the_stage_driver_may_not_include_the_training_job(self):
+        self.write("CMakeLists.txt", "add_subdirectory(proto)\nadd_subdirectory(core)\nadd_subdirectory(client)\n"
+                   "add_subdirectory(stage_driver)\n")
+        self.write("core/train/job.h", "#pragma once\n")
+        self.write("core/train/adamw.h", "#pragma once\n")
+        self.write("stage_driver/stage_fleet.h", '#pragma once\n#include "core/train/adamw.h"\n')
+        rc, out = self.run_check()
+        self.assertEqual(rc, 0, out)
+        self.write("stage_driver/stage_set.h", '#pragma once\n\n#include "core/train/job.h"\n')
+        rc, out = self.run_check()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("stage_driver/stage_set.h:3: includes core/train/job.h: the stage driver knows pipelines", out)
+
     def test_core_may_not_include_rpc_or_generated_protos(self):
         self.write("core/train/job.cc", '#include "rpc/tensor_codec.h"\n#include "baton/v1/stage.pb.h"\n')
         rc, out = self.run_check()

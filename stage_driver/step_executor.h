@@ -64,14 +64,13 @@ class StepExecutor {
   StepLoss Diagnose(const absl::Status& failure) const;
 
   // What every recovery does, whether the work is then redone on these stages (Run, RunForwardPass, RunBetweenSteps)
-  // or dealt out to other replicas while these come back (coordinator/replica_set.h): the loss reported at once
+  // or dealt out to other replicas while these come back (a replica set's policy): the loss reported at once
   // (ReportLoss: on_recovery, `step` as there), then the stages brought back (Recover: StageSet::Recover). Stages lost
   // again while they come back are reported and brought back again, each time counted in *retry, while *retry <
   // step_retries. `what_ran` names the work in messages. The stages restarted or waited for, or the error naming the
   // loss.
   void ReportLoss(int64_t step, const StepLoss& loss);
-  absl::StatusOr<std::vector<int>> Recover(int64_t step, const std::string& what_ran, const StepLoss& loss,
-                                           int* retry);
+  absl::StatusOr<std::vector<int>> Recover(int64_t step, const std::string& what_ran, const StepLoss& loss, int* retry);
 
  private:
   // Runs attempt(retry) until it succeeds; after a failure that a recovery can mend (a stage lost or stalled), brings

@@ -1,6 +1,6 @@
 // The stage-local optimizer of a fake stage worker (fake_stage_worker.h): the state LoadState set, the gradients a
-// held step left, and a peer group in the test's own process (every fake worker that joined the same prefix), so the
-// coordinator's exchange logic (coordinator/peer_exchange.h) runs against it without a process or a socket. Its rule
+// held step left, and a peer group in the test's own process (every fake worker that joined the same prefix), so a
+// driving process's peer exchange (the stage-local optimizer's) runs against it without a process or a socket. Its rule
 // is plain SGD on the group's summed gradient times the clip factor: the exchange's bookkeeping is under test here,
 // not AdamW (core/train/adamw_test.cc) or c10d (collective/peer_group_test.cc).
 #pragma once
