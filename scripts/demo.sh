@@ -4,7 +4,8 @@
 # a LoRA with the transformer split over two stage-worker processes (coordinator --stages 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+# Only what the demo runs (scripts/test.sh builds the rest, the tests, in the same build: nothing twice).
+BUILD_TARGETS="baton encoder_worker coordinator stage_worker" scripts/setup.sh
 BIN=${BUILD_DIR:-build}/bin
 run() { echo "+ $*"; "$@"; }
 

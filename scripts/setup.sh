@@ -6,7 +6,8 @@
 #      libtorch (CUDA-enabled) Baton links, and the upstream referees the tests use (diffusers, peft,
 #      transformers, tokenizers, safetensors). Reinstalled only when requirements.txt changes.
 #   3. CMake finds that libtorch through torch.utils.cmake_prefix_path.
-# Environment: BUILD_DIR (build), JOBS (nproc), CXX (clang++-14 when installed), CMAKE_ARGS.
+# Environment: BUILD_DIR (build), JOBS (nproc), CXX (clang++-14 when installed), CMAKE_ARGS, BUILD_TARGETS (the
+# targets to build, space-separated; empty: everything, the tests included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -67,5 +68,6 @@ if $configure; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
     -DCMAKE_CXX_COMPILER="$CXX_BUILD" -DBATON_PYTHON="$PWD/$VENV/bin/python" ${CMAKE_ARGS:-} >/dev/null
 fi
-echo "setup: building in $BUILD_DIR with $JOBS jobs"
-cmake --build "$BUILD_DIR" -j "$JOBS"
+read -r -a targets <<<"${BUILD_TARGETS:-}"
+echo "setup: building ${targets[*]:-everything} in $BUILD_DIR with $JOBS jobs"
+cmake --build "$BUILD_DIR" -j "$JOBS" ${targets[@]:+--target "${targets[@]}"}
