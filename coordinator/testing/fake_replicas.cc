@@ -21,18 +21,11 @@ absl::StatusOr<std::unique_ptr<FakeReplicas>> FakeReplicas::Start(int replicas, 
   for (int r = 0; r < replicas; ++r) {
     std::vector<std::vector<StageSpec>> plan;
     for (int i = 0; i < stages; ++i) {
-      absl::StatusOr<std::unique_ptr<FakeStageWorker>> w =
-          FakeStageWorker::Start({absl::StrCat("s", i, ".a"), absl::StrCat("s", i, ".b")});
+      absl::StatusOr<std::unique_ptr<FakeStageWorker>> w = StartFakeStage(i);
       if (!w.ok()) return w.status();
       f->options_.workers.push_back((*w)->address());
       f->workers_.push_back(std::move(*w));
-      StageSpec spec;
-      spec.index = i;
-      spec.block_begin = i;
-      spec.block_end = i + 1;
-      spec.has_embedders = i == 0;
-      spec.has_head = i + 1 == stages;
-      plan.push_back({spec});
+      plan.push_back(FakeStageSlice(i, stages));
     }
     f->plans_.push_back(plan);
   }

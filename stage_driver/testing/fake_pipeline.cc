@@ -6,6 +6,20 @@
 
 namespace baton {
 
+absl::StatusOr<std::unique_ptr<FakeStageWorker>> StartFakeStage(int i) {
+  return FakeStageWorker::Start({absl::StrCat("s", i, ".a"), absl::StrCat("s", i, ".b")});
+}
+
+std::vector<StageSpec> FakeStageSlice(int i, int stages) {
+  StageSpec spec;
+  spec.index = i;
+  spec.block_begin = i;
+  spec.block_end = i + 1;
+  spec.has_embedders = i == 0;
+  spec.has_head = i + 1 == stages;
+  return {spec};
+}
+
 absl::StatusOr<std::unique_ptr<FakePipeline>> FakePipeline::Start(int stages, StageDriverOptions options) {
   SetProcessSecurity(InsecureSecurity());  // remote workers need a transport; these are plaintext on loopback
   std::unique_ptr<FakePipeline> p(new FakePipeline());
@@ -14,18 +28,11 @@ absl::StatusOr<std::unique_ptr<FakePipeline>> FakePipeline::Start(int stages, St
   options.quiet = true;
   std::vector<std::vector<StageSpec>> plan;
   for (int i = 0; i < stages; ++i) {
-    absl::StatusOr<std::unique_ptr<FakeStageWorker>> w =
-        FakeStageWorker::Start({absl::StrCat("s", i, ".a"), absl::StrCat("s", i, ".b")});
+    absl::StatusOr<std::unique_ptr<FakeStageWorker>> w = StartFakeStage(i);
     if (!w.ok()) return w.status();
     options.workers.push_back((*w)->address());
     p->workers_.push_back(std::move(*w));
-    StageSpec spec;
-    spec.index = i;
-    spec.block_begin = i;
-    spec.block_end = i + 1;
-    spec.has_embedders = i == 0;
-    spec.has_head = i + 1 == stages;
-    plan.push_back({spec});
+    plan.push_back(FakeStageSlice(i, stages));
   }
   p->options_ = options;
   PipelineSpec pipeline;

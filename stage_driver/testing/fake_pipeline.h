@@ -17,6 +17,11 @@
 
 namespace baton {
 
+// Fake stage `i` of a pipeline: it holds "s<i>.a" and "s<i>.b".
+absl::StatusOr<std::unique_ptr<FakeStageWorker>> StartFakeStage(int i);
+// Worker i's slice of a fake pipeline of `stages`: block i, the embedders on worker 0, the head on the last.
+std::vector<StageSpec> FakeStageSlice(int i, int stages);
+
 class FakePipeline {
  public:
   // `stages` fake workers, connected and configured. `options`: timeouts and retries (workers are filled in).
