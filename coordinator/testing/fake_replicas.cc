@@ -8,7 +8,7 @@
 namespace baton {
 
 absl::StatusOr<std::unique_ptr<FakeReplicas>> FakeReplicas::Start(int replicas, int stages, int micro_batches,
-                                                                   bool local_optimizer) {
+                                                                  bool local_optimizer) {
   SetProcessSecurity(InsecureSecurity());  // remote workers need a transport; these are plaintext on loopback
   std::unique_ptr<FakeReplicas> f(new FakeReplicas());
   f->options_.stages = stages;
