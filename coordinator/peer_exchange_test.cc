@@ -159,8 +159,7 @@ TEST(PeerExchangeTest, OneReplicaWhoseStageLostItsStateRollsBackToTheCoordinator
   restart.join();
   ASSERT_FALSE(lost.ok());
   EXPECT_EQ(lost.status().code(), absl::StatusCode::kDataLoss) << lost.status();
-  EXPECT_NE(lost.status().message().find("the coordinator holds those of step 0"), std::string::npos)
-      << lost.status();
+  EXPECT_NE(lost.status().message().find("the coordinator holds those of step 0"), std::string::npos) << lost.status();
   EXPECT_TRUE(e->exchange->StateLost());
   absl::StatusOr<int64_t> updates = e->exchange->RollBack();
   ASSERT_TRUE(updates.ok()) << updates.status();

@@ -297,7 +297,8 @@ std::unique_ptr<ReplicaSet> MakeReplicas(const JobConfig& job, const Coordinator
   config.split_by_speed = job.replica_split == "speed";
   config.local_optimizer = job.replica_exchange == "allreduce";
   config.on_outage = options.hooks.on_outage;
-  return std::make_unique<ReplicaSet>(PipelineSpecFor(job), options, setup.plans, config, std::move(stop), options.hooks.on_recovery);
+  return std::make_unique<ReplicaSet>(PipelineSpecFor(job), options, setup.plans, config, std::move(stop),
+                                      options.hooks.on_recovery);
 }
 
 }  // namespace
@@ -325,7 +326,8 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& given_job, con
   ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, replicas->fleet(0), setup.fingerprint, optimizer));
   std::unique_ptr<PeerExchange> exchange;  // `replica_exchange: allreduce`: a stage-local optimizer
   if (job.replica_exchange == "allreduce") {
-    exchange = std::make_unique<PeerExchange>(job.optimizer, replicas.get(), std::max(absl::Seconds(60), options.stall_timeout));
+    exchange = std::make_unique<PeerExchange>(job.optimizer, replicas.get(),
+                                              std::max(absl::Seconds(60), options.stall_timeout));
     RETURN_IF_ERROR(exchange->Start(start.master, optimizer));
     replicas->set_prepare([ex = exchange.get()](int r) { return ex->Prepare(r); });
   }

@@ -298,19 +298,19 @@ absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failur
   }
   SettleReplica(r);  // an earlier recovery of it, long finished
   // The executor's recovery (StepExecutor::Recover, as a one-replica run's), in the background.
-  recoveries_[r] = std::thread([this, r, loss, what = absl::StrCat("replica ", r, " (step ", step + 1, ")"),
-                                hook_step = step + 1, &executor] {
-    int retry = 1;
-    absl::StatusOr<std::vector<int>> lost = executor.Recover(hook_step, what, loss, &retry);
-    absl::MutexLock lock(&mu_);
-    state_[r] = lost.ok() ? State::kReady : State::kFailed;
-    if (!lost.ok()) recovery_errors_[r] = std::string(lost.status().message());
-    if (lost.ok()) {
-      LogWarning("replica ", r, " is back; it rejoins at the next step");
-    } else if (!stopping_) {  // else the run ended without it (Stop said so)
-      LogWarning("replica ", r, " did not come back: ", lost.status().message());
-    }
-  });
+  recoveries_[r] = std::thread(
+      [this, r, loss, what = absl::StrCat("replica ", r, " (step ", step + 1, ")"), hook_step = step + 1, &executor] {
+        int retry = 1;
+        absl::StatusOr<std::vector<int>> lost = executor.Recover(hook_step, what, loss, &retry);
+        absl::MutexLock lock(&mu_);
+        state_[r] = lost.ok() ? State::kReady : State::kFailed;
+        if (!lost.ok()) recovery_errors_[r] = std::string(lost.status().message());
+        if (lost.ok()) {
+          LogWarning("replica ", r, " is back; it rejoins at the next step");
+        } else if (!stopping_) {  // else the run ended without it (Stop said so)
+          LogWarning("replica ", r, " did not come back: ", lost.status().message());
+        }
+      });
   return absl::OkStatus();
 }
 

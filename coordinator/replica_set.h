@@ -18,8 +18,8 @@
 #include "core/pipeline/partition.h"
 #include "core/pipeline/replica_split.h"
 #include "core/pipeline/schedule.h"
-#include "stage_driver/pipeline_spec.h"
 #include "stage_driver/driver_options.h"
+#include "stage_driver/pipeline_spec.h"
 #include "stage_driver/stage_fleet.h"
 #include "stage_driver/stage_set.h"
 #include "stage_driver/step_executor.h"
@@ -180,14 +180,14 @@ class ReplicaSet {
   // Set by Stop: the recoveries stop waiting for their workers.
   std::atomic<bool> stopping_{false};
   mutable absl::Mutex mu_;
-  std::vector<State> state_ ABSL_GUARDED_BY(mu_);                      // [replica]
-  std::vector<std::string> recovery_errors_ ABSL_GUARDED_BY(mu_);      // [replica], of a failed recovery
-  std::map<int64_t, std::vector<int>> splits_ ABSL_GUARDED_BY(mu_);    // step → micro-batches per replica
-  std::map<int64_t, std::set<int>> pushed_ ABSL_GUARDED_BY(mu_);       // step → replicas holding its early push
-  std::vector<int> pushing_ ABSL_GUARDED_BY(mu_);                      // [replica] early pushes in flight
-  std::map<int64_t, std::set<int>> held_ ABSL_GUARDED_BY(mu_);         // step → replicas holding a sum of it
-  std::vector<int> losses_ ABSL_GUARDED_BY(mu_);                       // [replica] times taken out
-  std::function<absl::Status(int)> prepare_;                           // set before the first Run
+  std::vector<State> state_ ABSL_GUARDED_BY(mu_);                    // [replica]
+  std::vector<std::string> recovery_errors_ ABSL_GUARDED_BY(mu_);    // [replica], of a failed recovery
+  std::map<int64_t, std::vector<int>> splits_ ABSL_GUARDED_BY(mu_);  // step → micro-batches per replica
+  std::map<int64_t, std::set<int>> pushed_ ABSL_GUARDED_BY(mu_);     // step → replicas holding its early push
+  std::vector<int> pushing_ ABSL_GUARDED_BY(mu_);                    // [replica] early pushes in flight
+  std::map<int64_t, std::set<int>> held_ ABSL_GUARDED_BY(mu_);       // step → replicas holding a sum of it
+  std::vector<int> losses_ ABSL_GUARDED_BY(mu_);                     // [replica] times taken out
+  std::function<absl::Status(int)> prepare_;                         // set before the first Run
   ReplicaSpeeds speeds_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -156,8 +156,8 @@ TEST(ReplicaSetTest, UnderTheStageLocalOptimizerALostSliceIsAddedToTheHeldSumOfT
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->replica_micro_batches, (std::vector<int>{0, 4}));
   for (int w : {2, 3}) {
-    EXPECT_EQ(Slices(f->worker(w)), (std::vector<std::tuple<int, int, int>>{{2, 2, v1::StepPlan::HOLD_NEW},
-                                                                            {0, 2, v1::StepPlan::HOLD_ADD}}))
+    EXPECT_EQ(Slices(f->worker(w)),
+              (std::vector<std::tuple<int, int, int>>{{2, 2, v1::StepPlan::HOLD_NEW}, {0, 2, v1::StepPlan::HOLD_ADD}}))
         << "worker " << w;
   }
 }

@@ -175,8 +175,7 @@ absl::Status StageFleet::PushStageData(int i, int64_t step, uint64_t pass, const
 }
 
 absl::Status StageFleet::PushData(int64_t step, const StepInputs& inputs) {
-  return ParallelFor(size(),
-                     [&](int i) { return PushStageData(i, step, 0, inputs.shell, &inputs.micro_batches); });
+  return ParallelFor(size(), [&](int i) { return PushStageData(i, step, 0, inputs.shell, &inputs.micro_batches); });
 }
 
 v1::StepPlan StageFleet::PlanHead(int64_t step, uint64_t pass, int micro_batches) const {

@@ -105,7 +105,7 @@ void StepExecutor::ReportLoss(int64_t step, const StepLoss& loss) {
 }
 
 absl::StatusOr<std::vector<int>> StepExecutor::Recover(int64_t step, const std::string& what_ran, const StepLoss& loss,
-                                                      int* retry) {
+                                                       int* retry) {
   auto lost = stages_->Recover(loss.suspect);
   while (!lost.ok() && !absl::IsDeadlineExceeded(lost.status()) && RetryableStepFailure(lost.status(), false) &&
          *retry < options_.step_retries && !stop_()) {
