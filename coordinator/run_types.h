@@ -32,7 +32,8 @@ struct CoordinatorHooks {
   std::function<void(int64_t step, double seconds)> on_checkpoint;  // a checkpoint written
   std::function<void(const EvalReport&)> on_eval;                   // a validation and/or samples finished
   // A lost step (1-based), as soon as the loss is noticed, before the recovery: the stage blamed (-1: a link or
-  // unknown) and what happened.
+  // unknown) and what happened. From the run's thread, or from a replica's background recovery when its stages are
+  // lost again while they come back (thread-safe, as on_outage).
   std::function<void(int64_t step, int stage, const std::string& cause)> on_recovery;
   // A stage worker that does not answer (stage_driver/outage_watch.h), from any thread: a notice once it has been
   // silent for half the stall timeout, then every stall timeout, and when it is back; between them refreshes (≤ 1/s).
