@@ -392,7 +392,8 @@ class Checker:
         return sorted({line.strip() for line in text.splitlines() if line.startswith((" ", "\t"))})
 
     def exempt(self, path):
-        if any(path.startswith(p) or os.path.realpath(path).startswith(p) for p in EXEMPT_PREFIXES):
+        real = os.path.realpath(path)
+        if any(path.startswith(p) or real.startswith(p) for p in EXEMPT_PREFIXES):
             return True
         if path.startswith(self.root.rstrip("/") + "/") or (self.build and path.startswith(self.build + "/")):
             return True

@@ -16,9 +16,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::unique_ptr<FakePipeline> Pipeline(int stages, absl::Duration restart_timeout = absl::Seconds(10)) {
-  StageDriverOptions options;
-  options.stall_timeout = absl::Seconds(1);
-  options.rpc_timeout = absl::Seconds(30);
+  StageDriverOptions options = FakeDriverOptions();
   options.worker_restart_timeout = restart_timeout;
   auto p = FakePipeline::Start(stages, options);
   EXPECT_TRUE(p.ok()) << p.status();

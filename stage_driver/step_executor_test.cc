@@ -15,11 +15,8 @@ namespace baton {
 namespace {
 
 std::unique_ptr<FakePipeline> Pipeline(int retries = 3) {
-  StageDriverOptions options;
+  StageDriverOptions options = FakeDriverOptions();
   options.step_retries = retries;
-  options.stall_timeout = absl::Seconds(1);
-  options.rpc_timeout = absl::Seconds(30);
-  options.worker_restart_timeout = absl::Seconds(10);
   auto p = FakePipeline::Start(2, options);
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? std::move(*p) : nullptr;

@@ -11,13 +11,10 @@ absl::StatusOr<std::unique_ptr<FakeReplicas>> FakeReplicas::Start(int replicas, 
                                                                   bool local_optimizer) {
   SetProcessSecurity(InsecureSecurity());  // remote workers need a transport; these are plaintext on loopback
   std::unique_ptr<FakeReplicas> f(new FakeReplicas());
+  f->options_ = FakeDriverOptions();
   f->options_.stages = stages;
   f->options_.replicas = replicas;
   f->options_.quiet = true;
-  f->options_.step_retries = 3;
-  f->options_.stall_timeout = absl::Seconds(1);
-  f->options_.rpc_timeout = absl::Seconds(30);
-  f->options_.worker_restart_timeout = absl::Seconds(10);
   for (int r = 0; r < replicas; ++r) {
     std::vector<std::vector<StageSpec>> plan;
     for (int i = 0; i < stages; ++i) {
@@ -29,9 +26,7 @@ absl::StatusOr<std::unique_ptr<FakeReplicas>> FakeReplicas::Start(int replicas, 
     }
     f->plans_.push_back(plan);
   }
-  f->pipeline_.id = "fake-pipeline";
-  f->pipeline_.name = "fake";
-  f->pipeline_.model = "/nonexistent/model";
+  f->pipeline_ = FakePipelineSpec();
   ReplicaFleetConfig config;
   config.job_id = f->pipeline_.id;
   config.schedule_kind = ScheduleKind::kGPipe;

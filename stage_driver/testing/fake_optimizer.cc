@@ -7,6 +7,21 @@
 #include "core/train/adamw.h"
 
 namespace baton {
+namespace {
+
+// `into` += `add`, by name (a name `into` lacks starts as a copy).
+void AddInto(TensorMap& into, const TensorMap& add) {
+  for (const auto& [name, g] : add) {
+    auto it = into.find(name);
+    if (it == into.end()) {
+      into[name] = g.clone();
+    } else {
+      it->second = it->second + g;
+    }
+  }
+}
+
+}  // namespace
 
 // The members of one peer group, by rank, and what each put in for a step's sum.
 class FakeGroup {
@@ -23,10 +38,10 @@ class FakeGroup {
     return group;
   }
 
-  absl::Status Join(int rank, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_) {
+  absl::Status Join(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    joined_.push_back(rank);
-    auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return static_cast<int>(joined_.size()) >= size_; };
+    ++joined_;
+    auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return joined_ >= size_; };
     if (!mu_.AwaitWithTimeout(absl::Condition(&all), timeout)) {
       return absl::DeadlineExceededError(absl::StrCat("the group of ", size_, " did not form"));
     }
@@ -45,9 +60,7 @@ class FakeGroup {
     }
     if (broken_) return absl::AbortedError("a peer left the group during the sum");
     TensorMap sum;
-    for (const auto& [r, grads] : parts_[step]) {
-      for (const auto& [name, g] : grads) sum[name] = sum.count(name) ? sum[name] + g : g.clone();
-    }
+    for (const auto& [r, grads] : parts_[step]) AddInto(sum, grads);
     return sum;
   }
 
@@ -59,7 +72,7 @@ class FakeGroup {
  private:
   const int size_;
   absl::Mutex mu_;
-  std::vector<int> joined_ ABSL_GUARDED_BY(mu_);
+  int joined_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, std::map<int, TensorMap>> parts_ ABSL_GUARDED_BY(mu_);
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -79,7 +92,7 @@ void FakeLocalOptimizer::Load(const TensorMap& state) {
 void FakeLocalOptimizer::Hold(int64_t step, const TensorMap& grads, bool add) {
   absl::MutexLock lock(&mu_);
   if (!add || held_step_ != step) held_.clear();
-  for (const auto& [name, g] : grads) held_[name] = held_.count(name) ? held_[name] + g : g.clone();
+  AddInto(held_, grads);
   held_step_ = step;
 }
 
@@ -90,7 +103,7 @@ absl::StatusOr<int64_t> FakeLocalOptimizer::Join(const v1::JoinGroupRequest& req
                              request.size());
     const absl::Duration timeout =
         request.join_timeout_ms() > 0 ? absl::Milliseconds(request.join_timeout_ms()) : absl::Seconds(10);
-    if (absl::Status joined = group->Join(request.rank(), timeout); !joined.ok()) return joined;
+    if (absl::Status joined = group->Join(timeout); !joined.ok()) return joined;
   }
   absl::MutexLock lock(&mu_);
   group_ = group;

@@ -6,6 +6,23 @@
 
 namespace baton {
 
+StageDriverOptions FakeDriverOptions() {
+  StageDriverOptions options;
+  options.step_retries = 3;
+  options.stall_timeout = absl::Seconds(1);
+  options.rpc_timeout = absl::Seconds(30);
+  options.worker_restart_timeout = absl::Seconds(10);
+  return options;
+}
+
+PipelineSpec FakePipelineSpec() {
+  PipelineSpec pipeline;
+  pipeline.id = "fake-pipeline";
+  pipeline.name = "fake";
+  pipeline.model = "/nonexistent/model";
+  return pipeline;
+}
+
 absl::StatusOr<std::unique_ptr<FakeStageWorker>> StartFakeStage(int i) {
   return FakeStageWorker::Start({absl::StrCat("s", i, ".a"), absl::StrCat("s", i, ".b")});
 }
@@ -35,10 +52,7 @@ absl::StatusOr<std::unique_ptr<FakePipeline>> FakePipeline::Start(int stages, St
     plan.push_back(FakeStageSlice(i, stages));
   }
   p->options_ = options;
-  PipelineSpec pipeline;
-  pipeline.id = "fake-pipeline";
-  pipeline.name = "fake";
-  pipeline.model = "/nonexistent/model";
+  const PipelineSpec pipeline = FakePipelineSpec();
   p->fleet_.job_id = pipeline.id;
   p->fleet_.stall_timeout = options.stall_timeout;
   p->fleet_.outages.Configure(0, "", options.stall_timeout, nullptr);

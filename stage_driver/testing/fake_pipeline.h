@@ -17,6 +17,10 @@
 
 namespace baton {
 
+// The timeouts the fake-backed tests run with: a 1 s stall, 30 s RPCs, 10 s for a worker to come back, 3 retries.
+StageDriverOptions FakeDriverOptions();
+// The pipeline the fake stages hold ("fake-pipeline"; no model: the fakes load none).
+PipelineSpec FakePipelineSpec();
 // Fake stage `i` of a pipeline: it holds "s<i>.a" and "s<i>.b".
 absl::StatusOr<std::unique_ptr<FakeStageWorker>> StartFakeStage(int i);
 // Worker i's slice of a fake pipeline of `stages`: block i, the embedders on worker 0, the head on the last.
