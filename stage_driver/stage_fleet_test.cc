@@ -169,7 +169,9 @@ TEST(StageFleetTest, AReplyWithoutASummaryOrWithAGradientThatDoesNotAssembleFail
   auto out = p->fleet().RunStep(0, p->Slice(2), FakePipeline::Inputs(2), p->Master(), nullptr);
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("without a summary"), std::string::npos) << out.status();
-  p->worker(0).Play(FakeRun::kBadChunk);
+  // Worker 1 again: its step-0 reply has been read, so this fault is the next step's. (Worker 0's step-0 RunStep may
+  // reach it only after the cancelled step returned, and would take a fault queued now.)
+  p->worker(1).Play(FakeRun::kBadChunk);
   out = p->fleet().RunStep(1, p->Slice(2), FakePipeline::Inputs(2), p->Master(), nullptr);
   ASSERT_FALSE(out.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(out.status()) || absl::IsDataLoss(out.status())) << out.status();
