@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "coordinator/checkpoint.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/expert_runs.h"
 #include "coordinator/pipeline_trainer.h"
@@ -22,6 +23,8 @@ namespace {
 double NowUnix() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
 bool Ended(v1::JobState s) { return s >= v1::JOB_STATE_FINISHED; }
+
+int64_t EvalStep(const v1::WatchEvent& e) { return e.has_validation() ? e.validation().step() : e.samples().step(); }
 
 }  // namespace
 
@@ -99,6 +102,56 @@ absl::StatusOr<v1::JobInfo> JobQueue::Stop(const std::string& job_id) {
   return InfoLocked(job);
 }
 
+absl::StatusOr<v1::JobInfo> JobQueue::Continue(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  int64_t id = 0;
+  if (!absl::SimpleAtoi(job_id, &id) || !jobs_.count(id)) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");
+  Job& job = jobs_.at(id);
+  const v1::JobState state = job.info.state();
+  if (state != v1::JOB_STATE_STOPPED && state != v1::JOB_STATE_FAILED) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::JobState_Name(state),
+                                                      ": only a stopped or failed job can continue"));
+  }
+  ASSIGN_OR_RETURN(job.config, ParseSubmittedJob(job.submitted));
+  job.resume = true;  // from its newest checkpoint; with none, from the start (resume_if_any)
+  job.interrupted = false;
+  job.stop->store(false);
+  job.info.set_stop_requested(false);
+  job.info.clear_error();
+  job.info.set_end_time_unix(0);
+  job.info.set_state(v1::JOB_STATE_QUEUED);
+  queue_.push_back(id);
+  LogInfo("job ", id, ": continuing from its newest checkpoint (step ", job.info.last_checkpoint_step(), ")");
+  Persist(job);
+  Changed(job);
+  return InfoLocked(job);
+}
+
+absl::StatusOr<v1::HistoryResponse> JobQueue::History(const std::string& job_id, int max_points,
+                                                      int log_lines) const {
+  v1::HistoryResponse history;
+  std::vector<v1::SamplesProgress> renderings;
+  {
+    absl::MutexLock lock(&mu_);
+    const Job* job = FindLocked(job_id);
+    if (job == nullptr) return absl::NotFoundError(job_id.empty() ? "no jobs yet" : absl::StrCat("no job ", job_id));
+    *history.mutable_job() = InfoLocked(*job);
+    for (v1::HistoryPoint& p : DownsampleSteps(job->steps, max_points)) *history.add_points() = std::move(p);
+    history.set_logged_steps(static_cast<int64_t>(job->steps.size()));
+    for (const v1::WatchEvent& e : job->evals) {
+      if (e.has_validation()) *history.add_validations() = e.validation();
+      if (e.has_samples()) renderings.push_back(e.samples());
+    }
+  }
+  const std::string& dir = history.job().output_dir();  // the files are read outside the lock
+  for (const v1::SamplesProgress& s : renderings) *history.add_samples() = ListSampleRendering(dir, s);
+  for (std::string& line : TailLines(JoinPath(dir, "train_log.jsonl"), log_lines)) {
+    history.add_log_tail(std::move(line));
+  }
+  return history;
+}
+
 absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uint64_t seen_version,
                                                   const WatchCursor& cursor, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
@@ -114,9 +167,9 @@ absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uin
   JobUpdate update;
   update.job = InfoLocked(*job);
   update.version = job->version;
-  for (const v1::StepProgress& s : job->steps) {
-    if (s.step() > cursor.from_step) update.steps.push_back(s);
-  }
+  auto after = std::upper_bound(job->steps.begin(), job->steps.end(), cursor.from_step,
+                                [](int64_t step, const v1::StepProgress& s) { return step < s.step(); });
+  update.steps.assign(after, job->steps.end());
   for (size_t i = cursor.checkpoints_seen; i < job->checkpoints.size(); ++i) {
     update.checkpoints.push_back(job->checkpoints[i]);
   }
@@ -205,6 +258,7 @@ CoordinatorHooks JobQueue::HooksFor(int64_t id) {
     {
       absl::MutexLock lock(&mu_);
       Job& job = jobs_.at(id);
+      Restarted(job, start.first_step);
       job.info.set_first_step(start.first_step);
       job.info.set_total_steps(start.total_steps);
       job.info.mutable_stage_addresses()->Assign(start.addresses.begin(), start.addresses.end());
@@ -302,6 +356,8 @@ void JobQueue::OnStep(int64_t id, const PipelineStepRecord& rec) {
   p.set_grad_norm(rec.grad_norm);
   p.set_step_seconds(rec.step_seconds);
   p.set_samples_per_second(rec.samples_per_second);
+  p.set_link_bytes(static_cast<int64_t>(rec.link_data_bytes + rec.link_adapter_bytes + rec.link_control_bytes +
+                                        rec.link_heartbeat_bytes));
   p.set_eta_seconds(done > 0 ? job.run_seconds / static_cast<double>(done) *
                                    static_cast<double>(job.info.total_steps() - rec.step)
                              : 0);
@@ -351,6 +407,19 @@ void JobQueue::Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& resul
 
 void JobQueue::Changed(Job& job) { ++job.version; }
 
+void JobQueue::Restarted(Job& job, int64_t first_step) {
+  auto step_after = std::find_if(job.steps.begin(), job.steps.end(),
+                                 [&](const v1::StepProgress& s) { return s.step() > first_step; });
+  job.steps.erase(step_after, job.steps.end());
+  job.evals.erase(std::remove_if(job.evals.begin(), job.evals.end(),
+                                 [&](const v1::WatchEvent& e) { return EvalStep(e) > first_step; }),
+                  job.evals.end());
+  job.checkpoints.erase(std::remove_if(job.checkpoints.begin(), job.checkpoints.end(),
+                                       [&](int64_t step) { return step > first_step; }),
+                        job.checkpoints.end());
+  job.run_seconds = 0;  // the ETA is this run's pace
+}
+
 // job.json: the JobInfo (proto JSON) and what it takes to queue the job again.
 void JobQueue::Persist(const Job& job) const {
   std::string info_json;
@@ -385,6 +454,13 @@ absl::Status JobQueue::Reload() {
     job.submitted = {j["yaml"].get<std::string>(), job.info.job_file(), j["working_dir"].get<std::string>(),
                      job.info.name(), j["steps"].get<int64_t>()};
     job.resume = j.value("resume", false);
+    LoggedHistory logged = ReadTrainLogHistory(JoinPath(job.info.output_dir(), "train_log.jsonl"),
+                                               job.info.total_steps());
+    job.steps = std::move(logged.steps);
+    job.evals = std::move(logged.evals);
+    job.run_seconds = logged.run_seconds;
+    auto checkpoints = ListCheckpointSteps(job.info.output_dir());
+    if (checkpoints.ok()) job.checkpoints = *checkpoints;
     int64_t id = 0;
     if (!absl::SimpleAtoi(job.info.job_id(), &id)) continue;
     found.emplace_back(id, std::move(job));

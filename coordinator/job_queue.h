@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "baton/v1/job_service.pb.h"
+#include "coordinator/job_history.h"
 #include "coordinator/job_submission.h"
 #include "coordinator/run_types.h"
 
@@ -69,6 +70,14 @@ class JobQueue {
   std::vector<v1::JobInfo> List() const ABSL_LOCKS_EXCLUDED(mu_);
   // Running: stop after the current step with a checkpoint. Queued: dropped (STOPPED). Ended: FailedPrecondition.
   absl::StatusOr<v1::JobInfo> Stop(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues a stopped or failed job again, to continue from its newest checkpoint (from the start with none).
+  // NotFound; FailedPrecondition for a job that is queued, running or finished; InvalidArgument when its job file no
+  // longer parses (e.g. its model was moved).
+  absl::StatusOr<v1::JobInfo> Continue(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The job's history (job_history.h): its steps downsampled to `max_points`, its validations and sample renderings,
+  // and the last `log_lines` lines of its train_log.jsonl. NotFound.
+  absl::StatusOr<v1::HistoryResponse> History(const std::string& job_id, int max_points, int log_lines) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until the job's version passes `seen_version` or `timeout` passes, then returns what is new.
   // Empty job_id: the running job, else the first queued one (NotFound when neither).
   absl::StatusOr<JobUpdate> WaitForUpdate(const std::string& job_id, uint64_t seen_version, const WatchCursor& cursor,
@@ -103,6 +112,8 @@ class JobQueue {
   void Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& result) ABSL_LOCKS_EXCLUDED(mu_);
   // Bumps the version; the watchers' WaitForUpdate conditions see it when mu_ is released.
   void Changed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A run (re)starts after `first_step` steps: what was recorded after it is redone, so it goes.
+  void Restarted(Job& job, int64_t first_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Persist(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
   // Empty id: the running job, else the newest.

@@ -55,10 +55,10 @@ absl::StatusOr<std::string> DownloadPath(const v1::DownloadRequest& req, const s
     return JoinPath(dir, "lora.safetensors");
   }
   const std::string file = req.sample_file().empty() ? "contact_sheet.png" : req.sample_file();
-  static const std::regex kSampleFile("contact_sheet\\.png|[0-9]{1,4}\\.png|prompts\\.txt");
+  static const std::regex kSampleFile("contact_sheet\\.png|[0-9]{1,4}\\.(png|mp4)|prompts\\.txt");
   if (!std::regex_match(file, kSampleFile)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sample_file must be contact_sheet.png, K.png (prompt K) or prompts.txt, not '", file, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sample_file must be contact_sheet.png, K.png or K.mp4 (prompt K) or prompts.txt, not '", file, "'"));
   }
   if (req.samples_step() < 0) return absl::InvalidArgumentError("samples_step must be >= 0");
   return JoinPath(SampleStepDir(output_dir, req.samples_step()), file);
@@ -122,6 +122,23 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   grpc::Status Download(grpc::ServerContext* ctx, const v1::DownloadRequest* req,
                         grpc::ServerWriter<v1::FileChunk>* writer) override;
+
+  grpc::Status History(grpc::ServerContext*, const v1::HistoryRequest* req, v1::HistoryResponse* resp) override {
+    if (req->max_points() < 0 || req->log_lines() < 0) {
+      return ToGrpcStatus(absl::InvalidArgumentError("max_points and log_lines must be >= 0"));
+    }
+    auto history = queue_->History(req->job_id(), req->max_points(), req->log_lines());
+    if (!history.ok()) return ToGrpcStatus(history.status());
+    *resp = std::move(*history);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Continue(grpc::ServerContext*, const v1::ContinueRequest* req, v1::JobInfo* resp) override {
+    auto info = queue_->Continue(req->job_id());
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    *resp = *info;
+    return grpc::Status::OK;
+  }
 
  private:
   JobQueue* queue_;
