@@ -27,7 +27,7 @@ std::vector<FlagSpec> SecurityFlags() {
           {"insecure", "plaintext without a token (a server started with --insecure)", "", false, true}};
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(const Args& args) {
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(const Args& args, bool with_token) {
   TlsFlagValues flags;
   flags.dir = args.Get("tls-dir");
   flags.ca = args.Get("tls-ca");
@@ -46,7 +46,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(cons
     return absl::Status(security.status().code(), message);
   }
   std::string token;
-  if (!security->insecure) {
+  if (!security->insecure && with_token) {
     const std::string dir_token = flags.dir.empty() ? "" : JoinPath(flags.dir, kTokenFile);
     if (!args.Get("token-file").empty()) {
       auto t = ReadTokenFile(args.Get("token-file"));

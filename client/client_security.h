@@ -22,6 +22,7 @@ namespace baton {
 std::vector<FlagSpec> SecurityFlags();
 
 // Credentials from SecurityFlags' values. Neither TLS nor --insecure: FailedPrecondition saying what to pass.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(const Args& args);
+// `with_token` false: TLS only, no token (`baton ui` sends each signed-in user's own with every call).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(const Args& args, bool with_token = true);
 
 }  // namespace baton

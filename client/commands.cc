@@ -27,6 +27,7 @@
 #include "client/stage_forward.h"
 #include "client/step_grads_command.h"
 #include "client/tokenize_command.h"
+#include "client/ui_command.h"
 #include "client/wan_forward.h"
 #include "client/wan_text_encode.h"
 #include "client/wan_vae_command.h"
@@ -475,7 +476,7 @@ const std::vector<Command>& AllCommands() {
        {{"frames", "folder of .png/.jpg frames", "", true},
         {"output", "video file; the container comes from the extension (.avi, .mp4, .mkv)", "", true},
         {"fps", "frames per second", "16"},
-        {"codec", "mpeg4 | mjpeg", "mpeg4"}},
+        {"codec", "mpeg4 | h264 | mjpeg", "mpeg4"}},
        WriteVideo},
       {"text-encode",
        "Encode a prompt (or raw token ids) with a pipeline's text encoder, as Flux2Pipeline.encode_prompt (or, for a "
@@ -498,6 +499,7 @@ const std::vector<Command>& AllCommands() {
       ClipEncodeImageCommand(),
       QuantizeCommand(),
       LoraConvertCommand(),
+      UiCommand(),
       SchedulerReplayCommand(),
       HealthCommand(),
       CertsCommand(),

@@ -1,94 +1,24 @@
 #include "client/lora_convert_command.h"
 
-#include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 
 #include <cstdio>
-#include <map>
 #include <string>
-#include <vector>
 
-#include "core/lora/lora.h"
-#include "core/lora/wan_lora_names.h"
-#include "core/tensor/safetensors.h"
-#include "core/util/files.h"
+#include "core/lora/lora_convert.h"
 #include "core/util/status.h"
 
 namespace baton {
 namespace {
-
-absl::StatusOr<std::map<std::string, at::Tensor>> ReadAll(const SafetensorsFile& file) {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& key : file.Keys()) {
-    ASSIGN_OR_RETURN(out[key], file.Load(key, at::kFloat));
-  }
-  return out;
-}
-
-// Wan adapters by diffusers module name. Diffusers files go through LoadLoraFile, which honours PEFT's metadata
-// (lora_alpha, alpha_pattern, rsLoRA); the other namings carry their scale in ".alpha" or nowhere.
-absl::StatusOr<std::map<std::string, WanLoraAdapter>> ReadWanLora(const std::string& path, const SafetensorsFile& file,
-                                                                  WanLoraNaming naming) {
-  ASSIGN_OR_RETURN(auto raw, ReadAll(file));
-  ASSIGN_OR_RETURN(auto adapters, ParseWanLora(raw));  // checks every key names a Wan module
-  if (naming != WanLoraNaming::kDiffusers) return adapters;
-  ASSIGN_OR_RETURN(auto weights, LoadLoraFile(path));
-  for (auto& [module, w] : weights) {
-    auto it = adapters.find(module);
-    if (it == adapters.end()) return absl::InternalError(absl::StrCat("module ", module, " read twice differently"));
-    it->second.scale = w.scale;
-  }
-  return adapters;
-}
-
-absl::Status ConvertWan(const std::string& in, const std::string& out, const std::string& to,
-                        const SafetensorsFile& file) {
-  ASSIGN_OR_RETURN(WanLoraNaming naming, DetectWanLoraNaming(file.Keys()));
-  ASSIGN_OR_RETURN(auto adapters, ReadWanLora(in, file, naming));
-  std::map<std::string, at::Tensor> sd;
-  if (to == "original") {
-    ASSIGN_OR_RETURN(sd, WanLoraToOriginalStateDict(adapters));
-  } else {
-    ASSIGN_OR_RETURN(sd, WanLoraToDiffusersStateDict(adapters));
-  }
-  static const char* kNamingNames[] = {"diffusers", "original", "kohya"};
-  std::map<std::string, std::string> metadata = {{"format", "pt"}};
-  RETURN_IF_ERROR(WriteSafetensors(out, sd, metadata));
-  std::printf("wrote %s: %zu Wan LoRA adapters in %s naming (read %s naming)\n", out.c_str(), adapters.size(),
-              to.c_str(), kNamingNames[static_cast<int>(naming)]);
-  return absl::OkStatus();
-}
-
-// FLUX.2 through the existing readers/writers: every adapter must share one rank (the files' metadata has one r).
-absl::Status ConvertFlux2(const std::string& in, const std::string& out, const std::string& to) {
-  ASSIGN_OR_RETURN(auto weights, LoadLoraFile(in));
-  if (weights.empty()) return absl::InvalidArgumentError(absl::StrCat(in, ": no LoRA adapters"));
-  const int64_t rank = weights.begin()->second.A.size(0);
-  for (const auto& [module, w] : weights) {
-    if (w.A.size(0) != rank) {
-      return absl::InvalidArgumentError(absl::StrCat(in, ": FLUX.2 adapters of different ranks (", module, " has ",
-                                                     w.A.size(0), ", others ", rank, ") cannot be converted"));
-    }
-  }
-  LoraSpec spec;
-  spec.rank = rank;
-  spec.alpha = static_cast<double>(rank);  // scale 1: each adapter's own scale is folded into B below
-  auto params = LoraWeightsToParameters(weights, 1.0);
-  RETURN_IF_ERROR(to == "original" ? SaveLoraBfl(out, params, spec) : SaveLoraDiffusers(out, params, spec));
-  std::printf("wrote %s: %zu FLUX.2 LoRA adapters in %s naming\n", out.c_str(), weights.size(),
-              to == "original" ? "BFL/original" : "diffusers");
-  return absl::OkStatus();
-}
 
 absl::Status LoraConvert(const Args& args) {
   const std::string in = args.Get("in"), out = args.Get("out"), to = args.Get("to");
   if (to != "diffusers" && to != "original") {
     return absl::InvalidArgumentError(absl::StrCat("--to must be diffusers or original, not '", to, "'"));
   }
-  ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(in));
-  if (!DirName(out).empty()) RETURN_IF_ERROR(MakeDirs(DirName(out)));
-  absl::Status status = LooksLikeWanLora(file->Keys()) ? ConvertWan(in, out, to, *file) : ConvertFlux2(in, out, to);
-  return status.ok() ? status : Annotate(status, in);
+  ASSIGN_OR_RETURN(std::string wrote, ConvertLoraFile(in, out, to));
+  std::printf("wrote %s: %s\n", out.c_str(), wrote.c_str());
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -6,13 +6,10 @@
 #include <string>
 
 #include "baton/v1/job_service.pb.h"
+#include "ui/job_words.h"  // JobStateName, FormatDuration: the browser view says them the same way
 
 namespace baton {
 
-// "queued", "running", "finished", "failed", "stopped".
-std::string JobStateName(v1::JobState state);
-// "42s", "3m05s", "2h07m"; "-" when negative.
-std::string FormatDuration(double seconds);
 // `width` cells of █ with an eighth-block tip (▏▎▍▌▋▊▉) and spaces; fraction clamped to [0, 1].
 std::string BlockBar(double fraction, int width);
 // One line per step: "job 3 step 12/100 loss 0.12345 lr 1.00e-04 0.840 s/step 4.8 samples/s ETA 1m14s busy 78% 55%".

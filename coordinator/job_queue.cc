@@ -57,6 +57,7 @@ absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted) {
   job.info.set_output_dir(JoinPath(root_, absl::StrCat(job.submitted.name, "-", id)));
   job.info.set_submit_time_unix(NowUnix());
   job.info.set_total_steps(job.config.steps);
+  job.info.set_model(job.config.model);
   queue_.push_back(id);
   Persist(job);
   Changed(job);

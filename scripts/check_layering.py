@@ -35,7 +35,7 @@ LEVELS = [
     ["core/train_local"],
     ["core/testing"],
     ["rpc", "collective"],
-    ["stage_worker", "encoder_worker", "stage_driver"],
+    ["stage_worker", "encoder_worker", "stage_driver", "ui"],
     ["coordinator", "client"],
     ["tests", "bench"],
 ]
@@ -125,6 +125,11 @@ ALLOWED = [
     ("client", "rpc", "it calls JobService and the workers"),
     ("client", "proto", "it speaks job_service.proto"),
     ("client", "core", "the local commands run core directly"),
+    ("client", "ui", "`baton ui` serves the browser view; watch says states and durations as the view does"),
+    ("ui", "rpc", "it calls JobService with the signed-in user's token"),
+    ("ui", "proto", "it speaks job_service.proto"),
+    ("ui", "core/util", "files, status, logging"),
+    ("ui", "core/lora", "the BFL/ComfyUI download rewrites the job's diffusers LoRA"),
 ]
 
 # Headers a folder may not include although their floor is beneath it: (folder, header, why).

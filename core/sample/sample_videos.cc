@@ -14,7 +14,9 @@ std::vector<Image> VideoFrames(const at::Tensor& pixels) {
 }
 
 absl::Status WriteSampleVideo(const std::string& path, const std::vector<Image>& frames, int fps) {
-  return WriteVideoFile(path, frames, fps);
+  // H.264, which browsers play (the job's page shows it); MPEG-4 part 2 where libavcodec lacks an H.264 encoder.
+  absl::Status h264 = WriteVideoFile(path, frames, fps, "h264");
+  return absl::IsUnimplemented(h264) ? WriteVideoFile(path, frames, fps, "mpeg4") : h264;
 }
 
 Image VideoContactSheet(const std::vector<std::vector<Image>>& videos, int per_video) {

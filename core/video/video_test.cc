@@ -115,6 +115,7 @@ TEST_P(VideoRoundTripTest, WrittenClipReadsBackWithItsFramesInOrder) {
 INSTANTIATE_TEST_SUITE_P(Codecs, VideoRoundTripTest,
                          ::testing::Values(std::make_pair(std::string(".avi"), std::string("mpeg4")),
                                            std::make_pair(std::string(".mp4"), std::string("mpeg4")),
+                                           std::make_pair(std::string(".mp4"), std::string("h264")),
                                            std::make_pair(std::string(".avi"), std::string("mjpeg"))));
 
 TEST(VideoIoTest, FrameFolderIsReadInSortedOrder) {

@@ -2,6 +2,7 @@
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/opt.h>
 #include <libswscale/swscale.h>
 }
 
@@ -39,9 +40,12 @@ absl::Status Open(Muxer& m, const std::string& path, int width, int height, int 
   if (rc < 0 || m.format == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": no container for this extension (", AvError(rc), ")"));
   }
-  const bool mjpeg = codec_name == "mjpeg";
-  if (!mjpeg && codec_name != "mpeg4") return absl::InvalidArgumentError("video codec must be mpeg4 or mjpeg");
-  const AVCodec* codec = avcodec_find_encoder(mjpeg ? AV_CODEC_ID_MJPEG : AV_CODEC_ID_MPEG4);
+  const bool mjpeg = codec_name == "mjpeg", h264 = codec_name == "h264";
+  if (!mjpeg && !h264 && codec_name != "mpeg4") {
+    return absl::InvalidArgumentError("video codec must be h264, mpeg4 or mjpeg");
+  }
+  const AVCodec* codec =
+      avcodec_find_encoder(mjpeg ? AV_CODEC_ID_MJPEG : h264 ? AV_CODEC_ID_H264 : AV_CODEC_ID_MPEG4);
   if (codec == nullptr)
     return absl::UnimplementedError(absl::StrCat("this libavcodec has no ", codec_name, " encoder"));
   m.codec = avcodec_alloc_context3(codec);
@@ -55,8 +59,16 @@ absl::Status Open(Muxer& m, const std::string& path, int width, int height, int 
   m.codec->framerate = AVRational{fps, 1};
   m.codec->pix_fmt = mjpeg ? AV_PIX_FMT_YUVJ420P : AV_PIX_FMT_YUV420P;
   m.codec->gop_size = 8;
-  m.codec->flags |= AV_CODEC_FLAG_QSCALE;  // constant quantiser: near-lossless small clips
-  m.codec->global_quality = FF_QP2LAMBDA * 2;
+  if (h264) {
+    // What browsers play (MPEG-4 part 2 they do not): x264 at a high constant quality, one thread (same bytes
+    // every run).
+    m.codec->thread_count = 1;
+    av_opt_set(m.codec->priv_data, "crf", "12", 0);
+    av_opt_set(m.codec->priv_data, "preset", "medium", 0);
+  } else {
+    m.codec->flags |= AV_CODEC_FLAG_QSCALE;  // constant quantiser: near-lossless small clips
+    m.codec->global_quality = FF_QP2LAMBDA * 2;
+  }
   if (m.format->oformat->flags & AVFMT_GLOBALHEADER) m.codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   rc = avcodec_open2(m.codec, codec, nullptr);
   if (rc >= 0) rc = avcodec_parameters_from_context(m.stream->codecpar, m.codec);
@@ -67,7 +79,10 @@ absl::Status Open(Muxer& m, const std::string& path, int width, int height, int 
   m.frame->height = height;
   rc = av_frame_get_buffer(m.frame, 0);
   if (rc >= 0) rc = avio_open(&m.format->pb, path.c_str(), AVIO_FLAG_WRITE);
-  if (rc >= 0) rc = avformat_write_header(m.format, nullptr);
+  AVDictionary* muxer_options = nullptr;  // MP4: the index first, so a browser can play while it downloads
+  av_dict_set(&muxer_options, "movflags", "+faststart", 0);
+  if (rc >= 0) rc = avformat_write_header(m.format, &muxer_options);
+  av_dict_free(&muxer_options);
   if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot start writing (", AvError(rc), ")"));
   m.sws = sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, m.codec->pix_fmt, SWS_BICUBIC, nullptr,
                          nullptr, nullptr);
@@ -113,7 +128,7 @@ absl::Status WriteVideoFile(const std::string& path, const std::vector<Image>& f
     const int src_stride[4] = {3 * w, 0, 0, 0};
     sws_scale(m.sws, src, src_stride, 0, h, m.frame->data, m.frame->linesize);
     m.frame->pts = static_cast<int64_t>(i);
-    m.frame->quality = m.codec->global_quality;
+    if (codec != "h264") m.frame->quality = m.codec->global_quality;
     RETURN_IF_ERROR(Encode(m, m.frame, path));
   }
   RETURN_IF_ERROR(Encode(m, nullptr, path));
