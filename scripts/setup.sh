@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libgtest-dev libgmock-dev libyaml-cpp-dev nlohmann-json3-dev
+  prometheus-cpp-dev libcivetweb-dev libgtest-dev libgmock-dev libyaml-cpp-dev nlohmann-json3-dev
   libpng-dev libjpeg-dev libssl-dev prometheus iproute2
   libgloo-dev  # declarations only: c10d's Gloo header includes them (collective/); the code is libtorch's
   libavcodec-dev libavformat-dev libswscale-dev libavutil-dev  # video clips (core/video)
@@ -22,17 +22,7 @@ PACKAGES=(
 )
 # A python3 that already makes venvs (e.g. pyenv's) needs neither Debian python package.
 command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || PACKAGES+=(python3 python3-venv)
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  SUDO=""
-  [[ $(id -u) == 0 ]] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+scripts/install_packages.sh "${PACKAGES[@]}"
 
 VENV=.venv
 REQ=scripts/requirements.txt

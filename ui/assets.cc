@@ -113,7 +113,7 @@ const std::string& AppJs() {
         refresh(panel, smoothingQuery());
       });
     }
-    if (!window.EventSource) return;
+    if (!window.EventSource || !job.dataset.events) return;
     var events = new EventSource(job.dataset.events);
     events.addEventListener('step', function () { refresh(panel, smoothingQuery()); });
     events.addEventListener('samples', function () { refresh(gallery); });

@@ -16,7 +16,7 @@ std::string Media(const std::string& job_id, int64_t step, const v1::SampleFile&
     return absl::StrCat("<video class=\"sample\" src=\"", src,
                         "\" muted loop autoplay playsinline preload=\"auto\"></video>");
   }
-  return absl::StrCat("<img class=\"sample\" src=\"", src, "\" alt=\"", HtmlEscape(f.prompt()), "\" loading=\"lazy\">");
+  return absl::StrCat("<img class=\"sample\" src=\"", src, "\" alt=\"", HtmlEscape(f.prompt()), "\">");
 }
 
 std::string Figure(const std::string& job_id, int64_t step, const v1::SampleFile& f) {

@@ -90,7 +90,7 @@ void HttpResponder::Send(const HttpResponse& r) {
   std::string head = absl::StrCat("HTTP/1.1 ", r.status, " ", HttpReason(r.status), "\r\nContent-Type: ",
                                   r.content_type, "\r\nContent-Length: ", r.body.size(),
                                   "\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n"
-                                  "Referrer-Policy: no-referrer\r\n");
+                                  "Referrer-Policy: same-origin\r\n");
   bool cache_control = false;
   for (const auto& [k, v] : r.headers) {
     absl::StrAppend(&head, k, ": ", v, "\r\n");

@@ -184,9 +184,12 @@ std::string JobPanel(const v1::HistoryResponse& h, const std::string& csrf, doub
 std::string JobPage(const v1::HistoryResponse& h, const v1::ListCheckpointsResponse& checkpoints,
                     const std::string& csrf, double smoothing) {
   const std::string id = HtmlEscape(h.job().job_id());
+  // An ended job's page does not follow it (continuing it reloads the page, which then does).
+  const bool live = h.job().state() < v1::JOB_STATE_FINISHED;
   return HtmlPage(
       h.job().name(),
-      absl::StrCat("<div id=\"job\" data-job=\"", id, "\" data-events=\"/jobs/", id, "/events\">",
+      absl::StrCat("<div id=\"job\" data-job=\"", id, "\"",
+                   live ? absl::StrCat(" data-events=\"/jobs/", id, "/events\"") : "", ">",
                    "<div class=\"controls\"><label>Smoothing <input type=\"range\" id=\"smoothing\" min=\"0\" "
                    "max=\"0.99\" step=\"0.01\" value=\"",
                    absl::StrFormat("%.2f", smoothing), "\"></label></div><div id=\"panel\" data-src=\"/jobs/", id,
