@@ -46,9 +46,8 @@ absl::Status RunUi(const Args& args) {
   UiServer ui(&jobs, options);
   HttpServerOptions http;
   http.listen = args.Get("listen");
-  ASSIGN_OR_RETURN(auto server, HttpServer::Start(http, [&ui](const HttpRequest& req, HttpResponder& out) {
-                     ui.Handle(req, out);
-                   }));
+  ASSIGN_OR_RETURN(auto server,
+                   HttpServer::Start(http, [&ui](const HttpRequest& req, HttpResponder& out) { ui.Handle(req, out); }));
   if (!Loopback(server->address())) {
     std::fprintf(stderr,
                  "baton ui: WARNING: serving plain HTTP on %s: the sign-in token and the session cookie cross the "
@@ -76,8 +75,7 @@ Command UiCommand() {
     }
     flags.push_back(std::move(f));
   }
-  return {"ui",
-          "Serve a browser view of a job service: jobs, live loss, samples, stop/continue/submit, downloads.",
+  return {"ui", "Serve a browser view of a job service: jobs, live loss, samples, stop/continue/submit, downloads.",
           std::move(flags), RunUi};
 }
 

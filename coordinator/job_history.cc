@@ -118,8 +118,8 @@ v1::WatchEvent SamplesFromLine(const nlohmann::json& j) {
 std::vector<v1::HistoryPoint> DownsampleSteps(const std::vector<v1::StepProgress>& steps, int max_points) {
   std::vector<v1::HistoryPoint> points;
   if (steps.empty()) return points;
-  const size_t cap = static_cast<size_t>(std::clamp(max_points <= 0 ? kDefaultHistoryPoints : max_points, 1,
-                                                    kMaxHistoryPoints));
+  const size_t cap =
+      static_cast<size_t>(std::clamp(max_points <= 0 ? kDefaultHistoryPoints : max_points, 1, kMaxHistoryPoints));
   const size_t run = (steps.size() + cap - 1) / cap;
   points.reserve((steps.size() + run - 1) / run);
   for (size_t begin = 0; begin < steps.size(); begin += run) {

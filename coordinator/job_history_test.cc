@@ -85,8 +85,9 @@ TEST(ListSampleRenderingTest, ListsTheFilesOfPromptsTxtThatExist) {
   const std::string out = test_util::MakeTempDir("job-history-samples");
   const std::string dir = JoinPath(out, "samples/step-4");
   ASSERT_TRUE(MakeDirs(dir).ok());
-  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "prompts.txt"), "0.mp4\ta red circle\n1.mp4\ta yellow\tsquare\n"
-                                                            "2.png\tnever written\n../x.png\tescape\n")
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "prompts.txt"),
+                              "0.mp4\ta red circle\n1.mp4\ta yellow\tsquare\n"
+                              "2.png\tnever written\n../x.png\tescape\n")
                   .ok());
   ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "0.mp4"), "v").ok());
   ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "1.mp4"), "v").ok());

@@ -111,8 +111,8 @@ absl::StatusOr<v1::JobInfo> JobQueue::Continue(const std::string& job_id) {
   Job& job = jobs_.at(id);
   const v1::JobState state = job.info.state();
   if (state != v1::JOB_STATE_STOPPED && state != v1::JOB_STATE_FAILED) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::JobState_Name(state),
-                                                      ": only a stopped or failed job can continue"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is ", v1::JobState_Name(state), ": only a stopped or failed job can continue"));
   }
   ASSIGN_OR_RETURN(job.config, ParseSubmittedJob(job.submitted));
   job.resume = true;  // from its newest checkpoint; with none, from the start (resume_if_any)
@@ -129,8 +129,7 @@ absl::StatusOr<v1::JobInfo> JobQueue::Continue(const std::string& job_id) {
   return InfoLocked(job);
 }
 
-absl::StatusOr<v1::HistoryResponse> JobQueue::History(const std::string& job_id, int max_points,
-                                                      int log_lines) const {
+absl::StatusOr<v1::HistoryResponse> JobQueue::History(const std::string& job_id, int max_points, int log_lines) const {
   v1::HistoryResponse history;
   std::vector<v1::SamplesProgress> renderings;
   {
@@ -415,9 +414,9 @@ void JobQueue::Restarted(Job& job, int64_t first_step) {
   job.evals.erase(std::remove_if(job.evals.begin(), job.evals.end(),
                                  [&](const v1::WatchEvent& e) { return EvalStep(e) > first_step; }),
                   job.evals.end());
-  job.checkpoints.erase(std::remove_if(job.checkpoints.begin(), job.checkpoints.end(),
-                                       [&](int64_t step) { return step > first_step; }),
-                        job.checkpoints.end());
+  job.checkpoints.erase(
+      std::remove_if(job.checkpoints.begin(), job.checkpoints.end(), [&](int64_t step) { return step > first_step; }),
+      job.checkpoints.end());
   job.run_seconds = 0;  // the ETA is this run's pace
 }
 
@@ -455,8 +454,8 @@ absl::Status JobQueue::Reload() {
     job.submitted = {j["yaml"].get<std::string>(), job.info.job_file(), j["working_dir"].get<std::string>(),
                      job.info.name(), j["steps"].get<int64_t>()};
     job.resume = j.value("resume", false);
-    LoggedHistory logged = ReadTrainLogHistory(JoinPath(job.info.output_dir(), "train_log.jsonl"),
-                                               job.info.total_steps());
+    LoggedHistory logged =
+        ReadTrainLogHistory(JoinPath(job.info.output_dir(), "train_log.jsonl"), job.info.total_steps());
     job.steps = std::move(logged.steps);
     job.evals = std::move(logged.evals);
     job.run_seconds = logged.run_seconds;

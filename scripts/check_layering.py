@@ -129,6 +129,7 @@ ALLOWED = [
     ("ui", "rpc", "it calls JobService with the signed-in user's token"),
     ("ui", "proto", "it speaks job_service.proto"),
     ("ui", "core/util", "files, status, logging"),
+    ("ui", "core/metrics", "civetweb's threads start only with thread_stack's fix (libtorch's static TLS)"),
     ("ui", "core/lora", "the BFL/ComfyUI download rewrites the job's diffusers LoRA"),
 ]
 

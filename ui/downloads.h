@@ -19,7 +19,6 @@ absl::Status SendLora(const JobClient& jobs, const std::string& token, const std
 
 // `file`: K.png, K.mp4 or contact_sheet.png of the rendering after `step` steps; `range`: the Range header.
 absl::Status SendSample(const JobClient& jobs, const std::string& token, const std::string& job_id,
-                        const std::string& step, const std::string& file, const std::string& range,
-                        HttpResponder& out);
+                        const std::string& step, const std::string& file, const std::string& range, HttpResponder& out);
 
 }  // namespace baton

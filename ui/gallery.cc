@@ -63,8 +63,8 @@ std::string Gallery(const v1::HistoryResponse& h) {
     compare += "</div>";
   }
   compare += "</div>";
-  return absl::StrCat("<section class=\"card\"><h2>Samples</h2>", by_step,
-                      "<h2>One prompt across steps</h2>", compare, "</section>");
+  return absl::StrCat("<section class=\"card\"><h2>Samples</h2>", by_step, "<h2>One prompt across steps</h2>", compare,
+                      "</section>");
 }
 
 }  // namespace baton

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <mutex>
 
+#include "core/metrics/thread_stack.h"
+
 namespace baton {
 namespace {
 
@@ -51,21 +53,36 @@ void EnsureLibrary() {
 
 const char* HttpReason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 206: return "Partial Content";
-    case 303: return "See Other";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 413: return "Payload Too Large";
-    case 416: return "Range Not Satisfiable";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    default: return status < 400 ? "OK" : "Error";
+    case 200:
+      return "OK";
+    case 206:
+      return "Partial Content";
+    case 303:
+      return "See Other";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Payload Too Large";
+    case 416:
+      return "Range Not Satisfiable";
+    case 500:
+      return "Internal Server Error";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return status < 400 ? "OK" : "Error";
   }
 }
 
@@ -87,8 +104,8 @@ std::string HttpRequest::Param(const std::string& name, bool from_body) const {
 }
 
 void HttpResponder::Send(const HttpResponse& r) {
-  std::string head = absl::StrCat("HTTP/1.1 ", r.status, " ", HttpReason(r.status), "\r\nContent-Type: ",
-                                  r.content_type, "\r\nContent-Length: ", r.body.size(),
+  std::string head = absl::StrCat("HTTP/1.1 ", r.status, " ", HttpReason(r.status),
+                                  "\r\nContent-Type: ", r.content_type, "\r\nContent-Length: ", r.body.size(),
                                   "\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n"
                                   "Referrer-Policy: same-origin\r\n");
   bool cache_control = false;
@@ -118,17 +135,32 @@ bool HttpResponder::Write(const std::string& data) {
   return data.empty() || mg_write(conn_, data.data(), data.size()) == static_cast<int>(data.size());
 }
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
-                                                              HttpHandler handler) {
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options, HttpHandler handler) {
   EnsureLibrary();
+  if (!ThreadStacksIncludeStaticTls()) {  // civetweb's threads could not start (core/metrics/thread_stack.cc)
+    return absl::InternalError(
+        "this binary does not export pthread_attr_setstacksize (link it with baton_core's "
+        "options); civetweb's threads cannot start");
+  }
   std::unique_ptr<HttpServer> server(new HttpServer(options, std::move(handler)));
   const std::string threads = absl::StrCat(options.threads);
-  const char* mg_options[] = {"listening_ports", options.listen.c_str(), "num_threads", threads.c_str(),
-                              "enable_keep_alive", "yes", "request_timeout_ms", "30000", nullptr};
+  const char* mg_options[] = {"listening_ports",
+                              options.listen.c_str(),
+                              "num_threads",
+                              threads.c_str(),
+                              "enable_keep_alive",
+                              "yes",
+                              "request_timeout_ms",
+                              "30000",
+                              nullptr};
   mg_callbacks callbacks{};
-  server->ctx_ = mg_start(&callbacks, server.get(), mg_options);
+  mg_init_data init{&callbacks, server.get(), mg_options};
+  unsigned code = 0;
+  char text[256] = "";
+  mg_error_data error{&code, text, sizeof text};
+  server->ctx_ = mg_start2(&init, &error);
   if (server->ctx_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen, " (in use, or not an address)"));
+    return absl::UnavailableError(absl::StrCat("cannot serve HTTP on ", options.listen, ": ", text));
   }
   mg_set_request_handler(server->ctx_, "/", &HttpServer::OnRequest, server.get());
   mg_server_port ports[4];
@@ -154,7 +186,9 @@ int HttpServer::OnRequest(mg_connection* conn, void* self_ptr) {
   }
   HttpResponder responder(conn);
   if (info->content_length > static_cast<long long>(self->options_.max_body_bytes)) {
-    responder.Send({413, "text/plain; charset=utf-8", {{"Connection", "close"}},
+    responder.Send({413,
+                    "text/plain; charset=utf-8",
+                    {{"Connection", "close"}},
                     absl::StrCat("request body over ", self->options_.max_body_bytes, " bytes: refused\n")});
     return 413;
   }

@@ -9,7 +9,7 @@
 namespace baton {
 namespace {
 
-constexpr absl::Duration kCallTimeout = absl::Seconds(30);     // Submit validates the job meanwhile
+constexpr absl::Duration kCallTimeout = absl::Seconds(30);      // Submit validates the job meanwhile
 constexpr absl::Duration kDownloadTimeout = absl::Minutes(30);  // a LoRA of hundreds of MB on a slow link
 
 void Prepare(grpc::ClientContext* ctx, const std::string& token, absl::Duration timeout) {
@@ -30,7 +30,7 @@ namespace {
 template <typename Request, typename Response>
 absl::StatusOr<Response> Unary(v1::JobService::Stub& stub, const std::string& address, const std::string& token,
                                grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*, const Request&,
-                                                                             Response*),
+                                                                            Response*),
                                const Request& req) {
   grpc::ClientContext ctx;
   Prepare(&ctx, token, kCallTimeout);
@@ -52,8 +52,7 @@ absl::StatusOr<v1::JobInfo> JobClient::Status(const std::string& token, const st
   return Unary(*stub_, address_, token, &v1::JobService::Stub::Status, req);
 }
 
-absl::StatusOr<v1::HistoryResponse> JobClient::History(const std::string& token,
-                                                       const v1::HistoryRequest& req) const {
+absl::StatusOr<v1::HistoryResponse> JobClient::History(const std::string& token, const v1::HistoryRequest& req) const {
   return Unary(*stub_, address_, token, &v1::JobService::Stub::History, req);
 }
 
@@ -74,7 +73,7 @@ absl::StatusOr<v1::JobInfo> JobClient::Continue(const std::string& token, const 
 }
 
 absl::StatusOr<v1::ListCheckpointsResponse> JobClient::Checkpoints(const std::string& token,
-                                                                  const std::string& job_id) const {
+                                                                   const std::string& job_id) const {
   v1::ListCheckpointsRequest req;
   req.set_job_id(job_id);
   return Unary(*stub_, address_, token, &v1::JobService::Stub::ListCheckpoints, req);

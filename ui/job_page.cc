@@ -55,10 +55,8 @@ std::string Charts(const v1::HistoryResponse& h, double smoothing) {
     gn.y.push_back(p.grad_norm());
   }
   if (!runs) raw.low.clear(), raw.high.clear();  // one step a point: no band
-  ChartSeries smooth{absl::StrFormat("smoothed %.2f", smoothing), "s-smooth", raw.x, Smooth(raw.y, smoothing),
-                     {},
-                     {},
-                     false};
+  ChartSeries smooth{
+      absl::StrFormat("smoothed %.2f", smoothing), "s-smooth", raw.x, Smooth(raw.y, smoothing), {}, {}, false};
   ChartSeries val{"validation", "s-val", {}, {}, {}, {}, true};
   for (const v1::ValidationProgress& v : h.validations()) {
     val.x.push_back(static_cast<double>(v.step()));
@@ -141,17 +139,17 @@ std::string Header(const v1::HistoryResponse& h, const std::string& csrf) {
   const v1::StepProgress& s = job.last_step();
   std::string pace;
   if (job.has_last_step()) {
-    pace = absl::StrFormat("%.3f s/step · %.2f samples/s · loss %.5f", s.step_seconds(), s.samples_per_second(),
-                           s.loss());
+    pace =
+        absl::StrFormat("%.3f s/step · %.2f samples/s · loss %.5f", s.step_seconds(), s.samples_per_second(), s.loss());
     if (job.state() == v1::JOB_STATE_RUNNING) absl::StrAppend(&pace, " · ", FormatDuration(s.eta_seconds()), " left");
   }
   std::string error;
-  if (!job.error().empty()) error = absl::StrCat("<pre class=\"error\" id=\"job-error\">", HtmlEscape(job.error()),
-                                                 "</pre>");
-  return absl::StrCat("<div class=\"job-head\"><h1>", HtmlEscape(job.name()), " <small>job ",
-                      HtmlEscape(job.job_id()), "</small></h1><span class=\"state ", JobStateName(job.state()),
-                      "\" id=\"job-state\">", JobStateName(job.state()), "</span>", ProgressBar(job),
-                      "<p class=\"pace\">", pace, "</p>", JobActions(job, csrf), "</div>", error, Outages(job));
+  if (!job.error().empty())
+    error = absl::StrCat("<pre class=\"error\" id=\"job-error\">", HtmlEscape(job.error()), "</pre>");
+  return absl::StrCat("<div class=\"job-head\"><h1>", HtmlEscape(job.name()), " <small>job ", HtmlEscape(job.job_id()),
+                      "</small></h1><span class=\"state ", JobStateName(job.state()), "\" id=\"job-state\">",
+                      JobStateName(job.state()), "</span>", ProgressBar(job), "<p class=\"pace\">", pace, "</p>",
+                      JobActions(job, csrf), "</div>", error, Outages(job));
 }
 
 std::string LogTail(const v1::HistoryResponse& h) {
@@ -166,9 +164,10 @@ std::string Checkpoints(const v1::JobInfo& job, const v1::ListCheckpointsRespons
   if (checkpoints.checkpoints_size() == 0) return "";
   std::string out = "<h2>Checkpoints</h2><ul class=\"checkpoints\">";
   for (const v1::CheckpointInfo& c : checkpoints.checkpoints()) {
-    const std::string href = absl::StrCat("/jobs/", HtmlEscape(job.job_id()), "/lora.safetensors?checkpoint=", c.step());
-    absl::StrAppend(&out, "<li>step ", c.step(), absl::StrFormat(" · %.1f MB · ", c.lora_bytes() / 1e6),
-                    "<a href=\"", href, "\" download>diffusers</a> · <a href=\"", href,
+    const std::string href =
+        absl::StrCat("/jobs/", HtmlEscape(job.job_id()), "/lora.safetensors?checkpoint=", c.step());
+    absl::StrAppend(&out, "<li>step ", c.step(), absl::StrFormat(" · %.1f MB · ", c.lora_bytes() / 1e6), "<a href=\"",
+                    href, "\" download>diffusers</a> · <a href=\"", href,
                     "&amp;format=original\" download>BFL/ComfyUI</a></li>");
   }
   return out + "</ul>";

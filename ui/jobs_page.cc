@@ -12,8 +12,7 @@ namespace baton {
 namespace {
 
 std::string Cell(const std::string& text, const std::string& css_class = "") {
-  return absl::StrCat("<td", css_class.empty() ? "" : absl::StrCat(" class=\"", css_class, "\""), ">", text,
-                      "</td>");
+  return absl::StrCat("<td", css_class.empty() ? "" : absl::StrCat(" class=\"", css_class, "\""), ">", text, "</td>");
 }
 
 // The model's folder as people name it: its last two path parts ("demo/pipeline").
@@ -28,8 +27,8 @@ std::string ShortModel(const std::string& model) {
 std::string JobRow(const v1::JobInfo& job, const std::string& csrf) {
   const v1::StepProgress& s = job.last_step();
   const bool running = job.state() == v1::JOB_STATE_RUNNING;
-  std::string state = absl::StrCat("<span class=\"state ", JobStateName(job.state()), "\">",
-                                   JobStateName(job.state()), "</span>");
+  std::string state =
+      absl::StrCat("<span class=\"state ", JobStateName(job.state()), "\">", JobStateName(job.state()), "</span>");
   if (job.state() == v1::JOB_STATE_QUEUED) absl::StrAppend(&state, " #", job.queue_position());
   if (!job.error().empty()) absl::StrAppend(&state, "<div class=\"error\">", HtmlEscape(job.error()), "</div>");
   return absl::StrCat(
@@ -39,8 +38,7 @@ std::string JobRow(const v1::JobInfo& job, const std::string& csrf) {
       Cell(HtmlEscape(ShortModel(job.model())), "model"), Cell(state, "state-cell"), Cell(ProgressBar(job)),
       Cell(job.has_last_step() ? absl::StrFormat("%.3f", s.step_seconds()) : "-", "num"),
       Cell(running && job.has_last_step() ? FormatDuration(s.eta_seconds()) : "-", "num"),
-      Cell(job.has_last_step() ? absl::StrFormat("%.5f", s.loss()) : "-", "num"), Cell(JobActions(job, csrf)),
-      "</tr>");
+      Cell(job.has_last_step() ? absl::StrFormat("%.5f", s.loss()) : "-", "num"), Cell(JobActions(job, csrf)), "</tr>");
 }
 
 std::string SubmitSection(const SubmitForm& form, const std::string& csrf) {
@@ -59,8 +57,8 @@ std::string SubmitSection(const SubmitForm& form, const std::string& csrf) {
       "\"><textarea name=\"job_yaml\" id=\"job-yaml\" rows=\"10\" spellcheck=\"false\" "
       "placeholder=\"paste a job file (YAML), or choose one above\">",
       HtmlEscape(form.job_yaml),
-      "</textarea><div class=\"row\"><label>Name <input name=\"name\" id=\"job-name\" value=\"",
-      HtmlEscape(form.name), "\"></label><label>Steps <input name=\"steps\" id=\"job-steps\" inputmode=\"numeric\" value=\"",
+      "</textarea><div class=\"row\"><label>Name <input name=\"name\" id=\"job-name\" value=\"", HtmlEscape(form.name),
+      "\"></label><label>Steps <input name=\"steps\" id=\"job-steps\" inputmode=\"numeric\" value=\"",
       HtmlEscape(form.steps),
       "\" placeholder=\"the job's\"></label><button type=\"submit\" id=\"submit-button\">Submit</button></div>"
       "<p class=\"hint\">Relative paths in the job are read from the folder <code>baton ui</code> was started in, "
@@ -119,8 +117,9 @@ std::string JobsTable(const std::vector<v1::JobInfo>& jobs, const std::string& c
 }
 
 std::string JobsPage(const std::vector<v1::JobInfo>& jobs, const std::string& csrf, const SubmitForm& form) {
-  return HtmlPage("Jobs", absl::StrCat("<h1>Jobs</h1><div id=\"jobs-live\" data-refresh=\"/fragments/jobs\">",
-                                       JobsTable(jobs, csrf), "</div>", SubmitSection(form, csrf)),
+  return HtmlPage("Jobs",
+                  absl::StrCat("<h1>Jobs</h1><div id=\"jobs-live\" data-refresh=\"/fragments/jobs\">",
+                               JobsTable(jobs, csrf), "</div>", SubmitSection(form, csrf)),
                   csrf);
 }
 

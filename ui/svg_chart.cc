@@ -96,8 +96,10 @@ std::vector<double> NiceTicks(double lo, double hi, int count) {
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   const double norm = raw / mag;
   const double step = (norm < 1.5 ? 1 : norm < 3.5 ? 2 : norm < 7.5 ? 5 : 10) * mag;
-  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
-    ticks.push_back(std::fabs(t) < step * 1e-9 ? 0 : t);
+  // k × step, rounded to the step's decimals (0.6, not 0.6000000000000001)
+  const double decimals = std::pow(10.0, std::max(0.0, -std::floor(std::log10(step))) + 1);
+  for (double k = std::ceil(lo / step); k * step <= hi + step * 1e-9; k += 1) {
+    ticks.push_back(std::round(k * step * decimals) / decimals);
   }
   return ticks;
 }
@@ -140,13 +142,14 @@ std::string SvgLineChart(const ChartOptions& o, const std::vector<ChartSeries>& 
       absl::StrAppend(&svg, "<polygon class=\"band ", HtmlEscape(s.css_class), "\" points=\"", Points(f, s.x, s.low),
                       " ", Points(f, rx, rhigh), "\"/>");
     }
-    absl::StrAppend(&svg, "<polyline class=\"series ", HtmlEscape(s.css_class), "\" data-series=\"",
-                    HtmlEscape(s.name), "\" points=\"", Points(f, s.x, s.y), "\"/>");
+    absl::StrAppend(&svg, "<polyline class=\"series ", HtmlEscape(s.css_class), "\" data-series=\"", HtmlEscape(s.name),
+                    "\" points=\"", Points(f, s.x, s.y), "\"/>");
     if (!s.markers) continue;
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
       if (!Plottable(s.y[i], o.log_y)) continue;
-      absl::StrAppendFormat(&svg, "<circle class=\"marker %s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\"><title>%s at step %s: %s"
-                                  "</title></circle>",
+      absl::StrAppendFormat(&svg,
+                            "<circle class=\"marker %s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\"><title>%s at step %s: %s"
+                            "</title></circle>",
                             HtmlEscape(s.css_class), f.X(s.x[i]), f.Y(s.y[i]), HtmlEscape(s.name), Label(s.x[i]),
                             Label(s.y[i]));
     }

@@ -17,8 +17,8 @@ struct ChartSeries {
 };
 
 struct ChartOptions {
-  std::string id;     // the <svg> element's id
-  std::string title;  // drawn at the top left
+  std::string id;               // the <svg> element's id
+  std::string title;            // drawn at the top left
   double x_min = 0, x_max = 1;  // the shared axis
   double width = 900, height = 220;
   bool log_y = false;  // a log axis (values ≤ 0 are left out)

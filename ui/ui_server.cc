@@ -32,22 +32,30 @@ HttpResponse Redirect(const std::string& to) { return {303, "text/plain; charset
 
 int HttpStatusOf(const absl::Status& s) {
   switch (s.code()) {
-    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kNotFound:
+      return 404;
     case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange: return 400;
+    case absl::StatusCode::kOutOfRange:
+      return 400;
     case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kAlreadyExists: return 409;
-    case absl::StatusCode::kUnauthenticated: return 401;
-    case absl::StatusCode::kPermissionDenied: return 403;
-    case absl::StatusCode::kResourceExhausted: return 413;
-    default: return 502;  // the job service did not answer as it should
+    case absl::StatusCode::kAlreadyExists:
+      return 409;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kResourceExhausted:
+      return 413;
+    default:
+      return 502;  // the job service did not answer as it should
   }
 }
 
 HttpResponse ErrorPage(const absl::Status& s, const std::string& csrf) {
-  return Html(HttpStatusOf(s), HtmlPage("Error", absl::StrCat("<h1>Refused</h1><pre class=\"error\" id=\"error\">",
-                                                              HtmlEscape(std::string(s.message())),
-                                                              "</pre><p><a href=\"/\">Back to the jobs</a></p>"),
+  return Html(HttpStatusOf(s), HtmlPage("Error",
+                                        absl::StrCat("<h1>Refused</h1><pre class=\"error\" id=\"error\">",
+                                                     HtmlEscape(std::string(s.message())),
+                                                     "</pre><p><a href=\"/\">Back to the jobs</a></p>"),
                                         csrf));
 }
 
@@ -79,7 +87,8 @@ std::string SessionCookie(const std::string& id, bool expire) {
 bool SameOrigin(const HttpRequest& req) {
   const std::string origin = req.Header("origin");
   if (origin.empty()) return true;  // older browsers omit it on same-origin posts; the form token still holds
-  return origin == absl::StrCat("http://", req.Header("host")) || origin == absl::StrCat("https://", req.Header("host"));
+  return origin == absl::StrCat("http://", req.Header("host")) ||
+         origin == absl::StrCat("https://", req.Header("host"));
 }
 
 }  // namespace
@@ -109,8 +118,10 @@ void UiServer::Route(Call& call) {
   const bool get = req.method == "GET" || req.method == "HEAD", post = req.method == "POST";
   if (get && (path == "/static/app.css" || path == "/static/app.js")) {
     const bool css = absl::EndsWith(path, ".css");
-    call.out.Send({200, css ? "text/css; charset=utf-8" : "text/javascript; charset=utf-8",
-                   {{"Cache-Control", "no-cache"}}, css ? AppCss() : AppJs()});
+    call.out.Send({200,
+                   css ? "text/css; charset=utf-8" : "text/javascript; charset=utf-8",
+                   {{"Cache-Control", "no-cache"}},
+                   css ? AppCss() : AppJs()});
     return;
   }
   if (path == "/login") {
@@ -119,7 +130,8 @@ void UiServer::Route(Call& call) {
     return;
   }
   if (!call.session) {  // nothing else without signing in: pages go to the sign-in form, the rest is refused
-    const bool page = get && (path == "/" || (absl::StartsWith(path, "/jobs/") && path.find('/', 6) == std::string::npos));
+    const bool page =
+        get && (path == "/" || (absl::StartsWith(path, "/jobs/") && path.find('/', 6) == std::string::npos));
     call.out.Send(page ? Redirect("/login") : Text(401, "sign in first (/login)\n"));
     return;
   }
@@ -284,8 +296,8 @@ void UiServer::Events(Call& call, const std::string& id) {
                      job->last_validation().step(), "/", job->outages_size(), "/", job->stop_requested());
     const std::string samples = absl::StrCat(job->has_last_samples(), "/", job->last_samples().step());
     std::string events;
-    if (!first && samples != seen_samples) absl::StrAppend(&events, "event: samples\ndata: ", job->last_samples().step(),
-                                                         "\n\n");
+    if (!first && samples != seen_samples)
+      absl::StrAppend(&events, "event: samples\ndata: ", job->last_samples().step(), "\n\n");
     if (!first && now != seen) absl::StrAppend(&events, "event: step\ndata: ", job->last_step().step(), "\n\n");
     if (job->state() >= v1::JOB_STATE_FINISHED) absl::StrAppend(&events, "event: end\ndata: ", job->state(), "\n\n");
     if (events.empty() && absl::Now() - last_write > kKeepAlive) events = ": keepalive\n\n";

@@ -44,8 +44,7 @@ absl::Status Open(Muxer& m, const std::string& path, int width, int height, int 
   if (!mjpeg && !h264 && codec_name != "mpeg4") {
     return absl::InvalidArgumentError("video codec must be h264, mpeg4 or mjpeg");
   }
-  const AVCodec* codec =
-      avcodec_find_encoder(mjpeg ? AV_CODEC_ID_MJPEG : h264 ? AV_CODEC_ID_H264 : AV_CODEC_ID_MPEG4);
+  const AVCodec* codec = avcodec_find_encoder(mjpeg ? AV_CODEC_ID_MJPEG : h264 ? AV_CODEC_ID_H264 : AV_CODEC_ID_MPEG4);
   if (codec == nullptr)
     return absl::UnimplementedError(absl::StrCat("this libavcodec has no ", codec_name, " encoder"));
   m.codec = avcodec_alloc_context3(codec);
