@@ -190,6 +190,17 @@ absl::Status Stop(const Args& args) {
   return absl::OkStatus();
 }
 
+absl::Status Continue(const Args& args) {
+  v1::ContinueRequest req;
+  req.set_job_id(args.Get("JOB_ID"));
+  v1::JobInfo job;
+  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::Continue, req, &job));
+  std::printf("job %s queued at position %d: it continues from its newest checkpoint (step %lld) (baton watch %s)\n",
+              job.job_id().c_str(), job.queue_position(), static_cast<long long>(job.last_checkpoint_step()),
+              job.job_id().c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Checkpoints(const Args& args) {
   v1::ListCheckpointsRequest req;
   req.set_job_id(args.Get("JOB_ID"));
@@ -278,6 +289,8 @@ std::vector<Command> JobCommands() {
        Watch},
       {"stop", "Stop a job: a running one checkpoints after its current step; a queued one leaves the queue.",
        ServerFlags({JobIdArg(true)}), Stop},
+      {"continue", "Queue a stopped or failed job again: it continues from its newest checkpoint.",
+       ServerFlags({JobIdArg(true)}), Continue},
       {"checkpoints", "List a job's checkpoints: step, time, size, path on the coordinator.",
        ServerFlags({JobIdArg(true)}), Checkpoints},
       {"download",

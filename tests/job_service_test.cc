@@ -121,6 +121,17 @@ class Service {
     EXPECT_TRUE(s.ok()) << s.error_message();
     return info;
   }
+  // The job's history: every step point (one per step at this size) and the log tail.
+  v1::HistoryResponse History(const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::HistoryRequest req;
+    req.set_job_id(id);
+    req.set_log_lines(3);
+    v1::HistoryResponse history;
+    grpc::Status s = stub_->History(&ctx, req, &history);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return history;
+  }
   // The status of a raw Download call (what the `baton` client would never send).
   grpc::Status DownloadStatus(const v1::DownloadRequest& req) {
     grpc::ClientContext ctx;
@@ -305,6 +316,22 @@ TEST_F(JobServiceTest, StopCheckpointsARunningJob) {
             ReadFile(JoinPath(CheckpointDir(stopped.output_dir(), stopped.last_step().step()), "lora.safetensors"))
                 .value_or("b"));
   EXPECT_EQ(Baton(absl::StrCat("stop ", id)).exit_code, 1) << "stopping an ended job is an error";
+
+  // Continued, it resumes from the stop's checkpoint; its history holds each step once.
+  auto cont = Baton(absl::StrCat("continue ", id));
+  EXPECT_EQ(cont.exit_code, 0) << cont.output;
+  const int64_t at = stopped.last_step().step();
+  v1::JobInfo resumed = service_->WaitFor(id, [&](const v1::JobInfo& j) { return j.last_step().step() >= at + 2; });
+  EXPECT_EQ(resumed.state(), v1::JOB_STATE_RUNNING) << resumed.error();
+  EXPECT_EQ(resumed.first_step(), at);
+  EXPECT_EQ(Baton(absl::StrCat("continue ", id)).exit_code, 1) << "a running job cannot continue";
+  v1::HistoryResponse history = service_->History(id);
+  ASSERT_GE(history.points_size(), at + 2);
+  for (int i = 0; i < history.points_size(); ++i) EXPECT_EQ(history.points(i).step(), i + 1);
+  EXPECT_EQ(history.logged_steps(), history.points_size());
+  EXPECT_EQ(history.log_tail_size(), 3);
+  EXPECT_EQ(Baton(absl::StrCat("stop ", id)).exit_code, 0);
+  EXPECT_EQ(service_->WaitFor(id, Ended).state(), v1::JOB_STATE_STOPPED);
 }
 
 TEST_F(JobServiceTest, DownloadEqualsTheJobsOutputAndCoordinatorJobBitwise) {

@@ -7,6 +7,7 @@ const std::string& AppCss() {
 :root { --bg: #f6f7f9; --card: #fff; --ink: #1d2330; --muted: #667085; --line: #e4e7ec; --accent: #3b5bdb;
         --ok: #2b8a3e; --bad: #c92a2a; --warn: #e67700; }
 * { box-sizing: border-box; }
+[hidden] { display: none !important; }
 body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; background: var(--bg);
        color: var(--ink); }
 header { display: flex; align-items: center; gap: 24px; padding: 10px 24px; background: #1d2330; color: #fff; }
@@ -101,6 +102,7 @@ const std::string& AppJs() {
 
   function followJob(job) {
     var panel = document.getElementById('panel'), gallery = document.getElementById('gallery');
+    var details = document.getElementById('details');
     var smoothing = document.getElementById('smoothing');
     if (smoothing) {
       var kept = window.localStorage && localStorage.getItem('baton.smoothing');
@@ -115,11 +117,15 @@ const std::string& AppJs() {
     }
     if (!window.EventSource || !job.dataset.events) return;
     var events = new EventSource(job.dataset.events);
-    events.addEventListener('step', function () { refresh(panel, smoothingQuery()); });
+    events.addEventListener('step', function () {
+      refresh(panel, smoothingQuery());
+      refresh(details);
+    });
     events.addEventListener('samples', function () { refresh(gallery); });
     events.addEventListener('end', function () {
       events.close();
       refresh(panel, smoothingQuery());
+      refresh(details);
       refresh(gallery);
     });
     events.addEventListener('gone', function () { events.close(); });

@@ -99,8 +99,12 @@ std::string ValidationChart(const v1::HistoryResponse& h) {
 std::string StageTable(const v1::HistoryResponse& h) {
   const v1::JobInfo& job = h.job();
   if (job.stage_totals_size() == 0) return "";
-  double bytes = 0;
-  for (const v1::HistoryPoint& p : h.points()) bytes = std::max(bytes, static_cast<double>(p.link_bytes()));
+  double bytes = 0, steps = 0;  // the run's mean, however the points were downsampled
+  for (const v1::HistoryPoint& p : h.points()) {
+    const double n = static_cast<double>(p.step() - p.first_step() + 1);
+    bytes += n * static_cast<double>(p.link_bytes());
+    steps += n;
+  }
   std::string out =
       "<h2>Stage activity</h2><table class=\"stages\" id=\"stages\"><thead><tr><th>Stage</th><th>Worker</th>"
       "<th>Busy s</th><th>Idle s</th><th>Busy</th><th>Last step busy / idle s</th></tr></thead><tbody>";
@@ -122,7 +126,8 @@ std::string StageTable(const v1::HistoryResponse& h) {
                     "<td class=\"num\">", last, "</td></tr>");
   }
   absl::StrAppend(&out, "</tbody></table>",
-                  absl::StrFormat("<p class=\"hint\">Coordinator links: at most %.2f MB a step.</p>", bytes / 1e6));
+                  absl::StrFormat("<p class=\"hint\">Coordinator links: %.2f MB a step on average.</p>",
+                                  steps > 0 ? bytes / steps / 1e6 : 0.0));
   return out;
 }
 
@@ -176,8 +181,11 @@ std::string Checkpoints(const v1::JobInfo& job, const v1::ListCheckpointsRespons
 }  // namespace
 
 std::string JobPanel(const v1::HistoryResponse& h, const std::string& csrf, double smoothing) {
-  return absl::StrCat(Header(h, csrf), "<section class=\"card\">", Charts(h, smoothing), "</section>",
-                      ValidationChart(h), StageTable(h), LogTail(h));
+  return absl::StrCat(Header(h, csrf), "<section class=\"card\">", Charts(h, smoothing), "</section>");
+}
+
+std::string JobDetails(const v1::HistoryResponse& h) {
+  return absl::StrCat(ValidationChart(h), StageTable(h), LogTail(h));
 }
 
 std::string JobPage(const v1::HistoryResponse& h, const v1::ListCheckpointsResponse& checkpoints,
@@ -193,7 +201,8 @@ std::string JobPage(const v1::HistoryResponse& h, const v1::ListCheckpointsRespo
                    "max=\"0.99\" step=\"0.01\" value=\"",
                    absl::StrFormat("%.2f", smoothing), "\"></label></div><div id=\"panel\" data-src=\"/jobs/", id,
                    "/panel\">", JobPanel(h, csrf, smoothing), "</div><div id=\"gallery\" data-src=\"/jobs/", id,
-                   "/gallery\">", Gallery(h), "</div>", Checkpoints(h.job(), checkpoints), "</div>"),
+                   "/gallery\">", Gallery(h), "</div><div id=\"details\" data-src=\"/jobs/", id, "/details\">",
+                   JobDetails(h), "</div>", Checkpoints(h.job(), checkpoints), "</div>"),
       csrf);
 }
 

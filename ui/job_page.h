@@ -1,7 +1,7 @@
 // A job's page: its state and actions, the training loss (raw, smoothed, with the validation mean) with the learning
-// rate and gradient norm on one step axis, the validation loss per timestep, stage activity, checkpoints, the tail
-// of its train log, and the sample gallery. The live part (panel) and the gallery are also served alone, for the page
-// to refresh when the job moves.
+// rate and gradient norm on one step axis (the panel), the sample gallery, then the validation loss per timestep,
+// stage activity and the tail of its train log (the details), and its checkpoints. The panel, the gallery and the
+// details are also served alone, for the page to refresh when the job moves.
 #pragma once
 
 #include <string>
@@ -17,5 +17,6 @@ inline constexpr int kLogLines = 30;
 std::string JobPage(const v1::HistoryResponse& history, const v1::ListCheckpointsResponse& checkpoints,
                     const std::string& csrf, double smoothing);
 std::string JobPanel(const v1::HistoryResponse& history, const std::string& csrf, double smoothing);
+std::string JobDetails(const v1::HistoryResponse& history);
 
 }  // namespace baton

@@ -241,7 +241,7 @@ void UiServer::JobRoute(Call& call, const std::string& id, const std::string& re
   const std::string& method = call.req.method;
   const bool get = method == "GET" || method == "HEAD", post = method == "POST";
   if (get && rest.empty()) return JobPage(call, id);
-  if (get && (rest == "panel" || rest == "gallery")) return Panel(call, id, rest == "gallery");
+  if (get && (rest == "panel" || rest == "gallery" || rest == "details")) return Part(call, id, rest);
   if (get && rest == "events") return Events(call, id);
   if (post && (rest == "stop" || rest == "continue")) return Action(call, id, rest);
   if (get && rest == "lora.safetensors") return LoraFile(call, id);
@@ -264,16 +264,18 @@ void UiServer::JobPage(Call& call, const std::string& id) {
                                          call.csrf(), SmoothingOf(call.req))));
 }
 
-void UiServer::Panel(Call& call, const std::string& id, bool gallery) {
+void UiServer::Part(Call& call, const std::string& id, const std::string& part) {
   v1::HistoryRequest req;
   req.set_job_id(id);
-  req.set_max_points(gallery ? 1 : kChartPoints);
-  req.set_log_lines(gallery ? 0 : kLogLines);
+  req.set_max_points(part == "panel" ? kChartPoints : 1);  // the details and the gallery show no step series
+  req.set_log_lines(part == "details" ? kLogLines : 0);
   auto history = jobs_->History(call.token(), req);
   if (!history.ok()) {
     return call.out.Send(Text(HttpStatusOf(history.status()), std::string(history.status().message())));
   }
-  call.out.Send(Html(200, gallery ? Gallery(*history) : JobPanel(*history, call.csrf(), SmoothingOf(call.req))));
+  call.out.Send(Html(200, part == "gallery"   ? Gallery(*history)
+                          : part == "details" ? JobDetails(*history)
+                                              : JobPanel(*history, call.csrf(), SmoothingOf(call.req))));
 }
 
 // Server-sent events while the page is open: "step" whenever the job moved (a step, a state, a checkpoint, an

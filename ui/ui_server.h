@@ -39,7 +39,8 @@ class UiServer {
   void Submit(Call& call);
   void JobRoute(Call& call, const std::string& job_id, const std::string& rest);
   void JobPage(Call& call, const std::string& job_id);
-  void Panel(Call& call, const std::string& job_id, bool gallery);
+  // A live part of a job's page alone: "panel", "gallery" or "details".
+  void Part(Call& call, const std::string& job_id, const std::string& part);
   void Events(Call& call, const std::string& job_id);
   void Action(Call& call, const std::string& job_id, const std::string& action);
   void LoraFile(Call& call, const std::string& job_id);

@@ -12,6 +12,7 @@ import urllib.parse
 
 import requests
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
 sys.path.insert(0, os.path.dirname(__file__))
 from browser_env import (SOURCE_DIR, Stack, chromium, click, form_token, loss_points, screenshot,  # noqa: E402
@@ -87,6 +88,13 @@ class FluxJobInTheBrowser(unittest.TestCase):
               return i.complete && i.naturalWidth > 0; });""")), 30, "every sample image decoded")
         captions = [f.text for f in d.find_elements(By.CSS_SELECTOR, ".by-step figcaption")]
         self.assertIn("Step 12 · a red circle on a blue background", captions)
+        # One prompt across steps: one row shows at a time, the one the menu names.
+        shown = "return Array.from(document.querySelectorAll('.compare-row')).filter(function (r) { " \
+                "return r.offsetParent !== null; }).map(function (r) { return r.dataset.prompt; });"
+        self.assertEqual(d.execute_script(shown), ["0"])
+        Select(d.find_element(By.ID, "compare-prompt")).select_by_index(2)
+        self.assertEqual(d.execute_script(shown), ["2"])
+        self.assertEqual(len(d.find_elements(By.CSS_SELECTOR, '.compare-row[data-prompt="2"] img.sample')), 2)
         screenshot(d, "job-page", whole_page=True)
         # The LoRA the page offers is the job's file, byte for byte.
         s = session_of(d, self.url)
