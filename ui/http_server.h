@@ -59,7 +59,7 @@ using HttpHandler = std::function<void(const HttpRequest&, HttpResponder&)>;
 struct HttpServerOptions {
   std::string listen = "127.0.0.1:8675";  // host:port; port 0 picks a free one
   size_t max_body_bytes = 1 << 20;
-  int threads = 16;  // each open event stream holds one
+  int threads = 48;  // each open event stream (a job's page) holds one
 };
 
 class HttpServer {

@@ -37,7 +37,7 @@ std::string SessionStore::Create(const std::string& token) {
   return id;
 }
 
-std::optional<Session> SessionStore::Find(const std::string& id) {
+std::optional<Session> SessionStore::Find(const std::string& id, bool touch) {
   if (id.empty()) return std::nullopt;
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
@@ -47,7 +47,7 @@ std::optional<Session> SessionStore::Find(const std::string& id) {
     sessions_.erase(it);
     return std::nullopt;
   }
-  it->second.last_used = now;
+  if (touch) it->second.last_used = now;
   return it->second;
 }
 

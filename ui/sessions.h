@@ -24,8 +24,8 @@ class SessionStore {
   explicit SessionStore(absl::Duration lifetime = absl::Hours(12)) : lifetime_(lifetime) {}
   // A new session for `token`; returns its id.
   std::string Create(const std::string& token) ABSL_LOCKS_EXCLUDED(mu_);
-  // The live session of `id` (its use refreshed), or none.
-  std::optional<Session> Find(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The live session of `id` (`touch`: its use refreshed), or none.
+  std::optional<Session> Find(const std::string& id, bool touch = true) ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

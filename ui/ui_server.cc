@@ -156,6 +156,16 @@ void UiServer::Route(Call& call) {
   call.out.Send(ErrorPage(absl::NotFoundError(absl::StrCat("no page ", path)), call.csrf()));
 }
 
+void UiServer::Fail(Call& call, const absl::Status& status) {
+  if (absl::IsUnauthenticated(status)) {
+    sessions_.Remove(call.session_id);
+    HttpResponse r = Redirect("/login");
+    r.headers.push_back({"Set-Cookie", SessionCookie("", true)});
+    return call.out.Send(r);
+  }
+  call.out.Send(ErrorPage(status, call.csrf()));
+}
+
 void UiServer::Login(Call& call) {
   if (!SameOrigin(call.req)) {
     call.out.Send(Html(403, LoginPage("refused: this form was posted from another site")));
@@ -192,7 +202,7 @@ void UiServer::Logout(Call& call) {
 
 void UiServer::JobsPage(Call& call) {
   auto list = jobs_->List(call.token());
-  if (!list.ok()) return call.out.Send(ErrorPage(list.status(), call.csrf()));
+  if (!list.ok()) return Fail(call, list.status());
   std::vector<v1::JobInfo> jobs(list->jobs().begin(), list->jobs().end());
   call.out.Send(Html(200, baton::JobsPage(jobs, call.csrf(), SubmitForm{})));
 }
@@ -258,7 +268,7 @@ void UiServer::JobPage(Call& call, const std::string& id) {
   req.set_max_points(kChartPoints);
   req.set_log_lines(kLogLines);
   auto history = jobs_->History(call.token(), req);
-  if (!history.ok()) return call.out.Send(ErrorPage(history.status(), call.csrf()));
+  if (!history.ok()) return Fail(call, history.status());
   auto checkpoints = jobs_->Checkpoints(call.token(), id);
   call.out.Send(Html(200, baton::JobPage(*history, checkpoints.ok() ? *checkpoints : v1::ListCheckpointsResponse(),
                                          call.csrf(), SmoothingOf(call.req))));
@@ -287,7 +297,7 @@ void UiServer::Events(Call& call, const std::string& id) {
   std::string seen, seen_samples;
   bool first = true;
   absl::Time last_write = absl::Now();
-  while (sessions_.Find(call.session_id)) {
+  while (sessions_.Find(call.session_id, /*touch=*/false)) {  // an open page alone keeps no session alive
     auto job = jobs_->Status(call.token(), id);
     if (!job.ok()) {
       call.out.Write(absl::StrCat("event: gone\ndata: ", job.status().message(), "\n\n"));
@@ -318,13 +328,13 @@ void UiServer::Events(Call& call, const std::string& id) {
 
 void UiServer::Action(Call& call, const std::string& id, const std::string& action) {
   auto done = action == "stop" ? jobs_->Stop(call.token(), id) : jobs_->Continue(call.token(), id);
-  if (!done.ok()) return call.out.Send(ErrorPage(done.status(), call.csrf()));
+  if (!done.ok()) return Fail(call, done.status());
   call.out.Send(Redirect(absl::StrCat("/jobs/", id)));
 }
 
 void UiServer::LoraFile(Call& call, const std::string& id) {
   absl::Status s = SendLora(*jobs_, call.token(), id, call.req.Param("checkpoint"), call.req.Param("format"), call.out);
-  if (!s.ok() && !call.out.started()) call.out.Send(ErrorPage(s, call.csrf()));
+  if (!s.ok() && !call.out.started()) Fail(call, s);
 }
 
 void UiServer::SampleFile(Call& call, const std::string& id, const std::string& step, const std::string& file) {

@@ -32,6 +32,9 @@ class UiServer {
  private:
   struct Call;  // one request: its session, once signed in
   void Route(Call& call);
+  // Answers a failed call with an error page; one the job service refused as unauthenticated (its token changed)
+  // also ends the session and sends the browser to sign in again.
+  void Fail(Call& call, const absl::Status& status);
   void Login(Call& call);
   void Logout(Call& call);
   void JobsPage(Call& call);
