@@ -117,12 +117,12 @@ class Stack:
             "--max_sequence_length", "128", "--threads", "1")
 
 
-def chromium():
+def chromium(extra_args=()):
     """Debian's Chromium, headless, through Debian's chromedriver: no browser is downloaded."""
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
     for arg in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1600",
-                "--autoplay-policy=no-user-gesture-required", "--disable-gpu"]:
+                "--autoplay-policy=no-user-gesture-required", "--disable-gpu", *extra_args]:
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"),
                               options=options)
