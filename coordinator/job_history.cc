@@ -66,10 +66,12 @@ v1::StepProgress StepFromLine(const nlohmann::json& j, int64_t total_steps) {
   if (j.contains("stage_busy_seconds") && j.contains("stage_idle_seconds")) {
     const auto& busy = j["stage_busy_seconds"];
     const auto& idle = j["stage_idle_seconds"];
+    const nlohmann::json memory = j.value("stage_memory_bytes", nlohmann::json::array());
     for (size_t i = 0; i < busy.size() && i < idle.size(); ++i) {
       v1::StageStats* stage = s.add_stages();
       stage->set_busy_seconds(busy[i].get<double>());
       stage->set_idle_seconds(idle[i].get<double>());
+      if (i < memory.size()) stage->set_memory_bytes(memory[i].get<int64_t>());
     }
   }
   if (j.contains("coordinator_link_bytes")) {

@@ -55,7 +55,7 @@ TEST(ReadTrainLogHistoryTest, ReadsStepsValidationsAndSamplesAndSkipsTheRest) {
   ASSERT_TRUE(WriteFileAtomic(log,
                               R"({"step":0,"event":"validation","validation_loss":{"0.9":2.5,"0.1":1.5,"mean":2.0}}
 {"step":0,"event":"samples","dir":"d","contact_sheet":"d/contact_sheet.png","images":2,"seconds_per_sample":0.4}
-{"step":1,"loss":2.8,"lr":0.001,"grad_norm":0.3,"step_seconds":0.25,"samples_per_second":16,"stage_busy_seconds":[0.1,0.2],"stage_idle_seconds":[0.05,0.01],"coordinator_link_bytes":{"data":1000,"control":24}}
+{"step":1,"loss":2.8,"lr":0.001,"grad_norm":0.3,"step_seconds":0.25,"samples_per_second":16,"stage_busy_seconds":[0.1,0.2],"stage_idle_seconds":[0.05,0.01],"stage_memory_bytes":[1000,2000],"coordinator_link_bytes":{"data":1000,"control":24}}
 not json
 {"step":"two","loss":1}
 {"step":2,"loss":2.7,"lr":0.002,"grad_norm":0.2,"step_seconds":0.75}
@@ -69,6 +69,7 @@ not json
   EXPECT_EQ(h.steps[0].link_bytes(), 1024);
   ASSERT_EQ(h.steps[0].stages_size(), 2);
   EXPECT_DOUBLE_EQ(h.steps[0].stages(1).busy_seconds(), 0.2);
+  EXPECT_EQ(h.steps[0].stages(1).memory_bytes(), 2000);
   EXPECT_DOUBLE_EQ(h.run_seconds, 1.0);
   ASSERT_EQ(h.evals.size(), 2u);
   ASSERT_TRUE(h.evals[0].has_validation());

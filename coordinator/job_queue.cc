@@ -262,6 +262,7 @@ CoordinatorHooks JobQueue::HooksFor(int64_t id) {
       job.info.set_first_step(start.first_step);
       job.info.set_total_steps(start.total_steps);
       job.info.mutable_stage_addresses()->Assign(start.addresses.begin(), start.addresses.end());
+      job.info.mutable_stage_planned_bytes()->Assign(start.planned_bytes.begin(), start.planned_bytes.end());
       Changed(job);
     }
     if (next) next(start);
@@ -366,6 +367,7 @@ void JobQueue::OnStep(int64_t id, const PipelineStepRecord& rec) {
     v1::StageStats* s = p.add_stages();
     s->set_busy_seconds(rec.stages[i].forward_seconds + rec.stages[i].backward_seconds);
     s->set_idle_seconds(rec.stages[i].idle_seconds);
+    s->set_memory_bytes(static_cast<int64_t>(rec.stages[i].memory_bytes));
     v1::StageStats* total = job.info.mutable_stage_totals(static_cast<int>(i));
     total->set_busy_seconds(total->busy_seconds() + s->busy_seconds());
     total->set_idle_seconds(total->idle_seconds() + s->idle_seconds());

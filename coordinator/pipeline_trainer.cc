@@ -342,7 +342,15 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& given_job, con
   if (start.resumed) RETURN_IF_ERROR(TrimTrainLog(log_path, start.step));
   ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(log_path, /*append=*/start.resumed));
   const int64_t total_steps = options.steps > 0 ? options.steps : job.steps;
-  if (options.hooks.on_start) options.hooks.on_start({JobHash(job), start.step, total_steps, replicas->addresses()});
+  if (options.hooks.on_start) {
+    std::vector<int64_t> planned;  // replica 0's workers: the sum of their chunks' estimates
+    for (const std::vector<StageSpec>& chunks : setup.plans.at(0)) {
+      int64_t bytes = 0;
+      for (const StageSpec& chunk : chunks) bytes += chunk.est_memory_bytes;
+      planned.push_back(bytes);
+    }
+    options.hooks.on_start({JobHash(job), start.step, total_steps, replicas->addresses(), std::move(planned)});
+  }
   ASSIGN_OR_RETURN(CoordinatorResult result, TrainSteps(job, options, setup, *replicas, exchange.get(), optimizer,
                                                         start, total_steps, *log, *evals));
   RETURN_IF_ERROR(replicas->Stop());

@@ -44,12 +44,15 @@ absl::Status TrimTrainLog(const std::string& path, int64_t last_step) {
 nlohmann::ordered_json StepLine(const PipelineStepRecord& rec) {
   nlohmann::ordered_json line = StepRecordJson(rec);
   nlohmann::ordered_json busy = nlohmann::ordered_json::array(), idle = nlohmann::ordered_json::array();
+  nlohmann::ordered_json memory = nlohmann::ordered_json::array();
   for (const StageStepStats& st : rec.stages) {
     busy.push_back(st.forward_seconds + st.backward_seconds);
     idle.push_back(st.idle_seconds);
+    memory.push_back(st.memory_bytes);
   }
   line["stage_busy_seconds"] = busy;
   line["stage_idle_seconds"] = idle;
+  line["stage_memory_bytes"] = memory;
   line["coordinator_seconds"] = {{"prepare", rec.prepare_seconds}, {"optimizer", rec.optimizer_seconds}};
   line["coordinator_link_bytes"] = {{"data", rec.link_data_bytes},
                                     {"adapters", rec.link_adapter_bytes},

@@ -25,6 +25,7 @@ struct RunStart {
   int64_t first_step = 0;              // 0, or the checkpoint step a resumed run starts from
   int64_t total_steps = 0;             // the step the run ends at
   std::vector<std::string> addresses;  // stage workers, by stage
+  std::vector<int64_t> planned_bytes;  // the planner's memory estimate of replica 0's stage workers, by stage
 };
 struct CoordinatorHooks {
   std::function<void(const RunStart&)> on_start;                    // stages configured, before the first step
@@ -59,6 +60,7 @@ struct CoordinatorOptions : StageDriverOptions {
 
 struct StageStepStats {
   double forward_seconds = 0, backward_seconds = 0, idle_seconds = 0;
+  uint64_t memory_bytes = 0;  // what the stage held (v1::StepSummary.memory_bytes); 0: unknown
 };
 
 struct PipelineStepRecord : StepRecord {

@@ -676,6 +676,8 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
   inbox_.DropBefore(plan.step() + 1);
   FillLosses(step, summary);
   FillByteCounts(summary);
+  const int64_t held = device_.is_cuda() ? TakeDevicePeakAllocatedBytes(device_.index()) : ResidentMemoryBytes();
+  summary.set_memory_bytes(held > 0 ? static_cast<uint64_t>(held) : 0);
   TrimPinnedHost();
   return summary;
 }

@@ -107,7 +107,8 @@ std::string StageTable(const v1::HistoryResponse& h) {
   }
   std::string out =
       "<h2>Stage activity</h2><table class=\"stages\" id=\"stages\"><thead><tr><th>Stage</th><th>Worker</th>"
-      "<th>Busy s</th><th>Idle s</th><th>Busy</th><th>Last step busy / idle s</th></tr></thead><tbody>";
+      "<th>Busy s</th><th>Idle s</th><th>Busy</th><th>Last step busy / idle s</th><th>Memory held / planned</th>"
+      "</tr></thead><tbody>";
   for (int i = 0; i < job.stage_totals_size(); ++i) {
     const v1::StageStats& t = job.stage_totals(i);
     const double total = t.busy_seconds() + t.idle_seconds();
@@ -117,17 +118,27 @@ std::string StageTable(const v1::HistoryResponse& h) {
       last = absl::StrFormat("%.3f / %.3f", job.last_step().stages(i).busy_seconds(),
                              job.last_step().stages(i).idle_seconds());
     }
+    const int64_t held = i < job.last_step().stages_size() ? job.last_step().stages(i).memory_bytes() : 0;
+    const int64_t planned = i < job.stage_planned_bytes_size() ? job.stage_planned_bytes(i) : 0;
+    std::string memory = held > 0 ? absl::StrFormat("%.0f MB", held / 1e6) : "-";
+    if (planned > 0) {
+      absl::StrAppend(&memory, absl::StrFormat(" / %.0f MB", planned / 1e6));
+      if (held > 0) absl::StrAppend(&memory, absl::StrFormat(" (%.0f%%)", 100.0 * held / planned));
+    }
     absl::StrAppend(&out, "<tr><td>", i, "</td><td>",
                     i < job.stage_addresses_size() ? HtmlEscape(job.stage_addresses(i)) : "-",
                     absl::StrFormat("</td><td class=\"num\">%.1f</td><td class=\"num\">%.1f</td>", t.busy_seconds(),
                                     t.idle_seconds()),
                     absl::StrFormat("<td><div class=\"meter\"><div style=\"width:%.1f%%\"></div></div>%.0f%%</td>",
                                     share * 100, share * 100),
-                    "<td class=\"num\">", last, "</td></tr>");
+                    "<td class=\"num\">", last, "</td><td class=\"num memory\">", memory, "</td></tr>");
   }
-  absl::StrAppend(&out, "</tbody></table>",
-                  absl::StrFormat("<p class=\"hint\">Coordinator links: %.2f MB a step on average.</p>",
-                                  steps > 0 ? bytes / steps / 1e6 : 0.0));
+  absl::StrAppend(
+      &out, "</tbody></table>",
+      absl::StrFormat("<p class=\"hint\">Memory held: on a GPU the device's peak allocated bytes in the last "
+                      "step, on the CPU the worker's resident set; planned: the planner's estimate. "
+                      "Coordinator links: %.2f MB a step on average.</p>",
+                      steps > 0 ? bytes / steps / 1e6 : 0.0));
   return out;
 }
 

@@ -53,6 +53,20 @@ bool CudaAllocatorReady() {
 #endif
 }
 
+int64_t TakeDevicePeakAllocatedBytes(int index) {
+#ifdef BATON_WITH_CUDA
+  if (!CudaAllocatorReady()) return -1;
+  const auto device = static_cast<c10::DeviceIndex>(index);
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  const auto& allocated = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device);
+  return allocated.peak;
+#else
+  (void)index;
+  return -1;
+#endif
+}
+
 namespace {
 
 void RefreshCudaGauges(ProcessMetrics& m, const std::set<int>& devices) {

@@ -22,4 +22,8 @@ void RefreshProcessGauges();
 // Whether libtorch's CUDA caching allocator has been initialized in this process (false without CUDA).
 bool CudaAllocatorReady();
 
+// The peak bytes the caching allocator held allocated on cuda:`index` since the last call (or since CUDA started),
+// and starts the next period; -1 before CUDA's allocator is initialized or without CUDA.
+int64_t TakeDevicePeakAllocatedBytes(int index);
+
 }  // namespace baton

@@ -86,6 +86,11 @@ class FluxJobInTheBrowser(unittest.TestCase):
         wait_until(d, lambda d: all(d.execute_script("""
             return Array.from(document.querySelectorAll('.by-step img.sample')).map(function (i) {
               return i.complete && i.naturalWidth > 0; });""")), 30, "every sample image decoded")
+        memory = d.execute_script("return Array.from(document.querySelectorAll('#stages td.memory'))"
+                                  ".map(function (c) { return c.textContent; });")
+        self.assertEqual(len(memory), 2)
+        for cell in memory:  # what each stage worker held in the last step, against the planner's estimate
+            self.assertRegex(cell, r"^\d+ MB / \d+ MB \(\d+%\)$")
         captions = [f.text for f in d.find_elements(By.CSS_SELECTOR, ".by-step figcaption")]
         self.assertIn("Step 12 · a red circle on a blue background", captions)
         # One prompt across steps: one row shows at a time, the one the menu names.
