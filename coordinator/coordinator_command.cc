@@ -85,7 +85,9 @@ int RunOneJob(const CoordinatorCommand& command, CoordinatorOptions options, boo
   }
   if (!result->steps.empty()) {
     // Two experts: each run wrote its own folder; the last one's steps are reported.
-    const std::string dir = job->expert == "both" ? options.output_dir + "/{high_noise,low_noise}" : options.output_dir;
+    const std::string dir = job->expert == "both" ? options.output_dir + "/{high_noise,low_noise}"
+                            : !job->sweep.empty() ? options.output_dir + "/<member>"
+                                                  : options.output_dir;
     std::printf("done: loss %.5f → %.5f over steps %lld..%lld; wrote %s/lora.safetensors and %s/train_log.jsonl\n",
                 result->steps.front().loss, result->steps.back().loss,
                 static_cast<long long>(result->steps.front().step), static_cast<long long>(result->steps.back().step),

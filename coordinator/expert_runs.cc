@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "coordinator/pipeline_trainer.h"
+#include "coordinator/sweep_runs.h"
 #include "core/train/experts.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
@@ -10,6 +11,7 @@
 namespace baton {
 
 absl::StatusOr<CoordinatorResult> RunCoordinatorJob(const JobConfig& job, const CoordinatorOptions& options) {
+  if (!job.sweep.empty()) return RunSweepJob(job, options);
   const int64_t steps = options.steps > 0 ? options.steps : job.steps;
   ASSIGN_OR_RETURN(std::vector<ExpertRun> runs, PlanExpertRuns(job, options.output_dir, steps));
   if (runs.size() == 1 && runs[0].name.empty()) return RunCoordinator(job, options);

@@ -7,10 +7,13 @@
 #include <absl/status/statusor.h>
 #include <absl/time/time.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace baton {
+
+class SharedStageWorkers;
 
 struct StageDriverOptions {
   int stages = 1;    // per replica (replica 0's when replica_stages differ)
@@ -41,6 +44,13 @@ struct StageDriverOptions {
   std::string metrics_listen, metrics_address;
   // The driving process, as its envelopes' sender and its metrics target's `baton_process` label name it.
   std::string process = "stage_driver";
+  // Local workers this pipeline shares with others (a sweep's members; stage_driver/shared_workers.h): started by the
+  // first, kept when this one stops, and configured `shared` (each stage holds every member's adapters over one copy
+  // of the frozen weights). Null: the pipeline's own workers.
+  std::shared_ptr<SharedStageWorkers> shared_workers;
+  // Configure the stages `shared` (ConfigureRequest.shared): this pipeline joins the others a worker holds (set for
+  // every member of a sweep, on shared local workers or on the given --workers).
+  bool shared_stages = false;
 
   int StagesOf(int replica) const { return replica_stages.empty() ? stages : replica_stages[replica]; }
   int FirstWorker(int replica) const;  // the global index of replica r's stage 0 (workers, devices, metrics ports)

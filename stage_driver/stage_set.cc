@@ -9,6 +9,7 @@
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "stage_driver/local_tls.h"
+#include "stage_driver/shared_workers.h"
 #include "stage_driver/stage_metrics.h"
 
 namespace baton {
@@ -113,6 +114,10 @@ absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
     ASSIGN_OR_RETURN(std::string listen, StageMetricsListen(options.metrics_listen, options.FirstWorker(replica_) + i));
     lopts.worker_args.push_back({absl::StrCat("--metrics=", listen)});
   }
+  if (options.shared_workers) {  // another member may have started them: they print nothing here
+    if (options.replicas > 1) return absl::InvalidArgumentError("shared stage workers serve one replica");
+    return options.shared_workers->Start(stages, lopts);
+  }
   ASSIGN_OR_RETURN(*local, LocalWorkers::Start(stages, lopts));
   std::vector<std::string> addresses = (*local)->addresses();
   if (!options.quiet) {
@@ -167,19 +172,24 @@ v1::ConfigureRequest StageSet::ConfigureRequestFor(int i) const {
   v1::ConfigureRequest req =
       baton::ConfigureRequestFor(pipeline_, plan_[i], i, addresses_, replica_, options_.FirstWorker(replica_));
   req.set_generation(fleet_->generation);
+  req.set_shared(options_.shared_stages);
   req.set_run_id(fleet_->run_id);
   return req;
 }
 
-std::string StageSet::Describe(int stage) { return local_ ? local_->Describe(stage) : ""; }
+std::string StageSet::Describe(int stage) {
+  LocalWorkers* const workers = local();
+  return workers ? workers->Describe(stage) : "";
+}
 
 absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
   const int p = static_cast<int>(addresses_.size());
   std::vector<int> lost;
   // A quick health check tells who is gone, including a process still dying.
   std::vector<absl::Status> quick(p);
+  LocalWorkers* const local = this->local();
   (void)ParallelFor(p, [&](int i) {
-    quick[i] = i == suspect || (local_ && !local_->Alive(i))
+    quick[i] = i == suspect || (local && !local->Alive(i))
                    ? absl::UnavailableError("lost")
                    : StageClient(i, addresses_[i], options_.rpc_timeout).WaitReady(absl::Seconds(2), stop_);
     return absl::OkStatus();
@@ -187,7 +197,16 @@ absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
   for (int i = 0; i < p; ++i) {
     if (!quick[i].ok()) lost.push_back(i);
   }
-  if (local_) {
+  if (options_.shared_workers) {
+    for (int i : lost) {  // another pipeline may have restarted it already
+      if (stop_()) return absl::CancelledError("stopped while restarting a stage worker");
+      auto address = options_.shared_workers->Revive(i, addresses_[i], options_.worker_restart_timeout);
+      if (!address.ok()) {
+        return Annotate(address.status(), absl::StrCat("stage ", i, " (", addresses_[i], ") could not be restarted"));
+      }
+      addresses_[i] = *address;
+    }
+  } else if (local_) {
     for (int i : lost) {
       if (stop_()) return absl::CancelledError("stopped while restarting a stage worker");
       auto address = local_->Restart(i, options_.worker_restart_timeout);
@@ -224,8 +243,10 @@ absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
   return lost;
 }
 
+LocalWorkers* StageSet::local() { return options_.shared_workers ? options_.shared_workers->workers() : local_.get(); }
+
 absl::Status StageSet::Stop() {
-  if (!local_) return absl::OkStatus();
+  if (!local_) return absl::OkStatus();  // remote or shared workers: their owners stop them
   for (auto& c : fleet_->clients) (void)c->Shutdown();
   return local_->Stop();
 }

@@ -45,7 +45,8 @@ class StageSet {
   std::string Describe(int stage);
   // Local workers: asks each to shut down, then stops the processes. Remote workers are left running.
   absl::Status Stop();
-  LocalWorkers* local() { return local_.get(); }
+  // The local workers (own or shared); null for remote ones.
+  LocalWorkers* local();
   int replica() const { return replica_; }
 
  private:

@@ -82,7 +82,28 @@ bool StageRunner::SameStage(const v1::ConfigureRequest& req) const {
   return a.SerializeAsString() == b.SerializeAsString();
 }
 
-absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::ConfigureRequest& req) {
+std::string StageRunner::FrozenKey(const v1::ConfigureRequest& req, const std::string& default_device) {
+  std::string key = absl::StrCat(req.model_path(), "|", req.model_config_path(), "|", req.dtype(), "|", req.quantize(),
+                                 "|", req.device().empty() ? default_device : req.device(), "|", req.block_begin(), ",",
+                                 req.block_end(), ",", req.has_embedders(), req.has_head());
+  for (const v1::StageChunk& c : req.chunks()) {
+    absl::StrAppend(&key, "|", c.block_begin(), ",", c.block_end(), ",", c.has_embedders(), c.has_head());
+  }
+  return key;
+}
+
+std::vector<FrozenTensors> StageRunner::FrozenFor(const std::string& key) const {
+  absl::MutexLock lock(&frozen_mu_);
+  return key == frozen_key_ ? frozen_ : std::vector<FrozenTensors>{};
+}
+
+std::string StageRunner::job_id() const {
+  absl::MutexLock lock(&frozen_mu_);
+  return job_id_;
+}
+
+absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::ConfigureRequest& req,
+                                                             const std::vector<FrozenTensors>* shared) {
   // Everything is checked and the model opened first, before the generation moves or any lock is taken: an invalid
   // request leaves the running job and its step as they were.
   absl::StatusOr<PreparedStage> prepared = PrepareConfigure(req, options_.model_root, options_.device);
@@ -120,6 +141,10 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     }
     config_ = req;
     stage_index_ = req.stage_index();
+    {
+      absl::MutexLock frozen_lock(&frozen_mu_);
+      job_id_ = req.job_id();
+    }
     ConnectPeers(prepared->wire);
     PublishExpected(req.micro_batches());
     LogInfo(name(), new_run ? ": configured for a new run " : ": reconfigured for generation ",
@@ -143,10 +168,25 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   model_ = std::move(prepared->model);
   ranges_ = prepared->ranges;
   chunks_.clear();
-  for (const StageRange& range : ranges_) {
+  {
+    absl::MutexLock frozen_lock(&frozen_mu_);
+    frozen_key_.clear();
+    frozen_.clear();
+  }
+  if (shared && shared->size() != ranges_.size()) shared = nullptr;
+  std::vector<FrozenTensors> frozen;
+  for (size_t c = 0; c < ranges_.size(); ++c) {
     ASSIGN_OR_RETURN(std::unique_ptr<StageModel> chunk,
-                     model_->BuildStage(range, dtype_, device_, &prepared->lora, /*train=*/true, quant));
+                     model_->BuildStage(ranges_[c], dtype_, device_, &prepared->lora, /*train=*/true, quant,
+                                        shared ? &(*shared)[c] : nullptr));
+    frozen.push_back(FrozenStageTensors(chunk->module()));
     chunks_.push_back(std::move(chunk));
+  }
+  {
+    absl::MutexLock frozen_lock(&frozen_mu_);
+    frozen_key_ = FrozenKey(req, options_.device);
+    frozen_ = std::move(frozen);
+    job_id_ = req.job_id();
   }
   config_ = req;
   stage_index_ = req.stage_index();
@@ -164,8 +204,9 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
                     r.has_embedders ? " + embedders" : "", r.has_head ? " + head" : "");
   }
   LogInfo(name(), ": configured ", ranges_.size() > 1 ? absl::StrCat(ranges_.size(), " chunks, blocks ") : "blocks ",
-          blocks, ", ", response.lora_param_names_size(), " LoRA tensors, ", bytes >> 20,
-          " MiB of frozen weights (quantize ", WeightQuantName(quant), "), recompute ", req.recompute() ? "on" : "off");
+          blocks, ", ", response.lora_param_names_size(), " LoRA tensors, ", bytes >> 20, " MiB of frozen weights",
+          shared ? " shared with another pipeline" : "", " (quantize ", WeightQuantName(quant), "), recompute ",
+          req.recompute() ? "on" : "off");
   return response;
 }
 
@@ -468,6 +509,8 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
     state.target = Transfer()->Upload(t.at("target"));
     if (t.count("loss_mask")) state.loss_mask = Transfer()->Upload(t.at("loss_mask"));
   }
+  std::optional<absl::MutexLock> turn;  // the worker's compute, taken in turns with its other pipelines
+  if (options_.compute_turn) turn.emplace(options_.compute_turn.get());
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("forward of ", WorkName(plan), " micro-batch ", mb));
   absl::Status shape = absl::OkStatus();
@@ -492,6 +535,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
       SendAsync(*next_, Header(plan, mb, v1::EnvelopeHeader::ACTIVATION, NextChunk(chunk)), out);
     }
   });
+  turn.reset();
   const double seconds = Since(t0);
   summary.set_forward_seconds(summary.forward_seconds() + seconds);
   metrics_.AddForwardSeconds(seconds);
@@ -520,6 +564,8 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
     // Through the upload path (side stream, pinned memory), in the compute dtype the outputs have.
     for (auto& [gname, g] : grads) g = Transfer()->Upload(g, dtype_);
   }
+  std::optional<absl::MutexLock> turn;  // the worker's compute, taken in turns with its other pipelines
+  if (options_.compute_turn) turn.emplace(options_.compute_turn.get());
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("backward of step ", plan.step(), " micro-batch ", mb));
   const bool recompute = config_.recompute();
@@ -552,6 +598,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
       torch::autograd::backward(roots, root_grads);
     }
   });
+  turn.reset();
   const double seconds = Since(t0);
   summary.set_backward_seconds(summary.backward_seconds() + seconds);
   metrics_.AddBackwardSeconds(seconds);

@@ -12,11 +12,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "baton/v1/stage.pb.h"
 #include "core/device/transfer.h"
 #include "core/model/model_family.h"
+#include "core/model/stage_build.h"
 #include "core/model/stage_io.h"
 #include "rpc/envelope.h"
 #include "stage_worker/inbox.h"
@@ -40,6 +43,9 @@ struct StageRunnerOptions {
   // inbox_bytes + 2 x send_queue_bytes (everything that may legitimately be pinned at once).
   uint64_t send_queue_bytes = PeerSender::kDefaultQueueBytes;
   std::string model_root;  // models are read only from inside it ("" = working dir)
+  // Shared by the pipelines one worker holds (StageTenants): each forward or backward computes holding it, so they
+  // take turns on the worker's compute, one action at a time, and one pipeline's wait is another's work. Null: none.
+  std::shared_ptr<absl::Mutex> compute_turn;
 };
 
 // A runner holds one contiguous block range of the model (any ModelFamily) with LoRA adapters -- or, for the
@@ -60,8 +66,18 @@ class StageRunner {
   ~StageRunner();
 
   // Checks the whole request (configure_checks.h) before it lets go of the running job: an invalid Configure
-  // leaves the worker serving the job it had.
-  absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request) ABSL_LOCKS_EXCLUDED(run_mu_);
+  // leaves the worker serving the job it had. `shared` (per chunk): the frozen tensors of another pipeline's stage
+  // with the same FrozenKey, used instead of loading the model's (null: load).
+  absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request,
+                                                  const std::vector<FrozenTensors>* shared = nullptr)
+      ABSL_LOCKS_EXCLUDED(run_mu_);
+  // What decides a stage's frozen tensors: model, config, blocks of every chunk, dtype, quantization and device
+  // (`default_device` where the request names none). Equal keys may share one copy.
+  static std::string FrozenKey(const v1::ConfigureRequest& request, const std::string& default_device);
+  // This stage's frozen tensors per chunk when it is built for `key` (else empty); without run_mu_.
+  std::vector<FrozenTensors> FrozenFor(const std::string& key) const ABSL_LOCKS_EXCLUDED(frozen_mu_);
+  // The pipeline this runner is configured for ("" before the first Configure); without run_mu_.
+  std::string job_id() const ABSL_LOCKS_EXCLUDED(frozen_mu_);
   // Whether a Push with this header may be read at all (request_checks.h): the configured job, the step
   // window, the kind and ranges. Run before the tensors are received.
   absl::Status CheckPushHeader(const v1::EnvelopeHeader& header) const;
@@ -214,6 +230,13 @@ class StageRunner {
   // The adapters as Configure initialized them (fp32, CPU, PEFT names): a new run on the same model starts from them,
   // exactly as a fresh worker would.
   std::map<std::string, at::Tensor> initial_lora_ ABSL_GUARDED_BY(run_mu_);
+  // The configured stage's frozen tensors (per chunk) and their FrozenKey, read by other pipelines' Configure without
+  // run_mu_ (which a step holds throughout); and the job it is configured for.
+  mutable absl::Mutex frozen_mu_;
+  std::string frozen_key_ ABSL_GUARDED_BY(frozen_mu_);
+  std::vector<FrozenTensors> frozen_ ABSL_GUARDED_BY(frozen_mu_);
+  std::string job_id_ ABSL_GUARDED_BY(frozen_mu_);
+
   // A snapshot of expected_ with the current step; FAILED_PRECONDITION while unconfigured.
   absl::StatusOr<ExpectedStageIO> Expected() const ABSL_LOCKS_EXCLUDED(expected_mu_);
   // Builds expected_ from the configured job.

@@ -24,7 +24,7 @@ namespace baton {
 
 grpc::Status StageServiceImpl::Configure(grpc::ServerContext*, const v1::ConfigureRequest* req,
                                          v1::ConfigureResponse* resp) {
-  auto result = runner_->Configure(*req);
+  auto result = tenants_->Configure(*req);
   if (!result.ok()) {
     LogError("Configure failed: ", result.status().ToString());
     return ToGrpcStatus(result.status());
@@ -37,32 +37,39 @@ grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1:
   const auto t0 = std::chrono::steady_clock::now();
   // The header is checked before a byte of tensor data is read, and the envelope may bring at most what the
   // inbox can still hold: a foreign, stale or oversized push costs neither memory nor the running job.
+  // The pipeline is known from the header: until then the largest free inbox bounds it (Deliver checks its own).
   EnvelopeLimits limits;
-  limits.max_total_bytes = runner_->push_budget_bytes();
+  limits.max_total_bytes = tenants_->max_push_budget_bytes();
   limits.max_tensor_bytes = std::min(limits.max_tensor_bytes, limits.max_total_bytes);
-  limits.check_header = [this](const v1::EnvelopeHeader& h) { return runner_->CheckPushHeader(h); };
-  auto envelope =
-      ReadEnvelope(reader, limits, runner_->wants_pinned_host() ? HostMemory::kPinned : HostMemory::kPageable);
+  std::shared_ptr<StageRunner> runner;
+  limits.check_header = [this, &runner](const v1::EnvelopeHeader& h) {
+    runner = tenants_->For(h.job_id());
+    return runner->CheckPushHeader(h);
+  };
+  // Every pipeline of a worker computes on the same device: any runner says whether to pin.
+  auto envelope = ReadEnvelope(reader, limits,
+                               tenants_->For("")->wants_pinned_host() ? HostMemory::kPinned : HostMemory::kPageable);
   if (!envelope.ok()) {
     absl::Status refused = envelope.status();
     if (refused.code() == absl::StatusCode::kResourceExhausted) {
       refused = absl::ResourceExhaustedError(absl::StrCat(refused.message(), " (the inbox holds at most --inbox_bytes ",
-                                                          runner_->inbox_budget_bytes(), "; ", limits.max_total_bytes,
-                                                          " were free)"));
+                                                          tenants_->For("")->inbox_budget_bytes(), "; ",
+                                                          limits.max_total_bytes, " were free)"));
     }
     LogWarning("refused a push: ", refused.ToString());
     return ToGrpcStatus(refused);
   }
-  runner_->metrics()
+  runner->metrics()
       .Link(StageInstruments::PeerLabel(envelope->header.sender()))
       .Received(envelope->bytes, SecondsSince(t0));
   ack->set_num_tensors(static_cast<uint32_t>(envelope->tensors.size()));
   ack->set_num_bytes(envelope->bytes);
-  return ToGrpcStatus(runner_->Deliver(std::move(*envelope)));
+  return ToGrpcStatus(runner->Deliver(std::move(*envelope)));
 }
 
 grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepPlan* plan,
                                        grpc::ServerWriter<v1::StepReply>* writer) {
+  const std::shared_ptr<StageRunner> runner = tenants_->For(plan->job_id());
   v1::StepReply reply;
   absl::Mutex write_mu;  // the heartbeat thread and the gradient sink share the stream
   auto heartbeat = [&](const v1::StageHeartbeat& progress) {
@@ -78,10 +85,10 @@ grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepP
       reply.mutable_grad_chunk()->Swap(&chunk);
       return writer->Write(reply);
     });
-    runner_->metrics().Link("coordinator").Sent(grad.nbytes(), SecondsSince(t0));
+    runner->metrics().Link("coordinator").Sent(grad.nbytes(), SecondsSince(t0));
     return s;
   };
-  auto summary = runner_->RunStep(
+  auto summary = runner->RunStep(
       *plan, [ctx] { return ctx->IsCancelled(); }, sink, heartbeat);
   if (!summary.ok()) {
     LogError(WorkName(plan->step(), plan->pass()), " failed: ", summary.status().ToString());
@@ -95,7 +102,8 @@ grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepP
 
 grpc::Status StageServiceImpl::GetLora(grpc::ServerContext*, const v1::GetLoraRequest* req,
                                        grpc::ServerWriter<v1::TensorChunk>* writer) {
-  auto lora = runner_->CurrentLora(req->job_id(), req->config_hash(), req->with_optimizer_state());
+  const std::shared_ptr<StageRunner> runner = tenants_->For(req->job_id());
+  auto lora = runner->CurrentLora(req->job_id(), req->config_hash(), req->with_optimizer_state());
   if (!lora.ok()) return ToGrpcStatus(lora.status());
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t bytes = 0;
@@ -104,7 +112,7 @@ grpc::Status StageServiceImpl::GetLora(grpc::ServerContext*, const v1::GetLoraRe
     if (!s.ok()) return ToGrpcStatus(s);
     bytes += static_cast<uint64_t>(t.nbytes());
   }
-  runner_->metrics().Link("coordinator").Sent(bytes, SecondsSince(t0));  // the state read back (a checkpoint, ...)
+  runner->metrics().Link("coordinator").Sent(bytes, SecondsSince(t0));  // the state read back (a checkpoint, ...)
   return grpc::Status::OK;
 }
 
@@ -118,15 +126,15 @@ grpc::Status Reply(absl::StatusOr<Response> result, Response* resp) {
 
 grpc::Status StageServiceImpl::JoinGroup(grpc::ServerContext* ctx, const v1::JoinGroupRequest* req,
                                          v1::JoinGroupResponse* resp) {
-  return Reply(runner_->JoinGroup(*req, PeerHost(ctx->peer())), resp);
+  return Reply(tenants_->For(req->job_id())->JoinGroup(*req, PeerHost(ctx->peer())), resp);
 }
 
 grpc::Status StageServiceImpl::Reduce(grpc::ServerContext*, const v1::ReduceRequest* req, v1::ReduceResponse* resp) {
-  return Reply(runner_->Reduce(*req), resp);
+  return Reply(tenants_->For(req->job_id())->Reduce(*req), resp);
 }
 
 grpc::Status StageServiceImpl::Update(grpc::ServerContext*, const v1::UpdateRequest* req, v1::UpdateResponse* resp) {
-  return Reply(runner_->Update(*req), resp);
+  return Reply(tenants_->For(req->job_id())->Update(*req), resp);
 }
 
 grpc::Status StageServiceImpl::LoadState(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader,
@@ -143,7 +151,7 @@ grpc::Status StageServiceImpl::LoadState(grpc::ServerContext*, grpc::ServerReade
   if (!envelope.ok()) return ToGrpcStatus(envelope.status());
   ack->set_num_tensors(static_cast<uint32_t>(envelope->tensors.size()));
   ack->set_num_bytes(envelope->bytes);
-  return ToGrpcStatus(runner_->LoadState(*envelope));
+  return ToGrpcStatus(tenants_->For(envelope->header.job_id())->LoadState(*envelope));
 }
 
 grpc::Status StageServiceImpl::Shutdown(grpc::ServerContext*, const google::protobuf::Empty*,
@@ -159,13 +167,13 @@ constexpr std::chrono::seconds kShutdownGrace{8};  // StopServer's 2 s drain, th
 absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions& options,
                             const std::function<void(const std::string&)>& on_listening) {
   StageRunnerOptions opts = options;
-  StageRunner runner(opts);
-  StageServiceImpl service(&runner);
+  StageTenants tenants(opts);
+  StageServiceImpl service(&tenants);
   ASSIGN_OR_RETURN(StartedServer started, StartServer("stage_worker", listen, &service, kStageServiceName));
   const std::string& address = started.address;
   std::atomic<bool>& stop = InstallStopSignals(SecondSignal::kStops).stop;
   service.set_shutdown_callback([&stop] { stop = true; });
-  runner.set_address(address);  // the runner names itself with its address in errors
+  tenants.set_address(address);  // the runners name themselves with its address in errors
   on_listening(address);
   while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   LogInfo("shutting down");

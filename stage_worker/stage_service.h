@@ -1,4 +1,5 @@
-// The StageService gRPC front end: translates RPCs to StageRunner calls and statuses to grpc::Status.
+// The StageService gRPC front end: translates RPCs to the calls of the StageRunner each names (by its job id:
+// StageTenants) and statuses to grpc::Status.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -7,13 +8,13 @@
 #include <string>
 
 #include "baton/v1/stage.grpc.pb.h"
-#include "stage_worker/stage_runner.h"
+#include "stage_worker/stage_tenants.h"
 
 namespace baton {
 
 class StageServiceImpl final : public v1::StageService::Service {
  public:
-  explicit StageServiceImpl(StageRunner* runner) : runner_(runner) {}
+  explicit StageServiceImpl(StageTenants* tenants) : tenants_(tenants) {}
 
   grpc::Status Configure(grpc::ServerContext* ctx, const v1::ConfigureRequest* req,
                          v1::ConfigureResponse* resp) override;
@@ -34,7 +35,7 @@ class StageServiceImpl final : public v1::StageService::Service {
   void set_shutdown_callback(std::function<void()> cb) { shutdown_ = std::move(cb); }
 
  private:
-  StageRunner* runner_;
+  StageTenants* tenants_;
   std::function<void()> shutdown_;
 };
 

@@ -37,8 +37,8 @@ class StageServiceGuardTest : public ::testing::Test {
     opts.wait_timeout = absl::Seconds(2);
     opts.model_root = root_;
     opts.inbox_bytes = 256 << 10;  // a tiny step needs a few KiB
-    runner_ = std::make_unique<StageRunner>(opts);
-    service_ = std::make_unique<StageServiceImpl>(runner_.get());
+    tenants_ = std::make_unique<StageTenants>(opts);
+    service_ = std::make_unique<StageServiceImpl>(tenants_.get());
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -172,7 +172,7 @@ class StageServiceGuardTest : public ::testing::Test {
 
   std::string root_, model_;
   Flux2Config config_;
-  std::unique_ptr<StageRunner> runner_;
+  std::unique_ptr<StageTenants> tenants_;
   std::unique_ptr<StageServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::StageService::Stub> stub_;

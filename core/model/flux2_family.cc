@@ -261,7 +261,7 @@ std::unique_ptr<ShellModel> WrapFlux2Shell(Flux2Shell shell, const Flux2Config& 
 
 absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, const Flux2StageRange& range,
                                            at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train,
-                                           WeightQuant quant) {
+                                           WeightQuant quant, const FrozenTensors* shared) {
   ASSIGN_OR_RETURN(const WeightQuant storage, ResolveWeightQuant(quant, checkpoint));
   Flux2Stage stage{nullptr};
   StageBuild build;
@@ -274,7 +274,7 @@ absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, co
     RETURN_IF_ERROR(LoadFlux2Weights(module, checkpoint));  // the rest: norms, embedders, head
     return LoadQuantizedFlux2Weights(module, checkpoint);
   };
-  RETURN_IF_ERROR(BuildStageModule(build, "the FLUX.2 stage", dtype, device, storage, lora, train));
+  RETURN_IF_ERROR(BuildStageModule(build, "the FLUX.2 stage", dtype, device, storage, lora, train, shared));
   return stage;
 }
 
@@ -361,10 +361,11 @@ std::string Flux2Family::DescribeBlocks(int64_t begin, int64_t end) const {
 
 absl::StatusOr<std::unique_ptr<StageModel>> Flux2Family::BuildStage(const StageRange& range, at::ScalarType dtype,
                                                                     at::Device device, const LoraSpec* lora, bool train,
-                                                                    WeightQuant quant) const {
+                                                                    WeightQuant quant,
+                                                                    const FrozenTensors* shared) const {
   ASSIGN_OR_RETURN(const Flux2Checkpoint* checkpoint, RequireCheckpoint("a stage"));
   ASSIGN_OR_RETURN(Flux2Stage stage,
-                   BuildFlux2Stage(*checkpoint, ToFlux2Range(range), dtype, device, lora, train, quant));
+                   BuildFlux2Stage(*checkpoint, ToFlux2Range(range), dtype, device, lora, train, quant, shared));
   return WrapFlux2Stage(std::move(stage), dtype);
 }
 

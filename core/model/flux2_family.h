@@ -37,7 +37,8 @@ class Flux2Family : public ModelFamily {
 
   absl::StatusOr<std::unique_ptr<StageModel>> BuildStage(const StageRange& range, at::ScalarType dtype,
                                                          at::Device device, const LoraSpec* lora, bool train,
-                                                         WeightQuant quant) const override;
+                                                         WeightQuant quant,
+                                                         const FrozenTensors* shared = nullptr) const override;
   absl::StatusOr<std::unique_ptr<ShellModel>> BuildShell(at::ScalarType dtype, at::Device device) const override;
 
   absl::Status CheckWire(WireKind kind, const TensorMap& tensors, at::ScalarType dtype) const override;
@@ -66,7 +67,8 @@ class Flux2Family : public ModelFamily {
 // blocks' frozen Linear weights in 8 bits while loading (a pre-quantized checkpoint is used as stored).
 absl::StatusOr<Flux2Stage> BuildFlux2Stage(const Flux2Checkpoint& checkpoint, const Flux2StageRange& range,
                                            at::ScalarType dtype, at::Device device, const LoraSpec* lora, bool train,
-                                           WeightQuant quant = WeightQuant::kNone);
+                                           WeightQuant quant = WeightQuant::kNone,
+                                           const FrozenTensors* shared = nullptr);
 absl::StatusOr<Flux2Shell> BuildFlux2Shell(const Flux2Checkpoint& checkpoint, at::ScalarType dtype, at::Device device);
 
 // The StageModel / ShellModel wrappers around modules built elsewhere (tests, benches); `dtype` is the stage's

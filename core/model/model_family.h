@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/model/stage_build.h"
 #include "core/quant/weight_quant.h"
 
 namespace baton {
@@ -149,9 +150,11 @@ class ModelFamily {
   virtual std::string DescribeBlocks(int64_t begin, int64_t end) const = 0;  // "double 0-7, single 0-11"
 
   // Models.
+  // `shared`: the frozen tensors of a stage built with the same arguments (stage_build.h), used instead of a load.
   virtual absl::StatusOr<std::unique_ptr<StageModel>> BuildStage(const StageRange& range, at::ScalarType dtype,
                                                                  at::Device device, const LoraSpec* lora, bool train,
-                                                                 WeightQuant quant) const = 0;
+                                                                 WeightQuant quant,
+                                                                 const FrozenTensors* shared = nullptr) const = 0;
   virtual absl::StatusOr<std::unique_ptr<ShellModel>> BuildShell(at::ScalarType dtype, at::Device device) const = 0;
 
   // Wire: names, ranks, hidden sizes, dtype and batch agreement of what a stage receives; errors say what was wrong.

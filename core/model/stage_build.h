@@ -9,6 +9,7 @@
 #include <torch/nn/module.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -27,12 +28,21 @@ struct StageBuild {
   std::function<absl::Status(torch::nn::Module& module)> load;
 };
 
+// A built stage's frozen tensors (every parameter and buffer but the adapters', by module path): what another stage of
+// the same model, blocks, dtype, quantization and device shares instead of loading its own copy (many LoRAs on one
+// loaded model: each holds its own adapters over one copy of the base).
+using FrozenTensors = std::map<std::string, at::Tensor>;
+FrozenTensors FrozenStageTensors(torch::nn::Module& module);
+
 // The device a stage's tensors are created and filled on: `device` in full precision, else the CPU.
 at::Device StageBuildDevice(at::Device device, WeightQuant storage);
 
 // Creates (on StageBuildDevice), switches the `quantized` weights to `storage`, loads, moves to `device`, attaches
-// `lora` (null: none) and sets train/eval. Errors name `what` ("the FLUX.2 stage").
+// `lora` (null: none) and sets train/eval. Errors name `what` ("the FLUX.2 stage"). With `shared` (FrozenStageTensors
+// of a stage built with the same arguments) nothing is loaded: the module is created on the CPU (its untouched pages
+// are never resident) and every frozen tensor is made the shared one; only the adapters are new.
 absl::Status BuildStageModule(const StageBuild& build, const std::string& what, at::ScalarType dtype, at::Device device,
-                              WeightQuant storage, const LoraSpec* lora, bool train);
+                              WeightQuant storage, const LoraSpec* lora, bool train,
+                              const FrozenTensors* shared = nullptr);
 
 }  // namespace baton

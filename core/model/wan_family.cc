@@ -175,7 +175,8 @@ std::string WanFamily::DescribeBlocks(int64_t begin, int64_t end) const {
 
 absl::StatusOr<std::unique_ptr<StageModel>> WanFamily::BuildStage(const StageRange& range, at::ScalarType dtype,
                                                                   at::Device device, const LoraSpec* lora, bool train,
-                                                                  WeightQuant quant) const {
+                                                                  WeightQuant quant,
+                                                                  const FrozenTensors* shared) const {
   if (range.block_begin < 0 || range.block_begin > range.block_end || range.block_end > num_blocks()) {
     return absl::InvalidArgumentError(absl::StrCat("Wan stage: bad block range [", range.block_begin, ", ",
                                                    range.block_end, ") for ", num_blocks(), " blocks"));
@@ -201,7 +202,7 @@ absl::StatusOr<std::unique_ptr<StageModel>> WanFamily::BuildStage(const StageRan
     source.load_fp32 = [this](const std::string& key) { return checkpoint_->Load(key, at::kFloat); };
     return LoadQuantizedWeights(module, source);
   };
-  RETURN_IF_ERROR(BuildStageModule(build, "the Wan stage", dtype, device, quant, lora, train));
+  RETURN_IF_ERROR(BuildStageModule(build, "the Wan stage", dtype, device, quant, lora, train, shared));
   return std::unique_ptr<StageModel>(new OwnedWanStage(stage));
 }
 

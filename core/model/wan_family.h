@@ -40,7 +40,8 @@ class WanFamily : public ModelFamily {
 
   absl::StatusOr<std::unique_ptr<StageModel>> BuildStage(const StageRange& range, at::ScalarType dtype,
                                                          at::Device device, const LoraSpec* lora, bool train,
-                                                         WeightQuant quant) const override;
+                                                         WeightQuant quant,
+                                                         const FrozenTensors* shared = nullptr) const override;
   absl::StatusOr<std::unique_ptr<ShellModel>> BuildShell(at::ScalarType dtype, at::Device device) const override;
 
   absl::Status CheckWire(WireKind kind, const TensorMap& tensors, at::ScalarType dtype) const override;

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "core/quant/weight_quant.h"
+#include "core/train/sweep.h"
 #include "core/util/files.h"
 #include "core/util/seed.h"
 #include "core/util/status.h"
@@ -236,6 +237,7 @@ absl::Status ParseLora(Reader& r, YAML::Node root, JobConfig& job) {
   RETURN_IF_ERROR(r.Get(l, "rank", &job.lora.rank));
   RETURN_IF_ERROR(r.Check(job.lora.rank > 0, l, "rank", "must be positive"));
   job.lora.alpha = static_cast<double>(job.lora.rank);
+  job.lora_alpha_set = l["alpha"].IsDefined() && !l["alpha"].IsNull();
   RETURN_IF_ERROR(r.Get(l, "alpha", &job.lora.alpha));
   RETURN_IF_ERROR(r.Check(job.lora.alpha > 0, l, "alpha", "must be positive"));
   if (l["targets"].IsSequence()) {
@@ -369,6 +371,29 @@ absl::Status ParseRunKeys(Reader& r, YAML::Node root, JobConfig& job) {
   return absl::OkStatus();
 }
 
+// `sweep:`: a mapping of sweepable keys to non-empty lists of values; every member it makes must be a valid job.
+absl::Status ParseSweep(Reader& r, YAML::Node root, JobConfig& job) {
+  if (!root["sweep"].IsDefined() || root["sweep"].IsNull()) return absl::OkStatus();
+  YAML::Node s = root["sweep"];
+  const std::vector<std::string> keys = SweepKeys();
+  RETURN_IF_ERROR(r.Keys(s, "sweep", std::set<std::string>(keys.begin(), keys.end())));
+  for (const auto& kv : s) {
+    const std::string key = kv.first.as<std::string>();
+    std::vector<std::string> values;
+    RETURN_IF_ERROR(r.GetList(s, key, kMaxSweepMembers, "one value per member", &values));
+    RETURN_IF_ERROR(r.Check(kv.second.IsSequence() && !values.empty(), s, key, "must list the values to sweep"));
+    job.sweep.emplace_back(key, std::move(values));
+  }
+  RETURN_IF_ERROR(r.Check(job.replicas == 1, root, "sweep", "needs one replica (`replicas: 1`): its members share it"));
+  RETURN_IF_ERROR(r.Check(job.expert != "both", root, "sweep", "trains one expert (expert: high or low)"));
+  RETURN_IF_ERROR(r.Check(job.encode.images.empty(), root, "sweep",
+                          "needs the cache built first (`baton encode`, then `dataset:` without `encode:`)"));
+  auto members = ExpandSweep(job);
+  if (!members.ok())
+    return absl::InvalidArgumentError(absl::StrCat(Where(job.source, s), ": ", members.status().message()));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std::string& source) {
   if (text.size() > kMaxJobFileBytes) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": the job file is ", text.size(),
@@ -418,7 +443,8 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                           "replica_split",
                           "replica_stages",
                           "replica_exchange",
-                          "state_every"}));
+                          "state_every",
+                          "sweep"}));
   RETURN_IF_ERROR(r.Get(root, "name", &job.name));
   RETURN_IF_ERROR(r.Get(root, "model", &job.model));
   RETURN_IF_ERROR(r.Check(!job.model.empty(), root, "model", "is required (a diffusers folder or BFL file)"));
@@ -440,6 +466,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   job.lora.seed = job.seed;
   RETURN_IF_ERROR(ParseOptimizer(r, root, job));
   RETURN_IF_ERROR(ParseTimesteps(r, root, job));
+  RETURN_IF_ERROR(ParseSweep(r, root, job));
   return job;
 }
 
@@ -474,6 +501,7 @@ std::string JobHash(const JobConfig& j) {
   if (j.quantize != "none") absl::StrAppend(&s, "|quantize=", j.quantize);  // absent: older hashes stay valid
   if (!j.expert.empty()) absl::StrAppend(&s, "|expert=", j.expert);
   if (j.lora_dtype != "fp32") absl::StrAppend(&s, "|lora_dtype=", j.lora_dtype);
+  if (!j.sweep_member.empty()) absl::StrAppend(&s, "|member=", j.sweep_member);
   return absl::StrFormat("%016x", HashName(s));
 }
 

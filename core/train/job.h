@@ -117,6 +117,7 @@ struct SamplesConfig {
 //   encode: {images: data/, encoder_worker: host:5000, resolution: 1024, quantize: none}  # optional: build the cache
 //   validation: {every: 20, samples: 4, timesteps: [0.1, 0.3, 0.5, 0.7, 0.9]}  # optional: held-out loss
 //   samples: {every: 20, prompts: ["a dog"], steps: 28, guidance: 4.0, size: [512, 512], seed: 0}  # optional
+//   sweep: {optimizer.lr: [1e-4, 3e-4], lora.rank: [8, 16]}  # optional: one run per combination (core/train/sweep.h)
 struct JobConfig {
   std::string source;  // the YAML file (for messages)
   std::string name;    // the job's `name:` key; empty = JobName() uses the file's stem
@@ -185,6 +186,13 @@ struct JobConfig {
   EncodeConfig encode;  // encode.encoder_worker empty = use `dataset` as it is
   ValidationConfig validation;
   SamplesConfig samples;
+  // `sweep:` (core/train/sweep.h): keys (optimizer.lr, lora.rank, lora.alpha, seed, dataset) and their values as
+  // written, in file order; every combination is one member, all trained at once over the same stage workers.
+  std::vector<std::pair<std::string, std::vector<std::string>>> sweep;
+  // A sweep member's name ("lr=1e-4_rank=8"; empty for any other job): part of its JobHash, so that the stage workers
+  // tell the members apart.
+  std::string sweep_member;
+  bool lora_alpha_set = false;  // `lora.alpha` was given (else it follows lora.rank, also in a sweep)
 
   int64_t micro_batch_size() const { return batch_size / micro_batches; }
 };
