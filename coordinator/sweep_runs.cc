@@ -40,14 +40,15 @@ CoordinatorOptions MemberOptions(const CoordinatorOptions& options, const SweepM
 
 }  // namespace
 
-absl::StatusOr<std::vector<SweepMemberResult>> RunSweep(const JobConfig& job, const CoordinatorOptions& options) {
+absl::StatusOr<std::vector<SweepMemberResult>> RunSweep(const JobConfig& job, const CoordinatorOptions& options,
+                                                        const SweepMemberOptions& per_member) {
   ASSIGN_OR_RETURN(std::vector<SweepMember> members, ExpandSweep(job));
   if (options.replicas > 1) return absl::InvalidArgumentError("a sweep runs on one replica (--replicas 1)");
   const int64_t total_steps = options.steps > 0 ? options.steps : job.steps;
   std::vector<std::string> names;
   for (const SweepMember& m : members) names.push_back(m.name);
-  const std::string line = absl::StrCat("sweep: ", members.size(), " members on one set of stage workers: ",
-                                        absl::StrJoin(names, ", "));
+  const std::string line =
+      absl::StrCat("sweep: ", members.size(), " members on one set of stage workers: ", absl::StrJoin(names, ", "));
   if (options.quiet) {
     LogInfo(line);
   } else {
@@ -63,6 +64,7 @@ absl::StatusOr<std::vector<SweepMemberResult>> RunSweep(const JobConfig& job, co
     results[i].name = members[i].name;
     results[i].output_dir = JoinPath(options.output_dir, members[i].name);
     CoordinatorOptions o = MemberOptions(options, members[i], workers, total_steps);
+    if (per_member) per_member(members[i], o);
     threads.emplace_back([&results, i, job = members[i].job, o = std::move(o)] {
       results[i].result = RunCoordinator(job, o);
       if (!results[i].result.ok()) {
@@ -92,8 +94,9 @@ absl::StatusOr<CoordinatorResult> RunSweepJob(const JobConfig& job, const Coordi
   }
   std::fflush(stdout);
   if (!failed.empty()) {
-    return absl::AbortedError(absl::StrCat(failed.size(), " of ", results.size(),
-                                           " sweep members failed (the others finished): ", absl::StrJoin(failed, "; ")));
+    return absl::AbortedError(
+        absl::StrCat(failed.size(), " of ", results.size(),
+                     " sweep members failed (the others finished): ", absl::StrJoin(failed, "; ")));
   }
   return *results.front().result;
 }

@@ -8,24 +8,29 @@
 
 #include <absl/status/statusor.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "coordinator/run_types.h"
 #include "core/train/job.h"
+#include "core/train/sweep.h"
 
 namespace baton {
 
 struct SweepMemberResult {
-  std::string name;                           // the member ("lr=1e-4")
-  std::string output_dir;                     // OUTPUT/<member>
+  std::string name;                          // the member ("lr=1e-4")
+  std::string output_dir;                    // OUTPUT/<member>
   absl::StatusOr<CoordinatorResult> result;  // its run's, or why it failed
 };
 
 // Runs every member of `job` (which has a sweep) to the end; local stage workers are started once for all
-// (options.shared_workers when given, which the caller then stops; with --workers, the given ones are shared). Errors: the sweep itself (members, workers); a member's failure is in its
-// result.
-absl::StatusOr<std::vector<SweepMemberResult>> RunSweep(const JobConfig& job, const CoordinatorOptions& options);
+// (options.shared_workers when given, which the caller then stops; with --workers, the given ones are shared). Errors:
+// the sweep itself (members, workers); a member's failure is in its result. `per_member` (optional) adjusts each
+// member's options last (its own hooks: a watcher per member).
+using SweepMemberOptions = std::function<void(const SweepMember& member, CoordinatorOptions& options)>;
+absl::StatusOr<std::vector<SweepMemberResult>> RunSweep(const JobConfig& job, const CoordinatorOptions& options,
+                                                        const SweepMemberOptions& per_member = nullptr);
 
 // A sweep as one run's result for whoever runs a job: the members' lines printed, the first member's result, or an
 // error naming every member that failed.

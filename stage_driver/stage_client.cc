@@ -264,6 +264,15 @@ absl::Status StageClient::Shutdown() {
   return Named(FromGrpcStatus(stub_->Shutdown(&ctx, req, &resp)), "Shutdown");
 }
 
+absl::Status StageClient::Release(const std::string& pipeline_id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineAfter(absl::Seconds(5)));
+  v1::ReleaseRequest req;
+  AddressTo(req, pipeline_id);
+  google::protobuf::Empty resp;
+  return Named(FromGrpcStatus(stub_->Release(&ctx, req, &resp)), "Release");
+}
+
 void StageClient::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;

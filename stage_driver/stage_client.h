@@ -71,6 +71,8 @@ class StageClient {
   absl::Status Update(const std::string& job_id, v1::UpdateRequest request);
   absl::Status LoadState(const std::string& job_id, const TensorMap& state);
   absl::Status Shutdown();
+  // Ends this client's pipeline on a worker it shares with others (ReleaseRequest).
+  absl::Status Release(const std::string& pipeline_id);
   // Aborts the running RunStep and Pushes, and every later one until Rearm() (a step that failed elsewhere).
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
   void Rearm() ABSL_LOCKS_EXCLUDED(mu_);

@@ -246,6 +246,9 @@ absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
 LocalWorkers* StageSet::local() { return options_.shared_workers ? options_.shared_workers->workers() : local_.get(); }
 
 absl::Status StageSet::Stop() {
+  if (options_.shared_stages) {  // the workers go on serving the others: only this pipeline ends there
+    for (auto& c : fleet_->clients) (void)c->Release(pipeline_.id);
+  }
   if (!local_) return absl::OkStatus();  // remote or shared workers: their owners stop them
   for (auto& c : fleet_->clients) (void)c->Shutdown();
   return local_->Stop();

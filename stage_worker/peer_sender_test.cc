@@ -17,7 +17,7 @@
 namespace baton {
 namespace {
 
-// Push reads the whole stream, then waits until Release() before answering.
+// Push reads the whole stream, then waits until Open() before answering.
 class GatedStageService : public v1::StageService::Service {
  public:
   grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck* ack) override {
@@ -32,7 +32,7 @@ class GatedStageService : public v1::StageService::Service {
     ack->set_num_bytes(bytes);
     return grpc::Status::OK;
   }
-  void Release(int n) {
+  void Open(int n) {
     std::lock_guard<std::mutex> lock(mu_);
     released_ += n;
     cv_.notify_all();
@@ -82,10 +82,10 @@ TEST(PeerSenderTest, SendWaitsWhileTheQueueIsFullAndGoesOnOnceItDrains) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_FALSE(third_queued.load()) << "Send queued past max_queued_bytes";
   EXPECT_EQ(sender.queued_bytes(), 2 * bundle);
-  service.Release(1);  // the first push completes: room for the third
+  service.Open(1);  // the first push completes: room for the third
   compute.join();
   EXPECT_TRUE(third_queued.load());
-  service.Release(2);
+  service.Open(2);
   EXPECT_TRUE(sender.Flush(absl::Seconds(10)).ok());
   EXPECT_EQ(sender.queued_bytes(), 0u);
   server->Shutdown(std::chrono::system_clock::now());

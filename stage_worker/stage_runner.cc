@@ -509,8 +509,8 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
     state.target = Transfer()->Upload(t.at("target"));
     if (t.count("loss_mask")) state.loss_mask = Transfer()->Upload(t.at("loss_mask"));
   }
-  std::optional<absl::MutexLock> turn;  // the worker's compute, taken in turns with its other pipelines
-  if (options_.compute_turn) turn.emplace(options_.compute_turn.get());
+  std::optional<ComputeTurns::Turn> turn;  // the worker's compute, taken in turns with its other pipelines
+  if (options_.compute_turns) turn.emplace(options_.compute_turns->Take(ComputeTurns::Kind::kForward));
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("forward of ", WorkName(plan), " micro-batch ", mb));
   absl::Status shape = absl::OkStatus();
@@ -564,8 +564,8 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
     // Through the upload path (side stream, pinned memory), in the compute dtype the outputs have.
     for (auto& [gname, g] : grads) g = Transfer()->Upload(g, dtype_);
   }
-  std::optional<absl::MutexLock> turn;  // the worker's compute, taken in turns with its other pipelines
-  if (options_.compute_turn) turn.emplace(options_.compute_turn.get());
+  std::optional<ComputeTurns::Turn> turn;  // the worker's compute, taken in turns with its other pipelines
+  if (options_.compute_turns) turn.emplace(options_.compute_turns->Take(ComputeTurns::Kind::kBackward));
   auto t0 = Clock::now();
   progress_.Set(absl::StrCat("backward of step ", plan.step(), " micro-batch ", mb));
   const bool recompute = config_.recompute();

@@ -22,6 +22,7 @@
 #include "core/model/stage_build.h"
 #include "core/model/stage_io.h"
 #include "rpc/envelope.h"
+#include "stage_worker/compute_turns.h"
 #include "stage_worker/inbox.h"
 #include "stage_worker/local_optimizer.h"
 #include "stage_worker/peer_sender.h"
@@ -43,9 +44,10 @@ struct StageRunnerOptions {
   // inbox_bytes + 2 x send_queue_bytes (everything that may legitimately be pinned at once).
   uint64_t send_queue_bytes = PeerSender::kDefaultQueueBytes;
   std::string model_root;  // models are read only from inside it ("" = working dir)
-  // Shared by the pipelines one worker holds (StageTenants): each forward or backward computes holding it, so they
-  // take turns on the worker's compute, one action at a time, and one pipeline's wait is another's work. Null: none.
-  std::shared_ptr<absl::Mutex> compute_turn;
+  // Shared by the pipelines one worker holds (StageTenants): each forward or backward computes holding a turn, so
+  // they take turns on the worker's compute, one action at a time, and one pipeline's wait is another's work. Null:
+  // none.
+  std::shared_ptr<ComputeTurns> compute_turns;
 };
 
 // A runner holds one contiguous block range of the model (any ModelFamily) with LoRA adapters -- or, for the

@@ -160,6 +160,11 @@ grpc::Status StageServiceImpl::Shutdown(grpc::ServerContext*, const google::prot
   return grpc::Status::OK;
 }
 
+grpc::Status StageServiceImpl::Release(grpc::ServerContext*, const v1::ReleaseRequest* req, google::protobuf::Empty*) {
+  tenants_->Release(req->job_id(), req->config_hash());
+  return grpc::Status::OK;
+}
+
 namespace {
 constexpr std::chrono::seconds kShutdownGrace{8};  // StopServer's 2 s drain, then the runner's teardown
 }  // namespace

@@ -25,6 +25,7 @@ class StageServiceImpl final : public v1::StageService::Service {
                        grpc::ServerWriter<v1::TensorChunk>* writer) override;
   grpc::Status Shutdown(grpc::ServerContext* ctx, const google::protobuf::Empty* req,
                         google::protobuf::Empty* resp) override;
+  grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req, google::protobuf::Empty* resp) override;
   grpc::Status JoinGroup(grpc::ServerContext* ctx, const v1::JoinGroupRequest* req,
                          v1::JoinGroupResponse* resp) override;
   grpc::Status Reduce(grpc::ServerContext* ctx, const v1::ReduceRequest* req, v1::ReduceResponse* resp) override;

@@ -8,7 +8,7 @@
 namespace baton {
 
 StageTenants::StageTenants(StageRunnerOptions options) : options_(std::move(options)) {
-  if (!options_.compute_turn) options_.compute_turn = std::make_shared<absl::Mutex>();
+  if (!options_.compute_turns) options_.compute_turns = std::make_shared<ComputeTurns>();
   plain_ = std::make_shared<StageRunner>(options_);
 }
 
@@ -69,6 +69,16 @@ uint64_t StageTenants::max_push_budget_bytes() const {
   uint64_t most = plain_->push_budget_bytes();
   for (const auto& [job, runner] : by_job_) most = std::max(most, runner->push_budget_bytes());
   return most;
+}
+
+void StageTenants::Release(const std::string& job_id, const std::string& config_hash) {
+  if (job_id.empty() || config_hash != job_id) return;  // the coordinator's config hash is its job id
+  absl::MutexLock lock(&mu_);
+  auto it = by_job_.find(job_id);
+  if (it == by_job_.end()) return;
+  if (it->second == plain_) plain_ = std::make_shared<StageRunner>(options_);
+  by_job_.erase(it);
+  LogInfo("released pipeline ", job_id, "; ", by_job_.size(), " left");
 }
 
 int StageTenants::size() const {

@@ -2,7 +2,7 @@
 // a `shared` one (ConfigureRequest.shared: a sweep's members, many LoRAs on one loaded model) adds its pipeline beside
 // the others. Each pipeline is a StageRunner of its own (adapters, inbox, step window, generation, metrics under its
 // job's name); those of the same FrozenKey share one copy of the frozen weights (the first one's, never loaded again),
-// and all take turns on the worker's compute one forward or backward at a time (StageRunnerOptions::compute_turn),
+// and all take turns on the worker's compute one forward or backward at a time (StageRunnerOptions::compute_turns),
 // so one pipeline's bubble is another's work. Thread-safe.
 #pragma once
 
@@ -32,6 +32,9 @@ class StageTenants {
   std::shared_ptr<StageRunner> For(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // The most a Push may bring before its header names the pipeline (the largest free inbox; Deliver checks its own).
   uint64_t max_push_budget_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops pipeline `job_id` (its config hash must match; an unknown one is ignored): its runner goes once no call
+  // holds it. The plain runner is replaced by a fresh one when it is the one released.
+  void Release(const std::string& job_id, const std::string& config_hash) ABSL_LOCKS_EXCLUDED(mu_);
   // How many pipelines the worker holds (1 before any Configure: the plain runner).
   int size() const ABSL_LOCKS_EXCLUDED(mu_);
   // Our own address, once the server has bound its port (every runner names itself with it).

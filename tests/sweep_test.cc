@@ -2,6 +2,8 @@
 // each member's LoRA and validation are bitwise those of the member trained alone on fresh workers -- also when
 // another member fails mid-run, when a stage worker is killed mid-step (every member redoes its step) and when the
 // sweep is stopped and resumed. FLUX.2 here in process; Wan through the coordinator binary.
+#include "core/train/sweep.h"
+
 #include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -12,7 +14,6 @@
 
 #include "coordinator/sweep_runs.h"
 #include "core/testing/run_command.h"
-#include "core/train/sweep.h"
 #include "stage_driver/shared_workers.h"
 #include "tests/local_stages.h"
 
@@ -32,12 +33,11 @@ class SweepTest : public ::testing::Test {
   // Batch 1 (one micro-batch a step: a two-stage pipeline alone is half idle), dropout on (the stages' seeded masks),
   // validation and checkpoints every 2 steps; `sweep` as given ("" = none).
   static JobConfig Job(const std::string& sweep, const std::string& lr = "0.01") {
-    const std::string yaml = absl::StrCat(
-        "model: ", JoinPath(*dir_, "model"), "\ndataset: ", JoinPath(*dir_, "cache"),
-        "\nlora: {rank: 4, targets: all-linear, dropout: 0.1}\noptimizer: {lr: ", lr,
-        "}\nsteps: 6\nbatch_size: 1\nmicro_batches: 1\nseed: 3\ncheckpoint_every: 2\n"
-        "validation: {every: 2, samples: 2, timesteps: [0.25, 0.75]}\nname: sweep\n",
-        sweep.empty() ? "" : absl::StrCat("sweep: ", sweep, "\n"));
+    const std::string yaml = absl::StrCat("model: ", JoinPath(*dir_, "model"), "\ndataset: ", JoinPath(*dir_, "cache"),
+                                          "\nlora: {rank: 4, targets: all-linear, dropout: 0.1}\noptimizer: {lr: ", lr,
+                                          "}\nsteps: 6\nbatch_size: 1\nmicro_batches: 1\nseed: 3\ncheckpoint_every: 2\n"
+                                          "validation: {every: 2, samples: 2, timesteps: [0.25, 0.75]}\nname: sweep\n",
+                                          sweep.empty() ? "" : absl::StrCat("sweep: ", sweep, "\n"));
     auto job = ParseJobYaml(yaml);
     EXPECT_TRUE(job.ok()) << job.status();
     return *job;
@@ -118,8 +118,7 @@ TEST_F(SweepTest, AFailingMemberEndsAloneAndLeavesTheOthersUnchanged) {
   ASSERT_EQ(results->size(), 2u);
   ASSERT_TRUE((*results)[0].result.ok()) << (*results)[0].result.status();
   ASSERT_FALSE((*results)[1].result.ok());
-  EXPECT_NE((*results)[1].result.status().message().find("is nan"), std::string::npos)
-      << (*results)[1].result.status();
+  EXPECT_NE((*results)[1].result.status().message().find("is nan"), std::string::npos) << (*results)[1].result.status();
   ExpectSameAsAlone(JoinPath(*dir_, "failing/lr=0.01"), "0.01");
 }
 

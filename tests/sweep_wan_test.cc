@@ -70,16 +70,16 @@ TEST(SweepWanTest, EachMemberOfATwoStageWanSweepEqualsTheMemberTrainedAlone) {
   const std::string bin = BinDir();
   RunOk(absl::StrCat(JoinPath(bin, "baton"), " init-weights --pipeline wan-tiny --out ", JoinPath(dir, "pipeline")));
   RunOk(absl::StrCat(JoinPath(bin, "encoder_worker"), " --dataset ", JoinPath(SourceDir(), "data/wan_sample"),
-                   " --cache ", JoinPath(dir, "cache"), " --model ", JoinPath(dir, "pipeline"),
-                   " --resolution 64 --max_frames 9 --max_sequence_length 32 --threads 1"));
+                     " --cache ", JoinPath(dir, "cache"), " --model ", JoinPath(dir, "pipeline"),
+                     " --resolution 64 --max_frames 9 --max_sequence_length 32 --threads 1"));
   const std::string coordinator = absl::StrCat(JoinPath(bin, "coordinator"), " --stages 2 --job ");
   const std::string log = RunOk(absl::StrCat(coordinator, WriteJob(dir, "sweep", "sweep: {seed: [1, 2]}\n"),
-                                           " --output ", JoinPath(dir, "sweep")));
+                                             " --output ", JoinPath(dir, "sweep")));
   EXPECT_NE(log.find("sweep: 2 members on one set of stage workers: seed=1, seed=2"), std::string::npos) << log;
   EXPECT_NE(log.find("[seed=2] step 4/4"), std::string::npos) << log;
   for (const char* seed : {"1", "2"}) {
     RunOk(absl::StrCat(coordinator, WriteJob(dir, absl::StrCat("alone", seed), absl::StrCat("seed: ", seed, "\n")),
-                     " --output ", JoinPath(dir, absl::StrCat("alone", seed))));
+                       " --output ", JoinPath(dir, absl::StrCat("alone", seed))));
     ExpectSameRun(JoinPath(dir, absl::StrCat("sweep/seed=", seed)), JoinPath(dir, absl::StrCat("alone", seed)));
   }
 }

@@ -50,7 +50,8 @@ absl::Status Apply(const std::string& key, const std::string& value, JobConfig& 
     if (value.empty()) return bad("must be a cache folder");
     job.dataset = value;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("sweep: '", key, "' cannot be swept (", absl::StrJoin(SweepKeys(), ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sweep: '", key, "' cannot be swept (", absl::StrJoin(SweepKeys(), ", "), ")"));
   }
   return absl::OkStatus();
 }
@@ -86,8 +87,8 @@ absl::StatusOr<std::vector<SweepMember>> ExpandSweep(const JobConfig& job) {
     }
     member.name = absl::StrJoin(parts, "_");
     if (!names.insert(member.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("sweep: two members would both be ", member.name,
-                                                     " (a value listed twice?)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("sweep: two members would both be ", member.name, " (a value listed twice?)"));
     }
     member.job.sweep_member = member.name;
     member.job.name = absl::StrCat(JobName(job), ".", member.name);
