@@ -61,7 +61,8 @@ class StepClock {
       absl::MutexLock lock(&mu_);
       ends_[member].push_back(std::chrono::duration<double>(Clock::now() - t0_).count());
       busy_.resize(r.stages.size());
-      for (size_t s = 0; s < r.stages.size(); ++s) busy_[s] += r.stages[s].forward_seconds + r.stages[s].backward_seconds;
+      for (size_t s = 0; s < r.stages.size(); ++s)
+        busy_[s] += r.stages[s].forward_seconds + r.stages[s].backward_seconds;
       ++records_;
     };
   }
@@ -132,7 +133,8 @@ std::vector<int64_t> Resident(const std::vector<pid_t>& pids) {
     std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
     int64_t kib = 0;
     for (std::string line; std::getline(in, line);) {
-      if (line.rfind("VmRSS:", 0) == 0) (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(6, line.size() - 9)), &kib);
+      if (line.rfind("VmRSS:", 0) == 0)
+        (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(6, line.size() - 9)), &kib);
     }
     rss.push_back(kib << 10);
   }
@@ -149,6 +151,7 @@ struct CaseResult {
   std::vector<double> ratios;
   double together = 0, apart = 0;
   std::vector<double> busy_alone, busy_together;  // the first member's mean compute seconds per step, by stage
+  std::vector<int64_t> member_bytes;              // the planner's cost of one more member, by stage
   std::vector<int64_t> rss_alone, rss_together;
 };
 
@@ -186,6 +189,7 @@ void RunRound(const std::string& dir, const Case& c, CaseResult& result) {
   for (size_t i = 0; i < members->size(); ++i) index[(*members)[i].name] = static_cast<int>(i);
   auto results = RunSweep(MakeJob(dir, c, true), o, [&](const SweepMember& member, CoordinatorOptions& mo) {
     mo.hooks.on_step = clock.Hook(index.at(member.name));
+    mo.hooks.on_start = [&result](const RunStart& start) { result.member_bytes = start.member_bytes; };
   });
   if (!results.ok()) BenchDie(absl::StrCat("together: ", results.status().message()));
   for (const auto& r : *results) {
@@ -198,15 +202,17 @@ void RunRound(const std::string& dir, const Case& c, CaseResult& result) {
   result.ratios.push_back(together / apart);
   result.together = together;
   result.apart = apart;
-  std::printf("  %dx%d round: together %.2f samples/s, one after another %.2f: %.3fx; compute per step [ms] alone %s, "
-              "together %s\n",
-              c.members, c.batch, together, apart, together / apart, Millis(result.busy_alone).c_str(),
-              Millis(result.busy_together).c_str());
+  std::printf(
+      "  %dx%d round: together %.2f samples/s, one after another %.2f: %.3fx; compute per step [ms] alone %s, "
+      "together %s\n",
+      c.members, c.batch, together, apart, together / apart, Millis(result.busy_alone).c_str(),
+      Millis(result.busy_together).c_str());
   std::fflush(stdout);
 }
 
 int Main(int argc, char** argv) {
-  if (absl::Status s = ParseBenchFlags(argc, argv, "bench_sweep [--steps=12] [--warmup=3] [--rounds=2] [--cases=2x1,4x1,3x4]");
+  if (absl::Status s =
+          ParseBenchFlags(argc, argv, "bench_sweep [--steps=12] [--warmup=3] [--rounds=2] [--cases=2x1,4x1,3x4]");
       !s.ok()) {
     BenchDie(std::string(s.message()));
   }
@@ -222,7 +228,8 @@ int Main(int argc, char** argv) {
   }
   char tmpl[] = "/tmp/bench_sweep_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
-  if (absl::Status s = WriteTinyFlux2Pipeline(JoinPath(dir, "pipeline"), 0); !s.ok()) BenchDie(std::string(s.message()));
+  if (absl::Status s = WriteTinyFlux2Pipeline(JoinPath(dir, "pipeline"), 0); !s.ok())
+    BenchDie(std::string(s.message()));
   // 128 px (8 x 8 latent tokens) and 128 text tokens, as the demo's encoded sample images.
   if (absl::Status s = WriteSyntheticCache(JoinPath(dir, "cache"), 128, 96, 16, {{8, 8}}, 128, 1); !s.ok()) {
     BenchDie(std::string(s.message()));
@@ -242,11 +249,18 @@ int Main(int argc, char** argv) {
     std::printf("%s: %d members at batch %d: %.3fx the samples/s of one after another (median of %zu)\n", label.c_str(),
                 cases[i].members, cases[i].batch, median, r.size());
     for (size_t s = 0; s < results[i].rss_alone.size() && s < results[i].rss_together.size(); ++s) {
-      std::printf("  stage %zu resident: %.1f MiB alone, %.1f MiB with %d members (+%.1f MiB)\n", s,
-                  results[i].rss_alone[s] / 1048576.0, results[i].rss_together[s] / 1048576.0, cases[i].members,
-                  (results[i].rss_together[s] - results[i].rss_alone[s]) / 1048576.0);
+      const double planned = s < results[i].member_bytes.size()
+                                 ? static_cast<double>(results[i].member_bytes[s]) * (cases[i].members - 1)
+                                 : 0;
+      std::printf(
+          "  stage %zu resident: %.1f MiB alone, %.1f MiB with %d members (+%.1f MiB; the planner: +%.1f MiB)\n", s,
+          results[i].rss_alone[s] / 1048576.0, results[i].rss_together[s] / 1048576.0, cases[i].members,
+          (results[i].rss_together[s] - results[i].rss_alone[s]) / 1048576.0, planned / 1048576.0);
     }
-    json[label] = {{"ratio", median}, {"rss_alone", results[i].rss_alone}, {"rss_together", results[i].rss_together}};
+    json[label] = {{"ratio", median},
+                   {"rss_alone", results[i].rss_alone},
+                   {"rss_together", results[i].rss_together},
+                   {"planned_member_bytes", results[i].member_bytes}};
   }
   std::printf("%s\n", json.dump().c_str());
   return 0;

@@ -11,6 +11,7 @@
 #include "coordinator/expert_runs.h"
 #include "coordinator/job_service.h"
 #include "coordinator/pipeline_trainer.h"
+#include "coordinator/sweep_runs.h"
 #include "core/metrics/metrics_server.h"
 #include "core/train/job.h"
 #include "core/util/log.h"
@@ -66,9 +67,16 @@ int RunOneJob(const CoordinatorCommand& command, CoordinatorOptions options, boo
     std::fprintf(stderr, "coordinator: %s\n", std::string(job.status().message()).c_str());
     return 2;
   }
-  if (metrics) AddMetricsHooks(JobName(*job), &options.hooks);
   options.hooks.stop = command.stop;
-  auto result = RunCoordinatorJob(*job, options);
+  absl::StatusOr<CoordinatorResult> result;
+  if (job->sweep.empty()) {
+    if (metrics) AddMetricsHooks(JobName(*job), &options.hooks);
+    result = RunCoordinatorJob(*job, options);
+  } else {  // each member's metrics under its own job label ("<job>.<member>")
+    result = RunSweepJob(*job, options, [metrics](const SweepMember& member, CoordinatorOptions& o) {
+      if (metrics) AddMetricsHooks(JobName(member.job), &o.hooks);
+    });
+  }
   const int sig = command.signal != nullptr ? command.signal->load() : 0;
   if (!result.ok()) {
     std::fprintf(stderr, "coordinator: %s\n", result.status().ToString().c_str());

@@ -2,6 +2,7 @@
 
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/expert_runs.h"
 #include "coordinator/pipeline_trainer.h"
+#include "core/pipeline/partition.h"
+#include "core/train/sweep.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
@@ -42,6 +45,25 @@ absl::Status JobQueue::Start() {
 
 absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted) {
   ASSIGN_OR_RETURN(JobConfig config, ParseSubmittedJob(submitted));
+  if (!config.sweep.empty()) {  // one job per member, each validated as it will run
+    ASSIGN_OR_RETURN(std::vector<SweepMember> members, ExpandSweep(config));
+    std::vector<SubmittedJob> jobs;
+    for (const SweepMember& m : members) {
+      SubmittedJob one = submitted;
+      one.sweep_member = m.name;
+      one.name =
+          absl::StrCat(submitted.name.empty() ? DefaultJobName(submitted.job_file) : submitted.name, ".", m.name);
+      ASSIGN_OR_RETURN(JobConfig member, ParseSubmittedJob(one));
+      RETURN_IF_ERROR(ValidateSubmittedJob(one, member, base_.stages, data_root_));
+      jobs.push_back(std::move(one));
+    }
+    absl::StatusOr<v1::JobInfo> first = absl::InternalError("a sweep without members");
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      ASSIGN_OR_RETURN(v1::JobInfo info, Submit(jobs[i]));
+      if (i == 0) first = std::move(info);
+    }
+    return first;
+  }
   RETURN_IF_ERROR(ValidateSubmittedJob(submitted, config, base_.stages, data_root_));
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");
@@ -74,7 +96,7 @@ absl::StatusOr<v1::JobInfo> JobQueue::Get(const std::string& job_id) const {
 std::vector<v1::JobInfo> JobQueue::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<v1::JobInfo> out;
-  if (running_ != 0) out.push_back(InfoLocked(jobs_.at(running_)));
+  for (int64_t id : running_) out.push_back(InfoLocked(jobs_.at(id)));
   for (int64_t id : queue_) out.push_back(InfoLocked(jobs_.at(id)));
   for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
     if (Ended(it->second.info.state())) out.push_back(InfoLocked(it->second));
@@ -157,8 +179,8 @@ absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uin
   absl::MutexLock lock(&mu_);
   std::string id = job_id;
   if (id.empty()) {
-    if (running_ == 0 && queue_.empty()) return absl::NotFoundError("no job is running or queued");
-    id = absl::StrCat(running_ != 0 ? running_ : queue_.front());
+    if (running_.empty() && queue_.empty()) return absl::NotFoundError("no job is running or queued");
+    id = absl::StrCat(!running_.empty() ? *running_.begin() : queue_.front());
   }
   const Job* job = FindLocked(id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
@@ -188,8 +210,8 @@ void JobQueue::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     shutdown_ = true;
-    if (running_ != 0) {
-      Job& job = jobs_.at(running_);
+    for (int64_t id : running_) {
+      Job& job = jobs_.at(id);
       job.interrupted = true;
       job.stop->store(true);
       Changed(job);
@@ -200,23 +222,95 @@ void JobQueue::Shutdown() {
 
 void JobQueue::RunnerMain() {
   while (true) {
-    int64_t id = 0;
+    std::vector<std::thread> ended;
     {
       absl::MutexLock lock(&mu_);
-      auto runnable = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || !queue_.empty(); };
-      mu_.Await(absl::Condition(&runnable));
-      if (shutdown_) return;
-      id = queue_.front();
+      auto startable = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return shutdown_ || (!queue_.empty() && (running_.empty() || JoinsRunningLocked(jobs_.at(queue_.front()))));
+      };
+      mu_.Await(absl::Condition(&startable));
+      if (shutdown_) break;
+      for (auto it = runs_.begin(); it != runs_.end();) {  // the threads of runs that have ended
+        if (running_.count(it->first)) {
+          ++it;
+        } else {
+          ended.push_back(std::move(it->second));
+          it = runs_.erase(it);
+        }
+      }
+      const int64_t id = queue_.front();
       queue_.pop_front();
-      running_ = id;
-      Job& job = jobs_.at(id);
-      job.info.set_state(v1::JOB_STATE_RUNNING);
-      job.info.set_start_time_unix(NowUnix());
-      Persist(job);
-      Changed(job);
+      StartLocked(id);
     }
-    RunOne(id);
+    for (std::thread& t : ended) t.join();
   }
+  std::map<int64_t, std::thread> runs;
+  {
+    absl::MutexLock lock(&mu_);
+    runs.swap(runs_);
+  }
+  for (auto& [id, t] : runs) t.join();
+}
+
+void JobQueue::StartLocked(int64_t id) {
+  if (running_.empty()) {
+    if (base_.workers.empty()) workers_ = std::make_shared<SharedStageWorkers>();
+  } else {
+    LogInfo("job ", id, " joins job", running_.size() > 1 ? "s " : " ", absl::StrJoin(running_, ", "),
+            " on their stage workers (the model is loaded once)");
+  }
+  running_.insert(id);
+  Job& job = jobs_.at(id);
+  job.info.set_state(v1::JOB_STATE_RUNNING);
+  job.info.set_start_time_unix(NowUnix());
+  job.planned_bytes.clear();
+  job.member_bytes.clear();
+  Persist(job);
+  Changed(job);
+  runs_[id] = std::thread([this, id] { RunOne(id); });
+}
+
+namespace {
+
+// What two jobs must share to run side by side on the same stage workers: the frozen weights (model, config,
+// expert, precision, 8-bit storage) and the cut's inputs (schedule chunks, replicas; stages are the service's).
+std::string ShareKey(const JobConfig& job) {
+  return absl::StrCat(job.model, "|", job.model_config, "|", job.expert, "|", job.dtype, "|", job.quantize, "|",
+                      job.chunks, "|", job.replicas, "|", absl::StrJoin(job.devices, ","));
+}
+
+// The job's memory budget of stage s in bytes (0: none).
+int64_t BudgetBytes(const JobConfig& job, size_t s) {
+  if (job.memory_per_stage.empty()) return 0;
+  const std::string& text = job.memory_per_stage.size() == 1 ? job.memory_per_stage[0] : job.memory_per_stage[s];
+  return ParseByteSize(text).value_or(0);
+}
+
+}  // namespace
+
+bool JobQueue::JoinsRunningLocked(const Job& next) const {
+  if (next.config.expert == "both" || running_.size() >= kMaxSweepMembers) return false;
+  const Job& first = jobs_.at(*running_.begin());
+  if (ShareKey(next.config) != ShareKey(first.config)) return false;
+  // Memory: the frozen stage once, every running job's share, and the newcomer's (as large as the largest running
+  // one's: the same model; its own plan exists only once it starts), within the smallest budget any of them sets.
+  const size_t stages = first.planned_bytes.size();
+  for (int64_t id : running_) {
+    const Job& job = jobs_.at(id);
+    if (job.planned_bytes.empty() || job.planned_bytes.size() != stages) return false;  // not started yet
+  }
+  for (size_t s = 0; s < stages; ++s) {
+    int64_t budget = BudgetBytes(next.config, s), need = first.planned_bytes[s] - first.member_bytes[s], largest = 0;
+    for (int64_t id : running_) {
+      const Job& job = jobs_.at(id);
+      const int64_t b = BudgetBytes(job.config, s);
+      if (b > 0) budget = budget > 0 ? std::min(budget, b) : b;
+      need += job.member_bytes[s];
+      largest = std::max(largest, job.member_bytes[s]);
+    }
+    if (budget > 0 && need + largest > budget) return false;
+  }
+  return true;
 }
 
 void JobQueue::RunOne(int64_t id) {
@@ -233,7 +327,9 @@ void JobQueue::RunOne(int64_t id) {
     options.resume_if_any = job.resume;
     name = job.info.name();
     config = &job.config;  // std::map nodes are stable and the config is not written while it runs
+    options.shared_workers = workers_;
   }
+  options.shared_stages = true;  // others may join it (the stages keep every job's adapters apart)
   options.quiet = true;
   options.hooks = HooksFor(id);
   if (!options.metrics_address.empty()) AddMetricsHooks(name, &options.hooks);  // label job = the job's name
@@ -263,6 +359,8 @@ CoordinatorHooks JobQueue::HooksFor(int64_t id) {
       job.info.set_total_steps(start.total_steps);
       job.info.mutable_stage_addresses()->Assign(start.addresses.begin(), start.addresses.end());
       job.info.mutable_stage_planned_bytes()->Assign(start.planned_bytes.begin(), start.planned_bytes.end());
+      job.planned_bytes = start.planned_bytes;
+      job.member_bytes = start.member_bytes;
       Changed(job);
     }
     if (next) next(start);
@@ -385,9 +483,21 @@ void JobQueue::OnStep(int64_t id, const PipelineStepRecord& rec) {
 }
 
 void JobQueue::Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& result) {
-  absl::MutexLock lock(&mu_);
+  std::shared_ptr<SharedStageWorkers> idle;  // stopped outside the lock once the last running job has ended
+  {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(id, result);
+    running_.erase(id);
+    if (running_.empty()) idle = std::move(workers_);
+  }
+  if (idle) {
+    absl::Status stopped = idle->Stop();
+    if (!stopped.ok()) LogWarning("stopping the stage workers: ", stopped.ToString());
+  }
+}
+
+void JobQueue::FinishLocked(int64_t id, const absl::StatusOr<CoordinatorResult>& result) {
   Job& job = jobs_.at(id);
-  running_ = 0;
   job.info.set_end_time_unix(NowUnix());
   job.info.clear_outages();  // nobody waits for them any more
   const bool stopped_at_start = !result.ok() && absl::IsCancelled(result.status()) && job.stop->load();
@@ -432,6 +542,7 @@ void JobQueue::Persist(const Job& job) const {
                       {"yaml", job.submitted.yaml},
                       {"working_dir", job.submitted.working_dir},
                       {"steps", job.submitted.steps},
+                      {"sweep_member", job.submitted.sweep_member},
                       {"resume", job.info.state() == v1::JOB_STATE_QUEUED
                                      ? job.resume
                                      : job.interrupted && job.info.state() == v1::JOB_STATE_STOPPED}};
@@ -453,8 +564,9 @@ absl::Status JobQueue::Reload() {
       LogWarning("skipping unreadable ", path);
       continue;
     }
-    job.submitted = {j["yaml"].get<std::string>(), job.info.job_file(), j["working_dir"].get<std::string>(),
-                     job.info.name(), j["steps"].get<int64_t>()};
+    job.submitted = {j["yaml"].get<std::string>(),        job.info.job_file(),
+                     j["working_dir"].get<std::string>(), job.info.name(),
+                     j["steps"].get<int64_t>(),           j.value("sweep_member", "")};
     job.resume = j.value("resume", false);
     LoggedHistory logged =
         ReadTrainLogHistory(JoinPath(job.info.output_dir(), "train_log.jsonl"), job.info.total_steps());
@@ -501,7 +613,7 @@ absl::Status JobQueue::Reload() {
 
 const JobQueue::Job* JobQueue::FindLocked(const std::string& job_id) const {
   if (job_id.empty()) {
-    if (running_ != 0) return &jobs_.at(running_);
+    if (!running_.empty()) return &jobs_.at(*running_.begin());
     return jobs_.empty() ? nullptr : &jobs_.rbegin()->second;
   }
   int64_t id = 0;
@@ -517,7 +629,7 @@ v1::JobInfo JobQueue::InfoLocked(const Job& job) const {
     int64_t id = 0;
     (void)absl::SimpleAtoi(info.job_id(), &id);
     auto it = std::find(queue_.begin(), queue_.end(), id);
-    info.set_queue_position(static_cast<int32_t>(it - queue_.begin()) + (running_ != 0 ? 1 : 0));
+    info.set_queue_position(static_cast<int32_t>(it - queue_.begin()) + (running_.empty() ? 0 : 1));
   }
   return info;
 }

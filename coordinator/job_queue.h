@@ -1,6 +1,9 @@
-// The job service's core, with no RPC in it: submitted jobs wait in order and one runner thread runs them one
-// at a time through RunCoordinator on the service's set of stage workers, each into its own output folder
-// <root>/<name>-<id>/. Thread-safe.
+// The job service's core, with no RPC in it: submitted jobs wait in order and run through RunCoordinator on the
+// service's set of stage workers, each into its own output folder <root>/<name>-<id>/. The job at the head of the
+// queue starts when nothing runs, or beside the running jobs when it trains the same frozen model over the same
+// stages and every memory budget leaves room for it (JoinsRunningLocked): then the stage workers hold each job's
+// adapters over one copy of the model (no load: it starts at once) and fill one job's pipeline bubbles with another's
+// work. A submitted sweep (core/train/sweep.h) becomes one job per member, all running side by side. Thread-safe.
 #pragma once
 
 #include <absl/base/thread_annotations.h>
@@ -14,6 +17,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +26,7 @@
 #include "coordinator/job_history.h"
 #include "coordinator/job_submission.h"
 #include "coordinator/run_types.h"
+#include "stage_driver/shared_workers.h"
 
 namespace baton {
 
@@ -62,7 +67,8 @@ class JobQueue {
 
   // Reloads <root>/*/job.json and starts the runner thread.
   absl::Status Start();
-  // Parses, validates (InvalidArgument with file:line) and queues a job.
+  // Parses, validates (InvalidArgument with file:line) and queues a job (a sweep: one job per member, in order; the
+  // first member's is returned).
   absl::StatusOr<v1::JobInfo> Submit(const SubmittedJob& submitted) ABSL_LOCKS_EXCLUDED(mu_);
   // By id; empty id: the running job, else the newest one. NotFound.
   absl::StatusOr<v1::JobInfo> Get(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -101,15 +107,23 @@ class JobQueue {
     bool resume = false;       // continue from the newest checkpoint in the output folder
     bool interrupted = false;  // stopped by Shutdown, not by a client: resumes after a restart
     std::unique_ptr<std::atomic<bool>> stop = std::make_unique<std::atomic<bool>>(false);
+    // The planner's bytes per stage, all of them and one member's share (RunStart), once the run has started.
+    std::vector<int64_t> planned_bytes, member_bytes;
   };
 
   void RunnerMain() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `next` may start beside the running jobs (see the class comment). False while one of them has not yet
+  // reported its plan.
+  bool JoinsRunningLocked(const Job& next) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The head of the queue as running: its state, and its thread.
+  void StartLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunOne(int64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   CoordinatorHooks HooksFor(int64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   void OnStep(int64_t id, const PipelineStepRecord& rec) ABSL_LOCKS_EXCLUDED(mu_);
   void OnEval(int64_t id, const EvalReport& report) ABSL_LOCKS_EXCLUDED(mu_);
   void OnOutage(int64_t id, const StageOutage& outage) ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(int64_t id, const absl::StatusOr<CoordinatorResult>& result) ABSL_LOCKS_EXCLUDED(mu_);
+  void FinishLocked(int64_t id, const absl::StatusOr<CoordinatorResult>& result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bumps the version; the watchers' WaitForUpdate conditions see it when mu_ is released.
   void Changed(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A run (re)starts after `first_step` steps: what was recorded after it is redone, so it goes.
@@ -124,9 +138,13 @@ class JobQueue {
   const std::string root_;
   const std::string data_root_;
   mutable absl::Mutex mu_;
-  std::map<int64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);  // by id
-  std::deque<int64_t> queue_ ABSL_GUARDED_BY(mu_);    // waiting, in order
-  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;          // 0: none
+  std::map<int64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);          // by id
+  std::deque<int64_t> queue_ ABSL_GUARDED_BY(mu_);            // waiting, in order
+  std::set<int64_t> running_ ABSL_GUARDED_BY(mu_);            // one job, or several sharing the stage workers
+  std::map<int64_t, std::thread> runs_ ABSL_GUARDED_BY(mu_);  // the running jobs' threads (and ended ones' to join)
+  // The local stage workers the running jobs share (null with --workers, or when nothing runs): started by the first
+  // job, stopped after the last one.
+  std::shared_ptr<SharedStageWorkers> workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::thread runner_;

@@ -5,7 +5,10 @@
 #include <absl/strings/str_cat.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+
 #include "coordinator/job_plan.h"
+#include "core/train/sweep.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -32,6 +35,16 @@ std::string KeyPosition(const SubmittedJob& s, const std::string& key) {
 
 absl::StatusOr<JobConfig> ParseSubmittedJob(const SubmittedJob& submitted) {
   ASSIGN_OR_RETURN(JobConfig job, ParseJobYaml(submitted.yaml, submitted.job_file));
+  if (!submitted.sweep_member.empty()) {
+    ASSIGN_OR_RETURN(std::vector<SweepMember> members, ExpandSweep(job));
+    auto member = std::find_if(members.begin(), members.end(),
+                               [&](const SweepMember& m) { return m.name == submitted.sweep_member; });
+    if (member == members.end()) {
+      return absl::NotFoundError(
+          absl::StrCat(submitted.job_file, ": its sweep has no member ", submitted.sweep_member, " any more"));
+    }
+    job = member->job;
+  }
   const std::string& base = submitted.working_dir;
   job.model = Resolve(job.model, base);
   job.model_config = Resolve(job.model_config, base);

@@ -18,6 +18,9 @@ struct SubmittedJob {
   std::string working_dir;  // the client's cwd; empty: the coordinator's
   std::string name;         // empty: job_file's base name without extension
   int64_t steps = 0;        // > 0: overrides the job's step count
+  // One member of the file's `sweep:` (core/train/sweep.h): the service runs each member as a job of its own, all
+  // of them side by side on the same stage workers. Empty: the file is the job.
+  std::string sweep_member;
 };
 
 // Parses the YAML (at most kMaxJobFileBytes, lists within their limits: core/train/job.h) and makes the relative
@@ -25,6 +28,7 @@ struct SubmittedJob {
 // (`coordinator --job` resolves them against its cwd; a service has its own). The encoder worker's encode.images is
 // passed on as written (it names a path on the encoder's host, which writes the cache only inside its --cache_root
 // and reads no file that resolves outside that folder: encoder_worker/dataset_fence.h).
+// With sweep_member: that member's job (NotFound when the file no longer has it).
 absl::StatusOr<JobConfig> ParseSubmittedJob(const SubmittedJob& submitted);
 
 // Those paths and encode.images lie inside `data_root` (symlinks resolved; a path that does not exist yet is judged by

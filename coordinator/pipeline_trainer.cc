@@ -343,13 +343,18 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& given_job, con
   ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(log_path, /*append=*/start.resumed));
   const int64_t total_steps = options.steps > 0 ? options.steps : job.steps;
   if (options.hooks.on_start) {
-    std::vector<int64_t> planned;  // replica 0's workers: the sum of their chunks' estimates
+    std::vector<int64_t> planned, member;  // replica 0's workers: the sum of their chunks' estimates
     for (const std::vector<StageSpec>& chunks : setup.plans.at(0)) {
-      int64_t bytes = 0;
-      for (const StageSpec& chunk : chunks) bytes += chunk.est_memory_bytes;
+      int64_t bytes = 0, member_bytes = 0;
+      for (const StageSpec& chunk : chunks) {
+        bytes += chunk.est_memory_bytes;
+        member_bytes += MemberBytes(chunk);
+      }
       planned.push_back(bytes);
+      member.push_back(member_bytes);
     }
-    options.hooks.on_start({JobHash(job), start.step, total_steps, replicas->addresses(), std::move(planned)});
+    options.hooks.on_start(
+        {JobHash(job), start.step, total_steps, replicas->addresses(), std::move(planned), std::move(member)});
   }
   ASSIGN_OR_RETURN(CoordinatorResult result, TrainSteps(job, options, setup, *replicas, exchange.get(), optimizer,
                                                         start, total_steps, *log, *evals));

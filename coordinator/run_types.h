@@ -26,6 +26,9 @@ struct RunStart {
   int64_t total_steps = 0;             // the step the run ends at
   std::vector<std::string> addresses;  // stage workers, by stage
   std::vector<int64_t> planned_bytes;  // the planner's memory estimate of replica 0's stage workers, by stage
+  // The share of it one more run beside this one on the same workers costs: its adapters (and optimizer state where
+  // the stages hold it) and its in-flight activations; the frozen weights, transient and overhead are shared.
+  std::vector<int64_t> member_bytes;
 };
 struct CoordinatorHooks {
   std::function<void(const RunStart&)> on_start;                    // stages configured, before the first step

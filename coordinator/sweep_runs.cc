@@ -80,8 +80,9 @@ absl::StatusOr<std::vector<SweepMemberResult>> RunSweep(const JobConfig& job, co
   return results;
 }
 
-absl::StatusOr<CoordinatorResult> RunSweepJob(const JobConfig& job, const CoordinatorOptions& options) {
-  ASSIGN_OR_RETURN(std::vector<SweepMemberResult> results, RunSweep(job, options));
+absl::StatusOr<CoordinatorResult> RunSweepJob(const JobConfig& job, const CoordinatorOptions& options,
+                                              const SweepMemberOptions& per_member) {
+  ASSIGN_OR_RETURN(std::vector<SweepMemberResult> results, RunSweep(job, options, per_member));
   std::vector<std::string> failed;
   for (const SweepMemberResult& r : results) {
     if (!r.result.ok()) {

@@ -34,6 +34,7 @@ absl::StatusOr<std::vector<SweepMemberResult>> RunSweep(const JobConfig& job, co
 
 // A sweep as one run's result for whoever runs a job: the members' lines printed, the first member's result, or an
 // error naming every member that failed.
-absl::StatusOr<CoordinatorResult> RunSweepJob(const JobConfig& job, const CoordinatorOptions& options);
+absl::StatusOr<CoordinatorResult> RunSweepJob(const JobConfig& job, const CoordinatorOptions& options,
+                                              const SweepMemberOptions& per_member = nullptr);
 
 }  // namespace baton

@@ -178,7 +178,9 @@ class JobServiceTest : public ::testing::Test {
   }
 
   // A job file with absolute paths (so `coordinator --job` from anywhere reads the same job).
-  static std::string WriteJob(const std::string& name, int steps, int checkpoint_every = 0) {
+  // `extra`: more keys (`dtype: bf16` makes a job that cannot join a fp32 one: another copy of the frozen weights).
+  static std::string WriteJob(const std::string& name, int steps, int checkpoint_every = 0,
+                              const std::string& extra = "") {
     const std::string path = JoinPath(*dir_, name + ".yaml");
     EXPECT_TRUE(
         WriteFileAtomic(path, absl::StrCat("model: ", JoinPath(*dir_, "model"), "\ndataset: ", JoinPath(*dir_, "cache"),
@@ -187,7 +189,7 @@ class JobServiceTest : public ::testing::Test {
                                            steps,
                                            "\nbatch_size: 2\nmicro_batches: 2\nseed: 5\n"
                                            "checkpoint_every: ",
-                                           checkpoint_every, "\n"))
+                                           checkpoint_every, "\n", extra))
             .ok());
     return path;
   }
@@ -216,11 +218,12 @@ Service* JobServiceTest::service_ = nullptr;
 
 bool Ended(const v1::JobInfo& j) { return j.state() >= v1::JOB_STATE_FINISHED; }
 
+// A job that cannot share the running one's stage workers (another precision: other frozen weights) waits for it.
 TEST_F(JobServiceTest, SecondJobWaitsForTheFirstAndWatchStreamsEveryStep) {
   std::string out_a, out_b;
   // The first job runs long enough that the second is still queued when its status is read on a loaded machine.
   const std::string a = Submit(WriteJob("first", 16), &out_a);
-  const std::string b = Submit(WriteJob("second", 3), &out_b);
+  const std::string b = Submit(WriteJob("second", 3, 0, "dtype: bf16\n"), &out_b);
   ASSERT_FALSE(a.empty() || b.empty()) << out_a << out_b;
   EXPECT_NE(out_b.find("queued at position 1"), std::string::npos) << out_b;
   v1::JobInfo queued = service_->Status(b);
@@ -253,6 +256,49 @@ TEST_F(JobServiceTest, SecondJobWaitsForTheFirstAndWatchStreamsEveryStep) {
   EXPECT_LT(list.output.find(absl::StrCat("\n", b, " ")), list.output.find(absl::StrCat("\n", a, " ")))
       << "finished jobs are listed newest first:\n"
       << list.output;
+}
+
+// Issue 38: a job of the model a running job trains joins it on the same stage workers instead of queueing -- no
+// model load, its first step within seconds -- and ends on its own while the first goes on; a submitted sweep becomes
+// one job per member, all running at once.
+TEST_F(JobServiceTest, AJobOfTheSameModelJoinsTheRunningOneAndASweepRunsItsMembersAtOnce) {
+  const std::string a = Submit(WriteJob("long", 100000));
+  ASSERT_FALSE(a.empty());
+  ASSERT_GE(service_->WaitFor(a, [](const v1::JobInfo& j) { return j.last_step().step() >= 1; }).last_step().step(), 1)
+      << service_->log();
+  std::string out;
+  const std::string b = Submit(WriteJob("joiner", 3), &out);
+  ASSERT_FALSE(b.empty()) << out;
+  // It starts beside the first (not after it) and, the model already loaded, runs its three steps within seconds.
+  const v1::JobInfo joined = service_->WaitFor(b, Ended);
+  EXPECT_EQ(joined.state(), v1::JOB_STATE_FINISHED) << joined.error() << service_->log();
+  EXPECT_EQ(joined.last_step().step(), 3);
+  const double seconds = joined.end_time_unix() - joined.start_time_unix();
+  std::printf("the joining job ran from its start to its 3rd step in %.2f s\n", seconds);
+  EXPECT_LT(seconds, 20) << "a joining job loads no model";
+  EXPECT_EQ(service_->Status(a).state(), v1::JOB_STATE_RUNNING) << "the first job ended with the joiner";
+
+  // A sweep of two learning rates beside the long job: two more jobs, named by their values, running together.
+  const std::string sweep = WriteJob("sweep", 3, 0, "sweep: {optimizer.lr: [0.01, 0.02]}\n");
+  const std::string m1 = Submit(sweep, &out);
+  ASSERT_FALSE(m1.empty()) << out;
+  const std::string m2 = absl::StrCat(std::stoll(m1) + 1);
+  const v1::JobInfo first_member = service_->WaitFor(m1, Ended), second_member = service_->WaitFor(m2, Ended);
+  EXPECT_EQ(first_member.name(), "sweep.lr_0.01");
+  EXPECT_EQ(second_member.name(), "sweep.lr_0.02");
+  EXPECT_EQ(first_member.state(), v1::JOB_STATE_FINISHED) << first_member.error() << service_->log();
+  EXPECT_EQ(second_member.state(), v1::JOB_STATE_FINISHED) << second_member.error();
+  EXPECT_LT(second_member.start_time_unix(), first_member.end_time_unix()) << "the members ran one after another";
+  const auto a_lora = test_util::LoadRunLora(first_member.output_dir()),
+             b_lora = test_util::LoadRunLora(second_member.output_dir());
+  ASSERT_FALSE(a_lora.empty());
+  ASSERT_EQ(a_lora.size(), b_lora.size());
+  bool differ = false;
+  for (const auto& [name, t] : a_lora)
+    differ |= name.find("lora_B") != std::string::npos && !at::equal(t, b_lora.at(name));
+  EXPECT_TRUE(differ) << "two learning rates trained the same LoRA";
+  EXPECT_EQ(Baton(absl::StrCat("stop ", a)).exit_code, 0);
+  EXPECT_EQ(service_->WaitFor(a, Ended).state(), v1::JOB_STATE_STOPPED) << service_->log();
 }
 
 TEST_F(JobServiceTest, BadJobIsRefusedAtSubmitWithFileAndLine) {
@@ -423,7 +469,7 @@ TEST_F(JobServiceTest, SigtermCheckpointsTheRunningJobAndARestartedServiceResume
     Service first(*dir_, root);
     ASSERT_FALSE(first.address().empty()) << first.log();
     running = Submit(WriteJob("endless", 100000), nullptr, &first);
-    queued = Submit(WriteJob("after", 2), nullptr, &first);
+    queued = Submit(WriteJob("after", 2, 0, "dtype: bf16\n"), nullptr, &first);  // cannot join it
     ASSERT_FALSE(running.empty() || queued.empty());
     v1::JobInfo r = first.WaitFor(running, [](const v1::JobInfo& j) { return j.last_step().step() >= 2; });
     ASSERT_GE(r.last_step().step(), 2) << first.log();

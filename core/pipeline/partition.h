@@ -84,6 +84,10 @@ struct StageSpec {
   int64_t budget_bytes = 0;  // 0 = unlimited
 };
 
+// What one more pipeline on the same stage costs (many LoRAs on one loaded model): its `lora` and `act` terms; the
+// weights, transient and overhead terms are the stage's once.
+inline int64_t MemberBytes(const StageSpec& s) { return s.lora_bytes + s.activation_bytes; }
+
 struct PartitionOptions {
   int stages = 1;
   // Empty = unlimited; one entry = the same budget for every stage; else exactly one per stage.
