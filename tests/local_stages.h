@@ -76,6 +76,23 @@ inline std::vector<nlohmann::json> ReadTrainLog(const std::string& output_dir) {
   return lines;
 }
 
+// step → the validation losses of that step's line in `<output_dir>/train_log.jsonl` (the last one written for that
+// step: a resume validates its step again).
+inline std::map<int64_t, std::string> ValidationLosses(const std::string& output_dir) {
+  std::map<int64_t, std::string> v;
+  for (const auto& j : ReadTrainLog(output_dir)) {
+    if (j.value("event", "") == "validation") v[j["step"].get<int64_t>()] = j["validation_loss"].dump();
+  }
+  return v;
+}
+
+// Runs `cmd` (stderr included) and expects it to succeed; its output.
+inline std::string RunOk(const std::string& cmd) {
+  auto r = RunCommand(cmd, /*with_stderr=*/true);
+  EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  return r.output;
+}
+
 // `<output_dir>/lora.safetensors`, every tensor (empty, with a test failure, when it cannot be read).
 inline std::map<std::string, at::Tensor> LoadRunLora(const std::string& output_dir) {
   auto t = LoadAllSafetensors(JoinPath(output_dir, "lora.safetensors"));

@@ -78,15 +78,6 @@ class ReusedWorkersTest : public ::testing::Test {
     return last;
   }
 
-  // step → the validation losses line (the last one written for that step: a resume validates its step again).
-  static std::map<int64_t, std::string> Validations(const std::string& out) {
-    std::map<int64_t, std::string> v;
-    for (const auto& j : test_util::ReadTrainLog(out)) {
-      if (j.value("event", "") == "validation") v[j["step"].get<int64_t>()] = j["validation_loss"].dump();
-    }
-    return v;
-  }
-
   static void ExpectSameRun(const std::string& out, const std::string& reference) {
     const auto a = test_util::LoadRunLora(reference), b = test_util::LoadRunLora(out);
     ASSERT_EQ(a.size(), b.size());
@@ -95,7 +86,7 @@ class ReusedWorkersTest : public ::testing::Test {
       ASSERT_TRUE(b.count(name)) << name;
       EXPECT_TRUE(at::equal(t, b.at(name))) << name << " differs from the run on fresh workers";
     }
-    const auto va = Validations(reference), vb = Validations(out);
+    const auto va = test_util::ValidationLosses(reference), vb = test_util::ValidationLosses(out);
     ASSERT_EQ(va.size(), 4u) << "validation at steps 0, 4, 8, 12";
     EXPECT_EQ(va, vb) << "validation differs from the run on fresh workers";
   }

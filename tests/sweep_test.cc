@@ -56,14 +56,6 @@ class SweepTest : public ::testing::Test {
     return out;
   }
 
-  static std::map<int64_t, std::string> Validations(const std::string& out) {
-    std::map<int64_t, std::string> v;
-    for (const auto& j : test_util::ReadTrainLog(out)) {
-      if (j.value("event", "") == "validation") v[j["step"].get<int64_t>()] = j["validation_loss"].dump();
-    }
-    return v;
-  }
-
   static void ExpectSameAsAlone(const std::string& member_out, const std::string& lr) {
     const std::string alone = Alone(lr);
     const auto a = test_util::LoadRunLora(alone), b = test_util::LoadRunLora(member_out);
@@ -76,7 +68,7 @@ class SweepTest : public ::testing::Test {
       if (name.find("lora_B") != std::string::npos) moved |= t.abs().max().item<double>() > 0;
     }
     EXPECT_TRUE(moved);
-    const auto va = Validations(alone), vb = Validations(member_out);
+    const auto va = test_util::ValidationLosses(alone), vb = test_util::ValidationLosses(member_out);
     EXPECT_EQ(va.size(), 4u) << "validation at steps 0, 2, 4, 6";
     EXPECT_EQ(va, vb) << member_out << ": validation differs from the member trained alone";
   }
@@ -120,6 +112,26 @@ TEST_F(SweepTest, AFailingMemberEndsAloneAndLeavesTheOthersUnchanged) {
   ASSERT_FALSE((*results)[1].result.ok());
   EXPECT_NE((*results)[1].result.status().message().find("is nan"), std::string::npos) << (*results)[1].result.status();
   ExpectSameAsAlone(JoinPath(*dir_, "failing/lr=0.01"), "0.01");
+}
+
+// One member stopped after its 2nd step (as the job service stops one job) checkpoints and ends; the other goes on,
+// bitwise its run alone.
+TEST_F(SweepTest, AStoppedMemberEndsAloneAndLeavesTheOthersUnchanged) {
+  std::atomic<bool> stop_second{false};
+  auto results = RunSweep(Job("{optimizer.lr: [0.01, 0.03]}"), Options("one_stopped"),
+                          [&](const SweepMember& member, CoordinatorOptions& o) {
+                            if (member.name != "lr=0.03") return;
+                            o.hooks.stop = &stop_second;
+                            o.hooks.on_step = [&](const PipelineStepRecord& r) {
+                              if (r.step == 2) stop_second = true;
+                            };
+                          });
+  ASSERT_TRUE(results.ok()) << results.status();
+  for (const auto& r : *results) ASSERT_TRUE(r.result.ok()) << r.name << ": " << r.result.status();
+  EXPECT_EQ((*results)[0].result->steps.back().step, 6);
+  EXPECT_LT((*results)[1].result->steps.back().step, 6) << "the stopped member ran to the end";
+  EXPECT_TRUE(PathExists(JoinPath(*dir_, "one_stopped/lr=0.03/checkpoints"))) << "the stopped member kept no checkpoint";
+  ExpectSameAsAlone(JoinPath(*dir_, "one_stopped/lr=0.01"), "0.01");
 }
 
 // Stage 1 is killed before member lr=0.01's 3rd update: every member loses its step, one restart serves both, and

@@ -18,14 +18,8 @@ namespace baton {
 namespace {
 
 using test_util::BinDir;
-using test_util::RunCommand;
+using test_util::RunOk;
 using test_util::SourceDir;
-
-std::string RunOk(const std::string& cmd) {
-  auto r = RunCommand(cmd, /*with_stderr=*/true);
-  EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
-  return r.output;
-}
 
 // The Wan demo's job, shorter, with `extra` appended (a seed, or a sweep of seeds).
 std::string WriteJob(const std::string& dir, const std::string& name, const std::string& extra) {
@@ -51,13 +45,7 @@ void ExpectSameRun(const std::string& member, const std::string& alone) {
     ASSERT_TRUE(b->count(name)) << name;
     EXPECT_TRUE(at::equal(t, b->at(name))) << member << ": " << name << " differs from the member trained alone";
   }
-  auto validations = [](const std::string& out) {
-    std::map<int64_t, std::string> v;
-    for (const auto& j : test_util::ReadTrainLog(out)) {
-      if (j.value("event", "") == "validation") v[j["step"].get<int64_t>()] = j["validation_loss"].dump();
-    }
-    return v;
-  };
+  const auto validations = test_util::ValidationLosses;
   EXPECT_EQ(validations(alone).size(), 3u) << "validation at steps 0, 2, 4";
   EXPECT_EQ(validations(alone), validations(member)) << member << ": validation differs from the member trained alone";
   for (const char* sample : {"samples/step-0/0.mp4", "samples/step-4/0.mp4"}) {

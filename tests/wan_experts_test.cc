@@ -12,19 +12,15 @@
 #include "core/testing/run_command.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
+#include "tests/local_stages.h"
 
 namespace baton {
 namespace {
 
 using test_util::BinDir;
 using test_util::RunCommand;
+using test_util::RunOk;
 using test_util::SourceDir;
-
-std::string RunOk(const std::string& cmd) {
-  auto r = RunCommand(cmd, /*with_stderr=*/true);
-  EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
-  return r.output;
-}
 
 std::string WriteJob(const std::string& dir, const std::string& name, const std::string& expert, int64_t steps) {
   const std::string path = JoinPath(dir, name + ".yaml");
