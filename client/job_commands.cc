@@ -98,7 +98,10 @@ absl::Status ShowStatus(const Args& args) {
   v1::JobInfo job;
   RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::Status, req, &job));
   std::printf("%s", JobPanel(job).c_str());
-  if (job.state() == v1::JOB_STATE_QUEUED) std::printf("queue position: %d\n", job.queue_position());
+  if (job.state() == v1::JOB_STATE_QUEUED) {
+    std::printf("queue position: %d%s%s\n", job.queue_position(), job.waiting_for().empty() ? "" : "; waiting for ",
+                job.waiting_for().c_str());
+  }
   std::printf("submitted %s  started %s  ended %s\noutput: %s\n", Clock(job.submit_time_unix()).c_str(),
               Clock(job.start_time_unix()).c_str(), Clock(job.end_time_unix()).c_str(), job.output_dir().c_str());
   return absl::OkStatus();

@@ -226,7 +226,8 @@ void JobQueue::RunnerMain() {
     {
       absl::MutexLock lock(&mu_);
       auto startable = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return shutdown_ || (!queue_.empty() && (running_.empty() || JoinsRunningLocked(jobs_.at(queue_.front()))));
+        return shutdown_ ||
+               (!queue_.empty() && (running_.empty() || JoinBlockerLocked(jobs_.at(queue_.front())).empty()));
       };
       mu_.Await(absl::Condition(&startable));
       if (shutdown_) break;
@@ -279,6 +280,12 @@ std::string ShareKey(const JobConfig& job) {
                       job.chunks, "|", job.replicas, "|", absl::StrJoin(job.devices, ","));
 }
 
+// Whether the job's stage workers may hold other jobs beside it: one replica (the job's, and the service's
+// --replicas, 0 meaning the job's), one expert.
+bool Shareable(const JobConfig& job, int service_replicas) {
+  return job.replicas == 1 && job.replica_stages.empty() && service_replicas <= 1 && job.expert != "both";
+}
+
 // The job's memory budget of stage s in bytes (0: none).
 int64_t BudgetBytes(const JobConfig& job, size_t s) {
   if (job.memory_per_stage.empty()) return 0;
@@ -288,16 +295,24 @@ int64_t BudgetBytes(const JobConfig& job, size_t s) {
 
 }  // namespace
 
-bool JobQueue::JoinsRunningLocked(const Job& next) const {
-  if (next.config.expert == "both" || running_.size() >= kMaxSweepMembers) return false;
+std::string JobQueue::JoinBlockerLocked(const Job& next) const {
   const Job& first = jobs_.at(*running_.begin());
-  if (ShareKey(next.config) != ShareKey(first.config)) return false;
+  const std::string running = absl::StrCat(running_.size() > 1 ? "jobs " : "job ", absl::StrJoin(running_, ", "));
+  if (!Shareable(next.config, base_.replicas) || !Shareable(first.config, base_.replicas)) {
+    return absl::StrCat(running, " (replicas and both experts run alone)");
+  }
+  if (running_.size() >= kMaxSweepMembers) return absl::StrCat(kMaxSweepMembers, " jobs already share the stages");
+  if (ShareKey(next.config) != ShareKey(first.config)) {
+    return absl::StrCat(running, " (another model, precision or cut on the stage workers)");
+  }
   // Memory: the frozen stage once, every running job's share, and the newcomer's (as large as the largest running
   // one's: the same model; its own plan exists only once it starts), within the smallest budget any of them sets.
   const size_t stages = first.planned_bytes.size();
   for (int64_t id : running_) {
     const Job& job = jobs_.at(id);
-    if (job.planned_bytes.empty() || job.planned_bytes.size() != stages) return false;  // not started yet
+    if (job.planned_bytes.empty() || job.planned_bytes.size() != stages) {
+      return absl::StrCat("job ", id, " to start (its memory plan)");
+    }
   }
   for (size_t s = 0; s < stages; ++s) {
     int64_t budget = BudgetBytes(next.config, s), need = first.planned_bytes[s] - first.member_bytes[s], largest = 0;
@@ -308,9 +323,12 @@ bool JobQueue::JoinsRunningLocked(const Job& next) const {
       need += job.member_bytes[s];
       largest = std::max(largest, job.member_bytes[s]);
     }
-    if (budget > 0 && need + largest > budget) return false;
+    if (budget > 0 && need + largest > budget) {
+      return absl::StrCat(running, " (stage ", s, " would need ", FormatByteSize(need + largest),
+                          " with this job, over ", "its memory budget of ", FormatByteSize(budget), ")");
+    }
   }
-  return true;
+  return "";
 }
 
 void JobQueue::RunOne(int64_t id) {
@@ -327,9 +345,11 @@ void JobQueue::RunOne(int64_t id) {
     options.resume_if_any = job.resume;
     name = job.info.name();
     config = &job.config;  // std::map nodes are stable and the config is not written while it runs
-    options.shared_workers = workers_;
+    if (Shareable(job.config, base_.replicas)) {  // others may join it (the stages keep every job's adapters apart)
+      options.shared_stages = true;
+      options.shared_workers = workers_;
+    }
   }
-  options.shared_stages = true;  // others may join it (the stages keep every job's adapters apart)
   options.quiet = true;
   options.hooks = HooksFor(id);
   if (!options.metrics_address.empty()) AddMetricsHooks(name, &options.hooks);  // label job = the job's name
@@ -629,7 +649,11 @@ v1::JobInfo JobQueue::InfoLocked(const Job& job) const {
     int64_t id = 0;
     (void)absl::SimpleAtoi(info.job_id(), &id);
     auto it = std::find(queue_.begin(), queue_.end(), id);
-    info.set_queue_position(static_cast<int32_t>(it - queue_.begin()) + (running_.empty() ? 0 : 1));
+    // The head waits for the running jobs unless it joins them; the others wait for what is ahead.
+    const std::string blocker = running_.empty() || queue_.empty() ? "" : JoinBlockerLocked(jobs_.at(queue_.front()));
+    const int64_t ahead = it - queue_.begin();
+    info.set_queue_position(static_cast<int32_t>(ahead) + (blocker.empty() ? 0 : 1));
+    info.set_waiting_for(ahead == 0 ? blocker : absl::StrCat(ahead, ahead == 1 ? " job" : " jobs", " queued ahead"));
   }
   return info;
 }

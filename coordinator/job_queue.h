@@ -1,7 +1,7 @@
 // The job service's core, with no RPC in it: submitted jobs wait in order and run through RunCoordinator on the
 // service's set of stage workers, each into its own output folder <root>/<name>-<id>/. The job at the head of the
 // queue starts when nothing runs, or beside the running jobs when it trains the same frozen model over the same
-// stages and every memory budget leaves room for it (JoinsRunningLocked): then the stage workers hold each job's
+// stages and every memory budget leaves room for it (JoinBlockerLocked): then the stage workers hold each job's
 // adapters over one copy of the model (no load: it starts at once) and fill one job's pipeline bubbles with another's
 // work. A submitted sweep (core/train/sweep.h) becomes one job per member, all running side by side. Thread-safe.
 #pragma once
@@ -112,9 +112,9 @@ class JobQueue {
   };
 
   void RunnerMain() ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether `next` may start beside the running jobs (see the class comment). False while one of them has not yet
-  // reported its plan.
-  bool JoinsRunningLocked(const Job& next) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why `next` may not start beside the running jobs (see the class comment); empty when it may. Also while one of
+  // them has not yet reported its plan.
+  std::string JoinBlockerLocked(const Job& next) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The head of the queue as running: its state, and its thread.
   void StartLocked(int64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunOne(int64_t id) ABSL_LOCKS_EXCLUDED(mu_);

@@ -59,7 +59,7 @@ absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const Coordinato
   std::optional<TrainingState> resumed;
   if (options.resume) {  // coordinator/resume.h: refuses what it cannot continue
     ASSIGN_OR_RETURN(resumed, LoadResumeCheckpoint(options.output_dir, options.resume_if_any, options.quiet));
-    if (resumed) RETURN_IF_ERROR(CheckResumeMatchesJob(*resumed, options.output_dir, fingerprint, fleet.job_id));
+    if (resumed) RETURN_IF_ERROR(CheckResumeMatchesJob(*resumed, options.output_dir, fingerprint, JobHash(job)));
   }
   for (auto& client : fleet.clients) {
     ASSIGN_OR_RETURN(TensorMap w, client->GetLora(fleet.job_id));
@@ -286,8 +286,12 @@ PromptEncoder PromptEncoderFor(const JobConfig& job, const CoordinatorOptions& o
 // The replicas of the run, set up from the job and its plan (not started).
 std::unique_ptr<ReplicaSet> MakeReplicas(const JobConfig& job, const CoordinatorOptions& options, const JobSetup& setup,
                                          std::function<bool()> stop) {
+  // The id the stages know the run by: the job hash, and on stage workers shared with other runs (which may be the same
+  // job: the same file submitted twice) a random suffix of this run's as well.
+  const std::string pipeline_id =
+      options.shared_stages ? absl::StrCat(JobHash(job), "-", NewRunId().substr(0, 12)) : JobHash(job);
   ReplicaFleetConfig config;
-  config.job_id = JobHash(job);
+  config.job_id = pipeline_id;
   config.schedule_kind = setup.schedule.kind;
   config.chunks = setup.schedule.chunks;
   config.micro_batches = setup.micro_batches;
@@ -297,7 +301,9 @@ std::unique_ptr<ReplicaSet> MakeReplicas(const JobConfig& job, const Coordinator
   config.split_by_speed = job.replica_split == "speed";
   config.local_optimizer = job.replica_exchange == "allreduce";
   config.on_outage = options.hooks.on_outage;
-  return std::make_unique<ReplicaSet>(PipelineSpecFor(job), options, setup.plans, config, std::move(stop),
+  PipelineSpec pipeline = PipelineSpecFor(job);
+  pipeline.id = pipeline_id;
+  return std::make_unique<ReplicaSet>(pipeline, options, setup.plans, config, std::move(stop),
                                       options.hooks.on_recovery);
 }
 

@@ -229,6 +229,7 @@ TEST_F(JobServiceTest, SecondJobWaitsForTheFirstAndWatchStreamsEveryStep) {
   v1::JobInfo queued = service_->Status(b);
   EXPECT_EQ(queued.state(), v1::JOB_STATE_QUEUED) << service_->Status(a).error() << service_->log();
   EXPECT_EQ(queued.queue_position(), 1);
+  EXPECT_EQ(queued.waiting_for(), absl::StrCat("job ", a, " (another model, precision or cut on the stage workers)"));
 
   auto watch = Baton(absl::StrCat("watch ", b));  // stdout is a pipe: plain lines
   EXPECT_EQ(watch.exit_code, 0) << watch.output;
@@ -269,6 +270,7 @@ TEST_F(JobServiceTest, AJobOfTheSameModelJoinsTheRunningOneAndASweepRunsItsMembe
   std::string out;
   const std::string b = Submit(WriteJob("joiner", 3), &out);
   ASSERT_FALSE(b.empty()) << out;
+  EXPECT_NE(out.find("starts now"), std::string::npos) << out;
   // It starts beside the first (not after it) and, the model already loaded, runs its three steps within seconds.
   const v1::JobInfo joined = service_->WaitFor(b, Ended);
   EXPECT_EQ(joined.state(), v1::JOB_STATE_FINISHED) << joined.error() << service_->log();

@@ -130,7 +130,8 @@ TEST_F(SweepTest, AStoppedMemberEndsAloneAndLeavesTheOthersUnchanged) {
   for (const auto& r : *results) ASSERT_TRUE(r.result.ok()) << r.name << ": " << r.result.status();
   EXPECT_EQ((*results)[0].result->steps.back().step, 6);
   EXPECT_LT((*results)[1].result->steps.back().step, 6) << "the stopped member ran to the end";
-  EXPECT_TRUE(PathExists(JoinPath(*dir_, "one_stopped/lr=0.03/checkpoints"))) << "the stopped member kept no checkpoint";
+  EXPECT_TRUE(PathExists(JoinPath(*dir_, "one_stopped/lr=0.03/checkpoints")))
+      << "the stopped member kept no checkpoint";
   ExpectSameAsAlone(JoinPath(*dir_, "one_stopped/lr=0.01"), "0.01");
 }
 

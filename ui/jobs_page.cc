@@ -30,6 +30,9 @@ std::string JobRow(const v1::JobInfo& job, const std::string& csrf) {
   std::string state =
       absl::StrCat("<span class=\"state ", JobStateName(job.state()), "\">", JobStateName(job.state()), "</span>");
   if (job.state() == v1::JOB_STATE_QUEUED) absl::StrAppend(&state, " #", job.queue_position());
+  if (!job.waiting_for().empty()) {
+    absl::StrAppend(&state, "<div class=\"waiting\">waiting for ", HtmlEscape(job.waiting_for()), "</div>");
+  }
   if (!job.error().empty()) absl::StrAppend(&state, "<div class=\"error\">", HtmlEscape(job.error()), "</div>");
   return absl::StrCat(
       "<tr data-job=\"", HtmlEscape(job.job_id()), "\" data-state=\"", JobStateName(job.state()), "\">",
