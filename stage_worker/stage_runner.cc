@@ -97,11 +97,6 @@ std::vector<FrozenTensors> StageRunner::FrozenFor(const std::string& key) const 
   return key == frozen_key_ ? frozen_ : std::vector<FrozenTensors>{};
 }
 
-std::string StageRunner::job_id() const {
-  absl::MutexLock lock(&frozen_mu_);
-  return job_id_;
-}
-
 absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::ConfigureRequest& req,
                                                              const std::vector<FrozenTensors>* shared) {
   // Everything is checked and the model opened first, before the generation moves or any lock is taken: an invalid
@@ -141,10 +136,6 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     }
     config_ = req;
     stage_index_ = req.stage_index();
-    {
-      absl::MutexLock frozen_lock(&frozen_mu_);
-      job_id_ = req.job_id();
-    }
     ConnectPeers(prepared->wire);
     PublishExpected(req.micro_batches());
     LogInfo(name(), new_run ? ": configured for a new run " : ": reconfigured for generation ",
@@ -186,7 +177,6 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     absl::MutexLock frozen_lock(&frozen_mu_);
     frozen_key_ = FrozenKey(req, options_.device);
     frozen_ = std::move(frozen);
-    job_id_ = req.job_id();
   }
   config_ = req;
   stage_index_ = req.stage_index();

@@ -78,8 +78,6 @@ class StageRunner {
   static std::string FrozenKey(const v1::ConfigureRequest& request, const std::string& default_device);
   // This stage's frozen tensors per chunk when it is built for `key` (else empty); without run_mu_.
   std::vector<FrozenTensors> FrozenFor(const std::string& key) const ABSL_LOCKS_EXCLUDED(frozen_mu_);
-  // The pipeline this runner is configured for ("" before the first Configure); without run_mu_.
-  std::string job_id() const ABSL_LOCKS_EXCLUDED(frozen_mu_);
   // Whether a Push with this header may be read at all (request_checks.h): the configured job, the step
   // window, the kind and ranges. Run before the tensors are received.
   absl::Status CheckPushHeader(const v1::EnvelopeHeader& header) const;
@@ -233,11 +231,10 @@ class StageRunner {
   // exactly as a fresh worker would.
   std::map<std::string, at::Tensor> initial_lora_ ABSL_GUARDED_BY(run_mu_);
   // The configured stage's frozen tensors (per chunk) and their FrozenKey, read by other pipelines' Configure without
-  // run_mu_ (which a step holds throughout); and the job it is configured for.
+  // run_mu_ (which a step holds throughout).
   mutable absl::Mutex frozen_mu_;
   std::string frozen_key_ ABSL_GUARDED_BY(frozen_mu_);
   std::vector<FrozenTensors> frozen_ ABSL_GUARDED_BY(frozen_mu_);
-  std::string job_id_ ABSL_GUARDED_BY(frozen_mu_);
 
   // A snapshot of expected_ with the current step; FAILED_PRECONDITION while unconfigured.
   absl::StatusOr<ExpectedStageIO> Expected() const ABSL_LOCKS_EXCLUDED(expected_mu_);
