@@ -15,13 +15,11 @@
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
-#include <absl/strings/strip.h>
 #include <absl/synchronization/mutex.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -33,6 +31,7 @@
 #include "coordinator/sweep_runs.h"
 #include "core/data/cache.h"
 #include "core/encode/flux2_encoder.h"
+#include "core/metrics/process_memory.h"
 #include "core/train/job.h"
 #include "core/train/sweep.h"
 #include "core/util/files.h"
@@ -126,18 +125,10 @@ CoordinatorOptions Options(const std::string& out, const std::shared_ptr<SharedS
   return o;
 }
 
-// VmRSS of each pid, bytes.
+// The resident set of each pid, bytes.
 std::vector<int64_t> Resident(const std::vector<pid_t>& pids) {
   std::vector<int64_t> rss;
-  for (pid_t pid : pids) {
-    std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-    int64_t kib = 0;
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind("VmRSS:", 0) == 0)
-        (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(6, line.size() - 9)), &kib);
-    }
-    rss.push_back(kib << 10);
-  }
+  for (pid_t pid : pids) rss.push_back(ResidentMemoryBytes(pid));
   return rss;
 }
 

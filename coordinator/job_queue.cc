@@ -45,37 +45,39 @@ absl::Status JobQueue::Start() {
 
 absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted) {
   ASSIGN_OR_RETURN(JobConfig config, ParseSubmittedJob(submitted));
-  if (!config.sweep.empty()) {  // one job per member, each validated as it will run
+  std::vector<std::pair<SubmittedJob, JobConfig>> jobs;  // the job, or one per member of its sweep
+  if (config.sweep.empty()) {
+    jobs.emplace_back(submitted, std::move(config));
+  } else {
     ASSIGN_OR_RETURN(std::vector<SweepMember> members, ExpandSweep(config));
-    std::vector<SubmittedJob> jobs;
     for (const SweepMember& m : members) {
       SubmittedJob one = submitted;
       one.sweep_member = m.name;
       one.name =
           absl::StrCat(submitted.name.empty() ? DefaultJobName(submitted.job_file) : submitted.name, ".", m.name);
-      ASSIGN_OR_RETURN(JobConfig member, ParseSubmittedJob(one));
-      RETURN_IF_ERROR(ValidateSubmittedJob(one, member, base_.stages, data_root_));
-      jobs.push_back(std::move(one));
+      ASSIGN_OR_RETURN(JobConfig member, ParseSubmittedJob(one));  // its paths resolved as the job's are
+      jobs.emplace_back(std::move(one), std::move(member));
     }
-    absl::StatusOr<v1::JobInfo> first = absl::InternalError("a sweep without members");
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      ASSIGN_OR_RETURN(v1::JobInfo info, Submit(jobs[i]));
-      if (i == 0) first = std::move(info);
-    }
-    return first;
   }
-  RETURN_IF_ERROR(ValidateSubmittedJob(submitted, config, base_.stages, data_root_));
+  for (const auto& [one, job] : jobs) RETURN_IF_ERROR(ValidateSubmittedJob(one, job, base_.stages, data_root_));
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");
+  const v1::JobInfo first = EnqueueLocked(std::move(jobs[0].first), std::move(jobs[0].second));
+  for (size_t i = 1; i < jobs.size(); ++i) EnqueueLocked(std::move(jobs[i].first), std::move(jobs[i].second));
+  return first;
+}
+
+v1::JobInfo JobQueue::EnqueueLocked(SubmittedJob submitted, JobConfig config) {
   const int64_t id = next_id_++;
   Job& job = jobs_[id];
-  job.submitted = submitted;
-  job.submitted.name = submitted.name.empty() ? DefaultJobName(submitted.job_file) : SafeJobName(submitted.name);
+  job.submitted = std::move(submitted);
+  job.submitted.name =
+      job.submitted.name.empty() ? DefaultJobName(job.submitted.job_file) : SafeJobName(job.submitted.name);
   job.config = std::move(config);
   job.info.set_job_id(absl::StrCat(id));
   job.info.set_name(job.submitted.name);
   job.info.set_state(v1::JOB_STATE_QUEUED);
-  job.info.set_job_file(submitted.job_file);
+  job.info.set_job_file(job.submitted.job_file);
   job.info.set_output_dir(JoinPath(root_, absl::StrCat(job.submitted.name, "-", id)));
   job.info.set_submit_time_unix(NowUnix());
   job.info.set_total_steps(job.config.steps);

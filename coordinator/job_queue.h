@@ -112,6 +112,8 @@ class JobQueue {
   };
 
   void RunnerMain() ABSL_LOCKS_EXCLUDED(mu_);
+  // A parsed and validated job into the queue, under a new id; its info.
+  v1::JobInfo EnqueueLocked(SubmittedJob submitted, JobConfig config) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why `next` may not start beside the running jobs (see the class comment); empty when it may. Also while one of
   // them has not yet reported its plan.
   std::string JoinBlockerLocked(const Job& next) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

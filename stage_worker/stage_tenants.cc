@@ -7,7 +7,7 @@
 
 namespace baton {
 
-StageTenants::StageTenants(StageRunnerOptions options) : options_(std::move(options)) {
+StageTenants::StageTenants(StageRunnerOptions options) : device_(options.device), options_(std::move(options)) {
   if (!options_.compute_turns) options_.compute_turns = std::make_shared<ComputeTurns>();
   plain_ = std::make_shared<StageRunner>(options_);
 }
@@ -45,12 +45,7 @@ absl::StatusOr<v1::ConfigureResponse> StageTenants::Configure(const v1::Configur
     return response;
   }
   std::shared_ptr<StageRunner> runner = RunnerToJoin(req.job_id());
-  std::string device;
-  {
-    absl::MutexLock lock(&mu_);
-    device = options_.device;
-  }
-  const std::vector<FrozenTensors> frozen = SharedFrozen(StageRunner::FrozenKey(req, device), runner.get());
+  const std::vector<FrozenTensors> frozen = SharedFrozen(StageRunner::FrozenKey(req, device_), runner.get());
   ASSIGN_OR_RETURN(auto response, runner->Configure(req, frozen.empty() ? nullptr : &frozen));
   absl::MutexLock lock(&mu_);
   by_job_[req.job_id()] = runner;

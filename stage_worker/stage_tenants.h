@@ -48,6 +48,7 @@ class StageTenants {
   // else a new one.
   std::shared_ptr<StageRunner> RunnerToJoin(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
+  const std::string device_;  // where a request that names no device computes (FrozenKey)
   absl::Mutex configure_mu_;  // one Configure at a time (a join reads the others' frozen tensors)
   mutable absl::Mutex mu_;    // the map; never held while a runner computes or configures
   StageRunnerOptions options_ ABSL_GUARDED_BY(mu_);

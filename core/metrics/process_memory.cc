@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <set>
+#include <string>
 
 #include "core/device/pinned_host.h"
 #include "core/metrics/families.h"
@@ -27,8 +28,9 @@ std::set<int>& CudaDevices() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
 
 }  // namespace
 
-int64_t ResidentMemoryBytes() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
+int64_t ResidentMemoryBytes(pid_t pid) {
+  const std::string path = pid == 0 ? "/proc/self/statm" : absl::StrCat("/proc/", pid, "/statm");
+  std::FILE* f = std::fopen(path.c_str(), "r");
   if (f == nullptr) return -1;
   long long size = 0, resident = 0;
   const int n = std::fscanf(f, "%lld %lld", &size, &resident);

@@ -3,12 +3,14 @@
 // for devices passed to NoteCudaDeviceInUse, so a CPU-only process never initializes the CUDA runtime.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 
 namespace baton {
 
-// Resident set size in bytes, or -1 when /proc/self/statm cannot be read.
-int64_t ResidentMemoryBytes();
+// Resident set size in bytes of this process (or of `pid`), or -1 when its /proc/.../statm cannot be read.
+int64_t ResidentMemoryBytes(pid_t pid = 0);
 
 // Adds cuda:`index` to the devices baton_device_memory_allocated_bytes reports. Thread-safe.
 void NoteCudaDeviceInUse(int index);
