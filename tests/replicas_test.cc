@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -101,6 +102,18 @@ class ReplicasTest : public ::testing::Test {
   static absl::StatusOr<CoordinatorResult> Run(const JobConfig& job, int stages, int replicas, const std::string& out,
                                                int64_t steps = 0) {
     return RunCoordinator(job, Options(stages, replicas, out, steps));
+  }
+
+  // Steps of a tiny model outrun a worker's restart on a loaded machine: while one replica runs all 4 micro-batches
+  // alone, each step waits half a second, so the restarted replica is back before the last step (how long a restart
+  // takes is not what these tests check).
+  static void WaitWhileOneReplicaRunsAlone(CoordinatorOptions* options) {
+    options->hooks.on_step = [](const PipelineStepRecord& rec) {
+      const std::vector<int>& split = rec.replica_micro_batches;
+      if (!split.empty() && *std::max_element(split.begin(), split.end()) == 4) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      }
+    };
   }
 
   // The largest absolute difference between two runs' LoRA tensors.
@@ -322,6 +335,7 @@ TEST_F(ReplicasTest, AKilledReplicaRejoinsTheAllreduceExchangeWithTheCurrentStat
   CoordinatorOptions options = Options(2, 2, "allreduce_killed", /*steps=*/12);
   std::atomic<int> recoveries{0};
   options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++recoveries; };
+  WaitWhileOneReplicaRunsAlone(&options);
   std::thread killer([&] {
     test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 2);
     std::vector<pid_t> workers = test_util::OurStageWorkers();
@@ -352,6 +366,7 @@ TEST_F(ReplicasTest, AReplicaLostBeforeTheReductionStartsTheStepOverOnTheOthers)
   JobConfig job = Job("replica_split: equal\nreplica_exchange: allreduce\n");
   ASSERT_TRUE(Run(job, 1, 2, "reduce_reference", /*steps=*/20).ok());
   CoordinatorOptions options = Options(1, 2, "reduce_killed", /*steps=*/20);  // a restart outlasts a few tiny steps
+  WaitWhileOneReplicaRunsAlone(&options);
   std::atomic<int> recoveries{0};
   options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++recoveries; };
   options.hooks.before_update = [&](int64_t step) {
