@@ -80,7 +80,7 @@ StageSet::StageSet(PipelineSpec pipeline, const StageDriverOptions& options, std
       stop_(std::move(stop)),
       replica_(replica) {}
 
-StageSet::~StageSet() = default;
+StageSet::~StageSet() { ReleaseOnSharedWorkers(); }
 
 // Workers: embedded local processes (started here, into local_), or the ones given. Returns their addresses.
 absl::StatusOr<std::vector<std::string>> StageSet::StartWorkers() {
@@ -245,10 +245,16 @@ absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
 
 LocalWorkers* StageSet::local() { return options_.shared_workers ? options_.shared_workers->workers() : local_.get(); }
 
-absl::Status StageSet::Stop() {
-  if (options_.shared_stages) {  // the workers go on serving the others: only this pipeline ends there
-    for (auto& c : fleet_->clients) (void)c->Release(pipeline_.id);
+void StageSet::ReleaseOnSharedWorkers() {
+  if (!options_.shared_stages || released_) return;  // the workers go on serving the others: only this pipeline ends
+  released_ = true;
+  for (auto& c : fleet_->clients) {
+    if (c) (void)c->Release(pipeline_.id);
   }
+}
+
+absl::Status StageSet::Stop() {
+  ReleaseOnSharedWorkers();
   if (!local_) return absl::OkStatus();  // remote or shared workers: their owners stop them
   for (auto& c : fleet_->clients) (void)c->Shutdown();
   return local_->Stop();

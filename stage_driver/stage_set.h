@@ -28,6 +28,8 @@ class StageSet {
   // replica's: global worker index options.FirstWorker(replica) + stage).
   StageSet(PipelineSpec pipeline, const StageDriverOptions& options, std::vector<std::vector<StageSpec>> plan,
            StageFleet* fleet, std::function<bool()> stop, int replica = 0);
+  // A set on shared workers that ends without Stop (its run failed) still releases its pipeline there: the workers go
+  // on serving the others and would otherwise hold its adapters and inbox until they stop.
   ~StageSet();
 
   // Starts (local) or takes (remote) the workers, then connects to and configures each.
@@ -43,7 +45,8 @@ class StageSet {
   absl::StatusOr<std::vector<int>> Recover(int suspect);
   // "running (pid 123)" / "killed by signal 9 (Killed)" for a local worker, "" for a remote one.
   std::string Describe(int stage);
-  // Local workers: asks each to shut down, then stops the processes. Remote workers are left running.
+  // Local workers: asks each to shut down, then stops the processes. Remote workers are left running. On shared
+  // workers (options.shared_stages): releases this pipeline there and leaves the workers to their owner.
   absl::Status Stop();
   // The local workers (own or shared); null for remote ones.
   LocalWorkers* local();
@@ -53,6 +56,7 @@ class StageSet {
   absl::StatusOr<std::vector<std::string>> StartWorkers();
   absl::Status Connect();
   v1::ConfigureRequest ConfigureRequestFor(int i) const;
+  void ReleaseOnSharedWorkers();  // once; best-effort (a worker that is gone holds nothing)
 
   const PipelineSpec pipeline_;
   const StageDriverOptions& options_;
@@ -62,6 +66,7 @@ class StageSet {
   int replica_ = 0;
   std::unique_ptr<LocalWorkers> local_;
   std::vector<std::string> addresses_;
+  bool released_ = false;
 };
 
 }  // namespace baton

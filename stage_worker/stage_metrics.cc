@@ -4,6 +4,8 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/strip.h>
 
+#include <map>
+
 #include "core/metrics/families.h"
 
 namespace baton {
@@ -24,9 +26,52 @@ void LinkCounters::Received(uint64_t bytes, double seconds) const {
   transfer_seconds->Increment(seconds);
 }
 
+namespace {
+
+// Runners bound to the same labels (every unconfigured runner; the same job name twice on one shared worker) share
+// their series: the last binding to go removes them, so no runner is left holding a removed gauge.
+absl::Mutex bindings_mu(absl::kConstInit);
+std::map<prometheus::Labels, int>& Bindings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bindings_mu) {
+  static auto* bindings = new std::map<prometheus::Labels, int>;
+  return *bindings;
+}
+
+void Bind(const prometheus::Labels& labels) {
+  absl::MutexLock lock(&bindings_mu);
+  ++Bindings()[labels];
+}
+
+// True when `labels` had no other binding (its series are then to be removed).
+bool Unbind(const prometheus::Labels& labels) {
+  absl::MutexLock lock(&bindings_mu);
+  auto it = Bindings().find(labels);
+  if (it == Bindings().end() || --it->second > 0) return false;
+  Bindings().erase(it);
+  return true;
+}
+
+const prometheus::Labels kUnconfigured = {{"job", ""}, {"stage", ""}};
+
+}  // namespace
+
 StageInstruments::StageInstruments() {
-  configured_ = &StageFamilies().worker_configured.Add({{"job", ""}, {"stage", ""}});
+  Bind(kUnconfigured);
+  configured_ = &StageFamilies().worker_configured.Add(kUnconfigured);
   configured_->Set(0);
+}
+
+StageInstruments::~StageInstruments() {
+  absl::MutexLock lock(&mu_);
+  UnbindLocked();
+}
+
+void StageInstruments::UnbindLocked() {
+  StageMetrics& m = StageFamilies();
+  const prometheus::Labels labels =
+      job_.empty() ? kUnconfigured : prometheus::Labels{{"job", job_}, {"stage", stage_}, {"replica", replica_}};
+  if (!Unbind(labels)) return;
+  m.worker_configured.Remove(configured_);
+  if (in_flight_ != nullptr) m.microbatches_in_flight.Remove(in_flight_);
 }
 
 void StageInstruments::Configure(const std::string& job, int stage, int replica) {
@@ -35,11 +80,12 @@ void StageInstruments::Configure(const std::string& job, int stage, int replica)
   const std::string job_label = job.empty() ? "unnamed" : job, stage_label = absl::StrCat(stage),
                     replica_label = absl::StrCat(replica);
   if (job_label == job_ && stage_label == stage_ && replica_label == replica_) return;
-  m.worker_configured.Remove(configured_);
+  UnbindLocked();
   job_ = job_label;
   stage_ = stage_label;
   replica_ = replica_label;
   const prometheus::Labels labels = {{"job", job_}, {"stage", stage_}, {"replica", replica_}};
+  Bind(labels);
   configured_ = &m.worker_configured.Add(labels);
   configured_->Set(1);
   forward_ = &m.forward_seconds.Add(labels);

@@ -30,6 +30,9 @@ struct LinkCounters {
 class StageInstruments {
  public:
   StageInstruments();
+  // A pipeline's runner that goes (released from a shared worker) takes its gauges with it: the worker no longer
+  // shows baton_worker_configured 1 nor micro-batches in flight for a job it does not hold. Its counters stay.
+  ~StageInstruments();
 
   // Binds the labels (job: the job's name, "unnamed" when empty; stage; replica) and sets baton_worker_configured
   // to 1 for them; the previous binding's configured series goes away.
@@ -45,6 +48,9 @@ class StageInstruments {
   static std::string PeerLabel(const std::string& sender);
 
  private:
+  // Drops this instrument's binding of its labels; the last binding's gauges are removed.
+  void UnbindLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   absl::Mutex mu_;
   std::string job_ ABSL_GUARDED_BY(mu_), stage_ ABSL_GUARDED_BY(mu_), replica_ ABSL_GUARDED_BY(mu_);  // empty: none
   prometheus::Gauge* configured_ ABSL_GUARDED_BY(mu_) = nullptr;

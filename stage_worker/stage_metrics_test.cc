@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
 
+#include <memory>
+
 #include "core/metrics/families.h"
 #include "core/testing/prometheus_scrape.h"
 
@@ -61,6 +63,33 @@ TEST(StageMetricsTest, CountsOnlyOnceConfiguredAndUnderTheJobAndStage) {
   text = Scrape();
   EXPECT_EQ(SumSamples(text, "baton_worker_configured", {{"job", "dog"}, {"stage", "0"}, {"replica", "1"}}), 1);
   EXPECT_EQ(SumSamples(text, "baton_stage_forward_seconds_total", {{"stage", "0"}, {"replica", "1"}}), 0.25);
+}
+
+// Pipelines on one shared worker: one that goes (released) takes its gauges with it; two bound to the same labels
+// (the same job name submitted twice) share them until the last one goes.
+TEST(StageMetricsTest, AReleasedPipelinesGaugesGoWithItAndSharedLabelsStayUntilTheLast) {
+  const std::map<std::string, std::string> cat = {{"job", "cat"}, {"stage", "0"}, {"replica", "0"}};
+  auto first = std::make_unique<StageInstruments>();
+  auto second = std::make_unique<StageInstruments>();
+  first->Configure("cat", 0);
+  second->Configure("cat", 0);
+  {
+    StageInstruments other;
+    other.Configure("owl", 0);
+    other.SetInFlight(2);
+    EXPECT_EQ(SumSamples(Scrape(), "baton_worker_configured", {{"job", "owl"}}), 1);
+  }
+  std::string text = Scrape();
+  EXPECT_EQ(SumSamples(text, "baton_worker_configured", {{"job", "owl"}}), -1) << text;
+  EXPECT_EQ(SumSamples(text, "baton_microbatches_in_flight", {{"job", "owl"}}), -1) << text;
+
+  first.reset();
+  second->SetInFlight(4);  // its gauges are still there, not removed with the first one's binding
+  text = Scrape();
+  EXPECT_EQ(SumSamples(text, "baton_worker_configured", cat), 1) << text;
+  EXPECT_EQ(SumSamples(text, "baton_microbatches_in_flight", cat), 4) << text;
+  second.reset();
+  EXPECT_EQ(SumSamples(Scrape(), "baton_worker_configured", cat), -1);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "core/train/sweep.h"
 
 #include <absl/strings/str_cat.h>
+#include <absl/time/clock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -13,6 +14,7 @@
 #include <set>
 
 #include "coordinator/sweep_runs.h"
+#include "core/testing/prometheus_scrape.h"
 #include "core/testing/run_command.h"
 #include "stage_driver/shared_workers.h"
 #include "tests/local_stages.h"
@@ -103,10 +105,35 @@ TEST_F(SweepTest, EachMemberEqualsTheMemberTrainedAlone) {
   ExpectSameAsAlone(JoinPath(*dir_, "sweep/lr=0.03"), "0.03");
 }
 
-// A member whose learning rate diverges fails at its first non-finite step; the other finishes, bitwise alone.
+// A member whose learning rate diverges fails at its first non-finite step; the other finishes, bitwise alone. The
+// failed member's pipeline leaves the workers at once (they no longer show it configured), not when they stop.
 TEST_F(SweepTest, AFailingMemberEndsAloneAndLeavesTheOthersUnchanged) {
-  auto results = RunSweep(Job("{optimizer.lr: [0.01, 1e30]}"), Options("failing"));
+  auto workers = std::make_shared<SharedStageWorkers>();
+  CoordinatorOptions options = Options("failing");
+  options.shared_workers = workers;
+  options.metrics_listen = "127.0.0.1:0";
+  std::vector<double> failed_configured, survivor_configured;  // per worker, at the survivor's last step
+  options.hooks.on_step = [&](const PipelineStepRecord& rec) {
+    if (rec.step != 6) return;
+    for (const std::string& address : workers->workers()->metrics_addresses()) {
+      double failed = 0, survivor = 0;
+      for (int attempt = 0; attempt < 100; ++attempt) {  // the failed member releases as its run unwinds
+        auto text = test_util::HttpGet(address);
+        ASSERT_TRUE(text.ok()) << text.status();
+        failed = test_util::SumSamples(*text, "baton_worker_configured", {{"job", "sweep.lr=1e30"}});
+        survivor = test_util::SumSamples(*text, "baton_worker_configured", {{"job", "sweep.lr=0.01"}});
+        if (failed < 0) break;
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      failed_configured.push_back(failed);
+      survivor_configured.push_back(survivor);
+    }
+  };
+  auto results = RunSweep(Job("{optimizer.lr: [0.01, 1e30]}"), options);
+  ASSERT_TRUE(workers->Stop().ok());
   ASSERT_TRUE(results.ok()) << results.status();
+  EXPECT_EQ(failed_configured, std::vector<double>({-1, -1})) << "the failed member's pipeline is still held";
+  EXPECT_EQ(survivor_configured, std::vector<double>({1, 1}));
   ASSERT_EQ(results->size(), 2u);
   ASSERT_TRUE((*results)[0].result.ok()) << (*results)[0].result.status();
   ASSERT_FALSE((*results)[1].result.ok());
