@@ -1,9 +1,13 @@
 #include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <set>
+#include <string>
 
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
@@ -117,6 +121,25 @@ INSTANTIATE_TEST_SUITE_P(Codecs, VideoRoundTripTest,
                                            std::make_pair(std::string(".mp4"), std::string("mpeg4")),
                                            std::make_pair(std::string(".mp4"), std::string("h264")),
                                            std::make_pair(std::string(".avi"), std::string("mjpeg"))));
+
+// Sample videos are outputs of a seeded run: the same frames must give the same bytes, whatever the heap held
+// before. Every allocation here comes from the heap (no fresh zeroed pages), filled with a different byte each time.
+TEST(VideoWriterTest, TheSameFramesGiveTheSameBytesOnADirtyHeap) {
+  const std::string dir = MakeTempDir("video_same_bytes");
+  const auto frames = MovingClip(9, 64, 64);
+  std::set<std::string> encodings;
+  ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 1 << 30), 1);
+  for (int perturb : {0x11, 0xa5, 0x3c, 0xf0}) {
+    ASSERT_EQ(mallopt(M_PERTURB, perturb), 1);
+    const std::string path = JoinPath(dir, absl::StrCat(perturb, ".mp4"));
+    ASSERT_TRUE(WriteVideoFile(path, frames, 16, "h264").ok());
+    auto bytes = ReadFile(path);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    encodings.insert(*bytes);
+  }
+  mallopt(M_PERTURB, 0);
+  EXPECT_EQ(encodings.size(), 1u) << "the same frames were encoded to " << encodings.size() << " different files";
+}
 
 TEST(VideoIoTest, FrameFolderIsReadInSortedOrder) {
   const std::string dir = MakeTempDir("video_frames");
