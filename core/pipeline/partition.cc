@@ -22,21 +22,25 @@ constexpr double kHuge = 1e300;  // an unlimited budget's headroom
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMaxTokens = 100'000'000;
 
-// Forward MACs of one micro-batch: one block (double and single alike, see the header), the embedders, the
-// head. A training step costs 2x forward for a block or the head (forward + input-gradient backward) and 1x
-// for the embedders (their inputs need no gradient), plus one forward per recomputed piece.
-struct ForwardCosts {
-  double block = 0, embed = 0, head = 0;
-};
+// Multiply-add equivalents of one pass of one token stream's operations on a CPU (the dispatch term, header).
+constexpr double kCpuStreamPassMacs = 1e8;
 
-ForwardCosts ForwardMacs(const PlanModel& m) { return {m.block_macs, m.embed_macs, m.head_macs}; }
+double DispatchMacs(PlanDevice device) { return device == PlanDevice::kCpu ? kCpuStreamPassMacs : 0; }
 
-// One micro-batch's training-step MACs for n blocks with the first r recomputed (embedders recomputed with
-// them when r > 0; the head only under full recompute, r == n: the hybrid keeps its graph).
-double SegmentCost(const ForwardCosts& f, int64_t n, int64_t r, bool embedders, bool head) {
-  double cost = static_cast<double>(2 * n + r) * f.block;
-  if (embedders) cost += f.embed * (r > 0 ? 2 : 1);
-  if (head) cost += f.head * (r == n && n > 0 ? 3 : 2);
+// One micro-batch's training-step cost of blocks [i, j) with the first r recomputed (embedders recomputed with
+// them when r > 0; the head only under full recompute, r == j - i: the hybrid keeps its graph), on a device whose
+// dispatch term is `dispatch`. A block or the head costs 2 passes (forward + input-gradient backward), the
+// embedders 1 (their inputs need no gradient), plus one forward per recomputed piece.
+double SegmentCost(const PlanModel& m, double dispatch, int64_t i, int64_t j, int64_t r, bool embedders, bool head) {
+  const int64_t n = j - i;
+  auto forward = [&](int64_t begin, int64_t end) {
+    double streams = 0;
+    for (int64_t b = begin; b < end; ++b) streams += m.Streams(b);
+    return static_cast<double>(end - begin) * m.block_macs + streams * dispatch;
+  };
+  double cost = 2 * forward(i, j) + forward(i, i + r);
+  if (embedders) cost += m.embed_macs * (r > 0 ? 2 : 1);
+  if (head) cost += m.head_macs * (r == n && n > 0 ? 3 : 2);
   return cost;
 }
 
@@ -60,7 +64,7 @@ namespace {
 class Sizer {
  public:
   Sizer(const PlanModel& m, const PartitionOptions& o, int stages, std::vector<int64_t> budgets)
-      : stages_(stages), budgets_(std::move(budgets)), options_(o), frozen_(m.frozen), fwd_(ForwardMacs(m)) {
+      : stages_(stages), budgets_(std::move(budgets)), options_(o), frozen_(m.frozen), model_(m) {
     const int64_t n = m.num_blocks();
     param_prefix_.assign(n + 1, 0);
     bytes_prefix_.assign(n + 1, 0);
@@ -88,7 +92,8 @@ class Sizer {
   int64_t Overhead(int k) const { return overhead_[k]; }
   int64_t Transient() const { return transient_; }
   double Cost(int k, int64_t i, int64_t j) const {
-    return SegmentCost(fwd_, j - i, Recompute(k, i, j), k == 0, k == stages_ - 1);
+    return SegmentCost(model_, DispatchMacs(options_.StageDevice(k)), i, j, Recompute(k, i, j), k == 0,
+                       k == stages_ - 1);
   }
   int64_t Params(int k, int64_t i, int64_t j) const {
     return param_prefix_[j] - param_prefix_[i] + (k == 0 ? frozen_.embed_params : 0) +
@@ -135,7 +140,7 @@ class Sizer {
   std::vector<int64_t> budgets_;  // empty or [stages]
   PartitionOptions options_;
   FrozenSizes frozen_;
-  ForwardCosts fwd_;
+  const PlanModel& model_;  // outlives the sizer (Partition's)
   std::vector<int64_t> param_prefix_, bytes_prefix_, lora_prefix_;
   int64_t act_unit_ = 0;  // A: one block boundary's activation
   int64_t graph_ = 0;     // one block's graph: kBlockWorkingFactor x A + the adapters' fp32 input copies
@@ -304,13 +309,15 @@ double StageComputeCost(const Flux2Config& c, const PartitionOptions& o, int64_t
 double StageComputeCost(const PlanModel& m, const PartitionOptions& o, int64_t block_begin, int64_t block_end,
                         bool embedders, bool head, int64_t recompute_blocks) {
   const int64_t n = block_end - block_begin;
-  const ForwardCosts f = ForwardMacs(m);
+  const double dispatch = DispatchMacs(o.device);
   if (recompute_blocks < 0) {
-    if (o.recompute != RecomputePolicy::kAll) return SegmentCost(f, n, 0, embedders, head);
+    if (o.recompute != RecomputePolicy::kAll)
+      return SegmentCost(m, dispatch, block_begin, block_end, 0, embedders, head);
     // Everything recomputed, the embedders and the head too, even on a stage of no blocks.
-    return static_cast<double>(3 * n) * f.block + (embedders ? 2 * f.embed : 0) + (head ? 3 * f.head : 0);
+    return SegmentCost(m, dispatch, block_begin, block_end, n, false, false) + (embedders ? 2 * m.embed_macs : 0) +
+           (head ? 3 * m.head_macs : 0);
   }
-  return SegmentCost(f, n, std::min(recompute_blocks, n), embedders, head);
+  return SegmentCost(m, dispatch, block_begin, block_end, std::min(recompute_blocks, n), embedders, head);
 }
 
 absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOptions& o) {
@@ -498,7 +505,8 @@ std::string RenderPlan(const Plan& plan) {
   absl::StrAppend(&out, plan.message, "\n");
   absl::StrAppend(
       &out,
-      "(compute = share of a micro-batch's multiply-adds, double and single blocks alike per token; memory is an "
+      "(compute = share of a micro-batch's multiply-adds, double and single blocks alike per token, plus on cpu "
+      "stages a fixed cost per pass of each token stream (a double block runs two); memory is an "
       "estimate: weights (block linears 8-bit when quantized) + LoRA + activations (a block's graph includes the fp32 "
       "copies of the adapters' inputs under bf16) + transient (one 8-bit weight dequantized for its matmul) + the "
       "stage device's fixed per-process overhead (cpu: measured; cuda: estimated, not measured)",

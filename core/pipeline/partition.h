@@ -35,6 +35,14 @@ constexpr int64_t kBlockWorkingFactor = 32;
 // The parameter count, which weighs a double block as two single blocks, is the memory model's input
 // only: balancing by it put 2 double blocks alone against 4 single ones, and the measured pipeline bubble
 // rose from 0.16 to 0.27 (BENCHMARKS.md, bench_pipeline).
+// Dispatch term (CPU stages only): a CPU runs each operation synchronously, so every forward or backward pass
+// of a block also costs a fixed time per token stream it runs (its norms, modulations, projections, attention
+// and residuals, each a dispatched operation), kCpuStreamPassMacs in multiply-add equivalents: ~1.75 ms per
+// stream and pass on one thread of an Intel Xeon at ~60 GMAC/s (measured with the demo's tiny FLUX.2, where it
+// is ~90 % of a block's time: a double block, two streams, took ~2.2x a single block's time, not the same).
+// At FLUX.2-dev's size it is under 0.1 % of a block; on CUDA, launches are asynchronous and hidden behind
+// the kernels of the models that need a GPU, so the term is 0 there.
+//   block    += streams x kCpuStreamPassMacs per pass (2 + recompute passes), on CPU stages
 //
 // Memory model (an ESTIMATE for planning; bench/bench_memory holds it to measured peaks on CPU):
 //   weights  = the stage's frozen parameters, each FrozenParamBytes: block linears 1 byte/element + an fp32
@@ -118,8 +126,8 @@ class ModelFamily;
 
 // The planner's numbers for one model under one set of options (quantize, bytes per parameter, LoRA rank and targets
 // and token counts change them): frozen sizes and LoRA parameters per block, and forward multiply-accumulates of one
-// micro-batch. Blocks cost the same per micro-batch (FLUX.2's double and single blocks do the same linear work per
-// token; Wan has one block kind), so one block figure serves every block.
+// micro-batch. Blocks do the same multiply-adds per micro-batch (FLUX.2's double and single blocks do the same linear
+// work per token; Wan has one block kind), so one block figure serves every block; they differ in token streams.
 struct PlanModel {
   std::string name;     // "FLUX.2", "Wan"
   std::string summary;  // "56 blocks (8 double, 48 single)"
@@ -127,6 +135,9 @@ struct PlanModel {
   FrozenSizes frozen;
   std::vector<int64_t> block_lora;  // [num_blocks] LoRA parameters
   double block_macs = 0, embed_macs = 0, head_macs = 0;
+  // [num_blocks] token streams each block runs (FLUX.2: double 2, single 1); empty: 1 each. The dispatch term.
+  std::vector<int> block_streams;
+  int Streams(int64_t b) const { return block_streams.empty() ? 1 : block_streams[static_cast<size_t>(b)]; }
   int64_t largest_quantized_linear = 0;  // elements of the largest block linear stored in 8 bits under `quantize`
   // Per micro-batch, the elements of the adapted linears' inputs in the block that has the most (tokens x
   // in_features summed over its adapted linears; each gets its own fp32 copy: see the memory model).
@@ -172,7 +183,7 @@ absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOp
 
 // MACs of one micro-batch's training step on blocks [begin, end) plus the embedders / head (cost model),
 // with the first `recompute_blocks` blocks recomputed (-1: as options.recompute says for all blocks, i.e. all
-// of them under true, none otherwise).
+// of them under true, none otherwise), on options.device (the dispatch term on a CPU).
 double StageComputeCost(const PlanModel& model, const PartitionOptions& options, int64_t block_begin, int64_t block_end,
                         bool embedders, bool head, int64_t recompute_blocks = -1);
 double StageComputeCost(const Flux2Config& config, const PartitionOptions& options, int64_t block_begin,

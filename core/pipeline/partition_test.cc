@@ -134,6 +134,38 @@ TEST(PartitionTest, DoubleAndSingleBlocksCostTheSameComputeButNotTheSameMemory) 
   EXPECT_NEAR(StageComputeCost(dev, no_rc, 0, 1, false, false) * 3, 2 * dbl, 1e-9 * dbl);
 }
 
+// On a CPU a small model's blocks cost what their operations cost to dispatch, per token stream: the demo's tiny
+// FLUX.2 (D = 64, 2 double + 4 single, 128 px + 128 text tokens), cut by multiply-adds alone after the first
+// single block, left stage 0 with ~64 % of the measured compute (bench_sweep); counting a double block's two streams
+// cuts it after the double blocks. On CUDA (asynchronous launches) and at FLUX.2-dev's size nothing changes.
+TEST(PartitionTest, OnACpuEachTokenStreamCostsItsDispatchToo) {
+  const Flux2Config tiny = LoadModel("flux2-small");
+  PartitionOptions o = Stages(2);
+  o.tokens_per_micro_batch = 192;
+  o.text_tokens_per_micro_batch = 128;
+  o.device = PlanDevice::kCpu;
+  auto cpu = PartitionFlux2(tiny, o);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(cpu->stages[0].block_end, 2) << RenderPlan(*cpu);
+  const double dbl = StageComputeCost(tiny, o, 0, 1, false, false);
+  const double sgl = StageComputeCost(tiny, o, 2, 3, false, false);
+  EXPECT_GT(dbl, 1.5 * sgl);
+  o.device = PlanDevice::kCuda;
+  auto cuda = PartitionFlux2(tiny, o);
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  EXPECT_EQ(cuda->stages[0].block_end, 3) << RenderPlan(*cuda);
+  EXPECT_DOUBLE_EQ(StageComputeCost(tiny, o, 0, 1, false, false), StageComputeCost(tiny, o, 2, 3, false, false));
+  // FLUX.2-dev on CPUs: the dispatch term is noise beside a block's multiply-adds (same cut as on CUDA).
+  const Flux2Config dev = LoadModel("flux2-dev");
+  PartitionOptions dev_cpu = Stages(2), dev_cuda = Stages(2);
+  dev_cpu.device = PlanDevice::kCpu;
+  auto a = PartitionFlux2(dev, dev_cpu), b = PartitionFlux2(dev, dev_cuda);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->stages[0].block_end, b->stages[0].block_end);
+  EXPECT_LT(StageComputeCost(dev, dev_cpu, 0, 1, false, false),
+            1.001 * StageComputeCost(dev, dev_cuda, 0, 1, false, false));
+}
+
 TEST(PartitionTest, ComputeSplitDiffersFromParameterSplitWhereItMatters) {
   // bench_pipeline's model: 2 double + 4 single blocks. Balancing parameters put the two double blocks
   // alone on stage 0 (stage 1 then did 62% of the work, measured); balancing compute splits 3 | 3.

@@ -49,7 +49,10 @@ PlanSource Flux2PlanSource(const Flux2Config& config) {
     m.frozen = ComputeFrozenSizes(config, o.quantize, o.bytes_per_param);
     const int64_t dbl = DoubleBlockLoraParams(config, o.lora_rank, o.all_linear);
     const int64_t sgl = SingleBlockLoraParams(config, o.lora_rank, o.all_linear);
-    for (int64_t b = 0; b < config.num_blocks(); ++b) m.block_lora.push_back(config.IsDoubleBlock(b) ? dbl : sgl);
+    for (int64_t b = 0; b < config.num_blocks(); ++b) {
+      m.block_lora.push_back(config.IsDoubleBlock(b) ? dbl : sgl);
+      m.block_streams.push_back(config.IsDoubleBlock(b) ? 2 : 1);  // image and text streams, or the joined one
+    }
     // Per token a double and a single block do the same linear work, 4·D² + 3·M·D (partition.h).
     const double d = static_cast<double>(config.inner_dim()), mlp = static_cast<double>(config.mlp_hidden_dim());
     const double t = static_cast<double>(o.tokens_per_micro_batch);
