@@ -29,25 +29,12 @@ void LinkCounters::Received(uint64_t bytes, double seconds) const {
 namespace {
 
 // Runners bound to the same labels (every unconfigured runner; the same job name twice on one shared worker) share
-// their series: the last binding to go removes them, so no runner is left holding a removed gauge.
+// their series: the last binding to go removes them, so no runner is left holding a removed gauge. Adding and
+// removing the series happen under the same lock as the count (taken after a StageInstruments' own mu_).
 absl::Mutex bindings_mu(absl::kConstInit);
 std::map<prometheus::Labels, int>& Bindings() ABSL_EXCLUSIVE_LOCKS_REQUIRED(bindings_mu) {
   static auto* bindings = new std::map<prometheus::Labels, int>;
   return *bindings;
-}
-
-void Bind(const prometheus::Labels& labels) {
-  absl::MutexLock lock(&bindings_mu);
-  ++Bindings()[labels];
-}
-
-// True when `labels` had no other binding (its series are then to be removed).
-bool Unbind(const prometheus::Labels& labels) {
-  absl::MutexLock lock(&bindings_mu);
-  auto it = Bindings().find(labels);
-  if (it == Bindings().end() || --it->second > 0) return false;
-  Bindings().erase(it);
-  return true;
 }
 
 const prometheus::Labels kUnconfigured = {{"job", ""}, {"stage", ""}};
@@ -55,7 +42,8 @@ const prometheus::Labels kUnconfigured = {{"job", ""}, {"stage", ""}};
 }  // namespace
 
 StageInstruments::StageInstruments() {
-  Bind(kUnconfigured);
+  absl::MutexLock lock(&bindings_mu);
+  ++Bindings()[kUnconfigured];
   configured_ = &StageFamilies().worker_configured.Add(kUnconfigured);
   configured_->Set(0);
 }
@@ -66,10 +54,13 @@ StageInstruments::~StageInstruments() {
 }
 
 void StageInstruments::UnbindLocked() {
-  StageMetrics& m = StageFamilies();
   const prometheus::Labels labels =
       job_.empty() ? kUnconfigured : prometheus::Labels{{"job", job_}, {"stage", stage_}, {"replica", replica_}};
-  if (!Unbind(labels)) return;
+  absl::MutexLock lock(&bindings_mu);
+  auto it = Bindings().find(labels);
+  if (it == Bindings().end() || --it->second > 0) return;
+  Bindings().erase(it);
+  StageMetrics& m = StageFamilies();
   m.worker_configured.Remove(configured_);
   if (in_flight_ != nullptr) m.microbatches_in_flight.Remove(in_flight_);
 }
@@ -85,7 +76,8 @@ void StageInstruments::Configure(const std::string& job, int stage, int replica)
   stage_ = stage_label;
   replica_ = replica_label;
   const prometheus::Labels labels = {{"job", job_}, {"stage", stage_}, {"replica", replica_}};
-  Bind(labels);
+  absl::MutexLock bind(&bindings_mu);
+  ++Bindings()[labels];
   configured_ = &m.worker_configured.Add(labels);
   configured_->Set(1);
   forward_ = &m.forward_seconds.Add(labels);
