@@ -327,7 +327,7 @@ std::string JobQueue::JoinBlockerLocked(const Job& next) const {
     }
     if (budget > 0 && need + largest > budget) {
       return absl::StrCat(running, " (stage ", s, " would need ", FormatByteSize(need + largest),
-                          " with this job, over ", "its memory budget of ", FormatByteSize(budget), ")");
+                          " with this job, over its memory budget of ", FormatByteSize(budget), ")");
     }
   }
   return "";

@@ -64,14 +64,14 @@ namespace {
 class Sizer {
  public:
   Sizer(const PlanModel& m, const PartitionOptions& o, int stages, std::vector<int64_t> budgets)
-      : stages_(stages), budgets_(std::move(budgets)), options_(o), frozen_(m.frozen), model_(m) {
+      : stages_(stages), budgets_(std::move(budgets)), options_(o), model_(m) {
     const int64_t n = m.num_blocks();
     param_prefix_.assign(n + 1, 0);
     bytes_prefix_.assign(n + 1, 0);
     lora_prefix_.assign(n + 1, 0);
     for (int64_t b = 0; b < n; ++b) {
-      param_prefix_[b + 1] = param_prefix_[b] + frozen_.block_params[b];
-      bytes_prefix_[b + 1] = bytes_prefix_[b] + frozen_.block_bytes[b];
+      param_prefix_[b + 1] = param_prefix_[b] + model_.frozen.block_params[b];
+      bytes_prefix_[b + 1] = bytes_prefix_[b] + model_.frozen.block_bytes[b];
       lora_prefix_[b + 1] = lora_prefix_[b] + m.block_lora[b];
     }
     act_unit_ = o.tokens_per_micro_batch * m.hidden_size * o.activation_bytes;
@@ -96,12 +96,12 @@ class Sizer {
                        k == stages_ - 1);
   }
   int64_t Params(int k, int64_t i, int64_t j) const {
-    return param_prefix_[j] - param_prefix_[i] + (k == 0 ? frozen_.embed_params : 0) +
-           (k == stages_ - 1 ? frozen_.head_params : 0);
+    return param_prefix_[j] - param_prefix_[i] + (k == 0 ? model_.frozen.embed_params : 0) +
+           (k == stages_ - 1 ? model_.frozen.head_params : 0);
   }
   int64_t Weights(int k, int64_t i, int64_t j) const {
-    return bytes_prefix_[j] - bytes_prefix_[i] + (k == 0 ? frozen_.embed_bytes : 0) +
-           (k == stages_ - 1 ? frozen_.head_bytes : 0);
+    return bytes_prefix_[j] - bytes_prefix_[i] + (k == 0 ? model_.frozen.embed_bytes : 0) +
+           (k == stages_ - 1 ? model_.frozen.head_bytes : 0);
   }
   int64_t Lora(int64_t i, int64_t j) const { return lora_prefix_[j] - lora_prefix_[i]; }
   // The `act` term for a stage of n blocks, the first r recomputed (header).
@@ -139,7 +139,6 @@ class Sizer {
   int stages_;
   std::vector<int64_t> budgets_;  // empty or [stages]
   PartitionOptions options_;
-  FrozenSizes frozen_;
   const PlanModel& model_;  // outlives the sizer (Partition's)
   std::vector<int64_t> param_prefix_, bytes_prefix_, lora_prefix_;
   int64_t act_unit_ = 0;  // A: one block boundary's activation
