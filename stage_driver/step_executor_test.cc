@@ -53,8 +53,14 @@ TEST(StepExecutorTest, AStageLostOnceIsReconfiguredAndTheStepRedoneWithItsData) 
     ASSERT_EQ(configures.size(), 2u) << "configured at the start and again by the recovery";
     EXPECT_EQ(configures[1].generation(), generation + 1);
     EXPECT_EQ(configures[1].job_id(), "fake-pipeline");
-    EXPECT_EQ(p->worker(i).plans().size(), 2u) << "the step ran twice";
   }
+  // The failing stage ran the step twice. The other's first RunStep may be cancelled by the abort before it arrives
+  // (a loaded machine); its last one is the redo's either way.
+  EXPECT_EQ(p->worker(1).plans().size(), 2u) << "the step ran twice";
+  const auto healthy = p->worker(0).plans();
+  ASSERT_FALSE(healthy.empty());
+  EXPECT_LE(healthy.size(), 2u);
+  EXPECT_EQ(healthy.back().step(), 3);
   // The redo sent the data again (the recovery emptied the stages' inboxes): the early push and the redo's.
   int inputs = 0;
   for (const ReceivedEnvelope& e : p->worker(0).pushes()) inputs += e.header.kind() == v1::EnvelopeHeader::INPUTS;
