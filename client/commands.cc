@@ -16,6 +16,7 @@
 
 #include "client/certs_command.h"
 #include "client/clip_command.h"
+#include "client/command_groups.h"
 #include "client/debug_commands.h"
 #include "client/health_command.h"
 #include "client/input_checks.h"
@@ -64,6 +65,31 @@ std::vector<std::tuple<std::string, std::string, const char*>> TinyWanPipelines(
           {"wan-ti2v-tiny", "ti2v", "Wan 2.2 TI2V-5B kind (expand_timesteps)"}};
 }
 
+// Replaces OUT's random transformer/ and vae/ weights by TRAINED's (data/demo_pipeline: the demo's tiny pipeline after
+// training, scripts/make_demo_pipeline.py), which must hold the same tensors: names, shapes and dtypes.
+absl::Status CopyTrainedParts(const std::string& trained, const std::string& out) {
+  for (const char* part : {"transformer", "vae"}) {
+    const std::string from = JoinPath(JoinPath(trained, part), "diffusion_pytorch_model.safetensors");
+    const std::string to = JoinPath(JoinPath(out, part), "diffusion_pytorch_model.safetensors");
+    ASSIGN_OR_RETURN(auto learned, LoadAllSafetensors(from));
+    ASSIGN_OR_RETURN(auto random, LoadAllSafetensors(to));
+    for (const auto& [name, tensor] : random) {
+      auto it = learned.find(name);
+      if (it == learned.end() || it->second.sizes() != tensor.sizes() || it->second.dtype() != tensor.dtype()) {
+        return absl::FailedPreconditionError(absl::StrCat(from, " is not the tiny pipeline's ", part, ": tensor ", name,
+                                                          it == learned.end() ? " is missing" : " differs in shape or dtype"));
+      }
+    }
+    if (learned.size() != random.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(from, " holds ", learned.size(), " tensors, the tiny pipeline's ",
+                                                        part, " ", random.size()));
+    }
+    ASSIGN_OR_RETURN(std::string bytes, ReadFile(from));
+    RETURN_IF_ERROR(WriteFileAtomic(to, bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status InitWeights(const Args& args) {
   if (args.Has("pipeline")) {
     ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed"));
@@ -85,6 +111,12 @@ absl::Status InitWeights(const Args& args) {
     RETURN_IF_ERROR(WriteTinyFlux2Pipeline(args.Get("out"), static_cast<uint64_t>(seed)));
     std::printf("wrote tiny FLUX.2 pipeline %s (transformer/, vae/, text_encoder/, tokenizer/, scheduler/)\n",
                 args.Get("out").c_str());
+    if (args.Has("trained")) {
+      // The trained transformer learned from the seed-0 text encoder's embeddings: another seed would feed it strangers.
+      if (seed != 0) return absl::InvalidArgumentError("--trained needs --seed 0 (its text encoder's)");
+      RETURN_IF_ERROR(CopyTrainedParts(args.Get("trained"), args.Get("out")));
+      std::printf("took the trained transformer/ and vae/ from %s\n", args.Get("trained").c_str());
+    }
     return absl::OkStatus();
   }
   if (!args.Has("config")) return absl::InvalidArgumentError("--config is required");
@@ -394,7 +426,7 @@ const std::vector<Command>& AllCommands() {
         {"steps", "override the job's step count"}},
        TrainLocal},
       {"init-weights",
-       "Write deterministic random FLUX.2 transformer weights for a config (tests, demo).",
+       "Write deterministic random FLUX.2 transformer weights for a config, or a whole tiny pipeline (tests, demo).",
        {{"config", "diffusers config.json of the transformer"},
         {"out", "output folder (diffusers) or file (bfl)", "", true},
         {"seed", "random seed", "0"},
@@ -404,7 +436,10 @@ const std::vector<Command>& AllCommands() {
         {"pipeline",
          "'tiny' | 'wan-tiny' | 'wan-i2v-tiny' | 'wan-i2v-a14b-tiny' | 'wan-i2v-2.1-tiny' | 'wan-ti2v-tiny': write "
          "a complete tiny FLUX.2 | Wan (T2V, I2V-A14B kind, with both experts, 2.1 I2V kind, TI2V-5B kind) pipeline "
-         "folder to --out"}},
+         "folder to --out"},
+        {"trained",
+         "with --pipeline tiny: take transformer/ and vae/ from this folder instead of random ones (data/demo_pipeline: "
+         "the demo's, trained on drawn shapes by scripts/make_demo_pipeline.py)"}},
        InitWeights},
       {"synthetic-cache",
        "Write a deterministic synthetic latent/text cache for a model config (until real images are encoded).",
@@ -513,14 +548,15 @@ const std::vector<Command>& AllCommands() {
 }
 
 int RunClient(const std::vector<std::string>& argv) {
-  auto usage = [] {
-    std::string out = "usage: baton <command> [flags]   (baton <command> --help for its flags)\ncommands:\n";
-    for (const auto& c : AllCommands()) out += absl::StrFormat("  %-16s %s\n", c.name, c.summary);
-    return out;
-  };
-  if (argv.empty() || argv[0] == "--help" || argv[0] == "help") {
-    std::fputs(usage().c_str(), argv.empty() ? stderr : stdout);
-    return argv.empty() ? 2 : 0;
+  auto usage = [](bool all) { return TopLevelUsage(AllCommands(), all); };
+  if (argv.empty()) {
+    std::fputs(usage(false).c_str(), stderr);
+    return 2;
+  }
+  if (argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
+    const bool all = argv.size() > 1 && (argv[1] == "--all" || argv[1] == "-a");
+    std::fputs(usage(all).c_str(), stdout);
+    return 0;
   }
   for (const auto& c : AllCommands()) {
     if (c.name != argv[0]) continue;
@@ -541,7 +577,7 @@ int RunClient(const std::vector<std::string>& argv) {
     }
     return 0;
   }
-  std::fprintf(stderr, "baton: unknown command '%s'\n%s", argv[0].c_str(), usage().c_str());
+  std::fprintf(stderr, "baton: unknown command '%s'\n%s", argv[0].c_str(), usage(false).c_str());
   return 2;
 }
 

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <set>
 
+#include "client/command_groups.h"
 #include "client/job_commands.h"
 
 namespace baton {
@@ -33,6 +35,25 @@ TEST(CommandsTest, EveryCommandHasAUniqueNameASummaryAndARun) {
   for (const char* job_command : {"submit", "status", "list", "watch", "stop", "checkpoints", "download"}) {
     EXPECT_TRUE(names.count(job_command)) << job_command << " missing from AllCommands()";
   }
+}
+
+// Every command sits in exactly one group of `baton --help`, and every name a group lists is a command.
+TEST(CommandsTest, EveryCommandIsInExactlyOneHelpGroup) {
+  std::map<std::string, int> seen;
+  for (const CommandGroup& group : CommandGroups()) {
+    for (const std::string& name : group.names) ++seen[name];
+  }
+  std::set<std::string> names;
+  for (const Command& c : AllCommands()) {
+    names.insert(c.name);
+    EXPECT_EQ(seen[c.name], 1) << c.name << " is in " << seen[c.name] << " help groups";
+  }
+  for (const auto& [name, count] : seen) EXPECT_TRUE(names.count(name)) << name << " is no command";
+  const std::string user = TopLevelUsage(AllCommands(), /*all=*/false);
+  const std::string all = TopLevelUsage(AllCommands(), /*all=*/true);
+  EXPECT_EQ(user.find("  forward "), std::string::npos) << user;
+  EXPECT_NE(all.find("  forward "), std::string::npos) << all;
+  EXPECT_NE(user.find("  submit "), std::string::npos) << user;
 }
 
 TEST(CommandsTest, JobCommandsTakeTheCoordinatorAndTheSecurityFlags) {

@@ -1,6 +1,6 @@
 // `--help` of every binary, run as a user runs it: it lists each of the binary's own flags with its default
 // and meaning (Abseil 20220623 printed "No flags matched." for binaries whose flags live in main.cc), and
-// none of Abseil's own. `baton --help` lists every client command.
+// none of Abseil's own. `baton --help` lists the user's commands, `baton help --all` every one.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -86,14 +86,24 @@ TEST(HelpTest, EncoderWorkerListsItsFlagsWithDefaults) {
                                      {"follow_links_into", ""}});
 }
 
-TEST(HelpTest, BatonListsEveryCommand) {
+// `baton --help` lists what a user runs, in groups; `baton help --all` adds the low-level tools.
+TEST(HelpTest, BatonListsTheUsersCommandsAndHelpAllEveryCommand) {
   auto result = test_util::RunCommand(JoinPath(test_util::BinDir(), "baton") + " --help", /*with_stderr=*/true);
   EXPECT_EQ(result.exit_code, 0) << result.output;
+  auto all = test_util::RunCommand(JoinPath(test_util::BinDir(), "baton") + " help --all", /*with_stderr=*/true);
+  EXPECT_EQ(all.exit_code, 0) << all.output;
   ASSERT_FALSE(AllCommands().empty());
   for (const Command& c : AllCommands()) {
-    EXPECT_NE(result.output.find("  " + c.name + " "), std::string::npos) << c.name << " missing from:\n"
-                                                                          << result.output;
+    EXPECT_NE(all.output.find("  " + c.name + " "), std::string::npos) << c.name << " missing from:\n" << all.output;
   }
+  for (const char* user : {"submit", "watch", "list", "status", "stop", "continue", "download", "ui", "sample", "plan",
+                           "lora-convert", "certs"}) {
+    EXPECT_NE(result.output.find(std::string("  ") + user + " "), std::string::npos) << user << "\n" << result.output;
+  }
+  for (const char* tool : {"forward", "step-grads", "tokenize", "scheduler-replay", "sample-timesteps", "decode-image"}) {
+    EXPECT_EQ(result.output.find(std::string("  ") + tool + " "), std::string::npos) << tool << "\n" << result.output;
+  }
+  EXPECT_NE(result.output.find("baton help --all"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("  health "), std::string::npos);
   auto health = test_util::RunCommand(JoinPath(test_util::BinDir(), "baton") + " health --help", true);
   EXPECT_EQ(health.exit_code, 0);
