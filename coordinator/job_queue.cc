@@ -27,9 +27,9 @@ double NowUnix() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())
 
 bool Ended(v1::JobState s) { return s >= v1::JOB_STATE_FINISHED; }
 
-int64_t EvalStep(const v1::WatchEvent& e) { return e.has_validation() ? e.validation().step() : e.samples().step(); }
-
 }  // namespace
+
+int64_t EvalStep(const v1::WatchEvent& e) { return e.has_validation() ? e.validation().step() : e.samples().step(); }
 
 JobQueue::JobQueue(CoordinatorOptions base, std::string output_root, std::string data_root)
     : base_(std::move(base)), root_(std::move(output_root)), data_root_(std::move(data_root)) {}

@@ -30,6 +30,9 @@
 
 namespace baton {
 
+// The step after which a watch event's validation or samples were made.
+int64_t EvalStep(const v1::WatchEvent& e);
+
 // What a watcher has seen of a job.
 struct WatchCursor {
   int64_t from_step = 0;        // the steps up to this one

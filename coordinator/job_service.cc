@@ -45,7 +45,6 @@ double MtimeUnix(const std::string& path) {
 }
 
 // The step an evaluation event (validation or samples) ran after.
-int64_t EvalStep(const v1::WatchEvent& e) { return e.has_validation() ? e.validation().step() : e.samples().step(); }
 
 // The file a Download asks for, inside the job's output folder: its LoRA, a checkpoint's, or a sample rendering's
 // contact sheet, K.png or prompts.txt. Any other sample file name is refused (no path leaves the step's folder).

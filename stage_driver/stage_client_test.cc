@@ -21,7 +21,7 @@ std::unique_ptr<FakeStageWorker> Worker() {
   return w.ok() ? std::move(*w) : nullptr;
 }
 
-v1::StepPlan Plan(int64_t step, int micro_batches) {
+v1::StepPlan StepPlanOf(int64_t step, int micro_batches) {
   v1::StepPlan plan;
   plan.set_job_id("job");
   plan.set_step(step);
@@ -39,7 +39,7 @@ TEST(StageClientTest, AStepReturnsTheGradientsAndSummaryAndItsBytesAreCountedByK
   ASSERT_TRUE(client.WaitReady(absl::Seconds(5), [] { return false; }).ok());
   EXPECT_EQ(client.name(), absl::StrCat("stage 3 (", w->address(), ")"));
   TensorMap grads;
-  auto summary = client.RunStep(Plan(2, 3), &grads);
+  auto summary = client.RunStep(StepPlanOf(2, 3), &grads);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->step(), 2);
   EXPECT_EQ(summary->losses_size(), 3);
@@ -87,13 +87,13 @@ TEST(StageClientTest, CancelEndsAStepThatHangsAndRearmLetsTheNextOneRun) {
   });
   const auto t0 = Clock::now();
   TensorMap grads;
-  auto summary = client.RunStep(Plan(0, 1), &grads);
+  auto summary = client.RunStep(StepPlanOf(0, 1), &grads);
   canceller.join();
   EXPECT_FALSE(summary.ok());
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0) << "not the 60 s deadline";
-  EXPECT_FALSE(client.RunStep(Plan(1, 1), &grads).ok()) << "cancelled until re-armed";
+  EXPECT_FALSE(client.RunStep(StepPlanOf(1, 1), &grads).ok()) << "cancelled until re-armed";
   client.Rearm();
-  EXPECT_TRUE(client.RunStep(Plan(1, 1), &grads).ok());
+  EXPECT_TRUE(client.RunStep(StepPlanOf(1, 1), &grads).ok());
 }
 
 TEST(StageClientTest, HeartbeatsSayWhatTheStageIsOnWhileItWaits) {
@@ -110,7 +110,7 @@ TEST(StageClientTest, HeartbeatsSayWhatTheStageIsOnWhileItWaits) {
     client.Cancel();
   });
   TensorMap grads;
-  EXPECT_FALSE(client.RunStep(Plan(5, 1), &grads).ok());
+  EXPECT_FALSE(client.RunStep(StepPlanOf(5, 1), &grads).ok());
   watcher.join();
   for (int i = 0; i < 100 && w->cancelled_runs() == 0; ++i) {  // the server notices within its 50 ms poll
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

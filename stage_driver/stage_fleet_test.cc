@@ -18,7 +18,7 @@ using Kind = v1::EnvelopeHeader;
 
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::unique_ptr<FakePipeline> Pipeline(int stages, absl::Duration stall = absl::Seconds(15)) {
+std::unique_ptr<FakePipeline> FleetPipeline(int stages, absl::Duration stall = absl::Seconds(15)) {
   StageDriverOptions options;
   options.stall_timeout = stall;
   options.rpc_timeout = absl::Seconds(30);
@@ -38,7 +38,7 @@ int Count(const std::vector<int>& kinds, int kind) {
 }
 
 TEST(StageFleetTest, AStepSendsEachStageWhatItNeedsAndReturnsEveryStagesGradients) {
-  auto p = Pipeline(2);
+  auto p = FleetPipeline(2);
   ASSERT_NE(p, nullptr);
   StepInputs in = FakePipeline::Inputs(2);
   auto out = p->fleet().RunStep(4, p->Slice(2), in, p->Master(), nullptr);
@@ -66,7 +66,7 @@ TEST(StageFleetTest, AStepSendsEachStageWhatItNeedsAndReturnsEveryStagesGradient
 }
 
 TEST(StageFleetTest, ThePlanCarriesTheSliceItWasGiven) {
-  auto p = Pipeline(2);
+  auto p = FleetPipeline(2);
   ASSERT_NE(p, nullptr);
   StepSlice slice = p->Slice(3);
   slice.first_micro_batch = 5;
@@ -92,7 +92,7 @@ TEST(StageFleetTest, ThePlanCarriesTheSliceItWasGiven) {
 }
 
 TEST(StageFleetTest, DataPushedEarlyIsNotSentAgainAndTablesTravelOncePerKey) {
-  auto p = Pipeline(2);
+  auto p = FleetPipeline(2);
   ASSERT_NE(p, nullptr);
   StepInputs in = FakePipeline::Inputs(2);
   ASSERT_TRUE(p->fleet().RunStep(0, p->Slice(2), in, p->Master(), nullptr).ok());
@@ -109,7 +109,7 @@ TEST(StageFleetTest, DataPushedEarlyIsNotSentAgainAndTablesTravelOncePerKey) {
 }
 
 TEST(StageFleetTest, StagesThatOwnTheirAdaptersAreSentNone) {
-  auto p = Pipeline(2);
+  auto p = FleetPipeline(2);
   ASSERT_NE(p, nullptr);
   p->fleet().own_adapters = true;
   ASSERT_TRUE(p->fleet().RunStep(0, p->Slice(2), FakePipeline::Inputs(2), {}, nullptr).ok());
@@ -120,7 +120,7 @@ TEST(StageFleetTest, StagesThatOwnTheirAdaptersAreSentNone) {
 }
 
 TEST(StageFleetTest, AStageThatFailsFailsTheStepNamingItAndTheOthersAreCancelled) {
-  auto p = Pipeline(2);
+  auto p = FleetPipeline(2);
   ASSERT_NE(p, nullptr);
   p->worker(0).Play(FakeRun::kStallSilently);  // would hang the step if nobody cancelled it
   p->worker(1).Fail(absl::InternalError("the stage's own error"));
@@ -137,7 +137,7 @@ TEST(StageFleetTest, AStageThatFailsFailsTheStepNamingItAndTheOthersAreCancelled
 }
 
 TEST(StageFleetTest, ASilentStageIsAStallNamedWithinTheStallTimeout) {
-  auto p = Pipeline(2, absl::Seconds(1));
+  auto p = FleetPipeline(2, absl::Seconds(1));
   ASSERT_NE(p, nullptr);
   p->worker(1).Play(FakeRun::kStallSilently);
   const auto t0 = Clock::now();
@@ -150,7 +150,7 @@ TEST(StageFleetTest, ASilentStageIsAStallNamedWithinTheStallTimeout) {
 }
 
 TEST(StageFleetTest, AStageWaitingForDataItWasSentIsAStallNotAWaitForTheDeadline) {
-  auto p = Pipeline(2, absl::Seconds(1));
+  auto p = FleetPipeline(2, absl::Seconds(1));
   ASSERT_NE(p, nullptr);
   p->worker(0).Play(FakeRun::kWaitForData);
   const auto t0 = Clock::now();
@@ -163,7 +163,7 @@ TEST(StageFleetTest, AStageWaitingForDataItWasSentIsAStallNotAWaitForTheDeadline
 }
 
 TEST(StageFleetTest, AReplyWithoutASummaryOrWithAGradientThatDoesNotAssembleFailsTheStep) {
-  auto p = Pipeline(2);
+  auto p = FleetPipeline(2);
   ASSERT_NE(p, nullptr);
   p->worker(1).Play(FakeRun::kNoSummary);
   auto out = p->fleet().RunStep(0, p->Slice(2), FakePipeline::Inputs(2), p->Master(), nullptr);
@@ -180,7 +180,7 @@ TEST(StageFleetTest, AReplyWithoutASummaryOrWithAGradientThatDoesNotAssembleFail
 }
 
 TEST(StageFleetTest, AForwardPassReturnsTheLastStagesOutputsAndNeverMixesWithASteps) {
-  auto p = Pipeline(2);
+  auto p = FleetPipeline(2);
   ASSERT_NE(p, nullptr);
   StepInputs in = FakePipeline::Inputs(3);
   auto outputs = p->fleet().RunForwardPass(6, 9, in.shell, p->Master());
@@ -199,7 +199,7 @@ TEST(StageFleetTest, AForwardPassReturnsTheLastStagesOutputsAndNeverMixesWithASt
 // A call without heartbeats (the stage-local optimizer's Reduce, a read-back) that hangs is said as an outage, as a
 // silent step is; back once it answers, left to the recovery when it failed for want of the stage.
 TEST(StageFleetTest, ACallWithoutHeartbeatsThatHangsIsSaidAsTheStagesOutage) {
-  auto p = Pipeline(2, absl::Seconds(1));
+  auto p = FleetPipeline(2, absl::Seconds(1));
   ASSERT_NE(p, nullptr);
   absl::Mutex mu;
   std::vector<StageOutage> said;

@@ -15,7 +15,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::unique_ptr<FakePipeline> Pipeline(int stages, absl::Duration restart_timeout = absl::Seconds(10)) {
+std::unique_ptr<FakePipeline> SetPipeline(int stages, absl::Duration restart_timeout = absl::Seconds(10)) {
   StageDriverOptions options = FakeDriverOptions();
   options.worker_restart_timeout = restart_timeout;
   auto p = FakePipeline::Start(stages, options);
@@ -24,7 +24,7 @@ std::unique_ptr<FakePipeline> Pipeline(int stages, absl::Duration restart_timeou
 }
 
 TEST(StageSetTest, EachStageIsConfiguredWithItsSliceItsNeighboursAndTheRunsGeneration) {
-  auto p = Pipeline(3);
+  auto p = SetPipeline(3);
   ASSERT_NE(p, nullptr);
   for (int i = 0; i < 3; ++i) {
     const auto configures = p->worker(i).configures();
@@ -49,7 +49,7 @@ TEST(StageSetTest, EachStageIsConfiguredWithItsSliceItsNeighboursAndTheRunsGener
 }
 
 TEST(StageSetTest, AConfigureAStageRefusesFailsNamingTheStageAndWhy) {
-  auto p = Pipeline(3);
+  auto p = SetPipeline(3);
   ASSERT_NE(p, nullptr);
   p->worker(2).FailCall("Configure", absl::InvalidArgumentError("no such model file"));
   absl::Status s = p->stages().Configure();
@@ -60,7 +60,7 @@ TEST(StageSetTest, AConfigureAStageRefusesFailsNamingTheStageAndWhy) {
 }
 
 TEST(StageSetTest, ARemoteStageThatComesBackIsWaitedForAndEveryStageReconfiguredForANewGeneration) {
-  auto p = Pipeline(2);
+  auto p = SetPipeline(2);
   ASSERT_NE(p, nullptr);
   const uint64_t generation = p->fleet().generation;
   p->fleet().rope[0].Add("grid-2x2");
@@ -84,7 +84,7 @@ TEST(StageSetTest, ARemoteStageThatComesBackIsWaitedForAndEveryStageReconfigured
 }
 
 TEST(StageSetTest, ARemoteStageThatDoesNotComeBackFailsTheRecoveryNamingIt) {
-  auto p = Pipeline(2, absl::Seconds(1));
+  auto p = SetPipeline(2, absl::Seconds(1));
   ASSERT_NE(p, nullptr);
   p->worker(0).Kill();
   const auto t0 = Clock::now();
@@ -98,7 +98,7 @@ TEST(StageSetTest, ARemoteStageThatDoesNotComeBackFailsTheRecoveryNamingIt) {
 }
 
 TEST(StageSetTest, TheStageTheStallWatchBlamedIsReconfiguredEvenThoughItAnswers) {
-  auto p = Pipeline(2);
+  auto p = SetPipeline(2);
   ASSERT_NE(p, nullptr);
   absl::StatusOr<std::vector<int>> lost = p->stages().Recover(/*suspect=*/0);
   ASSERT_TRUE(lost.ok()) << lost.status();

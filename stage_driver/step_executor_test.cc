@@ -14,7 +14,7 @@
 namespace baton {
 namespace {
 
-std::unique_ptr<FakePipeline> Pipeline(int retries = 3) {
+std::unique_ptr<FakePipeline> ExecutorPipeline(int retries = 3) {
   StageDriverOptions options = FakeDriverOptions();
   options.step_retries = retries;
   auto p = FakePipeline::Start(2, options);
@@ -35,7 +35,7 @@ TEST(StepExecutorTest, RetryableFailuresAreTheOnesARecoveryCanMend) {
 }
 
 TEST(StepExecutorTest, AStageLostOnceIsReconfiguredAndTheStepRedoneWithItsData) {
-  auto p = Pipeline();
+  auto p = ExecutorPipeline();
   ASSERT_NE(p, nullptr);
   const uint64_t generation = p->fleet().generation;
   p->worker(1).Fail(absl::UnavailableError("connection reset"));
@@ -70,7 +70,7 @@ TEST(StepExecutorTest, AStageLostOnceIsReconfiguredAndTheStepRedoneWithItsData) 
 }
 
 TEST(StepExecutorTest, ADeterministicErrorIsNotRetried) {
-  auto p = Pipeline();
+  auto p = ExecutorPipeline();
   ASSERT_NE(p, nullptr);
   p->worker(0).Fail(absl::InvalidArgumentError("TARGET has the wrong shape"));
   StepInputs in = FakePipeline::Inputs(2);
@@ -82,7 +82,7 @@ TEST(StepExecutorTest, ADeterministicErrorIsNotRetried) {
 }
 
 TEST(StepExecutorTest, TheRetriesAreBoundedAndTheErrorSaysSo) {
-  auto p = Pipeline(/*retries=*/2);
+  auto p = ExecutorPipeline(/*retries=*/2);
   ASSERT_NE(p, nullptr);
   p->worker(1).Fail(absl::UnavailableError("connection reset"), 5);
   StepInputs in = FakePipeline::Inputs(2);
@@ -94,7 +94,7 @@ TEST(StepExecutorTest, TheRetriesAreBoundedAndTheErrorSaysSo) {
 }
 
 TEST(StepExecutorTest, NoRetriesWithStepRetriesZero) {
-  auto p = Pipeline(/*retries=*/0);
+  auto p = ExecutorPipeline(/*retries=*/0);
   ASSERT_NE(p, nullptr);
   p->worker(1).Fail(absl::UnavailableError("connection reset"));
   StepInputs in = FakePipeline::Inputs(2);
@@ -104,7 +104,7 @@ TEST(StepExecutorTest, NoRetriesWithStepRetriesZero) {
 }
 
 TEST(StepExecutorTest, AStageKilledAndRestartedAtItsAddressIsWaitedForAndTheStepRedone) {
-  auto p = Pipeline();
+  auto p = ExecutorPipeline();
   ASSERT_NE(p, nullptr);
   p->worker(1).Play(FakeRun::kStallSilently);  // the step is under way when the worker dies
   std::thread killer([&] {
@@ -137,7 +137,7 @@ TEST(StepExecutorTest, AStageThatNeverComesBackFailsTheStepNamingIt) {
 }
 
 TEST(StepExecutorTest, AForwardPassIsRecoveredAndRedoneAsAStepIs) {
-  auto p = Pipeline();
+  auto p = ExecutorPipeline();
   ASSERT_NE(p, nullptr);
   p->worker(0).Fail(absl::UnavailableError("connection reset"));
   StepInputs in = FakePipeline::Inputs(2);
@@ -148,7 +148,7 @@ TEST(StepExecutorTest, AForwardPassIsRecoveredAndRedoneAsAStepIs) {
 }
 
 TEST(StepExecutorTest, WorkBetweenStepsIsRedoneAfterARecoveryUntilItFailsForGood) {
-  auto p = Pipeline();
+  auto p = ExecutorPipeline();
   ASSERT_NE(p, nullptr);
   int calls = 0;
   absl::Status done = p->executor().RunBetweenSteps(4, "read-back (after step 4)", [&]() -> absl::Status {
@@ -167,7 +167,7 @@ TEST(StepExecutorTest, WorkBetweenStepsIsRedoneAfterARecoveryUntilItFailsForGood
 }
 
 TEST(StepExecutorTest, BeforeAttemptRunsBeforeEveryAttemptAndItsFailureEndsTheStep) {
-  auto p = Pipeline();
+  auto p = ExecutorPipeline();
   ASSERT_NE(p, nullptr);
   int attempts = 0;
   p->executor().set_before_attempt([&] { return ++attempts < 3 ? absl::OkStatus() : absl::DataLossError("lost"); });

@@ -34,12 +34,12 @@ namespace {
 using test_util::BinDir;
 
 // (exit code, stdout) of a shell command.
-std::pair<int, std::string> RunCommand(const std::string& command) {
+std::pair<int, std::string> RunEncoder(const std::string& command) {
   auto result = test_util::RunCommand(command);
   return {result.exit_code, result.output};
 }
 
-Image Picture(int w, int h, uint8_t base) {
+Image WorkerPicture(int w, int h, uint8_t base) {
   Image img;
   img.width = w;
   img.height = h;
@@ -60,9 +60,9 @@ class EncoderWorkerTest : public ::testing::Test {
   std::string MakeDataset(const std::string& name) {
     std::string dir = JoinPath(*root_, name);
     EXPECT_TRUE(MakeDirs(dir).ok());
-    EXPECT_TRUE(WritePng(JoinPath(dir, "one.png"), Picture(64, 64, 30)).ok());
+    EXPECT_TRUE(WritePng(JoinPath(dir, "one.png"), WorkerPicture(64, 64, 30)).ok());
     EXPECT_TRUE(WriteFileAtomic(JoinPath(dir, "one.txt"), "a textured square").ok());
-    EXPECT_TRUE(WritePng(JoinPath(dir, "two.png"), Picture(96, 48, 120)).ok());
+    EXPECT_TRUE(WritePng(JoinPath(dir, "two.png"), WorkerPicture(96, 48, 120)).ok());
     EXPECT_TRUE(WriteFileAtomic(JoinPath(dir, "two.txt"), "a wide picture").ok());
     return dir;
   }
@@ -77,7 +77,7 @@ TEST_F(EncoderWorkerTest, BatchModeEncodesReportsBadFilesAndSkipsOnRerun) {
   std::string cache = JoinPath(*root_, "batch_cache");
   std::string cmd = absl::StrCat(JoinPath(BinDir(), "encoder_worker"), " --dataset ", data, " --cache ", cache,
                                  " --model ", Pipeline(), " --resolution 64 --max_sequence_length 96 --threads 1");
-  auto [code, out] = RunCommand(cmd);
+  auto [code, out] = RunEncoder(cmd);
   EXPECT_EQ(code, 1) << out;  // one file failed
   EXPECT_NE(out.find("encoded 2, kept 0 unchanged, 1 failed of 2 samples"), std::string::npos) << out;
   auto reader = CacheReader::Open(cache);
@@ -92,7 +92,7 @@ TEST_F(EncoderWorkerTest, BatchModeEncodesReportsBadFilesAndSkipsOnRerun) {
   EXPECT_GT(sample->grid_w, sample->grid_h);  // the wide image kept its orientation
 
   ASSERT_TRUE(RemoveAll(JoinPath(data, "broken.png")).ok());
-  auto [code2, out2] = RunCommand(cmd);
+  auto [code2, out2] = RunEncoder(cmd);
   EXPECT_EQ(code2, 0) << out2;
   EXPECT_NE(out2.find("encoded 0, kept 2 unchanged"), std::string::npos) << out2;
 }
@@ -101,7 +101,7 @@ TEST_F(EncoderWorkerTest, BatchModeEncodesReportsBadFilesAndSkipsOnRerun) {
 // named with its size and the limit; the rest encode.
 TEST_F(EncoderWorkerTest, CaptionOverTheLimitFailsItsRecordByNameAndTheRestEncode) {
   std::string data = MakeDataset("long_caption");
-  ASSERT_TRUE(WritePng(JoinPath(data, "log.png"), Picture(64, 64, 60)).ok());
+  ASSERT_TRUE(WritePng(JoinPath(data, "log.png"), WorkerPicture(64, 64, 60)).ok());
   ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "log.txt"), std::string(20 << 20, 'x')).ok());
   std::string cmd = absl::StrCat(JoinPath(BinDir(), "encoder_worker"), " --dataset ", data, " --cache ",
                                  JoinPath(*root_, "long_caption_cache"), " --model ", Pipeline(),
@@ -123,8 +123,8 @@ TEST_F(EncoderWorkerTest, LinksOutOfTheDatasetFailTheirRecordUnlessTheOperatorOp
   const std::string library = JoinPath(*root_, "library");
   ASSERT_TRUE(MakeDirs(library).ok());
   ASSERT_TRUE(WriteFileAtomic(JoinPath(library, "passwd"), "root:x:0:0:root:/root:/bin/bash").ok());
-  ASSERT_TRUE(WritePng(JoinPath(library, "photo.png"), Picture(64, 64, 90)).ok());
-  ASSERT_TRUE(WritePng(JoinPath(data, "p.png"), Picture(64, 64, 10)).ok());
+  ASSERT_TRUE(WritePng(JoinPath(library, "photo.png"), WorkerPicture(64, 64, 90)).ok());
+  ASSERT_TRUE(WritePng(JoinPath(data, "p.png"), WorkerPicture(64, 64, 10)).ok());
   std::filesystem::create_symlink(JoinPath(library, "passwd"), JoinPath(data, "p.txt"));
   std::filesystem::create_symlink(JoinPath(library, "photo.png"), JoinPath(data, "photo.png"));
   ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "photo.txt"), "a photo from the library").ok());

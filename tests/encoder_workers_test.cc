@@ -33,7 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::map<std::string, std::string> FolderBytes(const std::string& dir) {
+std::map<std::string, std::string> WorkersFolderBytes(const std::string& dir) {
   std::map<std::string, std::string> files;
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
     if (!entry.is_regular_file()) continue;
@@ -171,9 +171,9 @@ TEST_F(EncoderWorkersTest, TwoWorkersGiveOneWorkersCacheByteForByteAndRerunsEnco
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->encoded, 24);
   EXPECT_FALSE(PathExists(Dir("one.shards")));
-  const auto expected = FolderBytes(Dir("one"));
+  const auto expected = WorkersFolderBytes(Dir("one"));
   ASSERT_EQ(expected.size(), 25u);  // index.json + 24 records
-  EXPECT_TRUE(FolderBytes(Dir("two")) == expected) << "the merged cache differs from one worker's";
+  EXPECT_TRUE(WorkersFolderBytes(Dir("two")) == expected) << "the merged cache differs from one worker's";
 
   // Rerun: nothing changed, nothing encoded. Then one caption changes: only that sample is encoded again.
   auto again = RunEncodeStep(Job({w0.address, w1.address}, "two", 64), timeout, /*quiet=*/true);
@@ -189,7 +189,7 @@ TEST_F(EncoderWorkersTest, TwoWorkersGiveOneWorkersCacheByteForByteAndRerunsEnco
   auto one_changed = RunEncodeStep(Job({w1.address}, "one", 64), timeout, /*quiet=*/true);
   ASSERT_TRUE(one_changed.ok()) << one_changed.status();
   EXPECT_EQ(one_changed->encoded, 1);
-  EXPECT_TRUE(FolderBytes(Dir("two")) == FolderBytes(Dir("one"))) << "after the change";
+  EXPECT_TRUE(WorkersFolderBytes(Dir("two")) == WorkersFolderBytes(Dir("one"))) << "after the change";
 }
 
 TEST_F(EncoderWorkersTest, AWorkerKilledMidDatasetFailsTheStepNamingItAndTheRerunEncodesOnlyItsMissingRecords) {

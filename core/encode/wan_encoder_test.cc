@@ -9,7 +9,7 @@
 namespace baton {
 namespace {
 
-constexpr int64_t kTextLen = 10;
+constexpr int64_t kWanTextLen = 10;
 
 // One tiny Wan 2.1 pipeline folder (random weights in the real layouts) for the whole suite.
 class WanEncoderTest : public ::testing::Test {
@@ -25,7 +25,7 @@ class WanEncoderTest : public ::testing::Test {
   }
   static std::string Pipeline() { return JoinPath(*dir_, "pipeline"); }
 
-  static std::unique_ptr<WanSampleEncoder> Open(int64_t max_sequence_length = kTextLen) {
+  static std::unique_ptr<WanSampleEncoder> Open(int64_t max_sequence_length = kWanTextLen) {
     WanEncoderOptions options;
     options.max_sequence_length = max_sequence_length;
     auto encoder = WanSampleEncoder::Open(Pipeline(), options);
@@ -102,12 +102,12 @@ TEST_F(WanEncoderTest, TextEmbeddingsAreMaxLengthRowsZeroAfterTheRealTokens) {
   ASSERT_NE(encoder, nullptr);
   auto a = encoder->EncodeText("a cat");
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(a->sizes(), (std::vector<int64_t>{kTextLen, encoder->text_dim()}));
+  EXPECT_EQ(a->sizes(), (std::vector<int64_t>{kWanTextLen, encoder->text_dim()}));
   EXPECT_EQ(encoder->text_dim(), encoder->text_encoder().config().d_model);
-  auto ids = BuildWanPromptIds(encoder->tokenizer(), "a cat", kTextLen);
+  auto ids = BuildWanPromptIds(encoder->tokenizer(), "a cat", kWanTextLen);
   ASSERT_TRUE(ids.ok()) << ids.status();
   ASSERT_GT(ids->length, 0);
-  ASSERT_LT(ids->length, kTextLen);
+  ASSERT_LT(ids->length, kWanTextLen);
   EXPECT_GT(a->slice(0, 0, ids->length).abs().sum().item<double>(), 0);
   EXPECT_EQ(a->slice(0, ids->length).abs().sum().item<double>(), 0) << "padded rows must be zero";
   auto b = encoder->EncodeText("a cat");
@@ -134,7 +134,7 @@ TEST_F(WanEncoderTest, OpenRefusesALengthWithoutRoomForTheTemplateAndAMissingPar
 TEST_F(WanEncoderTest, IdentityFollowsTheLengthAndTheFolderKindIsRecognised) {
   auto a = Open();
   auto same = Open();
-  auto longer = Open(kTextLen + 2);
+  auto longer = Open(kWanTextLen + 2);
   ASSERT_TRUE(a && same && longer);
   EXPECT_EQ(a->identity(), same->identity());
   EXPECT_NE(a->identity(), longer->identity());

@@ -20,8 +20,8 @@
 namespace baton {
 namespace {
 
-ABSL_CONST_INIT absl::Mutex g_mu(absl::kConstInit);
-std::set<int>& CudaDevices() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
+ABSL_CONST_INIT absl::Mutex g_devices_mu(absl::kConstInit);
+std::set<int>& CudaDevices() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_devices_mu) {
   static auto* devices = new std::set<int>();
   return *devices;
 }
@@ -40,7 +40,7 @@ int64_t ResidentMemoryBytes(pid_t pid) {
 }
 
 void NoteCudaDeviceInUse(int index) {
-  absl::MutexLock lock(&g_mu);
+  absl::MutexLock lock(&g_devices_mu);
   CudaDevices().insert(index);
 }
 
@@ -96,7 +96,7 @@ void RefreshProcessGauges() {
   if (rss >= 0) m.resident_memory_bytes.Add({}).Set(static_cast<double>(rss));
   std::set<int> devices;
   {
-    absl::MutexLock lock(&g_mu);
+    absl::MutexLock lock(&g_devices_mu);
     devices = CudaDevices();
   }
   // A scrape runs on the HTTP server's thread: nothing may unwind through it, whatever CUDA says.

@@ -13,7 +13,7 @@
 namespace baton {
 namespace {
 
-constexpr absl::string_view kSource = "FLUX.2 config";
+constexpr absl::string_view kFlux2ConfigSource = "FLUX.2 config";
 
 }  // namespace
 
@@ -68,29 +68,26 @@ absl::StatusOr<Flux2Config> ParseFlux2Config(const std::string& json_text) {
   nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("config is not a JSON object");
   Flux2Config c;
-  RETURN_IF_ERROR(ReadJsonField(j, "patch_size", kSource, &c.patch_size));
-  RETURN_IF_ERROR(ReadJsonField(j, "in_channels", kSource, &c.in_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "out_channels", kSource, &c.out_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "num_layers", kSource, &c.num_layers));
-  RETURN_IF_ERROR(ReadJsonField(j, "num_single_layers", kSource, &c.num_single_layers));
-  RETURN_IF_ERROR(ReadJsonField(j, "attention_head_dim", kSource, &c.attention_head_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "num_attention_heads", kSource, &c.num_attention_heads));
-  RETURN_IF_ERROR(ReadJsonField(j, "joint_attention_dim", kSource, &c.joint_attention_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "timestep_guidance_channels", kSource, &c.timestep_guidance_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "mlp_ratio", kSource, &c.mlp_ratio));
-  RETURN_IF_ERROR(ReadJsonField(j, "axes_dims_rope", kSource, &c.axes_dims_rope));
-  RETURN_IF_ERROR(ReadJsonField(j, "rope_theta", kSource, &c.rope_theta));
-  RETURN_IF_ERROR(ReadJsonField(j, "eps", kSource, &c.eps));
-  RETURN_IF_ERROR(ReadJsonField(j, "guidance_embeds", kSource, &c.guidance_embeds));
+  RETURN_IF_ERROR(ReadJsonField(j, "patch_size", kFlux2ConfigSource, &c.patch_size));
+  RETURN_IF_ERROR(ReadJsonField(j, "in_channels", kFlux2ConfigSource, &c.in_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "out_channels", kFlux2ConfigSource, &c.out_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "num_layers", kFlux2ConfigSource, &c.num_layers));
+  RETURN_IF_ERROR(ReadJsonField(j, "num_single_layers", kFlux2ConfigSource, &c.num_single_layers));
+  RETURN_IF_ERROR(ReadJsonField(j, "attention_head_dim", kFlux2ConfigSource, &c.attention_head_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "num_attention_heads", kFlux2ConfigSource, &c.num_attention_heads));
+  RETURN_IF_ERROR(ReadJsonField(j, "joint_attention_dim", kFlux2ConfigSource, &c.joint_attention_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "timestep_guidance_channels", kFlux2ConfigSource, &c.timestep_guidance_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "mlp_ratio", kFlux2ConfigSource, &c.mlp_ratio));
+  RETURN_IF_ERROR(ReadJsonField(j, "axes_dims_rope", kFlux2ConfigSource, &c.axes_dims_rope));
+  RETURN_IF_ERROR(ReadJsonField(j, "rope_theta", kFlux2ConfigSource, &c.rope_theta));
+  RETURN_IF_ERROR(ReadJsonField(j, "eps", kFlux2ConfigSource, &c.eps));
+  RETURN_IF_ERROR(ReadJsonField(j, "guidance_embeds", kFlux2ConfigSource, &c.guidance_embeds));
   RETURN_IF_ERROR(c.Validate());
   return c;
 }
 
-// A FLUX.2 config.json is under 1 KiB; 1 MiB bounds what a bogus path (/dev/zero, a weights file) can cost.
-constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
-
 absl::StatusOr<Flux2Config> LoadFlux2Config(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxConfigBytes));
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxConfigJsonBytes));
   auto config = ParseFlux2Config(text);
   if (!config.ok()) return Annotate(config.status(), path);
   return config;

@@ -164,7 +164,7 @@ namespace {
 
 // Detached copies of the live tensors; floating ones require grad so the recomputed piece reports
 // gradients for them.
-Flux2Activations DetachedLeaves(const Flux2Activations& a) {
+Flux2Activations DetachedActivationLeaves(const Flux2Activations& a) {
   Flux2Activations out = a;
   for (at::Tensor* t : {&out.img, &out.txt, &out.joint, &out.output}) {
     if (t->defined()) *t = t->detach().requires_grad_(t->is_floating_point());
@@ -190,7 +190,7 @@ Flux2Activations Flux2StageImpl::ForwardCheckpointed(const Flux2Activations& in,
                                                      int64_t recompute_blocks) {
   const auto pieces = Pieces(k);
   return ForwardChainCheckpointed(pieces, CheckpointedPieces(recompute_blocks, pieces.size()), in, checkpoints,
-                                  DetachedLeaves);
+                                  DetachedActivationLeaves);
 }
 
 void Flux2StageImpl::BackwardFromCheckpoints(std::vector<Flux2Activations> checkpoints, const Flux2Constants& k,

@@ -8,6 +8,7 @@
 #include "core/model/flux2_family.h"
 #include "core/model/wan_family.h"
 #include "core/util/files.h"
+#include "core/util/json_field.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -27,9 +28,6 @@ constexpr KnownFamily kFamilies[] = {
     {"WanModel", &WanFamily::Open},  // the original Wan config.json
 };
 
-// config.json bookkeeping is small; anything bigger is not a model config.
-constexpr uint64_t kMaxConfigBytes = 1 << 20;
-
 // The config.json describing `path`: `config_path` when given, else the folder's (or its transformer/ subfolder's);
 // "" for a single file without one.
 std::string ConfigFor(const std::string& path, const std::string& config_path) {
@@ -44,7 +42,7 @@ std::string ConfigFor(const std::string& path, const std::string& config_path) {
 
 absl::StatusOr<std::string> ClassName(const std::string& config) {
   if (config.empty() || !PathExists(config)) return std::string();  // the opener reports what is missing
-  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(config, kMaxConfigBytes));
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(config, kMaxConfigJsonBytes));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(config, " is not a JSON object"));

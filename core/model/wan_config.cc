@@ -12,14 +12,14 @@
 namespace baton {
 namespace {
 
-constexpr absl::string_view kSource = "Wan config";
+constexpr absl::string_view kWanConfigSource = "Wan config";
 
 int64_t LinearParams(int64_t in, int64_t out) { return in * out + out; }
 
 absl::Status ReadPatchSize(const nlohmann::json& j, WanConfig* c) {
   std::vector<int64_t> patch;
   bool found = false;
-  RETURN_IF_ERROR(ReadJsonField(j, "patch_size", kSource, &patch, &found));
+  RETURN_IF_ERROR(ReadJsonField(j, "patch_size", kWanConfigSource, &patch, &found));
   if (!found) return absl::OkStatus();
   if (patch.size() != 3) return absl::InvalidArgumentError("Wan config: patch_size must have 3 entries (t, h, w)");
   c->patch_size = {patch[0], patch[1], patch[2]};
@@ -29,21 +29,21 @@ absl::Status ReadPatchSize(const nlohmann::json& j, WanConfig* c) {
 absl::StatusOr<WanConfig> ParseDiffusers(const nlohmann::json& j) {
   WanConfig c;
   RETURN_IF_ERROR(ReadPatchSize(j, &c));
-  RETURN_IF_ERROR(ReadJsonField(j, "num_attention_heads", kSource, &c.num_attention_heads));
-  RETURN_IF_ERROR(ReadJsonField(j, "attention_head_dim", kSource, &c.attention_head_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "in_channels", kSource, &c.in_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "out_channels", kSource, &c.out_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "text_dim", kSource, &c.text_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "freq_dim", kSource, &c.freq_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "ffn_dim", kSource, &c.ffn_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "num_layers", kSource, &c.num_layers));
-  RETURN_IF_ERROR(ReadJsonField(j, "cross_attn_norm", kSource, &c.cross_attn_norm));
-  RETURN_IF_ERROR(ReadJsonField(j, "qk_norm", kSource, &c.qk_norm));
-  RETURN_IF_ERROR(ReadJsonField(j, "eps", kSource, &c.eps));
-  RETURN_IF_ERROR(ReadJsonField(j, "image_dim", kSource, &c.image_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "added_kv_proj_dim", kSource, &c.added_kv_proj_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "rope_max_seq_len", kSource, &c.rope_max_seq_len));
-  RETURN_IF_ERROR(ReadJsonField(j, "pos_embed_seq_len", kSource, &c.pos_embed_seq_len));
+  RETURN_IF_ERROR(ReadJsonField(j, "num_attention_heads", kWanConfigSource, &c.num_attention_heads));
+  RETURN_IF_ERROR(ReadJsonField(j, "attention_head_dim", kWanConfigSource, &c.attention_head_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "in_channels", kWanConfigSource, &c.in_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "out_channels", kWanConfigSource, &c.out_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "text_dim", kWanConfigSource, &c.text_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "freq_dim", kWanConfigSource, &c.freq_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "ffn_dim", kWanConfigSource, &c.ffn_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "num_layers", kWanConfigSource, &c.num_layers));
+  RETURN_IF_ERROR(ReadJsonField(j, "cross_attn_norm", kWanConfigSource, &c.cross_attn_norm));
+  RETURN_IF_ERROR(ReadJsonField(j, "qk_norm", kWanConfigSource, &c.qk_norm));
+  RETURN_IF_ERROR(ReadJsonField(j, "eps", kWanConfigSource, &c.eps));
+  RETURN_IF_ERROR(ReadJsonField(j, "image_dim", kWanConfigSource, &c.image_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "added_kv_proj_dim", kWanConfigSource, &c.added_kv_proj_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "rope_max_seq_len", kWanConfigSource, &c.rope_max_seq_len));
+  RETURN_IF_ERROR(ReadJsonField(j, "pos_embed_seq_len", kWanConfigSource, &c.pos_embed_seq_len));
   return c;
 }
 
@@ -55,17 +55,17 @@ absl::StatusOr<WanConfig> ParseOriginal(const nlohmann::json& j) {
   int64_t dim = 0, num_heads = 0;
   std::string model_type = "t2v";
   RETURN_IF_ERROR(ReadPatchSize(j, &c));
-  RETURN_IF_ERROR(ReadJsonField(j, "dim", kSource, &dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "num_heads", kSource, &num_heads));
-  RETURN_IF_ERROR(ReadJsonField(j, "ffn_dim", kSource, &c.ffn_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "freq_dim", kSource, &c.freq_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "text_dim", kSource, &c.text_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "in_dim", kSource, &c.in_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "out_dim", kSource, &c.out_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "num_layers", kSource, &c.num_layers));
-  RETURN_IF_ERROR(ReadJsonField(j, "eps", kSource, &c.eps));
-  RETURN_IF_ERROR(ReadJsonField(j, "cross_attn_norm", kSource, &c.cross_attn_norm));
-  RETURN_IF_ERROR(ReadJsonField(j, "model_type", kSource, &model_type));
+  RETURN_IF_ERROR(ReadJsonField(j, "dim", kWanConfigSource, &dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "num_heads", kWanConfigSource, &num_heads));
+  RETURN_IF_ERROR(ReadJsonField(j, "ffn_dim", kWanConfigSource, &c.ffn_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "freq_dim", kWanConfigSource, &c.freq_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "text_dim", kWanConfigSource, &c.text_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "in_dim", kWanConfigSource, &c.in_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "out_dim", kWanConfigSource, &c.out_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "num_layers", kWanConfigSource, &c.num_layers));
+  RETURN_IF_ERROR(ReadJsonField(j, "eps", kWanConfigSource, &c.eps));
+  RETURN_IF_ERROR(ReadJsonField(j, "cross_attn_norm", kWanConfigSource, &c.cross_attn_norm));
+  RETURN_IF_ERROR(ReadJsonField(j, "model_type", kWanConfigSource, &model_type));
   if (dim <= 0 || num_heads <= 0 || dim % num_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("Wan config: original config needs dim divisible by num_heads (dim ",
                                                    dim, ", heads ", num_heads, ")"));
@@ -155,11 +155,8 @@ absl::StatusOr<WanConfig> ParseWanConfig(const std::string& json_text) {
   return c;
 }
 
-// A config.json is under 1 KiB; 1 MiB bounds what a bogus path can cost.
-constexpr uint64_t kMaxConfigBytes = uint64_t{1} << 20;
-
 absl::StatusOr<WanConfig> LoadWanConfig(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxConfigBytes));
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxConfigJsonBytes));
   auto config = ParseWanConfig(text);
   if (!config.ok()) return Annotate(config.status(), path);
   return config;

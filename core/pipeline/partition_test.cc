@@ -17,7 +17,7 @@ namespace {
 
 using test_util::SourceDir;
 
-Flux2Config LoadModel(const std::string& name) {
+Flux2Config LoadPartitionModel(const std::string& name) {
   auto config = LoadFlux2Config(JoinPath(SourceDir(), "configs/models/" + name + ".json"));
   EXPECT_TRUE(config.ok()) << config.status();
   return config.ok() ? *config : Flux2Config{};
@@ -85,7 +85,7 @@ void ExpectContiguousCover(const Flux2Config& c, const Plan& plan, int p) {
 }
 
 TEST(PartitionTest, TwoStagesOfDevBalanceWithinOneBlock) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   auto plan = PartitionFlux2(dev, Stages(2));
   ASSERT_TRUE(plan.ok()) << plan.status();
   ExpectContiguousCover(dev, *plan, 2);
@@ -103,7 +103,7 @@ TEST(PartitionTest, TwoStagesOfDevBalanceWithinOneBlock) {
 // A stage-local optimizer (replica_exchange: allreduce) keeps AdamW's moments and the step's gradient sums on the
 // stage: 6 fp32 copies of its adapters instead of 2, in the LoRA term and the estimate.
 TEST(PartitionTest, AStageLocalOptimizerCountsItsStateOnTheStage) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   PartitionOptions o = Stages(2);
   auto coordinator = PartitionFlux2(dev, o);
   o.local_optimizer = true;
@@ -121,7 +121,7 @@ TEST(PartitionTest, AStageLocalOptimizerCountsItsStateOnTheStage) {
 TEST(PartitionTest, DoubleAndSingleBlocksCostTheSameComputeButNotTheSameMemory) {
   // A double block holds twice a single block's parameters, yet every token passes through one stream's
   // weights only, so both do 4·D² + 3·M·D MACs per token (plus the same attention).
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   const PartitionOptions o;
   const double dbl = StageComputeCost(dev, o, 0, 1, false, false);
   const double sgl = StageComputeCost(dev, o, dev.num_layers, dev.num_layers + 1, false, false);
@@ -139,7 +139,7 @@ TEST(PartitionTest, DoubleAndSingleBlocksCostTheSameComputeButNotTheSameMemory) 
 // single block, left stage 0 with ~64 % of the measured compute (bench_sweep); counting a double block's two streams
 // cuts it after the double blocks. On CUDA (asynchronous launches) and at FLUX.2-dev's size nothing changes.
 TEST(PartitionTest, OnACpuEachTokenStreamCostsItsDispatchToo) {
-  const Flux2Config tiny = LoadModel("flux2-small");
+  const Flux2Config tiny = LoadPartitionModel("flux2-small");
   PartitionOptions o = Stages(2);
   o.tokens_per_micro_batch = 192;
   o.text_tokens_per_micro_batch = 128;
@@ -156,7 +156,7 @@ TEST(PartitionTest, OnACpuEachTokenStreamCostsItsDispatchToo) {
   EXPECT_EQ(cuda->stages[0].block_end, 3) << RenderPlan(*cuda);
   EXPECT_DOUBLE_EQ(StageComputeCost(tiny, o, 0, 1, false, false), StageComputeCost(tiny, o, 2, 3, false, false));
   // FLUX.2-dev on CPUs: the dispatch term is noise beside a block's multiply-adds (same cut as on CUDA).
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   PartitionOptions dev_cpu = Stages(2), dev_cuda = Stages(2);
   dev_cpu.device = PlanDevice::kCpu;
   auto a = PartitionFlux2(dev, dev_cpu), b = PartitionFlux2(dev, dev_cuda);
@@ -192,7 +192,7 @@ TEST(PartitionTest, ComputeSplitDiffersFromParameterSplitWhereItMatters) {
 
 TEST(PartitionTest, MatchesBruteForceOnAllThreeStageSplits) {
   for (const char* name : {"flux2-small", "flux2-klein-4b", "flux2-klein-9b"}) {
-    const Flux2Config c = LoadModel(name);
+    const Flux2Config c = LoadPartitionModel(name);
     const int64_t n = c.num_blocks();
     const int p = 3;
     double best = INFINITY;
@@ -209,7 +209,7 @@ TEST(PartitionTest, MatchesBruteForceOnAllThreeStageSplits) {
 }
 
 TEST(PartitionTest, MemoryBudgetsMoveTheBoundary) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   auto free = PartitionFlux2(dev, Stages(2));
   auto tight0 = PartitionFlux2(dev, Stages(2, {28 * kGB, 60 * kGB}));
   auto tight1 = PartitionFlux2(dev, Stages(2, {60 * kGB, 28 * kGB}));
@@ -230,7 +230,7 @@ TEST(PartitionTest, MemoryBudgetsMoveTheBoundary) {
 }
 
 TEST(PartitionTest, DevInBf16DoesNotFitTwo24GBCardsButFitsFour) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   auto two = PartitionFlux2(dev, Stages(2, {24 * kGB}));
   ASSERT_TRUE(two.ok()) << two.status();
   EXPECT_FALSE(two->fits);
@@ -259,7 +259,7 @@ TEST(PartitionTest, DevInBf16DoesNotFitTwo24GBCardsButFitsFour) {
 }
 
 TEST(PartitionTest, Klein4BFitsOne24GBCard) {
-  const Flux2Config klein = LoadModel("flux2-klein-4b");
+  const Flux2Config klein = LoadPartitionModel("flux2-klein-4b");
   auto plan = PartitionFlux2(klein, Stages(1, {24 * kGB}));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->fits) << plan->message;
@@ -268,7 +268,7 @@ TEST(PartitionTest, Klein4BFitsOne24GBCard) {
 }
 
 TEST(PartitionTest, MemoryEstimateFollowsTheDocumentedFormula) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   PartitionOptions o = Stages(4);
   auto one_f = PartitionFlux2(dev, o);
   o.schedule = ScheduleKind::kGPipe;
@@ -304,7 +304,7 @@ TEST(PartitionTest, MemoryEstimateFollowsTheDocumentedFormula) {
 }
 
 TEST(PartitionTest, AdapterInputCopiesWeighOnlyUnderANarrowerComputeDtype) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   PartitionOptions o = Stages(2);
   o.recompute = RecomputePolicy::kNone;
   auto bf16 = PartitionFlux2(dev, o);
@@ -323,7 +323,7 @@ TEST(PartitionTest, AdapterInputCopiesWeighOnlyUnderANarrowerComputeDtype) {
 // With 8-bit weights one weight at a time is dequantized for its matmul: the largest, FLUX.2-dev's
 // to_qkv_mlp_proj [3D + 2M, D], in the compute dtype, plus one fp32 tile of the dequantization.
 TEST(PartitionTest, TransientCountsTheLargestDequantizedWeight) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   const int64_t d = dev.inner_dim(), m = dev.mlp_hidden_dim();
   PartitionOptions o = Stages(2);
   o.quantize = WeightQuant::kInt8;
@@ -343,7 +343,7 @@ TEST(PartitionTest, TransientCountsTheLargestDequantizedWeight) {
 
 // A stage's fixed cost is its own device's: a CPU stage beside a CUDA one gets the CPU figure, and the other way.
 TEST(PartitionTest, EachStageGetsItsOwnDevicesOverhead) {
-  const Flux2Config klein = LoadModel("flux2-klein-4b");
+  const Flux2Config klein = LoadPartitionModel("flux2-klein-4b");
   PartitionOptions o = Stages(2);
   o.device = PlanDevice::kCpu;
   o.devices = {PlanDevice::kCuda, PlanDevice::kCpu};
@@ -358,7 +358,7 @@ TEST(PartitionTest, EachStageGetsItsOwnDevicesOverhead) {
 }
 
 TEST(PartitionTest, LoraParamsMatchDiffusersDefaultsAndGrowWithAllLinear) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   auto plan = PartitionFlux2(dev, Stages(3));
   ASSERT_TRUE(plan.ok());
   int64_t total = 0;
@@ -371,7 +371,7 @@ TEST(PartitionTest, LoraParamsMatchDiffusersDefaultsAndGrowWithAllLinear) {
 }
 
 TEST(PartitionTest, RejectsBadOptions) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   EXPECT_FALSE(PartitionFlux2(dev, Stages(0)).ok());
   auto too_many = PartitionFlux2(dev, Stages(57));
   ASSERT_FALSE(too_many.ok());
@@ -391,7 +391,7 @@ TEST(PartitionTest, RejectsBadOptions) {
 }
 
 TEST(PartitionTest, DescribesBlockRanges) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   EXPECT_EQ(DescribeBlocks(dev, 0, 8), "double 0-7");
   EXPECT_EQ(DescribeBlocks(dev, 8, 20), "single 0-11");
   EXPECT_EQ(DescribeBlocks(dev, 5, 10), "double 5-7, single 0-1");
@@ -399,7 +399,7 @@ TEST(PartitionTest, DescribesBlockRanges) {
 }
 
 TEST(PartitionTest, RenderPlanShowsOneRowPerStageAndFlagsOverBudget) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   auto plan = PartitionFlux2(dev, Stages(2, {24 * kGB}));
   ASSERT_TRUE(plan.ok());
   const std::string text = RenderPlan(dev, *plan);
@@ -419,7 +419,7 @@ TEST(PartitionTest, RenderPlanShowsOneRowPerStageAndFlagsOverBudget) {
 // embedders and the head stay in the compute dtype. Checked against the layer shapes of one single block
 // (to_qkv_mlp_proj D -> 3D+2M and to_out D+M -> D, no bias; q/k RMSNorm scales of head_dim each).
 TEST(PartitionTest, QuantizedWeightsAreSizedPerParameter) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   const int64_t d = dev.inner_dim(), m = dev.mlp_hidden_dim(), dh = dev.attention_head_dim;
   const FrozenSizes bf16 = ComputeFrozenSizes(dev, WeightQuant::kNone, 2);
   const FrozenSizes int8 = ComputeFrozenSizes(dev, WeightQuant::kInt8, 2);
@@ -433,7 +433,7 @@ TEST(PartitionTest, QuantizedWeightsAreSizedPerParameter) {
 
 // The headline: FLUX.2-dev on two 24 GB cards with int8 block weights. bf16 does not fit.
 TEST(PartitionTest, DevWithInt8WeightsFitsTwo24GBCards) {
-  const Flux2Config dev = LoadModel("flux2-dev");
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
   PartitionOptions o = Stages(2, {24 * kGB});
   o.quantize = WeightQuant::kInt8;
   o.recompute = RecomputePolicy::kAuto;
@@ -454,7 +454,7 @@ TEST(PartitionTest, DevWithInt8WeightsFitsTwo24GBCards) {
 // recompute: auto recomputes the fewest leading blocks with which each stage fits: none without a budget,
 // and with one, r such that r fits and r - 1 would not (the act formula of partition.h, computed here).
 TEST(PartitionTest, AutoRecomputeTakesTheFewestBlocksThatFit) {
-  const Flux2Config klein = LoadModel("flux2-klein-4b");
+  const Flux2Config klein = LoadPartitionModel("flux2-klein-4b");
   PartitionOptions o = Stages(2);
   o.recompute = RecomputePolicy::kAuto;
   auto free = PartitionFlux2(klein, o);
@@ -498,7 +498,7 @@ TEST(PartitionTest, AutoRecomputeTakesTheFewestBlocksThatFit) {
 }
 
 TEST(PartitionTest, OverheadIsTheDevicesFixedCost) {
-  const Flux2Config klein = LoadModel("flux2-klein-4b");
+  const Flux2Config klein = LoadPartitionModel("flux2-klein-4b");
   PartitionOptions o = Stages(1);
   o.device = PlanDevice::kCpu;
   auto cpu = PartitionFlux2(klein, o);

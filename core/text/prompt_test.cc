@@ -14,7 +14,7 @@
 namespace baton {
 namespace {
 
-std::string FreshDir(const std::string& name) {
+std::string FreshPromptDir(const std::string& name) {
   std::string dir = JoinPath(::testing::TempDir(), absl::StrCat("prompt_test_", name, "_", getpid()));
   EXPECT_TRUE(RemoveAll(dir).ok());
   EXPECT_TRUE(MakeDirs(dir).ok());
@@ -22,7 +22,7 @@ std::string FreshDir(const std::string& name) {
 }
 
 std::unique_ptr<BpeTokenizer> TinyMistralTokenizer() {
-  const std::string dir = FreshDir("tok");
+  const std::string dir = FreshPromptDir("tok");
   EXPECT_TRUE(WriteTinyBpeTokenizerJson(JoinPath(dir, "tokenizer.json")).ok());
   EXPECT_TRUE(WriteFileAtomic(JoinPath(dir, "tokenizer_config.json"), TinyTokenizerConfigJson()).ok());
   auto tok = BpeTokenizer::Load(JoinPath(dir, "tokenizer.json"));
@@ -120,7 +120,7 @@ TEST(PromptTest, TruncatesOnTheRightAndHonoursPaddingSide) {
 }
 
 TEST(PromptTest, ReadsPaddingSideFromTokenizerConfig) {
-  const std::string dir = FreshDir("padding_side");
+  const std::string dir = FreshPromptDir("padding_side");
   const std::string path = JoinPath(dir, "tokenizer_config.json");
   auto absent = ReadTokenizerPaddingSide(path);
   ASSERT_TRUE(absent.ok());
@@ -184,7 +184,7 @@ TEST(PromptTest, EncodeFlux2PromptKeepsPaddingAndMatchesUnpaddedTokens) {
   cases.push_back({TextEncoderFamily::kQwen3, TinyQwen3TextConfig(), TinyQwenTokenizer()});
   for (const Case& c : cases) {
     ASSERT_NE(c.tok, nullptr);
-    const std::string dir = FreshDir("encode_" + c.config.model_type);
+    const std::string dir = FreshPromptDir("encode_" + c.config.model_type);
     ASSERT_TRUE(WriteRandomTextEncoder(c.config, dir, 17).ok());
     auto enc = TextEncoder::Open(dir, at::kFloat, at::kCPU);
     ASSERT_TRUE(enc.ok()) << enc.status();

@@ -17,7 +17,7 @@
 namespace baton {
 namespace {
 
-std::string FreshDir(const std::string& name) {
+std::string FreshCheckpointDir(const std::string& name) {
   std::string dir = JoinPath(::testing::TempDir(), absl::StrCat("text_encoder_ckpt_test_", name, "_", getpid()));
   EXPECT_TRUE(RemoveAll(dir).ok());
   EXPECT_TRUE(MakeDirs(dir).ok());
@@ -133,7 +133,7 @@ TEST(TextEncoderConfigTest, WrittenConfigParsesBack) {
 
 TEST(TextEncoderCheckpointTest, HeadDimFromConfigShapesTheProjections) {
   const TextEncoderConfig c = TinyMistral3TextConfig();  // 4 heads × head_dim 16 on hidden 32
-  const std::string dir = FreshDir("head_dim");
+  const std::string dir = FreshCheckpointDir("head_dim");
   ASSERT_TRUE(WriteRandomTextEncoder(c, dir, 1).ok());
   auto file = SafetensorsFile::Open(JoinPath(dir, "model.safetensors"));
   ASSERT_TRUE(file.ok());
@@ -157,7 +157,7 @@ TEST(TextEncoderCheckpointTest, HeadDimFromConfigShapesTheProjections) {
 
 TEST(TextEncoderCheckpointTest, Mistral3LayoutsAndShardsGiveIdenticalOutputs) {
   const TextEncoderConfig c = TinyMistral3TextConfig();
-  const std::string newer = FreshDir("newer"), legacy = FreshDir("legacy"), sharded = FreshDir("sharded");
+  const std::string newer = FreshCheckpointDir("newer"), legacy = FreshCheckpointDir("legacy"), sharded = FreshCheckpointDir("sharded");
   ASSERT_TRUE(WriteRandomTextEncoder(c, newer, 21).ok());
   ASSERT_TRUE(WriteRandomTextEncoder(c, legacy, 21, /*legacy_layout=*/true).ok());
   ASSERT_TRUE(WriteRandomTextEncoder(c, sharded, 21, false, /*max_shard_bytes=*/64 << 10).ok());
@@ -196,7 +196,7 @@ TEST(TextEncoderCheckpointTest, Qwen3AndPlainMistralUseModelPrefix) {
   TextEncoderConfig plain = TinyMistral3TextConfig();
   plain.architecture = "MistralForCausalLM";
   for (const TextEncoderConfig& c : {TinyQwen3TextConfig(), plain}) {
-    const std::string dir = FreshDir("prefix_" + c.architecture);
+    const std::string dir = FreshCheckpointDir("prefix_" + c.architecture);
     ASSERT_TRUE(WriteRandomTextEncoder(c, dir, 4).ok());
     auto ck = TextEncoderCheckpoint::Open(dir);
     ASSERT_TRUE(ck.ok()) << ck.status();
@@ -211,7 +211,7 @@ TEST(TextEncoderCheckpointTest, Qwen3AndPlainMistralUseModelPrefix) {
 // without the final norm) still works, and so does one whose later shards are garbage.
 TEST(TextEncoderCheckpointTest, NeverReadsLayersPastTheDeepestRequested) {
   const TextEncoderConfig c = TinyMistral3TextConfig();
-  const std::string full = FreshDir("full"), cut = FreshDir("cut"), broken = FreshDir("broken");
+  const std::string full = FreshCheckpointDir("full"), cut = FreshCheckpointDir("cut"), broken = FreshCheckpointDir("broken");
   ASSERT_TRUE(WriteRandomTextEncoder(c, full, 33).ok());
   auto want = EncodeDir(full, {1, 2});
   ASSERT_TRUE(want.ok()) << want.status();

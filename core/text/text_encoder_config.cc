@@ -12,13 +12,6 @@ namespace {
 using Json = nlohmann::json;
 using OrderedJson = nlohmann::ordered_json;
 
-absl::Status RequireInt(const Json& j, const char* key, absl::string_view source, int64_t* out) {
-  bool found = false;
-  RETURN_IF_ERROR(ReadJsonField(j, key, source, out, &found));
-  if (!found) return absl::InvalidArgumentError(absl::StrCat(source, ": required field '", key, "' is missing"));
-  return absl::OkStatus();
-}
-
 // Rejects RoPE variants other than the default one (rope_scaling / rope_parameters.rope_type).
 absl::Status CheckDefaultRope(const Json& lm, absl::string_view source) {
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
@@ -94,11 +87,11 @@ absl::StatusOr<TextEncoderConfig> ParseTextEncoderConfig(absl::string_view json_
   if (c.model_type.empty() && top_type == "mistral3") c.model_type = "mistral";
   if (c.model_type.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": no model_type"));
 
-  RETURN_IF_ERROR(RequireInt(*lm, "hidden_size", where, &c.hidden_size));
-  RETURN_IF_ERROR(RequireInt(*lm, "intermediate_size", where, &c.intermediate_size));
-  RETURN_IF_ERROR(RequireInt(*lm, "num_hidden_layers", where, &c.num_hidden_layers));
-  RETURN_IF_ERROR(RequireInt(*lm, "num_attention_heads", where, &c.num_attention_heads));
-  RETURN_IF_ERROR(RequireInt(*lm, "vocab_size", where, &c.vocab_size));
+  RETURN_IF_ERROR(RequireJsonField(*lm, "hidden_size", where, &c.hidden_size));
+  RETURN_IF_ERROR(RequireJsonField(*lm, "intermediate_size", where, &c.intermediate_size));
+  RETURN_IF_ERROR(RequireJsonField(*lm, "num_hidden_layers", where, &c.num_hidden_layers));
+  RETURN_IF_ERROR(RequireJsonField(*lm, "num_attention_heads", where, &c.num_attention_heads));
+  RETURN_IF_ERROR(RequireJsonField(*lm, "vocab_size", where, &c.vocab_size));
   c.num_key_value_heads = c.num_attention_heads;
   RETURN_IF_ERROR(ReadJsonField(*lm, "num_key_value_heads", where, &c.num_key_value_heads));
   if (c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;

@@ -20,7 +20,7 @@
 namespace baton {
 namespace {
 
-std::string FreshDir(const std::string& name) {
+std::string FreshQuantDir(const std::string& name) {
   std::string dir = JoinPath(::testing::TempDir(), absl::StrCat("text_quant_test_", name, "_", getpid()));
   EXPECT_TRUE(RemoveAll(dir).ok());
   return dir;
@@ -44,7 +44,7 @@ constexpr double kInt8FirstLayerBound = 0.015;
 constexpr double kFp8FirstLayerBound = 0.065;
 
 TEST(TextEncoderQuantTest, EightBitHiddenStatesStayCloseToFullPrecisionAtEveryLayer) {
-  const std::string dir = FreshDir("mistral3");
+  const std::string dir = FreshQuantDir("mistral3");
   const TextEncoderConfig config = TinyMistral3TextConfig();
   ASSERT_TRUE(WriteRandomTextEncoder(config, dir, /*seed=*/11).ok());
   const int64_t n = config.num_hidden_layers, hidden = config.hidden_size;
@@ -96,7 +96,7 @@ TEST(TextEncoderQuantTest, EightBitHiddenStatesStayCloseToFullPrecisionAtEveryLa
 }
 
 TEST(TextEncoderQuantTest, LayersAreQuantizedOnFirstUseOnly) {
-  const std::string dir = FreshDir("lazy");
+  const std::string dir = FreshQuantDir("lazy");
   const TextEncoderConfig config = TinyMistral3TextConfig();
   ASSERT_TRUE(WriteRandomTextEncoder(config, dir, /*seed=*/12).ok());
   auto enc = TextEncoder::Open(dir, at::kBFloat16, at::kCPU, WeightQuant::kInt8);
@@ -123,7 +123,7 @@ TEST(TextEncoderQuantTest, LayersAreQuantizedOnFirstUseOnly) {
 }
 
 TEST(TextEncoderQuantTest, EightBitUmt5StaysCloseToFullPrecision) {
-  const std::string dir = FreshDir("umt5");
+  const std::string dir = FreshQuantDir("umt5");
   ASSERT_TRUE(WriteRandomUmt5Encoder(TinyUmt5Config(64), dir, /*seed=*/13).ok());
   at::Tensor ids = at::tensor({5, 9, 33, 1, 0, 0, 7, 8, 2, 40, 41, 1}, at::kLong).view({2, 6});
   at::Tensor mask = at::tensor({1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1}, at::kLong).view({2, 6});

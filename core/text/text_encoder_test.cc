@@ -21,7 +21,7 @@ namespace {
 
 using Weights = std::map<std::string, at::Tensor>;  // decoder-relative name → double tensor
 
-std::string FreshDir(const std::string& name) {
+std::string FreshEncoderDir(const std::string& name) {
   std::string dir = JoinPath(::testing::TempDir(), absl::StrCat("text_encoder_test_", name, "_", getpid()));
   EXPECT_TRUE(RemoveAll(dir).ok());
   EXPECT_TRUE(MakeDirs(dir).ok());
@@ -135,7 +135,7 @@ std::unique_ptr<TextEncoder> OpenOrDie(const std::string& dir) {
 
 TEST(TextEncoderTest, MistralLayersMatchHandComputationWithLeftPadding) {
   const TextEncoderConfig c = TinyMistral3TextConfig();
-  const std::string dir = FreshDir("mistral_ref");
+  const std::string dir = FreshEncoderDir("mistral_ref");
   ASSERT_TRUE(WriteRandomTextEncoder(c, dir, /*seed=*/7).ok());
   auto enc = OpenOrDie(dir);
   ASSERT_NE(enc, nullptr);
@@ -168,7 +168,7 @@ TEST(TextEncoderTest, MistralLayersMatchHandComputationWithLeftPadding) {
 
 TEST(TextEncoderTest, Qwen3QkNormLayersMatchHandComputationWithRightPadding) {
   const TextEncoderConfig c = TinyQwen3TextConfig();
-  const std::string dir = FreshDir("qwen3_ref");
+  const std::string dir = FreshEncoderDir("qwen3_ref");
   ASSERT_TRUE(WriteRandomTextEncoder(c, dir, /*seed=*/8).ok());
   auto enc = OpenOrDie(dir);
   ASSERT_NE(enc, nullptr);
@@ -187,7 +187,7 @@ TEST(TextEncoderTest, Qwen3QkNormLayersMatchHandComputationWithRightPadding) {
 TEST(TextEncoderTest, AttentionBiasesMatchHandComputation) {
   TextEncoderConfig c = TinyQwen3TextConfig();
   c.attention_bias = true;
-  const std::string dir = FreshDir("bias");
+  const std::string dir = FreshEncoderDir("bias");
   ASSERT_TRUE(WriteRandomTextEncoder(c, dir, /*seed=*/12).ok());
   auto enc = OpenOrDie(dir);
   ASSERT_NE(enc, nullptr);
@@ -204,7 +204,7 @@ TEST(TextEncoderTest, AttentionBiasesMatchHandComputation) {
 TEST(TextEncoderTest, LastHiddenStateIsAfterTheFinalNorm) {
   TextEncoderConfig c = TinyMistral3TextConfig();
   c.num_hidden_layers = 2;
-  const std::string dir = FreshDir("final_norm");
+  const std::string dir = FreshEncoderDir("final_norm");
   ASSERT_TRUE(WriteRandomTextEncoder(c, dir, /*seed=*/9).ok());
   auto enc = OpenOrDie(dir);
   ASSERT_NE(enc, nullptr);
@@ -219,7 +219,7 @@ TEST(TextEncoderTest, LastHiddenStateIsAfterTheFinalNorm) {
 }
 
 TEST(TextEncoderTest, StacksRequestedLayersInGivenOrder) {
-  const std::string dir = FreshDir("order");
+  const std::string dir = FreshEncoderDir("order");
   ASSERT_TRUE(WriteRandomTextEncoder(TinyMistral3TextConfig(), dir, /*seed=*/3).ok());
   auto enc = OpenOrDie(dir);
   ASSERT_NE(enc, nullptr);
@@ -236,7 +236,7 @@ TEST(TextEncoderTest, StacksRequestedLayersInGivenOrder) {
 // causality; with left padding because pads are masked and RoPE depends only on position differences.
 TEST(TextEncoderTest, PaddedSequencesMatchUnpaddedOnRealTokens) {
   for (const TextEncoderConfig& c : {TinyMistral3TextConfig(), TinyQwen3TextConfig()}) {
-    const std::string dir = FreshDir("padding_" + c.model_type);
+    const std::string dir = FreshEncoderDir("padding_" + c.model_type);
     ASSERT_TRUE(WriteRandomTextEncoder(c, dir, /*seed=*/11).ok());
     auto enc = OpenOrDie(dir);
     ASSERT_NE(enc, nullptr);
@@ -263,7 +263,7 @@ TEST(TextEncoderTest, PaddedSequencesMatchUnpaddedOnRealTokens) {
 
 TEST(TextEncoderTest, RejectsBadLayersIdsAndMasks) {
   const TextEncoderConfig c = TinyMistral3TextConfig();
-  const std::string dir = FreshDir("errors");
+  const std::string dir = FreshEncoderDir("errors");
   ASSERT_TRUE(WriteRandomTextEncoder(c, dir, /*seed=*/1).ok());
   auto enc = OpenOrDie(dir);
   ASSERT_NE(enc, nullptr);
@@ -286,7 +286,7 @@ TEST(TextEncoderTest, RejectsBadLayersIdsAndMasks) {
 }
 
 TEST(TextEncoderTest, Bf16ComputeStaysCloseToFp32) {
-  const std::string dir = FreshDir("bf16");
+  const std::string dir = FreshEncoderDir("bf16");
   ASSERT_TRUE(WriteRandomTextEncoder(TinyMistral3TextConfig(), dir, /*seed=*/5).ok());
   auto f32 = TextEncoder::Open(dir, at::kFloat, at::kCPU);
   auto bf16 = TextEncoder::Open(dir, at::kBFloat16, at::kCPU);

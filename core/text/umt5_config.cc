@@ -13,13 +13,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-absl::Status RequireInt(const Json& j, const char* key, absl::string_view source, int64_t* out) {
-  bool found = false;
-  RETURN_IF_ERROR(ReadJsonField(j, key, source, out, &found));
-  if (!found) return absl::InvalidArgumentError(absl::StrCat(source, ": required field '", key, "' is missing"));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 bool Umt5Config::gated() const { return absl::StartsWith(feed_forward_proj, "gated-"); }
@@ -68,12 +61,12 @@ absl::StatusOr<Umt5Config> ParseUmt5Config(absl::string_view json_text, absl::st
     return absl::InvalidArgumentError(absl::StrCat(source, ": not a umT5 config (model_type is not \"umt5\")"));
   }
   Umt5Config c;
-  RETURN_IF_ERROR(RequireInt(j, "vocab_size", source, &c.vocab_size));
-  RETURN_IF_ERROR(RequireInt(j, "d_model", source, &c.d_model));
-  RETURN_IF_ERROR(RequireInt(j, "d_kv", source, &c.d_kv));
-  RETURN_IF_ERROR(RequireInt(j, "d_ff", source, &c.d_ff));
-  RETURN_IF_ERROR(RequireInt(j, "num_layers", source, &c.num_layers));
-  RETURN_IF_ERROR(RequireInt(j, "num_heads", source, &c.num_heads));
+  RETURN_IF_ERROR(RequireJsonField(j, "vocab_size", source, &c.vocab_size));
+  RETURN_IF_ERROR(RequireJsonField(j, "d_model", source, &c.d_model));
+  RETURN_IF_ERROR(RequireJsonField(j, "d_kv", source, &c.d_kv));
+  RETURN_IF_ERROR(RequireJsonField(j, "d_ff", source, &c.d_ff));
+  RETURN_IF_ERROR(RequireJsonField(j, "num_layers", source, &c.num_layers));
+  RETURN_IF_ERROR(RequireJsonField(j, "num_heads", source, &c.num_heads));
   RETURN_IF_ERROR(ReadJsonField(j, "relative_attention_num_buckets", source, &c.relative_attention_num_buckets));
   RETURN_IF_ERROR(ReadJsonField(j, "relative_attention_max_distance", source, &c.relative_attention_max_distance));
   RETURN_IF_ERROR(ReadJsonField(j, "layer_norm_epsilon", source, &c.layer_norm_epsilon));

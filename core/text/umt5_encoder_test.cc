@@ -17,7 +17,7 @@
 namespace baton {
 namespace {
 
-std::string FreshDir(const std::string& name) {
+std::string FreshUmt5Dir(const std::string& name) {
   std::string dir = JoinPath(::testing::TempDir(), absl::StrCat("umt5_test_", name, "_", getpid()));
   EXPECT_TRUE(RemoveAll(dir).ok());
   return dir;
@@ -54,7 +54,7 @@ TEST(Umt5EncoderTest, BucketsMatchTransformers) {
 }
 
 TEST(Umt5EncoderTest, PaddingDoesNotChangeTheTokensAndRowsAreIndependent) {
-  const std::string dir = FreshDir("padding");
+  const std::string dir = FreshUmt5Dir("padding");
   ASSERT_TRUE(WriteRandomUmt5Encoder(TinyUmt5Config(64), dir, 3, /*bf16=*/false, /*max_shard_bytes=*/20000).ok());
   ASSERT_TRUE(PathExists(JoinPath(dir, "model.safetensors.index.json")));
   auto enc = Umt5Encoder::Open(dir, at::kFloat, at::kCPU);
@@ -77,7 +77,7 @@ TEST(Umt5EncoderTest, PaddingDoesNotChangeTheTokensAndRowsAreIndependent) {
 
 TEST(Umt5EncoderTest, Bf16ComputeStaysCloseToFp32) {
   // bf16 compute keeps wo and the residual stream after it in fp32, as transformers' _keep_in_fp32_modules.
-  const std::string dir = FreshDir("bf16");
+  const std::string dir = FreshUmt5Dir("bf16");
   ASSERT_TRUE(WriteRandomUmt5Encoder(TinyUmt5Config(64), dir, 5, /*bf16=*/true).ok());
   auto fp32 = Umt5Encoder::Open(dir, at::kFloat, at::kCPU);
   auto bf16 = Umt5Encoder::Open(dir, at::kBFloat16, at::kCPU);
@@ -94,7 +94,7 @@ TEST(Umt5EncoderTest, Bf16ComputeStaysCloseToFp32) {
 }
 
 TEST(Umt5EncoderTest, RejectsBadIdsAndWrongShapes) {
-  const std::string dir = FreshDir("bad");
+  const std::string dir = FreshUmt5Dir("bad");
   Umt5Config c = TinyUmt5Config(64);
   ASSERT_TRUE(WriteRandomUmt5Encoder(c, dir, 1).ok());
   auto enc = Umt5Encoder::Open(dir, at::kFloat, at::kCPU);

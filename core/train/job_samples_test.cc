@@ -9,10 +9,10 @@
 namespace baton {
 namespace {
 
-constexpr char kBase[] = "model: m\ndataset: d\nsteps: 4\n";
+constexpr char kSamplesJobBase[] = "model: m\ndataset: d\nsteps: 4\n";
 
 absl::StatusOr<JobConfig> Parse(const std::string& samples) {
-  return ParseJobYaml(std::string(kBase) + "samples: {every: 2, prompts: [a dog]" + samples + "}\n", "jobs/v.yaml");
+  return ParseJobYaml(std::string(kSamplesJobBase) + "samples: {every: 2, prompts: [a dog]" + samples + "}\n", "jobs/v.yaml");
 }
 
 TEST(JobSamplesTest, WanKeysAreRead) {

@@ -23,7 +23,7 @@ namespace {
 constexpr char kSingleFile[] = "diffusion_pytorch_model.safetensors";
 constexpr char kNumBatchesTracked[] = "bn.num_batches_tracked";
 
-at::Tensor RandomTensor(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed) {
+at::Tensor RandomVaeTensor(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(MixSeed(seed, HashName(name)));
   if (name == kNumBatchesTracked) return at::zeros(shape, at::kLong);
   if (name == "bn.running_mean") return 0.5 * at::randn(shape, gen, at::kFloat);
@@ -145,7 +145,7 @@ absl::Status WriteRandomFlux2Vae(const Flux2VaeConfig& config, const std::string
   RETURN_IF_ERROR(MakeDirs(vae_dir));
   std::map<std::string, at::Tensor> tensors;
   RETURN_IF_ERROR(TorchCall("random VAE weights", [&] {
-    for (const auto& [name, shape] : Flux2VaeTensorShapes(config)) tensors[name] = RandomTensor(name, shape, seed);
+    for (const auto& [name, shape] : Flux2VaeTensorShapes(config)) tensors[name] = RandomVaeTensor(name, shape, seed);
   }));
   RETURN_IF_ERROR(WriteSafetensors(JoinPath(vae_dir, kSingleFile), tensors, {{"format", "pt"}}));
   return WriteFileAtomic(JoinPath(vae_dir, "config.json"), Flux2VaeConfigToJson(config));

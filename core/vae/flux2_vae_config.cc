@@ -13,7 +13,7 @@
 namespace baton {
 namespace {
 
-constexpr absl::string_view kSource = "VAE config";
+constexpr absl::string_view kFlux2VaeSource = "VAE config";
 
 using Shapes = std::map<std::string, std::vector<int64_t>>;
 
@@ -98,33 +98,33 @@ absl::StatusOr<Flux2VaeConfig> ParseFlux2VaeConfig(const std::string& json_text)
   nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("VAE config is not a JSON object");
   Flux2VaeConfig c;
-  RETURN_IF_ERROR(ReadJsonField(j, "in_channels", kSource, &c.in_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "out_channels", kSource, &c.out_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "down_block_types", kSource, &c.down_block_types));
-  RETURN_IF_ERROR(ReadJsonField(j, "up_block_types", kSource, &c.up_block_types));
-  RETURN_IF_ERROR(ReadJsonField(j, "block_out_channels", kSource, &c.block_out_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "layers_per_block", kSource, &c.layers_per_block));
-  RETURN_IF_ERROR(ReadJsonField(j, "act_fn", kSource, &c.act_fn));
-  RETURN_IF_ERROR(ReadJsonField(j, "latent_channels", kSource, &c.latent_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "norm_num_groups", kSource, &c.norm_num_groups));
-  RETURN_IF_ERROR(ReadJsonField(j, "force_upcast", kSource, &c.force_upcast));
-  RETURN_IF_ERROR(ReadJsonField(j, "use_quant_conv", kSource, &c.use_quant_conv));
-  RETURN_IF_ERROR(ReadJsonField(j, "use_post_quant_conv", kSource, &c.use_post_quant_conv));
-  RETURN_IF_ERROR(ReadJsonField(j, "mid_block_add_attention", kSource, &c.mid_block_add_attention));
-  RETURN_IF_ERROR(ReadJsonField(j, "batch_norm_eps", kSource, &c.batch_norm_eps));
-  RETURN_IF_ERROR(ReadJsonField(j, "batch_norm_momentum", kSource, &c.batch_norm_momentum));
+  RETURN_IF_ERROR(ReadJsonField(j, "in_channels", kFlux2VaeSource, &c.in_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "out_channels", kFlux2VaeSource, &c.out_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "down_block_types", kFlux2VaeSource, &c.down_block_types));
+  RETURN_IF_ERROR(ReadJsonField(j, "up_block_types", kFlux2VaeSource, &c.up_block_types));
+  RETURN_IF_ERROR(ReadJsonField(j, "block_out_channels", kFlux2VaeSource, &c.block_out_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "layers_per_block", kFlux2VaeSource, &c.layers_per_block));
+  RETURN_IF_ERROR(ReadJsonField(j, "act_fn", kFlux2VaeSource, &c.act_fn));
+  RETURN_IF_ERROR(ReadJsonField(j, "latent_channels", kFlux2VaeSource, &c.latent_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "norm_num_groups", kFlux2VaeSource, &c.norm_num_groups));
+  RETURN_IF_ERROR(ReadJsonField(j, "force_upcast", kFlux2VaeSource, &c.force_upcast));
+  RETURN_IF_ERROR(ReadJsonField(j, "use_quant_conv", kFlux2VaeSource, &c.use_quant_conv));
+  RETURN_IF_ERROR(ReadJsonField(j, "use_post_quant_conv", kFlux2VaeSource, &c.use_post_quant_conv));
+  RETURN_IF_ERROR(ReadJsonField(j, "mid_block_add_attention", kFlux2VaeSource, &c.mid_block_add_attention));
+  RETURN_IF_ERROR(ReadJsonField(j, "batch_norm_eps", kFlux2VaeSource, &c.batch_norm_eps));
+  RETURN_IF_ERROR(ReadJsonField(j, "batch_norm_momentum", kFlux2VaeSource, &c.batch_norm_momentum));
   // diffusers allows sample_size to be an int or a [h, w] pair (it then uses the first entry).
   auto it = j.find("sample_size");
   if (it != j.end() && it->is_array()) {
     std::vector<int64_t> v;
-    RETURN_IF_ERROR(ReadJsonField(j, "sample_size", kSource, &v));
+    RETURN_IF_ERROR(ReadJsonField(j, "sample_size", kFlux2VaeSource, &v));
     if (v.empty()) return absl::InvalidArgumentError("VAE config field 'sample_size': empty list");
     c.sample_size = v[0];
   } else {
-    RETURN_IF_ERROR(ReadJsonField(j, "sample_size", kSource, &c.sample_size));
+    RETURN_IF_ERROR(ReadJsonField(j, "sample_size", kFlux2VaeSource, &c.sample_size));
   }
   std::vector<int64_t> patch = {c.patch_size[0], c.patch_size[1]};
-  RETURN_IF_ERROR(ReadJsonField(j, "patch_size", kSource, &patch));
+  RETURN_IF_ERROR(ReadJsonField(j, "patch_size", kFlux2VaeSource, &patch));
   if (patch.size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("VAE config field 'patch_size': ", patch.size(), " entries (need 2)"));

@@ -17,13 +17,6 @@
 #include "core/util/status.h"
 
 namespace baton {
-namespace {
-
-std::string DescribeTensor(const at::Tensor& t) {
-  return t.defined() ? absl::StrCat(c10::toString(t.scalar_type()), " ", ShapeString(t.sizes())) : "undefined";
-}
-
-}  // namespace
 
 WanVaeEncoder::WanVaeEncoder(const WanVaeConfig& config, WanVaeEncoderModule module)
     : config_(config),
@@ -54,7 +47,7 @@ absl::StatusOr<at::Tensor> WanVaeEncoder::EncodeMoments(const at::Tensor& pixels
       !at::isFloatingType(pixels.scalar_type())) {
     return absl::InvalidArgumentError(absl::StrCat("Wan VAE input must be a floating [B, ", config_.pixel_channels(),
                                                    ", F, H, W] or [B, ", config_.pixel_channels(),
-                                                   ", H, W] tensor, got ", DescribeTensor(pixels)));
+                                                   ", H, W] tensor, got ", DtypeShapeString(pixels)));
   }
   at::Tensor x = pixels.dim() == 4 ? pixels.unsqueeze(2) : pixels;
   const int64_t multiple = config_.spatial_factor();

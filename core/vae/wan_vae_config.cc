@@ -12,7 +12,7 @@
 namespace baton {
 namespace {
 
-constexpr absl::string_view kSource = "Wan VAE config";
+constexpr absl::string_view kWanVaeSource = "Wan VAE config";
 constexpr char kClassName[] = "AutoencoderKLWan";
 
 }  // namespace
@@ -69,35 +69,35 @@ absl::Status WanVaeConfig::Validate() const {
 
 absl::StatusOr<WanVaeConfig> ParseWanVaeConfig(const std::string& json_text) {
   nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(kSource, ": not a JSON object"));
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(kWanVaeSource, ": not a JSON object"));
   std::string class_name = kClassName;
-  RETURN_IF_ERROR(ReadJsonField(j, "_class_name", kSource, &class_name));
+  RETURN_IF_ERROR(ReadJsonField(j, "_class_name", kWanVaeSource, &class_name));
   if (class_name != kClassName) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kSource, ": _class_name is '", class_name, "', expected '", kClassName, "'"));
+        absl::StrCat(kWanVaeSource, ": _class_name is '", class_name, "', expected '", kClassName, "'"));
   }
   WanVaeConfig c;
-  RETURN_IF_ERROR(ReadJsonField(j, "base_dim", kSource, &c.base_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "base_dim", kWanVaeSource, &c.base_dim));
   int64_t decoder_base_dim = 0;
   bool found = false;
-  RETURN_IF_ERROR(ReadJsonField(j, "decoder_base_dim", kSource, &decoder_base_dim, &found));
+  RETURN_IF_ERROR(ReadJsonField(j, "decoder_base_dim", kWanVaeSource, &decoder_base_dim, &found));
   if (found) c.decoder_base_dim = decoder_base_dim;
-  RETURN_IF_ERROR(ReadJsonField(j, "z_dim", kSource, &c.z_dim));
-  RETURN_IF_ERROR(ReadJsonField(j, "dim_mult", kSource, &c.dim_mult));
-  RETURN_IF_ERROR(ReadJsonField(j, "num_res_blocks", kSource, &c.num_res_blocks));
-  RETURN_IF_ERROR(ReadJsonField(j, "attn_scales", kSource, &c.attn_scales));
-  RETURN_IF_ERROR(ReadJsonField(j, "temperal_downsample", kSource, &c.temperal_downsample));
-  RETURN_IF_ERROR(ReadJsonField(j, "dropout", kSource, &c.dropout));
-  RETURN_IF_ERROR(ReadJsonField(j, "latents_mean", kSource, &c.latents_mean));
-  RETURN_IF_ERROR(ReadJsonField(j, "latents_std", kSource, &c.latents_std));
-  RETURN_IF_ERROR(ReadJsonField(j, "is_residual", kSource, &c.is_residual));
-  RETURN_IF_ERROR(ReadJsonField(j, "in_channels", kSource, &c.in_channels));
-  RETURN_IF_ERROR(ReadJsonField(j, "out_channels", kSource, &c.out_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "z_dim", kWanVaeSource, &c.z_dim));
+  RETURN_IF_ERROR(ReadJsonField(j, "dim_mult", kWanVaeSource, &c.dim_mult));
+  RETURN_IF_ERROR(ReadJsonField(j, "num_res_blocks", kWanVaeSource, &c.num_res_blocks));
+  RETURN_IF_ERROR(ReadJsonField(j, "attn_scales", kWanVaeSource, &c.attn_scales));
+  RETURN_IF_ERROR(ReadJsonField(j, "temperal_downsample", kWanVaeSource, &c.temperal_downsample));
+  RETURN_IF_ERROR(ReadJsonField(j, "dropout", kWanVaeSource, &c.dropout));
+  RETURN_IF_ERROR(ReadJsonField(j, "latents_mean", kWanVaeSource, &c.latents_mean));
+  RETURN_IF_ERROR(ReadJsonField(j, "latents_std", kWanVaeSource, &c.latents_std));
+  RETURN_IF_ERROR(ReadJsonField(j, "is_residual", kWanVaeSource, &c.is_residual));
+  RETURN_IF_ERROR(ReadJsonField(j, "in_channels", kWanVaeSource, &c.in_channels));
+  RETURN_IF_ERROR(ReadJsonField(j, "out_channels", kWanVaeSource, &c.out_channels));
   int64_t patch = 0;
-  RETURN_IF_ERROR(ReadJsonField(j, "patch_size", kSource, &patch, &found));
+  RETURN_IF_ERROR(ReadJsonField(j, "patch_size", kWanVaeSource, &patch, &found));
   if (found) c.patch_size = patch;
-  RETURN_IF_ERROR(ReadJsonField(j, "scale_factor_temporal", kSource, &c.scale_factor_temporal));
-  RETURN_IF_ERROR(ReadJsonField(j, "scale_factor_spatial", kSource, &c.scale_factor_spatial));
+  RETURN_IF_ERROR(ReadJsonField(j, "scale_factor_temporal", kWanVaeSource, &c.scale_factor_temporal));
+  RETURN_IF_ERROR(ReadJsonField(j, "scale_factor_spatial", kWanVaeSource, &c.scale_factor_spatial));
   RETURN_IF_ERROR(c.Validate());
   return c;
 }

@@ -14,10 +14,6 @@
 namespace baton {
 namespace {
 
-std::string DescribeTensor(const at::Tensor& t) {
-  return t.defined() ? absl::StrCat(c10::toString(t.scalar_type()), " ", ShapeString(t.sizes())) : "undefined";
-}
-
 // latents_mean / latents_std as [1, z_dim, 1, 1, 1] tensors of `like`'s dtype and device (the pipeline builds them
 // in fp32 with torch.tensor, then casts).
 at::Tensor ChannelStat(const std::vector<double>& values, const at::Tensor& like) {
@@ -108,7 +104,7 @@ absl::Status WanVaeDecoder::CheckLatents(const at::Tensor& latents) const {
       !at::isFloatingType(latents.scalar_type())) {
     return absl::InvalidArgumentError(absl::StrCat("Wan VAE decoder input must be a floating [B, ", config_.z_dim,
                                                    ", F', H', W'] latent tensor (z_dim ", config_.z_dim, "), got ",
-                                                   DescribeTensor(latents)));
+                                                   DtypeShapeString(latents)));
   }
   if (latents.numel() == 0) {
     return absl::InvalidArgumentError(absl::StrCat("Wan VAE decoder input ", ShapeString(latents.sizes()),

@@ -21,7 +21,7 @@ namespace {
 
 // Conv weights N(0, 1/fan_in), biases N(0, 0.02²), RMS-norm gammas 1 + N(0, 0.1²), from a generator seeded by
 // (seed, name).
-at::Tensor RandomTensor(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed) {
+at::Tensor RandomWanVaeTensor(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(MixSeed(seed, HashName(name)));
   if (absl::EndsWith(name, ".gamma")) return 1.0 + 0.1 * at::randn(shape, gen, at::kFloat);
   if (shape.size() >= 2) {
@@ -32,7 +32,7 @@ at::Tensor RandomTensor(const std::string& name, const std::vector<int64_t>& sha
   return 0.02 * at::randn(shape, gen, at::kFloat);
 }
 
-// `modules`' parameters drawn by RandomTensor, written with the config as a diffusers vae/ folder.
+// `modules`' parameters drawn by RandomWanVaeTensor, written with the config as a diffusers vae/ folder.
 absl::Status WriteRandomModules(const WanVaeConfig& config, const std::vector<torch::nn::Module*>& modules,
                                 const std::string& vae_dir, uint64_t seed) {
   RETURN_IF_ERROR(MakeDirs(vae_dir));
@@ -40,7 +40,7 @@ absl::Status WriteRandomModules(const WanVaeConfig& config, const std::vector<to
   RETURN_IF_ERROR(TorchCall("random Wan VAE weights", [&] {
     for (const torch::nn::Module* module : modules) {
       for (const auto& p : module->named_parameters()) {
-        tensors[p.key()] = RandomTensor(p.key(), p.value().sizes().vec(), seed);
+        tensors[p.key()] = RandomWanVaeTensor(p.key(), p.value().sizes().vec(), seed);
       }
     }
   }));

@@ -21,7 +21,7 @@ at::Tensor RandomPixels(std::vector<int64_t> shape, uint64_t seed) {
   return at::rand(shape, gen, at::kFloat) * 2 - 1;
 }
 
-std::unique_ptr<WanVaeEncoder> LoadTiny(const std::string& name) {
+std::unique_ptr<WanVaeEncoder> LoadTinyWanVae(const std::string& name) {
   const std::string dir = JoinPath(MakeTempDir(name), "vae");
   EXPECT_TRUE(WriteRandomWanVaeEncoder(TinyWanVaeConfig(), dir, 7).ok());
   auto vae = WanVaeEncoder::Load(dir, at::kFloat, at::kCPU);
@@ -75,7 +75,7 @@ TEST(WanVaeConfigTest, UnsupportedAndBadConfigsAreNamed) {
 }
 
 TEST(WanVaeTest, ShapesFollowChunkedEncode) {
-  auto vae = LoadTiny("wan_vae_shapes");
+  auto vae = LoadTinyWanVae("wan_vae_shapes");
   ASSERT_NE(vae, nullptr);
   for (int64_t f : {1, 5, 9, 13}) {
     auto mean = vae->EncodeMean(RandomPixels({2, 3, f, 32, 48}, f));
@@ -90,7 +90,7 @@ TEST(WanVaeTest, ShapesFollowChunkedEncode) {
 TEST(WanVaeTest, EncodingIsCausalInTime) {
   // Latent frame k depends only on pixel frames up to 4k: the first 5 frames of a 9-frame clip give the first two
   // latent frames of the whole clip, and changing frame 8 leaves them untouched.
-  auto vae = LoadTiny("wan_vae_causal");
+  auto vae = LoadTinyWanVae("wan_vae_causal");
   ASSERT_NE(vae, nullptr);
   at::Tensor clip = RandomPixels({1, 3, 9, 16, 16}, 3);
   auto whole = vae->EncodeMean(clip);
@@ -106,7 +106,7 @@ TEST(WanVaeTest, EncodingIsCausalInTime) {
 }
 
 TEST(WanVaeTest, NormalizeUsesLatentsMeanAndStd) {
-  auto vae = LoadTiny("wan_vae_norm");
+  auto vae = LoadTinyWanVae("wan_vae_norm");
   ASSERT_NE(vae, nullptr);
   at::Tensor z = at::ones({1, 4, 2, 1, 1});
   at::Tensor n = vae->Normalize(z);
@@ -117,7 +117,7 @@ TEST(WanVaeTest, NormalizeUsesLatentsMeanAndStd) {
 }
 
 TEST(WanVaeTest, BadInputsAndWeightsAreClearErrors) {
-  auto vae = LoadTiny("wan_vae_errors");
+  auto vae = LoadTinyWanVae("wan_vae_errors");
   ASSERT_NE(vae, nullptr);
   auto frames = vae->EncodeMean(RandomPixels({1, 3, 4, 16, 16}, 1));
   EXPECT_TRUE(absl::StrContains(frames.status().message(), "4k+1")) << frames.status();
