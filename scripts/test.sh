@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: set up (packages, venv, the build scripts/demo.sh makes), check formatting, run ctest.
+# The whole test suite: set up (packages, venv, the build scripts/demo.sh makes), check formatting, build the fuzz
+# targets' sanitized tree beside it, run ctest, and name every test case (scripts/test_summary.py).
 # Includes the upstream referee tests (ctest -L upstream), which run diffusers/peft/transformers/tokenizers
 # from .venv on tiny random weights, and the browser tests (ctest -L browser), which drive `baton ui` in Chromium.
 set -euo pipefail
@@ -8,5 +9,20 @@ scripts/setup.sh
 # The browser tests (ctest -L browser) drive Debian's Chromium, headless, through its driver: only the tests need them.
 scripts/install_packages.sh chromium chromium-driver
 scripts/check_format.sh
-cd "${BUILD_DIR:-build}"
-ctest --output-on-failure -j "$(nproc)" --timeout 300
+BUILD=${BUILD_DIR:-build}
+# The fuzz targets' clang + ASan/UBSan tree (ctest fuzz_bounded runs them 10 s each), built here rather than inside
+# a test, where its compile starved the tests beside it.
+echo "test: building the fuzz targets in $BUILD/fuzz"
+FUZZ_BUILD_DIR=$BUILD/fuzz scripts/fuzz.sh --build-only || [[ $? == 77 ]]
+ROOT=$PWD
+cd "$BUILD"
+rm -rf test-results
+# ctest starts the longest tests first once it knows their times: a fresh build learns them from tests/ctest_costs.txt.
+if [[ ! -f Testing/Temporary/CTestCostData.txt ]]; then
+  mkdir -p Testing/Temporary
+  grep -v '^#' "$ROOT/tests/ctest_costs.txt" >Testing/Temporary/CTestCostData.txt
+fi
+status=0
+ctest --output-on-failure -j "$(nproc)" --timeout 300 --output-junit ctest-junit.xml || status=$?
+python3 "$ROOT/scripts/test_summary.py" . || status=1
+exit $status
