@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job, end to end: set up; write a tiny FLUX.2 pipeline (random weights in the real layouts); encode
-# the bundled sample images and captions with its VAE and Mistral-3 text encoder (encoder_worker); then train
-# a LoRA with the transformer split over two stage-worker processes (coordinator --stages 2).
+# The main job, end to end: set up; write a tiny FLUX.2 pipeline in the real layouts whose transformer and VAE were
+# trained on drawn circles and squares (data/demo_pipeline, made by scripts/make_demo_pipeline.py); encode the bundled
+# sample images and captions with its VAE and Mistral-3 text encoder (encoder_worker); then train a LoRA with the
+# transformer split over two stage-worker processes (coordinator --stages 2) that teaches it triangles and stripes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Only what the demo runs (scripts/test.sh builds the rest, the tests, in the same build: nothing twice).
@@ -11,7 +12,7 @@ run() { echo "+ $*"; "$@"; }
 
 rm -rf out/demo
 # 1. Weights: a complete tiny pipeline folder (transformer/, vae/, text_encoder/, tokenizer/). No downloads, ever.
-run "$BIN/baton" init-weights --pipeline tiny --out out/demo/pipeline --seed 0
+run "$BIN/baton" init-weights --pipeline tiny --trained data/demo_pipeline --out out/demo/pipeline --seed 0
 # 2. Data: data/sample/*.png + .txt → latents and text embeddings, one cache record per image.
 run "$BIN/encoder_worker" --dataset data/sample --cache out/demo/cache --model out/demo/pipeline \
   --resolution 128 --max_sequence_length 128 --threads 1
@@ -25,6 +26,6 @@ awk -F'"step":' '/"event":"validation"/ { split($2, s, ","); split($0, m, "\"mea
                  /"loss":/ { split($2, s, ","); split($0, l, "\"loss\":"); split(l[2], v, ",");
                    if (s[1] == 1 || s[1] % 10 == 0) printf "  step %3d  loss       %.4f\n", s[1], v[1] }' \
   out/demo/train_log.jsonl
-echo "Sample images (random weights draw noise-like pictures; they change as the LoRA learns):"
+echo "Sample images (before training the pipeline draws its circles and squares, not triangles or stripes):"
 for d in out/demo/samples/step-*/; do echo "  ${d}contact_sheet.png"; done
 echo "LoRA (diffusers/PEFT format): out/demo/lora.safetensors; checkpoints: out/demo/checkpoints/"

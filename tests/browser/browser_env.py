@@ -111,7 +111,8 @@ class Stack:
     def demo_data(self):
         """scripts/demo.sh's pipeline and cache, where configs/jobs/demo.yaml names them (out/demo/...)."""
         demo = os.path.join(self.dir, "out", "demo")
-        run("baton", "init-weights", "--pipeline", "tiny", "--out", os.path.join(demo, "pipeline"), "--seed", "0")
+        run("baton", "init-weights", "--pipeline", "tiny", "--trained", os.path.join(SOURCE_DIR, "data", "demo_pipeline"),
+            "--out", os.path.join(demo, "pipeline"), "--seed", "0")
         run("encoder_worker", "--dataset", os.path.join(SOURCE_DIR, "data", "sample"), "--cache",
             os.path.join(demo, "cache"), "--model", os.path.join(demo, "pipeline"), "--resolution", "128",
             "--max_sequence_length", "128", "--threads", "1")
