@@ -92,7 +92,7 @@ std::string ValidationChart(const v1::HistoryResponse& h) {
   }
   series.push_back(std::move(mean));
   return absl::StrCat("<h2>Validation loss per timestep</h2>",
-                      SvgLineChart(Options("chart-validation", "held-out loss by timestep", axis, 200), series),
+                      SvgLineChart(Options("chart-validation", "validation loss by timestep", axis, 200), series),
                       absl::StrFormat("<p class=\"hint\">after step %d: mean %.5f</p>", last.step(), last.mean()));
 }
 
