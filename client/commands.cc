@@ -76,13 +76,14 @@ absl::Status CopyTrainedParts(const std::string& trained, const std::string& out
     for (const auto& [name, tensor] : random) {
       auto it = learned.find(name);
       if (it == learned.end() || it->second.sizes() != tensor.sizes() || it->second.dtype() != tensor.dtype()) {
-        return absl::FailedPreconditionError(absl::StrCat(from, " is not the tiny pipeline's ", part, ": tensor ", name,
-                                                          it == learned.end() ? " is missing" : " differs in shape or dtype"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(from, " is not the tiny pipeline's ", part, ": tensor ", name,
+                         it == learned.end() ? " is missing" : " differs in shape or dtype"));
       }
     }
     if (learned.size() != random.size()) {
-      return absl::FailedPreconditionError(absl::StrCat(from, " holds ", learned.size(), " tensors, the tiny pipeline's ",
-                                                        part, " ", random.size()));
+      return absl::FailedPreconditionError(
+          absl::StrCat(from, " holds ", learned.size(), " tensors, the tiny pipeline's ", part, " ", random.size()));
     }
     ASSIGN_OR_RETURN(std::string bytes, ReadFile(from));
     RETURN_IF_ERROR(WriteFileAtomic(to, bytes));
@@ -112,7 +113,8 @@ absl::Status InitWeights(const Args& args) {
     std::printf("wrote tiny FLUX.2 pipeline %s (transformer/, vae/, text_encoder/, tokenizer/, scheduler/)\n",
                 args.Get("out").c_str());
     if (args.Has("trained")) {
-      // The trained transformer learned from the seed-0 text encoder's embeddings: another seed would feed it strangers.
+      // The trained transformer learned from the seed-0 text encoder's embeddings: another seed would feed it
+      // strangers.
       if (seed != 0) return absl::InvalidArgumentError("--trained needs --seed 0 (its text encoder's)");
       RETURN_IF_ERROR(CopyTrainedParts(args.Get("trained"), args.Get("out")));
       std::printf("took the trained transformer/ and vae/ from %s\n", args.Get("trained").c_str());
@@ -438,7 +440,8 @@ const std::vector<Command>& AllCommands() {
          "a complete tiny FLUX.2 | Wan (T2V, I2V-A14B kind, with both experts, 2.1 I2V kind, TI2V-5B kind) pipeline "
          "folder to --out"},
         {"trained",
-         "with --pipeline tiny: take transformer/ and vae/ from this folder instead of random ones (data/demo_pipeline: "
+         "with --pipeline tiny: take transformer/ and vae/ from this folder instead of random ones "
+         "(data/demo_pipeline: "
          "the demo's, trained on drawn shapes by scripts/make_demo_pipeline.py)"}},
        InitWeights},
       {"synthetic-cache",

@@ -68,9 +68,9 @@ class DemoLearnsTest : public ::testing::Test {
     auto yaml = ReadFile(JoinPath(SourceDir(), "configs/jobs/demo.yaml"));
     ASSERT_TRUE(yaml.ok()) << yaml.status();
     const std::string job = JoinPath(*dir_, "demo.yaml");
-    ASSERT_TRUE(WriteFileAtomic(job, absl::StrReplaceAll(*yaml, {{"out/demo/pipeline", pipeline},
-                                                                 {"out/demo/cache", cache}}))
-                    .ok());
+    ASSERT_TRUE(
+        WriteFileAtomic(job, absl::StrReplaceAll(*yaml, {{"out/demo/pipeline", pipeline}, {"out/demo/cache", cache}}))
+            .ok());
     test_util::RunOk(absl::StrCat(JoinPath(BinDir(), "coordinator"), " --stages 2 --job ", job, " --output ",
                                   JoinPath(*dir_, "out"), " --stage_worker ", JoinPath(BinDir(), "stage_worker")));
   }

@@ -100,7 +100,8 @@ TEST(HelpTest, BatonListsTheUsersCommandsAndHelpAllEveryCommand) {
                            "lora-convert", "certs"}) {
     EXPECT_NE(result.output.find(std::string("  ") + user + " "), std::string::npos) << user << "\n" << result.output;
   }
-  for (const char* tool : {"forward", "step-grads", "tokenize", "scheduler-replay", "sample-timesteps", "decode-image"}) {
+  for (const char* tool :
+       {"forward", "step-grads", "tokenize", "scheduler-replay", "sample-timesteps", "decode-image"}) {
     EXPECT_EQ(result.output.find(std::string("  ") + tool + " "), std::string::npos) << tool << "\n" << result.output;
   }
   EXPECT_NE(result.output.find("baton help --all"), std::string::npos) << result.output;

@@ -157,7 +157,8 @@ TEST(TextEncoderCheckpointTest, HeadDimFromConfigShapesTheProjections) {
 
 TEST(TextEncoderCheckpointTest, Mistral3LayoutsAndShardsGiveIdenticalOutputs) {
   const TextEncoderConfig c = TinyMistral3TextConfig();
-  const std::string newer = FreshCheckpointDir("newer"), legacy = FreshCheckpointDir("legacy"), sharded = FreshCheckpointDir("sharded");
+  const std::string newer = FreshCheckpointDir("newer"), legacy = FreshCheckpointDir("legacy"),
+                    sharded = FreshCheckpointDir("sharded");
   ASSERT_TRUE(WriteRandomTextEncoder(c, newer, 21).ok());
   ASSERT_TRUE(WriteRandomTextEncoder(c, legacy, 21, /*legacy_layout=*/true).ok());
   ASSERT_TRUE(WriteRandomTextEncoder(c, sharded, 21, false, /*max_shard_bytes=*/64 << 10).ok());
@@ -211,7 +212,8 @@ TEST(TextEncoderCheckpointTest, Qwen3AndPlainMistralUseModelPrefix) {
 // without the final norm) still works, and so does one whose later shards are garbage.
 TEST(TextEncoderCheckpointTest, NeverReadsLayersPastTheDeepestRequested) {
   const TextEncoderConfig c = TinyMistral3TextConfig();
-  const std::string full = FreshCheckpointDir("full"), cut = FreshCheckpointDir("cut"), broken = FreshCheckpointDir("broken");
+  const std::string full = FreshCheckpointDir("full"), cut = FreshCheckpointDir("cut"),
+                    broken = FreshCheckpointDir("broken");
   ASSERT_TRUE(WriteRandomTextEncoder(c, full, 33).ok());
   auto want = EncodeDir(full, {1, 2});
   ASSERT_TRUE(want.ok()) << want.status();

@@ -12,7 +12,8 @@ namespace {
 constexpr char kSamplesJobBase[] = "model: m\ndataset: d\nsteps: 4\n";
 
 absl::StatusOr<JobConfig> Parse(const std::string& samples) {
-  return ParseJobYaml(std::string(kSamplesJobBase) + "samples: {every: 2, prompts: [a dog]" + samples + "}\n", "jobs/v.yaml");
+  return ParseJobYaml(std::string(kSamplesJobBase) + "samples: {every: 2, prompts: [a dog]" + samples + "}\n",
+                      "jobs/v.yaml");
 }
 
 TEST(JobSamplesTest, WanKeysAreRead) {
