@@ -137,5 +137,21 @@ TEST_F(DemoLearnsTest, TheValidationLossFalls) {
   EXPECT_LE(last, kMaxValidationShare * first);
 }
 
+// `init-weights --trained` takes only the tiny pipeline's own tensors, and only for the text encoder they learned from.
+TEST(DemoPipelineTest, TrainedPartsMustFitTheTinyPipelineAndItsSeed) {
+  const std::string dir = test_util::MakeTempDir("trained_parts");
+  const std::string baton = JoinPath(BinDir(), "baton");
+  const std::string trained = JoinPath(SourceDir(), "data/demo_pipeline");
+  auto other_seed = test_util::RunCommand(
+      absl::StrCat(baton, " init-weights --pipeline tiny --trained ", trained, " --out ", dir, "/a --seed 1"), true);
+  EXPECT_EQ(other_seed.exit_code, 1) << other_seed.output;
+  EXPECT_NE(other_seed.output.find("--trained needs --seed 0"), std::string::npos) << other_seed.output;
+  test_util::RunOk(absl::StrCat(baton, " init-weights --pipeline wan-tiny --out ", dir, "/wan --seed 0"));
+  auto wan = test_util::RunCommand(
+      absl::StrCat(baton, " init-weights --pipeline tiny --trained ", dir, "/wan --out ", dir, "/b --seed 0"), true);
+  EXPECT_EQ(wan.exit_code, 1) << wan.output;
+  EXPECT_NE(wan.output.find("is not the tiny pipeline's transformer: tensor "), std::string::npos) << wan.output;
+}
+
 }  // namespace
 }  // namespace baton
