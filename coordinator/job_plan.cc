@@ -104,9 +104,7 @@ absl::Status CheckJobPlan(const JobConfig& job, int stages) {
   ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> model, OpenModel(job.model, job.model_config));
   RETURN_IF_ERROR(Annotate(CheckSamplesPossible(job, *model), job.source));
   if (!job.encode.encoder_worker.empty()) return absl::OkStatus();  // the cache is built at run time
-  ASSIGN_OR_RETURN(auto cache, CacheReader::Open(job.dataset));
-  RETURN_IF_ERROR(Annotate(model->CheckCacheFits(CacheContentsOf(cache->index())),
-                           absl::StrCat("cache ", job.dataset, " does not fit the model")));
+  ASSIGN_OR_RETURN(auto cache, OpenTrainingCache(job, *model));
   return PlanReplicas(job, options, *model, *cache, dtype, /*quiet=*/true).status();
 }
 
@@ -116,10 +114,8 @@ absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions
   ASSIGN_OR_RETURN(s.dtype, ParseDtype(job.dtype));
   ASSIGN_OR_RETURN(s.model, OpenModel(job.model, job.model_config));
   RETURN_IF_ERROR(RunEncodeStep(job, options.rpc_timeout, options.quiet).status());  // no `encode:`: nothing to do
-  ASSIGN_OR_RETURN(s.cache, CacheReader::Open(job.dataset));
+  ASSIGN_OR_RETURN(s.cache, OpenTrainingCache(job, *s.model));
   const CacheReader& cache = *s.cache;
-  RETURN_IF_ERROR(Annotate(s.model->CheckCacheFits(CacheContentsOf(cache.index())),
-                           absl::StrCat("cache ", job.dataset, " does not fit the model")));
   ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(s.cache.get(), job, s.model.get()));
   s.sampler.emplace(std::move(sampler));
   ASSIGN_OR_RETURN(s.fingerprint, MakeJobFingerprint(job, s.model->WeightFiles(), cache.index()));

@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "coordinator/job_plan.h"
 #include "core/train/sweep.h"
@@ -49,6 +50,7 @@ absl::StatusOr<JobConfig> ParseSubmittedJob(const SubmittedJob& submitted) {
   job.model = Resolve(job.model, base);
   job.model_config = Resolve(job.model_config, base);
   job.dataset = Resolve(job.dataset, base);
+  for (DatasetSource& d : job.datasets) d.path = Resolve(d.path, base);
   job.init_lora = Resolve(job.init_lora, base);
   job.validation.dataset = Resolve(job.validation.dataset, base);
   if (submitted.steps > kMaxJobSteps) {
@@ -66,13 +68,14 @@ absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig
     const std::string& path;
     bool needed;
   };
-  const PathKey keys[] = {{"model", job.model, true},
-                          {"model_config", job.model_config, !job.model_config.empty()},
-                          {"dataset", job.dataset, job.encode.encoder_worker.empty()},
-                          {"init_lora", job.init_lora, !job.init_lora.empty()},
-                          {"validation.dataset", job.validation.dataset, !job.validation.dataset.empty()},
-                          // The encoder worker reads it (on its host): judged here, not required to exist here.
-                          {"encode.images", job.encode.images, false}};
+  std::vector<PathKey> keys = {{"model", job.model, true},
+                               {"model_config", job.model_config, !job.model_config.empty()},
+                               {"dataset", job.dataset, job.encode.encoder_worker.empty()},
+                               {"init_lora", job.init_lora, !job.init_lora.empty()},
+                               {"validation.dataset", job.validation.dataset, !job.validation.dataset.empty()},
+                               // The encoder worker reads it (on its host): judged here, not required to exist here.
+                               {"encode.images", job.encode.images, false}};
+  for (const DatasetSource& d : job.datasets) keys.push_back({"datasets", d.path, true});
   // Inside the root first: a refusal must not depend on whether the file exists.
   for (const PathKey& k : keys) {
     if (data_root.empty() || k.path.empty()) continue;

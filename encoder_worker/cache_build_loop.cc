@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/data/cache_shard.h"
+#include "core/data/empty_prompt.h"
 #include "core/metrics/families.h"
 #include "core/util/clock.h"
 #include "core/util/files.h"
@@ -40,6 +41,16 @@ absl::Status ClaimCacheFolder(const std::string& cache_dir, const std::optional<
   return absl::OkStatus();
 }
 
+// The cache's empty-caption embedding (core/data/empty_prompt.h): the previous one when it reads back whole, made by
+// this encoder; else "" encoded anew (once per build: as much as one caption).
+absl::StatusOr<EmptyPromptInfo> EmptyPromptFor(SampleEncoder& encoder, const std::string& cache_dir,
+                                               const CacheIndex& index, const EmptyPromptInfo& previous) {
+  if (previous.present() && ReadEmptyPrompt(cache_dir, index.layout(), previous, index.encoder).ok()) return previous;
+  auto empty = encoder.EncodeText("");
+  if (!empty.ok()) return Annotate(empty.status(), "encoding the empty caption (caption dropout trains on it)");
+  return WriteEmptyPrompt(cache_dir, index.encoder, *empty);
+}
+
 }  // namespace
 
 absl::StatusOr<CacheSample> CheckRecordChecksum(const std::map<std::string, std::string>& checksums,
@@ -51,7 +62,7 @@ absl::StatusOr<CacheSample> CheckRecordChecksum(const std::map<std::string, std:
                                           ", the index says ", it->second));
 }
 
-absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, const CacheBuildOptions& options,
+absl::StatusOr<CacheBuildReport> RunCacheBuild(SampleEncoder& encoder, const CacheBuildOptions& options,
                                                const std::vector<CacheBuildItem>& items,
                                                std::vector<FileError> scan_errors, const CacheBuildSteps& steps,
                                                Clock::time_point started,
@@ -74,11 +85,13 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, con
                                            encoder.condition_channels(), encoder.image_dim()});
   std::set<std::string> owned;
   std::map<std::string, std::string> checksums;  // file -> the checksum the previous index recorded for it
+  EmptyPromptInfo previous_empty;
   // A previous index of another encoder or layout (another model, precision or conditioning): none of its records
   // can be kept, so none is read (they are re-encoded, not reported corrupt).
   bool previous_other_encoder = false;
   if (auto previous = ReadCacheIndex(options.cache_dir); previous.ok()) {
     previous_other_encoder = previous->encoder != index.encoder || previous->layout() != index.layout();
+    previous_empty = previous->empty_prompt;
     for (const CacheRecordInfo& r : previous->records) {
       owned.insert(r.file);
       checksums[r.file] = r.checksum;
@@ -150,6 +163,8 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, con
       std::filesystem::remove(JoinPath(options.cache_dir, file), ec);
     }
   }
+  ASSIGN_OR_RETURN(index.empty_prompt, EmptyPromptFor(encoder, options.cache_dir, index,
+                                                      previous_other_encoder ? EmptyPromptInfo{} : previous_empty));
   RETURN_IF_ERROR(WriteCacheIndex(options.cache_dir, index));
   report.seconds = SecondsSince(started);
   report.seconds_per_encoded_sample = report.encoded > 0 ? encode_seconds / static_cast<double>(report.encoded) : 0;

@@ -40,9 +40,10 @@ absl::StatusOr<CacheSample> CheckRecordChecksum(const std::map<std::string, std:
                                                 const std::string& file, const CacheRecordInfo& read,
                                                 absl::StatusOr<CacheSample> sample);
 
+// Also keeps or (re)encodes the cache's empty-caption embedding (core/data/empty_prompt.h).
 // `scan_errors` are the scan's per-file errors (reported, and counted as failed); `started` is when the build
 // began (the report's seconds and the progress' elapsed_seconds count from it).
-absl::StatusOr<CacheBuildReport> RunCacheBuild(const SampleEncoder& encoder, const CacheBuildOptions& options,
+absl::StatusOr<CacheBuildReport> RunCacheBuild(SampleEncoder& encoder, const CacheBuildOptions& options,
                                                const std::vector<CacheBuildItem>& items,
                                                std::vector<FileError> scan_errors, const CacheBuildSteps& steps,
                                                std::chrono::steady_clock::time_point started,

@@ -7,8 +7,10 @@
 #include "core/data/cache.h"
 #include "core/metrics/families.h"
 #include "core/tensor/shape.h"
+#include "core/util/files.h"
 #include "core/util/status.h"
 #include "encoder_worker/cache_build_loop.h"
+#include "encoder_worker/loss_mask.h"
 #include "encoder_worker/video_cache_builder.h"
 
 namespace baton {
@@ -55,6 +57,12 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
     if (latents.dim() != 2 || latents.size(0) != s.grid_h * s.grid_w) {
       return absl::InternalError(
           absl::StrCat("encoder returned latents ", ShapeString(latents.sizes()), " for bucket ", bucket.ToString()));
+    }
+    if (!sample.mask_path.empty()) {  // resized and cropped as the image was, then onto the latent grid
+      ASSIGN_OR_RETURN(std::string bytes, ReadFile(sample.mask_path));
+      ASSIGN_OR_RETURN(Image mask, DecodeImage(bytes, sample.mask_path));
+      RETURN_IF_ERROR(CheckMaskImage(mask, image.width, image.height, sample.mask_path));
+      s.loss_mask = MaskOnLatentGrid(ResizeToBucket(mask, bucket), s.grid_h, s.grid_w);
     }
     return WriteCacheRecord(options.cache_dir, sample.name, sample.content_hash, identity, s, bucket.ToString());
   };

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/data/cache.h"
 #include "core/metrics/families.h"
 #include "core/testing/tiny_flux2.h"
@@ -25,9 +27,11 @@ class FakeEncoder : public SampleEncoder {
     return pooled.flatten(1).t().repeat({1, 3}).narrow(1, 0, 8).contiguous();  // [tokens, 8]
   }
   absl::StatusOr<at::Tensor> EncodeText(const std::string& caption) override {
-    return at::full({5, 4}, static_cast<float>(caption.size()));
+    captions.push_back(caption);
+    return at::full({5, 4}, static_cast<float>(caption.size()) + 0.5f);
   }
   std::string identity_ = "fake-v1";
+  std::vector<std::string> captions;  // every EncodeText call's
   int image_calls = 0;
 };
 
@@ -60,6 +64,69 @@ class CacheBuilderTest : public ::testing::Test {
   FakeEncoder encoder_;
 };
 
+// Caption dropout's empty caption: encoded once per cache, as the encoder encodes "", kept by a rerun that reads it
+// back whole, encoded anew when its file is damaged.
+TEST_F(CacheBuilderTest, CachesTheEmptyCaptionOnceAndRebuildsItWhenDamaged) {
+  ASSERT_TRUE(BuildCache(encoder_, options_).ok());
+  EXPECT_EQ(std::count(encoder_.captions.begin(), encoder_.captions.end(), ""), 1);
+  auto reader = CacheReader::Open(options_.cache_dir);
+  ASSERT_TRUE(reader.ok());
+  auto empty = (*reader)->EmptyPrompt(0);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(at::equal(*empty, at::full({5, 4}, 0.5f)));  // EncodeText("")
+  encoder_.captions.clear();
+  ASSERT_TRUE(BuildCache(encoder_, options_).ok());
+  EXPECT_TRUE(encoder_.captions.empty()) << "a rerun encoded " << encoder_.captions.size() << " captions";
+  // A flipped byte in the tensor data: the reader refuses it, and a rerun encodes it again.
+  const std::string file = JoinPath(options_.cache_dir, kEmptyPromptFile);
+  auto bytes = ReadFile(file);
+  ASSERT_TRUE(bytes.ok());
+  (*bytes)[bytes->size() - 2] ^= 0x40;
+  ASSERT_TRUE(WriteFileAtomic(file, *bytes).ok());
+  reader = CacheReader::Open(options_.cache_dir);
+  ASSERT_TRUE(reader.ok());
+  auto damaged = (*reader)->EmptyPrompt(0);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_NE(damaged.status().message().find("checksum"), std::string::npos) << damaged.status();
+  ASSERT_TRUE(BuildCache(encoder_, options_).ok());
+  EXPECT_EQ(encoder_.captions, std::vector<std::string>{""});
+  reader = CacheReader::Open(options_.cache_dir);
+  EXPECT_TRUE((*reader)->EmptyPrompt(0).ok());
+}
+
+// Masked loss: a.mask.png beside a.png lands in a's record on the latent grid (4 x 4 cells of 16 pixels: the left
+// half white, the right half black); b has none; a bad mask fails its sample alone; a changed mask re-encodes it.
+TEST_F(CacheBuilderTest, AMaskBesideItsImageWeightsTheRecordsTokens) {
+  Image mask = Solid(64, 64, 0);
+  for (int y = 0; y < 64; ++y) {
+    for (int x = 0; x < 32; ++x) mask.at(x, y)[0] = mask.at(x, y)[1] = mask.at(x, y)[2] = 255;
+  }
+  ASSERT_TRUE(WritePng(JoinPath(data_, "a.mask.png"), mask).ok());
+  auto first = BuildCache(encoder_, options_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->encoded, 2);  // the mask is no sample of its own
+  EXPECT_TRUE(first->errors.empty());
+  auto reader = CacheReader::Open(options_.cache_dir);
+  ASSERT_TRUE(reader.ok());
+  auto a = (*reader)->Load(0), b = (*reader)->Load(1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(a->loss_mask.defined());
+  EXPECT_TRUE(at::equal(a->loss_mask, at::tensor({1.0f, 1.0f, 0.0f, 0.0f}).repeat({4, 1}))) << a->loss_mask;
+  EXPECT_FALSE(b->loss_mask.defined());
+
+  Image colored = Solid(96, 48, 255);
+  colored.at(0, 0)[2] = 0;
+  ASSERT_TRUE(WritePng(JoinPath(data_, "b.mask.png"), colored).ok());
+  mask.at(40, 40)[0] = mask.at(40, 40)[1] = mask.at(40, 40)[2] = 128;
+  ASSERT_TRUE(WritePng(JoinPath(data_, "a.mask.png"), mask).ok());
+  auto second = BuildCache(encoder_, options_);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->encoded, 1);  // a, for its new mask
+  ASSERT_EQ(second->errors.size(), 1u);
+  EXPECT_NE(second->errors[0].status.message().find("b.mask.png: the mask is not gray-scale"), std::string::npos)
+      << second->errors[0].status;
+}
+
 TEST_F(CacheBuilderTest, EncodesThenSkipsUnchangedSamples) {
   auto first = BuildCache(encoder_, options_);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -75,7 +142,7 @@ TEST_F(CacheBuilderTest, EncodesThenSkipsUnchangedSamples) {
   EXPECT_GT(b.grid_w, b.grid_h);  // the wide image went to a landscape bucket
   auto sample = (*reader)->Load(0);
   ASSERT_TRUE(sample.ok()) << sample.status();
-  EXPECT_EQ(sample->prompt_embeds[0][0].item<float>(), 12.0f);  // strlen("a red square")
+  EXPECT_EQ(sample->prompt_embeds[0][0].item<float>(), 12.5f);  // strlen("a red square") + 0.5
 
   encoder_.image_calls = 0;
   auto second = BuildCache(encoder_, options_);

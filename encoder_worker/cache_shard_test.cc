@@ -146,7 +146,7 @@ TEST_F(CacheShardTest, TwoShardsMergedAreTheCacheOneWorkerWrites) {
   // order of the single worker's sorted scan).
   const auto expected = FolderBytes(Dir("whole"));
   const auto actual = FolderBytes(Dir("merged"));
-  ASSERT_EQ(expected.size(), 9u);  // index.json + 8 records
+  ASSERT_EQ(expected.size(), 10u);  // index.json, empty_prompt.safetensors and 8 records
   EXPECT_EQ(actual.size(), expected.size());
   for (const auto& entry : expected) {
     auto it = actual.find(entry.first);

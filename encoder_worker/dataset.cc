@@ -14,6 +14,7 @@
 #include "core/util/sha256.h"
 #include "core/util/status.h"
 #include "encoder_worker/dataset_fence.h"
+#include "encoder_worker/loss_mask.h"
 
 namespace baton {
 namespace {
@@ -32,9 +33,26 @@ FileKind Classify(const std::string& extension_lower) {
   return FileKind::kIgnored;
 }
 
+// The sample's mask (loss_mask.h), when it has one: read through the fence, decoded and checked against the image's
+// size; its bytes join the content hash.
+absl::Status LoadSampleMask(const DatasetFence& fence, const std::vector<std::string>& names, DatasetSample& s) {
+  ASSIGN_OR_RETURN(std::string mask_name, FindMaskFile(s.name, names));
+  if (mask_name.empty()) return absl::OkStatus();
+  s.mask_path = JoinPath(fence.dir(), mask_name);
+  ASSIGN_OR_RETURN(std::string bytes, fence.Read(s.mask_path));
+  ASSIGN_OR_RETURN(Image mask, DecodeImage(bytes, s.mask_path));
+  RETURN_IF_ERROR(CheckMaskImage(mask, s.width, s.height, s.mask_path));
+  Sha256 h;
+  h.Update("baton-sample-mask-v1");
+  h.UpdateFramed(s.content_hash);
+  h.UpdateFramed(bytes);
+  s.content_hash = DigestToHex(h.Finish());
+  return absl::OkStatus();
+}
+
 // Everything about one image file; an error status becomes a FileError.
 absl::StatusOr<DatasetSample> LoadSample(const DatasetFence& fence, const std::string& name,
-                                         const ScanOptions& options) {
+                                         const std::vector<std::string>& names, const ScanOptions& options) {
   DatasetSample s;
   s.name = name;
   s.image_path = JoinPath(fence.dir(), name);
@@ -55,6 +73,7 @@ absl::StatusOr<DatasetSample> LoadSample(const DatasetFence& fence, const std::s
   s.image_bytes = static_cast<int64_t>(bytes.size());
   s.image_sha256 = Sha256Hex(bytes);
   s.content_hash = SampleContentHash(bytes, caption, options.trigger);
+  RETURN_IF_ERROR(LoadSampleMask(fence, names, s));
   return s;
 }
 
@@ -79,6 +98,12 @@ std::string ApplyTrigger(const std::string& caption, const std::string& trigger)
   if (out.find(trigger) != std::string::npos) return out;
   if (out.empty()) return trigger;
   return absl::StrCat(trigger, ", ", out);
+}
+
+bool IsMaskFileName(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  return absl::EndsWith(lower, ".mask.png") || absl::EndsWith(lower, ".mask.jpg") ||
+         absl::EndsWith(lower, ".mask.jpeg");
 }
 
 std::string SampleContentHash(absl::string_view image_bytes, absl::string_view caption, absl::string_view trigger) {
@@ -108,8 +133,9 @@ absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& o
       return absl::InternalError(absl::StrCat("error listing ", dir, ": ", ec.message()));
     }
     std::string name = it->path().filename().string();
-    if (name.empty() || name[0] == '.') continue;             // dotfiles, incl. macOS "._x.jpg" forks
-    if (options.include && !options.include(name)) continue;  // another worker's share
+    if (name.empty() || name[0] == '.') continue;  // dotfiles, incl. macOS "._x.jpg" forks
+    // Another worker's share (a mask goes with its image, whoever encodes it).
+    if (options.include && !IsMaskFileName(name) && !options.include(name)) continue;
     std::error_code type_ec;
     // A folder (even one named x.png) is not a sample; a link that is dangling or leads to something other than a
     // file is, to be named as such by the read.
@@ -124,14 +150,14 @@ absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& o
   for (const std::string& name : names) {
     std::string ext = absl::AsciiStrToLower(fs::path(name).extension().string());
     FileKind kind = Classify(ext);
-    if (kind == FileKind::kIgnored) continue;
+    if (kind == FileKind::kIgnored || IsMaskFileName(name)) continue;
     std::string path = JoinPath(dir, name);
     if (kind == FileKind::kUnsupportedImage) {
       ds.errors.push_back({path, absl::UnimplementedError(absl::StrCat(
                                      path, ": ", ext.substr(1), " not supported by this build (use PNG or JPEG)"))});
       continue;
     }
-    auto sample = LoadSample(fence, name, options);
+    auto sample = LoadSample(fence, name, names, options);
     if (sample.ok()) {
       ds.samples.push_back(*std::move(sample));
     } else {

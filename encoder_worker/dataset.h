@@ -1,6 +1,6 @@
 // Training dataset folder in the kohya / ai-toolkit layout: images (.png, .jpg, .jpeg; any case)
-// with same-named UTF-8 .txt captions beside them ("cat_01.jpg" + "cat_01.txt"), scanned into samples
-// (ScanDataset) with captions cleaned and the trigger word applied (ApplyTrigger).
+// with same-named UTF-8 .txt captions beside them ("cat_01.jpg" + "cat_01.txt") and optional loss masks
+// ("cat_01.mask.png"), scanned into samples (ScanDataset) with captions cleaned and the trigger word applied.
 #pragma once
 
 #include <absl/status/status.h>
@@ -21,13 +21,16 @@ struct DatasetSample {
   std::string image_path;    // dir/name
   std::string caption_path;  // dir/stem.txt
   std::string caption;       // trimmed, trigger applied: what the text encoder sees
+  // Masked loss: dir/stem.mask.png (or .jpg, .jpeg), a gray-scale image of the image's size whose white trains fully,
+  // black not at all and gray in proportion; "" when the sample has none (every pixel trains).
+  std::string mask_path;
   ImageFormat format = ImageFormat::kUnknown;
   int width = 0;  // original image size
   int height = 0;
   int64_t image_bytes = 0;
   std::string image_sha256;  // hex SHA-256 of the image file alone
   // SHA-256 (hex) over the framed image bytes, raw trimmed caption and trigger (see
-  // SampleContentHash): any change to what would be encoded changes it.
+  // SampleContentHash), and the mask's bytes when there is one: any change to what would be encoded changes it.
   std::string content_hash;
 };
 
@@ -61,11 +64,15 @@ struct ScanOptions {
   std::vector<std::string> follow_links_into;
 };
 
+// A loss mask's file name ends in ".mask" + an image extension; such files are masks, never samples.
+bool IsMaskFileName(const std::string& name);
+
 // The scan is non-recursive, skips dotfiles, and is sorted by file name (bytewise) so sample order is the same
 // everywhere. Problems with single files (missing caption, zero-byte, unreadable, truncated or non-image file,
-// WebP, a caption over kMaxCaptionBytes, an image or caption that is a dangling link or resolves outside the
-// dataset folder...) are collected as per-file errors; the scan still returns the good files.
-// Fails only if `dir` is missing, not a directory or cannot be listed, or a follow_links_into folder is missing.
+// WebP, a caption over kMaxCaptionBytes, a mask that is not gray-scale, of another size or black everywhere, an image
+// or caption that is a dangling link or resolves outside the dataset folder...) are collected as per-file errors; the
+// scan still returns the good files. Fails only if `dir` is missing, not a directory or cannot be listed, or a
+// follow_links_into folder is missing.
 absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& options = {});
 
 // The caption file at `path`, read through `fence` (at most kMaxCaptionBytes) and cleaned (CleanCaption).

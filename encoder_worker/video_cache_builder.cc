@@ -11,21 +11,29 @@
 #include "core/tensor/shape.h"
 #include "core/util/status.h"
 #include "encoder_worker/cache_build_loop.h"
+#include "encoder_worker/loss_mask.h"
 #include "encoder_worker/video_dataset.h"
 
 namespace baton {
 namespace {
 
-// The clip's pixels with frame 0 replaced by `image_path` scaled to cover the clip's size and center-cropped (as
-// BucketClipToPixels treats each frame): the first frame an image-to-video record is conditioned on.
-absl::StatusOr<at::Tensor> WithFirstFrameFrom(const std::string& image_path, const at::Tensor& pixels) {
+// `image_path` scaled to cover the clip's frames ([1, 3, F, H, W] pixels) and center-cropped to them, as
+// BucketClipToPixels treats each frame.
+absl::StatusOr<Image> CoveringTheFrames(const std::string& image_path, const at::Tensor& pixels) {
   ASSIGN_OR_RETURN(Image image, ReadImageFile(image_path));
   const int h = static_cast<int>(pixels.size(3)), w = static_cast<int>(pixels.size(4));
   const double scale = std::max(static_cast<double>(w) / image.width, static_cast<double>(h) / image.height);
   Image covered = ResizeImage(image, std::max(w, static_cast<int>(std::ceil(image.width * scale))),
                               std::max(h, static_cast<int>(std::ceil(image.height * scale))));
+  return CenterCrop(covered, w, h);
+}
+
+// The clip's pixels with frame 0 replaced by `image_path` (CoveringTheFrames): the first frame an image-to-video
+// record is conditioned on.
+absl::StatusOr<at::Tensor> WithFirstFrameFrom(const std::string& image_path, const at::Tensor& pixels) {
+  ASSIGN_OR_RETURN(Image image, CoveringTheFrames(image_path, pixels));
   at::Tensor out = pixels.clone();
-  out.select(2, 0).copy_(ImageToPixels(CenterCrop(covered, w, h)));
+  out.select(2, 0).copy_(ImageToPixels(image));
   return out;
 }
 
@@ -51,6 +59,11 @@ absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const Dataset
     ASSIGN_OR_RETURN(ClipConditioning conditioning, encoder.EncodeConditioning(first));
     s.condition = conditioning.condition;
     s.image_embeds = conditioning.image_embeds;
+  }
+  if (!sample.mask_path.empty()) {
+    ASSIGN_OR_RETURN(Image mask, CoveringTheFrames(sample.mask_path, pixels));
+    RETURN_IF_ERROR(CheckMaskImage(mask, mask.width, mask.height, sample.mask_path));  // still white somewhere
+    s.loss_mask = MaskOnLatentGrid(mask, s.grid_h, s.grid_w);
   }
   const std::string bucket = absl::StrCat(pixels.size(4), "x", pixels.size(3), "x", pixels.size(2));
   return WriteCacheRecord(options.cache_dir, sample.name, sample.content_hash, identity, s, bucket);

@@ -87,6 +87,14 @@ absl::StatusOr<VideoSample> LoadVideoSample(const DatasetFence& fence, const std
     ASSIGN_OR_RETURN(std::string image, fence.Read(s.image_path));
     h.UpdateFramed(image);
   }
+  s.mask_path = SidecarImage(dir, (is_folder ? name : fs::path(name).stem().string()) + ".mask");
+  if (!s.mask_path.empty()) {
+    ASSIGN_OR_RETURN(std::string bytes, fence.Read(s.mask_path));
+    ASSIGN_OR_RETURN(Image mask, DecodeImage(bytes, s.mask_path));
+    RETURN_IF_ERROR(CheckMaskImage(mask, mask.width, mask.height, s.mask_path));  // its size is the frames' to be
+    h.Update("mask");
+    h.UpdateFramed(bytes);
+  }
   s.content_hash = DigestToHex(h.Finish());
   return s;
 }
@@ -144,6 +152,7 @@ absl::Status CheckVideoSampleInside(const DatasetFence& fence, const VideoSample
     for (const std::string& f : frames) RETURN_IF_ERROR(fence.Check(JoinPath(sample.path, f)));
   }
   if (!sample.image_path.empty()) RETURN_IF_ERROR(fence.Check(sample.image_path));
+  if (!sample.mask_path.empty()) RETURN_IF_ERROR(fence.Check(sample.mask_path));
   return absl::OkStatus();
 }
 

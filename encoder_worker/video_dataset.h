@@ -25,9 +25,12 @@ struct VideoSample {
   // Image-to-video: an image beside the clip with its stem ("walk.png", ".jpg" or ".jpeg") is the conditioning first
   // frame instead of the clip's own; "" = none.
   std::string image_path;
+  // Masked loss: stem.mask.png (.jpg, .jpeg) beside the clip, gray-scale, scaled and cropped as the frames are and
+  // applied to every frame (loss_mask.h); "" = none.
+  std::string mask_path;
   // SHA-256 (hex) over "baton-clip-v1", the clip's bytes (a folder: each frame file's name and bytes, sorted),
   // the raw caption, the trigger and the bucket settings (frames, stride, area, step), then the image's bytes when
-  // there is one (a clip without keeps the hash it always had).
+  // there is one, then the mask's (a clip without either keeps the hash it always had).
   std::string content_hash;
 };
 

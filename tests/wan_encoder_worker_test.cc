@@ -10,6 +10,7 @@
 #include "core/data/cache.h"
 #include "core/encode/wan_encoder.h"
 #include "core/image/image.h"
+#include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
 #include "core/testing/tiny_flux2.h"
@@ -49,6 +50,12 @@ TEST(WanEncoderWorkerTest, BuildsVideoCacheMatchingDirectEncodeAndKeepsUnchanged
   WriteFrameFolder(JoinPath(data, "bar_frames"));
   ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "bar_frames.txt"), "a green bar moving right").ok());
   const std::string cache = JoinPath(root, "cache");
+  // Masked loss: a mask beside a clip, the left half white, weights every frame's tokens alike.
+  Image mask(64, 64);
+  for (int y = 0; y < 64; ++y) {
+    for (int x = 0; x < 32; ++x) mask.at(x, y)[0] = mask.at(x, y)[1] = mask.at(x, y)[2] = 255;
+  }
+  ASSERT_TRUE(WritePng(JoinPath(data, "red_circle_right.mask.png"), mask).ok());
 
   auto first = test_util::RunCommand(Worker(data, cache, pipeline));
   ASSERT_EQ(first.exit_code, 0) << first.output;
@@ -68,6 +75,11 @@ TEST(WanEncoderWorkerTest, BuildsVideoCacheMatchingDirectEncodeAndKeepsUnchanged
   EXPECT_EQ(red.id, "red_circle_right.mp4");
   EXPECT_EQ(red.bucket, "64x64x9");
   EXPECT_EQ(red.BucketKey(), "3x8x8/32");
+  auto masked = (*reader)->Load(1);
+  ASSERT_TRUE(masked.ok()) << masked.status();
+  ASSERT_TRUE(masked->loss_mask.defined());
+  EXPECT_TRUE(at::equal(masked->loss_mask, at::cat({at::ones({8, 4}), at::zeros({8, 4})}, 1))) << masked->loss_mask;
+  EXPECT_FALSE((*reader)->Load(0)->loss_mask.defined());
 
   WanEncoderOptions options;
   options.max_sequence_length = 32;
@@ -101,6 +113,18 @@ TEST(WanEncoderWorkerTest, BuildsVideoCacheMatchingDirectEncodeAndKeepsUnchanged
     EXPECT_GT(record->prompt_embeds[0].abs().max().item<float>(), 0.0f);
     EXPECT_EQ(record->prompt_embeds[31].abs().max().item<float>(), 0.0f);
   }
+
+  // Caption dropout's empty caption: `baton text-encode --prompt ""` (held to WanPipeline's by test_umt5.py).
+  const std::string empty_file = JoinPath(root, "empty_prompt.safetensors");
+  auto encoded =
+      test_util::RunCommand(absl::StrCat(JoinPath(test_util::BinDir(), "baton"), " text-encode --model ", pipeline,
+                                         " --prompt '' --max-sequence-length 32 --output ", empty_file));
+  ASSERT_EQ(encoded.exit_code, 0) << encoded.output;
+  auto want = LoadAllSafetensors(empty_file);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto empty = (*reader)->EmptyPrompt(0);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(at::allclose(*empty, want->at("prompt_embeds")[0], 1e-5, 1e-6)) << "not text-encode's empty caption";
 
   auto second = test_util::RunCommand(Worker(data, cache, pipeline));
   ASSERT_EQ(second.exit_code, 0) << second.output;

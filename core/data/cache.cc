@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/data/crc32c.h"
+#include "core/data/empty_prompt.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
 #include "core/util/files.h"
@@ -66,9 +67,10 @@ absl::Status CheckLatentShape(const at::Tensor& latents, const CacheRecordInfo& 
                                                  latent_channels, " channels"));
 }
 
-// Every value finite and within ±bound, else a message naming the tensor, the first bad element and its value.
+}  // namespace
+
 // One pass (aminmax) on the good path; NaN fails both comparisons.
-absl::Status CheckValues(const at::Tensor& t, const char* name, double bound) {
+absl::Status CheckCacheValues(const at::Tensor& t, const char* name, double bound) {
   if (t.numel() == 0) return absl::OkStatus();
   auto [lo, hi] = at::aminmax(t);
   if (lo.item<double>() >= -bound && hi.item<double>() <= bound) return absl::OkStatus();
@@ -80,8 +82,6 @@ absl::Status CheckValues(const at::Tensor& t, const char* name, double bound) {
       ShapeString(t.sizes()), std::isfinite(value) ? "an absurd value" : "a non-finite value", first,
       absl::StrFormat("%g", value), bound));
 }
-
-}  // namespace
 
 std::string CacheLayout::ToString() const {
   std::string out = absl::StrCat(latent_channels, " channels, text ", text_dim);
@@ -98,7 +98,8 @@ std::string CacheSampleChecksum(const at::Tensor& latents, const at::Tensor& pro
 
 std::string CacheSampleChecksum(const CacheSample& sample) {
   uint32_t crc = 0;
-  for (const at::Tensor& t : {sample.latents, sample.prompt_embeds, sample.condition, sample.image_embeds}) {
+  for (const at::Tensor& t :
+       {sample.latents, sample.prompt_embeds, sample.condition, sample.image_embeds, sample.loss_mask}) {
     if (!t.defined()) continue;
     at::Tensor c = t.to(at::kFloat).contiguous();
     crc = Crc32c(crc, c.data_ptr(), static_cast<size_t>(c.numel()) * sizeof(float));
@@ -143,6 +144,15 @@ absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir) {
       if (info.frames < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": record ", info.id, " frames < 0"));
       index.records.push_back(info);
     }
+    if (j.contains("empty_prompt")) {
+      const auto& e = j.at("empty_prompt");
+      index.empty_prompt.text_len = e.at("text_len").get<int64_t>();
+      index.empty_prompt.checksum = e.value("checksum", "");
+      if (index.empty_prompt.text_len <= 0 || e.value("file", "") != kEmptyPromptFile) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": empty_prompt must name ", kEmptyPromptFile, " with a positive text_len"));
+      }
+    }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
   }
@@ -169,13 +179,19 @@ absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index) {
     if (!r.checksum.empty()) e["checksum"] = r.checksum;
     j["records"].push_back(e);
   }
+  if (index.empty_prompt.present()) {  // caches without one stay byte-for-byte as before
+    j["empty_prompt"] = {{"file", kEmptyPromptFile},
+                         {"text_len", index.empty_prompt.text_len},
+                         {"checksum", index.empty_prompt.checksum}};
+  }
   return WriteFileAtomic(JoinPath(dir, "index.json"), j.dump(1));
 }
 
 absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::Open(const std::string& dir) {
   auto reader = std::make_unique<CacheReader>();
-  reader->dir_ = dir;
+  reader->dirs_ = {dir};
   ASSIGN_OR_RETURN(reader->index_, ReadCacheIndex(dir));
+  reader->empty_prompts_ = {reader->index_.empty_prompt};
   if (reader->index_.records.empty())
     return absl::InvalidArgumentError(absl::StrCat(dir, ": the cache has no records"));
   const auto unchecked = std::count_if(reader->index_.records.begin(), reader->index_.records.end(),
@@ -186,6 +202,43 @@ absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::Open(const std::string
                "rerun encoder_worker on the cache to add them");
   }
   return reader;
+}
+
+absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::OpenAll(const std::vector<std::string>& dirs) {
+  if (dirs.empty()) return absl::InvalidArgumentError("no cache folder to read");
+  if (dirs.size() == 1) return Open(dirs[0]);
+  auto all = std::make_unique<CacheReader>();
+  for (size_t k = 0; k < dirs.size(); ++k) {
+    ASSIGN_OR_RETURN(std::unique_ptr<CacheReader> one, Open(dirs[k]));
+    const CacheIndex& index = one->index();
+    if (k == 0) {
+      all->index_ = CacheIndex::For(index.encoder, index.layout());
+    } else if (index.encoder != all->index_.encoder || index.layout() != all->index_.layout()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "caches ", dirs[0], " and ", dirs[k], " were made by different encoders (", all->index_.encoder, ", ",
+          all->index_.layout().ToString(), " vs ", index.encoder, ", ", index.layout().ToString(),
+          "): one LoRA trains on one text encoder's embeddings and one VAE's latents; encode both with the same one"));
+    }
+    all->dirs_.push_back(dirs[k]);
+    all->empty_prompts_.push_back(index.empty_prompt);
+    for (const CacheRecordInfo& r : index.records) {
+      all->index_.records.push_back(r);
+      all->source_.push_back(static_cast<int>(k));
+    }
+  }
+  return all;
+}
+
+absl::StatusOr<at::Tensor> CacheReader::EmptyPrompt(int source) const {
+  const std::string& dir = dirs_.at(static_cast<size_t>(source));
+  const EmptyPromptInfo& info = empty_prompts_.at(static_cast<size_t>(source));
+  if (!info.present()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cache ", dir,
+                     " has no embedding of the empty caption (made before caption dropout): rerun "
+                     "encoder_worker on it, which adds one and keeps every record"));
+  }
+  return ReadEmptyPrompt(dir, index_.layout(), info, index_.encoder);
 }
 
 namespace {
@@ -210,7 +263,7 @@ absl::Status LoadConditioning(const SafetensorsFile& file, const CacheRecordInfo
                                                      layout.condition_channels, ", ", r.frames, " or 1, ", r.grid_h,
                                                      ", ", r.grid_w, "]"));
     }
-    RETURN_IF_ERROR(CheckValues(c, "condition", kMaxAbsLatent));
+    RETURN_IF_ERROR(CheckCacheValues(c, "condition", kMaxAbsLatent));
   }
   if (has_image) {
     ASSIGN_OR_RETURN(s.image_embeds, file.Load("image_embeds", at::kFloat));
@@ -218,8 +271,26 @@ absl::Status LoadConditioning(const SafetensorsFile& file, const CacheRecordInfo
       return absl::InvalidArgumentError(absl::StrCat("image_embeds shape ", ShapeString(s.image_embeds.sizes()),
                                                      " is not [tokens, ", layout.image_dim, "]"));
     }
-    RETURN_IF_ERROR(CheckValues(s.image_embeds, "image_embeds", kMaxAbsPromptEmbed));
+    RETURN_IF_ERROR(CheckCacheValues(s.image_embeds, "image_embeds", kMaxAbsPromptEmbed));
   }
+  return absl::OkStatus();
+}
+
+// The optional loss mask: [grid_h, grid_w], every value in [0, 1].
+absl::Status LoadLossMask(const SafetensorsFile& file, const CacheRecordInfo& r, CacheSample& s) {
+  if (!file.Contains("loss_mask")) return absl::OkStatus();
+  ASSIGN_OR_RETURN(s.loss_mask, file.Load("loss_mask", at::kFloat));
+  const at::Tensor& m = s.loss_mask;
+  if (m.dim() != 2 || m.size(0) != r.grid_h || m.size(1) != r.grid_w) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss_mask shape ", ShapeString(m.sizes()), " is not [", r.grid_h, ", ", r.grid_w, "]"));
+  }
+  auto [lo, hi] = at::aminmax(m);
+  if (!(lo.item<double>() >= 0 && hi.item<double>() <= 1)) {  // NaN fails both
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss_mask holds values in [", lo.item<double>(), ", ", hi.item<double>(), "], not [0, 1]"));
+  }
+  if (hi.item<double>() <= 0) return absl::InvalidArgumentError("loss_mask is zero everywhere: nothing would train");
   return absl::OkStatus();
 }
 
@@ -259,8 +330,8 @@ absl::Status LoadMainTensors(const SafetensorsFile& file, const CacheRecordInfo&
                                                    " does not match text_len ", r.text_len, " and text_dim ",
                                                    layout.text_dim));
   }
-  RETURN_IF_ERROR(CheckValues(s.latents, "latents", kMaxAbsLatent));
-  return CheckValues(s.prompt_embeds, "prompt_embeds", kMaxAbsPromptEmbed);
+  RETURN_IF_ERROR(CheckCacheValues(s.latents, "latents", kMaxAbsLatent));
+  return CheckCacheValues(s.prompt_embeds, "prompt_embeds", kMaxAbsPromptEmbed);
 }
 
 }  // namespace
@@ -284,6 +355,7 @@ absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::s
   s.frames = r->frames;
   if (absl::Status main = LoadMainTensors(f, *r, layout, s); !main.ok()) return fail(main);
   if (absl::Status cond = LoadConditioning(f, *r, layout, s); !cond.ok()) return fail(cond);
+  if (absl::Status mask = LoadLossMask(f, *r, s); !mask.ok()) return fail(mask);
   r->checksum = CacheSampleChecksum(s);
   if (info) *info = *r;
   if (encoder) {
@@ -295,7 +367,8 @@ absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::s
 
 absl::StatusOr<CacheSample> CacheReader::Load(size_t i) const {
   const CacheRecordInfo& info = index_.records.at(i);
-  std::string path = JoinPath(dir_, info.file);
+  const std::string& dir = dirs_.at(static_cast<size_t>(source(i)));
+  std::string path = JoinPath(dir, info.file);
   auto fail = [&](const std::string& why) {
     return absl::DataLossError(absl::StrCat("cache record ", info.id, " (", path, "): ", why));
   };
@@ -303,7 +376,7 @@ absl::StatusOr<CacheSample> CacheReader::Load(size_t i) const {
     return fail(absl::StrCat("size ", FileSize(path), " bytes, index says ", info.bytes));
   }
   CacheRecordInfo found;
-  auto s = ReadCacheRecord(dir_, info.file, index_.layout(), &found, nullptr);
+  auto s = ReadCacheRecord(dir, info.file, index_.layout(), &found, nullptr);
   if (!s.ok()) return fail(std::string(s.status().message()));
   if (!info.checksum.empty() && found.checksum != info.checksum) {
     return fail(absl::StrCat("checksum of the tensor bytes is ", found.checksum, ", the index says ", info.checksum,
@@ -344,7 +417,8 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
   for (auto [name, t] : {std::pair<const char*, at::Tensor*>{"latents", &stored.latents},
                          {"prompt_embeds", &stored.prompt_embeds},
                          {"condition", &stored.condition},
-                         {"image_embeds", &stored.image_embeds}}) {
+                         {"image_embeds", &stored.image_embeds},
+                         {"loss_mask", &stored.loss_mask}}) {
     if (!t->defined()) continue;
     *t = t->to(at::kCPU, at::kFloat).contiguous();
     tensors[name] = *t;
@@ -391,6 +465,9 @@ absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels
                      WriteCacheRecord(dir, id, absl::StrFormat("synthetic-%d-%d", seed, i), "synthetic", s));
     index.records.push_back(info);
   }
+  // The empty caption: an embedding of its own, near none of the concepts'.
+  auto empty_gen = at::detail::createCPUGenerator(MixSeed(seed, 0xe3b7));
+  ASSIGN_OR_RETURN(index.empty_prompt, WriteEmptyPrompt(dir, "synthetic", at::randn({text_len, text_dim}, empty_gen)));
   return WriteCacheIndex(dir, index);
 }
 

@@ -25,6 +25,7 @@ namespace baton {
 //   "latents" are [C, F, grid_h, grid_w] fp32 (VAE posterior mean, (z − latents_mean) / latents_std, as
 //   WanPipeline expects; grid = latent height/width = pixels / 8). No "frames" (or 0) = the packed image layout
 //   above, so every earlier cache reads exactly as before.
+//   A record may add "loss_mask" [grid_h, grid_w] fp32 in [0, 1] (masked loss; CacheSample::loss_mask).
 //   Image-to-video caches name their `conditioning` in the index (the model family defines the kinds,
 //   core/model/wan_i2v.h) with `condition_channels` and `image_dim`; each record then adds "condition"
 //   [condition_channels, frames or 1, grid_h, grid_w] and, when image_dim > 0, "image_embeds" [tokens, image_dim].
@@ -50,6 +51,9 @@ struct CacheRecordInfo {
 // still keeps every square and sum of the loss far from fp32's 3.4e38. A flipped exponent bit gives ~1e38.
 inline constexpr double kMaxAbsLatent = 1e4;
 inline constexpr double kMaxAbsPromptEmbed = 1e6;
+// Every value of `t` finite and within ±bound, else InvalidArgument naming the tensor (`name`), the first bad element
+// and its value.
+absl::Status CheckCacheValues(const at::Tensor& t, const char* name, double bound);
 
 // The checksum of a sample's tensor bytes as a record stores them: "crc32c:<8 hex>" (core/data/crc32c.h) of
 // latents then prompt_embeds (fp32 little-endian, contiguous), written by WriteCacheRecord and verified by every
@@ -63,9 +67,13 @@ struct CacheSample {
   int64_t frames = 0;    // 0: image layout
   at::Tensor condition;  // image-to-video conditioning [condition_channels, frames or 1, grid_h, grid_w]; or undefined
   at::Tensor image_embeds;  // [tokens, image_dim] (CLIP image embeddings); or undefined
+  // Masked loss: the record's mask (NAME.mask.png, encoder_worker/dataset.h) averaged over each latent cell,
+  // [grid_h, grid_w] fp32 in [0, 1], weighting the loss per token (and, for video, the same on every frame); or
+  // undefined: every token counts fully.
+  at::Tensor loss_mask;
 };
-// The same for every tensor a sample holds: latents, prompt_embeds, then condition and image_embeds when defined (so a
-// record without them keeps the checksum it always had).
+// The same for every tensor a sample holds: latents, prompt_embeds, then condition, image_embeds and loss_mask when
+// defined (so a record without them keeps the checksum it always had).
 std::string CacheSampleChecksum(const at::Tensor& latents, const at::Tensor& prompt_embeds);
 std::string CacheSampleChecksum(const CacheSample& sample);
 
@@ -84,6 +92,19 @@ struct CacheLayout {
   std::string ToString() const;  // "16 channels, text 4096[, conditioning K (C channels, image_dim D)]"
 };
 
+// The cache's embedding of the empty caption (caption dropout trains on it, core/train/batches.h): the encoder worker
+// encodes "" once per cache folder, as Flux2Pipeline and WanPipeline encode prompt="", into
+// DIR/empty_prompt.safetensors
+// ("prompt_embeds" [text_len, text_dim] fp32; metadata: encoder). index.json lists it as "empty_prompt": {"file",
+// "text_len", "checksum"} only when present, so a cache made before it reads as before (and a job that drops captions
+// from it is refused with the fix: rerun encoder_worker, which adds it and keeps every record).
+inline constexpr char kEmptyPromptFile[] = "empty_prompt.safetensors";
+struct EmptyPromptInfo {
+  int64_t text_len = 0;  // 0: the cache has none
+  std::string checksum;  // CacheSampleChecksum-style "crc32c:<8 hex>" of the tensor bytes
+  bool present() const { return text_len > 0; }
+};
+
 struct CacheIndex {
   std::string encoder;
   int64_t latent_channels = 0;
@@ -92,6 +113,7 @@ struct CacheIndex {
   int64_t condition_channels = 0;
   int64_t image_dim = 0;
   std::vector<CacheRecordInfo> records;
+  EmptyPromptInfo empty_prompt;
   CacheLayout layout() const { return {latent_channels, text_dim, conditioning, condition_channels, image_dim}; }
   // An empty index of `layout`.
   static CacheIndex For(const std::string& encoder, const CacheLayout& layout) {
@@ -108,14 +130,26 @@ struct CacheIndex {
 class CacheReader {
  public:
   static absl::StatusOr<std::unique_ptr<CacheReader>> Open(const std::string& dir);
+  // Several caches read as one (a job's `datasets:`): index() lists every folder's records, folder after folder, and
+  // record i is read from its own folder (source(i)). The folders must have one encoder and one layout: embeddings of
+  // two text encoders, or latents of two VAEs, do not train one LoRA. One folder reads exactly as Open(dir).
+  static absl::StatusOr<std::unique_ptr<CacheReader>> OpenAll(const std::vector<std::string>& dirs);
   const CacheIndex& index() const { return index_; }
   size_t size() const { return index_.records.size(); }
   // Reads and validates record i (size, shapes, metadata and checksum against the index; finite, sane values).
   // DataLoss naming the record id and its file.
   absl::StatusOr<CacheSample> Load(size_t i) const;
+  // The folders, in the order given, and which of them record i is in.
+  const std::vector<std::string>& dirs() const { return dirs_; }
+  int source(size_t i) const { return source_.empty() ? 0 : source_.at(i); }
+  // Folder `source`'s empty-caption embedding [text_len, text_dim] fp32, checked against its index (shape, checksum,
+  // sane values). FailedPrecondition naming the folder when it has none.
+  absl::StatusOr<at::Tensor> EmptyPrompt(int source) const;
 
  private:
-  std::string dir_;
+  std::vector<std::string> dirs_;
+  std::vector<EmptyPromptInfo> empty_prompts_;  // per folder
+  std::vector<int> source_;                     // per record; empty: one folder
   CacheIndex index_;
 };
 
@@ -133,10 +167,10 @@ absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index);
 absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir);
 
 // A deterministic synthetic cache for a model config: `num_samples` records spread over `grids` (token
-// grids), text length `text_len`. Samples are drawn around a few "concepts" (a latent prototype paired with
-// a text embedding), so a LoRA can learn the text→image relation and the loss visibly falls. Used until real
-// images are encoded, and by tests. frames > 0 writes video records: latents [C, frames, h, w] (grids are then
-// latent grids).
+// grids), text length `text_len`, and an empty-caption embedding unlike any concept's. Samples are drawn around a few
+// "concepts" (a latent prototype paired with a text embedding), so a LoRA can learn the text→image relation and the
+// loss visibly falls. Used until real images are encoded, and by tests. frames > 0 writes video records: latents [C,
+// frames, h, w] (grids are then latent grids).
 absl::Status WriteSyntheticCache(const std::string& dir, int64_t latent_channels, int64_t text_dim, int64_t num_samples,
                                  const std::vector<std::pair<int64_t, int64_t>>& grids, int64_t text_len, uint64_t seed,
                                  int64_t num_concepts = 4, int64_t frames = 0);

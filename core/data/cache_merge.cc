@@ -16,6 +16,7 @@
 
 #include "core/data/cache.h"
 #include "core/data/cache_shard.h"
+#include "core/data/empty_prompt.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -217,6 +218,14 @@ absl::StatusOr<CacheMergeReport> MergeShardCaches(const std::vector<std::string>
         std::filesystem::remove(JoinPath(out_dir, file), ec)) {
       ++report.removed;
     }
+  }
+  // The empty caption is the same in every shard (one encoder): the first shard's that has one, checked and copied.
+  for (const Shard& shard : shards) {
+    if (!shard.index.empty_prompt.present()) continue;
+    ASSIGN_OR_RETURN(at::Tensor empty,
+                     ReadEmptyPrompt(shard.dir, first.layout(), shard.index.empty_prompt, first.encoder));
+    ASSIGN_OR_RETURN(merged.empty_prompt, WriteEmptyPrompt(out_dir, first.encoder, empty));
+    break;
   }
   RETURN_IF_ERROR(WriteCacheIndex(out_dir, merged));
   report.records = static_cast<int64_t>(merged.records.size());

@@ -414,6 +414,11 @@ absl::StatusOr<TensorMap> Flux2Family::MicroBatchInputs(const NoisyBatch& batch)
   return in;
 }
 
+at::Tensor Flux2Family::LossMask(const NoisyBatch& batch) const {
+  if (!batch.loss_weights.defined()) return at::Tensor();
+  return batch.loss_weights.reshape({batch.loss_weights.size(0), -1, 1});  // row-major over the grid, as the tokens
+}
+
 absl::StatusOr<std::vector<std::string>> Flux2Family::LoraTargets(const std::string& preset_or_list) const {
   return ResolveLoraTargets(preset_or_list);
 }

@@ -47,6 +47,8 @@ class Flux2Family : public ModelFamily {
   int64_t LatentTokens(at::IntArrayRef sample_latents) const override;
   absl::Status CheckCacheFits(const CacheContents& cache) const override;
   absl::StatusOr<TensorMap> MicroBatchInputs(const NoisyBatch& batch) const override;
+  // The records' masks over the packed image tokens: [b, Si, 1].
+  at::Tensor LossMask(const NoisyBatch& batch) const override;
 
   absl::StatusOr<std::vector<std::string>> LoraTargets(const std::string& preset_or_list) const override;
   absl::StatusOr<TensorMap> LoraToOriginalNames(const TensorMap& peft) const override;

@@ -45,12 +45,24 @@ absl::Status CheckTables(const TensorMap& t) {
   return absl::OkStatus();
 }
 
+// "target" [b, Si, out], and the records' masks "loss_mask" [b, Si, 1] when some record has one.
 absl::Status CheckTarget(const TensorMap& t, const Flux2Config& c) {
+  auto mask = t.find("loss_mask");
+  if (!t.count("target") || t.size() != (mask == t.end() ? 1u : 2u)) {
+    return absl::InvalidArgumentError("expected 'target' and at most 'loss_mask'");
+  }
   const at::Tensor& target = t.at("target");
   if (target.dim() != 3 || target.size(2) != c.out_dim() || !target.is_floating_point()) {
     return absl::InvalidArgumentError(absl::StrCat("'target' is ", c10::toString(target.scalar_type()), " ",
                                                    ShapeString(target.sizes()), ", expected floating [b, Si, ",
                                                    c.out_dim(), "]"));
+  }
+  if (mask == t.end()) return absl::OkStatus();
+  const at::Tensor& m = mask->second;
+  if (m.dim() != 3 || m.size(0) != target.size(0) || m.size(1) != target.size(1) || m.size(2) != 1 ||
+      !m.is_floating_point()) {
+    return absl::InvalidArgumentError(absl::StrCat("'loss_mask' is ", ShapeString(m.sizes()), ", expected floating [",
+                                                   target.size(0), ", ", target.size(1), ", 1]"));
   }
   return absl::OkStatus();
 }
@@ -86,9 +98,6 @@ absl::Status Flux2Family::CheckWire(WireKind kind, const TensorMap& tensors, at:
     case WireKind::kActivation:
       return ActivationsFromTensors(tensors, config_, dtype).status();
     case WireKind::kTarget:
-      if (tensors.size() != 1 || !tensors.count("target")) {
-        return absl::InvalidArgumentError("expected exactly one tensor 'target'");
-      }
       return CheckTarget(tensors, config_);
     case WireKind::kGradient:
       return CheckGradient(tensors, config_);

@@ -120,6 +120,9 @@ struct NoisyBatch {
   at::Tensor timestep;             // [b] in (0, 1]
   int64_t grid_h = 0, grid_w = 0;  // the samples' latent grid (cache record)
   double guidance = 0;             // the job's guidance (families without a guidance embedder ignore it)
+  // Masked loss: [b, grid_h, grid_w] weights in [0, 1] per latent cell (ones for a record without a mask); undefined
+  // when no record of the batch has one.
+  at::Tensor loss_weights;
 };
 
 // What a training cache holds, as far as a model cares (core/data/cache.h's CacheLayout, which this floor cannot see).
@@ -173,12 +176,10 @@ class ModelFamily {
   // what differs (the caller names the cache).
   virtual absl::Status CheckCacheFits(const CacheContents& cache) const = 0;
   virtual absl::StatusOr<TensorMap> MicroBatchInputs(const NoisyBatch& batch) const = 0;
-  // Which elements of the target the loss covers (0/1, broadcastable to it; FlowMatchingLoss); undefined: all. Wan's
-  // clean first frame (TI2V) leaves latent frame 0 out.
-  virtual at::Tensor LossMask(const NoisyBatch& batch) const {
-    (void)batch;
-    return at::Tensor();
-  }
+  // How much each element of the target counts in the loss (weights in [0, 1], broadcastable to it; FlowMatchingLoss);
+  // undefined: all fully. The records' masks (batch.loss_weights), and Wan's clean first frame (TI2V), which leaves
+  // latent frame 0 out.
+  virtual at::Tensor LossMask(const NoisyBatch& batch) const = 0;
 
   // The whole model as one stage.
   StageRange FullRange() const { return {0, num_blocks(), true, true}; }

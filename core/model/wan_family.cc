@@ -51,7 +51,8 @@ absl::Status Expect(const TensorMap& m, const std::string& name, int64_t dim, co
   return absl::OkStatus();
 }
 
-// A TARGET's optional "loss_mask" (TI2V's clean first frame): floating [B, 1, F, 1, 1] beside "target", nothing else.
+// A TARGET's optional "loss_mask" (WanFamily::LossMask: TI2V's clean first frame [B, 1, F, 1, 1], the records' masks
+// [B, 1, 1, H, W], or both [B, 1, F, H, W]): floating, beside "target", nothing else.
 absl::Status CheckLossMask(const TensorMap& t) {
   const at::Tensor& target = t.at("target");
   auto it = t.find("loss_mask");
@@ -60,10 +61,12 @@ absl::Status CheckLossMask(const TensorMap& t) {
   }
   if (it == t.end()) return absl::OkStatus();
   const at::Tensor& m = it->second;
-  if (m.dim() != 5 || !m.is_floating_point() || m.size(0) != target.size(0) || m.size(1) != 1 ||
-      m.size(2) != target.size(2) || m.size(3) != 1 || m.size(4) != 1) {
+  auto fits = [&](int d) { return m.size(d) == 1 || m.size(d) == target.size(d); };
+  if (m.dim() != 5 || !m.is_floating_point() || m.size(0) != target.size(0) || m.size(1) != 1 || !fits(2) || !fits(3) ||
+      !fits(4)) {
     return absl::InvalidArgumentError(absl::StrCat("Wan target: loss_mask ", ShapeString(m.sizes()), ", expected [",
-                                                   target.size(0), ", 1, ", target.size(2), ", 1, 1] floating"));
+                                                   target.size(0), ", 1, ", target.size(2), " or 1, ", target.size(3),
+                                                   " or 1, ", target.size(4), " or 1] floating"));
   }
   return absl::OkStatus();
 }
@@ -352,8 +355,11 @@ absl::StatusOr<TensorMap> WanFamily::MicroBatchInputs(const NoisyBatch& batch) c
 }
 
 at::Tensor WanFamily::LossMask(const NoisyBatch& batch) const {
-  if (batch.conditioning != kWanCleanFirstFrame) return at::Tensor();
-  return WanFirstFrameLossMask(batch.noisy.size(0), batch.noisy.size(2));
+  at::Tensor mask;
+  if (batch.conditioning == kWanCleanFirstFrame) mask = WanFirstFrameLossMask(batch.noisy.size(0), batch.noisy.size(2));
+  if (!batch.loss_weights.defined()) return mask;
+  at::Tensor weights = batch.loss_weights.unsqueeze(1).unsqueeze(1);  // [b, 1, 1, H, W]: every frame alike
+  return mask.defined() ? mask * weights : weights;
 }
 
 bool IsWanModel(const std::string& path, const std::string& config_path) {

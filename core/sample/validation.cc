@@ -70,6 +70,7 @@ absl::StatusOr<ValidationSet> BuildValidationSet(const JobConfig& job, const Mod
       b.grid_h = s.grid_h;
       b.grid_w = s.grid_w;
       b.guidance = job.guidance;
+      if (s.loss_mask.defined()) b.loss_weights = s.loss_mask.unsqueeze(0);  // the loss the training step takes
       set.loss_masks.push_back(family.LossMask(b));
       set.inputs.push_back(std::move(b));
       set.targets.push_back(noise - x0);

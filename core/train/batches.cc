@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 
 #include <algorithm>
 #include <map>
@@ -11,21 +12,16 @@
 #include "core/util/status.h"
 
 namespace baton {
-namespace {
-
-// Deterministic Fisher–Yates with a generator, so the order is the same on every platform.
-void Shuffle(std::vector<int64_t>& v, uint64_t seed) {
-  auto gen = at::detail::createCPUGenerator(seed);
-  for (int64_t i = static_cast<int64_t>(v.size()) - 1; i > 0; --i) {
-    int64_t j = at::randint(i + 1, {1}, gen, at::kLong).item<int64_t>();
-    std::swap(v[i], v[j]);
-  }
-}
-
-}  // namespace
-
 CacheContents CacheContentsOf(const CacheIndex& index) {
   return {index.latent_channels, index.text_dim, index.conditioning, index.condition_channels, index.image_dim};
+}
+
+absl::StatusOr<std::unique_ptr<CacheReader>> OpenTrainingCache(const JobConfig& job, const ModelFamily& family) {
+  const std::vector<std::string> dirs = job.SourcePaths();
+  ASSIGN_OR_RETURN(std::unique_ptr<CacheReader> cache, CacheReader::OpenAll(dirs));
+  RETURN_IF_ERROR(Annotate(family.CheckCacheFits(CacheContentsOf(cache->index())),
+                           absl::StrCat("cache ", absl::StrJoin(dirs, ", "), " does not fit the model")));
+  return cache;
 }
 
 uint64_t DropoutBaseSeed(uint64_t job_seed) { return MixSeed(job_seed, 0xd509); }
@@ -57,39 +53,25 @@ absl::StatusOr<StepSampler> StepSampler::Create(const CacheReader* cache, const 
   s.job_ = job;
   s.family_ = family;
   ASSIGN_OR_RETURN(std::vector<int64_t> held_out, HeldOutRecords(cache->index(), job.validation.held_out()));
-  std::map<std::string, std::vector<int64_t>> by_key;
+  ASSIGN_OR_RETURN(s.order_, DataOrder::Create(*cache, job, held_out));
+  const std::vector<DatasetSource> sources = job.Sources();
+  s.empty_prompts_.resize(sources.size());
+  for (size_t k = 0; k < sources.size(); ++k) {
+    if (job.CaptionDropout(sources[k]) <= 0) continue;
+    ASSIGN_OR_RETURN(s.empty_prompts_[k], cache->EmptyPrompt(static_cast<int>(k)));
+  }
   for (size_t i = 0; i < cache->size(); ++i) {
-    if (std::binary_search(held_out.begin(), held_out.end(), static_cast<int64_t>(i))) continue;
-    by_key[cache->index().records[i].BucketKey()].push_back(i);
-  }
-  const int64_t b = job.micro_batch_size();
-  for (auto& [key, members] : by_key) {
-    s.per_epoch_ += static_cast<int64_t>(members.size()) / b;
-    s.buckets_.push_back(members);
-  }
-  if (s.per_epoch_ == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("no bucket of the cache holds ", b, " samples (batch_size / micro_batches); the cache has ",
-                     cache->size(), " samples in ", s.buckets_.size(), " buckets",
-                     held_out.empty() ? "" : absl::StrCat(", ", held_out.size(), " of them held out for validation")));
+    const at::Tensor& empty = s.empty_prompts_[static_cast<size_t>(cache->source(i))];
+    const CacheRecordInfo& r = cache->index().records[i];
+    if (empty.defined() && empty.size(0) != r.text_len) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cache ", cache->dirs()[cache->source(i)], ": record ", r.id, " has ", r.text_len,
+                       " text tokens and the empty caption ", empty.size(0),
+                       ": caption dropout swaps one for the other, so both "
+                       "need the encoder's max_sequence_length; rerun encoder_worker on the cache"));
+    }
   }
   return s;
-}
-
-std::vector<int64_t> StepSampler::MicroBatchSamples(int64_t g) const {
-  const int64_t epoch = g / per_epoch_, pos = g % per_epoch_;
-  const int64_t b = job_.micro_batch_size();
-  std::vector<std::vector<int64_t>> chunks;
-  for (size_t k = 0; k < buckets_.size(); ++k) {
-    std::vector<int64_t> members = buckets_[k];
-    Shuffle(members, MixSeed(MixSeed(job_.seed, 0x5eed), MixSeed(epoch, k)));
-    for (size_t i = 0; i + b <= members.size(); i += b)
-      chunks.emplace_back(members.begin() + i, members.begin() + i + b);
-  }
-  std::vector<int64_t> order(chunks.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
-  Shuffle(order, MixSeed(MixSeed(job_.seed, 0x0dde), epoch));
-  return chunks[order[pos]];
 }
 
 absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
@@ -98,16 +80,21 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
     MicroBatch mb;
     mb.step = step;
     mb.index = i;
-    mb.samples = MicroBatchSamples(step * job_.micro_batches + i);
-    std::vector<at::Tensor> x0s, texts, conditions, images;
+    mb.samples = order_->MicroBatch(step * job_.micro_batches + i);
+    std::vector<at::Tensor> x0s, texts, conditions, images, masks;
+    bool masked = false;
     for (int64_t idx : mb.samples) {
       ASSIGN_OR_RETURN(CacheSample s, cache_->Load(idx));
       mb.grid_h = s.grid_h;
       mb.grid_w = s.grid_w;
       x0s.push_back(s.latents);
-      texts.push_back(s.prompt_embeds);
+      const bool dropped = order_->DropsCaption(step, idx);
+      if (dropped) mb.dropped_captions.push_back(idx);
+      texts.push_back(dropped ? empty_prompts_[static_cast<size_t>(cache_->source(idx))] : s.prompt_embeds);
       if (s.condition.defined()) conditions.push_back(s.condition);
       if (s.image_embeds.defined()) images.push_back(s.image_embeds);
+      masked = masked || s.loss_mask.defined();
+      masks.push_back(s.loss_mask.defined() ? s.loss_mask : at::ones({s.grid_h, s.grid_w}, at::kFloat));
     }
     at::Tensor x0 = at::stack(x0s);  // [b, <one cached sample's latents>]
     const int64_t b = x0.size(0), tokens = family_->LatentTokens(x0s[0].sizes());
@@ -127,6 +114,7 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
     batch.grid_h = mb.grid_h;
     batch.grid_w = mb.grid_w;
     batch.guidance = job_.guidance;
+    if (masked) batch.loss_weights = at::stack(masks);
     mb.target = noise - x0;
     ASSIGN_OR_RETURN(mb.model_inputs, family_->MicroBatchInputs(batch));
     mb.loss_mask = family_->LossMask(batch);

@@ -19,7 +19,8 @@ namespace baton {
 absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);  // fp32 | bf16 | fp16
 
 // Flow-matching loss: mean squared error in fp32. pred, target: the same shape ([b, Si, C] for FLUX.2). A defined
-// `loss_mask` (0/1, broadcastable to the target: ModelFamily::LossMask) averages over the elements it keeps only.
+// `loss_mask` (weights in [0, 1], broadcastable to the target: ModelFamily::LossMask) makes it the weighted mean
+// Σ w·(pred − target)² / Σ w over the elements (0/1 weights: the mean over the elements kept).
 at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target, const at::Tensor& loss_mask = {});
 
 // One JSON object per line, flushed after each line so a crash loses nothing already logged.

@@ -311,6 +311,60 @@ absl::Status ParseTimesteps(Reader& r, YAML::Node root, JobConfig& job) {
   return absl::OkStatus();
 }
 
+// One `datasets:` entry: a cache folder, or {path, repeats | weight, caption_dropout}.
+absl::Status ParseDatasetSource(Reader& r, YAML::Node n, DatasetSource& d) {
+  if (n.IsScalar()) {
+    d.path = n.as<std::string>();
+    return r.CheckStringSize(n, "datasets");
+  }
+  RETURN_IF_ERROR(r.Keys(n, "a datasets entry", {"path", "repeats", "weight", "caption_dropout"}));
+  RETURN_IF_ERROR(r.Get(n, "path", &d.path));
+  RETURN_IF_ERROR(r.Check(!d.path.empty(), n, "path", "is required in a datasets entry (an encoded cache folder)"));
+  RETURN_IF_ERROR(r.Check(!(n["repeats"].IsDefined() && n["weight"].IsDefined()), n, "weight",
+                          "and repeats are exclusive: repeats counts each record per epoch, weight is a share of the "
+                          "micro-batches"));
+  RETURN_IF_ERROR(r.Get(n, "repeats", &d.repeats));
+  RETURN_IF_ERROR(r.Check(d.repeats >= 1 && d.repeats <= kMaxDatasetRepeats, n, "repeats",
+                          absl::StrCat("must be in [1, ", kMaxDatasetRepeats,
+                                       "] (times each record is seen per epoch; leave the entry out for none)")));
+  RETURN_IF_ERROR(r.Get(n, "weight", &d.weight));
+  RETURN_IF_ERROR(r.Check(!n["weight"].IsDefined() || (d.weight > 0 && d.weight <= 1), n, "weight",
+                          "must be in (0, 1] (the share of micro-batches drawn from this dataset)"));
+  RETURN_IF_ERROR(r.Get(n, "caption_dropout", &d.caption_dropout));
+  return r.Check(!n["caption_dropout"].IsDefined() || (d.caption_dropout >= 0 && d.caption_dropout <= 1), n,
+                 "caption_dropout", "must be in [0, 1] (the probability of training on the empty caption)");
+}
+
+// `dataset: DIR` or `datasets: [...]` (exactly one), and `caption_dropout`.
+absl::Status ParseDatasets(Reader& r, YAML::Node root, JobConfig& job) {
+  RETURN_IF_ERROR(r.Get(root, "dataset", &job.dataset));
+  RETURN_IF_ERROR(r.Get(root, "caption_dropout", &job.caption_dropout));
+  RETURN_IF_ERROR(r.Check(job.caption_dropout >= 0 && job.caption_dropout <= 1, root, "caption_dropout",
+                          "must be in [0, 1] (the probability of training on the empty caption)"));
+  YAML::Node list = root["datasets"];
+  if (!list.IsDefined() || list.IsNull()) {
+    return r.Check(!job.dataset.empty(), root, "dataset", "is required (an encoded cache folder; or `datasets:`)");
+  }
+  RETURN_IF_ERROR(
+      r.Check(job.dataset.empty(), root, "datasets", "and dataset are exclusive: list every cache in datasets"));
+  RETURN_IF_ERROR(r.Check(list.IsSequence() && list.size() > 0 && list.size() <= kMaxJobDatasets, root, "datasets",
+                          absl::StrCat("must list 1 to ", kMaxJobDatasets, " cache folders")));
+  std::set<std::string> paths;
+  size_t weighted = 0;
+  for (const YAML::Node& n : list) {
+    DatasetSource d;
+    RETURN_IF_ERROR(ParseDatasetSource(r, n, d));
+    if (!paths.insert(d.path).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(job.source, n), ": dataset ", d.path, " is listed twice; give it once (with repeats)"));
+    }
+    weighted += d.weight > 0 ? 1 : 0;
+    job.datasets.push_back(d);
+  }
+  return r.Check(weighted == 0 || weighted == job.datasets.size(), root, "datasets",
+                 "must give every entry a weight, or none (repeats and weights do not mix in one job)");
+}
+
 // The run's own keys: steps and batching, the pipeline keys, seed, checkpoints, dtype, devices and threads.
 absl::Status ParseRunKeys(Reader& r, YAML::Node root, JobConfig& job) {
   RETURN_IF_ERROR(r.Get(root, "steps", &job.steps));
@@ -382,6 +436,8 @@ absl::Status ParseSweep(Reader& r, YAML::Node root, JobConfig& job) {
     std::vector<std::string> values;
     RETURN_IF_ERROR(r.GetList(s, key, kMaxSweepMembers, "one value per member", &values));
     RETURN_IF_ERROR(r.Check(kv.second.IsSequence() && !values.empty(), s, key, "must list the values to sweep"));
+    RETURN_IF_ERROR(r.Check(key != "dataset" || job.datasets.empty(), s, key,
+                            "sweeps the one cache of `dataset:`; a job with `datasets:` cannot sweep it"));
     job.sweep.emplace_back(key, std::move(values));
   }
   RETURN_IF_ERROR(r.Check(job.replicas == 1, root, "sweep", "needs one replica (`replicas: 1`): its members share it"));
@@ -412,6 +468,8 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                          {"model",
                           "model_config",
                           "dataset",
+                          "datasets",
+                          "caption_dropout",
                           "lora",
                           "init_lora",
                           "optimizer",
@@ -452,10 +510,12 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   RETURN_IF_ERROR(r.Get(root, "expert", &job.expert));
   RETURN_IF_ERROR(r.Check(job.expert.empty() || job.expert == "high" || job.expert == "low" || job.expert == "both",
                           root, "expert", "must be high, low or both (the experts of a Wan 2.2 A14B folder)"));
-  RETURN_IF_ERROR(r.Get(root, "dataset", &job.dataset));
-  RETURN_IF_ERROR(r.Check(!job.dataset.empty(), root, "dataset", "is required (an encoded cache folder)"));
+  RETURN_IF_ERROR(ParseDatasets(r, root, job));
   RETURN_IF_ERROR(ParseRunKeys(r, root, job));
   RETURN_IF_ERROR(ParseEncode(r, root, job));
+  RETURN_IF_ERROR(r.Check(job.datasets.empty() || job.encode.images.empty(), root, "encode",
+                          "builds the one cache of `dataset:`; with `datasets:`, encode each folder first "
+                          "(encoder_worker --dataset IMAGES --cache DIR)"));
   RETURN_IF_ERROR(ParseValidation(r, root, job.validation));
   RETURN_IF_ERROR(ParseSamples(r, root, job.samples));
   RETURN_IF_ERROR(ParseLora(r, root, job));
@@ -484,6 +544,19 @@ absl::StatusOr<JobConfig> ParseJobYaml(const std::string& text, const std::strin
 absl::StatusOr<JobConfig> LoadJob(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxJobFileBytes));
   return ParseJobYaml(text, path);
+}
+
+std::vector<DatasetSource> JobConfig::Sources() const {
+  if (!datasets.empty()) return datasets;
+  DatasetSource one;
+  one.path = dataset;
+  return {one};
+}
+
+std::vector<std::string> JobConfig::SourcePaths() const {
+  std::vector<std::string> out;
+  for (const DatasetSource& d : Sources()) out.push_back(d.path);
+  return out;
 }
 
 std::string JobName(const JobConfig& job) {

@@ -66,6 +66,18 @@ struct EncodeConfig {
   std::string quantize;
 };
 
+// One entry of `datasets:`: an encoded cache folder and how much of each epoch it takes (core/train/data_order.h).
+// `repeats: N`: every record N times per epoch (kohya's and musubi-tuner's num_repeats); `weight: W` in (0, 1]: the
+// share of micro-batches drawn from it (SimpleTuner's probability). The entries of one job give repeats or weights,
+// not both. `caption_dropout` (< 0: the job's) is the probability that a record of this folder trains on the empty
+// caption.
+struct DatasetSource {
+  std::string path;
+  int64_t repeats = 1;
+  double weight = 0;  // 0: not given
+  double caption_dropout = -1;
+};
+
 // Optional: a validation loss over held-out cache records, forward only, at fixed timesteps and fixed noise
 // (core/sample/validation.h). `samples` records are set aside from `dataset` deterministically (never trained on),
 // unless `dataset` names a separate cache, whose first `samples` records (0: all) are used.
@@ -103,6 +115,8 @@ struct SamplesConfig {
 //   model_config: ""                    # config.json for a BFL single file
 //   expert: both                        # Wan 2.2 A14B: high | low | both (one LoRA per expert, core/train/experts.h)
 //   dataset: out/demo/cache             # encoded cache (core/data/cache.h)
+//   datasets: [{path: cache/a, repeats: 2}, {path: cache/b, caption_dropout: 0.2}]  # instead of `dataset:`
+//   caption_dropout: 0.1                # probability that a record trains on the empty caption (core/train/batches.h)
 //   lora: {rank: 8, alpha: 8, targets: attention, dropout: 0.0}
 //   init_lora: ""                       # optional LoRA file to start from (same targets and rank as `lora`)
 //   optimizer: {lr: 1e-3, weight_decay: 0.0, betas: [0.9, 0.999], eps: 1e-8, clip: 1.0, warmup_steps: 0}
@@ -126,7 +140,12 @@ struct JobConfig {
   // Wan 2.2 A14B (two experts): which the job trains, "high" | "low" | "both" (core/train/experts.h); "" = the folder's
   // default transformer, its timesteps as configured.
   std::string expert;
-  std::string dataset;
+  std::string dataset;  // empty when `datasets:` lists the caches
+  // `datasets:` (several caches, with repeats or weights); empty: `dataset` alone. Sources() gives either as a list.
+  std::vector<DatasetSource> datasets;
+  // The probability that a record trains on the empty caption instead of its own (ai-toolkit's caption_dropout_rate,
+  // SimpleTuner's caption_dropout_probability), for the datasets that do not set their own. Validation never drops.
+  double caption_dropout = 0;
   LoraSpec lora;  // targets resolved; seed = job seed
   std::string lora_targets = "attention";
   std::string init_lora;  // empty: adapters start from the seeded init (core/train/init_lora.h)
@@ -195,6 +214,13 @@ struct JobConfig {
   bool lora_alpha_set = false;  // `lora.alpha` was given (else it follows lora.rank, also in a sweep)
 
   int64_t micro_batch_size() const { return batch_size / micro_batches; }
+  // The caches the job trains on: `datasets:`, or `dataset` as one entry (repeats 1, the job's caption dropout).
+  std::vector<DatasetSource> Sources() const;
+  std::vector<std::string> SourcePaths() const;
+  // Source k's caption dropout probability (its own, else the job's).
+  double CaptionDropout(const DatasetSource& source) const {
+    return source.caption_dropout >= 0 ? source.caption_dropout : caption_dropout;
+  }
 };
 
 // Limits on what a job file may ask for, checked before and while it is parsed (the job service parses what any
@@ -215,6 +241,9 @@ inline constexpr size_t kMaxJobStages = 64;
 inline constexpr size_t kMaxValidationTimesteps = 32;
 // samples.prompts: each renders `steps` denoising passes at every rendering and a picture on the contact sheet.
 inline constexpr size_t kMaxSamplePrompts = 64;
+// datasets: one cache folder each, opened together.
+inline constexpr size_t kMaxJobDatasets = 64;
+inline constexpr int64_t kMaxDatasetRepeats = 10000;
 // encode.encoder_workers: one connection, one stream and one shard folder each; past 64 the merge's per-shard
 // overhead outgrows a share of any dataset worth splitting.
 inline constexpr size_t kMaxEncoderWorkers = 64;

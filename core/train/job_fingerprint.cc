@@ -113,6 +113,20 @@ absl::StatusOr<JobFingerprint> MakeJobFingerprint(const JobConfig& job, const st
     f.emplace_back("model_config", config);
   }
   f.emplace_back("data", CacheIdentity(cache));
+  // Only when not the plain one dataset: checkpoints written before `datasets:` existed keep resuming.
+  if (!job.datasets.empty()) {
+    std::vector<std::string> shares;
+    for (const DatasetSource& d : job.datasets) {
+      shares.push_back(d.weight > 0 ? absl::StrCat("weight ", Num(d.weight)) : absl::StrCat("repeats ", d.repeats));
+    }
+    f.emplace_back("datasets", absl::StrJoin(shares, ", "));
+  }
+  std::vector<std::string> dropout;
+  for (const DatasetSource& d : job.Sources()) dropout.push_back(Num(job.CaptionDropout(d)));
+  // Only when some caption is dropped (the empty caption's embedding is the encoder's, which "data" names).
+  if (absl::StrJoin(dropout, "") != std::string(dropout.size(), '0')) {
+    f.emplace_back("caption_dropout", absl::StrJoin(dropout, ", "));
+  }
   f.emplace_back("lora.rank", absl::StrCat(job.lora.rank));
   f.emplace_back("lora.alpha", Num(job.lora.alpha));
   f.emplace_back("lora.targets", absl::StrJoin(job.lora.targets, ","));

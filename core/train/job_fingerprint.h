@@ -14,12 +14,12 @@
 
 namespace baton {
 
-// In: data content, weights content, LoRA spec and init, optimizer and its schedule, timesteps, guidance, seed,
-// batch layout, dtype, quantization, wire compression. Out: recompute, paths, threads, devices, stages, pipeline
-// schedule and chunks, steps, checkpoint_every, name, memory budgets, save_bfl, encode settings — the cache
-// content covers those. The pipeline schedule is left out because every schedule accumulates gradients in
-// micro-batch order and is bitwise equal to train-local (tests/pipeline_test.cc, tests/resume_test.cc); `steps`
-// because extending a run is allowed.
+// In: data content (and the datasets' repeats, weights and caption dropout), weights content, LoRA spec and init,
+// optimizer and its schedule, timesteps, guidance, seed, batch layout, dtype, quantization, wire compression. Out:
+// recompute, paths, threads, devices, stages, pipeline schedule and chunks, steps, checkpoint_every, name, memory
+// budgets, save_bfl, encode settings — the cache content covers those. The pipeline schedule is left out because every
+// schedule accumulates gradients in micro-batch order and is bitwise equal to train-local (tests/pipeline_test.cc,
+// tests/resume_test.cc); `steps` because extending a run is allowed.
 using JobFingerprint = std::vector<std::pair<std::string, std::string>>;
 
 // `weight_files`: the model's safetensors files (Flux2Checkpoint::FilePaths()). Reads only each file's header,
