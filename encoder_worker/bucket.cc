@@ -1,12 +1,41 @@
 #include "encoder_worker/bucket.h"
 
+#include <absl/strings/ascii.h>
+#include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_split.h>
 
 #include <algorithm>
 #include <cassert>
 #include <cmath>
 
 namespace baton {
+
+BucketSpec BucketsForResolution(int64_t resolution) {
+  BucketSpec spec;
+  spec.target_area = resolution * resolution;
+  spec.step = 16;
+  spec.min_side = static_cast<int>(std::max<int64_t>(16, (resolution / 2) / 16 * 16));
+  spec.max_side = static_cast<int>(resolution * 2);
+  spec.max_aspect = 2.5;
+  return spec;
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseResolutions(const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t r = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &r) || r < 16 || r > 8192) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--resolution ", text, ": '", part, "' is not a resolution in [16, 8192] (pixels per side)"));
+    }
+    if (std::find(out.begin(), out.end(), r) != out.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("--resolution ", text, ": ", r, " is given twice"));
+    }
+    out.push_back(r);
+  }
+  return out;
+}
 
 std::string Bucket::ToString() const { return absl::StrCat(width, "x", height); }
 

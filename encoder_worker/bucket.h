@@ -30,6 +30,12 @@ struct Bucket {
   std::string ToString() const;  // "WxH"
 };
 
+// Bucket settings for a square target resolution (area = resolution², sides multiples of 16).
+BucketSpec BucketsForResolution(int64_t resolution);
+
+// "1024" or "512,768,1024" (encoder_worker --resolution): each in [16, 8192], none twice; InvalidArgument otherwise.
+absl::StatusOr<std::vector<int64_t>> ParseResolutions(const std::string& text);
+
 // The bucket list, sorted by aspect ratio width/height ascending (ties by width): the largest
 // square s x s (s = floor(sqrt(area) / step) * step), and for every width w = min_side rounded up
 // to step, ..., max_side the height h = floor(area / w / step) * step (capped at max_side), in

@@ -121,3 +121,19 @@ TEST(BucketTest, RejectsBadSpecs) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(ResolutionsTest, OneOrSeveralEachOnceWithinBounds) {
+  EXPECT_EQ(*ParseResolutions("1024"), (std::vector<int64_t>{1024}));
+  EXPECT_EQ(*ParseResolutions("512, 768,1024"), (std::vector<int64_t>{512, 768, 1024}));
+  for (const char* bad : {"", "512,", "12", "9000", "512,512", "big"}) {
+    auto r = ParseResolutions(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--resolution"), std::string::npos) << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace baton

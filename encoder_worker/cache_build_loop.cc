@@ -85,6 +85,7 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(SampleEncoder& encoder, const Cac
                                            encoder.condition_channels(), encoder.image_dim()});
   std::set<std::string> owned;
   std::map<std::string, std::string> checksums;  // file -> the checksum the previous index recorded for it
+  std::map<std::string, std::vector<std::string>> group_files;  // group -> its record files, in index order
   EmptyPromptInfo previous_empty;
   // A previous index of another encoder or layout (another model, precision or conditioning): none of its records
   // can be kept, so none is read (they are re-encoded, not reported corrupt).
@@ -95,6 +96,7 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(SampleEncoder& encoder, const Cac
     for (const CacheRecordInfo& r : previous->records) {
       owned.insert(r.file);
       checksums[r.file] = r.checksum;
+      group_files[r.Group()].push_back(r.file);
     }
   }
   CacheBuildProgress progress;
@@ -102,7 +104,7 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(SampleEncoder& encoder, const Cac
   double encode_seconds = 0;
   std::set<std::string> live_files;
 
-  // The existing record of item i if it may be kept: it reads back whole with the checksum its index recorded,
+  // The existing record `file` of item i if it may be kept: it reads back whole with the checksum its index recorded,
   // and is for this exact input, encoder and the builder's settings. A corrupt one is counted and logged.
   auto keepable = [&](size_t i, const std::string& file) -> std::optional<CacheRecordInfo> {
     if (previous_other_encoder || !PathExists(JoinPath(options.cache_dir, file))) return std::nullopt;
@@ -122,41 +124,59 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(SampleEncoder& encoder, const Cac
     }
     return std::nullopt;
   };
+  // Every record of item i's group if all may be kept; else none.
+  auto keep_group = [&](size_t i,
+                        const std::vector<std::string>& files) -> std::optional<std::vector<CacheRecordInfo>> {
+    std::vector<CacheRecordInfo> kept;
+    for (const std::string& file : files) {
+      auto one = keepable(i, file);
+      if (!one) return std::nullopt;
+      kept.push_back(*one);
+    }
+    return kept;
+  };
 
   for (size_t i = 0; i < items.size(); ++i) {
     const CacheBuildItem& item = items[i];
     progress.current = item.name;
-    const std::string file = absl::StrCat("records/", item.name, ".safetensors");
-    live_files.insert(file);
-    if (auto kept = keepable(i, file)) {
-      index.records.push_back(*kept);
+    auto group = group_files.find(item.name);
+    const std::vector<std::string> files =
+        group != group_files.end() ? group->second
+                                   : std::vector<std::string>{absl::StrCat("records/", item.name, ".safetensors")};
+    if (auto kept = keep_group(i, files)) {
+      for (const CacheRecordInfo& r : *kept) {
+        index.records.push_back(r);
+        live_files.insert(r.file);
+      }
       ++report.kept;
       kept_total.Increment();
       ++progress.kept;
     } else {
       const auto t1 = Clock::now();
-      auto info = steps.encode(i, index.encoder);
+      auto infos = steps.encode(i, index.encoder);
       const double seconds = SecondsSince(t1);
       encode_seconds += seconds;
-      if (info.ok()) {
-        index.records.push_back(*info);
+      if (infos.ok()) {
+        for (const CacheRecordInfo& r : *infos) {
+          index.records.push_back(r);
+          live_files.insert(r.file);
+        }
         ++report.encoded;
         encoded_total.Increment();
         sample_seconds.Observe(seconds);
         ++progress.encoded;
       } else {
-        report.errors.push_back({item.source_path, info.status()});
+        report.errors.push_back({item.source_path, infos.status()});
         failed_total.Increment();
         ++progress.failed;
-        // A stale record for this sample must not survive into the index or stay on disk (if it is ours).
-        if (owned.count(file)) (void)RemoveAll(JoinPath(options.cache_dir, file));
       }
     }
     ++progress.done;
     progress.elapsed_seconds = SecondsSince(started);
     if (on_progress) on_progress(progress);
   }
-  // Records of samples that are gone from the dataset are dropped -- only those the previous index listed.
+  // Records of samples that are gone from the dataset, that failed, or that are no longer produced (a video cut into
+  // fewer clips) are dropped -- only those the previous index listed.
   std::error_code ec;
   for (const std::string& file : owned) {
     if (!live_files.count(file) && absl::StartsWith(file, "records/") && file.find("..") == std::string::npos) {

@@ -5,6 +5,7 @@
 
 #include <absl/status/statusor.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -18,20 +19,37 @@
 
 namespace baton {
 
-// One sample as the loop sees it.
+// One sample as the loop sees it: one record, or (a video cut into several clips) a group of them.
 struct CacheBuildItem {
-  std::string name;          // the record id: records/<name>.safetensors; progress.current
+  std::string name;          // the record id (records/<name>.safetensors), or the group's (CacheRecordInfo::Group)
   std::string source_path;   // the file an encode error names
   std::string content_hash;  // a kept record must have been encoded from this
 };
+
+// Sorts `items` by name (bytewise: the order a merge of shard caches lists records in; at several resolutions
+// "a.png@1024" before "a.png@512"), and `along` with them.
+template <typename T>
+void SortByRecordId(std::vector<CacheBuildItem>& items, std::vector<T>& along) {
+  std::vector<size_t> order(items.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return items[a].name < items[b].name; });
+  std::vector<CacheBuildItem> sorted_items;
+  std::vector<T> sorted_along;
+  for (size_t i : order) {
+    sorted_items.push_back(std::move(items[i]));
+    sorted_along.push_back(std::move(along[i]));
+  }
+  items = std::move(sorted_items);
+  along = std::move(sorted_along);
+}
 
 // What a builder adds to the loop, for item i of the list.
 struct CacheBuildSteps {
   // Whether an existing record that reads back whole, with the same content hash and encoder, also fits the
   // builder's other settings (the image bucket; a video record's frames).
   std::function<bool(size_t i, const CacheRecordInfo& existing)> record_fits;
-  // Encodes item i and writes its record, made by `encoder_identity`.
-  std::function<absl::StatusOr<CacheRecordInfo>(size_t i, const std::string& encoder_identity)> encode;
+  // Encodes item i and writes its records (one, or each clip of a video), made by `encoder_identity`.
+  std::function<absl::StatusOr<std::vector<CacheRecordInfo>>(size_t i, const std::string& encoder_identity)> encode;
 };
 
 // `sample` (ReadCacheRecord of `file`, which filled `read`) when the previous index recorded no checksum for `file`

@@ -23,6 +23,17 @@ void StartEncoderMetrics() {
   metrics.sample_seconds.Add({}, EncoderSampleBuckets());
 }
 
+std::vector<std::pair<int64_t, BucketSpec>> BuildResolutions(const CacheBuildOptions& options) {
+  if (options.resolutions.size() < 2) return {{0, options.buckets}};
+  std::vector<std::pair<int64_t, BucketSpec>> out;
+  for (int64_t r : options.resolutions) out.emplace_back(r, BucketsForResolution(r));
+  return out;
+}
+
+std::string RecordId(const std::string& name, int64_t resolution) {
+  return resolution > 0 ? absl::StrCat(name, "@", resolution) : name;
+}
+
 absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,
                                             const std::function<void(const CacheBuildProgress&)>& on_progress) {
   if (encoder.encodes_video()) return BuildVideoCache(encoder, options, on_progress);
@@ -35,20 +46,35 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
     scan_options.include = [shard](const std::string& name) { return shard.Contains(name); };
   }
   ASSIGN_OR_RETURN(Dataset dataset, ScanDataset(options.dataset_dir, scan_options));
-  ASSIGN_OR_RETURN(std::vector<Bucket> buckets, MakeBuckets(options.buckets));
-  std::vector<CacheBuildItem> items;
-  std::vector<const Bucket*> sample_buckets;
-  for (const DatasetSample& sample : dataset.samples) {
-    items.push_back({sample.name, sample.image_path, sample.content_hash});
-    sample_buckets.push_back(&buckets[AssignBucket(buckets, sample.width, sample.height)]);
+  // One item per sample and resolution, sample after sample.
+  const std::vector<std::pair<int64_t, BucketSpec>> resolutions = BuildResolutions(options);
+  std::vector<std::vector<Bucket>> buckets;
+  for (const auto& [r, spec] : resolutions) {
+    ASSIGN_OR_RETURN(std::vector<Bucket> list, MakeBuckets(spec));
+    buckets.push_back(std::move(list));
   }
+  std::vector<CacheBuildItem> items;
+  struct Item {
+    const DatasetSample* sample;
+    int64_t resolution;
+    Bucket bucket;
+  };
+  std::vector<Item> item_of;
+  for (const DatasetSample& sample : dataset.samples) {
+    for (size_t k = 0; k < resolutions.size(); ++k) {
+      const int64_t r = resolutions[k].first;
+      items.push_back({RecordId(sample.name, r), sample.image_path, sample.content_hash});
+      item_of.push_back({&sample, r, buckets[k][AssignBucket(buckets[k], sample.width, sample.height)]});
+    }
+  }
+  SortByRecordId(items, item_of);
   CacheBuildSteps steps;
   steps.record_fits = [&](size_t i, const CacheRecordInfo& existing) {
-    return existing.bucket == sample_buckets[i]->ToString();
+    return existing.bucket == item_of[i].bucket.ToString() && existing.resolution == item_of[i].resolution;
   };
-  steps.encode = [&](size_t i, const std::string& identity) -> absl::StatusOr<CacheRecordInfo> {
-    const DatasetSample& sample = dataset.samples[i];
-    const Bucket& bucket = *sample_buckets[i];
+  steps.encode = [&](size_t i, const std::string& identity) -> absl::StatusOr<std::vector<CacheRecordInfo>> {
+    const DatasetSample& sample = *item_of[i].sample;
+    const Bucket& bucket = item_of[i].bucket;
     ASSIGN_OR_RETURN(Image image, LoadSampleImage(sample));
     Image sized = ResizeToBucket(image, bucket);
     ASSIGN_OR_RETURN(at::Tensor latents, encoder.EncodeImage(sized));
@@ -64,7 +90,10 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
       RETURN_IF_ERROR(CheckMaskImage(mask, image.width, image.height, sample.mask_path));
       s.loss_mask = MaskOnLatentGrid(ResizeToBucket(mask, bucket), s.grid_h, s.grid_w);
     }
-    return WriteCacheRecord(options.cache_dir, sample.name, sample.content_hash, identity, s, bucket.ToString());
+    ASSIGN_OR_RETURN(CacheRecordInfo info, WriteCacheRecord(options.cache_dir, items[i].name, sample.content_hash,
+                                                            identity, s, bucket.ToString(), item_of[i].resolution,
+                                                            items[i].name == sample.name ? "" : sample.name));
+    return std::vector<CacheRecordInfo>{info};
   };
   return RunCacheBuild(encoder, options, items, dataset.errors, steps, started, on_progress);
 }

@@ -19,6 +19,7 @@
 #include "core/data/cache_shard.h"
 #include "core/encode/sample_encoder.h"
 #include "core/image/image.h"
+#include "core/video/clip_windows.h"
 #include "core/video/video_bucket.h"
 #include "encoder_worker/bucket.h"
 #include "encoder_worker/dataset.h"
@@ -30,8 +31,14 @@ struct CacheBuildOptions {
   std::string cache_dir;
   std::string trigger;
   BucketSpec buckets;
+  // Several resolutions (encoder_worker --resolution 512,768,1024): every sample is cached once at each, with
+  // BucketsForResolution's buckets, as record "<name>@<resolution>" (CacheRecordInfo::resolution); fewer than two:
+  // `buckets` alone, records named as the samples.
+  std::vector<int64_t> resolutions;
   // Video encoders (Wan): frames and stride of the clip buckets; the area comes from buckets.target_area.
   VideoBucketSpec video;
+  // Video encoders: how a clip longer than its frame bucket becomes clips (head: the first only).
+  ClipExtraction extraction;
   // Set: encode only this worker's share of the dataset, into a cache folder of its own that no other share and no
   // whole-dataset build uses (core/data/cache_shard.h; cache_merge.h joins the shares). Unset: the whole dataset.
   std::optional<ShardSpec> shard;
@@ -60,6 +67,11 @@ struct CacheBuildReport {
 // Creates the encoder's metric series (baton_encoder_*) at zero, so a scrape shows them before the first sample.
 // BuildCache counts every sample it encodes, keeps or fails in them.
 void StartEncoderMetrics();
+
+// The bucket settings a build encodes at: {resolution, spec} for each of options.resolutions, or {0, options.buckets}.
+std::vector<std::pair<int64_t, BucketSpec>> BuildResolutions(const CacheBuildOptions& options);
+// The record id of sample `name` at `resolution` (0: the name itself).
+std::string RecordId(const std::string& name, int64_t resolution);
 
 // A video encoder (encoder.encodes_video()) builds from clips instead: BuildVideoCache (video_cache_builder.h).
 absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,

@@ -1,5 +1,6 @@
 #include "encoder_worker/cache_builder.h"
 
+#include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include "core/data/cache.h"
 #include "core/metrics/families.h"
 #include "core/testing/tiny_flux2.h"
+#include "core/train/batches.h"
 #include "core/util/files.h"
 
 namespace baton {
@@ -125,6 +127,48 @@ TEST_F(CacheBuilderTest, AMaskBesideItsImageWeightsTheRecordsTokens) {
   ASSERT_EQ(second->errors.size(), 1u);
   EXPECT_NE(second->errors[0].status.message().find("b.mask.png: the mask is not gray-scale"), std::string::npos)
       << second->errors[0].status;
+}
+
+// Several resolutions: each image at each, as "<name>@<resolution>" in id order, in the bucket of that area; a rerun
+// keeps them all; a job's `resolutions:` reads only those it names; a validation holds an image out at both or neither.
+TEST_F(CacheBuilderTest, SeveralResolutionsCacheEachImageAtEach) {
+  options_.resolutions = {64, 32};
+  auto first = BuildCache(encoder_, options_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->encoded, 4);
+  auto index = ReadCacheIndex(options_.cache_dir);
+  ASSERT_TRUE(index.ok());
+  std::vector<std::string> ids;
+  for (const CacheRecordInfo& r : index->records) {
+    ids.push_back(r.id);
+    EXPECT_EQ(r.id, absl::StrCat(r.SampleName(), "@", r.resolution));
+    const Bucket b{static_cast<int>(r.grid_w * 16), static_cast<int>(r.grid_h * 16)};
+    EXPECT_EQ(r.bucket, b.ToString());
+    EXPECT_LE(b.width * b.height, r.resolution * r.resolution) << r.id;
+    EXPECT_GT(b.width * b.height, r.resolution * r.resolution / 2) << r.id;
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"a.png@32", "a.png@64", "b.png@32", "b.png@64"}));
+  auto second = BuildCache(encoder_, options_);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->kept, 4);
+
+  auto only32 = CacheReader::OpenAll({options_.cache_dir}, {{32}});
+  ASSERT_TRUE(only32.ok()) << only32.status();
+  ASSERT_EQ((*only32)->size(), 2u);
+  for (const CacheRecordInfo& r : (*only32)->index().records) EXPECT_EQ(r.resolution, 32);
+  EXPECT_FALSE(CacheReader::OpenAll({options_.cache_dir}, {{48}}).ok());
+  auto held = HeldOutRecords(*index, 1);
+  ASSERT_TRUE(held.ok());
+  ASSERT_EQ(held->size(), 2u);
+  EXPECT_EQ(index->records[(*held)[0]].SampleName(), index->records[(*held)[1]].SampleName());
+
+  options_.resolutions = {};  // one resolution again: records named as the images, the others dropped
+  auto single = BuildCache(encoder_, options_);
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ(single->encoded, 2);
+  auto plain = CacheReader::OpenAll({options_.cache_dir}, {{64}});
+  ASSERT_FALSE(plain.ok());
+  EXPECT_NE(plain.status().message().find("was encoded at one resolution"), std::string::npos) << plain.status();
 }
 
 TEST_F(CacheBuilderTest, EncodesThenSkipsUnchangedSamples) {

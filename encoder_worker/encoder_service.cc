@@ -3,6 +3,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <thread>
@@ -18,16 +19,6 @@
 #include "rpc/wire.h"
 
 namespace baton {
-
-BucketSpec BucketsForResolution(int64_t resolution) {
-  BucketSpec spec;
-  spec.target_area = resolution * resolution;
-  spec.step = 16;
-  spec.min_side = static_cast<int>(std::max<int64_t>(16, (resolution / 2) / 16 * 16));
-  spec.max_side = static_cast<int>(resolution * 2);
-  spec.max_aspect = 2.5;
-  return spec;
-}
 
 std::string RenderEncodeProgress(const CacheBuildProgress& p, double seconds_per_encoded) {
   const int width = 24;
@@ -88,7 +79,17 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   options.cache_dir = *cache_dir;
   options.trigger = req->trigger();
   options.follow_links_into = follow_links_into_;
-  options.buckets = BucketsForResolution(req->resolution() > 0 ? req->resolution() : default_resolution_);
+  options.resolutions.assign(req->resolutions().begin(), req->resolutions().end());
+  if (options.resolutions.empty()) {
+    options.resolutions = req->resolution() > 0 ? std::vector<int64_t>{req->resolution()} : default_resolutions_;
+  }
+  for (int64_t r : options.resolutions) {
+    if (r < 16 || r > 8192 || std::count(options.resolutions.begin(), options.resolutions.end(), r) > 1) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("resolution ", r, ": each must be in [16, 8192] and given once"));
+    }
+  }
+  options.buckets = BucketsForResolution(options.resolutions.front());
   if (req->shard_count() != 0 || req->shard_index() != 0) {
     const ShardSpec shard{req->shard_index(), req->shard_count()};
     if (shard.count < 1 || shard.count > kMaxShards || shard.index < 0 || shard.index >= shard.count) {
@@ -178,10 +179,10 @@ grpc::Status EncoderServiceImpl::EncodePrompts(grpc::ServerContext* ctx, const v
   return grpc::Status::OK;
 }
 
-absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution,
-                          const std::string& cache_root, WeightQuant quantize,
-                          const std::vector<std::string>& follow_links_into) {
-  EncoderServiceImpl service(encoder, default_resolution, cache_root, quantize, follow_links_into);
+absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen,
+                          const std::vector<int64_t>& default_resolutions, const std::string& cache_root,
+                          WeightQuant quantize, const std::vector<std::string>& follow_links_into) {
+  EncoderServiceImpl service(encoder, default_resolutions, cache_root, quantize, follow_links_into);
   ASSIGN_OR_RETURN(StartedServer started, StartServer("encoder_worker", listen, &service, kEncoderServiceName));
   const std::string& address = started.address;
   const std::atomic<bool>& stop = InstallStopSignals(SecondSignal::kStops).stop;

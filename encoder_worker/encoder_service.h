@@ -21,10 +21,11 @@ class EncoderServiceImpl final : public v1::EncoderService::Service {
   // elsewhere is refused with PERMISSION_DENIED. `quantize`: the text encoder's precision (--quantize); a request
   // asking for another is refused with FAILED_PRECONDITION. `follow_links_into`: the folders outside a dataset that
   // its symlinks may lead into (--follow_links_into; a request cannot widen it).
-  EncoderServiceImpl(SampleEncoder* encoder, int64_t default_resolution, std::string cache_root,
+  // `default_resolutions`: a request's when it names none (--resolution).
+  EncoderServiceImpl(SampleEncoder* encoder, std::vector<int64_t> default_resolutions, std::string cache_root,
                      WeightQuant quantize = WeightQuant::kNone, std::vector<std::string> follow_links_into = {})
       : encoder_(encoder),
-        default_resolution_(default_resolution),
+        default_resolutions_(std::move(default_resolutions)),
         cache_root_(std::move(cache_root)),
         quantize_(quantize),
         follow_links_into_(std::move(follow_links_into)) {}
@@ -40,18 +41,16 @@ class EncoderServiceImpl final : public v1::EncoderService::Service {
   // Held by the call encoding with encoder_: EncodeDataset refuses to wait for it, EncodePrompts waits.
   absl::Mutex busy_;
   SampleEncoder* const encoder_ ABSL_PT_GUARDED_BY(busy_);
-  const int64_t default_resolution_;
+  const std::vector<int64_t> default_resolutions_;
   const std::string cache_root_;
   const WeightQuant quantize_;
   const std::vector<std::string> follow_links_into_;
 };
 
-// Bucket settings for a square target resolution (area = resolution², sides multiples of 16).
-BucketSpec BucketsForResolution(int64_t resolution);
-
 // Serves EncoderService on `listen` until SIGTERM/SIGINT; prints "LISTENING host:port" once up.
-absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, int64_t default_resolution,
-                          const std::string& cache_root, WeightQuant quantize = WeightQuant::kNone,
+absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen,
+                          const std::vector<int64_t>& default_resolutions, const std::string& cache_root,
+                          WeightQuant quantize = WeightQuant::kNone,
                           const std::vector<std::string>& follow_links_into = {});
 
 // One line of progress ("[####......]  12/40  0.8 s/sample  ETA 22s  cat_01.jpg").

@@ -53,14 +53,18 @@ absl::StatusOr<std::unique_ptr<SampleEncoder>> OpenEncoder(const EncoderWorkerCo
 }
 
 // Batch mode: one dataset into the cache, with a progress line, then a summary.
-int BuildOneCache(const EncoderWorkerCommand& command, SampleEncoder& encoder, std::optional<ShardSpec> shard) {
+int BuildOneCache(const EncoderWorkerCommand& command, SampleEncoder& encoder, std::optional<ShardSpec> shard,
+                  const std::vector<int64_t>& resolutions, const std::vector<int64_t>& frame_buckets) {
   CacheBuildOptions build;
   build.dataset_dir = command.dataset;
   build.cache_dir = command.cache;
   build.trigger = command.trigger;
-  build.buckets = BucketsForResolution(command.resolution);
+  build.buckets = BucketsForResolution(resolutions.front());
+  build.resolutions = resolutions;
   build.video.max_frames = command.max_frames;
   build.video.stride = command.frame_stride;
+  build.video.frame_buckets = frame_buckets;
+  build.extraction = {command.frame_extraction, command.clips_per_video, command.slide_stride};
   build.shard = shard;
   build.follow_links_into = command.follow_links_into;
   const bool tty = ::isatty(STDOUT_FILENO);
@@ -158,6 +162,19 @@ int RunEncoderWorkerCommand(const EncoderWorkerCommand& command) {
     std::fprintf(stderr, "encoder_worker: --quantize: %s\n", std::string(quantize.status().message()).c_str());
     return 2;
   }
+  auto resolutions = ParseResolutions(command.resolution);
+  if (!resolutions.ok()) {
+    std::fprintf(stderr, "encoder_worker: %s\n", std::string(resolutions.status().message()).c_str());
+    return 2;
+  }
+  auto frame_buckets = ParseFrameBuckets(command.frames);
+  absl::Status extraction =
+      CheckClipExtraction({command.frame_extraction, command.clips_per_video, command.slide_stride});
+  if (!frame_buckets.ok() || !extraction.ok()) {
+    std::fprintf(stderr, "encoder_worker: %s\n",
+                 std::string((frame_buckets.ok() ? extraction : frame_buckets.status()).message()).c_str());
+    return 2;
+  }
   auto encoder = OpenEncoder(command, *dtype, *quantize);
   if (!encoder.ok()) {
     std::fprintf(stderr, "encoder_worker: %s\n", encoder.status().ToString().c_str());
@@ -165,12 +182,12 @@ int RunEncoderWorkerCommand(const EncoderWorkerCommand& command) {
   }
   if (!command.listen.empty()) {
     absl::Status s =
-        ServeEncoder(encoder->get(), command.listen, command.resolution,
+        ServeEncoder(encoder->get(), command.listen, *resolutions,
                      command.cache_root.empty() ? "." : command.cache_root, *quantize, command.follow_links_into);
     if (!s.ok()) std::fprintf(stderr, "encoder_worker: %s\n", s.ToString().c_str());
     return s.ok() ? 0 : 1;
   }
-  return BuildOneCache(command, **encoder, shard);
+  return BuildOneCache(command, **encoder, shard, *resolutions, *frame_buckets);
 }
 
 }  // namespace baton

@@ -11,14 +11,17 @@
 namespace baton {
 
 struct EncoderWorkerCommand {
-  std::string dataset, cache;  // batch mode: the dataset folder and the cache folder to write
-  std::string model;           // the FLUX.2 or Wan diffusers pipeline folder
-  int threads = 0;             // compute threads (0 = all cores)
-  std::string trigger;         // added to every caption
-  int64_t resolution = 1024;   // bucket target: area = resolution²
+  std::string dataset, cache;       // batch mode: the dataset folder and the cache folder to write
+  std::string model;                // the FLUX.2 or Wan diffusers pipeline folder
+  int threads = 0;                  // compute threads (0 = all cores)
+  std::string trigger;              // added to every caption
+  std::string resolution = "1024";  // bucket target area = resolution²; "512,768,1024": each image at each
   int64_t max_sequence_length = 512;
   int64_t max_frames = 81, frame_stride = 1;  // Wan clips
-  std::string conditioning = "auto";          // Wan image-to-video (WanEncoderOptions::conditioning)
+  std::string frames;                         // Wan frame buckets "1,33,81" ("" = the largest 4k+1 up to max_frames)
+  std::string frame_extraction = "head";      // Wan: head | chunk | slide | uniform (core/video/clip_windows.h)
+  int64_t clips_per_video = 0, slide_stride = 1;
+  std::string conditioning = "auto";  // Wan image-to-video (WanEncoderOptions::conditioning)
   std::string dtype = "fp32";
   std::string quantize = "none";   // the text encoder's Linear weights: none | int8 | fp8 (core/text/text_weights.h)
   std::string listen;              // serve EncoderService here instead of a batch run

@@ -26,8 +26,8 @@ absl::StatusOr<std::string> FindMaskFile(const std::string& image_name, const st
 
 absl::Status CheckMaskImage(const Image& mask, int width, int height, const std::string& path) {
   if (mask.width != width || mask.height != height) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": the mask is ", mask.width, "x", mask.height,
-                                                   ", its image ", width, "x", height, " (a mask covers its image)"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the mask is ", mask.width, "x", mask.height, ", its image ",
+                                                   width, "x", height, " (a mask covers its image)"));
   }
   bool white = false;
   for (int y = 0; y < mask.height; ++y) {
@@ -40,7 +40,8 @@ absl::Status CheckMaskImage(const Image& mask, int width, int height, const std:
       white = white || p[0] > 0;
     }
   }
-  if (!white) return absl::InvalidArgumentError(absl::StrCat(path, ": the mask is black everywhere: nothing would train"));
+  if (!white)
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the mask is black everywhere: nothing would train"));
   return absl::OkStatus();
 }
 

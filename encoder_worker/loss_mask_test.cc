@@ -20,8 +20,8 @@ Image TwoHalves(int w, int h, uint8_t left, uint8_t right) {
 }
 
 TEST(LossMaskTest, AMaskIsTheStemWithDotMaskAndOneImageExtension) {
-  const std::vector<std::string> names = {"a.jpg", "a.mask.png", "a.txt", "b.png", "b.txt", "c.JPG", "c.mask.JPG",
-                                          "c.mask.png", "c.txt"};
+  const std::vector<std::string> names = {"a.jpg", "a.mask.png", "a.txt",      "b.png", "b.txt",
+                                          "c.JPG", "c.mask.JPG", "c.mask.png", "c.txt"};
   EXPECT_EQ(*FindMaskFile("a.jpg", names), "a.mask.png");
   EXPECT_EQ(*FindMaskFile("b.png", names), "");
   auto two = FindMaskFile("c.JPG", names);

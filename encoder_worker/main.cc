@@ -18,10 +18,20 @@ ABSL_FLAG(std::string, model, "",
           "model_index.json)");
 ABSL_FLAG(int, threads, 0, "compute threads (0 = all cores)");
 ABSL_FLAG(std::string, trigger, "", "trigger word added to every caption");
-ABSL_FLAG(int64_t, resolution, 1024, "bucket target: area = resolution², sides multiples of 16");
+ABSL_FLAG(std::string, resolution, "1024",
+          "bucket target: area = resolution², sides multiples of 16; several (512,768,1024): each image cached at "
+          "each, as records NAME@RESOLUTION");
 ABSL_FLAG(int64_t, max_sequence_length, 512, "text tokens per caption (pads and truncates to this)");
 ABSL_FLAG(int64_t, max_frames, 81, "Wan: frames per clip, the largest 4k+1 up to this");
 ABSL_FLAG(int64_t, frame_stride, 1, "Wan: take every N-th source frame");
+ABSL_FLAG(std::string, frames, "",
+          "Wan: frame buckets, each 4k+1 (1,33,81): a clip takes the longest its frames fill (default: the largest "
+          "4k+1 up to --max_frames)");
+ABSL_FLAG(std::string, frame_extraction, "head",
+          "Wan: how a video becomes clips of its bucket's length: head (the first) | chunk (end to end) | slide (one "
+          "every --slide_stride frames) | uniform (--clips_per_video spread evenly); musubi-tuner's modes");
+ABSL_FLAG(int64_t, clips_per_video, 0, "Wan: uniform: clips per video; chunk, slide: at most this many (0: all)");
+ABSL_FLAG(int64_t, slide_stride, 1, "Wan: slide: a clip starts every N sampled frames (musubi-tuner's frame_stride)");
 ABSL_FLAG(
     std::string, conditioning, "auto",
     "Wan image-to-video conditioning to cache with each clip: auto (what the model's transformer needs: the first "
@@ -62,6 +72,10 @@ baton::EncoderWorkerCommand CommandFromFlags() {
   command.max_sequence_length = absl::GetFlag(FLAGS_max_sequence_length);
   command.max_frames = absl::GetFlag(FLAGS_max_frames);
   command.frame_stride = absl::GetFlag(FLAGS_frame_stride);
+  command.frames = absl::GetFlag(FLAGS_frames);
+  command.frame_extraction = absl::GetFlag(FLAGS_frame_extraction);
+  command.clips_per_video = absl::GetFlag(FLAGS_clips_per_video);
+  command.slide_stride = absl::GetFlag(FLAGS_slide_stride);
   command.conditioning = absl::GetFlag(FLAGS_conditioning);
   command.dtype = absl::GetFlag(FLAGS_dtype);
   command.quantize = absl::GetFlag(FLAGS_quantize);

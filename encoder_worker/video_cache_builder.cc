@@ -37,13 +37,19 @@ absl::StatusOr<at::Tensor> WithFirstFrameFrom(const std::string& image_path, con
   return out;
 }
 
-// Decodes, buckets and encodes one clip into its record. The bucket string is the pixel "WxHxF" the clip became.
-absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const DatasetFence& fence, const VideoSample& sample,
-                                           const VideoBucketSpec& spec, const CacheBuildOptions& options,
+// Where a clip's record goes: its id, and the resolution, sample name and window it records.
+struct ClipRecordKey {
+  std::string id;
+  int64_t resolution = 0;
+  std::string sample;  // "" when the id is the sample's name
+  int64_t window = -1;
+};
+
+// Encodes one bucketed clip (pixels [1, 3, F, H, W]) of `sample` into its record. The bucket string is the pixel
+// "WxHxF" the clip became.
+absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const VideoSample& sample, const at::Tensor& pixels,
+                                           const CacheBuildOptions& options, const ClipRecordKey& key,
                                            const std::string& identity) {
-  // The decoders open the clip and the image by name: judged again now, not only when the scan read them.
-  RETURN_IF_ERROR(CheckVideoSampleInside(fence, sample));
-  ASSIGN_OR_RETURN(at::Tensor pixels, LoadClipPixels(sample.path, spec));  // [1, 3, F, H, W]
   ASSIGN_OR_RETURN(at::Tensor latents, encoder.EncodeVideo(pixels));
   ASSIGN_OR_RETURN(at::Tensor text, encoder.EncodeText(sample.caption));
   if (latents.dim() != 4 || latents.size(0) != encoder.latent_channels()) {
@@ -66,7 +72,43 @@ absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const Dataset
     s.loss_mask = MaskOnLatentGrid(mask, s.grid_h, s.grid_w);
   }
   const std::string bucket = absl::StrCat(pixels.size(4), "x", pixels.size(3), "x", pixels.size(2));
-  return WriteCacheRecord(options.cache_dir, sample.name, sample.content_hash, identity, s, bucket);
+  return WriteCacheRecord(options.cache_dir, key.id, sample.content_hash, identity, s, bucket, key.resolution,
+                          key.sample, key.window);
+}
+
+// Decodes, buckets and cuts one clip (or still) of the dataset and encodes each of its clips into a record: one named
+// `item.name`, or with an extraction mode other than head, "<item.name>#<window>" for each.
+absl::StatusOr<std::vector<CacheRecordInfo>> EncodeVideoSample(SampleEncoder& encoder, const DatasetFence& fence,
+                                                               const VideoSample& sample, const VideoBucketSpec& spec,
+                                                               const CacheBuildOptions& options,
+                                                               const CacheBuildItem& item, int64_t resolution,
+                                                               const std::string& identity) {
+  // The decoders open the clip and the image by name: judged again now, not only when the scan read them.
+  RETURN_IF_ERROR(CheckVideoSampleInside(fence, sample));
+  std::vector<at::Tensor> clips;
+  if (sample.still) {
+    if (!encoder.conditioning().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(sample.path,
+                                                     ": a still image trains text-to-video only; this "
+                                                     "cache conditions every record on its clip's first frame"));
+    }
+    ASSIGN_OR_RETURN(Image image, ReadImageFile(sample.path));
+    ASSIGN_OR_RETURN(at::Tensor pixels, StillToPixels(image, spec));
+    clips.push_back(pixels);
+  } else {
+    ASSIGN_OR_RETURN(clips, LoadClipWindows(sample.path, spec, options.extraction));
+  }
+  const bool windows = !sample.still && options.extraction.mode != "head";
+  std::vector<CacheRecordInfo> records;
+  for (size_t k = 0; k < clips.size(); ++k) {
+    ClipRecordKey key{item.name, resolution, item.name == sample.name ? "" : sample.name, -1};
+    if (windows) {
+      key = {absl::StrCat(item.name, "#", k), resolution, sample.name, static_cast<int64_t>(k)};
+    }
+    ASSIGN_OR_RETURN(CacheRecordInfo info, EncodeClip(encoder, sample, clips[k], options, key, identity));
+    records.push_back(std::move(info));
+  }
+  return records;
 }
 
 }  // namespace
@@ -74,8 +116,7 @@ absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const Dataset
 absl::StatusOr<CacheBuildReport> BuildVideoCache(SampleEncoder& encoder, const CacheBuildOptions& options,
                                                  const std::function<void(const CacheBuildProgress&)>& on_progress) {
   const auto started = std::chrono::steady_clock::now();
-  VideoBucketSpec spec = options.video;
-  spec.target_area = options.buckets.target_area;
+  RETURN_IF_ERROR(CheckClipExtraction(options.extraction));
   ScanOptions scan_options;
   scan_options.trigger = options.trigger;
   scan_options.follow_links_into = options.follow_links_into;
@@ -83,16 +124,38 @@ absl::StatusOr<CacheBuildReport> BuildVideoCache(SampleEncoder& encoder, const C
     const ShardSpec shard = *options.shard;
     scan_options.include = [shard](const std::string& name) { return shard.Contains(name); };
   }
-  ASSIGN_OR_RETURN(VideoDataset dataset, ScanVideoDataset(options.dataset_dir, spec, scan_options));
   ASSIGN_OR_RETURN(const DatasetFence fence, DatasetFence::Make(options.dataset_dir, options.follow_links_into));
-  std::vector<CacheBuildItem> items;
-  for (const VideoSample& sample : dataset.samples) items.push_back({sample.name, sample.path, sample.content_hash});
-  CacheBuildSteps steps;
-  steps.record_fits = [](size_t, const CacheRecordInfo& existing) { return existing.frames > 0; };
-  steps.encode = [&](size_t i, const std::string& identity) {
-    return EncodeClip(encoder, fence, dataset.samples[i], spec, options, identity);
+  // One scan per resolution (a clip's content hash covers its bucket settings), one item per clip and resolution.
+  struct Item {
+    VideoBucketSpec spec;
+    int64_t resolution;
+    VideoSample sample;
   };
-  return RunCacheBuild(encoder, options, items, dataset.errors, steps, started, on_progress);
+  std::vector<Item> item_of;
+  std::vector<CacheBuildItem> items;
+  std::vector<FileError> errors;
+  for (const auto& [resolution, buckets] : BuildResolutions(options)) {
+    VideoBucketSpec spec = options.video;
+    spec.target_area = buckets.target_area;
+    ASSIGN_OR_RETURN(VideoDataset dataset,
+                     ScanVideoDataset(options.dataset_dir, spec, scan_options, options.extraction));
+    errors.insert(errors.end(), dataset.errors.begin(), dataset.errors.end());
+    for (const VideoSample& sample : dataset.samples) {
+      items.push_back({RecordId(sample.name, resolution), sample.path, sample.content_hash});
+      item_of.push_back({spec, resolution, sample});
+    }
+  }
+  SortByRecordId(items, item_of);
+  CacheBuildSteps steps;
+  steps.record_fits = [&](size_t i, const CacheRecordInfo& existing) {
+    return existing.frames > 0 && existing.resolution == item_of[i].resolution &&
+           (existing.window >= 0) == (!item_of[i].sample.still && options.extraction.mode != "head");
+  };
+  steps.encode = [&](size_t i, const std::string& identity) {
+    const Item& item = item_of[i];
+    return EncodeVideoSample(encoder, fence, item.sample, item.spec, options, items[i], item.resolution, identity);
+  };
+  return RunCacheBuild(encoder, options, items, std::move(errors), steps, started, on_progress);
 }
 
 }  // namespace baton

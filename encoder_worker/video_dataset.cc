@@ -2,9 +2,11 @@
 
 #include <absl/strings/ascii.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 #include "core/util/files.h"
@@ -63,8 +65,58 @@ std::string SidecarImage(const std::string& dir, const std::string& stem) {
   return "";
 }
 
-absl::StatusOr<VideoSample> LoadVideoSample(const DatasetFence& fence, const std::string& name, bool is_folder,
+// The settings a clip's record depends on besides its bytes and caption; the later ones only when not the default, so
+// a clip encoded before they existed keeps its hash.
+std::string ClipSettings(const VideoBucketSpec& spec, const ClipExtraction& e) {
+  std::string out =
+      absl::StrCat(spec.max_frames, "/", spec.min_frames, "/", spec.stride, "/", spec.target_area, "/", spec.step);
+  if (!spec.frame_buckets.empty()) absl::StrAppend(&out, "/frames=", absl::StrJoin(spec.frame_buckets, ","));
+  if (e.mode != "head") absl::StrAppend(&out, "/", e.mode, "=", e.clips_per_video, ",", e.slide_stride);
+  return out;
+}
+
+// The mask beside a clip or still (stem.mask.png, .jpg, .jpeg): checked, and its bytes into `h`.
+absl::Status LoadVideoMask(const DatasetFence& fence, const std::string& stem, VideoSample& s, Sha256& h) {
+  s.mask_path = SidecarImage(fence.dir(), stem + ".mask");
+  if (s.mask_path.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string bytes, fence.Read(s.mask_path));
+  ASSIGN_OR_RETURN(Image mask, DecodeImage(bytes, s.mask_path));
+  RETURN_IF_ERROR(CheckMaskImage(mask, mask.width, mask.height, s.mask_path));  // its size is the frames' to be
+  h.Update("mask");
+  h.UpdateFramed(bytes);
+  return absl::OkStatus();
+}
+
+// A still image of the folder: its caption, and a hash of its bytes, caption, trigger, area and mask.
+absl::StatusOr<VideoSample> LoadStillSample(const DatasetFence& fence, const std::string& name,
                                             const std::string& trigger, const VideoBucketSpec& spec) {
+  VideoSample s;
+  s.name = name;
+  s.still = true;
+  s.path = JoinPath(fence.dir(), name);
+  const std::string stem = fs::path(name).stem().string();
+  s.caption_path = JoinPath(fence.dir(), stem + ".txt");
+  if (!SomethingAt(s.caption_path)) {
+    return absl::NotFoundError(absl::StrCat(s.path, ": missing caption file ", s.caption_path));
+  }
+  ASSIGN_OR_RETURN(std::string caption, ReadCaption(fence, s.caption_path));
+  s.caption = ApplyTrigger(caption, trigger);
+  ASSIGN_OR_RETURN(std::string bytes, fence.Read(s.path));
+  RETURN_IF_ERROR(DecodeImage(bytes, s.path).status());
+  Sha256 h;
+  h.Update("baton-still-v1");
+  h.UpdateFramed(bytes);
+  h.UpdateFramed(caption);
+  h.UpdateFramed(trigger);
+  h.UpdateFramed(absl::StrCat(spec.target_area, "/", spec.step));
+  RETURN_IF_ERROR(LoadVideoMask(fence, stem, s, h));
+  s.content_hash = DigestToHex(h.Finish());
+  return s;
+}
+
+absl::StatusOr<VideoSample> LoadVideoSample(const DatasetFence& fence, const std::string& name, bool is_folder,
+                                            const std::string& trigger, const VideoBucketSpec& spec,
+                                            const ClipExtraction& extraction) {
   const std::string& dir = fence.dir();
   VideoSample s;
   s.name = name;
@@ -80,21 +132,14 @@ absl::StatusOr<VideoSample> LoadVideoSample(const DatasetFence& fence, const std
   RETURN_IF_ERROR(HashClipBytes(fence, s.path, is_folder, h));
   h.UpdateFramed(caption);
   h.UpdateFramed(trigger);
-  h.UpdateFramed(
-      absl::StrCat(spec.max_frames, "/", spec.min_frames, "/", spec.stride, "/", spec.target_area, "/", spec.step));
-  s.image_path = SidecarImage(dir, is_folder ? name : fs::path(name).stem().string());
+  h.UpdateFramed(ClipSettings(spec, extraction));
+  const std::string stem = is_folder ? name : fs::path(name).stem().string();
+  s.image_path = SidecarImage(dir, stem);
   if (!s.image_path.empty()) {
     ASSIGN_OR_RETURN(std::string image, fence.Read(s.image_path));
     h.UpdateFramed(image);
   }
-  s.mask_path = SidecarImage(dir, (is_folder ? name : fs::path(name).stem().string()) + ".mask");
-  if (!s.mask_path.empty()) {
-    ASSIGN_OR_RETURN(std::string bytes, fence.Read(s.mask_path));
-    ASSIGN_OR_RETURN(Image mask, DecodeImage(bytes, s.mask_path));
-    RETURN_IF_ERROR(CheckMaskImage(mask, mask.width, mask.height, s.mask_path));  // its size is the frames' to be
-    h.Update("mask");
-    h.UpdateFramed(bytes);
-  }
+  RETURN_IF_ERROR(LoadVideoMask(fence, stem, s, h));
   s.content_hash = DigestToHex(h.Finish());
   return s;
 }
@@ -109,12 +154,13 @@ bool IsVideoExtension(const std::string& extension_lower) {
 }
 
 absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const VideoBucketSpec& spec,
-                                              const ScanOptions& options) {
+                                              const ScanOptions& options, const ClipExtraction& extraction) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return absl::NotFoundError(absl::StrCat("dataset folder ", dir, " does not exist or is not a directory"));
   }
   std::vector<std::pair<std::string, bool>> clips;  // name, is a frame folder
+  std::vector<std::string> images;                  // image files: first frames, masks or stills
   fs::directory_iterator it(dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot list dataset folder ", dir, ": ", ec.message()));
   for (; it != fs::directory_iterator(); it.increment(ec)) {
@@ -128,14 +174,25 @@ absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const Vide
       clips.push_back({name, true});
     } else if (video_name && (it->is_regular_file(type_ec) || it->is_symlink(type_ec))) {
       clips.push_back({name, false});  // a dangling link, or one to a device, is named by the read
+    } else if (IsFrameImage(it->path()) && !IsMaskFileName(name)) {
+      images.push_back(name);
     }
+  }
+  std::sort(clips.begin(), clips.end());
+  // An image whose stem is a clip's is that clip's first frame (image-to-video); the others are stills.
+  std::set<std::string> clip_stems;
+  for (const auto& [name, is_folder] : clips) clip_stems.insert(is_folder ? name : fs::path(name).stem().string());
+  for (const std::string& name : images) {
+    if (!clip_stems.count(fs::path(name).stem().string())) clips.push_back({name, false});
   }
   std::sort(clips.begin(), clips.end());
   ASSIGN_OR_RETURN(const DatasetFence fence, DatasetFence::Make(dir, options.follow_links_into));
   VideoDataset ds;
   ds.dir = dir;
   for (const auto& [name, is_folder] : clips) {
-    auto sample = LoadVideoSample(fence, name, is_folder, options.trigger, spec);
+    auto sample = IsFrameImage(fs::path(name)) && !is_folder
+                      ? LoadStillSample(fence, name, options.trigger, spec)
+                      : LoadVideoSample(fence, name, is_folder, options.trigger, spec, extraction);
     if (sample.ok()) {
       ds.samples.push_back(*std::move(sample));
     } else {

@@ -1,9 +1,7 @@
 // A video training dataset folder (Wan): clips -- video files (.mp4, .avi, .mkv, .mov, .webm, .m4v; any case) or
-// folders of frame images -- each with a same-named UTF-8 .txt caption beside it ("walk.mp4" + "walk.txt",
-// "walk/" + "walk.txt"), as data/wan_sample/ holds them. The scan is non-recursive, skips dotfiles, sorts by name
-// (bytewise) and hashes each clip's bytes with its caption, trigger and bucket settings, so a rerun re-encodes
-// exactly the clips whose content or settings changed. Captions and links follow the image dataset's rules
-// (dataset.h, dataset_fence.h).
+// folders of frame images -- and still images, each with a same-named UTF-8 .txt caption ("walk.mp4" + "walk.txt",
+// "walk/" + "walk.txt", "pose.png" + "pose.txt"). Hashed with caption, trigger and settings (video_dataset.cc), so a
+// rerun re-encodes exactly what changed. Captions and links follow the image dataset's rules (dataset.h).
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -12,13 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "core/video/clip_windows.h"
 #include "core/video/video_bucket.h"
 #include "encoder_worker/dataset.h"
 
 namespace baton {
 
 struct VideoSample {
-  std::string name;          // file or folder name, e.g. "walk.mp4" (the record id)
+  std::string name;  // file or folder name, e.g. "walk.mp4" (the record id)
+  // A still image (an image file that is no clip's first frame or mask): one one-frame record.
+  bool still = false;
   std::string path;          // dir/name
   std::string caption_path;  // dir/stem.txt
   std::string caption;       // trimmed, trigger applied
@@ -46,8 +47,9 @@ bool IsVideoExtension(const std::string& extension_lower);
 // Fails only if `dir` is missing or cannot be listed, or a follow_links_into folder is missing. Decoding is left to
 // the encode step (a clip that does not decode is that clip's error then). Of `options`, the trigger, `include` (one
 // encoder worker's share) and follow_links_into apply; verify_decode does not.
+// `extraction` enters each clip's hash (another mode re-encodes it).
 absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const VideoBucketSpec& spec,
-                                              const ScanOptions& options = {});
+                                              const ScanOptions& options = {}, const ClipExtraction& extraction = {});
 
 // OK when the clip (a file, or a frame folder and each frame in it) and its conditioning image still resolve inside
 // `fence`: what the encode step checks again right before it decodes them by path.

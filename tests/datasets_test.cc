@@ -49,9 +49,9 @@ class DatasetsTest : public ::testing::Test {
   // third of the first's records and every second of the second's; or (`dropout` false) none.
   static JobConfig Job(bool dropout = true, bool masks = true) {
     auto job = ParseJobYaml(absl::StrCat(
-        "model: ", JoinPath(*dir_, "model"), "\ndatasets:\n  - ", JoinPath(*dir_, "cache"), "\n  - {path: ",
-        JoinPath(*dir_, masks ? "masked" : "extra"), ", repeats: 3", dropout ? ", caption_dropout: 0.5" : "", "}\n",
-        dropout ? "caption_dropout: 0.34\n" : "",
+        "model: ", JoinPath(*dir_, "model"), "\ndatasets:\n  - ", JoinPath(*dir_, "cache"),
+        "\n  - {path: ", JoinPath(*dir_, masks ? "masked" : "extra"), ", repeats: 3",
+        dropout ? ", caption_dropout: 0.5" : "", "}\n", dropout ? "caption_dropout: 0.34\n" : "",
         "lora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\nsteps: 3\nbatch_size: 4\nmicro_batches: 2\n"
         "seed: 5\ncheckpoint_every: 1\nreplica_exchange: coordinator\n"));
     EXPECT_TRUE(job.ok()) << job.status();

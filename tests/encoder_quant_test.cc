@@ -74,7 +74,7 @@ TEST_F(EncoderQuantTest, TheServiceRefusesAnotherPrecision) {
   auto encoder = Flux2SampleEncoder::Open(pipeline_, options);
   ASSERT_TRUE(encoder.ok()) << encoder.status();
   EXPECT_NE((*encoder)->identity().find(":text-int8"), std::string::npos) << (*encoder)->identity();
-  EncoderServiceImpl service(encoder->get(), 64, root_, WeightQuant::kInt8);
+  EncoderServiceImpl service(encoder->get(), {64}, root_, WeightQuant::kInt8);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);

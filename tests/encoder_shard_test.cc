@@ -182,7 +182,7 @@ TEST_F(EncoderShardTest, AKilledShardKeepsItsRecordsItsRerunEncodesOnlyTheRestAn
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   const auto expected = FolderBytes(Dir("whole"));
   const auto actual = FolderBytes(Dir("merged"));
-  ASSERT_EQ(expected.size(), 25u);  // index.json + 24 records
+  ASSERT_EQ(expected.size(), 26u);  // index.json, empty_prompt.safetensors and 24 records
   ASSERT_EQ(actual.size(), expected.size());
   for (const auto& entry : expected) {
     auto it = actual.find(entry.first);

@@ -170,7 +170,7 @@ TEST_F(EncoderWorkerTest, LinksOutOfTheDatasetFailTheirRecordUnlessTheOperatorOp
 TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), 64, *root_);
+  EncoderServiceImpl service(encoder->get(), {64}, *root_);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -222,7 +222,7 @@ TEST_F(EncoderWorkerTest, ServiceWritesOnlyInsideItsCacheRootAndKeepsForeignFile
   const std::string elsewhere = JoinPath(*root_, "elsewhere");
   ASSERT_TRUE(MakeDirs(allowed).ok());
   ASSERT_TRUE(MakeDirs(elsewhere).ok());
-  EncoderServiceImpl service(encoder->get(), 64, allowed);
+  EncoderServiceImpl service(encoder->get(), {64}, allowed);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -288,7 +288,7 @@ TlsEncoderServer StartTlsEncoderServer(EncoderServiceImpl& service) {
 TEST_F(EncoderWorkerTest, CoordinatorEncodesOnDemandThenTrains) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), 64, *root_);
+  EncoderServiceImpl service(encoder->get(), {64}, *root_);
   TlsEncoderServer worker = StartTlsEncoderServer(service);
   std::string cache = JoinPath(*root_, "ondemand_cache");
   auto job = ParseJobYaml(absl::StrCat(
@@ -312,7 +312,7 @@ TEST_F(EncoderWorkerTest, CoordinatorEncodesOnDemandThenTrains) {
 TEST_F(EncoderWorkerTest, SamplePromptsAreEncodedOnTheWorker) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), 64, *root_);
+  EncoderServiceImpl service(encoder->get(), {64}, *root_);
   TlsEncoderServer worker = StartTlsEncoderServer(service);
   const absl::Duration timeout = absl::Seconds(60);
 
@@ -342,7 +342,7 @@ TEST_F(EncoderWorkerTest, SamplePromptsAreEncodedOnTheWorker) {
 TEST_F(EncoderWorkerTest, CoordinatorWithoutATextEncoderRendersSamplesThroughTheWorker) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), 64, *root_);
+  EncoderServiceImpl service(encoder->get(), {64}, *root_);
   TlsEncoderServer worker = StartTlsEncoderServer(service);
   // The coordinator's copy of the pipeline has no text encoder and no tokenizer (a host too small for them).
   const std::string model = JoinPath(*root_, "no_text_encoder");

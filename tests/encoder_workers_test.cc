@@ -172,7 +172,7 @@ TEST_F(EncoderWorkersTest, TwoWorkersGiveOneWorkersCacheByteForByteAndRerunsEnco
   EXPECT_EQ(one->encoded, 24);
   EXPECT_FALSE(PathExists(Dir("one.shards")));
   const auto expected = WorkersFolderBytes(Dir("one"));
-  ASSERT_EQ(expected.size(), 25u);  // index.json + 24 records
+  ASSERT_EQ(expected.size(), 26u);  // index.json, empty_prompt.safetensors and 24 records
   EXPECT_TRUE(WorkersFolderBytes(Dir("two")) == expected) << "the merged cache differs from one worker's";
 
   // Rerun: nothing changed, nothing encoded. Then one caption changes: only that sample is encoded again.

@@ -3,9 +3,12 @@
 // shapes and buckets, the same numbers as a direct WanSampleEncoder call, and reruns that re-encode only what changed.
 #include <absl/strings/ascii.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "core/data/cache.h"
 #include "core/encode/wan_encoder.h"
@@ -133,6 +136,95 @@ TEST(WanEncoderWorkerTest, BuildsVideoCacheMatchingDirectEncodeAndKeepsUnchanged
   auto third = test_util::RunCommand(Worker(data, cache, pipeline));
   ASSERT_EQ(third.exit_code, 0) << third.output;
   EXPECT_NE(third.output.find("encoded 1, kept 3 unchanged"), std::string::npos) << third.output;
+}
+
+// `frames` frames of 32x32, frame f a gray of 10·f (a folder clip).
+void WriteGrayFrames(const std::string& dir, int frames) {
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  for (int f = 0; f < frames; ++f) {
+    Image img(32, 32);
+    img.pixels.assign(32 * 32 * 3, static_cast<uint8_t>(10 * f));
+    ASSERT_TRUE(WritePng(JoinPath(dir, absl::StrFormat("f%03d.png", f)), img).ok());
+  }
+}
+
+// A Wan dataset as users fill it (issue 44): a still image, a short clip and a long one, with frame buckets 1, 5 and 9
+// and each extraction mode; records counted per bucket (latent frames: 9 → 3, 5 → 2, 1 → 1) and per mode.
+TEST(WanEncoderWorkerTest, StillsShortClipsAndLongVideosFillTheFrameBucketsByMode) {
+  const std::string root = test_util::MakeTempDir("wan_buckets");
+  const std::string pipeline = JoinPath(root, "pipeline");
+  ASSERT_TRUE(WriteTinyWanPipeline(pipeline, 0).ok());
+  const std::string data = JoinPath(root, "data");
+  WriteGrayFrames(JoinPath(data, "long"), 21);  // bucket 9: chunk 0, 9; slide (stride 4) 0, 4, 8, 12; uniform 0, 6, 12
+  WriteGrayFrames(JoinPath(data, "short"), 6);  // bucket 5: one clip in every mode but uniform
+  ASSERT_TRUE(WritePng(JoinPath(data, "still.png"), Image(48, 32)).ok());
+  for (const char* name : {"long", "short", "still"}) {
+    ASSERT_TRUE(WriteFileAtomic(JoinPath(data, absl::StrCat(name, ".txt")), absl::StrCat("a ", name, " one")).ok());
+  }
+  const std::pair<std::string, std::vector<std::string>> modes[] = {
+      {"head", {"long", "short", "still.png"}},
+      {"chunk", {"long#0", "long#1", "short#0", "still.png"}},
+      {"slide --slide_stride 4", {"long#0", "long#1", "long#2", "long#3", "short#0", "still.png"}},
+      // uniform over the short one's 6 frames: numpy.linspace(0, 1, 3) as ints, 0 0 1: clips from frames 0 and 1.
+      {"uniform --clips_per_video 3", {"long#0", "long#1", "long#2", "short#0", "short#1", "still.png"}}};
+  for (const auto& [mode, ids] : modes) {
+    const std::string cache = JoinPath(root, absl::StrCat("cache_", mode.substr(0, mode.find(' '))));
+    auto run = test_util::RunCommand(absl::StrCat(JoinPath(test_util::BinDir(), "encoder_worker"), " --dataset ", data,
+                                                  " --cache ", cache, " --model ", pipeline,
+                                                  " --resolution 32 --frames 1,5,9 --max_sequence_length 32 "
+                                                  "--threads 1 --frame_extraction ",
+                                                  mode));
+    ASSERT_EQ(run.exit_code, 0) << mode << "\n" << run.output;
+    auto index = ReadCacheIndex(cache);
+    ASSERT_TRUE(index.ok()) << index.status();
+    std::vector<std::string> got;
+    std::map<int64_t, int> per_bucket;
+    for (const CacheRecordInfo& r : index->records) {
+      got.push_back(r.id);
+      ++per_bucket[r.frames];
+      EXPECT_EQ(r.frames, r.SampleName() == "long" ? 3 : r.SampleName() == "short" ? 2 : 1) << mode << " " << r.id;
+    }
+    EXPECT_EQ(got, ids) << mode;
+    EXPECT_EQ(per_bucket[1], 1) << mode;
+    EXPECT_EQ(per_bucket[2],
+              std::count_if(ids.begin(), ids.end(), [](const std::string& id) { return id.rfind("short", 0) == 0; }))
+        << mode;
+  }
+  // The clips of one video are not the same clip: chunk's second starts 9 frames (a gray of 90) after the first.
+  auto chunks = CacheReader::Open(JoinPath(root, "cache_chunk"));
+  ASSERT_TRUE(chunks.ok());
+  EXPECT_FALSE(at::equal((*chunks)->Load(0)->latents, (*chunks)->Load(1)->latents));
+  // A rerun keeps every clip.
+  auto rerun = test_util::RunCommand(absl::StrCat(JoinPath(test_util::BinDir(), "encoder_worker"), " --dataset ", data,
+                                                  " --cache ", JoinPath(root, "cache_chunk"), " --model ", pipeline,
+                                                  " --resolution 32 --frames 1,5,9 --max_sequence_length 32 "
+                                                  "--threads 1 --frame_extraction chunk"));
+  EXPECT_NE(rerun.output.find("encoded 0, kept 3 unchanged"), std::string::npos) << rerun.output;
+}
+
+// Several resolutions of a clip: one record at each ("<clip>@<resolution>"), its latent grid within that area.
+TEST(WanEncoderWorkerTest, SeveralResolutionsCacheEachClipAtEach) {
+  const std::string root = test_util::MakeTempDir("wan_resolutions");
+  const std::string pipeline = JoinPath(root, "pipeline");
+  ASSERT_TRUE(WriteTinyWanPipeline(pipeline, 0).ok());
+  const std::string data = JoinPath(root, "data");
+  WriteFrameFolder(JoinPath(data, "bar_frames"));
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "bar_frames.txt"), "a green bar moving right").ok());
+  const std::string cache = JoinPath(root, "cache");
+  auto run = test_util::RunCommand(absl::StrCat(Worker(data, cache, pipeline), " --resolution 48,32"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto index = ReadCacheIndex(cache);
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_EQ(index->records.size(), 2u);
+  EXPECT_EQ(index->records[0].id, "bar_frames@32");
+  EXPECT_EQ(index->records[1].id, "bar_frames@48");
+  for (const CacheRecordInfo& r : index->records) {
+    EXPECT_LE(r.grid_h * r.grid_w * 64, r.resolution * r.resolution) << r.id;  // latent cells of 8 x 8 pixels
+    EXPECT_EQ(r.frames, 2) << r.id;
+  }
+  EXPECT_LT(index->records[0].grid_h * index->records[0].grid_w, index->records[1].grid_h * index->records[1].grid_w);
+  auto rerun = test_util::RunCommand(absl::StrCat(Worker(data, cache, pipeline), " --resolution 48,32"));
+  EXPECT_NE(rerun.output.find("encoded 0, kept 2 unchanged"), std::string::npos) << rerun.output;
 }
 
 // Image-to-video: each record carries its clip's first-frame conditioning; an image beside the clip (same stem)

@@ -1,6 +1,7 @@
 #include "core/data/cache.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <absl/strings/match.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
@@ -39,6 +40,12 @@ at::Tensor VideoFromPattern(const at::Tensor& pattern, int64_t frames, int64_t h
 }
 
 }  // namespace
+
+std::string CacheRecordInfo::Group() const {
+  const std::string suffix = absl::StrCat("#", window);
+  if (window >= 0 && absl::EndsWith(id, suffix)) return id.substr(0, id.size() - suffix.size());
+  return id;
+}
 
 std::string CacheRecordInfo::BucketKey() const {
   // Image keys stay as they were ("HxW/L"); video keys add the latent frames ("FxHxW/L").
@@ -141,6 +148,9 @@ absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir) {
       info.bucket = r.value("bucket", "");
       info.frames = r.value("frames", int64_t{0});
       info.checksum = r.value("checksum", "");
+      info.resolution = r.value("resolution", int64_t{0});
+      info.sample = r.value("sample", "");
+      info.window = r.value("window", int64_t{-1});
       if (info.frames < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": record ", info.id, " frames < 0"));
       index.records.push_back(info);
     }
@@ -177,6 +187,9 @@ absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index) {
                                 {"bytes", r.bytes},   {"bucket", r.bucket}};
     if (r.frames > 0) e["frames"] = r.frames;  // image entries stay byte-for-byte as before
     if (!r.checksum.empty()) e["checksum"] = r.checksum;
+    if (r.resolution > 0) e["resolution"] = r.resolution;  // caches of one resolution stay byte-for-byte as before
+    if (!r.sample.empty()) e["sample"] = r.sample;
+    if (r.window >= 0) e["window"] = r.window;
     j["records"].push_back(e);
   }
   if (index.empty_prompt.present()) {  // caches without one stay byte-for-byte as before
@@ -204,9 +217,11 @@ absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::Open(const std::string
   return reader;
 }
 
-absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::OpenAll(const std::vector<std::string>& dirs) {
+absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::OpenAll(
+    const std::vector<std::string>& dirs, const std::vector<std::vector<int64_t>>& resolutions) {
   if (dirs.empty()) return absl::InvalidArgumentError("no cache folder to read");
-  if (dirs.size() == 1) return Open(dirs[0]);
+  const bool filtered = std::any_of(resolutions.begin(), resolutions.end(), [](const auto& r) { return !r.empty(); });
+  if (dirs.size() == 1 && !filtered) return Open(dirs[0]);
   auto all = std::make_unique<CacheReader>();
   for (size_t k = 0; k < dirs.size(); ++k) {
     ASSIGN_OR_RETURN(std::unique_ptr<CacheReader> one, Open(dirs[k]));
@@ -221,9 +236,22 @@ absl::StatusOr<std::unique_ptr<CacheReader>> CacheReader::OpenAll(const std::vec
     }
     all->dirs_.push_back(dirs[k]);
     all->empty_prompts_.push_back(index.empty_prompt);
+    const std::vector<int64_t> keep = k < resolutions.size() ? resolutions[k] : std::vector<int64_t>{};
+    size_t kept = 0;
     for (const CacheRecordInfo& r : index.records) {
+      if (!keep.empty() && std::find(keep.begin(), keep.end(), r.resolution) == keep.end()) continue;
       all->index_.records.push_back(r);
       all->source_.push_back(static_cast<int>(k));
+      ++kept;
+    }
+    if (kept == 0) {
+      const bool one = std::all_of(index.records.begin(), index.records.end(),
+                                   [](const CacheRecordInfo& r) { return r.resolution == 0; });
+      return absl::InvalidArgumentError(
+          absl::StrCat("cache ", dirs[k],
+                       one ? " was encoded at one resolution: `resolutions:` picks among the resolutions of "
+                             "a cache made by encoder_worker --resolution A,B,..."
+                           : absl::StrCat(" holds no record of resolutions ", absl::StrJoin(keep, ", "))));
     }
   }
   return all;
@@ -305,12 +333,19 @@ absl::StatusOr<CacheRecordInfo> RecordMetadata(const SafetensorsFile& file) {
   r.id = get("id");
   r.hash = get("hash");
   r.bucket = get("bucket");
+  r.sample = get("sample");
+  if (!get("window").empty() && (!absl::SimpleAtoi(get("window"), &r.window) || r.window < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("metadata window '", get("window"), "' is not an index"));
+  }
   if (!absl::SimpleAtoi(get("grid_h"), &r.grid_h) || !absl::SimpleAtoi(get("grid_w"), &r.grid_w) ||
       !absl::SimpleAtoi(get("text_len"), &r.text_len)) {
     return absl::InvalidArgumentError("metadata lacks grid_h / grid_w / text_len");
   }
   if (!get("frames").empty() && (!absl::SimpleAtoi(get("frames"), &r.frames) || r.frames < 0)) {
     return absl::InvalidArgumentError(absl::StrCat("metadata frames '", get("frames"), "' is not a count"));
+  }
+  if (!get("resolution").empty() && (!absl::SimpleAtoi(get("resolution"), &r.resolution) || r.resolution <= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("metadata resolution '", get("resolution"), "' is not a size"));
   }
   return r;
 }
@@ -384,15 +419,17 @@ absl::StatusOr<CacheSample> CacheReader::Load(size_t i) const {
   }
   if (found.hash != info.hash) return fail("hash in the record differs from the index");
   if (found.grid_h != info.grid_h || found.grid_w != info.grid_w || found.text_len != info.text_len ||
-      found.frames != info.frames) {
-    return fail("grid, frames or text length in the record differs from the index");
+      found.frames != info.frames || found.resolution != info.resolution || found.sample != info.sample ||
+      found.window != info.window) {
+    return fail("grid, frames, resolution or text length in the record differs from the index");
   }
   return s;
 }
 
 absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id, const std::string& hash,
                                                  const std::string& encoder, const CacheSample& sample,
-                                                 const std::string& bucket) {
+                                                 const std::string& bucket, int64_t resolution,
+                                                 const std::string& sample_name, int64_t window) {
   RETURN_IF_ERROR(MakeDirs(JoinPath(dir, "records")));
   CacheRecordInfo info;
   info.id = id;
@@ -403,6 +440,9 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
   info.hash = hash;
   info.bucket = bucket;
   info.frames = sample.frames;
+  info.resolution = resolution;
+  info.sample = sample_name;
+  info.window = window;
   std::map<std::string, std::string> meta = {{"id", id},
                                              {"hash", hash},
                                              {"encoder", encoder},
@@ -411,6 +451,9 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
                                              {"text_len", std::to_string(info.text_len)},
                                              {"bucket", bucket}};
   if (sample.frames > 0) meta["frames"] = std::to_string(sample.frames);
+  if (resolution > 0) meta["resolution"] = std::to_string(resolution);
+  if (!sample_name.empty()) meta["sample"] = sample_name;
+  if (window >= 0) meta["window"] = std::to_string(window);
   std::string path = JoinPath(dir, info.file);
   CacheSample stored = sample;
   std::map<std::string, at::Tensor> tensors;

@@ -40,6 +40,19 @@ struct CacheRecordInfo {
   std::string bucket;    // pixel size the image was resized/cropped to, "WxH" ("" for synthetic data)
   int64_t frames = 0;    // latent frames of a video record ([C, F, H, W] latents); 0 = packed image layout
   std::string checksum;  // "crc32c:<8 hex>" of the tensor bytes; empty: an index written before checksums
+  // The bucket resolution of a cache encoded at several (encoder_worker --resolution 512,768,1024: one record per
+  // image per resolution, id "<image>@<resolution>"); 0 in a cache of one resolution (ids are the image names).
+  int64_t resolution = 0;
+  // The dataset file the record was encoded from, when the id is not its name (several resolutions, several clips of
+  // one video: "walk.mp4#2@512"); "" otherwise.
+  std::string sample;
+  std::string SampleName() const { return sample.empty() ? id : sample; }
+  // Of a video cut into several clips (encoder_worker --frame_extraction chunk|slide|uniform): which, from 0, its id
+  // then ending in "#<window>"; -1 otherwise.
+  int64_t window = -1;
+  // What the encoder worker encodes together: the id without "#<window>" (a video's clips are encoded, kept and
+  // dropped together).
+  std::string Group() const;
   // Micro-batches are formed within one bucket: same grid, frames and text length.
   std::string BucketKey() const;
 };
@@ -133,7 +146,10 @@ class CacheReader {
   // Several caches read as one (a job's `datasets:`): index() lists every folder's records, folder after folder, and
   // record i is read from its own folder (source(i)). The folders must have one encoder and one layout: embeddings of
   // two text encoders, or latents of two VAEs, do not train one LoRA. One folder reads exactly as Open(dir).
-  static absl::StatusOr<std::unique_ptr<CacheReader>> OpenAll(const std::vector<std::string>& dirs);
+  // `resolutions[k]`, when given and not empty, keeps only folder k's records of those bucket resolutions (a job's
+  // `resolutions:`); InvalidArgument when the folder was encoded at one resolution or holds none of them.
+  static absl::StatusOr<std::unique_ptr<CacheReader>> OpenAll(
+      const std::vector<std::string>& dirs, const std::vector<std::vector<int64_t>>& resolutions = {});
   const CacheIndex& index() const { return index_; }
   size_t size() const { return index_.records.size(); }
   // Reads and validates record i (size, shapes, metadata and checksum against the index; finite, sane values).
@@ -156,7 +172,8 @@ class CacheReader {
 // Writes one record file atomically and returns its index entry.
 absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id, const std::string& hash,
                                                  const std::string& encoder, const CacheSample& sample,
-                                                 const std::string& bucket = "");
+                                                 const std::string& bucket = "", int64_t resolution = 0,
+                                                 const std::string& sample_name = "", int64_t window = -1);
 // Reads a record file on its own (no index) and checks it fully: metadata, shapes, finite values within the bounds
 // above. Used to decide whether a rerun may keep it. `info` receives the entry the index should list, with the
 // checksum of the bytes it read (the caller compares it with an index's).

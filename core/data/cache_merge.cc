@@ -168,10 +168,10 @@ absl::StatusOr<CacheMergeReport> MergeShardCaches(const std::vector<std::string>
         return absl::DataLossError(absl::StrCat(shard.dir, "/index.json: record ", r.id, " names file ", r.file,
                                                 ", not records/<id>.safetensors"));
       }
-      if (!shard.spec.Contains(r.id)) {
-        return absl::FailedPreconditionError(absl::StrCat("shard cache ", shard.dir, " (shard ", shard.spec.ToString(),
-                                                          ") holds record ", r.id, ", which belongs to shard ",
-                                                          ShardOfName(r.id, shard.spec.count), "/", shard.spec.count));
+      if (!shard.spec.Contains(r.SampleName())) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "shard cache ", shard.dir, " (shard ", shard.spec.ToString(), ") holds record ", r.id,
+            ", which belongs to shard ", ShardOfName(r.SampleName(), shard.spec.count), "/", shard.spec.count));
       }
       if (auto [it, fresh] = holder.emplace(r.id, shard.dir); !fresh) {
         return absl::FailedPreconditionError(

@@ -35,9 +35,8 @@ absl::StatusOr<at::Tensor> ReadEmptyPrompt(const std::string& dir, const CacheLa
   if (!encoder.empty()) {
     auto it = file.metadata().find("encoder");
     if (it == file.metadata().end() || it->second != encoder) {
-      return fail(absl::InvalidArgumentError(absl::StrCat("made by encoder '",
-                                                          it == file.metadata().end() ? "" : it->second,
-                                                          "', not '", encoder, "'")));
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("made by encoder '", it == file.metadata().end() ? "" : it->second, "', not '", encoder, "'")));
     }
   }
   auto embeds = file.Load("prompt_embeds", at::kFloat);
@@ -52,9 +51,9 @@ absl::StatusOr<at::Tensor> ReadEmptyPrompt(const std::string& dir, const CacheLa
   }
   const std::string checksum = CacheSampleChecksum(CacheSample{at::Tensor(), e});
   if (!info.checksum.empty() && checksum != info.checksum) {
-    return fail(absl::InvalidArgumentError(absl::StrCat("checksum of the tensor bytes is ", checksum,
-                                                        ", the index says ", info.checksum,
-                                                        " (rerun encoder_worker on the cache to rebuild it)")));
+    return fail(
+        absl::InvalidArgumentError(absl::StrCat("checksum of the tensor bytes is ", checksum, ", the index says ",
+                                                info.checksum, " (rerun encoder_worker on the cache to rebuild it)")));
   }
   return e;
 }

@@ -18,7 +18,7 @@ CacheContents CacheContentsOf(const CacheIndex& index) {
 
 absl::StatusOr<std::unique_ptr<CacheReader>> OpenTrainingCache(const JobConfig& job, const ModelFamily& family) {
   const std::vector<std::string> dirs = job.SourcePaths();
-  ASSIGN_OR_RETURN(std::unique_ptr<CacheReader> cache, CacheReader::OpenAll(dirs));
+  ASSIGN_OR_RETURN(std::unique_ptr<CacheReader> cache, CacheReader::OpenAll(dirs, job.SourceResolutions()));
   RETURN_IF_ERROR(Annotate(family.CheckCacheFits(CacheContentsOf(cache->index())),
                            absl::StrCat("cache ", absl::StrJoin(dirs, ", "), " does not fit the model")));
   return cache;
@@ -31,17 +31,24 @@ uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index) {
 }
 
 absl::StatusOr<std::vector<int64_t>> HeldOutRecords(const CacheIndex& index, int64_t count) {
-  const int64_t n = static_cast<int64_t>(index.records.size());
   if (count <= 0) return std::vector<int64_t>{};
-  if (count >= n) {
-    return absl::InvalidArgumentError(absl::StrCat("validation.samples ", count, " would hold out every record of the ",
-                                                   n, "-record cache: nothing would be left to train on"));
+  // By image, not by record: an image cached at several resolutions is held out at all of them or at none.
+  std::map<std::string, std::vector<int64_t>> by_name;
+  for (size_t i = 0; i < index.records.size(); ++i) {
+    by_name[index.records[i].SampleName()].push_back(static_cast<int64_t>(i));
   }
-  std::vector<std::pair<uint64_t, int64_t>> order;
-  for (int64_t i = 0; i < n; ++i) order.emplace_back(HashName(absl::StrCat("validation|", index.records[i].id)), i);
-  std::sort(order.begin(), order.end());
+  const int64_t n = static_cast<int64_t>(by_name.size());
+  if (count >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("validation.samples ", count, " would hold out every image of the ",
+                                                   n, "-image cache: nothing would be left to train on"));
+  }
+  std::vector<std::pair<uint64_t, const std::vector<int64_t>*>> order;
+  for (const auto& [name, records] : by_name) order.emplace_back(HashName(absl::StrCat("validation|", name)), &records);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second->front() < b.second->front();
+  });
   std::vector<int64_t> out;
-  for (int64_t i = 0; i < count; ++i) out.push_back(order[i].second);
+  for (int64_t i = 0; i < count; ++i) out.insert(out.end(), order[i].second->begin(), order[i].second->end());
   std::sort(out.begin(), out.end());
   return out;
 }

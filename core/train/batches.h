@@ -44,10 +44,11 @@ absl::StatusOr<std::unique_ptr<CacheReader>> OpenTrainingCache(const JobConfig& 
 uint64_t DropoutBaseSeed(uint64_t job_seed);
 uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index);
 
-// The records a validation holds out of training (job.validation.held_out() of them): the first `count` in the order
-// of a hash of their ids, so the choice is deterministic, spread over the buckets, and stays the same when records are
-// added to the cache (a new record is held out only if it sorts before a held-out one). Sorted by index.
-// InvalidArgument when `count` leaves nothing to train on.
+// The records a validation holds out of training: those of the first `count` (job.validation.held_out()) images in the
+// order of a hash of their names (CacheRecordInfo::SampleName: one record each, or one per resolution), so the choice
+// is deterministic, spread over the buckets, and stays the same when records are added to the cache (a new image is
+// held out only if it sorts before a held-out one). Sorted by index. InvalidArgument when `count` leaves nothing to
+// train on.
 absl::StatusOr<std::vector<int64_t>> HeldOutRecords(const CacheIndex& index, int64_t count);
 
 // Sampling: step s takes micro-batches [s·m, (s+1)·m) of the endless sequence core/train/data_order.h gives (epochs

@@ -1,7 +1,7 @@
 #include "core/train/data_order.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <absl/strings/str_cat.h>
 
 #include <algorithm>
@@ -32,7 +32,8 @@ std::vector<std::vector<int64_t>> DataOrder::Pool::Epoch(int64_t epoch, int64_t 
   for (size_t k = 0; k < buckets.size(); ++k) {
     std::vector<int64_t> members = buckets[k];
     ShuffleIndices(members, MixSeed(MixSeed(seed, 0x5eed), MixSeed(epoch, k)));
-    for (size_t i = 0; i + b <= members.size(); i += b) chunks.emplace_back(members.begin() + i, members.begin() + i + b);
+    for (size_t i = 0; i + b <= members.size(); i += b)
+      chunks.emplace_back(members.begin() + i, members.begin() + i + b);
   }
   std::vector<int64_t> order(chunks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
@@ -61,8 +62,8 @@ absl::StatusOr<std::unique_ptr<DataOrder>> DataOrder::Create(const CacheReader& 
   order->seed_ = job.seed;
   const std::vector<DatasetSource> sources = job.Sources();
   if (cache.dirs().size() != sources.size()) {
-    return absl::InternalError(absl::StrCat("the cache reads ", cache.dirs().size(), " folders, the job lists ",
-                                            sources.size()));
+    return absl::InternalError(
+        absl::StrCat("the cache reads ", cache.dirs().size(), " folders, the job lists ", sources.size()));
   }
   const bool weighted = sources.front().weight > 0;
   std::vector<std::map<std::string, std::vector<int64_t>>> by_key(weighted ? sources.size() : 1);
@@ -142,8 +143,8 @@ std::vector<int64_t> DataOrder::MicroBatch(int64_t g) const {
 bool DataOrder::DropsCaption(int64_t step, int64_t record) const {
   const double p = dropout_[static_cast<size_t>(source_[static_cast<size_t>(record)])];
   if (p <= 0) return false;
-  const uint64_t bits = MixSeed(MixSeed(MixSeed(seed_, 0xc4d0), static_cast<uint64_t>(step)),
-                                record_key_[static_cast<size_t>(record)]);
+  const uint64_t bits =
+      MixSeed(MixSeed(MixSeed(seed_, 0xc4d0), static_cast<uint64_t>(step)), record_key_[static_cast<size_t>(record)]);
   return Uniform(bits) < p;
 }
 

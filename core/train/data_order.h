@@ -59,7 +59,7 @@ class DataOrder {
   std::vector<Pool> pools_;
   std::vector<double> cumulative_;  // with weights: Σ normalised weights up to each pool; empty: one pool
   int64_t per_epoch_ = 0;
-  std::vector<double> dropout_;     // per dataset
+  std::vector<double> dropout_;       // per dataset
   std::vector<uint64_t> record_key_;  // per record: its dataset and id, hashed (the dropout draw's input)
   std::vector<int> source_;           // per record: its dataset
   // Per-pool counts of the draws before every kCountStride-th micro-batch, extended as later ones are asked for.

@@ -29,13 +29,15 @@ class DataOrderTest : public ::testing::Test {
     dir_ = new std::string(test_util::MakeTempDir("data_order"));
     const Flux2Config c = test_util::TinyFlux2Config();
     ASSERT_TRUE(WriteSyntheticCache(Path("a"), c.in_channels, c.joint_attention_dim, 4, {{2, 2}}, 5, 1).ok());
-    ASSERT_TRUE(WriteSyntheticCache(Path("b"), c.in_channels, c.joint_attention_dim, 6, {{2, 2}, {2, 3}}, 5, 2, 3).ok());
+    ASSERT_TRUE(
+        WriteSyntheticCache(Path("b"), c.in_channels, c.joint_attention_dim, 6, {{2, 2}, {2, 3}}, 5, 2, 3).ok());
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string Path(const std::string& name) { return JoinPath(*dir_, name); }
 
   static JobConfig Job(const std::string& datasets, int64_t batch = 1, const std::string& extra = "") {
-    auto job = ParseJobYaml(absl::StrCat("model: m\ndatasets: ", datasets, "\nbatch_size: ", batch, "\nseed: 7\n", extra));
+    auto job =
+        ParseJobYaml(absl::StrCat("model: m\ndatasets: ", datasets, "\nbatch_size: ", batch, "\nseed: 7\n", extra));
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? *job : JobConfig{};
   }
@@ -89,7 +91,8 @@ TEST_F(DataOrderTest, OneDatasetKeepsTheOrderOfDatasetAndNoMicroBatchMixesBucket
 }
 
 TEST_F(DataOrderTest, WeightsShareTheMicroBatchesAndEachDatasetStillCyclesItsRecords) {
-  const JobConfig job = Job(absl::StrCat("[{path: ", Path("a"), ", weight: 0.75}, {path: ", Path("b"), ", weight: 0.25}]"));
+  const JobConfig job =
+      Job(absl::StrCat("[{path: ", Path("a"), ", weight: 0.75}, {path: ", Path("b"), ", weight: 0.25}]"));
   auto cache = Open(job);
   auto order = DataOrder::Create(*cache, job, {});
   ASSERT_TRUE(order.ok()) << order.status();
@@ -112,7 +115,8 @@ TEST_F(DataOrderTest, WeightsShareTheMicroBatchesAndEachDatasetStillCyclesItsRec
 
 TEST_F(DataOrderTest, ADatasetWithoutOneMicroBatchIsNamed) {
   // Cache a's 4 records in one bucket hold no micro-batch of 5.
-  const JobConfig job = Job(absl::StrCat("[{path: ", Path("a"), ", weight: 0.5}, {path: ", Path("b"), ", weight: 0.5}]"), 5);
+  const JobConfig job =
+      Job(absl::StrCat("[{path: ", Path("a"), ", weight: 0.5}, {path: ", Path("b"), ", weight: 0.5}]"), 5);
   auto cache = Open(job);
   auto order = DataOrder::Create(*cache, job, {});
   ASSERT_FALSE(order.ok());
@@ -120,8 +124,8 @@ TEST_F(DataOrderTest, ADatasetWithoutOneMicroBatchIsNamed) {
 }
 
 TEST_F(DataOrderTest, CaptionDropoutDrawsDependOnSeedStepAndRecordOnly) {
-  const JobConfig job = Job(absl::StrCat("[{path: ", Path("a"), ", caption_dropout: 1}, ", Path("b"), "]"), 1,
-                            "caption_dropout: 0.3\n");
+  const JobConfig job =
+      Job(absl::StrCat("[{path: ", Path("a"), ", caption_dropout: 1}, ", Path("b"), "]"), 1, "caption_dropout: 0.3\n");
   auto cache = Open(job);
   auto order = DataOrder::Create(*cache, job, {});
   ASSERT_TRUE(order.ok());
@@ -151,7 +155,8 @@ TEST_F(DataOrderTest, CaptionDropoutDrawsDependOnSeedStepAndRecordOnly) {
 }
 
 TEST_F(DataOrderTest, ADroppedCaptionTrainsOnTheCachesEmptyCaption) {
-  const JobConfig job = Job(absl::StrCat("[", Path("a"), ", ", Path("b"), "]"), 2, "caption_dropout: 0.5\nmicro_batches: 2\n");
+  const JobConfig job =
+      Job(absl::StrCat("[", Path("a"), ", ", Path("b"), "]"), 2, "caption_dropout: 0.5\nmicro_batches: 2\n");
   auto cache = Open(job);
   Flux2Family family(test_util::TinyFlux2Config(), nullptr);
   auto sampler = StepSampler::Create(cache.get(), job, &family);
@@ -198,7 +203,8 @@ TEST_F(DataOrderTest, DroppingCaptionsFromACacheWithoutTheEmptyCaptionSaysHowToF
 
 TEST(DatasetsJobTest, DatasetsAndCaptionDropoutParse) {
   auto job = ParseJobYaml(
-      "model: m\ndatasets:\n  - cache/a\n  - {path: cache/b, repeats: 3, caption_dropout: 0.2}\ncaption_dropout: 0.05\n");
+      "model: m\ndatasets:\n  - cache/a\n  - {path: cache/b, repeats: 3, caption_dropout: 0.2}\ncaption_dropout: "
+      "0.05\n");
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_EQ(job->datasets.size(), 2u);
   EXPECT_TRUE(job->dataset.empty());

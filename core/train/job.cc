@@ -5,6 +5,7 @@
 #include <absl/strings/str_join.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -102,6 +103,22 @@ class Reader {
  private:
   std::string source_;
 };
+
+// `key: [512, 1024]` (or one number): resolutions in [16, 8192], each once.
+absl::Status ParseResolutionList(Reader& r, YAML::Node map, const std::string& key, std::vector<int64_t>* out) {
+  YAML::Node node = map[key];
+  if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
+  if (node.IsScalar()) {
+    int64_t one = 0;
+    RETURN_IF_ERROR(r.Get(map, key, &one));
+    *out = {one};
+  } else {
+    RETURN_IF_ERROR(r.GetList(map, key, 16, "bucket resolutions", out));
+  }
+  bool ok = !out->empty();
+  for (int64_t v : *out) ok = ok && v >= 16 && v <= 8192 && std::count(out->begin(), out->end(), v) == 1;
+  return r.Check(ok, map, key, "must be resolutions in [16, 8192] (pixels per side), each once");
+}
 
 // How the model is spread over the stages: schedule (+ chunks), recompute, wire compression, 8-bit
 // weights and per-stage memory budgets. `root` by value: yaml-cpp's const operator[] throws on a missing key.
@@ -218,9 +235,9 @@ absl::Status ParseEncode(Reader& r, YAML::Node root, JobConfig& job) {
   RETURN_IF_ERROR(ParseEncoderWorkers(r, e, job.encode));
   RETURN_IF_ERROR(r.Check(!job.encode.images.empty() && !job.encode.encoder_worker.empty(), e, "images",
                           "and encoder_worker (or encoder_workers) are both required in encode"));
-  RETURN_IF_ERROR(r.Get(e, "resolution", &job.encode.resolution));
-  RETURN_IF_ERROR(r.Check(job.encode.resolution >= 16 && job.encode.resolution <= 8192, e, "resolution",
-                          "must be in [16, 8192] (pixels per side of the bucket area)"));
+  RETURN_IF_ERROR(ParseResolutionList(r, e, "resolution", &job.encode.resolutions));
+  if (!job.encode.resolutions.empty()) job.encode.resolution = job.encode.resolutions.front();
+  if (job.encode.resolutions.size() < 2) job.encode.resolutions.clear();
   RETURN_IF_ERROR(r.Get(e, "trigger", &job.encode.trigger));
   RETURN_IF_ERROR(r.Get(e, "quantize", &job.encode.quantize));
   RETURN_IF_ERROR(r.Check(job.encode.quantize.empty() || ParseWeightQuant(job.encode.quantize).ok(), e, "quantize",
@@ -311,13 +328,14 @@ absl::Status ParseTimesteps(Reader& r, YAML::Node root, JobConfig& job) {
   return absl::OkStatus();
 }
 
-// One `datasets:` entry: a cache folder, or {path, repeats | weight, caption_dropout}.
+// One `datasets:` entry: a cache folder, or {path, repeats | weight, caption_dropout, resolutions}.
 absl::Status ParseDatasetSource(Reader& r, YAML::Node n, DatasetSource& d) {
   if (n.IsScalar()) {
     d.path = n.as<std::string>();
     return r.CheckStringSize(n, "datasets");
   }
-  RETURN_IF_ERROR(r.Keys(n, "a datasets entry", {"path", "repeats", "weight", "caption_dropout"}));
+  RETURN_IF_ERROR(r.Keys(n, "a datasets entry", {"path", "repeats", "weight", "caption_dropout", "resolutions"}));
+  RETURN_IF_ERROR(ParseResolutionList(r, n, "resolutions", &d.resolutions));
   RETURN_IF_ERROR(r.Get(n, "path", &d.path));
   RETURN_IF_ERROR(r.Check(!d.path.empty(), n, "path", "is required in a datasets entry (an encoded cache folder)"));
   RETURN_IF_ERROR(r.Check(!(n["repeats"].IsDefined() && n["weight"].IsDefined()), n, "weight",
@@ -338,6 +356,7 @@ absl::Status ParseDatasetSource(Reader& r, YAML::Node n, DatasetSource& d) {
 // `dataset: DIR` or `datasets: [...]` (exactly one), and `caption_dropout`.
 absl::Status ParseDatasets(Reader& r, YAML::Node root, JobConfig& job) {
   RETURN_IF_ERROR(r.Get(root, "dataset", &job.dataset));
+  RETURN_IF_ERROR(ParseResolutionList(r, root, "resolutions", &job.resolutions));
   RETURN_IF_ERROR(r.Get(root, "caption_dropout", &job.caption_dropout));
   RETURN_IF_ERROR(r.Check(job.caption_dropout >= 0 && job.caption_dropout <= 1, root, "caption_dropout",
                           "must be in [0, 1] (the probability of training on the empty caption)"));
@@ -470,6 +489,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                           "dataset",
                           "datasets",
                           "caption_dropout",
+                          "resolutions",
                           "lora",
                           "init_lora",
                           "optimizer",
@@ -551,6 +571,12 @@ std::vector<DatasetSource> JobConfig::Sources() const {
   DatasetSource one;
   one.path = dataset;
   return {one};
+}
+
+std::vector<std::vector<int64_t>> JobConfig::SourceResolutions() const {
+  std::vector<std::vector<int64_t>> out;
+  for (const DatasetSource& d : Sources()) out.push_back(d.resolutions.empty() ? resolutions : d.resolutions);
+  return out;
 }
 
 std::vector<std::string> JobConfig::SourcePaths() const {

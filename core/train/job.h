@@ -60,6 +60,7 @@ struct EncodeConfig {
   std::string encoder_worker;  // host:port of `encoder_worker --listen`; the first of encoder_workers (sample prompts)
   std::vector<std::string> encoder_workers;  // every worker, in share order (`encoder_worker:` gives one)
   int64_t resolution = 1024;                 // bucket target area = resolution²
+  std::vector<int64_t> resolutions;          // `resolution: [512, 1024]`: each image at each (else empty)
   std::string trigger;
   // The text encoder's precision the cache must be made with (encoder_worker --quantize): "none" | "int8" | "fp8";
   // "" (absent) = whatever the worker runs. A worker started with another precision refuses the job.
@@ -76,6 +77,7 @@ struct DatasetSource {
   int64_t repeats = 1;
   double weight = 0;  // 0: not given
   double caption_dropout = -1;
+  std::vector<int64_t> resolutions;  // of a cache encoded at several: the ones trained (empty: the job's)
 };
 
 // Optional: a validation loss over held-out cache records, forward only, at fixed timesteps and fixed noise
@@ -146,6 +148,9 @@ struct JobConfig {
   // The probability that a record trains on the empty caption instead of its own (ai-toolkit's caption_dropout_rate,
   // SimpleTuner's caption_dropout_probability), for the datasets that do not set their own. Validation never drops.
   double caption_dropout = 0;
+  // Of caches encoded at several resolutions (encoder_worker --resolution 512,768,1024): the ones trained, for the
+  // datasets that name none; empty: all.
+  std::vector<int64_t> resolutions;
   LoraSpec lora;  // targets resolved; seed = job seed
   std::string lora_targets = "attention";
   std::string init_lora;  // empty: adapters start from the seeded init (core/train/init_lora.h)
@@ -217,6 +222,8 @@ struct JobConfig {
   // The caches the job trains on: `datasets:`, or `dataset` as one entry (repeats 1, the job's caption dropout).
   std::vector<DatasetSource> Sources() const;
   std::vector<std::string> SourcePaths() const;
+  // Per source, the resolutions it trains (its own, else the job's; empty: all): CacheReader::OpenAll's filter.
+  std::vector<std::vector<int64_t>> SourceResolutions() const;
   // Source k's caption dropout probability (its own, else the job's).
   double CaptionDropout(const DatasetSource& source) const {
     return source.caption_dropout >= 0 ? source.caption_dropout : caption_dropout;

@@ -62,8 +62,8 @@ TEST(MaskedLossTest, AMicroBatchCarriesItsRecordsMasksAsTokenWeights) {
       const at::Tensor want = masks.count(mb.samples[j]) ? masks.at(mb.samples[j]).reshape({4, 1}) : at::ones({4, 1});
       EXPECT_TRUE(at::equal(mb.loss_mask[j], want)) << "record " << mb.samples[j];
     }
-    EXPECT_TRUE(family.CheckWire(WireKind::kTarget, {{"target", mb.target}, {"loss_mask", mb.loss_mask}}, at::kFloat)
-                    .ok());
+    EXPECT_TRUE(
+        family.CheckWire(WireKind::kTarget, {{"target", mb.target}, {"loss_mask", mb.loss_mask}}, at::kFloat).ok());
   }
   EXPECT_TRUE(saw_masked);
   // The FLUX.2 wire takes [b, Si, 1] beside the target, nothing else.

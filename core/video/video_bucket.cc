@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/util/status.h"
+#include "core/video/clip_windows.h"
 
 namespace baton {
 namespace {
@@ -40,6 +41,17 @@ absl::StatusOr<VideoBucket> ChooseVideoBucket(const VideoBucketSpec& spec, int64
   }
   VideoBucket b;
   b.frames = LargestFourKPlusOne(std::min(sampled, spec.max_frames));
+  if (!spec.frame_buckets.empty()) {
+    b.frames = 0;
+    for (int64_t f : spec.frame_buckets) {
+      if (f <= sampled) b.frames = std::max(b.frames, f);
+    }
+    if (b.frames == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "clip too short: ", source_frames, " frames give ", sampled, " at stride ", spec.stride,
+          "; the shortest frame bucket is ", *std::min_element(spec.frame_buckets.begin(), spec.frame_buckets.end())));
+    }
+  }
   const double area = static_cast<double>(width) * height;
   const double scale = std::sqrt(std::min(1.0, static_cast<double>(spec.target_area) / area));
   b.width = std::max(spec.step, static_cast<int>(std::floor(width * scale / spec.step)) * spec.step);
@@ -47,26 +59,20 @@ absl::StatusOr<VideoBucket> ChooseVideoBucket(const VideoBucketSpec& spec, int64
   return b;
 }
 
-at::Tensor BucketClipToPixels(const Clip& clip, const VideoBucket& bucket, int64_t stride) {
-  TORCH_CHECK(static_cast<int64_t>(clip.frames.size()) >= (bucket.frames - 1) * stride + 1,
+at::Tensor BucketClipToPixels(const Clip& clip, const VideoBucket& bucket, int64_t stride, int64_t start) {
+  TORCH_CHECK(static_cast<int64_t>(clip.frames.size()) >= (start + bucket.frames - 1) * stride + 1,
               "BucketClipToPixels: clip has ", clip.frames.size(), " frames, bucket needs ", bucket.frames,
-              " at stride ", stride);
+              " from sampled frame ", start, " at stride ", stride);
   std::vector<at::Tensor> frames;
   for (int64_t i = 0; i < bucket.frames; ++i) {
-    frames.push_back(ImageToPixels(CoverAndCrop(clip.frames[i * stride], bucket.width, bucket.height)));
+    frames.push_back(ImageToPixels(CoverAndCrop(clip.frames[(start + i) * stride], bucket.width, bucket.height)));
   }
   return at::stack(frames, 2);  // [1, 3, H, W] each → [1, 3, F, H, W]
 }
 
 absl::StatusOr<at::Tensor> LoadClipPixels(const std::string& path, const VideoBucketSpec& spec) {
-  const int64_t needed = (std::max<int64_t>(1, spec.max_frames) - 1) * std::max<int64_t>(1, spec.stride) + 1;
-  ASSIGN_OR_RETURN(Clip clip, ReadClip(path, needed));
-  auto bucket =
-      ChooseVideoBucket(spec, static_cast<int64_t>(clip.frames.size()), clip.frames[0].width, clip.frames[0].height);
-  if (!bucket.ok()) return Annotate(bucket.status(), path);
-  at::Tensor pixels;
-  RETURN_IF_ERROR(TorchCall("bucketing the clip", [&] { pixels = BucketClipToPixels(clip, *bucket, spec.stride); }));
-  return pixels;
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> clips, LoadClipWindows(path, spec, ClipExtraction{}));
+  return clips.front();  // head: the first clip
 }
 
 }  // namespace baton

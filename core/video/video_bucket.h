@@ -9,6 +9,8 @@
 #include <absl/status/statusor.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/image/image.h"
 #include "core/video/video_io.h"
@@ -21,6 +23,9 @@ struct VideoBucketSpec {
   int64_t stride = 1;               // take every stride-th source frame
   int64_t target_area = 480 * 832;  // pixels; the bucket's width·height <= this and <= the source's (no upscaling)
   int step = 16;                    // both sides multiples of this
+  // Frame buckets (encoder_worker --frames 1,33,81; each 4k+1, ascending): a clip takes the longest one its sampled
+  // frames fill. Empty: the largest 4k+1 up to max_frames.
+  std::vector<int64_t> frame_buckets;
 };
 
 struct VideoBucket {
@@ -33,15 +38,15 @@ struct VideoBucket {
 int64_t LargestFourKPlusOne(int64_t n);
 
 // The bucket of a clip of `source_frames` frames of width × height: frames = LargestFourKPlusOne(min(sampled,
-// max_frames)) with sampled = ceil(source_frames / stride); size = the source scaled by sqrt(min(1, area /
-// (w·h))), each side rounded down to `step` (at least `step`). INVALID_ARGUMENT for a bad spec, or a clip that
-// samples fewer than max(1, min_frames) frames ("too short", with the counts).
+// max_frames)) with sampled = ceil(source_frames / stride) (with frame_buckets: the longest ≤ sampled); size = the
+// source scaled by sqrt(min(1, area / (w·h))), each side rounded down to `step` (at least `step`). INVALID_ARGUMENT for
+// a bad spec, or a clip that samples fewer than max(1, min_frames) frames ("too short", with the counts).
 absl::StatusOr<VideoBucket> ChooseVideoBucket(const VideoBucketSpec& spec, int64_t source_frames, int width,
                                               int height);
 
-// Frames 0, stride, 2·stride, ... (bucket.frames of them) of `clip`, each scaled to cover the bucket (aspect kept)
-// and center-cropped, as pixels [1, 3, F, H, W] fp32 in [-1, 1] (the Wan VAE's input).
-at::Tensor BucketClipToPixels(const Clip& clip, const VideoBucket& bucket, int64_t stride);
+// Frames start·stride, (start + 1)·stride, ... (bucket.frames of them) of `clip`, each scaled to cover the bucket
+// (aspect kept) and center-cropped, as pixels [1, 3, F, H, W] fp32 in [-1, 1] (the Wan VAE's input).
+at::Tensor BucketClipToPixels(const Clip& clip, const VideoBucket& bucket, int64_t stride, int64_t start = 0);
 
 // ReadClip (decoding only the frames the bucket can use), ChooseVideoBucket, BucketClipToPixels; errors name `path`.
 absl::StatusOr<at::Tensor> LoadClipPixels(const std::string& path, const VideoBucketSpec& spec);
