@@ -43,10 +43,10 @@ absl::StatusOr<StartedServer> StartServer(const std::string& program, const std:
   return StartServer(setup);
 }
 
-void StopServer(grpc::Server& server, const std::function<void()>& draining) {
+void StopServer(grpc::Server& server, const std::function<void()>& draining, std::chrono::milliseconds grace) {
   MarkNotServing(server);
   if (draining) draining();
-  server.Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server.Shutdown(std::chrono::system_clock::now() + grace);
 }
 
 }  // namespace baton

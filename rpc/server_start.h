@@ -6,6 +6,7 @@
 #include <absl/status/statusor.h>
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,7 +36,8 @@ absl::StatusOr<StartedServer> StartServer(const std::string& program, const std:
                                           const std::string& health_name);
 
 // Reports NOT_SERVING (probes see the drain, not a refused port), runs `draining` if given (work to finish while
-// the server still answers), then shuts down, giving calls in flight 2 s.
-void StopServer(grpc::Server& server, const std::function<void()>& draining = {});
+// the server still answers), then shuts down, giving calls in flight `grace` before they are cancelled.
+void StopServer(grpc::Server& server, const std::function<void()>& draining = {},
+                std::chrono::milliseconds grace = std::chrono::seconds(2));
 
 }  // namespace baton

@@ -81,8 +81,8 @@ absl::StatusOr<std::vector<at::Tensor>> LoadClipWindows(const std::string& path,
   std::vector<at::Tensor> out;
   for (int64_t start : ClipStarts(e, sampled, bucket->frames)) {
     at::Tensor pixels;
-    RETURN_IF_ERROR(TorchCall("bucketing the clip",
-                              [&] { pixels = BucketClipToPixels(clip, *bucket, spec.stride, start); }));
+    RETURN_IF_ERROR(
+        TorchCall("bucketing the clip", [&] { pixels = BucketClipToPixels(clip, *bucket, spec.stride, start); }));
     out.push_back(std::move(pixels));
   }
   return out;

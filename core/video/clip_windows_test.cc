@@ -20,7 +20,7 @@ TEST(ClipWindowsTest, EachModeStartsItsClipsWhereMusubiTunerDoes) {
   // uniform: numpy.linspace(0, 20 - 5, n, dtype=int): 0, 7.5 → 7, 15.
   EXPECT_EQ(ClipStarts({"uniform", 3, 1}, 20, 5), (Starts{0, 7, 15}));
   EXPECT_EQ(ClipStarts({"uniform", 4, 1}, 20, 5), (Starts{0, 5, 10, 15}));
-  EXPECT_EQ(ClipStarts({"uniform", 1, 1}, 20, 5), (Starts{0}));  // one clip: head
+  EXPECT_EQ(ClipStarts({"uniform", 1, 1}, 20, 5), (Starts{0}));    // one clip: head
   EXPECT_EQ(ClipStarts({"uniform", 5, 1}, 6, 5), (Starts{0, 1}));  // 0, 0.25, 0.5, 0.75, 1 → repeats dropped
   EXPECT_TRUE(ClipStarts({"chunk", 0, 1}, 4, 5).empty());
 }
