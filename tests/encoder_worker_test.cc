@@ -92,15 +92,7 @@ TEST_F(EncoderWorkerTest, BatchModeEncodesReportsBadFilesAndSkipsOnRerun) {
   EXPECT_GT(sample->grid_w, sample->grid_h);  // the wide image kept its orientation
   // Caption dropout's empty caption: `baton text-encode --prompt ""` (held to Flux2Pipeline.encode_prompt("") by the
   // upstream referee test_text_encoder.py), at the cache's text length.
-  const std::string empty_file = JoinPath(*root_, "empty_prompt.safetensors");
-  auto encoded = test_util::RunCommand(absl::StrCat(JoinPath(BinDir(), "baton"), " text-encode --model ", Pipeline(),
-                                                    " --prompt '' --max-sequence-length 96 --output ", empty_file));
-  ASSERT_EQ(encoded.exit_code, 0) << encoded.output;
-  auto want = LoadAllSafetensors(empty_file);
-  ASSERT_TRUE(want.ok()) << want.status();
-  auto empty = (*reader)->EmptyPrompt(0);
-  ASSERT_TRUE(empty.ok()) << empty.status();
-  EXPECT_TRUE(at::equal(*empty, want->at("prompt_embeds")[0])) << "the cached empty caption is not text-encode's";
+  test_util::ExpectEmptyCaptionOfTextEncode(**reader, Pipeline(), 96, JoinPath(*root_, "empty_prompt.safetensors"));
 
   ASSERT_TRUE(RemoveAll(JoinPath(data, "broken.png")).ok());
   auto [code2, out2] = RunEncoder(cmd);

@@ -100,6 +100,21 @@ inline std::map<std::string, at::Tensor> LoadRunLora(const std::string& output_d
   return t.ok() ? *t : std::map<std::string, at::Tensor>{};
 }
 
+// Caption dropout's empty caption, as the encoder worker cached it in `cache` (folder 0), equals `baton text-encode
+// --model PIPELINE --prompt ''` at `text_len` tokens (which the upstream referees hold to Flux2Pipeline's and
+// WanPipeline's encoding of prompt=""), written to `scratch`.
+inline void ExpectEmptyCaptionOfTextEncode(const CacheReader& cache, const std::string& pipeline, int64_t text_len,
+                                           const std::string& scratch) {
+  auto encoded = RunCommand(absl::StrCat(JoinPath(BinDir(), "baton"), " text-encode --model ", pipeline,
+                                         " --prompt '' --max-sequence-length ", text_len, " --output ", scratch));
+  ASSERT_EQ(encoded.exit_code, 0) << encoded.output;
+  auto want = LoadAllSafetensors(scratch);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto empty = cache.EmptyPrompt(0);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(at::allclose(*empty, want->at("prompt_embeds")[0], 1e-5, 1e-6)) << "not text-encode's empty caption";
+}
+
 // Live stage workers among the children of `parent`'s threads (a coordinator forks them from reader threads).
 inline std::vector<pid_t> StageWorkersOf(pid_t parent) {
   std::vector<pid_t> out;

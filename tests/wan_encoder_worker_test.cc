@@ -13,12 +13,12 @@
 #include "core/data/cache.h"
 #include "core/encode/wan_encoder.h"
 #include "core/image/image.h"
-#include "core/tensor/safetensors.h"
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
 #include "core/video/video_bucket.h"
+#include "tests/local_stages.h"
 
 namespace baton {
 namespace {
@@ -118,16 +118,7 @@ TEST(WanEncoderWorkerTest, BuildsVideoCacheMatchingDirectEncodeAndKeepsUnchanged
   }
 
   // Caption dropout's empty caption: `baton text-encode --prompt ""` (held to WanPipeline's by test_umt5.py).
-  const std::string empty_file = JoinPath(root, "empty_prompt.safetensors");
-  auto encoded =
-      test_util::RunCommand(absl::StrCat(JoinPath(test_util::BinDir(), "baton"), " text-encode --model ", pipeline,
-                                         " --prompt '' --max-sequence-length 32 --output ", empty_file));
-  ASSERT_EQ(encoded.exit_code, 0) << encoded.output;
-  auto want = LoadAllSafetensors(empty_file);
-  ASSERT_TRUE(want.ok()) << want.status();
-  auto empty = (*reader)->EmptyPrompt(0);
-  ASSERT_TRUE(empty.ok()) << empty.status();
-  EXPECT_TRUE(at::allclose(*empty, want->at("prompt_embeds")[0], 1e-5, 1e-6)) << "not text-encode's empty caption";
+  test_util::ExpectEmptyCaptionOfTextEncode(**reader, pipeline, 32, JoinPath(root, "empty_prompt.safetensors"));
 
   auto second = test_util::RunCommand(Worker(data, cache, pipeline));
   ASSERT_EQ(second.exit_code, 0) << second.output;
@@ -161,6 +152,11 @@ TEST(WanEncoderWorkerTest, StillsShortClipsAndLongVideosFillTheFrameBucketsByMod
   for (const char* name : {"long", "short", "still"}) {
     ASSERT_TRUE(WriteFileAtomic(JoinPath(data, absl::StrCat(name, ".txt")), absl::StrCat("a ", name, " one")).ok());
   }
+  auto worker = [&](const std::string& cache, const std::string& mode) {
+    return absl::StrCat(
+        JoinPath(test_util::BinDir(), "encoder_worker"), " --dataset ", data, " --cache ", cache, " --model ", pipeline,
+        " --resolution 32 --frames 1,5,9 --max_sequence_length 32 --threads 1 --frame_extraction ", mode);
+  };
   const std::pair<std::string, std::vector<std::string>> modes[] = {
       {"head", {"long", "short", "still.png"}},
       {"chunk", {"long#0", "long#1", "short#0", "still.png"}},
@@ -169,11 +165,7 @@ TEST(WanEncoderWorkerTest, StillsShortClipsAndLongVideosFillTheFrameBucketsByMod
       {"uniform --clips_per_video 3", {"long#0", "long#1", "long#2", "short#0", "short#1", "still.png"}}};
   for (const auto& [mode, ids] : modes) {
     const std::string cache = JoinPath(root, absl::StrCat("cache_", mode.substr(0, mode.find(' '))));
-    auto run = test_util::RunCommand(absl::StrCat(JoinPath(test_util::BinDir(), "encoder_worker"), " --dataset ", data,
-                                                  " --cache ", cache, " --model ", pipeline,
-                                                  " --resolution 32 --frames 1,5,9 --max_sequence_length 32 "
-                                                  "--threads 1 --frame_extraction ",
-                                                  mode));
+    auto run = test_util::RunCommand(worker(cache, mode));
     ASSERT_EQ(run.exit_code, 0) << mode << "\n" << run.output;
     auto index = ReadCacheIndex(cache);
     ASSERT_TRUE(index.ok()) << index.status();
@@ -195,10 +187,7 @@ TEST(WanEncoderWorkerTest, StillsShortClipsAndLongVideosFillTheFrameBucketsByMod
   ASSERT_TRUE(chunks.ok());
   EXPECT_FALSE(at::equal((*chunks)->Load(0)->latents, (*chunks)->Load(1)->latents));
   // A rerun keeps every clip.
-  auto rerun = test_util::RunCommand(absl::StrCat(JoinPath(test_util::BinDir(), "encoder_worker"), " --dataset ", data,
-                                                  " --cache ", JoinPath(root, "cache_chunk"), " --model ", pipeline,
-                                                  " --resolution 32 --frames 1,5,9 --max_sequence_length 32 "
-                                                  "--threads 1 --frame_extraction chunk"));
+  auto rerun = test_util::RunCommand(worker(JoinPath(root, "cache_chunk"), "chunk"));
   EXPECT_NE(rerun.output.find("encoded 0, kept 3 unchanged"), std::string::npos) << rerun.output;
 }
 

@@ -93,11 +93,10 @@ absl::StatusOr<std::unique_ptr<DataOrder>> DataOrder::Create(const CacheReader& 
       pool.buckets.push_back(members);
     }
     if (pool.per_epoch == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("no bucket of ", pool.name, " holds ", order->micro_batch_size_,
-                       " samples (batch_size / micro_batches); it has ", records, " samples to train in ",
-                       pool.buckets.size(), " buckets",
-                       held_out.empty() ? "" : absl::StrCat(", ", held_out.size(), " held out for validation")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no bucket of ", pool.name, " holds ", order->micro_batch_size_,
+          " samples (batch_size / micro_batches); it has ", records, " samples to train in ", pool.buckets.size(),
+          " buckets", held_out.empty() ? "" : absl::StrCat(", ", held_out.size(), " held out for validation")));
     }
     order->per_epoch_ += pool.per_epoch;
     if (weighted) order->cumulative_.push_back(total_weight > 0 ? sources[p].weight / total_weight : 0);
