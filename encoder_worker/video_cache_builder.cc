@@ -59,7 +59,7 @@ absl::StatusOr<CacheRecordInfo> EncodeClip(SampleEncoder& encoder, const VideoSa
   CacheSample s{latents, text, latents.size(2), latents.size(3), latents.size(1)};
   if (!encoder.conditioning().empty()) {
     at::Tensor first = pixels;
-    if (!sample.image_path.empty()) {
+    if (!sample.image_path.empty() && key.window <= 0) {  // the image stands for the video's first frame only
       ASSIGN_OR_RETURN(first, WithFirstFrameFrom(sample.image_path, pixels));
     }
     ASSIGN_OR_RETURN(ClipConditioning conditioning, encoder.EncodeConditioning(first));
