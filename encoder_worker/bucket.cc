@@ -21,11 +21,20 @@ BucketSpec BucketsForResolution(int64_t resolution) {
   return spec;
 }
 
+bool ValidResolutions(const std::vector<int64_t>& resolutions) {
+  for (int64_t r : resolutions) {
+    if (r < kMinResolution || r > kMaxResolution || std::count(resolutions.begin(), resolutions.end(), r) > 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
 absl::StatusOr<std::vector<int64_t>> ParseResolutions(const std::string& text) {
   std::vector<int64_t> out;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     int64_t r = 0;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &r) || r < 16 || r > 8192) {
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &r) || r < kMinResolution || r > kMaxResolution) {
       return absl::InvalidArgumentError(
           absl::StrCat("--resolution ", text, ": '", part, "' is not a resolution in [16, 8192] (pixels per side)"));
     }

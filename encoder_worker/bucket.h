@@ -33,6 +33,11 @@ struct Bucket {
 // Bucket settings for a square target resolution (area = resolution², sides multiples of 16).
 BucketSpec BucketsForResolution(int64_t resolution);
 
+// A bucket resolution (pixels per side) is in [kMinResolution, kMaxResolution].
+inline constexpr int64_t kMinResolution = 16, kMaxResolution = 8192;
+// Each of `resolutions` within the bounds and given once.
+bool ValidResolutions(const std::vector<int64_t>& resolutions);
+
 // "1024" or "512,768,1024" (encoder_worker --resolution): each in [16, 8192], none twice; InvalidArgument otherwise.
 absl::StatusOr<std::vector<int64_t>> ParseResolutions(const std::string& text);
 

@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
 
 #include <algorithm>
 #include <atomic>
@@ -83,11 +84,10 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   if (options.resolutions.empty()) {
     options.resolutions = req->resolution() > 0 ? std::vector<int64_t>{req->resolution()} : default_resolutions_;
   }
-  for (int64_t r : options.resolutions) {
-    if (r < 16 || r > 8192 || std::count(options.resolutions.begin(), options.resolutions.end(), r) > 1) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("resolution ", r, ": each must be in [16, 8192] and given once"));
-    }
+  if (!ValidResolutions(options.resolutions)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("resolutions ", absl::StrJoin(options.resolutions, ","),
+                                     ": each must be in [16, 8192] and given once"));
   }
   options.buckets = BucketsForResolution(options.resolutions.front());
   if (req->shard_count() != 0 || req->shard_index() != 0) {

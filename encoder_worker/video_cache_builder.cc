@@ -37,6 +37,11 @@ absl::StatusOr<at::Tensor> WithFirstFrameFrom(const std::string& image_path, con
   return out;
 }
 
+// Whether `sample` is cut into several clips (records "<name>#<window>"): a video, with an extraction mode but head.
+bool Windowed(const VideoSample& sample, const CacheBuildOptions& options) {
+  return !sample.still && options.extraction.mode != "head";
+}
+
 // Where a clip's record goes: its id, and the resolution, sample name and window it records.
 struct ClipRecordKey {
   std::string id;
@@ -98,7 +103,7 @@ absl::StatusOr<std::vector<CacheRecordInfo>> EncodeVideoSample(SampleEncoder& en
   } else {
     ASSIGN_OR_RETURN(clips, LoadClipWindows(sample.path, spec, options.extraction));
   }
-  const bool windows = !sample.still && options.extraction.mode != "head";
+  const bool windows = Windowed(sample, options);
   std::vector<CacheRecordInfo> records;
   for (size_t k = 0; k < clips.size(); ++k) {
     ClipRecordKey key{item.name, resolution, item.name == sample.name ? "" : sample.name, -1};
@@ -149,7 +154,7 @@ absl::StatusOr<CacheBuildReport> BuildVideoCache(SampleEncoder& encoder, const C
   CacheBuildSteps steps;
   steps.record_fits = [&](size_t i, const CacheRecordInfo& existing) {
     return existing.frames > 0 && existing.resolution == item_of[i].resolution &&
-           (existing.window >= 0) == (!item_of[i].sample.still && options.extraction.mode != "head");
+           (existing.window >= 0) == Windowed(item_of[i].sample, options);
   };
   steps.encode = [&](size_t i, const std::string& identity) {
     const Item& item = item_of[i];
