@@ -296,6 +296,14 @@ absl::StatusOr<PartitionOptions> PlanOptionsFromArgs(const Args& args) {
   PartitionOptions opts;
   ASSIGN_OR_RETURN(opts.tokens_per_micro_batch, args.GetInt("tokens"));
   ASSIGN_OR_RETURN(opts.text_tokens_per_micro_batch, args.GetInt("text-tokens"));
+  ASSIGN_OR_RETURN(int64_t references, args.GetInt("references"));
+  if (references < 0 || references > kMaxReferences) {
+    return absl::InvalidArgumentError(absl::StrCat("--references must be 0..", kMaxReferences, "; got ", references));
+  }
+  // Each reference image adds the target's image tokens (encoder_worker --control caches them at its bucket).
+  opts.reference_tokens_per_micro_batch =
+      references * std::max<int64_t>(opts.tokens_per_micro_batch - opts.text_tokens_per_micro_batch, 0);
+  opts.tokens_per_micro_batch += opts.reference_tokens_per_micro_batch;
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   opts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
   ASSIGN_OR_RETURN(opts.lora_rank, args.GetInt("rank"));
@@ -402,6 +410,10 @@ Command PlanCommand() {
         "480x832: 21x30x52 = 32760 + 512)",
         "4608"},
        {"text-tokens", "the text part of --tokens", "512"},
+       {"references",
+        "FLUX.2 reference images per sample (editing): each adds the image part of --tokens, as encoder_worker "
+        "--control caches them at the target's size",
+        "0"},
        {"memory-per-stage", "memory budget per stage, e.g. 24GB (or one per stage, comma-separated)"},
        {"dtype", "frozen weight dtype: bf16 | fp32", "bf16"},
        {"quantize", "block linears stored 8-bit: none | int8 | fp8", "none"},
@@ -471,6 +483,9 @@ const std::vector<Command>& AllCommands() {
         {"frames", "Wan: video frames, 4k + 1", "81"},
         {"negative-prompt", "Wan: the classifier-free guidance negative prompt (with --guidance > 1; default empty)"},
         {"image", "Wan image-to-video: the first frame (resized to --size)"},
+        {"references",
+         "FLUX.2 editing: reference image files, comma-separated (at most 4), as Flux2Pipeline's image=[...]: each "
+         "cropped to multiples of 16 (over 1 MP first resized to about 1 MP)"},
         {"scheduler", "Wan: pipeline (the folder's scheduler/, UniPC) | euler (FlowMatchEuler, same shift)",
          "pipeline"},
         {"out", "output PNG (FLUX.2) or video, e.g. .mp4 (Wan, 16 fps)", "", true},

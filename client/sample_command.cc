@@ -21,6 +21,7 @@
 #include "core/util/files.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
+#include "core/vae/flux2_vae.h"
 #include "core/vae/flux2_vae_decoder.h"
 
 namespace baton {
@@ -72,7 +73,13 @@ absl::Status Sample(const Args& args) {
   ASSIGN_OR_RETURN(int64_t threads, args.GetInt("threads"));
   SetComputeThreads(static_cast<int>(threads));
   const std::string pipeline = args.Get("model");
-  if (IsWanModel(pipeline)) return SampleWanVideo(args);
+  if (IsWanModel(pipeline)) {
+    if (args.Has("references")) {
+      return absl::InvalidArgumentError(
+          "--references are FLUX.2's (editing); a Wan image-to-video model takes --image");
+    }
+    return SampleWanVideo(args);
+  }
   if (args.Has("lora-low")) return absl::InvalidArgumentError("--lora-low is for Wan 2.2 A14B folders (two experts)");
   ASSIGN_OR_RETURN(auto size, ParseSize(args.Get("size")));
   Flux2SampleSettings s;
@@ -85,8 +92,13 @@ absl::Status Sample(const Args& args) {
   ASSIGN_OR_RETURN(at::Tensor embeds, PromptEmbeddings(args, pipeline));
   ASSIGN_OR_RETURN(int64_t in_channels, InChannels(pipeline));
   at::Tensor noise = Flux2InitialNoise(in_channels, s.width, s.height, static_cast<uint64_t>(seed));
-
-  ASSIGN_OR_RETURN(auto backend, StartSampleBackend(args, dtype, {(s.width / 16) * (s.height / 16), embeds.size(0)}));
+  if (args.Has("references")) {
+    ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(pipeline, at::kFloat, at::kCPU));
+    ASSIGN_OR_RETURN(s.references,
+                     EncodeFlux2References(*vae, absl::StrSplit(args.Get("references"), ',', absl::SkipEmpty())));
+  }
+  const int64_t target = (s.width / 16) * (s.height / 16), reference = s.references.token_count();
+  ASSIGN_OR_RETURN(auto backend, StartSampleBackend(args, dtype, {target + reference, embeds.size(0), reference}));
   const DenoisingProgress progress(t0);
   ASSIGN_OR_RETURN(std::vector<at::Tensor> latents, SampleFlux2(backend->denoiser, {embeds}, {noise}, s, progress));
   progress.Finish();

@@ -53,6 +53,7 @@ v1::EncodeDatasetRequest RequestFor(const JobConfig& job, const std::string& cac
   req.set_dataset_dir(job.encode.images);
   req.set_cache_dir(cache_dir);
   req.set_trigger(job.encode.trigger);
+  req.set_control_dir(job.encode.control);
   req.set_resolution(job.encode.resolution);
   for (int64_t r : job.encode.resolutions) req.add_resolutions(r);
   req.set_quantize(job.encode.quantize);  // "" = the worker's own --quantize

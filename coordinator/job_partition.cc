@@ -30,15 +30,17 @@ PipelineSpec PipelineSpecFor(const JobConfig& job) {
   return p;
 }
 
-// Sized for the cache's largest micro-batch (memory) and its token mix (compute).
+// Sized for the cache's largest micro-batch (memory) and its token mix (compute); a record's reference images add
+// their tokens (each of the record's grid) to its image stream.
 absl::StatusOr<PartitionOptions> JobPartitionOptions(const JobConfig& job, const CacheReader& cache, int stages,
                                                      at::ScalarType dtype, bool remote_workers) {
-  int64_t max_img = 0, max_txt = 0;
+  SampleTokens largest;
   for (const CacheRecordInfo& r : cache.index().records) {
-    max_img = std::max(max_img, r.grid_h * r.grid_w);
-    max_txt = std::max(max_txt, r.text_len);
+    const int64_t grid = r.grid_h * r.grid_w;
+    if (grid * (1 + r.references) > largest.image) largest = {grid * (1 + r.references), 0, grid * r.references};
   }
-  return JobPartitionOptions(job, SampleTokens{max_img, max_txt}, stages, dtype, remote_workers);
+  for (const CacheRecordInfo& r : cache.index().records) largest.text = std::max(largest.text, r.text_len);
+  return JobPartitionOptions(job, largest, stages, dtype, remote_workers);
 }
 
 absl::StatusOr<PartitionOptions> JobPartitionOptions(const JobConfig& job, SampleTokens tokens, int stages,

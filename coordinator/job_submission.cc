@@ -74,7 +74,9 @@ absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig
                                {"init_lora", job.init_lora, !job.init_lora.empty()},
                                {"validation.dataset", job.validation.dataset, !job.validation.dataset.empty()},
                                // The encoder worker reads it (on its host): judged here, not required to exist here.
-                               {"encode.images", job.encode.images, false}};
+                               {"encode.images", job.encode.images, false},
+                               {"encode.control", job.encode.control, false}};
+  for (const std::string& file : job.samples.references) keys.push_back({"samples.references", file, true});
   for (const DatasetSource& d : job.datasets) keys.push_back({"datasets", d.path, true});
   // Inside the root first: a refusal must not depend on whether the file exists.
   for (const PathKey& k : keys) {

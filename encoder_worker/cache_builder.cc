@@ -34,6 +34,22 @@ std::string RecordId(const std::string& name, int64_t resolution) {
   return resolution > 0 ? absl::StrCat(name, "@", resolution) : name;
 }
 
+namespace {
+
+// The sample's reference images, each resized and cropped to its image's bucket as the image was, encoded as the
+// image is: [n, grid_h·grid_w, C]; undefined when it has none.
+absl::StatusOr<at::Tensor> EncodeReferences(SampleEncoder& encoder, const DatasetSample& sample, const Bucket& bucket) {
+  std::vector<at::Tensor> latents;
+  for (const std::string& path : sample.reference_paths) {
+    ASSIGN_OR_RETURN(Image reference, ReadImageFile(path));
+    ASSIGN_OR_RETURN(at::Tensor encoded, encoder.EncodeImage(ResizeToBucket(reference, bucket)));
+    latents.push_back(encoded);
+  }
+  return latents.empty() ? at::Tensor() : at::stack(latents);
+}
+
+}  // namespace
+
 absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheBuildOptions& options,
                                             const std::function<void(const CacheBuildProgress&)>& on_progress) {
   if (encoder.encodes_video()) return BuildVideoCache(encoder, options, on_progress);
@@ -41,6 +57,7 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
   ScanOptions scan_options;
   scan_options.trigger = options.trigger;
   scan_options.follow_links_into = options.follow_links_into;
+  scan_options.control_dir = options.control_dir;
   if (options.shard) {
     const ShardSpec shard = *options.shard;
     scan_options.include = [shard](const std::string& name) { return shard.Contains(name); };
@@ -90,6 +107,7 @@ absl::StatusOr<CacheBuildReport> BuildCache(SampleEncoder& encoder, const CacheB
       RETURN_IF_ERROR(CheckMaskImage(mask, image.width, image.height, sample.mask_path));
       s.loss_mask = MaskOnLatentGrid(ResizeToBucket(mask, bucket), s.grid_h, s.grid_w);
     }
+    ASSIGN_OR_RETURN(s.references, EncodeReferences(encoder, sample, bucket));
     ASSIGN_OR_RETURN(CacheRecordInfo info, WriteCacheRecord(options.cache_dir, items[i].name, sample.content_hash,
                                                             identity, s, bucket.ToString(), item_of[i].resolution,
                                                             items[i].name == sample.name ? "" : sample.name));

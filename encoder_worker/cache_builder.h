@@ -45,6 +45,9 @@ struct CacheBuildOptions {
   // Folders outside the dataset that its symlinks may lead into (ScanOptions::follow_links_into); the operator's
   // --follow_links_into, never a request's.
   std::vector<std::string> follow_links_into;
+  // FLUX.2 reference images: the control folder (ScanOptions::control_dir; references.h); "" = none. Image caches
+  // only: a video encoder refuses it.
+  std::string control_dir;
 };
 
 struct CacheBuildProgress {

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <system_error>
 
 #include "core/text/utf8.h"
@@ -15,6 +17,7 @@
 #include "core/util/status.h"
 #include "encoder_worker/dataset_fence.h"
 #include "encoder_worker/loss_mask.h"
+#include "encoder_worker/references.h"
 
 namespace baton {
 namespace {
@@ -50,9 +53,35 @@ absl::Status LoadSampleMask(const DatasetFence& fence, const std::vector<std::st
   return absl::OkStatus();
 }
 
+// The control folder of reference images: its fence and its file names (sorted).
+struct ControlFolder {
+  DatasetFence fence;
+  std::vector<std::string> names;
+};
+
+// The sample's reference images (references.h), when it has any: read through the control folder's fence and
+// decoded; their bytes join the content hash in order.
+absl::Status LoadSampleReferences(const ControlFolder& control, DatasetSample& s) {
+  ASSIGN_OR_RETURN(std::vector<std::string> files, FindReferenceFiles(s.name, control.names));
+  if (files.empty()) return absl::OkStatus();
+  Sha256 h;
+  h.Update("baton-sample-references-v1");
+  h.UpdateFramed(s.content_hash);
+  for (const std::string& file : files) {
+    const std::string path = JoinPath(control.fence.dir(), file);
+    ASSIGN_OR_RETURN(std::string bytes, control.fence.Read(path));
+    RETURN_IF_ERROR(DecodeImage(bytes, path).status());
+    h.UpdateFramed(bytes);
+    s.reference_paths.push_back(path);
+  }
+  s.content_hash = DigestToHex(h.Finish());
+  return absl::OkStatus();
+}
+
 // Everything about one image file; an error status becomes a FileError.
 absl::StatusOr<DatasetSample> LoadSample(const DatasetFence& fence, const std::string& name,
-                                         const std::vector<std::string>& names, const ScanOptions& options) {
+                                         const std::vector<std::string>& names, const ControlFolder* control,
+                                         const ScanOptions& options) {
   DatasetSample s;
   s.name = name;
   s.image_path = JoinPath(fence.dir(), name);
@@ -74,7 +103,41 @@ absl::StatusOr<DatasetSample> LoadSample(const DatasetFence& fence, const std::s
   s.image_sha256 = Sha256Hex(bytes);
   s.content_hash = SampleContentHash(bytes, caption, options.trigger);
   RETURN_IF_ERROR(LoadSampleMask(fence, names, s));
+  if (control != nullptr) RETURN_IF_ERROR(LoadSampleReferences(*control, s));
   return s;
+}
+
+// The folder's file names, sorted, without dotfiles and folders (a dangling link is listed: its read names it);
+// `include`, when set, picks among them. `noun` says which folder it is in messages ("dataset", "control").
+absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& dir, const char* noun,
+                                                    const std::function<bool(const std::string&)>& include) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(noun, " folder ", dir, " does not exist"));
+  }
+  if (!fs::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(noun, " path ", dir, " is not a directory"));
+  }
+  std::vector<std::string> names;
+  fs::directory_iterator it(dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot list ", noun, " folder ", dir, ": ", ec.message()));
+  }
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) {
+      return absl::InternalError(absl::StrCat("error listing ", dir, ": ", ec.message()));
+    }
+    std::string name = it->path().filename().string();
+    if (name.empty() || name[0] == '.') continue;  // dotfiles, incl. macOS "._x.jpg" forks
+    if (include && !include(name)) continue;
+    std::error_code type_ec;
+    // A folder (even one named x.png) is not a sample; a link that is dangling or leads to something other than a
+    // file is, to be named as such by the read.
+    if (!it->is_regular_file(type_ec) && (!it->is_symlink(type_ec) || it->is_directory(type_ec))) continue;
+    names.push_back(std::move(name));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace
@@ -116,34 +179,19 @@ std::string SampleContentHash(absl::string_view image_bytes, absl::string_view c
 }
 
 absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& options) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) {
-    return absl::NotFoundError(absl::StrCat("dataset folder ", dir, " does not exist"));
+  // Another worker's share (a mask goes with its image, whoever encodes it).
+  std::function<bool(const std::string&)> include;
+  if (options.include) {
+    include = [&options](const std::string& name) { return IsMaskFileName(name) || options.include(name); };
   }
-  if (!fs::is_directory(dir, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat("dataset path ", dir, " is not a directory"));
-  }
-  std::vector<std::string> names;
-  fs::directory_iterator it(dir, ec);
-  if (ec) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot list dataset folder ", dir, ": ", ec.message()));
-  }
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    if (ec) {
-      return absl::InternalError(absl::StrCat("error listing ", dir, ": ", ec.message()));
-    }
-    std::string name = it->path().filename().string();
-    if (name.empty() || name[0] == '.') continue;  // dotfiles, incl. macOS "._x.jpg" forks
-    // Another worker's share (a mask goes with its image, whoever encodes it).
-    if (options.include && !IsMaskFileName(name) && !options.include(name)) continue;
-    std::error_code type_ec;
-    // A folder (even one named x.png) is not a sample; a link that is dangling or leads to something other than a
-    // file is, to be named as such by the read.
-    if (!it->is_regular_file(type_ec) && (!it->is_symlink(type_ec) || it->is_directory(type_ec))) continue;
-    names.push_back(std::move(name));
-  }
-  std::sort(names.begin(), names.end());
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, ListFolder(dir, "dataset", include));
   ASSIGN_OR_RETURN(const DatasetFence fence, DatasetFence::Make(dir, options.follow_links_into));
+  std::optional<ControlFolder> control;
+  if (!options.control_dir.empty()) {
+    ASSIGN_OR_RETURN(std::vector<std::string> control_names, ListFolder(options.control_dir, "control", nullptr));
+    ASSIGN_OR_RETURN(DatasetFence control_fence, DatasetFence::Make(options.control_dir, options.follow_links_into));
+    control = ControlFolder{std::move(control_fence), std::move(control_names)};
+  }
 
   Dataset ds;
   ds.dir = dir;
@@ -157,7 +205,7 @@ absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& o
                                      path, ": ", ext.substr(1), " not supported by this build (use PNG or JPEG)"))});
       continue;
     }
-    auto sample = LoadSample(fence, name, names, options);
+    auto sample = LoadSample(fence, name, names, control ? &*control : nullptr, options);
     if (sample.ok()) {
       ds.samples.push_back(*std::move(sample));
     } else {

@@ -24,13 +24,17 @@ struct DatasetSample {
   // Masked loss: dir/stem.mask.png (or .jpg, .jpeg), a gray-scale image of the image's size whose white trains fully,
   // black not at all and gray in proportion; "" when the sample has none (every pixel trains).
   std::string mask_path;
+  // FLUX.2 reference images (editing): control_dir/stem.png or control_dir/stem_0.png, stem_1.png, ...
+  // (encoder_worker/references.h), in order; empty when it has none.
+  std::vector<std::string> reference_paths;
   ImageFormat format = ImageFormat::kUnknown;
   int width = 0;  // original image size
   int height = 0;
   int64_t image_bytes = 0;
   std::string image_sha256;  // hex SHA-256 of the image file alone
   // SHA-256 (hex) over the framed image bytes, raw trimmed caption and trigger (see
-  // SampleContentHash), and the mask's bytes when there is one: any change to what would be encoded changes it.
+  // SampleContentHash), and the mask's and references' bytes when there are: any change to what would be encoded
+  // changes it.
   std::string content_hash;
 };
 
@@ -62,6 +66,9 @@ struct ScanOptions {
   // Folders (besides the dataset folder) that the dataset's symlinks may lead into (encoder_worker
   // --follow_links_into; dataset_fence.h). Empty: a file that resolves outside the dataset folder is refused.
   std::vector<std::string> follow_links_into;
+  // The control folder of FLUX.2 reference images (encoder_worker --control; references.h); "" = none. Its files are
+  // read through a fence of their own (links may lead into it and the follow_links_into folders).
+  std::string control_dir;
 };
 
 // A loss mask's file name ends in ".mask" + an image extension; such files are masks, never samples.
@@ -69,7 +76,8 @@ bool IsMaskFileName(const std::string& name);
 
 // The scan is non-recursive, skips dotfiles, and is sorted by file name (bytewise) so sample order is the same
 // everywhere. Problems with single files (missing caption, zero-byte, unreadable, truncated or non-image file,
-// WebP, a caption over kMaxCaptionBytes, a mask that is not gray-scale, of another size or black everywhere, an image
+// WebP, a caption over kMaxCaptionBytes, a mask that is not gray-scale, of another size or black everywhere, reference
+// images that are ambiguous, too many or unreadable, an image
 // or caption that is a dangling link or resolves outside the dataset folder...) are collected as per-file errors; the
 // scan still returns the good files. Fails only if `dir` is missing, not a directory or cannot be listed, or a
 // follow_links_into folder is missing.

@@ -80,6 +80,7 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   options.cache_dir = *cache_dir;
   options.trigger = req->trigger();
   options.follow_links_into = follow_links_into_;
+  options.control_dir = req->control_dir();
   options.resolutions.assign(req->resolutions().begin(), req->resolutions().end());
   if (options.resolutions.empty()) {
     options.resolutions = req->resolution() > 0 ? std::vector<int64_t>{req->resolution()} : default_resolutions_;

@@ -67,6 +67,7 @@ int BuildOneCache(const EncoderWorkerCommand& command, SampleEncoder& encoder, s
   build.extraction = {command.frame_extraction, command.clips_per_video, command.slide_stride};
   build.shard = shard;
   build.follow_links_into = command.follow_links_into;
+  build.control_dir = command.control;
   const bool tty = ::isatty(STDOUT_FILENO);
   auto report = BuildCache(encoder, build, [&](const CacheBuildProgress& p) {
     std::printf("%s%s%s", tty ? "\r\033[K" : "", RenderEncodeProgress(p, 0).c_str(), tty ? "" : "\n");

@@ -31,6 +31,7 @@ struct EncoderWorkerCommand {
   std::vector<std::string> merge;  // the shard caches to join into `cache` (no encoding, no model)
   // Folders outside a dataset that its symlinks may lead into (dataset_fence.h); empty: links must stay inside.
   std::vector<std::string> follow_links_into;
+  std::string control;  // --control: FLUX.2 reference images (encoder_worker/references.h)
 };
 
 int RunEncoderWorkerCommand(const EncoderWorkerCommand& command);

@@ -56,6 +56,9 @@ ABSL_FLAG(
     "comma-separated folders outside the dataset folder that its symlinks (images, captions, clips, frames) may "
     "lead into, e.g. a shared photo library or a Hugging Face cache's blobs/ (/ follows every link); by default a "
     "file that resolves outside the dataset folder is refused by name, so a job service's --data_root holds");
+ABSL_FLAG(std::string, control, "",
+          "FLUX.2 editing: the folder of reference images, musubi-tuner's control_directory layout: for cat.jpg, "
+          "cat.png (one) or cat_0.png, cat_1.png, ... (up to 4); each is resized and cropped to its image's bucket");
 ABSL_FLAG(std::string, metrics, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (port 0 picks a free one); empty = no metrics");
 
@@ -85,6 +88,7 @@ baton::EncoderWorkerCommand CommandFromFlags() {
   command.shard = absl::GetFlag(FLAGS_shard);
   command.merge = absl::GetFlag(FLAGS_merge);
   command.follow_links_into = absl::GetFlag(FLAGS_follow_links_into);
+  command.control = absl::GetFlag(FLAGS_control);
   return command;
 }
 
@@ -93,7 +97,7 @@ baton::EncoderWorkerCommand CommandFromFlags() {
 int main(int argc, char** argv) {
   baton::ParseBinaryFlags(argc, argv,
                           "encoder_worker --dataset DIR --cache DIR --model PIPELINE_DIR [--threads K] [--shard i/N]\n"
-                          "                      [--metrics HOST:PORT] [--follow_links_into DIR,...]\n"
+                          "                      [--metrics HOST:PORT] [--follow_links_into DIR,...] [--control DIR]\n"
                           "       encoder_worker --merge SHARD_DIR,SHARD_DIR,... --cache DIR\n"
                           "       encoder_worker --model PIPELINE_DIR --listen HOST:PORT (--tls_dir DIR | --insecure)");
   return baton::RunEncoderWorkerCommand(CommandFromFlags());

@@ -122,6 +122,11 @@ absl::StatusOr<CacheBuildReport> BuildVideoCache(SampleEncoder& encoder, const C
                                                  const std::function<void(const CacheBuildProgress&)>& on_progress) {
   const auto started = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(CheckClipExtraction(options.extraction));
+  if (!options.control_dir.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--control ", options.control_dir,
+        ": reference images are FLUX.2's (editing); a Wan image-to-video model conditions on a clip's first frame"));
+  }
   ScanOptions scan_options;
   scan_options.trigger = options.trigger;
   scan_options.follow_links_into = options.follow_links_into;

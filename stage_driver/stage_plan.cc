@@ -38,6 +38,7 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const PipelineSpec& pipel
   popts.activation_bytes = static_cast<int>(c10::elementSize(dtype));
   popts.tokens_per_micro_batch = (tokens.image + tokens.text) * samples_per_micro_batch;
   popts.text_tokens_per_micro_batch = tokens.text * samples_per_micro_batch;
+  popts.reference_tokens_per_micro_batch = tokens.reference * samples_per_micro_batch;
   return popts;
 }
 

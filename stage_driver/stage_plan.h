@@ -18,6 +18,7 @@ namespace baton {
 // The tokens of one sample the planner sizes a micro-batch by: image (or video) tokens and text tokens.
 struct SampleTokens {
   int64_t image = 0, text = 0;
+  int64_t reference = 0;  // FLUX.2 reference images' part of `image`
 };
 
 // The device each stage is planned for: its entry in `devices`; without one, a local worker computes on the CPU (the

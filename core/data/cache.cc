@@ -49,8 +49,9 @@ std::string CacheRecordInfo::Group() const {
 
 std::string CacheRecordInfo::BucketKey() const {
   // Image keys stay as they were ("HxW/L"); video keys add the latent frames ("FxHxW/L").
-  if (frames > 0) return absl::StrCat(frames, "x", grid_h, "x", grid_w, "/", text_len);
-  return absl::StrCat(grid_h, "x", grid_w, "/", text_len);
+  const std::string refs = references > 0 ? absl::StrCat("+", references, "ref") : "";
+  if (frames > 0) return absl::StrCat(frames, "x", grid_h, "x", grid_w, "/", text_len, refs);
+  return absl::StrCat(grid_h, "x", grid_w, "/", text_len, refs);
 }
 
 namespace {
@@ -105,8 +106,8 @@ std::string CacheSampleChecksum(const at::Tensor& latents, const at::Tensor& pro
 
 std::string CacheSampleChecksum(const CacheSample& sample) {
   uint32_t crc = 0;
-  for (const at::Tensor& t :
-       {sample.latents, sample.prompt_embeds, sample.condition, sample.image_embeds, sample.loss_mask}) {
+  for (const at::Tensor& t : {sample.latents, sample.prompt_embeds, sample.condition, sample.image_embeds,
+                              sample.loss_mask, sample.references}) {
     if (!t.defined()) continue;
     at::Tensor c = t.to(at::kFloat).contiguous();
     crc = Crc32c(crc, c.data_ptr(), static_cast<size_t>(c.numel()) * sizeof(float));
@@ -151,6 +152,11 @@ absl::StatusOr<CacheIndex> ReadCacheIndex(const std::string& dir) {
       info.resolution = r.value("resolution", int64_t{0});
       info.sample = r.value("sample", "");
       info.window = r.value("window", int64_t{-1});
+      info.references = r.value("references", int64_t{0});
+      if (info.references < 0 || info.references > kMaxReferences) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": record ", info.id, " references ", info.references, " is not 0..", kMaxReferences));
+      }
       if (info.frames < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": record ", info.id, " frames < 0"));
       index.records.push_back(info);
     }
@@ -190,6 +196,7 @@ absl::Status WriteCacheIndex(const std::string& dir, const CacheIndex& index) {
     if (r.resolution > 0) e["resolution"] = r.resolution;  // caches of one resolution stay byte-for-byte as before
     if (!r.sample.empty()) e["sample"] = r.sample;
     if (r.window >= 0) e["window"] = r.window;
+    if (r.references > 0) e["references"] = r.references;
     j["records"].push_back(e);
   }
   if (index.empty_prompt.present()) {  // caches without one stay byte-for-byte as before
@@ -322,6 +329,25 @@ absl::Status LoadLossMask(const SafetensorsFile& file, const CacheRecordInfo& r,
   return absl::OkStatus();
 }
 
+// The optional reference images: [n, grid_h·grid_w, C] with n = the metadata's count (1..kMaxReferences), sane.
+absl::Status LoadReferences(const SafetensorsFile& file, const CacheRecordInfo& r, const CacheLayout& layout,
+                            CacheSample& s) {
+  if (file.Contains("references") != (r.references > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("the record ", r.references > 0 ? "lacks" : "has",
+                                                   " 'references', its metadata says ", r.references));
+  }
+  if (r.references == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(s.references, file.Load("references", at::kFloat));
+  const at::Tensor& x = s.references;
+  if (x.dim() != 3 || x.size(0) != r.references || x.size(1) != r.grid_h * r.grid_w ||
+      x.size(2) != layout.latent_channels) {
+    return absl::InvalidArgumentError(absl::StrCat("references shape ", ShapeString(x.sizes()), " is not [",
+                                                   r.references, ", ", r.grid_h * r.grid_w, ", ",
+                                                   layout.latent_channels, "]"));
+  }
+  return CheckCacheValues(x, "references", kMaxAbsLatent);
+}
+
 // The record's metadata: id, hash, bucket, grid, text length and frames.
 absl::StatusOr<CacheRecordInfo> RecordMetadata(const SafetensorsFile& file) {
   const auto& meta = file.metadata();
@@ -346,6 +372,11 @@ absl::StatusOr<CacheRecordInfo> RecordMetadata(const SafetensorsFile& file) {
   }
   if (!get("resolution").empty() && (!absl::SimpleAtoi(get("resolution"), &r.resolution) || r.resolution <= 0)) {
     return absl::InvalidArgumentError(absl::StrCat("metadata resolution '", get("resolution"), "' is not a size"));
+  }
+  if (!get("references").empty() &&
+      (!absl::SimpleAtoi(get("references"), &r.references) || r.references < 1 || r.references > kMaxReferences)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metadata references '", get("references"), "' is not 1..", kMaxReferences));
   }
   return r;
 }
@@ -391,6 +422,7 @@ absl::StatusOr<CacheSample> ReadCacheRecord(const std::string& dir, const std::s
   if (absl::Status main = LoadMainTensors(f, *r, layout, s); !main.ok()) return fail(main);
   if (absl::Status cond = LoadConditioning(f, *r, layout, s); !cond.ok()) return fail(cond);
   if (absl::Status mask = LoadLossMask(f, *r, s); !mask.ok()) return fail(mask);
+  if (absl::Status refs = LoadReferences(f, *r, layout, s); !refs.ok()) return fail(refs);
   r->checksum = CacheSampleChecksum(s);
   if (info) *info = *r;
   if (encoder) {
@@ -420,8 +452,8 @@ absl::StatusOr<CacheSample> CacheReader::Load(size_t i) const {
   if (found.hash != info.hash) return fail("hash in the record differs from the index");
   if (found.grid_h != info.grid_h || found.grid_w != info.grid_w || found.text_len != info.text_len ||
       found.frames != info.frames || found.resolution != info.resolution || found.sample != info.sample ||
-      found.window != info.window) {
-    return fail("grid, frames, resolution or text length in the record differs from the index");
+      found.window != info.window || found.references != info.references) {
+    return fail("grid, frames, resolution, references or text length in the record differs from the index");
   }
   return s;
 }
@@ -443,6 +475,7 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
   info.resolution = resolution;
   info.sample = sample_name;
   info.window = window;
+  info.references = sample.references.defined() ? sample.references.size(0) : 0;
   std::map<std::string, std::string> meta = {{"id", id},
                                              {"hash", hash},
                                              {"encoder", encoder},
@@ -454,6 +487,7 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
   if (resolution > 0) meta["resolution"] = std::to_string(resolution);
   if (!sample_name.empty()) meta["sample"] = sample_name;
   if (window >= 0) meta["window"] = std::to_string(window);
+  if (info.references > 0) meta["references"] = std::to_string(info.references);
   std::string path = JoinPath(dir, info.file);
   CacheSample stored = sample;
   std::map<std::string, at::Tensor> tensors;
@@ -461,7 +495,8 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
                          {"prompt_embeds", &stored.prompt_embeds},
                          {"condition", &stored.condition},
                          {"image_embeds", &stored.image_embeds},
-                         {"loss_mask", &stored.loss_mask}}) {
+                         {"loss_mask", &stored.loss_mask},
+                         {"references", &stored.references}}) {
     if (!t->defined()) continue;
     *t = t->to(at::kCPU, at::kFloat).contiguous();
     tensors[name] = *t;

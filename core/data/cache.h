@@ -26,6 +26,8 @@ namespace baton {
 //   WanPipeline expects; grid = latent height/width = pixels / 8). No "frames" (or 0) = the packed image layout
 //   above, so every earlier cache reads exactly as before.
 //   A record may add "loss_mask" [grid_h, grid_w] fp32 in [0, 1] (masked loss; CacheSample::loss_mask).
+//   A FLUX.2 record may add "references" [n, grid_h·grid_w, C] fp32 (reference images, each packed as "latents" and
+//   of the record's bucket; CacheSample::references), with "references": n (1..kMaxReferences) in its index entry.
 //   Image-to-video caches name their `conditioning` in the index (the model family defines the kinds,
 //   core/model/wan_i2v.h) with `condition_channels` and `image_dim`; each record then adds "condition"
 //   [condition_channels, frames or 1, grid_h, grid_w] and, when image_dim > 0, "image_embeds" [tokens, image_dim].
@@ -50,10 +52,12 @@ struct CacheRecordInfo {
   // Of a video cut into several clips (encoder_worker --frame_extraction chunk|slide|uniform): which, from 0, its id
   // then ending in "#<window>"; -1 otherwise.
   int64_t window = -1;
+  // FLUX.2 reference images the record carries (encoder_worker --control); 0: none.
+  int64_t references = 0;
   // What the encoder worker encodes together: the id without "#<window>" (a video's clips are encoded, kept and
   // dropped together).
   std::string Group() const;
-  // Micro-batches are formed within one bucket: same grid, frames and text length.
+  // Micro-batches are formed within one bucket: same grid, frames, text length and number of reference images.
   std::string BucketKey() const;
 };
 
@@ -84,9 +88,14 @@ struct CacheSample {
   // [grid_h, grid_w] fp32 in [0, 1], weighting the loss per token (and, for video, the same on every frame); or
   // undefined: every token counts fully.
   at::Tensor loss_mask;
+  // FLUX.2 reference images (editing; encoder_worker --control): [n, grid_h·grid_w, C] fp32, each packed as `latents`
+  // are and resized and cropped to the record's bucket as its image was; or undefined.
+  at::Tensor references;
 };
-// The same for every tensor a sample holds: latents, prompt_embeds, then condition, image_embeds and loss_mask when
-// defined (so a record without them keeps the checksum it always had).
+// The most reference images a record may carry (Flux2Pipeline takes any number; the peers' control folders, up to 4).
+inline constexpr int64_t kMaxReferences = 4;
+// The same for every tensor a sample holds: latents, prompt_embeds, then condition, image_embeds, loss_mask and
+// references when defined (so a record without them keeps the checksum it always had).
 std::string CacheSampleChecksum(const at::Tensor& latents, const at::Tensor& prompt_embeds);
 std::string CacheSampleChecksum(const CacheSample& sample);
 

@@ -53,6 +53,8 @@ Flux2Constants ConstantsFromMap(const TensorMap& k) {
   c.mod_out = k.at("mod_out");
   c.rope_cos = k.at("rope_cos");
   c.rope_sin = k.at("rope_sin");
+  auto target = k.find("target_tokens");
+  if (target != k.end()) c.target_tokens = target->second.item<int64_t>();
   return c;
 }
 
@@ -157,6 +159,7 @@ class Flux2ShellModel : public ShellModel {
                   {"encoder_hidden_states", in.at("encoder_hidden_states").to(device)}};
     out.constants = {
         {"mod_img", k.mod_img}, {"mod_txt", k.mod_txt}, {"mod_single", k.mod_single}, {"mod_out", k.mod_out}};
+    if (k.target_tokens > 0) out.constants["target_tokens"] = at::scalar_tensor(k.target_tokens, at::kLong);
     out.tables = {{"rope_cos", k.rope_cos}, {"rope_sin", k.rope_sin}};
     return out;
   }
@@ -345,7 +348,8 @@ BlockPlanInfo Flux2Family::Embedders(const PlanShape& shape) const {
 
 BlockPlanInfo Flux2Family::Head(const PlanShape& shape) const {
   const Flux2Pieces& p = Pieces(config_);
-  const double t_img = static_cast<double>(shape.tokens - std::min(shape.text_tokens, shape.tokens));
+  const double t_img =
+      static_cast<double>(shape.tokens - std::min(shape.text_tokens, shape.tokens) - shape.reference_tokens);
   BlockPlanInfo b;
   b.params = p.head_params;
   b.linear_params = p.head_linear;
@@ -410,6 +414,19 @@ absl::StatusOr<TensorMap> Flux2Family::MicroBatchInputs(const NoisyBatch& batch)
                {"timestep", batch.timestep},
                {"img_ids", ImagePositionIds(batch.grid_h, batch.grid_w)},
                {"txt_ids", TextPositionIds(batch.prompt_embeds.size(1))}};
+  if (batch.references.defined()) {  // Flux2Pipeline: cat([latents, image_latents]), cat([latent_ids, image_ids])
+    int64_t tokens = 0;
+    for (const auto& [h, w] : batch.reference_grids) tokens += h * w;
+    const at::Tensor& r = batch.references;
+    if (batch.reference_grids.empty() || r.dim() != 3 || r.size(0) != batch.noisy.size(0) || r.size(1) != tokens ||
+        r.size(2) != config_.in_channels) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FLUX.2 reference latents are ", ShapeString(r.sizes()), ", expected [", batch.noisy.size(0), ", ", tokens,
+          ", ", config_.in_channels, "] for ", batch.reference_grids.size(), " reference grids"));
+    }
+    in["hidden_states"] = at::cat({batch.noisy, r.to(batch.noisy.scalar_type())}, 1);
+    in["img_ids"] = at::cat({in["img_ids"], ReferencePositionIds(batch.reference_grids)}, 0);
+  }
   if (config_.guidance_embeds) in["guidance"] = at::full({batch.noisy.size(0)}, batch.guidance, at::kFloat);
   return in;
 }

@@ -16,7 +16,8 @@ namespace baton {
 // Tensor names are the ones stage_io.h puts on the wire, so the family changes no wire format:
 //   stage input   first stage: hidden_states [b, Si, C_in], encoder_hidden_states [b, St, J] (any floating dtype)
 //                 later ones:  img [b, Si, D] + txt [b, St, D]  |  joint [b, St+Si, D] + txt_len [] (int64)
-//   constants     mod_img, mod_txt, mod_single, mod_out and the tables rope_cos, rope_sin (merged)
+//   constants     mod_img, mod_txt, mod_single, mod_out and the tables rope_cos, rope_sin (merged); target_tokens []
+//                 (int64) when the image stream ends with reference images' tokens (Flux2Constants)
 //   stage output  the next stage's input, or output [b, Si, C_out] from the head
 class Flux2Family : public ModelFamily {
  public:

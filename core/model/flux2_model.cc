@@ -78,6 +78,7 @@ Flux2Constants Flux2ShellImpl::forward(const at::Tensor& timestep, const at::Ten
   auto [txt_cos, txt_sin] = RopeTables(txt_ids.to(device()), config_.axes_dims_rope, config_.rope_theta);
   k.rope_cos = at::cat({txt_cos, img_cos}, 0);
   k.rope_sin = at::cat({txt_sin, img_sin}, 0);
+  k.target_tokens = TargetTokens(img_ids);
   return k;
 }
 
@@ -144,6 +145,9 @@ std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Flux2Stage
     pieces.push_back([this, &k](const Flux2Activations& in) {
       Flux2Activations a = in;
       at::Tensor x = in.joint.defined() ? in.joint.narrow(1, in.txt_len, in.joint.size(1) - in.txt_len) : in.img;
+      // Reference tokens condition every block but are not predicted (norm_out is per token: slicing first is the
+      // same as slicing the output).
+      if (k.target_tokens > 0) x = x.narrow(1, 0, k.target_tokens);
       auto scale_shift = k.mod_out.chunk(2, -1);  // diffusers' AdaLayerNormContinuous order: (scale, shift)
       x = ModulatedLayerNorm(x, scale_shift[0].unsqueeze(1), scale_shift[1].unsqueeze(1), config_.eps);
       a.output = proj_out_(x);

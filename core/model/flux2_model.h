@@ -27,6 +27,10 @@ struct Flux2Constants {
   at::Tensor mod_out;     // [B, 2D] norm_out.linear(silu(temb)), (scale, shift) order
   at::Tensor rope_cos;    // [St+Si, Dh] fp32, text rows first
   at::Tensor rope_sin;    // [St+Si, Dh] fp32
+  // With reference images (img_ids holding tokens of time != 0, flux2_ops.h TargetTokens): the leading image tokens
+  // that are the target's, the only ones the head predicts (Flux2Pipeline keeps noise_pred[:, :latents.size(1)]);
+  // 0: every image token is the target's.
+  int64_t target_tokens = 0;
 };
 
 // Flux2Shell: time/guidance embedding → the shared modulation vectors (img, txt, single, norm_out) and the RoPE
@@ -35,8 +39,8 @@ class Flux2ShellImpl : public torch::nn::Module {
  public:
   Flux2ShellImpl(const Flux2Config& c, const at::TensorOptions& options);
   // timestep [B] in 0..1, guidance [B] (ignored without guidance_embeds), img_ids [Si, 4], txt_ids [St, 4], on any
-  // device (moved to the shell's). Modulations come out in `dtype` (the compute dtype), RoPE tables in fp32, all on
-  // the shell's device.
+  // device (moved to the shell's); img_ids may end with reference images' ids (target_tokens). Modulations come out in
+  // `dtype` (the compute dtype), RoPE tables in fp32, all on the shell's device.
   Flux2Constants forward(const at::Tensor& timestep, const at::Tensor& guidance, const at::Tensor& img_ids,
                          const at::Tensor& txt_ids, at::ScalarType dtype);
   // The modulation part only (no RoPE): temb → the four flat modulation tensors.
@@ -65,7 +69,7 @@ struct Flux2Activations {
   at::Tensor img;     // [B, Si, D] (stage 0 input: [B, Si, in_channels] before x_embedder)
   at::Tensor txt;     // [B, St, D] (stage 0 input: [B, St, joint_attention_dim])
   at::Tensor joint;   // [B, St+Si, D] once in single blocks
-  at::Tensor output;  // [B, Si, out_dim] set by the last stage
+  at::Tensor output;  // [B, Si, out_dim] set by the last stage (Si: the target's tokens, Flux2Constants::target_tokens)
   int64_t txt_len = 0;
   // The tensors that are live (defined), in a fixed order: img, txt, joint, output.
   std::vector<at::Tensor> Live() const;

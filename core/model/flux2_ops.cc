@@ -90,4 +90,25 @@ at::Tensor TextPositionIds(int64_t length) {
   return at::stack({zeros, zeros, zeros, at::arange(length, at::kLong)}, 1);
 }
 
+at::Tensor ReferencePositionIds(const std::vector<std::pair<int64_t, int64_t>>& grids) {
+  std::vector<at::Tensor> parts;
+  for (size_t k = 0; k < grids.size(); ++k) {
+    at::Tensor ids = ImagePositionIds(grids[k].first, grids[k].second);
+    ids.select(1, 0).fill_(10 + 10 * static_cast<int64_t>(k));
+    parts.push_back(ids);
+  }
+  return parts.empty() ? at::zeros({0, 4}, at::kLong) : at::cat(parts, 0);
+}
+
+int64_t TargetTokens(const at::Tensor& img_ids) {
+  const at::Tensor is_target = img_ids.select(-1, 0).to(at::kCPU) == 0;
+  const int64_t n = is_target.sum().item<int64_t>();
+  if (n == img_ids.size(0)) return 0;
+  TORCH_CHECK(n > 0, "FLUX.2 image ids: no token has time 0 (the target's); reference tokens follow the target's");
+  TORCH_CHECK(is_target.slice(0, 0, n).all().item<bool>(),
+              "FLUX.2 image ids: a reference token (time != 0) comes before a target token; references follow the "
+              "target as Flux2Pipeline orders them");
+  return n;
+}
+
 }  // namespace baton

@@ -50,4 +50,13 @@ at::Tensor ImagePositionIds(int64_t h, int64_t w);
 // Text position ids: [L, 4] int64 rows (0, 0, 0, l).
 at::Tensor TextPositionIds(int64_t length);
 
+// Reference images' position ids as Flux2Pipeline._prepare_image_ids gives them (scale 10): reference k's h×w grid
+// gets rows (10 + 10·k, row, col, 0), references one after the other: [Σ h·w, 4] int64. They follow the target's
+// ImagePositionIds in the image stream.
+at::Tensor ReferencePositionIds(const std::vector<std::pair<int64_t, int64_t>>& grids);
+// How many leading image tokens are the target's (time coordinate 0) when `img_ids` [Si, 4] also holds reference
+// tokens (time ≠ 0); 0 when it holds none (every token is the target's). Throws c10::Error when a reference token
+// comes before a target token, or no token is the target's.
+int64_t TargetTokens(const at::Tensor& img_ids);
+
 }  // namespace baton

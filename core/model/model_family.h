@@ -96,8 +96,9 @@ struct BlockPlanInfo {
 
 // Sizes the planner assumes for one micro-batch (tokens after patchify).
 struct PlanShape {
-  int64_t tokens = 4608;      // image/video tokens + text tokens, times samples
-  int64_t text_tokens = 512;  // the text part
+  int64_t tokens = 4608;         // image/video tokens + text tokens, times samples
+  int64_t text_tokens = 512;     // the text part
+  int64_t reference_tokens = 0;  // FLUX.2 reference images' part (through every block; the head skips them)
   int64_t lora_rank = 16;
   std::vector<std::string> lora_targets;  // resolved targets (ModelFamily::LoraTargets)
 };
@@ -123,6 +124,12 @@ struct NoisyBatch {
   // Masked loss: [b, grid_h, grid_w] weights in [0, 1] per latent cell (ones for a record without a mask); undefined
   // when no record of the batch has one.
   at::Tensor loss_weights;
+  // FLUX.2 reference images (editing): every reference's packed latent tokens, one reference after the other,
+  // [b, Σ h·w, C] fp32, and each reference's latent grid (h, w), the same for every sample of the batch. The model
+  // sees them after the noisy target's tokens, with Flux2Pipeline's position ids; the loss covers the target only.
+  // Undefined / empty: none.
+  at::Tensor references;
+  std::vector<std::pair<int64_t, int64_t>> reference_grids;
 };
 
 // What a training cache holds, as far as a model cares (core/data/cache.h's CacheLayout, which this floor cannot see).

@@ -109,11 +109,13 @@ TensorMap InputGradientTensors(const Flux2Activations& input) {
 }
 
 TensorMap ConstantTensors(const Flux2Constants& k, const std::string& rope_key) {
-  return {{"mod_img", k.mod_img},
-          {"mod_txt", k.mod_txt},
-          {"mod_single", k.mod_single},
-          {"mod_out", k.mod_out},
-          {kRopeKeyPrefix + rope_key, at::empty({0})}};
+  TensorMap t{{"mod_img", k.mod_img},
+              {"mod_txt", k.mod_txt},
+              {"mod_single", k.mod_single},
+              {"mod_out", k.mod_out},
+              {kRopeKeyPrefix + rope_key, at::empty({0})}};
+  if (k.target_tokens > 0) t["target_tokens"] = at::scalar_tensor(k.target_tokens, at::kLong);
+  return t;
 }
 
 TensorMap RopeTensors(const Flux2Constants& k, const std::string& rope_key) {
@@ -141,7 +143,16 @@ absl::StatusOr<std::pair<Flux2Constants, std::string>> ConstantsFromTensors(cons
     if (absl::StartsWith(name, kRopeKeyPrefix)) key = name.substr(strlen(kRopeKeyPrefix));
   }
   if (key.empty()) return absl::InvalidArgumentError("constants: no rope_key/<key> entry");
-  if (t.size() != 5) return absl::InvalidArgumentError("constants: unexpected extra tensors");
+  auto target = t.find("target_tokens");
+  if (target != t.end()) {
+    const at::Tensor& n = target->second;
+    if (n.dim() != 0 || n.scalar_type() != at::kLong || n.item<int64_t>() <= 0) {
+      return absl::InvalidArgumentError("constants: 'target_tokens' must be one positive int64");
+    }
+    k.target_tokens = n.item<int64_t>();
+  }
+  if (t.size() != (target == t.end() ? 5u : 6u))
+    return absl::InvalidArgumentError("constants: unexpected extra tensors");
   return std::make_pair(k, key);
 }
 

@@ -32,6 +32,7 @@ std::string RopeKey(int64_t grid_h, int64_t grid_w, int64_t text_len);
 //   INPUTS     hidden_states [b, Si, C_in], encoder_hidden_states [b, St, J]            (to stage 0)
 //   CONSTANTS  mod_img [b, 6D], mod_txt [b, 6D], mod_single [b, 3D], mod_out [b, 2D],
 //              rope_key/<key> (empty tensor naming the RoPE table to use)              (to every stage)
+//              target_tokens [] int64, only with reference images (Flux2Constants)
 //   ROPE       rope_cos/<key>, rope_sin/<key> [St+Si, Dh] fp32                         (once per stage and key)
 //   TARGET     target [b, Si, C_out]                                                    (to the last stage)
 //   ACTIVATION img [b, Si, D] + txt [b, St, D]  |  joint [b, St+Si, D] + txt_len []     (stage k → k+1)

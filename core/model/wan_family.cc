@@ -341,6 +341,10 @@ absl::StatusOr<TensorMap> WanFamily::MicroBatchInputs(const NoisyBatch& batch) c
     return absl::InvalidArgumentError(absl::StrCat("Wan latents are ", ShapeString(batch.noisy.sizes()),
                                                    ", expected [b, ", c.out_dim(), ", F, H, W]"));
   }
+  if (batch.references.defined()) {
+    return absl::InvalidArgumentError(
+        "reference images are FLUX.2's (editing); Wan takes a first frame instead (image-to-video)");
+  }
   TensorMap in{{"hidden_states", batch.noisy},
                {"timestep", batch.timestep * 1000.0},
                {"encoder_hidden_states", batch.prompt_embeds}};

@@ -360,6 +360,12 @@ absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions&
     return absl::InvalidArgumentError(absl::StrCat("text_tokens_per_micro_batch must be 0..tokens_per_micro_batch (",
                                                    o.tokens_per_micro_batch, "); got ", o.text_tokens_per_micro_batch));
   }
+  if (o.reference_tokens_per_micro_batch < 0 ||
+      o.reference_tokens_per_micro_batch > o.tokens_per_micro_batch - o.text_tokens_per_micro_batch) {
+    return absl::InvalidArgumentError(absl::StrCat("reference_tokens_per_micro_batch must be 0..the image tokens (",
+                                                   o.tokens_per_micro_batch - o.text_tokens_per_micro_batch, "); got ",
+                                                   o.reference_tokens_per_micro_batch));
+  }
   if (o.micro_batches < 0 || o.micro_batches > 65536 || o.overhead_bytes < -1) {
     return absl::InvalidArgumentError(absl::StrCat("micro_batches must be 0..65536 and overhead_bytes >= -1; got ",
                                                    o.micro_batches, " and ", o.overhead_bytes));
@@ -465,13 +471,16 @@ std::string RenderPlan(const Plan& plan) {
   const PlanModel& model = *plan.model;
   std::string out = absl::StrFormat(
       "%s plan: %s on %d stage%s; %s schedule; frozen weights %d B/param%s; "
-      "LoRA rank %d (%s); %d tokens/micro-batch (%d text)%s\n",
+      "LoRA rank %d (%s); %d tokens/micro-batch (%d text%s)%s\n",
       model.name, model.summary, plan.stages.size(), plan.stages.size() == 1 ? "" : "s", ScheduleKindName(o.schedule),
       o.bytes_per_param,
       o.quantize == WeightQuant::kNone ? ""
                                        : absl::StrCat(", block linears ", WeightQuantName(o.quantize), " (1 B/param)"),
       o.lora_rank, o.all_linear ? "all linears" : "default targets", o.tokens_per_micro_batch,
       o.text_tokens_per_micro_batch,
+      o.reference_tokens_per_micro_batch > 0
+          ? absl::StrCat(", ", o.reference_tokens_per_micro_batch, " of reference images")
+          : "",
       absl::StrCat("; recompute ", RecomputePolicyName(o.recompute), "; ", DescribeDevices(plan)));
   std::vector<std::string> blocks;
   size_t wb = std::string("blocks").size();

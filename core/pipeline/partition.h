@@ -106,8 +106,10 @@ struct PartitionOptions {
   // false: diffusers' FLUX.2 defaults (double: to_q/k/v, to_out.0; single: to_qkv_mlp_proj, to_out).
   // true: every block linear (adds add_q/k/v_proj, to_add_out and both feed-forwards of double blocks).
   bool all_linear = false;
-  int64_t tokens_per_micro_batch = 4608;              // (image + text tokens) x samples: 1024x1024 + 512 text tokens
-  int64_t text_tokens_per_micro_batch = 512;          // the text part of tokens_per_micro_batch
+  int64_t tokens_per_micro_batch = 4608;      // (image + text tokens) x samples: 1024x1024 + 512 text tokens
+  int64_t text_tokens_per_micro_batch = 512;  // the text part of tokens_per_micro_batch
+  // FLUX.2 reference images' part of the image tokens: they run through every block; the head predicts the rest.
+  int64_t reference_tokens_per_micro_batch = 0;
   RecomputePolicy recompute = RecomputePolicy::kAll;  // see "Recompute" above
   int activation_bytes = 2;                           // bf16 activations
   ScheduleKind schedule = ScheduleKind::k1F1B;

@@ -61,7 +61,9 @@ PlanSource Flux2PlanSource(const Flux2Config& config) {
     m.block_macs = t * (4 * d * d + 3 * mlp * d) + 2 * t * t * d;
     m.embed_macs =
         (t_img * static_cast<double>(config.in_channels) + t_txt * static_cast<double>(config.joint_attention_dim)) * d;
-    m.head_macs = t_img * d * static_cast<double>(config.out_dim());
+    // The head predicts the target's tokens only (reference images' tokens condition, core/model/flux2_model.h).
+    m.head_macs =
+        (t_img - static_cast<double>(o.reference_tokens_per_micro_batch)) * d * static_cast<double>(config.out_dim());
     m.describe = [config](int64_t begin, int64_t end) { return DescribeBlocks(config, begin, end); };
     m.largest_quantized_linear = o.quantize == WeightQuant::kNone ? 0 : LargestQuantizedParam(config);
     m.block_lora_input = Flux2BlockLoraInput(config, o);
@@ -88,6 +90,7 @@ PlanSource FamilyPlanSource(const ModelFamily& model) {
     PlanShape shape;
     shape.tokens = o.tokens_per_micro_batch;
     shape.text_tokens = o.text_tokens_per_micro_batch;
+    shape.reference_tokens = o.reference_tokens_per_micro_batch;
     shape.lora_rank = o.lora_rank;
     ASSIGN_OR_RETURN(shape.lora_targets, model.LoraTargets(o.all_linear ? "all-linear" : "attention"));
     PlanModel m;

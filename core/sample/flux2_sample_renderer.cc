@@ -37,6 +37,10 @@ class Flux2SampleRenderer : public SampleRenderer {
       r->noise_.push_back(Flux2InitialNoise(latent_channels, s.width, s.height, s.seed + k));
     }
     ASSIGN_OR_RETURN(r->decoder_, Flux2VaeDecoder::Load(pipeline, at::kFloat, at::kCPU));
+    if (!s.references.empty()) {
+      ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(pipeline, at::kFloat, at::kCPU));
+      ASSIGN_OR_RETURN(r->settings_.references, EncodeFlux2References(*vae, s.references));
+    }
     return std::unique_ptr<SampleRenderer>(std::move(r));
   }
 

@@ -33,6 +33,10 @@ NoisyBatch MicroBatchAt(const std::vector<at::Tensor>& latents, const std::vecto
   b.grid_h = s.height / 16;
   b.grid_w = s.width / 16;
   b.guidance = s.guidance;
+  if (!s.references.empty()) {  // the same images for every prompt (Flux2Pipeline: image_latents.repeat(batch, 1, 1))
+    b.references = s.references.tokens.expand({static_cast<int64_t>(last - first), -1, -1});
+    b.reference_grids = s.references.grids;
+  }
   return b;
 }
 

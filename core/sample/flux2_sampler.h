@@ -1,7 +1,7 @@
-// FLUX.2 text-to-image sampling as diffusers' Flux2Pipeline.__call__ does it (no reference images): the initial
-// noise prepare_latents draws, the flow-matching Euler loop of FlowMatchEulerDiscreteScheduler with FLUX.2's
-// empirical shift (compute_empirical_mu, exponential time shift), and the guidance embedding. The model runs
-// behind a Denoiser, so the same loop samples in one process or through the stage workers.
+// FLUX.2 sampling as diffusers' Flux2Pipeline.__call__ does it: the initial noise prepare_latents draws, the
+// flow-matching Euler loop of FlowMatchEulerDiscreteScheduler with FLUX.2's empirical shift (compute_empirical_mu,
+// exponential time shift), the guidance embedding, and reference images (`image=[...]`, flux2_references.h). The model
+// runs behind a Denoiser, so the same loop samples in one process or through the stage workers.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/sample/denoiser.h"
+#include "core/sample/flux2_references.h"
 
 namespace baton {
 
@@ -20,7 +21,8 @@ struct Flux2SampleSettings {
   double guidance = 4.0;  // guidance_scale (the guidance embedding; FLUX.2-dev is guidance-distilled)
   int64_t width = 1024;   // pixels, multiples of 16
   int64_t height = 1024;
-  int micro_batch_size = 1;  // prompts per Denoiser micro-batch
+  int micro_batch_size = 1;    // prompts per Denoiser micro-batch
+  Flux2References references;  // for every prompt; empty: text-to-image
 };
 
 // The schedule Flux2Pipeline uses for `steps` at `image_tokens` = (H/16)·(W/16): sigmas linspace(1, 1/steps, steps)

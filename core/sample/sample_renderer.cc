@@ -28,6 +28,13 @@ absl::Status CheckSamplesPossible(const JobConfig& job, const ModelFamily& famil
     return absl::UnimplementedError(absl::StrCat("samples: samples are rendered for FLUX.2 and Wan; this model is ",
                                                  family.name(), " (its validation loss works: `validation:`)"));
   }
+  if (!job.samples.references.empty() && family.name() != "flux2") {
+    return absl::InvalidArgumentError(
+        "samples.references: reference images are FLUX.2's (editing); a Wan image-to-video model takes samples.image");
+  }
+  for (const std::string& file : job.samples.references) {
+    if (!PathExists(file)) return absl::NotFoundError(absl::StrCat("samples.references: no file ", file));
+  }
   return PipelineFolderOf(job.model).status();
 }
 

@@ -71,6 +71,10 @@ absl::StatusOr<ValidationSet> BuildValidationSet(const JobConfig& job, const Mod
       b.grid_w = s.grid_w;
       b.guidance = job.guidance;
       if (s.loss_mask.defined()) b.loss_weights = s.loss_mask.unsqueeze(0);  // the loss the training step takes
+      if (s.references.defined()) {
+        b.references = s.references.reshape({1, -1, s.references.size(2)});
+        b.reference_grids.assign(static_cast<size_t>(s.references.size(0)), {s.grid_h, s.grid_w});
+      }
       set.loss_masks.push_back(family.LossMask(b));
       set.inputs.push_back(std::move(b));
       set.targets.push_back(noise - x0);

@@ -88,7 +88,7 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
     mb.step = step;
     mb.index = i;
     mb.samples = order_->MicroBatch(step * job_.micro_batches + i);
-    std::vector<at::Tensor> x0s, texts, conditions, images, masks;
+    std::vector<at::Tensor> x0s, texts, conditions, images, masks, references;
     bool masked = false;
     for (int64_t idx : mb.samples) {
       ASSIGN_OR_RETURN(CacheSample s, cache_->Load(idx));
@@ -102,6 +102,8 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
       if (s.image_embeds.defined()) images.push_back(s.image_embeds);
       masked = masked || s.loss_mask.defined();
       masks.push_back(s.loss_mask.defined() ? s.loss_mask : at::ones({s.grid_h, s.grid_w}, at::kFloat));
+      // A bucket's records carry the same number of references (CacheRecordInfo::BucketKey), each of their grid.
+      if (s.references.defined()) references.push_back(s.references.reshape({-1, s.references.size(2)}));
     }
     at::Tensor x0 = at::stack(x0s);  // [b, <one cached sample's latents>]
     const int64_t b = x0.size(0), tokens = family_->LatentTokens(x0s[0].sizes());
@@ -122,6 +124,11 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
     batch.grid_w = mb.grid_w;
     batch.guidance = job_.guidance;
     if (masked) batch.loss_weights = at::stack(masks);
+    if (!references.empty()) {
+      batch.references = at::stack(references);
+      const int64_t n = cache_->index().records[static_cast<size_t>(mb.samples[0])].references;
+      batch.reference_grids.assign(static_cast<size_t>(n), {mb.grid_h, mb.grid_w});
+    }
     mb.target = noise - x0;
     ASSIGN_OR_RETURN(mb.model_inputs, family_->MicroBatchInputs(batch));
     mb.loss_mask = family_->LossMask(batch);

@@ -13,6 +13,7 @@
 #include <set>
 #include <type_traits>
 
+#include "core/data/cache.h"
 #include "core/quant/weight_quant.h"
 #include "core/train/sweep.h"
 #include "core/util/files.h"
@@ -192,13 +193,14 @@ absl::Status ParseEncoderWorkers(Reader& r, YAML::Node e, EncodeConfig& encode) 
   return absl::OkStatus();
 }
 
-// `samples: {every, prompts, steps, guidance, size, seed, max_sequence_length, frames, negative_prompt, image}`.
+// `samples: {every, prompts, steps, guidance, size, seed, max_sequence_length, frames, negative_prompt, image,
+// references}`.
 absl::Status ParseSamples(Reader& r, YAML::Node root, SamplesConfig& s) {
   if (!root["samples"].IsDefined()) return absl::OkStatus();
   YAML::Node n = root["samples"];
   RETURN_IF_ERROR(r.Keys(n, "samples",
                          {"every", "prompts", "steps", "guidance", "size", "seed", "max_sequence_length", "frames",
-                          "negative_prompt", "image"}));
+                          "negative_prompt", "image", "references"}));
   RETURN_IF_ERROR(r.Get(n, "every", &s.every));
   RETURN_IF_ERROR(r.Check(s.every > 0, n, "every", "must be positive (steps between sample images)"));
   RETURN_IF_ERROR(r.GetList(n, "prompts", kMaxSamplePrompts, "each renders an image at every rendering", &s.prompts));
@@ -222,16 +224,21 @@ absl::Status ParseSamples(Reader& r, YAML::Node root, SamplesConfig& s) {
   RETURN_IF_ERROR(r.Check(s.frames >= 1 && s.frames <= 1021 && (s.frames - 1) % 4 == 0, n, "frames",
                           "must be 4k + 1 in [1, 1021] (video frames; Wan)"));
   RETURN_IF_ERROR(r.Get(n, "negative_prompt", &s.negative_prompt));
+  RETURN_IF_ERROR(r.GetList(n, "references", kMaxReferences, "a FLUX.2 reference image file", &s.references));
+  RETURN_IF_ERROR(
+      r.Check(std::none_of(s.references.begin(), s.references.end(), [](const std::string& f) { return f.empty(); }), n,
+              "references", "must name image files"));
   return r.Get(n, "image", &s.image);
 }
 
-// encode: {images, encoder_worker(s), resolution, trigger, quantize}.
+// encode: {images, encoder_worker(s), resolution, trigger, quantize, control}.
 absl::Status ParseEncode(Reader& r, YAML::Node root, JobConfig& job) {
   if (!root["encode"].IsDefined()) return absl::OkStatus();
   YAML::Node e = root["encode"];
-  RETURN_IF_ERROR(
-      r.Keys(e, "encode", {"images", "encoder_worker", "encoder_workers", "resolution", "trigger", "quantize"}));
+  RETURN_IF_ERROR(r.Keys(
+      e, "encode", {"images", "encoder_worker", "encoder_workers", "resolution", "trigger", "quantize", "control"}));
   RETURN_IF_ERROR(r.Get(e, "images", &job.encode.images));
+  RETURN_IF_ERROR(r.Get(e, "control", &job.encode.control));
   RETURN_IF_ERROR(ParseEncoderWorkers(r, e, job.encode));
   RETURN_IF_ERROR(r.Check(!job.encode.images.empty() && !job.encode.encoder_worker.empty(), e, "images",
                           "and encoder_worker (or encoder_workers) are both required in encode"));

@@ -62,6 +62,7 @@ struct EncodeConfig {
   int64_t resolution = 1024;                 // bucket target area = resolution²
   std::vector<int64_t> resolutions;          // `resolution: [512, 1024]`: each image at each (else empty)
   std::string trigger;
+  std::string control;  // FLUX.2 reference images: the control folder as the encoder worker sees it ("" = none)
   // The text encoder's precision the cache must be made with (encoder_worker --quantize): "none" | "int8" | "fp8";
   // "" (absent) = whatever the worker runs. A worker started with another precision refuses the job.
   std::string quantize;
@@ -109,6 +110,9 @@ struct SamplesConfig {
   int64_t frames = 17;
   std::string negative_prompt;
   std::string image;
+  // FLUX.2 reference images (editing) for every prompt, as Flux2Pipeline's image=[...]
+  // (core/sample/flux2_references.h).
+  std::vector<std::string> references;
   bool enabled() const { return every > 0; }
 };
 
@@ -131,8 +135,10 @@ struct SamplesConfig {
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
 //   replicas: 2, replica_split: speed   # data-parallel pipelines; replica_stages: [1, 2] when they differ in stages
 //   encode: {images: data/, encoder_worker: host:5000, resolution: 1024, quantize: none}  # optional: build the cache
+//   encode: {..., control: data/control}  # FLUX.2 editing: reference images (encoder_worker --control)
 //   validation: {every: 20, samples: 4, timesteps: [0.1, 0.3, 0.5, 0.7, 0.9]}  # optional: held-out loss
 //   samples: {every: 20, prompts: ["a dog"], steps: 28, guidance: 4.0, size: [512, 512], seed: 0}  # optional
+//   samples: {..., references: [ref/cat.png]}  # FLUX.2 editing: reference images for every prompt
 //   sweep: {optimizer.lr: [1e-4, 3e-4], lora.rank: [8, 16]}  # optional: one run per combination (core/train/sweep.h)
 struct JobConfig {
   std::string source;  // the YAML file (for messages)

@@ -1,0 +1,48 @@
+#include "core/sample/flux2_references.h"
+
+#include <absl/strings/str_cat.h>
+
+#include <cmath>
+
+#include "core/data/cache.h"
+#include "core/util/status.h"
+
+namespace baton {
+
+absl::StatusOr<Image> Flux2ReferenceImage(const Image& image, const std::string& name) {
+  constexpr double kMaxArea = 1024.0 * 1024.0;
+  Image sized = image;
+  const double area = static_cast<double>(image.width) * static_cast<double>(image.height);
+  if (area > kMaxArea) {  // Flux2ImageProcessor._resize_to_target_area
+    const double scale = std::sqrt(kMaxArea / area);
+    sized = ResizeImage(image, static_cast<int>(image.width * scale), static_cast<int>(image.height * scale));
+  }
+  const int width = sized.width / 16 * 16, height = sized.height / 16 * 16;
+  if (width < 16 || height < 16) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": a reference image of ", image.width, "x", image.height,
+                                                   " pixels is under 16 on a side"));
+  }
+  return CenterCrop(sized, width, height);
+}
+
+absl::StatusOr<Flux2References> EncodeFlux2References(Flux2VaeEncoder& vae, const std::vector<std::string>& paths) {
+  if (static_cast<int64_t>(paths.size()) > kMaxReferences) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(paths.size(), " reference images: at most ", kMaxReferences, " per sample"));
+  }
+  Flux2References out;
+  std::vector<at::Tensor> tokens;
+  for (const std::string& path : paths) {
+    ASSIGN_OR_RETURN(Image image, ReadImageFile(path));
+    ASSIGN_OR_RETURN(Image sized, Flux2ReferenceImage(image, path));
+    ASSIGN_OR_RETURN(at::Tensor mean, vae.EncodeMean(ImageToPixels(sized)));  // retrieve_latents(..., "argmax")
+    at::Tensor packed;
+    RETURN_IF_ERROR(TorchCall("patchifying a reference image", [&] { packed = vae.PatchifyAndNormalize(mean); }));
+    tokens.push_back(packed.to(at::kCPU, at::kFloat));
+    out.grids.emplace_back(sized.height / 16, sized.width / 16);
+  }
+  if (!tokens.empty()) out.tokens = at::cat(tokens, 1).contiguous();
+  return out;
+}
+
+}  // namespace baton
