@@ -485,7 +485,7 @@ const std::vector<Command>& AllCommands() {
         {"image", "Wan image-to-video: the first frame (resized to --size)"},
         {"references",
          "FLUX.2 editing: reference image files, comma-separated (at most 4), as Flux2Pipeline's image=[...]: each "
-         "cropped to multiples of 16 (over 1 MP first resized to about 1 MP)"},
+         "cropped to multiples of 16 (over 1 MP first resized to about 1 MP; sides of 64 pixels at least)"},
         {"scheduler", "Wan: pipeline (the folder's scheduler/, UniPC) | euler (FlowMatchEuler, same shift)",
          "pipeline"},
         {"out", "output PNG (FLUX.2) or video, e.g. .mp4 (Wan, 16 fps)", "", true},

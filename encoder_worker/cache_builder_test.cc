@@ -129,6 +129,58 @@ TEST_F(CacheBuilderTest, AMaskBesideItsImageWeightsTheRecordsTokens) {
       << second->errors[0].status;
 }
 
+// Reference images: a control folder with a.png (one) and b_0.png, b_1.png (two). Each is resized and cropped to
+// its image's bucket and encoded as the image is, into the record; a changed reference re-encodes its sample alone; a
+// bad layout fails its sample alone; a video encoder refuses the folder.
+TEST_F(CacheBuilderTest, AControlFolderCachesEachSamplesReferenceImagesAtItsBucket) {
+  const std::string control = JoinPath(root_, "control");
+  ASSERT_TRUE(MakeDirs(control).ok());
+  ASSERT_TRUE(WritePng(JoinPath(control, "a.png"), Solid(80, 40, 90)).ok());  // another shape than a's 64x64
+  ASSERT_TRUE(WritePng(JoinPath(control, "b_0.png"), Solid(96, 48, 30)).ok());
+  ASSERT_TRUE(WritePng(JoinPath(control, "b_1.png"), Solid(50, 70, 250)).ok());
+  options_.control_dir = control;
+  auto first = BuildCache(encoder_, options_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->encoded, 2);
+  EXPECT_TRUE(first->errors.empty());
+  auto reader = CacheReader::Open(options_.cache_dir);
+  ASSERT_TRUE(reader.ok());
+  const auto& records = (*reader)->index().records;
+  EXPECT_EQ(records[0].references, 1);
+  EXPECT_EQ(records[1].references, 2);
+  EXPECT_EQ(records[1].BucketKey(), absl::StrCat(records[1].grid_h, "x", records[1].grid_w, "/5+2ref"));
+  for (size_t i = 0; i < 2; ++i) {
+    auto s = (*reader)->Load(i);
+    ASSERT_TRUE(s.ok()) << s.status();
+    const Bucket bucket{static_cast<int>(s->grid_w * 16), static_cast<int>(s->grid_h * 16)};
+    const std::vector<std::string> files =
+        i == 0 ? std::vector<std::string>{"a.png"} : std::vector<std::string>{"b_0.png", "b_1.png"};
+    ASSERT_EQ(s->references.size(0), static_cast<int64_t>(files.size()));
+    for (size_t k = 0; k < files.size(); ++k) {
+      auto image = ReadImageFile(JoinPath(control, files[k]));
+      ASSERT_TRUE(image.ok());
+      auto want = encoder_.EncodeImage(ResizeToBucket(*image, bucket));
+      ASSERT_TRUE(want.ok());
+      EXPECT_TRUE(at::equal(s->references[static_cast<int64_t>(k)], *want)) << files[k];
+    }
+  }
+
+  ASSERT_TRUE(WritePng(JoinPath(control, "a.png"), Solid(80, 40, 91)).ok());
+  ASSERT_TRUE(WritePng(JoinPath(control, "b.png"), Solid(96, 48, 30)).ok());  // b.png beside b_0.png: ambiguous
+  auto second = BuildCache(encoder_, options_);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->encoded, 1);  // a, for its new reference
+  ASSERT_EQ(second->errors.size(), 1u);
+  EXPECT_NE(second->errors[0].status.message().find("b.png: the control folder holds b.png, b_0.png, b_1.png"),
+            std::string::npos)
+      << second->errors[0].status;
+
+  options_.control_dir = JoinPath(root_, "missing");
+  auto missing = BuildCache(encoder_, options_);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("control folder"), std::string::npos) << missing.status();
+}
+
 // Several resolutions: each image at each, as "<name>@<resolution>" in id order, in the bucket of that area; a rerun
 // keeps them all; a job's `resolutions:` reads only those it names; a validation holds an image out at both or neither.
 TEST_F(CacheBuilderTest, SeveralResolutionsCacheEachImageAtEach) {

@@ -1,14 +1,18 @@
-// Several datasets with repeats, caption dropout and masked loss, end to end (issue 44): real stage_worker processes
+// Several datasets with repeats, caption dropout, masked loss and FLUX.2 reference images, end to end (issue 44): real
+// stage_worker processes
 // on loopback, held to the single-process trainer. Which records a step takes and which captions it drops depend only
 // on the seed, the step and the record (core/train/data_order.h), and the masks travel to the last stage with the
 // target, so 2 stages, 2 replicas (one micro-batch each: the gradients are summed in one order) and a resumed run all
 // train the single process's LoRA bit for bit.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include "coordinator/job_partition.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_weights.h"
 #include "core/testing/tiny_flux2.h"
+#include "core/train/batches.h"
 #include "core/train_local/local_trainer.h"
 #include "core/util/files.h"
 #include "tests/local_stages.h"
@@ -24,7 +28,7 @@ class DatasetsTest : public ::testing::Test {
     dir_ = new std::string(test_util::MakeTempDir("datasets"));
     test_util::WriteTinyModelAndTwoBucketCache(*dir_);
     Flux2Config c = test_util::TinyFlux2Config();
-    for (const char* name : {"extra", "masked"}) {
+    for (const char* name : {"extra", "masked", "refs"}) {
       ASSERT_TRUE(
           WriteSyntheticCache(JoinPath(*dir_, name), c.in_channels, c.joint_attention_dim, 4, {{2, 2}}, 5, 9).ok());
     }
@@ -42,16 +46,34 @@ class DatasetsTest : public ::testing::Test {
       index->records[i] = *info;
     }
     ASSERT_TRUE(WriteCacheIndex(masked, *index).ok());
+    WriteReferences(JoinPath(*dir_, "refs"));
+  }
+  // Reference images on the records of `cache`: one on records 0 and 1, two on 2 and 3 (two buckets).
+  static void WriteReferences(const std::string& cache) {
+    auto index = ReadCacheIndex(cache);
+    auto reader = CacheReader::Open(cache);
+    ASSERT_TRUE(index.ok() && reader.ok());
+    auto gen = at::detail::createCPUGenerator(17);
+    for (size_t i = 0; i < index->records.size(); ++i) {
+      CacheSample s = *(*reader)->Load(i);
+      s.references = at::randn({i < 2 ? 1 : 2, s.latents.size(0), s.latents.size(1)}, gen);
+      const CacheRecordInfo& r = index->records[i];
+      auto info = WriteCacheRecord(cache, r.id, r.hash + "-refs", index->encoder, s);
+      ASSERT_TRUE(info.ok()) << info.status();
+      index->records[i] = *info;
+    }
+    ASSERT_TRUE(WriteCacheIndex(cache, *index).ok());
   }
   static void TearDownTestSuite() { delete dir_; }
 
   // Two datasets, the second repeated 3 times (its records masked unless `masks` is false), captions dropped from a
   // third of the first's records and every second of the second's; or (`dropout` false) none.
-  static JobConfig Job(bool dropout = true, bool masks = true) {
+  static JobConfig Job(bool dropout = true, bool masks = true, const char* second = nullptr) {
+    if (second == nullptr) second = masks ? "masked" : "extra";
     auto job = ParseJobYaml(absl::StrCat(
         "model: ", JoinPath(*dir_, "model"), "\ndatasets:\n  - ", JoinPath(*dir_, "cache"),
-        "\n  - {path: ", JoinPath(*dir_, masks ? "masked" : "extra"), ", repeats: 3",
-        dropout ? ", caption_dropout: 0.5" : "", "}\n", dropout ? "caption_dropout: 0.34\n" : "",
+        "\n  - {path: ", JoinPath(*dir_, second), ", repeats: 3", dropout ? ", caption_dropout: 0.5" : "", "}\n",
+        dropout ? "caption_dropout: 0.34\n" : "",
         "lora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\nsteps: 3\nbatch_size: 4\nmicro_batches: 2\n"
         "seed: 5\ncheckpoint_every: 1\nreplica_exchange: coordinator\n"));
     EXPECT_TRUE(job.ok()) << job.status();
@@ -90,6 +112,33 @@ TEST_F(DatasetsTest, TwoStagesTwoReplicasAndAResumeTrainTheSingleProcessLora) {
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(resumed->first_step, 2);
   ExpectBitwiseEqual("local", "resumed");
+}
+
+// Reference images ride with the activations through both stages (the head predicts the target's tokens only), so 2
+// stages train the single process's LoRA bitwise; they change what is learned; the planner sizes the largest
+// micro-batch with them: 2 samples of 4 target + 8 reference tokens and 5 text tokens.
+TEST_F(DatasetsTest, ReferenceImagesTrainThroughTwoStagesAsInOneProcessAndThePlanCountsThem) {
+  const JobConfig job = Job(/*dropout=*/false, /*masks=*/false, "refs");
+  ASSERT_TRUE(RunLocalTraining(job, JoinPath(*dir_, "refs_local"), job.steps).ok());
+  ASSERT_TRUE(RunCoordinator(job, Options(2, 1, "refs_stages")).ok());
+  ExpectBitwiseEqual("refs_local", "refs_stages");
+  const JobConfig plain = Job(false, false, "extra");
+  ASSERT_TRUE(RunLocalTraining(plain, JoinPath(*dir_, "refs_plain"), plain.steps).ok());
+  auto a = test_util::LoadRunLora(JoinPath(*dir_, "refs_plain")),
+       b = test_util::LoadRunLora(JoinPath(*dir_, "refs_local"));
+  ASSERT_FALSE(a.empty());
+  double moved = 0;
+  for (const auto& [name, t] : a) moved = std::max(moved, (t - b.at(name)).abs().max().item<double>());
+  EXPECT_GT(moved, 1e-4) << "the references changed nothing";
+
+  auto family = OpenModel(job.model);
+  ASSERT_TRUE(family.ok());
+  auto cache = OpenTrainingCache(job, **family);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  auto popts = JobPartitionOptions(job, **cache, 2, at::kFloat, false);
+  ASSERT_TRUE(popts.ok()) << popts.status();
+  EXPECT_EQ(popts->tokens_per_micro_batch, (4 + 8 + 5) * 2);
+  EXPECT_EQ(popts->reference_tokens_per_micro_batch, 8 * 2);
 }
 
 TEST_F(DatasetsTest, CaptionDropoutAndMasksEachChangeTheLoraAndAResumeWithAnotherRateIsRefused) {

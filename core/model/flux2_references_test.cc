@@ -19,8 +19,8 @@ using test_util::TinyFlux2Config;
 TEST(Flux2ReferenceIdsTest, EachReferenceGetsTimeTenMoreThanTheLastAfterTheTarget) {
   // _prepare_image_ids([(1, C, 2, 3), (1, C, 1, 2)]): t = 10 + 10·i, then the reference's own (row, col), l = 0.
   const at::Tensor ids = ReferencePositionIds({{2, 3}, {1, 2}});
-  const at::Tensor want = at::tensor({10, 0, 0, 0, 10, 0, 1, 0, 10, 0, 2, 0, 10, 1, 0, 0, 10, 1, 1, 0,
-                                      10, 1, 2, 0, 20, 0, 0, 0, 20, 0, 1, 0},
+  const at::Tensor want = at::tensor({10, 0, 0, 0, 10, 0, 1, 0, 10, 0, 2, 0, 10, 1, 0, 0,
+                                      10, 1, 1, 0, 10, 1, 2, 0, 20, 0, 0, 0, 20, 0, 1, 0},
                                      at::kLong)
                               .reshape({8, 4});
   EXPECT_TRUE(at::equal(ids, want)) << ids;
@@ -29,7 +29,7 @@ TEST(Flux2ReferenceIdsTest, EachReferenceGetsTimeTenMoreThanTheLastAfterTheTarge
   EXPECT_EQ(TargetTokens(ImagePositionIds(2, 3)), 0);  // no references: every token is the target's
   EXPECT_EQ(TargetTokens(at::cat({ImagePositionIds(2, 3), ids})), 6);
   EXPECT_THROW(TargetTokens(at::cat({ids, ImagePositionIds(2, 3)})), c10::Error);  // references come last
-  EXPECT_THROW(TargetTokens(ids), c10::Error);                                    // no target at all
+  EXPECT_THROW(TargetTokens(ids), c10::Error);                                     // no target at all
 }
 
 class Flux2ReferencesTest : public ::testing::Test {

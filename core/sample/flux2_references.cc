@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/data/cache.h"
@@ -11,18 +12,20 @@ namespace baton {
 
 absl::StatusOr<Image> Flux2ReferenceImage(const Image& image, const std::string& name) {
   constexpr double kMaxArea = 1024.0 * 1024.0;
+  // Flux2ImageProcessor.check_image_input's bounds: sides of 64 pixels at least, aspect ratio at most 8.
+  const int long_side = std::max(image.width, image.height), short_side = std::min(image.width, image.height);
+  if (short_side < 64 || long_side > 8 * short_side) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": a reference image of ", image.width, "x", image.height,
+                                                   " pixels; Flux2Pipeline takes sides of 64 pixels or more and an "
+                                                   "aspect ratio of 8 at most"));
+  }
   Image sized = image;
   const double area = static_cast<double>(image.width) * static_cast<double>(image.height);
   if (area > kMaxArea) {  // Flux2ImageProcessor._resize_to_target_area
     const double scale = std::sqrt(kMaxArea / area);
     sized = ResizeImage(image, static_cast<int>(image.width * scale), static_cast<int>(image.height * scale));
   }
-  const int width = sized.width / 16 * 16, height = sized.height / 16 * 16;
-  if (width < 16 || height < 16) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": a reference image of ", image.width, "x", image.height,
-                                                   " pixels is under 16 on a side"));
-  }
-  return CenterCrop(sized, width, height);
+  return CenterCrop(sized, sized.width / 16 * 16, sized.height / 16 * 16);
 }
 
 absl::StatusOr<Flux2References> EncodeFlux2References(Flux2VaeEncoder& vae, const std::vector<std::string>& paths) {

@@ -18,8 +18,8 @@
 namespace baton {
 
 struct Flux2References {
-  at::Tensor tokens;                                 // [1, Σ h·w, C] fp32, reference after reference
-  std::vector<std::pair<int64_t, int64_t>> grids;    // each reference's latent token grid (h, w): pixels / 16
+  at::Tensor tokens;                               // [1, Σ h·w, C] fp32, reference after reference
+  std::vector<std::pair<int64_t, int64_t>> grids;  // each reference's latent token grid (h, w): pixels / 16
   bool empty() const { return grids.empty(); }
   int64_t token_count() const { return tokens.defined() ? tokens.size(1) : 0; }
 };
@@ -28,7 +28,7 @@ struct Flux2References {
 // that area (int(w·s) x int(h·s), s = sqrt(1024² / (w·h))); then each side is floored to a multiple of 16 and the
 // image center-cropped to it (Flux2ImageProcessor._resize_and_crop). The resize uses Baton's resampler (area
 // averaging), not PIL's Lanczos, so only images over 1 MP differ from Flux2Pipeline's (by the resampling).
-// InvalidArgument naming `name` when a side is under 16 pixels.
+// InvalidArgument naming `name` where Flux2Pipeline refuses too: a side under 64 pixels, an aspect ratio over 8.
 absl::StatusOr<Image> Flux2ReferenceImage(const Image& image, const std::string& name);
 
 // Reads, prepares and encodes each reference image file, in order (at most kMaxReferences, core/data/cache.h).

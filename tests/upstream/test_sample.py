@@ -10,9 +10,15 @@ guidance 4.0, with and without a LoRA (random, non-zero B, PEFT format: Flux2Pip
     pipeline's own code) against Baton's decoded pixels, within 1e-4 relative;
   - the PNG against the pipeline's PIL image: equal after 8-bit rounding, up to 1 level on pixels whose float value
     sits on a rounding boundary (at most 0.1 % of them).
+Reference images (editing): `--references a.png,b.png` against Flux2Pipeline(image=[a, b]) -- each cropped to multiples
+of 16, VAE-encoded, given _prepare_image_ids' position ids after the target's tokens, the prediction sliced to the
+target -- on the dev layout (guidance embedder; in one process and through two stage workers) and on a klein layout
+(the same pipeline with a transformer without guidance embedder), to the same tolerances.
 """
 
+import math
 import os
+import shutil
 import unittest
 
 import numpy as np
@@ -28,7 +34,8 @@ TOLERANCE = 1e-4
 STEPS, WIDTH, HEIGHT, GUIDANCE, SEED = 4, 64, 48, 4.0, 7
 
 
-class SampleRefereeTest(unittest.TestCase):
+class SampleReferee(unittest.TestCase):
+    """The tiny pipeline on both sides, and the comparison of one rendering (no tests of its own)."""
 
     @classmethod
     def setUpClass(cls):
@@ -52,16 +59,20 @@ class SampleRefereeTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp_handle.cleanup()
 
-    def run_both(self, name, *lora_args):
+    def run_both(self, name, *lora_args, pipe=None, pipe_dir=None, references=()):
+        pipe, pipe_dir = pipe or self.pipe, pipe_dir or self.pipe_dir
         out = os.path.join(self.tmp, name)
-        referee.baton("sample", "--model", self.pipe_dir, "--prompt_embeds", self.embeds_file, "--steps", STEPS,
+        ref_args = ("--references", ",".join(references)) if references else ()
+        referee.baton("sample", "--model", pipe_dir, "--prompt_embeds", self.embeds_file, "--steps", STEPS,
                       "--size", f"{WIDTH}x{HEIGHT}", "--seed", SEED, "--guidance", GUIDANCE, "--out", out + ".png",
                       "--out_latents", out + "_latents.safetensors", "--out_pixels", out + "_pixels.safetensors",
-                      *lora_args)
+                      *ref_args, *lora_args)
         kwargs = dict(prompt_embeds=self.embeds, num_inference_steps=STEPS, width=WIDTH, height=HEIGHT,
                       guidance_scale=GUIDANCE)
-        latents = self.pipe(**kwargs, output_type="latent", generator=torch.Generator("cpu").manual_seed(SEED)).images
-        image = self.pipe(**kwargs, output_type="pil", generator=torch.Generator("cpu").manual_seed(SEED)).images[0]
+        if references:
+            kwargs["image"] = [Image.open(f).convert("RGB") for f in references]
+        latents = pipe(**kwargs, output_type="latent", generator=torch.Generator("cpu").manual_seed(SEED)).images
+        image = pipe(**kwargs, output_type="pil", generator=torch.Generator("cpu").manual_seed(SEED)).images[0]
         ours = load_file(out + "_latents.safetensors")["latents"]
         if latents.dim() == 4:  # unpacked [B, C, h, w]: pack as _pack_latents does
             latents = latents.flatten(2).transpose(1, 2)
@@ -94,6 +105,11 @@ class SampleRefereeTest(unittest.TestCase):
         print(f"{name}: PNG max diff {diff.max()}, {np.count_nonzero(diff)} of {diff.size} values differ")
         self.assertLessEqual(diff.max(), 1, f"{name}: PNG")
         self.assertLessEqual(np.count_nonzero(diff), diff.size // 1000, f"{name}: PNG")
+
+
+
+class SampleRefereeTest(SampleReferee):
+    """Text to image, with and without a LoRA."""
 
     def test_without_lora(self):
         self.pipe.unload_lora_weights()
@@ -128,6 +144,48 @@ class SampleRefereeTest(unittest.TestCase):
         effect = referee.max_rel_error(with_lora, base.flatten(2).transpose(1, 2) if base.dim() == 4 else base)
         print(f"LoRA effect on the latents: {effect:.2e}")
         self.assertGreater(effect, 1e-2)  # the adapter really changes the picture
+
+
+class ReferenceImagesRefereeTest(SampleReferee):
+    """Sampling with reference images, against Flux2Pipeline(image=[...])."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        rng = np.random.default_rng(4)
+        # 88x72 is cropped to 80x64 (multiples of 16); 64x96 is kept; both unlike the 64x48 target.
+        cls.references = []
+        for i, (w, h) in enumerate([(88, 72), (64, 96)]):
+            path = os.path.join(cls.tmp, f"reference_{i}.png")
+            Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(path)
+            cls.references.append(path)
+
+    def test_dev_layout_with_references(self):
+        plain = self.run_both("dev_plain")
+        one = self.run_both("dev_refs", references=self.references)
+        staged = self.run_both("dev_refs_2_stages", "--stages", 2, references=self.references)
+        print(f"two stages vs one process with references: rel error {referee.max_rel_error(staged, one):.2e}")
+        effect = referee.max_rel_error(one, plain)
+        print(f"reference images' effect on the latents: {effect:.2e}")
+        self.assertGreater(effect, 1e-2)  # the references really condition the picture
+
+    def test_klein_layout_with_references(self):
+        # The same pipeline with a transformer of FLUX.2 [klein]'s kind: no guidance embedder.
+        klein_dir = os.path.join(self.tmp, "klein_pipeline")
+        shutil.copytree(self.pipe_dir, klein_dir, dirs_exist_ok=True)
+        config = {k: v for k, v in self.pipe.transformer.config.items() if not k.startswith("_")}
+        config["guidance_embeds"] = False
+        torch.manual_seed(31)
+        transformer = Flux2Transformer2DModel(**config).eval()
+        with torch.no_grad():
+            for pname, p in transformer.named_parameters():
+                p.copy_(1.0 + 0.2 * torch.randn_like(p) if p.dim() == 1 else torch.randn_like(p) / math.sqrt(p.shape[1]))
+        shutil.rmtree(os.path.join(klein_dir, "transformer"))
+        transformer.save_pretrained(os.path.join(klein_dir, "transformer"), safe_serialization=True)
+        klein = Flux2Pipeline(scheduler=self.pipe.scheduler, vae=self.pipe.vae, text_encoder=None, tokenizer=None,
+                              transformer=transformer)
+        klein.set_progress_bar_config(disable=True)
+        self.run_both("klein_refs", pipe=klein, pipe_dir=klein_dir, references=self.references[:1])
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import os
 import unittest
 
 import torch
-from diffusers import Flux2Transformer2DModel
+from diffusers import Flux2Pipeline, Flux2Transformer2DModel
 from safetensors.torch import save_file
 
 from flux2_tiny import baton_forward, diffusers_forward, make_inputs, make_model, to_bfl_state_dict, write_config
@@ -68,6 +68,31 @@ class TransformerForwardTest(unittest.TestCase):
 
     def test_klein_like_model_without_guidance(self):
         self.check_config("klein", seed=23, shapes=[(2, 2, 3, 4), (1, 5, 2, 7)])
+
+    def test_reference_tokens_condition_and_only_the_target_is_predicted(self):
+        # Flux2Pipeline's editing call: the reference latents' tokens follow the target's in hidden_states, their ids
+        # come from _prepare_image_ids (time 10, 20, ...), and the prediction keeps the target's tokens. Baton's
+        # forward must give that slice (its head predicts the target only), within 1e-5 in fp32.
+        for name, seed in (("guidance", 31), ("klein", 37)):
+            model = make_model(seed, **CONFIGS[name])
+            c = model.config
+            inputs = make_inputs(model, seed, 2, 3, 4, 6)
+            refs = [torch.zeros(1, c.in_channels, 2, 3), torch.zeros(1, c.in_channels, 4, 2)]
+            ref_ids = Flux2Pipeline._prepare_image_ids(refs)[0]
+            g = torch.Generator().manual_seed(seed + 1)
+            ref_tokens = torch.randn(2, ref_ids.shape[0], c.in_channels, generator=g)
+            target = inputs["hidden_states"].shape[1]
+            inputs["hidden_states"] = torch.cat([inputs["hidden_states"], ref_tokens], dim=1)
+            inputs["img_ids"] = torch.cat([inputs["img_ids"], ref_ids], dim=0)
+            expected = diffusers_forward(model, inputs)[:, :target]
+            with temp_dir() as tmp:
+                folder = os.path.join(tmp, "transformer")
+                model.save_pretrained(folder, safe_serialization=True)
+                got = baton_forward(tmp, folder, inputs)
+            self.assertEqual(got.shape, expected.shape)
+            err = max_rel_error(got, expected)
+            print(f"{name} with 2 reference images: rel error {err:.2e}")
+            self.assertLess(err, 1e-5, name)
 
     def test_baton_bfl_writer_reads_in_diffusers(self):
         # `baton init-weights --format bfl` must be what diffusers' single-file loader reads as the same model
