@@ -179,6 +179,14 @@ TEST_F(CacheBuilderTest, AControlFolderCachesEachSamplesReferenceImagesAtItsBuck
   auto missing = BuildCache(encoder_, options_);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("control folder"), std::string::npos) << missing.status();
+
+  struct VideoEncoder : FakeEncoder {
+    bool encodes_video() const override { return true; }
+  } video;
+  options_.control_dir = control;
+  auto wan = BuildCache(video, options_);
+  ASSERT_FALSE(wan.ok());
+  EXPECT_NE(wan.status().message().find("reference images are FLUX.2's"), std::string::npos) << wan.status();
 }
 
 // Several resolutions: each image at each, as "<name>@<resolution>" in id order, in the bucket of that area; a rerun

@@ -116,6 +116,20 @@ TEST(ClientTest, QuantizeThenForwardEqualsForwardQuantize) {
   EXPECT_EQ(RunClient({"quantize", "--model", q, "--out", JoinPath(dir, "x"), "--quantize", "none"}), 1);
 }
 
+// `--references N` (FLUX.2 editing): each reference image adds the target's image tokens, which every block runs and
+// the head does not; more than 4 are refused.
+TEST(ClientTest, PlanCountsReferenceImagesTokens) {
+  const std::string plan = JoinPath(test_util::BinDir(), "baton") + " plan --model-config " +
+                           JoinPath(test_util::SourceDir(), "configs/models/flux2-dev.json") + " --stages 4";
+  auto edit = test_util::RunCommand(plan + " --references 1", /*with_stderr=*/true);
+  EXPECT_EQ(edit.exit_code, 0) << edit.output;
+  EXPECT_NE(edit.output.find("8704 tokens/micro-batch (512 text, 4096 of reference images)"), std::string::npos)
+      << edit.output;
+  auto many = test_util::RunCommand(plan + " --references 5", true);
+  EXPECT_EQ(many.exit_code, 1);
+  EXPECT_NE(many.output.find("--references must be 0..4"), std::string::npos) << many.output;
+}
+
 TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {
   const std::string config = JoinPath(test_util::SourceDir(), "configs/models/flux2-dev.json");
   EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB"}), 1);

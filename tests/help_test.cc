@@ -87,7 +87,8 @@ TEST(HelpTest, EncoderWorkerListsItsFlagsWithDefaults) {
                                      {"dtype", "\"fp32\""},
                                      {"listen", "\"\""},
                                      {"shard", "\"\""},
-                                     {"follow_links_into", ""}});
+                                     {"follow_links_into", ""},
+                                     {"control", "\"\""}});
 }
 
 // `baton --help` lists what a user runs, in groups; `baton help --all` adds the low-level tools.

@@ -157,6 +157,53 @@ TEST_F(SamplesTest, OneProcessRendersWhatTheStagesRender) {
   }
 }
 
+// `samples: {references: [...]}` (FLUX.2 editing): the step-0 image of a prompt is what `baton sample --references`
+// renders with the same prompt, size, steps, guidance and seed (that command is held to Flux2Pipeline(image=[...]) in
+// tests/upstream/test_sample.py), and not what the prompt renders without references.
+TEST_F(SamplesTest, SamplesWithReferenceImagesAreBatonSamplesWithThem) {
+  const std::string reference = JoinPath(SourceDir(), "data/sample/blue_square.png");
+  auto job = ParseJobYaml(
+      absl::StrCat("model: ", JoinPath(*dir_, "pipeline"), "\ndataset: ", JoinPath(*dir_, "cache"),
+                   "\nlora: {rank: 4}\nsteps: 1\nbatch_size: 2\nseed: 3\n"
+                   "samples: {every: 1, prompts: [a red circle], steps: 3, guidance: 4.0, size: [48, 32], seed: 5, "
+                   "references: [",
+                   reference, "]}\n"),
+      "references.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(CheckJobPlan(*job, 1).ok());
+  auto local = RunLocalTraining(*job, JoinPath(*dir_, "refs"), 0);
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto sample = [&](const std::string& out, const std::string& extra) {
+    const std::string cmd = absl::StrCat(JoinPath(BinDir(), "baton"), " sample --model ", JoinPath(*dir_, "pipeline"),
+                                         " --prompt 'a red circle' --max_sequence_length 32 --size 48x32 --steps 3 "
+                                         "--guidance 4.0 --seed 5 --out ",
+                                         JoinPath(*dir_, out), extra);
+    auto r = test_util::RunCommand(cmd);
+    EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+    auto image = ReadImageFile(JoinPath(*dir_, out));
+    EXPECT_TRUE(image.ok()) << image.status();
+    return image.ok() ? *image : Image();
+  };
+  const Image rendered = Png("refs", 0, "0.png");
+  const Image with = sample("with_refs.png", absl::StrCat(" --references ", reference));
+  const Image without = sample("without_refs.png", "");
+  ASSERT_EQ(rendered.pixels.size(), with.pixels.size());
+  int worst = 0, changed = 0;
+  for (size_t i = 0; i < rendered.pixels.size(); ++i) {
+    worst = std::max(worst, std::abs(rendered.pixels[i] - with.pixels[i]));
+    changed += rendered.pixels[i] != without.pixels[i];
+  }
+  EXPECT_LE(worst, 1);
+  EXPECT_GT(changed, static_cast<int>(rendered.pixels.size() / 10)) << "the references changed nothing";
+
+  auto wrong = ParseJobYaml(absl::StrCat("model: m\ndataset: d\nsamples: {every: 1, prompts: [a], references: [",
+                                         "a.png, b.png, c.png, d.png, e.png]}\n"),
+                            "refs.yaml");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("refs.yaml:3:"), std::string::npos) << wrong.status();
+  EXPECT_NE(wrong.status().message().find("at most 4"), std::string::npos) << wrong.status();
+}
+
 TEST_F(SamplesTest, SamplesNeedAPipelineFolder) {
   // A bare transformer folder has no VAE to decode with: refused at submit, saying what is missing.
   absl::Status s = CheckJobPlan(Job(true, JoinPath(*dir_, "pipeline/transformer/..")), 2);

@@ -215,6 +215,13 @@ TEST(DatasetsJobTest, DatasetsAndCaptionDropoutParse) {
   auto one = ParseJobYaml("model: m\ndataset: d\n");
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->SourcePaths(), (std::vector<std::string>{"d"}));
+  // FLUX.2 reference images: the control folder the encoder worker reads, and the sample references.
+  auto edit = ParseJobYaml(
+      "model: m\ndataset: d\nencode: {images: data, encoder_worker: 'h:1', control: data/control}\n"
+      "samples: {every: 1, prompts: [a], references: [r0.png, r1.png]}\n");
+  ASSERT_TRUE(edit.ok()) << edit.status();
+  EXPECT_EQ(edit->encode.control, "data/control");
+  EXPECT_EQ(edit->samples.references, (std::vector<std::string>{"r0.png", "r1.png"}));
 }
 
 TEST(DatasetsJobTest, BadDatasetsAreRefusedWithFileAndLine) {
