@@ -54,6 +54,10 @@ v1::EncodeDatasetRequest RequestFor(const JobConfig& job, const std::string& cac
   req.set_cache_dir(cache_dir);
   req.set_trigger(job.encode.trigger);
   req.set_control_dir(job.encode.control);
+  for (int64_t f : job.encode.frames) req.add_frames(f);
+  req.set_frame_extraction(job.encode.frame_extraction);
+  req.set_clips_per_video(job.encode.clips_per_video);
+  req.set_slide_stride(job.encode.slide_stride);
   req.set_resolution(job.encode.resolution);
   for (int64_t r : job.encode.resolutions) req.add_resolutions(r);
   req.set_quantize(job.encode.quantize);  // "" = the worker's own --quantize

@@ -13,6 +13,7 @@
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "core/util/stop_signals.h"
+#include "core/video/clip_windows.h"
 #include "encoder_worker/dataset.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
@@ -81,6 +82,13 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   options.trigger = req->trigger();
   options.follow_links_into = follow_links_into_;
   options.control_dir = req->control_dir();
+  // Wan clips: the request's frame buckets and extraction (encoder_worker's flags of the same names).
+  auto frames = ParseFrameBuckets(absl::StrJoin(req->frames(), ","));
+  if (!frames.ok()) return ToGrpcStatus(Annotate(frames.status(), "frames"));
+  options.video.frame_buckets = *frames;
+  options.extraction = {req->frame_extraction().empty() ? "head" : req->frame_extraction(), req->clips_per_video(),
+                        req->slide_stride() > 0 ? req->slide_stride() : 1};
+  if (absl::Status s = CheckClipExtraction(options.extraction); !s.ok()) return ToGrpcStatus(s);
   options.resolutions.assign(req->resolutions().begin(), req->resolutions().end());
   if (options.resolutions.empty()) {
     options.resolutions = req->resolution() > 0 ? std::vector<int64_t>{req->resolution()} : default_resolutions_;

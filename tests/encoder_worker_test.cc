@@ -22,6 +22,7 @@
 #include "core/train/job.h"
 #include "core/train_local/local_trainer.h"
 #include "core/util/files.h"
+#include "encoder_worker/bucket.h"
 #include "encoder_worker/dataset.h"
 #include "encoder_worker/encoder_service.h"
 #include "rpc/grpc_options.h"
@@ -174,6 +175,11 @@ TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {
   v1::EncodeDatasetRequest req;
   req.set_dataset_dir(MakeDataset("service"));
   req.set_cache_dir(JoinPath(*root_, "service_cache"));
+  // FLUX.2 reference images (a job's encode.control): two.png's, encoded by the real VAE as its image is.
+  const std::string control = JoinPath(*root_, "service_control");
+  ASSERT_TRUE(MakeDirs(control).ok());
+  ASSERT_TRUE(WritePng(JoinPath(control, "two.png"), WorkerPicture(64, 64, 200)).ok());
+  req.set_control_dir(control);
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(absl::Seconds(60)));
   auto reader = stub->EncodeDataset(&ctx, req);
@@ -188,7 +194,17 @@ TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {
   EXPECT_TRUE(last.finished());
   EXPECT_EQ(last.encoded(), 2);
   EXPECT_EQ(last.failed(), 0);
-  EXPECT_TRUE(CacheReader::Open(req.cache_dir()).ok());
+  auto cache = CacheReader::Open(req.cache_dir());
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  ASSERT_EQ((*cache)->size(), 2u);
+  EXPECT_EQ((*cache)->index().records[0].references, 0);
+  auto two = (*cache)->Load(1);
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_TRUE(two->references.defined());
+  const Bucket bucket{static_cast<int>(two->grid_w * 16), static_cast<int>(two->grid_h * 16)};
+  auto want = (*encoder)->EncodeImage(ResizeToBucket(WorkerPicture(64, 64, 200), bucket));
+  ASSERT_TRUE(want.ok());
+  EXPECT_TRUE(at::equal(two->references[0], *want));
   server->Shutdown();
 }
 

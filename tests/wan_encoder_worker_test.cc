@@ -4,12 +4,14 @@
 #include <absl/strings/ascii.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
 
+#include "baton/v1/encoder.grpc.pb.h"
 #include "core/data/cache.h"
 #include "core/encode/wan_encoder.h"
 #include "core/image/image.h"
@@ -18,6 +20,7 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
 #include "core/video/video_bucket.h"
+#include "encoder_worker/encoder_service.h"
 #include "tests/local_stages.h"
 
 namespace baton {
@@ -189,6 +192,45 @@ TEST(WanEncoderWorkerTest, StillsShortClipsAndLongVideosFillTheFrameBucketsByMod
   // A rerun keeps every clip.
   auto rerun = test_util::RunCommand(worker(JoinPath(root, "cache_chunk"), "chunk"));
   EXPECT_NE(rerun.output.find("encoded 0, kept 3 unchanged"), std::string::npos) << rerun.output;
+
+  // Service mode (a job's encode: {frames, frame_extraction, slide_stride}): the request's options, as the flags;
+  // frame buckets that are not 4k+1 are refused.
+  WanEncoderOptions options;
+  options.max_sequence_length = 32;
+  auto encoder = WanSampleEncoder::Open(pipeline, options);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  EncoderServiceImpl service(encoder->get(), {32}, root);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_TRUE(server && port > 0);
+  auto stub = v1::EncoderService::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  auto encode = [&](const std::vector<int64_t>& frames) {
+    v1::EncodeDatasetRequest req;
+    req.set_dataset_dir(data);
+    req.set_cache_dir(JoinPath(root, "cache_service"));
+    for (int64_t f : frames) req.add_frames(f);
+    req.set_frame_extraction("slide");
+    req.set_slide_stride(4);
+    grpc::ClientContext ctx;
+    auto reader = stub->EncodeDataset(&ctx, req);
+    v1::EncodeProgress msg;
+    while (reader->Read(&msg)) {
+    }
+    return reader->Finish();
+  };
+  EXPECT_EQ(encode({1, 5, 6}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::Status served = encode({1, 5, 9});
+  ASSERT_TRUE(served.ok()) << served.error_message();
+  auto index = ReadCacheIndex(JoinPath(root, "cache_service"));
+  ASSERT_TRUE(index.ok());
+  std::vector<std::string> ids;
+  for (const CacheRecordInfo& r : index->records) ids.push_back(r.id);
+  EXPECT_EQ(ids, modes[2].second);
+  server->Shutdown();
 }
 
 // Several resolutions of a clip: one record at each ("<clip>@<resolution>"), its latent grid within that area.

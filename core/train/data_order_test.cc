@@ -221,6 +221,15 @@ TEST(DatasetsJobTest, DatasetsAndCaptionDropoutParse) {
       "samples: {every: 1, prompts: [a], references: [r0.png, r1.png]}\n");
   ASSERT_TRUE(edit.ok()) << edit.status();
   EXPECT_EQ(edit->encode.control, "data/control");
+  EXPECT_EQ(edit->encode.frame_extraction, "head");
+  auto clips = ParseJobYaml(
+      "model: m\ndataset: d\nencode: {images: v, encoder_worker: 'h:1', frames: [81, 1, 33], frame_extraction: slide, "
+      "clips_per_video: 4, slide_stride: 8}\n");
+  ASSERT_TRUE(clips.ok()) << clips.status();
+  EXPECT_EQ(clips->encode.frames, (std::vector<int64_t>{1, 33, 81}));
+  EXPECT_EQ(clips->encode.frame_extraction, "slide");
+  EXPECT_EQ(clips->encode.clips_per_video, 4);
+  EXPECT_EQ(clips->encode.slide_stride, 8);
   EXPECT_EQ(edit->samples.references, (std::vector<std::string>{"r0.png", "r1.png"}));
 }
 
@@ -241,6 +250,15 @@ TEST(DatasetsJobTest, BadDatasetsAreRefusedWithFileAndLine) {
       {"model: m\n", "'dataset' is required"},
       {"model: m\ndatasets: [a]\nencode: {images: i, encoder_worker: 'h:1'}\n", "with `datasets:`, encode each folder"},
       {"model: m\ndatasets: [a, b]\nsweep: {dataset: [a, b]}\n", "a job with `datasets:` cannot sweep it"},
+      // encode's Wan clip keys (the encoder worker's --frames, --frame_extraction, --clips_per_video).
+      {"model: m\ndataset: d\nencode:\n  {images: i, encoder_worker: 'h:1', frames: [1, 6]}\n",
+       "job.yaml:4: 'frames' must be frame counts 4k + 1 in [1, 1021], each once"},
+      {"model: m\ndataset: d\nencode: {images: i, encoder_worker: 'h:1', frame_extraction: full}\n",
+       "job.yaml:3: 'frame_extraction' must be head, chunk, slide or uniform"},
+      {"model: m\ndataset: d\nencode: {images: i, encoder_worker: 'h:1', frame_extraction: uniform}\n",
+       "'clips_per_video' must be in [1, 10000] with uniform"},
+      {"model: m\ndataset: d\nsamples: {every: 1, prompts: [a], references: ['']}\n",
+       "job.yaml:3: 'references' must name image files"},
   };
   for (const auto& [yaml, want] : cases) {
     auto job = ParseJobYaml(yaml, "job.yaml");

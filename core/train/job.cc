@@ -231,12 +231,37 @@ absl::Status ParseSamples(Reader& r, YAML::Node root, SamplesConfig& s) {
   return r.Get(n, "image", &s.image);
 }
 
-// encode: {images, encoder_worker(s), resolution, trigger, quantize, control}.
+// encode's Wan clip keys: frames, frame_extraction, clips_per_video, slide_stride (the encoder worker's flags).
+absl::Status ParseEncodeClips(Reader& r, YAML::Node e, EncodeConfig& encode) {
+  RETURN_IF_ERROR(r.GetList(e, "frames", 64, "a frame bucket", &encode.frames));
+  bool frames_ok = true;
+  for (int64_t f : encode.frames) {
+    frames_ok = frames_ok && f >= 1 && f <= 1021 && (f - 1) % 4 == 0 &&
+                std::count(encode.frames.begin(), encode.frames.end(), f) == 1;
+  }
+  RETURN_IF_ERROR(r.Check(frames_ok, e, "frames", "must be frame counts 4k + 1 in [1, 1021], each once"));
+  std::sort(encode.frames.begin(), encode.frames.end());
+  RETURN_IF_ERROR(r.Get(e, "frame_extraction", &encode.frame_extraction));
+  const std::string& mode = encode.frame_extraction;
+  RETURN_IF_ERROR(r.Check(mode == "head" || mode == "chunk" || mode == "slide" || mode == "uniform", e,
+                          "frame_extraction", "must be head, chunk, slide or uniform (musubi-tuner's modes)"));
+  RETURN_IF_ERROR(r.Get(e, "clips_per_video", &encode.clips_per_video));
+  RETURN_IF_ERROR(r.Check(encode.clips_per_video >= (mode == "uniform" ? 1 : 0) && encode.clips_per_video <= 10000, e,
+                          "clips_per_video",
+                          mode == "uniform" ? "must be in [1, 10000] with uniform" : "must be in [0, 10000] (0: all)"));
+  RETURN_IF_ERROR(r.Get(e, "slide_stride", &encode.slide_stride));
+  return r.Check(encode.slide_stride >= 1 && encode.slide_stride <= 100000, e, "slide_stride",
+                 "must be in [1, 100000] (sampled frames between slide clips)");
+}
+
+// encode: {images, encoder_worker(s), resolution, trigger, quantize, control, and the Wan clip keys}.
 absl::Status ParseEncode(Reader& r, YAML::Node root, JobConfig& job) {
   if (!root["encode"].IsDefined()) return absl::OkStatus();
   YAML::Node e = root["encode"];
-  RETURN_IF_ERROR(r.Keys(
-      e, "encode", {"images", "encoder_worker", "encoder_workers", "resolution", "trigger", "quantize", "control"}));
+  RETURN_IF_ERROR(r.Keys(e, "encode",
+                         {"images", "encoder_worker", "encoder_workers", "resolution", "trigger", "quantize", "control",
+                          "frames", "frame_extraction", "clips_per_video", "slide_stride"}));
+  RETURN_IF_ERROR(ParseEncodeClips(r, e, job.encode));
   RETURN_IF_ERROR(r.Get(e, "images", &job.encode.images));
   RETURN_IF_ERROR(r.Get(e, "control", &job.encode.control));
   RETURN_IF_ERROR(ParseEncoderWorkers(r, e, job.encode));

@@ -63,6 +63,12 @@ struct EncodeConfig {
   std::vector<int64_t> resolutions;          // `resolution: [512, 1024]`: each image at each (else empty)
   std::string trigger;
   std::string control;  // FLUX.2 reference images: the control folder as the encoder worker sees it ("" = none)
+  // Wan clips (encoder_worker --frames, --frame_extraction, --clips_per_video, --slide_stride; docs/wan.md): frame
+  // buckets (each 4k+1; empty: the largest up to 81), how a long video becomes clips, and their count and stride.
+  std::vector<int64_t> frames;
+  std::string frame_extraction = "head";
+  int64_t clips_per_video = 0;
+  int64_t slide_stride = 1;
   // The text encoder's precision the cache must be made with (encoder_worker --quantize): "none" | "int8" | "fp8";
   // "" (absent) = whatever the worker runs. A worker started with another precision refuses the job.
   std::string quantize;
@@ -136,6 +142,7 @@ struct SamplesConfig {
 //   replicas: 2, replica_split: speed   # data-parallel pipelines; replica_stages: [1, 2] when they differ in stages
 //   encode: {images: data/, encoder_worker: host:5000, resolution: 1024, quantize: none}  # optional: build the cache
 //   encode: {..., control: data/control}  # FLUX.2 editing: reference images (encoder_worker --control)
+//   encode: {..., frames: [1, 33, 81], frame_extraction: chunk, clips_per_video: 4, slide_stride: 8}  # Wan clips
 //   validation: {every: 20, samples: 4, timesteps: [0.1, 0.3, 0.5, 0.7, 0.9]}  # optional: held-out loss
 //   samples: {every: 20, prompts: ["a dog"], steps: 28, guidance: 4.0, size: [512, 512], seed: 0}  # optional
 //   samples: {..., references: [ref/cat.png]}  # FLUX.2 editing: reference images for every prompt
