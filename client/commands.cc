@@ -17,6 +17,7 @@
 #include "client/certs_command.h"
 #include "client/clip_command.h"
 #include "client/command_groups.h"
+#include "client/command_server.h"
 #include "client/debug_commands.h"
 #include "client/health_command.h"
 #include "client/input_checks.h"
@@ -556,6 +557,7 @@ const std::vector<Command>& AllCommands() {
       SchedulerReplayCommand(),
       HealthCommand(),
       CertsCommand(),
+      CommandServerCommand(),
   };
   static const bool jobs_added = [] {
     for (Command& c : JobCommands()) commands->push_back(std::move(c));

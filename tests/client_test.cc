@@ -1,4 +1,5 @@
 // The baton CLI's model commands, run in-process through RunClient exactly as a user types them.
+#include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
 
 #include "client/commands.h"
@@ -128,6 +129,27 @@ TEST(ClientTest, PlanCountsReferenceImagesTokens) {
   auto many = test_util::RunCommand(plan + " --references 5", true);
   EXPECT_EQ(many.exit_code, 1);
   EXPECT_NE(many.output.find("--references must be 0..4"), std::string::npos) << many.output;
+}
+
+// `baton command-server` (the referees' one process per script): each request runs as `baton ARGS` would, its output
+// in the files it names, its exit code answered on a line; a malformed request is answered, not fatal.
+TEST(ClientTest, CommandServerRunsEachRequestAsItsOwnBatonCall) {
+  const std::string dir = test_util::MakeTempDir("command_server");
+  const std::string config = JoinPath(test_util::SourceDir(), "configs/models/flux2-dev.json");
+  auto request = [&](const std::string& args, const std::string& name) {
+    return absl::StrCat("{\"args\": [", args, "], \"stdout\": \"", JoinPath(dir, name + ".out"), "\", \"stderr\": \"",
+                        JoinPath(dir, name + ".err"), "\"}\n");
+  };
+  const std::string requests =
+      request(absl::StrCat("\"plan\", \"--model-config\", \"", config, "\", \"--stages\", \"4\""), "plan") +
+      "not json\n" + request("\"no-such-command\"", "unknown");
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "requests"), requests).ok());
+  auto run = test_util::RunCommand(
+      absl::StrCat(JoinPath(test_util::BinDir(), "baton"), " command-server < ", JoinPath(dir, "requests")));
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.output, "{\"rc\":0}\n{\"error\":\"expected {args: [...], stdout, stderr}\",\"rc\":2}\n{\"rc\":2}\n");
+  EXPECT_NE(ReadFile(JoinPath(dir, "plan.out"))->find("FLUX.2 plan: 56 blocks"), std::string::npos);
+  EXPECT_NE(ReadFile(JoinPath(dir, "unknown.err"))->find("unknown command 'no-such-command'"), std::string::npos);
 }
 
 TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {

@@ -5,7 +5,10 @@ tokenizers), runs Baton's binaries on the same files, and compares. Scripts use 
 pass/fail per script and the log names each failing case.
 """
 
+import atexit
+import json
 import os
+import select
 import subprocess
 import tempfile
 
@@ -18,10 +21,57 @@ SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")
 torch.set_num_threads(1)
 
 
+# `baton command-server` (client/command_server.h): one baton process per test script runs every command it asks for,
+# so a script pays the process start and libtorch's load once, not per call (hundreds of calls in all). The commands
+# run exactly as `baton ARGS` would; BATON_REFEREE_FRESH_PROCESS=1 runs each in a process of its own instead.
+_server = None
+_SERVER_TIMEOUT = 300
+
+
+def _stop_server():
+    if _server is not None and _server.poll() is None:
+        _server.stdin.close()
+        _server.wait(timeout=30)
+
+
+atexit.register(_stop_server)
+
+
+def _run_in_server(cmd):
+    global _server
+    if _server is None or _server.poll() is not None:
+        _server = subprocess.Popen([cmd[0], "command-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   text=True)
+    with tempfile.TemporaryDirectory(prefix="baton-cmd-") as tmp:
+        out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+        _server.stdin.write(json.dumps({"args": cmd[1:], "stdout": out, "stderr": err}) + "\n")
+        _server.stdin.flush()
+        ready, _, _ = select.select([_server.stdout], [], [], _SERVER_TIMEOUT)
+        if not ready:
+            _server.kill()
+            raise subprocess.TimeoutExpired(cmd, _SERVER_TIMEOUT)
+        line = _server.stdout.readline()
+        if not line:  # the command took the process down (a crash): its code, as a fresh process would give it
+            rc = _server.wait()
+        else:
+            rc = json.loads(line)["rc"]
+        return subprocess.CompletedProcess(cmd, rc, _read_text(out), _read_text(err))
+
+
+def _read_text(path):
+    if not os.path.exists(path):
+        return ""
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
 def baton(*args, check=True):
     """Runs build/bin/baton with `args`; returns the CompletedProcess (stdout/stderr as text)."""
     cmd = [os.path.join(BIN_DIR, "baton"), *map(str, args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if os.environ.get("BATON_REFEREE_FRESH_PROCESS"):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    else:
+        proc = _run_in_server(cmd)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc
