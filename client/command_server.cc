@@ -33,8 +33,10 @@ void Restore(int fd, int saved) {
 int Serve(const std::string& line, FILE* answers) {
   auto request = nlohmann::json::parse(line, nullptr, false);
   if (request.is_discarded() || !request.contains("args") || !request["args"].is_array() ||
-      !request.value("stdout", nlohmann::json()).is_string() || !request.value("stderr", nlohmann::json()).is_string()) {
-    std::fprintf(answers, "%s\n", nlohmann::json{{"rc", 2}, {"error", "expected {args: [...], stdout, stderr}"}}.dump().c_str());
+      !request.value("stdout", nlohmann::json()).is_string() ||
+      !request.value("stderr", nlohmann::json()).is_string()) {
+    std::fprintf(answers, "%s\n",
+                 nlohmann::json{{"rc", 2}, {"error", "expected {args: [...], stdout, stderr}"}}.dump().c_str());
     return 2;
   }
   std::vector<std::string> args;
