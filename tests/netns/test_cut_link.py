@@ -24,6 +24,7 @@ import test_two_hosts as hosts
 
 CUT_SECONDS = 6
 STALL_TIMEOUT = 15  # the coordinator's default --stall_timeout_s
+COORDINATOR_FLAGS = []  # test_outage.py sets a shorter stall timeout
 STEPS = 40
 
 
@@ -49,7 +50,8 @@ def run_with_cut(tag, work, job):
     lines = []
     coordinator = subprocess.Popen(
         ["ip", "netns", "exec", f"{tag}-c", os.path.join(hosts.BIN_DIR, "coordinator"), "--stages", "2", "--workers",
-         ",".join(addresses), "--tls_dir", os.path.join(certs, hosts.HOSTS["c"]), "--job", job, "--output", out],
+         ",".join(addresses), "--tls_dir", os.path.join(certs, hosts.HOSTS["c"]), "--job", job, "--output", out,
+         *COORDINATOR_FLAGS],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=hosts.die_with_parent)
     reader = threading.Thread(target=follow, args=(coordinator.stdout, lines), daemon=True)
     reader.start()

@@ -1,5 +1,6 @@
-"""An outage said while it lasts (issue 35, item 4): the stage 1 host's link cut for 40 s mid-run across network
-namespaces, with the coordinator's default flags (--stall_timeout_s 15).
+"""An outage said while it lasts (issue 35, item 4): the stage 1 host's link cut for 20 s mid-run across network
+namespaces, with a stall timeout of 6 s (--stall_timeout_s; the default 15 s with a 40 s cut says the same in twice the
+time: the test waits out the outage, so the shorter one keeps the suite short).
 
 Before, nothing was printed until the link was back: a user watching the coordinator could not tell a slow step from a
 dead link. Now the coordinator names the stage that does not answer within the stall timeout, says it again at least
@@ -20,8 +21,8 @@ import tempfile
 import test_cut_link as cut_link
 import test_two_hosts as hosts
 
-CUT_SECONDS = 40
-STALL_TIMEOUT = cut_link.STALL_TIMEOUT
+CUT_SECONDS = 20
+STALL_TIMEOUT = 6
 SLACK = 3  # a loaded machine's lateness, seconds
 
 
@@ -33,6 +34,7 @@ def main():
     work = tempfile.mkdtemp(prefix="baton-outage-")
     hosts.STEPS = cut_link.STEPS
     cut_link.CUT_SECONDS = CUT_SECONDS
+    cut_link.COORDINATOR_FLAGS = ["--stall_timeout_s", str(STALL_TIMEOUT)]
     try:
         job = hosts.write_job(work)
         hosts.run([os.path.join(hosts.BIN_DIR, "coordinator"), "--stages", "2", "--job", job, "--output",
