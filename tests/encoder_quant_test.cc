@@ -16,6 +16,7 @@
 #include "core/util/files.h"
 #include "encoder_worker/encoder_service.h"
 #include "rpc/grpc_options.h"
+#include "tests/local_encoder_server.h"
 
 namespace baton {
 namespace {
@@ -75,14 +76,9 @@ TEST_F(EncoderQuantTest, TheServiceRefusesAnotherPrecision) {
   ASSERT_TRUE(encoder.ok()) << encoder.status();
   EXPECT_NE((*encoder)->identity().find(":text-int8"), std::string::npos) << (*encoder)->identity();
   EncoderServiceImpl service(encoder->get(), {64}, root_, WeightQuant::kInt8);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
-  ASSERT_TRUE(server && port > 0);
-  auto stub =
-      v1::EncoderService::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  auto local = test_util::ServeEncoder(&service);
+  ASSERT_TRUE(local->server);
+  auto& stub = local->stub;
   auto call = [&](const std::string& quantize) {
     v1::EncodeDatasetRequest req;
     req.set_dataset_dir(data_);
@@ -101,7 +97,6 @@ TEST_F(EncoderQuantTest, TheServiceRefusesAnotherPrecision) {
   EXPECT_NE(refused.error_message().find("--quantize fp8"), std::string::npos) << refused.error_message();
   EXPECT_TRUE(call("int8").ok());
   EXPECT_TRUE(call("").ok());  // no precision asked: the worker's
-  server->Shutdown();
 }
 
 TEST(EncodeQuantizeKeyTest, TheJobsEncodeQuantizeIsChecked) {

@@ -28,6 +28,7 @@
 #include "rpc/grpc_options.h"
 #include "rpc/tls.h"
 #include "stage_driver/local_tls.h"
+#include "tests/local_encoder_server.h"
 
 namespace baton {
 namespace {
@@ -164,14 +165,9 @@ TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
   EncoderServiceImpl service(encoder->get(), {64}, *root_);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
-  ASSERT_TRUE(server && port > 0);
-  auto stub =
-      v1::EncoderService::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  auto local = test_util::ServeEncoder(&service);
+  ASSERT_TRUE(local->server);
+  auto& stub = local->stub;
   v1::EncodeDatasetRequest req;
   req.set_dataset_dir(MakeDataset("service"));
   req.set_cache_dir(JoinPath(*root_, "service_cache"));
@@ -205,7 +201,6 @@ TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {
   auto want = (*encoder)->EncodeImage(ResizeToBucket(WorkerPicture(64, 64, 200), bucket));
   ASSERT_TRUE(want.ok());
   EXPECT_TRUE(at::equal(two->references[0], *want));
-  server->Shutdown();
 }
 
 // Encode `dataset` into `cache` through `stub`: the final status and report.
@@ -231,14 +226,9 @@ TEST_F(EncoderWorkerTest, ServiceWritesOnlyInsideItsCacheRootAndKeepsForeignFile
   ASSERT_TRUE(MakeDirs(allowed).ok());
   ASSERT_TRUE(MakeDirs(elsewhere).ok());
   EncoderServiceImpl service(encoder->get(), {64}, allowed);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
-  ASSERT_TRUE(server && port > 0);
-  auto stub =
-      v1::EncoderService::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  auto local = test_util::ServeEncoder(&service);
+  ASSERT_TRUE(local->server);
+  auto& stub = local->stub;
   const std::string data = MakeDataset("rooted");
 
   // Outside the root, directly or through a symlink (also one planted as <cache>/records): refused, nothing made.
@@ -271,7 +261,6 @@ TEST_F(EncoderWorkerTest, ServiceWritesOnlyInsideItsCacheRootAndKeepsForeignFile
   auto reader = CacheReader::Open(cache);
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_EQ((*reader)->size(), 1u);
-  server->Shutdown();
 }
 
 // The encoder service over mutual TLS, as a coordinator meets it in production; the coordinator's ephemeral identity

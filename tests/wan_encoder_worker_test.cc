@@ -4,14 +4,12 @@
 #include <absl/strings/ascii.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
-#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
 
-#include "baton/v1/encoder.grpc.pb.h"
 #include "core/data/cache.h"
 #include "core/encode/wan_encoder.h"
 #include "core/image/image.h"
@@ -21,6 +19,7 @@
 #include "core/util/files.h"
 #include "core/video/video_bucket.h"
 #include "encoder_worker/encoder_service.h"
+#include "tests/local_encoder_server.h"
 #include "tests/local_stages.h"
 
 namespace baton {
@@ -200,14 +199,8 @@ TEST(WanEncoderWorkerTest, StillsShortClipsAndLongVideosFillTheFrameBucketsByMod
   auto encoder = WanSampleEncoder::Open(pipeline, options);
   ASSERT_TRUE(encoder.ok()) << encoder.status();
   EncoderServiceImpl service(encoder->get(), {32}, root);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
-  ASSERT_TRUE(server && port > 0);
-  auto stub = v1::EncoderService::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  auto local = test_util::ServeEncoder(&service);
+  ASSERT_TRUE(local->server);
   auto encode = [&](const std::vector<int64_t>& frames) {
     v1::EncodeDatasetRequest req;
     req.set_dataset_dir(data);
@@ -216,7 +209,7 @@ TEST(WanEncoderWorkerTest, StillsShortClipsAndLongVideosFillTheFrameBucketsByMod
     req.set_frame_extraction("slide");
     req.set_slide_stride(4);
     grpc::ClientContext ctx;
-    auto reader = stub->EncodeDataset(&ctx, req);
+    auto reader = local->stub->EncodeDataset(&ctx, req);
     v1::EncodeProgress msg;
     while (reader->Read(&msg)) {
     }
@@ -230,7 +223,6 @@ TEST(WanEncoderWorkerTest, StillsShortClipsAndLongVideosFillTheFrameBucketsByMod
   std::vector<std::string> ids;
   for (const CacheRecordInfo& r : index->records) ids.push_back(r.id);
   EXPECT_EQ(ids, modes[2].second);
-  server->Shutdown();
 }
 
 // Several resolutions of a clip: one record at each ("<clip>@<resolution>"), its latent grid within that area.
