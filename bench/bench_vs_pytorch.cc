@@ -201,7 +201,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Build(const Args& a) {
 
 absl::StatusOr<StepResult> Step(Trainer& t) {
   auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(LocalStepResult step, RunLocalStep(t.model, t.micro_batches, t.step, t.opt, *t.optimizer, t.master));
+  ASSIGN_OR_RETURN(LocalStepResult step,
+                   RunLocalStep(t.model, t.micro_batches, t.step, t.step + 1, t.opt, *t.optimizer, t.master));
   Synchronize(t.model.device);
   ++t.step;
   StepResult r;

@@ -12,7 +12,7 @@ const std::vector<CommandGroup>& CommandGroups() {
       {"Set-up", {"certs", "health", "init-weights"}},
       {"Low-level tools (the upstream referee tests and debugging drive them)",
        {"forward", "step-grads", "text-encode", "tokenize", "vae-encode", "vae-decode", "decode-image",
-        "clip-encode-image", "write-video", "sample-timesteps", "scheduler-replay", "synthetic-cache",
+        "clip-encode-image", "write-video", "sample-timesteps", "scheduler-replay", "synthetic-cache", "lr-schedule",
         "command-server"},
        /*plumbing=*/true},
   };

@@ -548,6 +548,7 @@ const std::vector<Command>& AllCommands() {
       WanVaeDecodeCommand(),
       DecodeImageCommand(),
       SampleTimestepsCommand(),
+      LearningRateScheduleCommand(),
       StepGradsCommand(),
       TokenizeCommand(),
       ClipEncodeImageCommand(),

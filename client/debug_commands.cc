@@ -8,6 +8,7 @@
 #include "core/image/exif.h"
 #include "core/image/image.h"
 #include "core/tensor/safetensors.h"
+#include "core/train/adamw.h"
 #include "core/train/job.h"
 #include "core/train/timesteps.h"
 #include "core/util/files.h"
@@ -63,6 +64,26 @@ Command DecodeImageCommand() {
            {"output", "PNG file to write (RGB8)", "", true},
            {"ignore-orientation", "write the pixels as stored, without the EXIF orientation", "", false, true}},
           DecodeImageToPng};
+}
+
+namespace {
+
+// `baton lr-schedule`: the learning rate of every step of a job's run, one per line (%.17g), as the trainers take it.
+absl::Status PrintLearningRates(const Args& args) {
+  ASSIGN_OR_RETURN(JobConfig job, LoadJob(args.Get("job")));
+  for (int64_t step = 0; step < job.steps; ++step) {
+    std::printf("%.17g\n", LearningRate(job.optimizer, step, job.steps));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Command LearningRateScheduleCommand() {
+  return {"lr-schedule",
+          "Print the learning rate of every step of a job's run (its optimizer: schedule), one per line, for referees.",
+          {{"job", "job YAML file (its optimizer: section and steps are used)", "", true}},
+          PrintLearningRates};
 }
 
 Command SampleTimestepsCommand() {

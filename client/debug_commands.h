@@ -1,6 +1,6 @@
 // `baton` debug commands that expose one piece of core/ to the upstream referees (tests/upstream/):
-// decode-image (the training image decoder, EXIF orientation included) and sample-timesteps (a job's
-// timestep sampler). They print nothing a training run needs.
+// decode-image (the training image decoder, EXIF orientation included), sample-timesteps (a job's
+// timestep sampler), lr-schedule (a job's learning rates). They print nothing a training run needs.
 #pragma once
 
 #include "client/commands.h"
@@ -9,5 +9,6 @@ namespace baton {
 
 Command DecodeImageCommand();
 Command SampleTimestepsCommand();
+Command LearningRateScheduleCommand();
 
 }  // namespace baton

@@ -19,7 +19,7 @@ std::vector<double> MicroBatchLosses(const StepOutputs& outputs) {
 PipelineStepRecord RecordOf(const JobConfig& job, int64_t step, const StepOutputs& outputs) {
   PipelineStepRecord rec;
   rec.step = step + 1;
-  rec.lr = LearningRate(job.optimizer, step);
+  rec.lr = LearningRate(job.optimizer, step, job.steps);
   double loss_sum = 0;
   for (double l : MicroBatchLosses(outputs)) loss_sum += l;
   rec.loss = loss_sum / static_cast<double>(job.micro_batches);

@@ -14,7 +14,7 @@
 namespace baton::test_util {
 
 struct LocalEncoderServer {
-  std::unique_ptr<grpc::Server> server;                // null when it could not start (the test has failed)
+  std::unique_ptr<grpc::Server> server;  // null when it could not start (the test has failed)
   std::unique_ptr<v1::EncoderService::Stub> stub;
   ~LocalEncoderServer() {
     if (server) server->Shutdown();

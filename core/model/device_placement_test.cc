@@ -553,7 +553,7 @@ TEST(TrainStepPlacementTest, AStepReadsBackOnceAndKeepsItsStateOnTheDevice) {
   HostCopyWatch watch;
   const int64_t before = ReadBackCount();
   for (int64_t step = 0; step < 2; ++step) {
-    auto result = RunLocalStep(local, mbs, step, opt, adamw, master);
+    auto result = RunLocalStep(local, mbs, step, 10, opt, adamw, master);
     ASSERT_TRUE(result.ok()) << result.status();
   }
   EXPECT_EQ(ReadBackCount() - before, 2);

@@ -23,8 +23,12 @@ std::vector<std::string> MomentKeys(const std::string& param);
 // The parameter a moment key belongs to; "" for the step count or any other key.
 std::string MomentParam(const std::string& key);
 
-// Learning rate at `step` (0-based): linear warm-up over warmup_steps, then constant.
-double LearningRate(const OptimizerConfig& opt, int64_t step);
+// Learning rate of optimizer step `step` (0-based) of a run of `total_steps`: opt.lr times diffusers' schedule
+// (get_scheduler's lr_lambda for opt.schedule, num_training_steps = total_steps) after `step` scheduler steps, as a
+// diffusers trainer that steps its scheduler after each optimizer step runs it (a warm-up's first step runs at 0).
+double LearningRate(const OptimizerConfig& opt, int64_t step, int64_t total_steps);
+// The schedules LearningRate knows (diffusers' names).
+const std::vector<std::string>& LearningRateSchedules();
 
 class AdamW {
  public:

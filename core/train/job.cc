@@ -15,6 +15,7 @@
 
 #include "core/data/cache.h"
 #include "core/quant/weight_quant.h"
+#include "core/train/adamw.h"
 #include "core/train/sweep.h"
 #include "core/util/files.h"
 #include "core/util/seed.h"
@@ -300,11 +301,32 @@ absl::Status ParseLora(Reader& r, YAML::Node root, JobConfig& job) {
   return r.Check(job.lora.dropout >= 0 && job.lora.dropout < 1, l, "dropout", "must be in [0, 1)");
 }
 
-// optimizer: {lr, weight_decay, betas, eps, clip, warmup_steps}.
+// The learning-rate schedule's keys: schedule, cycles (the cosines'), power (polynomial's).
+absl::Status ParseSchedule(Reader& r, YAML::Node o, OptimizerConfig& opt) {
+  RETURN_IF_ERROR(r.Get(o, "schedule", &opt.schedule));
+  const std::vector<std::string>& names = LearningRateSchedules();
+  RETURN_IF_ERROR(r.Check(std::find(names.begin(), names.end(), opt.schedule) != names.end(), o, "schedule",
+                          absl::StrCat("must be one of ", absl::StrJoin(names, ", "), " (diffusers' get_scheduler)")));
+  const bool cosine = opt.schedule == "cosine" || opt.schedule == "cosine_with_restarts";
+  RETURN_IF_ERROR(r.Check(!o["cycles"].IsDefined() || cosine, o, "cycles",
+                          absl::StrCat("applies to cosine and cosine_with_restarts, not ", opt.schedule)));
+  RETURN_IF_ERROR(r.Get(o, "cycles", &opt.cycles));
+  RETURN_IF_ERROR(
+      r.Check(!o["cycles"].IsDefined() || (opt.cycles > 0 && opt.cycles <= 1000), o, "cycles", "must be in (0, 1000]"));
+  RETURN_IF_ERROR(r.Check(!o["power"].IsDefined() || opt.schedule == "polynomial", o, "power",
+                          absl::StrCat("applies to polynomial, not ", opt.schedule)));
+  RETURN_IF_ERROR(r.Get(o, "power", &opt.power));
+  RETURN_IF_ERROR(r.Check(opt.power > 0 && opt.power <= 100, o, "power", "must be in (0, 100]"));
+  return r.Check(opt.schedule != "polynomial" || opt.lr > 1e-7, o, "lr",
+                 "must be above polynomial's end rate, 1e-7 (diffusers' lr_end)");
+}
+
+// optimizer: {lr, weight_decay, betas, eps, clip, schedule, warmup_steps, cycles, power}.
 absl::Status ParseOptimizer(Reader& r, YAML::Node root, JobConfig& job) {
   if (!root["optimizer"].IsDefined()) return absl::OkStatus();
   YAML::Node o = root["optimizer"];
-  RETURN_IF_ERROR(r.Keys(o, "optimizer", {"lr", "weight_decay", "betas", "eps", "clip", "warmup_steps"}));
+  RETURN_IF_ERROR(r.Keys(
+      o, "optimizer", {"lr", "weight_decay", "betas", "eps", "clip", "schedule", "warmup_steps", "cycles", "power"}));
   RETURN_IF_ERROR(r.Get(o, "lr", &job.optimizer.lr));
   RETURN_IF_ERROR(r.Check(job.optimizer.lr > 0, o, "lr", "must be positive"));
   RETURN_IF_ERROR(r.Get(o, "weight_decay", &job.optimizer.weight_decay));
@@ -321,7 +343,7 @@ absl::Status ParseOptimizer(Reader& r, YAML::Node root, JobConfig& job) {
   RETURN_IF_ERROR(r.Check(job.optimizer.clip >= 0, o, "clip", "must be ≥ 0 (0 disables clipping)"));
   RETURN_IF_ERROR(r.Get(o, "warmup_steps", &job.optimizer.warmup_steps));
   RETURN_IF_ERROR(r.Check(job.optimizer.warmup_steps >= 0, o, "warmup_steps", "must be ≥ 0"));
-  return absl::OkStatus();
+  return ParseSchedule(r, o, job.optimizer);
 }
 
 // timesteps: {sampling, logit_mean, logit_std, mode_scale, shift, shift_steps, min, max}.

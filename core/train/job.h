@@ -21,7 +21,13 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double clip = 1.0;  // global grad-norm clip; 0 disables
+  // The learning-rate schedule, as diffusers' get_scheduler(schedule, num_warmup_steps, num_training_steps = the run's
+  // steps, num_cycles, power) (core/train/adamw.h LearningRate): constant (with warmup_steps: constant_with_warmup),
+  // constant_with_warmup, linear, cosine, cosine_with_restarts, polynomial.
+  std::string schedule = "constant";
   int64_t warmup_steps = 0;
+  double cycles = -1;  // cosine: 0.5, cosine_with_restarts: 1 when not given (< 0)
+  double power = 1.0;  // polynomial
 };
 
 // How each micro-batch's flow-matching t (sigma: x_t = (1 − t)·x0 + t·ε) is drawn; core/train/timesteps.h
@@ -132,6 +138,7 @@ struct SamplesConfig {
 //   lora: {rank: 8, alpha: 8, targets: attention, dropout: 0.0}
 //   init_lora: ""                       # optional LoRA file to start from (same targets and rank as `lora`)
 //   optimizer: {lr: 1e-3, weight_decay: 0.0, betas: [0.9, 0.999], eps: 1e-8, clip: 1.0, warmup_steps: 0}
+//   optimizer: {..., schedule: cosine, warmup_steps: 100, cycles: 0.5, power: 1.0}  # diffusers' get_scheduler
 //   timesteps: {sampling: none, logit_mean: 0.0, logit_std: 1.0, mode_scale: 1.29, shift: none, shift_steps: 50}
 //   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: auto, seed: 42
 //   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1

@@ -56,8 +56,8 @@ absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model,
 }
 
 absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
-                                             int64_t step, const OptimizerConfig& optimizer_config, AdamW& optimizer,
-                                             std::map<std::string, at::Tensor>& master) {
+                                             int64_t step, int64_t total_steps, const OptimizerConfig& optimizer_config,
+                                             AdamW& optimizer, std::map<std::string, at::Tensor>& master) {
   LocalStepResult result;
   ASSIGN_OR_RETURN(std::vector<at::Tensor> losses, ForwardBackward(model, micro_batches, result.samples));
   std::map<std::string, at::Tensor> grads = LoraGradients(model.stage->module());
@@ -74,7 +74,7 @@ absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vecto
   std::map<std::string, double> squared;
   int64_t i = m;
   for (const auto& [name, g] : grads) squared[name] = values[i++];
-  result.lr = LearningRate(optimizer_config, step);
+  result.lr = LearningRate(optimizer_config, step, total_steps);
   RETURN_IF_ERROR(CheckStepFinite(step + 1, result.lr, loss_values, 0, {squared}));
   double loss_sum = 0.0;
   for (double l : loss_values) loss_sum += l;  // the same order of additions as before

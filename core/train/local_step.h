@@ -45,10 +45,11 @@ struct LocalGradients {
 };
 absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model, const std::vector<MicroBatch>& micro_batches);
 
-// `step` is 0-based (it picks the learning rate). `master` holds the fp32 LoRA masters by PEFT name: the stage's
-// adapter parameters themselves (LoraParameters), updated in place on their device.
+// `step` is 0-based; with the run's `total_steps` it picks the learning rate (LearningRate). `master` holds the fp32
+// LoRA masters by PEFT name: the stage's adapter parameters themselves (LoraParameters), updated in place on their
+// device.
 absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
-                                             int64_t step, const OptimizerConfig& optimizer_config, AdamW& optimizer,
-                                             std::map<std::string, at::Tensor>& master);
+                                             int64_t step, int64_t total_steps, const OptimizerConfig& optimizer_config,
+                                             AdamW& optimizer, std::map<std::string, at::Tensor>& master);
 
 }  // namespace baton

@@ -149,7 +149,7 @@ absl::StatusOr<LocalTrainResult> RunOneLocalTraining(const JobConfig& job, const
     if (evals->Due(step, steps, 0)) RETURN_IF_ERROR(evals->Run(step, steps, 0, denoiser, *log).status());
     auto t0 = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(std::vector<MicroBatch> mbs, sampler.Step(step));
-    ASSIGN_OR_RETURN(LocalStepResult r, RunLocalStep(model, mbs, step, job.optimizer, optimizer, master));
+    ASSIGN_OR_RETURN(LocalStepResult r, RunLocalStep(model, mbs, step, job.steps, job.optimizer, optimizer, master));
     StepRecord rec;
     rec.step = step + 1;
     rec.loss = r.loss;
