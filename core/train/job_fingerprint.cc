@@ -1,5 +1,6 @@
 #include "core/train/job_fingerprint.h"
 
+#include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 #include <fcntl.h>
@@ -143,11 +144,10 @@ absl::StatusOr<JobFingerprint> MakeJobFingerprint(const JobConfig& job, const st
   f.emplace_back("optimizer.eps", Num(o.eps));
   f.emplace_back("optimizer.clip", Num(o.clip));
   f.emplace_back("optimizer.warmup_steps", absl::StrCat(o.warmup_steps));
-  if (o.schedule != "constant") {  // jobs of the constant rate keep the fingerprint they always had
-    f.emplace_back("optimizer.schedule", o.schedule);
-    f.emplace_back("optimizer.cycles", Num(o.cycles));
-    f.emplace_back("optimizer.power", Num(o.power));
-  }
+  // Only what the schedule uses: jobs of the constant rate keep the fingerprint they always had.
+  if (o.schedule != "constant") f.emplace_back("optimizer.schedule", o.schedule);
+  if (absl::StartsWith(o.schedule, "cosine") && o.cycles >= 0) f.emplace_back("optimizer.cycles", Num(o.cycles));
+  if (o.schedule == "polynomial") f.emplace_back("optimizer.power", Num(o.power));
   const TimestepConfig& t = job.timesteps;
   f.emplace_back("timesteps.sampling", t.sampling);
   f.emplace_back("timesteps.logit_mean", Num(t.logit_mean));

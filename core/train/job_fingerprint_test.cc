@@ -67,6 +67,8 @@ TEST_F(JobFingerprintTest, EachResultKeyChangesItAndIsNamed) {
       {"optimizer: {lr: 0.01, eps: 1e-6}\n", "optimizer.eps"},
       {"optimizer: {lr: 0.01, clip: 0.5}\n", "optimizer.clip: 1 → 0.5"},
       {"optimizer: {lr: 0.01, warmup_steps: 5}\n", "optimizer.warmup_steps: 0 → 5"},
+      // A schedule; absent from the fingerprint at constant, so older checkpoints still resume.
+      {"optimizer: {lr: 0.01, schedule: cosine}\n", "optimizer.schedule: (absent) → cosine"},
       {"timesteps: {sampling: logit_normal}\n", "timesteps.sampling: none → logit_normal"},
       {"timesteps: {shift: flux2_empirical}\n", "timesteps.shift: none → flux2_empirical"},
       {"timesteps: {logit_std: 2.0}\n", "timesteps.logit_std: 1 → 2"},
