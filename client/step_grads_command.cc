@@ -28,6 +28,7 @@ absl::Status StepGradsToFile(const Args& args) {
     out[prefix + "samples"] = at::tensor(mb.samples, at::kLong);
     out[prefix + "target"] = mb.target;
     if (mb.loss_mask.defined()) out[prefix + "loss_mask"] = mb.loss_mask;
+    if (mb.loss_weighting.defined()) out[prefix + "loss_weighting"] = mb.loss_weighting;
     out[prefix + "loss"] = at::tensor({g.losses[i]}, at::kDouble);
     for (const auto& [name, t] : mb.model_inputs) out[prefix + "in/" + name] = t.contiguous();
   }

@@ -168,6 +168,7 @@ absl::Status StageFleet::PushStageData(int i, int64_t step, uint64_t pass, const
       const MicroBatch& batch = (*targets)[k];
       TensorMap target = {{"target", batch.target}};
       if (batch.loss_mask.defined()) target["loss_mask"] = batch.loss_mask;
+      if (batch.loss_weighting.defined()) target["loss_weighting"] = batch.loss_weighting;
       RETURN_IF_ERROR(client.Push(Header(step, mb, v1::EnvelopeHeader::TARGET, pass), target));
     }
   }

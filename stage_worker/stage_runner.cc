@@ -498,6 +498,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
     if (!valid.ok()) return Annotate(valid, absl::StrCat(name(), ": TARGET of micro-batch ", mb));
     state.target = Transfer()->Upload(t.at("target"));
     if (t.count("loss_mask")) state.loss_mask = Transfer()->Upload(t.at("loss_mask"));
+    if (t.count("loss_weighting")) state.loss_weighting = Transfer()->Upload(t.at("loss_weighting"));
   }
   std::optional<ComputeTurns::Turn> turn;  // the worker's compute, taken in turns with its other pipelines
   if (options_.compute_turns) turn.emplace(options_.compute_turns->Take(ComputeTurns::Kind::kForward));
@@ -513,7 +514,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
       shape = CheckExactShape(absl::StrCat("TARGET of step ", plan.step(), " micro-batch ", mb),
                               out.at("output").sizes(), state.target);
       if (!shape.ok()) return;
-      at::Tensor loss = FlowMatchingLoss(out.at("output"), state.target, state.loss_mask);
+      at::Tensor loss = FlowMatchingLoss(out.at("output"), state.target, state.loss_mask, state.loss_weighting);
       step.losses[mb] = loss.detach().to(at::kFloat);  // read once per step (FillLosses): no sync here
       if (!config_.recompute()) state.loss = loss;
     } else {
@@ -563,7 +564,9 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
     // Where backward starts: the scaled loss on the last stage, else the received output gradients.
     auto seed = [&](const TensorMap& named) -> std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> {
       if (range.has_head) {
-        at::Tensor loss = recompute ? FlowMatchingLoss(named.at("output"), state.target, state.loss_mask) : state.loss;
+        at::Tensor loss =
+            recompute ? FlowMatchingLoss(named.at("output"), state.target, state.loss_mask, state.loss_weighting)
+                      : state.loss;
         return {{loss * static_cast<double>(plan.loss_scale())}, {}};
       }
       std::vector<at::Tensor> outputs, output_grads;

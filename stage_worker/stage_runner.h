@@ -127,6 +127,7 @@ class StageRunner {
     TensorMap output;                                  // kept only without recompute
     at::Tensor target;                                 // last stage
     at::Tensor loss_mask;                              // last stage, when the family masks the loss
+    at::Tensor loss_weighting;                         // last stage, with the job's loss.weighting: [b]
     at::Tensor loss;                                   // last stage, without recompute
     std::map<std::string, std::vector<int64_t>> sent;  // shapes of the floating outputs sent (GRADIENT must match)
   };

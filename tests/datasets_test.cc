@@ -141,6 +141,24 @@ TEST_F(DatasetsTest, ReferenceImagesTrainThroughTwoStagesAsInOneProcessAndThePla
   EXPECT_EQ(popts->reference_tokens_per_micro_batch, 8 * 2);
 }
 
+// `loss: {weighting: cosmap}` (issue 46): the samples' weights travel to the last stage with the target, so 2 stages
+// train the single process's LoRA bitwise, and the weighting changes what is learned.
+TEST_F(DatasetsTest, LossWeightingTrainsThroughTwoStagesAsInOneProcess) {
+  JobConfig job = Job(/*dropout=*/false, /*masks=*/true);
+  job.loss_weighting = "cosmap";
+  ASSERT_TRUE(RunLocalTraining(job, JoinPath(*dir_, "weighted_local"), job.steps).ok());
+  ASSERT_TRUE(RunCoordinator(job, Options(2, 1, "weighted_stages")).ok());
+  ExpectBitwiseEqual("weighted_local", "weighted_stages");
+  const JobConfig plain = Job(false, true);
+  ASSERT_TRUE(RunLocalTraining(plain, JoinPath(*dir_, "unweighted_local"), plain.steps).ok());
+  auto a = test_util::LoadRunLora(JoinPath(*dir_, "unweighted_local")),
+       b = test_util::LoadRunLora(JoinPath(*dir_, "weighted_local"));
+  ASSERT_FALSE(a.empty());
+  double moved = 0;
+  for (const auto& [name, t] : a) moved = std::max(moved, (t - b.at(name)).abs().max().item<double>());
+  EXPECT_GT(moved, 1e-5) << "the weighting changed nothing";
+}
+
 TEST_F(DatasetsTest, CaptionDropoutAndMasksEachChangeTheLoraAndAResumeWithAnotherRateIsRefused) {
   const JobConfig plain = Job(/*dropout=*/false, /*masks=*/false);
   ASSERT_TRUE(RunLocalTraining(plain, JoinPath(*dir_, "plain"), plain.steps).ok());

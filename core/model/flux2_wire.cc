@@ -5,6 +5,7 @@
 #include "core/model/flux2_family.h"
 #include "core/model/stage_io.h"
 #include "core/tensor/shape.h"
+#include "core/util/status.h"
 
 namespace baton {
 namespace {
@@ -88,6 +89,10 @@ absl::Status CheckGradient(const TensorMap& t, const Flux2Config& c) {
 }  // namespace
 
 absl::Status Flux2Family::CheckWire(WireKind kind, const TensorMap& tensors, at::ScalarType dtype) const {
+  if (kind == WireKind::kTarget && tensors.count(kLossWeightingName)) {
+    ASSIGN_OR_RETURN(TensorMap rest, WithoutLossWeighting(tensors));
+    return CheckWire(kind, rest, dtype);
+  }
   switch (kind) {
     case WireKind::kInputs:
       return CheckInputs(tensors, config_);

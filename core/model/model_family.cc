@@ -7,6 +7,7 @@
 
 #include "core/model/flux2_family.h"
 #include "core/model/wan_family.h"
+#include "core/tensor/shape.h"
 #include "core/util/files.h"
 #include "core/util/json_field.h"
 #include "core/util/status.h"
@@ -68,6 +69,24 @@ absl::StatusOr<std::unique_ptr<ModelFamily>> OpenModel(const std::string& path, 
   }
   return absl::InvalidArgumentError(absl::StrCat("model ", path, ": unknown transformer class '", class_name, "' in ",
                                                  config, " (known: ", absl::StrJoin(known, ", "), ")"));
+}
+
+absl::StatusOr<TensorMap> WithoutLossWeighting(const TensorMap& target) {
+  TensorMap rest = target;
+  auto it = rest.find(kLossWeightingName);
+  if (it == rest.end()) return rest;
+  const at::Tensor w = it->second;
+  rest.erase(it);
+  auto t = rest.find("target");
+  const int64_t batch = t == rest.end() ? -1 : t->second.size(0);
+  if (w.dim() != 1 || !w.is_floating_point() || (batch >= 0 && w.size(0) != batch)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'loss_weighting' is ", ShapeString(w.sizes()), ", expected floating [", batch, "]"));
+  }
+  if (!(w.to(at::kCPU).min().item<double>() >= 0) || !w.isfinite().all().item<bool>()) {
+    return absl::InvalidArgumentError("'loss_weighting' holds a negative or non-finite weight");
+  }
+  return rest;
 }
 
 absl::StatusOr<std::unique_ptr<ModelFamily>> OpenModelConfig(const std::string& config_path) {

@@ -109,6 +109,12 @@ struct PlanShape {
 // output). kTarget: {"target"}. kGradient: the gradient of an activation (its floating tensors, same names).
 enum class WireKind { kInputs, kConstants, kTables, kActivation, kTarget, kGradient };
 
+// A TARGET may add the samples' loss weights (the job's loss.weighting, core/train/common.h LossWeighting) under this
+// name, for every family: [b] floating, finite and ≥ 0. WithoutLossWeighting checks them against the target's batch
+// and returns the rest, for the family's own checks; InvalidArgument saying what was wrong.
+inline constexpr char kLossWeightingName[] = "loss_weighting";
+absl::StatusOr<TensorMap> WithoutLossWeighting(const TensorMap& target);
+
 // One training micro-batch as the sampler draws it, before the family shapes it into its model inputs. Shapes are
 // the cache's: `noisy` and `target` are the stacked cached latents (FLUX.2: [b, Si, C] packed tokens; Wan: [b, C, F,
 // H, W]), so nothing generic assumes "tokens x channels".

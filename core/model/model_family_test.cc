@@ -142,6 +142,15 @@ TEST_F(ModelFamilyTest, WireChecksAndSamplerHook) {
   EXPECT_NE(bad.message().find("'mod_img' has shape [1, 5], last dimension must be 96"), std::string::npos) << bad;
   EXPECT_FALSE(family.CheckWire(WireKind::kTarget, {{"target", at::zeros({1, 6, 3})}}, at::kFloat).ok());
   EXPECT_TRUE(family.CheckWire(WireKind::kTarget, {{"target", at::zeros({1, 6, config_.out_dim()})}}, at::kFloat).ok());
+  // The samples' loss weights (loss.weighting): [b], finite, ≥ 0.
+  const at::Tensor target = at::zeros({2, 6, config_.out_dim()});
+  EXPECT_TRUE(
+      family.CheckWire(WireKind::kTarget, {{"target", target}, {"loss_weighting", at::ones({2})}}, at::kFloat).ok());
+  EXPECT_FALSE(
+      family.CheckWire(WireKind::kTarget, {{"target", target}, {"loss_weighting", at::ones({3})}}, at::kFloat).ok());
+  EXPECT_FALSE(
+      family.CheckWire(WireKind::kTarget, {{"target", target}, {"loss_weighting", at::full({2}, -1.0)}}, at::kFloat)
+          .ok());
   EXPECT_TRUE(family.CheckWire(WireKind::kGradient, {{"joint", at::zeros({1, 6, 16})}}, at::kFloat).ok());
   EXPECT_FALSE(family.CheckWire(WireKind::kGradient, {{"joint", at::zeros({1, 6, 15})}}, at::kFloat).ok());
 

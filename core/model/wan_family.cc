@@ -220,6 +220,10 @@ absl::StatusOr<std::unique_ptr<ShellModel>> WanFamily::BuildShell(at::ScalarType
 }
 
 absl::Status WanFamily::CheckWire(WireKind kind, const TensorMap& tensors, at::ScalarType dtype) const {
+  if (kind == WireKind::kTarget && tensors.count(kLossWeightingName)) {
+    ASSIGN_OR_RETURN(TensorMap rest, WithoutLossWeighting(tensors));
+    return CheckWire(kind, rest, dtype);
+  }
   const WanConfig& c = config_;
   switch (kind) {
     case WireKind::kInputs:

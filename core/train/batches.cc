@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/train/common.h"
 #include "core/train/timesteps.h"
 #include "core/util/seed.h"
 #include "core/util/status.h"
@@ -132,6 +133,7 @@ absl::StatusOr<std::vector<MicroBatch>> StepSampler::Step(int64_t step) const {
     mb.target = noise - x0;
     ASSIGN_OR_RETURN(mb.model_inputs, family_->MicroBatchInputs(batch));
     mb.loss_mask = family_->LossMask(batch);
+    mb.loss_weighting = LossWeighting(job_.loss_weighting, t);
     mb.dropout_seed = MicroBatchDropoutSeed(DropoutBaseSeed(job_.seed), step, i);
     out.push_back(std::move(mb));
   }

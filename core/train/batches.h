@@ -30,6 +30,7 @@ struct MicroBatch {
   TensorMap model_inputs;
   at::Tensor target;          // ε − x0, the cached latents' shape with the batch first (FLUX.2: [b, Si, C])
   at::Tensor loss_mask;       // ModelFamily::LossMask: the target elements the loss covers; undefined = all
+  at::Tensor loss_weighting;  // [b]: each sample's loss weight by its sigma (the job's loss.weighting); undefined = 1
   uint64_t dropout_seed = 0;  // LoRA dropout masks for this micro-batch
 };
 

@@ -18,11 +18,24 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", name, "' (fp32, bf16 or fp16)"));
 }
 
-at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target, const at::Tensor& loss_mask) {
+at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target, const at::Tensor& loss_mask,
+                            const at::Tensor& weighting) {
   at::Tensor squared = (pred.to(at::kFloat) - target.to(pred.device(), at::kFloat)).pow(2);
+  if (weighting.defined()) {
+    std::vector<int64_t> per_sample(squared.dim(), 1);
+    per_sample[0] = squared.size(0);
+    squared = squared * weighting.to(pred.device(), at::kFloat).view(per_sample);
+  }
   if (!loss_mask.defined()) return squared.mean();
   at::Tensor mask = loss_mask.to(pred.device(), at::kFloat).expand_as(squared);
   return (squared * mask).sum() / mask.sum();
+}
+
+at::Tensor LossWeighting(const std::string& scheme, const at::Tensor& sigmas) {
+  const at::Tensor s = sigmas.to(at::kFloat);
+  if (scheme == "sigma_sqrt") return s.pow(-2.0);
+  if (scheme == "cosmap") return 2.0 / (M_PI * (1.0 - 2.0 * s + 2.0 * s.pow(2)));
+  return at::Tensor();
 }
 
 absl::StatusOr<std::unique_ptr<JsonlWriter>> JsonlWriter::Open(const std::string& path, bool append) {

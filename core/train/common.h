@@ -21,7 +21,14 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);  // fp32 | b
 // Flow-matching loss: mean squared error in fp32. pred, target: the same shape ([b, Si, C] for FLUX.2). A defined
 // `loss_mask` (weights in [0, 1], broadcastable to the target: ModelFamily::LossMask) makes it the weighted mean
 // Σ w·(pred − target)² / Σ w over the elements (0/1 weights: the mean over the elements kept).
-at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target, const at::Tensor& loss_mask = {});
+// A defined `weighting` ([b], LossWeighting) multiplies each sample's squared errors (not the normalisation), as
+// diffusers' trainers weight their loss.
+at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target, const at::Tensor& loss_mask = {},
+                            const at::Tensor& weighting = {});
+
+// diffusers' compute_loss_weighting_for_sd3(scheme, sigmas) for the micro-batch's sigmas t [b]: sigma_sqrt 1/σ²,
+// cosmap 2 / (π·(1 − 2σ + 2σ²)), fp32; undefined for "none" (every sample counts once).
+at::Tensor LossWeighting(const std::string& scheme, const at::Tensor& sigmas);
 
 // One JSON object per line, flushed after each line so a crash loses nothing already logged.
 class JsonlWriter {

@@ -259,6 +259,7 @@ TEST(DatasetsJobTest, BadDatasetsAreRefusedWithFileAndLine) {
        "'clips_per_video' must be in [1, 10000] with uniform"},
       {"model: m\ndataset: d\nsamples: {every: 1, prompts: [a], references: ['']}\n",
        "job.yaml:3: 'references' must name image files"},
+      {"model: m\ndataset: d\nloss: {weighting: snr}\n", "job.yaml:3: 'weighting' must be none, sigma_sqrt or cosmap"},
   };
   for (const auto& [yaml, want] : cases) {
     auto job = ParseJobYaml(yaml, "job.yaml");

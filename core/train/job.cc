@@ -346,6 +346,17 @@ absl::Status ParseOptimizer(Reader& r, YAML::Node root, JobConfig& job) {
   return ParseSchedule(r, o, job.optimizer);
 }
 
+// loss: {weighting}.
+absl::Status ParseLoss(Reader& r, YAML::Node root, JobConfig& job) {
+  if (!root["loss"].IsDefined()) return absl::OkStatus();
+  YAML::Node l = root["loss"];
+  RETURN_IF_ERROR(r.Keys(l, "loss", {"weighting"}));
+  RETURN_IF_ERROR(r.Get(l, "weighting", &job.loss_weighting));
+  const std::string& w = job.loss_weighting;
+  return r.Check(w == "none" || w == "sigma_sqrt" || w == "cosmap", l, "weighting",
+                 "must be none, sigma_sqrt or cosmap (diffusers' compute_loss_weighting_for_sd3)");
+}
+
 // timesteps: {sampling, logit_mean, logit_std, mode_scale, shift, shift_steps, min, max}.
 absl::Status ParseTimesteps(Reader& r, YAML::Node root, JobConfig& job) {
   if (!root["timesteps"].IsDefined()) return absl::OkStatus();
@@ -539,6 +550,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   job.source = source;
   RETURN_IF_ERROR(r.Keys(root, "the job",
                          {"model",
+                          "loss",
                           "model_config",
                           "dataset",
                           "datasets",
@@ -600,6 +612,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   job.lora.seed = job.seed;
   RETURN_IF_ERROR(ParseOptimizer(r, root, job));
   RETURN_IF_ERROR(ParseTimesteps(r, root, job));
+  RETURN_IF_ERROR(ParseLoss(r, root, job));
   RETURN_IF_ERROR(ParseSweep(r, root, job));
   return job;
 }

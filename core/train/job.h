@@ -220,8 +220,11 @@ struct JobConfig {
   std::string quantize = "none";     // none | int8 | fp8 (core/quant/weight_quant.h), validated on parse
   std::vector<std::string> devices;  // per stage (replica 0's, then replica 1's ...); empty = each worker's --device
   double guidance = 3.5;             // used when the model has a guidance embedder
-  bool save_bfl = false;             // also write bfl/lora_bfl.safetensors (BFL/ComfyUI keys)
-  int threads = 1;                   // compute threads per process
+  // `loss: {weighting}`: how each sample's loss counts by its sigma, diffusers' compute_loss_weighting_for_sd3 (none |
+  // sigma_sqrt | cosmap; core/train/common.h LossWeighting).
+  std::string loss_weighting = "none";
+  bool save_bfl = false;  // also write bfl/lora_bfl.safetensors (BFL/ComfyUI keys)
+  int threads = 1;        // compute threads per process
   // CUDA only: deterministic kernels (bitwise redo, resume and recompute; core/device/determinism.h). false
   // trades those promises for the faster non-deterministic kernels. CPU computation is deterministic either way.
   bool deterministic = true;

@@ -148,6 +148,7 @@ absl::StatusOr<JobFingerprint> MakeJobFingerprint(const JobConfig& job, const st
   if (o.schedule != "constant") f.emplace_back("optimizer.schedule", o.schedule);
   if (absl::StartsWith(o.schedule, "cosine") && o.cycles >= 0) f.emplace_back("optimizer.cycles", Num(o.cycles));
   if (o.schedule == "polynomial") f.emplace_back("optimizer.power", Num(o.power));
+  if (job.loss_weighting != "none") f.emplace_back("loss.weighting", job.loss_weighting);
   const TimestepConfig& t = job.timesteps;
   f.emplace_back("timesteps.sampling", t.sampling);
   f.emplace_back("timesteps.logit_mean", Num(t.logit_mean));

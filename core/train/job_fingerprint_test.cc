@@ -69,6 +69,7 @@ TEST_F(JobFingerprintTest, EachResultKeyChangesItAndIsNamed) {
       {"optimizer: {lr: 0.01, warmup_steps: 5}\n", "optimizer.warmup_steps: 0 → 5"},
       // A schedule; absent from the fingerprint at constant, so older checkpoints still resume.
       {"optimizer: {lr: 0.01, schedule: cosine}\n", "optimizer.schedule: (absent) → cosine"},
+      {"loss: {weighting: cosmap}\n", "loss.weighting: (absent) → cosmap"},
       {"timesteps: {sampling: logit_normal}\n", "timesteps.sampling: none → logit_normal"},
       {"timesteps: {shift: flux2_empirical}\n", "timesteps.shift: none → flux2_empirical"},
       {"timesteps: {logit_std: 2.0}\n", "timesteps.logit_std: 1 → 2"},

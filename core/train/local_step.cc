@@ -30,8 +30,8 @@ absl::StatusOr<std::vector<at::Tensor>> ForwardBackward(LocalModel& model, const
     for (const auto& [name, t] : shell.tables) constants[name] = t;
     RETURN_IF_ERROR(TorchCall("training step", [&] {
       SetLoraDropoutSeed(model.stage->module(), mb.dropout_seed);
-      at::Tensor loss =
-          FlowMatchingLoss(model.stage->Forward(shell.inputs, constants).at("output"), mb.target, mb.loss_mask);
+      at::Tensor loss = FlowMatchingLoss(model.stage->Forward(shell.inputs, constants).at("output"), mb.target,
+                                         mb.loss_mask, mb.loss_weighting);
       // The same float scale the pipeline's StepPlan.loss_scale carries, so both paths round alike.
       const float loss_scale = 1.0f / static_cast<float>(micro_batches.size());
       (loss * static_cast<double>(loss_scale)).backward();
