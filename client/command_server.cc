@@ -37,6 +37,7 @@ int Serve(const std::string& line, FILE* answers) {
       !request.value("stderr", nlohmann::json()).is_string()) {
     std::fprintf(answers, "%s\n",
                  nlohmann::json{{"rc", 2}, {"error", "expected {args: [...], stdout, stderr}"}}.dump().c_str());
+    std::fflush(answers);
     return 2;
   }
   std::vector<std::string> args;
