@@ -37,9 +37,12 @@ absl::StatusOr<PartitionOptions> JobPartitionOptions(const JobConfig& job, const
   SampleTokens largest;
   for (const CacheRecordInfo& r : cache.index().records) {
     const int64_t grid = r.grid_h * r.grid_w;
-    if (grid * (1 + r.references) > largest.image) largest = {grid * (1 + r.references), 0, grid * r.references};
+    if (grid * (1 + r.references) > largest.image) {
+      largest.image = grid * (1 + r.references);
+      largest.reference = grid * r.references;
+    }
+    largest.text = std::max(largest.text, r.text_len);
   }
-  for (const CacheRecordInfo& r : cache.index().records) largest.text = std::max(largest.text, r.text_len);
   return JobPartitionOptions(job, largest, stages, dtype, remote_workers);
 }
 

@@ -83,7 +83,7 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   options.follow_links_into = follow_links_into_;
   options.control_dir = req->control_dir();
   // Wan clips: the request's frame buckets and extraction (encoder_worker's flags of the same names).
-  auto frames = ParseFrameBuckets(absl::StrJoin(req->frames(), ","));
+  auto frames = CheckFrameBuckets(std::vector<int64_t>(req->frames().begin(), req->frames().end()));
   if (!frames.ok()) return ToGrpcStatus(Annotate(frames.status(), "frames"));
   options.video.frame_buckets = *frames;
   options.extraction = {req->frame_extraction().empty() ? "head" : req->frame_extraction(), req->clips_per_video(),

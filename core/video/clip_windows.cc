@@ -12,20 +12,33 @@
 
 namespace baton {
 
+absl::StatusOr<std::vector<int64_t>> CheckFrameBuckets(std::vector<int64_t> frames) {
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const int64_t f = frames[i];
+    if (f < 1 || f > 1021 || (f - 1) % 4 != 0 ||
+        std::find(frames.begin(), frames.begin() + i, f) != frames.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", f, "' is not a frame count 4k + 1 in [1, 1021] given once (1, 5, 9, ... 81)"));
+    }
+  }
+  std::sort(frames.begin(), frames.end());
+  return frames;
+}
+
 absl::StatusOr<std::vector<int64_t>> ParseFrameBuckets(const std::string& text) {
-  std::vector<int64_t> out;
-  if (text.empty()) return out;
+  std::vector<int64_t> frames;
+  if (text.empty()) return frames;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     int64_t f = 0;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &f) || f < 1 || f > 1021 || (f - 1) % 4 != 0 ||
-        std::find(out.begin(), out.end(), f) != out.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--frames ", text, ": '", part, "' is not a frame count 4k + 1 in [1, 1021] given once (1, 5, 9, ... 81)"));
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &f)) {
+      return absl::InvalidArgumentError(absl::StrCat("--frames ", text, ": '", part, "' is not a number"));
     }
-    out.push_back(f);
+    frames.push_back(f);
   }
-  std::sort(out.begin(), out.end());
-  return out;
+  auto checked = CheckFrameBuckets(std::move(frames));
+  if (!checked.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--frames ", text, ": ", checked.status().message()));
+  return checked;
 }
 
 absl::Status CheckClipExtraction(const ClipExtraction& e) {

@@ -22,7 +22,10 @@ struct ClipExtraction {
   int64_t slide_stride = 1;
 };
 
-// "1,33,81" (encoder_worker --frames): frame buckets, each 4k+1 in [1, 1021], once, sorted; "" = none.
+// Frame buckets as numbers (a service request's): each 4k+1 in [1, 1021], once; returned sorted. InvalidArgument
+// naming the first that is not.
+absl::StatusOr<std::vector<int64_t>> CheckFrameBuckets(std::vector<int64_t> frames);
+// "1,33,81" (encoder_worker --frames): CheckFrameBuckets of the numbers; "" = none. Errors name the flag.
 absl::StatusOr<std::vector<int64_t>> ParseFrameBuckets(const std::string& text);
 
 // InvalidArgument naming the flag for an unknown mode, a negative count, uniform without a count, a stride < 1.
