@@ -49,7 +49,7 @@
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
 #include "core/tensor/safetensors.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/train/common.h"
 #include "core/train/local_step.h"
 #include "core/util/status.h"
@@ -134,7 +134,7 @@ absl::StatusOr<at::Tensor> Get(const std::map<std::string, at::Tensor>& tensors,
 struct Trainer {
   LocalModel model;
   std::map<std::string, at::Tensor> master;  // the adapters (fp32 masters, on the step's device), PEFT names
-  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<Optimizer> optimizer;
   OptimizerConfig opt;
   std::vector<MicroBatch> micro_batches;  // the one fixed micro-batch of every step
   int64_t step = 0;
@@ -186,7 +186,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Build(const Args& a) {
   t->master = LoraParameters(t->model.stage->module());
   t->opt.lr = a.lr;
   t->opt.clip = a.clip;
-  t->optimizer = std::make_unique<AdamW>(t->opt);
+  t->optimizer = std::make_unique<Optimizer>(t->opt);
 
   ASSIGN_OR_RETURN(auto in, LoadAllSafetensors(a.inputs));
   MicroBatch mb;

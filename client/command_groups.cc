@@ -13,7 +13,7 @@ const std::vector<CommandGroup>& CommandGroups() {
       {"Low-level tools (the upstream referee tests and debugging drive them)",
        {"forward", "step-grads", "text-encode", "tokenize", "vae-encode", "vae-decode", "decode-image",
         "clip-encode-image", "write-video", "sample-timesteps", "scheduler-replay", "synthetic-cache", "lr-schedule",
-        "command-server"},
+        "optimizer-replay", "command-server"},
        /*plumbing=*/true},
   };
   return *groups;

@@ -549,6 +549,7 @@ const std::vector<Command>& AllCommands() {
       DecodeImageCommand(),
       SampleTimestepsCommand(),
       LearningRateScheduleCommand(),
+      OptimizerReplayCommand(),
       StepGradsCommand(),
       TokenizeCommand(),
       ClipEncodeImageCommand(),

@@ -8,8 +8,10 @@
 #include "core/image/exif.h"
 #include "core/image/image.h"
 #include "core/tensor/safetensors.h"
-#include "core/train/adamw.h"
+#include "core/train/grad_norm.h"
 #include "core/train/job.h"
+#include "core/train/lr_schedule.h"
+#include "core/train/optimizer.h"
 #include "core/train/timesteps.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
@@ -77,7 +79,50 @@ absl::Status PrintLearningRates(const Args& args) {
   return absl::OkStatus();
 }
 
+// `baton optimizer-replay`: the job's optimizer (its schedule, clipping, AdamW settings, LoRA+ and EMA) over given
+// gradients, step by step as the trainers run it (core/train/local_step.cc): the global norm from the squared norms
+// in name order, the clipping factor, the step's rate.
+absl::Status ReplayOptimizer(const Args& args) {
+  ASSIGN_OR_RETURN(JobConfig job, LoadJob(args.Get("job")));
+  ASSIGN_OR_RETURN(auto params, LoadAllSafetensors(args.Get("params")));
+  ASSIGN_OR_RETURN(auto grads_file, LoadAllSafetensors(args.Get("grads")));
+  for (auto& [name, p] : params) p = p.to(at::kFloat).contiguous();
+  Optimizer optimizer(job.optimizer);
+  for (int64_t step = 0; step < job.steps; ++step) {
+    std::map<std::string, at::Tensor> grads;
+    for (const auto& [name, p] : params) {
+      auto it = grads_file.find(absl::StrCat("step", step, "/", name));
+      if (it == grads_file.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(args.Get("grads"), " has no step", step, "/", name, " (the job runs ", job.steps, " steps)"));
+      }
+      grads[name] = it->second.to(at::kFloat).clone();
+    }
+    std::vector<at::Tensor> list;
+    for (const auto& [name, g] : grads) list.push_back(g);
+    ScaleGradients(list, ClipFactor(GlobalNorm(SquaredNormsByName(grads)), job.optimizer.clip));
+    RETURN_IF_ERROR(optimizer.Step(params, grads, LearningRate(job.optimizer, step, job.steps)));
+  }
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, p] : params) out["param/" + name] = p;
+  for (const auto& [key, t] : optimizer.StateDict()) out["state/" + key] = t;
+  RETURN_IF_ERROR(WriteSafetensors(args.Get("output"), out));
+  std::printf("wrote %s: %zu parameters after %lld steps\n", args.Get("output").c_str(), params.size(),
+              static_cast<long long>(job.steps));
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+Command OptimizerReplayCommand() {
+  return {"optimizer-replay",
+          "Run a job's optimizer over given gradients, step by step as training does, for referees.",
+          {{"job", "job YAML file (optimizer:, lora: {plus_ratio}, ema: and steps are used)", "", true},
+           {"params", "safetensors: the parameters before the first step (fp32)", "", true},
+           {"grads", "safetensors: step<k>/<name> for every step k of the job and every parameter", "", true},
+           {"output", "safetensors: param/<name> after the last step, state/<key> the optimizer's state", "", true}},
+          ReplayOptimizer};
+}
 
 Command LearningRateScheduleCommand() {
   return {"lr-schedule",

@@ -10,5 +10,6 @@ namespace baton {
 Command DecodeImageCommand();
 Command SampleTimestepsCommand();
 Command LearningRateScheduleCommand();
+Command OptimizerReplayCommand();
 
 }  // namespace baton

@@ -10,14 +10,14 @@
 
 #include "coordinator/run_types.h"
 #include "core/model/model_family.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/train/job_fingerprint.h"
 
 namespace baton {
 
 absl::Status CheckpointRun(const JobConfig& job, const CoordinatorOptions& options, const std::string& job_hash,
                            const JobFingerprint& fingerprint, int64_t step,
-                           const std::map<std::string, at::Tensor>& master, const AdamW& optimizer,
+                           const std::map<std::string, at::Tensor>& master, const Optimizer& optimizer,
                            const ModelFamily& model);
 
 }  // namespace baton

@@ -7,6 +7,7 @@
 #include "core/pipeline/replica_split.h"
 #include "core/pipeline/schedule.h"
 #include "core/train/common.h"
+#include "core/train/optimizer.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -57,6 +58,7 @@ absl::StatusOr<PartitionOptions> JobPartitionOptions(const JobConfig& job, Sampl
   std::vector<int> counts(job.replica_stages.begin(), job.replica_stages.end());
   popts.local_optimizer =
       job.replica_exchange == "allreduce" || (job.replica_exchange == "auto" && !UnequalStageCounts(counts));
+  popts.optimizer_state_copies = OptimizerStateCopies(job.optimizer);
   for (const auto& budget : job.memory_per_stage) {
     auto bytes = ParseByteSize(budget);
     if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(job.source, ": memory_per_stage"));

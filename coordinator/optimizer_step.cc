@@ -3,6 +3,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/train/common.h"
+#include "core/train/lr_schedule.h"
 #include "core/train/finite_check.h"
 #include "core/train/grad_norm.h"
 #include "core/util/status.h"
@@ -35,7 +36,7 @@ PipelineStepRecord RecordOf(const JobConfig& job, int64_t step, const StepOutput
 // The optimizer step on the fp32 masters from the stages' gradients, and the step's record (times are the
 // caller's to fill in).
 absl::StatusOr<PipelineStepRecord> ApplyGradients(const JobConfig& job, int64_t step, const StepOutputs& outputs,
-                                                  AdamW& optimizer, std::map<std::string, at::Tensor>& master) {
+                                                  Optimizer& optimizer, std::map<std::string, at::Tensor>& master) {
   std::map<std::string, at::Tensor> all_grads;
   for (const TensorMap& grads : outputs.grads) {
     for (auto& [name, g] : grads) all_grads[name] = g;

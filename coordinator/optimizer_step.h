@@ -9,13 +9,13 @@
 
 #include "coordinator/peer_exchange.h"
 #include "coordinator/run_types.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "stage_driver/stage_fleet.h"
 
 namespace baton {
 
 absl::StatusOr<PipelineStepRecord> ApplyGradients(const JobConfig& job, int64_t step, const StepOutputs& outputs,
-                                                  AdamW& optimizer, std::map<std::string, at::Tensor>& master);
+                                                  Optimizer& optimizer, std::map<std::string, at::Tensor>& master);
 
 // The same with a stage-local optimizer: the stages of the replicas that ran the step sum their gradients and apply
 // AdamW (PeerExchange::Apply). ABORTED: a replica was lost after its micro-batches counted; the step starts over.

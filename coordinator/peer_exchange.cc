@@ -30,6 +30,32 @@ std::vector<absl::Status> PerReplica(const std::vector<absl::Status>& per_stage,
   return out;
 }
 
+// The job's fixed optimizer settings as every stage takes them with JoinGroup.
+v1::OptimizerSettings SettingsOf(const OptimizerConfig& o) {
+  v1::OptimizerSettings s;
+  s.set_beta1(o.beta1);
+  s.set_beta2(o.beta2);
+  s.set_eps(o.eps);
+  s.set_weight_decay(o.weight_decay);
+  s.set_plus_ratio(o.plus_ratio);
+  s.set_ema_decay(o.ema.decay);
+  s.set_ema_min_decay(o.ema.min_decay);
+  s.set_ema_update_after_step(o.ema.update_after_step);
+  s.set_ema_use_warmup(o.ema.use_ema_warmup);
+  s.set_ema_inv_gamma(o.ema.inv_gamma);
+  s.set_ema_power(o.ema.power);
+  s.set_type(o.type);
+  s.set_adafactor_eps1(o.adafactor.eps1);
+  s.set_adafactor_eps2(o.adafactor.eps2);
+  s.set_adafactor_clip_threshold(o.adafactor.clip_threshold);
+  s.set_adafactor_decay_rate(o.adafactor.decay_rate);
+  s.set_adafactor_beta1(o.adafactor.beta1);
+  s.set_adafactor_relative_step(o.adafactor.relative_step);
+  s.set_adafactor_scale_parameter(o.adafactor.scale_parameter);
+  s.set_adafactor_warmup_init(o.adafactor.warmup_init);
+  return s;
+}
+
 }  // namespace
 
 std::string AddressHost(const std::string& address) {
@@ -43,6 +69,7 @@ std::string AddressHost(const std::string& address) {
 
 PeerExchange::PeerExchange(const OptimizerConfig& optimizer, ReplicaSet* replicas, absl::Duration timeout)
     : optimizer_config_(optimizer),
+      settings_(SettingsOf(optimizer)),
       job_id_(replicas->fleet(0).job_id),
       replicas_(replicas),
       timeout_(timeout),
@@ -56,20 +83,16 @@ absl::Status PeerExchange::LoadReplica(int r, const Tensors& state) {
   StageFleet& fleet = replicas_->fleet(r);
   return ParallelFor(fleet.size(), [&](int s) {
     Tensors piece;
-    for (const std::string& name : fleet.params[s]) {
-      std::vector<std::string> keys = MomentKeys(name);
-      keys.push_back(name);
-      for (const std::string& key : keys) {
-        auto it = state.find(key);
-        if (it != state.end()) piece[key] = it->second;
-      }
+    const std::set<std::string> names(fleet.params[s].begin(), fleet.params[s].end());
+    for (const auto& [key, t] : state) {  // this stage's adapters and their optimizer state
+      if (names.count(key) || names.count(StateParam(key))) piece[key] = t;
     }
-    piece[kAdamWStepKey] = state.at(kAdamWStepKey);
+    piece[kOptimizerStepKey] = state.at(kOptimizerStepKey);
     return fleet.clients[s]->LoadState(job_id_, piece);
   });
 }
 
-absl::Status PeerExchange::Start(const Tensors& master, const AdamW& optimizer) {
+absl::Status PeerExchange::Start(const Tensors& master, const Optimizer& optimizer) {
   absl::MutexLock lock(&mu_);
   if (replicas_->size() > 1) {  // one replica sums with nobody
     ASSIGN_OR_RETURN(store_, RendezvousStore::Start());
@@ -124,6 +147,7 @@ absl::Status PeerExchange::ProbeSolo() {
   std::vector<int64_t> steps(stages_, -1);
   RETURN_IF_ERROR(ParallelFor(stages_, [&](int s) -> absl::Status {
     v1::JoinGroupRequest request;  // a group of one: no store, no socket
+    *request.mutable_optimizer() = settings_;
     request.set_prefix(absl::StrCat("solo/", s));
     request.set_size(1);
     return fleet.Watched(s, "the check of its optimizer state waits for it", [&]() -> absl::Status {
@@ -233,14 +257,14 @@ absl::StatusOr<PeerExchange::Tensors> PeerExchange::CurrentState(int except) {
   return last;
 }
 
-absl::Status PeerExchange::Pull(Tensors& master, AdamW& optimizer) {
+absl::Status PeerExchange::Pull(Tensors& master, Optimizer& optimizer) {
   absl::MutexLock lock(&mu_);
   // One replica, recovered since it was last asked: its stages may have lost the state (DATA_LOSS, state_lost_).
   if (started_ && replicas_->size() == 1) RETURN_IF_ERROR(ProbeSolo());
   ASSIGN_OR_RETURN(Tensors state, CurrentState(-1));
   Tensors moments;
   for (const auto& [key, t] : state) {
-    if (key == kAdamWStepKey || !MomentParam(key).empty()) {
+    if (IsOptimizerStateKey(key)) {
       moments[key] = t;
     } else if (master.count(key)) {
       master[key] = t;
@@ -274,6 +298,7 @@ std::vector<absl::Status> PeerExchange::JoinAll(const std::vector<int>& members)
     const int rank = k / stages_, s = k % stages_;
     StageClient& client = *replicas_->fleet(members[rank]).clients[s];
     v1::JoinGroupRequest request;
+    *request.mutable_optimizer() = settings_;
     request.set_store_port(port);  // the host: this coordinator, as the worker sees it
     request.set_prefix(absl::StrCat(base, "/stage", s));
     request.set_rank(rank);
@@ -351,10 +376,6 @@ absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::v
   v1::UpdateRequest request;
   request.set_step(step);
   request.set_lr(lr);
-  request.set_beta1(optimizer_config_.beta1);
-  request.set_beta2(optimizer_config_.beta2);
-  request.set_eps(optimizer_config_.eps);
-  request.set_weight_decay(optimizer_config_.weight_decay);
   // Every trainer's rule and factor, to the bit (grad_norm.h).
   request.set_clip_scale(ClipFactor(norm, optimizer_config_.clip));
   request.set_clip(request.clip_scale() != 1.0);

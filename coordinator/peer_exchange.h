@@ -11,9 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "baton/v1/stage.pb.h"
 #include "collective/peer_group.h"
 #include "coordinator/replica_set.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/train/job.h"
 
 namespace baton {
@@ -55,7 +56,7 @@ class PeerExchange {
   ~PeerExchange();
 
   // The rendezvous store started and every replica loaded with the run's start state (`master` and the optimizer's).
-  absl::Status Start(const Tensors& master, const AdamW& optimizer) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Start(const Tensors& master, const Optimizer& optimizer) ABSL_LOCKS_EXCLUDED(mu_);
   // Replica r, before its first slice of a step: loaded with the current state when it was lost since it last had it.
   absl::Status Prepare(int r) ABSL_LOCKS_EXCLUDED(mu_);
   // Before a step's first slices, with the replicas that have one (ReplicaSet::StepReplicas): each loaded, and the
@@ -71,7 +72,7 @@ class PeerExchange {
                                        const std::function<void()>& on_abort) ABSL_LOCKS_EXCLUDED(mu_);
   // The current adapters and optimizer state, from a replica that holds them. DATA_LOSS with StateLost() when none
   // does any more (one replica whose stage restarted since the coordinator's copy was taken).
-  absl::Status Pull(Tensors& master, AdamW& optimizer) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Pull(Tensors& master, Optimizer& optimizer) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the run's current state is held by no replica (and no longer by the coordinator): a failure with this
   // set is mended by RollBack, not by a retry.
   bool StateLost() ABSL_LOCKS_EXCLUDED(mu_);
@@ -110,6 +111,7 @@ class PeerExchange {
                                           const std::function<void()>& on_abort) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const OptimizerConfig optimizer_config_;
+  const v1::OptimizerSettings settings_;  // the config as JoinGroup sends it
   const std::string job_id_;
   ReplicaSet* replicas_;
   const absl::Duration timeout_;

@@ -31,7 +31,7 @@ OptimizerConfig Sgd() {
 struct Exchanged {
   std::unique_ptr<FakeReplicas> replicas;
   std::unique_ptr<PeerExchange> exchange;
-  AdamW optimizer{Sgd()};
+  Optimizer optimizer{Sgd()};
   std::map<std::string, at::Tensor> master;
 
   static std::unique_ptr<Exchanged> Start(int replica_count) {

@@ -20,7 +20,7 @@
 #include "coordinator/run_report.h"
 #include "coordinator/step_inputs.h"
 #include "core/lora/lora.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
 #include "core/train/init_lora.h"
@@ -54,7 +54,7 @@ struct StartState {
 
 // The adapters' seeded init comes from replica 0's stages (every replica's are the same: seeded by the job).
 absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const CoordinatorOptions& options, StageFleet& fleet,
-                                          const JobFingerprint& fingerprint, AdamW& optimizer) {
+                                          const JobFingerprint& fingerprint, Optimizer& optimizer) {
   StartState start;
   std::optional<TrainingState> resumed;
   if (options.resume) {  // coordinator/resume.h: refuses what it cannot continue
@@ -66,7 +66,7 @@ absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const Coordinato
     for (auto& [name, t] : w) start.master[name] = t;
   }
   if (resumed) {
-    RETURN_IF_ERROR(CheckCheckpointTensors(*resumed, start.master));
+    RETURN_IF_ERROR(CheckCheckpointTensors(*resumed, start.master, job.optimizer));
     start.master = resumed->lora;
     RETURN_IF_ERROR(optimizer.LoadStateDict(resumed->optimizer));
     start.step = resumed->step;
@@ -103,7 +103,7 @@ absl::StatusOr<StepInputs> TakeEarlyInputs(std::future<absl::StatusOr<StepInputs
 // (`exchange`), where a replica lost after its micro-batches counted starts the step over on the others.
 absl::StatusOr<PipelineStepRecord> RunAndApply(const JobConfig& job, const CoordinatorHooks& hooks, int64_t step,
                                                const StepInputs& inputs, ReplicaSet& replicas, PeerExchange* exchange,
-                                               AdamW& optimizer, std::map<std::string, at::Tensor>& master,
+                                               Optimizer& optimizer, std::map<std::string, at::Tensor>& master,
                                                const std::function<void()>& start_next,
                                                const std::function<void()>& drop_next, StepOutputs& outputs,
                                                Clock::time_point& t_run) {
@@ -140,7 +140,7 @@ absl::StatusOr<int64_t> RollBack(PeerExchange& exchange, int64_t start_step, int
 absl::Status AfterStep(const JobConfig& job, const CoordinatorOptions& options, const JobSetup& setup, int64_t step,
                        bool last, bool stop, bool tty, const std::function<absl::Status(int64_t)>& read_back,
                        const std::function<absl::Status(int64_t)>& evaluate, std::map<std::string, at::Tensor>& master,
-                       AdamW& optimizer) {
+                       Optimizer& optimizer) {
   const int64_t done = step + 1;
   if (last || stop || (job.checkpoint_every > 0 && done % job.checkpoint_every == 0)) {
     if (tty && !options.quiet) std::printf("\n");
@@ -158,7 +158,7 @@ absl::Status AfterStep(const JobConfig& job, const CoordinatorOptions& options, 
 // the checkpoints; a stop ends the run after a checkpoint. A stage-local optimizer's state lost with a stage rolls
 // the run back to the coordinator's copy (RollBack).
 absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const CoordinatorOptions& options, JobSetup& setup,
-                                             ReplicaSet& replicas, PeerExchange* exchange, AdamW& optimizer,
+                                             ReplicaSet& replicas, PeerExchange* exchange, Optimizer& optimizer,
                                              StartState& start, int64_t total_steps, JsonlWriter& log,
                                              TrainingEvals& evals) {
   std::map<std::string, at::Tensor>& master = start.master;
@@ -328,7 +328,7 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& given_job, con
   RETURN_IF_ERROR(replicas->Start());
   if (stop_requested()) return stopped_early;
 
-  AdamW optimizer(job.optimizer);
+  Optimizer optimizer(job.optimizer);
   ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, replicas->fleet(0), setup.fingerprint, optimizer));
   std::unique_ptr<PeerExchange> exchange;  // `replica_exchange: allreduce`: a stage-local optimizer
   if (job.replica_exchange == "allreduce") {
@@ -341,12 +341,13 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& given_job, con
   if (start.resumed) {
     // The outputs a checkpoint promises are written after it: a run that died between the two (a full disk at the
     // final LoRA) left them stale or missing. A resume writes them again from the checkpoint, complete run or not.
-    RETURN_IF_ERROR(Annotate(SaveLoraOutputs(options.output_dir, start.master, job, start.step, *setup.model),
+    RETURN_IF_ERROR(Annotate(SaveLoraOutputs(options.output_dir, start.master, job, start.step, *setup.model,
+                                             optimizer.StateDict()),
                              absl::StrCat("rewriting the LoRA outputs of checkpoint step-", start.step)));
   }
   const std::string log_path = JoinPath(options.output_dir, "train_log.jsonl");
   if (start.resumed) RETURN_IF_ERROR(TrimTrainLog(log_path, start.step));
-  ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(log_path, /*append=*/start.resumed));
+  ASSIGN_OR_RETURN(auto log, OpenTrainLog(options.output_dir, /*append=*/start.resumed));
   const int64_t total_steps = options.steps > 0 ? options.steps : job.steps;
   if (options.hooks.on_start) {
     std::vector<int64_t> planned, member;  // replica 0's workers: the sum of their chunks' estimates

@@ -207,7 +207,7 @@ absl::StatusOr<StepOutputs> ReplicaSet::RunOne(int64_t step, const StepInputs& i
   Replica& replica = *replicas_[0];
   StepSlice slice;
   slice.schedule = schedules_.at({options_.StagesOf(0), config_.micro_batches});
-  if (config_.local_optimizer) {  // the stages hold the step's gradients for their own AdamW
+  if (config_.local_optimizer) {  // the stages hold the step's gradients for their own optimizer
     slice.gradients = v1::StepPlan::HOLD_NEW;
     replica.executor->set_before_attempt([this] { return prepare_ ? prepare_(0) : absl::OkStatus(); });
   }

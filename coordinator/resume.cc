@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/tensor/shape.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -62,36 +62,17 @@ absl::Status CheckLora(const TrainingState& state, const std::map<std::string, a
   return absl::OkStatus();
 }
 
-absl::Status CheckOptimizer(const TrainingState& state, const std::string& where) {
-  auto bad = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat(where, " optimizer.safetensors: ", why));
-  };
-  auto step = state.optimizer.find(kAdamWStepKey);
+absl::Status CheckOptimizer(const TrainingState& state, const OptimizerConfig& optimizer, const std::string& where) {
+  const std::string file = absl::StrCat(where, " optimizer.safetensors: ");
+  auto bad = [&](absl::string_view why) { return absl::DataLossError(absl::StrCat(file, why)); };
+  auto step = state.optimizer.find(kOptimizerStepKey);
   if (step == state.optimizer.end()) return bad("lacks __step__");
   const at::Tensor& s = step->second;
   if (s.numel() != 1 || at::isFloatingType(s.scalar_type()) || s.scalar_type() == at::kBool) {
     return bad(absl::StrCat("__step__ must be one integer, is ", DtypeShapeString(s)));
   }
-  // AdamW has both moments of every parameter after its first step and none before.
-  const bool stepped = s.item<int64_t>() > 0;
-  for (const auto& [name, p] : state.lora) {
-    for (const std::string& key : MomentKeys(name)) {
-      auto it = state.optimizer.find(key);
-      if (it == state.optimizer.end()) {
-        if (stepped) return bad(absl::StrCat("lacks ", key));
-        continue;
-      }
-      if (it->second.scalar_type() != at::kFloat || it->second.sizes() != p.sizes()) {
-        return bad(absl::StrCat(key, " is ", c10::toString(it->second.scalar_type()), " ",
-                                ShapeString(it->second.sizes()), ", expected Float ", ShapeString(p.sizes())));
-      }
-    }
-  }
-  for (const auto& [key, t] : state.optimizer) {
-    const bool known = key == kAdamWStepKey || state.lora.count(MomentParam(key)) > 0;
-    if (!known) return bad(absl::StrCat("has ", key, ", which belongs to no LoRA tensor"));
-  }
-  return absl::OkStatus();
+  // Every state tensor the job's optimizer keeps after its first step (and none before), of its shape.
+  return Optimizer(optimizer).CheckState(state.lora, state.optimizer, file);
 }
 
 }  // namespace
@@ -169,10 +150,11 @@ absl::Status CheckResumeMatchesJob(const TrainingState& state, const std::string
                                                     absl::StrJoin(diffs, "\n  ")));
 }
 
-absl::Status CheckCheckpointTensors(const TrainingState& state, const std::map<std::string, at::Tensor>& init) {
+absl::Status CheckCheckpointTensors(const TrainingState& state, const std::map<std::string, at::Tensor>& init,
+                                    const OptimizerConfig& optimizer) {
   const std::string where = absl::StrCat("checkpoint step-", state.step, ":");
   RETURN_IF_ERROR(CheckLora(state, init, where));
-  return CheckOptimizer(state, where);
+  return CheckOptimizer(state, optimizer, where);
 }
 
 }  // namespace baton

@@ -41,7 +41,9 @@ absl::Status CheckResumeMatchesJob(const TrainingState& state, const std::string
 
 // DataLoss unless the checkpoint's tensors fit the job: its LoRA has exactly the names of `init` (the stages'
 // fresh adapters) with their shapes, finite floating point; its optimizer state has a scalar integer
-// "__step__" and, for each LoRA tensor, exp_avg and exp_avg_sq of its shape (or none at all before step 1).
-absl::Status CheckCheckpointTensors(const TrainingState& state, const std::map<std::string, at::Tensor>& init);
+// "__step__" and, for each LoRA tensor, what the job's optimizer keeps (Optimizer::CheckState: AdamW's exp_avg and
+// exp_avg_sq of its shape, Adafactor's, an EMA; none at all before step 1), and nothing else.
+absl::Status CheckCheckpointTensors(const TrainingState& state, const std::map<std::string, at::Tensor>& init,
+                                    const OptimizerConfig& optimizer);
 
 }  // namespace baton

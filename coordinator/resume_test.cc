@@ -133,7 +133,7 @@ TEST_F(ResumeTest, CheckpointWithoutFingerprintFallsBackToTheJobHash) {
 
 // Checkpoints whose files verify but whose tensors do not fit the job: each is an error with its reason.
 TEST_F(ResumeTest, TensorsThatDoNotFitTheJobAreRefused) {
-  EXPECT_TRUE(CheckCheckpointTensors(State(2), Init()).ok());
+  EXPECT_TRUE(CheckCheckpointTensors(State(2), Init(), OptimizerConfig{}).ok());
   const std::string a = "blocks.0.to_q.lora_A.weight";
   const std::vector<std::pair<std::function<void(TrainingState&)>, std::string>> cases = {
       {[&](TrainingState& s) { s.lora.erase(a); }, "lacks " + a},
@@ -159,11 +159,15 @@ TEST_F(ResumeTest, TensorsThatDoNotFitTheJobAreRefused) {
        },
        a + ".exp_avg is Float [8, 2]"},
       {[&](TrainingState& s) { s.optimizer["stray.exp_avg"] = at::zeros({1}); }, "belongs to no LoRA tensor"},
+      {[&](TrainingState& s) {
+         s.optimizer[a + ".ema"] = at::zeros({2, 8});
+       },
+       a + ".ema, which the job's optimizer (adamw, without an EMA) does not keep"},
   };
   for (const auto& [mutate, expect] : cases) {
     TrainingState s = State(2);
     mutate(s);
-    absl::Status status = CheckCheckpointTensors(s, Init());
+    absl::Status status = CheckCheckpointTensors(s, Init(), OptimizerConfig{});
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << expect << ": " << status;
     EXPECT_THAT(status.message(), HasSubstr(expect));
   }
@@ -172,7 +176,7 @@ TEST_F(ResumeTest, TensorsThatDoNotFitTheJobAreRefused) {
   for (auto it = fresh.optimizer.begin(); it != fresh.optimizer.end();) {
     it = it->first == "__step__" ? std::next(it) : fresh.optimizer.erase(it);
   }
-  EXPECT_TRUE(CheckCheckpointTensors(fresh, Init()).ok());
+  EXPECT_TRUE(CheckCheckpointTensors(fresh, Init(), OptimizerConfig{}).ok());
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <tuple>
@@ -42,9 +43,20 @@ void LocalOptimizer::Abandon() {
   group_.reset();
 }
 
-absl::Status LocalOptimizer::JoinGroup(const PeerGroupSpec& spec) {
+absl::Status LocalOptimizer::JoinGroup(const PeerGroupSpec& spec, const v1::OptimizerSettings& settings) {
   Abandon();
   group_.reset();
+  const std::vector<std::string>& types = OptimizerTypes();
+  if (!settings.type().empty() && std::find(types.begin(), types.end(), settings.type()) == types.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown optimizer type \"", settings.type(), "\""));
+  }
+  const std::string bytes = settings.SerializeAsString();
+  if (optimizer_ && bytes != settings_bytes_) {  // the state carries over to an optimizer of the new settings
+    loaded_ = State();
+    optimizer_.reset();
+  }
+  config_ = ConfigOf(settings);
+  settings_bytes_ = bytes;
   ASSIGN_OR_RETURN(std::unique_ptr<PeerGroup> group, PeerGroup::Join(spec));
   group_ = std::move(group);
   return absl::OkStatus();
@@ -141,12 +153,28 @@ absl::StatusOr<v1::ReduceResponse> LocalOptimizer::Reduced(int64_t step, const a
   return response;
 }
 
-OptimizerConfig LocalOptimizer::ConfigOf(const v1::UpdateRequest& req) {
+OptimizerConfig LocalOptimizer::ConfigOf(const v1::OptimizerSettings& s) {
   OptimizerConfig config;
-  config.beta1 = req.beta1();
-  config.beta2 = req.beta2();
-  config.eps = req.eps();
-  config.weight_decay = req.weight_decay();
+  config.beta1 = s.beta1();
+  config.beta2 = s.beta2();
+  config.eps = s.eps();
+  config.weight_decay = s.weight_decay();
+  config.plus_ratio = s.plus_ratio() == 0 ? 1.0 : s.plus_ratio();
+  config.ema.decay = s.ema_decay();
+  config.ema.min_decay = s.ema_min_decay();
+  config.ema.update_after_step = s.ema_update_after_step();
+  config.ema.use_ema_warmup = s.ema_use_warmup();
+  config.ema.inv_gamma = s.ema_inv_gamma();
+  config.ema.power = s.ema_power();
+  config.type = s.type().empty() ? "adamw" : s.type();
+  config.adafactor.eps1 = s.adafactor_eps1();
+  config.adafactor.eps2 = s.adafactor_eps2();
+  config.adafactor.clip_threshold = s.adafactor_clip_threshold();
+  config.adafactor.decay_rate = s.adafactor_decay_rate();
+  config.adafactor.beta1 = s.adafactor_beta1();
+  config.adafactor.relative_step = s.adafactor_relative_step();
+  config.adafactor.scale_parameter = s.adafactor_scale_parameter();
+  config.adafactor.warmup_init = s.adafactor_warmup_init();
   return config;
 }
 
@@ -155,19 +183,17 @@ absl::StatusOr<int64_t> LocalOptimizer::Update(const v1::UpdateRequest& req, Ten
     return absl::FailedPreconditionError(
         absl::StrCat("no reduced gradients of step ", req.step() + 1, " (reduced: step ", reduced_step_ + 1, ")"));
   }
-  const OptimizerConfig config = ConfigOf(req);
-  const bool same = adamw_ && config.beta1 == adamw_config_.beta1 && config.beta2 == adamw_config_.beta2 &&
-                    config.eps == adamw_config_.eps && config.weight_decay == adamw_config_.weight_decay;
-  if (!same) {  // the first update (of the run, or after a Load), or new settings: the moments carry over
-    Tensors state = adamw_ ? State() : loaded_;
-    if (!params.empty()) {  // the moments live beside the adapters
+  if (!config_) return absl::FailedPreconditionError("no optimizer settings: JoinGroup comes first");
+  if (!optimizer_) {  // the first update (of the run, after a Load or new settings)
+    Tensors state = loaded_;
+    if (!params.empty()) {  // the state lives beside the adapters
       for (auto& [name, t] : state) {
-        if (name != kAdamWStepKey) t = t.to(params.begin()->second.device());
+        if (name != kOptimizerStepKey) t = t.to(params.begin()->second.device());
       }
     }
-    adamw_ = std::make_unique<AdamW>(config);
-    adamw_config_ = config;
-    if (!state.empty()) RETURN_IF_ERROR(adamw_->LoadStateDict(state));
+    auto optimizer = std::make_unique<Optimizer>(*config_);
+    if (!state.empty()) RETURN_IF_ERROR(optimizer->LoadStateDict(state));
+    optimizer_ = std::move(optimizer);
     loaded_.clear();
   }
   Tensors grads = reduced_;
@@ -177,31 +203,35 @@ absl::StatusOr<int64_t> LocalOptimizer::Update(const v1::UpdateRequest& req, Ten
     for (auto& [name, g] : grads) list.push_back(g);
     ScaleGradients(list, req.clip_scale());
   }
-  RETURN_IF_ERROR(adamw_->Step(params, grads, req.lr()));
+  RETURN_IF_ERROR(optimizer_->Step(params, grads, req.lr()));
   DropSums();
-  return adamw_->steps();
+  return optimizer_->steps();
 }
 
 int64_t LocalOptimizer::Steps() const {
   if (!has_state_) return -1;
-  if (adamw_) return adamw_->steps();
-  auto it = loaded_.find(kAdamWStepKey);
+  if (optimizer_) return optimizer_->steps();
+  auto it = loaded_.find(kOptimizerStepKey);
   return it == loaded_.end() ? 0 : it->second.item<int64_t>();
 }
 
 LocalOptimizer::Tensors LocalOptimizer::State() const {
-  if (!adamw_) return loaded_.empty() ? Tensors{{kAdamWStepKey, at::scalar_tensor(0, at::kLong)}} : loaded_;
+  if (!optimizer_) return loaded_.empty() ? Tensors{{kOptimizerStepKey, at::scalar_tensor(0, at::kLong)}} : loaded_;
   Tensors state;
-  for (const auto& [name, t] : adamw_->StateDict()) state[name] = t.to(at::kCPU).clone();
+  for (const auto& [name, t] : optimizer_->StateDict()) state[name] = t.to(at::kCPU).clone();
   return state;
 }
 
 absl::Status LocalOptimizer::Load(const Tensors& state) {
-  // Checked by building an optimizer from it; the job's settings come with the first Update.
-  AdamW probe{OptimizerConfig{}};
-  RETURN_IF_ERROR(probe.LoadStateDict(state));
+  // Checked by building an optimizer of the last JoinGroup's settings from it (before any: its moments alone).
+  Optimizer probe{config_.value_or(OptimizerConfig{})};
+  Tensors checked;
+  for (const auto& [key, t] : state) {
+    if (config_ || key != EmaKey(StateParam(key))) checked[key] = t;
+  }
+  RETURN_IF_ERROR(probe.LoadStateDict(checked));
   DropSums();
-  adamw_.reset();
+  optimizer_.reset();
   loaded_.clear();
   for (const auto& [name, t] : state) loaded_[name] = t.to(at::kCPU).clone();
   has_state_ = true;
@@ -211,7 +241,8 @@ absl::Status LocalOptimizer::Load(const Tensors& state) {
 void LocalOptimizer::Reset() {
   DropSums();
   group_.reset();
-  adamw_.reset();
+  optimizer_.reset();
+  config_.reset();
   loaded_.clear();
   has_state_ = false;
 }

@@ -15,7 +15,7 @@
 
 #include "baton/v1/stage.pb.h"
 #include "collective/peer_group.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 
 namespace baton {
 
@@ -31,8 +31,9 @@ class LocalOptimizer {
   // The summed gradients of one plan (device tensors, by name): a new sum for `step`, or (`add`) added to the sum held
   // for the same step.
   absl::Status Hold(int64_t step, bool add, const Tensors& grads);
-  // A new group (the old one, and any reduction in flight in it, are given up first).
-  absl::Status JoinGroup(const PeerGroupSpec& spec);
+  // A new group (the old one, and any reduction in flight in it, are given up first), and the job's fixed optimizer
+  // settings that Update steps by from now on (the state carries over).
+  absl::Status JoinGroup(const PeerGroupSpec& spec, const v1::OptimizerSettings& settings);
   // Starts summing the held sum of `step` over the group on a thread of its own (the plan's reduce_when_held), so that
   // it runs while the upstream stages finish their backwards; Reduce then waits for it. Holding more, joining a group
   // or loading state gives it up (and the group with it: a Gloo collective cannot be cancelled).
@@ -41,10 +42,10 @@ class LocalOptimizer {
   // sum StartReduce began, when there is one); the reduced gradients' squared norms by name. ABORTED when the group
   // failed or was given up: the caller forms a new one.
   absl::StatusOr<v1::ReduceResponse> Reduce(int64_t step);
-  // AdamW on `params` (the live adapters, modified in place) from the reduced gradients of req.step(); then nothing
-  // is held. The optimizer's step count after it.
+  // The optimizer on `params` (the live adapters, modified in place) from the reduced gradients of req.step(), by the
+  // settings of the last JoinGroup; then nothing is held. The optimizer's step count after it.
   absl::StatusOr<int64_t> Update(const v1::UpdateRequest& req, Tensors params);
-  // AdamW's step count, or -1 when no state was loaded since the last Reset (a new worker holds none of the run's).
+  // The optimizer's step count, or -1 when no state was loaded since the last Reset (a new worker holds none of the run's).
   int64_t Steps() const;
   // The optimizer's state as LoadState takes it (CPU, fp32 moments; "__step__"), and setting it (drops what is held).
   Tensors State() const;
@@ -53,7 +54,7 @@ class LocalOptimizer {
   void Reset();
 
  private:
-  static OptimizerConfig ConfigOf(const v1::UpdateRequest& req);
+  static OptimizerConfig ConfigOf(const v1::OptimizerSettings& settings);
   // The held sum as one fp32 buffer on its device, in name order: one collective per step, whatever the number of
   // adapters (Gloo sums a host copy of it).
   at::Tensor FlattenOnDevice() const;
@@ -82,10 +83,11 @@ class LocalOptimizer {
   Tensors reduced_;            // on the stage's device
   std::shared_ptr<PeerGroup> group_;
   std::optional<Flight> flight_;
-  std::unique_ptr<AdamW> adamw_;
-  OptimizerConfig adamw_config_;
-  bool has_state_ = false;  // Load was called since the last Reset
-  Tensors loaded_;          // state from Load, taken by the first Update (AdamW needs the job's settings to be built)
+  std::optional<OptimizerConfig> config_;  // from the last JoinGroup
+  std::string settings_bytes_;             // its settings, serialized (new ones rebuild the optimizer)
+  std::unique_ptr<Optimizer> optimizer_;   // built by the first Update after a Load or new settings
+  bool has_state_ = false;                 // Load was called since the last Reset
+  Tensors loaded_;  // state from Load, taken by the first Update (the optimizer needs the job's settings to be built)
 };
 
 }  // namespace baton

@@ -8,7 +8,7 @@
 
 #include "core/model/stage_io.h"
 #include "core/tensor/shape.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -73,25 +73,25 @@ absl::Status CheckStateTensors(const ExpectedStageIO& e, const TensorMap& t) {
   const std::string what = "LORA_STATE";
   TensorMap adapters;
   for (const auto& [name, x] : t) {
-    if (name == kAdamWStepKey) {
+    if (name == kOptimizerStepKey) {
       if (x.numel() != 1 || x.is_floating_point() || x.item<int64_t>() < 0) {
         return Invalid(what, "\"__step__\" must be one integer >= 0");
       }
       continue;
     }
-    const std::string adapter = MomentParam(name);
+    const std::string adapter = StateParam(name);
     if (adapter.empty()) {
       adapters[name] = x;
       continue;
     }
     auto it = e.lora_shapes.find(adapter);
     if (it == e.lora_shapes.end())
-      return Invalid(what, absl::StrCat(Quoted(name), " is the moment of no adapter here"));
+      return Invalid(what, absl::StrCat(Quoted(name), " is the optimizer state of no adapter here"));
     if (x.scalar_type() != at::kFloat) return Invalid(what, absl::StrCat(Quoted(name), " is not fp32"));
-    RETURN_IF_ERROR(CheckExactShape(absl::StrCat(what, ": ", Quoted(name)), it->second, x));
+    RETURN_IF_ERROR(CheckExactShape(absl::StrCat(what, ": ", Quoted(name)), StateShape(name, it->second), x));
     RETURN_IF_ERROR(CheckFinite(what, name, x));
   }
-  if (!t.count(kAdamWStepKey)) return Invalid(what, "no \"__step__\"");
+  if (!t.count(kOptimizerStepKey)) return Invalid(what, "no \"__step__\"");
   return CheckLoraWeights(e, what, adapters);
 }
 

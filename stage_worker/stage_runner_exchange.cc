@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/train/common.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
@@ -33,7 +33,7 @@ absl::StatusOr<v1::JoinGroupResponse> StageRunner::JoinGroup(const v1::JoinGroup
   if (req.timeout_ms() > 0) spec.timeout = absl::Milliseconds(req.timeout_ms());
   if (req.join_timeout_ms() > 0) spec.join_timeout = absl::Milliseconds(req.join_timeout_ms());
   const auto t0 = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(Annotate(optimizer_.JoinGroup(spec), name()));
+  RETURN_IF_ERROR(Annotate(optimizer_.JoinGroup(spec, req.optimizer()), name()));
   v1::JoinGroupResponse response;
   response.set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   response.set_optimizer_steps(optimizer_.Steps());
@@ -77,8 +77,7 @@ absl::Status StageRunner::LoadState(const ReceivedEnvelope& envelope) {
   }
   TensorMap adapters, state;
   for (const auto& [key, t] : envelope.tensors) {
-    const bool adapter = key != kAdamWStepKey && MomentParam(key).empty();
-    (adapter ? adapters : state)[key] = t;
+    (IsOptimizerStateKey(key) ? state : adapters)[key] = t;
   }
   const std::shared_ptr<DeviceTransfer> transfer = Transfer();
   for (auto& [key, w] : adapters) w = transfer->Upload(w);

@@ -93,9 +93,11 @@ inline std::string RunOk(const std::string& cmd) {
   return r.output;
 }
 
-// `<output_dir>/lora.safetensors`, every tensor (empty, with a test failure, when it cannot be read).
-inline std::map<std::string, at::Tensor> LoadRunLora(const std::string& output_dir) {
-  auto t = LoadAllSafetensors(JoinPath(output_dir, "lora.safetensors"));
+// `<output_dir>/lora.safetensors` (or another of its files), every tensor (empty, with a test failure, when it cannot
+// be read).
+inline std::map<std::string, at::Tensor> LoadRunLora(const std::string& output_dir,
+                                                     const std::string& file = "lora.safetensors") {
+  auto t = LoadAllSafetensors(JoinPath(output_dir, file));
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *t : std::map<std::string, at::Tensor>{};
 }

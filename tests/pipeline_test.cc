@@ -65,8 +65,8 @@ class PipelineTest : public ::testing::Test {
     return test_util::LoadRunLora(JoinPath(*dir_, out));
   }
 
-  static void ExpectSameLora(const std::string& a, const std::string& b) {
-    auto la = Lora(a), lb = Lora(b);
+  static void ExpectSameLora(const std::string& a, const std::string& b, const std::string& file = "lora.safetensors") {
+    auto la = test_util::LoadRunLora(JoinPath(*dir_, a), file), lb = test_util::LoadRunLora(JoinPath(*dir_, b), file);
     ASSERT_FALSE(la.empty());
     ASSERT_EQ(la.size(), lb.size());
     for (const auto& [k, v] : la) {
@@ -236,6 +236,44 @@ TEST_F(PipelineTest, ResumedRunEqualsUninterruptedRun) {
   EXPECT_EQ(std::count(log->begin(), log->end(), '\n'), 3);
   for (const char* key : {"\"stage_busy_seconds\":[", "\"samples_per_second\":"}) {
     EXPECT_NE(log->find(key), std::string::npos) << key;
+  }
+}
+
+// The recipes around the update (`optimizer: {type}`, `lora: {plus_ratio}`, `ema:`) wherever the optimizer runs:
+// train-local, the stages' own optimizer (the default exchange) across 2 stages with a stop and a resume in between,
+// and the coordinator's: the same LoRA and the same EMA (lora_ema.safetensors), bitwise but for the BLAS allowance
+// above. The EMA is not the LoRA. For AdamW and for Adafactor (at a rate, with a first moment).
+TEST_F(PipelineTest, OptimizerRecipesMatchTrainLocalInEveryPlacementAndResume) {
+  for (const std::string type : {"adamw", "adafactor"}) {
+    JobConfig job = Job("1f1b", false);
+    job.optimizer.type = type;
+    job.optimizer.adafactor.relative_step = false;
+    job.optimizer.adafactor.beta1 = 0.9;
+    job.optimizer.plus_ratio = 16;
+    job.optimizer.ema.decay = 0.9;
+    job.checkpoint_every = 1;
+    const std::string ref = type + "_ref", local = type + "_local", central = type + "_coordinator";
+    ASSERT_TRUE(RunLocalTraining(job, JoinPath(*dir_, ref), 0).ok());
+    CoordinatorOptions first = Options(2, local);
+    first.steps = 2;
+    ASSERT_TRUE(RunCoordinator(job, first).ok());
+    CoordinatorOptions second = Options(2, local);
+    second.resume = true;
+    auto resumed = RunCoordinator(job, second);
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    EXPECT_EQ(resumed->first_step, 2);
+    job.replica_exchange = "coordinator";
+    ASSERT_TRUE(RunCoordinator(job, Options(2, central)).ok());
+    for (const std::string& out : {local, central}) {
+      ExpectSameLora(ref, out);
+      ExpectSameLora(ref, out, "lora_ema.safetensors");
+    }
+    auto lora = Lora(ref);
+    auto ema = test_util::LoadRunLora(JoinPath(*dir_, ref), "lora_ema.safetensors");
+    ASSERT_EQ(ema.size(), lora.size());
+    double apart = 0;
+    for (const auto& [k, v] : lora) apart = std::max(apart, (v - ema.at(k)).abs().max().item<double>());
+    EXPECT_GT(apart, 1e-4) << type << ": the EMA equals the LoRA";
   }
 }
 

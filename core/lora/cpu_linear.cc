@@ -32,6 +32,20 @@ at::Tensor CallLinearPointwiseAdd(const at::Tensor& x, const at::Tensor& other, 
   return op.call(x, other, w, std::nullopt, "add");
 }
 
+// Whether this CPU's oneDNN runs a bf16 inner product at all: on a CPU without AVX-512 (an AVX2-only EPYC, say) it
+// finds no kernel for one and throws; libtorch's at::matmul then runs it (its own bf16 path). Probed once.
+bool OnednnRunsBf16() {
+  static const bool runs = [] {
+    try {
+      CallLinearPointwise(at::ones({1, 32}, at::kBFloat16), at::ones({16, 32}, at::kBFloat16));
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }();
+  return runs;
+}
+
 }  // namespace
 
 void SetCpuLinearBackend(CpuLinearBackend backend) { g_backend.store(backend); }
@@ -47,7 +61,7 @@ bool UsesOnednn(const at::Tensor& x, const at::Tensor& w) {
   static const bool available = at::hasMKLDNN();
   if (!available || g_backend.load() != CpuLinearBackend::kOnednn) return false;
   if (!x.device().is_cpu() || !w.device().is_cpu() || x.scalar_type() != w.scalar_type()) return false;
-  return x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16;
+  return x.scalar_type() == at::kFloat || (x.scalar_type() == at::kBFloat16 && OnednnRunsBf16());
 }
 
 at::Tensor LinearNoBias(const at::Tensor& x, const at::Tensor& w) {

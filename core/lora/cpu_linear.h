@@ -25,7 +25,7 @@ CpuLinearBackend GetCpuLinearBackend();
 absl::StatusOr<CpuLinearBackend> ParseCpuLinearBackend(const std::string& name);
 
 // True when LinearNoBias would run x·wᵀ through oneDNN: backend kOnednn, libtorch built with oneDNN, x and w
-// on CPU with the same dtype, fp32 or bf16.
+// on CPU with the same dtype, fp32 or bf16 (bf16 where this CPU's oneDNN has a kernel for it: not without AVX-512).
 bool UsesOnednn(const at::Tensor& x, const at::Tensor& w);
 
 // x [..., in] · w [out, in]ᵀ → [..., out], no bias, no autograd graph of its own (callers that need gradients

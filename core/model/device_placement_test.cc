@@ -39,7 +39,7 @@
 #include "core/sample/flux2_sampler.h"
 #include "core/sample/model_denoiser.h"
 #include "core/testing/tiny_flux2.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/train/common.h"
 #include "core/train/local_step.h"
 #include "core/vae/flux2_vae.h"
@@ -549,7 +549,7 @@ TEST(TrainStepPlacementTest, AStepReadsBackOnceAndKeepsItsStateOnTheDevice) {
   }
   std::map<std::string, at::Tensor> master = LoraParameters(local.stage->module());
   OptimizerConfig opt;
-  AdamW adamw(opt);
+  Optimizer adamw(opt);
   HostCopyWatch watch;
   const int64_t before = ReadBackCount();
   for (int64_t step = 0; step < 2; ++step) {
@@ -559,7 +559,7 @@ TEST(TrainStepPlacementTest, AStepReadsBackOnceAndKeepsItsStateOnTheDevice) {
   EXPECT_EQ(ReadBackCount() - before, 2);
   EXPECT_LE(static_cast<int64_t>(watch.copies().size()), 2 * input_tensors) << Joined(watch.copies());
   for (const auto& [name, t] : adamw.StateDict()) {
-    if (name != kAdamWStepKey) EXPECT_TRUE(t.is_meta()) << name << " on " << t.device();
+    if (name != kOptimizerStepKey) EXPECT_TRUE(t.is_meta()) << name << " on " << t.device();
   }
   for (const auto& [name, p] : master) EXPECT_TRUE(p.is_meta() && p.scalar_type() == at::kFloat) << name;
 }

@@ -7,7 +7,7 @@
 #include "core/lora/lora.h"
 #include "core/model/flux2_ops.h"
 #include "core/testing/tiny_flux2.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/train/common.h"
 
 namespace baton {
@@ -343,7 +343,7 @@ TEST(Flux2ModelTest, FewStepsOnAFixedBatchReduceTheLoss) {
   at::Tensor target = at::randn({2, 4, c.in_channels});
   OptimizerConfig opt;
   opt.lr = 1e-2;
-  AdamW adamw(opt);
+  Optimizer adamw(opt);
   auto master = CloneToCpuFloat(LoraParameters(*m.stage));
   std::vector<double> losses;
   for (int step = 0; step < 15; ++step) {

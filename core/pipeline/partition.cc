@@ -519,8 +519,9 @@ std::string RenderPlan(const Plan& plan) {
       "copies of the adapters' inputs under bf16) + transient (one 8-bit weight dequantized for its matmul) + the "
       "stage device's fixed per-process overhead (cpu: measured; cuda: estimated, not measured)",
       ".\n * LoRA+grad: fp32 LoRA weights and their gradients on the stage; ",
-      o.local_optimizer ? "with the stage-local optimizer (replica_exchange: allreduce) also AdamW's two moments and "
-                          "the step's held and reduced gradient sums (6 copies in all)"
+      o.local_optimizer ? absl::StrCat("with the stage-local optimizer (replica_exchange: allreduce) also the "
+                                       "optimizer's state and the step's held and reduced gradient sums (",
+                                       o.LoraCopies(), " copies in all)")
                         : "the optimizer state (AdamW moments) lives on the coordinator",
       ". act/mb: activations one in-flight micro-batch keeps with every block recomputed | "
       "with none; activations: the stage's total for the recompute shown, at its peak in-flight micro-batches (mb))\n");

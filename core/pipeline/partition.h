@@ -49,7 +49,8 @@ constexpr int64_t kBlockWorkingFactor = 32;
 //              scale per output row under `quantize: int8|fp8`, everything else bytes_per_param (stage_memory.h)
 //   lora     = LoRA params on the stage's blocks x 4 bytes (fp32) x 2 (weight + gradient); the optimizer
 //              state (AdamW's two moments) lives on the coordinator, not on stages -- but with a stage-local
-//              optimizer (`replica_exchange: allreduce`) x 6: also its two moments, the held sum and the reduced one
+//              optimizer (`replica_exchange: allreduce`) x (4 + its state's copies): also the held sum and the
+//              reduced one and the optimizer's state (AdamW: two moments, x 6 in all; an EMA: one more)
 //   act      = per in-flight micro-batch, with A = tokens_per_micro_batch x D x activation_bytes: a block
 //              run with its graph keeps ~kBlockWorkingFactor x A (every intermediate of its forward); a
 //              recomputed block keeps only its input, 1 x A (its checkpoint), and the stage then needs one
@@ -118,7 +119,10 @@ struct PartitionOptions {
   std::vector<PlanDevice> devices;  // per stage; empty = `device` for every stage
   int64_t overhead_bytes = -1;      // -1: each stage's device's fixed per-process cost (DeviceProcessBytes)
   bool local_optimizer = false;     // the stages hold AdamW's state and the step's gradient sums (`lora` above)
-  int LoraCopies() const { return local_optimizer ? 6 : 2; }
+  // Full fp32 copies of the adapters the stage-local optimizer keeps as its state: AdamW's two moments, an EMA one
+  // more; Adafactor's factored second moment counts as none, its first moment as one (OptimizerStateCopies).
+  int optimizer_state_copies = 2;
+  int LoraCopies() const { return local_optimizer ? 4 + optimizer_state_copies : 2; }
   PlanDevice StageDevice(int k) const {
     return k >= 0 && static_cast<size_t>(k) < devices.size() ? devices[static_cast<size_t>(k)] : device;
   }

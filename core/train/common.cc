@@ -4,6 +4,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/lora/lora.h"
+#include "core/train/optimizer.h"
 #include "core/tensor/safetensors.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
@@ -50,6 +51,13 @@ JsonlWriter::~JsonlWriter() {
   if (file_) std::fclose(file_);
 }
 
+absl::StatusOr<std::unique_ptr<JsonlWriter>> OpenTrainLog(const std::string& output_dir, bool append) {
+  ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(JoinPath(output_dir, "train_log.jsonl"), append));
+  ASSIGN_OR_RETURN(auto tensorboard, TensorBoardWriter::Open(JoinPath(output_dir, kTensorBoardSubdir)));
+  log->MirrorTo(std::move(tensorboard));
+  return log;
+}
+
 absl::Status JsonlWriter::Append(const nlohmann::ordered_json& line) {
   std::string text = line.dump() + "\n";
   if (absl::Status fault = WriteFault(path_); !fault.ok()) {  // tests: as a full disk would, half the line lands
@@ -60,15 +68,16 @@ absl::Status JsonlWriter::Append(const nlohmann::ordered_json& line) {
   if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0) {
     return absl::InternalError(absl::StrCat("cannot write ", path_));
   }
-  return absl::OkStatus();
+  return tensorboard_ ? tensorboard_->Record(line) : absl::OkStatus();
 }
 
-absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string, at::Tensor>& params,
-                             const JobConfig& job, int64_t step, const ModelFamily& model) {
-  RETURN_IF_ERROR(MakeDirs(dir));
-  std::map<std::string, std::string> meta = {
-      {"software", "baton"}, {"baton_step", std::to_string(step)}, {"baton_job_hash", JobHash(job)}};
-  RETURN_IF_ERROR(SaveLoraDiffusers(JoinPath(dir, "lora.safetensors"), params, job.lora, meta));
+namespace {
+
+// <dir>/<stem>.safetensors and, with save_bfl, <dir>/bfl/<stem>_bfl.safetensors.
+absl::Status SaveLoraFiles(const std::string& dir, const std::string& stem,
+                           const std::map<std::string, at::Tensor>& params, const JobConfig& job,
+                           const std::map<std::string, std::string>& meta, const ModelFamily& model) {
+  RETURN_IF_ERROR(SaveLoraDiffusers(JoinPath(dir, stem + ".safetensors"), params, job.lora, meta));
   if (job.save_bfl) {
     // In a subfolder: diffusers' load_lora_weights(dir) guesses among the folder's top-level .safetensors files.
     RETURN_IF_ERROR(MakeDirs(JoinPath(dir, kBflLoraSubdir)));
@@ -80,10 +89,32 @@ absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string,
       folded[name] = absl::EndsWith(name, ".lora_B.weight") && scale != 1.0 ? v * scale : v;
     }
     ASSIGN_OR_RETURN(auto original, model.LoraToOriginalNames(folded));
-    RETURN_IF_ERROR(WriteSafetensors(JoinPath(JoinPath(dir, kBflLoraSubdir), "lora_bfl.safetensors"), original,
+    RETURN_IF_ERROR(WriteSafetensors(JoinPath(JoinPath(dir, kBflLoraSubdir), stem + "_bfl.safetensors"), original,
                                      LoraFileMetadata(job.lora, meta)));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string, at::Tensor>& params,
+                             const JobConfig& job, int64_t step, const ModelFamily& model,
+                             const std::map<std::string, at::Tensor>& optimizer_state) {
+  RETURN_IF_ERROR(MakeDirs(dir));
+  std::map<std::string, std::string> meta = {
+      {"software", "baton"}, {"baton_step", std::to_string(step)}, {"baton_job_hash", JobHash(job)}};
+  RETURN_IF_ERROR(SaveLoraFiles(dir, "lora", params, job, meta, model));
+  std::map<std::string, at::Tensor> ema;
+  for (const auto& [name, t] : params) {
+    auto it = optimizer_state.find(EmaKey(name));
+    if (it != optimizer_state.end()) ema[name] = it->second.detach().to(at::kCPU);
+  }
+  if (ema.empty()) return absl::OkStatus();
+  if (ema.size() != params.size()) {
+    return absl::InternalError(absl::StrCat("the EMA covers ", ema.size(), " of ", params.size(), " adapters"));
+  }
+  meta["baton_ema_decay"] = absl::StrCat(job.optimizer.ema.decay);
+  return SaveLoraFiles(dir, "lora_ema", ema, job, meta, model);
 }
 
 std::map<std::string, at::Tensor> CloneToCpuFloat(const std::map<std::string, at::Tensor>& tensors) {

@@ -13,6 +13,7 @@
 #include "core/device/device.h"
 #include "core/model/flux2_family.h"
 #include "core/train/job.h"
+#include "core/train/tensorboard.h"
 
 namespace baton {
 
@@ -36,18 +37,29 @@ class JsonlWriter {
   static absl::StatusOr<std::unique_ptr<JsonlWriter>> Open(const std::string& path, bool append);
   ~JsonlWriter();
   absl::Status Append(const nlohmann::ordered_json& line);
+  // Every later line also goes to TensorBoard (TensorBoardWriter::Record).
+  void MirrorTo(std::unique_ptr<TensorBoardWriter> tensorboard) { tensorboard_ = std::move(tensorboard); }
 
  private:
   std::FILE* file_ = nullptr;
   std::string path_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
+// A run's log: <output_dir>/train_log.jsonl (appended to on a resume), mirrored to a new TensorBoard event file in
+// <output_dir>/tensorboard/.
+inline constexpr char kTensorBoardSubdir[] = "tensorboard";
+absl::StatusOr<std::unique_ptr<JsonlWriter>> OpenTrainLog(const std::string& output_dir, bool append);
+
 // Writes <dir>/lora.safetensors (diffusers/PEFT) and, if job.save_bfl, <dir>/bfl/lora_bfl.safetensors
-// (BFL/ComfyUI). The diffusers file is the only .safetensors at the top, so load_lora_weights(dir) picks it.
+// (BFL/ComfyUI). Without an EMA the diffusers file is the only .safetensors at the top, so load_lora_weights(dir)
+// picks it; with one (`ema:`; its tensors in `optimizer_state`, Optimizer::StateDict's names) lora_ema.safetensors
+// and bfl/lora_ema_bfl.safetensors hold it in the same namings, and load_lora_weights needs weight_name.
 inline constexpr char kBflLoraSubdir[] = "bfl";
 // The second file's naming is the family's (ModelFamily::LoraToOriginalNames).
 absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string, at::Tensor>& params,
-                             const JobConfig& job, int64_t step, const ModelFamily& model);
+                             const JobConfig& job, int64_t step, const ModelFamily& model,
+                             const std::map<std::string, at::Tensor>& optimizer_state);
 
 // Clones tensors to fp32 CPU (master copies, checkpoints).
 std::map<std::string, at::Tensor> CloneToCpuFloat(const std::map<std::string, at::Tensor>& tensors);

@@ -15,7 +15,7 @@
 
 #include "core/data/cache.h"
 #include "core/quant/weight_quant.h"
-#include "core/train/adamw.h"
+#include "core/train/job_reader.h"
 #include "core/train/sweep.h"
 #include "core/util/files.h"
 #include "core/util/seed.h"
@@ -23,88 +23,6 @@
 
 namespace baton {
 namespace {
-
-std::string Where(const std::string& source, const YAML::Node& node) {
-  if (node.Mark().is_null()) return source;
-  return absl::StrCat(source, ":", node.Mark().line + 1);
-}
-
-class Reader {
- public:
-  explicit Reader(std::string source) : source_(std::move(source)) {}
-
-  // Checks that `map` is a mapping with only `allowed` keys.
-  absl::Status Keys(const YAML::Node& map, const std::string& what, const std::set<std::string>& allowed) {
-    if (!map.IsMap())
-      return absl::InvalidArgumentError(absl::StrCat(Where(source_, map), ": ", what, " must be a mapping"));
-    std::set<std::string> seen;
-    for (const auto& kv : map) {
-      if (!kv.first.IsScalar()) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(source_, kv.first), ": a key in ", what,
-                                                       " must be a plain name, not a list or mapping"));
-      }
-      std::string key = kv.first.as<std::string>();
-      if (!allowed.count(key)) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(source_, kv.first), ": unknown key '", key, "' in ", what,
-                                                       " (allowed: ", absl::StrJoin(allowed, ", "), ")"));
-      }
-      // YAML keeps the first of two equal keys and drops the second without a word: a job that says `steps: 30`
-      // twice, the second time meaning it, would silently train the first.
-      if (!seen.insert(key).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Where(source_, kv.first), ": '", key, "' appears twice in ", what, "; give it once"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  template <typename T>
-  absl::Status Get(const YAML::Node& map, const std::string& key, T* out) {
-    YAML::Node node = map[key];
-    if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
-    try {
-      if constexpr (std::is_same_v<T, std::string>) RETURN_IF_ERROR(CheckStringSize(node, key));
-      *out = node.as<T>();
-    } catch (const YAML::Exception&) {
-      return absl::InvalidArgumentError(absl::StrCat(Where(source_, node), ": '", key, "' has the wrong type"));
-    }
-    return absl::OkStatus();
-  }
-
-  // A list of at most `max` entries (`meaning` says what one entry is), counted before anything is converted.
-  template <typename T>
-  absl::Status GetList(const YAML::Node& map, const std::string& key, size_t max, const std::string& meaning,
-                       std::vector<T>* out) {
-    YAML::Node node = map[key];
-    if (!node.IsDefined() || node.IsNull()) return absl::OkStatus();
-    if (node.IsSequence() && node.size() > max) {
-      return absl::InvalidArgumentError(absl::StrCat(Where(source_, node), ": '", key, "' lists ", node.size(),
-                                                     " entries; at most ", max, " (", meaning, ")"));
-    }
-    if (node.IsSequence()) {
-      for (const YAML::Node& item : node) {
-        if constexpr (std::is_same_v<T, std::string>) RETURN_IF_ERROR(CheckStringSize(item, key));
-      }
-    }
-    return Get(map, key, out);
-  }
-
-  absl::Status CheckStringSize(const YAML::Node& node, const std::string& key) {
-    if (!node.IsScalar() || node.Scalar().size() <= kMaxJobStringBytes) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(Where(source_, node), ": '", key, "' is ", node.Scalar().size(),
-                                                   " bytes long; a value is at most ", kMaxJobStringBytes));
-  }
-
-  absl::Status Check(bool ok, const YAML::Node& map, const std::string& key, const std::string& rule) {
-    if (ok) return absl::OkStatus();
-    YAML::Node node = map[key];
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(source_, node.IsDefined() ? node : map), ": '", key, "' ", rule));
-  }
-
- private:
-  std::string source_;
-};
 
 // `key: [512, 1024]` (or one number): resolutions in [16, 8192], each once.
 absl::Status ParseResolutionList(Reader& r, YAML::Node map, const std::string& key, std::vector<int64_t>* out) {
@@ -283,7 +201,7 @@ absl::Status ParseLora(Reader& r, YAML::Node root, JobConfig& job) {
   job.lora.alpha = static_cast<double>(job.lora.rank);
   if (!root["lora"].IsDefined()) return absl::OkStatus();
   YAML::Node l = root["lora"];
-  RETURN_IF_ERROR(r.Keys(l, "lora", {"rank", "alpha", "targets", "dropout"}));
+  RETURN_IF_ERROR(r.Keys(l, "lora", {"rank", "alpha", "targets", "dropout", "plus_ratio"}));
   RETURN_IF_ERROR(r.Get(l, "rank", &job.lora.rank));
   RETURN_IF_ERROR(r.Check(job.lora.rank > 0, l, "rank", "must be positive"));
   job.lora.alpha = static_cast<double>(job.lora.rank);
@@ -298,52 +216,10 @@ absl::Status ParseLora(Reader& r, YAML::Node root, JobConfig& job) {
     RETURN_IF_ERROR(r.Get(l, "targets", &job.lora_targets));
   }
   RETURN_IF_ERROR(r.Get(l, "dropout", &job.lora.dropout));
-  return r.Check(job.lora.dropout >= 0 && job.lora.dropout < 1, l, "dropout", "must be in [0, 1)");
-}
-
-// The learning-rate schedule's keys: schedule, cycles (the cosines'), power (polynomial's).
-absl::Status ParseSchedule(Reader& r, YAML::Node o, OptimizerConfig& opt) {
-  RETURN_IF_ERROR(r.Get(o, "schedule", &opt.schedule));
-  const std::vector<std::string>& names = LearningRateSchedules();
-  RETURN_IF_ERROR(r.Check(std::find(names.begin(), names.end(), opt.schedule) != names.end(), o, "schedule",
-                          absl::StrCat("must be one of ", absl::StrJoin(names, ", "), " (diffusers' get_scheduler)")));
-  const bool cosine = opt.schedule == "cosine" || opt.schedule == "cosine_with_restarts";
-  RETURN_IF_ERROR(r.Check(!o["cycles"].IsDefined() || cosine, o, "cycles",
-                          absl::StrCat("applies to cosine and cosine_with_restarts, not ", opt.schedule)));
-  RETURN_IF_ERROR(r.Get(o, "cycles", &opt.cycles));
-  RETURN_IF_ERROR(
-      r.Check(!o["cycles"].IsDefined() || (opt.cycles > 0 && opt.cycles <= 1000), o, "cycles", "must be in (0, 1000]"));
-  RETURN_IF_ERROR(r.Check(!o["power"].IsDefined() || opt.schedule == "polynomial", o, "power",
-                          absl::StrCat("applies to polynomial, not ", opt.schedule)));
-  RETURN_IF_ERROR(r.Get(o, "power", &opt.power));
-  RETURN_IF_ERROR(r.Check(opt.power > 0 && opt.power <= 100, o, "power", "must be in (0, 100]"));
-  return r.Check(opt.schedule != "polynomial" || opt.lr > 1e-7, o, "lr",
-                 "must be above polynomial's end rate, 1e-7 (diffusers' lr_end)");
-}
-
-// optimizer: {lr, weight_decay, betas, eps, clip, schedule, warmup_steps, cycles, power}.
-absl::Status ParseOptimizer(Reader& r, YAML::Node root, JobConfig& job) {
-  if (!root["optimizer"].IsDefined()) return absl::OkStatus();
-  YAML::Node o = root["optimizer"];
-  RETURN_IF_ERROR(r.Keys(
-      o, "optimizer", {"lr", "weight_decay", "betas", "eps", "clip", "schedule", "warmup_steps", "cycles", "power"}));
-  RETURN_IF_ERROR(r.Get(o, "lr", &job.optimizer.lr));
-  RETURN_IF_ERROR(r.Check(job.optimizer.lr > 0, o, "lr", "must be positive"));
-  RETURN_IF_ERROR(r.Get(o, "weight_decay", &job.optimizer.weight_decay));
-  RETURN_IF_ERROR(r.Check(job.optimizer.weight_decay >= 0, o, "weight_decay", "must be ≥ 0"));
-  std::vector<double> betas = {job.optimizer.beta1, job.optimizer.beta2};
-  RETURN_IF_ERROR(r.GetList(o, "betas", 2, "[beta1, beta2]", &betas));
-  RETURN_IF_ERROR(r.Check(betas.size() == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1, o,
-                          "betas", "must be two numbers in [0, 1)"));
-  job.optimizer.beta1 = betas[0];
-  job.optimizer.beta2 = betas[1];
-  RETURN_IF_ERROR(r.Get(o, "eps", &job.optimizer.eps));
-  RETURN_IF_ERROR(r.Check(job.optimizer.eps > 0, o, "eps", "must be positive"));
-  RETURN_IF_ERROR(r.Get(o, "clip", &job.optimizer.clip));
-  RETURN_IF_ERROR(r.Check(job.optimizer.clip >= 0, o, "clip", "must be ≥ 0 (0 disables clipping)"));
-  RETURN_IF_ERROR(r.Get(o, "warmup_steps", &job.optimizer.warmup_steps));
-  RETURN_IF_ERROR(r.Check(job.optimizer.warmup_steps >= 0, o, "warmup_steps", "must be ≥ 0"));
-  return ParseSchedule(r, o, job.optimizer);
+  RETURN_IF_ERROR(r.Check(job.lora.dropout >= 0 && job.lora.dropout < 1, l, "dropout", "must be in [0, 1)"));
+  RETURN_IF_ERROR(r.Get(l, "plus_ratio", &job.optimizer.plus_ratio));  // LoRA+: the optimizer steps by it
+  return r.Check(job.optimizer.plus_ratio >= 1 && job.optimizer.plus_ratio <= 1000, l, "plus_ratio",
+                 "must be in [1, 1000] (LoRA+: the up projections' rate over the rest's; 16 is the paper's)");
 }
 
 // loss: {weighting}.
@@ -559,6 +435,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                           "lora",
                           "init_lora",
                           "optimizer",
+                          "ema",
                           "timesteps",
                           "steps",
                           "batch_size",
@@ -610,7 +487,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   if (!targets.ok()) return Annotate(targets.status(), source);
   job.lora.targets = *targets;
   job.lora.seed = job.seed;
-  RETURN_IF_ERROR(ParseOptimizer(r, root, job));
+  RETURN_IF_ERROR(ParseJobOptimizer(r, root, job));
   RETURN_IF_ERROR(ParseTimesteps(r, root, job));
   RETURN_IF_ERROR(ParseLoss(r, root, job));
   RETURN_IF_ERROR(ParseSweep(r, root, job));

@@ -14,7 +14,37 @@
 
 namespace baton {
 
+// An exponential moving average of the adapters (`ema:`), kept as diffusers' EMAModel keeps one
+// (training_utils.py, the same argument names and defaults but `decay`, which has none here): after optimizer step
+// k (1-based), ema −= (1 − d)·(ema − param), d = min(decay, (1 + j)/(10 + j)) or with use_ema_warmup
+// min(decay, 1 − (1 + j/inv_gamma)^−power), at least min_decay, j = k − update_after_step − 1 (d = 0 while j ≤ 0).
+struct EmaConfig {
+  double decay = 0;  // 0: no EMA
+  double min_decay = 0;
+  int64_t update_after_step = 0;
+  bool use_ema_warmup = false;
+  double inv_gamma = 1.0;
+  double power = 2.0 / 3.0;
+  bool enabled() const { return decay > 0; }
+};
+
+// transformers' Adafactor (optimization.py), its arguments and defaults: eps = (eps1, eps2), beta1 < 0 for None (no
+// first moment). With relative_step the rate is min(1e-2 or 1e-6·k with warmup_init, 1/√k) at step k, not `lr`.
+struct AdafactorConfig {
+  double eps1 = 1e-30;
+  double eps2 = 1e-3;
+  double clip_threshold = 1.0;
+  double decay_rate = -0.8;
+  double beta1 = -1;
+  bool relative_step = true;
+  bool scale_parameter = true;
+  bool warmup_init = false;
+};
+
 struct OptimizerConfig {
+  // The update rule: "adamw" (torch.optim.AdamW) or "adafactor" (transformers' Adafactor).
+  std::string type = "adamw";
+  AdafactorConfig adafactor;
   double lr = 1e-4;
   double weight_decay = 0.0;
   double beta1 = 0.9;
@@ -22,12 +52,16 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double clip = 1.0;  // global grad-norm clip; 0 disables
   // The learning-rate schedule, as diffusers' get_scheduler(schedule, num_warmup_steps, num_training_steps = the run's
-  // steps, num_cycles, power) (core/train/adamw.h LearningRate): constant (with warmup_steps: constant_with_warmup),
+  // steps, num_cycles, power) (core/train/lr_schedule.h LearningRate): constant (with warmup_steps: constant_with_warmup),
   // constant_with_warmup, linear, cosine, cosine_with_restarts, polynomial.
   std::string schedule = "constant";
   int64_t warmup_steps = 0;
   double cycles = -1;  // cosine: 0.5, cosine_with_restarts: 1 when not given (< 0)
   double power = 1.0;  // polynomial
+  // LoRA+ (the job's `lora: {plus_ratio}`, musubi-tuner's loraplus_lr_ratio): the up projections (lora_B) learn at
+  // plus_ratio × the rate; 1: plain LoRA.
+  double plus_ratio = 1.0;
+  EmaConfig ema;  // the job's `ema:`, kept with the optimizer's state
 };
 
 // How each micro-batch's flow-matching t (sigma: x_t = (1 − t)·x0 + t·ε) is drawn; core/train/timesteps.h

@@ -30,6 +30,8 @@ std::string Num(double v) {
   return ec == std::errc() ? std::string(buf, end) : absl::StrCat(v);
 }
 
+const char* FingerprintBool(bool b) { return b ? "true" : "false"; }
+
 std::string ShortHex(const Sha256::Digest& d) { return absl::StrCat("sha256:", DigestToHex(d).substr(0, 32)); }
 
 absl::Status ReadAt(int fd, uint64_t offset, uint64_t n, std::string* out, const std::string& path) {
@@ -148,6 +150,22 @@ absl::StatusOr<JobFingerprint> MakeJobFingerprint(const JobConfig& job, const st
   if (o.schedule != "constant") f.emplace_back("optimizer.schedule", o.schedule);
   if (absl::StartsWith(o.schedule, "cosine") && o.cycles >= 0) f.emplace_back("optimizer.cycles", Num(o.cycles));
   if (o.schedule == "polynomial") f.emplace_back("optimizer.power", Num(o.power));
+  if (o.type != "adamw") {
+    const AdafactorConfig& a = o.adafactor;
+    f.emplace_back("optimizer.type",
+                   absl::StrCat(o.type, " (eps ", Num(a.eps1), ", ", Num(a.eps2), "; clip_threshold ", Num(a.clip_threshold),
+                                "; decay_rate ", Num(a.decay_rate), "; beta1 ", a.beta1 < 0 ? "none" : Num(a.beta1),
+                                "; relative_step ", FingerprintBool(a.relative_step), "; scale_parameter ",
+                                FingerprintBool(a.scale_parameter), "; warmup_init ", FingerprintBool(a.warmup_init), ")"));
+  }
+  if (o.plus_ratio != 1.0) f.emplace_back("lora.plus_ratio", Num(o.plus_ratio));
+  if (o.ema.enabled()) {
+    const EmaConfig& e = o.ema;
+    const std::string warmup =
+        e.use_ema_warmup ? absl::StrCat(", warm-up: inv_gamma ", Num(e.inv_gamma), ", power ", Num(e.power)) : "";
+    f.emplace_back("ema", absl::StrCat("decay ", Num(e.decay), ", min_decay ", Num(e.min_decay), ", update_after_step ",
+                                       e.update_after_step, warmup));
+  }
   if (job.loss_weighting != "none") f.emplace_back("loss.weighting", job.loss_weighting);
   const TimestepConfig& t = job.timesteps;
   f.emplace_back("timesteps.sampling", t.sampling);

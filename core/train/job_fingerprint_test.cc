@@ -70,6 +70,10 @@ TEST_F(JobFingerprintTest, EachResultKeyChangesItAndIsNamed) {
       // A schedule; absent from the fingerprint at constant, so older checkpoints still resume.
       {"optimizer: {lr: 0.01, schedule: cosine}\n", "optimizer.schedule: (absent) → cosine"},
       {"loss: {weighting: cosmap}\n", "loss.weighting: (absent) → cosmap"},
+      // The recipes around the update; absent at their defaults (AdamW, plain LoRA, no EMA).
+      {"optimizer: {lr: 0.01, type: adafactor, relative_step: false}\n", "optimizer.type: (absent) → adafactor (eps"},
+      {"lora: {rank: 4, targets: attention, plus_ratio: 16}\n", "lora.plus_ratio: (absent) → 16"},
+      {"ema: {decay: 0.99}\n", "ema: (absent) → decay 0.99, min_decay 0"},
       {"timesteps: {sampling: logit_normal}\n", "timesteps.sampling: none → logit_normal"},
       {"timesteps: {shift: flux2_empirical}\n", "timesteps.shift: none → flux2_empirical"},
       {"timesteps: {logit_std: 2.0}\n", "timesteps.logit_std: 1 → 2"},

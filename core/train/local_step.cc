@@ -5,6 +5,7 @@
 #include "core/train/common.h"
 #include "core/train/finite_check.h"
 #include "core/train/grad_norm.h"
+#include "core/train/lr_schedule.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -57,7 +58,7 @@ absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model,
 
 absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
                                              int64_t step, int64_t total_steps, const OptimizerConfig& optimizer_config,
-                                             AdamW& optimizer, std::map<std::string, at::Tensor>& master) {
+                                             Optimizer& optimizer, std::map<std::string, at::Tensor>& master) {
   LocalStepResult result;
   ASSIGN_OR_RETURN(std::vector<at::Tensor> losses, ForwardBackward(model, micro_batches, result.samples));
   std::map<std::string, at::Tensor> grads = LoraGradients(model.stage->module());

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/model/model_family.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/train/batches.h"
 #include "core/train/job.h"
 
@@ -50,6 +50,6 @@ absl::StatusOr<LocalGradients> RunLocalForwardBackward(LocalModel& model, const 
 // device.
 absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
                                              int64_t step, int64_t total_steps, const OptimizerConfig& optimizer_config,
-                                             AdamW& optimizer, std::map<std::string, at::Tensor>& master);
+                                             Optimizer& optimizer, std::map<std::string, at::Tensor>& master);
 
 }  // namespace baton

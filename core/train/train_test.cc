@@ -10,7 +10,7 @@
 #include "core/model/flux2_weights.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/tiny_flux2.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/train/batches.h"
 #include "core/train/job.h"
 #include "core/train_local/local_trainer.h"
@@ -136,7 +136,7 @@ TEST(AdamWTest, OneStepMatchesTheFormula) {
   OptimizerConfig opt;
   opt.lr = 0.1;
   opt.weight_decay = 0.01;
-  AdamW adamw(opt);
+  Optimizer adamw(opt);
   std::map<std::string, at::Tensor> params = {{"w", at::tensor({1.0f, -2.0f})}};
   std::map<std::string, at::Tensor> grads = {{"w", at::tensor({0.5f, 0.25f})}};
   ASSERT_TRUE(adamw.Step(params, grads, opt.lr).ok());
@@ -147,7 +147,7 @@ TEST(AdamWTest, OneStepMatchesTheFormula) {
     EXPECT_NEAR(params["w"][i].item<double>(), expect, 1e-6);
   }
   auto state = adamw.StateDict();
-  AdamW restored(opt);
+  Optimizer restored(opt);
   ASSERT_TRUE(restored.LoadStateDict(state).ok());
   EXPECT_EQ(restored.steps(), 1);
 }
@@ -161,7 +161,7 @@ TEST(AdamWTest, StepsMatchTorchsAdamWAndEachParameterStandsAlone) {
   opt.weight_decay = 0.1;
   std::map<std::string, at::Tensor> both = {{"a", at::tensor({1.0f, -2.0f, 0.5f})}, {"b", at::tensor({3.0f})}};
   std::map<std::string, at::Tensor> alone = {{"a", both["a"].clone()}};
-  AdamW together(opt), by_itself(opt);
+  Optimizer together(opt), by_itself(opt);
   std::vector<double> p = {1.0, -2.0, 0.5}, m(3, 0.0), v(3, 0.0);
   for (int t = 1; t <= 3; ++t) {
     const at::Tensor g = at::tensor({0.3f * t, -0.2f, 0.05f / t});
@@ -181,8 +181,60 @@ TEST(AdamWTest, StepsMatchTorchsAdamWAndEachParameterStandsAlone) {
   EXPECT_TRUE(at::equal(together.StateDict().at("a.exp_avg"), by_itself.StateDict().at("a.exp_avg")));
   // Params on one device, fp32: anything else is refused by name.
   std::map<std::string, at::Tensor> half = {{"h", at::zeros({2}, at::kHalf)}};
-  absl::Status refused = AdamW(opt).Step(half, {{"h", at::zeros({2})}}, 0.1);
+  absl::Status refused = Optimizer(opt).Step(half, {{"h", at::zeros({2})}}, 0.1);
   EXPECT_NE(refused.message().find("h: AdamW steps fp32 parameters"), std::string::npos) << refused;
+}
+
+// LoRA+: the up projections (lora_B) step at plus_ratio × the rate, the rest at the rate; AdamW's first step moves an
+// element by its rate whatever the gradient.
+TEST(OptimizerTest, LoraPlusStepsTheUpProjectionsAtTheRatio) {
+  OptimizerConfig opt;
+  opt.plus_ratio = 4;
+  Optimizer optimizer(opt);
+  std::map<std::string, at::Tensor> params = {{"m.lora_A.weight", at::zeros({2})}, {"m.lora_B.weight", at::zeros({2})}};
+  const at::Tensor g = at::tensor({0.5f, -0.25f});
+  ASSERT_TRUE(optimizer.Step(params, {{"m.lora_A.weight", g}, {"m.lora_B.weight", g}}, 0.01).ok());
+  for (int i = 0; i < 2; ++i) {
+    const double sign = i == 0 ? -1 : 1;
+    EXPECT_NEAR(params["m.lora_A.weight"][i].item<double>(), sign * 0.01, 1e-7);
+    EXPECT_NEAR(params["m.lora_B.weight"][i].item<double>(), sign * 0.04, 1e-7);
+  }
+  EXPECT_TRUE(IsUpProjection("transformer.blocks.0.attn.to_q.lora_B.weight"));
+  EXPECT_FALSE(IsUpProjection("transformer.blocks.0.attn.to_q.lora_A.weight"));
+}
+
+// The EMA as diffusers' EMAModel keeps it: the first step's decay is 0 (the EMA is the parameters), then
+// min(decay, (1 + j)/(10 + j)) with j = step − 1; it is part of the state, which refuses what does not fit the job.
+TEST(OptimizerTest, EmaFollowsEmaModelsDecayAndTravelsWithTheState) {
+  OptimizerConfig opt;
+  opt.ema.decay = 0.2;
+  Optimizer optimizer(opt);
+  std::map<std::string, at::Tensor> params = {{"w", at::tensor({1.0f, -2.0f})}};
+  const std::map<std::string, at::Tensor> grads = {{"w", at::tensor({0.5f, 0.25f})}};
+  ASSERT_TRUE(optimizer.Step(params, grads, 0.1).ok());
+  EXPECT_TRUE(at::allclose(optimizer.StateDict().at("w.ema"), params["w"]));
+  const at::Tensor ema1 = optimizer.StateDict().at("w.ema").clone();
+  ASSERT_TRUE(optimizer.Step(params, grads, 0.1).ok());
+  const double d = std::min(0.2, 2.0 / 11.0);  // step 2: j = 1
+  EXPECT_TRUE(at::allclose(optimizer.StateDict().at("w.ema"), ema1 * d + params["w"] * (1 - d), 0, 1e-7));
+  EXPECT_DOUBLE_EQ(EmaDecay(opt.ema, 1), 0.0);
+  EXPECT_DOUBLE_EQ(EmaDecay(opt.ema, 5), 0.2);
+  EmaConfig warm;
+  warm.decay = 0.999;
+  warm.use_ema_warmup = true;
+  warm.update_after_step = 2;
+  EXPECT_DOUBLE_EQ(EmaDecay(warm, 3), 0.0);
+  EXPECT_DOUBLE_EQ(EmaDecay(warm, 6), 1 - std::pow(1 + 3.0, -2.0 / 3.0));
+
+  Optimizer restored(opt);
+  ASSERT_TRUE(restored.LoadStateDict(optimizer.StateDict()).ok());
+  EXPECT_TRUE(at::equal(restored.StateDict().at("w.ema"), optimizer.StateDict().at("w.ema")));
+  absl::Status no_ema = Optimizer(OptimizerConfig{}).LoadStateDict(optimizer.StateDict());
+  EXPECT_NE(no_ema.message().find("the job keeps none"), std::string::npos) << no_ema;
+  auto without = optimizer.StateDict();
+  without.erase("w.ema");
+  absl::Status missing = Optimizer(opt).LoadStateDict(without);
+  EXPECT_NE(missing.message().find("a run begun without `ema:`"), std::string::npos) << missing;
 }
 
 class TrainerTest : public ::testing::Test {

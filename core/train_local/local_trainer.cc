@@ -13,7 +13,7 @@
 #include "core/sample/model_denoiser.h"
 #include "core/sample/prompt_embeds.h"
 #include "core/sample/training_evals.h"
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
 #include "core/train/experts.h"
@@ -136,9 +136,9 @@ absl::StatusOr<LocalTrainResult> RunOneLocalTraining(const JobConfig& job, const
   std::map<std::string, at::Tensor>& master = run.master;
   const at::ScalarType dtype = model.dtype;
   const at::Device device = model.device;
-  AdamW optimizer(job.optimizer);
+  Optimizer optimizer(job.optimizer);
   RETURN_IF_ERROR(MakeDirs(output_dir));
-  ASSIGN_OR_RETURN(auto log, JsonlWriter::Open(JoinPath(output_dir, "train_log.jsonl"), /*append=*/false));
+  ASSIGN_OR_RETURN(auto log, OpenTrainLog(output_dir, /*append=*/false));
 
   ASSIGN_OR_RETURN(std::unique_ptr<TrainingEvals> evals,
                    TrainingEvals::Create(job, *family, *cache, output_dir, LocalPromptEncoder(job, output_dir),
@@ -162,7 +162,7 @@ absl::StatusOr<LocalTrainResult> RunOneLocalTraining(const JobConfig& job, const
     if (on_step) on_step(rec);
   }
   if (evals->Due(steps, steps, 0)) RETURN_IF_ERROR(evals->Run(steps, steps, 0, denoiser, *log).status());
-  RETURN_IF_ERROR(SaveLoraOutputs(output_dir, CloneToCpuFloat(master), job, steps, *family));
+  RETURN_IF_ERROR(SaveLoraOutputs(output_dir, CloneToCpuFloat(master), job, steps, *family, optimizer.StateDict()));
   return result;
 }
 

@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "core/train/adamw.h"
+#include "core/train/optimizer.h"
 
 namespace baton {
 namespace {
@@ -83,7 +83,7 @@ void FakeLocalOptimizer::Load(const TensorMap& state) {
     auto it = state.find(name);
     if (it != state.end()) adapters_[name] = it->second.clone();
   }
-  auto step = state.find(kAdamWStepKey);
+  auto step = state.find(kOptimizerStepKey);
   steps_ = step == state.end() ? 0 : step->second.item<int64_t>();
   held_.clear();
   held_step_ = -1;
@@ -153,7 +153,7 @@ TensorMap FakeLocalOptimizer::State(bool optimizer_state, int numel) const {
     auto it = adapters_.find(name);
     out[name] = it != adapters_.end() ? it->second : at::zeros({numel});
   }
-  if (optimizer_state && steps_ >= 0) out[kAdamWStepKey] = at::scalar_tensor(steps_, at::kLong);
+  if (optimizer_state && steps_ >= 0) out[kOptimizerStepKey] = at::scalar_tensor(steps_, at::kLong);
   return out;
 }
 

@@ -1,0 +1,20 @@
+// The learning rate of each step: the job's base rate times diffusers' schedule (optimization.py's get_scheduler).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/train/job.h"
+
+namespace baton {
+
+// Learning rate of optimizer step `step` (0-based) of a run of `total_steps`: opt.lr times diffusers' schedule
+// (get_scheduler's lr_lambda for opt.schedule, num_training_steps = total_steps) after `step` scheduler steps, as a
+// diffusers trainer that steps its scheduler after each optimizer step runs it (a warm-up's first step runs at 0).
+// Adafactor with relative_step: its own relative step, min(1e-2 (warmup_init: 1e-6·k), 1/√k) at step k = step + 1.
+double LearningRate(const OptimizerConfig& opt, int64_t step, int64_t total_steps);
+// The schedules LearningRate knows (diffusers' names).
+const std::vector<std::string>& LearningRateSchedules();
+
+}  // namespace baton

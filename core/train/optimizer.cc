@@ -1,0 +1,292 @@
+#include "core/train/optimizer.h"
+
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "core/tensor/shape.h"
+
+namespace baton {
+
+namespace {
+constexpr char kExpAvg[] = ".exp_avg";
+constexpr char kExpAvgSq[] = ".exp_avg_sq";
+constexpr char kExpAvgSqRow[] = ".exp_avg_sq_row";
+constexpr char kExpAvgSqCol[] = ".exp_avg_sq_col";
+constexpr char kEma[] = ".ema";
+
+// Adafactor factors the second moment of a matrix (transformers: len(shape) >= 2).
+bool Factored(at::IntArrayRef shape) { return shape.size() >= 2; }
+
+// Whether the optimizer of `opt` keeps state of this kind (a key's suffix) for some parameter.
+bool KeepsKind(const OptimizerConfig& opt, absl::string_view suffix) {
+  if (suffix == kEma) return opt.ema.enabled();
+  if (opt.type == "adafactor") {
+    return suffix == kExpAvgSq || suffix == kExpAvgSqRow || suffix == kExpAvgSqCol ||
+           (suffix == kExpAvg && opt.adafactor.beta1 >= 0);
+  }
+  return suffix == kExpAvg || suffix == kExpAvgSq;
+}
+}  // namespace
+
+std::string EmaKey(const std::string& param) { return param + kEma; }
+
+const std::vector<std::string>& OptimizerTypes() {
+  static const auto* types = new std::vector<std::string>{"adamw", "adafactor"};
+  return *types;
+}
+
+int OptimizerStateCopies(const OptimizerConfig& opt) {
+  const int rule = opt.type == "adafactor" ? (opt.adafactor.beta1 >= 0 ? 1 : 0) : 2;
+  return rule + (opt.ema.enabled() ? 1 : 0);
+}
+
+std::vector<int64_t> StateShape(const std::string& key, at::IntArrayRef param_shape) {
+  std::vector<int64_t> shape(param_shape.begin(), param_shape.end());
+  if (absl::EndsWith(key, kExpAvgSqRow) && !shape.empty()) {
+    shape.pop_back();  // shape[:-1]
+  } else if (absl::EndsWith(key, kExpAvgSqCol) && shape.size() >= 2) {
+    shape.erase(shape.end() - 2);  // shape[:-2] + shape[-1:]
+  }
+  return shape;
+}
+
+std::map<std::string, std::vector<int64_t>> StateKeysOf(const OptimizerConfig& opt, const std::string& param,
+                                                        at::IntArrayRef shape) {
+  std::vector<std::string> keys;
+  if (opt.type == "adafactor") {
+    if (opt.adafactor.beta1 >= 0) keys.push_back(param + kExpAvg);
+    if (Factored(shape)) {
+      keys.push_back(param + kExpAvgSqRow);
+      keys.push_back(param + kExpAvgSqCol);
+    } else {
+      keys.push_back(param + kExpAvgSq);
+    }
+  } else {
+    keys = {param + kExpAvg, param + kExpAvgSq};
+  }
+  if (opt.ema.enabled()) keys.push_back(EmaKey(param));
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const std::string& key : keys) out[key] = StateShape(key, shape);
+  return out;
+}
+
+std::string StateParam(const std::string& key) {
+  for (absl::string_view suffix : {kExpAvgSqRow, kExpAvgSqCol, kExpAvgSq, kExpAvg, kEma}) {
+    if (absl::EndsWith(key, suffix) && key.size() > suffix.size()) return key.substr(0, key.size() - suffix.size());
+  }
+  return "";
+}
+
+bool IsOptimizerStateKey(const std::string& key) { return key == kOptimizerStepKey || !StateParam(key).empty(); }
+
+bool IsUpProjection(const std::string& param) { return absl::EndsWith(param, "lora_B.weight"); }
+
+double EmaDecay(const EmaConfig& ema, int64_t step) {
+  const int64_t k = std::max<int64_t>(0, step - ema.update_after_step - 1);
+  if (k <= 0) return 0.0;
+  const double s = static_cast<double>(k);
+  double decay = ema.use_ema_warmup ? 1 - std::pow(1 + s / ema.inv_gamma, -ema.power) : (1 + s) / (10 + s);
+  decay = std::min(decay, ema.decay);
+  return std::max(decay, ema.min_decay);
+}
+
+absl::Status Optimizer::Step(std::map<std::string, at::Tensor>& params, const std::map<std::string, at::Tensor>& grads,
+                             double lr) {
+  if (params.empty()) return absl::OkStatus();
+  const at::Device device = params.begin()->second.device();
+  for (const auto& [name, p] : params) {
+    if (!grads.count(name)) return absl::InvalidArgumentError(absl::StrCat("no gradient for ", name));
+    if (grads.at(name).sizes() != p.sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient for ", name, " has the wrong shape"));
+    }
+    if (p.device() != device || p.scalar_type() != at::kFloat) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": the optimizer steps fp32 parameters on one device (",
+                                                     device.str(), "), not ", p.scalar_type(), " on ",
+                                                     p.device().str()));
+    }
+  }
+  at::NoGradGuard no_grad;
+  if (opt_.ema.enabled() && steps_ == 0) {  // EMAModel's shadow: a copy of the parameters it was made from
+    for (const auto& [name, p] : params) state_[EmaKey(name)] = p.clone();
+  }
+  ++steps_;
+  // LoRA+: two groups at their own rates, each one call of the rule (parameter by parameter: the same bits as one).
+  std::vector<std::string> groups[2];
+  std::vector<at::Tensor> group_grads[2];
+  for (const auto& [name, p] : params) {
+    const at::Tensor& g = grads.at(name);
+    const int up = opt_.plus_ratio != 1.0 && IsUpProjection(name) ? 1 : 0;
+    groups[up].push_back(name);
+    group_grads[up].push_back(g.device() == device && g.scalar_type() == at::kFloat ? g : g.to(device, at::kFloat));
+  }
+  for (int up = 0; up < 2; ++up) {
+    if (groups[up].empty()) continue;
+    const double rate = up ? lr * opt_.plus_ratio : lr;
+    if (opt_.type == "adafactor") {
+      AdafactorStep(params, group_grads[up], groups[up], rate);
+    } else {
+      AdamWStep(params, group_grads[up], groups[up], rate);
+    }
+  }
+  if (opt_.ema.enabled()) EmaStep(params);
+  return absl::OkStatus();
+}
+
+at::Tensor& Optimizer::StateTensor(const std::string& key, at::IntArrayRef shape, const at::Tensor& like) {
+  at::Tensor& t = state_[key];
+  if (!t.defined()) {
+    t = at::zeros(shape, like.options());
+  } else if (t.device() != like.device()) {  // loaded on the host (a checkpoint, LoadState): beside the params now
+    t = t.to(like.device());
+  }
+  return t;
+}
+
+void Optimizer::AdamWStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                          const std::vector<std::string>& names, double lr) {
+  std::vector<at::Tensor> ps, ms, vs;
+  for (const std::string& name : names) {
+    at::Tensor& p = params.at(name);
+    ps.push_back(p);
+    ms.push_back(StateTensor(name + kExpAvg, p.sizes(), p));
+    vs.push_back(StateTensor(name + kExpAvgSq, p.sizes(), p));
+  }
+  // The step count as the kernel takes it: a float tensor on the device per parameter (one, shared), filled from the
+  // host's count without a copy.
+  const at::Tensor step =
+      at::full({}, static_cast<double>(steps_), at::TensorOptions(at::kFloat).device(ps.front().device()));
+  const std::vector<at::Tensor> steps(ps.size(), step);
+  at::_fused_adamw_(ps, grads, ms, vs, /*max_exp_avg_sqs=*/at::TensorList(), steps, lr, opt_.beta1, opt_.beta2,
+                    opt_.weight_decay, opt_.eps, /*amsgrad=*/false, /*maximize=*/false);
+}
+
+void Optimizer::AdafactorStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                              const std::vector<std::string>& names, double lr) {
+  // transformers' Adafactor.step for each parameter, op for op. `lr` is its _get_lr's relative step (LearningRate:
+  // the schedule's rate, or with relative_step min(1e-2, 1/√k)); with scale_parameter times max(eps2, RMS(p)), kept
+  // on the device (no readback) and rounded as transformers rounds it.
+  const AdafactorConfig& c = opt_.adafactor;
+  const double beta2t = 1.0 - std::pow(static_cast<double>(steps_), c.decay_rate);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    at::Tensor& p = params.at(name);
+    const at::Tensor& g = grads[i];
+    const double root_numel = std::sqrt(static_cast<double>(p.numel()));
+    at::Tensor rate = at::full({}, c.scale_parameter ? c.eps2 * lr : lr, p.options());
+    if (c.scale_parameter) {
+      const at::Tensor rms = at::norm(p, 2) / root_numel;
+      rate = at::where(rms > c.eps2, rms * lr, rate);
+    }
+    at::Tensor update = g.pow(2) + c.eps1;
+    if (Factored(p.sizes())) {
+      at::Tensor& row = StateTensor(name + kExpAvgSqRow, StateShape(kExpAvgSqRow, p.sizes()), p);
+      at::Tensor& col = StateTensor(name + kExpAvgSqCol, StateShape(kExpAvgSqCol, p.sizes()), p);
+      row.mul_(beta2t).add_(update.mean(-1), 1.0 - beta2t);
+      col.mul_(beta2t).add_(update.mean(-2), 1.0 - beta2t);
+      const at::Tensor r_factor = (row / row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);
+      const at::Tensor c_factor = col.unsqueeze(-2).rsqrt();
+      update = at::mul(r_factor, c_factor);
+      update.mul_(g);
+    } else {
+      at::Tensor& v = StateTensor(name + kExpAvgSq, p.sizes(), p);
+      v.mul_(beta2t).add_(update, 1.0 - beta2t);
+      update = v.rsqrt().mul_(g);
+    }
+    update.div_((at::norm(update, 2) / root_numel / c.clip_threshold).clamp_(1.0));
+    update.mul_(rate);
+    if (c.beta1 >= 0) {
+      at::Tensor& m = StateTensor(name + kExpAvg, p.sizes(), p);
+      m.mul_(c.beta1).add_(update, 1 - c.beta1);
+      update = m;
+    }
+    if (opt_.weight_decay != 0) p.add_(p * (rate * -opt_.weight_decay));
+    p.add_(-update);
+  }
+}
+
+void Optimizer::EmaStep(const std::map<std::string, at::Tensor>& params) {
+  // EMAModel.step: s -= (1 − decay)·(s − p), with the same tensor operations (so the same bits).
+  const double one_minus_decay = 1.0 - EmaDecay(opt_.ema, steps_);
+  for (const auto& [name, p] : params) {
+    at::Tensor& s = StateTensor(EmaKey(name), p.sizes(), p);
+    s.sub_(at::mul(s - p, one_minus_decay));
+  }
+}
+
+std::map<std::string, at::Tensor> Optimizer::StateDict() const {
+  std::map<std::string, at::Tensor> out = state_;
+  out[kOptimizerStepKey] = at::scalar_tensor(steps_, at::kLong);
+  return out;
+}
+
+absl::Status Optimizer::LoadStateDict(const std::map<std::string, at::Tensor>& state) {
+  if (!state.count(kOptimizerStepKey)) return absl::InvalidArgumentError("optimizer state lacks __step__");
+  std::map<std::string, at::Tensor> loaded;
+  for (const auto& [key, t] : state) {
+    if (key == kOptimizerStepKey) continue;
+    const std::string param = StateParam(key);
+    if (param.empty()) return absl::InvalidArgumentError(absl::StrCat("unexpected optimizer state key ", key));
+    if (!KeepsKind(opt_, key.substr(param.size()))) {  // (the shapes: CheckState)
+      if (key == EmaKey(param)) {
+        return absl::InvalidArgumentError(absl::StrCat("the optimizer state holds an EMA (", key,
+                                                       ") but the job keeps none (no `ema:`)"));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("the optimizer state holds ", key, ", which the job's optimizer (", opt_.type, ") keeps not"));
+    }
+    loaded[key] = t.clone();
+  }
+  const int64_t steps = state.at(kOptimizerStepKey).item<int64_t>();
+  if (opt_.ema.enabled() && steps > 0) {
+    for (const auto& [key, t] : loaded) {
+      if (!loaded.count(EmaKey(StateParam(key)))) {
+        return absl::InvalidArgumentError(absl::StrCat("the job keeps an EMA (`ema:`) but the optimizer state of step ",
+                                                       steps, " holds none for ", StateParam(key),
+                                                       " (a run begun without `ema:`)"));
+      }
+    }
+  }
+  state_ = std::move(loaded);
+  steps_ = steps;
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::CheckState(const std::map<std::string, at::Tensor>& params,
+                                   const std::map<std::string, at::Tensor>& state, const std::string& where) const {
+  auto step = state.find(kOptimizerStepKey);
+  if (step == state.end()) return absl::DataLossError(absl::StrCat(where, "lacks __step__"));
+  const bool stepped = step->second.item<int64_t>() > 0;
+  std::set<std::string> kept;
+  for (const auto& [name, p] : params) {
+    for (const auto& [key, shape] : StateKeysOf(opt_, name, p.sizes())) {
+      kept.insert(key);
+      auto it = state.find(key);
+      if (it == state.end()) {
+        if (stepped) return absl::DataLossError(absl::StrCat(where, "lacks ", key));
+        continue;
+      }
+      if (it->second.scalar_type() != at::kFloat || it->second.sizes() != at::IntArrayRef(shape)) {
+        return absl::DataLossError(absl::StrCat(where, key, " is ", c10::toString(it->second.scalar_type()), " ",
+                                                ShapeString(it->second.sizes()), ", expected Float ",
+                                                ShapeString(shape)));
+      }
+    }
+  }
+  for (const auto& [key, t] : state) {
+    if (key == kOptimizerStepKey || kept.count(key)) continue;
+    if (!params.count(StateParam(key))) {
+      return absl::DataLossError(absl::StrCat(where, "has ", key, ", which belongs to no LoRA tensor"));
+    }
+    return absl::DataLossError(absl::StrCat(where, "has ", key, ", which the job's optimizer (", opt_.type,
+                                            opt_.ema.enabled() ? ", with an EMA" : ", without an EMA",
+                                            ") does not keep"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace baton

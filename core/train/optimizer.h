@@ -1,0 +1,80 @@
+// The adapters' optimizer, wherever it runs (the coordinator, `baton train-local`, each stage's stage-local
+// optimizer): AdamW on the fp32 master weights by libtorch's fused kernel (the one torch.optim.AdamW(fused=True) runs)
+// or transformers' Adafactor, LoRA+'s faster up projections, and an EMA of the adapters beside them. Every rule works
+// parameter by parameter, so a parameter's update does not depend on which others share the call: the coordinator,
+// `baton train-local` and the stages' own optimizers agree bitwise. Nothing is read back.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <absl/status/status.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/train/job.h"
+
+namespace baton {
+
+// The optimizer's state (StateDict) by name: for each stepped parameter "<param>.exp_avg" and "<param>.exp_avg_sq"
+// (AdamW's moments; Adafactor's first moment when it keeps one and its second, for a matrix factored into
+// ".exp_avg_sq_row" and ".exp_avg_sq_col") and, with an EMA, "<param>.ema"; and the step count.
+inline constexpr char kOptimizerStepKey[] = "__step__";
+std::string EmaKey(const std::string& param);
+// The state keys the optimizer of `opt` keeps for a parameter of `shape` once it has stepped, with their shapes.
+std::map<std::string, std::vector<int64_t>> StateKeysOf(const OptimizerConfig& opt, const std::string& param,
+                                                        at::IntArrayRef shape);
+// The shape of state key `key` of a parameter of `param_shape` (a factored row or column, or the parameter's).
+std::vector<int64_t> StateShape(const std::string& key, at::IntArrayRef param_shape);
+// The parameter a state key belongs to; "" for the step count or any other key.
+std::string StateParam(const std::string& key);
+// Whether `key` is the optimizer's (the step count, a moment, an EMA) rather than an adapter's.
+bool IsOptimizerStateKey(const std::string& key);
+// LoRA+: whether `param` is an up projection (PEFT's lora_B), which learns at plus_ratio × the rate.
+bool IsUpProjection(const std::string& param);
+// The EMA's decay after optimizer step `step` (1-based): diffusers' EMAModel.get_decay.
+double EmaDecay(const EmaConfig& ema, int64_t step);
+// Full copies of the adapters the optimizer of `opt` keeps as its state (the planner's count): AdamW 2, Adafactor 1
+// with a first moment and 0 without (its factored second moment is a row and a column per matrix), an EMA 1 more.
+int OptimizerStateCopies(const OptimizerConfig& opt);
+// The optimizer types (`optimizer: {type}`).
+const std::vector<std::string>& OptimizerTypes();
+
+class Optimizer {
+ public:
+  explicit Optimizer(const OptimizerConfig& opt) : opt_(opt) {}
+
+  // One update of `params` (fp32, modified in place, all on one device) from `grads` (same names, fp32; moved to the
+  // params' device when elsewhere) at learning rate `lr` (the up projections at opt.plus_ratio × lr); then the EMA
+  // follows them. The state lives beside the params.
+  absl::Status Step(std::map<std::string, at::Tensor>& params, const std::map<std::string, at::Tensor>& grads,
+                    double lr);
+
+  int64_t steps() const { return steps_; }
+  // The state as tensors named by StateKeysOf, plus "__step__" (checkpointing).
+  std::map<std::string, at::Tensor> StateDict() const;
+  // Refuses a key this optimizer does not keep (another type's, an EMA without `ema:`).
+  absl::Status LoadStateDict(const std::map<std::string, at::Tensor>& state);
+  // Whether `state` (LoadStateDict's) holds everything this optimizer keeps for `params` (names and shapes) after its
+  // step count, and nothing else, as fp32 tensors of the right shapes; `where` starts each error.
+  absl::Status CheckState(const std::map<std::string, at::Tensor>& params,
+                          const std::map<std::string, at::Tensor>& state, const std::string& where) const;
+
+ private:
+  // The rule over `names` of params at rate lr (AdamW: one call of its fused kernel).
+  void AdamWStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                 const std::vector<std::string>& names, double lr);
+  void AdafactorStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                     const std::vector<std::string>& names, double lr);
+  // The EMA after this step (diffusers' EMAModel.step), started from the params before the first.
+  void EmaStep(const std::map<std::string, at::Tensor>& params);
+  // state_[key], made as zeros of `shape` beside `like` when missing, moved there when elsewhere.
+  at::Tensor& StateTensor(const std::string& key, at::IntArrayRef shape, const at::Tensor& like);
+
+  OptimizerConfig opt_;
+  int64_t steps_ = 0;
+  std::map<std::string, at::Tensor> state_;  // by StateKeysOf's names
+};
+
+}  // namespace baton

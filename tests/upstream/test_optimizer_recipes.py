@@ -1,0 +1,162 @@
+"""Referee: the job's optimizer (`optimizer: {type}`, `lora: {plus_ratio}`, `ema:`) against what users run it from.
+
+AdamW is torch.optim.AdamW, Adafactor transformers' Adafactor (its defaults: relative step, parameter scale, no first
+moment; and as LoRA recipes set it: a rate and a schedule). LoRA+ as musubi-tuner (`loraplus_lr_ratio`) and the LoRA+
+paper's code build it: two parameter groups, the up projections (lora_B) at ratio × the rate, one scheduler over
+both. The EMA as diffusers' EMAModel (training_utils.py) keeps it: made from the parameters before the first step,
+EMAModel.step(parameters) after each optimizer step. Around them what every diffusers trainer does: clip_grad_norm_
+over all parameters, the step, then lr_scheduler.step().
+
+`baton optimizer-replay` runs the job's optimizer (the one the coordinator, train-local and the stage-local optimizer
+step: core/train/optimizer.h) over the same gradients; after every step of the run the parameters and the EMA must
+equal torch's, transformers' and diffusers' within 1e-6 relative (measured: a few ulp; torch clips in fp32, Baton in
+double).
+"""
+
+import os
+import unittest
+
+import torch
+from diffusers.optimization import get_scheduler
+from diffusers.training_utils import EMAModel
+from safetensors.torch import load_file, save_file
+from transformers.optimization import Adafactor
+
+from referee import baton, max_rel_error, temp_dir
+
+TOLERANCE = 1e-6
+MODULES = ["transformer_blocks.0.attn.to_q", "transformer_blocks.0.ff.linear_in",
+           "single_transformer_blocks.0.attn.to_qkv_mlp_proj"]
+SHAPES = {"lora_A": (4, 24), "lora_B": (40, 4)}
+DEFAULTS = dict(type="adamw", lr=0.001, betas=(0.9, 0.999), weight_decay=0.0, clip=1.0, schedule="constant",
+                warmup=0, adafactor={})
+CASES = [
+    # (job keys, steps, LoRA+ ratio, EMAModel arguments or None, the optimizer's settings besides DEFAULTS)
+    ("lora: {plus_ratio: 16}\nema: {decay: 0.9}\n"
+     "optimizer: {lr: 0.002, weight_decay: 0.01, schedule: cosine, warmup_steps: 2}\n", 12, 16.0, dict(decay=0.9),
+     dict(lr=0.002, weight_decay=0.01, schedule="cosine", warmup=2)),
+    ("ema: {decay: 0.95, min_decay: 0.5, update_after_step: 3, use_ema_warmup: true, inv_gamma: 2, power: 0.75}\n"
+     "optimizer: {lr: 0.001, betas: [0.8, 0.99], schedule: linear}\n", 10, 1.0,
+     dict(decay=0.95, min_decay=0.5, update_after_step=3, use_ema_warmup=True, inv_gamma=2.0, power=0.75),
+     dict(betas=(0.8, 0.99), schedule="linear")),
+    ("lora: {plus_ratio: 4}\noptimizer: {lr: 0.003, clip: 0.5}\n", 6, 4.0, None, dict(lr=0.003, clip=0.5)),
+    # Adafactor as transformers builds it by default: relative step, parameter scale, no first moment.
+    ("optimizer: {type: adafactor}\nema: {decay: 0.8}\n", 8, 1.0, dict(decay=0.8), dict(type="adafactor")),
+    # ... and as LoRA recipes set it (musubi-tuner, ai-toolkit): a rate, a schedule, a first moment, weight decay.
+    ("lora: {plus_ratio: 4}\noptimizer: {type: adafactor, lr: 0.001, relative_step: false, scale_parameter: false, "
+     "beta1: 0.9, weight_decay: 0.01, eps: [1.0e-30, 1.0e-3], clip_threshold: 1.0, decay_rate: -0.8, "
+     "schedule: cosine, warmup_steps: 1}\n", 7, 4.0, None,
+     dict(type="adafactor", weight_decay=0.01, schedule="cosine", warmup=1,
+          adafactor=dict(relative_step=False, scale_parameter=False, beta1=0.9))),
+    # Adafactor's parameter scale with a rate of ours, and LoRA+ (the fresh up projection scales at eps2).
+    ("lora: {plus_ratio: 2}\noptimizer: {type: adafactor, lr: 0.01, relative_step: false}\n", 5, 2.0, None,
+     dict(type="adafactor", lr=0.01, adafactor=dict(relative_step=False))),
+]
+
+
+def make_optimizer(groups, opt):
+    if opt["type"] == "adafactor":
+        args = dict(opt["adafactor"])
+        if args.get("relative_step", True):  # Adafactor's own rate: no lr, no groups of other rates
+            return Adafactor([p for g in groups for p in g["params"]], lr=None, weight_decay=opt["weight_decay"],
+                             **args)
+        return Adafactor(groups, lr=opt["lr"], weight_decay=opt["weight_decay"], **args)
+    return torch.optim.AdamW(groups, lr=opt["lr"], betas=opt["betas"], weight_decay=opt["weight_decay"], eps=1e-8,
+                             fused=True)
+
+
+def make_inputs(steps, seed):
+    g = torch.Generator().manual_seed(seed)
+    params = {}
+    for m in MODULES:
+        for kind, shape in SHAPES.items():
+            params[f"transformer.{m}.{kind}.weight"] = torch.randn(shape, generator=g)
+    params[f"transformer.{MODULES[0]}.lora_B.weight"].zero_()  # a fresh LoRA's: Adafactor's scale at its floor
+    grads = {}
+    for k in range(steps):
+        scale = 0.5 if k % 3 == 0 else 0.01  # some steps clip, some do not
+        for name, p in params.items():
+            grads[f"step{k}/{name}"] = torch.randn(p.shape, generator=g) * scale
+    return params, grads
+
+
+def reference(params, grads, steps, opt, ratio, ema_args):
+    ps = {n: torch.nn.Parameter(t.clone()) for n, t in params.items()}
+    up = [p for n, p in ps.items() if n.endswith("lora_B.weight")]
+    down = [p for n, p in ps.items() if not n.endswith("lora_B.weight")]
+    optimizer = make_optimizer([{"params": down, "lr": opt["lr"]}, {"params": up, "lr": opt["lr"] * ratio}], opt)
+    relative = opt["type"] == "adafactor" and opt["adafactor"].get("relative_step", True)
+    scheduler = None if relative else get_scheduler(opt["schedule"], optimizer, num_warmup_steps=opt["warmup"],
+                                                    num_training_steps=steps)
+    ema = EMAModel(list(ps.values()), **ema_args) if ema_args else None
+    for k in range(steps):
+        for n, p in ps.items():
+            p.grad = grads[f"step{k}/{n}"].clone()
+        if opt["clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(list(ps.values()), opt["clip"])
+        optimizer.step()
+        if scheduler:
+            scheduler.step()
+        if ema:
+            ema.step(list(ps.values()))
+    shadow = dict(zip(ps.keys(), ema.shadow_params)) if ema else {}
+    return {n: p.detach() for n, p in ps.items()}, shadow
+
+
+class OptimizerRecipesTest(unittest.TestCase):
+    def test_each_optimizer_with_lora_plus_and_ema_steps_as_its_reference(self):
+        with temp_dir() as tmp:
+            for i, (keys, steps, ratio, ema_args, settings) in enumerate(CASES):
+                params, grads = make_inputs(steps, seed=10 + i)
+                save_file(params, os.path.join(tmp, "params.safetensors"))
+                save_file(grads, os.path.join(tmp, "grads.safetensors"))
+                job = os.path.join(tmp, "job.yaml")
+                with open(job, "w") as f:
+                    f.write(f"model: m\ndataset: d\nsteps: {steps}\n{keys}")
+                out = os.path.join(tmp, "out.safetensors")
+                baton("optimizer-replay", "--job", job, "--params", os.path.join(tmp, "params.safetensors"), "--grads",
+                      os.path.join(tmp, "grads.safetensors"), "--output", out)
+                got = load_file(out)
+                opt = {**DEFAULTS, **settings}
+                want, shadow = reference(params, grads, steps, opt, ratio, ema_args)
+                worst = max(max_rel_error(got[f"param/{n}"], w) for n, w in want.items())
+                moved = max(max_rel_error(got[f"param/{n}"], params[n]) for n in want if params[n].abs().max() > 0)
+                worst_ema = max((max_rel_error(got[f"state/{n}.ema"], s) for n, s in shadow.items()), default=0.0)
+                print(f"case {i} ({opt['type']}, {steps} steps, LoRA+ {ratio}, EMA {ema_args}): params rel err "
+                      f"{worst:.1e} (moved {moved:.1e}), EMA rel err {worst_ema:.1e}")
+                self.assertGreater(moved, 1e-3, "the parameters must move for the comparison to mean anything")
+                self.assertLess(worst, TOLERANCE, f"case {i}")
+                self.assertLess(worst_ema, TOLERANCE, f"case {i}")
+                self.assertEqual(any(k.endswith(".ema") for k in got), ema_args is not None, f"case {i}")
+                if ratio != 1.0:  # the up projections moved other than a plain LoRA's would (LoRA+ took effect)
+                    plain, _ = reference(params, grads, steps, opt, 1.0, None)
+                    b = next(n for n in want if n.endswith("lora_B.weight") and params[n].abs().max() > 0)
+                    self.assertGreater(max_rel_error(got[f"param/{b}"], plain[b]), 100 * TOLERANCE, f"case {i}")
+
+    def test_bad_keys_are_refused_with_file_and_line(self):
+        with temp_dir() as tmp:
+            for body, want in [
+                ("ema: {decay: 1.5}", "'decay' must be in (0, 1)"),
+                ("ema: {min_decay: 0.2}", "'decay' is required"),
+                ("ema: {decay: 0.9, power: 2}", "'power' applies with use_ema_warmup: true"),
+                ("ema: {decay: 0.9, min_decay: 0.95}", "'min_decay' must be in [0, decay]"),
+                ("ema: {decay: 0.9, warmup: 3}", "unknown key 'warmup' in ema"),
+                ("lora: {rank: 4, plus_ratio: 0.5}", "'plus_ratio' must be in [1, 1000]"),
+                ("optimizer: {type: lion}", "'type' must be one of adamw, adafactor"),
+                ("optimizer: {type: adafactor, betas: [0.9, 0.99]}", "'betas' applies to adamw, not adafactor"),
+                ("optimizer: {decay_rate: -0.5}", "'decay_rate' applies to adafactor, not adamw"),
+                ("optimizer: {type: adafactor, lr: 0.001}", "'lr' does not apply with relative_step: true"),
+                ("optimizer: {type: adafactor, eps: 1.0e-8}", "'eps' has the wrong type"),
+                ("optimizer: {type: adafactor, relative_step: false, warmup_init: true}",
+                 "'warmup_init' needs relative_step: true"),
+            ]:
+                job = os.path.join(tmp, "bad.yaml")
+                with open(job, "w") as f:
+                    f.write(f"model: m\ndataset: d\nsteps: 5\n{body}\n")
+                proc = baton("lr-schedule", "--job", job, check=False)
+                self.assertEqual(proc.returncode, 1, body)
+                self.assertIn(f"{job}:4: {want}", proc.stderr, body)
+
+
+if __name__ == "__main__":
+    unittest.main()
