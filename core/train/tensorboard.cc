@@ -57,9 +57,7 @@ uint32_t MaskedCrc(const std::string& bytes) {
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
-double WallTime() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double WallTime() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -67,8 +65,8 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const
   RETURN_IF_ERROR(MakeDirs(dir));
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "localhost");
-  const std::string path = JoinPath(dir, absl::StrFormat("events.out.tfevents.%010d.%s.%d",
-                                                         static_cast<int64_t>(WallTime()), host, getpid()));
+  const std::string path = JoinPath(
+      dir, absl::StrFormat("events.out.tfevents.%010d.%s.%d", static_cast<int64_t>(WallTime()), host, getpid()));
   std::FILE* file = std::fopen(path.c_str(), "ab");
   if (!file) return absl::InternalError(absl::StrCat("cannot create ", path));
   std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(file, path));

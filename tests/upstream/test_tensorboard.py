@@ -32,7 +32,7 @@ class TensorBoardTest(unittest.TestCase):
             with open(job, "w") as f:
                 f.write(f"model: {pipeline}\ndataset: {cache}\nlora: {{rank: 2, targets: all-linear}}\n"
                         f"optimizer: {{lr: 0.001, warmup_steps: 2}}\nsteps: 3\nbatch_size: 2\nseed: 1\n"
-                        f"validation: {{every: 3, samples: 0, timesteps: [0.25, 0.75]}}\n"
+                        f"validation: {{every: 3, dataset: {cache}, samples: 0, timesteps: [0.25, 0.75]}}\n"
                         f"samples: {{every: 3, prompts: [a red circle, a blue square], steps: 2, size: [32, 32]}}\n")
             baton("train-local", "--job", job, "--output", out)
             with open(os.path.join(out, "train_log.jsonl")) as f:
