@@ -49,9 +49,9 @@
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
 #include "core/tensor/safetensors.h"
-#include "core/train/optimizer.h"
 #include "core/train/common.h"
 #include "core/train/local_step.h"
+#include "core/train/optimizer.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
 

@@ -10,8 +10,8 @@
 
 #include "coordinator/run_types.h"
 #include "core/model/model_family.h"
-#include "core/train/optimizer.h"
 #include "core/train/job_fingerprint.h"
+#include "core/train/optimizer.h"
 
 namespace baton {
 

@@ -42,7 +42,8 @@ absl::Status CheckJobPlan(const JobConfig& job, int stages);
 // stages), else `replicas` where the options leave it open (0).
 absl::Status ApplyJobReplicas(const JobConfig& job, StageDriverOptions& options);
 // `replica_exchange: auto` made concrete for the replicas in `options` (after ApplyJobReplicas): `allreduce`, or
-// `coordinator` for replicas of different stage counts (the stage-local optimizer sums matching stages).
+// `coordinator` for replicas of different stage counts (the stage-local optimizer sums matching stages) and for
+// Prodigy (its step-size estimate sums over every stage, which the stage-local optimizer does not do yet).
 JobConfig WithConcreteExchange(const JobConfig& job, const StageDriverOptions& options);
 
 // Opens everything, runs the encoder worker first when the job names one, and plans the stages.

@@ -3,9 +3,9 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/train/common.h"
-#include "core/train/lr_schedule.h"
 #include "core/train/finite_check.h"
 #include "core/train/grad_norm.h"
+#include "core/train/lr_schedule.h"
 #include "core/util/status.h"
 
 namespace baton {

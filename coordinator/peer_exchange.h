@@ -14,8 +14,8 @@
 #include "baton/v1/stage.pb.h"
 #include "collective/peer_group.h"
 #include "coordinator/replica_set.h"
-#include "core/train/optimizer.h"
 #include "core/train/job.h"
+#include "core/train/optimizer.h"
 
 namespace baton {
 

@@ -20,10 +20,10 @@
 #include "coordinator/run_report.h"
 #include "coordinator/step_inputs.h"
 #include "core/lora/lora.h"
-#include "core/train/optimizer.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
 #include "core/train/init_lora.h"
+#include "core/train/optimizer.h"
 #include "core/util/clock.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
@@ -341,9 +341,9 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& given_job, con
   if (start.resumed) {
     // The outputs a checkpoint promises are written after it: a run that died between the two (a full disk at the
     // final LoRA) left them stale or missing. A resume writes them again from the checkpoint, complete run or not.
-    RETURN_IF_ERROR(Annotate(SaveLoraOutputs(options.output_dir, start.master, job, start.step, *setup.model,
-                                             optimizer.StateDict()),
-                             absl::StrCat("rewriting the LoRA outputs of checkpoint step-", start.step)));
+    RETURN_IF_ERROR(Annotate(
+        SaveLoraOutputs(options.output_dir, start.master, job, start.step, *setup.model, optimizer.StateDict()),
+        absl::StrCat("rewriting the LoRA outputs of checkpoint step-", start.step)));
   }
   const std::string log_path = JoinPath(options.output_dir, "train_log.jsonl");
   if (start.resumed) RETURN_IF_ERROR(TrimTrainLog(log_path, start.step));

@@ -45,7 +45,8 @@ class LocalOptimizer {
   // The optimizer on `params` (the live adapters, modified in place) from the reduced gradients of req.step(), by the
   // settings of the last JoinGroup; then nothing is held. The optimizer's step count after it.
   absl::StatusOr<int64_t> Update(const v1::UpdateRequest& req, Tensors params);
-  // The optimizer's step count, or -1 when no state was loaded since the last Reset (a new worker holds none of the run's).
+  // The optimizer's step count, or -1 when no state was loaded since the last Reset (a new worker holds none of the
+  // run's).
   int64_t Steps() const;
   // The optimizer's state as LoadState takes it (CPU, fp32 moments; "__step__"), and setting it (drops what is held).
   Tensors State() const;

@@ -4,8 +4,8 @@
 
 #include <chrono>
 
-#include "core/train/optimizer.h"
 #include "core/train/common.h"
+#include "core/train/optimizer.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "stage_worker/stage_runner.h"

@@ -242,14 +242,19 @@ TEST_F(PipelineTest, ResumedRunEqualsUninterruptedRun) {
 // The recipes around the update (`optimizer: {type}`, `lora: {plus_ratio}`, `ema:`) wherever the optimizer runs:
 // train-local, the stages' own optimizer (the default exchange) across 2 stages with a stop and a resume in between,
 // and the coordinator's: the same LoRA and the same EMA (lora_ema.safetensors), bitwise but for the BLAS allowance
-// above. The EMA is not the LoRA. For AdamW and for Adafactor (at a rate, with a first moment).
+// above. The EMA is not the LoRA. For AdamW and for Adafactor (at a rate, with a first moment), with LoRA+; for Prodigy
+// (whose `auto` exchange is the coordinator's: its estimate sums over every stage).
 TEST_F(PipelineTest, OptimizerRecipesMatchTrainLocalInEveryPlacementAndResume) {
-  for (const std::string type : {"adamw", "adafactor"}) {
+  for (const std::string type : {"adamw", "adafactor", "prodigy"}) {
     JobConfig job = Job("1f1b", false);
     job.optimizer.type = type;
     job.optimizer.adafactor.relative_step = false;
     job.optimizer.adafactor.beta1 = 0.9;
-    job.optimizer.plus_ratio = 16;
+    job.optimizer.plus_ratio = type == "prodigy" ? 1 : 16;
+    if (type == "prodigy") {  // its recipes' rate, and a start that moves the LoRA within 3 steps
+      job.optimizer.lr = 1;
+      job.optimizer.prodigy.d0 = 1e-3;
+    }
     job.optimizer.ema.decay = 0.9;
     job.checkpoint_every = 1;
     const std::string ref = type + "_ref", local = type + "_local", central = type + "_coordinator";

@@ -39,9 +39,9 @@
 #include "core/sample/flux2_sampler.h"
 #include "core/sample/model_denoiser.h"
 #include "core/testing/tiny_flux2.h"
-#include "core/train/optimizer.h"
 #include "core/train/common.h"
 #include "core/train/local_step.h"
+#include "core/train/optimizer.h"
 #include "core/vae/flux2_vae.h"
 #include "core/vae/flux2_vae_decoder.h"
 

@@ -7,8 +7,8 @@
 #include "core/lora/lora.h"
 #include "core/model/flux2_ops.h"
 #include "core/testing/tiny_flux2.h"
-#include "core/train/optimizer.h"
 #include "core/train/common.h"
+#include "core/train/optimizer.h"
 
 namespace baton {
 namespace {

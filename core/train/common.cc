@@ -4,8 +4,8 @@
 #include <absl/strings/str_cat.h>
 
 #include "core/lora/lora.h"
-#include "core/train/optimizer.h"
 #include "core/tensor/safetensors.h"
+#include "core/train/optimizer.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 #include "core/util/write_fault.h"

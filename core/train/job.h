@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -41,10 +42,23 @@ struct AdafactorConfig {
   bool warmup_init = false;
 };
 
+// prodigyopt's Prodigy, its arguments and defaults (betas, eps and weight_decay are OptimizerConfig's; beta3 < 0 for
+// None: √beta2). Its `lr` is 1 unless the job gives one.
+struct ProdigyConfig {
+  double beta3 = -1;
+  double d0 = 1e-6;
+  double d_coef = 1.0;
+  double growth_rate = std::numeric_limits<double>::infinity();
+  bool use_bias_correction = false;
+  bool safeguard_warmup = false;
+  bool decouple = true;
+};
+
 struct OptimizerConfig {
-  // The update rule: "adamw" (torch.optim.AdamW) or "adafactor" (transformers' Adafactor).
+  // The update rule: "adamw" (torch.optim.AdamW), "adafactor" (transformers' Adafactor) or "prodigy" (prodigyopt's).
   std::string type = "adamw";
   AdafactorConfig adafactor;
+  ProdigyConfig prodigy;
   double lr = 1e-4;
   double weight_decay = 0.0;
   double beta1 = 0.9;
@@ -52,8 +66,8 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double clip = 1.0;  // global grad-norm clip; 0 disables
   // The learning-rate schedule, as diffusers' get_scheduler(schedule, num_warmup_steps, num_training_steps = the run's
-  // steps, num_cycles, power) (core/train/lr_schedule.h LearningRate): constant (with warmup_steps: constant_with_warmup),
-  // constant_with_warmup, linear, cosine, cosine_with_restarts, polynomial.
+  // steps, num_cycles, power) (core/train/lr_schedule.h LearningRate): constant (with warmup_steps:
+  // constant_with_warmup), constant_with_warmup, linear, cosine, cosine_with_restarts, polynomial.
   std::string schedule = "constant";
   int64_t warmup_steps = 0;
   double cycles = -1;  // cosine: 0.5, cosine_with_restarts: 1 when not given (< 0)

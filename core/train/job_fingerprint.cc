@@ -32,6 +32,22 @@ std::string Num(double v) {
 
 const char* FingerprintBool(bool b) { return b ? "true" : "false"; }
 
+// A non-default optimizer type with the settings of its own.
+std::string TypeSettings(const OptimizerConfig& o) {
+  if (o.type == "prodigy") {
+    const ProdigyConfig& p = o.prodigy;
+    return absl::StrCat("prodigy (beta3 ", p.beta3 < 0 ? "sqrt(beta2)" : Num(p.beta3), "; d0 ", Num(p.d0), "; d_coef ",
+                        Num(p.d_coef), "; growth_rate ", Num(p.growth_rate), "; use_bias_correction ",
+                        FingerprintBool(p.use_bias_correction), "; safeguard_warmup ",
+                        FingerprintBool(p.safeguard_warmup), "; decouple ", FingerprintBool(p.decouple), ")");
+  }
+  const AdafactorConfig& a = o.adafactor;
+  return absl::StrCat(o.type, " (eps ", Num(a.eps1), ", ", Num(a.eps2), "; clip_threshold ", Num(a.clip_threshold),
+                      "; decay_rate ", Num(a.decay_rate), "; beta1 ", a.beta1 < 0 ? "none" : Num(a.beta1),
+                      "; relative_step ", FingerprintBool(a.relative_step), "; scale_parameter ",
+                      FingerprintBool(a.scale_parameter), "; warmup_init ", FingerprintBool(a.warmup_init), ")");
+}
+
 std::string ShortHex(const Sha256::Digest& d) { return absl::StrCat("sha256:", DigestToHex(d).substr(0, 32)); }
 
 absl::Status ReadAt(int fd, uint64_t offset, uint64_t n, std::string* out, const std::string& path) {
@@ -150,14 +166,8 @@ absl::StatusOr<JobFingerprint> MakeJobFingerprint(const JobConfig& job, const st
   if (o.schedule != "constant") f.emplace_back("optimizer.schedule", o.schedule);
   if (absl::StartsWith(o.schedule, "cosine") && o.cycles >= 0) f.emplace_back("optimizer.cycles", Num(o.cycles));
   if (o.schedule == "polynomial") f.emplace_back("optimizer.power", Num(o.power));
-  if (o.type != "adamw") {
-    const AdafactorConfig& a = o.adafactor;
-    f.emplace_back("optimizer.type",
-                   absl::StrCat(o.type, " (eps ", Num(a.eps1), ", ", Num(a.eps2), "; clip_threshold ", Num(a.clip_threshold),
-                                "; decay_rate ", Num(a.decay_rate), "; beta1 ", a.beta1 < 0 ? "none" : Num(a.beta1),
-                                "; relative_step ", FingerprintBool(a.relative_step), "; scale_parameter ",
-                                FingerprintBool(a.scale_parameter), "; warmup_init ", FingerprintBool(a.warmup_init), ")"));
-  }
+  // Absent for AdamW (the default: older checkpoints keep resuming); else the type and its own settings.
+  if (o.type != "adamw") f.emplace_back("optimizer.type", TypeSettings(o));
   if (o.plus_ratio != 1.0) f.emplace_back("lora.plus_ratio", Num(o.plus_ratio));
   if (o.ema.enabled()) {
     const EmaConfig& e = o.ema;

@@ -32,12 +32,23 @@ absl::Status ParseScheduleKeys(Reader& r, YAML::Node o, OptimizerConfig& opt) {
                  "must be above polynomial's end rate, 1e-7 (diffusers' lr_end)");
 }
 
-// The keys of one optimizer type only, each refused under the others with the type it applies to.
-const std::map<std::string, std::string>& TypeKeys() {
-  static const auto* keys = new std::map<std::string, std::string>{
-      {"betas", "adamw"},           {"clip_threshold", "adafactor"},  {"decay_rate", "adafactor"},
-      {"beta1", "adafactor"},       {"relative_step", "adafactor"},   {"scale_parameter", "adafactor"},
-      {"warmup_init", "adafactor"},
+// The keys of some optimizer types only, each refused under the others with the types it applies to.
+const std::map<std::string, std::vector<std::string>>& TypeKeys() {
+  static const auto* keys = new std::map<std::string, std::vector<std::string>>{
+      {"betas", {"adamw", "prodigy"}},
+      {"clip_threshold", {"adafactor"}},
+      {"decay_rate", {"adafactor"}},
+      {"beta1", {"adafactor"}},
+      {"relative_step", {"adafactor"}},
+      {"scale_parameter", {"adafactor"}},
+      {"warmup_init", {"adafactor"}},
+      {"beta3", {"prodigy"}},
+      {"d0", {"prodigy"}},
+      {"d_coef", {"prodigy"}},
+      {"growth_rate", {"prodigy"}},
+      {"use_bias_correction", {"prodigy"}},
+      {"safeguard_warmup", {"prodigy"}},
+      {"decouple", {"prodigy"}},
   };
   return *keys;
 }
@@ -52,6 +63,26 @@ absl::Status ParseAdamWKeys(Reader& r, const YAML::Node& o, OptimizerConfig& opt
   opt.beta2 = betas[1];
   RETURN_IF_ERROR(r.Get(o, "eps", &opt.eps));
   return r.Check(opt.eps > 0, o, "eps", "must be positive");
+}
+
+// prodigyopt's own keys: beta3, d0, d_coef, growth_rate, use_bias_correction, safeguard_warmup, decouple (betas and
+// eps as AdamW's). Its rate is 1 unless given.
+absl::Status ParseProdigyKeys(Reader& r, const YAML::Node& o, OptimizerConfig& opt) {
+  RETURN_IF_ERROR(ParseAdamWKeys(r, o, opt));
+  ProdigyConfig& p = opt.prodigy;
+  if (!o["lr"].IsDefined()) opt.lr = 1.0;
+  RETURN_IF_ERROR(r.Get(o, "beta3", &p.beta3));
+  RETURN_IF_ERROR(r.Check(!o["beta3"].IsDefined() || (p.beta3 >= 0 && p.beta3 < 1), o, "beta3",
+                          "must be in [0, 1) (leave it out for sqrt(beta2))"));
+  RETURN_IF_ERROR(r.Get(o, "d0", &p.d0));
+  RETURN_IF_ERROR(r.Check(p.d0 > 0, o, "d0", "must be positive (default 1.0e-6)"));
+  RETURN_IF_ERROR(r.Get(o, "d_coef", &p.d_coef));
+  RETURN_IF_ERROR(r.Check(p.d_coef > 0, o, "d_coef", "must be positive"));
+  RETURN_IF_ERROR(r.Get(o, "growth_rate", &p.growth_rate));
+  RETURN_IF_ERROR(r.Check(p.growth_rate >= 1, o, "growth_rate", "must be ≥ 1 (default .inf)"));
+  RETURN_IF_ERROR(r.Get(o, "use_bias_correction", &p.use_bias_correction));
+  RETURN_IF_ERROR(r.Get(o, "safeguard_warmup", &p.safeguard_warmup));
+  return r.Get(o, "decouple", &p.decouple);
 }
 
 // transformers' Adafactor's keys: eps [eps1, eps2], clip_threshold, decay_rate, beta1, relative_step,
@@ -89,24 +120,31 @@ absl::Status ParseAdafactorKeys(Reader& r, const YAML::Node& o, OptimizerConfig&
 absl::Status ParseOptimizerKeys(Reader& r, const YAML::Node& root, JobConfig& job) {
   if (!root["optimizer"].IsDefined()) return absl::OkStatus();
   YAML::Node o = root["optimizer"];
-  std::set<std::string> keys = {"type", "lr", "weight_decay", "eps", "clip", "schedule", "warmup_steps", "cycles",
-                                "power"};
-  for (const auto& [key, type] : TypeKeys()) keys.insert(key);
+  std::set<std::string> keys = {"type",     "lr",           "weight_decay", "eps",  "clip",
+                                "schedule", "warmup_steps", "cycles",       "power"};
+  for (const auto& [key, types] : TypeKeys()) keys.insert(key);
   RETURN_IF_ERROR(r.Keys(o, "optimizer", keys));
   OptimizerConfig& opt = job.optimizer;
   RETURN_IF_ERROR(r.Get(o, "type", &opt.type));
   const std::vector<std::string>& types = OptimizerTypes();
   RETURN_IF_ERROR(r.Check(std::find(types.begin(), types.end(), opt.type) != types.end(), o, "type",
                           absl::StrCat("must be one of ", absl::StrJoin(types, ", "))));
-  for (const auto& [key, type] : TypeKeys()) {
-    RETURN_IF_ERROR(
-        r.Check(!o[key].IsDefined() || type == opt.type, o, key, absl::StrCat("applies to ", type, ", not ", opt.type)));
+  for (const auto& [key, applies] : TypeKeys()) {
+    const bool here = std::find(applies.begin(), applies.end(), opt.type) != applies.end();
+    RETURN_IF_ERROR(r.Check(!o[key].IsDefined() || here, o, key,
+                            absl::StrCat("applies to ", absl::StrJoin(applies, " and "), ", not ", opt.type)));
   }
   RETURN_IF_ERROR(r.Get(o, "lr", &opt.lr));
   RETURN_IF_ERROR(r.Check(opt.lr > 0, o, "lr", "must be positive"));
   RETURN_IF_ERROR(r.Get(o, "weight_decay", &opt.weight_decay));
   RETURN_IF_ERROR(r.Check(opt.weight_decay >= 0, o, "weight_decay", "must be ≥ 0"));
-  RETURN_IF_ERROR(opt.type == "adafactor" ? ParseAdafactorKeys(r, o, opt) : ParseAdamWKeys(r, o, opt));
+  if (opt.type == "adafactor") {
+    RETURN_IF_ERROR(ParseAdafactorKeys(r, o, opt));
+  } else if (opt.type == "prodigy") {
+    RETURN_IF_ERROR(ParseProdigyKeys(r, o, opt));
+  } else {
+    RETURN_IF_ERROR(ParseAdamWKeys(r, o, opt));
+  }
   RETURN_IF_ERROR(r.Get(o, "clip", &opt.clip));
   RETURN_IF_ERROR(r.Check(opt.clip >= 0, o, "clip", "must be ≥ 0 (0 disables clipping)"));
   RETURN_IF_ERROR(r.Get(o, "warmup_steps", &opt.warmup_steps));
@@ -146,6 +184,16 @@ absl::Status ParseJobOptimizer(Reader& r, const YAML::Node& root, JobConfig& job
     return r.Check(false, root["lora"], "plus_ratio",
                    "needs a rate to multiply: Adafactor with relative_step: true sets its own (give relative_step: "
                    "false)");
+  }
+  if (opt.plus_ratio != 1.0 && opt.type == "prodigy") {
+    return r.Check(false, root["lora"], "plus_ratio",
+                   "does not apply to prodigy: its step size is one estimate for every parameter (prodigyopt refuses "
+                   "groups of other rates)");
+  }
+  if (opt.type == "prodigy" && job.replica_exchange == "allreduce") {
+    return r.Check(false, root["optimizer"], "type",
+                   "prodigy sums its step-size estimate over every stage each step, which the stage-local optimizer "
+                   "(replica_exchange: allreduce) does not do yet; use replica_exchange: coordinator (auto picks it)");
   }
   return ParseEmaKeys(r, root, job.optimizer.ema);
 }

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/model/model_family.h"
-#include "core/train/optimizer.h"
 #include "core/train/batches.h"
 #include "core/train/job.h"
+#include "core/train/optimizer.h"
 
 namespace baton {
 

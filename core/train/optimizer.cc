@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "core/device/readback.h"
 #include "core/tensor/shape.h"
 
 namespace baton {
@@ -25,6 +26,9 @@ bool Factored(at::IntArrayRef shape) { return shape.size() >= 2; }
 // Whether the optimizer of `opt` keeps state of this kind (a key's suffix) for some parameter.
 bool KeepsKind(const OptimizerConfig& opt, absl::string_view suffix) {
   if (suffix == kEma) return opt.ema.enabled();
+  if (opt.type == "prodigy") {
+    return suffix == kExpAvgSq || suffix == kProdigyS || suffix == kProdigyP0 || (suffix == kExpAvg && opt.beta1 > 0);
+  }
   if (opt.type == "adafactor") {
     return suffix == kExpAvgSq || suffix == kExpAvgSqRow || suffix == kExpAvgSqCol ||
            (suffix == kExpAvg && opt.adafactor.beta1 >= 0);
@@ -36,12 +40,14 @@ bool KeepsKind(const OptimizerConfig& opt, absl::string_view suffix) {
 std::string EmaKey(const std::string& param) { return param + kEma; }
 
 const std::vector<std::string>& OptimizerTypes() {
-  static const auto* types = new std::vector<std::string>{"adamw", "adafactor"};
+  static const auto* types = new std::vector<std::string>{"adamw", "adafactor", "prodigy"};
   return *types;
 }
 
 int OptimizerStateCopies(const OptimizerConfig& opt) {
-  const int rule = opt.type == "adafactor" ? (opt.adafactor.beta1 >= 0 ? 1 : 0) : 2;
+  int rule = 2;  // AdamW's moments
+  if (opt.type == "adafactor") rule = opt.adafactor.beta1 >= 0 ? 1 : 0;
+  if (opt.type == "prodigy") rule = opt.beta1 > 0 ? 4 : 3;  // its moments, s and p0
   return rule + (opt.ema.enabled() ? 1 : 0);
 }
 
@@ -58,7 +64,10 @@ std::vector<int64_t> StateShape(const std::string& key, at::IntArrayRef param_sh
 std::map<std::string, std::vector<int64_t>> StateKeysOf(const OptimizerConfig& opt, const std::string& param,
                                                         at::IntArrayRef shape) {
   std::vector<std::string> keys;
-  if (opt.type == "adafactor") {
+  if (opt.type == "prodigy") {
+    keys = {param + kExpAvgSq, param + kProdigyS, param + kProdigyP0};
+    if (opt.beta1 > 0) keys.push_back(param + kExpAvg);
+  } else if (opt.type == "adafactor") {
     if (opt.adafactor.beta1 >= 0) keys.push_back(param + kExpAvg);
     if (Factored(shape)) {
       keys.push_back(param + kExpAvgSqRow);
@@ -76,13 +85,15 @@ std::map<std::string, std::vector<int64_t>> StateKeysOf(const OptimizerConfig& o
 }
 
 std::string StateParam(const std::string& key) {
-  for (absl::string_view suffix : {kExpAvgSqRow, kExpAvgSqCol, kExpAvgSq, kExpAvg, kEma}) {
+  for (absl::string_view suffix : {kExpAvgSqRow, kExpAvgSqCol, kExpAvgSq, kExpAvg, kEma, kProdigyS, kProdigyP0}) {
     if (absl::EndsWith(key, suffix) && key.size() > suffix.size()) return key.substr(0, key.size() - suffix.size());
   }
   return "";
 }
 
-bool IsOptimizerStateKey(const std::string& key) { return key == kOptimizerStepKey || !StateParam(key).empty(); }
+bool IsOptimizerStateKey(const std::string& key) {
+  return key == kOptimizerStepKey || absl::StartsWith(key, kProdigyScalarsPrefix) || !StateParam(key).empty();
+}
 
 bool IsUpProjection(const std::string& param) { return absl::EndsWith(param, "lora_B.weight"); }
 
@@ -123,6 +134,11 @@ absl::Status Optimizer::Step(std::map<std::string, at::Tensor>& params, const st
     const int up = opt_.plus_ratio != 1.0 && IsUpProjection(name) ? 1 : 0;
     groups[up].push_back(name);
     group_grads[up].push_back(g.device() == device && g.scalar_type() == at::kFloat ? g : g.to(device, at::kFloat));
+  }
+  if (opt_.type == "prodigy") {  // one group: LoRA+ is refused (prodigyopt takes one rate)
+    ProdigyStep(params, group_grads[0], groups[0], lr);
+    if (opt_.ema.enabled()) EmaStep(params);
+    return absl::OkStatus();
   }
   for (int up = 0; up < 2; ++up) {
     if (groups[up].empty()) continue;
@@ -209,6 +225,17 @@ void Optimizer::AdafactorStep(std::map<std::string, at::Tensor>& params, const s
   }
 }
 
+void Optimizer::ProdigyStep(std::map<std::string, at::Tensor>& params, std::vector<at::Tensor>& grads,
+                            const std::vector<std::string>& names, double lr) {
+  if (lr <= 0) return;  // prodigyopt at rate 0 (a warm-up's first step): no moment, no estimate, no update
+  const double dlr = ProdigyDlr(opt_, prodigy_, lr);
+  const at::Tensor terms = ReadBack(ProdigyTerms(opt_, prodigy_, dlr, state_, params, grads, names).flatten());
+  const double* t = terms.data_ptr<double>();
+  if (!ProdigyNext(opt_, dlr, std::vector<double>(t, t + terms.numel()), prodigy_)) return;
+  ProdigyApply(opt_, prodigy_, dlr, state_, params, grads, names);
+  ++prodigy_.k;
+}
+
 void Optimizer::EmaStep(const std::map<std::string, at::Tensor>& params) {
   // EMAModel.step: s -= (1 − decay)·(s − p), with the same tensor operations (so the same bits).
   const double one_minus_decay = 1.0 - EmaDecay(opt_.ema, steps_);
@@ -221,20 +248,38 @@ void Optimizer::EmaStep(const std::map<std::string, at::Tensor>& params) {
 std::map<std::string, at::Tensor> Optimizer::StateDict() const {
   std::map<std::string, at::Tensor> out = state_;
   out[kOptimizerStepKey] = at::scalar_tensor(steps_, at::kLong);
+  if (opt_.type == "prodigy") {
+    out[kProdigyD] = at::scalar_tensor(prodigy_.d, at::kDouble);
+    out[kProdigyDMax] = at::scalar_tensor(prodigy_.d_max, at::kDouble);
+    out[kProdigyDNumerator] = at::scalar_tensor(prodigy_.d_numerator, at::kDouble);
+    out[kProdigyK] = at::scalar_tensor(prodigy_.k, at::kLong);
+  }
   return out;
 }
 
 absl::Status Optimizer::LoadStateDict(const std::map<std::string, at::Tensor>& state) {
   if (!state.count(kOptimizerStepKey)) return absl::InvalidArgumentError("optimizer state lacks __step__");
   std::map<std::string, at::Tensor> loaded;
+  ProdigyScalars prodigy = ProdigyScalars::Initial(opt_.prodigy);
   for (const auto& [key, t] : state) {
     if (key == kOptimizerStepKey) continue;
+    if (absl::StartsWith(key, kProdigyScalarsPrefix)) {
+      if (opt_.type != "prodigy") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the optimizer state holds ", key, ", Prodigy's, not ", opt_.type, "'s"));
+      }
+      if (key == kProdigyD) prodigy.d = t.item<double>();
+      if (key == kProdigyDMax) prodigy.d_max = t.item<double>();
+      if (key == kProdigyDNumerator) prodigy.d_numerator = t.item<double>();
+      if (key == kProdigyK) prodigy.k = t.item<int64_t>();
+      continue;
+    }
     const std::string param = StateParam(key);
     if (param.empty()) return absl::InvalidArgumentError(absl::StrCat("unexpected optimizer state key ", key));
     if (!KeepsKind(opt_, key.substr(param.size()))) {  // (the shapes: CheckState)
       if (key == EmaKey(param)) {
-        return absl::InvalidArgumentError(absl::StrCat("the optimizer state holds an EMA (", key,
-                                                       ") but the job keeps none (no `ema:`)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("the optimizer state holds an EMA (", key, ") but the job keeps none (no `ema:`)"));
       }
       return absl::InvalidArgumentError(
           absl::StrCat("the optimizer state holds ", key, ", which the job's optimizer (", opt_.type, ") keeps not"));
@@ -253,6 +298,7 @@ absl::Status Optimizer::LoadStateDict(const std::map<std::string, at::Tensor>& s
   }
   state_ = std::move(loaded);
   steps_ = steps;
+  prodigy_ = prodigy;
   return absl::OkStatus();
 }
 
@@ -261,6 +307,11 @@ absl::Status Optimizer::CheckState(const std::map<std::string, at::Tensor>& para
   auto step = state.find(kOptimizerStepKey);
   if (step == state.end()) return absl::DataLossError(absl::StrCat(where, "lacks __step__"));
   const bool stepped = step->second.item<int64_t>() > 0;
+  if (opt_.type == "prodigy" && stepped) {
+    for (const char* key : {kProdigyD, kProdigyDMax, kProdigyDNumerator, kProdigyK}) {
+      if (!state.count(key)) return absl::DataLossError(absl::StrCat(where, "lacks ", key));
+    }
+  }
   std::set<std::string> kept;
   for (const auto& [name, p] : params) {
     for (const auto& [key, shape] : StateKeysOf(opt_, name, p.sizes())) {
@@ -279,6 +330,7 @@ absl::Status Optimizer::CheckState(const std::map<std::string, at::Tensor>& para
   }
   for (const auto& [key, t] : state) {
     if (key == kOptimizerStepKey || kept.count(key)) continue;
+    if (opt_.type == "prodigy" && absl::StartsWith(key, kProdigyScalarsPrefix)) continue;
     if (!params.count(StateParam(key))) {
       return absl::DataLossError(absl::StrCat(where, "has ", key, ", which belongs to no LoRA tensor"));
     }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/train/job.h"
+#include "core/train/prodigy.h"
 
 namespace baton {
 
@@ -43,7 +44,7 @@ const std::vector<std::string>& OptimizerTypes();
 
 class Optimizer {
  public:
-  explicit Optimizer(const OptimizerConfig& opt) : opt_(opt) {}
+  explicit Optimizer(const OptimizerConfig& opt) : opt_(opt), prodigy_(ProdigyScalars::Initial(opt.prodigy)) {}
 
   // One update of `params` (fp32, modified in place, all on one device) from `grads` (same names, fp32; moved to the
   // params' device when elsewhere) at learning rate `lr` (the up projections at opt.plus_ratio × lr); then the EMA
@@ -67,6 +68,9 @@ class Optimizer {
                  const std::vector<std::string>& names, double lr);
   void AdafactorStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
                      const std::vector<std::string>& names, double lr);
+  // Prodigy's two halves around its global sums (prodigy.h), here in one process: one readback of the terms.
+  void ProdigyStep(std::map<std::string, at::Tensor>& params, std::vector<at::Tensor>& grads,
+                   const std::vector<std::string>& names, double lr);
   // The EMA after this step (diffusers' EMAModel.step), started from the params before the first.
   void EmaStep(const std::map<std::string, at::Tensor>& params);
   // state_[key], made as zeros of `shape` beside `like` when missing, moved there when elsewhere.
@@ -75,6 +79,7 @@ class Optimizer {
   OptimizerConfig opt_;
   int64_t steps_ = 0;
   std::map<std::string, at::Tensor> state_;  // by StateKeysOf's names
+  ProdigyScalars prodigy_;                   // type prodigy: its estimate's scalars
 };
 
 }  // namespace baton

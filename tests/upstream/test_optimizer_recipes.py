@@ -1,7 +1,8 @@
 """Referee: the job's optimizer (`optimizer: {type}`, `lora: {plus_ratio}`, `ema:`) against what users run it from.
 
 AdamW is torch.optim.AdamW, Adafactor transformers' Adafactor (its defaults: relative step, parameter scale, no first
-moment; and as LoRA recipes set it: a rate and a schedule). LoRA+ as musubi-tuner (`loraplus_lr_ratio`) and the LoRA+
+moment; and as LoRA recipes set it: a rate and a schedule), Prodigy prodigyopt's (its step size estimated over every
+parameter: the sums taken in Baton's order, by name). LoRA+ as musubi-tuner (`loraplus_lr_ratio`) and the LoRA+
 paper's code build it: two parameter groups, the up projections (lora_B) at ratio × the rate, one scheduler over
 both. The EMA as diffusers' EMAModel (training_utils.py) keeps it: made from the parameters before the first step,
 EMAModel.step(parameters) after each optimizer step. Around them what every diffusers trainer does: clip_grad_norm_
@@ -20,6 +21,7 @@ import torch
 from diffusers.optimization import get_scheduler
 from diffusers.training_utils import EMAModel
 from safetensors.torch import load_file, save_file
+from prodigyopt import Prodigy
 from transformers.optimization import Adafactor
 
 from referee import baton, max_rel_error, temp_dir
@@ -29,7 +31,7 @@ MODULES = ["transformer_blocks.0.attn.to_q", "transformer_blocks.0.ff.linear_in"
            "single_transformer_blocks.0.attn.to_qkv_mlp_proj"]
 SHAPES = {"lora_A": (4, 24), "lora_B": (40, 4)}
 DEFAULTS = dict(type="adamw", lr=0.001, betas=(0.9, 0.999), weight_decay=0.0, clip=1.0, schedule="constant",
-                warmup=0, adafactor={})
+                warmup=0, adafactor={}, prodigy={})
 CASES = [
     # (job keys, steps, LoRA+ ratio, EMAModel arguments or None, the optimizer's settings besides DEFAULTS)
     ("lora: {plus_ratio: 16}\nema: {decay: 0.9}\n"
@@ -51,10 +53,23 @@ CASES = [
     # Adafactor's parameter scale with a rate of ours, and LoRA+ (the fresh up projection scales at eps2).
     ("lora: {plus_ratio: 2}\noptimizer: {type: adafactor, lr: 0.01, relative_step: false}\n", 5, 2.0, None,
      dict(type="adafactor", lr=0.01, adafactor=dict(relative_step=False))),
+    # Prodigy as recipes set it (lr 1, its default) with an EMA, and with every argument of its own and a warm-up
+    # whose first step runs at rate 0 (prodigyopt then steps nothing, not even its count).
+    ("optimizer: {type: prodigy, d0: 1.0e-4}\nema: {decay: 0.9}\n", 9, 1.0, dict(decay=0.9),
+     dict(type="prodigy", lr=1.0, prodigy=dict(d0=1e-4))),
+    ("optimizer: {type: prodigy, lr: 0.5, betas: [0.9, 0.99], beta3: 0.95, eps: 1.0e-7, weight_decay: 0.01, "
+     "d0: 1.0e-3, d_coef: 0.8, growth_rate: 1.5, use_bias_correction: true, safeguard_warmup: true, "
+     "decouple: false, schedule: cosine, warmup_steps: 2}\n", 10, 1.0, None,
+     dict(type="prodigy", lr=0.5, betas=(0.9, 0.99), weight_decay=0.01, schedule="cosine", warmup=2,
+          prodigy=dict(beta3=0.95, eps=1e-7, d0=1e-3, d_coef=0.8, growth_rate=1.5, use_bias_correction=True,
+                       safeguard_warmup=True, decouple=False))),
 ]
 
 
 def make_optimizer(groups, opt):
+    if opt["type"] == "prodigy":  # one rate (prodigyopt refuses groups of others): one group, in name order
+        return Prodigy([p for g in groups for p in g["params"]], lr=opt["lr"], betas=opt["betas"],
+                       weight_decay=opt["weight_decay"], **opt["prodigy"])
     if opt["type"] == "adafactor":
         args = dict(opt["adafactor"])
         if args.get("relative_step", True):  # Adafactor's own rate: no lr, no groups of other rates
@@ -81,7 +96,7 @@ def make_inputs(steps, seed):
 
 
 def reference(params, grads, steps, opt, ratio, ema_args):
-    ps = {n: torch.nn.Parameter(t.clone()) for n, t in params.items()}
+    ps = {n: torch.nn.Parameter(params[n].clone()) for n in sorted(params)}  # Baton's order: by name
     up = [p for n, p in ps.items() if n.endswith("lora_B.weight")]
     down = [p for n, p in ps.items() if not n.endswith("lora_B.weight")]
     optimizer = make_optimizer([{"params": down, "lr": opt["lr"]}, {"params": up, "lr": opt["lr"] * ratio}], opt)
@@ -122,10 +137,13 @@ class OptimizerRecipesTest(unittest.TestCase):
                 worst = max(max_rel_error(got[f"param/{n}"], w) for n, w in want.items())
                 moved = max(max_rel_error(got[f"param/{n}"], params[n]) for n in want if params[n].abs().max() > 0)
                 worst_ema = max((max_rel_error(got[f"state/{n}.ema"], s) for n, s in shadow.items()), default=0.0)
+                # The updates themselves (not the parameters they moved), relative to the largest.
+                step_err = max(max_rel_error(got[f"param/{n}"] - params[n], w - params[n]) for n, w in want.items())
                 print(f"case {i} ({opt['type']}, {steps} steps, LoRA+ {ratio}, EMA {ema_args}): params rel err "
-                      f"{worst:.1e} (moved {moved:.1e}), EMA rel err {worst_ema:.1e}")
-                self.assertGreater(moved, 1e-3, "the parameters must move for the comparison to mean anything")
+                      f"{worst:.1e} (moved {moved:.1e}; the updates {step_err:.1e}), EMA rel err {worst_ema:.1e}")
+                self.assertGreater(moved, 1e-4, "the parameters must move for the comparison to mean anything")
                 self.assertLess(worst, TOLERANCE, f"case {i}")
+                self.assertLess(step_err, 1e-4, f"case {i}")
                 self.assertLess(worst_ema, TOLERANCE, f"case {i}")
                 self.assertEqual(any(k.endswith(".ema") for k in got), ema_args is not None, f"case {i}")
                 if ratio != 1.0:  # the up projections moved other than a plain LoRA's would (LoRA+ took effect)
@@ -142,13 +160,20 @@ class OptimizerRecipesTest(unittest.TestCase):
                 ("ema: {decay: 0.9, min_decay: 0.95}", "'min_decay' must be in [0, decay]"),
                 ("ema: {decay: 0.9, warmup: 3}", "unknown key 'warmup' in ema"),
                 ("lora: {rank: 4, plus_ratio: 0.5}", "'plus_ratio' must be in [1, 1000]"),
-                ("optimizer: {type: lion}", "'type' must be one of adamw, adafactor"),
-                ("optimizer: {type: adafactor, betas: [0.9, 0.99]}", "'betas' applies to adamw, not adafactor"),
+                ("optimizer: {type: lion}", "'type' must be one of adamw, adafactor, prodigy"),
+                ("lora: {rank: 4, plus_ratio: 2}\noptimizer: {type: prodigy}", "'plus_ratio' does not apply to prodigy"),
+                ("optimizer: {type: prodigy}\nreplica_exchange: allreduce",
+                 "'type' prodigy sums its step-size estimate over every stage"),
                 ("optimizer: {decay_rate: -0.5}", "'decay_rate' applies to adafactor, not adamw"),
                 ("optimizer: {type: adafactor, lr: 0.001}", "'lr' does not apply with relative_step: true"),
                 ("optimizer: {type: adafactor, eps: 1.0e-8}", "'eps' has the wrong type"),
                 ("optimizer: {type: adafactor, relative_step: false, warmup_init: true}",
                  "'warmup_init' needs relative_step: true"),
+                ("optimizer: {type: prodigy, d0: 0}", "'d0' must be positive"),
+                ("optimizer: {type: prodigy, relative_step: false}", "'relative_step' applies to adafactor, not prodigy"),
+                ("optimizer: {beta3: 0.9}", "'beta3' applies to prodigy, not adamw"),
+                ("optimizer: {type: adafactor, betas: [0.9, 0.99]}", "'betas' applies to adamw and prodigy, not "
+                 "adafactor"),
             ]:
                 job = os.path.join(tmp, "bad.yaml")
                 with open(job, "w") as f:

@@ -1,0 +1,94 @@
+#include "core/train/prodigy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace baton {
+namespace {
+
+double Beta3(const OptimizerConfig& opt) {
+  return opt.prodigy.beta3 < 0 ? std::sqrt(opt.beta2) : opt.prodigy.beta3;
+}
+
+// state[key], made from `make` when missing, moved beside `like` when elsewhere.
+template <typename Make>
+at::Tensor& ProdigyState(std::map<std::string, at::Tensor>& state, const std::string& key, const at::Tensor& like,
+                         Make make) {
+  at::Tensor& t = state[key];
+  if (!t.defined()) {
+    t = make();
+  } else if (t.device() != like.device()) {
+    t = t.to(like.device());
+  }
+  return t;
+}
+
+}  // namespace
+
+double ProdigyDlr(const OptimizerConfig& opt, const ProdigyScalars& s, double lr) {
+  double bias_correction = 1;
+  if (opt.prodigy.use_bias_correction) {
+    const double n = static_cast<double>(s.k + 1);
+    bias_correction = std::pow(1 - std::pow(opt.beta2, n), 0.5) / (1 - std::pow(opt.beta1, n));
+  }
+  return s.d * lr * bias_correction;
+}
+
+at::Tensor ProdigyTerms(const OptimizerConfig& opt, const ProdigyScalars& s, double dlr,
+                        std::map<std::string, at::Tensor>& state, const std::map<std::string, at::Tensor>& params,
+                        std::vector<at::Tensor>& grads, const std::vector<std::string>& names) {
+  const ProdigyConfig& c = opt.prodigy;
+  const double beta1 = opt.beta1, beta2 = opt.beta2, beta3 = Beta3(opt), d = s.d;
+  std::vector<at::Tensor> terms;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    const at::Tensor& p = params.at(name);
+    at::Tensor& g = grads[i];
+    if (opt.weight_decay != 0 && !c.decouple) g = g.add(p, opt.weight_decay);
+    auto zeros = [&] { return at::zeros_like(p); };
+    at::Tensor& s_acc = ProdigyState(state, name + kProdigyS, p, zeros);
+    const at::Tensor& p0 = ProdigyState(state, name + kProdigyP0, p, [&] { return p.clone(); });
+    at::Tensor& exp_avg_sq = ProdigyState(state, name + ".exp_avg_sq", p, zeros);
+    const at::Tensor dot = at::dot(g.flatten(), (p0 - p).flatten());
+    if (beta1 > 0) ProdigyState(state, name + ".exp_avg", p, zeros).mul_(beta1).add_(g, d * (1 - beta1));
+    exp_avg_sq.mul_(beta2).addcmul_(g, g, d * d * (1 - beta2));
+    s_acc.mul_(beta3).add_(g, c.safeguard_warmup ? (d / c.d0) * d : (d / c.d0) * dlr);
+    terms.push_back(at::stack({dot, s_acc.abs().sum()}).to(at::kDouble));
+  }
+  return at::stack(terms);
+}
+
+bool ProdigyNext(const OptimizerConfig& opt, double dlr, const std::vector<double>& terms, ProdigyScalars& s) {
+  const ProdigyConfig& c = opt.prodigy;
+  double delta_numerator = 0.0, d_denom = 0.0;
+  for (size_t i = 0; i + 1 < terms.size(); i += 2) {
+    delta_numerator += (s.d / c.d0) * dlr * terms[i];
+    d_denom += terms[i + 1];
+  }
+  if (d_denom == 0) return false;
+  const double numerator = s.d_numerator * Beta3(opt) + delta_numerator;
+  const double d_hat = c.d_coef * numerator / d_denom;
+  double d = s.d;
+  if (d == c.d0) d = std::max(d, d_hat);
+  s.d_max = std::max(s.d_max, d_hat);
+  s.d = std::min(s.d_max, d * c.growth_rate);
+  s.d_numerator = numerator;
+  return true;
+}
+
+void ProdigyApply(const OptimizerConfig& opt, const ProdigyScalars& s, double dlr,
+                  std::map<std::string, at::Tensor>& state, std::map<std::string, at::Tensor>& params,
+                  const std::vector<at::Tensor>& grads, const std::vector<std::string>& names) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    at::Tensor& p = params.at(names[i]);
+    const at::Tensor denom = state.at(names[i] + ".exp_avg_sq").sqrt().add_(s.d * opt.eps);
+    if (opt.weight_decay != 0 && opt.prodigy.decouple) p.add_(p, -opt.weight_decay * dlr);
+    if (opt.beta1 > 0) {
+      p.addcdiv_(state.at(names[i] + ".exp_avg"), denom, -dlr);
+    } else {
+      p.addcdiv_(grads[i], denom, -dlr * s.d);
+    }
+  }
+}
+
+}  // namespace baton

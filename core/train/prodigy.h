@@ -1,0 +1,54 @@
+// Prodigy (prodigyopt 1.1, Mishchenko & Defazio): Adam whose step size d is estimated from the run itself, so `lr`
+// stays 1. Its step in two halves around the one global sum it needs: the per-parameter terms of the estimate (after
+// the moments and `s` took the gradient at the current d), the new d from their sums, then the update at it.
+// Operation for operation prodigyopt's Prodigy.step; the state lives in the Optimizer's map (optimizer.h).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/train/job.h"
+
+namespace baton {
+
+// The estimate's scalars, shared by every parameter: d (the step size), its running maximum and the numerator of
+// its estimate. Saved with the state under these keys (0-dim double tensors).
+// And k, prodigyopt's own count of the steps it made (a step at rate 0, a warm-up's first, makes none).
+struct ProdigyScalars {
+  double d = 0, d_max = 0, d_numerator = 0;
+  int64_t k = 0;
+  static ProdigyScalars Initial(const ProdigyConfig& c) { return {c.d0, c.d0, 0.0, 0}; }
+};
+inline constexpr char kProdigyScalarsPrefix[] = "__prodigy_";
+inline constexpr char kProdigyD[] = "__prodigy_d__";
+inline constexpr char kProdigyDMax[] = "__prodigy_d_max__";
+inline constexpr char kProdigyDNumerator[] = "__prodigy_d_numerator__";
+inline constexpr char kProdigyK[] = "__prodigy_k__";
+// Per-parameter state suffixes: the accumulated weighted gradients and the parameters at the first step.
+inline constexpr char kProdigyS[] = ".prodigy_s";
+inline constexpr char kProdigyP0[] = ".prodigy_p0";
+
+// d·lr·(the bias correction of step s.k when use_bias_correction): the step's rate.
+double ProdigyDlr(const OptimizerConfig& opt, const ProdigyScalars& s, double lr);
+
+// The first half for `names` (their state made at the first step: p0 the parameters then): each gradient taken into
+// exp_avg, exp_avg_sq and s at the current d; returns [n, 2] double on the device, per parameter g·(p0 − p) and
+// Σ|s|, as prodigyopt reads them (fp32 dot and sum). Nothing is read back.
+at::Tensor ProdigyTerms(const OptimizerConfig& opt, const ProdigyScalars& s, double dlr,
+                        std::map<std::string, at::Tensor>& state, const std::map<std::string, at::Tensor>& params,
+                        std::vector<at::Tensor>& grads, const std::vector<std::string>& names);
+
+// The new scalars from every parameter's terms (`terms`: n × 2, in name order, added as prodigyopt adds them). False
+// when Σ|s| is 0 (all gradients zero): prodigyopt then leaves everything as it is and makes no update.
+bool ProdigyNext(const OptimizerConfig& opt, double dlr, const std::vector<double>& terms, ProdigyScalars& s);
+
+// The second half: the update at the new d (and the step's rate `dlr`, from the d before).
+void ProdigyApply(const OptimizerConfig& opt, const ProdigyScalars& s, double dlr,
+                  std::map<std::string, at::Tensor>& state, std::map<std::string, at::Tensor>& params,
+                  const std::vector<at::Tensor>& grads, const std::vector<std::string>& names);
+
+}  // namespace baton
