@@ -86,6 +86,7 @@ std::vector<Recipe> Recipes() {
 }
 
 int Run() {
+  if (absl::GetFlag(FLAGS_steps) < 1) BenchDie("--steps must be at least 1");
   at::set_num_threads(absl::GetFlag(FLAGS_threads));
   const at::Device device(absl::GetFlag(FLAGS_device));
   const int64_t rank = absl::GetFlag(FLAGS_rank);

@@ -6,9 +6,7 @@
 namespace baton {
 namespace {
 
-double Beta3(const OptimizerConfig& opt) {
-  return opt.prodigy.beta3 < 0 ? std::sqrt(opt.beta2) : opt.prodigy.beta3;
-}
+double Beta3(const OptimizerConfig& opt) { return opt.prodigy.beta3 < 0 ? std::sqrt(opt.beta2) : opt.prodigy.beta3; }
 
 // state[key], made from `make` when missing, moved beside `like` when elsewhere.
 template <typename Make>
