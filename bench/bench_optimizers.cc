@@ -101,11 +101,12 @@ int Run() {
     grads[name] = at::randn_like(p) * 1e-3;
     param_bytes += static_cast<int64_t>(p.nbytes());
   }
-  std::printf("bench_optimizers: %zu adapters of %d double + %d single FLUX.2-dev blocks at rank %lld (%.1f MB "
-              "fp32), %d steps each on %s, %d threads\n\n",
-              init.size(), absl::GetFlag(FLAGS_double), absl::GetFlag(FLAGS_single), static_cast<long long>(rank),
-              static_cast<double>(param_bytes) / 1e6, absl::GetFlag(FLAGS_steps), device.str().c_str(),
-              absl::GetFlag(FLAGS_threads));
+  std::printf(
+      "bench_optimizers: %zu adapters of %d double + %d single FLUX.2-dev blocks at rank %lld (%.1f MB "
+      "fp32), %d steps each on %s, %d threads\n\n",
+      init.size(), absl::GetFlag(FLAGS_double), absl::GetFlag(FLAGS_single), static_cast<long long>(rank),
+      static_cast<double>(param_bytes) / 1e6, absl::GetFlag(FLAGS_steps), device.str().c_str(),
+      absl::GetFlag(FLAGS_threads));
   std::printf("%-28s %12s %9s %14s %9s\n", "recipe", "step ms", "vs adamw", "state B/param B", "vs adamw");
   double base_ms = 0, base_state = 0;
   for (const Recipe& recipe : Recipes()) {

@@ -477,12 +477,18 @@ const std::vector<Command>& AllCommands() {
          "Wan 2.2 A14B: the low-noise expert's LoRA (--lora is the high-noise expert's; an expert: both job's "
          "low_noise/lora.safetensors); two-expert folders sample in this process, switching at boundary_ratio"},
         {"steps", "denoising steps", "28"},
-        {"guidance", "guidance scale (FLUX.2: the guidance embedding; Wan: classifier-free, > 1 = on)", "4.0"},
+        {"guidance",
+         "guidance scale (FLUX.2: the guidance embedding, and for a klein base model (model_index.json: "
+         "Flux2KleinPipeline, is_distilled false) classifier-free as that pipeline; Wan: classifier-free; > 1 = on)",
+         "4.0"},
         {"size", "WxH, multiples of 16", "1024x1024"},
         {"seed", "initial noise seed (as torch.Generator().manual_seed)", "0"},
         {"max_sequence_length", "prompt tokens", "512"},
         {"frames", "Wan: video frames, 4k + 1", "81"},
-        {"negative-prompt", "Wan: the classifier-free guidance negative prompt (with --guidance > 1; default empty)"},
+        {"negative-prompt",
+         "Wan and FLUX.2 klein base: the classifier-free guidance negative prompt (with --guidance > 1; default empty, "
+         "Flux2KleinPipeline's)"},
+        {"negative_prompt_embeds", "FLUX.2 klein base with --prompt_embeds: the negative prompt's, the same layout"},
         {"image", "Wan image-to-video: the first frame (resized to --size)"},
         {"references",
          "FLUX.2 editing: reference image files, comma-separated (at most 4), as Flux2Pipeline's image=[...]: each "

@@ -66,6 +66,31 @@ absl::StatusOr<at::Tensor> PromptEmbeddings(const Args& args, const std::string&
   return embeds.at(0);
 }
 
+// A klein base model's negative prompt (Flux2TrueCfg): --negative_prompt_embeds, else --negative-prompt encoded
+// (Flux2KleinPipeline's: ""). Undefined when the model samples without true CFG.
+absl::StatusOr<at::Tensor> NegativeEmbeddings(const Args& args, const std::string& pipeline, double guidance) {
+  ASSIGN_OR_RETURN(const bool true_cfg, Flux2TrueCfg(pipeline, guidance));
+  if (!true_cfg) return at::Tensor();
+  if (args.Has("negative_prompt_embeds")) {
+    ASSIGN_OR_RETURN(auto tensors, LoadAllSafetensors(args.Get("negative_prompt_embeds")));
+    auto it = tensors.find("prompt_embeds");
+    if (it == tensors.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(args.Get("negative_prompt_embeds"), ": no tensor 'prompt_embeds'"));
+    }
+    at::Tensor e = it->second.to(at::kFloat);
+    return e.dim() == 3 && e.size(0) == 1 ? e[0] : e;
+  }
+  if (args.Has("prompt_embeds")) {
+    return absl::InvalidArgumentError(
+        "this klein base model samples with classifier-free guidance (--guidance > 1): with --prompt_embeds give "
+        "--negative_prompt_embeds too (or --guidance 1 for none)");
+  }
+  ASSIGN_OR_RETURN(int64_t length, args.GetInt("max_sequence_length"));
+  ASSIGN_OR_RETURN(auto embeds, EncodePromptsLocally(pipeline, {args.Get("negative-prompt")}, length));
+  return embeds.at(0);
+}
+
 }  // namespace
 
 absl::Status Sample(const Args& args) {
@@ -90,6 +115,7 @@ absl::Status Sample(const Args& args) {
   ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed"));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   ASSIGN_OR_RETURN(at::Tensor embeds, PromptEmbeddings(args, pipeline));
+  ASSIGN_OR_RETURN(s.negative_prompt_embeds, NegativeEmbeddings(args, pipeline, s.guidance));
   ASSIGN_OR_RETURN(int64_t in_channels, InChannels(pipeline));
   at::Tensor noise = Flux2InitialNoise(in_channels, s.width, s.height, static_cast<uint64_t>(seed));
   if (args.Has("references")) {

@@ -36,6 +36,12 @@ class Flux2SampleRenderer : public SampleRenderer {
     for (size_t k = 0; k < s.prompts.size(); ++k) {
       r->noise_.push_back(Flux2InitialNoise(latent_channels, s.width, s.height, s.seed + k));
     }
+    ASSIGN_OR_RETURN(const bool true_cfg, Flux2TrueCfg(pipeline, s.guidance));
+    if (true_cfg) {  // a klein base model: Flux2KleinPipeline's guidance, the negative prompt encoded as the prompts
+      ASSIGN_OR_RETURN(std::vector<at::Tensor> negative, encode({s.negative_prompt}, length));
+      if (negative.size() != 1) return absl::InternalError("samples: no embedding of the negative prompt");
+      r->settings_.negative_prompt_embeds = negative[0];
+    }
     ASSIGN_OR_RETURN(r->decoder_, Flux2VaeDecoder::Load(pipeline, at::kFloat, at::kCPU));
     if (!s.references.empty()) {
       ASSIGN_OR_RETURN(auto vae, Flux2VaeEncoder::Load(pipeline, at::kFloat, at::kCPU));

@@ -4,8 +4,10 @@
 #include <absl/strings/str_cat.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "core/tensor/shape.h"
+#include "core/util/files.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -40,7 +42,35 @@ NoisyBatch MicroBatchAt(const std::vector<at::Tensor>& latents, const std::vecto
   return b;
 }
 
+// The micro-batches of one denoising step: every prompt's, then with true CFG every prompt's again at the negative
+// embedding (the same latents and timestep).
+std::vector<NoisyBatch> StepBatches(const std::vector<at::Tensor>& latents, const std::vector<at::Tensor>& embeds,
+                                    float timestep, const Flux2SampleSettings& s) {
+  const size_t per = static_cast<size_t>(std::max(s.micro_batch_size, 1));
+  std::vector<NoisyBatch> batches;
+  for (size_t first = 0; first < latents.size(); first += per) {
+    batches.push_back(MicroBatchAt(latents, embeds, first, std::min(latents.size(), first + per), timestep, s));
+  }
+  if (!s.negative_prompt_embeds.defined()) return batches;
+  const std::vector<at::Tensor> negative(latents.size(), s.negative_prompt_embeds);
+  for (size_t first = 0; first < latents.size(); first += per) {
+    batches.push_back(MicroBatchAt(latents, negative, first, std::min(latents.size(), first + per), timestep, s));
+  }
+  return batches;
+}
+
 }  // namespace
+
+absl::StatusOr<bool> Flux2TrueCfg(const std::string& pipeline, double guidance) {
+  const std::string path = JoinPath(pipeline, "model_index.json");
+  if (guidance <= 1.0 || !PathExists(path)) return false;
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  const auto index = nlohmann::json::parse(text, nullptr, false);
+  if (index.is_discarded() || !index.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not JSON"));
+  const bool klein = index.value("_class_name", std::string()) == "Flux2KleinPipeline";
+  const auto distilled = index.find("is_distilled");
+  return klein && !(distilled != index.end() && distilled->is_boolean() && distilled->get<bool>());
+}
 
 std::vector<double> Flux2SampleSigmas(int64_t steps, int64_t image_tokens) {
   const double mu = EmpiricalMu(image_tokens, steps);
@@ -92,22 +122,33 @@ absl::StatusOr<std::vector<at::Tensor>> SampleFlux2(const Denoiser& denoiser,
                                                      "; every prompt needs [L, text_dim] with the same L"));
     }
   }
+  if (settings.negative_prompt_embeds.defined() &&
+      !settings.negative_prompt_embeds.sizes().equals(prompt_embeds[0].sizes())) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling: the negative prompt's embedding is ",
+                                                   ShapeString(settings.negative_prompt_embeds.sizes()),
+                                                   ", the "
+                                                   "prompts' ",
+                                                   ShapeString(prompt_embeds[0].sizes())));
+  }
   const std::vector<double> sigmas = Flux2SampleSigmas(settings.steps, tokens);
-  const size_t per = static_cast<size_t>(std::max(settings.micro_batch_size, 1));
   std::vector<at::Tensor> latents;
   for (const at::Tensor& n : noise) latents.push_back(n.to(at::kFloat).clone());
   for (int64_t i = 0; i < settings.steps; ++i) {
     // The pipeline passes (sigma·1000 in fp32) / 1000 in fp32 as the transformer's timestep.
     const float t = static_cast<float>(sigmas[i]) * 1000.0f / 1000.0f;
-    std::vector<NoisyBatch> batches;
-    for (size_t first = 0; first < latents.size(); first += per) {
-      batches.push_back(
-          MicroBatchAt(latents, prompt_embeds, first, std::min(latents.size(), first + per), t, settings));
-    }
+    const std::vector<NoisyBatch> batches = StepBatches(latents, prompt_embeds, t, settings);
     ASSIGN_OR_RETURN(std::vector<at::Tensor> velocity, denoiser(batches));
     if (velocity.size() != batches.size()) {
       return absl::InternalError(
           absl::StrCat("sampling: ", velocity.size(), " outputs for ", batches.size(), " micro-batches"));
+    }
+    if (settings.negative_prompt_embeds.defined()) {  // Flux2KleinPipeline: neg + guidance_scale·(pos − neg)
+      const size_t half = velocity.size() / 2;
+      for (size_t j = 0; j < half; ++j) {
+        const at::Tensor& neg = velocity[half + j];
+        velocity[j] = neg + settings.guidance * (velocity[j] - neg);
+      }
+      velocity.resize(half);
     }
     // Euler: x ← x + (σ_next − σ)·v, in fp32 as FlowMatchEulerDiscreteScheduler.step.
     const float dt = static_cast<float>(sigmas[i + 1]) - static_cast<float>(sigmas[i]);

@@ -23,7 +23,16 @@ struct Flux2SampleSettings {
   int64_t height = 1024;
   int micro_batch_size = 1;    // prompts per Denoiser micro-batch
   Flux2References references;  // for every prompt; empty: text-to-image
+  // True classifier-free guidance at `guidance` (Flux2KleinPipeline's for a base, not distilled, klein model:
+  // Flux2TrueCfg): the negative prompt's embedding [L, text_dim] ("" in that pipeline), the same for every prompt;
+  // each step's velocity is then neg + guidance·(pos − neg). Undefined: none (the guidance embedding only).
+  at::Tensor negative_prompt_embeds;
 };
+
+// Whether Flux2KleinPipeline samples `pipeline` (a pipeline folder) with true classifier-free guidance at `guidance`:
+// its model_index.json names Flux2KleinPipeline and is_distilled false, and guidance > 1. A folder without
+// model_index.json (a transformer alone, FLUX.2-dev's layout) samples without.
+absl::StatusOr<bool> Flux2TrueCfg(const std::string& pipeline, double guidance);
 
 // The schedule Flux2Pipeline uses for `steps` at `image_tokens` = (H/16)·(W/16): sigmas linspace(1, 1/steps, steps)
 // shifted with mu = compute_empirical_mu(image_tokens, steps), then a terminal 0: steps + 1 values, decreasing.

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "core/sample/sample_images.h"
+#include "core/testing/tiny_flux2.h"
+#include "core/util/files.h"
 
 namespace baton {
 namespace {
@@ -93,6 +95,52 @@ TEST(Flux2SamplerTest, EulerWithAConstantVelocityEndsAtNoiseMinusVelocity) {
   EXPECT_EQ(batch_sizes[0], (std::vector<int64_t>{2, 1}));
   const std::vector<double> sigmas = Flux2SampleSigmas(5, tokens);
   for (int i = 0; i < 5; ++i) EXPECT_FLOAT_EQ(timesteps[i], sigmas[i]);
+}
+
+// True classifier-free guidance (a klein base model): each step's micro-batches twice, the prompts' then the negative
+// prompt's at the same latents, combined as Flux2KleinPipeline does, neg + guidance·(pos − neg); and which folders
+// want it (model_index.json).
+TEST(Flux2SamplerTest, TrueCfgCombinesThePromptsAndTheNegativePromptsVelocities) {
+  Flux2SampleSettings s;
+  s.steps = 3;
+  s.width = 48;
+  s.height = 32;
+  s.guidance = 2.5;
+  s.negative_prompt_embeds = at::full({5, 16}, 10.0f);
+  std::vector<at::Tensor> noise, embeds;
+  for (int k = 0; k < 2; ++k) {
+    noise.push_back(Flux2InitialNoise(4, s.width, s.height, k));
+    embeds.push_back(at::full({5, 16}, static_cast<float>(k + 1)));
+  }
+  std::vector<size_t> batches_per_call;
+  Denoiser denoiser = [&](const std::vector<NoisyBatch>& batches) -> absl::StatusOr<std::vector<at::Tensor>> {
+    batches_per_call.push_back(batches.size());
+    std::vector<at::Tensor> out;
+    for (const NoisyBatch& b : batches) {
+      out.push_back(b.prompt_embeds.select(2, 0).select(1, 0).reshape({-1, 1, 1}) + at::zeros_like(b.noisy));
+    }
+    return out;
+  };
+  auto result = SampleFlux2(denoiser, embeds, noise, s);
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (int k = 0; k < 2; ++k) {
+    const float v = 10.0f + 2.5f * (static_cast<float>(k + 1) - 10.0f);
+    EXPECT_TRUE(at::allclose((*result)[k], noise[k] - v, 0, 1e-4)) << k;
+  }
+  EXPECT_EQ(batches_per_call, (std::vector<size_t>{4, 4, 4}));  // 2 prompts, 1 per micro-batch, twice
+
+  const std::string dir = test_util::MakeTempDir("flux2_cfg");
+  auto index = [&](const std::string& json) {
+    ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "model_index.json"), json).ok());
+  };
+  index(R"({"_class_name": "Flux2KleinPipeline", "is_distilled": false})");
+  EXPECT_TRUE(*Flux2TrueCfg(dir, 4.0));
+  EXPECT_FALSE(*Flux2TrueCfg(dir, 1.0));
+  index(R"({"_class_name": "Flux2KleinPipeline", "is_distilled": true})");
+  EXPECT_FALSE(*Flux2TrueCfg(dir, 4.0));
+  index(R"({"_class_name": "Flux2Pipeline"})");
+  EXPECT_FALSE(*Flux2TrueCfg(dir, 4.0));
+  EXPECT_FALSE(*Flux2TrueCfg(JoinPath(dir, "transformer"), 4.0));  // no model_index.json
 }
 
 TEST(Flux2SamplerTest, BadInputsAreRefused) {

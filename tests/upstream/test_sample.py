@@ -14,8 +14,11 @@ Reference images (editing): `--references a.png,b.png` against Flux2Pipeline(ima
 of 16, VAE-encoded, given _prepare_image_ids' position ids after the target's tokens, the prediction sliced to the
 target -- on the dev layout (guidance embedder; in one process and through two stage workers) and on a klein layout
 (the same pipeline with a transformer without guidance embedder), to the same tolerances.
+A klein base model (model_index.json: Flux2KleinPipeline, is_distilled false) against Flux2KleinPipeline's true
+classifier-free guidance with a negative prompt's embedding, to the same tolerances.
 """
 
+import json
 import math
 import os
 import shutil
@@ -23,7 +26,8 @@ import unittest
 
 import numpy as np
 import torch
-from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Pipeline, Flux2Transformer2DModel
+from diffusers import (AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline, Flux2Pipeline,
+                       Flux2Transformer2DModel)
 from PIL import Image
 from peft import LoraConfig, get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
@@ -59,7 +63,22 @@ class SampleReferee(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp_handle.cleanup()
 
-    def run_both(self, name, *lora_args, pipe=None, pipe_dir=None, references=()):
+    def klein_transformer(self, klein_dir):
+        """A copy of the tiny pipeline in `klein_dir` with a transformer of FLUX.2 [klein]'s kind: no guidance
+        embedder, random weights of a healthy scale. Returns the transformer."""
+        shutil.copytree(self.pipe_dir, klein_dir, dirs_exist_ok=True)
+        config = {k: v for k, v in self.pipe.transformer.config.items() if not k.startswith("_")}
+        config["guidance_embeds"] = False
+        torch.manual_seed(31)
+        transformer = Flux2Transformer2DModel(**config).eval()
+        with torch.no_grad():
+            for pname, p in transformer.named_parameters():
+                p.copy_(1.0 + 0.2 * torch.randn_like(p) if p.dim() == 1 else torch.randn_like(p) / math.sqrt(p.shape[1]))
+        shutil.rmtree(os.path.join(klein_dir, "transformer"))
+        transformer.save_pretrained(os.path.join(klein_dir, "transformer"), safe_serialization=True)
+        return transformer
+
+    def run_both(self, name, *lora_args, pipe=None, pipe_dir=None, references=(), **pipe_kwargs):
         pipe, pipe_dir = pipe or self.pipe, pipe_dir or self.pipe_dir
         out = os.path.join(self.tmp, name)
         ref_args = ("--references", ",".join(references)) if references else ()
@@ -68,15 +87,18 @@ class SampleReferee(unittest.TestCase):
                       "--out_latents", out + "_latents.safetensors", "--out_pixels", out + "_pixels.safetensors",
                       *ref_args, *lora_args)
         kwargs = dict(prompt_embeds=self.embeds, num_inference_steps=STEPS, width=WIDTH, height=HEIGHT,
-                      guidance_scale=GUIDANCE)
+                      guidance_scale=GUIDANCE, **pipe_kwargs)
         if references:
             kwargs["image"] = [Image.open(f).convert("RGB") for f in references]
         latents = pipe(**kwargs, output_type="latent", generator=torch.Generator("cpu").manual_seed(SEED)).images
         image = pipe(**kwargs, output_type="pil", generator=torch.Generator("cpu").manual_seed(SEED)).images[0]
         ours = load_file(out + "_latents.safetensors")["latents"]
-        if latents.dim() == 4:  # unpacked [B, C, h, w]: pack as _pack_latents does
-            latents = latents.flatten(2).transpose(1, 2)
-        err = referee.max_rel_error(ours, latents)
+        if isinstance(pipe, Flux2KleinPipeline):  # its latent output: un-normalised and un-patchified
+            err = referee.max_rel_error(self.vae_latents(ours), latents)
+        else:
+            if latents.dim() == 4:  # unpacked [B, C, h, w]: pack as _pack_latents does
+                latents = latents.flatten(2).transpose(1, 2)
+            err = referee.max_rel_error(ours, latents)
         print(f"{name}: latents rel error {err:.2e}")
         self.assertLess(err, TOLERANCE, f"{name}: latents")
         self.check_decoder(name, ours, load_file(out + "_pixels.safetensors")["pixels"])
@@ -84,16 +106,21 @@ class SampleReferee(unittest.TestCase):
                        np.asarray(image.convert("RGB")).astype(int))
         return ours
 
-    def check_decoder(self, name, tokens, pixels):
+    def vae_latents(self, tokens):
+        """Packed tokens [1, S, 128] as the VAE decodes them: unpacked, un-normalised and un-patchified by the
+        pipeline's own code (Flux2KleinPipeline's latent output)."""
         pipe = self.pipe
         h, w = HEIGHT // 16, WIDTH // 16
         ids = Flux2Pipeline._prepare_latent_ids(torch.zeros(1, tokens.shape[2], h, w))
         x = pipe._unpack_latents_with_ids(tokens, ids)
         mean = pipe.vae.bn.running_mean.view(1, -1, 1, 1)
         std = torch.sqrt(pipe.vae.bn.running_var.view(1, -1, 1, 1) + pipe.vae.config.batch_norm_eps)
-        x = pipe._unpatchify_latents(x * std + mean)
+        return pipe._unpatchify_latents(x * std + mean)
+
+    def check_decoder(self, name, tokens, pixels):
+        x = self.vae_latents(tokens)
         with torch.no_grad():
-            expected = pipe.vae.decode(x, return_dict=False)[0]
+            expected = self.pipe.vae.decode(x, return_dict=False)[0]
         err = referee.max_rel_error(pixels, expected)
         print(f"{name}: decoder rel error {err:.2e}")
         self.assertLess(err, TOLERANCE, f"{name}: decoder")
@@ -172,20 +199,50 @@ class ReferenceImagesRefereeTest(SampleReferee):
     def test_klein_layout_with_references(self):
         # The same pipeline with a transformer of FLUX.2 [klein]'s kind: no guidance embedder.
         klein_dir = os.path.join(self.tmp, "klein_pipeline")
-        shutil.copytree(self.pipe_dir, klein_dir, dirs_exist_ok=True)
-        config = {k: v for k, v in self.pipe.transformer.config.items() if not k.startswith("_")}
-        config["guidance_embeds"] = False
-        torch.manual_seed(31)
-        transformer = Flux2Transformer2DModel(**config).eval()
-        with torch.no_grad():
-            for pname, p in transformer.named_parameters():
-                p.copy_(1.0 + 0.2 * torch.randn_like(p) if p.dim() == 1 else torch.randn_like(p) / math.sqrt(p.shape[1]))
-        shutil.rmtree(os.path.join(klein_dir, "transformer"))
-        transformer.save_pretrained(os.path.join(klein_dir, "transformer"), safe_serialization=True)
+        transformer = self.klein_transformer(klein_dir)
         klein = Flux2Pipeline(scheduler=self.pipe.scheduler, vae=self.pipe.vae, text_encoder=None, tokenizer=None,
                               transformer=transformer)
         klein.set_progress_bar_config(disable=True)
         self.run_both("klein_refs", pipe=klein, pipe_dir=klein_dir, references=self.references[:1])
+
+
+class KleinGuidanceRefereeTest(SampleReferee):
+    """A FLUX.2 [klein] base model (model_index.json: Flux2KleinPipeline, is_distilled false) samples with true
+    classifier-free guidance: Flux2KleinPipeline's neg + guidance_scale·(pos − neg) each step, the negative prompt's
+    embedding given on both sides (the pipeline's own negative prompt is "")."""
+
+    def test_klein_base_samples_with_true_cfg(self):
+        klein_dir = os.path.join(self.tmp, "klein_base")
+        transformer = self.klein_transformer(klein_dir)
+        index_path = os.path.join(klein_dir, "model_index.json")
+        with open(index_path) as f:
+            index = json.load(f)
+        index.update({"_class_name": "Flux2KleinPipeline", "is_distilled": False})
+        with open(index_path, "w") as f:
+            json.dump(index, f)
+        torch.manual_seed(8)
+        negative = torch.randn_like(self.embeds)
+        negative_file = os.path.join(self.tmp, "negative.safetensors")
+        save_file({"prompt_embeds": negative.contiguous()}, negative_file)
+        klein = Flux2KleinPipeline(scheduler=self.pipe.scheduler, vae=self.pipe.vae, text_encoder=None,
+                                   tokenizer=None, transformer=transformer, is_distilled=False)
+        klein.set_progress_bar_config(disable=True)
+        guided = self.run_both("klein_cfg", "--negative_prompt_embeds", negative_file, pipe=klein,
+                               pipe_dir=klein_dir, negative_prompt_embeds=negative)
+        unguided = Flux2Pipeline(scheduler=self.pipe.scheduler, vae=self.pipe.vae, text_encoder=None,
+                                 tokenizer=None, transformer=transformer)(
+            prompt_embeds=self.embeds, num_inference_steps=STEPS, width=WIDTH, height=HEIGHT,
+            guidance_scale=GUIDANCE, output_type="latent", generator=torch.Generator("cpu").manual_seed(SEED)).images
+        if unguided.dim() == 4:
+            unguided = unguided.flatten(2).transpose(1, 2)
+        effect = referee.max_rel_error(guided, unguided)
+        print(f"classifier-free guidance's effect on the latents: {effect:.2e}")
+        self.assertGreater(effect, 1e-2)  # the guidance really steers the picture
+        # With --prompt_embeds and no negative embedding, the klein base model's guidance cannot run: said so.
+        proc = referee.baton("sample", "--model", klein_dir, "--prompt_embeds", self.embeds_file, "--steps", 1,
+                             "--size", f"{WIDTH}x{HEIGHT}", "--out", os.path.join(self.tmp, "x.png"), check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("give --negative_prompt_embeds too", proc.stderr)
 
 
 if __name__ == "__main__":
