@@ -77,6 +77,17 @@ def baton(*args, check=True):
     return proc
 
 
+def assert_job_refused(test, tmp, body, want):
+    """A job of `body`'s keys (from its 4th line, after model, dataset and steps) is refused by the job parser with
+    `want` at JOB:4 (`baton lr-schedule` loads it as every command does)."""
+    job = os.path.join(tmp, "bad.yaml")
+    with open(job, "w") as f:
+        f.write(f"model: m\ndataset: d\nsteps: 5\n{body}\n")
+    proc = baton("lr-schedule", "--job", job, check=False)
+    test.assertEqual(proc.returncode, 1, body)
+    test.assertIn(f"{job}:4: {want}", proc.stderr, body)
+
+
 def temp_dir():
     """A temporary directory removed when the returned object is garbage-collected or cleaned up."""
     return tempfile.TemporaryDirectory(prefix="baton-upstream-")

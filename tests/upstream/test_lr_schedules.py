@@ -14,7 +14,7 @@ import unittest
 import torch
 from diffusers.optimization import get_cosine_schedule_with_warmup, get_scheduler
 
-from referee import baton, temp_dir
+from referee import assert_job_refused, baton, temp_dir
 
 CASES = [
     # (schedule, warmup_steps, steps, extra keys, get_scheduler's extra arguments)
@@ -71,12 +71,7 @@ class LearningRateScheduleTest(unittest.TestCase):
                                ("{schedule: linear, cycles: 2}", "'cycles' applies to cosine and cosine_with_restarts"),
                                ("{schedule: cosine, power: 2}", "'power' applies to polynomial, not cosine"),
                                ("{schedule: cosine, cycles: 0}", "'cycles' must be in (0, 1000]")]:
-                job = os.path.join(tmp, "bad.yaml")
-                with open(job, "w") as f:
-                    f.write(f"model: m\ndataset: d\nsteps: 5\noptimizer: {body}\n")
-                proc = baton("lr-schedule", "--job", job, check=False)
-                self.assertEqual(proc.returncode, 1, body)
-                self.assertIn(f"{job}:4: {want}", proc.stderr, body)
+                assert_job_refused(self, tmp, f"optimizer: {body}", want)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from prodigyopt import Prodigy
 from transformers.optimization import Adafactor
 
-from referee import baton, max_rel_error, temp_dir
+from referee import assert_job_refused, baton, max_rel_error, temp_dir
 
 TOLERANCE = 1e-6
 MODULES = ["transformer_blocks.0.attn.to_q", "transformer_blocks.0.ff.linear_in",
@@ -175,12 +175,7 @@ class OptimizerRecipesTest(unittest.TestCase):
                 ("optimizer: {type: adafactor, betas: [0.9, 0.99]}", "'betas' applies to adamw and prodigy, not "
                  "adafactor"),
             ]:
-                job = os.path.join(tmp, "bad.yaml")
-                with open(job, "w") as f:
-                    f.write(f"model: m\ndataset: d\nsteps: 5\n{body}\n")
-                proc = baton("lr-schedule", "--job", job, check=False)
-                self.assertEqual(proc.returncode, 1, body)
-                self.assertIn(f"{job}:4: {want}", proc.stderr, body)
+                assert_job_refused(self, tmp, body, want)
 
 
 if __name__ == "__main__":
