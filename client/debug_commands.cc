@@ -98,10 +98,9 @@ absl::Status ReplayOptimizer(const Args& args) {
       }
       grads[name] = it->second.to(at::kFloat).clone();
     }
-    std::vector<at::Tensor> list;
-    for (const auto& [name, g] : grads) list.push_back(g);
-    ScaleGradients(list, ClipFactor(GlobalNorm(SquaredNormsByName(grads)), job.optimizer.clip));
-    RETURN_IF_ERROR(optimizer.Step(params, grads, LearningRate(job.optimizer, step, job.steps)));
+    const double norm = GlobalNorm(SquaredNormsByName(grads));
+    RETURN_IF_ERROR(
+        ClipAndStep(optimizer, job.optimizer.clip, norm, params, grads, LearningRate(job.optimizer, step, job.steps)));
   }
   std::map<std::string, at::Tensor> out;
   for (const auto& [name, p] : params) out["param/" + name] = p;

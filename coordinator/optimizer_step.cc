@@ -55,10 +55,7 @@ absl::StatusOr<PipelineStepRecord> ApplyGradients(const JobConfig& job, int64_t 
   RETURN_IF_ERROR(CheckStepFinite(rec.step, rec.lr, MicroBatchLosses(outputs),
                                   static_cast<int>(outputs.summaries.size()) - 1, squared));
   rec.grad_norm = GlobalNorm(all_squared);
-  std::vector<at::Tensor> grad_list;
-  for (const auto& [name, g] : all_grads) grad_list.push_back(g);
-  ScaleGradients(grad_list, ClipFactor(rec.grad_norm, job.optimizer.clip));
-  RETURN_IF_ERROR(optimizer.Step(master, all_grads, rec.lr));
+  RETURN_IF_ERROR(ClipAndStep(optimizer, job.optimizer.clip, rec.grad_norm, master, all_grads, rec.lr));
   return rec;
 }
 

@@ -188,15 +188,10 @@ absl::StatusOr<int64_t> LocalOptimizer::Update(const v1::UpdateRequest& req, Ten
         absl::StrCat("no reduced gradients of step ", req.step() + 1, " (reduced: step ", reduced_step_ + 1, ")"));
   }
   if (!config_) return absl::FailedPreconditionError("no optimizer settings: JoinGroup comes first");
-  if (!optimizer_) {  // the first update (of the run, after a Load or new settings)
-    Tensors state = loaded_;
-    if (!params.empty()) {  // the state lives beside the adapters
-      for (auto& [name, t] : state) {
-        if (name != kOptimizerStepKey) t = t.to(params.begin()->second.device());
-      }
-    }
+  if (!optimizer_) {  // the first update (of the run, after a Load or new settings); its state moves beside the
+                      // adapters as each step first takes it
     auto optimizer = std::make_unique<Optimizer>(*config_);
-    if (!state.empty()) RETURN_IF_ERROR(optimizer->LoadStateDict(state));
+    if (!loaded_.empty()) RETURN_IF_ERROR(optimizer->LoadStateDict(loaded_));
     optimizer_ = std::move(optimizer);
     loaded_.clear();
   }

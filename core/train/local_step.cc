@@ -82,8 +82,7 @@ absl::StatusOr<LocalStepResult> RunLocalStep(LocalModel& model, const std::vecto
   result.loss = loss_sum / static_cast<double>(micro_batches.size());
   result.grad_norm = GlobalNorm(squared);
   RETURN_IF_ERROR(TorchCall("the optimizer step", [&] {
-    ScaleGradients(grad_list, ClipFactor(result.grad_norm, optimizer_config.clip));
-    absl::Status stepped = optimizer.Step(master, grads, result.lr);
+    absl::Status stepped = ClipAndStep(optimizer, optimizer_config.clip, result.grad_norm, master, grads, result.lr);
     TORCH_CHECK(stepped.ok(), std::string(stepped.message()));
   }));
   ZeroLoraGradients(model.stage->module());

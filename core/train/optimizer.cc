@@ -10,31 +10,16 @@
 
 #include "core/device/readback.h"
 #include "core/tensor/shape.h"
+#include "core/train/grad_norm.h"
+#include "core/train/optimizer_state.h"
 
 namespace baton {
 
 namespace {
-constexpr char kExpAvg[] = ".exp_avg";
-constexpr char kExpAvgSq[] = ".exp_avg_sq";
-constexpr char kExpAvgSqRow[] = ".exp_avg_sq_row";
-constexpr char kExpAvgSqCol[] = ".exp_avg_sq_col";
-constexpr char kEma[] = ".ema";
 
 // Adafactor factors the second moment of a matrix (transformers: len(shape) >= 2).
 bool Factored(at::IntArrayRef shape) { return shape.size() >= 2; }
 
-// Whether the optimizer of `opt` keeps state of this kind (a key's suffix) for some parameter.
-bool KeepsKind(const OptimizerConfig& opt, absl::string_view suffix) {
-  if (suffix == kEma) return opt.ema.enabled();
-  if (opt.type == "prodigy") {
-    return suffix == kExpAvgSq || suffix == kProdigyS || suffix == kProdigyP0 || (suffix == kExpAvg && opt.beta1 > 0);
-  }
-  if (opt.type == "adafactor") {
-    return suffix == kExpAvgSq || suffix == kExpAvgSqRow || suffix == kExpAvgSqCol ||
-           (suffix == kExpAvg && opt.adafactor.beta1 >= 0);
-  }
-  return suffix == kExpAvg || suffix == kExpAvgSq;
-}
 }  // namespace
 
 std::string EmaKey(const std::string& param) { return param + kEma; }
@@ -83,6 +68,14 @@ std::map<std::string, std::vector<int64_t>> StateKeysOf(const OptimizerConfig& o
   for (const std::string& key : keys) out[key] = StateShape(key, shape);
   return out;
 }
+
+namespace {
+// Whether the optimizer of `opt` keeps state of this kind (a key's suffix) for some parameter: a matrix's or a
+// vector's (StateKeysOf's keys of a parameter named "").
+bool KeepsKind(const OptimizerConfig& opt, const std::string& suffix) {
+  return StateKeysOf(opt, "", {2, 2}).count(suffix) > 0 || StateKeysOf(opt, "", {2}).count(suffix) > 0;
+}
+}  // namespace
 
 std::string StateParam(const std::string& key) {
   for (absl::string_view suffix : {kExpAvgSqRow, kExpAvgSqCol, kExpAvgSq, kExpAvg, kEma, kProdigyS, kProdigyP0}) {
@@ -154,13 +147,7 @@ absl::Status Optimizer::Step(std::map<std::string, at::Tensor>& params, const st
 }
 
 at::Tensor& Optimizer::StateTensor(const std::string& key, at::IntArrayRef shape, const at::Tensor& like) {
-  at::Tensor& t = state_[key];
-  if (!t.defined()) {
-    t = at::zeros(shape, like.options());
-  } else if (t.device() != like.device()) {  // loaded on the host (a checkpoint, LoadState): beside the params now
-    t = t.to(like.device());
-  }
-  return t;
+  return StateBeside(state_, key, like, [&] { return at::zeros(shape, like.options()); });
 }
 
 void Optimizer::AdamWStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
@@ -339,6 +326,14 @@ absl::Status Optimizer::CheckState(const std::map<std::string, at::Tensor>& para
                                             ") does not keep"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ClipAndStep(Optimizer& optimizer, double clip, double norm, std::map<std::string, at::Tensor>& params,
+                         const std::map<std::string, at::Tensor>& grads, double lr) {
+  std::vector<at::Tensor> list;
+  for (const auto& [name, g] : grads) list.push_back(g);
+  ScaleGradients(list, ClipFactor(norm, clip));
+  return optimizer.Step(params, grads, lr);
 }
 
 }  // namespace baton

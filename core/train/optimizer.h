@@ -82,4 +82,9 @@ class Optimizer {
   ProdigyScalars prodigy_;                   // type prodigy: its estimate's scalars
 };
 
+// What every trainer does with a step's gradients once their global norm is known (grad_norm.h): scaled in place by
+// the clipping factor for `clip` (only when the norm exceeds it), then one Step at `lr`.
+absl::Status ClipAndStep(Optimizer& optimizer, double clip, double norm, std::map<std::string, at::Tensor>& params,
+                         const std::map<std::string, at::Tensor>& grads, double lr);
+
 }  // namespace baton

@@ -3,23 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/train/optimizer_state.h"
+
 namespace baton {
 namespace {
 
 double Beta3(const OptimizerConfig& opt) { return opt.prodigy.beta3 < 0 ? std::sqrt(opt.beta2) : opt.prodigy.beta3; }
-
-// state[key], made from `make` when missing, moved beside `like` when elsewhere.
-template <typename Make>
-at::Tensor& ProdigyState(std::map<std::string, at::Tensor>& state, const std::string& key, const at::Tensor& like,
-                         Make make) {
-  at::Tensor& t = state[key];
-  if (!t.defined()) {
-    t = make();
-  } else if (t.device() != like.device()) {
-    t = t.to(like.device());
-  }
-  return t;
-}
 
 }  // namespace
 
@@ -44,11 +33,11 @@ at::Tensor ProdigyTerms(const OptimizerConfig& opt, const ProdigyScalars& s, dou
     at::Tensor& g = grads[i];
     if (opt.weight_decay != 0 && !c.decouple) g = g.add(p, opt.weight_decay);
     auto zeros = [&] { return at::zeros_like(p); };
-    at::Tensor& s_acc = ProdigyState(state, name + kProdigyS, p, zeros);
-    const at::Tensor& p0 = ProdigyState(state, name + kProdigyP0, p, [&] { return p.clone(); });
-    at::Tensor& exp_avg_sq = ProdigyState(state, name + ".exp_avg_sq", p, zeros);
+    at::Tensor& s_acc = StateBeside(state, name + kProdigyS, p, zeros);
+    const at::Tensor& p0 = StateBeside(state, name + kProdigyP0, p, [&] { return p.clone(); });
+    at::Tensor& exp_avg_sq = StateBeside(state, name + kExpAvgSq, p, zeros);
     const at::Tensor dot = at::dot(g.flatten(), (p0 - p).flatten());
-    if (beta1 > 0) ProdigyState(state, name + ".exp_avg", p, zeros).mul_(beta1).add_(g, d * (1 - beta1));
+    if (beta1 > 0) StateBeside(state, name + kExpAvg, p, zeros).mul_(beta1).add_(g, d * (1 - beta1));
     exp_avg_sq.mul_(beta2).addcmul_(g, g, d * d * (1 - beta2));
     s_acc.mul_(beta3).add_(g, c.safeguard_warmup ? (d / c.d0) * d : (d / c.d0) * dlr);
     terms.push_back(at::stack({dot, s_acc.abs().sum()}).to(at::kDouble));
@@ -79,10 +68,10 @@ void ProdigyApply(const OptimizerConfig& opt, const ProdigyScalars& s, double dl
                   const std::vector<at::Tensor>& grads, const std::vector<std::string>& names) {
   for (size_t i = 0; i < names.size(); ++i) {
     at::Tensor& p = params.at(names[i]);
-    const at::Tensor denom = state.at(names[i] + ".exp_avg_sq").sqrt().add_(s.d * opt.eps);
+    const at::Tensor denom = state.at(names[i] + kExpAvgSq).sqrt().add_(s.d * opt.eps);
     if (opt.weight_decay != 0 && opt.prodigy.decouple) p.add_(p, -opt.weight_decay * dlr);
     if (opt.beta1 > 0) {
-      p.addcdiv_(state.at(names[i] + ".exp_avg"), denom, -dlr);
+      p.addcdiv_(state.at(names[i] + kExpAvg), denom, -dlr);
     } else {
       p.addcdiv_(grads[i], denom, -dlr * s.d);
     }

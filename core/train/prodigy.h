@@ -28,9 +28,6 @@ inline constexpr char kProdigyD[] = "__prodigy_d__";
 inline constexpr char kProdigyDMax[] = "__prodigy_d_max__";
 inline constexpr char kProdigyDNumerator[] = "__prodigy_d_numerator__";
 inline constexpr char kProdigyK[] = "__prodigy_k__";
-// Per-parameter state suffixes: the accumulated weighted gradients and the parameters at the first step.
-inline constexpr char kProdigyS[] = ".prodigy_s";
-inline constexpr char kProdigyP0[] = ".prodigy_p0";
 
 // d·lr·(the bias correction of step s.k when use_bias_correction): the step's rate.
 double ProdigyDlr(const OptimizerConfig& opt, const ProdigyScalars& s, double lr);
