@@ -132,6 +132,7 @@ std::vector<v1::HistoryPoint> DownsampleSteps(const std::vector<v1::StepProgress
 
 LoggedHistory ReadTrainLogHistory(const std::string& path, int64_t total_steps) {
   LoggedHistory history;
+  std::vector<v1::WatchEvent> ema;  // the adapters' EMA's evaluations: shown when the run made no others
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
@@ -139,10 +140,11 @@ LoggedHistory ReadTrainLogHistory(const std::string& path, int64_t total_steps) 
     if (j.is_discarded() || !j.is_object() || !j.contains("step")) continue;
     try {
       const std::string event = j.value("event", std::string());
+      std::vector<v1::WatchEvent>& evals = j.value("weights", std::string()) == "ema" ? ema : history.evals;
       if (event == "validation" && j.contains("validation_loss")) {
-        history.evals.push_back(ValidationFromLine(j));
+        evals.push_back(ValidationFromLine(j));
       } else if (event == "samples") {
-        history.evals.push_back(SamplesFromLine(j));
+        evals.push_back(SamplesFromLine(j));
       } else if (event.empty() && j.contains("loss")) {
         history.steps.push_back(StepFromLine(j, total_steps));
         history.run_seconds += history.steps.back().step_seconds();
@@ -151,6 +153,7 @@ LoggedHistory ReadTrainLogHistory(const std::string& path, int64_t total_steps) 
       continue;  // a line of other types than the log writes: not ours to show
     }
   }
+  if (history.evals.empty()) history.evals = std::move(ema);  // ema.evals: ema
   return history;
 }
 

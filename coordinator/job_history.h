@@ -21,7 +21,8 @@ inline constexpr int kMaxLogTailLines = 200;
 std::vector<v1::HistoryPoint> DownsampleSteps(const std::vector<v1::StepProgress>& steps, int max_points);
 
 // What a train_log.jsonl says of a run: its step records and its evaluations (validation and samples events, in
-// order). Unreadable lines are skipped; a missing file is an empty history.
+// order): the trained adapters', or their EMA's when the run evaluated only those (ema.evals: ema). Unreadable lines
+// are skipped; a missing file is an empty history.
 struct LoggedHistory {
   std::vector<v1::StepProgress> steps;
   std::vector<v1::WatchEvent> evals;  // each with its validation or samples set

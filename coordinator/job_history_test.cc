@@ -82,6 +82,27 @@ not json
   EXPECT_TRUE(ReadTrainLogHistory(JoinPath(dir, "missing.jsonl"), 1).steps.empty());
 }
 
+// ema.evals: the page shows the trained adapters' evaluations (both), or the EMA's when there are no others (ema).
+TEST(ReadTrainLogHistoryTest, TheEmaEvaluationsShowWhenTheRunMadeNoOthers) {
+  const std::string dir = test_util::MakeTempDir("job-history-ema");
+  const std::string both = JoinPath(dir, "both.jsonl"), ema = JoinPath(dir, "ema.jsonl");
+  ASSERT_TRUE(WriteFileAtomic(both, R"({"step":0,"event":"validation","validation_loss":{"0.5":2.5,"mean":2.5}}
+{"step":0,"event":"validation","weights":"ema","validation_loss":{"0.5":1.5,"mean":1.5}}
+{"step":0,"event":"samples","weights":"ema","dir":"d-ema","contact_sheet":"c","images":2,"seconds_per_sample":0.4}
+)")
+                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomic(ema, R"({"step":0,"event":"validation","weights":"ema","validation_loss":{"0.5":1.5,"mean":1.5}}
+)")
+          .ok());
+  LoggedHistory h = ReadTrainLogHistory(both, 10);
+  ASSERT_EQ(h.evals.size(), 1u);
+  EXPECT_DOUBLE_EQ(h.evals[0].validation().mean(), 2.5);
+  h = ReadTrainLogHistory(ema, 10);
+  ASSERT_EQ(h.evals.size(), 1u);
+  EXPECT_DOUBLE_EQ(h.evals[0].validation().mean(), 1.5);
+}
+
 TEST(ListSampleRenderingTest, ListsTheFilesOfPromptsTxtThatExist) {
   const std::string out = test_util::MakeTempDir("job-history-samples");
   const std::string dir = JoinPath(out, "samples/step-4");

@@ -162,10 +162,13 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
                                              StartState& start, int64_t total_steps, JsonlWriter& log,
                                              TrainingEvals& evals) {
   std::map<std::string, at::Tensor>& master = start.master;
-  // Validation and samples between steps: forward-only passes through replica 0's stages, with the current adapters.
+  // Validation and samples between steps: forward-only passes through replica 0's stages, with the current adapters
+  // and, as the job's ema.evals asks, their EMA (the passes leave a stage-local optimizer's adapters as they were).
   StageDenoiser stage_denoiser(*setup.model, *setup.shell, setup.dtype, setup.micro_batches, replicas.executor(0),
                                master);
   const Denoiser denoiser = stage_denoiser.AsDenoiser();
+  std::map<std::string, at::Tensor> ema_master;  // EmaWeights of `master`, set before each evaluation
+  const Denoiser ema = job.optimizer.ema.evals_ema() ? stage_denoiser.With(ema_master) : Denoiser();
   // A stage-local optimizer's state into `master` and `optimizer`, after `done` steps; a stage lost meanwhile is
   // recovered first (the read then finds the state lost: the caller rolls back).
   auto read_back = [&](int64_t done) -> absl::Status {
@@ -178,7 +181,8 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
     RETURN_IF_ERROR(read_back(done));  // the passes push `master`
     replicas.SettleReplica(0);         // the passes run on replica 0: back from any recovery first
     stage_denoiser.set_step(done);
-    ASSIGN_OR_RETURN(EvalReport report, evals.Run(done, total_steps, start.step, denoiser, log));
+    if (ema) ema_master = EmaWeights(master, optimizer.StateDict());
+    ASSIGN_OR_RETURN(EvalReport report, evals.Run(done, total_steps, start.step, denoiser, ema, log));
     if (options.hooks.on_eval) options.hooks.on_eval(report);
     return absl::OkStatus();
   };

@@ -15,11 +15,14 @@ StageDenoiser::StageDenoiser(const ModelFamily& model, ShellModel& shell, at::Sc
       executor_(executor),
       master_(master) {}
 
-Denoiser StageDenoiser::AsDenoiser() {
-  return [this](const std::vector<NoisyBatch>& batches) { return Run(batches); };
+Denoiser StageDenoiser::AsDenoiser() { return With(master_); }
+
+Denoiser StageDenoiser::With(const std::map<std::string, at::Tensor>& adapters) {
+  return [this, &adapters](const std::vector<NoisyBatch>& batches) { return Run(batches, adapters); };
 }
 
-absl::StatusOr<std::vector<at::Tensor>> StageDenoiser::Run(const std::vector<NoisyBatch>& batches) {
+absl::StatusOr<std::vector<at::Tensor>> StageDenoiser::Run(const std::vector<NoisyBatch>& batches,
+                                                           const std::map<std::string, at::Tensor>& adapters) {
   const size_t per_pass = static_cast<size_t>(std::max(micro_batches_, 1));
   std::vector<at::Tensor> outputs;
   for (size_t begin = 0; begin < batches.size(); begin += per_pass) {
@@ -30,7 +33,7 @@ absl::StatusOr<std::vector<at::Tensor>> StageDenoiser::Run(const std::vector<Noi
       ASSIGN_OR_RETURN(ShellOutputs out, shell_.Run(inputs, dtype_));
       shell.push_back(std::move(out));
     }
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> pass, executor_.RunForwardPass(step_, next_pass_++, shell, master_));
+    ASSIGN_OR_RETURN(std::vector<at::Tensor> pass, executor_.RunForwardPass(step_, next_pass_++, shell, adapters));
     for (at::Tensor& t : pass) outputs.push_back(t.to(at::kFloat));
   }
   return outputs;

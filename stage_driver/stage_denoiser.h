@@ -23,9 +23,12 @@ class StageDenoiser {
   // The training step the next passes follow (their messages name it).
   void set_step(int64_t step) { step_ = step; }
   Denoiser AsDenoiser();
+  // The same passes with other adapters than `master` (the EMA's), read at each call; `adapters` must outlive it.
+  Denoiser With(const std::map<std::string, at::Tensor>& adapters);
 
  private:
-  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<NoisyBatch>& batches);
+  absl::StatusOr<std::vector<at::Tensor>> Run(const std::vector<NoisyBatch>& batches,
+                                              const std::map<std::string, at::Tensor>& adapters);
 
   const ModelFamily& model_;
   ShellModel& shell_;

@@ -773,6 +773,11 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunPass(const v1::StepPlan& plan, c
     was_training.push_back(chunk->module().is_training());
     chunk->module().eval();
   }
+  // A stage-local optimizer's adapters are the run's state: the pass's weights (the EMA's, say) serve the pass only.
+  TensorMap own;
+  if (optimizer_.Steps() >= 0) {
+    for (const auto& [pname, p] : AllLora()) own[pname] = p.detach().clone();
+  }
   absl::Status run = absl::OkStatus();
   for (const v1::Action& action : plan.actions()) {
     run = Forward(plan, action.chunk(), action.micro_batch(), cancelled, step, summary);
@@ -781,6 +786,10 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunPass(const v1::StepPlan& plan, c
   if (run.ok()) run = EnsureWeights(plan, cancelled, step, summary);
   if (run.ok()) run = FlushPeers(plan, cancelled);
   for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c]->module().train(was_training[c]);
+  if (!own.empty()) {
+    const absl::Status restored = AssignAllLora(std::move(own));
+    if (run.ok()) run = restored;
+  }
   inbox_.DropStep(InboxKey(plan.step(), plan.pass()));
   RETURN_IF_ERROR(run);
   progress_.Set("sending the pass's outputs to the coordinator");

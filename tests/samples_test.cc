@@ -39,11 +39,12 @@ class SamplesTest : public ::testing::Test {
 
   // The demo's shape at test size; `evals` adds validation (on the training cache itself, so nothing is held out and
   // the training data stay the same) and three sample prompts, every 2 of 4 steps.
-  static JobConfig Job(bool evals, const std::string& model = "") {
+  static JobConfig Job(bool evals, const std::string& model = "", const std::string& extra = "") {
     std::string yaml = absl::StrCat("model: ", model.empty() ? JoinPath(*dir_, "pipeline") : model,
                                     "\ndataset: ", JoinPath(*dir_, "cache"),
                                     "\nlora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\nsteps: 4\n"
-                                    "batch_size: 4\nmicro_batches: 2\nseed: 3\ncheckpoint_every: 2\n");
+                                    "batch_size: 4\nmicro_batches: 2\nseed: 3\ncheckpoint_every: 2\n",
+                                    extra);
     if (evals) {
       absl::StrAppend(&yaml, "validation: {every: 2, dataset: ", JoinPath(*dir_, "cache"),
                       ", samples: 3, timesteps: [0.25, 0.75]}\n"
@@ -63,21 +64,22 @@ class SamplesTest : public ::testing::Test {
     return test_util::LoadRunLora(JoinPath(*dir_, out));
   }
 
-  // train_log.jsonl's lines of one event kind.
-  static std::vector<nlohmann::json> Events(const std::string& out, const std::string& event) {
+  // train_log.jsonl's lines of one event kind, of the trained adapters or (`weights` "ema") of their EMA.
+  static std::vector<nlohmann::json> Events(const std::string& out, const std::string& event,
+                                            const std::string& weights = "") {
     auto text = ReadFile(JoinPath(JoinPath(*dir_, out), "train_log.jsonl"));
     EXPECT_TRUE(text.ok());
     std::vector<nlohmann::json> lines;
     std::istringstream in(text.ok() ? *text : "");
     for (std::string line; std::getline(in, line);) {
       auto j = nlohmann::json::parse(line);
-      if (j.value("event", "") == event) lines.push_back(j);
+      if (j.value("event", "") == event && j.value("weights", "") == weights) lines.push_back(j);
     }
     return lines;
   }
 
-  static Image Png(const std::string& out, int64_t step, const std::string& file) {
-    auto image = ReadImageFile(JoinPath(*dir_, absl::StrCat(out, "/samples/step-", step, "/", file)));
+  static Image Png(const std::string& out, int64_t step, const std::string& file, const std::string& suffix = "") {
+    auto image = ReadImageFile(JoinPath(*dir_, absl::StrCat(out, "/samples/step-", step, suffix, "/", file)));
     EXPECT_TRUE(image.ok()) << image.status();
     return image.ok() ? *image : Image();
   }
@@ -155,6 +157,64 @@ TEST_F(SamplesTest, OneProcessRendersWhatTheStagesRender) {
                  b = one[i]["validation_loss"]["mean"].get<double>();
     EXPECT_NEAR(a, b, 1e-5 * a);
   }
+}
+
+// The most any pixel of two renderings differs.
+int WorstPixel(const Image& a, const Image& b) {
+  EXPECT_EQ(a.pixels.size(), b.pixels.size());
+  int worst = a.pixels.size() == b.pixels.size() ? 0 : 255;
+  for (size_t i = 0; i < a.pixels.size() && i < b.pixels.size(); ++i) {
+    worst = std::max(worst, std::abs(a.pixels[i] - b.pixels[i]));
+  }
+  return worst;
+}
+
+// `ema: {evals: both}`: each evaluation runs with the trained adapters and again with their EMA. Through the stages
+// (whose stage-local optimizer holds the adapters: the EMA's passes must not leave its weights there) and in one
+// process (which swaps the EMA in and back), the LoRA and its EMA are bitwise the same; the EMA's validation losses
+// agree; at step 0, when the EMA is the adapters, they equal the trained ones; and the EMA's images after the last
+// step are what `baton sample` renders with lora_ema.safetensors.
+TEST_F(SamplesTest, EmaEvaluationsRunTheEmaAndLeaveTrainingAsItWas) {
+  const JobConfig job = Job(true, "", "ema: {decay: 0.8, evals: both}\n");
+  ASSERT_TRUE(RunCoordinator(job, Options("ema_pipe")).ok());
+  auto local = RunLocalTraining(job, JoinPath(*dir_, "ema_local"), 0);
+  ASSERT_TRUE(local.ok()) << local.status();
+  for (const char* file : {"lora.safetensors", "lora_ema.safetensors"}) {
+    auto pipe = LoadAllSafetensors(JoinPath(*dir_, absl::StrCat("ema_pipe/", file)));
+    auto one = LoadAllSafetensors(JoinPath(*dir_, absl::StrCat("ema_local/", file)));
+    ASSERT_TRUE(pipe.ok() && one.ok()) << file;
+    ASSERT_EQ(pipe->size(), one->size()) << file;
+    for (const auto& [name, w] : *one) EXPECT_TRUE(at::equal(w, pipe->at(name))) << file << " " << name;
+  }
+
+  auto trained = Events("ema_pipe", "validation"), ema = Events("ema_pipe", "validation", "ema");
+  auto ema_one = Events("ema_local", "validation", "ema");
+  ASSERT_EQ(trained.size(), 3u);
+  ASSERT_EQ(ema.size(), 3u);
+  ASSERT_EQ(ema_one.size(), 3u);
+  EXPECT_EQ(ema[0]["validation_loss"]["mean"], trained[0]["validation_loss"]["mean"]);
+  EXPECT_NE(ema[2]["validation_loss"]["mean"], trained[2]["validation_loss"]["mean"]);
+  for (size_t i = 0; i < ema.size(); ++i) {
+    const double a = ema[i]["validation_loss"]["mean"].get<double>(),
+                 b = ema_one[i]["validation_loss"]["mean"].get<double>();
+    EXPECT_NEAR(a, b, 1e-5 * a) << "step " << ema[i]["step"];
+  }
+
+  ASSERT_EQ(Events("ema_pipe", "samples", "ema").size(), 3u);
+  EXPECT_EQ(Events("ema_pipe", "samples", "ema")[2]["dir"].get<std::string>(),
+            JoinPath(*dir_, "ema_pipe/samples/step-4-ema"));
+  EXPECT_EQ(WorstPixel(Png("ema_pipe", 0, "0.png"), Png("ema_pipe", 0, "0.png", "-ema")), 0);
+  EXPECT_GT(WorstPixel(Png("ema_pipe", 4, "0.png"), Png("ema_pipe", 4, "0.png", "-ema")), 1);
+  const std::string png = JoinPath(*dir_, "ema_sample.png");
+  const std::string cmd = absl::StrCat(JoinPath(BinDir(), "baton"), " sample --model ", JoinPath(*dir_, "pipeline"),
+                                       " --prompt 'a red circle' --max_sequence_length 32 --size 48x32 --steps 4 "
+                                       "--guidance 4.0 --seed 5 --lora ",
+                                       JoinPath(*dir_, "ema_pipe/lora_ema.safetensors"), " --out ", png);
+  auto r = test_util::RunCommand(cmd);
+  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  auto sampled = ReadImageFile(png);
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  EXPECT_LE(WorstPixel(*sampled, Png("ema_pipe", 4, "0.png", "-ema")), 1);
 }
 
 // `samples: {references: [...]}` (FLUX.2 editing): the step-0 image of a prompt is what `baton sample --references`

@@ -46,11 +46,12 @@ std::string SampleRenderer::StepDir(int64_t step) const { return SampleStepDir(o
 
 bool SampleRenderer::Rendered(int64_t step) const { return PathExists(JoinPath(StepDir(step), "contact_sheet.png")); }
 
-absl::StatusOr<SampleRecord> SampleRenderer::Render(int64_t step, const Denoiser& denoiser, bool quiet) {
+absl::StatusOr<SampleRecord> SampleRenderer::Render(int64_t step, const std::string& dir_suffix,
+                                                    const Denoiser& denoiser, bool quiet) {
   const auto t0 = std::chrono::steady_clock::now();
   SampleRecord rec;
   rec.step = step;
-  rec.dir = StepDir(step);
+  rec.dir = StepDir(step) + dir_suffix;
   rec.contact_sheet = JoinPath(rec.dir, "contact_sheet.png");
   const std::string partial = absl::StrCat(rec.dir, ".partial");
   RETURN_IF_ERROR(RemoveAll(partial));

@@ -51,9 +51,11 @@ class SampleRenderer {
   std::string StepDir(int64_t step) const;
   // Whether step's samples are on disk already (a resumed run does not render them again).
   bool Rendered(int64_t step) const;
-  // Renders every prompt after `step` optimizer steps (0: before training). The folder appears complete or not at
-  // all (written as step-N.partial, then renamed).
-  absl::StatusOr<SampleRecord> Render(int64_t step, const Denoiser& denoiser, bool quiet);
+  // Renders every prompt after `step` optimizer steps (0: before training) into StepDir(step) + `dir_suffix` ("-ema":
+  // the adapters' EMA beside them). The folder appears complete or not at all (written as step-N.partial, then
+  // renamed).
+  absl::StatusOr<SampleRecord> Render(int64_t step, const std::string& dir_suffix, const Denoiser& denoiser,
+                                      bool quiet);
 
  protected:
   explicit SampleRenderer(std::string output_dir) : output_dir_(std::move(output_dir)) {}

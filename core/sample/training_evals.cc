@@ -57,9 +57,24 @@ bool TrainingEvals::Due(int64_t step, int64_t total, int64_t first_step) const {
 }
 
 absl::StatusOr<EvalReport> TrainingEvals::Run(int64_t step, int64_t total, int64_t first_step, const Denoiser& denoiser,
-                                              JsonlWriter& log) {
+                                              const Denoiser& ema, JsonlWriter& log) {
+  const EmaConfig& e = job_.optimizer.ema;
+  if (e.evals_ema() && !ema) return absl::InternalError("ema.evals asks for the EMA's evaluations but none was given");
   EvalReport report;
   report.step = step;
+  // The trained adapters', then the EMA's (the first is the report's); with both, the EMA's images beside the others.
+  if (e.evals_trained()) RETURN_IF_ERROR(RunWith(step, total, first_step, denoiser, "", "", log, &report));
+  if (e.evals_ema()) {
+    RETURN_IF_ERROR(RunWith(step, total, first_step, ema, "ema", e.evals_trained() ? "-ema" : "", log,
+                            e.evals_trained() ? nullptr : &report));
+  }
+  return report;
+}
+
+absl::Status TrainingEvals::RunWith(int64_t step, int64_t total, int64_t first_step, const Denoiser& denoiser,
+                                    const std::string& weights, const std::string& dir_suffix, JsonlWriter& log,
+                                    EvalReport* report) {
+  const std::string of = weights.empty() ? "" : absl::StrCat(" (", weights, ")");
   if (ValidationDue(step, total, first_step)) {
     ASSIGN_OR_RETURN(ValidationResult v, RunValidation(denoiser, *validation_, micro_batches_));
     nlohmann::ordered_json losses;
@@ -73,29 +88,32 @@ absl::StatusOr<EvalReport> TrainingEvals::Run(int64_t step, int64_t total, int64
     nlohmann::ordered_json line;
     line["step"] = step;
     line["event"] = "validation";
+    if (!weights.empty()) line["weights"] = weights;
     line["validation_loss"] = losses;
     line["records"] = validation_->records;
     line["seconds"] = v.seconds;
     RETURN_IF_ERROR(log.Append(line));
     if (!quiet_) {
-      std::printf("validation after step %lld: mean %.5f%s  (%lld records, %.2f s)\n", static_cast<long long>(step),
-                  v.mean, text.c_str(), static_cast<long long>(validation_->records), v.seconds);
+      std::printf("validation%s after step %lld: mean %.5f%s  (%lld records, %.2f s)\n", of.c_str(),
+                  static_cast<long long>(step), v.mean, text.c_str(), static_cast<long long>(validation_->records),
+                  v.seconds);
     }
-    report.validation = std::move(v);
+    if (report != nullptr) report->validation = std::move(v);
   }
   if (SamplesDue(step, total, first_step)) {
-    ASSIGN_OR_RETURN(SampleRecord s, samples_->Render(step, denoiser, quiet_));
+    ASSIGN_OR_RETURN(SampleRecord s, samples_->Render(step, dir_suffix, denoiser, quiet_));
     nlohmann::ordered_json line;
     line["step"] = step;
     line["event"] = "samples";
+    if (!weights.empty()) line["weights"] = weights;
     line["dir"] = s.dir;
     line["contact_sheet"] = s.contact_sheet;
     line["images"] = s.images;
     line["seconds_per_sample"] = s.seconds_per_sample;
     RETURN_IF_ERROR(log.Append(line));
-    report.samples = std::move(s);
+    if (report != nullptr) report->samples = std::move(s);
   }
-  return report;
+  return absl::OkStatus();
 }
 
 }  // namespace baton

@@ -40,14 +40,21 @@ class TrainingEvals {
   // Whether anything is due after `step` optimizer steps of a run ending at `total` that started (or resumed) at
   // `first_step`. At a resumed run's first step only samples missing on disk are due: the run before made the rest.
   bool Due(int64_t step, int64_t total, int64_t first_step) const;
-  // Runs what is due and appends one train_log.jsonl line per evaluation ("event": "validation" | "samples").
+  // Runs what is due and appends one train_log.jsonl line per evaluation ("event": "validation" | "samples"), with
+  // the adapters `denoiser` runs and, as the job's ema.evals asks, their EMA `ema` runs (its lines marked
+  // "weights": "ema"; empty when the job asks for none). The report holds the trained adapters' evaluations, or the
+  // EMA's when only those run.
   absl::StatusOr<EvalReport> Run(int64_t step, int64_t total, int64_t first_step, const Denoiser& denoiser,
-                                 JsonlWriter& log);
+                                 const Denoiser& ema, JsonlWriter& log);
 
  private:
   TrainingEvals() = default;
   bool ValidationDue(int64_t step, int64_t total, int64_t first_step) const;
   bool SamplesDue(int64_t step, int64_t total, int64_t first_step) const;
+  // What is due, with one set of adapters: `weights` marks the lines ("" for the trained adapters), `dir_suffix` the
+  // samples' folder; the results into `report` when given.
+  absl::Status RunWith(int64_t step, int64_t total, int64_t first_step, const Denoiser& denoiser,
+                       const std::string& weights, const std::string& dir_suffix, JsonlWriter& log, EvalReport* report);
 
   JobConfig job_;
   int micro_batches_ = 1;

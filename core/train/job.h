@@ -26,7 +26,13 @@ struct EmaConfig {
   bool use_ema_warmup = false;
   double inv_gamma = 1.0;
   double power = 2.0 / 3.0;
+  // What the validation and sample passes run with (`evals: trained|ema|both`): the trained adapters, their EMA (the
+  // lines and images marked "weights": "ema"), or both (the EMA's images in samples/step-N-ema).
+  enum class Evals { kTrained, kEma, kBoth };
+  Evals evals = Evals::kTrained;
   bool enabled() const { return decay > 0; }
+  bool evals_trained() const { return evals != Evals::kEma; }
+  bool evals_ema() const { return enabled() && evals != Evals::kTrained; }
 };
 
 // transformers' Adafactor (optimization.py), its arguments and defaults: eps = (eps1, eps2), beta1 < 0 for None (no

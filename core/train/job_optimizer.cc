@@ -152,12 +152,13 @@ absl::Status ParseOptimizerKeys(Reader& r, const YAML::Node& root, JobConfig& jo
   return ParseScheduleKeys(r, o, opt);
 }
 
-// ema: {decay, min_decay, update_after_step, use_ema_warmup, inv_gamma, power}: diffusers' EMAModel arguments.
+// ema: {decay, min_decay, update_after_step, use_ema_warmup, inv_gamma, power}: diffusers' EMAModel arguments; and
+// evals: trained|ema|both (SimpleTuner's --ema_validation none|ema_only|comparison).
 absl::Status ParseEmaKeys(Reader& r, const YAML::Node& root, EmaConfig& ema) {
   if (!root["ema"].IsDefined()) return absl::OkStatus();
   YAML::Node e = root["ema"];
   RETURN_IF_ERROR(
-      r.Keys(e, "ema", {"decay", "min_decay", "update_after_step", "use_ema_warmup", "inv_gamma", "power"}));
+      r.Keys(e, "ema", {"decay", "min_decay", "update_after_step", "use_ema_warmup", "inv_gamma", "power", "evals"}));
   RETURN_IF_ERROR(r.Check(e["decay"].IsDefined(), e, "decay", "is required: the EMA's decay, in (0, 1) (e.g. 0.999)"));
   RETURN_IF_ERROR(r.Get(e, "decay", &ema.decay));
   RETURN_IF_ERROR(r.Check(ema.decay > 0 && ema.decay < 1, e, "decay", "must be in (0, 1)"));
@@ -172,7 +173,16 @@ absl::Status ParseEmaKeys(Reader& r, const YAML::Node& root, EmaConfig& ema) {
   RETURN_IF_ERROR(r.Get(e, "inv_gamma", &ema.inv_gamma));
   RETURN_IF_ERROR(r.Check(ema.inv_gamma > 0, e, "inv_gamma", "must be positive"));
   RETURN_IF_ERROR(r.Get(e, "power", &ema.power));
-  return r.Check(ema.power > 0, e, "power", "must be positive");
+  RETURN_IF_ERROR(r.Check(ema.power > 0, e, "power", "must be positive"));
+  std::string evals = "trained";
+  RETURN_IF_ERROR(r.Get(e, "evals", &evals));
+  static const std::map<std::string, EmaConfig::Evals> kEvals = {
+      {"trained", EmaConfig::Evals::kTrained}, {"ema", EmaConfig::Evals::kEma}, {"both", EmaConfig::Evals::kBoth}};
+  RETURN_IF_ERROR(
+      r.Check(kEvals.count(evals) > 0, e, "evals",
+              absl::StrCat("is '", evals, "': one of trained, ema, both (what validation and samples run)")));
+  ema.evals = kEvals.at(evals);
+  return absl::OkStatus();
 }
 
 }  // namespace

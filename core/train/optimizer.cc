@@ -90,6 +90,16 @@ bool IsOptimizerStateKey(const std::string& key) {
 
 bool IsUpProjection(const std::string& param) { return absl::EndsWith(param, "lora_B.weight"); }
 
+std::map<std::string, at::Tensor> EmaWeights(const std::map<std::string, at::Tensor>& params,
+                                             const std::map<std::string, at::Tensor>& state) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, p] : params) {
+    auto it = state.find(EmaKey(name));
+    out[name] = it != state.end() ? it->second : p;
+  }
+  return out;
+}
+
 double EmaDecay(const EmaConfig& ema, int64_t step) {
   const int64_t k = std::max<int64_t>(0, step - ema.update_after_step - 1);
   if (k <= 0) return 0.0;

@@ -34,6 +34,10 @@ std::string StateParam(const std::string& key);
 bool IsOptimizerStateKey(const std::string& key);
 // LoRA+: whether `param` is an up projection (PEFT's lora_B), which learns at plus_ratio × the rate.
 bool IsUpProjection(const std::string& param);
+// The adapters' EMA as the evaluations use it (`ema: {evals}`): state[EmaKey(p)] for each of `params`, or the param
+// itself where the state holds none yet (before the first step the EMA is the adapters). Shares their tensors.
+std::map<std::string, at::Tensor> EmaWeights(const std::map<std::string, at::Tensor>& params,
+                                             const std::map<std::string, at::Tensor>& state);
 // The EMA's decay after optimizer step `step` (1-based): diffusers' EMAModel.get_decay.
 double EmaDecay(const EmaConfig& ema, int64_t step);
 // Full copies of the adapters the optimizer of `opt` keeps as its state (the planner's count): AdamW 2, Adafactor 1

@@ -145,10 +145,13 @@ absl::Status TensorBoardWriter::Record(const nlohmann::ordered_json& line) {
         RETURN_IF_ERROR(Scalar(absl::StrCat("train/", key), step, line[key].get<double>()));
       }
     }
-  } else if (event == "validation" && line.contains("validation_loss")) {
+  }
+  // The adapters' EMA's evaluations (ema.evals) under tags of their own: validation_ema/..., samples_ema/...
+  const std::string of = line.value("weights", std::string()) == "ema" ? "_ema" : "";
+  if (event == "validation" && line.contains("validation_loss")) {
     for (const auto& [t, loss] : line["validation_loss"].items()) {
       if (!loss.is_number()) continue;
-      const std::string tag = t == "mean" ? "validation/loss_mean" : absl::StrCat("validation/loss_t=", t);
+      const std::string tag = absl::StrCat("validation", of, t == "mean" ? "/loss_mean" : absl::StrCat("/loss_t=", t));
       RETURN_IF_ERROR(Scalar(tag, step, loss.get<double>()));
     }
   } else if (event == "samples" && line.contains("dir") && line["dir"].is_string()) {
@@ -159,7 +162,7 @@ absl::Status TensorBoardWriter::Record(const nlohmann::ordered_json& line) {
     }
     std::sort(pngs.begin(), pngs.end());
     for (const auto& png : pngs) {
-      RETURN_IF_ERROR(PngImage(absl::StrCat("samples/", png.stem().string()), step, png.string()));
+      RETURN_IF_ERROR(PngImage(absl::StrCat("samples", of, "/", png.stem().string()), step, png.string()));
     }
   }
   return absl::OkStatus();

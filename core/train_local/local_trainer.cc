@@ -126,6 +126,22 @@ absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const st
 
 namespace {
 
+// `denoiser` run with the adapters' EMA (EmaWeights) in place of the live adapters `params`, put back after the call.
+Denoiser WithEmaAdapters(const Denoiser& denoiser, std::map<std::string, at::Tensor>& params,
+                         const Optimizer& optimizer) {
+  return [denoiser, &params, &optimizer](const std::vector<NoisyBatch>& batches) {
+    at::NoGradGuard no_grad;
+    std::map<std::string, at::Tensor> trained;
+    for (const auto& [name, ema] : EmaWeights(params, optimizer.StateDict())) {
+      trained[name] = params.at(name).clone();
+      params.at(name).copy_(ema);
+    }
+    auto out = denoiser(batches);
+    for (auto& [name, p] : trained) params.at(name).copy_(p);
+    return out;
+  };
+}
+
 absl::StatusOr<LocalTrainResult> RunOneLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
                                                      const std::function<void(const StepRecord&)>& on_step) {
   ASSIGN_OR_RETURN(LocalRun run, OpenLocalRun(job));
@@ -144,9 +160,10 @@ absl::StatusOr<LocalTrainResult> RunOneLocalTraining(const JobConfig& job, const
                    TrainingEvals::Create(job, *family, *cache, output_dir, LocalPromptEncoder(job, output_dir),
                                          static_cast<int>(job.micro_batches), /*quiet=*/true));
   const Denoiser denoiser = ModelDenoiser(*family, *model.shell, *model.stage, dtype, device);
+  const Denoiser ema = job.optimizer.ema.evals_ema() ? WithEmaAdapters(denoiser, master, optimizer) : Denoiser();
   LocalTrainResult result;
   for (int64_t step = 0; step < steps; ++step) {
-    if (evals->Due(step, steps, 0)) RETURN_IF_ERROR(evals->Run(step, steps, 0, denoiser, *log).status());
+    if (evals->Due(step, steps, 0)) RETURN_IF_ERROR(evals->Run(step, steps, 0, denoiser, ema, *log).status());
     auto t0 = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(std::vector<MicroBatch> mbs, sampler.Step(step));
     ASSIGN_OR_RETURN(LocalStepResult r, RunLocalStep(model, mbs, step, job.steps, job.optimizer, optimizer, master));
@@ -161,7 +178,7 @@ absl::StatusOr<LocalTrainResult> RunOneLocalTraining(const JobConfig& job, const
     result.steps.push_back(rec);
     if (on_step) on_step(rec);
   }
-  if (evals->Due(steps, steps, 0)) RETURN_IF_ERROR(evals->Run(steps, steps, 0, denoiser, *log).status());
+  if (evals->Due(steps, steps, 0)) RETURN_IF_ERROR(evals->Run(steps, steps, 0, denoiser, ema, *log).status());
   RETURN_IF_ERROR(SaveLoraOutputs(output_dir, CloneToCpuFloat(master), job, steps, *family, optimizer.StateDict()));
   return result;
 }

@@ -159,6 +159,7 @@ class OptimizerRecipesTest(unittest.TestCase):
                 ("ema: {decay: 0.9, power: 2}", "'power' applies with use_ema_warmup: true"),
                 ("ema: {decay: 0.9, min_decay: 0.95}", "'min_decay' must be in [0, decay]"),
                 ("ema: {decay: 0.9, warmup: 3}", "unknown key 'warmup' in ema"),
+                ("ema: {decay: 0.9, evals: average}", "'evals' is 'average': one of trained, ema, both"),
                 ("lora: {rank: 4, plus_ratio: 0.5}", "'plus_ratio' must be in [1, 1000]"),
                 ("optimizer: {type: lion}", "'type' must be one of adamw, adafactor, prodigy"),
                 ("lora: {rank: 4, plus_ratio: 2}\noptimizer: {type: prodigy}", "'plus_ratio' does not apply to prodigy"),
