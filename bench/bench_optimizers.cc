@@ -65,6 +65,9 @@ std::vector<Recipe> Recipes() {
   OptimizerConfig adamw;
   adamw.lr = 1e-4;
   out.push_back({"adamw", adamw});
+  OptimizerConfig adamw8bit = adamw;
+  adamw8bit.type = "adamw8bit";
+  out.push_back({"adamw8bit", adamw8bit});
   OptimizerConfig plus = adamw;
   plus.plus_ratio = 16;
   out.push_back({"adamw + lora+ 16", plus});

@@ -53,6 +53,7 @@ v1::OptimizerSettings SettingsOf(const OptimizerConfig& o) {
   s.set_adafactor_relative_step(o.adafactor.relative_step);
   s.set_adafactor_scale_parameter(o.adafactor.scale_parameter);
   s.set_adafactor_warmup_init(o.adafactor.warmup_init);
+  s.set_min_8bit_size(o.min_8bit_size);
   return s;
 }
 

@@ -179,6 +179,7 @@ OptimizerConfig LocalOptimizer::ConfigOf(const v1::OptimizerSettings& s) {
   config.adafactor.relative_step = s.adafactor_relative_step();
   config.adafactor.scale_parameter = s.adafactor_scale_parameter();
   config.adafactor.warmup_init = s.adafactor_warmup_init();
+  config.min_8bit_size = s.min_8bit_size();
   return config;
 }
 

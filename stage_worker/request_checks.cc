@@ -87,9 +87,11 @@ absl::Status CheckStateTensors(const ExpectedStageIO& e, const TensorMap& t) {
     auto it = e.lora_shapes.find(adapter);
     if (it == e.lora_shapes.end())
       return Invalid(what, absl::StrCat(Quoted(name), " is the optimizer state of no adapter here"));
-    if (x.scalar_type() != at::kFloat) return Invalid(what, absl::StrCat(Quoted(name), " is not fp32"));
+    if (x.scalar_type() != StateDtype(name)) {
+      return Invalid(what, absl::StrCat(Quoted(name), " is not ", c10::toString(StateDtype(name))));
+    }
     RETURN_IF_ERROR(CheckExactShape(absl::StrCat(what, ": ", Quoted(name)), StateShape(name, it->second), x));
-    RETURN_IF_ERROR(CheckFinite(what, name, x));
+    if (x.is_floating_point()) RETURN_IF_ERROR(CheckFinite(what, name, x));
   }
   if (!t.count(kOptimizerStepKey)) return Invalid(what, "no \"__step__\"");
   return CheckLoraWeights(e, what, adapters);

@@ -17,6 +17,11 @@
 namespace baton {
 namespace {
 
+// The bytes a stage's adapters take with what they bring (PartitionOptions::LoraCopies fp32 copies), rounded up.
+int64_t LoraBytes(int64_t lora_params, const PartitionOptions& o) {
+  return static_cast<int64_t>(std::ceil(static_cast<double>(lora_params) * 4 * o.LoraCopies()));
+}
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kHuge = 1e300;  // an unlimited budget's headroom
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
@@ -111,7 +116,7 @@ class Sizer {
   int64_t ActivationPerMicroBatch(int64_t n, int64_t r) const { return r * act_unit_ + (n - r) * graph_; }
   // Everything but the activations.
   int64_t Fixed(int k, int64_t i, int64_t j) const {
-    return Weights(k, i, j) + Lora(i, j) * 4 * options_.LoraCopies() + overhead_[k] + transient_;
+    return Weights(k, i, j) + LoraBytes(Lora(i, j), options_) + overhead_[k] + transient_;
   }
   // How many leading blocks of the segment are recomputed: the policy, or under auto the fewest that fit.
   int64_t Recompute(int k, int64_t i, int64_t j) const {
@@ -411,7 +416,7 @@ absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions&
     s.params = z.Params(k, i, j);
     s.param_bytes = z.Weights(k, i, j);
     s.lora_params = z.Lora(i, j);
-    s.lora_bytes = s.lora_params * 4 * o.LoraCopies();
+    s.lora_bytes = LoraBytes(s.lora_params, o);
     s.in_flight = z.InFlight(k);
     s.recompute_blocks = z.Recompute(k, i, j);
     s.activation_bytes = z.Activation(k, j - i, s.recompute_blocks);

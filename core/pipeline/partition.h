@@ -121,8 +121,8 @@ struct PartitionOptions {
   bool local_optimizer = false;     // the stages hold AdamW's state and the step's gradient sums (`lora` above)
   // Full fp32 copies of the adapters the stage-local optimizer keeps as its state: AdamW's two moments, an EMA one
   // more; Adafactor's factored second moment counts as none, its first moment as one (OptimizerStateCopies).
-  int optimizer_state_copies = 2;
-  int LoraCopies() const { return local_optimizer ? 4 + optimizer_state_copies : 2; }
+  double optimizer_state_copies = 2;
+  double LoraCopies() const { return local_optimizer ? 4 + optimizer_state_copies : 2; }
   PlanDevice StageDevice(int k) const {
     return k >= 0 && static_cast<size_t>(k) < devices.size() ? devices[static_cast<size_t>(k)] : device;
   }

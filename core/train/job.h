@@ -61,8 +61,10 @@ struct ProdigyConfig {
 };
 
 struct OptimizerConfig {
-  // The update rule: "adamw" (torch.optim.AdamW), "adafactor" (transformers' Adafactor) or "prodigy" (prodigyopt's).
+  // The update rule: "adamw" (torch.optim.AdamW), "adamw8bit" (bitsandbytes' AdamW8bit), "adafactor" (transformers'
+  // Adafactor) or "prodigy" (prodigyopt's).
   std::string type = "adamw";
+  int64_t min_8bit_size = 4096;  // adamw8bit: tensors of fewer elements keep fp32 moments
   AdafactorConfig adafactor;
   ProdigyConfig prodigy;
   double lr = 1e-4;

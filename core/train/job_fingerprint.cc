@@ -41,6 +41,7 @@ std::string TypeSettings(const OptimizerConfig& o) {
                         FingerprintBool(p.use_bias_correction), "; safeguard_warmup ",
                         FingerprintBool(p.safeguard_warmup), "; decouple ", FingerprintBool(p.decouple), ")");
   }
+  if (o.type == "adamw8bit") return absl::StrCat("adamw8bit (min_8bit_size ", o.min_8bit_size, ")");
   const AdafactorConfig& a = o.adafactor;
   return absl::StrCat(o.type, " (eps ", Num(a.eps1), ", ", Num(a.eps2), "; clip_threshold ", Num(a.clip_threshold),
                       "; decay_rate ", Num(a.decay_rate), "; beta1 ", a.beta1 < 0 ? "none" : Num(a.beta1),

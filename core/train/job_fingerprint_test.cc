@@ -72,6 +72,7 @@ TEST_F(JobFingerprintTest, EachResultKeyChangesItAndIsNamed) {
       {"loss: {weighting: cosmap}\n", "loss.weighting: (absent) → cosmap"},
       // The recipes around the update; absent at their defaults (AdamW, plain LoRA, no EMA).
       {"optimizer: {lr: 0.01, type: adafactor, relative_step: false}\n", "optimizer.type: (absent) → adafactor (eps"},
+      {"optimizer: {lr: 0.01, type: adamw8bit}\n", "optimizer.type: (absent) → adamw8bit (min_8bit_size 4096)"},
       {"lora: {rank: 4, targets: attention, plus_ratio: 16}\n", "lora.plus_ratio: (absent) → 16"},
       {"ema: {decay: 0.99}\n", "ema: (absent) → decay 0.99, min_decay 0"},
       {"timesteps: {sampling: logit_normal}\n", "timesteps.sampling: none → logit_normal"},

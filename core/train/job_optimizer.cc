@@ -35,7 +35,8 @@ absl::Status ParseScheduleKeys(Reader& r, YAML::Node o, OptimizerConfig& opt) {
 // The keys of some optimizer types only, each refused under the others with the types it applies to.
 const std::map<std::string, std::vector<std::string>>& TypeKeys() {
   static const auto* keys = new std::map<std::string, std::vector<std::string>>{
-      {"betas", {"adamw", "prodigy"}},
+      {"betas", {"adamw", "adamw8bit", "prodigy"}},
+      {"min_8bit_size", {"adamw8bit"}},
       {"clip_threshold", {"adafactor"}},
       {"decay_rate", {"adafactor"}},
       {"beta1", {"adafactor"}},
@@ -144,6 +145,8 @@ absl::Status ParseOptimizerKeys(Reader& r, const YAML::Node& root, JobConfig& jo
     RETURN_IF_ERROR(ParseProdigyKeys(r, o, opt));
   } else {
     RETURN_IF_ERROR(ParseAdamWKeys(r, o, opt));
+    RETURN_IF_ERROR(r.Get(o, "min_8bit_size", &opt.min_8bit_size));
+    RETURN_IF_ERROR(r.Check(opt.min_8bit_size >= 0, o, "min_8bit_size", "must be ≥ 0 (default 4096)"));
   }
   RETURN_IF_ERROR(r.Get(o, "clip", &opt.clip));
   RETURN_IF_ERROR(r.Check(opt.clip >= 0, o, "clip", "must be ≥ 0 (0 disables clipping)"));

@@ -10,6 +10,7 @@
 
 #include "core/device/readback.h"
 #include "core/tensor/shape.h"
+#include "core/train/adamw8bit.h"
 #include "core/train/grad_norm.h"
 #include "core/train/optimizer_state.h"
 
@@ -25,12 +26,15 @@ bool Factored(at::IntArrayRef shape) { return shape.size() >= 2; }
 std::string EmaKey(const std::string& param) { return param + kEma; }
 
 const std::vector<std::string>& OptimizerTypes() {
-  static const auto* types = new std::vector<std::string>{"adamw", "adafactor", "prodigy"};
+  static const auto* types = new std::vector<std::string>{"adamw", "adamw8bit", "adafactor", "prodigy"};
   return *types;
 }
 
-int OptimizerStateCopies(const OptimizerConfig& opt) {
-  int rule = 2;  // AdamW's moments
+double OptimizerStateCopies(const OptimizerConfig& opt) {
+  double rule = 2;  // AdamW's moments
+  // AdamW8bit's: a byte per element and 4 bytes per block of 256, twice (a small tensor's fp32 moments count 2 but
+  // hold no weight in the sum).
+  if (opt.type == "adamw8bit") rule = 2 * (1.0 + 4.0 / kQuantBlock) / 4.0;
   if (opt.type == "adafactor") rule = opt.adafactor.beta1 >= 0 ? 1 : 0;
   if (opt.type == "prodigy") rule = opt.beta1 > 0 ? 4 : 3;  // its moments, s and p0
   return rule + (opt.ema.enabled() ? 1 : 0);
@@ -38,6 +42,9 @@ int OptimizerStateCopies(const OptimizerConfig& opt) {
 
 std::vector<int64_t> StateShape(const std::string& key, at::IntArrayRef param_shape) {
   std::vector<int64_t> shape(param_shape.begin(), param_shape.end());
+  if (absl::EndsWith(key, kExpAvgAbsmax) || absl::EndsWith(key, kExpAvgSqAbsmax)) {
+    return {(c10::multiply_integers(param_shape) + kQuantBlock - 1) / kQuantBlock};  // a scale per block
+  }
   if (absl::EndsWith(key, kExpAvgSqRow) && !shape.empty()) {
     shape.pop_back();  // shape[:-1]
   } else if (absl::EndsWith(key, kExpAvgSqCol) && shape.size() >= 2) {
@@ -60,6 +67,8 @@ std::map<std::string, std::vector<int64_t>> StateKeysOf(const OptimizerConfig& o
     } else {
       keys.push_back(param + kExpAvgSq);
     }
+  } else if (opt.type == "adamw8bit" && c10::multiply_integers(shape) >= opt.min_8bit_size) {
+    keys = {param + kExpAvgQ8, param + kExpAvgAbsmax, param + kExpAvgSqQ8, param + kExpAvgSqAbsmax};
   } else {
     keys = {param + kExpAvg, param + kExpAvgSq};
   }
@@ -70,18 +79,27 @@ std::map<std::string, std::vector<int64_t>> StateKeysOf(const OptimizerConfig& o
 }
 
 namespace {
-// Whether the optimizer of `opt` keeps state of this kind (a key's suffix) for some parameter: a matrix's or a
-// vector's (StateKeysOf's keys of a parameter named "").
+// Whether the optimizer of `opt` keeps state of this kind (a key's suffix) for some parameter: a matrix's, a
+// vector's or a large tensor's (StateKeysOf's keys of a parameter named "").
 bool KeepsKind(const OptimizerConfig& opt, const std::string& suffix) {
-  return StateKeysOf(opt, "", {2, 2}).count(suffix) > 0 || StateKeysOf(opt, "", {2}).count(suffix) > 0;
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{2, 2}, std::vector<int64_t>{2},
+                                            std::vector<int64_t>{std::max<int64_t>(opt.min_8bit_size, 1)}}) {
+    if (StateKeysOf(opt, "", shape).count(suffix) > 0) return true;
+  }
+  return false;
 }
 }  // namespace
 
 std::string StateParam(const std::string& key) {
-  for (absl::string_view suffix : {kExpAvgSqRow, kExpAvgSqCol, kExpAvgSq, kExpAvg, kEma, kProdigyS, kProdigyP0}) {
+  for (absl::string_view suffix : {kExpAvgSqRow, kExpAvgSqCol, kExpAvgSq, kExpAvg, kEma, kProdigyS, kProdigyP0,
+                                   kExpAvgSqQ8, kExpAvgSqAbsmax, kExpAvgQ8, kExpAvgAbsmax}) {
     if (absl::EndsWith(key, suffix) && key.size() > suffix.size()) return key.substr(0, key.size() - suffix.size());
   }
   return "";
+}
+
+at::ScalarType StateDtype(const std::string& key) {
+  return absl::EndsWith(key, kExpAvgQ8) || absl::EndsWith(key, kExpAvgSqQ8) ? at::kByte : at::kFloat;
 }
 
 bool IsOptimizerStateKey(const std::string& key) {
@@ -148,6 +166,8 @@ absl::Status Optimizer::Step(std::map<std::string, at::Tensor>& params, const st
     const double rate = up ? lr * opt_.plus_ratio : lr;
     if (opt_.type == "adafactor") {
       AdafactorStep(params, group_grads[up], groups[up], rate);
+    } else if (opt_.type == "adamw8bit") {
+      AdamW8bitStep(params, group_grads[up], groups[up], rate);
     } else {
       AdamWStep(params, group_grads[up], groups[up], rate);
     }
@@ -176,6 +196,33 @@ void Optimizer::AdamWStep(std::map<std::string, at::Tensor>& params, const std::
   const std::vector<at::Tensor> steps(ps.size(), step);
   at::_fused_adamw_(ps, grads, ms, vs, /*max_exp_avg_sqs=*/at::TensorList(), steps, lr, opt_.beta1, opt_.beta2,
                     opt_.weight_decay, opt_.eps, /*amsgrad=*/false, /*maximize=*/false);
+}
+
+void Optimizer::AdamW8bitStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                              const std::vector<std::string>& names, double lr) {
+  // bitsandbytes' AdamW8bit: parameter by parameter, 8-bit moments from min_8bit_size elements, fp32 below.
+  const at::Device device = params.at(names.front()).device();
+  if (!codes_ || codes_->first.code.device() != device) {
+    codes_.emplace(QuantCode::Make(/*is_signed=*/true, device), QuantCode::Make(/*is_signed=*/false, device));
+  }
+  const AdamArgs args{lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, steps_};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    at::Tensor& p = params.at(name);
+    const auto keys = StateKeysOf(opt_, name, p.sizes());
+    if (!keys.count(name + kExpAvgQ8)) {
+      Adam32bitStep(p, grads[i], StateTensor(name + kExpAvg, p.sizes(), p), StateTensor(name + kExpAvgSq, p.sizes(), p),
+                    args);
+      continue;
+    }
+    auto state = [&](const char* suffix) -> at::Tensor& {
+      const std::string key = name + suffix;
+      return StateBeside(state_, key, p,
+                         [&] { return at::zeros(StateShape(key, p.sizes()), p.options().dtype(StateDtype(key))); });
+    };
+    ::baton::AdamW8bitStep(p, grads[i], state(kExpAvgQ8), state(kExpAvgAbsmax), state(kExpAvgSqQ8),
+                           state(kExpAvgSqAbsmax), codes_->first, codes_->second, args);
+  }
 }
 
 void Optimizer::AdafactorStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
@@ -318,10 +365,10 @@ absl::Status Optimizer::CheckState(const std::map<std::string, at::Tensor>& para
         if (stepped) return absl::DataLossError(absl::StrCat(where, "lacks ", key));
         continue;
       }
-      if (it->second.scalar_type() != at::kFloat || it->second.sizes() != at::IntArrayRef(shape)) {
+      if (it->second.scalar_type() != StateDtype(key) || it->second.sizes() != at::IntArrayRef(shape)) {
         return absl::DataLossError(absl::StrCat(where, key, " is ", c10::toString(it->second.scalar_type()), " ",
-                                                ShapeString(it->second.sizes()), ", expected Float ",
-                                                ShapeString(shape)));
+                                                ShapeString(it->second.sizes()), ", expected ",
+                                                c10::toString(StateDtype(key)), " ", ShapeString(shape)));
       }
     }
   }

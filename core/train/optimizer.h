@@ -10,9 +10,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/train/adamw8bit.h"
 #include "core/train/job.h"
 #include "core/train/prodigy.h"
 
@@ -30,6 +33,8 @@ std::map<std::string, std::vector<int64_t>> StateKeysOf(const OptimizerConfig& o
 std::vector<int64_t> StateShape(const std::string& key, at::IntArrayRef param_shape);
 // The parameter a state key belongs to; "" for the step count or any other key.
 std::string StateParam(const std::string& key);
+// The dtype of state key `key`: uint8 for AdamW8bit's codes, fp32 for the rest.
+at::ScalarType StateDtype(const std::string& key);
 // Whether `key` is the optimizer's (the step count, a moment, an EMA) rather than an adapter's.
 bool IsOptimizerStateKey(const std::string& key);
 // LoRA+: whether `param` is an up projection (PEFT's lora_B), which learns at plus_ratio × the rate.
@@ -40,9 +45,10 @@ std::map<std::string, at::Tensor> EmaWeights(const std::map<std::string, at::Ten
                                              const std::map<std::string, at::Tensor>& state);
 // The EMA's decay after optimizer step `step` (1-based): diffusers' EMAModel.get_decay.
 double EmaDecay(const EmaConfig& ema, int64_t step);
-// Full copies of the adapters the optimizer of `opt` keeps as its state (the planner's count): AdamW 2, Adafactor 1
-// with a first moment and 0 without (its factored second moment is a row and a column per matrix), an EMA 1 more.
-int OptimizerStateCopies(const OptimizerConfig& opt);
+// Full fp32 copies of the adapters the optimizer of `opt` keeps as its state (the planner's count): AdamW 2, AdamW8bit
+// 0.51 (2.03 bytes per element), Adafactor 1 with a first moment and 0 without (its factored second moment is a row and
+// a column per matrix), an EMA 1 more.
+double OptimizerStateCopies(const OptimizerConfig& opt);
 // The optimizer types (`optimizer: {type}`).
 const std::vector<std::string>& OptimizerTypes();
 
@@ -70,6 +76,8 @@ class Optimizer {
   // The rule over `names` of params at rate lr (AdamW: one call of its fused kernel).
   void AdamWStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
                  const std::vector<std::string>& names, double lr);
+  void AdamW8bitStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                     const std::vector<std::string>& names, double lr);
   void AdafactorStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
                      const std::vector<std::string>& names, double lr);
   // Prodigy's two halves around its global sums (prodigy.h), here in one process: one readback of the terms.
@@ -82,8 +90,9 @@ class Optimizer {
 
   OptimizerConfig opt_;
   int64_t steps_ = 0;
-  std::map<std::string, at::Tensor> state_;  // by StateKeysOf's names
-  ProdigyScalars prodigy_;                   // type prodigy: its estimate's scalars
+  std::map<std::string, at::Tensor> state_;               // by StateKeysOf's names
+  ProdigyScalars prodigy_;                                // type prodigy: its estimate's scalars
+  std::optional<std::pair<QuantCode, QuantCode>> codes_;  // type adamw8bit: the signed and unsigned codes, made once
 };
 
 // What every trainer does with a step's gradients once their global norm is known (grad_norm.h): scaled in place by

@@ -8,6 +8,11 @@ both. The EMA as diffusers' EMAModel (training_utils.py) keeps it: made from the
 EMAModel.step(parameters) after each optimizer step. Around them what every diffusers trainer does: clip_grad_norm_
 over all parameters, the step, then lr_scheduler.step().
 
+8-bit AdamW is bitsandbytes' AdamW8bit as it runs on this CPU (its blockwise kernel: both moments as a byte per
+element in its dynamic code with a scale per block of 256, fp32 moments below min_8bit_size elements): without
+clipping the parameters, the codes and the scales equal bitsandbytes' bit for bit; its state takes at most 2.1 bytes
+per parameter.
+
 `baton optimizer-replay` runs the job's optimizer (the one the coordinator, train-local and the stage-local optimizer
 step: core/train/optimizer.h) over the same gradients; after every step of the run the parameters and the EMA must
 equal torch's, transformers' and diffusers' within 1e-6 relative (measured: a few ulp; torch clips in fp32, Baton in
@@ -17,6 +22,7 @@ double).
 import os
 import unittest
 
+import bitsandbytes as bnb
 import torch
 from diffusers.optimization import get_scheduler
 from diffusers.training_utils import EMAModel
@@ -80,11 +86,11 @@ def make_optimizer(groups, opt):
                              fused=True)
 
 
-def make_inputs(steps, seed):
+def make_inputs(steps, seed, shapes=None):
     g = torch.Generator().manual_seed(seed)
     params = {}
     for m in MODULES:
-        for kind, shape in SHAPES.items():
+        for kind, shape in (shapes or SHAPES).items():
             params[f"transformer.{m}.{kind}.weight"] = torch.randn(shape, generator=g)
     params[f"transformer.{MODULES[0]}.lora_B.weight"].zero_()  # a fresh LoRA's: Adafactor's scale at its floor
     grads = {}
@@ -93,6 +99,19 @@ def make_inputs(steps, seed):
         for name, p in params.items():
             grads[f"step{k}/{name}"] = torch.randn(p.shape, generator=g) * scale
     return params, grads
+
+
+def replay(tmp, keys, steps, params, grads):
+    """`baton optimizer-replay` of a job with `keys` over `steps` steps: its params ("param/<name>") and state."""
+    save_file(params, os.path.join(tmp, "params.safetensors"))
+    save_file(grads, os.path.join(tmp, "grads.safetensors"))
+    job = os.path.join(tmp, "job.yaml")
+    with open(job, "w") as f:
+        f.write(f"model: m\ndataset: d\nsteps: {steps}\n{keys}")
+    out = os.path.join(tmp, "out.safetensors")
+    baton("optimizer-replay", "--job", job, "--params", os.path.join(tmp, "params.safetensors"), "--grads",
+          os.path.join(tmp, "grads.safetensors"), "--output", out)
+    return load_file(out)
 
 
 def reference(params, grads, steps, opt, ratio, ema_args):
@@ -123,15 +142,7 @@ class OptimizerRecipesTest(unittest.TestCase):
         with temp_dir() as tmp:
             for i, (keys, steps, ratio, ema_args, settings) in enumerate(CASES):
                 params, grads = make_inputs(steps, seed=10 + i)
-                save_file(params, os.path.join(tmp, "params.safetensors"))
-                save_file(grads, os.path.join(tmp, "grads.safetensors"))
-                job = os.path.join(tmp, "job.yaml")
-                with open(job, "w") as f:
-                    f.write(f"model: m\ndataset: d\nsteps: {steps}\n{keys}")
-                out = os.path.join(tmp, "out.safetensors")
-                baton("optimizer-replay", "--job", job, "--params", os.path.join(tmp, "params.safetensors"), "--grads",
-                      os.path.join(tmp, "grads.safetensors"), "--output", out)
-                got = load_file(out)
+                got = replay(tmp, keys, steps, params, grads)
                 opt = {**DEFAULTS, **settings}
                 want, shadow = reference(params, grads, steps, opt, ratio, ema_args)
                 worst = max(max_rel_error(got[f"param/{n}"], w) for n, w in want.items())
@@ -161,7 +172,9 @@ class OptimizerRecipesTest(unittest.TestCase):
                 ("ema: {decay: 0.9, warmup: 3}", "unknown key 'warmup' in ema"),
                 ("ema: {decay: 0.9, evals: average}", "'evals' is 'average': one of trained, ema, both"),
                 ("lora: {rank: 4, plus_ratio: 0.5}", "'plus_ratio' must be in [1, 1000]"),
-                ("optimizer: {type: lion}", "'type' must be one of adamw, adafactor, prodigy"),
+                ("optimizer: {type: lion}", "'type' must be one of adamw, adamw8bit, adafactor, prodigy"),
+                ("optimizer: {min_8bit_size: 64}", "'min_8bit_size' applies to adamw8bit, not adamw"),
+                ("optimizer: {type: adamw8bit, min_8bit_size: -1}", "'min_8bit_size' must be ≥ 0"),
                 ("lora: {rank: 4, plus_ratio: 2}\noptimizer: {type: prodigy}", "'plus_ratio' does not apply to prodigy"),
                 ("optimizer: {type: prodigy}\nreplica_exchange: allreduce",
                  "'type' prodigy sums its step-size estimate over every stage"),
@@ -173,10 +186,65 @@ class OptimizerRecipesTest(unittest.TestCase):
                 ("optimizer: {type: prodigy, d0: 0}", "'d0' must be positive"),
                 ("optimizer: {type: prodigy, relative_step: false}", "'relative_step' applies to adafactor, not prodigy"),
                 ("optimizer: {beta3: 0.9}", "'beta3' applies to prodigy, not adamw"),
-                ("optimizer: {type: adafactor, betas: [0.9, 0.99]}", "'betas' applies to adamw and prodigy, not "
-                 "adafactor"),
+                ("optimizer: {type: adafactor, betas: [0.9, 0.99]}", "'betas' applies to adamw and adamw8bit and "
+                 "prodigy, not adafactor"),
             ]:
                 assert_job_refused(self, tmp, body, want)
+
+
+class AdamW8bitTest(unittest.TestCase):
+    # Matrices of several blocks with a part-block at the end, and one under min_8bit_size (fp32 moments).
+    SHAPES = {"lora_A": (16, 600), "lora_B": (70, 16)}
+
+    def run_case(self, tmp, keys, steps, seed, lr, ratio, clip, weight_decay):
+        params, grads = make_inputs(steps, seed, self.SHAPES)
+        got = replay(tmp, keys, steps, params, grads)
+        ps = {n: torch.nn.Parameter(params[n].clone()) for n in sorted(params)}
+        up = [p for n, p in ps.items() if n.endswith("lora_B.weight")]
+        down = [p for n, p in ps.items() if not n.endswith("lora_B.weight")]
+        optimizer = bnb.optim.AdamW8bit([{"params": down, "lr": lr}, {"params": up, "lr": lr * ratio}], lr=lr,
+                                        betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay, min_8bit_size=4096)
+        for k in range(steps):
+            for n, p in ps.items():
+                p.grad = grads[f"step{k}/{n}"].clone()
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(list(ps.values()), clip)
+            optimizer.step()
+        return got, ps, optimizer
+
+    def test_adamw8bit_steps_quantizes_and_keeps_as_bitsandbytes(self):
+        with temp_dir() as tmp:
+            got, ps, optimizer = self.run_case(tmp, "optimizer: {type: adamw8bit, lr: 0.001, weight_decay: 0.01, "
+                                               "clip: 0}\n", 6, seed=40, lr=0.001, ratio=1.0, clip=0, weight_decay=0.01)
+            state_bytes = quantized = 0
+            for n, p in ps.items():
+                self.assertTrue(torch.equal(got[f"param/{n}"], p.detach()), n)
+                st = optimizer.state[p]
+                if st["state1"].dtype == torch.uint8:
+                    quantized += p.numel()
+                    pairs = [("exp_avg_q8", "state1"), ("exp_avg_absmax", "absmax1"), ("exp_avg_sq_q8", "state2"),
+                             ("exp_avg_sq_absmax", "absmax2")]
+                    for ours, theirs in pairs:
+                        self.assertTrue(torch.equal(got[f"state/{n}.{ours}"], st[theirs]), f"{n}.{ours}")
+                        state_bytes += got[f"state/{n}.{ours}"].numel() * got[f"state/{n}.{ours}"].element_size()
+                else:
+                    self.assertTrue(torch.equal(got[f"state/{n}.exp_avg"], st["state1"]), n)
+                    self.assertTrue(torch.equal(got[f"state/{n}.exp_avg_sq"], st["state2"]), n)
+            self.assertGreater(quantized, 0)
+            print(f"adamw8bit: {len(ps)} tensors bitwise bitsandbytes' after 6 steps; its 8-bit state "
+                  f"{state_bytes / quantized:.4f} bytes per parameter")
+            self.assertLessEqual(state_bytes / quantized, 2.1)
+
+    def test_adamw8bit_with_lora_plus_and_clipping_is_bitsandbytes_within_its_code(self):
+        # Clipped in double by Baton and in fp32 by torch: a gradient an ulp apart can take the next code, so the
+        # comparison is of the parameters, within a small share of their updates.
+        with temp_dir() as tmp:
+            got, ps, _ = self.run_case(tmp, "lora: {plus_ratio: 4}\noptimizer: {type: adamw8bit, lr: 0.002, "
+                                       "clip: 0.5}\n", 5, seed=41, lr=0.002, ratio=4.0, clip=0.5, weight_decay=0.0)
+            params, _ = make_inputs(5, 41, self.SHAPES)
+            for n, p in ps.items():
+                err = max_rel_error(got[f"param/{n}"] - params[n], p.detach() - params[n])
+                self.assertLess(err, 1e-3, n)
 
 
 if __name__ == "__main__":
