@@ -288,9 +288,14 @@ absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failur
   const StepLoss loss = executor.Diagnose(failure);
   if (!loss.retryable) return failure;
   executor.ReportLoss(step + 1, loss);  // its early pushes forgotten, it counts as lost, the trainer told
-  LogWarning("step ", step + 1, ": replica ", r, ": ", loss.what,
-             "; its micro-batches go to the other replicas while it ",
-             replicas_[r]->stages->local() ? "is restarted" : "is waited for");
+  const bool local = replicas_[r]->stages->local() != nullptr;
+  if (replicas_.size() == 1) {  // nowhere else to go: the step is redone once the replica is back
+    LogWarning("step ", step + 1, ": ", loss.what, "; the step runs again once ",
+               local ? "its worker is restarted" : "its worker is back");
+  } else {
+    LogWarning("step ", step + 1, ": replica ", r, ": ", loss.what,
+               "; its micro-batches go to the other replicas while it ", local ? "is restarted" : "is waited for");
+  }
   {
     absl::MutexLock lock(&mu_);
     state_[r] = State::kRecovering;
@@ -498,7 +503,11 @@ absl::Status ReplicaSet::RestartStep(int64_t step, const std::function<void()>& 
   absl::MutexLock lock(&mu_);
   held_.erase(step);
   splits_.erase(step);
-  LogWarning("step ", step + 1, ": starting over on ", ready.size(), " replica(s)");
+  if (replicas_.size() == 1) {
+    LogWarning("step ", step + 1, ": starting over");
+  } else {
+    LogWarning("step ", step + 1, ": starting over on ", ready.size(), " of ", replicas_.size(), " replicas");
+  }
   return absl::OkStatus();
 }
 

@@ -187,5 +187,26 @@ TEST(ReplicaSetTest, AStepRestartedAfterAReplicaWasLostInTheReductionStartsNewSu
   EXPECT_EQ(f->recoveries(), (std::vector<std::pair<int64_t, int>>{{1, -1}}));
 }
 
+// With one replica a lost stage has no other replica to take its micro-batches: the warnings say the step runs again
+// once the worker is back, and that it starts over -- not "the other replicas", not "1 replica(s)".
+TEST(ReplicaSetTest, WithOneReplicaTheWarningsSayTheStepRunsAgain) {
+  auto started = FakeReplicas::Start(1, 2, 4, true);
+  ASSERT_TRUE(started.ok()) << started.status();
+  FakeReplicas* f = started->get();
+  ASSERT_TRUE(f->Run(0, 4).ok());
+  f->worker(1).Kill();
+  testing::internal::CaptureStderr();
+  ASSERT_TRUE(f->set().TakeOut(0, 0, absl::UnavailableError("Reduce: connection reset"), nullptr).ok());
+  ASSERT_TRUE(f->worker(1).Restart().ok());
+  ASSERT_TRUE(f->set().RestartStep(0, nullptr).ok());
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("step 1: Reduce: connection reset; the step runs again once its worker is back"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("step 1: starting over\n"), std::string::npos) << log;
+  EXPECT_EQ(log.find("other replicas"), std::string::npos) << log;
+  EXPECT_EQ(log.find("replica(s)"), std::string::npos) << log;
+}
+
 }  // namespace
 }  // namespace baton

@@ -72,6 +72,7 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(SampleEncoder& encoder, const Cac
   CacheBuildReport report;
   report.samples = static_cast<int64_t>(items.size());
   report.errors = std::move(scan_errors);
+  report.unreadable = static_cast<int64_t>(report.errors.size());
   EncoderMetrics& metrics = EncoderFamilies();
   prometheus::Counter& encoded_total = metrics.samples_encoded.Add({});
   prometheus::Counter& kept_total = metrics.samples_kept.Add({});

@@ -58,9 +58,10 @@ struct CacheBuildProgress {
 };
 
 struct CacheBuildReport {
-  int64_t samples = 0;  // images found with captions
-  int64_t encoded = 0;  // newly encoded (including re-encoded corrupt ones)
-  int64_t kept = 0;     // unchanged records skipped
+  int64_t samples = 0;     // images found with captions
+  int64_t unreadable = 0;  // samples the scan could not use (a missing caption, a file outside): in errors, not above
+  int64_t encoded = 0;     // newly encoded (including re-encoded corrupt ones)
+  int64_t kept = 0;        // unchanged records skipped
   int64_t reencoded_corrupt = 0;
   std::vector<FileError> errors;  // scan and encode errors, per file
   double seconds = 0;

@@ -86,8 +86,8 @@ int BuildOneCache(const EncoderWorkerCommand& command, SampleEncoder& encoder, s
       "encoded %lld, kept %lld unchanged, %zu failed of %lld samples%s in %.1f s (%.3f s per encoded sample, "
       "peak RSS %.0f MiB); cache: %s\n",
       static_cast<long long>(report->encoded), static_cast<long long>(report->kept), report->errors.size(),
-      static_cast<long long>(report->samples), share.c_str(), report->seconds, report->seconds_per_encoded_sample,
-      usage.ru_maxrss / 1024.0, build.cache_dir.c_str());
+      static_cast<long long>(report->samples + report->unreadable), share.c_str(), report->seconds,
+      report->seconds_per_encoded_sample, usage.ru_maxrss / 1024.0, build.cache_dir.c_str());
   return report->errors.empty() ? 0 : 1;
 }
 
