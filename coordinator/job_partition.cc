@@ -57,8 +57,7 @@ absl::StatusOr<PartitionOptions> JobPartitionOptions(const JobConfig& job, Sampl
   // `auto` is `allreduce` unless the replicas differ in stage counts (coordinator/job_plan.h: WithConcreteExchange).
   std::vector<int> counts(job.replica_stages.begin(), job.replica_stages.end());
   popts.local_optimizer =
-      job.replica_exchange == "allreduce" ||
-      (job.replica_exchange == "auto" && !UnequalStageCounts(counts) && job.optimizer.type != "prodigy");
+      job.replica_exchange == "allreduce" || (job.replica_exchange == "auto" && !UnequalStageCounts(counts));
   popts.optimizer_state_copies = OptimizerStateCopies(job.optimizer);
   for (const auto& budget : job.memory_per_stage) {
     auto bytes = ParseByteSize(budget);

@@ -87,9 +87,8 @@ absl::Status ApplyJobReplicas(const JobConfig& job, StageDriverOptions& options)
 
 JobConfig WithConcreteExchange(const JobConfig& job, const StageDriverOptions& options) {
   JobConfig concrete = job;
-  if (concrete.replica_exchange == "auto") {  // Prodigy's estimate sums over every stage: the coordinator's for now
-    const bool coordinator = options.UnequalReplicas() || job.optimizer.type == "prodigy";
-    concrete.replica_exchange = coordinator ? "coordinator" : "allreduce";
+  if (concrete.replica_exchange == "auto") {
+    concrete.replica_exchange = options.UnequalReplicas() ? "coordinator" : "allreduce";
   }
   return concrete;
 }

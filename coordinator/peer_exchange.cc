@@ -54,6 +54,13 @@ v1::OptimizerSettings SettingsOf(const OptimizerConfig& o) {
   s.set_adafactor_scale_parameter(o.adafactor.scale_parameter);
   s.set_adafactor_warmup_init(o.adafactor.warmup_init);
   s.set_min_8bit_size(o.min_8bit_size);
+  s.set_prodigy_beta3(o.prodigy.beta3);
+  s.set_prodigy_d0(o.prodigy.d0);
+  s.set_prodigy_d_coef(o.prodigy.d_coef);
+  s.set_prodigy_growth_rate(o.prodigy.growth_rate);
+  s.set_prodigy_use_bias_correction(o.prodigy.use_bias_correction);
+  s.set_prodigy_safeguard_warmup(o.prodigy.safeguard_warmup);
+  s.set_prodigy_decouple(o.prodigy.decouple);
   return s;
 }
 
@@ -85,8 +92,10 @@ absl::Status PeerExchange::LoadReplica(int r, const Tensors& state) {
   return ParallelFor(fleet.size(), [&](int s) {
     Tensors piece;
     const std::set<std::string> names(fleet.params[s].begin(), fleet.params[s].end());
-    for (const auto& [key, t] : state) {  // this stage's adapters and their optimizer state
-      if (names.count(key) || names.count(StateParam(key))) piece[key] = t;
+    for (const auto& [key, t] : state) {  // this stage's adapters and their optimizer state; Prodigy's scalars
+      if (names.count(key) || names.count(StateParam(key)) || absl::StartsWith(key, kProdigyScalarsPrefix)) {
+        piece[key] = t;
+      }
     }
     piece[kOptimizerStepKey] = state.at(kOptimizerStepKey);
     return fleet.clients[s]->LoadState(job_id_, piece);
@@ -380,13 +389,22 @@ absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::v
   // Every trainer's rule and factor, to the bit (grad_norm.h).
   request.set_clip_scale(ClipFactor(norm, optimizer_config_.clip));
   request.set_clip(request.clip_scale() != 1.0);
+  if (optimizer_config_.type == "prodigy" && lr > 0) {  // (at rate 0 prodigyopt estimates nothing)
+    ASSIGN_OR_RETURN(ProdigyOutcome outcome, EstimateProdigy(step, members, request, on_abort));
+    v1::ProdigyScalars* s = request.mutable_prodigy();
+    s->set_d(outcome.scalars.d);
+    s->set_d_max(outcome.scalars.d_max);
+    s->set_d_numerator(outcome.scalars.d_numerator);
+    s->set_k(outcome.scalars.k);
+    request.set_prodigy_apply(outcome.apply);
+  }
   const int n = static_cast<int>(members.size());
   std::vector<absl::Status> results(n * stages_);
   (void)ParallelFor(n * stages_, [&](int k) {
     StageFleet& fleet = replicas_->fleet(members[k / stages_]);
     const int s = k % stages_;
     results[k] = fleet.Watched(s, absl::StrCat("step ", step + 1, "'s update waits for it"),
-                               [&] { return fleet.clients[s]->Update(job_id_, request); });
+                               [&] { return fleet.clients[s]->Update(job_id_, request).status(); });
     return absl::OkStatus();
   });
   std::vector<int> updated;
@@ -404,6 +422,65 @@ absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::v
         absl::StrCat("step ", step + 1, ": no replica completed its update (", per_replica.front().message(), ")"));
   }
   return updated;
+}
+
+absl::StatusOr<ProdigyOutcome> PeerExchange::EstimateProdigy(int64_t step, const std::vector<int>& members,
+                                                             const v1::UpdateRequest& update,
+                                                             const std::function<void()>& on_abort) {
+  v1::UpdateRequest request = update;
+  request.set_estimate(true);
+  const int n = static_cast<int>(members.size());
+  std::vector<absl::StatusOr<v1::UpdateResponse>> out(n * stages_, absl::UnknownError("not run"));
+  (void)ParallelFor(n * stages_, [&](int k) {
+    StageFleet& fleet = replicas_->fleet(members[k / stages_]);
+    const int s = k % stages_;
+    (void)fleet.Watched(s, absl::StrCat("step ", step + 1, "'s step-size estimate waits for it"), [&] {
+      out[k] = fleet.clients[s]->Update(job_id_, request);
+      return out[k].status();
+    });
+    return absl::OkStatus();
+  });
+  std::vector<absl::Status> results;
+  for (const auto& o : out) results.push_back(o.status());
+  absl::Status failed = LoseFailed(step, members, PerReplica(results, stages_), "Prodigy's estimate", on_abort);
+  if (!failed.ok()) {
+    members_.clear();
+    return failed;
+  }
+  // Every member holds the same adapters and sums: its terms and scalars must agree to the bit.
+  std::map<std::string, std::pair<double, double>> terms;
+  const v1::ProdigyScalars& first = out[0]->prodigy();
+  for (int k = 0; k < n * stages_; ++k) {
+    const std::vector<std::string>& names = replicas_->fleet(members[k / stages_]).params[k % stages_];
+    const v1::UpdateResponse& r = *out[k];
+    if (r.prodigy_terms_size() != 2 * static_cast<int>(names.size())) {
+      return absl::DataLossError(absl::StrCat("step ", step + 1, ": stage ", k % stages_, " sent ",
+                                              r.prodigy_terms_size(), " terms of Prodigy's estimate for its ",
+                                              names.size(), " LoRA parameters"));
+    }
+    if (r.prodigy().SerializeAsString() != first.SerializeAsString()) {
+      return absl::DataLossError(absl::StrCat("step ", step + 1, ": stage ", k % stages_, " holds Prodigy's d ",
+                                              r.prodigy().d(), ", stage 0 ", first.d()));
+    }
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::pair<double, double> t = {r.prodigy_terms(2 * i), r.prodigy_terms(2 * i + 1)};
+      auto [it, fresh] = terms.emplace(names[i], t);
+      if (!fresh && it->second != t) {
+        return absl::DataLossError(
+            absl::StrCat("step ", step + 1, ": the replicas' terms of Prodigy's estimate for ", names[i], " differ"));
+      }
+    }
+  }
+  ProdigyOutcome outcome;
+  outcome.scalars = {first.d(), first.d_max(), first.d_numerator(), first.k()};
+  std::vector<double> flat;
+  for (const auto& [name, t] : terms) {  // by name over every stage, as one process adds them
+    flat.push_back(t.first);
+    flat.push_back(t.second);
+  }
+  const double dlr = ProdigyDlr(optimizer_config_, outcome.scalars, update.lr());
+  outcome.apply = ProdigyNext(optimizer_config_, dlr, flat, outcome.scalars);
+  return outcome;
 }
 
 absl::StatusOr<ExchangeResult> PeerExchange::Apply(int64_t step, const std::vector<int>& participants,

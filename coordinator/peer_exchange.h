@@ -106,6 +106,13 @@ class PeerExchange {
                                                                     ExchangeResult& result,
                                                                     const std::function<void()>& on_abort)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prodigy's outcome of the step: every stage's terms of its step-size estimate (an Update with `estimate`, which
+  // changes nothing), added by name in the order of one process, then prodigyopt's new scalars from them. A lost
+  // replica is taken out as in Reduce.
+  absl::StatusOr<ProdigyOutcome> EstimateProdigy(int64_t step, const std::vector<int>& members,
+                                                 const v1::UpdateRequest& request,
+                                                 const std::function<void()>& on_abort)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The replicas that completed their update (a replica that did not is lost: it reloads before its next slice).
   absl::StatusOr<std::vector<int>> Update(int64_t step, const std::vector<int>& members, double lr, double norm,
                                           const std::function<void()>& on_abort) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

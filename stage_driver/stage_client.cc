@@ -230,14 +230,16 @@ absl::StatusOr<v1::ReduceResponse> StageClient::Reduce(const std::string& job_id
   return response;
 }
 
-absl::Status StageClient::Update(const std::string& job_id, v1::UpdateRequest request) {
+absl::StatusOr<v1::UpdateResponse> StageClient::Update(const std::string& job_id, v1::UpdateRequest request) {
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(rpc_timeout_));
   request.set_job_id(job_id);
   v1::UpdateResponse response;
   absl::Status s = FromGrpcStatus(stub_->Update(&ctx, request, &response));
   CountControl(request, response);
-  return Named(s, absl::StrCat("Update step ", request.step() + 1));
+  if (!s.ok())
+    return Named(s, absl::StrCat(request.estimate() ? "Update (estimate) step " : "Update step ", request.step() + 1));
+  return response;
 }
 
 absl::Status StageClient::LoadState(const std::string& job_id, const TensorMap& state) {

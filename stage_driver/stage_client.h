@@ -68,7 +68,7 @@ class StageClient {
   absl::StatusOr<v1::JoinGroupResponse> JoinGroup(const std::string& job_id, v1::JoinGroupRequest request,
                                                   absl::Duration wait);
   absl::StatusOr<v1::ReduceResponse> Reduce(const std::string& job_id, int64_t step, absl::Duration wait);
-  absl::Status Update(const std::string& job_id, v1::UpdateRequest request);
+  absl::StatusOr<v1::UpdateResponse> Update(const std::string& job_id, v1::UpdateRequest request);
   absl::Status LoadState(const std::string& job_id, const TensorMap& state);
   absl::Status Shutdown();
   // Ends this client's pipeline on a worker it shares with others (ReleaseRequest).

@@ -50,10 +50,6 @@ absl::Status LocalOptimizer::JoinGroup(const PeerGroupSpec& spec, const v1::Opti
   if (!settings.type().empty() && std::find(types.begin(), types.end(), settings.type()) == types.end()) {
     return absl::InvalidArgumentError(absl::StrCat("unknown optimizer type \"", settings.type(), "\""));
   }
-  if (settings.type() == "prodigy") {  // its estimate sums over every stage: not done here yet (docs/jobs.md)
-    return absl::UnimplementedError(
-        "the stage-local optimizer does not run prodigy yet (replica_exchange: coordinator)");
-  }
   const std::string bytes = settings.SerializeAsString();
   if (optimizer_ && bytes != settings_bytes_) {  // the state carries over to an optimizer of the new settings
     loaded_ = State();
@@ -180,10 +176,17 @@ OptimizerConfig LocalOptimizer::ConfigOf(const v1::OptimizerSettings& s) {
   config.adafactor.scale_parameter = s.adafactor_scale_parameter();
   config.adafactor.warmup_init = s.adafactor_warmup_init();
   config.min_8bit_size = s.min_8bit_size();
+  config.prodigy.beta3 = s.prodigy_beta3();
+  config.prodigy.d0 = s.prodigy_d0();
+  config.prodigy.d_coef = s.prodigy_d_coef();
+  config.prodigy.growth_rate = s.prodigy_growth_rate();
+  config.prodigy.use_bias_correction = s.prodigy_use_bias_correction();
+  config.prodigy.safeguard_warmup = s.prodigy_safeguard_warmup();
+  config.prodigy.decouple = s.prodigy_decouple();
   return config;
 }
 
-absl::StatusOr<int64_t> LocalOptimizer::Update(const v1::UpdateRequest& req, Tensors params) {
+absl::StatusOr<v1::UpdateResponse> LocalOptimizer::Update(const v1::UpdateRequest& req, Tensors params) {
   if (reduced_step_ != req.step()) {
     return absl::FailedPreconditionError(
         absl::StrCat("no reduced gradients of step ", req.step() + 1, " (reduced: step ", reduced_step_ + 1, ")"));
@@ -198,14 +201,43 @@ absl::StatusOr<int64_t> LocalOptimizer::Update(const v1::UpdateRequest& req, Ten
   }
   Tensors grads = reduced_;
   // As every trainer clips (grad_norm.h): only when the norm exceeded the limit, by the coordinator's double factor.
+  // (An estimate scales copies: the update after it takes the sums again.)
   if (req.clip()) {
     std::vector<at::Tensor> list;
-    for (auto& [name, g] : grads) list.push_back(g);
+    for (auto& [name, g] : grads) list.push_back(req.estimate() ? (g = g.clone()) : g);
     ScaleGradients(list, req.clip_scale());
   }
-  RETURN_IF_ERROR(optimizer_->Step(params, grads, req.lr()));
+  v1::UpdateResponse response;
+  if (req.estimate()) return Estimate(req, params, grads);
+  if (config_->type == "prodigy") {
+    ProdigyOutcome outcome;
+    outcome.scalars = {req.prodigy().d(), req.prodigy().d_max(), req.prodigy().d_numerator(), req.prodigy().k()};
+    outcome.apply = req.prodigy_apply();
+    RETURN_IF_ERROR(optimizer_->StepProdigy(params, grads, req.lr(), outcome));
+  } else {
+    RETURN_IF_ERROR(optimizer_->Step(params, grads, req.lr()));
+  }
   DropSums();
-  return optimizer_->steps();
+  response.set_optimizer_steps(optimizer_->steps());
+  return response;
+}
+
+absl::StatusOr<v1::UpdateResponse> LocalOptimizer::Estimate(const v1::UpdateRequest& req, const Tensors& params,
+                                                            const Tensors& grads) const {
+  if (config_->type != "prodigy") {
+    return absl::InvalidArgumentError(absl::StrCat("an estimate is Prodigy's, not ", config_->type, "'s"));
+  }
+  // One readback: the terms of every adapter of this stage, in name order.
+  const at::Tensor terms = ReadBack(optimizer_->ProdigyEstimate(params, grads, req.lr()).to(at::kFloat));
+  v1::UpdateResponse response;
+  response.mutable_prodigy_terms()->Add(terms.data_ptr<float>(), terms.data_ptr<float>() + terms.numel());
+  const ProdigyScalars& s = optimizer_->prodigy();
+  response.mutable_prodigy()->set_d(s.d);
+  response.mutable_prodigy()->set_d_max(s.d_max);
+  response.mutable_prodigy()->set_d_numerator(s.d_numerator);
+  response.mutable_prodigy()->set_k(s.k);
+  response.set_optimizer_steps(optimizer_->steps());
+  return response;
 }
 
 int64_t LocalOptimizer::Steps() const {

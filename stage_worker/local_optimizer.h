@@ -43,8 +43,9 @@ class LocalOptimizer {
   // failed or was given up: the caller forms a new one.
   absl::StatusOr<v1::ReduceResponse> Reduce(int64_t step);
   // The optimizer on `params` (the live adapters, modified in place) from the reduced gradients of req.step(), by the
-  // settings of the last JoinGroup; then nothing is held. The optimizer's step count after it.
-  absl::StatusOr<int64_t> Update(const v1::UpdateRequest& req, Tensors params);
+  // settings of the last JoinGroup; then nothing is held. The optimizer's step count after it. With req.estimate()
+  // (Prodigy's) nothing changes: the response holds this stage's terms of the step-size estimate.
+  absl::StatusOr<v1::UpdateResponse> Update(const v1::UpdateRequest& req, Tensors params);
   // The optimizer's step count, or -1 when no state was loaded since the last Reset (a new worker holds none of the
   // run's).
   int64_t Steps() const;
@@ -56,6 +57,9 @@ class LocalOptimizer {
 
  private:
   static OptimizerConfig ConfigOf(const v1::OptimizerSettings& settings);
+  // Prodigy's terms of the estimate for `params` at the step's (clipped) reduced gradients `grads`.
+  absl::StatusOr<v1::UpdateResponse> Estimate(const v1::UpdateRequest& req, const Tensors& params,
+                                              const Tensors& grads) const;
   // The held sum as one fp32 buffer on its device, in name order: one collective per step, whatever the number of
   // adapters (Gloo sums a host copy of it).
   at::Tensor FlattenOnDevice() const;

@@ -79,6 +79,10 @@ absl::Status CheckStateTensors(const ExpectedStageIO& e, const TensorMap& t) {
       }
       continue;
     }
+    if (absl::StartsWith(name, kProdigyScalarsPrefix)) {  // Prodigy's d and companions, shared by every stage
+      if (x.numel() != 1) return Invalid(what, absl::StrCat(Quoted(name), " must be one number"));
+      continue;
+    }
     const std::string adapter = StateParam(name);
     if (adapter.empty()) {
       adapters[name] = x;

@@ -57,10 +57,8 @@ absl::StatusOr<v1::ReduceResponse> StageRunner::Reduce(const v1::ReduceRequest& 
 absl::StatusOr<v1::UpdateResponse> StageRunner::Update(const v1::UpdateRequest& req) {
   absl::MutexLock lock(&run_mu_);
   RETURN_IF_ERROR(CheckExchangeJob(req.job_id(), req.config_hash(), "Update"));
-  absl::StatusOr<int64_t> steps = optimizer_.Update(req, AllLora());
-  if (!steps.ok()) return Annotate(steps.status(), name());
-  v1::UpdateResponse response;
-  response.set_optimizer_steps(*steps);
+  absl::StatusOr<v1::UpdateResponse> response = optimizer_.Update(req, AllLora());
+  if (!response.ok()) return Annotate(response.status(), name());
   return response;
 }
 

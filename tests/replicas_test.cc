@@ -311,6 +311,27 @@ TEST_F(ReplicasTest, TheAllreduceExchangeTrainsBitwiseTheCoordinatorsLora) {
   }
 }
 
+// Prodigy through the stages' own optimizers: each stage of each replica sends its terms of the step-size estimate, the
+// coordinator checks the replicas agree and adds them by name as one process does, the stages step at the new d.
+TEST_F(ReplicasTest, TheAllreduceExchangeRunsProdigyAsTheCoordinatorDoes) {
+  JobConfig job = Job("replica_split: equal\n");
+  job.optimizer.type = "prodigy";
+  job.optimizer.lr = 1;
+  job.optimizer.prodigy.d0 = 1e-3;
+  job.optimizer.clip = 0.05;
+  job.replica_exchange = "coordinator";
+  ASSERT_TRUE(Run(job, 2, 2, "prodigy_coordinator").ok());
+  job.replica_exchange = "allreduce";
+  ASSERT_TRUE(Run(job, 2, 2, "prodigy_allreduce").ok());
+  EXPECT_EQ(MaxLoraDifference("prodigy_coordinator", "prodigy_allreduce"), 0.0);
+  const auto reference = test_util::ReadTrainLog(JoinPath(*dir_, "prodigy_coordinator"));
+  const auto log = test_util::ReadTrainLog(JoinPath(*dir_, "prodigy_allreduce"));
+  ASSERT_EQ(log.size(), reference.size());
+  for (size_t i = 0; i < log.size(); ++i) {
+    EXPECT_EQ(log[i]["loss"].get<double>(), reference[i]["loss"].get<double>()) << "step " << i + 1;
+  }
+}
+
 // Four one-stage replicas, one micro-batch each: Gloo's ring adds the four gradients in another order than the
 // coordinator (which is one process's order here, bitwise), so the LoRA is one process's within the tolerance above.
 TEST_F(ReplicasTest, FourReplicasSumOverTheRingWithinTheTolerance) {

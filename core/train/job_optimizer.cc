@@ -203,11 +203,6 @@ absl::Status ParseJobOptimizer(Reader& r, const YAML::Node& root, JobConfig& job
                    "does not apply to prodigy: its step size is one estimate for every parameter (prodigyopt refuses "
                    "groups of other rates)");
   }
-  if (opt.type == "prodigy" && job.replica_exchange == "allreduce") {
-    return r.Check(false, root["optimizer"], "type",
-                   "prodigy sums its step-size estimate over every stage each step, which the stage-local optimizer "
-                   "(replica_exchange: allreduce) does not do yet; use replica_exchange: coordinator (auto picks it)");
-  }
   return ParseEmaKeys(r, root, job.optimizer.ema);
 }
 

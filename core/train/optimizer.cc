@@ -129,6 +129,31 @@ double EmaDecay(const EmaConfig& ema, int64_t step) {
 
 absl::Status Optimizer::Step(std::map<std::string, at::Tensor>& params, const std::map<std::string, at::Tensor>& grads,
                              double lr) {
+  return StepWith(params, grads, lr, nullptr);
+}
+
+absl::Status Optimizer::StepProdigy(std::map<std::string, at::Tensor>& params,
+                                    const std::map<std::string, at::Tensor>& grads, double lr,
+                                    const ProdigyOutcome& outcome) {
+  if (opt_.type != "prodigy") return absl::FailedPreconditionError(absl::StrCat("a Prodigy step for ", opt_.type));
+  return StepWith(params, grads, lr, &outcome);
+}
+
+at::Tensor Optimizer::ProdigyEstimate(const std::map<std::string, at::Tensor>& params,
+                                      const std::map<std::string, at::Tensor>& grads, double lr) const {
+  at::NoGradGuard no_grad;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> g;
+  for (const auto& [name, p] : params) {
+    names.push_back(name);
+    g.push_back(grads.at(name).to(p.device(), at::kFloat));
+  }
+  return ProdigyTerms(opt_, prodigy_, ProdigyDlr(opt_, prodigy_, lr), state_, params, g, names).flatten();
+}
+
+absl::Status Optimizer::StepWith(std::map<std::string, at::Tensor>& params,
+                                 const std::map<std::string, at::Tensor>& grads, double lr,
+                                 const ProdigyOutcome* outcome) {
   if (params.empty()) return absl::OkStatus();
   const at::Device device = params.begin()->second.device();
   for (const auto& [name, p] : params) {
@@ -157,7 +182,7 @@ absl::Status Optimizer::Step(std::map<std::string, at::Tensor>& params, const st
     group_grads[up].push_back(g.device() == device && g.scalar_type() == at::kFloat ? g : g.to(device, at::kFloat));
   }
   if (opt_.type == "prodigy") {  // one group: LoRA+ is refused (prodigyopt takes one rate)
-    ProdigyStep(params, group_grads[0], groups[0], lr);
+    ProdigyStep(params, group_grads[0], groups[0], lr, outcome);
     if (opt_.ema.enabled()) EmaStep(params);
     return absl::OkStatus();
   }
@@ -270,13 +295,21 @@ void Optimizer::AdafactorStep(std::map<std::string, at::Tensor>& params, const s
 }
 
 void Optimizer::ProdigyStep(std::map<std::string, at::Tensor>& params, std::vector<at::Tensor>& grads,
-                            const std::vector<std::string>& names, double lr) {
+                            const std::vector<std::string>& names, double lr, const ProdigyOutcome* given) {
   if (lr <= 0) return;  // prodigyopt at rate 0 (a warm-up's first step): no moment, no estimate, no update
   const double dlr = ProdigyDlr(opt_, prodigy_, lr);
-  const at::Tensor terms = ReadBack(ProdigyTerms(opt_, prodigy_, dlr, state_, params, grads, names).flatten());
-  const double* t = terms.data_ptr<double>();
-  if (!ProdigyNext(opt_, dlr, std::vector<double>(t, t + terms.numel()), prodigy_)) return;
-  ProdigyApply(opt_, prodigy_, dlr, state_, params, grads, names);
+  ProdigyOutcome outcome;
+  if (given != nullptr) {
+    outcome = *given;
+  } else {
+    const at::Tensor terms = ReadBack(ProdigyTerms(opt_, prodigy_, dlr, state_, params, grads, names).flatten());
+    const double* t = terms.data_ptr<double>();
+    outcome.scalars = prodigy_;
+    outcome.apply = ProdigyNext(opt_, dlr, std::vector<double>(t, t + terms.numel()), outcome.scalars);
+  }
+  ProdigyApply(opt_, prodigy_, outcome.scalars, outcome.apply, dlr, state_, params, grads, names);
+  if (!outcome.apply) return;
+  prodigy_ = outcome.scalars;
   ++prodigy_.k;
 }
 

@@ -62,6 +62,15 @@ class Optimizer {
   absl::Status Step(std::map<std::string, at::Tensor>& params, const std::map<std::string, at::Tensor>& grads,
                     double lr);
 
+  // Prodigy's step in two calls around its sum over every stage (the stage-local optimizer): the terms of `params`
+  // at rate lr (ProdigyTerms: [n·2] double on the device, in name order; nothing changes), then StepProdigy with what
+  // ProdigyNext made of every stage's terms.
+  at::Tensor ProdigyEstimate(const std::map<std::string, at::Tensor>& params,
+                             const std::map<std::string, at::Tensor>& grads, double lr) const;
+  absl::Status StepProdigy(std::map<std::string, at::Tensor>& params, const std::map<std::string, at::Tensor>& grads,
+                           double lr, const ProdigyOutcome& outcome);
+  const ProdigyScalars& prodigy() const { return prodigy_; }
+
   int64_t steps() const { return steps_; }
   // The state as tensors named by StateKeysOf, plus "__step__" (checkpointing).
   std::map<std::string, at::Tensor> StateDict() const;
@@ -80,9 +89,13 @@ class Optimizer {
                      const std::vector<std::string>& names, double lr);
   void AdafactorStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
                      const std::vector<std::string>& names, double lr);
-  // Prodigy's two halves around its global sums (prodigy.h), here in one process: one readback of the terms.
+  // Step, with Prodigy's outcome given (StepProdigy) or made here.
+  absl::Status StepWith(std::map<std::string, at::Tensor>& params, const std::map<std::string, at::Tensor>& grads,
+                        double lr, const ProdigyOutcome* outcome);
+  // Prodigy's two halves around its global sums (prodigy.h): in one process with one readback of the terms, or with
+  // the outcome of every stage's (`given`).
   void ProdigyStep(std::map<std::string, at::Tensor>& params, std::vector<at::Tensor>& grads,
-                   const std::vector<std::string>& names, double lr);
+                   const std::vector<std::string>& names, double lr, const ProdigyOutcome* given);
   // The EMA after this step (diffusers' EMAModel.step), started from the params before the first.
   void EmaStep(const std::map<std::string, at::Tensor>& params);
   // state_[key], made as zeros of `shape` beside `like` when missing, moved there when elsewhere.

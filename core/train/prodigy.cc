@@ -10,6 +10,16 @@ namespace {
 
 double Beta3(const OptimizerConfig& opt) { return opt.prodigy.beta3 < 0 ? std::sqrt(opt.beta2) : opt.prodigy.beta3; }
 
+// The gradient as the step takes it: with coupled weight decay (decouple: false) plus weight_decay·p.
+at::Tensor Decayed(const OptimizerConfig& opt, const at::Tensor& g, const at::Tensor& p) {
+  return opt.weight_decay != 0 && !opt.prodigy.decouple ? g.add(p, opt.weight_decay) : g;
+}
+
+// The weight of the gradient in s: (d/d0)·d under safeguard_warmup, else (d/d0)·dlr.
+double SCoefficient(const OptimizerConfig& opt, const ProdigyScalars& s, double dlr) {
+  return opt.prodigy.safeguard_warmup ? (s.d / opt.prodigy.d0) * s.d : (s.d / opt.prodigy.d0) * dlr;
+}
+
 }  // namespace
 
 double ProdigyDlr(const OptimizerConfig& opt, const ProdigyScalars& s, double lr) {
@@ -22,25 +32,21 @@ double ProdigyDlr(const OptimizerConfig& opt, const ProdigyScalars& s, double lr
 }
 
 at::Tensor ProdigyTerms(const OptimizerConfig& opt, const ProdigyScalars& s, double dlr,
-                        std::map<std::string, at::Tensor>& state, const std::map<std::string, at::Tensor>& params,
-                        std::vector<at::Tensor>& grads, const std::vector<std::string>& names) {
-  const ProdigyConfig& c = opt.prodigy;
-  const double beta1 = opt.beta1, beta2 = opt.beta2, beta3 = Beta3(opt), d = s.d;
+                        const std::map<std::string, at::Tensor>& state, const std::map<std::string, at::Tensor>& params,
+                        const std::vector<at::Tensor>& grads, const std::vector<std::string>& names) {
   std::vector<at::Tensor> terms;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
     const at::Tensor& p = params.at(name);
-    at::Tensor& g = grads[i];
-    if (opt.weight_decay != 0 && !c.decouple) g = g.add(p, opt.weight_decay);
-    auto zeros = [&] { return at::zeros_like(p); };
-    at::Tensor& s_acc = StateBeside(state, name + kProdigyS, p, zeros);
-    const at::Tensor& p0 = StateBeside(state, name + kProdigyP0, p, [&] { return p.clone(); });
-    at::Tensor& exp_avg_sq = StateBeside(state, name + kExpAvgSq, p, zeros);
+    const at::Tensor g = Decayed(opt, grads[i], p);
+    auto s_it = state.find(name + kProdigyS);
+    auto p0_it = state.find(name + kProdigyP0);
+    const at::Tensor p0 = p0_it != state.end() ? p0_it->second.to(p.device()) : p;
     const at::Tensor dot = at::dot(g.flatten(), (p0 - p).flatten());
-    if (beta1 > 0) StateBeside(state, name + kExpAvg, p, zeros).mul_(beta1).add_(g, d * (1 - beta1));
-    exp_avg_sq.mul_(beta2).addcmul_(g, g, d * d * (1 - beta2));
-    s_acc.mul_(beta3).add_(g, c.safeguard_warmup ? (d / c.d0) * d : (d / c.d0) * dlr);
-    terms.push_back(at::stack({dot, s_acc.abs().sum()}).to(at::kDouble));
+    // s as ProdigyApply leaves it: the same operations, out of place.
+    const at::Tensor s_new = s_it != state.end() ? s_it->second.to(p.device()).mul(Beta3(opt)) : at::zeros_like(p);
+    s_new.add_(g, SCoefficient(opt, s, dlr));
+    terms.push_back(at::stack({dot, s_new.abs().sum()}).to(at::kDouble));
   }
   return at::stack(terms);
 }
@@ -63,17 +69,32 @@ bool ProdigyNext(const OptimizerConfig& opt, double dlr, const std::vector<doubl
   return true;
 }
 
-void ProdigyApply(const OptimizerConfig& opt, const ProdigyScalars& s, double dlr,
-                  std::map<std::string, at::Tensor>& state, std::map<std::string, at::Tensor>& params,
-                  const std::vector<at::Tensor>& grads, const std::vector<std::string>& names) {
+void ProdigyApply(const OptimizerConfig& opt, const ProdigyScalars& before, const ProdigyScalars& after, bool apply,
+                  double dlr, std::map<std::string, at::Tensor>& state, std::map<std::string, at::Tensor>& params,
+                  std::vector<at::Tensor>& grads, const std::vector<std::string>& names) {
+  const double beta1 = opt.beta1, beta2 = opt.beta2, d = before.d;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    at::Tensor& p = params.at(name);
+    at::Tensor& g = grads[i];
+    g = Decayed(opt, g, p);
+    auto zeros = [&] { return at::zeros_like(p); };
+    at::Tensor& s_acc = StateBeside(state, name + kProdigyS, p, zeros);
+    (void)StateBeside(state, name + kProdigyP0, p, [&] { return p.clone(); });
+    at::Tensor& exp_avg_sq = StateBeside(state, name + kExpAvgSq, p, zeros);
+    if (beta1 > 0) StateBeside(state, name + kExpAvg, p, zeros).mul_(beta1).add_(g, d * (1 - beta1));
+    exp_avg_sq.mul_(beta2).addcmul_(g, g, d * d * (1 - beta2));
+    s_acc.mul_(Beta3(opt)).add_(g, SCoefficient(opt, before, dlr));
+  }
+  if (!apply) return;  // Σ|s| was 0: prodigyopt leaves the parameters and d as they are
   for (size_t i = 0; i < names.size(); ++i) {
     at::Tensor& p = params.at(names[i]);
-    const at::Tensor denom = state.at(names[i] + kExpAvgSq).sqrt().add_(s.d * opt.eps);
+    const at::Tensor denom = state.at(names[i] + kExpAvgSq).sqrt().add_(after.d * opt.eps);
     if (opt.weight_decay != 0 && opt.prodigy.decouple) p.add_(p, -opt.weight_decay * dlr);
     if (opt.beta1 > 0) {
       p.addcdiv_(state.at(names[i] + kExpAvg), denom, -dlr);
     } else {
-      p.addcdiv_(grads[i], denom, -dlr * s.d);
+      p.addcdiv_(grads[i], denom, -dlr * after.d);
     }
   }
 }

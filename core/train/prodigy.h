@@ -1,6 +1,6 @@
 // Prodigy (prodigyopt 1.1, Mishchenko & Defazio): Adam whose step size d is estimated from the run itself, so `lr`
-// stays 1. Its step in two halves around the one global sum it needs: the per-parameter terms of the estimate (after
-// the moments and `s` took the gradient at the current d), the new d from their sums, then the update at it.
+// stays 1. Its step in two halves around the one global sum it needs: the per-parameter terms of the estimate (with s
+// as the step leaves it; nothing changes yet), the new d from their sums, then the moments, s and the update at it.
 // Operation for operation prodigyopt's Prodigy.step; the state lives in the Optimizer's map (optimizer.h).
 #pragma once
 
@@ -29,23 +29,31 @@ inline constexpr char kProdigyDMax[] = "__prodigy_d_max__";
 inline constexpr char kProdigyDNumerator[] = "__prodigy_d_numerator__";
 inline constexpr char kProdigyK[] = "__prodigy_k__";
 
+// What ProdigyNext made of a step's terms: the new scalars, and whether to update (false: Σ|s| was 0).
+struct ProdigyOutcome {
+  ProdigyScalars scalars;
+  bool apply = false;
+};
+
 // d·lr·(the bias correction of step s.k when use_bias_correction): the step's rate.
 double ProdigyDlr(const OptimizerConfig& opt, const ProdigyScalars& s, double lr);
 
-// The first half for `names` (their state made at the first step: p0 the parameters then): each gradient taken into
-// exp_avg, exp_avg_sq and s at the current d; returns [n, 2] double on the device, per parameter g·(p0 − p) and
-// Σ|s|, as prodigyopt reads them (fp32 dot and sum). Nothing is read back.
+// The first half for `names`, changing nothing: [n, 2] double on the device, per parameter g·(p0 − p) and Σ|s| with
+// s as the step will leave it (p0: the parameters at the first step), as prodigyopt reads them (fp32 dot and sum).
+// Nothing is read back. Each stage of a pipeline computes its own adapters' (the stage-local optimizer's Estimate).
 at::Tensor ProdigyTerms(const OptimizerConfig& opt, const ProdigyScalars& s, double dlr,
-                        std::map<std::string, at::Tensor>& state, const std::map<std::string, at::Tensor>& params,
-                        std::vector<at::Tensor>& grads, const std::vector<std::string>& names);
+                        const std::map<std::string, at::Tensor>& state, const std::map<std::string, at::Tensor>& params,
+                        const std::vector<at::Tensor>& grads, const std::vector<std::string>& names);
 
 // The new scalars from every parameter's terms (`terms`: n × 2, in name order, added as prodigyopt adds them). False
 // when Σ|s| is 0 (all gradients zero): prodigyopt then leaves everything as it is and makes no update.
 bool ProdigyNext(const OptimizerConfig& opt, double dlr, const std::vector<double>& terms, ProdigyScalars& s);
 
-// The second half: the update at the new d (and the step's rate `dlr`, from the d before).
-void ProdigyApply(const OptimizerConfig& opt, const ProdigyScalars& s, double dlr,
-                  std::map<std::string, at::Tensor>& state, std::map<std::string, at::Tensor>& params,
-                  const std::vector<at::Tensor>& grads, const std::vector<std::string>& names);
+// The second half: each gradient taken into exp_avg, exp_avg_sq and s at the step's d (`before`: the scalars the
+// terms were computed with; the state made at the first step), then, when ProdigyNext said so (`apply`), the update
+// at the new d `after` (and the step's rate `dlr`, from the d before).
+void ProdigyApply(const OptimizerConfig& opt, const ProdigyScalars& before, const ProdigyScalars& after, bool apply,
+                  double dlr, std::map<std::string, at::Tensor>& state, std::map<std::string, at::Tensor>& params,
+                  std::vector<at::Tensor>& grads, const std::vector<std::string>& names);
 
 }  // namespace baton

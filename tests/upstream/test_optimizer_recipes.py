@@ -176,8 +176,6 @@ class OptimizerRecipesTest(unittest.TestCase):
                 ("optimizer: {min_8bit_size: 64}", "'min_8bit_size' applies to adamw8bit, not adamw"),
                 ("optimizer: {type: adamw8bit, min_8bit_size: -1}", "'min_8bit_size' must be ≥ 0"),
                 ("lora: {rank: 4, plus_ratio: 2}\noptimizer: {type: prodigy}", "'plus_ratio' does not apply to prodigy"),
-                ("optimizer: {type: prodigy}\nreplica_exchange: allreduce",
-                 "'type' prodigy sums its step-size estimate over every stage"),
                 ("optimizer: {decay_rate: -0.5}", "'decay_rate' applies to adafactor, not adamw"),
                 ("optimizer: {type: adafactor, lr: 0.001}", "'lr' does not apply with relative_step: true"),
                 ("optimizer: {type: adafactor, eps: 1.0e-8}", "'eps' has the wrong type"),
