@@ -12,6 +12,7 @@
 #include "core/util/clock.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
+#include "rpc/optimizer_settings.h"
 
 namespace baton {
 namespace {
@@ -30,40 +31,6 @@ std::vector<absl::Status> PerReplica(const std::vector<absl::Status>& per_stage,
   return out;
 }
 
-// The job's fixed optimizer settings as every stage takes them with JoinGroup.
-v1::OptimizerSettings SettingsOf(const OptimizerConfig& o) {
-  v1::OptimizerSettings s;
-  s.set_beta1(o.beta1);
-  s.set_beta2(o.beta2);
-  s.set_eps(o.eps);
-  s.set_weight_decay(o.weight_decay);
-  s.set_plus_ratio(o.plus_ratio);
-  s.set_ema_decay(o.ema.decay);
-  s.set_ema_min_decay(o.ema.min_decay);
-  s.set_ema_update_after_step(o.ema.update_after_step);
-  s.set_ema_use_warmup(o.ema.use_ema_warmup);
-  s.set_ema_inv_gamma(o.ema.inv_gamma);
-  s.set_ema_power(o.ema.power);
-  s.set_type(o.type);
-  s.set_adafactor_eps1(o.adafactor.eps1);
-  s.set_adafactor_eps2(o.adafactor.eps2);
-  s.set_adafactor_clip_threshold(o.adafactor.clip_threshold);
-  s.set_adafactor_decay_rate(o.adafactor.decay_rate);
-  s.set_adafactor_beta1(o.adafactor.beta1);
-  s.set_adafactor_relative_step(o.adafactor.relative_step);
-  s.set_adafactor_scale_parameter(o.adafactor.scale_parameter);
-  s.set_adafactor_warmup_init(o.adafactor.warmup_init);
-  s.set_min_8bit_size(o.min_8bit_size);
-  s.set_prodigy_beta3(o.prodigy.beta3);
-  s.set_prodigy_d0(o.prodigy.d0);
-  s.set_prodigy_d_coef(o.prodigy.d_coef);
-  s.set_prodigy_growth_rate(o.prodigy.growth_rate);
-  s.set_prodigy_use_bias_correction(o.prodigy.use_bias_correction);
-  s.set_prodigy_safeguard_warmup(o.prodigy.safeguard_warmup);
-  s.set_prodigy_decouple(o.prodigy.decouple);
-  return s;
-}
-
 }  // namespace
 
 std::string AddressHost(const std::string& address) {
@@ -77,7 +44,7 @@ std::string AddressHost(const std::string& address) {
 
 PeerExchange::PeerExchange(const OptimizerConfig& optimizer, ReplicaSet* replicas, absl::Duration timeout)
     : optimizer_config_(optimizer),
-      settings_(SettingsOf(optimizer)),
+      settings_(OptimizerSettingsOf(optimizer)),
       job_id_(replicas->fleet(0).job_id),
       replicas_(replicas),
       timeout_(timeout),

@@ -12,6 +12,7 @@
 #include "core/train/grad_norm.h"
 #include "core/util/clock.h"
 #include "core/util/status.h"
+#include "rpc/optimizer_settings.h"
 
 namespace baton {
 
@@ -55,7 +56,7 @@ absl::Status LocalOptimizer::JoinGroup(const PeerGroupSpec& spec, const v1::Opti
     loaded_ = State();
     optimizer_.reset();
   }
-  config_ = ConfigOf(settings);
+  config_ = OptimizerConfigOf(settings);
   settings_bytes_ = bytes;
   ASSIGN_OR_RETURN(std::unique_ptr<PeerGroup> group, PeerGroup::Join(spec));
   group_ = std::move(group);
@@ -151,39 +152,6 @@ absl::StatusOr<v1::ReduceResponse> LocalOptimizer::Reduced(int64_t step, const a
   response.set_bytes(flat.defined() ? static_cast<uint64_t>(flat.nbytes()) : 0);
   response.set_begun_when_held(begun);
   return response;
-}
-
-OptimizerConfig LocalOptimizer::ConfigOf(const v1::OptimizerSettings& s) {
-  OptimizerConfig config;
-  config.beta1 = s.beta1();
-  config.beta2 = s.beta2();
-  config.eps = s.eps();
-  config.weight_decay = s.weight_decay();
-  config.plus_ratio = s.plus_ratio() == 0 ? 1.0 : s.plus_ratio();
-  config.ema.decay = s.ema_decay();
-  config.ema.min_decay = s.ema_min_decay();
-  config.ema.update_after_step = s.ema_update_after_step();
-  config.ema.use_ema_warmup = s.ema_use_warmup();
-  config.ema.inv_gamma = s.ema_inv_gamma();
-  config.ema.power = s.ema_power();
-  config.type = s.type().empty() ? "adamw" : s.type();
-  config.adafactor.eps1 = s.adafactor_eps1();
-  config.adafactor.eps2 = s.adafactor_eps2();
-  config.adafactor.clip_threshold = s.adafactor_clip_threshold();
-  config.adafactor.decay_rate = s.adafactor_decay_rate();
-  config.adafactor.beta1 = s.adafactor_beta1();
-  config.adafactor.relative_step = s.adafactor_relative_step();
-  config.adafactor.scale_parameter = s.adafactor_scale_parameter();
-  config.adafactor.warmup_init = s.adafactor_warmup_init();
-  config.min_8bit_size = s.min_8bit_size();
-  config.prodigy.beta3 = s.prodigy_beta3();
-  config.prodigy.d0 = s.prodigy_d0();
-  config.prodigy.d_coef = s.prodigy_d_coef();
-  config.prodigy.growth_rate = s.prodigy_growth_rate();
-  config.prodigy.use_bias_correction = s.prodigy_use_bias_correction();
-  config.prodigy.safeguard_warmup = s.prodigy_safeguard_warmup();
-  config.prodigy.decouple = s.prodigy_decouple();
-  return config;
 }
 
 absl::StatusOr<v1::UpdateResponse> LocalOptimizer::Update(const v1::UpdateRequest& req, Tensors params) {

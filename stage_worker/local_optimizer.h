@@ -56,7 +56,6 @@ class LocalOptimizer {
   void Reset();
 
  private:
-  static OptimizerConfig ConfigOf(const v1::OptimizerSettings& settings);
   // Prodigy's terms of the estimate for `params` at the step's (clipped) reduced gradients `grads`.
   absl::StatusOr<v1::UpdateResponse> Estimate(const v1::UpdateRequest& req, const Tensors& params,
                                               const Tensors& grads) const;

@@ -1,0 +1,14 @@
+// The job's optimizer (core/train/job.h OptimizerConfig: the update rule, LoRA+, the EMA) as the coordinator sends it
+// to every stage with JoinGroup (stage.proto OptimizerSettings), and back: one codec for both ends.
+#pragma once
+
+#include "baton/v1/stage.pb.h"
+#include "core/train/job.h"
+
+namespace baton {
+
+v1::OptimizerSettings OptimizerSettingsOf(const OptimizerConfig& config);
+// Unset fields read as the proto's zeros, except an empty type ("adamw") and plus_ratio 0 (1: plain LoRA).
+OptimizerConfig OptimizerConfigOf(const v1::OptimizerSettings& settings);
+
+}  // namespace baton
