@@ -201,7 +201,13 @@ absl::Status ParseLora(Reader& r, YAML::Node root, JobConfig& job) {
   job.lora.alpha = static_cast<double>(job.lora.rank);
   if (!root["lora"].IsDefined()) return absl::OkStatus();
   YAML::Node l = root["lora"];
-  RETURN_IF_ERROR(r.Keys(l, "lora", {"rank", "alpha", "targets", "dropout", "plus_ratio"}));
+  RETURN_IF_ERROR(r.Keys(l, "lora", {"type", "rank", "alpha", "targets", "dropout", "plus_ratio"}));
+  std::string type = "lora";
+  RETURN_IF_ERROR(r.Get(l, "type", &type));
+  RETURN_IF_ERROR(r.Check(type == "lora", l, "type",
+                          absl::StrCat("is '", type,
+                                       "': the LoRA variants (lokr, loha, dora) are not built yet; Baton "
+                                       "trains plain LoRA (type: lora)")));
   RETURN_IF_ERROR(r.Get(l, "rank", &job.lora.rank));
   RETURN_IF_ERROR(r.Check(job.lora.rank > 0, l, "rank", "must be positive"));
   job.lora.alpha = static_cast<double>(job.lora.rank);

@@ -172,6 +172,7 @@ class OptimizerRecipesTest(unittest.TestCase):
                 ("ema: {decay: 0.9, warmup: 3}", "unknown key 'warmup' in ema"),
                 ("ema: {decay: 0.9, evals: average}", "'evals' is 'average': one of trained, ema, both"),
                 ("lora: {rank: 4, plus_ratio: 0.5}", "'plus_ratio' must be in [1, 1000]"),
+                ("lora: {rank: 4, type: lokr}", "'type' is 'lokr': the LoRA variants (lokr, loha, dora) are not built"),
                 ("optimizer: {type: lion}", "'type' must be one of adamw, adamw8bit, adafactor, prodigy"),
                 ("optimizer: {min_8bit_size: 64}", "'min_8bit_size' applies to adamw8bit, not adamw"),
                 ("optimizer: {type: adamw8bit, min_8bit_size: -1}", "'min_8bit_size' must be ≥ 0"),
