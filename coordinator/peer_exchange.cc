@@ -358,11 +358,7 @@ absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::v
   request.set_clip(request.clip_scale() != 1.0);
   if (optimizer_config_.type == "prodigy" && lr > 0) {  // (at rate 0 prodigyopt estimates nothing)
     ASSIGN_OR_RETURN(ProdigyOutcome outcome, EstimateProdigy(step, members, request, on_abort));
-    v1::ProdigyScalars* s = request.mutable_prodigy();
-    s->set_d(outcome.scalars.d);
-    s->set_d_max(outcome.scalars.d_max);
-    s->set_d_numerator(outcome.scalars.d_numerator);
-    s->set_k(outcome.scalars.k);
+    *request.mutable_prodigy() = ProdigyScalarsProto(outcome.scalars);
     request.set_prodigy_apply(outcome.apply);
   }
   const int n = static_cast<int>(members.size());
@@ -439,7 +435,7 @@ absl::StatusOr<ProdigyOutcome> PeerExchange::EstimateProdigy(int64_t step, const
     }
   }
   ProdigyOutcome outcome;
-  outcome.scalars = {first.d(), first.d_max(), first.d_numerator(), first.k()};
+  outcome.scalars = ProdigyScalarsOf(first);
   std::vector<double> flat;
   for (const auto& [name, t] : terms) {  // by name over every stage, as one process adds them
     flat.push_back(t.first);

@@ -68,4 +68,15 @@ OptimizerConfig OptimizerConfigOf(const v1::OptimizerSettings& s) {
   return config;
 }
 
+v1::ProdigyScalars ProdigyScalarsProto(const ProdigyScalars& s) {
+  v1::ProdigyScalars p;
+  p.set_d(s.d);
+  p.set_d_max(s.d_max);
+  p.set_d_numerator(s.d_numerator);
+  p.set_k(s.k);
+  return p;
+}
+
+ProdigyScalars ProdigyScalarsOf(const v1::ProdigyScalars& p) { return {p.d(), p.d_max(), p.d_numerator(), p.k()}; }
+
 }  // namespace baton

@@ -175,17 +175,15 @@ absl::StatusOr<v1::UpdateResponse> LocalOptimizer::Update(const v1::UpdateReques
     for (auto& [name, g] : grads) list.push_back(req.estimate() ? (g = g.clone()) : g);
     ScaleGradients(list, req.clip_scale());
   }
-  v1::UpdateResponse response;
   if (req.estimate()) return Estimate(req, params, grads);
   if (config_->type == "prodigy") {
-    ProdigyOutcome outcome;
-    outcome.scalars = {req.prodigy().d(), req.prodigy().d_max(), req.prodigy().d_numerator(), req.prodigy().k()};
-    outcome.apply = req.prodigy_apply();
-    RETURN_IF_ERROR(optimizer_->StepProdigy(params, grads, req.lr(), outcome));
+    RETURN_IF_ERROR(optimizer_->StepProdigy(params, grads, req.lr(),
+                                            ProdigyOutcome{ProdigyScalarsOf(req.prodigy()), req.prodigy_apply()}));
   } else {
     RETURN_IF_ERROR(optimizer_->Step(params, grads, req.lr()));
   }
   DropSums();
+  v1::UpdateResponse response;
   response.set_optimizer_steps(optimizer_->steps());
   return response;
 }
@@ -199,11 +197,7 @@ absl::StatusOr<v1::UpdateResponse> LocalOptimizer::Estimate(const v1::UpdateRequ
   const at::Tensor terms = ReadBack(optimizer_->ProdigyEstimate(params, grads, req.lr()).to(at::kFloat));
   v1::UpdateResponse response;
   response.mutable_prodigy_terms()->Add(terms.data_ptr<float>(), terms.data_ptr<float>() + terms.numel());
-  const ProdigyScalars& s = optimizer_->prodigy();
-  response.mutable_prodigy()->set_d(s.d);
-  response.mutable_prodigy()->set_d_max(s.d_max);
-  response.mutable_prodigy()->set_d_numerator(s.d_numerator);
-  response.mutable_prodigy()->set_k(s.k);
+  *response.mutable_prodigy() = ProdigyScalarsProto(optimizer_->prodigy());
   response.set_optimizer_steps(optimizer_->steps());
   return response;
 }
