@@ -36,6 +36,8 @@ td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
 .error { color: var(--bad); white-space: pre-wrap; margin: 4px 0; font-size: 13px; }
 pre.error { background: #fff5f5; border: 1px solid #ffc9c9; padding: 8px; border-radius: 6px; }
 .hint { color: var(--muted); font-size: 12px; }
+.banner { background: #fff3bf; border: 1px solid #ffd43b; color: #5c3c00; padding: 8px 12px; border-radius: 6px;
+          margin: 12px 0; }
 .actions { display: flex; gap: 6px; flex-wrap: wrap; align-items: center; }
 form.inline { display: inline; margin: 0; }
 button, .download { font: inherit; padding: 4px 10px; border-radius: 6px; border: 1px solid var(--line);
@@ -77,18 +79,42 @@ const std::string& AppJs() {
   static const std::string js = R"js(
 'use strict';
 (function () {
+  var kRetryMs = 2000, kPollMs = 1000;
+
+  // The banner under the top bar: says in words what is not answering, and why; hidden again once a call succeeds.
+  function say(problem) {
+    var banner = document.getElementById('service-status');
+    if (!banner) return;
+    banner.hidden = problem === null;
+    if (problem !== null) {
+      banner.textContent = problem + ' Trying again every ' + kRetryMs / 1000 +
+          ' s; this page carries on by itself when it is back.';
+    }
+  }
+
+  // GETs url: resolves to the body, or to null when the call failed, having said why (the job service's reason, which
+  // the view passes on with a 5xx, or that the view itself did not answer). 401: the session ended, so to sign-in.
+  function get(url) {
+    return fetch(url, {credentials: 'same-origin', cache: 'no-store'}).then(function (r) {
+      if (r.status === 401) { window.location.href = '/login'; return null; }
+      return r.text().then(function (body) {
+        if (r.ok) { say(null); return body; }
+        if (r.status >= 500) say('The job service does not answer (' + body.trim() + ').');
+        return null;
+      });
+    }, function () {
+      say('The browser view (baton ui) does not answer.');
+      return null;
+    });
+  }
+
   // Fetches el.dataset.src (plus `query`) into el; one fetch at a time, a request during one runs once after it.
   function refresh(el, query) {
     if (!el) return;
     if (el.busy) { el.again = true; return; }
     el.busy = true;
-    fetch(el.dataset.src + (query || ''), {credentials: 'same-origin', cache: 'no-store'})
-      .then(function (r) {
-        if (r.status === 401) { window.location.href = '/login'; return null; }
-        return r.ok ? r.text() : null;
-      })
+    get(el.dataset.src + (query || ''))
       .then(function (html) { if (html !== null) el.innerHTML = html; })
-      .catch(function () {})
       .finally(function () {
         el.busy = false;
         if (el.again) { el.again = false; refresh(el, query); }
@@ -115,20 +141,34 @@ const std::string& AppJs() {
         refresh(panel, smoothingQuery());
       });
     }
-    if (!window.EventSource || !job.dataset.events) return;
-    var events = new EventSource(job.dataset.events);
-    events.addEventListener('step', function () {
-      refresh(panel, smoothingQuery());
-      refresh(details);
+    if (job.dataset.poll) pollJob(job.dataset.poll, panel, gallery, details);
+  }
+
+  // While a job's page is shown it asks the view once a second what moved (/jobs/ID/version: one short call, so an
+  // open page holds none of the view's threads) and fetches only the part that changed; a hidden tab asks nothing
+  // until it is shown again. After an outage of the job service every part is fetched again; once the job ended,
+  // the page fetches everything once more and stops asking.
+  function pollJob(url, panel, gallery, details) {
+    var last = null, lost = false, paused = false;
+    function poll() {
+      if (document.hidden) { paused = true; return; }
+      get(url).then(function (body) {
+        if (body === null) { lost = true; window.setTimeout(poll, kRetryMs); return; }
+        var now = JSON.parse(body);
+        if (lost || now.ended || (last !== null && now.moved !== last.moved)) {
+          refresh(panel, smoothingQuery());
+          refresh(details);
+        }
+        if (lost || now.ended || (last !== null && now.samples !== last.samples)) refresh(gallery);
+        last = now;
+        lost = false;
+        if (!now.ended) window.setTimeout(poll, kPollMs);
+      });
+    }
+    document.addEventListener('visibilitychange', function () {
+      if (!document.hidden && paused) { paused = false; poll(); }
     });
-    events.addEventListener('samples', function () { refresh(gallery); });
-    events.addEventListener('end', function () {
-      events.close();
-      refresh(panel, smoothingQuery());
-      refresh(details);
-      refresh(gallery);
-    });
-    events.addEventListener('gone', function () { events.close(); });
+    poll();
   }
 
   function followJobs(live) {
@@ -163,6 +203,8 @@ const std::string& AppJs() {
     if (job) followJob(job);
     var live = document.getElementById('jobs-live');
     if (live) followJobs(live);
+    var failed = document.querySelector('#error[data-retry]');  // a page the job service could not answer
+    if (failed) window.setTimeout(function () { window.location.reload(); }, kRetryMs);
     wireSubmit();
   });
 })();

@@ -48,7 +48,8 @@ std::string HtmlPage(const std::string& title, const std::string& body, const st
       HtmlEscape(title),
       " · Baton</title><link rel=\"stylesheet\" href=\"/static/app.css\"><script src=\"/static/app.js\" defer>"
       "</script></head><body>",
-      bar, "<main>", body, "</main></body></html>");
+      bar, "<main><div id=\"service-status\" class=\"banner\" role=\"status\" hidden></div>", body,
+      "</main></body></html>");
 }
 
 }  // namespace baton

@@ -10,7 +10,7 @@ namespace baton {
 std::string HtmlEscape(const std::string& text);
 
 // A whole page: <head> with the view's style sheet and script, a top bar (with a sign-out form when `csrf` is set),
-// then `body`.
+// then a banner the script fills when the job service does not answer (hidden until then), then `body`.
 std::string HtmlPage(const std::string& title, const std::string& body, const std::string& csrf = "");
 
 // A form that POSTs to `action` with the session's form token and one button.

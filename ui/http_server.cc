@@ -143,13 +143,15 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
         "options); civetweb's threads cannot start");
   }
   std::unique_ptr<HttpServer> server(new HttpServer(options, std::move(handler)));
-  const std::string threads = absl::StrCat(options.threads);
+  const std::string threads = absl::StrCat(options.threads), keep_alive = absl::StrCat(kKeepAliveMs);
   const char* mg_options[] = {"listening_ports",
                               options.listen.c_str(),
                               "num_threads",
                               threads.c_str(),
                               "enable_keep_alive",
                               "yes",
+                              "keep_alive_timeout_ms",
+                              keep_alive.c_str(),
                               "request_timeout_ms",
                               "30000",
                               nullptr};

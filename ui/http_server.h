@@ -1,6 +1,6 @@
 // A small HTTP/1.1 server over civetweb (Debian's libcivetweb): one handler for every request, run on civetweb's
 // worker threads. A request's body is read only up to a limit (a larger one is refused with 413 before it is read);
-// a handler either sends one whole response or streams one (server-sent events, downloads) until the client goes.
+// a handler either sends one whole response or streams one (a download) until it is sent or the client goes.
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -54,12 +54,17 @@ class HttpResponder {
   bool started_ = false;
 };
 
+// How long an idle kept-alive connection keeps its worker thread before it is closed.
+constexpr int kKeepAliveMs = 500;
+
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponder&)>;
 
 struct HttpServerOptions {
   std::string listen = "127.0.0.1:8675";  // host:port; port 0 picks a free one
   size_t max_body_bytes = 1 << 20;
-  int threads = 48;  // each open event stream (a job's page) holds one
+  // Each request holds one while it is answered (a download until it is sent), an idle kept-alive connection for
+  // at most kKeepAliveMs; an open page holds none between its asks (ui/assets.cc).
+  int threads = 48;
 };
 
 class HttpServer {

@@ -207,7 +207,7 @@ std::string JobPage(const v1::HistoryResponse& h, const v1::ListCheckpointsRespo
   return HtmlPage(
       h.job().name(),
       absl::StrCat("<div id=\"job\" data-job=\"", id, "\"",
-                   live ? absl::StrCat(" data-events=\"/jobs/", id, "/events\"") : "", ">",
+                   live ? absl::StrCat(" data-poll=\"/jobs/", id, "/version\"") : "", ">",
                    "<div class=\"controls\"><label>Smoothing <input type=\"range\" id=\"smoothing\" min=\"0\" "
                    "max=\"0.99\" step=\"0.01\" value=\"",
                    absl::StrFormat("%.2f", smoothing), "\"></label></div><div id=\"panel\" data-src=\"/jobs/", id,

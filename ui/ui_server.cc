@@ -4,12 +4,10 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_split.h>
-#include <absl/time/clock.h>
 
 #include <algorithm>
 #include <optional>
 #include <regex>
-#include <thread>
 
 #include "rpc/tls.h"
 #include "ui/assets.h"
@@ -23,8 +21,6 @@ namespace baton {
 namespace {
 
 constexpr char kCookie[] = "baton_session";
-constexpr absl::Duration kEventPoll = absl::Milliseconds(500);
-constexpr absl::Duration kKeepAlive = absl::Seconds(15);
 
 HttpResponse Html(int status, std::string body) { return {status, "text/html; charset=utf-8", {}, std::move(body)}; }
 HttpResponse Text(int status, std::string text) { return {status, "text/plain; charset=utf-8", {}, std::move(text)}; }
@@ -51,12 +47,19 @@ int HttpStatusOf(const absl::Status& s) {
   }
 }
 
-HttpResponse ErrorPage(const absl::Status& s, const std::string& csrf) {
-  return Html(HttpStatusOf(s), HtmlPage("Error",
-                                        absl::StrCat("<h1>Refused</h1><pre class=\"error\" id=\"error\">",
-                                                     HtmlEscape(std::string(s.message())),
-                                                     "</pre><p><a href=\"/\">Back to the jobs</a></p>"),
-                                        csrf));
+// `retry`: the job service did not answer a page's GET; the page says so and loads itself again every 2 s (app.js),
+// so that it shows what was asked for once the service is back.
+HttpResponse ErrorPage(const absl::Status& s, const std::string& csrf, bool retry = false) {
+  const int status = HttpStatusOf(s);
+  retry = retry && status == 502;
+  return Html(status,
+              HtmlPage(retry ? "The job service does not answer" : "Error",
+                       absl::StrCat(retry ? "<h1>The job service does not answer</h1>" : "<h1>Refused</h1>",
+                                    "<pre class=\"error\" id=\"error\"", retry ? " data-retry" : "", ">",
+                                    HtmlEscape(std::string(s.message())), "</pre>",
+                                    retry ? "<p>Trying again every 2 s: this page loads by itself when it is back.</p>"
+                                          : "<p><a href=\"/\">Back to the jobs</a></p>"),
+                       csrf));
 }
 
 // A "." or ".." segment anywhere: refused before routing (the view serves no path of the disk, and says so).
@@ -163,7 +166,7 @@ void UiServer::Fail(Call& call, const absl::Status& status) {
     r.headers.push_back({"Set-Cookie", SessionCookie("", true)});
     return call.out.Send(r);
   }
-  call.out.Send(ErrorPage(status, call.csrf()));
+  call.out.Send(ErrorPage(status, call.csrf(), /*retry=*/call.req.method == "GET"));
 }
 
 void UiServer::Login(Call& call) {
@@ -252,7 +255,7 @@ void UiServer::JobRoute(Call& call, const std::string& id, const std::string& re
   const bool get = method == "GET" || method == "HEAD", post = method == "POST";
   if (get && rest.empty()) return JobPage(call, id);
   if (get && (rest == "panel" || rest == "gallery" || rest == "details")) return Part(call, id, rest);
-  if (get && rest == "events") return Events(call, id);
+  if (get && rest == "version") return Version(call, id);
   if (post && (rest == "stop" || rest == "continue")) return Action(call, id, rest);
   if (get && rest == "lora.safetensors") return LoraFile(call, id);
   if (get && absl::StartsWith(rest, "samples/")) {
@@ -288,42 +291,26 @@ void UiServer::Part(Call& call, const std::string& id, const std::string& part) 
                                               : JobPanel(*history, call.csrf(), SmoothingOf(call.req))));
 }
 
-// Server-sent events while the page is open: "step" whenever the job moved (a step, a state, a checkpoint, an
-// evaluation, an outage), "samples" when a rendering appeared, "end" once it ended. The job service is asked twice a
-// second; a comment every 15 s tells a dead connection from a quiet job.
-void UiServer::Events(Call& call, const std::string& id) {
-  call.out.Start(200, "text/event-stream", {{"X-Accel-Buffering", "no"}});
-  if (!call.out.Write("retry: 2000\n\n")) return;
-  std::string seen, seen_samples;
-  bool first = true;
-  absl::Time last_write = absl::Now();
-  while (sessions_.Find(call.session_id, /*touch=*/false)) {  // an open page alone keeps no session alive
-    auto job = jobs_->Status(call.token(), id);
-    if (!job.ok()) {
-      call.out.Write(absl::StrCat("event: gone\ndata: ", job.status().message(), "\n\n"));
-      return;
-    }
-    const std::string now =
-        absl::StrCat(job->last_step().step(), "/", job->state(), "/", job->last_checkpoint_step(), "/",
-                     job->last_validation().step(), "/", job->outages_size(), "/", job->stop_requested());
-    const std::string samples = absl::StrCat(job->has_last_samples(), "/", job->last_samples().step());
-    std::string events;
-    if (!first && samples != seen_samples)
-      absl::StrAppend(&events, "event: samples\ndata: ", job->last_samples().step(), "\n\n");
-    if (!first && now != seen) absl::StrAppend(&events, "event: step\ndata: ", job->last_step().step(), "\n\n");
-    if (job->state() >= v1::JOB_STATE_FINISHED) absl::StrAppend(&events, "event: end\ndata: ", job->state(), "\n\n");
-    if (events.empty() && absl::Now() - last_write > kKeepAlive) events = ": keepalive\n\n";
-    if (!events.empty()) {
-      if (!call.out.Write(events)) return;  // the page went
-      last_write = absl::Now();
-    }
-    if (job->state() >= v1::JOB_STATE_FINISHED) return;
-    seen = now;
-    seen_samples = samples;
-    first = false;
-    absl::SleepFor(kEventPoll);
+// What a shown job page asks once a second: a key that changes whenever the job moved (a step, a state, a checkpoint,
+// an evaluation, an outage, a stop asked), one that changes with a new rendering, and whether the job ended. One
+// Status call per ask and nothing held between asks: open pages hold none of the view's threads (a stream per page
+// did, and 48 of them stopped the view).
+void UiServer::Version(Call& call, const std::string& id) {
+  auto job = jobs_->Status(call.token(), id);
+  if (!job.ok()) {
+    if (absl::IsUnauthenticated(job.status())) sessions_.Remove(call.session_id);  // the token changed: sign in
+    return call.out.Send(Text(HttpStatusOf(job.status()), std::string(job.status().message())));
   }
-  call.out.Write("event: end\ndata: signed out\n\n");
+  const std::string moved =
+      absl::StrCat(job->last_step().step(), "/", job->state(), "/", job->last_checkpoint_step(), "/",
+                   job->last_validation().step(), "/", job->outages_size(), "/", job->stop_requested());
+  const std::string samples = absl::StrCat(job->has_last_samples(), "/", job->last_samples().step());
+  const bool ended = job->state() >= v1::JOB_STATE_FINISHED;
+  call.out.Send({200,
+                 "application/json",
+                 {},
+                 absl::StrCat("{\"moved\":\"", moved, "\",\"samples\":\"", samples,
+                              "\",\"ended\":", ended ? "true" : "false", "}")});
 }
 
 void UiServer::Action(Call& call, const std::string& id, const std::string& action) {

@@ -44,7 +44,7 @@ class UiServer {
   void JobPage(Call& call, const std::string& job_id);
   // A live part of a job's page alone: "panel", "gallery" or "details".
   void Part(Call& call, const std::string& job_id, const std::string& part);
-  void Events(Call& call, const std::string& job_id);
+  void Version(Call& call, const std::string& job_id);
   void Action(Call& call, const std::string& job_id, const std::string& action);
   void LoraFile(Call& call, const std::string& job_id);
   void SampleFile(Call& call, const std::string& job_id, const std::string& step, const std::string& file);

@@ -64,18 +64,31 @@ class Stack:
         self.procs = []
 
     def start(self):
-        coordinator_log = os.path.join(self.dir, "coordinator.log")
-        coordinator = self._spawn(["coordinator", "--listen=127.0.0.1:0", "--stages=2", f"--output={self.root}",
-                                   f"--data_root={self.dir}", "--rpc_timeout_s=60",
-                                   f"--stage_worker={os.path.join(BIN_DIR, 'stage_worker')}",
-                                   f"--tls_dir={os.path.join(self.certs, '127.0.0.1')}",
-                                   f"--token_file={os.path.join(self.certs, 'token')}"], coordinator_log)
-        self.service = wait_for_line(coordinator_log, r"LISTENING (\S+)", coordinator).group(1)
+        self.service = self._start_service("127.0.0.1:0", "coordinator.log")
         ui_log = os.path.join(self.dir, "ui.log")
         ui = self._spawn(["baton", "ui", "--server", self.service, "--listen", "127.0.0.1:0", "--tls-dir",
                           os.path.join(self.certs, "client")], ui_log)
         self.url = "http://" + wait_for_line(ui_log, r"serving http://(\S+)/ ", ui).group(1)
         return self
+
+    def _start_service(self, listen, log_name):
+        log = os.path.join(self.dir, log_name)
+        self.coordinator = self._spawn(["coordinator", f"--listen={listen}", "--stages=2", f"--output={self.root}",
+                                        f"--data_root={self.dir}", "--rpc_timeout_s=60",
+                                        f"--stage_worker={os.path.join(BIN_DIR, 'stage_worker')}",
+                                        f"--tls_dir={os.path.join(self.certs, '127.0.0.1')}",
+                                        f"--token_file={os.path.join(self.certs, 'token')}"], log)
+        return wait_for_line(log, r"LISTENING (\S+)", self.coordinator).group(1)
+
+    def kill_service(self):
+        """SIGKILLs the job service (its local stage workers die with it: PR_SET_PDEATHSIG)."""
+        self.coordinator.kill()
+        self.coordinator.wait()
+
+    def restart_service(self):
+        """A new job service on the same address and folder, as systemd would restart it: it finds the jobs on disk and
+        resumes the one that was running."""
+        self._start_service(self.service, f"coordinator-{len(self.procs)}.log")
 
     def _spawn(self, args, log):
         env = dict(os.environ)

@@ -7,6 +7,8 @@ import http.client
 import os
 import re
 import sys
+import threading
+import time
 import unittest
 import urllib.parse
 
@@ -19,6 +21,9 @@ from browser_env import (SOURCE_DIR, Stack, chromium, click, form_token, loss_po
                          session_of, sign_in, text_of, wait_until)
 
 DEMO_JOB = os.path.join(SOURCE_DIR, "configs", "jobs", "demo.yaml")
+PROGRESS = "return Number(document.querySelector('.job-head .progress').getAttribute('aria-valuenow'))"
+BANNER = "var b = document.getElementById('service-status'); return b && !b.hidden ? b.textContent : null"
+OPEN_PAGES = 60  # more than the view's 48 worker threads
 
 
 class FluxJobInTheBrowser(unittest.TestCase):
@@ -119,11 +124,10 @@ class FluxJobInTheBrowser(unittest.TestCase):
         self.signed_in()
         d = self.driver
         job = self.submit_demo(40)
-        progress = "return Number(document.querySelector('.job-head .progress').getAttribute('aria-valuenow'))"
-        wait_until(d, lambda d: d.execute_script(progress) >= 3, 300, "three steps")
+        wait_until(d, lambda d: d.execute_script(PROGRESS) >= 3, 300, "three steps")
         click(d, "button.stop")
         wait_until(d, lambda d: self.state() == "stopped", 120, "the job to stop")
-        stopped_at = d.execute_script(progress)
+        stopped_at = d.execute_script(PROGRESS)
         self.assertLess(stopped_at, 40)
         screenshot(d, "job-stopped")
         click(d, "button.continue")
@@ -184,6 +188,80 @@ class FluxJobInTheBrowser(unittest.TestCase):
         self.assertEqual(r.status_code, 409)
         self.assertIn("only a stopped or failed job can continue", r.text)
         self.assertEqual(self.job_ids(s), jobs, "nothing was submitted")
+
+    def open_pages(self, job, seconds):
+        """OPEN_PAGES pages of `job` for `seconds`, each asking what moved once a second as the page's script does;
+        returns the status codes they got."""
+        cookies = session_of(self.driver, self.url).cookies
+        codes, stop = [], threading.Event()
+
+        def page():
+            with requests.Session() as s:
+                s.cookies.update(cookies)
+                while not stop.is_set():
+                    codes.append(s.get(f"{self.url}/jobs/{job}/version", timeout=30).status_code)
+                    stop.wait(1.0)
+
+        pages = [threading.Thread(target=page) for _ in range(OPEN_PAGES)]
+        for p in pages:
+            p.start()
+        time.sleep(seconds)
+        stop.set()
+        for p in pages:
+            p.join()
+        return codes
+
+    def test_f_open_pages_and_a_restarted_job_service(self):
+        self.signed_in()
+        d = self.driver
+        job = self.submit_demo(200)  # stopped below
+        job_page = d.current_window_handle
+        wait_until(d, lambda d: d.execute_script(PROGRESS) >= 2, 300, "two steps")
+        d.execute_script("window.batonMarker = 7")  # a reload would lose it
+
+        # The job service dies: the job page and the jobs list say so in words and keep asking.
+        d.switch_to.new_window("window")
+        jobs_list = d.current_window_handle
+        d.get(self.url + "/")
+        self.stack.kill_service()
+        for window in (job_page, jobs_list):
+            d.switch_to.window(window)
+            said = wait_until(d, lambda d: d.execute_script(BANNER), 30, "the page to say the service is gone")
+            self.assertIn("The job service does not answer", said)
+            self.assertIn(self.stack.service, said)  # the reason: where the view found nothing
+            screenshot(d, "job-page-service-gone" if window == job_page else "jobs-page-service-gone")
+        d.get(f"{self.url}/jobs/{job}")  # a page opened meanwhile says so too, and loads itself once it is back
+        self.assertIn("does not answer", d.find_element(By.TAG_NAME, "h1").text)
+        self.stack.restart_service()
+        wait_until(d, lambda d: d.find_elements(By.ID, "job"), 60, "the page opened meanwhile to load")
+        self.assertIn(self.state(), ("queued", "running"))
+        d.close()
+        d.switch_to.window(job_page)
+        # The job page carries on by itself: the resumed job's steps reach it without a reload.
+        wait_until(d, lambda d: d.execute_script(BANNER) is None, 60, "the banner to go")
+        wait_until(d, lambda d: self.state() == "running" and d.execute_script(PROGRESS) >= 1, 300,
+                   "the resumed job's steps on the page")
+        before = d.execute_script(PROGRESS)
+        wait_until(d, lambda d: d.execute_script(PROGRESS) > before, 120, "one more step on the page")
+        self.assertEqual(d.execute_script("return window.batonMarker"), 7, "the page reloaded")
+        click(d, "button.stop")
+        wait_until(d, lambda d: self.state() == "stopped", 120, "the job to stop")
+
+        # Open pages hold none of the view's threads: with 60 of them asking, a sign-in answers at once.
+        asked = {}
+        others = threading.Thread(target=lambda: asked.update(codes=self.open_pages(job, 4)))
+        others.start()
+        time.sleep(2)
+        started = time.time()
+        r = requests.post(self.url + "/login", data={"token": self.stack.token}, allow_redirects=False,
+                          headers={"Origin": self.url}, timeout=30)
+        signed_in_s = time.time() - started
+        others.join()
+        print(f"sign-in with {OPEN_PAGES} open job pages: {signed_in_s:.3f} s; {len(asked['codes'])} asks answered")
+        self.assertEqual(r.status_code, 303)
+        self.assertLess(signed_in_s, 2.0)
+        self.assertGreaterEqual(len(asked["codes"]), 2 * OPEN_PAGES)
+        self.assertEqual(set(asked["codes"]), {200})
 
 
 if __name__ == "__main__":
