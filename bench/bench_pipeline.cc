@@ -125,12 +125,13 @@ struct Variant {
   RecomputePolicy recompute;
   bool param_split = false;  // 2 stages: the parameter-count split instead of the planner's
   std::string exchange;      // the job's replica_exchange; empty: its default
+  bool host_copies = true;   // the stage-local optimizer's host copies (--host_state_copies)
   std::string Label() const {
     const char* rc = recompute == RecomputePolicy::kAll    ? "/rc"
                      : recompute == RecomputePolicy::kNone ? "/norc"
                                                            : "/auto";
     return absl::StrCat(stages, "st", param_split ? "-params" : "", "/", schedule, rc,
-                        exchange.empty() ? "" : "/" + exchange);
+                        exchange.empty() ? "" : "/" + exchange, host_copies ? "" : "/nocopy");
   }
 };
 
@@ -290,6 +291,7 @@ void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::
   o.stages = v.stages;
   o.output_dir = JoinPath(dir, absl::StrCat("run_", v.stages, v.schedule, static_cast<int>(v.recompute), "_", round));
   o.quiet = true;
+  o.host_state_copies = v.host_copies;
   o.rpc_timeout = absl::Seconds(600);
   const char* bin = std::getenv("BATON_BIN_DIR");
   o.stage_worker_binary = bin ? JoinPath(bin, "stage_worker") : DefaultStageWorkerBinary();
@@ -388,6 +390,7 @@ std::vector<Variant> Variants(const Args& a, bool try_params) {
     if (rc == RecomputePolicy::kAll) {  // the other optimizer placement, side by side with the default's rows
       variants.push_back({1, "1f1b", rc, false, "coordinator"});
       variants.push_back({2, "1f1b", rc, false, "coordinator"});
+      variants.push_back({2, "1f1b", rc, false, "", /*host_copies=*/false});  // what the copies cost
     }
   }
   if (!a.only.empty()) {
@@ -654,6 +657,13 @@ void PrintExchanges(const Args& a, const Setup& s, const Results& r, Summary& su
         "the micro-batches %.1f vs %.1f; bytes through the coordinator per step besides activations %.0f vs %.0f\n",
         p, JobConfig().replica_exchange.c_str(), sum.sps[def], sum.sps[coord], sum.sps[def] / sum.sps[coord],
         1e3 * Mean(d->optimizer_s), 1e3 * Mean(c->optimizer_s), Median(d->link_bytes), Median(c->link_bytes));
+  }
+  if (const Measured* d = find("2st/1f1b/rc"), *n = find("2st/1f1b/rc/nocopy"); d != nullptr && n != nullptr) {
+    std::printf(
+        "host copies of the stages' state, 2 stages: %.3f samples/s with them, %.3f without: %.3fx; step %.4f s vs "
+        "%.4f s: %+.2f%% (target under 2%%)\n",
+        sum.sps["2st/1f1b/rc"], sum.sps["2st/1f1b/rc/nocopy"], sum.sps["2st/1f1b/rc"] / sum.sps["2st/1f1b/rc/nocopy"],
+        Median(d->step_s), Median(n->step_s), 100 * (Median(d->step_s) / Median(n->step_s) - 1));
   }
   if (const Measured* d = find("2st/1f1b/rc")) {
     double busy = 0;

@@ -42,6 +42,10 @@ ABSL_FLAG(int, worker_restart_timeout_s, 60,
           "how long a lost stage worker gets to come back (local: restarted here; remote: answering at its address)");
 ABSL_FLAG(int, stall_timeout_s, 15,
           "a stage or link that makes no progress in a step for this long counts as lost (stages beat every second)");
+ABSL_FLAG(bool, host_state_copies, true,
+          "with the stage-local optimizer and one replica: each stage worker keeps its adapters and optimizer state in "
+          "host shared memory ($BATON_STATE_COPY_DIR, else /dev/shm), so that a worker restarted on the same host "
+          "takes them back and a lost stage costs one step (without: the steps since the last read-back, state_every)");
 ABSL_FLAG(std::string, stage_worker, "", "stage_worker binary for local workers (default: next to coordinator)");
 ABSL_FLAG(std::string, data_root, ".",
           "with --listen: submitted jobs may read their model, model_config, dataset, init_lora and validation "
@@ -71,6 +75,7 @@ baton::CoordinatorCommand CommandFromFlags(baton::StopFlags& flags) {
   options.step_retries = absl::GetFlag(FLAGS_step_retries);
   options.worker_restart_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_restart_timeout_s));
   options.stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stall_timeout_s));
+  options.host_state_copies = absl::GetFlag(FLAGS_host_state_copies);
   command.workers = absl::GetFlag(FLAGS_workers);
   command.job = absl::GetFlag(FLAGS_job);
   command.listen = absl::GetFlag(FLAGS_listen);

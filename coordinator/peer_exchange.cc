@@ -42,12 +42,14 @@ std::string AddressHost(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
-PeerExchange::PeerExchange(const OptimizerConfig& optimizer, ReplicaSet* replicas, absl::Duration timeout)
+PeerExchange::PeerExchange(const OptimizerConfig& optimizer, ReplicaSet* replicas, absl::Duration timeout,
+                           bool host_copies)
     : optimizer_config_(optimizer),
       settings_(OptimizerSettingsOf(optimizer)),
       job_id_(replicas->fleet(0).job_id),
       replicas_(replicas),
       timeout_(timeout),
+      host_copies_(host_copies),
       stages_(replicas->fleet(0).size()),
       loaded_(replicas->size(), -1),
       at_update_(replicas->size(), -1) {}
@@ -81,6 +83,8 @@ absl::Status PeerExchange::Start(const Tensors& master, const Optimizer& optimiz
   std::vector<int> losses;
   for (int r = 0; r < replicas_->size(); ++r) losses.push_back(replicas_->Losses(r));
   RETURN_IF_ERROR(ParallelFor(replicas_->size(), [&](int r) { return LoadReplica(r, state); }));
+  // One replica: its stages keep host copies of what they hold from now on (JoinSolo asks for them).
+  if (replicas_->size() == 1 && host_copies_) RETURN_IF_ERROR(JoinSolo(/*take_host_copy_at=*/-1).status());
   loaded_ = losses;
   at_update_.assign(replicas_->size(), 0);
   probed_generation_ = replicas_->fleet(0).generation;  // loaded just now: nothing to ask before the first step
@@ -117,23 +121,38 @@ absl::Status PeerExchange::Prepare(int r) {
   return LoadCurrent(r);
 }
 
-absl::Status PeerExchange::ProbeSolo() {
+absl::StatusOr<std::vector<v1::JoinGroupResponse>> PeerExchange::JoinSolo(int64_t take_host_copy_at) {
   StageFleet& fleet = replicas_->fleet(0);
-  // Nothing reconfigured the stages since they last held the current state: they hold it still.
-  if (fleet.generation == probed_generation_ && Current(0)) return absl::OkStatus();
-  std::vector<int64_t> steps(stages_, -1);
+  std::vector<v1::JoinGroupResponse> responses(stages_);
   RETURN_IF_ERROR(ParallelFor(stages_, [&](int s) -> absl::Status {
     v1::JoinGroupRequest request;  // a group of one: no store, no socket
     *request.mutable_optimizer() = settings_;
     request.set_prefix(absl::StrCat("solo/", s));
     request.set_size(1);
+    request.set_host_copy(host_copies_);
+    if (host_copies_ && take_host_copy_at >= 0) request.set_take_host_copy_at(take_host_copy_at);
     return fleet.Watched(s, "the check of its optimizer state waits for it", [&]() -> absl::Status {
-      ASSIGN_OR_RETURN(v1::JoinGroupResponse response, fleet.clients[s]->JoinGroup(job_id_, request, kJoinTimeout));
-      steps[s] = response.optimizer_steps();
+      ASSIGN_OR_RETURN(responses[s], fleet.clients[s]->JoinGroup(job_id_, request, kJoinTimeout));
       return absl::OkStatus();
     });
   }));
+  return responses;
+}
+
+absl::Status PeerExchange::ProbeSolo() {
+  StageFleet& fleet = replicas_->fleet(0);
+  // Nothing reconfigured the stages since they last held the current state: they hold it still.
+  if (fleet.generation == probed_generation_ && Current(0)) return absl::OkStatus();
   const int64_t expected = start_steps_ + updates_;
+  ASSIGN_OR_RETURN(const std::vector<v1::JoinGroupResponse> responses, JoinSolo(expected));
+  std::vector<int64_t> steps(stages_, -1);
+  for (int s = 0; s < stages_; ++s) {
+    steps[s] = responses[s].optimizer_steps();
+    if (!responses[s].took_host_copy().empty()) {
+      LogWarning(fleet.clients[s]->name(), ": took back its adapters and optimizer state of step ", expected,
+                 " from its host copy (", responses[s].took_host_copy(), "); nothing to redo but the step it lost");
+    }
+  }
   std::vector<std::string> stale;
   for (int s = 0; s < stages_; ++s) {
     if (steps[s] != expected) {
@@ -283,6 +302,7 @@ std::vector<absl::Status> PeerExchange::JoinAll(const std::vector<int>& members)
     request.set_bind_host(AddressHost(client.address()));
     request.set_timeout_ms(absl::ToInt64Milliseconds(timeout_));
     request.set_join_timeout_ms(absl::ToInt64Milliseconds(kJoinTimeout));
+    request.set_host_copy(host_copies_ && replicas_->size() == 1);  // with more, a lost one loads from the others
     results[k] = replicas_->fleet(members[rank]).Watched(s, "forming the peer groups waits for it", [&] {
       return client.JoinGroup(job_id_, request, kJoinTimeout).status();
     });

@@ -42,17 +42,20 @@ struct ExchangeResult {
 // ABORTED: the step starts over on the others (ReplicaSet::RestartStep). One lost in the update is simply out (the
 // others applied it). With one replica nobody else holds the state: before each attempt of a step every stage is
 // asked for its optimizer's step count (Prepare) when anything reconfigured them since they were last asked, and one
-// that lost its state (a restarted worker) is loaded with the
-// coordinator's copy when that is current. When it is not (the state was lost after the steps since the coordinator
-// last read it back), StateLost() says so and the trainer rolls the run back to that copy (RollBack) and redoes the
-// steps since, which compute the same LoRA bit for bit (each step is a pure function of the seed, the step and the
-// state). The copy is read back for every checkpoint, validation and sample pass.
+// that lost its state (a restarted worker) takes it back from its host copy (a worker restarted on the same host:
+// the step it lost is all it costs), else is loaded with the coordinator's copy when that is current. When it is not
+// (the state was lost after the steps since the coordinator last read it back), StateLost() says so and the trainer
+// rolls the run back to that copy (RollBack) and redoes the steps since, which compute the same LoRA bit for bit (each
+// step is a pure function of the seed, the step and the state). The copy is read back for every checkpoint, validation
+// and sample pass.
 class PeerExchange {
  public:
   using Tensors = std::map<std::string, at::Tensor>;
   // `optimizer`: the AdamW the stages step (the learning rate comes with each Apply); `replicas` must outlive the
   // exchange; `timeout`: forming a group and each collective (a dead peer fails one at once; a silent one after this).
-  PeerExchange(const OptimizerConfig& optimizer, ReplicaSet* replicas, absl::Duration timeout);
+  // `host_copies`: with one replica, each stage keeps a copy of its state in host shared memory, so that a worker
+  // restarted on the same host takes it back (stage_worker/host_state_copy.h) and a lost stage costs one step.
+  PeerExchange(const OptimizerConfig& optimizer, ReplicaSet* replicas, absl::Duration timeout, bool host_copies = true);
   ~PeerExchange();
 
   // The rendezvous store started and every replica loaded with the run's start state (`master` and the optimizer's).
@@ -84,6 +87,10 @@ class PeerExchange {
   // One replica: every stage's optimizer step count read (JoinGroup, a group of one), and the stages loaded with the
   // coordinator's copy when some lost theirs and the copy is current; else DATA_LOSS and state_lost_.
   absl::Status ProbeSolo() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every stage of the one replica joins a group of one (its optimizer's settings; host copies as host_copies_ says),
+  // a stage without the state of `take_host_copy_at` steps (≥ 0) taking it from its host copy when that holds it.
+  absl::StatusOr<std::vector<v1::JoinGroupResponse>> JoinSolo(int64_t take_host_copy_at)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The state of a replica other than `except` that holds the current one (cached until the next update).
   absl::StatusOr<Tensors> CurrentState(int except) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replica r's stages loaded with `state` (each its adapters, their moments and the step count).
@@ -122,6 +129,7 @@ class PeerExchange {
   const std::string job_id_;
   ReplicaSet* replicas_;
   const absl::Duration timeout_;
+  const bool host_copies_;
   const int stages_;
   // Held by Start, Prepare, Apply and Pull: one of them at a time (Prepare runs on the replicas' slice threads).
   absl::Mutex mu_;

@@ -336,8 +336,8 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& given_job, con
   ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, replicas->fleet(0), setup.fingerprint, optimizer));
   std::unique_ptr<PeerExchange> exchange;  // `replica_exchange: allreduce`: a stage-local optimizer
   if (job.replica_exchange == "allreduce") {
-    exchange = std::make_unique<PeerExchange>(job.optimizer, replicas.get(),
-                                              std::max(absl::Seconds(60), options.stall_timeout));
+    exchange = std::make_unique<PeerExchange>(
+        job.optimizer, replicas.get(), std::max(absl::Seconds(60), options.stall_timeout), options.host_state_copies);
     RETURN_IF_ERROR(exchange->Start(start.master, optimizer));
     replicas->set_prepare([ex = exchange.get()](int r) { return ex->Prepare(r); });
   }

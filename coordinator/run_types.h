@@ -58,6 +58,9 @@ struct CoordinatorOptions : StageDriverOptions {
   int64_t steps = 0;           // ≤ 0: the job's
   bool resume = false;         // continue from the newest valid checkpoint in output_dir; refuse when there is none
   bool resume_if_any = false;  // with resume: no checkpoint at all → start fresh (--resume=if-any)
+  // A stage-local optimizer of one replica: each stage keeps its state in host shared memory as well, so a worker
+  // restarted on the same host costs one step (PeerExchange; --host_state_copies).
+  bool host_state_copies = true;
   CoordinatorHooks hooks;
 };
 

@@ -145,6 +145,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   }
   configured_ = false;
   optimizer_.Reset();
+  host_copy_.Drop();
   if (req.threads() > 0) SetComputeThreads(req.threads());
   dtype_ = prepared->dtype;
   device_ = prepared->device;
@@ -221,6 +222,7 @@ absl::Status StageRunner::AssignAllLora(TensorMap weights) {
 
 void StageRunner::ResetForNewRun() {
   optimizer_.Reset();
+  host_copy_.Drop();
   const absl::Status restored = AssignAllLora(initial_lora_);
   TORCH_CHECK(restored.ok(), "initial adapters do not fit their own stage: ", restored.message());  // a bug
   current_step_ = -1;

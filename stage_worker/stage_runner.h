@@ -23,6 +23,7 @@
 #include "core/model/stage_io.h"
 #include "rpc/envelope.h"
 #include "stage_worker/compute_turns.h"
+#include "stage_worker/host_state_copy.h"
 #include "stage_worker/inbox.h"
 #include "stage_worker/local_optimizer.h"
 #include "stage_worker/peer_sender.h"
@@ -243,6 +244,12 @@ class StageRunner {
   void PublishExpected(int32_t micro_batches) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) ABSL_LOCKS_EXCLUDED(expected_mu_);
   // Held gradients, the peer group and AdamW of a stage-local optimizer (empty unless the job's replicas use one).
   LocalOptimizer optimizer_ ABSL_GUARDED_BY(run_mu_);
+  // Its adapters and state in host shared memory, when the coordinator asks for one (JoinGroupRequest.host_copy).
+  HostStateCopy host_copy_ ABSL_GUARDED_BY(run_mu_);
+  // LoadState's work: `state` (adapters and optimizer state, checked against the stage) made the stage's.
+  absl::Status LoadStateLocked(const TensorMap& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // The host copy rewritten with the current adapters and state (a failure is logged, and ends the copies).
+  void WriteHostCopy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // The configured job's check for the exchange's requests (FAILED_PRECONDITION while unconfigured).
   absl::Status CheckExchangeJob(const std::string& job_id, const std::string& config_hash, const std::string& what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);

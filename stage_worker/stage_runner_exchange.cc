@@ -3,6 +3,7 @@
 #include <absl/strings/str_cat.h>
 
 #include <chrono>
+#include <optional>
 
 #include "core/train/common.h"
 #include "core/train/optimizer.h"
@@ -36,6 +37,22 @@ absl::StatusOr<v1::JoinGroupResponse> StageRunner::JoinGroup(const v1::JoinGroup
   RETURN_IF_ERROR(Annotate(optimizer_.JoinGroup(spec, req.optimizer()), name()));
   v1::JoinGroupResponse response;
   response.set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (req.host_copy()) {
+    host_copy_.Use(req.job_id(), config_.run_id(), stage_index_);
+  } else {
+    host_copy_.Drop();
+  }
+  const int64_t wanted = req.has_take_host_copy_at() ? req.take_host_copy_at() : -1;
+  std::optional<TensorMap> copy;
+  if (wanted >= 0 && optimizer_.Steps() != wanted) copy = host_copy_.Take(wanted);
+  if (copy) {
+    RETURN_IF_ERROR(LoadStateLocked(*copy));
+    response.set_took_host_copy(host_copy_.path());
+    LogInfo(name(), ": took the adapters and optimizer state of step ", wanted, " back from its host copy ",
+            host_copy_.path());
+  } else if (host_copy_.active() && optimizer_.Steps() >= 0) {
+    WriteHostCopy();  // the state loaded before the copies were asked for (the run's start)
+  }
   response.set_optimizer_steps(optimizer_.Steps());
   if (spec.size > 1)
     LogInfo(name(), ": joined peer group ", spec.prefix, " as rank ", spec.rank, " of ", spec.size, " in ",
@@ -59,6 +76,7 @@ absl::StatusOr<v1::UpdateResponse> StageRunner::Update(const v1::UpdateRequest& 
   RETURN_IF_ERROR(CheckExchangeJob(req.job_id(), req.config_hash(), "Update"));
   absl::StatusOr<v1::UpdateResponse> response = optimizer_.Update(req, AllLora());
   if (!response.ok()) return Annotate(response.status(), name());
+  if (!req.estimate() && host_copy_.active()) WriteHostCopy();  // before the answer: a stage that answered has it
   return response;
 }
 
@@ -69,18 +87,41 @@ absl::Status StageRunner::LoadState(const ReceivedEnvelope& envelope) {
   if (h.kind() != v1::EnvelopeHeader::LORA_STATE) {
     return absl::InvalidArgumentError(absl::StrCat(name(), ": LoadState takes a LORA_STATE envelope"));
   }
+  RETURN_IF_ERROR(LoadStateLocked(envelope.tensors));
+  if (host_copy_.active()) WriteHostCopy();
+  return absl::OkStatus();
+}
+
+absl::Status StageRunner::LoadStateLocked(const TensorMap& tensors) {
   {
     ASSIGN_OR_RETURN(ExpectedStageIO expected, Expected());
-    RETURN_IF_ERROR(Annotate(CheckLoraState(expected, envelope.tensors), name()));
+    RETURN_IF_ERROR(Annotate(CheckLoraState(expected, tensors), name()));
   }
   TensorMap adapters, state;
-  for (const auto& [key, t] : envelope.tensors) {
+  for (const auto& [key, t] : tensors) {
     (IsOptimizerStateKey(key) ? state : adapters)[key] = t;
   }
   const std::shared_ptr<DeviceTransfer> transfer = Transfer();
   for (auto& [key, w] : adapters) w = transfer->Upload(w);
   RETURN_IF_ERROR(AssignAllLora(std::move(adapters)));
   return Annotate(optimizer_.Load(state), name());
+}
+
+void StageRunner::WriteHostCopy() {
+  TensorMap state = CloneToCpuFloat(AllLora());
+  state.merge(optimizer_.State());
+  const bool first = host_copy_.writes() == 0;
+  absl::StatusOr<double> seconds = host_copy_.Write(state);
+  if (!seconds.ok()) {
+    LogWarning(name(), ": the host copy of this stage's state could not be written (", seconds.status().message(),
+               "); a restarted worker will take the coordinator's copy");
+    host_copy_.Drop();
+    return;
+  }
+  if (first) {
+    LogInfo(name(), ": keeps its adapters and optimizer state in ", host_copy_.path(), " (", *seconds * 1e3,
+            " ms a copy, after every update)");
+  }
 }
 
 }  // namespace baton

@@ -5,10 +5,13 @@
 // Tolerance: none. Both exchanges run the same ops on the same values in the same order (the norms are measured per
 // gradient and added by name, the fused AdamW is elementwise), so the LoRA, losses and norms are bitwise the same; a
 // rolled-back run redoes pure functions of (seed, step, state), so it too is bitwise the uninterrupted run.
+#include <absl/strings/str_join.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
 
 #include <atomic>
+#include <filesystem>
 #include <thread>
 
 #include "coordinator/pipeline_trainer.h"
@@ -23,7 +26,11 @@ class StageLocalOptimizerTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new std::string(test_util::MakeTempDir("stage_local"));
     test_util::WriteTinyModelAndTwoBucketCache(*dir_);
+    // The stages' host copies of their state here, not in /dev/shm (the local workers inherit it).
+    ASSERT_TRUE(MakeDirs(CopiesDir()).ok());
+    ::setenv("BATON_STATE_COPY_DIR", CopiesDir().c_str(), 1);
   }
+  static std::string CopiesDir() { return JoinPath(*dir_, "host_copies"); }
   static void TearDownTestSuite() { delete dir_; }
 
   // Clipping small enough to apply (its factor must be the same both ways), LoRA dropout on.
@@ -90,15 +97,46 @@ TEST_F(StageLocalOptimizerTest, OneReplicaTrainsTheCoordinatorExchangesLoraWitho
   EXPECT_EQ(log[1]["coordinator_link_bytes"]["adapters"].get<uint64_t>(), 0u);
 }
 
-// A stage worker killed after steps that the coordinator never read back: its adapters and moments died with it, so
-// the run rolls back to the last state the coordinator holds (step 4's checkpoint) and redoes the steps since. The LoRA
-// is the uninterrupted run's, bit for bit, and the train log has each step once.
+// A stage worker killed after steps that the coordinator never read back: the worker restarted in its place takes
+// the adapters and moments back from the copy the killed one kept in host shared memory, so only the step it was in
+// is redone (none of those since the coordinator's copy). The LoRA is the uninterrupted run's, bit for bit; the
+// copies are gone once the run ended.
+TEST_F(StageLocalOptimizerTest, AKilledStageTakesItsStateBackFromItsHostCopy) {
+  JobConfig job = Job("allreduce", 10);
+  job.checkpoint_every = 0;
+  job.state_every = 0;
+  ASSERT_TRUE(RunCoordinator(job, Options("copy_reference")).ok());
+  CoordinatorOptions options = Options("copy_killed");
+  std::atomic<int> recoveries{0};
+  options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++recoveries; };
+  std::thread killer([&] {
+    test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 6);
+    std::vector<pid_t> workers = test_util::OurStageWorkers();
+    ASSERT_EQ(workers.size(), 2u);
+    ::kill(workers.back(), SIGKILL);
+  });
+  auto run = RunCoordinator(job, options);
+  killer.join();
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_GE(recoveries.load(), 1);
+  EXPECT_EQ(run->steps_redone, 0);  // the step the worker was killed in never completed: it is not counted
+  EXPECT_EQ(MaxLoraDifference("copy_reference", "copy_killed"), 0.0);
+  EXPECT_EQ(test_util::ReadTrainLog(options.output_dir).size(), 10u);
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(CopiesDir())) left.push_back(entry.path().string());
+  EXPECT_TRUE(left.empty()) << "left in host memory: " << absl::StrJoin(left, ", ");
+}
+
+// The same kill without host copies (a stage lost with its host): its adapters and moments died with it, so the run
+// rolls back to the last state the coordinator holds (step 4's checkpoint) and redoes the steps since. The LoRA is the
+// uninterrupted run's, bit for bit, and the train log has each step once.
 TEST_F(StageLocalOptimizerTest, AKilledStageRollsTheRunBackToTheCoordinatorsCopy) {
   JobConfig job = Job("allreduce", 10);
   job.checkpoint_every = 4;
   job.state_every = 0;
   ASSERT_TRUE(RunCoordinator(job, Options("rollback_reference")).ok());
   CoordinatorOptions options = Options("rollback_killed");
+  options.host_state_copies = false;
   std::atomic<int> recoveries{0};
   options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++recoveries; };
   std::thread killer([&] {
@@ -118,14 +156,15 @@ TEST_F(StageLocalOptimizerTest, AKilledStageRollsTheRunBackToTheCoordinatorsCopy
   for (size_t i = 0; i < log.size(); ++i) EXPECT_EQ(log[i]["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
 }
 
-// Without checkpoints, the coordinator still reads the state back every state_every steps: a stage killed mid-run costs
-// at most that many steps, and the LoRA is the uninterrupted run's bit for bit.
+// Without checkpoints or host copies, the coordinator still reads the state back every state_every steps: a stage
+// killed mid-run costs at most that many steps, and the LoRA is the uninterrupted run's bit for bit.
 TEST_F(StageLocalOptimizerTest, StateEveryBoundsWhatALostStageCosts) {
   JobConfig job = Job("allreduce", 12);
   job.checkpoint_every = 0;
   job.state_every = 3;
   ASSERT_TRUE(RunCoordinator(job, Options("every_reference")).ok());
   CoordinatorOptions options = Options("every_killed");
+  options.host_state_copies = false;  // as when the stage is lost with its host
   std::thread killer([&] {
     test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 5);
     std::vector<pid_t> workers = test_util::OurStageWorkers();

@@ -4,6 +4,11 @@
 // writes included), each coordinator restarted with --resume=if-any. The final LoRA file must
 // equal an uninterrupted run's bitwise. The randomness is seeded and the seed printed: rerun a failure with
 // BATON_KILL_LOOP_SEED=<seed>.
+//
+// A killed stage worker costs the step it was in: its replacement takes the adapters and optimizer state back from
+// the host copy the killed one kept (stage_worker/host_state_copy.h), where without it the run would roll back to the
+// coordinator's copy (read back at each checkpoint, every 10 steps here). The loop prints the steps redone by
+// rollbacks; BATON_KILL_LOOP_HOST_COPIES=0 runs it without the copies, for comparison.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <thread>
 
 #include "core/data/cache.h"
@@ -46,6 +52,24 @@ int StepLines(const std::string& log, size_t from) {
   return n;
 }
 
+// The steps a coordinator's log says it redid by rolling back to its copy of the stages' state (a stage's state lost):
+// "rolled back to the state of step F, redoing steps F+1..U" redoes U-1-F completed steps (U, the lost one, never
+// completed).
+int StepsRolledBack(const std::string& log, int* rollbacks, int* taken_back) {
+  static const std::regex kRollBack(R"(rolled back to the state of step (\d+), redoing steps? (?:\d+\.\.)?(\d+))");
+  const std::string text = ReadFile(log).value_or("");
+  for (size_t at = text.find("took back its adapters"); at != std::string::npos;
+       at = text.find("took back its adapters", at + 1)) {
+    ++*taken_back;
+  }
+  int redone = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), kRollBack); it != std::sregex_iterator(); ++it) {
+    redone += std::stoi((*it)[2]) - 1 - std::stoi((*it)[1]);
+    ++*rollbacks;
+  }
+  return redone;
+}
+
 size_t FileSize(const std::string& path) {
   std::error_code ec;
   auto n = std::filesystem::file_size(path, ec);
@@ -67,7 +91,7 @@ class KillLoop : public ::testing::Test {
                                            "\nlora: {rank: 4, targets: all-linear, dropout: 0.1}\n"
                                            "optimizer: {lr: 0.01, weight_decay: 0.01}\nsteps: 100\n"
                                            "batch_size: 4\nmicro_batches: 4\nschedule: 1f1b\nseed: 3\n"
-                                           "checkpoint_every: 1\n"))
+                                           "checkpoint_every: 10\n"))
             .ok());
   }
 
@@ -77,7 +101,13 @@ class KillLoop : public ::testing::Test {
         "--worker_restart_timeout_s=30",   "--stall_timeout_s=15"};
     // Every start resumes, also the one after a kill before the first checkpoint (if-any: then it starts fresh).
     if (out != reference_) args.push_back("--resume=if-any");
+    if (!HostCopies()) args.push_back("--host_state_copies=false");
     return test_util::SpawnLogged(args, log);
+  }
+
+  static bool HostCopies() {
+    const char* env = std::getenv("BATON_KILL_LOOP_HOST_COPIES");
+    return env == nullptr || std::string(env) != "0";
   }
 
   static int Wait(pid_t pid) {
@@ -154,11 +184,25 @@ TEST_F(KillLoop, RandomKillsOfWorkersAndCoordinatorLeaveTheLoraBitwiseUnchanged)
     if (::kill(victim, SIGKILL) == 0) ++worker_kills;
   }
   if (exit_code < 0) ::kill(coordinator, SIGKILL);
-  std::printf("kill loop: %d stage worker kills, %d coordinator kills, %d coordinator runs\n", worker_kills,
-              coordinator_kills, run + 1);
+  int rollbacks = 0, rolled_back = 0, taken_back = 0;
+  for (int i = 0; i <= run; ++i) {
+    rolled_back += StepsRolledBack(JoinPath(dir_, absl::StrCat("coordinator", i, ".log")), &rollbacks, &taken_back);
+  }
+  std::printf(
+      "kill loop: %d stage worker kills, %d coordinator kills, %d coordinator runs; host copies %s: %d stage(s) took "
+      "their state back from them, %d rollback(s) redid %d completed step(s) (%.2f a stage worker kill, besides the "
+      "step each was in)\n",
+      worker_kills, coordinator_kills, run + 1, HostCopies() ? "on" : "off", taken_back, rollbacks, rolled_back,
+      worker_kills > 0 ? static_cast<double>(rolled_back) / worker_kills : 0.0);
   ASSERT_EQ(exit_code, 0) << "the last coordinator (" << log << "):\n" << ReadFile(log).value_or("");
   EXPECT_GE(worker_kills, kWorkerKills) << "the run finished before the loop could kill enough workers";
   EXPECT_EQ(coordinator_kills, kCoordinatorKills);
+  if (HostCopies()) {
+    // A kill between two stages' updates of one step leaves their copies a step apart: that one rolls back. The
+    // others cost the step they were in.
+    EXPECT_GE(taken_back, 1);
+    EXPECT_LE(rolled_back, worker_kills) << "more than one step a kill on average besides the step each was in";
+  }
 
   auto a = LoadAllSafetensors(JoinPath(ref, "lora.safetensors"));
   auto b = LoadAllSafetensors(JoinPath(out, "lora.safetensors"));

@@ -1,0 +1,146 @@
+#include "stage_worker/host_state_copy.h"
+
+#include <absl/strings/match.h>
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/tensor/safetensors.h"
+#include "core/train/optimizer.h"
+#include "core/util/files.h"
+#include "core/util/log.h"
+#include "core/util/status.h"
+
+namespace baton {
+namespace {
+
+constexpr char kPidKey[] = "pid";  // the writer's, in the copy's metadata
+
+// [A-Za-z0-9_.-] kept, anything else '_': ids come from the coordinator, names must stay in the folder.
+std::string FileSafe(const std::string& s) {
+  std::string out = s;
+  for (char& c : out) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '.' || c == '-';
+    if (!ok) c = '_';
+  }
+  return out;
+}
+
+// `data` to `path` through "<path>.tmp.<pid>" and a rename: a reader finds the old copy or the new one, never half of
+// one. No fsync: the copy outlives the process, not the host (in /dev/shm there is nothing to sync).
+absl::Status WriteReplacing(const std::string& path, absl::string_view data) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? std::strerror(errno) : "wrote nothing";
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return absl::ResourceExhaustedError(absl::StrCat("cannot write ", tmp, ": ", why));
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", why));
+  }
+  return absl::OkStatus();
+}
+
+bool ProcessGone(int64_t pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
+
+// The pid a copy or a leftover temporary file ("<copy>.tmp.<pid>", WriteFileAtomic's) was written by; 0: unknown.
+int64_t WriterOf(const std::string& path) {
+  int64_t pid = 0;
+  const size_t tmp = path.rfind(".tmp.");
+  if (tmp != std::string::npos) return absl::SimpleAtoi(path.substr(tmp + 5), &pid) ? pid : 0;
+  auto file = SafetensorsFile::Open(path);
+  if (!file.ok()) return 0;
+  auto it = (*file)->metadata().find(kPidKey);
+  return it != (*file)->metadata().end() && absl::SimpleAtoi(it->second, &pid) ? pid : 0;
+}
+
+}  // namespace
+
+std::string HostStateCopyDir() {
+  const char* dir = std::getenv("BATON_STATE_COPY_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : "/dev/shm";
+}
+
+void HostStateCopy::Use(const std::string& job_id, const std::string& run_id, int stage) {
+  const std::string prefix = absl::StrCat("baton-state-", FileSafe(job_id), "-");
+  const std::string suffix = absl::StrCat("-s", stage, ".safetensors");
+  const std::string path = JoinPath(HostStateCopyDir(), absl::StrCat(prefix, FileSafe(run_id), suffix));
+  if (path == path_) return;
+  Drop();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(HostStateCopyDir(), ec)) {
+    LogWarning("no folder ", HostStateCopyDir(), " for the host copy of this stage's state (set BATON_STATE_COPY_DIR): ",
+               "a restarted worker takes the state from the coordinator's copy");
+    return;
+  }
+  path_ = path;
+  writes_ = 0;
+  DeleteOrphans(prefix, suffix);
+}
+
+void HostStateCopy::DeleteOrphans(const std::string& prefix, const std::string& suffix) const {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(HostStateCopyDir(), ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string path = entry.path().string();
+    const bool ours = absl::StartsWith(name, prefix) && absl::StrContains(name, suffix);
+    if (!ours || path == path_ || !ProcessGone(WriterOf(path))) continue;
+    if (std::filesystem::remove(entry.path(), ec)) LogInfo("deleted the host copy of a run that is gone: ", path);
+  }
+}
+
+void HostStateCopy::Drop() {
+  if (path_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove(path_, ec);
+  path_.clear();
+}
+
+absl::StatusOr<double> HostStateCopy::Write(const Tensors& state) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::string bytes, SerializeSafetensors(state, {{kPidKey, absl::StrCat(::getpid())}}));
+  RETURN_IF_ERROR(WriteReplacing(path_, bytes));
+  ++writes_;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::optional<HostStateCopy::Tensors> HostStateCopy::Take(int64_t steps) const {
+  std::error_code ec;
+  if (path_.empty()) return std::nullopt;
+  if (!std::filesystem::exists(path_, ec)) {
+    LogInfo("no host copy ", path_, " to take the state of step ", steps, " from");
+    return std::nullopt;
+  }
+  absl::StatusOr<Tensors> state = LoadAllSafetensors(path_);
+  if (!state.ok() || !state->count(kOptimizerStepKey)) {
+    LogWarning("the host copy ", path_, " is unreadable: ", state.ok() ? "no step count" : state.status().message());
+    return std::nullopt;
+  }
+  if (const int64_t held = state->at(kOptimizerStepKey).item<int64_t>(); held != steps) {
+    LogInfo("the host copy ", path_, " holds the state of step ", held, ", not ", steps, ": not taken");
+    return std::nullopt;
+  }
+  return std::move(*state);
+}
+
+}  // namespace baton
