@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "core/tensor/safetensors.h"
@@ -23,13 +23,15 @@ namespace baton {
 namespace {
 
 constexpr char kPidKey[] = "pid";  // the writer's, in the copy's metadata
+constexpr char kFilePrefix[] = "baton-state-";
+constexpr std::chrono::minutes kAbandonedAfter{30};
 
 // [A-Za-z0-9_.-] kept, anything else '_': ids come from the coordinator, names must stay in the folder.
 std::string FileSafe(const std::string& s) {
   std::string out = s;
   for (char& c : out) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '.' || c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
     if (!ok) c = '_';
   }
   return out;
@@ -82,14 +84,15 @@ std::string HostStateCopyDir() {
 }
 
 void HostStateCopy::Use(const std::string& job_id, const std::string& run_id, int stage) {
-  const std::string prefix = absl::StrCat("baton-state-", FileSafe(job_id), "-");
+  const std::string prefix = absl::StrCat(kFilePrefix, FileSafe(job_id), "-");
   const std::string suffix = absl::StrCat("-s", stage, ".safetensors");
   const std::string path = JoinPath(HostStateCopyDir(), absl::StrCat(prefix, FileSafe(run_id), suffix));
   if (path == path_) return;
   Drop();
   std::error_code ec;
   if (!std::filesystem::is_directory(HostStateCopyDir(), ec)) {
-    LogWarning("no folder ", HostStateCopyDir(), " for the host copy of this stage's state (set BATON_STATE_COPY_DIR): ",
+    LogWarning("no folder ", HostStateCopyDir(),
+               " for the host copy of this stage's state (set BATON_STATE_COPY_DIR): ",
                "a restarted worker takes the state from the coordinator's copy");
     return;
   }
@@ -100,11 +103,17 @@ void HostStateCopy::Use(const std::string& job_id, const std::string& run_id, in
 
 void HostStateCopy::DeleteOrphans(const std::string& prefix, const std::string& suffix) const {
   std::error_code ec;
+  const auto now = std::filesystem::file_time_type::clock::now();
   for (const auto& entry : std::filesystem::directory_iterator(HostStateCopyDir(), ec)) {
     const std::string name = entry.path().filename().string();
     const std::string path = entry.path().string();
-    const bool ours = absl::StartsWith(name, prefix) && absl::StrContains(name, suffix);
-    if (!ours || path == path_ || !ProcessGone(WriterOf(path))) continue;
+    if (!absl::StartsWith(name, kFilePrefix) || path == path_) continue;
+    // Another run's copy of this stage of this job was left by a run that is gone; any other copy, once no worker
+    // took it back for longer than a lost worker gets to come back (a run that failed or was abandoned).
+    const bool this_stage = absl::StartsWith(name, prefix) && absl::StrContains(name, suffix);
+    const auto written = std::filesystem::last_write_time(entry.path(), ec);
+    const bool abandoned = !ec && now - written > kAbandonedAfter;
+    if (!(this_stage || abandoned) || !ProcessGone(WriterOf(path))) continue;
     if (std::filesystem::remove(entry.path(), ec)) LogInfo("deleted the host copy of a run that is gone: ", path);
   }
 }

@@ -28,7 +28,8 @@ class HostStateCopy {
 
   // Copies from now on for stage `stage` of run `run_id` of job `job_id` (the names a restarted worker is configured
   // with: the same file). Copies of the same job and stage from other runs whose writer is gone (a coordinator killed
-  // with its workers) are deleted.
+  // with its workers) are deleted, and any copy whose writer is gone and that nobody took for 30 minutes (its run
+  // failed or was abandoned).
   void Use(const std::string& job_id, const std::string& run_id, int stage);
   // No copies from now on; the current one deleted (the run ended, or the stage was built for another).
   void Drop();

@@ -1,5 +1,6 @@
 // The host copy of a stage's state: written whole or not at all, taken back only at the step asked for, deleted when
-// the worker is done with it, and the copies of runs whose writer is gone deleted by the next worker of the same stage.
+// the worker is done with it, and the copies of runs that are gone deleted by the next worker (of the same job and
+// stage at once, of any other once nobody took them for 30 minutes).
 #include "stage_worker/host_state_copy.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "core/tensor/safetensors.h"
@@ -61,7 +63,7 @@ TEST_F(HostStateCopyTest, AWorkerInTheSameRunAndStageTakesTheCopyOfTheStepAskedF
   EXPECT_FALSE(other_stage.Take(5).has_value());
 }
 
-TEST_F(HostStateCopyTest, ADroppedCopyIsDeletedAndACopyOfARunWhoseWriterIsGoneToo) {
+TEST_F(HostStateCopyTest, ADroppedCopyIsDeletedAndCopiesOfRunsThatAreGoneToo) {
   // A copy written by a process that then died (a coordinator killed with its workers), in an older run: the pid of
   // a process that has exited, in the copy's metadata as Write puts it there.
   const pid_t gone = ::fork();
@@ -75,6 +77,11 @@ TEST_F(HostStateCopyTest, ADroppedCopyIsDeletedAndACopyOfARunWhoseWriterIsGoneTo
   ASSERT_TRUE(live_other_job.Write(State(1)).ok());
   EXPECT_EQ(Files(dir_), (std::vector<std::string>{"baton-state-job-old-run-s0.safetensors",
                                                    "baton-state-job2-old-run-s0.safetensors"}));
+
+  // Another job's copy whose writer is gone and that nobody took for an hour (its run failed).
+  const std::string abandoned = JoinPath(dir_, "baton-state-job3-run-s1.safetensors");
+  ASSERT_TRUE(WriteSafetensors(abandoned, State(2), {{"pid", std::to_string(gone)}}).ok());
+  std::filesystem::last_write_time(abandoned, std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
 
   HostStateCopy copy;
   copy.Use("job", "new-run", 0);
