@@ -54,7 +54,9 @@ void OutageWatch::Silent(int stage, const std::string& name, double seconds, con
   Emit(reports);
 }
 
-void OutageWatch::Answered(int stage, Clock::time_point now) {
+void OutageWatch::Answered(int stage, Clock::time_point now) { End(stage, "", now); }
+
+void OutageWatch::End(int stage, const std::string& name, Clock::time_point now) {
   std::vector<StageOutage> reports;
   {
     absl::MutexLock lock(&mu_);
@@ -62,20 +64,26 @@ void OutageWatch::Answered(int stage, Clock::time_point now) {
     if (it == open_.end()) return;
     const double silent = Seconds(now - it->second.since);
     StageOutage report{first_worker_ + stage, it->second.name, silent, /*over=*/true, /*notice=*/true};
-    report.message = absl::StrFormat("%s is back after %.0f s without an answer", it->second.name, silent);
+    const std::string now_named = name.empty() ? it->second.name : prefix_ + name;
+    report.message = now_named == it->second.name
+                         ? absl::StrFormat("%s is back after %.0f s without an answer", it->second.name, silent)
+                         : absl::StrFormat("%s was replaced after %.0f s without an answer: %s answers in its place",
+                                           it->second.name, silent, now_named);
     reports.push_back(report);
     open_.erase(it);
   }
   Emit(reports);
 }
 
-void OutageWatch::AnsweredAll(Clock::time_point now) {
+void OutageWatch::AnsweredAll(Clock::time_point now) { AnsweredAllAs({}, now); }
+
+void OutageWatch::AnsweredAllAs(const std::vector<std::string>& names, Clock::time_point now) {
   std::vector<int> stages;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [stage, outage] : open_) stages.push_back(stage);
   }
-  for (int stage : stages) Answered(stage, now);
+  for (int stage : stages) End(stage, stage < static_cast<int>(names.size()) ? names[stage] : "", now);
 }
 
 bool OutageWatch::Open(int stage) const {

@@ -45,6 +45,10 @@ class OutageWatch {
   // Stage `stage` answers (again): its outage, if one is open, ends with a line.
   void Answered(int stage, Clock::time_point now = Clock::now()) ABSL_LOCKS_EXCLUDED(mu_);
   void AnsweredAll(Clock::time_point now = Clock::now()) ABSL_LOCKS_EXCLUDED(mu_);
+  // After a recovery, every stage answers as `names` (by stage) calls it now: an outage of a worker that another took
+  // the place of (a new address) ends saying so, not that the silent one is back.
+  void AnsweredAllAs(const std::vector<std::string>& names, Clock::time_point now = Clock::now())
+      ABSL_LOCKS_EXCLUDED(mu_);
   bool Open(int stage) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -53,6 +57,8 @@ class OutageWatch {
     Clock::time_point since, last_notice, last_refresh;
   };
   void Emit(const std::vector<StageOutage>& reports) const;
+  // Answered's work; `name` (not empty): the one that answers now, when another took the silent one's place.
+  void End(int stage, const std::string& name, Clock::time_point now) ABSL_LOCKS_EXCLUDED(mu_);
 
   mutable absl::Mutex mu_;
   int first_worker_ ABSL_GUARDED_BY(mu_) = 0;

@@ -74,5 +74,21 @@ TEST(OutageWatchTest, AnOutageTheRecoveryFindsIsSaidAtOnceAndEveryOneEndsWithAns
   EXPECT_FALSE(watch.Open(0) || watch.Open(1));
 }
 
+// A stopped worker replaced by a new one at another address: the line says so, not that the stopped one is back.
+TEST(OutageWatchTest, AWorkerReplacedAtAnotherAddressIsSaidToBeReplaced) {
+  std::vector<StageOutage> reports;
+  OutageWatch watch;
+  watch.Configure(0, "replica 1: ", absl::Seconds(4), [&](const StageOutage& o) { reports.push_back(o); });
+  watch.Silent(0, "stage 0 (h:1)", 3, "step 2 waits for it", At(1));
+  watch.Silent(1, "stage 1 (h:2)", 3, "step 2 waits for it", At(1));
+  watch.AnsweredAllAs({"stage 0 (h:1)", "stage 1 (h:7)"}, At(19));
+  ASSERT_EQ(reports.size(), 4u);
+  EXPECT_EQ(reports[2].message, "replica 1: stage 0 (h:1) is back after 21 s without an answer");
+  EXPECT_EQ(reports[3].message,
+            "replica 1: stage 1 (h:2) was replaced after 21 s without an answer: replica 1: stage 1 (h:7) answers in "
+            "its place");
+  EXPECT_TRUE(reports[3].over);
+}
+
 }  // namespace
 }  // namespace baton

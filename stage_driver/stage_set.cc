@@ -239,7 +239,10 @@ absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
   ++fleet_->generation;
   RETURN_IF_ERROR(Connect());
   RETURN_IF_ERROR(Configure());
-  fleet_->outages.AnsweredAll();  // a restarted local worker, or one that answered its health check late
+  // A restarted local worker, one that answered its health check late, or another in its place (a new address).
+  std::vector<std::string> names;
+  for (const auto& client : fleet_->clients) names.push_back(client->name());
+  fleet_->outages.AnsweredAllAs(names);
   return lost;
 }
 

@@ -2,6 +2,7 @@
 // back and the step redone, and the final LoRA is bitwise the LoRA of an uninterrupted run; a worker that never
 // comes back fails the run cleanly, naming it, with the last checkpoint kept. (The kill loop, many kills of
 // workers and of the coordinator itself, is tests/recovery/kill_loop.cc, ctest label `recovery`.)
+#include <absl/synchronization/mutex.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include "coordinator/checkpoint.h"
@@ -125,6 +127,12 @@ TEST_F(RecoveryTest, StoppedLocalWorkerIsReplacedAndTheLoraIsBitwiseUninterrupte
   o.stall_timeout = absl::Seconds(4);
   Recoveries recoveries;
   recoveries.Hook(o);
+  absl::Mutex mu;
+  std::vector<std::string> ended;  // the lines that end an outage
+  o.hooks.on_outage = [&](const StageOutage& outage) {
+    absl::MutexLock lock(&mu);
+    if (outage.over) ended.push_back(outage.message);
+  };
   const std::string log = JoinPath(o.output_dir, "train_log.jsonl");
   std::thread stopper([&] {
     WaitForLines(log, 2);
@@ -138,6 +146,13 @@ TEST_F(RecoveryTest, StoppedLocalWorkerIsReplacedAndTheLoraIsBitwiseUninterrupte
   ASSERT_EQ(recoveries.size(), 1u);
   EXPECT_EQ(recoveries.seen[0].first, 0) << recoveries.seen[0].second;
   EXPECT_NE(recoveries.seen[0].second.find("stalled"), std::string::npos) << recoveries.seen[0].second;
+  // The stopped worker never answered again: a new one took its place, at another address.
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_TRUE(
+      std::regex_match(ended[0], std::regex(R"(stage 0 \(127\.0\.0\.1:\d+\) was replaced after \d+ s without an )"
+                                            R"(answer: stage 0 \(127\.0\.0\.1:\d+\) answers in its place)")))
+      << ended[0];
   ExpectSameAsUninterrupted("stopped_local", steps);
 }
 
