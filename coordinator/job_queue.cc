@@ -610,8 +610,12 @@ absl::Status JobQueue::Reload() {
     const bool died_running = job.info.state() == v1::JOB_STATE_RUNNING;
     if (died_running) {
       job.resume = true;
-      LogWarning("job ", id, ": the service exited while it ran (last checkpoint: step ",
-                 job.info.last_checkpoint_step(), "); resuming it");
+      if (job.info.has_last_step()) {
+        LogWarning("job ", id, ": the service exited while it ran (at step ", job.info.last_step().step(),
+                   ", last checkpoint: step ", job.info.last_checkpoint_step(), "); resuming it");
+      } else {  // admitted, but still loading or waiting for its turn on shared workers: nothing ran yet
+        LogWarning("job ", id, ": the service exited while the job was starting (no step done yet); starting it again");
+      }
     }
     job.info.clear_outages();  // as of the last checkpoint: long over or moot
     if (died_running || job.info.state() == v1::JOB_STATE_QUEUED ||
