@@ -3,6 +3,9 @@
 #include <absl/strings/str_cat.h>
 #include <absl/time/time.h>
 
+#include <optional>
+
+#include "core/util/status.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 
@@ -84,14 +87,55 @@ absl::Status JobClient::Download(const std::string& token, const v1::DownloadReq
   grpc::ClientContext ctx;
   Prepare(&ctx, token, kDownloadTimeout);
   auto reader = stub_->Download(&ctx, req);
+  DownloadCheck check;
+  absl::Status bad;
+  bool stopped = false;
+  // Each chunk is passed on once the next one came: the last only after the stream ended and the file checked out.
+  std::optional<v1::FileChunk> pending;
   v1::FileChunk chunk;
   while (reader->Read(&chunk)) {
-    if (!on_chunk(chunk)) {
+    bad = check.Add(chunk);
+    stopped = !bad.ok() || (pending && !on_chunk(*pending));
+    if (stopped) {
       ctx.TryCancel();
       break;
     }
+    pending = std::move(chunk);
   }
-  return FromGrpcStatus(reader->Finish(), "the job service " + address_);
+  absl::Status finished = FromGrpcStatus(reader->Finish(), "the job service " + address_);
+  if (!bad.ok()) return bad;
+  if (!finished.ok() || stopped) return finished;
+  RETURN_IF_ERROR(check.Done());
+  if (pending) on_chunk(*pending);
+  return absl::OkStatus();
+}
+
+absl::Status DownloadCheck::Add(const v1::FileChunk& chunk) {
+  if (chunk.offset() != got_) {
+    return absl::DataLossError(absl::StrCat("download: a chunk at byte ", chunk.offset(), " where ", got_,
+                                            " was next (out of order or missing)"));
+  }
+  if (total_ >= 0 && chunk.total_bytes() != total_) {
+    return absl::DataLossError(absl::StrCat("download: the file's size changed from ", total_, " to ",
+                                            chunk.total_bytes(), " bytes during it"));
+  }
+  total_ = chunk.total_bytes();
+  got_ += static_cast<int64_t>(chunk.data().size());
+  hash_.Update(chunk.data());
+  if (chunk.sha256().empty()) return absl::OkStatus();
+  const std::string sha = DigestToHex(hash_.Finish());
+  if (got_ != total_ || sha != chunk.sha256()) {
+    return absl::DataLossError(absl::StrCat("download: got ", got_, " of ", total_, " bytes, SHA-256 ", sha,
+                                            " where the job service sent ", chunk.sha256()));
+  }
+  verified_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status DownloadCheck::Done() const {
+  if (verified_) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("download: it ended after ", got_, " of ", total_, " bytes without the file's SHA-256"));
 }
 
 }  // namespace baton

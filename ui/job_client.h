@@ -10,8 +10,23 @@
 #include <string>
 
 #include "baton/v1/job_service.grpc.pb.h"
+#include "core/util/sha256.h"
 
 namespace baton {
+
+// A download's chunks in order, at the offsets they claim, of one size, and the whole matching the SHA-256 the last
+// one carries.
+class DownloadCheck {
+ public:
+  absl::Status Add(const v1::FileChunk& chunk);
+  // OK once the last chunk's SHA-256 matched.
+  absl::Status Done() const;
+
+ private:
+  int64_t got_ = 0, total_ = -1;
+  Sha256 hash_;
+  bool verified_ = false;
+};
 
 class JobClient {
  public:
@@ -25,7 +40,9 @@ class JobClient {
   absl::StatusOr<v1::JobInfo> Stop(const std::string& token, const std::string& job_id) const;
   absl::StatusOr<v1::JobInfo> Continue(const std::string& token, const std::string& job_id) const;
   absl::StatusOr<v1::ListCheckpointsResponse> Checkpoints(const std::string& token, const std::string& job_id) const;
-  // Streams a file of the job: `on_chunk` for each chunk, in order (false: stop, the call is cancelled).
+  // Streams a file of the job: `on_chunk` for each chunk, in order (false: stop, the call is cancelled). The chunks are
+  // checked as `baton download` checks them (DownloadCheck), and the last one is passed on only once the stream ended
+  // and the whole file matched its SHA-256: a bad download never reaches its end (DATA_LOSS).
   absl::Status Download(const std::string& token, const v1::DownloadRequest& req,
                         const std::function<bool(const v1::FileChunk&)>& on_chunk) const;
 
