@@ -92,7 +92,8 @@ std::string ValidationLine(const v1::ValidationProgress& v) {
   for (int i = 0; i < v.timesteps_size() && i < v.losses_size(); ++i) {
     absl::StrAppend(&per_timestep, i > 0 ? ", " : "", absl::StrFormat("t=%g %.5f", v.timesteps(i), v.losses(i)));
   }
-  return absl::StrFormat("validation after step %d: mean %.5f (%s)", v.step(), v.mean(), per_timestep);
+  return absl::StrFormat("validation%s after step %d: mean %.5f (%s)", v.ema() ? " (ema)" : "", v.step(), v.mean(),
+                         per_timestep);
 }
 
 std::string SamplesLine(const v1::SamplesProgress& s) {

@@ -132,7 +132,9 @@ std::vector<v1::HistoryPoint> DownsampleSteps(const std::vector<v1::StepProgress
 
 LoggedHistory ReadTrainLogHistory(const std::string& path, int64_t total_steps) {
   LoggedHistory history;
-  std::vector<v1::WatchEvent> ema;  // the adapters' EMA's evaluations: shown when the run made no others
+  // Every evaluation in the log's order, and whether it ran with the adapters' EMA ("weights": "ema").
+  std::vector<std::pair<v1::WatchEvent, bool>> evals;
+  bool trained_validations = false, trained_samples = false;
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
@@ -140,11 +142,13 @@ LoggedHistory ReadTrainLogHistory(const std::string& path, int64_t total_steps) 
     if (j.is_discarded() || !j.is_object() || !j.contains("step")) continue;
     try {
       const std::string event = j.value("event", std::string());
-      std::vector<v1::WatchEvent>& evals = j.value("weights", std::string()) == "ema" ? ema : history.evals;
+      const bool ema = j.value("weights", std::string()) == "ema";
       if (event == "validation" && j.contains("validation_loss")) {
-        evals.push_back(ValidationFromLine(j));
+        evals.emplace_back(ValidationFromLine(j), ema);
+        trained_validations = trained_validations || !ema;
       } else if (event == "samples") {
-        evals.push_back(SamplesFromLine(j));
+        evals.emplace_back(SamplesFromLine(j), ema);
+        trained_samples = trained_samples || !ema;
       } else if (event.empty() && j.contains("loss")) {
         history.steps.push_back(StepFromLine(j, total_steps));
         history.run_seconds += history.steps.back().step_seconds();
@@ -153,7 +157,13 @@ LoggedHistory ReadTrainLogHistory(const std::string& path, int64_t total_steps) 
       continue;  // a line of other types than the log writes: not ours to show
     }
   }
-  if (history.evals.empty()) history.evals = std::move(ema);  // ema.evals: ema
+  // The EMA's validations beside the trained adapters' (marked) or alone (ema.evals: ema); its renderings only when
+  // the run made no others (with both, the gallery shows the trained adapters').
+  for (auto& [event, ema] : evals) {
+    if (ema && event.has_samples() && trained_samples) continue;
+    if (ema && event.has_validation() && trained_validations) event.mutable_validation()->set_ema(true);
+    history.evals.push_back(std::move(event));
+  }
   return history;
 }
 

@@ -83,12 +83,13 @@ not json
 }
 
 // ema.evals: the page shows the trained adapters' evaluations (both), or the EMA's when there are no others (ema).
-TEST(ReadTrainLogHistoryTest, TheEmaEvaluationsShowWhenTheRunMadeNoOthers) {
+TEST(ReadTrainLogHistoryTest, TheEmaValidationsShowBesideTheOthersAndItsRenderingsWhenTheRunMadeNoOthers) {
   const std::string dir = test_util::MakeTempDir("job-history-ema");
   const std::string both = JoinPath(dir, "both.jsonl"), ema = JoinPath(dir, "ema.jsonl");
   ASSERT_TRUE(WriteFileAtomic(both, R"({"step":0,"event":"validation","validation_loss":{"0.5":2.5,"mean":2.5}}
+{"step":0,"event":"samples","dir":"d","contact_sheet":"c","images":2,"seconds_per_sample":0.4}
 {"step":0,"event":"validation","weights":"ema","validation_loss":{"0.5":1.5,"mean":1.5}}
-{"step":0,"event":"samples","weights":"ema","dir":"d-ema","contact_sheet":"c","images":2,"seconds_per_sample":0.4}
+{"step":0,"event":"samples","weights":"ema","dir":"d-ema","contact_sheet":"c-ema","images":2,"seconds_per_sample":0.4}
 )")
                   .ok());
   ASSERT_TRUE(
@@ -96,11 +97,16 @@ TEST(ReadTrainLogHistoryTest, TheEmaEvaluationsShowWhenTheRunMadeNoOthers) {
 )")
           .ok());
   LoggedHistory h = ReadTrainLogHistory(both, 10);
-  ASSERT_EQ(h.evals.size(), 1u);
+  ASSERT_EQ(h.evals.size(), 3u);
   EXPECT_DOUBLE_EQ(h.evals[0].validation().mean(), 2.5);
+  EXPECT_FALSE(h.evals[0].validation().ema());
+  EXPECT_EQ(h.evals[1].samples().contact_sheet(), "c");
+  EXPECT_DOUBLE_EQ(h.evals[2].validation().mean(), 1.5);
+  EXPECT_TRUE(h.evals[2].validation().ema());
   h = ReadTrainLogHistory(ema, 10);
   ASSERT_EQ(h.evals.size(), 1u);
   EXPECT_DOUBLE_EQ(h.evals[0].validation().mean(), 1.5);
+  EXPECT_FALSE(h.evals[0].validation().ema()) << "the run's only validations";
 }
 
 TEST(ListSampleRenderingTest, ListsTheFilesOfPromptsTxtThatExist) {

@@ -27,6 +27,17 @@ double NowUnix() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())
 
 bool Ended(v1::JobState s) { return s >= v1::JOB_STATE_FINISHED; }
 
+v1::WatchEvent ValidationEvent(int64_t step, const ValidationResult& result, bool ema) {
+  v1::WatchEvent event;
+  v1::ValidationProgress* v = event.mutable_validation();
+  v->set_step(step);
+  v->mutable_timesteps()->Assign(result.timesteps.begin(), result.timesteps.end());
+  v->mutable_losses()->Assign(result.losses.begin(), result.losses.end());
+  v->set_mean(result.mean);
+  v->set_ema(ema);
+  return event;
+}
+
 }  // namespace
 
 int64_t EvalStep(const v1::WatchEvent& e) { return e.has_validation() ? e.validation().step() : e.samples().step(); }
@@ -442,14 +453,11 @@ void JobQueue::OnEval(int64_t id, const EvalReport& report) {
   absl::MutexLock lock(&mu_);
   Job& job = jobs_.at(id);
   if (report.validation) {
-    v1::WatchEvent event;
-    v1::ValidationProgress* v = event.mutable_validation();
-    v->set_step(report.step);
-    v->mutable_timesteps()->Assign(report.validation->timesteps.begin(), report.validation->timesteps.end());
-    v->mutable_losses()->Assign(report.validation->losses.begin(), report.validation->losses.end());
-    v->set_mean(report.validation->mean);
-    *job.info.mutable_last_validation() = *v;
-    job.evals.push_back(std::move(event));
+    job.evals.push_back(ValidationEvent(report.step, *report.validation, /*ema=*/false));
+    *job.info.mutable_last_validation() = job.evals.back().validation();
+  }
+  if (report.ema_validation) {  // the EMA's, beside the trained adapters' (ema.evals: both)
+    job.evals.push_back(ValidationEvent(report.step, *report.ema_validation, /*ema=*/true));
   }
   if (report.samples) {
     v1::WatchEvent event;

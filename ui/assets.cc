@@ -59,7 +59,7 @@ svg .series { fill: none; stroke-width: 1.5; vector-effect: non-scaling-stroke; 
 svg .band { stroke: none; opacity: .15; }
 .s-raw { stroke: #a5b4fc; fill: #a5b4fc; } svg .series.s-raw { stroke-width: 1; }
 .s-smooth { stroke: #3b5bdb; fill: #3b5bdb; } svg .series.s-smooth { stroke-width: 2.2; }
-.s-val { stroke: #e8590c; fill: #e8590c; } .s-lr { stroke: #2b8a3e; fill: #2b8a3e; } .s-gn { stroke: #862e9c; fill: #862e9c; }
+.s-val { stroke: #e8590c; fill: #e8590c; } .s-ema { stroke: #c2255c; fill: #c2255c; } .s-lr { stroke: #2b8a3e; fill: #2b8a3e; } .s-gn { stroke: #862e9c; fill: #862e9c; }
 .s-t0 { stroke: #1c7ed6; fill: #1c7ed6; } .s-t1 { stroke: #0ca678; fill: #0ca678; } .s-t2 { stroke: #f59f00; fill: #f59f00; }
 .s-t3 { stroke: #d6336c; fill: #d6336c; } .s-t4 { stroke: #7048e8; fill: #7048e8; } .s-t5 { stroke: #495057; fill: #495057; }
 svg text.legend { stroke: none; }

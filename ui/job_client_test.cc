@@ -32,7 +32,8 @@ class ChunkService final : public v1::JobService::Service {
       c.set_data(file_.substr(at, std::min(kChunk, size - at)));
       c.set_offset(fault == Fault::kOffset && at == 8 ? 9 : static_cast<int64_t>(at));
       c.set_total_bytes(static_cast<int64_t>(file_.size()));
-      if (at + kChunk >= size && fault != Fault::kNoSha) c.set_sha256(fault == Fault::kSha ? std::string(64, '0') : sha);
+      if (at + kChunk >= size && fault != Fault::kNoSha)
+        c.set_sha256(fault == Fault::kSha ? std::string(64, '0') : sha);
       writer->Write(c);
     }
     return grpc::Status::OK;

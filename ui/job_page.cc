@@ -57,13 +57,17 @@ std::string Charts(const v1::HistoryResponse& h, double smoothing) {
   if (!runs) raw.low.clear(), raw.high.clear();  // one step a point: no band
   ChartSeries smooth{
       absl::StrFormat("smoothed %.2f", smoothing), "s-smooth", raw.x, Smooth(raw.y, smoothing), {}, {}, false};
+  // The mean validation loss at each validation: the trained adapters', and their EMA's beside them (ema.evals: both).
   ChartSeries val{"validation", "s-val", {}, {}, {}, {}, true};
+  ChartSeries ema{"validation (EMA)", "s-ema", {}, {}, {}, {}, true};
   for (const v1::ValidationProgress& v : h.validations()) {
-    val.x.push_back(static_cast<double>(v.step()));
-    val.y.push_back(v.mean());
+    ChartSeries& s = v.ema() ? ema : val;
+    s.x.push_back(static_cast<double>(v.step()));
+    s.y.push_back(v.mean());
   }
   std::vector<ChartSeries> loss = {raw, smooth};
   if (!val.x.empty()) loss.push_back(val);
+  if (!ema.x.empty()) loss.push_back(ema);
   std::string title = "training loss";
   if (runs) absl::StrAppend(&title, " (", h.logged_steps(), " steps in ", h.points_size(), " runs: mean, min-max)");
   return absl::StrCat(SvgLineChart(Options("chart-loss", title, axis, 260), loss),
@@ -71,26 +75,34 @@ std::string Charts(const v1::HistoryResponse& h, double smoothing) {
                       SvgLineChart(Options("chart-grad", "gradient norm", axis, 130), {gn}));
 }
 
+// The trained adapters' validations per timestep and their mean, and their EMA's mean beside it (ema.evals: both).
 std::string ValidationChart(const v1::HistoryResponse& h) {
-  if (h.validations_size() == 0) return "";
+  std::vector<const v1::ValidationProgress*> trained;
+  ChartSeries ema_mean{"EMA mean", "s-ema", {}, {}, {}, {}, true};
+  for (const v1::ValidationProgress& v : h.validations()) {
+    if (!v.ema()) trained.push_back(&v);
+    if (v.ema()) ema_mean.x.push_back(static_cast<double>(v.step())), ema_mean.y.push_back(v.mean());
+  }
+  if (trained.empty()) return "";
   const Axis axis = StepAxis(h);
   std::vector<ChartSeries> series;
-  const v1::ValidationProgress& last = h.validations(h.validations_size() - 1);
+  const v1::ValidationProgress& last = *trained.back();
   for (int t = 0; t < last.timesteps_size(); ++t) {
     ChartSeries s{absl::StrFormat("t=%.2g", last.timesteps(t)), absl::StrCat("s-t", t % 6), {}, {}, {}, {}, true};
-    for (const v1::ValidationProgress& v : h.validations()) {
-      if (t >= v.losses_size()) continue;
-      s.x.push_back(static_cast<double>(v.step()));
-      s.y.push_back(v.losses(t));
+    for (const v1::ValidationProgress* v : trained) {
+      if (t >= v->losses_size()) continue;
+      s.x.push_back(static_cast<double>(v->step()));
+      s.y.push_back(v->losses(t));
     }
     series.push_back(std::move(s));
   }
   ChartSeries mean{"mean", "s-val", {}, {}, {}, {}, true};
-  for (const v1::ValidationProgress& v : h.validations()) {
-    mean.x.push_back(static_cast<double>(v.step()));
-    mean.y.push_back(v.mean());
+  for (const v1::ValidationProgress* v : trained) {
+    mean.x.push_back(static_cast<double>(v->step()));
+    mean.y.push_back(v->mean());
   }
   series.push_back(std::move(mean));
+  if (!ema_mean.x.empty()) series.push_back(std::move(ema_mean));
   return absl::StrCat("<h2>Validation loss per timestep</h2>",
                       SvgLineChart(Options("chart-validation", "validation loss by timestep", axis, 200), series),
                       absl::StrFormat("<p class=\"hint\">after step %d: mean %.5f</p>", last.step(), last.mean()));

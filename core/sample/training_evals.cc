@@ -64,9 +64,12 @@ absl::StatusOr<EvalReport> TrainingEvals::Run(int64_t step, int64_t total, int64
   report.step = step;
   // The trained adapters', then the EMA's (the first is the report's); with both, the EMA's images beside the others.
   if (e.evals_trained()) RETURN_IF_ERROR(RunWith(step, total, first_step, denoiser, "", "", log, &report));
-  if (e.evals_ema()) {
-    RETURN_IF_ERROR(RunWith(step, total, first_step, ema, "ema", e.evals_trained() ? "-ema" : "", log,
-                            e.evals_trained() ? nullptr : &report));
+  if (e.evals_ema() && !e.evals_trained())
+    RETURN_IF_ERROR(RunWith(step, total, first_step, ema, "ema", "", log, &report));
+  if (e.evals_ema() && e.evals_trained()) {
+    EvalReport beside;
+    RETURN_IF_ERROR(RunWith(step, total, first_step, ema, "ema", "-ema", log, &beside));
+    report.ema_validation = std::move(beside.validation);
   }
   return report;
 }

@@ -25,6 +25,7 @@ struct EvalReport {
   int64_t step = 0;
   std::optional<ValidationResult> validation;
   std::optional<SampleRecord> samples;
+  std::optional<ValidationResult> ema_validation;  // the EMA's, beside `validation` (ema.evals: both)
 };
 
 class TrainingEvals {
