@@ -24,6 +24,7 @@ namespace {
 
 constexpr char kPidKey[] = "pid";  // the writer's, in the copy's metadata
 constexpr char kFilePrefix[] = "baton-state-";
+constexpr char kSpareSuffix[] = ".spare";  // the copy before the current one, written over next
 constexpr std::chrono::minutes kAbandonedAfter{30};
 
 // [A-Za-z0-9_.-] kept, anything else '_': ids come from the coordinator, names must stay in the folder.
@@ -37,40 +38,56 @@ std::string FileSafe(const std::string& s) {
   return out;
 }
 
-// `data` to `path` through "<path>.tmp.<pid>" and a rename: a reader finds the old copy or the new one, never half of
-// one. No fsync: the copy outlives the process, not the host (in /dev/shm there is nothing to sync).
-absl::Status WriteReplacing(const std::string& path, absl::string_view data) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
+// All of `data` to `fd`; false with errno set (0: the write wrote nothing).
+bool WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const std::string why = n < 0 ? std::strerror(errno) : "wrote nothing";
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return absl::ResourceExhaustedError(absl::StrCat("cannot write ", tmp, ": ", why));
+      if (n == 0) errno = 0;
+      return false;
     }
-    data.remove_prefix(static_cast<size_t>(n));
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The file `layout` lays out, written over `spare` (the copy before the current one: its pages are already the
+// process's, so the write faults none in) and then exchanged with `path` in one rename: a reader finds the old copy
+// or the new one, never half of one, and a kill during the write leaves the current copy whole. Each tensor is
+// written from its own memory. No fsync: the copy outlives the process, not the host.
+absl::Status WriteReplacing(const std::string& path, const std::string& spare, const SafetensorsLayout& layout) {
+  const int fd = ::open(spare.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", spare, ": ", std::strerror(errno)));
+  bool ok = WriteAll(fd, layout.head.data(), layout.head.size());
+  for (size_t i = 0; ok && i < layout.data.size(); ++i) {
+    const at::Tensor& t = layout.data[i];
+    ok = WriteAll(fd, static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * t.element_size());
+  }
+  ok = ok && ::ftruncate(fd, static_cast<off_t>(layout.head.size() + layout.data_bytes)) == 0;
+  if (!ok) {
+    const std::string why = errno != 0 ? std::strerror(errno) : "wrote nothing";
+    ::close(fd);
+    ::unlink(spare.c_str());
+    return absl::ResourceExhaustedError(absl::StrCat("cannot write ", spare, ": ", why));
   }
   ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", why));
-  }
-  return absl::OkStatus();
+  // The first copy has nothing to exchange with: it is renamed into place (and the next write makes a new spare).
+  if (::renameat2(AT_FDCWD, spare.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) return absl::OkStatus();
+  if (errno == ENOENT && ::rename(spare.c_str(), path.c_str()) == 0) return absl::OkStatus();
+  const std::string why = std::strerror(errno);
+  ::unlink(spare.c_str());
+  return absl::InternalError(absl::StrCat("cannot put ", spare, " in the place of ", path, ": ", why));
 }
 
 bool ProcessGone(int64_t pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
 
-// The pid a copy or a leftover temporary file ("<copy>.tmp.<pid>", WriteFileAtomic's) was written by; 0: unknown.
+// The pid a copy (or its spare) was written by; 0: unknown (a spare torn by a kill: then its copy's).
 int64_t WriterOf(const std::string& path) {
   int64_t pid = 0;
-  const size_t tmp = path.rfind(".tmp.");
-  if (tmp != std::string::npos) return absl::SimpleAtoi(path.substr(tmp + 5), &pid) ? pid : 0;
   auto file = SafetensorsFile::Open(path);
+  if (!file.ok() && absl::EndsWith(path, kSpareSuffix)) return WriterOf(path.substr(0, path.size() - 6));
   if (!file.ok()) return 0;
   auto it = (*file)->metadata().find(kPidKey);
   return it != (*file)->metadata().end() && absl::SimpleAtoi(it->second, &pid) ? pid : 0;
@@ -107,13 +124,16 @@ void HostStateCopy::DeleteOrphans(const std::string& prefix, const std::string& 
   for (const auto& entry : std::filesystem::directory_iterator(HostStateCopyDir(), ec)) {
     const std::string name = entry.path().filename().string();
     const std::string path = entry.path().string();
-    if (!absl::StartsWith(name, kFilePrefix) || path == path_) continue;
+    if (!absl::StartsWith(name, kFilePrefix) || path == path_ || path == SparePath()) continue;
     // Another run's copy of this stage of this job was left by a run that is gone; any other copy, once no worker
-    // took it back for longer than a lost worker gets to come back (a run that failed or was abandoned).
+    // took it back for longer than a lost worker gets to come back (a run that failed or was abandoned). A file
+    // whose writer cannot be told (a spare torn by a kill, its copy gone) counts as gone once abandoned.
     const bool this_stage = absl::StartsWith(name, prefix) && absl::StrContains(name, suffix);
     const auto written = std::filesystem::last_write_time(entry.path(), ec);
     const bool abandoned = !ec && now - written > kAbandonedAfter;
-    if (!(this_stage || abandoned) || !ProcessGone(WriterOf(path))) continue;
+    const int64_t writer = WriterOf(path);
+    const bool gone = writer > 0 ? ProcessGone(writer) : abandoned;
+    if (!(this_stage || abandoned) || !gone) continue;
     if (std::filesystem::remove(entry.path(), ec)) LogInfo("deleted the host copy of a run that is gone: ", path);
   }
 }
@@ -122,13 +142,14 @@ void HostStateCopy::Drop() {
   if (path_.empty()) return;
   std::error_code ec;
   std::filesystem::remove(path_, ec);
+  std::filesystem::remove(SparePath(), ec);
   path_.clear();
 }
 
 absl::StatusOr<double> HostStateCopy::Write(const Tensors& state) {
   const auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(std::string bytes, SerializeSafetensors(state, {{kPidKey, absl::StrCat(::getpid())}}));
-  RETURN_IF_ERROR(WriteReplacing(path_, bytes));
+  ASSIGN_OR_RETURN(SafetensorsLayout layout, LayOutSafetensors(state, {{kPidKey, absl::StrCat(::getpid())}}));
+  RETURN_IF_ERROR(WriteReplacing(path_, SparePath(), layout));
   ++writes_;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

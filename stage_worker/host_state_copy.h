@@ -37,8 +37,9 @@ class HostStateCopy {
   const std::string& path() const { return path_; }
   int64_t writes() const { return writes_; }  // since Use
 
-  // The copy replaced by `state` (adapters and optimizer state, "__step__" included), atomically: a kill during the
-  // write leaves the previous copy. The seconds it took.
+  // The copy replaced by `state` (adapters and optimizer state, "__step__" included; any device, written from the
+  // tensors' own memory when on the CPU), atomically: a kill during the write leaves the previous copy. The seconds
+  // it took.
   absl::StatusOr<double> Write(const Tensors& state);
   // The copy, when there is one holding `steps` optimizer steps (nullopt otherwise: none, another step count, or
   // unreadable, which is logged).
@@ -46,6 +47,7 @@ class HostStateCopy {
 
  private:
   void DeleteOrphans(const std::string& prefix, const std::string& suffix) const;
+  std::string SparePath() const { return path_ + ".spare"; }
 
   std::string path_;
   int64_t writes_ = 0;

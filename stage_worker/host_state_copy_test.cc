@@ -48,8 +48,14 @@ TEST_F(HostStateCopyTest, AWorkerInTheSameRunAndStageTakesTheCopyOfTheStepAskedF
   ASSERT_TRUE(writer.active());
   EXPECT_EQ(Files(dir_), std::vector<std::string>{});
   ASSERT_TRUE(writer.Write(State(4)).ok());
-  ASSERT_TRUE(writer.Write(State(5)).ok());
   EXPECT_EQ(Files(dir_), std::vector<std::string>{"baton-state-job_1-run-s1.safetensors"});
+  ASSERT_TRUE(writer.Write(State(5)).ok());  // over a spare, then exchanged with the copy: the copy of step 4 is spare
+  ASSERT_TRUE(writer.Write(State(6)).ok());
+  ASSERT_TRUE(writer.Write(State(5)).ok());
+  EXPECT_EQ(Files(dir_), (std::vector<std::string>{"baton-state-job_1-run-s1.safetensors",
+                                                   "baton-state-job_1-run-s1.safetensors.spare"}));
+  // A kill during the next write tears the spare, never the copy.
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir_, "baton-state-job_1-run-s1.safetensors.spare"), "torn").ok());
 
   HostStateCopy replacement;  // the worker restarted in its place
   replacement.Use("job/1", "run", 1);
@@ -87,6 +93,7 @@ TEST_F(HostStateCopyTest, ADroppedCopyIsDeletedAndCopiesOfRunsThatAreGoneToo) {
   copy.Use("job", "new-run", 0);
   EXPECT_EQ(Files(dir_), std::vector<std::string>{"baton-state-job2-old-run-s0.safetensors"});
   ASSERT_TRUE(copy.Write(State(1)).ok());
+  ASSERT_TRUE(copy.Write(State(2)).ok());  // and a spare
   copy.Drop();
   EXPECT_FALSE(copy.active());
   EXPECT_EQ(Files(dir_), std::vector<std::string>{"baton-state-job2-old-run-s0.safetensors"});

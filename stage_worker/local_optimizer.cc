@@ -216,6 +216,11 @@ LocalOptimizer::Tensors LocalOptimizer::State() const {
   return state;
 }
 
+LocalOptimizer::Tensors LocalOptimizer::StateView() const {
+  if (!optimizer_) return State();
+  return optimizer_->StateDict();
+}
+
 absl::Status LocalOptimizer::Load(const Tensors& state) {
   // Checked by building an optimizer of the last JoinGroup's settings from it; before any (a resume loads the state
   // first) the first Update checks it (request_checks.h checked every tensor's name, dtype and shape).

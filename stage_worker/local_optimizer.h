@@ -51,6 +51,8 @@ class LocalOptimizer {
   int64_t Steps() const;
   // The optimizer's state as LoadState takes it (CPU, fp32 moments; "__step__"), and setting it (drops what is held).
   Tensors State() const;
+  // The same tensors without copies (the optimizer's own: valid until its next step; the host copy's writer).
+  Tensors StateView() const;
   absl::Status Load(const Tensors& state);
   // Everything dropped: held and reduced sums, the optimizer's state, the group (a new run).
   void Reset();

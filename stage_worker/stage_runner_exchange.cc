@@ -108,8 +108,8 @@ absl::Status StageRunner::LoadStateLocked(const TensorMap& tensors) {
 }
 
 void StageRunner::WriteHostCopy() {
-  TensorMap state = CloneToCpuFloat(AllLora());
-  state.merge(optimizer_.State());
+  TensorMap state = optimizer_.StateView();  // written from the live tensors (the run lock is held)
+  for (const auto& [name, p] : AllLora()) state[name] = p.detach().to(at::kFloat);
   const bool first = host_copy_.writes() == 0;
   absl::StatusOr<double> seconds = host_copy_.Write(state);
   if (!seconds.ok()) {

@@ -44,7 +44,8 @@ std::string Points(const std::string& html, const std::string& chart, const std:
 
 TEST(JobPageTest, TheEmasValidationIsASeriesOfItsOwn) {
   const std::string panel = JobPanel(History(true), "csrf", 0.6), details = JobDetails(History(true));
-  const std::string trained = Points(panel, "chart-loss", "validation"), ema = Points(panel, "chart-loss", R"(validation \(EMA\))");
+  const std::string trained = Points(panel, "chart-loss", "validation"),
+                    ema = Points(panel, "chart-loss", R"(validation \(EMA\))");
   EXPECT_EQ(std::count(trained.begin(), trained.end(), ','), 3) << panel;
   EXPECT_EQ(std::count(ema.begin(), ema.end(), ','), 3) << panel;
   EXPECT_NE(trained, ema) << "the EMA's losses (0.5) are not the adapters' (0.8)";

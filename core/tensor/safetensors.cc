@@ -336,8 +336,8 @@ void SafetensorsFile::ReleaseMappedPages(const uint8_t* src, uint64_t nbytes) {
   ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
-absl::StatusOr<std::string> SerializeSafetensors(const std::map<std::string, at::Tensor>& tensors,
-                                                 const std::map<std::string, std::string>& metadata) {
+absl::StatusOr<SafetensorsLayout> LayOutSafetensors(const std::map<std::string, at::Tensor>& tensors,
+                                                    const std::map<std::string, std::string>& metadata) {
   // ordered_json keeps insertion order: __metadata__ first, then tensors in key order, fields as
   // dtype/shape/data_offsets — the layout the Rust reference writes.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -376,13 +376,23 @@ absl::StatusOr<std::string> SerializeSafetensors(const std::map<std::string, at:
     return absl::InvalidArgumentError(absl::StrCat("cannot encode safetensors header: ", e.what()));
   }
   json.append((8 - json.size() % 8) % 8, ' ');
-
-  std::string out;
-  out.reserve(8 + json.size() + offset);
+  SafetensorsLayout layout;
+  layout.head.reserve(8 + json.size());
   const uint64_t n = json.size();
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  out += json;
-  for (const at::Tensor& c : cpu) {
+  for (int i = 0; i < 8; ++i) layout.head.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  layout.head += json;
+  layout.data = std::move(cpu);
+  layout.data_bytes = offset;
+  return layout;
+}
+
+absl::StatusOr<std::string> SerializeSafetensors(const std::map<std::string, at::Tensor>& tensors,
+                                                 const std::map<std::string, std::string>& metadata) {
+  ASSIGN_OR_RETURN(SafetensorsLayout layout, LayOutSafetensors(tensors, metadata));
+  std::string out;
+  out.reserve(layout.head.size() + layout.data_bytes);
+  out += layout.head;
+  for (const at::Tensor& c : layout.data) {
     const size_t nbytes = static_cast<size_t>(c.numel()) * c.element_size();
     if (nbytes > 0) out.append(static_cast<const char*>(c.data_ptr()), nbytes);
   }

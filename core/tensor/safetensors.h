@@ -61,6 +61,17 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// A file's layout before it is written: the 8-byte length and JSON header, then each tensor's bytes in `data`'s order
+// (CPU, contiguous: a CPU tensor that already is, shares its storage), for writers that write them without
+// gathering the file in memory first.
+struct SafetensorsLayout {
+  std::string head;
+  std::vector<at::Tensor> data;
+  uint64_t data_bytes = 0;
+};
+absl::StatusOr<SafetensorsLayout> LayOutSafetensors(const std::map<std::string, at::Tensor>& tensors,
+                                                    const std::map<std::string, std::string>& metadata = {});
+
 // Serializes tensors (any device; copied to CPU, made contiguous) with optional string metadata.
 absl::StatusOr<std::string> SerializeSafetensors(const std::map<std::string, at::Tensor>& tensors,
                                                  const std::map<std::string, std::string>& metadata = {});
