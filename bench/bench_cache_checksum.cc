@@ -17,27 +17,14 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/bench_timing.h"
 #include "core/data/cache.h"
 #include "core/data/crc32c.h"
 #include "core/util/files.h"
 
 namespace {
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <typename F>
-double MedianSeconds(int reps, F&& f) {
-  std::vector<double> s;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return Median(s);
-}
+using baton::MedianSeconds;
 
 }  // namespace
 

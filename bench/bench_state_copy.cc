@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/bench_timing.h"
 #include "core/tensor/safetensors.h"
 #include "core/train/optimizer.h"
 #include "core/util/files.h"
@@ -25,42 +26,21 @@ ABSL_FLAG(int, adapters, 196, "adapted linears on the stage (each rank x 6144 do
 ABSL_FLAG(int, rank, 16, "LoRA rank");
 ABSL_FLAG(int, reps, 5, "timed writes of each kind");
 
-namespace baton {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <typename F>
-double MedianSeconds(int reps, F&& f) {
-  std::vector<double> s;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return Median(s);
-}
-
-}  // namespace
-}  // namespace baton
-
 int main(int argc, char** argv) {
   using namespace baton;
-  if (absl::Status s = ParseBenchFlags(argc, argv, "bench_state_copy [--adapters=392] [--rank=16] [--reps=5]"); !s.ok()) {
+  if (absl::Status s = ParseBenchFlags(argc, argv, "bench_state_copy [--adapters=392] [--rank=16] [--reps=5]");
+      !s.ok()) {
     BenchDie(std::string(s.message()));
   }
-  const int adapters = absl::GetFlag(FLAGS_adapters), rank = absl::GetFlag(FLAGS_rank), reps = absl::GetFlag(FLAGS_reps);
+  const int adapters = absl::GetFlag(FLAGS_adapters), rank = absl::GetFlag(FLAGS_rank),
+            reps = absl::GetFlag(FLAGS_reps);
   if (adapters < 1 || rank < 1 || reps < 1) BenchDie("--adapters, --rank and --reps must be >= 1");
   std::map<std::string, at::Tensor> state;
   for (int i = 0; i < adapters; ++i) {
     for (const char* half : {"lora_A", "lora_B"}) {
       const std::string name = absl::StrCat("blocks.", i, ".", half, ".weight");
-      const std::vector<int64_t> shape = half[5] == 'A' ? std::vector<int64_t>{rank, 6144} : std::vector<int64_t>{6144, rank};
+      const std::vector<int64_t> shape =
+          half[5] == 'A' ? std::vector<int64_t>{rank, 6144} : std::vector<int64_t>{6144, rank};
       state[name] = at::randn(shape);
       state[name + ".exp_avg"] = at::randn(shape);
       state[name + ".exp_avg_sq"] = at::rand(shape);
@@ -91,9 +71,10 @@ int main(int argc, char** argv) {
   (void)RemoveAll(gathered_path);
   std::printf("host copy of one stage's state: %.0f MB (%d adapters at rank %d, fp32, AdamW's moments) in %s\n",
               bytes / 1e6, adapters, rank, dir.c_str());
-  std::printf("as written (from the tensors): %.1f ms (%.2f GB/s); as gathered first: %.1f ms: %.2fx faster; "
-              "a plain copy of the bytes: %.1f ms\n",
-              streamed * 1e3, bytes / streamed / 1e9, gathered * 1e3, gathered / streamed, floor * 1e3);
+  std::printf(
+      "as written (from the tensors): %.1f ms (%.2f GB/s); as gathered first: %.1f ms: %.2fx faster; "
+      "a plain copy of the bytes: %.1f ms\n",
+      streamed * 1e3, bytes / streamed / 1e9, gathered * 1e3, gathered / streamed, floor * 1e3);
   std::printf("under 2%% of any step longer than %.1f s\n", streamed * 50);
   return 0;
 }

@@ -61,6 +61,22 @@ class StageLocalOptimizerTest : public ::testing::Test {
     }
     return worst;
   }
+  // Runs `job`, SIGKILLing the last stage worker once `lines` steps are logged; `recoveries`: the recoveries made.
+  static absl::StatusOr<CoordinatorResult> RunKillingAStage(const JobConfig& job, CoordinatorOptions options,
+                                                            size_t lines, int* recoveries) {
+    std::atomic<int> count{0};
+    options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++count; };
+    std::thread killer([&] {
+      test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), lines);
+      std::vector<pid_t> workers = test_util::OurStageWorkers();
+      ASSERT_EQ(workers.size(), 2u);
+      ::kill(workers.back(), SIGKILL);
+    });
+    auto run = RunCoordinator(job, options);
+    killer.join();
+    *recoveries = count;
+    return run;
+  }
   static std::string* dir_;
 };
 std::string* StageLocalOptimizerTest::dir_ = nullptr;
@@ -107,18 +123,10 @@ TEST_F(StageLocalOptimizerTest, AKilledStageTakesItsStateBackFromItsHostCopy) {
   job.state_every = 0;
   ASSERT_TRUE(RunCoordinator(job, Options("copy_reference")).ok());
   CoordinatorOptions options = Options("copy_killed");
-  std::atomic<int> recoveries{0};
-  options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++recoveries; };
-  std::thread killer([&] {
-    test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 6);
-    std::vector<pid_t> workers = test_util::OurStageWorkers();
-    ASSERT_EQ(workers.size(), 2u);
-    ::kill(workers.back(), SIGKILL);
-  });
-  auto run = RunCoordinator(job, options);
-  killer.join();
+  int recoveries = 0;
+  auto run = RunKillingAStage(job, options, 6, &recoveries);
   ASSERT_TRUE(run.ok()) << run.status();
-  EXPECT_GE(recoveries.load(), 1);
+  EXPECT_GE(recoveries, 1);
   EXPECT_EQ(run->steps_redone, 0);  // the step the worker was killed in never completed: it is not counted
   EXPECT_EQ(MaxLoraDifference("copy_reference", "copy_killed"), 0.0);
   EXPECT_EQ(test_util::ReadTrainLog(options.output_dir).size(), 10u);
@@ -137,18 +145,10 @@ TEST_F(StageLocalOptimizerTest, AKilledStageRollsTheRunBackToTheCoordinatorsCopy
   ASSERT_TRUE(RunCoordinator(job, Options("rollback_reference")).ok());
   CoordinatorOptions options = Options("rollback_killed");
   options.host_state_copies = false;
-  std::atomic<int> recoveries{0};
-  options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++recoveries; };
-  std::thread killer([&] {
-    test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 6);
-    std::vector<pid_t> workers = test_util::OurStageWorkers();
-    ASSERT_EQ(workers.size(), 2u);
-    ::kill(workers.back(), SIGKILL);
-  });
-  auto run = RunCoordinator(job, options);
-  killer.join();
+  int recoveries = 0;
+  auto run = RunKillingAStage(job, options, 6, &recoveries);
   ASSERT_TRUE(run.ok()) << run.status();
-  EXPECT_GE(recoveries.load(), 1);
+  EXPECT_GE(recoveries, 1);
   EXPECT_GE(run->steps_redone, 1);  // killed after step 6 was logged: back to step 4's checkpoint (8's if it was late)
   EXPECT_EQ(MaxLoraDifference("rollback_reference", "rollback_killed"), 0.0);
   const auto log = test_util::ReadTrainLog(options.output_dir);
@@ -165,14 +165,8 @@ TEST_F(StageLocalOptimizerTest, StateEveryBoundsWhatALostStageCosts) {
   ASSERT_TRUE(RunCoordinator(job, Options("every_reference")).ok());
   CoordinatorOptions options = Options("every_killed");
   options.host_state_copies = false;  // as when the stage is lost with its host
-  std::thread killer([&] {
-    test_util::WaitForLines(JoinPath(options.output_dir, "train_log.jsonl"), 5);
-    std::vector<pid_t> workers = test_util::OurStageWorkers();
-    ASSERT_EQ(workers.size(), 2u);
-    ::kill(workers.back(), SIGKILL);
-  });
-  auto run = RunCoordinator(job, options);
-  killer.join();
+  int recoveries = 0;
+  auto run = RunKillingAStage(job, options, 5, &recoveries);
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_LE(run->steps_redone, job.state_every - 1);  // the lost step itself is not counted: it never completed
   EXPECT_EQ(MaxLoraDifference("every_reference", "every_killed"), 0.0);
