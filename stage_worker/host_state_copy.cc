@@ -87,7 +87,8 @@ bool ProcessGone(int64_t pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid)
 int64_t WriterOf(const std::string& path) {
   int64_t pid = 0;
   auto file = SafetensorsFile::Open(path);
-  if (!file.ok() && absl::EndsWith(path, kSpareSuffix)) return WriterOf(path.substr(0, path.size() - 6));
+  if (!file.ok() && absl::EndsWith(path, kSpareSuffix))
+    return WriterOf(path.substr(0, path.size() - (sizeof(kSpareSuffix) - 1)));
   if (!file.ok()) return 0;
   auto it = (*file)->metadata().find(kPidKey);
   return it != (*file)->metadata().end() && absl::SimpleAtoi(it->second, &pid) ? pid : 0;

@@ -111,7 +111,10 @@ void UiServer::Handle(const HttpRequest& req, HttpResponder& out) {
     out.Send(Text(400, "refused: the path names '.' or '..'\n"));
     return;
   }
-  call.session = sessions_.Find(call.session_id);
+  // A job page's own asks of what moved keep no session alive: a tab left open does not stay signed in.
+  const bool asked_by_page =
+      req.method == "GET" && absl::StartsWith(req.path, "/jobs/") && absl::EndsWith(req.path, "/version");
+  call.session = sessions_.Find(call.session_id, /*touch=*/!asked_by_page);
   Route(call);
 }
 
