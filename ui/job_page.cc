@@ -80,8 +80,12 @@ std::string ValidationChart(const v1::HistoryResponse& h) {
   std::vector<const v1::ValidationProgress*> trained;
   ChartSeries ema_mean{"EMA mean", "s-ema", {}, {}, {}, {}, true};
   for (const v1::ValidationProgress& v : h.validations()) {
-    if (!v.ema()) trained.push_back(&v);
-    if (v.ema()) ema_mean.x.push_back(static_cast<double>(v.step())), ema_mean.y.push_back(v.mean());
+    if (!v.ema()) {
+      trained.push_back(&v);
+      continue;
+    }
+    ema_mean.x.push_back(static_cast<double>(v.step()));
+    ema_mean.y.push_back(v.mean());
   }
   if (trained.empty()) return "";
   const Axis axis = StepAxis(h);
