@@ -60,14 +60,13 @@ absl::StatusOr<PipelineStepRecord> ApplyGradients(const JobConfig& job, int64_t 
 }
 
 absl::StatusOr<PipelineStepRecord> ApplyExchange(const JobConfig& job, int64_t step, const StepOutputs& outputs,
-                                                 PeerExchange& exchange, const std::function<void()>& on_abort) {
+                                                 PeerExchange& exchange) {
   PipelineStepRecord rec = RecordOf(job, step, outputs);
   std::vector<int> participants;
   for (size_t r = 0; r < outputs.replica_micro_batches.size(); ++r) {
     if (outputs.replica_micro_batches[r] > 0) participants.push_back(static_cast<int>(r));
   }
-  ASSIGN_OR_RETURN(ExchangeResult result,
-                   exchange.Apply(step, participants, MicroBatchLosses(outputs), rec.lr, on_abort));
+  ASSIGN_OR_RETURN(ExchangeResult result, exchange.Apply(step, participants, MicroBatchLosses(outputs), rec.lr));
   rec.grad_norm = result.grad_norm;
   rec.exchange_seconds = result.reduce_seconds;
   rec.exchange_early = result.early;

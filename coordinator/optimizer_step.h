@@ -20,6 +20,6 @@ absl::StatusOr<PipelineStepRecord> ApplyGradients(const JobConfig& job, int64_t 
 // The same with a stage-local optimizer: the stages of the replicas that ran the step sum their gradients and apply
 // AdamW (PeerExchange::Apply). ABORTED: a replica was lost after its micro-batches counted; the step starts over.
 absl::StatusOr<PipelineStepRecord> ApplyExchange(const JobConfig& job, int64_t step, const StepOutputs& outputs,
-                                                 PeerExchange& exchange, const std::function<void()>& on_abort);
+                                                 PeerExchange& exchange);
 
 }  // namespace baton

@@ -31,6 +31,14 @@ std::vector<absl::Status> PerReplica(const std::vector<absl::Status>& per_stage,
   return out;
 }
 
+// The first failure among `statuses`, else OK.
+absl::Status FirstError(const std::vector<absl::Status>& statuses) {
+  for (const absl::Status& s : statuses) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string AddressHost(const std::string& address) {
@@ -46,29 +54,29 @@ PeerExchange::PeerExchange(const OptimizerConfig& optimizer, ReplicaSet* replica
                            bool host_copies)
     : optimizer_config_(optimizer),
       settings_(OptimizerSettingsOf(optimizer)),
-      job_id_(replicas->fleet(0).job_id),
+      job_id_(replicas->pipeline(0).id()),
       replicas_(replicas),
       timeout_(timeout),
       host_copies_(host_copies),
-      stages_(replicas->fleet(0).size()),
+      stages_(replicas->pipeline(0).size()),
       loaded_(replicas->size(), -1),
       at_update_(replicas->size(), -1) {}
 
 PeerExchange::~PeerExchange() = default;
 
 absl::Status PeerExchange::LoadReplica(int r, const Tensors& state) {
-  StageFleet& fleet = replicas_->fleet(r);
-  return ParallelFor(fleet.size(), [&](int s) {
+  StagePipeline& pipeline = replicas_->pipeline(r);
+  return FirstError(pipeline.CallEach("loading the run's state waits for it", [&](StageClient& client, int s) {
     Tensors piece;
-    const std::set<std::string> names(fleet.params[s].begin(), fleet.params[s].end());
+    const std::set<std::string> names(pipeline.params(s).begin(), pipeline.params(s).end());
     for (const auto& [key, t] : state) {  // this stage's adapters and their optimizer state; Prodigy's scalars
       if (names.count(key) || names.count(StateParam(key)) || absl::StartsWith(key, kProdigyScalarsPrefix)) {
         piece[key] = t;
       }
     }
     piece[kOptimizerStepKey] = state.at(kOptimizerStepKey);
-    return fleet.clients[s]->LoadState(job_id_, piece);
-  });
+    return client.LoadState(job_id_, piece);
+  }));
 }
 
 absl::Status PeerExchange::Start(const Tensors& master, const Optimizer& optimizer) {
@@ -87,7 +95,7 @@ absl::Status PeerExchange::Start(const Tensors& master, const Optimizer& optimiz
   if (replicas_->size() == 1 && host_copies_) RETURN_IF_ERROR(JoinSolo(/*take_host_copy_at=*/-1).status());
   loaded_ = losses;
   at_update_.assign(replicas_->size(), 0);
-  probed_generation_ = replicas_->fleet(0).generation;  // loaded just now: nothing to ask before the first step
+  probed_generation_ = replicas_->pipeline(0).generation();  // loaded just now: nothing to ask before the first step
   cache_ = std::move(state);
   cache_updates_ = updates_ = 0;
   if (store_) {
@@ -114,7 +122,7 @@ absl::Status PeerExchange::LoadCurrent(int r) {
   return absl::OkStatus();
 }
 
-absl::Status PeerExchange::Prepare(int r) {
+absl::Status PeerExchange::BeforeSlice(int r) {
   absl::MutexLock lock(&mu_);
   if (!started_) return absl::OkStatus();  // before Start (which loads every replica)
   if (replicas_->size() == 1) return ProbeSolo();
@@ -122,41 +130,39 @@ absl::Status PeerExchange::Prepare(int r) {
 }
 
 absl::StatusOr<std::vector<v1::JoinGroupResponse>> PeerExchange::JoinSolo(int64_t take_host_copy_at) {
-  StageFleet& fleet = replicas_->fleet(0);
   std::vector<v1::JoinGroupResponse> responses(stages_);
-  RETURN_IF_ERROR(ParallelFor(stages_, [&](int s) -> absl::Status {
+  auto join = [&](StageClient& client, int s) -> absl::Status {
     v1::JoinGroupRequest request;  // a group of one: no store, no socket
     *request.mutable_optimizer() = settings_;
     request.set_prefix(absl::StrCat("solo/", s));
     request.set_size(1);
     request.set_host_copy(host_copies_);
     if (host_copies_ && take_host_copy_at >= 0) request.set_take_host_copy_at(take_host_copy_at);
-    return fleet.Watched(s, "the check of its optimizer state waits for it", [&]() -> absl::Status {
-      ASSIGN_OR_RETURN(responses[s], fleet.clients[s]->JoinGroup(job_id_, request, kJoinTimeout));
-      return absl::OkStatus();
-    });
-  }));
+    ASSIGN_OR_RETURN(responses[s], client.JoinGroup(job_id_, request, kJoinTimeout));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(FirstError(replicas_->pipeline(0).CallEach("the check of its optimizer state waits for it", join)));
   return responses;
 }
 
 absl::Status PeerExchange::ProbeSolo() {
-  StageFleet& fleet = replicas_->fleet(0);
+  StagePipeline& pipeline = replicas_->pipeline(0);
   // Nothing reconfigured the stages since they last held the current state: they hold it still.
-  if (fleet.generation == probed_generation_ && Current(0)) return absl::OkStatus();
+  if (pipeline.generation() == probed_generation_ && Current(0)) return absl::OkStatus();
   const int64_t expected = start_steps_ + updates_;
   ASSIGN_OR_RETURN(const std::vector<v1::JoinGroupResponse> responses, JoinSolo(expected));
   std::vector<int64_t> steps(stages_, -1);
   for (int s = 0; s < stages_; ++s) {
     steps[s] = responses[s].optimizer_steps();
     if (!responses[s].took_host_copy().empty()) {
-      LogWarning(fleet.clients[s]->name(), ": took back its adapters and optimizer state of step ", expected,
+      LogWarning(pipeline.StageName(s), ": took back its adapters and optimizer state of step ", expected,
                  " from its host copy (", responses[s].took_host_copy(), "); nothing to redo but the step it lost");
     }
   }
   std::vector<std::string> stale;
   for (int s = 0; s < stages_; ++s) {
     if (steps[s] != expected) {
-      stale.push_back(absl::StrCat(fleet.clients[s]->name(),
+      stale.push_back(absl::StrCat(pipeline.StageName(s),
                                    steps[s] < 0 ? " (no state)" : absl::StrCat(" (at step ", steps[s], ")")));
     }
   }
@@ -174,7 +180,7 @@ absl::Status PeerExchange::ProbeSolo() {
   loaded_[0] = replicas_->Losses(0);
   at_update_[0] = updates_;
   members_ = {0};
-  probed_generation_ = fleet.generation;
+  probed_generation_ = pipeline.generation();
   return absl::OkStatus();
 }
 
@@ -231,14 +237,12 @@ absl::StatusOr<PeerExchange::Tensors> PeerExchange::CurrentState(int except) {
                                        "; the coordinator holds that of step ", start_steps_ + cache_updates_));
   for (int q = 0; q < replicas_->size(); ++q) {
     if (q == except || !replicas_->Ready(q) || !Current(q)) continue;
-    StageFleet& fleet = replicas_->fleet(q);
-    std::vector<Tensors> parts(fleet.size());
-    absl::Status pulled = ParallelFor(fleet.size(), [&](int s) -> absl::Status {
-      return fleet.Watched(s, "the read-back of the run's state waits for it", [&]() -> absl::Status {
-        ASSIGN_OR_RETURN(parts[s], fleet.clients[s]->GetLora(job_id_, /*optimizer_state=*/true));
-        return absl::OkStatus();
-      });
-    });
+    std::vector<Tensors> parts(stages_);
+    absl::Status pulled = FirstError(replicas_->pipeline(q).CallEach(
+        "the read-back of the run's state waits for it", [&](StageClient& client, int s) -> absl::Status {
+          ASSIGN_OR_RETURN(parts[s], client.GetLora(job_id_, /*optimizer_state=*/true));
+          return absl::OkStatus();
+        }));
     if (!pulled.ok()) {
       last = pulled;
       continue;
@@ -272,27 +276,42 @@ absl::Status PeerExchange::Pull(Tensors& master, Optimizer& optimizer) {
 }
 
 absl::Status PeerExchange::LoseFailed(int64_t step, const std::vector<int>& replicas,
-                                      const std::vector<absl::Status>& results, const std::string& what,
-                                      const std::function<void()>& on_abort) {
+                                      const std::vector<absl::Status>& results, const std::string& what) {
   absl::Status first = absl::OkStatus();
   for (size_t k = 0; k < replicas.size(); ++k) {
     if (results[k].ok()) continue;
     if (first.ok() || absl::IsAborted(first)) first = results[k];
-    if (!absl::IsAborted(results[k])) RETURN_IF_ERROR(replicas_->TakeOut(replicas[k], step, results[k], on_abort));
+    if (!absl::IsAborted(results[k])) RETURN_IF_ERROR(replicas_->TakeOut(replicas[k], step, results[k]));
   }
   if (first.ok()) return first;
   return absl::AbortedError(absl::StrCat("step ", step + 1, ": ", what, " failed (", first.message(), ")"));
 }
 
-std::vector<absl::Status> PeerExchange::JoinAll(const std::vector<int>& members) {
-  members_.clear();
-  const std::string base = absl::StrCat(replicas_->fleet(0).run_id, "/", ++formations_);
+std::vector<absl::Status> PeerExchange::CallMembers(
+    const std::vector<int>& members, const std::string& doing,
+    const std::function<absl::Status(StageClient&, int rank, int stage)>& call) {
   const int n = static_cast<int>(members.size());
   std::vector<absl::Status> results(n * stages_);
+  auto one = [&](int k) {
+    const std::vector<absl::Status> each =
+        replicas_->pipeline(members[k]).CallEach(doing, [&](StageClient& client, int s) { return call(client, k, s); });
+    std::copy(each.begin(), each.end(), results.begin() + k * stages_);
+    return absl::OkStatus();
+  };
+  if (n == 1) {
+    (void)one(0);  // no thread for a lone replica
+  } else {
+    (void)ParallelFor(n, one);
+  }
+  return results;
+}
+
+std::vector<absl::Status> PeerExchange::JoinAll(const std::vector<int>& members) {
+  members_.clear();
+  const std::string base = absl::StrCat(replicas_->pipeline(0).run_id(), "/", ++formations_);
+  const int n = static_cast<int>(members.size());
   const int port = store_ ? store_->port() : 0;
-  (void)ParallelFor(n * stages_, [&](int k) {
-    const int rank = k / stages_, s = k % stages_;
-    StageClient& client = *replicas_->fleet(members[rank]).clients[s];
+  auto join = [&](StageClient& client, int rank, int s) {
     v1::JoinGroupRequest request;
     *request.mutable_optimizer() = settings_;
     request.set_store_port(port);  // the host: this coordinator, as the worker sees it
@@ -303,41 +322,32 @@ std::vector<absl::Status> PeerExchange::JoinAll(const std::vector<int>& members)
     request.set_timeout_ms(absl::ToInt64Milliseconds(timeout_));
     request.set_join_timeout_ms(absl::ToInt64Milliseconds(kJoinTimeout));
     request.set_host_copy(host_copies_ && replicas_->size() == 1);  // with more, a lost one loads from the others
-    results[k] = replicas_->fleet(members[rank]).Watched(s, "forming the peer groups waits for it", [&] {
-      return client.JoinGroup(job_id_, request, kJoinTimeout).status();
-    });
-    return absl::OkStatus();
-  });
-  std::vector<absl::Status> per_replica = PerReplica(results, stages_);
+    return client.JoinGroup(job_id_, request, kJoinTimeout).status();
+  };
+  std::vector<absl::Status> per_replica =
+      PerReplica(CallMembers(members, "forming the peer groups waits for it", join), stages_);
   bool all = true;
   for (const absl::Status& s : per_replica) all &= s.ok();
   if (all) members_ = members;
   return per_replica;
 }
 
-absl::Status PeerExchange::FormGroups(int64_t step, const std::vector<int>& members,
-                                      const std::function<void()>& on_abort) {
-  return LoseFailed(step, members, JoinAll(members), "forming the peer groups", on_abort);
+absl::Status PeerExchange::FormGroups(int64_t step, const std::vector<int>& members) {
+  return LoseFailed(step, members, JoinAll(members), "forming the peer groups");
 }
 
 absl::StatusOr<std::vector<std::map<std::string, double>>> PeerExchange::Reduce(int64_t step,
                                                                                 const std::vector<int>& members,
-                                                                                ExchangeResult& result,
-                                                                                const std::function<void()>& on_abort) {
+                                                                                ExchangeResult& result) {
   const int n = static_cast<int>(members.size());
   std::vector<absl::StatusOr<v1::ReduceResponse>> out(n * stages_, absl::UnknownError("not run"));
-  (void)ParallelFor(n * stages_, [&](int k) {
-    StageFleet& fleet = replicas_->fleet(members[k / stages_]);
-    const int s = k % stages_;
-    (void)fleet.Watched(s, absl::StrCat("step ", step + 1, "'s gradient sum waits for it"), [&] {
-      out[k] = fleet.clients[s]->Reduce(job_id_, step, timeout_);
-      return out[k].status();
-    });
-    return absl::OkStatus();
-  });
-  std::vector<absl::Status> results;
-  for (const auto& o : out) results.push_back(o.status());
-  absl::Status failed = LoseFailed(step, members, PerReplica(results, stages_), "summing the gradients", on_abort);
+  const std::vector<absl::Status> results = CallMembers(
+      members, absl::StrCat("step ", step + 1, "'s gradient sum waits for it"), [&](StageClient& client, int k, int s) {
+        absl::StatusOr<v1::ReduceResponse>& mine = out[k * stages_ + s];
+        mine = client.Reduce(job_id_, step, timeout_);
+        return mine.status();
+      });
+  absl::Status failed = LoseFailed(step, members, PerReplica(results, stages_), "summing the gradients");
   if (!failed.ok()) {
     members_.clear();  // the groups are spent
     return failed;
@@ -349,7 +359,7 @@ absl::StatusOr<std::vector<std::map<std::string, double>>> PeerExchange::Reduce(
   for (int k = 0; k < n * stages_; ++k) {
     result.reduce_seconds = std::max(result.reduce_seconds, out[k]->seconds());
     result.early &= out[k]->begun_when_held();
-    const std::vector<std::string>& names = replicas_->fleet(members[k / stages_]).params[k % stages_];
+    const std::vector<std::string>& names = replicas_->pipeline(members[k / stages_]).params(k % stages_);
     if (out[k]->squared_norms_size() != static_cast<int>(names.size())) {
       return absl::DataLossError(absl::StrCat("step ", step + 1, ": stage ", k % stages_, " sent ",
                                               out[k]->squared_norms_size(), " squared norms for its ", names.size(),
@@ -369,7 +379,7 @@ absl::StatusOr<std::vector<std::map<std::string, double>>> PeerExchange::Reduce(
 }
 
 absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::vector<int>& members, double lr,
-                                                      double norm, const std::function<void()>& on_abort) {
+                                                      double norm) {
   v1::UpdateRequest request;
   request.set_step(step);
   request.set_lr(lr);
@@ -377,19 +387,14 @@ absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::v
   request.set_clip_scale(ClipFactor(norm, optimizer_config_.clip));
   request.set_clip(request.clip_scale() != 1.0);
   if (optimizer_config_.type == "prodigy" && lr > 0) {  // (at rate 0 prodigyopt estimates nothing)
-    ASSIGN_OR_RETURN(ProdigyOutcome outcome, EstimateProdigy(step, members, request, on_abort));
+    ASSIGN_OR_RETURN(ProdigyOutcome outcome, EstimateProdigy(step, members, request));
     *request.mutable_prodigy() = ProdigyScalarsProto(outcome.scalars);
     request.set_prodigy_apply(outcome.apply);
   }
   const int n = static_cast<int>(members.size());
-  std::vector<absl::Status> results(n * stages_);
-  (void)ParallelFor(n * stages_, [&](int k) {
-    StageFleet& fleet = replicas_->fleet(members[k / stages_]);
-    const int s = k % stages_;
-    results[k] = fleet.Watched(s, absl::StrCat("step ", step + 1, "'s update waits for it"),
-                               [&] { return fleet.clients[s]->Update(job_id_, request).status(); });
-    return absl::OkStatus();
-  });
+  const std::vector<absl::Status> results =
+      CallMembers(members, absl::StrCat("step ", step + 1, "'s update waits for it"),
+                  [&](StageClient& client, int, int) { return client.Update(job_id_, request).status(); });
   std::vector<int> updated;
   const std::vector<absl::Status> per_replica = PerReplica(results, stages_);
   for (int k = 0; k < n; ++k) {
@@ -398,7 +403,7 @@ absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::v
       continue;
     }
     members_.clear();
-    RETURN_IF_ERROR(replicas_->TakeOut(members[k], step, per_replica[k], on_abort));
+    RETURN_IF_ERROR(replicas_->TakeOut(members[k], step, per_replica[k]));
   }
   if (updated.empty()) {  // each stage applied it, or not: Prepare finds out which and loads, or rolls back
     return absl::AbortedError(
@@ -408,24 +413,19 @@ absl::StatusOr<std::vector<int>> PeerExchange::Update(int64_t step, const std::v
 }
 
 absl::StatusOr<ProdigyOutcome> PeerExchange::EstimateProdigy(int64_t step, const std::vector<int>& members,
-                                                             const v1::UpdateRequest& update,
-                                                             const std::function<void()>& on_abort) {
+                                                             const v1::UpdateRequest& update) {
   v1::UpdateRequest request = update;
   request.set_estimate(true);
   const int n = static_cast<int>(members.size());
   std::vector<absl::StatusOr<v1::UpdateResponse>> out(n * stages_, absl::UnknownError("not run"));
-  (void)ParallelFor(n * stages_, [&](int k) {
-    StageFleet& fleet = replicas_->fleet(members[k / stages_]);
-    const int s = k % stages_;
-    (void)fleet.Watched(s, absl::StrCat("step ", step + 1, "'s step-size estimate waits for it"), [&] {
-      out[k] = fleet.clients[s]->Update(job_id_, request);
-      return out[k].status();
-    });
-    return absl::OkStatus();
-  });
-  std::vector<absl::Status> results;
-  for (const auto& o : out) results.push_back(o.status());
-  absl::Status failed = LoseFailed(step, members, PerReplica(results, stages_), "Prodigy's estimate", on_abort);
+  const std::vector<absl::Status> results =
+      CallMembers(members, absl::StrCat("step ", step + 1, "'s step-size estimate waits for it"),
+                  [&](StageClient& client, int k, int s) {
+                    absl::StatusOr<v1::UpdateResponse>& mine = out[k * stages_ + s];
+                    mine = client.Update(job_id_, request);
+                    return mine.status();
+                  });
+  absl::Status failed = LoseFailed(step, members, PerReplica(results, stages_), "Prodigy's estimate");
   if (!failed.ok()) {
     members_.clear();
     return failed;
@@ -434,7 +434,7 @@ absl::StatusOr<ProdigyOutcome> PeerExchange::EstimateProdigy(int64_t step, const
   std::map<std::string, std::pair<double, double>> terms;
   const v1::ProdigyScalars& first = out[0]->prodigy();
   for (int k = 0; k < n * stages_; ++k) {
-    const std::vector<std::string>& names = replicas_->fleet(members[k / stages_]).params[k % stages_];
+    const std::vector<std::string>& names = replicas_->pipeline(members[k / stages_]).params(k % stages_);
     const v1::UpdateResponse& r = *out[k];
     if (r.prodigy_terms_size() != 2 * static_cast<int>(names.size())) {
       return absl::DataLossError(absl::StrCat("step ", step + 1, ": stage ", k % stages_, " sent ",
@@ -467,8 +467,7 @@ absl::StatusOr<ProdigyOutcome> PeerExchange::EstimateProdigy(int64_t step, const
 }
 
 absl::StatusOr<ExchangeResult> PeerExchange::Apply(int64_t step, const std::vector<int>& participants,
-                                                   const std::vector<double>& losses, double lr,
-                                                   const std::function<void()>& on_abort) {
+                                                   const std::vector<double>& losses, double lr) {
   absl::MutexLock lock(&mu_);
   const auto t0 = std::chrono::steady_clock::now();
   ExchangeResult result;
@@ -478,15 +477,15 @@ absl::StatusOr<ExchangeResult> PeerExchange::Apply(int64_t step, const std::vect
     }
   }
   if (participants != members_) {
-    RETURN_IF_ERROR(FormGroups(step, participants, on_abort));
+    RETURN_IF_ERROR(FormGroups(step, participants));
     result.regrouped = true;
   }
-  ASSIGN_OR_RETURN(auto norms, Reduce(step, participants, result, on_abort));  // [stage] name → squared norm
+  ASSIGN_OR_RETURN(auto norms, Reduce(step, participants, result));  // [stage] name → squared norm
   RETURN_IF_ERROR(CheckStepFinite(step + 1, lr, losses, stages_ - 1, norms));
   std::map<std::string, double> all;
   for (const auto& stage : norms) all.insert(stage.begin(), stage.end());
   result.grad_norm = GlobalNorm(all);  // by name over every stage, as every trainer adds them
-  ASSIGN_OR_RETURN(std::vector<int> updated, Update(step, participants, lr, result.grad_norm, on_abort));
+  ASSIGN_OR_RETURN(std::vector<int> updated, Update(step, participants, lr, result.grad_norm));
   ++updates_;
   for (int r : updated) at_update_[r] = updates_;
   result.seconds = SecondsSince(t0);

@@ -44,8 +44,6 @@ struct Exchanged {
     e->exchange = std::make_unique<PeerExchange>(Sgd(), &e->replicas->set(), absl::Seconds(10));
     absl::Status s = e->exchange->Start(e->master, e->optimizer);
     EXPECT_TRUE(s.ok()) << s;
-    PeerExchange* ex = e->exchange.get();
-    e->replicas->set().set_prepare([ex](int r) { return ex->Prepare(r); });
     return s.ok() ? std::move(e) : nullptr;
   }
 
@@ -53,17 +51,17 @@ struct Exchanged {
   absl::StatusOr<ExchangeResult> Step(int64_t step, int* restarts = nullptr) {
     for (int attempt = 0;; ++attempt) {
       const bool early = exchange->BeforeStep(step, replicas->set().StepReplicas(step));
-      ASSIGN_OR_RETURN(StepOutputs out, replicas->Run(step, kMicroBatches, early));
+      ASSIGN_OR_RETURN(StepOutputs out, replicas->Run(step, kMicroBatches, early, exchange.get()));
       std::vector<int> participants;
       for (size_t r = 0; r < out.replica_micro_batches.size(); ++r) {
         if (out.replica_micro_batches[r] > 0) participants.push_back(static_cast<int>(r));
       }
       const auto& l = out.summaries.back().losses();
       absl::StatusOr<ExchangeResult> applied =
-          exchange->Apply(step, participants, std::vector<double>(l.begin(), l.end()), kLr, nullptr);
+          exchange->Apply(step, participants, std::vector<double>(l.begin(), l.end()), kLr);
       if (applied.ok() || !absl::IsAborted(applied.status()) || attempt >= 2) return applied;
       if (restarts != nullptr) ++*restarts;
-      RETURN_IF_ERROR(replicas->set().RestartStep(step, nullptr));
+      RETURN_IF_ERROR(replicas->set().RestartStep(step));
     }
   }
 };

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <future>
 #include <optional>
 
 #include "coordinator/checkpoint.h"
@@ -18,6 +17,7 @@
 #include "coordinator/replica_set.h"
 #include "coordinator/resume.h"
 #include "coordinator/run_report.h"
+#include "coordinator/step_feed.h"
 #include "coordinator/step_inputs.h"
 #include "core/lora/lora.h"
 #include "core/train/batches.h"
@@ -31,8 +31,7 @@
 #include "core/util/threads.h"
 #include "stage_driver/stage_client.h"
 #include "stage_driver/stage_denoiser.h"
-#include "stage_driver/stage_fleet.h"
-#include "stage_driver/step_executor.h"
+#include "stage_driver/stage_pipeline.h"
 
 namespace baton {
 namespace {
@@ -53,18 +52,16 @@ struct StartState {
 };
 
 // The adapters' seeded init comes from replica 0's stages (every replica's are the same: seeded by the job).
-absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const CoordinatorOptions& options, StageFleet& fleet,
-                                          const JobFingerprint& fingerprint, Optimizer& optimizer) {
+absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const CoordinatorOptions& options,
+                                          StagePipeline& pipeline, const JobFingerprint& fingerprint,
+                                          Optimizer& optimizer) {
   StartState start;
   std::optional<TrainingState> resumed;
   if (options.resume) {  // coordinator/resume.h: refuses what it cannot continue
     ASSIGN_OR_RETURN(resumed, LoadResumeCheckpoint(options.output_dir, options.resume_if_any, options.quiet));
     if (resumed) RETURN_IF_ERROR(CheckResumeMatchesJob(*resumed, options.output_dir, fingerprint, JobHash(job)));
   }
-  for (auto& client : fleet.clients) {
-    ASSIGN_OR_RETURN(TensorMap w, client->GetLora(fleet.job_id));
-    for (auto& [name, t] : w) start.master[name] = t;
-  }
+  ASSIGN_OR_RETURN(start.master, pipeline.Adapters());
   if (resumed) {
     RETURN_IF_ERROR(CheckCheckpointTensors(*resumed, start.master, job.optimizer));
     start.master = resumed->lora;
@@ -75,8 +72,8 @@ absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const Coordinato
   } else if (!job.init_lora.empty()) {
     ASSIGN_OR_RETURN(start.master, LoadInitLora(job.init_lora, job.lora, start.master));
   }
-  for (const auto& names : fleet.params) {
-    for (const auto& name : names) {
+  for (int stage = 0; stage < pipeline.size(); ++stage) {
+    for (const auto& name : pipeline.params(stage)) {
       if (!start.master.count(name)) return absl::FailedPreconditionError(absl::StrCat("no master weight for ", name));
     }
   }
@@ -84,41 +81,23 @@ absl::StatusOr<StartState> LoadStartState(const JobConfig& job, const Coordinato
   return start;
 }
 
-// The step's inputs from the early push made during the previous step. A push that failed (a stage lost after
-// the previous step succeeded) or stalls is dropped: the inputs are prepared again and fed with the step, whose
-// executor then finds the lost stage and recovers it.
-absl::StatusOr<StepInputs> TakeEarlyInputs(std::future<absl::StatusOr<StepInputs>>& next, ReplicaSet& replicas,
-                                           JobSetup& setup, int64_t step, absl::Duration stall_timeout) {
-  while (next.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
-    if (replicas.OldestPushSeconds() > absl::ToDoubleSeconds(stall_timeout)) replicas.CancelAll();  // steps re-arm
-  }
-  absl::StatusOr<StepInputs> inputs = next.get();
-  if (inputs.ok()) return inputs;
-  LogWarning("step ", step + 1, ": the early push of its inputs failed (", inputs.status().message(),
-             "); feeding them with the step");
-  return PrepareStepInputs(setup, step);
-}
-
 // One step run and applied: the coordinator's optimizer step, or the stages' own with a stage-local optimizer
 // (`exchange`), where a replica lost after its micro-batches counted starts the step over on the others.
 absl::StatusOr<PipelineStepRecord> RunAndApply(const JobConfig& job, const CoordinatorHooks& hooks, int64_t step,
                                                const StepInputs& inputs, ReplicaSet& replicas, PeerExchange* exchange,
                                                Optimizer& optimizer, std::map<std::string, at::Tensor>& master,
-                                               const std::function<void()>& start_next,
-                                               const std::function<void()>& drop_next, StepOutputs& outputs,
-                                               Clock::time_point& t_run) {
+                                               StepOutputs& outputs, Clock::time_point& t_run) {
   for (int attempt = 0;; ++attempt) {
     // A stage-local optimizer's peer groups formed over the step's replicas first: the stages reduce as they go.
     const bool early = exchange != nullptr && exchange->BeforeStep(step, replicas.StepReplicas(step));
-    ASSIGN_OR_RETURN(outputs, replicas.Run(step, inputs, master, start_next, drop_next, early));
+    ASSIGN_OR_RETURN(outputs, replicas.Run(step, inputs, master, exchange, early));
     t_run = Clock::now();
     if (hooks.before_update) hooks.before_update(step);
     if (exchange == nullptr) return ApplyGradients(job, step, outputs, optimizer, master);
-    absl::StatusOr<PipelineStepRecord> rec = ApplyExchange(job, step, outputs, *exchange, drop_next);
+    absl::StatusOr<PipelineStepRecord> rec = ApplyExchange(job, step, outputs, *exchange);
     if (rec.ok() || !absl::IsAborted(rec.status()) || attempt >= replicas.size()) return rec;
     LogWarning(rec.status().message(), "; the step starts over");
-    drop_next();
-    RETURN_IF_ERROR(replicas.RestartStep(step, drop_next));
+    RETURN_IF_ERROR(replicas.RestartStep(step));
   }
 }
 
@@ -154,7 +133,7 @@ absl::Status AfterStep(const JobConfig& job, const CoordinatorOptions& options, 
 }
 
 // The steps from the start state to total_steps: each step's inputs prepared (and pushed) while the previous step
-// runs, the step run by the executor (redone after a lost stage), the optimizer step, the log and progress, and
+// runs, the step run by the replicas (redone after a lost stage), the optimizer step, the log and progress, and
 // the checkpoints; a stop ends the run after a checkpoint. A stage-local optimizer's state lost with a stage rolls
 // the run back to the coordinator's copy (RollBack).
 absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const CoordinatorOptions& options, JobSetup& setup,
@@ -164,7 +143,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   std::map<std::string, at::Tensor>& master = start.master;
   // Validation and samples between steps: forward-only passes through replica 0's stages, with the current adapters
   // and, as the job's ema.evals asks, their EMA (the passes leave a stage-local optimizer's adapters as they were).
-  StageDenoiser stage_denoiser(*setup.model, *setup.shell, setup.dtype, setup.micro_batches, replicas.executor(0),
+  StageDenoiser stage_denoiser(*setup.model, *setup.shell, setup.dtype, setup.micro_batches, replicas.pipeline(0),
                                master);
   const Denoiser denoiser = stage_denoiser.AsDenoiser();
   std::map<std::string, at::Tensor> ema_master;  // EmaWeights of `master`, set before each evaluation
@@ -173,7 +152,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   // recovered first (the read then finds the state lost: the caller rolls back).
   auto read_back = [&](int64_t done) -> absl::Status {
     if (exchange == nullptr) return absl::OkStatus();
-    return replicas.executor(0).RunBetweenSteps(done, absl::StrCat("read-back (after step ", done, ")"),
+    return replicas.pipeline(0).RunBetweenSteps(done, absl::StrCat("read-back (after step ", done, ")"),
                                                 [&] { return exchange->Pull(master, optimizer); });
   };
   auto evaluate = [&](int64_t done) -> absl::Status {
@@ -189,13 +168,7 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   RETURN_IF_ERROR(evaluate(start.step));
   // Step k+1's inputs, computed and pushed off the critical path while the stages run step k: the boundary then
   // carries only the new adapters.
-  auto prepare_and_push = [&](int64_t step) -> absl::StatusOr<StepInputs> {
-    ASSIGN_OR_RETURN(StepInputs in, PrepareStepInputs(setup, step));
-    RETURN_IF_ERROR(replicas.PushData(step, in));
-    in.data_pushed = true;
-    return in;
-  };
-  std::future<absl::StatusOr<StepInputs>> next_inputs;
+  StepFeed feed([&setup](int64_t step) { return PrepareStepInputs(setup, step); }, replicas, options.stall_timeout);
   const bool tty = ::isatty(STDOUT_FILENO);
   CoordinatorResult result;
   result.first_step = start.step;
@@ -204,28 +177,17 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   for (int64_t step = start.step; step < total_steps; ++step) {
     auto t0 = Clock::now();
     const TrafficBytes bytes_before = replicas.Traffic();
-    absl::StatusOr<StepInputs> inputs = next_inputs.valid()
-                                            ? TakeEarlyInputs(next_inputs, replicas, setup, step, options.stall_timeout)
-                                            : PrepareStepInputs(setup, step);
+    absl::StatusOr<StepInputs> inputs = feed.Take(step);
     if (!inputs.ok()) return inputs.status();
     const double prepare_seconds = SecondsSince(t0);
-    auto start_next = [&] {
-      if (step + 1 < total_steps && !StopRequested(options)) {
-        next_inputs = std::async(std::launch::async, prepare_and_push, step + 1);
-      }
-    };
-    // A lost step discards the next step's early pushes (the recovery empties the inboxes): prepared again later.
-    auto drop_next = [&] {
-      if (next_inputs.valid()) (void)next_inputs.get();
-    };
+    if (step + 1 < total_steps && !StopRequested(options)) feed.Ahead(step + 1);
     StepOutputs outputs;
     Clock::time_point t_run;
-    absl::StatusOr<PipelineStepRecord> applied = RunAndApply(job, options.hooks, step, *inputs, replicas, exchange,
-                                                             optimizer, master, start_next, drop_next, outputs, t_run);
+    absl::StatusOr<PipelineStepRecord> applied =
+        RunAndApply(job, options.hooks, step, *inputs, replicas, exchange, optimizer, master, outputs, t_run);
     // The state lost with a stage after `done` steps: the run goes back to the coordinator's copy and redoes the
     // steps up to `until` (1-based).
     auto roll_back = [&](int64_t done, int64_t until, const absl::Status& lost) -> absl::Status {
-      drop_next();
       replicas.Rewind();
       ASSIGN_OR_RETURN(const int64_t from, RollBack(*exchange, start.step, until, lost));
       result.steps_redone += done - from;  // the steps done since the copy, run again
@@ -295,7 +257,6 @@ std::unique_ptr<ReplicaSet> MakeReplicas(const JobConfig& job, const Coordinator
   const std::string pipeline_id =
       options.shared_stages ? absl::StrCat(JobHash(job), "-", NewRunId().substr(0, 12)) : JobHash(job);
   ReplicaFleetConfig config;
-  config.job_id = pipeline_id;
   config.schedule_kind = setup.schedule.kind;
   config.chunks = setup.schedule.chunks;
   config.micro_batches = setup.micro_batches;
@@ -333,13 +294,12 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& given_job, con
   if (stop_requested()) return stopped_early;
 
   Optimizer optimizer(job.optimizer);
-  ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, replicas->fleet(0), setup.fingerprint, optimizer));
+  ASSIGN_OR_RETURN(StartState start, LoadStartState(job, options, replicas->pipeline(0), setup.fingerprint, optimizer));
   std::unique_ptr<PeerExchange> exchange;  // `replica_exchange: allreduce`: a stage-local optimizer
   if (job.replica_exchange == "allreduce") {
     exchange = std::make_unique<PeerExchange>(
         job.optimizer, replicas.get(), std::max(absl::Seconds(60), options.stall_timeout), options.host_state_copies);
     RETURN_IF_ERROR(exchange->Start(start.master, optimizer));
-    replicas->set_prepare([ex = exchange.get()](int r) { return ex->Prepare(r); });
   }
   RETURN_IF_ERROR(MakeDirs(options.output_dir));
   if (start.resumed) {

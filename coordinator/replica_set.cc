@@ -44,38 +44,32 @@ absl::StatusOr<StepOutputs> MergeReplicaOutputs(std::vector<StepOutputs> outputs
 
 ReplicaSet::ReplicaSet(const PipelineSpec& pipeline, const StageDriverOptions& options,
                        const std::vector<std::vector<std::vector<StageSpec>>>& plans, ReplicaFleetConfig config,
-                       std::function<bool()> stop, StepExecutor::OnRecovery on_recovery)
+                       std::function<bool()> stop, StagePipeline::OnRecovery on_recovery)
     : options_(options),
       config_(std::move(config)),
       recoveries_(options.replicas),
       state_(options.replicas, State::kReady),
       recovery_errors_(options.replicas),
-      pushing_(options.replicas, 0),
-      losses_(options.replicas, 0),
       speeds_(options.replicas) {
   // A recovery under way when the run ends (a remote worker that has not come back) stops waiting for it (Stop).
   auto stop_waiting = [this, stop = std::move(stop)] { return stopping_.load() || (stop && stop()); };
+  FleetSettings settings;
+  settings.loss_scale = config_.loss_scale;
+  settings.dropout_seed = config_.dropout_seed;
+  settings.stall_timeout = config_.stall_timeout;
+  settings.own_adapters = config_.local_optimizer;
+  settings.chunks = config_.chunks;
+  settings.on_outage = config_.on_outage;
   for (int r = 0; r < options.replicas; ++r) {
-    auto replica = std::make_unique<Replica>();
-    StageFleet& fleet = replica->fleet;
-    fleet.job_id = config_.job_id;
-    fleet.loss_scale = config_.loss_scale;
-    fleet.dropout_seed = config_.dropout_seed;
-    fleet.stall_timeout = config_.stall_timeout;
-    fleet.outages.Configure(options.FirstWorker(r), options.replicas > 1 ? absl::StrCat("replica ", r, ": ") : "",
-                            config_.stall_timeout, config_.on_outage);
-    fleet.own_adapters = config_.local_optimizer;
-    fleet.chunks = config_.chunks;
-    replica->stages = std::make_unique<StageSet>(pipeline, options, plans[r], &fleet, stop_waiting, r);
-    // The executor recovers this replica's stages itself in a pass (and in a one-replica step): what was pushed to
-    // them early is gone with their inboxes.
-    StepExecutor::OnRecovery hook = [this, r, on_recovery, first = options.FirstWorker(r)](int64_t step, int stage,
-                                                                                           const std::string& cause) {
-      ForgetStages(r);
+    // A replica lost (whoever recovers it: its own pipeline in a pass or a one-replica step, or TakeOut): the sums it
+    // held are gone, and the trainer hears of it by the global worker index.
+    StagePipeline::OnRecovery hook = [this, r, on_recovery, first = options.FirstWorker(r)](int64_t step, int stage,
+                                                                                            const std::string& cause) {
+      ForgetHeld(r);
       if (on_recovery) on_recovery(step, stage < 0 ? stage : first + stage, cause);
     };
-    replica->executor = std::make_unique<StepExecutor>(options, &fleet, replica->stages.get(), stop_waiting, hook);
-    replicas_.push_back(std::move(replica));
+    pipelines_.push_back(
+        std::make_unique<StagePipeline>(pipeline, options, plans[r], settings, stop_waiting, std::move(hook), r));
   }
 }
 
@@ -92,16 +86,9 @@ void ReplicaSet::JoinRecoveries() {
   for (int r = 0; r < size(); ++r) SettleReplica(r);
 }
 
-void ReplicaSet::ForgetStages(int r) {
+void ReplicaSet::ForgetHeld(int r) {
   absl::MutexLock lock(&mu_);
-  auto settled = [this, r]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pushing_[r] == 0; };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&settled), absl::Seconds(1))) {
-    for (auto& client : replicas_[r]->fleet.clients) client->Cancel();  // the recovery connects afresh
-    mu_.Await(absl::Condition(&settled));
-  }
-  for (auto& [step, replicas] : pushed_) replicas.erase(r);
   for (auto& [step, replicas] : held_) replicas.erase(r);
-  ++losses_[r];
 }
 
 int ReplicaSet::Unit() const { return config_.schedule_kind == ScheduleKind::kInterleaved1F1B ? options_.stages : 1; }
@@ -114,8 +101,7 @@ std::vector<int> ReplicaSet::ReadyReplicas() const {
   return ready;
 }
 
-StageFleet& ReplicaSet::fleet(int r) { return replicas_[r]->fleet; }
-StepExecutor& ReplicaSet::executor(int r) { return *replicas_[r]->executor; }
+StagePipeline& ReplicaSet::pipeline(int r) { return *pipelines_[r]; }
 
 absl::Status ReplicaSet::Start() {
   // Every slice size a split can give, so that Run only looks schedules up (interleaved: multiples of the stages).
@@ -128,7 +114,7 @@ absl::Status ReplicaSet::Start() {
                        MakeSchedule(config_.schedule_kind, stages, m, config_.chunks));
     }
   }
-  RETURN_IF_ERROR(ParallelFor(size(), [&](int r) { return replicas_[r]->stages->Start(); }));
+  RETURN_IF_ERROR(ParallelFor(size(), [&](int r) { return pipelines_[r]->Start(); }));
   return PublishTargets();
 }
 
@@ -136,9 +122,9 @@ absl::Status ReplicaSet::Start() {
 absl::Status ReplicaSet::PublishTargets() const {
   if (size() == 1 || options_.metrics_address.empty()) return absl::OkStatus();
   std::vector<std::string> targets;
-  for (const auto& replica : replicas_) {
-    if (replica->stages->local() == nullptr) continue;  // remote workers' metrics are their operators' to list
-    for (const std::string& t : replica->stages->local()->metrics_addresses()) targets.push_back(t);
+  for (const auto& pipeline : pipelines_) {
+    if (pipeline->local() == nullptr) continue;  // remote workers' metrics are their operators' to list
+    for (const std::string& t : pipeline->local()->metrics_addresses()) targets.push_back(t);
   }
   return PublishMetricsTargets(options_.output_dir, options_.process, options_.metrics_address, targets,
                                !options_.quiet);
@@ -146,8 +132,8 @@ absl::Status ReplicaSet::PublishTargets() const {
 
 std::vector<std::string> ReplicaSet::addresses() const {
   std::vector<std::string> all;
-  for (const auto& replica : replicas_) {
-    for (const std::string& a : replica->stages->addresses()) all.push_back(a);
+  for (const auto& pipeline : pipelines_) {
+    for (const std::string& a : pipeline->addresses()) all.push_back(a);
   }
   return all;
 }
@@ -158,11 +144,9 @@ std::vector<int> ReplicaSet::SplitFor(int64_t step) {
     bool still_ready = true;
     for (int r = 0; r < size(); ++r) still_ready &= it->second[r] == 0 || state_[r] == State::kReady;
     if (still_ready) return it->second;
-    pushed_.erase(step);  // every slice moves: what was pushed early is fed again with the step
   }
   while (!splits_.empty() && splits_.begin()->first < step - 1) splits_.erase(splits_.begin());
   while (!held_.empty() && held_.begin()->first < step - 1) held_.erase(held_.begin());
-  while (!pushed_.empty() && pushed_.begin()->first < step - 1) pushed_.erase(pushed_.begin());
   const int unit = Unit();
   const int units = config_.micro_batches / unit;
   // Never empty after a completed step (the replicas that ran it are ready); replica 0 otherwise.
@@ -178,7 +162,7 @@ std::vector<int> ReplicaSet::SplitFor(int64_t step) {
   return split;
 }
 
-absl::Status ReplicaSet::PushData(int64_t step, const StepInputs& inputs) {
+absl::Status ReplicaSet::Prefetch(int64_t step, const StepInputs& inputs) {
   std::vector<int> split;
   {
     absl::MutexLock lock(&mu_);
@@ -187,44 +171,18 @@ absl::Status ReplicaSet::PushData(int64_t step, const StepInputs& inputs) {
   const std::vector<int> first = FirstMicroBatches(split);
   return ParallelFor(size(), [&](int r) -> absl::Status {
     if (split[r] == 0) return absl::OkStatus();
-    {
-      absl::MutexLock lock(&mu_);
-      if (pushed_[step].count(r)) return absl::OkStatus();
-      ++pushing_[r];  // a recovery of its stages waits for it (ForgetStages)
-    }
-    absl::Status pushed = replicas_[r]->fleet.PushData(step, SliceStepInputs(inputs, first[r], split[r]));
-    absl::MutexLock lock(&mu_);
-    --pushing_[r];
-    if (pushed.ok()) pushed_[step].insert(r);
-    return pushed;
+    return pipelines_[r]->Prefetch(step, first[r], SliceStepInputs(inputs, first[r], split[r]));
   });
 }
 
 absl::StatusOr<StepOutputs> ReplicaSet::RunOne(int64_t step, const StepInputs& inputs,
-                                               const std::map<std::string, at::Tensor>& master,
-                                               const std::function<void()>& on_started,
-                                               const std::function<void()>& on_abort) {
-  Replica& replica = *replicas_[0];
+                                               const std::map<std::string, at::Tensor>& master, SliceGuard* guard) {
   StepSlice slice;
   slice.schedule = schedules_.at({options_.StagesOf(0), config_.micro_batches});
-  if (config_.local_optimizer) {  // the stages hold the step's gradients for their own optimizer
-    slice.gradients = v1::StepPlan::HOLD_NEW;
-    replica.executor->set_before_attempt([this] { return prepare_ ? prepare_(0) : absl::OkStatus(); });
-  }
-  StepInputs all = inputs;
-  {
-    absl::MutexLock lock(&mu_);
-    all.data_pushed = pushed_[step].count(0) > 0;
-  }
-  // A failed attempt: the caller's on_abort (it settles the next step's early push), whose data the recovery then
-  // empties from the stages' inboxes.
-  auto abort = [&] {
-    if (on_abort) on_abort();
-    absl::MutexLock lock(&mu_);
-    pushed_[step + 1].erase(0);
-  };
+  // A stage-local optimizer: the stages hold the step's gradients for their own optimizer.
+  if (config_.local_optimizer) slice.gradients = v1::StepPlan::HOLD_NEW;
   const auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(StepOutputs out, replica.executor->Run(step, slice, all, master, on_started, abort));
+  ASSIGN_OR_RETURN(StepOutputs out, pipelines_[0]->RunStep(step, slice, inputs, master, guard));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.replica_micro_batches = {config_.micro_batches};
   out.replica_seconds = {seconds};
@@ -236,36 +194,29 @@ absl::StatusOr<StepOutputs> ReplicaSet::RunOne(int64_t step, const StepInputs& i
 std::vector<absl::StatusOr<StepOutputs>> ReplicaSet::RunSlices(int64_t step, const StepInputs& inputs,
                                                                const std::vector<Slice>& slices,
                                                                const std::map<std::string, at::Tensor>& master,
-                                                               const std::function<void()>& on_started,
-                                                               bool reduce_when_held) {
+                                                               SliceGuard* guard, bool reduce_when_held) {
   std::vector<absl::StatusOr<StepOutputs>> results(slices.size(), absl::UnknownError("not run"));
-  std::atomic<int> started{0};
-  auto started_one = [&] {
-    if (started.fetch_add(1) + 1 == static_cast<int>(slices.size()) && on_started) on_started();
-  };
   (void)ParallelFor(static_cast<int>(slices.size()), [&](int k) {
     const Slice& slice = slices[k];
-    Replica& replica = *replicas_[slice.replica];
+    StagePipeline& pipeline = *pipelines_[slice.replica];
     StepSlice run;
     run.schedule = schedules_.at({options_.StagesOf(slice.replica), slice.count});
     run.first_micro_batch = slice.first;
-    StepInputs part = SliceStepInputs(inputs, slice.first, slice.count);
+    const StepInputs part = SliceStepInputs(inputs, slice.first, slice.count);
     bool adds = false;
     {
       absl::MutexLock lock(&mu_);
-      part.data_pushed = pushed_[step].count(slice.replica) > 0;
       adds = held_[step].count(slice.replica) > 0;
     }
     if (config_.local_optimizer) run.gradients = adds ? v1::StepPlan::HOLD_ADD : v1::StepPlan::HOLD_NEW;
     run.reduce_when_held = reduce_when_held && !adds;
     const auto t0 = std::chrono::steady_clock::now();
-    absl::Status prepared = prepare_ && !adds ? prepare_(slice.replica) : absl::OkStatus();
+    absl::Status prepared = guard != nullptr && !adds ? guard->BeforeSlice(slice.replica) : absl::OkStatus();
     if (!prepared.ok()) {
-      started_one();  // it will not start: the step's other slices must not wait for it
       results[k] = prepared;
       return absl::OkStatus();
     }
-    results[k] = replica.fleet.RunStep(step, run, part, master, started_one);
+    results[k] = pipeline.TryStep(step, run, part, master);
     if (results[k].ok()) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       results[k]->replica_seconds = {s};
@@ -278,18 +229,13 @@ std::vector<absl::StatusOr<StepOutputs>> ReplicaSet::RunSlices(int64_t step, con
   return results;
 }
 
-absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failure,
-                                 const std::function<void()>& on_abort) {
-  {
-    absl::MutexLock lock(&abort_mu_);
-    if (on_abort) on_abort();
-  }
-  StepExecutor& executor = *replicas_[r]->executor;
-  const StepLoss loss = executor.Diagnose(failure);
+absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failure) {
+  StagePipeline& pipeline = *pipelines_[r];
+  const StepLoss loss = pipeline.Diagnose(failure);
   if (!loss.retryable) return failure;
-  executor.ReportLoss(step + 1, loss);  // its early pushes forgotten, it counts as lost, the trainer told
-  const bool local = replicas_[r]->stages->local() != nullptr;
-  if (replicas_.size() == 1) {  // nowhere else to go: the step is redone once the replica is back
+  pipeline.ReportLoss(step + 1, loss);  // its early push forgotten, it counts as lost, the trainer told
+  const bool local = pipeline.local() != nullptr;
+  if (size() == 1) {  // nowhere else to go: the step is redone once the replica is back
     LogWarning("step ", step + 1, ": ", loss.what, "; the step runs again once ",
                local ? "its worker is restarted" : "its worker is back");
   } else {
@@ -299,14 +245,13 @@ absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failur
   {
     absl::MutexLock lock(&mu_);
     state_[r] = State::kRecovering;
-    pushed_.clear();  // its inboxes are emptied; the others are reconfigured before they run this step again
   }
   SettleReplica(r);  // an earlier recovery of it, long finished
-  // The executor's recovery (StepExecutor::Recover, as a one-replica run's), in the background.
+  // The pipeline's recovery (StagePipeline::Recover, as a one-replica run's), in the background.
   recoveries_[r] = std::thread(
-      [this, r, loss, what = absl::StrCat("replica ", r, " (step ", step + 1, ")"), hook_step = step + 1, &executor] {
+      [this, r, loss, what = absl::StrCat("replica ", r, " (step ", step + 1, ")"), hook_step = step + 1, &pipeline] {
         int retry = 1;
-        absl::StatusOr<std::vector<int>> lost = executor.Recover(hook_step, what, loss, &retry);
+        absl::StatusOr<std::vector<int>> lost = pipeline.Recover(hook_step, what, loss, &retry);
         absl::MutexLock lock(&mu_);
         state_[r] = lost.ok() ? State::kReady : State::kFailed;
         if (!lost.ok()) recovery_errors_[r] = std::string(lost.status().message());
@@ -319,23 +264,17 @@ absl::Status ReplicaSet::TakeOut(int r, int64_t step, const absl::Status& failur
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::set<int>> ReplicaSet::Reconfigure(const std::set<int>& replicas, int64_t step,
-                                                      const std::function<void()>& on_abort) {
+absl::StatusOr<std::set<int>> ReplicaSet::Reconfigure(const std::set<int>& replicas, int64_t step) {
   const std::vector<int> list(replicas.begin(), replicas.end());
   std::vector<absl::Status> results(list.size());
   (void)ParallelFor(static_cast<int>(list.size()), [&](int k) {
-    ++replicas_[list[k]]->fleet.generation;
-    results[k] = replicas_[list[k]]->stages->Configure();
+    results[k] = pipelines_[list[k]]->Reconfigure();  // a new generation: the inboxes and early pushes are gone
     return absl::OkStatus();
   });
-  {
-    absl::MutexLock lock(&mu_);
-    pushed_.clear();  // a Configure empties the inboxes
-  }
   std::set<int> gone;  // lost since their last attempt (a worker killed after it finished its slice)
   for (size_t k = 0; k < list.size(); ++k) {
     if (results[k].ok()) continue;
-    RETURN_IF_ERROR(TakeOut(list[k], step, results[k], on_abort));
+    RETURN_IF_ERROR(TakeOut(list[k], step, results[k]));
     gone.insert(list[k]);
   }
   return gone;
@@ -349,8 +288,7 @@ void ReplicaSet::MoveSlicesOf(const std::set<int>& replicas, std::vector<Slice>&
 }
 
 absl::StatusOr<std::vector<int>> ReplicaSet::ReconfigureReady(int64_t step, std::vector<Slice>& todo,
-                                                              std::vector<Slice>& lost,
-                                                              const std::function<void()>& on_abort) {
+                                                              std::vector<Slice>& lost) {
   for (int attempt = 0;; ++attempt) {
     std::vector<int> ready;
     {
@@ -366,7 +304,7 @@ absl::StatusOr<std::vector<int>> ReplicaSet::ReconfigureReady(int64_t step, std:
             absl::StrCat("step ", step + 1, ": every replica was lost and none came back (", recovery_errors_[0], ")"));
       }
     }
-    ASSIGN_OR_RETURN(std::set<int> gone, Reconfigure(std::set<int>(ready.begin(), ready.end()), step, on_abort));
+    ASSIGN_OR_RETURN(std::set<int> gone, Reconfigure(std::set<int>(ready.begin(), ready.end()), step));
     MoveSlicesOf(gone, todo, lost);
     ready.erase(std::remove_if(ready.begin(), ready.end(), [&](int r) { return gone.count(r) > 0; }), ready.end());
     if (!ready.empty()) return ready;
@@ -376,9 +314,8 @@ absl::StatusOr<std::vector<int>> ReplicaSet::ReconfigureReady(int64_t step, std:
   }
 }
 
-absl::Status ReplicaSet::Reassign(int64_t step, std::vector<Slice> lost, std::vector<Slice>& todo,
-                                  const std::function<void()>& on_abort) {
-  ASSIGN_OR_RETURN(std::vector<int> ready, ReconfigureReady(step, todo, lost, on_abort));
+absl::Status ReplicaSet::Reassign(int64_t step, std::vector<Slice> lost, std::vector<Slice>& todo) {
+  ASSIGN_OR_RETURN(std::vector<int> ready, ReconfigureReady(step, todo, lost));
   std::vector<double> speeds;
   {
     absl::MutexLock lock(&mu_);
@@ -411,10 +348,9 @@ std::vector<int> ReplicaSet::StepReplicas(int64_t step) {
 }
 
 absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inputs,
-                                            const std::map<std::string, at::Tensor>& master,
-                                            const std::function<void()>& on_started,
-                                            const std::function<void()>& on_abort, bool reduce_when_held) {
-  if (size() == 1) return RunOne(step, inputs, master, on_started, on_abort);
+                                            const std::map<std::string, at::Tensor>& master, SliceGuard* guard,
+                                            bool reduce_when_held) {
+  if (size() == 1) return RunOne(step, inputs, master, guard);
   std::vector<int> split;
   {
     absl::MutexLock lock(&mu_);
@@ -428,12 +364,12 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
   DoneSlices done;
   int failures = 0;
   for (int round = 0; !todo.empty(); ++round) {
-    // At most one slice per replica at a time (a fleet runs one step); a replica given more runs them in turn.
+    // At most one slice per replica at a time (a pipeline runs one step); a replica given more runs them in turn.
     std::vector<Slice> now, later;
     std::set<int> busy;
     for (const Slice& slice : todo) (busy.insert(slice.replica).second ? now : later).push_back(slice);
     std::vector<absl::StatusOr<StepOutputs>> results =
-        RunSlices(step, inputs, now, master, round == 0 ? on_started : nullptr, reduce_when_held && round == 0);
+        RunSlices(step, inputs, now, master, guard, reduce_when_held && round == 0);
     std::vector<Slice> lost;
     for (size_t k = 0; k < now.size(); ++k) {
       if (results[k].ok()) {
@@ -441,11 +377,11 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
         continue;
       }
       lost.push_back(now[k]);
-      RETURN_IF_ERROR(TakeOut(now[k].replica, step, results[k].status(), on_abort));
+      RETURN_IF_ERROR(TakeOut(now[k].replica, step, results[k].status()));
     }
     todo = later;
     if (lost.empty() && !todo.empty()) {  // they ran this step already
-      ASSIGN_OR_RETURN(std::set<int> gone, Reconfigure(busy, step, on_abort));
+      ASSIGN_OR_RETURN(std::set<int> gone, Reconfigure(busy, step));
       MoveSlicesOf(gone, todo, lost);
     }
     for (const Slice& slice : LostWithTheirReplica(done)) lost.push_back(slice);
@@ -454,7 +390,7 @@ absl::StatusOr<StepOutputs> ReplicaSet::Run(int64_t step, const StepInputs& inpu
         return absl::UnavailableError(
             absl::StrCat("step ", step + 1, ": replicas kept failing (", failures, " losses in this step); giving up"));
       }
-      RETURN_IF_ERROR(Reassign(step, std::move(lost), todo, on_abort));  // reconfigures every ready replica
+      RETURN_IF_ERROR(Reassign(step, std::move(lost), todo));  // reconfigures every ready replica
     }
   }
   std::vector<StepOutputs> in_order;
@@ -477,7 +413,7 @@ std::vector<ReplicaSet::Slice> ReplicaSet::LostWithTheirReplica(DoneSlices& done
   absl::MutexLock lock(&mu_);
   for (auto it = done.begin(); it != done.end();) {
     const DoneSlice& slice = it->second;
-    if (losses_[slice.replica] == slice.losses) {
+    if (pipelines_[slice.replica]->Losses() == slice.losses) {
       ++it;
       continue;
     }
@@ -487,40 +423,36 @@ std::vector<ReplicaSet::Slice> ReplicaSet::LostWithTheirReplica(DoneSlices& done
   return lost;
 }
 
-int ReplicaSet::Losses(int r) const {
-  absl::MutexLock lock(&mu_);
-  return losses_[r];
-}
+int ReplicaSet::Losses(int r) const { return pipelines_[r]->Losses(); }
 
 bool ReplicaSet::Ready(int r) const {
   absl::MutexLock lock(&mu_);
   return state_[r] == State::kReady;
 }
 
-absl::Status ReplicaSet::RestartStep(int64_t step, const std::function<void()>& on_abort) {
+absl::Status ReplicaSet::RestartStep(int64_t step) {
   std::vector<Slice> none, lost;
-  ASSIGN_OR_RETURN(std::vector<int> ready, ReconfigureReady(step, none, lost, on_abort));
+  ASSIGN_OR_RETURN(std::vector<int> ready, ReconfigureReady(step, none, lost));
   absl::MutexLock lock(&mu_);
   held_.erase(step);
   splits_.erase(step);
-  if (replicas_.size() == 1) {
+  if (size() == 1) {
     LogWarning("step ", step + 1, ": starting over");
   } else {
-    LogWarning("step ", step + 1, ": starting over on ", ready.size(), " of ", replicas_.size(), " replicas");
+    LogWarning("step ", step + 1, ": starting over on ", ready.size(), " of ", size(), " replicas");
   }
   return absl::OkStatus();
 }
 
 void ReplicaSet::Rewind() {
   absl::MutexLock lock(&mu_);
-  pushed_.clear();
   splits_.clear();
   held_.clear();
 }
 
 TrafficBytes ReplicaSet::Traffic() const {
   TrafficBytes total;
-  for (const auto& replica : replicas_) total += *replica->fleet.traffic;
+  for (const auto& pipeline : pipelines_) total += pipeline->Traffic();
   return total;
 }
 
@@ -530,7 +462,7 @@ double ReplicaSet::OldestPushSeconds() const {
   double oldest = 0;
   for (int r = 0; r < size(); ++r) {
     if (state_[r] != State::kReady) continue;
-    for (const auto& client : replicas_[r]->fleet.clients) oldest = std::max(oldest, client->OldestPushSeconds());
+    oldest = std::max(oldest, pipelines_[r]->OldestPushSeconds());
   }
   return oldest;
 }
@@ -539,7 +471,7 @@ void ReplicaSet::CancelAll() {
   absl::MutexLock lock(&mu_);
   for (int r = 0; r < size(); ++r) {
     if (state_[r] != State::kReady) continue;
-    for (auto& client : replicas_[r]->fleet.clients) client->Cancel();
+    pipelines_[r]->CancelAll();
   }
 }
 
@@ -553,7 +485,7 @@ absl::Status ReplicaSet::Stop() {
   stopping_ = true;  // a recovery still waiting for its worker gives up within 200 ms
   JoinRecoveries();
   absl::Status first = absl::OkStatus();
-  for (auto& replica : replicas_) first.Update(replica->stages->Stop());
+  for (auto& pipeline : pipelines_) first.Update(pipeline->Stop());
   return first;
 }
 

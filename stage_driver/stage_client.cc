@@ -30,6 +30,14 @@ TrafficBytes& TrafficBytes::operator+=(const LinkTraffic& t) {
   return *this;
 }
 
+TrafficBytes& TrafficBytes::operator+=(const TrafficBytes& t) {
+  data += t.data;
+  adapters += t.adapters;
+  control += t.control;
+  heartbeats += t.heartbeats;
+  return *this;
+}
+
 TrafficBytes TrafficBytes::operator-(const TrafficBytes& earlier) const {
   return {data - earlier.data, adapters - earlier.adapters, control - earlier.control, heartbeats - earlier.heartbeats};
 }

@@ -33,6 +33,7 @@ struct LinkTraffic {
 struct TrafficBytes {
   uint64_t data = 0, adapters = 0, control = 0, heartbeats = 0;
   TrafficBytes& operator+=(const LinkTraffic& t);
+  TrafficBytes& operator+=(const TrafficBytes& t);
   TrafficBytes operator-(const TrafficBytes& earlier) const;
 };
 

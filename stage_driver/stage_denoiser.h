@@ -1,6 +1,6 @@
 // A Denoiser (core/sample/denoiser.h) over the stage workers: validation and sample images during a pipeline run.
 // Each call's micro-batches go through the frozen shell in this process, then through the stages as forward-only
-// passes (StepExecutor::RunForwardPass) of at most the job's micro_batches each, with the adapters in `master`.
+// passes (StagePipeline::RunForwardPass) of at most the job's micro_batches each, with the adapters in `master`.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 
 #include "core/model/model_family.h"
 #include "core/sample/denoiser.h"
-#include "stage_driver/step_executor.h"
+#include "stage_driver/stage_pipeline.h"
 
 namespace baton {
 
@@ -18,7 +18,7 @@ class StageDenoiser {
   // Everything must outlive the denoiser; `master` is read at each call (the current adapters).
   // `micro_batches`: the most a pass carries (the stages were configured for it).
   StageDenoiser(const ModelFamily& model, ShellModel& shell, at::ScalarType dtype, int micro_batches,
-                StepExecutor& executor, const std::map<std::string, at::Tensor>& master);
+                StagePipeline& pipeline, const std::map<std::string, at::Tensor>& master);
 
   // The training step the next passes follow (their messages name it).
   void set_step(int64_t step) { step_ = step; }
@@ -34,7 +34,7 @@ class StageDenoiser {
   ShellModel& shell_;
   at::ScalarType dtype_;
   int micro_batches_;
-  StepExecutor& executor_;
+  StagePipeline& pipeline_;
   const std::map<std::string, at::Tensor>& master_;
   int64_t step_ = 0;
   uint64_t next_pass_ = 1;  // passes are numbered 1, 2, ... through the run

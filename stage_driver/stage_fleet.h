@@ -1,5 +1,5 @@
-// The stages of a run, as the driver knows them: their clients, which LoRA parameters each holds, what each has in its
-// RoPE cache, and the schedule they follow; StageFleet::RunStep drives one training step over all of them.
+// The stages of a pipeline, as the driver talks to them: their clients, which LoRA parameters each holds, what each
+// has in its RoPE cache, and the plans they follow; StageFleet::RunStep drives one attempt of a step over them.
 #pragma once
 
 #include <absl/status/status.h>
@@ -20,6 +20,7 @@
 #include "core/model/model_family.h"
 #include "core/pipeline/schedule.h"
 #include "core/train/batches.h"
+#include "stage_driver/call_pool.h"
 #include "stage_driver/outage_watch.h"
 #include "stage_driver/pipeline_spec.h"
 #include "stage_driver/stage_client.h"
@@ -44,7 +45,6 @@ class RopeMirror {
 struct StepInputs {
   std::vector<MicroBatch> micro_batches;
   std::vector<ShellOutputs> shell;  // [micro-batch]
-  bool data_pushed = false;         // PushData sent the constants, inputs and targets already
 };
 
 // What the stages return from one step.
@@ -77,6 +77,25 @@ std::string NewRunId();
 // against the same workers (its generations started earlier and rose by one per recovery) is older and dropped.
 uint64_t RunStartGeneration();
 
+// What a fleet runs every step and pass with, fixed for the run.
+struct FleetSettings {
+  std::string job_id;  // the pipeline's id, what the stages know the run by (StagePipeline: its spec's)
+  // A stage silent this long, or a push in flight this long, fails the step as stalled (the stages send a
+  // heartbeat every second).
+  absl::Duration stall_timeout = absl::Seconds(15);
+  int chunks = 1;             // model chunks per worker (interleaved: v; a pass runs each through every one)
+  float loss_scale = 1.0f;    // 1/m, m the step's micro-batches over all replicas
+  uint64_t dropout_seed = 0;  // the job's LoRA dropout base seed
+  // A stage-local optimizer (PeerExchange): the stages keep their own adapters (no LORA_WEIGHTS pushed) and hold the
+  // step's gradients (HOLD_NEW, or HOLD_ADD for a second slice of the same step) instead of streaming them.
+  bool own_adapters = false;
+  OnOutage on_outage;  // every report of a stage that does not answer (optional)
+};
+
+// The stages of one pipeline as the driver talks to them: their clients, the LoRA parameters each holds, what each
+// has in its RoPE cache, the run's identity and generation, and the stall watch. A StagePipeline owns one; its
+// StageSet connects and configures it.
+//
 // RunStep feeds each stage, per micro-batch, the RoPE tables it lacks, then its current adapters, and the
 // constants, the inputs (stage 0) and the target (last stage) unless PushData already sent those; runs every
 // stage's action list at once; and gathers each stage's summed LoRA gradients and step summary. The first failing
@@ -86,33 +105,36 @@ uint64_t RunStartGeneration();
 // new adapters (and any new RoPE table) travel; the stages wait for their adapters only right before their first
 // computation, so stage s > 0 receives its weights while the stages before it compute their first forwards.
 // RoPE tables never travel early: a new one could evict from a stage's FIFO cache a table step n still uses.
-struct StageFleet {
-  std::string job_id;
-  std::string run_id = NewRunId();
-  uint64_t generation = RunStartGeneration();  // ConfigureRequest.generation; raised by each recovery
-  // A stage silent this long, or a push in flight this long, fails the step as stalled (the stages send a
-  // heartbeat every second).
-  absl::Duration stall_timeout = absl::Seconds(15);
-  StallVerdict last_stall;    // set when RunStep failed on a stall
-  OutageWatch outages;        // stages silent in a step or pass, and their recovery (configured with stall_timeout)
-  int chunks = 1;             // model chunks per worker (interleaved: v; a pass runs each through every one)
-  float loss_scale = 1.0f;    // 1/m, m the step's micro-batches over all replicas
-  uint64_t dropout_seed = 0;  // the job's LoRA dropout base seed
-  // A stage-local optimizer (PeerExchange): the stages keep their own adapters (no LORA_WEIGHTS pushed) and hold the
-  // step's gradients (HOLD_NEW, or HOLD_ADD for a second slice of the same step) instead of streaming them.
-  bool own_adapters = false;
-  std::vector<std::unique_ptr<StageClient>> clients;                       // [stage]
-  std::shared_ptr<LinkTraffic> traffic = std::make_shared<LinkTraffic>();  // every client's bytes, replaced or not
-  std::vector<std::vector<std::string>> params;                            // [stage] LoRA parameter names it holds
-  std::vector<RopeMirror> rope;                                            // [stage]
+//
+// Not thread-safe as a whole: one step, pass or configuration at a time (its owner orders them); PushData may run
+// beside a step, and Traffic, OldestPushSeconds and CancelAll from any thread while the clients stand.
+class StageFleet {
+ public:
+  // `first_worker`: stage 0's global worker index and `outage_prefix` ("replica 1: "), for the outage reports.
+  explicit StageFleet(FleetSettings settings, int first_worker = 0, std::string outage_prefix = "");
 
-  int size() const { return static_cast<int>(clients.size()); }
+  const FleetSettings& settings() const { return settings_; }
+  const std::string& job_id() const { return settings_.job_id; }
+  const std::string& run_id() const { return run_id_; }
+  uint64_t generation() const { return generation_; }  // ConfigureRequest.generation
+  void NewGeneration() { ++generation_; }              // a Configure follows: the stages drop what came before
+  int size() const { return static_cast<int>(clients_.size()); }
+  StageClient& client(int stage) { return *clients_[stage]; }
+  std::string name(int stage) const;                                                  // "stage 1 (host:port)"
+  const std::vector<std::string>& params(int stage) const { return params_[stage]; }  // its LoRA parameter names
+  OutageWatch& outages() { return outages_; }
+  const StallVerdict& last_stall() const { return last_stall_; }  // set when RunStep failed on a stall
+  RopeMirror& rope(int stage) { return rope_[stage]; }
 
-  // `slice` of step `step` (0-based) over every stage, with the adapters in `master` and the slice's `inputs`.
-  // `on_started` runs once every stage has been given its work (the caller prepares the next step's inputs meanwhile).
+  // The StageSet's: fresh clients (every one counts into the fleet's traffic); then, after a Configure, what each
+  // stage holds (a Configure empties their RoPE caches).
+  void Connect(std::vector<std::unique_ptr<StageClient>> clients);
+  void Configured(std::vector<std::vector<std::string>> params);
+
+  // `slice` of step `step` (0-based) over every stage, with the adapters in `master` and the slice's `inputs`;
+  // `feed_data`: the constants, inputs and targets go with it (false: PushData sent them already).
   absl::StatusOr<StepOutputs> RunStep(int64_t step, const StepSlice& slice, const StepInputs& inputs,
-                                      const std::map<std::string, at::Tensor>& master,
-                                      const std::function<void()>& on_started);
+                                      const std::map<std::string, at::Tensor>& master, bool feed_data = true);
   // Pushes the step's constants (every stage), inputs (stage 0) and targets (last stage) -- no RoPE tables, no
   // weights -- to every stage at once; safe while another step runs (the stages key their inbox by step).
   absl::Status PushData(int64_t step, const StepInputs& inputs);
@@ -123,11 +145,18 @@ struct StageFleet {
   absl::StatusOr<std::vector<at::Tensor>> RunForwardPass(int64_t step, uint64_t pass,
                                                          const std::vector<ShellOutputs>& shell,
                                                          const std::map<std::string, at::Tensor>& master);
+  // call(client, stage) for every stage at once, for calls that send no heartbeats (the stage-local optimizer's
+  // JoinGroup, Reduce, Update, a GetLora or LoadState), on the fleet's call pool: a stage whose call has not returned
+  // after half the stall timeout is said as the stage's outage (`doing`: what waits for it), as a silent step is.
+  // Each stage's status.
+  std::vector<absl::Status> CallEach(const std::string& doing,
+                                     const std::function<absl::Status(StageClient&, int stage)>& call);
 
-  // A call to stage `stage` that sends no heartbeats (the stage-local optimizer's JoinGroup, Reduce, Update, a
-  // GetLora or LoadState): run here, and said as the stage's outage (`doing`: what waits for it) while it has not
-  // returned after half the stall timeout, as a silent step is.
-  absl::Status Watched(int stage, const std::string& doing, const std::function<absl::Status()>& call);
+  // The bytes exchanged with every stage so far (clients replaced or not); the oldest push in flight, in seconds;
+  // Cancel on every client (a step re-arms them).
+  TrafficBytes Traffic() const;
+  double OldestPushSeconds() const;
+  void CancelAll();
 
  private:
   v1::EnvelopeHeader Header(int64_t step, int micro_batch, v1::EnvelopeHeader::Kind kind, uint64_t pass = 0) const;
@@ -135,7 +164,7 @@ struct StageFleet {
   // tensors go to (*streamed)[i]. The first failure cancels the rest; the error names the root cause and `what`.
   absl::Status RunOnStages(const std::string& what, const std::function<absl::Status(int)>& feed,
                            const std::function<v1::StepPlan(int)>& plan_for, std::vector<TensorMap>* streamed,
-                           std::vector<v1::StepSummary>* summaries, const std::function<void()>& on_started);
+                           std::vector<v1::StepSummary>* summaries);
   // What stage `stage` is sent before a step or pass (`pass` 0: a step) runs: the RoPE tables it lacks, then (unless
   // !adapters: it owns them) its adapters from `master`.
   absl::Status PushTablesAndAdapters(int stage, int64_t step, uint64_t pass, const std::vector<ShellOutputs>& shell,
@@ -153,6 +182,17 @@ struct StageFleet {
   // Stages silent for half the stall timeout and longer are reported to `outages` (`what`: "step 12"), and those
   // that talk again end their outage.
   void ReportSilence(const std::string& what);
+
+  const FleetSettings settings_;
+  const std::string run_id_ = NewRunId();
+  uint64_t generation_ = RunStartGeneration();  // raised by each recovery and reconfiguration
+  StallVerdict last_stall_;
+  OutageWatch outages_;                                // stages silent in a step, pass or call, and their recovery
+  std::vector<std::unique_ptr<StageClient>> clients_;  // [stage]
+  std::shared_ptr<LinkTraffic> traffic_ = std::make_shared<LinkTraffic>();  // every client's bytes, replaced or not
+  std::vector<std::vector<std::string>> params_;                            // [stage] LoRA parameter names it holds
+  std::vector<RopeMirror> rope_;                                            // [stage]
+  CallPool calls_;
 };
 
 }  // namespace baton

@@ -18,11 +18,12 @@ using Kind = v1::EnvelopeHeader;
 
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::unique_ptr<FakePipeline> FleetPipeline(int stages, absl::Duration stall = absl::Seconds(15)) {
+std::unique_ptr<FakePipeline> FleetPipeline(int stages, absl::Duration stall = absl::Seconds(15),
+                                            FleetSettings settings = {}) {
   StageDriverOptions options;
   options.stall_timeout = stall;
   options.rpc_timeout = absl::Seconds(30);
-  auto p = FakePipeline::Start(stages, options);
+  auto p = FakePipeline::Start(stages, options, std::move(settings));
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? std::move(*p) : nullptr;
 }
@@ -41,7 +42,7 @@ TEST(StageFleetTest, AStepSendsEachStageWhatItNeedsAndReturnsEveryStagesGradient
   auto p = FleetPipeline(2);
   ASSERT_NE(p, nullptr);
   StepInputs in = FakePipeline::Inputs(2);
-  auto out = p->fleet().RunStep(4, p->Slice(2), in, p->Master(), nullptr);
+  auto out = p->fleet().RunStep(4, p->Slice(2), in, p->Master());
   ASSERT_TRUE(out.ok()) << out.status();
   for (int i = 0; i < 2; ++i) {
     const std::vector<int> kinds = Kinds(p->worker(i));
@@ -56,7 +57,7 @@ TEST(StageFleetTest, AStepSendsEachStageWhatItNeedsAndReturnsEveryStagesGradient
     for (const ReceivedEnvelope& e : p->worker(i).pushes()) {
       EXPECT_EQ(e.header.job_id(), "fake-pipeline");
       EXPECT_EQ(e.header.sender(), "stage_driver") << "the driving process names itself";
-      EXPECT_EQ(e.header.generation(), p->fleet().generation);
+      EXPECT_EQ(e.header.generation(), p->fleet().generation());
     }
     // Gradients: each of its names, every element (step + 1 + the name's index) x 2 micro-batches (the fake's rule).
     EXPECT_EQ(out->grads[i].size(), 2u);
@@ -66,14 +67,15 @@ TEST(StageFleetTest, AStepSendsEachStageWhatItNeedsAndReturnsEveryStagesGradient
 }
 
 TEST(StageFleetTest, ThePlanCarriesTheSliceItWasGiven) {
-  auto p = FleetPipeline(2);
+  FleetSettings settings;
+  settings.loss_scale = 0.125f;
+  auto p = FleetPipeline(2, absl::Seconds(15), settings);
   ASSERT_NE(p, nullptr);
   StepSlice slice = p->Slice(3);
   slice.first_micro_batch = 5;
   slice.gradients = v1::StepPlan::HOLD_ADD;
   slice.reduce_when_held = true;
-  p->fleet().loss_scale = 0.125f;
-  ASSERT_TRUE(p->fleet().RunStep(7, slice, FakePipeline::Inputs(3), p->Master(), nullptr).ok());
+  ASSERT_TRUE(p->fleet().RunStep(7, slice, FakePipeline::Inputs(3), p->Master()).ok());
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(p->worker(i).plans().size(), 1u);
     const v1::StepPlan plan = p->worker(i).plans()[0];
@@ -95,12 +97,11 @@ TEST(StageFleetTest, DataPushedEarlyIsNotSentAgainAndTablesTravelOncePerKey) {
   auto p = FleetPipeline(2);
   ASSERT_NE(p, nullptr);
   StepInputs in = FakePipeline::Inputs(2);
-  ASSERT_TRUE(p->fleet().RunStep(0, p->Slice(2), in, p->Master(), nullptr).ok());
+  ASSERT_TRUE(p->fleet().RunStep(0, p->Slice(2), in, p->Master()).ok());
   p->worker(0).ClearRecords();
   StepInputs next = FakePipeline::Inputs(2);
   ASSERT_TRUE(p->fleet().PushData(1, next).ok());
-  next.data_pushed = true;
-  ASSERT_TRUE(p->fleet().RunStep(1, p->Slice(2), next, p->Master(), nullptr).ok());
+  ASSERT_TRUE(p->fleet().RunStep(1, p->Slice(2), next, p->Master(), /*feed_data=*/false).ok());
   const std::vector<int> kinds = Kinds(p->worker(0));
   EXPECT_EQ(Count(kinds, Kind::CONSTANTS), 2) << "pushed early once, not again at the step";
   EXPECT_EQ(Count(kinds, Kind::INPUTS), 2);
@@ -109,10 +110,11 @@ TEST(StageFleetTest, DataPushedEarlyIsNotSentAgainAndTablesTravelOncePerKey) {
 }
 
 TEST(StageFleetTest, StagesThatOwnTheirAdaptersAreSentNone) {
-  auto p = FleetPipeline(2);
+  FleetSettings settings;
+  settings.own_adapters = true;
+  auto p = FleetPipeline(2, absl::Seconds(15), settings);
   ASSERT_NE(p, nullptr);
-  p->fleet().own_adapters = true;
-  ASSERT_TRUE(p->fleet().RunStep(0, p->Slice(2), FakePipeline::Inputs(2), {}, nullptr).ok());
+  ASSERT_TRUE(p->fleet().RunStep(0, p->Slice(2), FakePipeline::Inputs(2), {}).ok());
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(Count(Kinds(p->worker(i)), Kind::LORA_WEIGHTS), 0);
     EXPECT_TRUE(p->worker(i).plans()[0].own_adapters());
@@ -125,7 +127,7 @@ TEST(StageFleetTest, AStageThatFailsFailsTheStepNamingItAndTheOthersAreCancelled
   p->worker(0).Play(FakeRun::kStallSilently);  // would hang the step if nobody cancelled it
   p->worker(1).Fail(absl::InternalError("the stage's own error"));
   const auto t0 = Clock::now();
-  auto out = p->fleet().RunStep(2, p->Slice(2), FakePipeline::Inputs(2), p->Master(), nullptr);
+  auto out = p->fleet().RunStep(2, p->Slice(2), FakePipeline::Inputs(2), p->Master());
   ASSERT_FALSE(out.ok());
   EXPECT_LT(SecondsSince(t0), 5.0);
   EXPECT_NE(out.status().message().find("stage 1"), std::string::npos) << out.status();
@@ -141,12 +143,12 @@ TEST(StageFleetTest, ASilentStageIsAStallNamedWithinTheStallTimeout) {
   ASSERT_NE(p, nullptr);
   p->worker(1).Play(FakeRun::kStallSilently);
   const auto t0 = Clock::now();
-  auto out = p->fleet().RunStep(0, p->Slice(2), FakePipeline::Inputs(2), p->Master(), nullptr);
+  auto out = p->fleet().RunStep(0, p->Slice(2), FakePipeline::Inputs(2), p->Master());
   ASSERT_FALSE(out.ok());
   EXPECT_LT(SecondsSince(t0), 6.0) << "a 1 s stall timeout, not the 30 s RPC deadline";
-  EXPECT_EQ(p->fleet().last_stall.stage, 1);
-  EXPECT_NE(p->fleet().last_stall.message.find("no progress heartbeat"), std::string::npos)
-      << p->fleet().last_stall.message;
+  EXPECT_EQ(p->fleet().last_stall().stage, 1);
+  EXPECT_NE(p->fleet().last_stall().message.find("no progress heartbeat"), std::string::npos)
+      << p->fleet().last_stall().message;
 }
 
 TEST(StageFleetTest, AStageWaitingForDataItWasSentIsAStallNotAWaitForTheDeadline) {
@@ -154,29 +156,29 @@ TEST(StageFleetTest, AStageWaitingForDataItWasSentIsAStallNotAWaitForTheDeadline
   ASSERT_NE(p, nullptr);
   p->worker(0).Play(FakeRun::kWaitForData);
   const auto t0 = Clock::now();
-  auto out = p->fleet().RunStep(0, p->Slice(2), FakePipeline::Inputs(2), p->Master(), nullptr);
+  auto out = p->fleet().RunStep(0, p->Slice(2), FakePipeline::Inputs(2), p->Master());
   ASSERT_FALSE(out.ok());
   EXPECT_LT(SecondsSince(t0), 6.0);
-  EXPECT_NE(p->fleet().last_stall.message.find("though the stage_driver sent it everything: the data was lost"),
+  EXPECT_NE(p->fleet().last_stall().message.find("though the stage_driver sent it everything: the data was lost"),
             std::string::npos)
-      << p->fleet().last_stall.message;
+      << p->fleet().last_stall().message;
 }
 
 TEST(StageFleetTest, AReplyWithoutASummaryOrWithAGradientThatDoesNotAssembleFailsTheStep) {
   auto p = FleetPipeline(2);
   ASSERT_NE(p, nullptr);
   p->worker(1).Play(FakeRun::kNoSummary);
-  auto out = p->fleet().RunStep(0, p->Slice(2), FakePipeline::Inputs(2), p->Master(), nullptr);
+  auto out = p->fleet().RunStep(0, p->Slice(2), FakePipeline::Inputs(2), p->Master());
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("without a summary"), std::string::npos) << out.status();
   // Worker 1 again: its step-0 reply has been read, so this fault is the next step's. (Worker 0's step-0 RunStep may
   // reach it only after the cancelled step returned, and would take a fault queued now.)
   p->worker(1).Play(FakeRun::kBadChunk);
-  out = p->fleet().RunStep(1, p->Slice(2), FakePipeline::Inputs(2), p->Master(), nullptr);
+  out = p->fleet().RunStep(1, p->Slice(2), FakePipeline::Inputs(2), p->Master());
   ASSERT_FALSE(out.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(out.status()) || absl::IsDataLoss(out.status())) << out.status();
   // The stages answer again: the next step runs.
-  EXPECT_TRUE(p->fleet().RunStep(2, p->Slice(2), FakePipeline::Inputs(2), p->Master(), nullptr).ok());
+  EXPECT_TRUE(p->fleet().RunStep(2, p->Slice(2), FakePipeline::Inputs(2), p->Master()).ok());
 }
 
 TEST(StageFleetTest, AForwardPassReturnsTheLastStagesOutputsAndNeverMixesWithASteps) {
@@ -203,17 +205,21 @@ TEST(StageFleetTest, ACallWithoutHeartbeatsThatHangsIsSaidAsTheStagesOutage) {
   ASSERT_NE(p, nullptr);
   absl::Mutex mu;
   std::vector<StageOutage> said;
-  p->fleet().outages.Configure(0, "", absl::Seconds(1), [&](const StageOutage& o) {
+  p->fleet().outages().Configure(0, "", absl::Seconds(1), [&](const StageOutage& o) {
     absl::MutexLock lock(&mu);
     if (o.notice) said.push_back(o);
   });
-  auto slow = [](absl::Status result) {
-    return [result] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-      return result;
+  // Stage 1's call takes 1.2 s and ends with `result`; stage 0's returns at once.
+  auto slow_one = [](absl::Status result) {
+    return [result](StageClient&, int stage) {
+      if (stage == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+      return stage == 1 ? result : absl::OkStatus();
     };
   };
-  EXPECT_TRUE(p->fleet().Watched(1, "step 3's gradient sum waits for it", slow(absl::OkStatus())).ok());
+  std::vector<absl::Status> done =
+      p->fleet().CallEach("step 3's gradient sum waits for it", slow_one(absl::OkStatus()));
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_TRUE(done[0].ok() && done[1].ok());
   {
     absl::MutexLock lock(&mu);
     ASSERT_EQ(said.size(), 2u);
@@ -223,20 +229,20 @@ TEST(StageFleetTest, ACallWithoutHeartbeatsThatHangsIsSaidAsTheStagesOutage) {
     EXPECT_TRUE(said[1].over) << "back once it answered";
     said.clear();
   }
-  EXPECT_TRUE(
-      absl::IsUnavailable(p->fleet().Watched(1, "the read-back waits for it", slow(absl::UnavailableError("gone")))));
+  done = p->fleet().CallEach("the read-back waits for it", slow_one(absl::UnavailableError("gone")));
+  EXPECT_TRUE(absl::IsUnavailable(done[1])) << done[1];
   {
     absl::MutexLock lock(&mu);
     ASSERT_EQ(said.size(), 1u);
     EXPECT_FALSE(said[0].over) << "a call that failed for want of the stage leaves the outage open for the recovery";
   }
-  EXPECT_TRUE(p->fleet().outages.Open(1));
-  p->fleet().outages.AnsweredAll();
+  EXPECT_TRUE(p->fleet().outages().Open(1));
+  p->fleet().outages().AnsweredAll();
   {
     absl::MutexLock lock(&mu);
     said.clear();
   }
-  EXPECT_TRUE(p->fleet().Watched(0, "nothing", [] { return absl::OkStatus(); }).ok());
+  done = p->fleet().CallEach("nothing", [](StageClient&, int) { return absl::OkStatus(); });
   absl::MutexLock lock(&mu);
   EXPECT_TRUE(said.empty()) << "a quick call says nothing";
 }

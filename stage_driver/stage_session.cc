@@ -72,7 +72,6 @@ absl::StatusOr<std::unique_ptr<StageSession>> StageSession::Start(const StageSes
   ASSIGN_OR_RETURN(s->dtype_, ParseDtype(session.dtype));
   ASSIGN_OR_RETURN(s->model_, OpenModel(session.model, session.model_config));
   ASSIGN_OR_RETURN(s->shell_, s->model_->BuildShell(s->dtype_, at::kCPU));
-  StageFleet& fleet = s->fleet_;
   ASSIGN_OR_RETURN(PartitionOptions popts,
                    StagePartitionOptions(s->spec_, session.tokens, /*samples_per_micro_batch=*/1, options.stages,
                                          s->dtype_, /*remote_workers=*/!options.workers.empty()));
@@ -80,18 +79,14 @@ absl::StatusOr<std::unique_ptr<StageSession>> StageSession::Start(const StageSes
   popts.recompute = RecomputePolicy::kAuto;
   ASSIGN_OR_RETURN(auto plan, PlanStages(*s->model_, std::move(popts), options.stages, 1, options.quiet));
 
-  fleet.job_id = s->spec_.id;
-  fleet.loss_scale = 1.0f / static_cast<float>(session.micro_batches);
-  fleet.dropout_seed = DropoutBaseSeed(0);
-  fleet.stall_timeout = options.stall_timeout;
-  fleet.outages.Configure(0, "", options.stall_timeout, nullptr);
-  auto never = [] { return false; };
-  s->stages_ = std::make_unique<StageSet>(s->spec_, s->options_, std::move(plan), &fleet, never);
-  RETURN_IF_ERROR(s->stages_->Start());
-  for (auto& client : fleet.clients) {
-    ASSIGN_OR_RETURN(TensorMap w, client->GetLora(fleet.job_id));
-    for (auto& [name, t] : w) s->master_[name] = t;
-  }
+  FleetSettings settings;
+  settings.loss_scale = 1.0f / static_cast<float>(session.micro_batches);
+  settings.dropout_seed = DropoutBaseSeed(0);
+  settings.stall_timeout = options.stall_timeout;
+  s->pipeline_ = std::make_unique<StagePipeline>(s->spec_, s->options_, std::move(plan), std::move(settings),
+                                                 [] { return false; });
+  RETURN_IF_ERROR(s->pipeline_->Start());
+  ASSIGN_OR_RETURN(s->master_, s->pipeline_->Adapters());
   for (const auto& [name, t] : s->file_params_) {
     auto it = s->master_.find(name);
     if (it == s->master_.end()) {
@@ -104,16 +99,15 @@ absl::StatusOr<std::unique_ptr<StageSession>> StageSession::Start(const StageSes
     }
     it->second = t;
   }
-  s->executor_ = std::make_unique<StepExecutor>(s->options_, &fleet, s->stages_.get(), never);
   s->denoiser_ = std::make_unique<StageDenoiser>(*s->model_, *s->shell_, s->dtype_, session.micro_batches,
-                                                 *s->executor_, s->master_);
+                                                 *s->pipeline_, s->master_);
   return s;
 }
 
 absl::Status StageSession::Stop() {
-  if (stopped_ || !stages_) return absl::OkStatus();
+  if (stopped_ || !pipeline_) return absl::OkStatus();
   stopped_ = true;
-  return stages_->Stop();
+  return pipeline_->Stop();
 }
 
 StageSession::~StageSession() { (void)Stop(); }

@@ -13,10 +13,8 @@
 #include "core/model/model_family.h"
 #include "stage_driver/driver_options.h"
 #include "stage_driver/stage_denoiser.h"
-#include "stage_driver/stage_fleet.h"
+#include "stage_driver/stage_pipeline.h"
 #include "stage_driver/stage_plan.h"
-#include "stage_driver/stage_set.h"
-#include "stage_driver/step_executor.h"
 
 namespace baton {
 
@@ -51,9 +49,7 @@ class StageSession {
   at::ScalarType dtype_ = at::kFloat;
   std::unique_ptr<ModelFamily> model_;
   std::unique_ptr<ShellModel> shell_;  // the frozen shell, on the CPU
-  StageFleet fleet_;
-  std::unique_ptr<StageSet> stages_;
-  std::unique_ptr<StepExecutor> executor_;
+  std::unique_ptr<StagePipeline> pipeline_;
   std::map<std::string, at::Tensor> master_;       // the adapter, PEFT names, padded to one rank
   std::map<std::string, at::Tensor> file_params_;  // from the LoRA file (empty: the stages' zero-B init)
   std::unique_ptr<StageDenoiser> denoiser_;

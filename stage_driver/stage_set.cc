@@ -143,37 +143,38 @@ absl::Status StageSet::Start() {
 // for until its health service says SERVING.
 absl::Status StageSet::Connect() {
   const int p = static_cast<int>(addresses_.size());
-  fleet_->clients.clear();
+  std::vector<std::unique_ptr<StageClient>> clients;
   for (int i = 0; i < p; ++i) {
-    fleet_->clients.push_back(std::make_unique<StageClient>(i, addresses_[i], options_.rpc_timeout));
-    fleet_->clients.back()->set_traffic(fleet_->traffic);
-    fleet_->clients.back()->set_sender(options_.process);
+    clients.push_back(std::make_unique<StageClient>(i, addresses_[i], options_.rpc_timeout));
+    clients.back()->set_sender(options_.process);
     if (!options_.metrics_address.empty()) {
-      fleet_->clients.back()->set_up_gauge(StageUpGauge(pipeline_.name, i, addresses_[i]));
+      clients.back()->set_up_gauge(StageUpGauge(pipeline_.name, i, addresses_[i]));
     }
   }
-  return ParallelFor(p, [&](int i) { return fleet_->clients[i]->WaitReady(options_.connect_timeout, stop_); });
+  fleet_->Connect(std::move(clients));
+  return ParallelFor(p, [&](int i) { return fleet_->client(i).WaitReady(options_.connect_timeout, stop_); });
 }
 
 // Configures every stage with its slice; the fleet learns which LoRA parameters each holds, and forgets what their
 // RoPE caches held (a Configure empties them).
 absl::Status StageSet::Configure() {
   const int p = fleet_->size();
-  fleet_->params.assign(p, {});
-  fleet_->rope.assign(p, RopeMirror());
-  return ParallelFor(p, [&](int i) -> absl::Status {
-    ASSIGN_OR_RETURN(v1::ConfigureResponse resp, fleet_->clients[i]->Configure(ConfigureRequestFor(i)));
-    fleet_->params[i].assign(resp.lora_param_names().begin(), resp.lora_param_names().end());
+  std::vector<std::vector<std::string>> params(p);
+  absl::Status configured = ParallelFor(p, [&](int i) -> absl::Status {
+    ASSIGN_OR_RETURN(v1::ConfigureResponse resp, fleet_->client(i).Configure(ConfigureRequestFor(i)));
+    params[i].assign(resp.lora_param_names().begin(), resp.lora_param_names().end());
     return absl::OkStatus();
   });
+  fleet_->Configured(std::move(params));  // the caches are empty even where it failed
+  return configured;
 }
 
 v1::ConfigureRequest StageSet::ConfigureRequestFor(int i) const {
   v1::ConfigureRequest req =
       baton::ConfigureRequestFor(pipeline_, plan_[i], i, addresses_, replica_, options_.FirstWorker(replica_));
-  req.set_generation(fleet_->generation);
+  req.set_generation(fleet_->generation());
   req.set_shared(options_.shared_stages);
-  req.set_run_id(fleet_->run_id);
+  req.set_run_id(fleet_->run_id());
   return req;
 }
 
@@ -222,27 +223,27 @@ absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
         absl::StrCat("waiting up to ", absl::FormatDuration(options_.worker_restart_timeout), " for it to come back");
     RETURN_IF_ERROR(ParallelFor(static_cast<int>(lost.size()), [&](int k) -> absl::Status {
       const int i = lost[k];
-      const double silent = fleet_->clients[i]->SecondsSinceHeard();  // the outage began before its step failed
+      const double silent = fleet_->client(i).SecondsSinceHeard();  // the outage began before its step failed
       StageClient client(i, addresses_[i], options_.rpc_timeout);
       absl::Status s = client.WaitReady(options_.worker_restart_timeout, [&] {
         if (stop_()) return true;
-        fleet_->outages.Silent(i, client.name(), silent, doing);
+        fleet_->outages().Silent(i, client.name(), silent, doing);
         return false;
       });
-      if (s.ok()) fleet_->outages.Answered(i);
+      if (s.ok()) fleet_->outages().Answered(i);
       if (s.ok() || absl::IsCancelled(s)) return s;
       return absl::DeadlineExceededError(absl::StrCat("stage ", i, " (", addresses_[i], ") did not come back within ",
                                                       absl::FormatDuration(options_.worker_restart_timeout), ": ",
                                                       s.message()));
     }));
   }
-  ++fleet_->generation;
+  fleet_->NewGeneration();
   RETURN_IF_ERROR(Connect());
   RETURN_IF_ERROR(Configure());
   // A restarted local worker, one that answered its health check late, or another in its place (a new address).
   std::vector<std::string> names;
-  for (const auto& client : fleet_->clients) names.push_back(client->name());
-  fleet_->outages.AnsweredAllAs(names);
+  for (int i = 0; i < fleet_->size(); ++i) names.push_back(fleet_->name(i));
+  fleet_->outages().AnsweredAllAs(names);
   return lost;
 }
 
@@ -251,15 +252,13 @@ LocalWorkers* StageSet::local() { return options_.shared_workers ? options_.shar
 void StageSet::ReleaseOnSharedWorkers() {
   if (!options_.shared_stages || released_) return;  // the workers go on serving the others: only this pipeline ends
   released_ = true;
-  for (auto& c : fleet_->clients) {
-    if (c) (void)c->Release(pipeline_.id);
-  }
+  for (int i = 0; i < fleet_->size(); ++i) (void)fleet_->client(i).Release(pipeline_.id);
 }
 
 absl::Status StageSet::Stop() {
   ReleaseOnSharedWorkers();
   if (!local_) return absl::OkStatus();  // remote or shared workers: their owners stop them
-  for (auto& c : fleet_->clients) (void)c->Shutdown();
+  for (int i = 0; i < fleet_->size(); ++i) (void)fleet_->client(i).Shutdown();
   return local_->Stop();
 }
 

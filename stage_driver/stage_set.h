@@ -22,7 +22,7 @@ namespace baton {
 
 class StageSet {
  public:
-  // `pipeline`: what every stage holds (its id is fleet->job_id). `plan`: [worker][chunk] block ranges (PlanStages).
+  // `pipeline`: what every stage holds (its id is fleet->job_id()). `plan`: [worker][chunk] block ranges (PlanStages).
   // `fleet` receives the clients; it and `options` outlive this set; `stop` is polled while waiting for workers.
   // `replica`: which of options.replicas pipelines this set is (its workers, devices and metrics ports are that
   // replica's: global worker index options.FirstWorker(replica) + stage).

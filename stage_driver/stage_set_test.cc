@@ -41,9 +41,9 @@ TEST(StageSetTest, EachStageIsConfiguredWithItsSliceItsNeighboursAndTheRunsGener
     EXPECT_EQ(req.has_head(), i == 2);
     EXPECT_EQ(req.prev_address(), i > 0 ? p->worker(i - 1).address() : "");
     EXPECT_EQ(req.next_address(), i < 2 ? p->worker(i + 1).address() : "");
-    EXPECT_EQ(req.generation(), p->fleet().generation);
-    EXPECT_EQ(req.run_id(), p->fleet().run_id);
-    EXPECT_EQ(p->fleet().params[i], (std::vector<std::string>{absl::StrCat("s", i, ".a"), absl::StrCat("s", i, ".b")}))
+    EXPECT_EQ(req.generation(), p->fleet().generation());
+    EXPECT_EQ(req.run_id(), p->fleet().run_id());
+    EXPECT_EQ(p->fleet().params(i), (std::vector<std::string>{absl::StrCat("s", i, ".a"), absl::StrCat("s", i, ".b")}))
         << "the fleet learns each stage's adapters from its answer";
   }
 }
@@ -62,8 +62,8 @@ TEST(StageSetTest, AConfigureAStageRefusesFailsNamingTheStageAndWhy) {
 TEST(StageSetTest, ARemoteStageThatComesBackIsWaitedForAndEveryStageReconfiguredForANewGeneration) {
   auto p = SetPipeline(2);
   ASSERT_NE(p, nullptr);
-  const uint64_t generation = p->fleet().generation;
-  p->fleet().rope[0].Add("grid-2x2");
+  const uint64_t generation = p->fleet().generation();
+  p->fleet().rope(0).Add("grid-2x2");
   p->worker(1).Kill();
   std::thread restart([&] {  // after the recovery's 2 s health check gave up on it: then it is waited for
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));
@@ -73,14 +73,14 @@ TEST(StageSetTest, ARemoteStageThatComesBackIsWaitedForAndEveryStageReconfigured
   restart.join();
   ASSERT_TRUE(lost.ok()) << lost.status();
   EXPECT_EQ(*lost, std::vector<int>{1}) << "found by its failed health check";
-  EXPECT_EQ(p->fleet().generation, generation + 1);
+  EXPECT_EQ(p->fleet().generation(), generation + 1);
   for (int i = 0; i < 2; ++i) {
     const auto configures = p->worker(i).configures();
     ASSERT_EQ(configures.size(), 2u) << "the survivor too: it drops the aborted step's data";
     EXPECT_EQ(configures[1].generation(), generation + 1);
   }
-  EXPECT_FALSE(p->fleet().rope[0].Has("grid-2x2")) << "a Configure empties the stages' RoPE caches";
-  EXPECT_FALSE(p->fleet().outages.Open(1)) << "its outage ended when it answered";
+  EXPECT_FALSE(p->fleet().rope(0).Has("grid-2x2")) << "a Configure empties the stages' RoPE caches";
+  EXPECT_FALSE(p->fleet().outages().Open(1)) << "its outage ended when it answered";
 }
 
 TEST(StageSetTest, ARemoteStageThatDoesNotComeBackFailsTheRecoveryNamingIt) {

@@ -1,5 +1,5 @@
 // A stage worker lost during a forward-only pass (the coordinator's sample images or validation) costs the pass one
-// redo, not the run: the step executor recovers the stage as it does for a training step (StepExecutor::WithRecovery)
+// redo, not the run: the pipeline recovers the stage as it does for a training step (StagePipeline::WithRecovery)
 // and the redone pass returns bitwise the outputs of the pass before the loss; training goes on afterwards.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -16,8 +16,8 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/train/job.h"
 #include "core/util/files.h"
+#include "stage_driver/stage_pipeline.h"
 #include "stage_driver/stage_set.h"
-#include "stage_driver/step_executor.h"
 #include "tests/local_stages.h"
 
 namespace baton {
@@ -44,31 +44,27 @@ TEST(ForwardPassRecoveryTest, KilledWorkerDuringAPassIsRestartedAndThePassRedone
 
   auto setup = SetUpJob(*job, o);
   ASSERT_TRUE(setup.ok()) << setup.status();
-  StageFleet fleet;
-  fleet.job_id = JobHash(*job);
   StepSlice slice;  // the whole step
   slice.schedule = setup->schedule;
-  fleet.loss_scale = 1.0f / static_cast<float>(setup->micro_batches);
-  fleet.stall_timeout = o.stall_timeout;
-  auto no_stop = [] { return false; };
-  StageSet stages(PipelineSpecFor(*job), o, setup->plans[0], &fleet, no_stop);
-  ASSERT_TRUE(stages.Start().ok());
+  FleetSettings settings;
+  settings.loss_scale = 1.0f / static_cast<float>(setup->micro_batches);
+  settings.stall_timeout = o.stall_timeout;
+  StagePipeline pipeline(
+      PipelineSpecFor(*job), o, setup->plans[0], settings, [] { return false; }, o.hooks.on_recovery);
+  ASSERT_TRUE(pipeline.Start().ok());
+  auto seeded = pipeline.Adapters();
+  ASSERT_TRUE(seeded.ok()) << seeded.status();
   std::map<std::string, at::Tensor> master;
-  for (auto& client : fleet.clients) {
-    auto w = client->GetLora(fleet.job_id);
-    ASSERT_TRUE(w.ok()) << w.status();
-    for (auto& [name, t] : *w) master[name] = t + 0.01;
-  }
-  StepExecutor executor(o, &fleet, &stages, no_stop, o.hooks.on_recovery);
+  for (auto& [name, t] : *seeded) master[name] = t + 0.01;
   auto inputs = PrepareStepInputs(*setup, 0);
   ASSERT_TRUE(inputs.ok()) << inputs.status();
 
-  auto first = executor.RunForwardPass(0, 1, inputs->shell, master);
+  auto first = pipeline.RunForwardPass(0, 1, inputs->shell, master);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->size(), inputs->shell.size());
 
-  ASSERT_TRUE(stages.local()->Kill(1, SIGKILL).ok());
-  auto redone = executor.RunForwardPass(0, 2, inputs->shell, master);
+  ASSERT_TRUE(pipeline.local()->Kill(1, SIGKILL).ok());
+  auto redone = pipeline.RunForwardPass(0, 2, inputs->shell, master);
   ASSERT_TRUE(redone.ok()) << redone.status();  // the stage-0 log names "pass 2 (after step 0)"
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -79,10 +75,10 @@ TEST(ForwardPassRecoveryTest, KilledWorkerDuringAPassIsRestartedAndThePassRedone
   for (size_t mb = 0; mb < first->size(); ++mb) EXPECT_TRUE(at::equal((*redone)[mb], (*first)[mb])) << mb;
 
   // Training goes on with the restarted stage.
-  auto step = executor.Run(0, slice, *inputs, master, nullptr, nullptr);
+  auto step = pipeline.RunStep(0, slice, *inputs, master);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_TRUE(std::isfinite(step->summaries.back().losses(0)));
-  EXPECT_TRUE(stages.Stop().ok());
+  EXPECT_TRUE(pipeline.Stop().ok());
 }
 
 }  // namespace

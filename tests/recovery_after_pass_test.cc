@@ -16,8 +16,8 @@
 #include "coordinator/step_inputs.h"
 #include "core/testing/paths.h"
 #include "core/util/files.h"
+#include "stage_driver/stage_pipeline.h"
 #include "stage_driver/stage_set.h"
-#include "stage_driver/step_executor.h"
 #include "tests/local_stages.h"
 
 namespace baton {
@@ -165,30 +165,25 @@ TEST_F(RecoveryAfterPassTest, DataLostAfterAnEarlyPushIsAStallNotAWaitForTheDead
   o.stall_timeout = absl::Seconds(3);
   auto setup = SetUpJob(job, o);
   ASSERT_TRUE(setup.ok()) << setup.status();
-  StageFleet fleet;
-  fleet.job_id = JobHash(job);
   StepSlice slice;  // the whole step
   slice.schedule = setup->schedule;
-  fleet.loss_scale = 1.0f / static_cast<float>(setup->micro_batches);
-  fleet.stall_timeout = o.stall_timeout;
-  auto no_stop = [] { return false; };
-  StageSet stages(PipelineSpecFor(job), o, setup->plans[0], &fleet, no_stop);
-  ASSERT_TRUE(stages.Start().ok());
-  std::map<std::string, at::Tensor> master;
-  for (auto& client : fleet.clients) {
-    auto w = client->GetLora(fleet.job_id);
-    ASSERT_TRUE(w.ok()) << w.status();
-    for (auto& [name, t] : *w) master[name] = t;
-  }
+  FleetSettings settings;
+  settings.loss_scale = 1.0f / static_cast<float>(setup->micro_batches);
+  settings.stall_timeout = o.stall_timeout;
+  StagePipeline pipeline(PipelineSpecFor(job), o, setup->plans[0], settings, [] { return false; });
+  ASSERT_TRUE(pipeline.Start().ok());
+  auto master = pipeline.Adapters();
+  ASSERT_TRUE(master.ok()) << master.status();
   auto inputs = PrepareStepInputs(*setup, 0);
   ASSERT_TRUE(inputs.ok()) << inputs.status();
+  // Pushed early, then the inboxes emptied behind the driver's back (a stage reconfigured by nobody it knows).
+  StageFleet& fleet = pipeline.fleet_for_testing();
   ASSERT_TRUE(fleet.PushData(0, *inputs).ok());
-  inputs->data_pushed = true;
-  ++fleet.generation;  // a reconfiguration behind the coordinator's back: the inboxes are emptied
-  ASSERT_TRUE(stages.Configure().ok());
+  fleet.NewGeneration();
+  ASSERT_TRUE(pipeline.stages_for_testing().Configure().ok());
 
   const auto t0 = Clock::now();
-  auto step = fleet.RunStep(0, slice, *inputs, master, nullptr);
+  auto step = fleet.RunStep(0, slice, *inputs, *master, /*feed_data=*/false);
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_FALSE(step.ok());
   EXPECT_EQ(step.status().code(), absl::StatusCode::kDeadlineExceeded) << step.status();
@@ -196,11 +191,10 @@ TEST_F(RecoveryAfterPassTest, DataLostAfterAnEarlyPushIsAStallNotAWaitForTheDead
       << step.status();
   EXPECT_LT(seconds, 3 + 5) << "noticed at the stall timeout (3 s), not the RPC deadline (60 s)";
 
-  // The executor redoes it with its data.
-  StepExecutor executor(o, &fleet, &stages, no_stop);
-  auto redone = executor.Run(0, slice, *inputs, master, nullptr, nullptr);
+  // The pipeline runs it with its data: it holds no early push of the step at this generation.
+  auto redone = pipeline.RunStep(0, slice, *inputs, *master);
   ASSERT_TRUE(redone.ok()) << redone.status();
-  EXPECT_TRUE(stages.Stop().ok());
+  EXPECT_TRUE(pipeline.Stop().ok());
 }
 
 }  // namespace

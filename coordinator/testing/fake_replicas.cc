@@ -28,7 +28,6 @@ absl::StatusOr<std::unique_ptr<FakeReplicas>> FakeReplicas::Start(int replicas, 
   }
   f->pipeline_ = FakePipelineSpec();
   ReplicaFleetConfig config;
-  config.job_id = f->pipeline_.id;
   config.schedule_kind = ScheduleKind::kGPipe;
   config.micro_batches = micro_batches;
   config.loss_scale = 1.0f / static_cast<float>(micro_batches);
@@ -65,8 +64,9 @@ std::map<std::string, at::Tensor> FakeReplicas::Master() const {
   return master;
 }
 
-absl::StatusOr<StepOutputs> FakeReplicas::Run(int64_t step, int micro_batches, bool reduce_when_held) {
-  return set_->Run(step, FakePipeline::Inputs(micro_batches), Master(), nullptr, nullptr, reduce_when_held);
+absl::StatusOr<StepOutputs> FakeReplicas::Run(int64_t step, int micro_batches, bool reduce_when_held,
+                                              SliceGuard* guard) {
+  return set_->Run(step, FakePipeline::Inputs(micro_batches), Master(), guard, reduce_when_held);
 }
 
 }  // namespace baton

@@ -32,8 +32,9 @@ class FakeReplicas {
   // Every adapter, zeros, by name.
   std::map<std::string, at::Tensor> Master() const;
   // Step `step` over `micro_batches` tiny micro-batches, with Master()'s adapters (ReplicaSet::Run's
-  // `reduce_when_held`).
-  absl::StatusOr<StepOutputs> Run(int64_t step, int micro_batches, bool reduce_when_held = false);
+  // `reduce_when_held` and `guard`).
+  absl::StatusOr<StepOutputs> Run(int64_t step, int micro_batches, bool reduce_when_held = false,
+                                  SliceGuard* guard = nullptr);
 
  private:
   FakeReplicas() = default;

@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/util/status.h"
 #include "rpc/tls.h"
 
 namespace baton {
@@ -37,7 +38,8 @@ std::vector<StageSpec> FakeStageSlice(int i, int stages) {
   return {spec};
 }
 
-absl::StatusOr<std::unique_ptr<FakePipeline>> FakePipeline::Start(int stages, StageDriverOptions options) {
+absl::StatusOr<std::unique_ptr<FakePipeline>> FakePipeline::Start(int stages, StageDriverOptions options,
+                                                                  FleetSettings settings) {
   SetProcessSecurity(InsecureSecurity());  // remote workers need a transport; these are plaintext on loopback
   std::unique_ptr<FakePipeline> p(new FakePipeline());
   options.stages = stages;
@@ -53,19 +55,16 @@ absl::StatusOr<std::unique_ptr<FakePipeline>> FakePipeline::Start(int stages, St
   }
   p->options_ = options;
   const PipelineSpec pipeline = FakePipelineSpec();
-  p->fleet_.job_id = pipeline.id;
-  p->fleet_.stall_timeout = options.stall_timeout;
-  p->fleet_.outages.Configure(0, "", options.stall_timeout, nullptr);
-  auto never = [] { return false; };
-  p->stages_ = std::make_unique<StageSet>(pipeline, p->options_, std::move(plan), &p->fleet_, never);
-  absl::Status started = p->stages_->Start();
-  if (!started.ok()) return started;
+  settings.job_id = pipeline.id;
+  settings.stall_timeout = options.stall_timeout;
   FakePipeline* raw = p.get();
-  p->executor_ = std::make_unique<StepExecutor>(p->options_, &p->fleet_, p->stages_.get(), never,
-                                                [raw](int64_t step, int stage, const std::string&) {
-                                                  absl::MutexLock lock(&raw->mu_);
-                                                  raw->recoveries_.emplace_back(step, stage);
-                                                });
+  p->pipeline_ = std::make_unique<StagePipeline>(
+      pipeline, p->options_, std::move(plan), std::move(settings), [] { return false; },
+      [raw](int64_t step, int stage, const std::string&) {
+        absl::MutexLock lock(&raw->mu_);
+        raw->recoveries_.emplace_back(step, stage);
+      });
+  RETURN_IF_ERROR(p->pipeline_->Start());
   return p;
 }
 
@@ -101,8 +100,8 @@ StepInputs FakePipeline::Inputs(int micro_batches, const std::string& rope_key) 
 
 std::map<std::string, at::Tensor> FakePipeline::Master() const {
   std::map<std::string, at::Tensor> master;
-  for (const auto& names : fleet_.params) {
-    for (const std::string& name : names) master[name] = at::zeros({4});
+  for (int i = 0; i < pipeline_->size(); ++i) {
+    for (const std::string& name : pipeline_->params(i)) master[name] = at::zeros({4});
   }
   return master;
 }

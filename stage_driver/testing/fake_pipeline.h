@@ -1,5 +1,5 @@
-// A pipeline of fake stage workers (fake_stage_worker.h) driven as remote workers by the driver's real StageSet,
-// StageFleet and StepExecutor, all in the test's process: what the driver's unit tests run a step, a pass or a
+// A pipeline of fake stage workers (fake_stage_worker.h) driven as remote workers by the driver's real StagePipeline
+// (its StageFleet and StageSet), all in the test's process: what the driver's unit tests run a step, a pass or a
 // recovery on. Stage i holds the LoRA parameters "s<i>.a" and "s<i>.b".
 #pragma once
 
@@ -10,9 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "stage_driver/stage_fleet.h"
-#include "stage_driver/stage_set.h"
-#include "stage_driver/step_executor.h"
+#include "stage_driver/stage_pipeline.h"
 #include "stage_driver/testing/fake_stage_worker.h"
 
 namespace baton {
@@ -28,16 +26,18 @@ std::vector<StageSpec> FakeStageSlice(int i, int stages);
 
 class FakePipeline {
  public:
-  // `stages` fake workers, connected and configured. `options`: timeouts and retries (workers are filled in).
-  static absl::StatusOr<std::unique_ptr<FakePipeline>> Start(int stages, StageDriverOptions options = {});
+  // `stages` fake workers, connected and configured. `options`: timeouts and retries (workers are filled in);
+  // `settings`: what the steps carry (the job id and stall timeout are the fake's and the options').
+  static absl::StatusOr<std::unique_ptr<FakePipeline>> Start(int stages, StageDriverOptions options = {},
+                                                             FleetSettings settings = {});
   ~FakePipeline();
 
   FakeStageWorker& worker(int i) { return *workers_[i]; }
-  StageFleet& fleet() { return fleet_; }
-  StageSet& stages() { return *stages_; }
-  StepExecutor& executor() { return *executor_; }
+  StagePipeline& pipeline() { return *pipeline_; }
+  StageFleet& fleet() { return pipeline_->fleet_for_testing(); }
+  StageSet& stages() { return pipeline_->stages_for_testing(); }
   const StageDriverOptions& options() const { return options_; }
-  // The recoveries the executor began: (step, stage blamed).
+  // The recoveries the pipeline began: (step, stage blamed).
   std::vector<std::pair<int64_t, int>> recoveries() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // A whole step of `micro_batches` under GPipe.
@@ -52,9 +52,7 @@ class FakePipeline {
 
   std::vector<std::unique_ptr<FakeStageWorker>> workers_;
   StageDriverOptions options_;
-  StageFleet fleet_;
-  std::unique_ptr<StageSet> stages_;
-  std::unique_ptr<StepExecutor> executor_;
+  std::unique_ptr<StagePipeline> pipeline_;
   mutable absl::Mutex mu_;
   std::vector<std::pair<int64_t, int>> recoveries_ ABSL_GUARDED_BY(mu_);
 };
