@@ -9,6 +9,7 @@
 #include "core/sample/sample_renderer.h"
 #include "core/train/common.h"
 #include "core/util/status.h"
+#include "stage_driver/configure_request.h"
 
 namespace baton {
 
@@ -93,7 +94,8 @@ JobConfig WithConcreteExchange(const JobConfig& job, const StageDriverOptions& o
   return concrete;
 }
 
-absl::Status CheckJobPlan(const JobConfig& job, int stages) {
+absl::Status CheckJobPlan(const JobConfig& job, int stages, std::string* frozen_key) {
+  if (frozen_key != nullptr) frozen_key->clear();
   if (stages < 1) return absl::InvalidArgumentError("--stages must be ≥ 1");
   StageDriverOptions options;
   options.stages = stages;
@@ -105,7 +107,9 @@ absl::Status CheckJobPlan(const JobConfig& job, int stages) {
   RETURN_IF_ERROR(Annotate(CheckSamplesPossible(job, *model), job.source));
   if (!job.encode.encoder_worker.empty()) return absl::OkStatus();  // the cache is built at run time
   ASSIGN_OR_RETURN(auto cache, OpenTrainingCache(job, *model));
-  return PlanReplicas(job, options, *model, *cache, dtype, /*quiet=*/true).status();
+  ASSIGN_OR_RETURN(auto plans, PlanReplicas(job, options, *model, *cache, dtype, /*quiet=*/true));
+  if (frozen_key != nullptr) *frozen_key = FrozenPipelineKey(PipelineSpecFor(job), plans.front());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions& options) {

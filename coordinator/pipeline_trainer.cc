@@ -29,6 +29,7 @@
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
+#include "stage_driver/configure_request.h"
 #include "stage_driver/stage_client.h"
 #include "stage_driver/stage_denoiser.h"
 #include "stage_driver/stage_pipeline.h"
@@ -324,8 +325,8 @@ absl::StatusOr<CoordinatorResult> RunCoordinator(const JobConfig& given_job, con
       planned.push_back(bytes);
       member.push_back(member_bytes);
     }
-    options.hooks.on_start(
-        {JobHash(job), start.step, total_steps, replicas->addresses(), std::move(planned), std::move(member)});
+    options.hooks.on_start({JobHash(job), start.step, total_steps, replicas->addresses(), std::move(planned),
+                            std::move(member), FrozenPipelineKey(PipelineSpecFor(job), setup.plans.at(0))});
   }
   ASSIGN_OR_RETURN(CoordinatorResult result, TrainSteps(job, options, setup, *replicas, exchange.get(), optimizer,
                                                         start, total_steps, *log, *evals));

@@ -29,6 +29,9 @@ struct RunStart {
   // The share of it one more run beside this one on the same workers costs: its adapters (and optimizer state where
   // the stages hold it) and its in-flight activations; the frozen weights, transient and overhead are shared.
   std::vector<int64_t> member_bytes;
+  // What replica 0's stage workers hold of the frozen weights (FrozenPipelineKey of the run's own plan): a job shares
+  // them with this run only with an equal key.
+  std::string frozen_key;
 };
 struct CoordinatorHooks {
   std::function<void(const RunStart&)> on_start;                    // stages configured, before the first step

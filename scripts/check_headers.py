@@ -11,7 +11,8 @@ Usage: check_headers.py <source root>
 import pathlib
 import sys
 
-FOLDERS = ("core", "rpc", "stage_worker", "encoder_worker", "coordinator", "client", "stage_driver")
+FOLDERS = ("core", "rpc", "collective", "stage_worker", "encoder_worker", "stage_driver", "ui", "coordinator", "job_service",
+           "client")
 MAX_OPENING_LINES = 6
 
 

@@ -3,7 +3,8 @@
 
 Baton is built in floors: core/ (itself floors, util at the bottom, the single-process trainer at the top) knows no
 RPC, no socket and no process; rpc/ and collective/ (c10d groups) sit on core; the stage worker, the encoder worker and the stage driver on rpc; the
-coordinator on the stage driver; the client beside the coordinator, never on it. LEVELS below names the floors
+coordinator on the stage driver; the job service on the coordinator; the client beside the coordinator, never on
+either. LEVELS below names the floors
 bottom first, and ALLOWED says, pair by pair and with the reason, which folder's code may include which folder's
 headers. A file may always include its own folder. Test code may include more (allowed_for_tests); tests/ and
 bench/ may include anything. FORBIDDEN_HEADERS names the few headers of a lower floor a folder must still not include
@@ -37,6 +38,7 @@ LEVELS = [
     ["rpc", "collective"],
     ["stage_worker", "encoder_worker", "stage_driver", "ui"],
     ["coordinator", "client"],
+    ["job_service"],
     ["tests", "bench"],
 ]
 FLOORS = [f for level in LEVELS for f in level]
@@ -121,6 +123,11 @@ ALLOWED = [
     ("coordinator", "rpc", "it serves JobService and talks to encoder workers"),
     ("coordinator", "proto", "it speaks job_service.proto and stage.proto"),
     ("coordinator", "core", "it trains: jobs, plans, optimizer, samples"),
+    ("job_service", "coordinator", "it runs each job it admits as a training run"),
+    ("job_service", "stage_driver", "its jobs share stage workers (SharedStageWorkers) by one frozen-weights key"),
+    ("job_service", "rpc", "it serves JobService"),
+    ("job_service", "proto", "it speaks job_service.proto"),
+    ("job_service", "core", "it reads jobs, plans them and reads their logs and checkpoints"),
     ("client", "stage_driver", "`baton sample` drives stage workers itself"),
     ("client", "rpc", "it calls JobService and the workers"),
     ("client", "proto", "it speaks job_service.proto"),

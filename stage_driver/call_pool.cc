@@ -34,9 +34,8 @@ void CallPool::Work() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](CallPool* pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool->mu_) {
-            return pool->stopping_ || !pool->queue_.empty();
-          },
+          +[](CallPool* pool)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool->mu_) { return pool->stopping_ || !pool->queue_.empty(); },
           this));
       if (queue_.empty()) return;  // stopping, nothing left
       call = std::move(queue_.front());

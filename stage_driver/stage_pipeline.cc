@@ -67,13 +67,11 @@ absl::StatusOr<StepOutputs> StagePipeline::TryStep(int64_t step, const StepSlice
 }
 
 absl::StatusOr<StepOutputs> StagePipeline::RunStep(int64_t step, const StepSlice& slice, const StepInputs& inputs,
-                                                   const std::map<std::string, at::Tensor>& master,
-                                                   SliceGuard* guard) {
-  return WithRecovery<StepOutputs>(step + 1, absl::StrCat("step ", step + 1),
-                                   [&](int) -> absl::StatusOr<StepOutputs> {
-                                     if (guard != nullptr) RETURN_IF_ERROR(guard->BeforeSlice(replica()));
-                                     return TryStep(step, slice, inputs, master);
-                                   });
+                                                   const std::map<std::string, at::Tensor>& master, SliceGuard* guard) {
+  return WithRecovery<StepOutputs>(step + 1, absl::StrCat("step ", step + 1), [&](int) -> absl::StatusOr<StepOutputs> {
+    if (guard != nullptr) RETURN_IF_ERROR(guard->BeforeSlice(replica()));
+    return TryStep(step, slice, inputs, master);
+  });
 }
 
 absl::StatusOr<std::vector<at::Tensor>> StagePipeline::RunForwardPass(int64_t step, uint64_t pass,
@@ -125,7 +123,7 @@ void StagePipeline::Settled() {
 
 absl::StatusOr<std::map<std::string, at::Tensor>> StagePipeline::Adapters() {
   std::vector<TensorMap> parts(size());
-  for (const absl::Status& s : CallEach("the read of its adapters waits for it", [&](StageClient& client, int stage) {
+  for (const absl::Status& s : CallEach("the read of its adapters waits for it", [&](StageClient&client, int stage) {
          ASSIGN_OR_RETURN(parts[stage], client.GetLora(id()));
          return absl::OkStatus();
        })) {
@@ -184,8 +182,8 @@ void StagePipeline::ReportLoss(int64_t step, const StepLoss& loss) {
   if (on_recovery_) on_recovery_(step, loss.suspect, loss.cause);
 }
 
-absl::StatusOr<std::vector<int>> StagePipeline::Recover(int64_t step, const std::string& what_ran,
-                                                        const StepLoss& loss, int* retry) {
+absl::StatusOr<std::vector<int>> StagePipeline::Recover(int64_t step, const std::string& what_ran, const StepLoss& loss,
+                                                        int* retry) {
   Unsettle();
   auto lost = stages_->Recover(loss.suspect);
   while (!lost.ok() && !absl::IsDeadlineExceeded(lost.status()) && RetryableStepFailure(lost.status(), false) &&

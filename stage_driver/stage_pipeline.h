@@ -57,13 +57,12 @@ class StagePipeline {
   // before the recovery: the stage blamed (-1: a link or unknown) and what happened.
   using OnRecovery = std::function<void(int64_t step, int stage, const std::string& cause)>;
 
-  // `spec`: what every stage holds; its id is the pipeline's (settings.job_id is set from it). `plan`: [worker][chunk] block ranges (PlanStages).
-  // `options` outlives the pipeline; `stop` is polled while waiting for workers and between attempts;
-  // `on_recovery` is optional. `replica`: which of options.replicas pipelines this is (its workers, devices and
-  // metrics ports are that replica's: global worker index options.FirstWorker(replica) + stage).
+  // `spec`: what every stage holds; its id is the pipeline's (settings.job_id is set from it). `plan`: [worker][chunk]
+  // block ranges (PlanStages). `options` outlives the pipeline; `stop` is polled while waiting for workers and between
+  // attempts; `on_recovery` is optional. `replica`: which of options.replicas pipelines this is (its workers, devices
+  // and metrics ports are that replica's: global worker index options.FirstWorker(replica) + stage).
   StagePipeline(PipelineSpec spec, const StageDriverOptions& options, std::vector<std::vector<StageSpec>> plan,
-                FleetSettings settings, std::function<bool()> stop, OnRecovery on_recovery = nullptr,
-                int replica = 0);
+                FleetSettings settings, std::function<bool()> stop, OnRecovery on_recovery = nullptr, int replica = 0);
   ~StagePipeline();
 
   // Starts (local) or takes (remote) the workers, connects to and configures each.
@@ -166,7 +165,7 @@ class StagePipeline {
   // Guards the early push against a recovery, and the loss count. Never held across a call to the stages.
   mutable absl::Mutex mu_;
   Pushed pushed_ ABSL_GUARDED_BY(mu_);
-  int pushing_ ABSL_GUARDED_BY(mu_) = 0;  // early pushes in flight
+  int pushing_ ABSL_GUARDED_BY(mu_) = 0;        // early pushes in flight
   bool settling_ ABSL_GUARDED_BY(mu_) = false;  // a recovery or reconfiguration is under way
   int losses_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -18,6 +18,7 @@
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "core/util/threads.h"
+#include "rpc/frozen_key.h"
 #include "stage_worker/configure_checks.h"
 
 namespace baton {
@@ -80,16 +81,6 @@ bool StageRunner::SameStage(const v1::ConfigureRequest& req) const {
     r->clear_run_id();
   }
   return a.SerializeAsString() == b.SerializeAsString();
-}
-
-std::string StageRunner::FrozenKey(const v1::ConfigureRequest& req, const std::string& default_device) {
-  std::string key = absl::StrCat(req.model_path(), "|", req.model_config_path(), "|", req.dtype(), "|", req.quantize(),
-                                 "|", req.device().empty() ? default_device : req.device(), "|", req.block_begin(), ",",
-                                 req.block_end(), ",", req.has_embedders(), req.has_head());
-  for (const v1::StageChunk& c : req.chunks()) {
-    absl::StrAppend(&key, "|", c.block_begin(), ",", c.block_end(), ",", c.has_embedders(), c.has_head());
-  }
-  return key;
 }
 
 std::vector<FrozenTensors> StageRunner::FrozenFor(const std::string& key) const {
@@ -176,7 +167,7 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
   }
   {
     absl::MutexLock frozen_lock(&frozen_mu_);
-    frozen_key_ = FrozenKey(req, options_.device);
+    frozen_key_ = FrozenWeightsKey(req, options_.device);
     frozen_ = std::move(frozen);
   }
   config_ = req;

@@ -70,13 +70,10 @@ class StageRunner {
 
   // Checks the whole request (configure_checks.h) before it lets go of the running job: an invalid Configure
   // leaves the worker serving the job it had. `shared` (per chunk): the frozen tensors of another pipeline's stage
-  // with the same FrozenKey, used instead of loading the model's (null: load).
+  // with the same FrozenWeightsKey (rpc/frozen_key.h), used instead of loading the model's (null: load).
   absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& request,
                                                   const std::vector<FrozenTensors>* shared = nullptr)
       ABSL_LOCKS_EXCLUDED(run_mu_);
-  // What decides a stage's frozen tensors: model, config, blocks of every chunk, dtype, quantization and device
-  // (`default_device` where the request names none). Equal keys may share one copy.
-  static std::string FrozenKey(const v1::ConfigureRequest& request, const std::string& default_device);
   // This stage's frozen tensors per chunk when it is built for `key` (else empty); without run_mu_.
   std::vector<FrozenTensors> FrozenFor(const std::string& key) const ABSL_LOCKS_EXCLUDED(frozen_mu_);
   // Whether a Push with this header may be read at all (request_checks.h): the configured job, the step
@@ -232,8 +229,8 @@ class StageRunner {
   // The adapters as Configure initialized them (fp32, CPU, PEFT names): a new run on the same model starts from them,
   // exactly as a fresh worker would.
   std::map<std::string, at::Tensor> initial_lora_ ABSL_GUARDED_BY(run_mu_);
-  // The configured stage's frozen tensors (per chunk) and their FrozenKey, read by other pipelines' Configure without
-  // run_mu_ (which a step holds throughout).
+  // The configured stage's frozen tensors (per chunk) and their FrozenWeightsKey, read by other pipelines' Configure
+  // without run_mu_ (which a step holds throughout).
   mutable absl::Mutex frozen_mu_;
   std::string frozen_key_ ABSL_GUARDED_BY(frozen_mu_);
   std::vector<FrozenTensors> frozen_ ABSL_GUARDED_BY(frozen_mu_);

@@ -4,6 +4,7 @@
 
 #include "core/util/log.h"
 #include "core/util/status.h"
+#include "rpc/frozen_key.h"
 
 namespace baton {
 
@@ -45,7 +46,7 @@ absl::StatusOr<v1::ConfigureResponse> StageTenants::Configure(const v1::Configur
     return response;
   }
   std::shared_ptr<StageRunner> runner = RunnerToJoin(req.job_id());
-  const std::vector<FrozenTensors> frozen = SharedFrozen(StageRunner::FrozenKey(req, device_), runner.get());
+  const std::vector<FrozenTensors> frozen = SharedFrozen(FrozenWeightsKey(req, device_), runner.get());
   ASSIGN_OR_RETURN(auto response, runner->Configure(req, frozen.empty() ? nullptr : &frozen));
   absl::MutexLock lock(&mu_);
   by_job_[req.job_id()] = runner;

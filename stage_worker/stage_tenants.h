@@ -1,9 +1,9 @@
 // The pipelines one stage worker holds. A plain Configure gives the worker to one pipeline, as a worker always was;
 // a `shared` one (ConfigureRequest.shared: a sweep's members, many LoRAs on one loaded model) adds its pipeline beside
 // the others. Each pipeline is a StageRunner of its own (adapters, inbox, step window, generation, metrics under its
-// job's name); those of the same FrozenKey share one copy of the frozen weights (the first one's, never loaded again),
-// and all take turns on the worker's compute one forward or backward at a time (StageRunnerOptions::compute_turns),
-// so one pipeline's bubble is another's work. Thread-safe.
+// job's name); those of the same FrozenWeightsKey share one copy of the frozen weights (the first one's, never loaded
+// again), and all take turns on the worker's compute one forward or backward at a time
+// (StageRunnerOptions::compute_turns), so one pipeline's bubble is another's work. Thread-safe.
 #pragma once
 
 #include <absl/base/thread_annotations.h>
@@ -25,7 +25,7 @@ class StageTenants {
 
   // Not shared: the one runner a plain Configure always reuses (its loaded model kept where it fits) becomes the only
   // pipeline. Shared: the request's pipeline's runner (new for a job the worker does not hold), built on the frozen
-  // tensors of any pipeline of the same FrozenKey.
+  // tensors of any pipeline of the same FrozenWeightsKey.
   absl::StatusOr<v1::ConfigureResponse> Configure(const v1::ConfigureRequest& req) ABSL_LOCKS_EXCLUDED(configure_mu_);
   // The runner of pipeline `job_id`; for a job the worker does not hold, the plain one (its checks then name the
   // mismatch, as a one-pipeline worker's always did). Never null.
@@ -48,7 +48,7 @@ class StageTenants {
   // else a new one.
   std::shared_ptr<StageRunner> RunnerToJoin(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
-  const std::string device_;  // where a request that names no device computes (FrozenKey)
+  const std::string device_;  // where a request that names no device computes (FrozenWeightsKey)
   absl::Mutex configure_mu_;  // one Configure at a time (a join reads the others' frozen tensors)
   mutable absl::Mutex mu_;    // the map; never held while a runner computes or configures
   StageRunnerOptions options_ ABSL_GUARDED_BY(mu_);

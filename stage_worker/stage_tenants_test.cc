@@ -7,6 +7,7 @@
 #include "core/lora/lora.h"
 #include "core/model/flux2_weights.h"
 #include "core/testing/tiny_flux2.h"
+#include "rpc/frozen_key.h"
 
 namespace baton {
 namespace {
@@ -45,7 +46,7 @@ class StageTenantsTest : public ::testing::Test {
   }
   // The first frozen tensor and the adapters of pipeline `job`.
   at::Tensor Frozen(const std::string& job) {
-    auto frozen = tenants_->For(job)->FrozenFor(StageRunner::FrozenKey(base_, "cpu"));
+    auto frozen = tenants_->For(job)->FrozenFor(FrozenWeightsKey(base_, "cpu"));
     EXPECT_EQ(frozen.size(), 1u);
     return frozen.empty() ? at::Tensor() : frozen[0].begin()->second;
   }

@@ -7,7 +7,6 @@
 
 #include <filesystem>
 
-#include "coordinator/job_queue.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_weights.h"
@@ -16,6 +15,7 @@
 #include "core/testing/run_command.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
+#include "job_service/job_queue.h"
 #include "tests/local_stages.h"
 
 namespace baton {

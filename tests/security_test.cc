@@ -18,7 +18,6 @@
 
 #include "baton/v1/job_service.grpc.pb.h"
 #include "baton/v1/stage.grpc.pb.h"
-#include "coordinator/job_service.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
 #include "core/model/flux2_weights.h"
@@ -28,6 +27,7 @@
 #include "core/testing/spawn.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
+#include "job_service/job_service.h"
 #include "rpc/certs.h"
 #include "rpc/grpc_options.h"
 #include "rpc/tls.h"

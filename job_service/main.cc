@@ -7,12 +7,12 @@
 
 #include <string>
 
-#include "coordinator/coordinator_command.h"
 #include "coordinator/resume.h"
 #include "core/device/binary_flags.h"
 #include "core/device/determinism.h"
 #include "core/device/device.h"
 #include "core/util/stop_signals.h"
+#include "job_service/coordinator_command.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages (of each replica)");
 ABSL_FLAG(int, replicas, 0,

@@ -23,12 +23,15 @@
 #include <vector>
 
 #include "baton/v1/job_service.pb.h"
-#include "coordinator/job_history.h"
-#include "coordinator/job_submission.h"
 #include "coordinator/run_types.h"
+#include "job_service/job_history.h"
+#include "job_service/job_submission.h"
 #include "stage_driver/shared_workers.h"
 
 namespace baton {
+
+// Now, in seconds since the Unix epoch (the jobs' submit, start, end and outage times).
+double NowUnix();
 
 // The step after which a watch event's validation or samples were made.
 int64_t EvalStep(const v1::WatchEvent& e);
@@ -112,11 +115,16 @@ class JobQueue {
     std::unique_ptr<std::atomic<bool>> stop = std::make_unique<std::atomic<bool>>(false);
     // The planner's bytes per stage, all of them and one member's share (RunStart), once the run has started.
     std::vector<int64_t> planned_bytes, member_bytes;
+    // What its stage workers hold of the frozen weights (FrozenPipelineKey): planned when queued, its run's own once
+    // started (RunStart). A job shares the running ones' workers only with an equal key. "": not known (its dataset
+    // is an encoder worker's to build first): it runs alone.
+    std::string frozen_key;
   };
 
   void RunnerMain() ABSL_LOCKS_EXCLUDED(mu_);
   // A parsed and validated job into the queue, under a new id; its info.
-  v1::JobInfo EnqueueLocked(SubmittedJob submitted, JobConfig config) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobInfo EnqueueLocked(SubmittedJob submitted, JobConfig config, std::string frozen_key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why `next` may not start beside the running jobs (see the class comment); empty when it may. Also while one of
   // them has not yet reported its plan.
   std::string JoinBlockerLocked(const Job& next) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,4 +1,4 @@
-#include "coordinator/job_history.h"
+#include "job_service/job_history.h"
 
 #include <absl/strings/match.h>
 #include <absl/strings/numbers.h>

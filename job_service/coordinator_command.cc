@@ -1,4 +1,4 @@
-#include "coordinator/coordinator_command.h"
+#include "job_service/coordinator_command.h"
 
 #include <absl/strings/str_split.h>
 
@@ -9,12 +9,12 @@
 
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/expert_runs.h"
-#include "coordinator/job_service.h"
 #include "coordinator/pipeline_trainer.h"
 #include "coordinator/sweep_runs.h"
 #include "core/metrics/metrics_server.h"
 #include "core/train/job.h"
 #include "core/util/log.h"
+#include "job_service/job_service.h"
 #include "rpc/tls.h"
 #include "rpc/tls_flags.h"
 #include "stage_driver/driver_options.h"

@@ -1,4 +1,4 @@
-#include "coordinator/job_submission.h"
+#include "job_service/job_submission.h"
 
 #include <absl/strings/ascii.h>
 #include <absl/strings/match.h>

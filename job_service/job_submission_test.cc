@@ -1,4 +1,4 @@
-#include "coordinator/job_submission.h"
+#include "job_service/job_submission.h"
 
 #include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "coordinator/job_service.h"
+#include "job_service/job_service.h"
 
 #include <absl/strings/str_cat.h>
 #include <grpcpp/grpcpp.h>
@@ -12,12 +12,12 @@
 
 #include "baton/v1/job_service.grpc.pb.h"
 #include "coordinator/checkpoint.h"
-#include "coordinator/job_queue.h"
 #include "core/sample/sample_renderer.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/sha256.h"
 #include "core/util/status.h"
+#include "job_service/job_queue.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
 #include "rpc/server_start.h"

@@ -1,4 +1,4 @@
-#include "coordinator/job_history.h"
+#include "job_service/job_history.h"
 
 #include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
