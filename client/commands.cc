@@ -308,6 +308,12 @@ absl::StatusOr<PartitionOptions> PlanOptionsFromArgs(const Args& args) {
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   opts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
   ASSIGN_OR_RETURN(opts.lora_rank, args.GetInt("rank"));
+  const std::string lora_dtype = args.Get("lora-dtype").empty() ? args.Get("dtype") : args.Get("lora-dtype");
+  if (lora_dtype != "fp32" && lora_dtype != args.Get("dtype")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lora-dtype must be fp32 or the --dtype (", args.Get("dtype"), "); got ", lora_dtype));
+  }
+  opts.lora_fp32 = lora_dtype == "fp32";
   ASSIGN_OR_RETURN(opts.quantize, ParseWeightQuant(args.Get("quantize")));
   ASSIGN_OR_RETURN(opts.recompute, ParseRecomputePolicy(args.Get("recompute")));
   ASSIGN_OR_RETURN(opts.device, ParsePlanDevice(args.Get("device")));
@@ -422,6 +428,9 @@ Command PlanCommand() {
        {"device", "cuda | cpu (the fixed per-process memory: estimated on cuda, measured on cpu)", "cuda"},
        {"micro-batches", "micro-batches per step (in-flight activations); 0 = as many as stages", "0"},
        {"rank", "LoRA rank", "16"},
+       {"lora-dtype",
+        "the adapters' math (job key lora_dtype:): fp32 (each adapted input copied to fp32 under bf16) | the --dtype "
+        "(the default, as the job key's)"},
        {"replica-exchange",
         "auto | allreduce | coordinator (job key replica_exchange:): with allreduce (auto's choice unless the replicas "
         "differ in stage counts) the stages hold AdamW's state and the gradient sums (counted per stage), and the "

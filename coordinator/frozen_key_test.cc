@@ -3,12 +3,13 @@
 // (the process overhead estimated, not measured: the same cut on every machine): two jobs cut differently by their
 // micro-batch size hold different weights on a stage, and are not admitted as sharing; jobs cut alike (another
 // learning rate or LoRA dropout) share; and the key is what the stage worker keys its shared tensors by.
+#include "rpc/frozen_key.h"
+
 #include <gtest/gtest.h>
 
 #include "coordinator/job_partition.h"
 #include "core/testing/paths.h"
 #include "core/util/files.h"
-#include "rpc/frozen_key.h"
 #include "stage_driver/configure_request.h"
 
 namespace baton {

@@ -1,10 +1,9 @@
 // The queue's side of each run it starts: the hooks that carry a run's start, steps, evaluations and outages into
 // its job's record (and on to the service's watchers).
-#include "job_service/job_queue.h"
-
 #include <absl/strings/str_cat.h>
 
 #include "core/util/log.h"
+#include "job_service/job_queue.h"
 
 namespace baton {
 namespace {

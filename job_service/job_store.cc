@@ -1,7 +1,5 @@
 // The queue's records on disk: each job's job.json in its output folder, written after every change of state, and
 // read back when a service starts (jobs that were running or queued continue).
-#include "job_service/job_queue.h"
-
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <google/protobuf/util/json_util.h>
@@ -16,6 +14,7 @@
 #include "core/util/status.h"
 #include "job_service/job_admission.h"
 #include "job_service/job_history.h"
+#include "job_service/job_queue.h"
 
 namespace baton {
 

@@ -36,6 +36,8 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const PipelineSpec& pipel
   popts.devices = PlanDevices(pipeline.devices, stages, remote_workers);
   popts.device = popts.devices.empty() ? PlanDevice::kCpu : popts.devices[0];
   popts.activation_bytes = static_cast<int>(c10::elementSize(dtype));
+  popts.lora_fp32 = pipeline.lora_dtype == "fp32";
+  popts.lora_dropout = pipeline.lora.dropout > 0;
   popts.tokens_per_micro_batch = (tokens.image + tokens.text) * samples_per_micro_batch;
   popts.text_tokens_per_micro_batch = tokens.text * samples_per_micro_batch;
   popts.reference_tokens_per_micro_batch = tokens.reference * samples_per_micro_batch;

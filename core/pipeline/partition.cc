@@ -53,7 +53,9 @@ double SegmentCost(const PlanModel& m, double dispatch, int64_t i, int64_t j, in
 
 int64_t LoraInputCopyBytes(const PlanModel& m, const PartitionOptions& o) {
   // An fp32 compute dtype needs no copy: the adapters read the input itself.
-  return o.activation_bytes < 4 ? m.block_lora_input * 4 : 0;
+  if (o.activation_bytes >= 4) return 0;
+  if (o.lora_fp32) return m.block_lora_input * 4;
+  return o.lora_dropout ? m.block_lora_input * o.activation_bytes : 0;
 }
 
 int64_t TransientBytes(const PlanModel& m, const PartitionOptions& o) {

@@ -113,6 +113,11 @@ struct PartitionOptions {
   int64_t reference_tokens_per_micro_batch = 0;
   RecomputePolicy recompute = RecomputePolicy::kAll;  // see "Recompute" above
   int activation_bytes = 2;                           // bf16 activations
+  // The adapters' math (job key lora_dtype): fp32 masters cast each adapted input up (an fp32 copy the block's graph
+  // keeps under a narrower compute dtype); in the compute dtype they read the input itself, and only LoRA dropout
+  // keeps a copy (the dropped input, in the compute dtype).
+  bool lora_fp32 = true;
+  bool lora_dropout = false;
   ScheduleKind schedule = ScheduleKind::k1F1B;
   int micro_batches = 0;  // for the in-flight term; 0 = assume >= stages
   PlanDevice device = PlanDevice::kCuda;
