@@ -38,6 +38,22 @@ absl::Status LocalOptimizer::Hold(int64_t step, bool add, const Tensors& grads) 
   return absl::OkStatus();
 }
 
+LocalOptimizer::~LocalOptimizer() {
+  Abandon();
+  for (auto& [thread, done] : reductions_) thread.join();
+}
+
+void LocalOptimizer::JoinEnded() {
+  for (auto it = reductions_.begin(); it != reductions_.end();) {
+    if (it->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      ++it;
+      continue;
+    }
+    it->first.join();
+    it = reductions_.erase(it);
+  }
+}
+
 void LocalOptimizer::Abandon() {
   if (!flight_) return;
   flight_.reset();
@@ -76,14 +92,19 @@ absl::Status LocalOptimizer::StartReduce(int64_t step) {
   if (group_->size() == 1) return absl::OkStatus();  // nothing to sum: Reduce takes the held sum as it is
   auto promise = std::make_shared<std::promise<std::pair<absl::Status, double>>>();
   Flight flight{step, group_, std::make_shared<at::Tensor>(), promise->get_future().share()};
-  // Detached: a reduction given up may wait out a silent peer; the thread then ends on its own, taking the group. The
-  // copy to the host (Gloo sums host memory) is made there too, off the compute thread.
-  std::thread([group = flight.group, host = flight.flat, on_device = FlattenOnDevice(), promise]() mutable {
+  // Not waited for: a reduction given up may wait out a silent peer; the thread then ends on its own, releasing the
+  // group, and is joined by the next StartReduce or the destructor. The copy to the host (Gloo sums host memory) is
+  // made there too, off the compute thread.
+  JoinEnded();
+  std::thread reduce([group = flight.group, host = flight.flat, on_device = FlattenOnDevice(), promise]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
     *host = on_device.to(at::kCPU).contiguous();
     absl::Status status = group->AllreduceSum(*host);
+    on_device = at::Tensor();  // the device buffer released before the outcome is seen
+    group.reset();
     promise->set_value({status, SecondsSince(t0)});
-  }).detach();
+  });
+  reductions_.emplace_back(std::move(reduce), flight.done);
   flight_ = std::move(flight);
   return absl::OkStatus();
 }

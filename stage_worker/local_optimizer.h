@@ -11,7 +11,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "baton/v1/stage.pb.h"
 #include "collective/peer_group.h"
@@ -27,6 +29,11 @@ namespace baton {
 class LocalOptimizer {
  public:
   using Tensors = std::map<std::string, at::Tensor>;
+
+  LocalOptimizer() = default;
+  // Joins every reduction's thread: one given up waits out its group's timeout at most (none outlives the worker
+  // holding a device tensor and a Gloo group, which crashed its exit now and then).
+  ~LocalOptimizer();
 
   // The summed gradients of one plan (device tensors, by name): a new sum for `step`, or (`add`) added to the sum held
   // for the same step.
@@ -70,6 +77,8 @@ class LocalOptimizer {
                                              v1::ReduceResponse& response);
   // A reduction in flight given up, and its group with it.
   void Abandon();
+  // The threads of reductions that have ended, joined.
+  void JoinEnded();
   // FAILED_PRECONDITION unless a sum of `step` is held.
   absl::Status CheckHeld(int64_t step) const;
   // The held and reduced sums dropped (and any reduction in flight given up).
@@ -89,6 +98,8 @@ class LocalOptimizer {
   Tensors reduced_;            // on the stage's device
   std::shared_ptr<PeerGroup> group_;
   std::optional<Flight> flight_;
+  // Every reduction's thread with its outcome (ready once it ended): joined when ended, all by the destructor.
+  std::vector<std::pair<std::thread, std::shared_future<std::pair<absl::Status, double>>>> reductions_;
   std::optional<OptimizerConfig> config_;  // from the last JoinGroup
   std::string settings_bytes_;             // its settings, serialized (new ones rebuild the optimizer)
   std::unique_ptr<Optimizer> optimizer_;   // built by the first Update after a Load or new settings
