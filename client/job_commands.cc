@@ -4,7 +4,6 @@
 #include <absl/strings/str_format.h>
 #include <absl/time/clock.h>
 #include <absl/time/time.h>
-#include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,15 +16,11 @@
 #include "client/watch_view.h"
 #include "core/train/job.h"
 #include "core/util/files.h"
-#include "core/util/sha256.h"
 #include "core/util/status.h"
-#include "rpc/grpc_options.h"
-#include "rpc/grpc_status.h"
+#include "ui/job_client.h"
 
 namespace baton {
 namespace {
-
-constexpr absl::Duration kCallTimeout = absl::Seconds(60);  // unary calls; Submit validates the job meanwhile
 
 std::string DefaultCoordinator() {
   const char* env = std::getenv("BATON_COORDINATOR");
@@ -36,9 +31,12 @@ FlagSpec CoordinatorFlag() {
   return {"coordinator", "job service address (coordinator --listen); env BATON_COORDINATOR", DefaultCoordinator()};
 }
 
-absl::StatusOr<std::unique_ptr<v1::JobService::Stub>> Connect(const Args& args) {
+// The job service's client (ui/job_client.h: every call written once, for the browser view too); the channel
+// carries this user's token, so the calls pass none.
+absl::StatusOr<std::unique_ptr<JobClient>> Connect(const Args& args) {
   ASSIGN_OR_RETURN(auto credentials, ClientCredentials(args));
-  return v1::JobService::NewStub(MakeChannel(args.Get("coordinator"), credentials));
+  const std::string address = args.Get("coordinator");
+  return std::make_unique<JobClient>(address, credentials, absl::StrCat("coordinator ", address));
 }
 
 // The coordinator's address and how to authenticate to it: every job command's flags.
@@ -46,23 +44,6 @@ std::vector<FlagSpec> ServerFlags(std::vector<FlagSpec> specs) {
   specs.push_back(CoordinatorFlag());
   for (FlagSpec& f : SecurityFlags()) specs.push_back(std::move(f));
   return specs;
-}
-
-absl::Status CallStatus(const grpc::Status& status, const Args& args) {
-  return FromGrpcStatus(status, absl::StrCat("coordinator ", args.Get("coordinator")));
-}
-
-void SetDeadline(grpc::ClientContext* ctx) { ctx->set_deadline(DeadlineAfter(kCallTimeout)); }
-
-// One unary JobService call: the call deadline, the connection, and the status as the job commands report it.
-template <typename Request, typename Response>
-absl::Status CallUnary(const Args& args,
-                       grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                       const Request& req, Response* resp) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  ASSIGN_OR_RETURN(auto stub, Connect(args));
-  return CallStatus(((*stub).*method)(&ctx, req, resp), args);
 }
 
 std::string Clock(double unix_seconds) {
@@ -83,8 +64,8 @@ absl::Status Submit(const Args& args) {
   req.set_name(args.Get("name"));
   ASSIGN_OR_RETURN(int64_t steps, args.GetInt("steps"));
   req.set_steps(steps);
-  v1::SubmitResponse resp;
-  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::Submit, req, &resp));
+  ASSIGN_OR_RETURN(auto client, Connect(args));
+  ASSIGN_OR_RETURN(const v1::SubmitResponse resp, client->Submit("", req));
   std::printf(
       "job %s (%s) %s; output %s on the coordinator\n", resp.job_id().c_str(), resp.job().name().c_str(),
       resp.queue_position() == 0 ? "starts now" : absl::StrCat("queued at position ", resp.queue_position()).c_str(),
@@ -93,10 +74,8 @@ absl::Status Submit(const Args& args) {
 }
 
 absl::Status ShowStatus(const Args& args) {
-  v1::StatusRequest req;
-  req.set_job_id(args.Get("JOB_ID"));
-  v1::JobInfo job;
-  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::Status, req, &job));
+  ASSIGN_OR_RETURN(auto client, Connect(args));
+  ASSIGN_OR_RETURN(const v1::JobInfo job, client->Status("", args.Get("JOB_ID")));
   std::printf("%s", JobPanel(job).c_str());
   if (job.state() == v1::JOB_STATE_QUEUED) {
     std::printf("queue position: %d%s%s\n", job.queue_position(), job.waiting_for().empty() ? "" : "; waiting for ",
@@ -108,8 +87,8 @@ absl::Status ShowStatus(const Args& args) {
 }
 
 absl::Status List(const Args& args) {
-  v1::ListResponse resp;
-  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::List, v1::ListRequest(), &resp));
+  ASSIGN_OR_RETURN(auto client, Connect(args));
+  ASSIGN_OR_RETURN(const v1::ListResponse resp, client->List(""));
   std::printf("%-6s %-24s %-9s %-13s %-9s %-9s %s\n", "ID", "NAME", "STATE", "STEP", "LOSS", "S/STEP", "ETA/QUEUE");
   for (const v1::JobInfo& j : resp.jobs()) {
     const v1::StepProgress& s = j.last_step();
@@ -128,25 +107,18 @@ absl::Status Watch(const Args& args) {
   v1::WatchRequest req;
   req.set_job_id(args.Get("JOB_ID"));
   const bool tty = ::isatty(STDOUT_FILENO) && !args.GetBool("plain");
-  ASSIGN_OR_RETURN(auto stub, Connect(args));
+  ASSIGN_OR_RETURN(auto client, Connect(args));
   if (args.Has("from-step")) {
     ASSIGN_OR_RETURN(int64_t from_step, args.GetInt("from-step"));
     req.set_from_step(from_step);
   } else if (tty) {  // the panel shows the latest step: no need to redraw the whole history first
-    grpc::ClientContext status_ctx;
-    SetDeadline(&status_ctx);
-    v1::StatusRequest status_req;
-    status_req.set_job_id(req.job_id());
-    v1::JobInfo now;
-    if (stub->Status(&status_ctx, status_req, &now).ok())
-      req.set_from_step(std::max<int64_t>(0, now.last_step().step() - 1));
+    absl::StatusOr<v1::JobInfo> now = client->Status("", req.job_id());
+    if (now.ok()) req.set_from_step(std::max<int64_t>(0, now->last_step().step() - 1));
   }
-  grpc::ClientContext ctx;  // no deadline: a job runs for hours
-  auto reader = stub->Watch(&ctx, req);
-  v1::WatchEvent event;
   v1::JobInfo last;
+  bool ended = false;  // the final event came
   int drawn_lines = 0;
-  while (reader->Read(&event)) {
+  RETURN_IF_ERROR(client->Watch("", req, [&](const v1::WatchEvent& event) {
     last = event.job();
     if (tty) {
       std::string panel = JobPanel(last);
@@ -167,11 +139,10 @@ absl::Status Watch(const Args& args) {
       std::printf("%s\n", JobSummaryLine(last).c_str());
     }
     std::fflush(stdout);
-    if (event.final()) break;
-  }
-  grpc::Status status = reader->Finish();
-  if (!status.ok()) return CallStatus(status, args);
-  if (!event.final()) return absl::UnavailableError("the watch ended before the job did");
+    ended = event.final();
+    return !ended;
+  }));
+  if (!ended) return absl::UnavailableError("the watch ended before the job did");
   if (tty) std::printf("%s\n", JobSummaryLine(last).c_str());
   if (last.state() == v1::JOB_STATE_FAILED) {
     return absl::AbortedError(absl::StrCat("job ", last.job_id(), " failed: ", last.error()));
@@ -180,10 +151,8 @@ absl::Status Watch(const Args& args) {
 }
 
 absl::Status Stop(const Args& args) {
-  v1::StopRequest req;
-  req.set_job_id(args.Get("JOB_ID"));
-  v1::JobInfo job;
-  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::Stop, req, &job));
+  ASSIGN_OR_RETURN(auto client, Connect(args));
+  ASSIGN_OR_RETURN(const v1::JobInfo job, client->Stop("", args.Get("JOB_ID")));
   if (job.state() == v1::JOB_STATE_STOPPED) {
     std::printf("job %s removed from the queue\n", job.job_id().c_str());
   } else {
@@ -194,10 +163,8 @@ absl::Status Stop(const Args& args) {
 }
 
 absl::Status Continue(const Args& args) {
-  v1::ContinueRequest req;
-  req.set_job_id(args.Get("JOB_ID"));
-  v1::JobInfo job;
-  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::Continue, req, &job));
+  ASSIGN_OR_RETURN(auto client, Connect(args));
+  ASSIGN_OR_RETURN(const v1::JobInfo job, client->Continue("", args.Get("JOB_ID")));
   std::printf("job %s queued at position %d: it continues from its newest checkpoint (step %lld) (baton watch %s)\n",
               job.job_id().c_str(), job.queue_position(), static_cast<long long>(job.last_checkpoint_step()),
               job.job_id().c_str());
@@ -205,11 +172,10 @@ absl::Status Continue(const Args& args) {
 }
 
 absl::Status Checkpoints(const Args& args) {
-  v1::ListCheckpointsRequest req;
-  req.set_job_id(args.Get("JOB_ID"));
-  v1::ListCheckpointsResponse resp;
-  RETURN_IF_ERROR(CallUnary(args, &v1::JobService::Stub::ListCheckpoints, req, &resp));
-  if (resp.checkpoints().empty()) std::printf("job %s has no checkpoints yet\n", req.job_id().c_str());
+  const std::string job_id = args.Get("JOB_ID");
+  ASSIGN_OR_RETURN(auto client, Connect(args));
+  ASSIGN_OR_RETURN(const v1::ListCheckpointsResponse resp, client->Checkpoints("", job_id));
+  if (resp.checkpoints().empty()) std::printf("job %s has no checkpoints yet\n", job_id.c_str());
   for (const v1::CheckpointInfo& c : resp.checkpoints()) {
     std::printf("step %-8lld %s  lora %.2f MB  total %.2f MB  %s\n", static_cast<long long>(c.step()),
                 Clock(c.time_unix()).c_str(), static_cast<double>(c.lora_bytes()) / 1e6,
@@ -218,7 +184,8 @@ absl::Status Checkpoints(const Args& args) {
   return absl::OkStatus();
 }
 
-// Streams the file into memory, checks its size and SHA-256, then writes --out atomically.
+// Streams the file into memory, checked as it comes (offsets, size, SHA-256: JobClient::Download), then writes --out
+// atomically.
 absl::Status Download(const Args& args) {
   v1::DownloadRequest req;
   req.set_job_id(args.Get("JOB_ID"));
@@ -237,25 +204,13 @@ absl::Status Download(const Args& args) {
   } else if (args.Has("image")) {
     return absl::InvalidArgumentError("--image needs --samples STEP");
   }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(DeadlineAfter(absl::Minutes(30)));
-  ASSIGN_OR_RETURN(auto stub, Connect(args));
-  auto reader = stub->Download(&ctx, req);
-  v1::FileChunk chunk;
+  ASSIGN_OR_RETURN(auto client, Connect(args));
   std::string data, sha;
-  int64_t total = -1;
-  while (reader->Read(&chunk)) {
-    if (chunk.offset() != static_cast<int64_t>(data.size())) return absl::DataLossError("download: chunk out of order");
+  RETURN_IF_ERROR(client->Download("", req, [&](const v1::FileChunk& chunk) {
     data += chunk.data();
-    total = chunk.total_bytes();
     if (!chunk.sha256().empty()) sha = chunk.sha256();
-  }
-  RETURN_IF_ERROR(CallStatus(reader->Finish(), args));
-  Sha256 hash;
-  hash.Update(data);
-  if (static_cast<int64_t>(data.size()) != total || DigestToHex(hash.Finish()) != sha) {
-    return absl::DataLossError(absl::StrCat("download: got ", data.size(), " of ", total, " bytes or a wrong SHA-256"));
-  }
+    return true;
+  }));
   RETURN_IF_ERROR(WriteFileAtomic(args.Get("out"), data));
   std::printf("wrote %s (%.2f MB, sha256 %s)\n", args.Get("out").c_str(), static_cast<double>(data.size()) / 1e6,
               sha.c_str());

@@ -257,7 +257,7 @@ std::unique_ptr<ReplicaSet> MakeReplicas(const JobConfig& job, const Coordinator
   // job: the same file submitted twice) a random suffix of this run's as well.
   const std::string pipeline_id =
       options.shared_stages ? absl::StrCat(JobHash(job), "-", NewRunId().substr(0, 12)) : JobHash(job);
-  ReplicaFleetConfig config;
+  ReplicaConfig config;
   config.schedule_kind = setup.schedule.kind;
   config.chunks = setup.schedule.chunks;
   config.micro_batches = setup.micro_batches;

@@ -43,7 +43,7 @@ absl::StatusOr<StepOutputs> MergeReplicaOutputs(std::vector<StepOutputs> outputs
 }
 
 ReplicaSet::ReplicaSet(const PipelineSpec& pipeline, const StageDriverOptions& options,
-                       const std::vector<std::vector<std::vector<StageSpec>>>& plans, ReplicaFleetConfig config,
+                       const std::vector<std::vector<std::vector<StageSpec>>>& plans, ReplicaConfig config,
                        std::function<bool()> stop, StagePipeline::OnRecovery on_recovery)
     : options_(options),
       config_(std::move(config)),

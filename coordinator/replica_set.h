@@ -25,7 +25,7 @@
 namespace baton {
 
 // What every replica's pipeline is set up with: the step's micro-batches over all replicas and what its plans carry.
-struct ReplicaFleetConfig {
+struct ReplicaConfig {
   ScheduleKind schedule_kind = ScheduleKind::k1F1B;
   int chunks = 1;
   int micro_batches = 1;    // the step's, over all replicas
@@ -58,7 +58,7 @@ class ReplicaSet {
   // of a lost stage. Replicas of different stage counts need a schedule that is not interleaved (a slice is a multiple
   // of the stages there).
   ReplicaSet(const PipelineSpec& pipeline, const StageDriverOptions& options,
-             const std::vector<std::vector<std::vector<StageSpec>>>& plans, ReplicaFleetConfig config,
+             const std::vector<std::vector<std::vector<StageSpec>>>& plans, ReplicaConfig config,
              std::function<bool()> stop, StagePipeline::OnRecovery on_recovery);
   ~ReplicaSet();
 
@@ -153,7 +153,7 @@ class ReplicaSet {
   absl::Status PublishTargets() const;
 
   const StageDriverOptions& options_;
-  const ReplicaFleetConfig config_;
+  const ReplicaConfig config_;
   std::vector<std::unique_ptr<StagePipeline>> pipelines_;  // [replica]
   std::map<std::pair<int, int>, Schedule> schedules_;  // by (stages, micro-batches); filled by Start, then read-only
   std::vector<std::thread> recoveries_;  // [replica]; started and joined by the thread that calls Run and Stop

@@ -123,10 +123,11 @@ void StagePipeline::Settled() {
 
 absl::StatusOr<std::map<std::string, at::Tensor>> StagePipeline::Adapters() {
   std::vector<TensorMap> parts(size());
-  for (const absl::Status& s : CallEach("the read of its adapters waits for it", [&](StageClient&client, int stage) {
-         ASSIGN_OR_RETURN(parts[stage], client.GetLora(id()));
-         return absl::OkStatus();
-       })) {
+  auto read = [&](StageClient& client, int stage) -> absl::Status {
+    ASSIGN_OR_RETURN(parts[stage], client.GetLora(id()));
+    return absl::OkStatus();
+  };
+  for (const absl::Status& s : CallEach("the read of its adapters waits for it", read)) {
     RETURN_IF_ERROR(s);
   }
   std::map<std::string, at::Tensor> adapters;

@@ -12,18 +12,20 @@
 namespace baton {
 namespace {
 
-constexpr absl::Duration kCallTimeout = absl::Seconds(30);      // Submit validates the job meanwhile
+constexpr absl::Duration kCallTimeout = absl::Seconds(60);      // Submit validates (and plans) the job meanwhile
 constexpr absl::Duration kDownloadTimeout = absl::Minutes(30);  // a LoRA of hundreds of MB on a slow link
 
+// `timeout` zero: none.
 void Prepare(grpc::ClientContext* ctx, const std::string& token, absl::Duration timeout) {
-  ctx->set_deadline(DeadlineAfter(timeout));
+  if (timeout > absl::ZeroDuration()) ctx->set_deadline(DeadlineAfter(timeout));
   if (!token.empty()) ctx->AddMetadata("authorization", absl::StrCat("Bearer ", token));
 }
 
 }  // namespace
 
-JobClient::JobClient(std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials)
+JobClient::JobClient(std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials, std::string peer)
     : address_(std::move(address)),
+      peer_(peer.empty() ? "the job service " + address_ : std::move(peer)),
       channel_(MakeChannel(address_, std::move(credentials))),
       stub_(v1::JobService::NewStub(channel_)) {}
 
@@ -31,14 +33,14 @@ namespace {
 
 // One unary call with the user's token and the call deadline.
 template <typename Request, typename Response>
-absl::StatusOr<Response> Unary(v1::JobService::Stub& stub, const std::string& address, const std::string& token,
+absl::StatusOr<Response> Unary(v1::JobService::Stub& stub, const std::string& peer, const std::string& token,
                                grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*, const Request&,
                                                                             Response*),
                                const Request& req) {
   grpc::ClientContext ctx;
   Prepare(&ctx, token, kCallTimeout);
   Response resp;
-  absl::Status s = FromGrpcStatus((stub.*method)(&ctx, req, &resp), "the job service " + address);
+  absl::Status s = FromGrpcStatus((stub.*method)(&ctx, req, &resp), peer);
   if (!s.ok()) return s;
   return resp;
 }
@@ -46,40 +48,40 @@ absl::StatusOr<Response> Unary(v1::JobService::Stub& stub, const std::string& ad
 }  // namespace
 
 absl::StatusOr<v1::ListResponse> JobClient::List(const std::string& token) const {
-  return Unary(*stub_, address_, token, &v1::JobService::Stub::List, v1::ListRequest());
+  return Unary(*stub_, peer_, token, &v1::JobService::Stub::List, v1::ListRequest());
 }
 
 absl::StatusOr<v1::JobInfo> JobClient::Status(const std::string& token, const std::string& job_id) const {
   v1::StatusRequest req;
   req.set_job_id(job_id);
-  return Unary(*stub_, address_, token, &v1::JobService::Stub::Status, req);
+  return Unary(*stub_, peer_, token, &v1::JobService::Stub::Status, req);
 }
 
 absl::StatusOr<v1::HistoryResponse> JobClient::History(const std::string& token, const v1::HistoryRequest& req) const {
-  return Unary(*stub_, address_, token, &v1::JobService::Stub::History, req);
+  return Unary(*stub_, peer_, token, &v1::JobService::Stub::History, req);
 }
 
 absl::StatusOr<v1::SubmitResponse> JobClient::Submit(const std::string& token, const v1::SubmitRequest& req) const {
-  return Unary(*stub_, address_, token, &v1::JobService::Stub::Submit, req);
+  return Unary(*stub_, peer_, token, &v1::JobService::Stub::Submit, req);
 }
 
 absl::StatusOr<v1::JobInfo> JobClient::Stop(const std::string& token, const std::string& job_id) const {
   v1::StopRequest req;
   req.set_job_id(job_id);
-  return Unary(*stub_, address_, token, &v1::JobService::Stub::Stop, req);
+  return Unary(*stub_, peer_, token, &v1::JobService::Stub::Stop, req);
 }
 
 absl::StatusOr<v1::JobInfo> JobClient::Continue(const std::string& token, const std::string& job_id) const {
   v1::ContinueRequest req;
   req.set_job_id(job_id);
-  return Unary(*stub_, address_, token, &v1::JobService::Stub::Continue, req);
+  return Unary(*stub_, peer_, token, &v1::JobService::Stub::Continue, req);
 }
 
 absl::StatusOr<v1::ListCheckpointsResponse> JobClient::Checkpoints(const std::string& token,
                                                                    const std::string& job_id) const {
   v1::ListCheckpointsRequest req;
   req.set_job_id(job_id);
-  return Unary(*stub_, address_, token, &v1::JobService::Stub::ListCheckpoints, req);
+  return Unary(*stub_, peer_, token, &v1::JobService::Stub::ListCheckpoints, req);
 }
 
 absl::Status JobClient::Download(const std::string& token, const v1::DownloadRequest& req,
@@ -102,12 +104,30 @@ absl::Status JobClient::Download(const std::string& token, const v1::DownloadReq
     }
     pending = std::move(chunk);
   }
-  absl::Status finished = FromGrpcStatus(reader->Finish(), "the job service " + address_);
+  absl::Status finished = FromGrpcStatus(reader->Finish(), peer_);
   if (!bad.ok()) return bad;
   if (!finished.ok() || stopped) return finished;
   RETURN_IF_ERROR(check.Done());
   if (pending) on_chunk(*pending);
   return absl::OkStatus();
+}
+
+absl::Status JobClient::Watch(const std::string& token, const v1::WatchRequest& req,
+                              const std::function<bool(const v1::WatchEvent&)>& on_event) const {
+  grpc::ClientContext ctx;
+  Prepare(&ctx, token, absl::ZeroDuration());
+  auto reader = stub_->Watch(&ctx, req);
+  v1::WatchEvent event;
+  bool stopped = false;
+  while (reader->Read(&event)) {
+    if (!on_event(event)) {
+      stopped = true;
+      ctx.TryCancel();
+      break;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  return stopped ? absl::OkStatus() : FromGrpcStatus(status, peer_);
 }
 
 absl::Status DownloadCheck::Add(const v1::FileChunk& chunk) {

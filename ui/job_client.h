@@ -1,5 +1,6 @@
-// The browser view's calls to the job service (coordinator --listen), each made with the signed-in user's token
-// (`authorization: Bearer`): the view holds no token of its own, so it can do only what its user could with `baton`.
+// The one client of the job service (coordinator --listen): every call `baton`'s job commands and the browser view
+// make, written once. The view passes each signed-in user's token (`authorization: Bearer`; it holds none of its
+// own, so it can do only what its user could with `baton`); `baton` passes none (its channel carries its own).
 #pragma once
 
 #include <absl/status/statusor.h>
@@ -30,7 +31,8 @@ class DownloadCheck {
 
 class JobClient {
  public:
-  JobClient(std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials);
+  // `peer`: how errors name the service ("coordinator 10.0.0.1:7070"; default "the job service ADDRESS").
+  JobClient(std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials, std::string peer = "");
 
   const std::string& address() const { return address_; }
   absl::StatusOr<v1::ListResponse> List(const std::string& token) const;
@@ -45,9 +47,14 @@ class JobClient {
   // and the whole file matched its SHA-256: a bad download never reaches its end (DATA_LOSS).
   absl::Status Download(const std::string& token, const v1::DownloadRequest& req,
                         const std::function<bool(const v1::FileChunk&)>& on_chunk) const;
+  // Follows a job: `on_event` for each event as it comes (false: stop, the call is cancelled), no deadline (a job runs
+  // for hours). OK when the stream ended or was stopped.
+  absl::Status Watch(const std::string& token, const v1::WatchRequest& req,
+                     const std::function<bool(const v1::WatchEvent&)>& on_event) const;
 
  private:
   std::string address_;
+  std::string peer_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> stub_;
 };

@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<FakeReplicas>> FakeReplicas::Start(int replicas, 
     f->plans_.push_back(plan);
   }
   f->pipeline_ = FakePipelineSpec();
-  ReplicaFleetConfig config;
+  ReplicaConfig config;
   config.schedule_kind = ScheduleKind::kGPipe;
   config.micro_batches = micro_batches;
   config.loss_scale = 1.0f / static_cast<float>(micro_batches);
