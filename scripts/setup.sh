@@ -7,7 +7,7 @@
 #      transformers, tokenizers, safetensors). Reinstalled only when requirements.txt changes.
 #   3. CMake finds that libtorch through torch.utils.cmake_prefix_path.
 # Environment: BUILD_DIR (build), JOBS (nproc), CXX (clang++-14 when installed), CMAKE_ARGS, BUILD_TARGETS (the
-# targets to build, space-separated; empty: everything, the tests included). --no-build: steps 1 and 2 only.
+# targets to build, space-separated; empty: everything, the tests included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +35,6 @@ if [[ ! -x $VENV/bin/python || ! -f $stamp || $(cat "$stamp") != "$want" ]]; the
   "$VENV/bin/python" -m pip install -q --progress-bar off -r "$REQ"
   echo "$want" >"$stamp"
 fi
-[[ ${1:-} == --no-build ]] && exit 0
 TORCH_PREFIX=$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 
 BUILD_DIR=${BUILD_DIR:-build}

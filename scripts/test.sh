@@ -5,14 +5,9 @@
 # from .venv on tiny random weights, and the browser tests (ctest -L browser), which drive `baton ui` in Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The browser tests (ctest -L browser) drive Debian's Chromium, headless, through its driver: only the tests need them.
-# Fetched and installed while the build compiles (a download beside a CPU-bound build), once the build's own packages
-# are in, so that the two installs never want apt's lock at once.
-scripts/setup.sh --no-build
-scripts/install_packages.sh chromium chromium-driver &
-chromium=$!
 scripts/setup.sh
-wait $chromium || { echo "test: installing Chromium for the browser tests failed" >&2; exit 1; }
+# The browser tests (ctest -L browser) drive Debian's Chromium, headless, through its driver: only the tests need them.
+scripts/install_packages.sh chromium chromium-driver
 scripts/check_format.sh
 BUILD=${BUILD_DIR:-build}
 # The fuzz targets' clang + ASan/UBSan tree (ctest fuzz_bounded runs them 10 s each), built here rather than inside
