@@ -8,6 +8,7 @@
 #include "coordinator/encode_step.h"
 #include "core/sample/sample_renderer.h"
 #include "core/train/common.h"
+#include "core/train/experts.h"
 #include "core/util/status.h"
 #include "stage_driver/configure_request.h"
 
@@ -108,7 +109,14 @@ absl::Status CheckJobPlan(const JobConfig& job, int stages, std::string* frozen_
   if (!job.encode.encoder_worker.empty()) return absl::OkStatus();  // the cache is built at run time
   ASSIGN_OR_RETURN(auto cache, OpenTrainingCache(job, *model));
   ASSIGN_OR_RETURN(auto plans, PlanReplicas(job, options, *model, *cache, dtype, /*quiet=*/true));
-  if (frozen_key != nullptr) *frozen_key = FrozenPipelineKey(PipelineSpecFor(job), plans.front());
+  if (frozen_key == nullptr) return absl::OkStatus();
+  // One expert's job runs its expert's transformer (another folder, the same shape: the same cut).
+  JobConfig keyed = job;
+  if (job.expert == "high" || job.expert == "low") {
+    ASSIGN_OR_RETURN(std::vector<ExpertRun> runs, PlanExpertRuns(job, "", job.steps));
+    keyed = runs.front().job;
+  }
+  *frozen_key = FrozenPipelineKey(PipelineSpecFor(keyed), plans.front());
   return absl::OkStatus();
 }
 

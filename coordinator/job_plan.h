@@ -36,7 +36,7 @@ struct JobSetup {
 // fit each other, the schedule suits `stages` (or each of the job's `replica_stages`), and the planner fits the model
 // into them (job service: at submit). A job whose dataset an encoder worker builds first is checked only as far as
 // the model. `frozen_key` (optional) gets what its stage workers would hold of the frozen weights (FrozenPipelineKey
-// of replica 0's plan; "" when there is no plan yet: an encoder worker's dataset).
+// of replica 0's plan, one expert's job: its expert's; "" when there is no plan yet: an encoder worker's dataset).
 absl::Status CheckJobPlan(const JobConfig& job, int stages, std::string* frozen_key = nullptr);
 
 // The job's replica shape over the coordinator's options: `replica_stages` (which sets the replicas and replica 0's

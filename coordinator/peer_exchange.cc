@@ -237,19 +237,12 @@ absl::StatusOr<PeerExchange::Tensors> PeerExchange::CurrentState(int except) {
                                        "; the coordinator holds that of step ", start_steps_ + cache_updates_));
   for (int q = 0; q < replicas_->size(); ++q) {
     if (q == except || !replicas_->Ready(q) || !Current(q)) continue;
-    std::vector<Tensors> parts(stages_);
-    absl::Status pulled = FirstError(replicas_->pipeline(q).CallEach(
-        "the read-back of the run's state waits for it", [&](StageClient& client, int s) -> absl::Status {
-          ASSIGN_OR_RETURN(parts[s], client.GetLora(job_id_, /*optimizer_state=*/true));
-          return absl::OkStatus();
-        }));
-    if (!pulled.ok()) {
-      last = pulled;
+    absl::StatusOr<Tensors> state = replicas_->pipeline(q).Adapters(/*optimizer_state=*/true);
+    if (!state.ok()) {
+      last = state.status();
       continue;
     }
-    Tensors state;
-    for (Tensors& part : parts) state.merge(part);
-    cache_ = std::move(state);
+    cache_ = std::move(*state);
     cache_updates_ = updates_;
     return cache_;
   }

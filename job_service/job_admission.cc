@@ -7,20 +7,13 @@
 
 #include "coordinator/job_plan.h"
 #include "core/pipeline/partition.h"
-#include "core/train/experts.h"
 #include "job_service/job_queue.h"
 
 namespace baton {
 
 std::string PlannedFrozenKey(const JobConfig& job, int stages) {
-  JobConfig run = job;
-  if (job.expert == "high" || job.expert == "low") {
-    auto runs = PlanExpertRuns(job, "", job.steps);
-    if (!runs.ok() || runs->empty()) return "";
-    run = runs->front().job;
-  }
   std::string key;
-  return CheckJobPlan(run, stages, &key).ok() ? key : "";
+  return CheckJobPlan(job, stages, &key).ok() ? key : "";
 }
 
 namespace {

@@ -9,9 +9,9 @@
 
 namespace baton {
 
-// What the job's stage workers would hold of the frozen weights, planned as the service would start it (its expert's,
-// for one expert) on `stages` workers; "" when it cannot be planned yet (its dataset is an encoder worker's to build
-// first): such a job runs alone.
+// What the job's stage workers would hold of the frozen weights, planned as the service would start it on `stages`
+// workers (CheckJobPlan); "" when it cannot be planned yet (its dataset is an encoder worker's to build first): such a
+// job runs alone. A job planned at submit has its key from the submit's check already.
 std::string PlannedFrozenKey(const JobConfig& job, int stages);
 
 }  // namespace baton

@@ -62,8 +62,8 @@ absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted) {
   }
   std::vector<std::string> keys;
   for (const auto& [one, job] : jobs) {
-    RETURN_IF_ERROR(ValidateSubmittedJob(one, job, base_.stages, data_root_));
-    keys.push_back(PlannedFrozenKey(job, base_.stages));
+    keys.emplace_back();  // planned by the check: the job is planned once
+    RETURN_IF_ERROR(ValidateSubmittedJob(one, job, base_.stages, data_root_, &keys.back()));
   }
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");

@@ -62,7 +62,7 @@ absl::StatusOr<JobConfig> ParseSubmittedJob(const SubmittedJob& submitted) {
 }
 
 absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig& job, int stages,
-                                  const std::string& data_root) {
+                                  const std::string& data_root, std::string* frozen_key) {
   struct PathKey {
     const char* key;
     const std::string& path;
@@ -94,7 +94,7 @@ absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig
                                                      " does not exist on the coordinator's host"));
     }
   }
-  absl::Status plan = CheckJobPlan(job, stages);
+  absl::Status plan = CheckJobPlan(job, stages, frozen_key);
   if (!plan.ok()) {
     const bool named = absl::StartsWith(plan.message(), submitted.job_file);
     return absl::InvalidArgumentError(absl::StrCat(named ? "" : submitted.job_file, named ? "" : ": ", plan.message()));

@@ -35,8 +35,9 @@ absl::StatusOr<JobConfig> ParseSubmittedJob(const SubmittedJob& submitted);
 // its deepest existing folder, so the answer never tells whether a file outside exists): else PERMISSION_DENIED naming
 // `file:line`, the key and the path. Empty data_root: no restriction (in-process use; the job service passes its
 // --data_root). Then they exist (InvalidArgument naming `file:line` of the key), and CheckJobPlan passes for `stages`.
+// `frozen_key` (optional): CheckJobPlan's.
 absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig& job, int stages,
-                                  const std::string& data_root = "");
+                                  const std::string& data_root = "", std::string* frozen_key = nullptr);
 
 // "lora-style" from "jobs/lora-style.yaml" (then SafeJobName).
 std::string DefaultJobName(const std::string& job_file);

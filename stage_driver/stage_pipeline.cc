@@ -121,13 +121,15 @@ void StagePipeline::Settled() {
   settling_ = false;
 }
 
-absl::StatusOr<std::map<std::string, at::Tensor>> StagePipeline::Adapters() {
+absl::StatusOr<std::map<std::string, at::Tensor>> StagePipeline::Adapters(bool optimizer_state) {
   std::vector<TensorMap> parts(size());
   auto read = [&](StageClient& client, int stage) -> absl::Status {
-    ASSIGN_OR_RETURN(parts[stage], client.GetLora(id()));
+    ASSIGN_OR_RETURN(parts[stage], client.GetLora(id(), optimizer_state));
     return absl::OkStatus();
   };
-  for (const absl::Status& s : CallEach("the read of its adapters waits for it", read)) {
+  const std::string doing =
+      optimizer_state ? "the read-back of the run's state waits for it" : "the read of its adapters waits for it";
+  for (const absl::Status& s : CallEach(doing, read)) {
     RETURN_IF_ERROR(s);
   }
   std::map<std::string, at::Tensor> adapters;

@@ -105,8 +105,9 @@ class StagePipeline {
   // flight (cancelling one that hangs).
   absl::Status Prefetch(int64_t step, int first, const StepInputs& inputs) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Every stage's current adapters by PEFT name (at the start: their seeded init).
-  absl::StatusOr<std::map<std::string, at::Tensor>> Adapters();
+  // Every stage's current adapters by PEFT name (at the start: their seeded init); with `optimizer_state`, a
+  // stage-local optimizer's state beside them (the run's state, read back).
+  absl::StatusOr<std::map<std::string, at::Tensor>> Adapters(bool optimizer_state = false);
   // call(client, stage) for every stage at once, under the outage watch (StageFleet::CallEach); each stage's status.
   std::vector<absl::Status> CallEach(const std::string& doing,
                                      const std::function<absl::Status(StageClient&, int stage)>& call);
