@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "core/device/threads.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/image/image.h"
 #include "core/tensor/safetensors.h"
@@ -55,7 +56,6 @@
 #include "core/util/files.h"
 #include "core/util/seed.h"
 #include "core/util/status.h"
-#include "core/util/threads.h"
 #include "core/vae/flux2_vae.h"
 #include "core/vae/flux2_vae_config.h"
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "core/device/threads.h"
 #include "core/quant/eight_bit_linear.h"
 #include "core/tensor/safetensors.h"
 #include "core/text/text_encoder.h"
@@ -37,7 +38,6 @@
 #include "core/text/text_encoder_config.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
-#include "core/util/threads.h"
 
 ABSL_FLAG(std::string, dir, "/tmp/bench_encoder_quant", "checkpoints and outputs go here (kept between runs)");
 ABSL_FLAG(std::vector<std::string>, configs, std::vector<std::string>({"tiny", "real"}), "tiny and/or real");

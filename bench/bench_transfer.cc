@@ -37,9 +37,9 @@
 #include "bench/bench_flags.h"
 #include "core/device/device.h"
 #include "core/device/transfer.h"
-#include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
+#include "wire/envelope.h"
 
 ABSL_FLAG(uint64_t, chunk_kib, baton::kMaxChunkBytes >> 10, "gRPC chunk size in KiB");
 ABSL_FLAG(int, reps, 5, "timed transfers per size (the median is reported, after one warm-up)");

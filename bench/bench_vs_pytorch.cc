@@ -44,6 +44,7 @@
 
 #include "bench/bench_flags.h"
 #include "core/device/device.h"
+#include "core/device/threads.h"
 #include "core/lora/cpu_linear.h"
 #include "core/lora/lora.h"
 #include "core/model/flux2_model.h"
@@ -53,7 +54,6 @@
 #include "core/train/local_step.h"
 #include "core/train/optimizer.h"
 #include "core/util/status.h"
-#include "core/util/threads.h"
 
 #ifdef BATON_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

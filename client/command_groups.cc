@@ -19,7 +19,7 @@ const std::vector<CommandGroup>& CommandGroups() {
   return *groups;
 }
 
-std::string TopLevelUsage(const std::vector<Command>& commands, bool all) {
+std::string TopLevelUsage(const std::map<std::string, std::string>& summaries, bool all) {
   std::string out = "usage: baton <command> [flags]   (baton <command> --help for its flags)\n";
   size_t hidden = 0;
   for (const CommandGroup& group : CommandGroups()) {
@@ -29,9 +29,8 @@ std::string TopLevelUsage(const std::vector<Command>& commands, bool all) {
     }
     out += "\n" + group.title + ":\n";
     for (const std::string& name : group.names) {
-      for (const Command& c : commands) {
-        if (c.name == name) out += absl::StrFormat("  %-18s %s\n", c.name, c.summary);
-      }
+      auto it = summaries.find(name);
+      out += absl::StrFormat("  %-18s %s\n", name, it == summaries.end() ? "" : it->second);
     }
   }
   if (hidden > 0) out += absl::StrFormat("\n%d low-level tools more: baton help --all\n", hidden);

@@ -2,10 +2,9 @@
 // upstream referee tests drive (as git keeps porcelain apart from plumbing; `baton help --all` lists those too).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
-
-#include "client/commands.h"
 
 namespace baton {
 
@@ -15,10 +14,11 @@ struct CommandGroup {
   bool plumbing = false;           // listed only by `baton help --all`
 };
 
-// Every command of AllCommands() is in exactly one group (client/commands_test.cc holds it).
+// Every command of ClientCommands() and of the model tools (tools/tool_commands.h) is in exactly one group
+// (tests/help_test.cc holds it): the groups are also how `baton` knows a model tool's name before it runs baton-tools.
 const std::vector<CommandGroup>& CommandGroups();
 
-// The top-level usage text: the user's groups, and the plumbing too when `all`.
-std::string TopLevelUsage(const std::vector<Command>& commands, bool all);
+// The top-level usage text: the user's groups, and the plumbing too when `all`; `summaries` by command name.
+std::string TopLevelUsage(const std::map<std::string, std::string>& summaries, bool all);
 
 }  // namespace baton

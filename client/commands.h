@@ -1,5 +1,7 @@
-// The `baton` client's subcommands. Each is a function from parsed flags to a status; main.cc only
-// dispatches. Commands that talk to a coordinator's job service are in job_commands.h.
+// The `baton` command line. `baton` itself links no libtorch: it runs the commands a user runs against a job service
+// (submit, watch, list, ...), the browser view, certs and health here, and executes `baton-tools` (beside it) with
+// the same arguments for the model tools (tools/tool_commands.h), as git runs its git-* programs. main.cc only
+// dispatches.
 #pragma once
 
 #include <absl/status/status.h>
@@ -19,9 +21,17 @@ struct Command {
   std::function<absl::Status(const Args&)> run;
 };
 
-const std::vector<Command>& AllCommands();
+// The commands `baton` runs in its own process (no libtorch).
+const std::vector<Command>& ClientCommands();
 
-// Runs `baton <argv...>`; returns the process exit code (0 ok, 1 failure, 2 usage error).
+// Runs `c` with `flags` (what follows the command's name); returns the exit code (0 ok, 1 failure, 2 usage error).
+int RunCommand(const Command& c, const std::vector<std::string>& flags);
+
+// The model tools' binary: `baton-tools` in the folder of this process' executable.
+std::string ToolsBinary();
+
+// Runs `baton <argv...>`; returns the process exit code (0 ok, 1 failure, 2 usage error). A model tool replaces this
+// process by ToolsBinary() (execv); it returns only when that binary cannot be run (1, saying why).
 int RunClient(const std::vector<std::string>& argv);
 
 }  // namespace baton

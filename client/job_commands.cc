@@ -14,8 +14,8 @@
 #include "baton/v1/job_service.grpc.pb.h"
 #include "client/client_security.h"
 #include "client/watch_view.h"
-#include "core/train/job.h"
 #include "core/util/files.h"
+#include "core/util/limits.h"
 #include "core/util/status.h"
 #include "ui/job_client.h"
 
@@ -204,6 +204,14 @@ absl::Status Download(const Args& args) {
   } else if (args.Has("image")) {
     return absl::InvalidArgumentError("--image needs --samples STEP");
   }
+  if (args.Get("naming") != "diffusers") {
+    if (args.Get("naming") != "original") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--naming takes diffusers or original, not '", args.Get("naming"), "'"));
+    }
+    if (args.Has("samples")) return absl::InvalidArgumentError("--naming applies to LoRA files, not to samples");
+    req.set_naming("original");
+  }
   ASSIGN_OR_RETURN(auto client, Connect(args));
   std::string data, sha;
   RETURN_IF_ERROR(client->Download("", req, [&](const v1::FileChunk& chunk) {
@@ -258,6 +266,10 @@ std::vector<Command> JobCommands() {
                     {"checkpoint", "checkpoint step (0: the job's latest lora.safetensors)", "0"},
                     {"samples", "instead: the sample rendering after this many steps (its contact sheet)"},
                     {"image", "with --samples: prompt K's image instead of the contact sheet"},
+                    {"naming",
+                     "the LoRA's naming: diffusers (as the job wrote it) | original (BFL/ComfyUI for FLUX.2, original "
+                     "Wan; rewritten by the service)",
+                     "diffusers"},
                     {"out", "file to write", "", true}}),
        Download},
   };

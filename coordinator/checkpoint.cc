@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/tensor/safetensors.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/sha256.h"

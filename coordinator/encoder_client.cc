@@ -12,7 +12,7 @@
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/tls.h"
-#include "rpc/wire.h"
+#include "wire/wire.h"
 
 namespace baton {
 

@@ -12,7 +12,7 @@
 #include "core/util/clock.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
-#include "rpc/optimizer_settings.h"
+#include "wire/optimizer_settings.h"
 
 namespace baton {
 namespace {

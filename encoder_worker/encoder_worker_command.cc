@@ -11,13 +11,14 @@
 
 #include "core/data/cache_merge.h"
 #include "core/data/cache_shard.h"
+#include "core/device/device_memory.h"
+#include "core/device/threads.h"
 #include "core/encode/flux2_encoder.h"
 #include "core/encode/wan_encoder.h"
 #include "core/metrics/metrics_server.h"
 #include "core/train/common.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
-#include "core/util/threads.h"
 #include "encoder_worker/cache_builder.h"
 #include "encoder_worker/encoder_service.h"
 #include "rpc/tls_flags.h"
@@ -146,7 +147,8 @@ int RunEncoderWorkerCommand(const EncoderWorkerCommand& command) {
       return 2;
     }
   }
-  auto metrics = StartMetricsServerFromFlag(command.metrics, "encoder_worker");
+  auto metrics =
+      StartMetricsServerFromFlag(command.metrics, "encoder_worker", /*print=*/true, RefreshDeviceMemoryGauges);
   if (!metrics.ok()) {
     std::fprintf(stderr, "encoder_worker: %s\n", std::string(metrics.status().message()).c_str());
     return 2;

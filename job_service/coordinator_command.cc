@@ -11,6 +11,7 @@
 #include "coordinator/expert_runs.h"
 #include "coordinator/pipeline_trainer.h"
 #include "coordinator/sweep_runs.h"
+#include "core/device/device_memory.h"
 #include "core/metrics/metrics_server.h"
 #include "core/train/job.h"
 #include "core/util/log.h"
@@ -110,7 +111,7 @@ int RunCoordinatorCommand(const CoordinatorCommand& command) {
   SetLogTag("coordinator");
   // First: a bad --metrics fails before any work, and Prometheus sees the process while it loads.
   // Its `metrics: coordinator H:P, stage 0 H:P, ...` line comes once the stage workers are known.
-  auto metrics = StartMetricsServerFromFlag(command.metrics, "coordinator", /*print=*/false);
+  auto metrics = StartMetricsServerFromFlag(command.metrics, "coordinator", /*print=*/false, RefreshDeviceMemoryGauges);
   if (!metrics.ok()) {
     std::fprintf(stderr, "coordinator: %s\n", std::string(metrics.status().message()).c_str());
     return 2;

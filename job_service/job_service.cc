@@ -7,16 +7,15 @@
 
 #include <chrono>
 #include <filesystem>
-#include <regex>
 #include <thread>
 
 #include "baton/v1/job_service.grpc.pb.h"
 #include "coordinator/checkpoint.h"
-#include "core/sample/sample_renderer.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/sha256.h"
 #include "core/util/status.h"
+#include "job_service/download_file.h"
 #include "job_service/job_queue.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
@@ -42,25 +41,6 @@ double MtimeUnix(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return 0;
   return static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) * 1e-9;
-}
-
-// The step an evaluation event (validation or samples) ran after.
-
-// The file a Download asks for, inside the job's output folder: its LoRA, a checkpoint's, or a sample rendering's
-// contact sheet, K.png or prompts.txt. Any other sample file name is refused (no path leaves the step's folder).
-absl::StatusOr<std::string> DownloadPath(const v1::DownloadRequest& req, const std::string& output_dir) {
-  if (!req.has_samples_step()) {
-    const std::string dir = req.checkpoint_step() > 0 ? CheckpointDir(output_dir, req.checkpoint_step()) : output_dir;
-    return JoinPath(dir, "lora.safetensors");
-  }
-  const std::string file = req.sample_file().empty() ? "contact_sheet.png" : req.sample_file();
-  static const std::regex kSampleFile("contact_sheet\\.png|[0-9]{1,4}\\.(png|mp4)|prompts\\.txt");
-  if (!std::regex_match(file, kSampleFile)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sample_file must be contact_sheet.png, K.png or K.mp4 (prompt K) or prompts.txt, not '", file, "'"));
-  }
-  if (req.samples_step() < 0) return absl::InvalidArgumentError("samples_step must be >= 0");
-  return JoinPath(SampleStepDir(output_dir, req.samples_step()), file);
 }
 
 class JobServiceImpl final : public v1::JobService::Service {
@@ -212,33 +192,26 @@ grpc::Status JobServiceImpl::Download(grpc::ServerContext* ctx, const v1::Downlo
   auto info = queue_->Get(req->job_id());
   if (!info.ok()) return ToGrpcStatus(info.status());
   if (req->job_id().empty()) return ToGrpcStatus(absl::InvalidArgumentError("job_id is required"));
-  auto path = DownloadPath(*req, info->output_dir());
-  if (!path.ok()) return ToGrpcStatus(path.status());
-  const std::string file_name = std::filesystem::path(*path).filename().string();
-  // Whole file read at once: a LoRA is tens of MB, and the job may replace the file (atomically) meanwhile.
-  auto data = ReadFile(*path);
-  if (!data.ok()) {
-    const char* hint = req->has_samples_step()      ? " (the job renders samples at the steps its samples: key names)"
-                       : req->checkpoint_step() > 0 ? " (see baton checkpoints)"
-                                                    : " yet (no checkpoint written)";
-    return ToGrpcStatus(absl::NotFoundError(absl::StrCat("job ", req->job_id(), " has no ", *path, hint)));
-  }
+  absl::StatusOr<DownloadFile> file = ReadDownloadFile(*req, info->output_dir());
+  if (!file.ok()) return ToGrpcStatus(file.status());
+  const std::string& data = file->bytes;
+  const std::string& file_name = file->name;
   Sha256 hash;
-  hash.Update(*data);
+  hash.Update(data);
   const std::string hex = DigestToHex(hash.Finish());
   size_t offset = 0;
   do {
     if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
     v1::FileChunk chunk;
-    const size_t n = std::min(kChunkBytes, data->size() - offset);
-    chunk.set_data(data->substr(offset, n));
+    const size_t n = std::min(kChunkBytes, data.size() - offset);
+    chunk.set_data(data.substr(offset, n));
     chunk.set_offset(static_cast<int64_t>(offset));
-    chunk.set_total_bytes(static_cast<int64_t>(data->size()));
+    chunk.set_total_bytes(static_cast<int64_t>(data.size()));
     chunk.set_file_name(file_name);
     offset += n;
-    if (offset == data->size()) chunk.set_sha256(hex);
+    if (offset == data.size()) chunk.set_sha256(hex);
     if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
-  } while (offset < data->size());
+  } while (offset < data.size());
   return grpc::Status::OK;
 }
 

@@ -18,7 +18,7 @@ namespace baton {
 
 struct GrpcOptions {
   // Largest message either end sends or accepts. gRPC's default receive limit is 4 MiB; tensor chunks
-  // are 1 MiB (rpc/wire.h), so 64 MiB leaves room for bigger chunks and large non-tensor replies.
+  // are 1 MiB (wire/wire.h), so 64 MiB leaves room for bigger chunks and large non-tensor replies.
   int max_message_bytes = 64 << 20;
   // Ping an idle connection this often, and drop it when a ping is not answered within the timeout.
   absl::Duration keepalive_time = absl::Seconds(10);

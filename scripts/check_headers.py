@@ -11,8 +11,8 @@ Usage: check_headers.py <source root>
 import pathlib
 import sys
 
-FOLDERS = ("core", "rpc", "collective", "stage_worker", "encoder_worker", "stage_driver", "ui", "coordinator", "job_service",
-           "client")
+FOLDERS = ("core", "rpc", "wire", "collective", "stage_worker", "encoder_worker", "stage_driver", "ui", "coordinator",
+           "job_service", "client", "tools")
 MAX_OPENING_LINES = 6
 
 

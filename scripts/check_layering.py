@@ -3,8 +3,9 @@
 
 Baton is built in floors: core/ (itself floors, util at the bottom, the single-process trainer at the top) knows no
 RPC, no socket and no process; rpc/ and collective/ (c10d groups) sit on core; the stage worker, the encoder worker and the stage driver on rpc; the
-coordinator on the stage driver; the job service on the coordinator; the client beside the coordinator, never on
-either. LEVELS below names the floors
+coordinator on the stage driver; the job service on the coordinator; the client (`baton`, no libtorch: core/util,
+core/metrics, rpc, ui) beside the coordinator, never on either; the model tools (`baton-tools`) on the client and the
+stage driver. LEVELS below names the floors
 bottom first, and ALLOWED says, pair by pair and with the reason, which folder's code may include which folder's
 headers. A file may always include its own folder. Test code may include more (allowed_for_tests); tests/ and
 bench/ may include anything. FORBIDDEN_HEADERS names the few headers of a lower floor a folder must still not include
@@ -26,8 +27,9 @@ import sys
 # "core" in ALLOWED stands for every core floor except core/testing.
 LEVELS = [
     ["proto", "core/util"],  # proto: generated protobuf/gRPC code ("baton/v1/...", "grpc/health/v1/...")
+    ["core/metrics"],  # the last floor without libtorch (util and metrics: what `baton` and the browser view use)
     ["core/tensor", "core/device", "core/keys", "core/image"],
-    ["core/quant", "core/metrics", "core/video", "core/data", "core/vae"],
+    ["core/quant", "core/video", "core/data", "core/vae"],
     ["core/lora", "core/text"],
     ["core/model"],
     ["core/pipeline", "core/encode"],
@@ -36,9 +38,10 @@ LEVELS = [
     ["core/train_local"],
     ["core/testing"],
     ["rpc", "collective"],
+    ["wire"],
     ["stage_worker", "encoder_worker", "stage_driver", "ui"],
     ["coordinator", "client"],
-    ["job_service"],
+    ["job_service", "tools"],
     ["tests", "bench"],
 ]
 FLOORS = [f for level in LEVELS for f in level]
@@ -51,7 +54,8 @@ ALLOWED = [
     ("core/*", "core/util", "status, files, logging, flags, hashing and seeds: the ground floor"),
     # Tensors on disk and the devices they live on.
     ("core/tensor", "core/util", "safetensors files are read and written through files.h"),
-    ("core/metrics", "core/device", "process memory reports the pinned host pool"),
+    ("core/device", "core/metrics", "the device's memory (CUDA allocator, pinned host pool) is reported to Prometheus"),
+    ("core/video", "core/tensor", "decoding is checked through TorchCall (core/tensor/torch_call.h)"),
     # 8-bit weights: formats, quantize/dequantize, the quantized matmul. Beneath LoRA, whose Linear stores them.
     ("core/quant", "core/tensor", "stored 8-bit layouts are read from safetensors files"),
     # LoRA adapters and the Linear that carries them.
@@ -106,38 +110,50 @@ ALLOWED = [
     ("core/testing", "core", "fixtures build whole models"),
     # Processes and the wire.
     ("rpc", "proto", "the services and messages are generated from proto/"),
-    ("rpc", "core", "tensors, status and metrics cross the wire"),
+    ("rpc", "core/util", "status, files and logging"),
+    ("rpc", "core/metrics", "every RPC is counted (rpc_metrics.h)"),
+    ("wire", "rpc", "tensors travel in gRPC messages"),
+    ("wire", "proto", "it fills stage.proto's and tensor.proto's messages"),
+    ("wire", "core", "it encodes tensors and a job's optimizer settings"),
     ("collective", "core/util", "status, logging and the clock"),
     ("stage_worker", "rpc", "it serves StageService and sends to its peer"),
+    ("stage_worker", "wire", "activations and gradients come and go as tensors on the wire"),
     ("stage_worker", "collective", "its stage-local optimizer sums gradients over a peer group"),
     ("stage_worker", "proto", "it speaks stage.proto"),
     ("stage_worker", "core", "it runs a stage of the model"),
     ("encoder_worker", "rpc", "it serves EncoderService"),
+    ("encoder_worker", "wire", "latents and embeddings go back as tensors on the wire"),
     ("encoder_worker", "proto", "it speaks encoder.proto"),
     ("encoder_worker", "core", "it encodes with core/encode"),
     ("stage_driver", "rpc", "it is the stage workers' client"),
+    ("stage_driver", "wire", "it sends activations and reads back adapters"),
     ("coordinator", "collective", "the replicas' exchange serves the peer groups' rendezvous store"),
     ("stage_driver", "proto", "it speaks stage.proto"),
     ("stage_driver", "core", "it plans and drives a model's stages"),
     ("coordinator", "stage_driver", "a run drives its stage workers through it"),
     ("coordinator", "rpc", "it serves JobService and talks to encoder workers"),
+    ("coordinator", "wire", "encoded samples and LoRA states arrive as tensors on the wire"),
     ("coordinator", "proto", "it speaks job_service.proto and stage.proto"),
     ("coordinator", "core", "it trains: jobs, plans, optimizer, samples"),
     ("job_service", "coordinator", "it runs each job it admits as a training run"),
     ("job_service", "stage_driver", "its jobs share stage workers (SharedStageWorkers) by one frozen-weights key"),
     ("job_service", "rpc", "it serves JobService"),
     ("job_service", "proto", "it speaks job_service.proto"),
-    ("job_service", "core", "it reads jobs, plans them and reads their logs and checkpoints"),
-    ("client", "stage_driver", "`baton sample` drives stage workers itself"),
-    ("client", "rpc", "it calls JobService and the workers"),
+    ("job_service", "core", "it reads jobs, plans them, reads their logs and checkpoints, and converts a LoRA's naming"),
+    ("client", "rpc", "it calls JobService and the workers' health"),
     ("client", "proto", "it speaks job_service.proto"),
-    ("client", "core", "the local commands run core directly"),
+    ("client", "core/util", "files, status, flags and the job file's size limit"),
+    ("client", "core/metrics", "--version says the build's version"),
     ("client", "ui", "`baton ui` serves the browser view; watch says states and durations as the view does"),
+    ("tools", "client", "the model tools are `baton` commands: its flags parser and Command"),
+    ("tools", "stage_driver", "`baton sample --stages` drives stage workers itself"),
+    ("tools", "rpc", "it starts and calls local stage workers"),
+    ("tools", "wire", "`baton sample --stages` sends tensors to its stage workers"),
+    ("tools", "proto", "it speaks stage.proto"),
+    ("tools", "core", "the model tools run core directly"),
     ("ui", "rpc", "it calls JobService with the signed-in user's token"),
     ("ui", "proto", "it speaks job_service.proto"),
-    ("ui", "core/util", "files, status, logging"),
-    ("ui", "core/metrics", "civetweb's threads start only with thread_stack's fix (libtorch's static TLS)"),
-    ("ui", "core/lora", "the BFL/ComfyUI download rewrites the job's diffusers LoRA"),
+    ("ui", "core/util", "files, status, logging, hashing and civetweb's thread stacks"),
 ]
 
 # Headers a folder may not include although their floor is beneath it: (folder, header, why).

@@ -16,15 +16,15 @@ class CheckLayeringTest(unittest.TestCase):
         self._dir = tempfile.TemporaryDirectory()
         self.root = pathlib.Path(self._dir.name)
         (self.root / "proto" / "baton" / "v1").mkdir(parents=True)
-        self.write("CMakeLists.txt", "add_subdirectory(proto)\nadd_subdirectory(core)\nadd_subdirectory(client)\n")
+        self.write("CMakeLists.txt", "add_subdirectory(proto)\nadd_subdirectory(core)\nadd_subdirectory(tools)\n")
         self.write("core/util/status.h", "#pragma once\n#include <string>\n")
         self.write("core/lora/lora.h", '#pragma once\n#include "core/util/status.h"\n')
         self.write("core/model/flux2_model.h", '#pragma once\n#include "core/lora/lora.h"\n')
         self.write("core/testing/tiny_flux2.h", '#pragma once\n#include "core/model/flux2_model.h"\n')
-        self.write("rpc/tensor_codec.h",
+        self.write("wire/tensor_codec.h",
                    '#pragma once\n#include "baton/v1/stage.pb.h"\n#include "core/model/flux2_model.h"\n')
-        self.write("client/main.cc", '#include "rpc/tensor_codec.h"\n#include "nlohmann/json.hpp"\n')
-        self.write("tests/pipeline_test.cc", '#include "client/main.h"\n#include "core/testing/tiny_flux2.h"\n')
+        self.write("tools/main.cc", '#include "wire/tensor_codec.h"\n#include "nlohmann/json.hpp"\n')
+        self.write("tests/pipeline_test.cc", '#include "tools/main.h"\n#include "core/testing/tiny_flux2.h"\n')
 
     def tearDown(self):
         self._dir.cleanup()
@@ -57,8 +57,15 @@ class CheckLayeringTest(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("client/sample_command.cc:1: includes coordinator/stage_session.h", out)
 
+    def test_the_client_stands_on_no_libtorch_floor(self):
+        self.write("core/train/job.h", "#pragma once\n")
+        self.write("client/job_commands.cc", '#include "core/util/status.h"\n#include "core/train/job.h"\n')
+        rc, out = self.run_check()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("client/job_commands.cc:2: includes core/train/job.h: client may not include core/train", out)
+
     def test_the_stage_driver_may_not_include_the_training_job(self):
-        self.write("CMakeLists.txt", "add_subdirectory(proto)\nadd_subdirectory(core)\nadd_subdirectory(client)\n"
+        self.write("CMakeLists.txt", "add_subdirectory(proto)\nadd_subdirectory(core)\nadd_subdirectory(tools)\n"
                    "add_subdirectory(stage_driver)\n")
         self.write("core/train/job.h", "#pragma once\n")
         self.write("core/train/adamw.h", "#pragma once\n")
@@ -71,7 +78,7 @@ class CheckLayeringTest(unittest.TestCase):
         self.assertIn("stage_driver/stage_set.h:3: includes core/train/job.h: the stage driver knows pipelines", out)
 
     def test_core_may_not_include_rpc_or_generated_protos(self):
-        self.write("core/train/job.cc", '#include "rpc/tensor_codec.h"\n#include "baton/v1/stage.pb.h"\n')
+        self.write("core/train/job.cc", '#include "wire/tensor_codec.h"\n#include "baton/v1/stage.pb.h"\n')
         rc, out = self.run_check()
         self.assertEqual(rc, 1, out)
         self.assertIn("core/train/job.cc:1:", out)

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Only what the demo runs (scripts/test.sh builds the rest, the tests, in the same build: nothing twice).
-BUILD_TARGETS="baton encoder_worker coordinator stage_worker" scripts/setup.sh
+BUILD_TARGETS="baton baton-tools encoder_worker coordinator stage_worker" scripts/setup.sh
 BIN=${BUILD_DIR:-build}/bin
 run() { echo "+ $*"; "$@"; }
 

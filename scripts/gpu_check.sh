@@ -129,7 +129,7 @@ build() {
     -DBATON_PYTHON="$(command -v $PY)" -DCMAKE_CXX_FLAGS="-I$KITROOT/first -isystem $PREFIX/include/x86_64-linux-gnu" \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
     -DCMAKE_EXE_LINKER_FLAGS="-L$LIBDIR -Wl,-rpath-link,$LIBDIR -Wl,--disable-new-dtags -Wl,-rpath,$LIBDIR $STDCXX_FIRST"
-  cmake --build "$BUILD" -j"$JOBS" --target baton coordinator stage_worker bench_vs_pytorch bench_transfer \
+  cmake --build "$BUILD" -j"$JOBS" --target baton baton-tools coordinator stage_worker bench_vs_pytorch bench_transfer \
     baton_cuda_tests
 }
 export -f build

@@ -4,13 +4,13 @@
 
 #include <algorithm>
 
-#include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
 #include "rpc/tls.h"
-#include "rpc/wire.h"
 #include "stage_driver/pipeline_spec.h"
+#include "wire/envelope.h"
+#include "wire/wire.h"
 
 namespace baton {
 namespace {

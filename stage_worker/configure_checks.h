@@ -16,7 +16,7 @@
 #include "core/lora/lora.h"
 #include "core/model/model_family.h"
 #include "core/quant/weight_quant.h"
-#include "rpc/wire_compression.h"
+#include "wire/wire_compression.h"
 
 namespace baton {
 

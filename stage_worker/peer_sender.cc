@@ -4,11 +4,11 @@
 
 #include <chrono>
 
-#include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/grpc_status.h"
 #include "rpc/tls.h"
 #include "stage_worker/inbox.h"
+#include "wire/envelope.h"
 
 namespace baton {
 

@@ -17,8 +17,8 @@
 
 #include "baton/v1/stage.grpc.pb.h"
 #include "core/model/stage_io.h"
-#include "rpc/wire_compression.h"
 #include "stage_worker/stage_metrics.h"
+#include "wire/wire_compression.h"
 
 namespace baton {
 
@@ -27,7 +27,7 @@ class PeerSender {
   static constexpr uint64_t kDefaultQueueBytes = uint64_t{1} << 30;
 
   // `peer_name` is used in errors, e.g. "stage 1 (127.0.0.1:5001)".
-  // `wire_dtype` compresses the floating tensors sent (rpc/wire_compression.h); kNone sends them exactly.
+  // `wire_dtype` compresses the floating tensors sent (wire/wire_compression.h); kNone sends them exactly.
   // `link` counts the bytes sent and the seconds each Push took (baton_link_*{peer}) and shows the queue.
   // `max_queued_bytes` bounds the host memory waiting to be sent (queued or in flight; on CUDA pinned).
   PeerSender(const std::string& address, std::string peer_name, absl::Duration timeout,

@@ -16,7 +16,7 @@
 
 #include "baton/v1/stage.pb.h"
 #include "core/model/model_family.h"
-#include "rpc/envelope.h"
+#include "wire/envelope.h"
 
 namespace baton {
 

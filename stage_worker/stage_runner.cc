@@ -9,15 +9,17 @@
 #include <thread>
 
 #include "core/device/determinism.h"
+#include "core/device/device_memory.h"
 #include "core/device/pinned_host.h"
+#include "core/device/threads.h"
 #include "core/lora/lora.h"
 #include "core/metrics/process_memory.h"
 #include "core/model/quantize_module.h"
+#include "core/tensor/torch_call.h"
 #include "core/train/batches.h"
 #include "core/train/common.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
-#include "core/util/threads.h"
 #include "rpc/frozen_key.h"
 #include "stage_worker/configure_checks.h"
 

@@ -21,7 +21,6 @@
 #include "core/model/model_family.h"
 #include "core/model/stage_build.h"
 #include "core/model/stage_io.h"
-#include "rpc/envelope.h"
 #include "stage_worker/compute_turns.h"
 #include "stage_worker/host_state_copy.h"
 #include "stage_worker/inbox.h"
@@ -30,6 +29,7 @@
 #include "stage_worker/request_checks.h"
 #include "stage_worker/stage_metrics.h"
 #include "stage_worker/step_progress.h"
+#include "wire/envelope.h"
 
 namespace baton {
 

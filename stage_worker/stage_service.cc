@@ -13,12 +13,12 @@
 #include "core/util/log.h"
 #include "core/util/status.h"
 #include "core/util/stop_signals.h"
-#include "rpc/envelope.h"
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
 #include "rpc/peer_address.h"
 #include "rpc/server_start.h"
-#include "rpc/wire.h"
+#include "wire/envelope.h"
+#include "wire/wire.h"
 
 namespace baton {
 

@@ -17,8 +17,8 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/train/common.h"
 #include "core/util/files.h"
-#include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
+#include "wire/envelope.h"
 
 namespace baton {
 namespace {

@@ -6,10 +6,11 @@
 #include <string>
 
 #include "core/device/device.h"
+#include "core/device/device_memory.h"
+#include "core/device/threads.h"
 #include "core/metrics/metrics_server.h"
 #include "core/util/files.h"
 #include "core/util/log.h"
-#include "core/util/threads.h"
 #include "rpc/tls_flags.h"
 #include "stage_worker/stage_service.h"
 
@@ -49,7 +50,7 @@ int RunStageWorkerCommand(const StageWorkerCommand& command) {
     std::fprintf(stderr, "%s\n", std::string(security.status().message()).c_str());
     return 2;
   }
-  auto metrics = StartMetricsServerFromFlag(command.metrics, "stage_worker");
+  auto metrics = StartMetricsServerFromFlag(command.metrics, "stage_worker", /*print=*/true, RefreshDeviceMemoryGauges);
   if (!metrics.ok()) {
     std::fprintf(stderr, "stage_worker: %s\n", std::string(metrics.status().message()).c_str());
     return 2;

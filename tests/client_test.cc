@@ -1,8 +1,7 @@
-// The baton CLI's model commands, run in-process through RunClient exactly as a user types them.
+// The baton CLI's model commands, run in-process through RunTool exactly as a user types them.
 #include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
 
-#include "client/commands.h"
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
 #include "core/tensor/safetensors.h"
@@ -11,6 +10,7 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/train/common.h"
 #include "core/util/files.h"
+#include "tools/tool_commands.h"
 
 namespace baton {
 namespace {
@@ -20,9 +20,9 @@ TEST(ClientTest, InitWeightsThenForwardMatchesTheLibraryInBothFormats) {
   Flux2Config c = test_util::TinyFlux2Config();
   ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "config.json"), Flux2ConfigToJson(c)).ok());
   const std::string config = JoinPath(dir, "config.json");
-  ASSERT_EQ(RunClient({"init-weights", "--config", config, "--out", JoinPath(dir, "model"), "--seed", "4"}), 0);
-  ASSERT_EQ(RunClient({"init-weights", "--config", config, "--out", JoinPath(dir, "flux2.safetensors"), "--seed", "4",
-                       "--format", "bfl"}),
+  ASSERT_EQ(RunTool({"init-weights", "--config", config, "--out", JoinPath(dir, "model"), "--seed", "4"}), 0);
+  ASSERT_EQ(RunTool({"init-weights", "--config", config, "--out", JoinPath(dir, "flux2.safetensors"), "--seed", "4",
+                     "--format", "bfl"}),
             0);
   auto in = test_util::MakeTinyInputs(c, 1, 2, 3, 4, 6);
   ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "in.safetensors"), {{"hidden_states", in.hidden_states},
@@ -32,11 +32,11 @@ TEST(ClientTest, InitWeightsThenForwardMatchesTheLibraryInBothFormats) {
                                                                  {"img_ids", in.img_ids},
                                                                  {"txt_ids", in.txt_ids}})
                   .ok());
-  ASSERT_EQ(RunClient({"forward", "--model", JoinPath(dir, "model"), "--inputs", JoinPath(dir, "in.safetensors"),
-                       "--output", JoinPath(dir, "out.safetensors")}),
+  ASSERT_EQ(RunTool({"forward", "--model", JoinPath(dir, "model"), "--inputs", JoinPath(dir, "in.safetensors"),
+                     "--output", JoinPath(dir, "out.safetensors")}),
             0);
-  ASSERT_EQ(RunClient({"forward", "--model", JoinPath(dir, "flux2.safetensors"), "--config", config, "--inputs",
-                       JoinPath(dir, "in.safetensors"), "--output", JoinPath(dir, "out_bfl.safetensors")}),
+  ASSERT_EQ(RunTool({"forward", "--model", JoinPath(dir, "flux2.safetensors"), "--config", config, "--inputs",
+                     JoinPath(dir, "in.safetensors"), "--output", JoinPath(dir, "out_bfl.safetensors")}),
             0);
   auto out = LoadAllSafetensors(JoinPath(dir, "out.safetensors"));
   auto out_bfl = LoadAllSafetensors(JoinPath(dir, "out_bfl.safetensors"));
@@ -55,10 +55,10 @@ TEST(ClientTest, InitWeightsThenForwardMatchesTheLibraryInBothFormats) {
 
   // A missing input is a clear failure, not a crash.
   ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "bad.safetensors"), {{"hidden_states", in.hidden_states}}).ok());
-  EXPECT_EQ(RunClient({"forward", "--model", JoinPath(dir, "model"), "--inputs", JoinPath(dir, "bad.safetensors"),
-                       "--output", JoinPath(dir, "x.safetensors")}),
+  EXPECT_EQ(RunTool({"forward", "--model", JoinPath(dir, "model"), "--inputs", JoinPath(dir, "bad.safetensors"),
+                     "--output", JoinPath(dir, "x.safetensors")}),
             1);
-  EXPECT_EQ(RunClient({"forward", "--bogus"}), 2);
+  EXPECT_EQ(RunTool({"forward", "--bogus"}), 2);
   // Inputs of the wrong rank (a rank-0 img_ids used to abort): exit 1 with a message, not a crash.
   for (auto [key, t] : {std::pair<const char*, at::Tensor>{"img_ids", at::zeros({})},
                         {"txt_ids", at::zeros({6, 2})},
@@ -71,8 +71,8 @@ TEST(ClientTest, InitWeightsThenForwardMatchesTheLibraryInBothFormats) {
                                              {"txt_ids", in.txt_ids}};
     bad[key] = t;
     ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "rank.safetensors"), bad).ok());
-    EXPECT_EQ(RunClient({"forward", "--model", JoinPath(dir, "model"), "--inputs", JoinPath(dir, "rank.safetensors"),
-                         "--output", JoinPath(dir, "x.safetensors")}),
+    EXPECT_EQ(RunTool({"forward", "--model", JoinPath(dir, "model"), "--inputs", JoinPath(dir, "rank.safetensors"),
+                       "--output", JoinPath(dir, "x.safetensors")}),
               1)
         << key;
   }
@@ -86,7 +86,7 @@ TEST(ClientTest, QuantizeThenForwardEqualsForwardQuantize) {
   const std::string config = JoinPath(dir, "config.json");
   ASSERT_TRUE(WriteFileAtomic(config, Flux2ConfigToJson(c)).ok());
   const std::string bfl = JoinPath(dir, "flux2.safetensors");
-  ASSERT_EQ(RunClient({"init-weights", "--config", config, "--out", bfl, "--seed", "2", "--format", "bfl"}), 0);
+  ASSERT_EQ(RunTool({"init-weights", "--config", config, "--out", bfl, "--seed", "2", "--format", "bfl"}), 0);
   auto in = test_util::MakeTinyInputs(c, 1, 2, 3, 4, 6);
   const std::string inputs = JoinPath(dir, "in.safetensors");
   ASSERT_TRUE(WriteSafetensors(inputs, {{"hidden_states", in.hidden_states},
@@ -97,13 +97,13 @@ TEST(ClientTest, QuantizeThenForwardEqualsForwardQuantize) {
                                         {"txt_ids", in.txt_ids}})
                   .ok());
   const std::string q = JoinPath(dir, "int8");
-  ASSERT_EQ(RunClient({"quantize", "--model", bfl, "--config", config, "--out", q, "--quantize", "int8"}), 0);
-  ASSERT_EQ(RunClient({"forward", "--model", bfl, "--config", config, "--inputs", inputs, "--output",
-                       JoinPath(dir, "a.safetensors"), "--quantize", "int8"}),
+  ASSERT_EQ(RunTool({"quantize", "--model", bfl, "--config", config, "--out", q, "--quantize", "int8"}), 0);
+  ASSERT_EQ(RunTool({"forward", "--model", bfl, "--config", config, "--inputs", inputs, "--output",
+                     JoinPath(dir, "a.safetensors"), "--quantize", "int8"}),
             0);
-  ASSERT_EQ(RunClient({"forward", "--model", q, "--inputs", inputs, "--output", JoinPath(dir, "b.safetensors")}), 0);
-  ASSERT_EQ(RunClient({"forward", "--model", bfl, "--config", config, "--inputs", inputs, "--output",
-                       JoinPath(dir, "full.safetensors")}),
+  ASSERT_EQ(RunTool({"forward", "--model", q, "--inputs", inputs, "--output", JoinPath(dir, "b.safetensors")}), 0);
+  ASSERT_EQ(RunTool({"forward", "--model", bfl, "--config", config, "--inputs", inputs, "--output",
+                     JoinPath(dir, "full.safetensors")}),
             0);
   auto a = LoadAllSafetensors(JoinPath(dir, "a.safetensors"));
   auto b = LoadAllSafetensors(JoinPath(dir, "b.safetensors"));
@@ -111,10 +111,10 @@ TEST(ClientTest, QuantizeThenForwardEqualsForwardQuantize) {
   ASSERT_TRUE(a.ok() && b.ok() && full.ok());
   EXPECT_TRUE(at::equal(a->at("output"), b->at("output")));
   EXPECT_FALSE(at::equal(a->at("output"), full->at("output")));
-  EXPECT_EQ(RunClient({"forward", "--model", q, "--inputs", inputs, "--output", JoinPath(dir, "c.safetensors"),
-                       "--quantize", "fp8"}),
+  EXPECT_EQ(RunTool({"forward", "--model", q, "--inputs", inputs, "--output", JoinPath(dir, "c.safetensors"),
+                     "--quantize", "fp8"}),
             1);
-  EXPECT_EQ(RunClient({"quantize", "--model", q, "--out", JoinPath(dir, "x"), "--quantize", "none"}), 1);
+  EXPECT_EQ(RunTool({"quantize", "--model", q, "--out", JoinPath(dir, "x"), "--quantize", "none"}), 1);
 }
 
 // `--references N` (FLUX.2 editing): each reference image adds the target's image tokens, which every block runs and
@@ -154,32 +154,32 @@ TEST(ClientTest, CommandServerRunsEachRequestAsItsOwnBatonCall) {
 
 TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {
   const std::string config = JoinPath(test_util::SourceDir(), "configs/models/flux2-dev.json");
-  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB"}), 1);
-  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "4", "--memory-per-stage", "24GB"}), 0);
+  EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB"}), 1);
+  EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", "4", "--memory-per-stage", "24GB"}), 0);
   // With 8-bit block weights two 24 GB cards do (the planner recomputes where it must); bad values are refused.
-  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB", "--quantize",
-                       "int8"}),
-            0);
+  EXPECT_EQ(
+      RunTool({"plan", "--model-config", config, "--stages", "2", "--memory-per-stage", "24GB", "--quantize", "int8"}),
+      0);
   // A 48 GB card as a one-stage replica beside two 24 GB cards as a two-stage one: each replica planned for its own
   // budgets (every worker's, replica after replica); the same three budgets of 24 GB do not fit the one-stage replica.
-  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--replica-stages", "1,2", "--memory-per-stage",
-                       "48GB,24GB,24GB", "--quantize", "int8"}),
+  EXPECT_EQ(RunTool({"plan", "--model-config", config, "--replica-stages", "1,2", "--memory-per-stage",
+                     "48GB,24GB,24GB", "--quantize", "int8"}),
             0);
-  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--replica-stages", "1,2", "--memory-per-stage", "24GB",
-                       "--quantize", "int8"}),
+  EXPECT_EQ(RunTool({"plan", "--model-config", config, "--replica-stages", "1,2", "--memory-per-stage", "24GB",
+                     "--quantize", "int8"}),
             1);
-  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--replica-stages", "1,x"}), 1);
-  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--quantize", "int8"}), 1);  // neither --stages nor replicas
-  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--quantize", "int4"}), 1);
-  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--recompute", "maybe"}), 1);
-  EXPECT_EQ(RunClient({"plan", "--model-config", config, "--stages", "2", "--device", "tpu"}), 1);
-  EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b"}), 0);
-  EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "interleaved", "--chunks", "2"}),
+  EXPECT_EQ(RunTool({"plan", "--model-config", config, "--replica-stages", "1,x"}), 1);
+  EXPECT_EQ(RunTool({"plan", "--model-config", config, "--quantize", "int8"}), 1);  // neither --stages nor replicas
+  EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", "2", "--quantize", "int4"}), 1);
+  EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", "2", "--recompute", "maybe"}), 1);
+  EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", "2", "--device", "tpu"}), 1);
+  EXPECT_EQ(RunTool({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b"}), 0);
+  EXPECT_EQ(RunTool({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "interleaved", "--chunks", "2"}),
             0);
   // Interleaving needs micro-batches in multiples of the stages, and --chunks only goes with it.
-  EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "6", "--kind", "interleaved", "--chunks", "2"}),
+  EXPECT_EQ(RunTool({"schedule", "--stages", "4", "--micro-batches", "6", "--kind", "interleaved", "--chunks", "2"}),
             1);
-  EXPECT_EQ(RunClient({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b", "--chunks", "2"}), 1);
+  EXPECT_EQ(RunTool({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b", "--chunks", "2"}), 1);
 }
 
 // Malformed inputs files for `baton forward`, `vae-encode` and `text-encode`, each run as its own process the way

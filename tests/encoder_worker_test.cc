@@ -10,7 +10,6 @@
 #include <filesystem>
 
 #include "baton/v1/encoder.grpc.pb.h"
-#include "client/commands.h"
 #include "coordinator/encoder_client.h"
 #include "coordinator/pipeline_trainer.h"
 #include "core/data/cache.h"
@@ -29,6 +28,7 @@
 #include "rpc/tls.h"
 #include "stage_driver/local_tls.h"
 #include "tests/local_encoder_server.h"
+#include "tools/tool_commands.h"
 
 namespace baton {
 namespace {
@@ -372,16 +372,16 @@ TEST_F(EncoderWorkerTest, ClientDebugCommandsWriteTheDocumentedKeys) {
   std::string dir = JoinPath(*root_, "cli");
   ASSERT_TRUE(MakeDirs(dir).ok());
   ASSERT_TRUE(WriteSafetensors(JoinPath(dir, "px.safetensors"), {{"pixels", at::rand({2, 3, 32, 48}) * 2 - 1}}).ok());
-  ASSERT_EQ(RunClient({"vae-encode", "--model", Pipeline(), "--inputs", JoinPath(dir, "px.safetensors"), "--output",
-                       JoinPath(dir, "vae.safetensors")}),
+  ASSERT_EQ(RunTool({"vae-encode", "--model", Pipeline(), "--inputs", JoinPath(dir, "px.safetensors"), "--output",
+                     JoinPath(dir, "vae.safetensors")}),
             0);
   auto vae = LoadAllSafetensors(JoinPath(dir, "vae.safetensors"));
   ASSERT_TRUE(vae.ok());
   EXPECT_EQ(vae->at("latents").sizes(), (std::vector<int64_t>{2, 32, 4, 6}));
   EXPECT_EQ(vae->at("packed").sizes(), (std::vector<int64_t>{2, 6, 128}));
 
-  ASSERT_EQ(RunClient({"text-encode", "--model", Pipeline(), "--prompt", "a cat", "--output",
-                       JoinPath(dir, "text.safetensors"), "--max-sequence-length", "100"}),
+  ASSERT_EQ(RunTool({"text-encode", "--model", Pipeline(), "--prompt", "a cat", "--output",
+                     JoinPath(dir, "text.safetensors"), "--max-sequence-length", "100"}),
             0);
   auto text = LoadAllSafetensors(JoinPath(dir, "text.safetensors"));
   ASSERT_TRUE(text.ok());
@@ -391,13 +391,13 @@ TEST_F(EncoderWorkerTest, ClientDebugCommandsWriteTheDocumentedKeys) {
   // Raw ids skip template and tokenizer: the output has exactly their length.
   ASSERT_TRUE(
       WriteSafetensors(JoinPath(dir, "ids.safetensors"), {{"input_ids", at::arange(20, 27).view({1, 7})}}).ok());
-  ASSERT_EQ(RunClient({"text-encode", "--model", Pipeline(), "--input-ids", JoinPath(dir, "ids.safetensors"),
-                       "--output", JoinPath(dir, "ids_out.safetensors")}),
+  ASSERT_EQ(RunTool({"text-encode", "--model", Pipeline(), "--input-ids", JoinPath(dir, "ids.safetensors"), "--output",
+                     JoinPath(dir, "ids_out.safetensors")}),
             0);
   auto ids = LoadAllSafetensors(JoinPath(dir, "ids_out.safetensors"));
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(ids->at("prompt_embeds").sizes(), (std::vector<int64_t>{1, 7, 96}));
-  EXPECT_EQ(RunClient({"text-encode", "--model", Pipeline(), "--output", JoinPath(dir, "x.safetensors")}), 1);
+  EXPECT_EQ(RunTool({"text-encode", "--model", Pipeline(), "--output", JoinPath(dir, "x.safetensors")}), 1);
 }
 
 }  // namespace

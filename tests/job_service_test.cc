@@ -394,6 +394,15 @@ TEST_F(JobServiceTest, DownloadEqualsTheJobsOutputAndCoordinatorJobBitwise) {
   auto downloaded = ReadFile(file);
   ASSERT_TRUE(downloaded.ok());
   EXPECT_EQ(*downloaded, ReadFile(JoinPath(done.output_dir(), "lora.safetensors")).value_or(""));
+  // In original naming the service converts it (baton needs no libtorch): the file `baton lora-convert` writes.
+  const std::string original = JoinPath(*dir_, "original.safetensors"), converted = JoinPath(*dir_, "conv.safetensors");
+  auto dl_original = Baton(absl::StrCat("download ", id, " --naming original --out ", original));
+  ASSERT_EQ(dl_original.exit_code, 0) << dl_original.output;
+  auto convert = RunCommand(
+      absl::StrCat(BinDir(), "/baton lora-convert --in ", file, " --out ", converted, " --to original"), true);
+  ASSERT_EQ(convert.exit_code, 0) << convert.output;
+  EXPECT_TRUE(ReadFile(original).value_or("a") == ReadFile(converted).value_or("b"));
+  EXPECT_NE(Baton(absl::StrCat("download ", id, " --naming kohya --out ", original)).exit_code, 0);
 
   const std::string direct = JoinPath(*dir_, "direct");
   auto run = RunCommand(absl::StrCat(BinDir(), "/coordinator --stages 2 --job ", job, " --output ", direct,

@@ -27,12 +27,12 @@
 #include "core/testing/tiny_flux2.h"
 #include "core/train_local/local_trainer.h"
 #include "core/util/files.h"
-#include "rpc/envelope.h"
 #include "rpc/grpc_options.h"
 #include "rpc/tls.h"
 #include "stage_driver/local_tls.h"
 #include "stage_driver/local_workers.h"
 #include "tests/local_stages.h"
+#include "wire/envelope.h"
 
 namespace baton {
 namespace {

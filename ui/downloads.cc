@@ -3,13 +3,9 @@
 #include <absl/strings/match.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
-#include <stdlib.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <regex>
 
-#include "core/lora/lora_convert.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -18,12 +14,7 @@ namespace {
 
 constexpr size_t kMaxSampleBytes = 256 << 20;  // a sample video of many frames; far above any we render
 
-std::string TempDirectory() {
-  const char* tmp = std::getenv("TMPDIR");
-  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-}
-
-// The whole file, in memory (samples are small; a LoRA converted here is written to disk instead).
+// The whole file, in memory (samples are small).
 absl::StatusOr<std::string> Fetch(const JobClient& jobs, const std::string& token, const v1::DownloadRequest& req,
                                   size_t max_bytes) {
   std::string data;
@@ -57,7 +48,7 @@ std::string ContentType(const std::string& file) {
   return "application/octet-stream";
 }
 
-// The job's LoRA as the job wrote it, streamed chunk by chunk.
+// The job's LoRA as the job wrote it, or as the service rewrote it (req.naming), streamed chunk by chunk.
 absl::Status StreamLora(const JobClient& jobs, const std::string& token, const v1::DownloadRequest& req,
                         const std::string& file_name, HttpResponder& out) {
   return jobs.Download(token, req, [&](const v1::FileChunk& c) {
@@ -68,33 +59,6 @@ absl::Status StreamLora(const JobClient& jobs, const std::string& token, const v
     }
     return out.Write(c.data());
   });
-}
-
-// The job's LoRA rewritten in original/ComfyUI naming, through a private temporary folder.
-absl::Status ConvertedLora(const JobClient& jobs, const std::string& token, const v1::DownloadRequest& req,
-                           const std::string& file_name, HttpResponder& out) {
-  std::string dir_template = JoinPath(TempDirectory(), "baton-ui-XXXXXX");
-  if (::mkdtemp(dir_template.data()) == nullptr) return absl::InternalError("cannot make a temporary folder");
-  const std::string dir = dir_template;
-  const std::string in = JoinPath(dir, "diffusers.safetensors"), converted = JoinPath(dir, "original.safetensors");
-  absl::Status s = [&]() -> absl::Status {
-    std::ofstream f(in, std::ios::binary);
-    RETURN_IF_ERROR(jobs.Download(token, req, [&](const v1::FileChunk& c) {
-      f.write(c.data().data(), static_cast<std::streamsize>(c.data().size()));
-      return static_cast<bool>(f);
-    }));
-    f.close();
-    if (!f) return absl::InternalError(absl::StrCat("cannot write ", in));
-    RETURN_IF_ERROR(ConvertLoraFile(in, converted, "original").status());
-    ASSIGN_OR_RETURN(std::string data, ReadFile(converted));
-    out.Send({200,
-              "application/octet-stream",
-              {{"Content-Disposition", absl::StrCat("attachment; filename=\"", file_name, "\"")}},
-              std::move(data)});
-    return absl::OkStatus();
-  }();
-  (void)RemoveAll(dir);
-  return s;
 }
 
 }  // namespace
@@ -115,7 +79,8 @@ absl::Status SendLora(const JobClient& jobs, const std::string& token, const std
   const bool original = format == "original";
   const std::string file_name = absl::StrCat(job.name(), "-", job.job_id(), step > 0 ? absl::StrCat("-step", step) : "",
                                              original ? "-comfyui" : "", ".safetensors");
-  return original ? ConvertedLora(jobs, token, req, file_name, out) : StreamLora(jobs, token, req, file_name, out);
+  if (original) req.set_naming("original");
+  return StreamLora(jobs, token, req, file_name, out);
 }
 
 absl::Status SendSample(const JobClient& jobs, const std::string& token, const std::string& job_id,

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "core/metrics/thread_stack.h"
+#include "core/util/thread_stack.h"
 
 namespace baton {
 namespace {
@@ -137,7 +137,7 @@ bool HttpResponder::Write(const std::string& data) {
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options, HttpHandler handler) {
   EnsureLibrary();
-  if (!ThreadStacksIncludeStaticTls()) {  // civetweb's threads could not start (core/metrics/thread_stack.cc)
+  if (!ThreadStacksIncludeStaticTls()) {  // civetweb's threads could not start (core/util/thread_stack.cc)
     return absl::InternalError(
         "this binary does not export pthread_attr_setstacksize (link it with baton_core's "
         "options); civetweb's threads cannot start");

@@ -7,6 +7,7 @@
 
 #include "core/encode/sample_encoder.h"
 #include "core/model/flux2_weights.h"
+#include "core/tensor/torch_call.h"
 #include "core/text/text_encoder_checkpoint.h"
 #include "core/text/tiny_tokenizer.h"
 #include "core/util/files.h"

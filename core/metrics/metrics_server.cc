@@ -14,11 +14,13 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <thread>
+#include <utility>
 
 #include "core/metrics/families.h"
 #include "core/metrics/process_memory.h"
-#include "core/metrics/thread_stack.h"
+#include "core/util/thread_stack.h"
 
 namespace baton {
 namespace {
@@ -27,14 +29,21 @@ namespace {
 // where an exception would end the process: a refresh that fails leaves the gauges as they were.
 class RefreshingRegistry : public prometheus::Collectable {
  public:
+  explicit RefreshingRegistry(std::function<void()> refresh) : refresh_(std::move(refresh)) {}
+
   std::vector<prometheus::MetricFamily> Collect() const override {
     try {
-      RefreshProcessGauges();
+      const int64_t rss = ResidentMemoryBytes();
+      if (rss >= 0) ProcessFamilies().resident_memory_bytes.Add({}).Set(static_cast<double>(rss));
+      if (refresh_) refresh_();
     } catch (...) {
       ProcessFamilies().refresh_errors.Add({}).Increment();
     }
     return MetricsRegistry()->Collect();
   }
+
+ private:
+  const std::function<void()> refresh_;
 };
 
 absl::Status BadAddress(const std::string& text, const std::string& why) {
@@ -79,10 +88,11 @@ absl::StatusOr<MetricsAddress> ParseMetricsAddress(const std::string& text) {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& address,
-                                                                    const std::string& process) {
+                                                                    const std::string& process,
+                                                                    std::function<void()> refresh) {
   auto parsed = ParseMetricsAddress(address);
   if (!parsed.ok()) return parsed.status();
-  if (!ThreadStacksIncludeStaticTls()) {  // civetweb's threads could not start (core/metrics/thread_stack.cc)
+  if (!ThreadStacksIncludeStaticTls()) {  // civetweb's threads could not start (core/util/thread_stack.cc)
     return absl::InternalError(absl::StrCat("metrics: this binary does not export pthread_attr_setstacksize (link ",
                                             "it with baton_core's options); civetweb's threads cannot start"));
   }
@@ -100,7 +110,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   server->address_ = absl::StrCat(parsed->host, ":", server->port_);
   SetBuildInfo(process);
   ProcessFamilies();  // the process families appear in every scrape, even before anything is counted
-  server->collectable_ = std::make_shared<RefreshingRegistry>();
+  server->collectable_ = std::make_shared<RefreshingRegistry>(std::move(refresh));
   server->exposer_->RegisterCollectable(server->collectable_);
   return server;
 }
@@ -123,9 +133,10 @@ MetricsServer::~MetricsServer() {
 std::string MetricsServer::url() const { return absl::StrCat("http://", address_, "/metrics"); }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlag(const std::string& flag,
-                                                                          const std::string& process, bool print) {
+                                                                          const std::string& process, bool print,
+                                                                          std::function<void()> refresh) {
   if (flag.empty()) return std::unique_ptr<MetricsServer>();
-  auto server = MetricsServer::Start(flag, process);
+  auto server = MetricsServer::Start(flag, process, std::move(refresh));
   if (!server.ok()) return server.status();
   if (print) {
     std::printf("metrics: %s\n", (*server)->url().c_str());

@@ -1,6 +1,6 @@
-// Process-level gauges refreshed when Prometheus scrapes: resident memory from /proc/self/statm, and the CUDA
-// caching allocator's allocated bytes on each device the process has said it computes on. CUDA is touched only
-// for devices passed to NoteCudaDeviceInUse, so a CPU-only process never initializes the CUDA runtime.
+// The resident memory of a process, from /proc/.../statm: what every Baton process reports as
+// baton_process_resident_memory_bytes at each scrape (core/metrics/metrics_server.h); the device's memory is
+// core/device/device_memory.h's.
 #pragma once
 
 #include <sys/types.h>
@@ -11,21 +11,5 @@ namespace baton {
 
 // Resident set size in bytes of this process (or of `pid`), or -1 when its /proc/.../statm cannot be read.
 int64_t ResidentMemoryBytes(pid_t pid = 0);
-
-// Adds cuda:`index` to the devices baton_device_memory_allocated_bytes reports. Thread-safe.
-void NoteCudaDeviceInUse(int index);
-
-// Sets baton_process_resident_memory_bytes, baton_device_memory_allocated_bytes{device} and
-// baton_pinned_host_memory_bytes{state} to their values now. The CUDA figures are read only once CUDA's caching
-// allocator is initialized (CudaAllocatorReady); a failure to read them counts baton_metrics_refresh_errors_total
-// and never throws.
-void RefreshProcessGauges();
-
-// Whether libtorch's CUDA caching allocator has been initialized in this process (false without CUDA).
-bool CudaAllocatorReady();
-
-// The peak bytes the caching allocator held allocated on cuda:`index` since the last call (or since CUDA started),
-// and starts the next period; -1 before CUDA's allocator is initialized or without CUDA.
-int64_t TakeDevicePeakAllocatedBytes(int index);
 
 }  // namespace baton

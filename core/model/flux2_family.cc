@@ -14,6 +14,7 @@
 #include "core/model/stage_build.h"
 #include "core/model/stage_io.h"
 #include "core/tensor/shape.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -14,6 +14,7 @@
 #include "core/model/flux2_model.h"
 #include "core/quant/quantize_tensor.h"
 #include "core/quant/stored_quant.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 

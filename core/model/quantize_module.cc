@@ -7,6 +7,7 @@
 #include "core/model/flux2_model.h"
 #include "core/quant/quantize_tensor.h"
 #include "core/tensor/shape.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -5,6 +5,7 @@
 #include "core/lora/lora.h"
 #include "core/lora/lora_linear.h"
 #include "core/model/quantize_module.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/status.h"
 
 namespace baton {

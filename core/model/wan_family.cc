@@ -15,6 +15,7 @@
 #include "core/model/wan_i2v.h"
 #include "core/model/wan_model.h"
 #include "core/tensor/shape.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 

@@ -5,6 +5,7 @@
 #include "core/model/checkpointed_pieces.h"
 #include "core/model/flux2_ops.h"
 #include "core/tensor/shape.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/data/cache.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/status.h"
 
 namespace baton {

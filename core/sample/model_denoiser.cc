@@ -1,5 +1,6 @@
 #include "core/sample/model_denoiser.h"
 
+#include "core/tensor/torch_call.h"
 #include "core/train/common.h"
 #include "core/util/status.h"
 

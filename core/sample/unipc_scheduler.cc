@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/tensor/torch_call.h"
 #include "core/util/status.h"
 
 namespace baton {

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/tensor/shape.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/status.h"
 
 namespace baton {

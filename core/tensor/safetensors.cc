@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "core/tensor/shape.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/tensor/torch_call.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 

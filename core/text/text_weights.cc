@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/quant/eight_bit_linear.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/status.h"
 
 namespace baton {

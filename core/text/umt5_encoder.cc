@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/tensor/torch_call.h"
 #include "core/text/umt5_checkpoint.h"
 #include "core/util/files.h"
 #include "core/util/status.h"

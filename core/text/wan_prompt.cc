@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/tensor/torch_call.h"
 #include "core/text/html_unescape.h"
 #include "core/text/utf8.h"
 #include "core/util/status.h"

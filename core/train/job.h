@@ -12,6 +12,7 @@
 
 #include "core/lora/lora.h"
 #include "core/pipeline/stage_memory.h"
+#include "core/util/limits.h"
 
 namespace baton {
 
@@ -264,7 +265,7 @@ struct JobConfig {
   // true: every block (per-block activation checkpointing); false: none.
   RecomputePolicy recompute = RecomputePolicy::kAuto;
   // Activations and their gradients between stages: none (exact) | bf16 | fp8 (per-token scale); lossy,
-  // for slow links (rpc/wire_compression.h).
+  // for slow links (wire/wire_compression.h).
   std::string wire_dtype = "none";
   uint64_t seed = 0;
   int64_t checkpoint_every = 0;  // 0: only at the end
@@ -312,8 +313,7 @@ struct JobConfig {
 // Limits on what a job file may ask for, checked before and while it is parsed (the job service parses what any
 // client submits, and a YAML node costs hundreds of bytes: a 50 MB list once took 5.7 GB), each from what the value
 // means. Errors give file:line.
-// A real job file is 1-5 KiB; 256 KiB leaves room for 60 prompts of 4 KiB.
-inline constexpr size_t kMaxJobFileBytes = 256 << 10;
+// The whole file: kMaxJobFileBytes (core/util/limits.h).
 // Any one value: a path (PATH_MAX), a prompt (the text encoders read at most 512 tokens).
 inline constexpr size_t kMaxJobStringBytes = 4096;
 inline constexpr int64_t kMaxJobSteps = 1000000;   // steps (and --steps): the service keeps a record of each

@@ -2,6 +2,7 @@
 
 #include "core/device/readback.h"
 #include "core/lora/lora.h"
+#include "core/tensor/torch_call.h"
 #include "core/train/common.h"
 #include "core/train/finite_check.h"
 #include "core/train/grad_norm.h"

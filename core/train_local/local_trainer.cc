@@ -8,6 +8,7 @@
 
 #include "core/data/cache.h"
 #include "core/device/determinism.h"
+#include "core/device/threads.h"
 #include "core/lora/lora.h"
 #include "core/model/model_family.h"
 #include "core/sample/model_denoiser.h"
@@ -21,7 +22,6 @@
 #include "core/train/optimizer.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
-#include "core/util/threads.h"
 
 namespace baton {
 

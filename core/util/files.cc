@@ -226,4 +226,13 @@ absl::Status RemoveAll(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> MakeTempDir(const std::string& prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir = JoinPath(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", prefix + "XXXXXX");
+  if (::mkdtemp(dir.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot make a temporary folder ", dir, ": ", std::strerror(errno)));
+  }
+  return dir;
+}
+
 }  // namespace baton

@@ -1,14 +1,11 @@
-// Status helpers. Debian's Abseil (20220623) has no status macros, so they live here.
-// libtorch reports errors by throwing c10::Error; TorchCall() turns that into a Status at the edges
-// where untrusted input reaches libtorch.
+// Status helpers. Debian's Abseil (20220623) has no status macros, so they live here. No libtorch: a libtorch
+// exception becomes a Status through core/tensor/torch_call.h; the strings it leaves are cleaned here.
 #pragma once
 
-#include <absl/base/thread_annotations.h>
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 #include <absl/strings/str_cat.h>
 
-#include <exception>
 #include <string>
 #include <utility>
 
@@ -37,23 +34,6 @@ std::string StripTorchBacktrace(std::string what);
 bool IsOutOfMemoryMessage(const std::string& what);
 // `text` up to its first newline, at most 300 characters.
 std::string FirstLine(const std::string& text);
-
-// The status for the exception being handled (call only inside a catch block): out of memory
-// (c10::OutOfMemoryError, std::bad_alloc, libtorch's CPU allocator failing) is RESOURCE_EXHAUSTED with one short
-// line, anything else INTERNAL; `context` prefixes the message, which never carries a libtorch backtrace.
-absl::Status StatusFromCurrentException(const char* context);
-
-// Runs fn(); a thrown exception becomes StatusFromCurrentException(context). fn runs at once on the caller's
-// thread, so the locks fn requires (a lambda's ABSL_EXCLUSIVE_LOCKS_REQUIRED) are the caller's to hold.
-template <typename Fn>
-absl::Status TorchCall(const char* context, Fn&& fn) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  try {
-    fn();
-    return absl::OkStatus();
-  } catch (...) {
-    return StatusFromCurrentException(context);
-  }
-}
 
 // Prefixes a non-OK status with context, keeping its code.
 inline absl::Status Annotate(const absl::Status& s, absl::string_view context) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/tensor/shape.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 #include "core/vae/flux2_vae.h"

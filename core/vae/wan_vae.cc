@@ -13,6 +13,7 @@
 #include "core/tensor/checked_load.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 

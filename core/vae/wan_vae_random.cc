@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor/safetensors.h"
+#include "core/tensor/torch_call.h"
 #include "core/util/files.h"
 #include "core/util/seed.h"
 #include "core/util/status.h"

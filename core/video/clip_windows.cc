@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "core/tensor/torch_call.h"
 #include "core/util/status.h"
 #include "core/video/video_io.h"
 

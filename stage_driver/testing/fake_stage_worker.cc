@@ -9,7 +9,7 @@
 #include "rpc/grpc_status.h"
 #include "rpc/health.h"
 #include "rpc/server_start.h"
-#include "rpc/wire.h"
+#include "wire/wire.h"
 
 namespace baton {
 namespace {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "proto/baton/v1/stage.grpc.pb.h"
-#include "rpc/envelope.h"
 #include "stage_driver/testing/fake_optimizer.h"
+#include "wire/envelope.h"
 
 namespace baton {
 

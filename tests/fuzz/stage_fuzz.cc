@@ -8,10 +8,10 @@
 #include "core/model/flux2_weights.h"
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
-#include "rpc/envelope.h"
 #include "stage_worker/stage_runner.h"
 #include "tests/fuzz/fuzz_targets.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "wire/envelope.h"
 
 namespace baton::fuzz {
 namespace {

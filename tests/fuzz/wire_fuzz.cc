@@ -1,14 +1,14 @@
-// Fuzz target: the tensor wire decoder and envelopes (rpc/wire.h, rpc/envelope.h). The input is a Push stream:
+// Fuzz target: the tensor wire decoder and envelopes (wire/wire.h, wire/envelope.h). The input is a Push stream:
 // length-delimited baton.v1.Envelope messages (fuzz_util.h), read by ReadEnvelope as the stage worker reads
 // one. Every envelope it accepts must survive a round trip: re-sent with AppendTensorChunks (exact and fp8
 // compressed, when finite) and reassembled, each tensor comes back with its name, dtype and shape (and, exact, its
 // bytes).
 #include <cstring>
 
-#include "rpc/envelope.h"
-#include "rpc/wire.h"
 #include "tests/fuzz/fuzz_targets.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "wire/envelope.h"
+#include "wire/wire.h"
 
 namespace baton::fuzz {
 namespace {

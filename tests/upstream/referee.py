@@ -21,7 +21,7 @@ SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")
 torch.set_num_threads(1)
 
 
-# `baton command-server` (client/command_server.h): one baton process per test script runs every command it asks for,
+# `baton command-server` (tools/command_server.h): one baton process per test script runs every command it asks for,
 # so a script pays the process start and libtorch's load once, not per call (hundreds of calls in all). The commands
 # run exactly as `baton ARGS` would; BATON_REFEREE_FRESH_PROCESS=1 runs each in a process of its own instead.
 _server = None
