@@ -53,6 +53,8 @@ absl::StatusOr<PartitionOptions> JobPartitionOptions(const JobConfig& job, Sampl
                                                                  stages, dtype, remote_workers));
   ASSIGN_OR_RETURN(popts.schedule, ParseScheduleKind(job.schedule));
   popts.recompute = job.recompute;
+  static_assert(JobConfig::kOffloadAuto == PartitionOptions::kOffloadAuto);
+  popts.offload_blocks = job.offload_blocks;
   popts.all_linear = job.lora_targets == "all-linear";
   // `auto` is `allreduce` unless the replicas differ in stage counts (coordinator/job_plan.h: WithConcreteExchange).
   std::vector<int> counts(job.replica_stages.begin(), job.replica_stages.end());

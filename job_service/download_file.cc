@@ -32,7 +32,7 @@ absl::StatusOr<std::string> DownloadPath(const v1::DownloadRequest& req, const s
 
 // The LoRA at `path` in original/ComfyUI naming, through a private temporary folder.
 absl::StatusOr<std::string> ConvertedLora(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string dir, MakeTempDir("baton-download-"));
+  ASSIGN_OR_RETURN(const std::string dir, MakePrivateTempDir("baton-download-"));
   const std::string out = JoinPath(dir, "original.safetensors");
   const absl::Status converted = ConvertLoraFile(path, out, "original").status();
   absl::StatusOr<std::string> bytes = converted.ok() ? ReadFile(out) : absl::StatusOr<std::string>(converted);

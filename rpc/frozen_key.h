@@ -11,7 +11,8 @@
 namespace baton {
 
 // Of the stage `request` configures; `default_device`: where a request that names no device computes (the worker's
-// own --device; "" on the driver's side, where every stage of the same workers has the same default).
+// own --device; "" on the driver's side, where every stage of the same workers has the same default). Empty for a
+// stage that swaps blocks (offload_blocks): it shares its weights with nothing.
 std::string FrozenWeightsKey(const v1::ConfigureRequest& request, const std::string& default_device);
 
 }  // namespace baton

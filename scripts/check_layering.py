@@ -73,6 +73,7 @@ ALLOWED = [
     ("core/model", "core/quant", "a stage's block weights may be loaded as 8-bit"),
     ("core/model", "core/tensor", "checkpoints are safetensors"),
     ("core/model", "core/keys", "BFL and original-Wan checkpoints are read by their own names"),
+    ("core/model", "core/device", "block swap copies frozen weights in through the stage's DeviceTransfer"),
     # Pipeline planning: partition, schedule, chunks, memory model.
     ("core/pipeline", "core/model", "plans are made from a model's config and ModelFamily's block figures"),
     ("core/pipeline", "core/quant", "8-bit weights change a stage's bytes"),

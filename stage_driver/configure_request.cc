@@ -32,6 +32,7 @@ v1::ConfigureRequest ConfigureRequestFor(const PipelineSpec& pipeline, const std
   // Interleaved: every chunk of every worker got the same all-or-nothing decision (PlanStages).
   req.set_recompute(spec.recompute_blocks > 0);
   if (chunks.size() == 1) req.set_recompute_blocks(static_cast<int32_t>(spec.recompute_blocks));
+  req.set_offload_blocks(static_cast<int32_t>(spec.offload_blocks));
   req.set_quantize(pipeline.quantize);
   req.mutable_lora()->set_rank(static_cast<int32_t>(pipeline.lora.rank));
   req.mutable_lora()->set_alpha(static_cast<float>(pipeline.lora.alpha));
@@ -64,7 +65,9 @@ std::string FrozenPipelineKey(const PipelineSpec& pipeline, const std::vector<st
   for (size_t i = 0; i < plan.size(); ++i) {
     const v1::ConfigureRequest req =
         ConfigureRequestFor(pipeline, plan[i], static_cast<int>(i), addresses, /*replica=*/0, /*first_worker=*/0);
-    absl::StrAppend(&key, i == 0 ? "" : ";", FrozenWeightsKey(req, ""));
+    const std::string stage = FrozenWeightsKey(req, "");
+    if (stage.empty()) return "";  // a stage that shares nothing: the pipeline runs alone
+    absl::StrAppend(&key, i == 0 ? "" : ";", stage);
   }
   return key;
 }

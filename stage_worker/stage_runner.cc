@@ -14,6 +14,7 @@
 #include "core/device/threads.h"
 #include "core/lora/lora.h"
 #include "core/metrics/process_memory.h"
+#include "core/model/block_swap.h"
 #include "core/model/quantize_module.h"
 #include "core/tensor/torch_call.h"
 #include "core/train/batches.h"
@@ -87,7 +88,7 @@ bool StageRunner::SameStage(const v1::ConfigureRequest& req) const {
 
 std::vector<FrozenTensors> StageRunner::FrozenFor(const std::string& key) const {
   absl::MutexLock lock(&frozen_mu_);
-  return key == frozen_key_ ? frozen_ : std::vector<FrozenTensors>{};
+  return !key.empty() && key == frozen_key_ ? frozen_ : std::vector<FrozenTensors>{};
 }
 
 absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::ConfigureRequest& req,
@@ -158,7 +159,9 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     frozen_key_.clear();
     frozen_.clear();
   }
-  if (shared && shared->size() != ranges_.size()) shared = nullptr;
+  // A stage that swaps blocks changes its tensors' storage in and out: it shares them with no other pipeline.
+  const bool swaps = req.offload_blocks() > 0;
+  if ((shared && shared->size() != ranges_.size()) || swaps) shared = nullptr;
   std::vector<FrozenTensors> frozen;
   for (size_t c = 0; c < ranges_.size(); ++c) {
     ASSIGN_OR_RETURN(std::unique_ptr<StageModel> chunk,
@@ -167,10 +170,11 @@ absl::StatusOr<v1::ConfigureResponse> StageRunner::Configure(const v1::Configure
     frozen.push_back(FrozenStageTensors(chunk->module()));
     chunks_.push_back(std::move(chunk));
   }
+  if (swaps) RETURN_IF_ERROR(SwapBlocks(req));
   {
     absl::MutexLock frozen_lock(&frozen_mu_);
-    frozen_key_ = FrozenWeightsKey(req, options_.device);
-    frozen_ = std::move(frozen);
+    frozen_key_ = FrozenWeightsKey(req, options_.device);  // empty when it swaps: FrozenFor never matches it
+    if (!frozen_key_.empty()) frozen_ = std::move(frozen);
   }
   config_ = req;
   stage_index_ = req.stage_index();
@@ -392,6 +396,18 @@ absl::StatusOr<TensorMap> StageRunner::Await(const v1::StepPlan& plan, int32_t m
 // Blocks recomputed under recompute: the planner's choice (0 from the coordinator = all of them).
 static int64_t RecomputeBlocks(const v1::ConfigureRequest& c) {
   return c.recompute_blocks() > 0 ? c.recompute_blocks() : StageModel::kAllBlocks;
+}
+
+absl::Status StageRunner::SwapBlocks(const v1::ConfigureRequest& req) {
+  const int64_t n = req.offload_blocks();
+  if (chunks_.size() != 1) return absl::InvalidArgumentError("offload_blocks: not with interleaved chunks");
+  if (!req.recompute() || (RecomputeBlocks(req) != StageModel::kAllBlocks && RecomputeBlocks(req) < n)) {
+    return absl::InvalidArgumentError(absl::StrCat("offload_blocks ", n, ": the swapped blocks must be recomputed (",
+                                                   "recompute on, recompute_blocks 0 or >= ", n, ")"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const BlockSwap> swap, SwapFirstBlocks(*chunks_.front(), n, Transfer()));
+  LogInfo(name(), ": swaps its first ", n, " blocks from host memory (", swap->host_bytes() >> 20, " MiB)");
+  return absl::OkStatus();
 }
 
 absl::Status StageRunner::EnsureWeights(const v1::StepPlan& plan, const std::function<bool()>& cancelled,

@@ -192,6 +192,8 @@ class StageRunner {
   void ResetForNewRun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) ABSL_LOCKS_EXCLUDED(rope_mu_);
   // `weights` (PEFT names, every adapter of every chunk, nothing else) into the chunks' adapters, gradients zeroed.
   absl::Status AssignAllLora(TensorMap weights) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Block swap (req.offload_blocks > 0): the configured stage's first blocks go to host memory.
+  absl::Status SwapBlocks(const v1::ConfigureRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // The peer connections for config_ (Configure).
   void ConnectPeers(WireDtype wire) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   v1::ConfigureResponse Response() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);

@@ -173,6 +173,17 @@ TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {
   EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", "2", "--quantize", "int4"}), 1);
   EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", "2", "--recompute", "maybe"}), 1);
   EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", "2", "--device", "tpu"}), 1);
+  // One 24 GB card, or two 16 GB cards: with block swap from host memory (offload).
+  for (const auto& [stages, budget] : {std::pair{"1", "24GB"}, std::pair{"2", "16GB"}}) {
+    EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", stages, "--memory-per-stage", budget, "--quantize",
+                       "int8"}),
+              1);
+    EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", stages, "--memory-per-stage", budget, "--quantize",
+                       "int8", "--offload", "auto"}),
+              0);
+  }
+  EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", "2", "--offload", "some"}), 1);
+  EXPECT_EQ(RunTool({"plan", "--model-config", config, "--stages", "2", "--offload", "4", "--recompute", "false"}), 1);
   EXPECT_EQ(RunTool({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b"}), 0);
   EXPECT_EQ(RunTool({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "interleaved", "--chunks", "2"}),
             0);

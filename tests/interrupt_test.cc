@@ -99,7 +99,12 @@ TEST_F(InterruptTest, SigintWhileWaitingForWorkersStopsAtOnceWith130) {
   }
   pid_t pid = test_util::SpawnLogged(args, JoinPath(*dir_, "early.log"));
   ASSERT_GT(pid, 0);
-  std::this_thread::sleep_for(std::chrono::seconds(2));  // past start-up, into the wait for the workers
+  // Past start-up (libtorch loaded, flags read: the --insecure warning; the stop signals are installed right after),
+  // into the wait for the workers. A fixed 2 s sleep was too short on a loaded machine (the signal came first).
+  for (int i = 0; i < 600 && Log("early.log").find("WARNING: --insecure") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const auto t0 = Clock::now();
   ASSERT_EQ(kill(pid, SIGINT), 0);
   EXPECT_EQ(WaitExit(pid, std::chrono::seconds(30)), 130) << Log("early.log");

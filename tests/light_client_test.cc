@@ -57,7 +57,7 @@ TEST(LightClientTest, ModelToolsRunThroughBaton) {
 
 // The browser view, having served its sign-in page, holds no libtorch mapping and under 50 MB resident.
 TEST(LightClientTest, TheBrowserViewIdlesWithoutLibtorchUnder50MB) {
-  const std::string dir = MakeTempDir("baton-light-ui-").value();
+  const std::string dir = MakePrivateTempDir("baton-light-ui-").value();
   const std::string token = JoinPath(dir, "token"), log = JoinPath(dir, "ui.log");
   ASSERT_TRUE(WriteFileAtomic(token, "light-client-token\n").ok());
   const pid_t ui = test_util::SpawnLogged({JoinPath(BinDir(), "baton"), "ui", "--server", "127.0.0.1:1", "--insecure",

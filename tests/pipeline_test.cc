@@ -195,6 +195,23 @@ TEST_F(PipelineTest, AutoRecomputeUnderABudgetMatchesTrainLocal) {
   ExpectSameLora("ref_auto", "pp_auto");
 }
 
+// offload: {blocks: 2} reaches every stage worker (ConfigureRequest.offload_blocks): each swaps its first two blocks
+// in from host memory for every use, and the LoRA is bitwise the one of the same pipeline without the swap.
+TEST_F(PipelineTest, OffloadedBlocksTrainTheLoraOfThePlainPipelineBitwise) {
+  JobConfig job = Job("1f1b", true, /*dropout=*/0.1);
+  auto plain = RunCoordinator(job, Options(2, "pp_plain_rc"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  job.offload_blocks = 2;
+  auto swapped = RunCoordinator(job, Options(2, "pp_offload"));
+  ASSERT_TRUE(swapped.ok()) << swapped.status();
+  ASSERT_EQ(swapped->steps.size(), plain->steps.size());
+  for (size_t i = 0; i < plain->steps.size(); ++i) EXPECT_EQ(swapped->steps[i].loss, plain->steps[i].loss) << i;
+  const auto a = Lora("pp_plain_rc"), b = Lora("pp_offload");
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [k, v] : a) EXPECT_TRUE(at::equal(v, b.at(k))) << k;
+}
+
 // quantize: int8 reaches every stage worker (through ConfigureRequest.quantize): two stages quantize their own
 // blocks while loading and train exactly as train-local's int8 run, and differently from the fp32 base.
 TEST_F(PipelineTest, Int8StagesMatchTrainLocalInt8) {

@@ -312,6 +312,12 @@ absl::StatusOr<PartitionOptions> PlanOptionsFromArgs(const Args& args) {
   opts.lora_fp32 = lora_dtype == "fp32";
   ASSIGN_OR_RETURN(opts.quantize, ParseWeightQuant(args.Get("quantize")));
   ASSIGN_OR_RETURN(opts.recompute, ParseRecomputePolicy(args.Get("recompute")));
+  if (args.Get("offload") == "auto") {
+    opts.offload_blocks = PartitionOptions::kOffloadAuto;
+  } else if (!absl::SimpleAtoi(args.Get("offload"), &opts.offload_blocks) || opts.offload_blocks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--offload takes a block count ≥ 0 or auto; got '", args.Get("offload"), "'"));
+  }
   ASSIGN_OR_RETURN(opts.device, ParsePlanDevice(args.Get("device")));
   ASSIGN_OR_RETURN(int64_t micro_batches, args.GetInt("micro-batches"));
   opts.micro_batches = static_cast<int>(micro_batches);
@@ -421,6 +427,10 @@ Command PlanCommand() {
        {"dtype", "frozen weight dtype: bf16 | fp32", "bf16"},
        {"quantize", "block linears stored 8-bit: none | int8 | fp8", "none"},
        {"recompute", "auto (recompute the fewest blocks that fit the budget) | true (all) | false", "auto"},
+       {"offload",
+        "block swap per stage: N (the first N blocks' frozen weights in host memory, copied in for each use) | auto "
+        "(the fewest that fit --memory-per-stage) | 0",
+        "0"},
        {"device", "cuda | cpu (the fixed per-process memory: estimated on cuda, measured on cpu)", "cuda"},
        {"micro-batches", "micro-batches per step (in-flight activations); 0 = as many as stages", "0"},
        {"rank", "LoRA rank", "16"},

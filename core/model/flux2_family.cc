@@ -95,6 +95,8 @@ class Flux2StageModel : public StageModel {
         [&](const Flux2Activations& out) { return seed(Flux2ActivationMap(out, head)); },
         recompute_blocks == kAllBlocks ? Flux2StageImpl::kAllBlocks : recompute_blocks);
   }
+  std::vector<torch::nn::Module*> BlockModules() override { return stage_->BlockModules(); }
+  void UseBlockSwap(std::shared_ptr<BlockSwap> swap) override { stage_->UseBlockSwap(std::move(swap)); }
 
  private:
   // The stage input (names in the header); the first stage converts the model inputs to its compute dtype.

@@ -3,6 +3,7 @@
 #include <functional>
 #include <utility>
 
+#include "core/model/block_swap.h"
 #include "core/model/checkpoint_chain.h"
 #include "core/model/flux2_ops.h"
 
@@ -115,12 +116,19 @@ std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Flux2Stage
       return a;
     });
   }
+  using Piece = std::function<Flux2Activations(const Flux2Activations&)>;
+  size_t block_index = 0;  // the block's place in the range, as BlockModules lists them
+  // A block's piece, under the block swap when the block is one of the swapped.
+  auto block_piece = [&](Piece piece) {
+    const size_t b = block_index++;
+    return swap_ != nullptr && b < swap_->blocks() ? swap_->Wrap(b, std::move(piece)) : piece;
+  };
   for (auto& block : double_blocks_) {
-    pieces.push_back([&block, &k](const Flux2Activations& in) {
+    pieces.push_back(block_piece([&block, &k](const Flux2Activations& in) {
       Flux2Activations a = in;
       std::tie(a.img, a.txt) = block(in.img, in.txt, k.mod_img, k.mod_txt, k.rope_cos, k.rope_sin);
       return a;
-    });
+    }));
   }
   // The join happens on the stage holding single block 0; a stage starting after it receives `joint`.
   const bool joins = !single_blocks_.empty() && range_.block_begin <= config_.num_layers;
@@ -135,11 +143,11 @@ std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Flux2Stage
     });
   }
   for (auto& block : single_blocks_) {
-    pieces.push_back([&block, &k](const Flux2Activations& in) {
+    pieces.push_back(block_piece([&block, &k](const Flux2Activations& in) {
       Flux2Activations a = in;
       a.joint = block(in.joint, k.mod_single, k.rope_cos, k.rope_sin);
       return a;
-    });
+    }));
   }
   if (range_.has_head) {
     pieces.push_back([this, &k](const Flux2Activations& in) {
@@ -158,7 +166,15 @@ std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Flux2Stage
   return pieces;
 }
 
+std::vector<torch::nn::Module*> Flux2StageImpl::BlockModules() {
+  std::vector<torch::nn::Module*> out;
+  for (auto& block : double_blocks_) out.push_back(block.get());
+  for (auto& block : single_blocks_) out.push_back(block.get());
+  return out;
+}
+
 Flux2Activations Flux2StageImpl::forward(const Flux2Activations& in, const Flux2Constants& k) {
+  CheckNoGraphThroughSwappedBlocks(swap_.get());
   Flux2Activations a = in;
   for (const auto& piece : Pieces(k)) a = piece(a);
   return a;
@@ -192,6 +208,8 @@ size_t Flux2StageImpl::CheckpointedPieces(int64_t recompute_blocks, size_t piece
 Flux2Activations Flux2StageImpl::ForwardCheckpointed(const Flux2Activations& in, const Flux2Constants& k,
                                                      std::vector<Flux2Activations>* checkpoints,
                                                      int64_t recompute_blocks) {
+  CheckSwappedBlocksRecomputed(swap_.get(), recompute_blocks,
+                               static_cast<int64_t>(double_blocks_.size() + single_blocks_.size()));
   const auto pieces = Pieces(k);
   return ForwardChainCheckpointed(pieces, CheckpointedPieces(recompute_blocks, pieces.size()), in, checkpoints,
                                   DetachedActivationLeaves);

@@ -19,6 +19,8 @@
 
 namespace baton {
 
+class BlockSwap;
+
 // Per micro-batch constants, sent to every stage alongside the activations.
 struct Flux2Constants {
   at::Tensor mod_img;     // [B, 6D] double_stream_modulation_img(temb)
@@ -113,6 +115,12 @@ class Flux2StageImpl : public torch::nn::Module {
   const Flux2StageRange& range() const { return range_; }
   const Flux2Config& config() const { return config_; }
 
+  // Block swap (core/model/block_swap.h): the blocks in order (double, then single), and the swap of the first
+  // swap->blocks() of them; those must be recomputed (ForwardCheckpointed refuses fewer recompute_blocks, and forward()
+  // refuses to record a graph).
+  std::vector<torch::nn::Module*> BlockModules();
+  void UseBlockSwap(std::shared_ptr<BlockSwap> swap) { swap_ = std::move(swap); }
+
  private:
   // The stage as a chain of pieces; forward() applies them in order.
   std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Pieces(const Flux2Constants& k);
@@ -124,6 +132,7 @@ class Flux2StageImpl : public torch::nn::Module {
   LoraLinear x_embedder_{nullptr}, context_embedder_{nullptr}, proj_out_{nullptr};
   std::vector<Flux2TransformerBlock> double_blocks_;
   std::vector<Flux2SingleTransformerBlock> single_blocks_;
+  std::shared_ptr<BlockSwap> swap_;  // null: every block resident
 };
 TORCH_MODULE(Flux2Stage);
 

@@ -22,6 +22,7 @@ namespace baton {
 
 using TensorMap = std::map<std::string, at::Tensor>;
 struct LoraSpec;
+class BlockSwap;
 
 // The split every family follows (DESIGN.md "How a model is cut"):
 //   shell  -- the small frozen part every block depends on, run by the coordinator once per micro-batch: it turns
@@ -69,6 +70,11 @@ class StageModel {
                                         std::vector<TensorMap>* checkpoints, int64_t recompute_blocks) = 0;
   virtual void BackwardFromCheckpoints(std::vector<TensorMap> checkpoints, const TensorMap& constants,
                                        const BackwardSeed& seed, int64_t recompute_blocks) = 0;
+
+  // Block swap (core/model/block_swap.h, SwapFirstBlocks): the range's blocks in order, and the swap of the first
+  // swap->blocks() of them, which the stage then runs each block under (once; the stage keeps it).
+  virtual std::vector<torch::nn::Module*> BlockModules() = 0;
+  virtual void UseBlockSwap(std::shared_ptr<BlockSwap> swap) = 0;
 };
 
 // The coordinator's frozen shell.

@@ -91,9 +91,9 @@ std::vector<std::vector<Planned>> Shard(const std::vector<Planned>& plan, int64_
 // Produces one planned tensor. A weight is quantized once; its data and scale are kept until both have
 // been written (within a block they are apart: scales first for alignment), so at most one block's 8-bit
 // weights are held.
-class TensorSource {
+class QuantizeSource {
  public:
-  TensorSource(const Flux2Checkpoint& ckpt, WeightQuant q) : ckpt_(ckpt), q_(q) {}
+  QuantizeSource(const Flux2Checkpoint& ckpt, WeightQuant q) : ckpt_(ckpt), q_(q) {}
 
   absl::StatusOr<at::Tensor> Get(const Planned& p) {
     if (p.kind == Planned::kAsStored) {
@@ -177,7 +177,7 @@ class ProgressByBlock {
 
 // Writes one shard: header, then each tensor as it is produced; temporary file, fsync, rename.
 absl::Status WriteShard(const std::string& path, const std::vector<Planned>& tensors,
-                        const std::map<std::string, std::string>& metadata, TensorSource& source,
+                        const std::map<std::string, std::string>& metadata, QuantizeSource& source,
                         ProgressByBlock& progress) {
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -238,7 +238,7 @@ absl::Status WriteQuantizedFlux2Checkpoint(const Flux2Checkpoint& ckpt, const st
   RETURN_IF_ERROR(MakeDirs(out_dir));
   const std::map<std::string, std::string> metadata = {{"format", "pt"},
                                                        {kBatonQuantizeMetadataKey, WeightQuantName(q)}};
-  TensorSource source(ckpt, q);
+  QuantizeSource source(ckpt, q);
   const Flux2Config& c = ckpt.config();
   ProgressByBlock progress(options, c.num_layers, c.num_blocks());
   if (shards.size() == 1) {

@@ -87,6 +87,8 @@ class OwnedWanStage : public StageModel {
                                int64_t recompute_blocks) override {
     stage_->BackwardFromCheckpoints(std::move(checkpoints), constants, seed, recompute_blocks);
   }
+  std::vector<torch::nn::Module*> BlockModules() override { return stage_->BlockModules(); }
+  void UseBlockSwap(std::shared_ptr<BlockSwap> swap) override { stage_->UseBlockSwap(std::move(swap)); }
 
  private:
   WanStage stage_;

@@ -2,6 +2,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "core/model/block_swap.h"
 #include "core/model/checkpointed_pieces.h"
 #include "core/model/flux2_ops.h"
 #include "core/tensor/shape.h"
@@ -208,10 +209,12 @@ std::vector<std::function<TensorMap(const TensorMap&)>> WanStageImpl::Pieces(con
   }
   const at::Tensor &context = Need(k, "context"), &proj = Need(k, "timestep_proj");
   const at::Tensor &cos = Need(k, "rope_cos"), &sin = Need(k, "rope_sin");
-  for (auto& block : blocks_) {
-    pieces.push_back([&block, &context, &proj, &cos, &sin](const TensorMap& in) {
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    std::function<TensorMap(const TensorMap&)> piece = [&block = blocks_[b], &context, &proj, &cos,
+                                                        &sin](const TensorMap& in) {
       return TensorMap{{"x", block(Need(in, "x"), context, proj, cos, sin)}};
-    });
+    };
+    pieces.push_back(swap_ != nullptr && b < swap_->blocks() ? swap_->Wrap(b, std::move(piece)) : piece);
   }
   if (range_.has_head) {
     pieces.push_back([this, &k](const TensorMap& in) { return TensorMap{{"output", Head(Need(in, "x"), k)}}; });
@@ -220,11 +223,19 @@ std::vector<std::function<TensorMap(const TensorMap&)>> WanStageImpl::Pieces(con
 }
 
 TensorMap WanStageImpl::Forward(const TensorMap& in, const TensorMap& constants) {
+  CheckNoGraphThroughSwappedBlocks(swap_.get());
   return RunPieces(Pieces(constants), in);
+}
+
+std::vector<torch::nn::Module*> WanStageImpl::BlockModules() {
+  std::vector<torch::nn::Module*> out;
+  for (auto& block : blocks_) out.push_back(block.get());
+  return out;
 }
 
 TensorMap WanStageImpl::ForwardCheckpointed(const TensorMap& in, const TensorMap& constants,
                                             std::vector<TensorMap>* checkpoints, int64_t recompute_blocks) {
+  CheckSwappedBlocksRecomputed(swap_.get(), recompute_blocks, static_cast<int64_t>(blocks_.size()));
   const auto pieces = Pieces(constants);
   const size_t c =
       CheckpointedPieceCount(recompute_blocks, range_.has_embedders ? 1 : 0, blocks_.size(), pieces.size());

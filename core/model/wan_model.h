@@ -59,6 +59,8 @@ class WanStageImpl : public torch::nn::Module, public StageModel {
                                 int64_t recompute_blocks) override;
   void BackwardFromCheckpoints(std::vector<TensorMap> checkpoints, const TensorMap& constants, const BackwardSeed& seed,
                                int64_t recompute_blocks) override;
+  std::vector<torch::nn::Module*> BlockModules() override;
+  void UseBlockSwap(std::shared_ptr<BlockSwap> swap) override { swap_ = std::move(swap); }
 
  private:
   std::vector<std::function<TensorMap(const TensorMap&)>> Pieces(const TensorMap& k);
@@ -69,6 +71,7 @@ class WanStageImpl : public torch::nn::Module, public StageModel {
   at::Tensor patch_weight_, patch_bias_, head_table_;
   WanLinear proj_out_;
   std::vector<WanTransformerBlock> blocks_;
+  std::shared_ptr<BlockSwap> swap_;  // null: every block resident
 };
 TORCH_MODULE(WanStage);
 

@@ -111,32 +111,64 @@ class Sizer {
            (k == stages_ - 1 ? model_.frozen.head_bytes : 0);
   }
   int64_t Lora(int64_t i, int64_t j) const { return lora_prefix_[j] - lora_prefix_[i]; }
+  // The frozen bytes of the first s blocks of a segment starting at block i (in host memory when swapped), and
+  // what they take on the device when swapped: min(s, 2) buffers of the largest.
+  int64_t SwappedBytes(int64_t i, int64_t s) const { return bytes_prefix_[i + s] - bytes_prefix_[i]; }
+  int64_t SwapBufferBytes(int64_t i, int64_t s) const {
+    int64_t largest = 0;
+    for (int64_t b = i; b < i + s; ++b) largest = std::max(largest, model_.frozen.block_bytes[b]);
+    return std::min<int64_t>(s, 2) * largest;
+  }
   // The `act` term for a stage of n blocks, the first r recomputed (header).
   int64_t Activation(int k, int64_t n, int64_t r) const {
     return in_flight_[k] * ActivationPerMicroBatch(n, r) + (r > 0 ? graph_ : 0);
   }
   int64_t ActivationPerMicroBatch(int64_t n, int64_t r) const { return r * act_unit_ + (n - r) * graph_; }
-  // Everything but the activations.
-  int64_t Fixed(int k, int64_t i, int64_t j) const {
-    return Weights(k, i, j) + LoraBytes(Lora(i, j), options_) + overhead_[k] + transient_;
+  // Everything but the activations, with the first s blocks swapped.
+  int64_t Fixed(int k, int64_t i, int64_t j, int64_t s) const {
+    return Weights(k, i, j) - SwappedBytes(i, s) + SwapBufferBytes(i, s) + LoraBytes(Lora(i, j), options_) +
+           overhead_[k] + transient_;
   }
-  // How many leading blocks of the segment are recomputed: the policy, or under auto the fewest that fit.
-  int64_t Recompute(int k, int64_t i, int64_t j) const {
+  // How many leading blocks of the segment are swapped: the option (at most its blocks), or under auto the fewest
+  // that fit (memory never grows with s: a binary search).
+  int64_t Offload(int k, int64_t i, int64_t j) const {
+    const int64_t n = j - i;
+    if (options_.offload_blocks != PartitionOptions::kOffloadAuto) return std::min(options_.offload_blocks, n);
+    if (Budget(k) == kUnlimited || MemoryWith(k, i, j, 0) <= Budget(k)) return 0;
+    // A stage that swaps at all swaps enough to keep kOffloadHeadroomBytes (at most a tenth of its budget) free:
+    // another block costs only copies that overlap the compute, a plan to the last byte an out-of-memory error.
+    const int64_t target = Budget(k) - std::min(kOffloadHeadroomBytes, Budget(k) / 10);
+    int64_t lo = 1, hi = n;  // the answer is in [lo, hi]; n when nothing fits
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (MemoryWith(k, i, j, mid) <= target) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  }
+  // How many leading blocks of the segment are recomputed with s swapped: the policy, or under auto the fewest that
+  // fit; never fewer than s.
+  int64_t RecomputeWith(int k, int64_t i, int64_t j, int64_t s) const {
     const int64_t n = j - i;
     if (options_.recompute == RecomputePolicy::kNone) return 0;
     if (options_.recompute == RecomputePolicy::kAll) return n;
-    if (Budget(k) == kUnlimited) return 0;
-    const int64_t room = Budget(k) - Fixed(k, i, j);
-    if (Activation(k, n, 0) <= room) return 0;
+    if (Budget(k) == kUnlimited) return s;
+    const int64_t room = Budget(k) - Fixed(k, i, j, s);
+    if (Activation(k, n, s) <= room) return s;
     // Activation(k, n, r) for r >= 1 falls by in_flight x (graph - A) per recomputed block.
     const int64_t start = Activation(k, n, 1), step = in_flight_[k] * (graph_ - act_unit_);
-    if (start <= room || step <= 0) return std::min<int64_t>(1, n);
+    if (start <= room || step <= 0) return std::max<int64_t>(s, std::min<int64_t>(1, n));
     const int64_t r = 1 + (start - room + step - 1) / step;
-    return std::min(r, n);
+    return std::max(s, std::min(r, n));
   }
-  int64_t Memory(int k, int64_t i, int64_t j) const {
-    return Fixed(k, i, j) + Activation(k, j - i, Recompute(k, i, j));
+  int64_t Recompute(int k, int64_t i, int64_t j) const { return RecomputeWith(k, i, j, Offload(k, i, j)); }
+  int64_t MemoryWith(int k, int64_t i, int64_t j, int64_t s) const {
+    return Fixed(k, i, j, s) + Activation(k, j - i, RecomputeWith(k, i, j, s));
   }
+  int64_t Memory(int k, int64_t i, int64_t j) const { return MemoryWith(k, i, j, Offload(k, i, j)); }
   // Memory beyond the budget (negative = headroom); very negative for unlimited stages.
   double Overrun(int k, int64_t i, int64_t j) const {
     return Budget(k) == kUnlimited ? -kHuge : static_cast<double>(Memory(k, i, j) - Budget(k));
@@ -281,6 +313,13 @@ std::string ExplainMiss(const PlanSource& source, const PlanModel& model, const 
       absl::StrAppend(&msg, "; with 8-bit frozen weights (quantize: int8 or fp8) ", p, " stages would fit");
     }
   }
+  if (o.offload_blocks == 0 && o.recompute != RecomputePolicy::kNone) {
+    PartitionOptions swap = o;
+    swap.offload_blocks = PartitionOptions::kOffloadAuto;
+    if (FitsBudgets(Sizer(model, swap, p, budgets))) {
+      absl::StrAppend(&msg, "; with offload: auto (block swap from host memory) ", p, " stages would fit");
+    }
+  }
   if (o.recompute == RecomputePolicy::kNone) {
     PartitionOptions rc = o;
     rc.recompute = RecomputePolicy::kAuto;
@@ -377,6 +416,14 @@ absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions&
     return absl::InvalidArgumentError(absl::StrCat("micro_batches must be 0..65536 and overhead_bytes >= -1; got ",
                                                    o.micro_batches, " and ", o.overhead_bytes));
   }
+  if (o.offload_blocks < PartitionOptions::kOffloadAuto) {
+    return absl::InvalidArgumentError(absl::StrCat("offload blocks must be >= 0 (or auto); got ", o.offload_blocks));
+  }
+  if (o.offload_blocks != 0 && o.recompute == RecomputePolicy::kNone) {
+    return absl::InvalidArgumentError(
+        "offload swaps blocks that are recomputed (their weights leave after each use): it needs recompute: true or "
+        "auto, not false");
+  }
   if (!o.devices.empty() && o.devices.size() != static_cast<size_t>(p)) {
     return absl::InvalidArgumentError(
         absl::StrCat("devices: give none or one per stage (", p, "); got ", o.devices.size()));
@@ -416,10 +463,13 @@ absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions&
     s.has_head = k == p - 1;
     s.cost = z.Cost(k, i, j);
     s.params = z.Params(k, i, j);
-    s.param_bytes = z.Weights(k, i, j);
+    s.param_bytes = z.Weights(k, i, j);  // less the swapped blocks, plus their buffers (below)
     s.lora_params = z.Lora(i, j);
     s.lora_bytes = LoraBytes(s.lora_params, o);
     s.in_flight = z.InFlight(k);
+    s.offload_blocks = z.Offload(k, i, j);
+    s.host_bytes = z.SwappedBytes(i, s.offload_blocks);
+    s.param_bytes += z.SwapBufferBytes(i, s.offload_blocks) - s.host_bytes;
     s.recompute_blocks = z.Recompute(k, i, j);
     s.activation_bytes = z.Activation(k, j - i, s.recompute_blocks);
     s.activation_bytes_per_mb_no_recompute = z.ActivationPerMicroBatch(j - i, 0);
@@ -462,6 +512,13 @@ std::string DescribeDevices(const Plan& plan) {
   return same ? absl::StrCat("device ", names.front()) : absl::StrCat("devices ", absl::StrJoin(names, ","));
 }
 
+// "-", or "first 12/28, 14.2 GB host": the swapped blocks and their weights in host memory.
+std::string DescribeOffload(const StageSpec& s) {
+  if (s.offload_blocks == 0) return "-";
+  return absl::StrCat("first ", s.offload_blocks, "/", s.block_end - s.block_begin, ", ", FormatByteSize(s.host_bytes),
+                      " host");
+}
+
 std::string DescribeRecompute(const StageSpec& s) {
   const int64_t n = s.block_end - s.block_begin;
   if (s.recompute_blocks == 0) return "none";
@@ -488,7 +545,11 @@ std::string RenderPlan(const Plan& plan) {
       o.reference_tokens_per_micro_batch > 0
           ? absl::StrCat(", ", o.reference_tokens_per_micro_batch, " of reference images")
           : "",
-      absl::StrCat("; recompute ", RecomputePolicyName(o.recompute), "; ", DescribeDevices(plan)));
+      absl::StrCat("; recompute ", RecomputePolicyName(o.recompute),
+                   o.offload_blocks == 0                                ? ""
+                   : o.offload_blocks == PartitionOptions::kOffloadAuto ? "; offload auto"
+                                                                        : absl::StrCat("; offload ", o.offload_blocks),
+                   "; ", DescribeDevices(plan)));
   std::vector<std::string> blocks;
   size_t wb = std::string("blocks").size();
   for (const StageSpec& s : plan.stages) {
@@ -498,16 +559,16 @@ std::string RenderPlan(const Plan& plan) {
     wb = std::max(wb, b.size());
     blocks.push_back(std::move(b));
   }
-  absl::StrAppendFormat(&out, "%5s  %-*s  %13s  %11s  %11s  %10s  %10s  %9s  %10s  %19s  %15s  %10s  %10s  %10s\n",
+  absl::StrAppendFormat(&out, "%5s  %-*s  %13s  %11s  %11s  %10s  %10s  %9s  %10s  %19s  %15s  %10s  %10s  %10s  %s\n",
                         "stage", wb, "blocks", "frozen params", "LoRA params", "memory est.", "budget", "compute",
-                        "weights", "LoRA+grad*", "act/mb rc|no-rc", "activations", "transient", "overhead",
-                        "recompute");
+                        "weights", "LoRA+grad*", "act/mb rc|no-rc", "activations", "transient", "overhead", "recompute",
+                        "offload");
   for (size_t k = 0; k < plan.stages.size(); ++k) {
     const StageSpec& s = plan.stages[k];
     const bool over = s.budget_bytes > 0 && s.est_memory_bytes > s.budget_bytes;
     absl::StrAppendFormat(
-        &out, "%5d  %-*s  %13s  %11s  %11s  %10s  %9.1f%%  %9s  %10s  %19s  %15s  %10s  %10s  %10s%s\n", s.index, wb,
-        blocks[k], FormatCount(static_cast<double>(s.params)), FormatCount(static_cast<double>(s.lora_params)),
+        &out, "%5d  %-*s  %13s  %11s  %11s  %10s  %9.1f%%  %9s  %10s  %19s  %15s  %10s  %10s  %10s  %s%s\n", s.index,
+        wb, blocks[k], FormatCount(static_cast<double>(s.params)), FormatCount(static_cast<double>(s.lora_params)),
         FormatByteSize(s.est_memory_bytes), s.budget_bytes > 0 ? FormatByteSize(s.budget_bytes) : "-",
         plan.total_cost > 0 ? 100.0 * s.cost / plan.total_cost : 0.0, FormatByteSize(s.param_bytes),
         FormatByteSize(s.lora_bytes),
@@ -515,7 +576,7 @@ std::string RenderPlan(const Plan& plan) {
                      FormatByteSize(s.activation_bytes_per_mb_no_recompute)),
         absl::StrCat(FormatByteSize(s.activation_bytes), " (", s.in_flight, " mb)"), FormatByteSize(s.transient_bytes),
         absl::StrCat(FormatByteSize(s.overhead_bytes), " ", PlanDeviceName(s.device)), DescribeRecompute(s),
-        over ? "  OVER" : "");
+        DescribeOffload(s), over ? "  OVER" : "");
   }
   absl::StrAppend(&out, plan.message, "\n");
   absl::StrAppend(
@@ -530,7 +591,9 @@ std::string RenderPlan(const Plan& plan) {
                                        "optimizer's state and the step's held and reduced gradient sums (",
                                        o.LoraCopies(), " copies in all)")
                         : "the optimizer state (AdamW moments) lives on the coordinator",
-      ". act/mb: activations one in-flight micro-batch keeps with every block recomputed | "
+      ". weights: on the device (swapped blocks: their two copy buffers; offload: the swapped blocks' weights in host "
+      "memory, copied in for each use). act/mb: activations one in-flight micro-batch keeps with every block "
+      "recomputed | "
       "with none; activations: the stage's total for the recompute shown, at its peak in-flight micro-batches (mb))\n");
   return out;
 }

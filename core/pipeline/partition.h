@@ -21,6 +21,7 @@
 namespace baton {
 
 constexpr int64_t kBlockWorkingFactor = 32;
+constexpr int64_t kOffloadHeadroomBytes = 1'000'000'000;  // see "Block swap" below
 
 // Cost model (balances time): a stage's cost is the multiply-accumulates one micro-batch's training step
 // spends on it. Per token, a double-stream block and a single-stream block do the same linear work,
@@ -70,6 +71,13 @@ constexpr int64_t kBlockWorkingFactor = 32;
 //   est_memory_bytes = weights + lora + act + transient + overhead
 // Recompute: `recompute: true` recomputes every block (r = n), false none (r = 0), auto the smallest r with
 // which the stage fits its budget (0 without a budget); the compute cost counts the r recomputed forwards.
+// Block swap (`offload`, core/model/block_swap.h): the first s blocks' frozen weights live in host memory and are
+// copied in for each use, at most two at once (the one computing and the next, copying): the `weights` term loses
+// their bytes and gains min(s, 2) x the largest of them (the prefetch buffers); host_bytes counts them on the host.
+// They must be recomputed: r >= s. offload_blocks: s for every stage (at most its blocks), or kOffloadAuto: 0 when
+// the stage fits its budget without (or has none), else the smallest s with which it fits with kOffloadHeadroomBytes
+// to spare (at most a tenth of the budget). Swapping one or two blocks saves nothing (their buffers are as big); the
+// copies themselves are not in the cost (they overlap the compute).
 struct StageSpec {
   int index = 0;
   int64_t block_begin = 0;  // global block indices [begin, end)
@@ -78,7 +86,7 @@ struct StageSpec {
   bool has_head = false;       // norm_out.linear + proj_out
   double cost = 0;             // MACs per micro-batch training step (see cost model)
   int64_t params = 0;          // frozen parameters held
-  int64_t param_bytes = 0;     // the `weights` term: their bytes (quantized where `quantize` says)
+  int64_t param_bytes = 0;     // the `weights` term: their bytes on the device (quantized where `quantize` says)
   int64_t lora_params = 0;
   int64_t lora_bytes = 0;        // the `lora` term (weight + gradient, fp32; + optimizer state when stage-local)
   int in_flight = 0;             // peak micro-batches held at once under the schedule
@@ -88,6 +96,8 @@ struct StageSpec {
   int64_t activation_bytes_per_mb_recompute = 0;     // the same with every block recomputed (r = n)
   int64_t overhead_bytes = 0;
   int64_t transient_bytes = 0;  // the `transient` term
+  int64_t offload_blocks = 0;   // the first this-many blocks are swapped in from host memory (0 = none)
+  int64_t host_bytes = 0;       // their frozen weights, held in (page-locked) host memory
   PlanDevice device = PlanDevice::kCuda;
   int64_t est_memory_bytes = 0;
   int64_t budget_bytes = 0;  // 0 = unlimited
@@ -112,7 +122,9 @@ struct PartitionOptions {
   // FLUX.2 reference images' part of the image tokens: they run through every block; the head predicts the rest.
   int64_t reference_tokens_per_micro_batch = 0;
   RecomputePolicy recompute = RecomputePolicy::kAll;  // see "Recompute" above
-  int activation_bytes = 2;                           // bf16 activations
+  static constexpr int64_t kOffloadAuto = -1;
+  int64_t offload_blocks = 0;  // see "Block swap" above: blocks per stage, or kOffloadAuto
+  int activation_bytes = 2;    // bf16 activations
   // The adapters' math (job key lora_dtype): fp32 masters cast each adapted input up (an fp32 copy the block's graph
   // keeps under a narrower compute dtype); in the compute dtype they read the input itself, and only LoRA dropout
   // keeps a copy (the dropped input, in the compute dtype).

@@ -34,7 +34,7 @@ TEST(WanPromptTest, CleanMatchesDiffusers) {
   EXPECT_EQ(WanPromptClean(""), "");
 }
 
-std::vector<int64_t> Row(const at::Tensor& t) {
+std::vector<int64_t> WanPromptRow(const at::Tensor& t) {
   at::Tensor row = t[0].contiguous();
   return std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
 }
@@ -60,11 +60,11 @@ TEST(WanPromptTest, TruncatesBeforeEosAndPadsRight) {
   auto ids = BuildWanPromptIds(**tok, "  a a a a a  ", 4);
   ASSERT_TRUE(ids.ok()) << ids.status();
   EXPECT_EQ(ids->length, 4);
-  EXPECT_EQ(Row(ids->input_ids), (std::vector<int64_t>{6, 6, 6, 1}));
+  EXPECT_EQ(WanPromptRow(ids->input_ids), (std::vector<int64_t>{6, 6, 6, 1}));
   auto short_ids = BuildWanPromptIds(**tok, "a", 4);
   ASSERT_TRUE(short_ids.ok());
-  EXPECT_EQ(Row(short_ids->input_ids), (std::vector<int64_t>{6, 1, 0, 0}));
-  EXPECT_EQ(Row(short_ids->attention_mask), (std::vector<int64_t>{1, 1, 0, 0}));
+  EXPECT_EQ(WanPromptRow(short_ids->input_ids), (std::vector<int64_t>{6, 1, 0, 0}));
+  EXPECT_EQ(WanPromptRow(short_ids->attention_mask), (std::vector<int64_t>{1, 1, 0, 0}));
   EXPECT_FALSE(BuildWanPromptIds(**tok, "a", 1).ok());  // no room beside </s>
 }
 

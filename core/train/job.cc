@@ -40,6 +40,31 @@ absl::Status ParseResolutionList(Reader& r, YAML::Node map, const std::string& k
   return r.Check(ok, map, key, "must be resolutions in [16, 8192] (pixels per side), each once");
 }
 
+// `offload: auto` or `offload: {blocks: N}`: block swap on each stage (core/pipeline/partition.h "Block swap"),
+// checked against the schedule and recompute parsed before it.
+absl::Status ParseOffload(Reader& r, YAML::Node root, JobConfig& job) {
+  if (!root["offload"].IsDefined() || root["offload"].IsNull()) return absl::OkStatus();
+  YAML::Node n = root["offload"];
+  if (n.IsScalar()) {
+    std::string word;
+    RETURN_IF_ERROR(r.Get(root, "offload", &word));
+    RETURN_IF_ERROR(r.Check(word == "auto", root, "offload",
+                            "must be auto (the fewest blocks that fit memory_per_stage) or {blocks: N}"));
+    job.offload_blocks = JobConfig::kOffloadAuto;
+  } else {
+    RETURN_IF_ERROR(r.Keys(n, "offload", {"blocks"}));
+    RETURN_IF_ERROR(r.Check(n["blocks"].IsDefined(), root, "offload", "needs blocks: N (or offload: auto)"));
+    RETURN_IF_ERROR(r.Get(n, "blocks", &job.offload_blocks));
+    RETURN_IF_ERROR(r.Check(job.offload_blocks >= 0 && job.offload_blocks <= 1000, n, "blocks",
+                            "must be 0..1000 (blocks of each stage whose weights stay in host memory)"));
+  }
+  if (job.offload_blocks == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(r.Check(job.schedule != "interleaved", root, "offload",
+                          "needs schedule gpipe or 1f1b (interleaved chunks do not swap blocks)"));
+  return r.Check(job.recompute != RecomputePolicy::kNone, root, "offload",
+                 "swaps blocks that are recomputed: it needs recompute auto or true, not false");
+}
+
 // How the model is spread over the stages: schedule (+ chunks), recompute, wire compression, 8-bit
 // weights and per-stage memory budgets. `root` by value: yaml-cpp's const operator[] throws on a missing key.
 absl::Status ParsePipelineKeys(Reader& r, YAML::Node root, JobConfig& job) {
@@ -62,6 +87,7 @@ absl::Status ParsePipelineKeys(Reader& r, YAML::Node root, JobConfig& job) {
     RETURN_IF_ERROR(r.Check(policy.ok(), root, "recompute", "must be auto, true or false"));
     job.recompute = *policy;
   }
+  RETURN_IF_ERROR(ParseOffload(r, root, job));
   RETURN_IF_ERROR(r.Get(root, "wire_dtype", &job.wire_dtype));
   RETURN_IF_ERROR(r.Check(job.wire_dtype == "none" || job.wire_dtype == "bf16" || job.wire_dtype == "fp8", root,
                           "wire_dtype", "must be none, bf16 or fp8"));
@@ -448,6 +474,7 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
                           "micro_batches",
                           "schedule",
                           "recompute",
+                          "offload",
                           "seed",
                           "checkpoint_every",
                           "dtype",

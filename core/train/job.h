@@ -264,6 +264,11 @@ struct JobConfig {
   // auto: the planner recomputes the first blocks of a stage only where its memory budget requires it;
   // true: every block (per-block activation checkpointing); false: none.
   RecomputePolicy recompute = RecomputePolicy::kAuto;
+  // Block swap on each stage (`offload: {blocks: N}` or `offload: auto`): the first N blocks' frozen weights live in
+  // host memory and are copied in for each use (core/model/block_swap.h); auto: the fewest that fit memory_per_stage
+  // (core/pipeline/partition.h "Block swap"). The LoRA is bitwise the same; 0: none.
+  static constexpr int64_t kOffloadAuto = -1;
+  int64_t offload_blocks = 0;
   // Activations and their gradients between stages: none (exact) | bf16 | fp8 (per-token scale); lossy,
   // for slow links (wire/wire_compression.h).
   std::string wire_dtype = "none";

@@ -226,7 +226,7 @@ absl::Status RemoveAll(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> MakeTempDir(const std::string& prefix) {
+absl::StatusOr<std::string> MakePrivateTempDir(const std::string& prefix) {
   const char* tmp = std::getenv("TMPDIR");
   std::string dir = JoinPath(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", prefix + "XXXXXX");
   if (::mkdtemp(dir.data()) == nullptr) {

@@ -49,6 +49,6 @@ std::string DirName(const std::string& path);
 // Removes a directory tree; missing is fine.
 absl::Status RemoveAll(const std::string& path);
 // A new private (0700) folder $TMPDIR/<prefix>XXXXXX (TMPDIR unset or empty: /tmp); the caller removes it.
-absl::StatusOr<std::string> MakeTempDir(const std::string& prefix);
+absl::StatusOr<std::string> MakePrivateTempDir(const std::string& prefix);
 
 }  // namespace baton
