@@ -13,8 +13,9 @@
 //
 //   bench_pipeline [--dim=384] [--double=2] [--single=4] [--joint=256] [--grid=16] [--text=64] [--m=8]
 //                  [--rank=16] [--targets=all-linear] [--steps=3] [--warmup=1] [--rounds=4] [--chunks=2]
-//                  [--recompute_off] [--recompute_auto] [--no_param_split] [--only=LABEL_PART] [--keep]
-// The interleaved rows run when m is a multiple of 2 (Megatron's rule: m % stages == 0).
+//                  [--recompute_off] [--recompute_auto] [--offload_rows] [--no_param_split] [--only=LABEL_PART] [--keep]
+// --offload_rows adds 1st/1f1b/rc with a quarter and half of the blocks swapped from host memory (/swapN), beside
+// the row without. The interleaved rows run when m is a multiple of 2 (Megatron's rule: m % stages == 0).
 // --recompute_off adds the variants without recompute; --recompute_auto the variants with `recompute: auto`
 // (the planner recomputes only where a stage's budget requires it: with no budget, nothing) and their ratio
 // to train-local; --only keeps the variants whose label contains the text (diagnosis; rows it drops read as 0).
@@ -60,6 +61,8 @@ ABSL_FLAG(int, rounds, 4, "rounds; each runs every variant once, interleaved");
 ABSL_FLAG(int, chunks, 2, "interleaved 1F1B: model chunks per stage (>= 2)");
 ABSL_FLAG(bool, recompute_off, false, "also run the variants without recompute");
 ABSL_FLAG(bool, recompute_auto, false, "also run the variants with `recompute: auto`");
+ABSL_FLAG(bool, offload_rows, false,
+          "also run one stage (1f1b, recompute) with a quarter and half of its blocks swapped from host memory");
 ABSL_FLAG(bool, no_param_split, false, "skip the variants that balance parameters instead of time");
 ABSL_FLAG(std::string, only, "", "run only the variants whose label contains this (e.g. 1f1b/rc)");
 ABSL_FLAG(bool, keep, false, "keep the temporary folder (weights, cache, jobs) for a look afterwards");
@@ -85,6 +88,7 @@ struct Args : Flux2BenchRun {
   int chunks = 2;  // interleaved: model chunks per stage
   bool recompute_off = false;
   bool recompute_auto = false;
+  bool offload_rows = false;
   bool param_split = true;
   bool keep = false;
   std::string only;  // run only the variants whose label contains this (e.g. "1f1b/rc")
@@ -95,7 +99,7 @@ Args ParseArgs(int argc, char** argv) {
           argc, argv,
           "bench_pipeline [--dim=384] [--double=2] [--single=4] [--joint=256] [--grid=16] [--text=64] [--m=8] "
           "[--rank=16] [--targets=all-linear] [--steps=3] [--warmup=1] [--rounds=4] [--chunks=2] [--recompute_off] "
-          "[--recompute_auto] [--no_param_split] [--only=LABEL_PART] [--keep] (see the comment atop "
+          "[--recompute_auto] [--offload_rows] [--no_param_split] [--only=LABEL_PART] [--keep] (see the comment atop "
           "bench/bench_pipeline.cc)");
       !s.ok()) {
     BenchDie(std::string(s.message()));
@@ -109,6 +113,7 @@ Args ParseArgs(int argc, char** argv) {
   a.chunks = absl::GetFlag(FLAGS_chunks);
   a.recompute_off = absl::GetFlag(FLAGS_recompute_off);
   a.recompute_auto = absl::GetFlag(FLAGS_recompute_auto);
+  a.offload_rows = absl::GetFlag(FLAGS_offload_rows);
   a.param_split = !absl::GetFlag(FLAGS_no_param_split);
   a.keep = absl::GetFlag(FLAGS_keep);
   a.only = absl::GetFlag(FLAGS_only);
@@ -126,12 +131,14 @@ struct Variant {
   bool param_split = false;  // 2 stages: the parameter-count split instead of the planner's
   std::string exchange;      // the job's replica_exchange; empty: its default
   bool host_copies = true;   // the stage-local optimizer's host copies (--host_state_copies)
+  int64_t offload = 0;       // the job's offload: {blocks: N} (block swap)
   std::string Label() const {
     const char* rc = recompute == RecomputePolicy::kAll    ? "/rc"
                      : recompute == RecomputePolicy::kNone ? "/norc"
                                                            : "/auto";
     return absl::StrCat(stages, "st", param_split ? "-params" : "", "/", schedule, rc,
-                        exchange.empty() ? "" : "/" + exchange, host_copies ? "" : "/nocopy");
+                        exchange.empty() ? "" : "/" + exchange, host_copies ? "" : "/nocopy",
+                        offload > 0 ? absl::StrCat("/swap", offload) : "");
   }
 };
 
@@ -281,6 +288,7 @@ void RunOnce(const JobConfig& base, const Variant& v, const Args& a, const std::
   job.schedule = v.schedule;
   job.chunks = v.schedule == "interleaved" ? a.chunks : 1;
   job.recompute = v.recompute;
+  job.offload_blocks = v.offload;
   if (!v.exchange.empty()) job.replica_exchange = v.exchange;
   if (v.param_split) {
     const Flux2Config c = Flux2BenchConfig(a);
@@ -375,8 +383,15 @@ void PlanSplits(const Args& a, Setup& s) {
   for (int k = 0; k < 2; ++k) s.auto_rc[k] = p->stages[k].recompute_blocks;
 }
 
-std::vector<Variant> Variants(const Args& a, bool try_params) {
+std::vector<Variant> Variants(const Args& a, bool try_params, int64_t blocks) {
   std::vector<Variant> variants;
+  if (a.offload_rows) {  // block swap: the step with none, a quarter and half of the blocks swapped (one stage)
+    for (int64_t swapped : {blocks / 4, blocks / 2}) {
+      Variant v{1, "1f1b", RecomputePolicy::kAll};
+      v.offload = swapped;
+      variants.push_back(v);
+    }
+  }
   for (RecomputePolicy rc : {RecomputePolicy::kAll, RecomputePolicy::kNone, RecomputePolicy::kAuto}) {
     if (rc == RecomputePolicy::kNone && !a.recompute_off) continue;
     if (rc == RecomputePolicy::kAuto && !a.recompute_auto) continue;
@@ -407,7 +422,7 @@ Setup Prepare(const Args& a) {
   if (absl::Status st = s.c.Validate(); !st.ok()) BenchDie(st.ToString());
   WriteProblem(a, s);
   PlanSplits(a, s);
-  s.variants = Variants(a, s.try_params);
+  s.variants = Variants(a, s.try_params, s.c.num_blocks());
   return s;
 }
 
