@@ -13,7 +13,8 @@
 //
 //   bench_pipeline [--dim=384] [--double=2] [--single=4] [--joint=256] [--grid=16] [--text=64] [--m=8]
 //                  [--rank=16] [--targets=all-linear] [--steps=3] [--warmup=1] [--rounds=4] [--chunks=2]
-//                  [--recompute_off] [--recompute_auto] [--offload_rows] [--no_param_split] [--only=LABEL_PART] [--keep]
+//                  [--recompute_off] [--recompute_auto] [--offload_rows] [--no_param_split] [--only=LABEL_PART]
+//                  [--keep]
 // --offload_rows adds 1st/1f1b/rc with a quarter and half of the blocks swapped from host memory (/swapN), beside
 // the row without. The interleaved rows run when m is a multiple of 2 (Megatron's rule: m % stages == 0).
 // --recompute_off adds the variants without recompute; --recompute_auto the variants with `recompute: auto`

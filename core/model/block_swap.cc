@@ -39,7 +39,7 @@ void BlockSwap::CopyIn(Unit& unit) {
   for (size_t k = 0; k < unit.device.size(); ++k) {
     const at::Tensor& host = unit.host[k];
     unit.device[k].set_data(transfer_ != nullptr && transfer_->device().is_cuda() ? transfer_->Upload(host)
-                                                                                : host.clone());
+                                                                                  : host.clone());
   }
   unit.resident = true;
   peak_resident_ = std::max(peak_resident_, ++resident_);
@@ -64,8 +64,8 @@ void BlockSwap::Enter(size_t b) {
 
 void BlockSwap::Leave(size_t b) {
   absl::MutexLock lock(&mu_);
-  const int64_t next = entered_before_ > static_cast<int64_t>(b) ? static_cast<int64_t>(b) - 1
-                                                                   : static_cast<int64_t>(b) + 1;
+  const int64_t next =
+      entered_before_ > static_cast<int64_t>(b) ? static_cast<int64_t>(b) - 1 : static_cast<int64_t>(b) + 1;
   if (next >= 0 && next < static_cast<int64_t>(units_.size()) && !units_[static_cast<size_t>(next)].resident) {
     CopyIn(units_[static_cast<size_t>(next)]);
   }

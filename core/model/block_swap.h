@@ -4,11 +4,11 @@
 // never go back, a used block's device copy is simply dropped. At most two swapped blocks are resident at once.
 #pragma once
 
+#include <ATen/ATen.h>
 #include <absl/base/thread_annotations.h>
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 #include <absl/synchronization/mutex.h>
-#include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
 #include <cstdint>

@@ -16,6 +16,7 @@
 #include "core/model/wan_weights.h"
 #include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
+#include "core/testing/tiny_wan.h"
 
 namespace baton {
 namespace {
@@ -129,15 +130,7 @@ TEST(BlockSwapTest, Flux2StageIsBitwiseTheStageWithoutIt) {
 }
 
 TEST(BlockSwapTest, WanStageIsBitwiseTheStageWithoutIt) {
-  WanConfig c;
-  c.num_attention_heads = 2;
-  c.attention_head_dim = 12;
-  c.in_channels = 4;
-  c.out_channels = 4;
-  c.text_dim = 16;
-  c.ffn_dim = 32;
-  c.num_layers = 3;
-  c.rope_max_seq_len = 32;
+  const WanConfig c = test_util::TinyWanConfig(3);
   const std::string dir = test_util::MakeTempDir("block_swap_wan");
   ASSERT_TRUE(WriteRandomWanWeights(c, dir, 3).ok());
   auto family = OpenModel(dir);

@@ -39,6 +39,7 @@
 #include "core/sample/flux2_sampler.h"
 #include "core/sample/model_denoiser.h"
 #include "core/testing/tiny_flux2.h"
+#include "core/testing/tiny_wan.h"
 #include "core/train/common.h"
 #include "core/train/local_step.h"
 #include "core/train/optimizer.h"
@@ -255,18 +256,7 @@ std::vector<std::string> OffMeta(torch::nn::Module& module) {
   return off;
 }
 
-WanConfig TinyWan() {
-  WanConfig c;
-  c.num_attention_heads = 2;
-  c.attention_head_dim = 12;
-  c.in_channels = 4;
-  c.out_channels = 4;
-  c.text_dim = 16;
-  c.ffn_dim = 32;
-  c.num_layers = 2;
-  c.rope_max_seq_len = 32;
-  return c;
-}
+WanConfig TinyWan() { return test_util::TinyWanConfig(2); }
 
 // Tiny checkpoints on disk, written once per process.
 const std::string& Flux2Dir() {

@@ -9,23 +9,13 @@
 #include "core/pipeline/partition.h"
 #include "core/testing/paths.h"
 #include "core/testing/tiny_flux2.h"
+#include "core/testing/tiny_wan.h"
 #include "core/util/files.h"
 
 namespace baton {
 namespace {
 
-WanConfig Tiny() {
-  WanConfig c;
-  c.num_attention_heads = 2;
-  c.attention_head_dim = 12;
-  c.in_channels = 4;
-  c.out_channels = 4;
-  c.text_dim = 16;
-  c.ffn_dim = 32;
-  c.num_layers = 2;
-  c.rope_max_seq_len = 32;
-  return c;
-}
+WanConfig Tiny() { return test_util::TinyWanConfig(2); }
 
 TensorMap RunTiny(const ModelFamily& model, WeightQuant quant, int64_t* frozen_bytes) {
   auto shell = model.BuildShell(at::kFloat, at::kCPU);

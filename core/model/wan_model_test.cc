@@ -11,21 +11,14 @@
 #include "core/model/wan_weights.h"
 #include "core/tensor/safetensors.h"
 #include "core/testing/tiny_flux2.h"
+#include "core/testing/tiny_wan.h"
 #include "core/util/files.h"
 
 namespace baton {
 namespace {
 
 WanConfig TinyWan(bool i2v_21 = false) {
-  WanConfig c;
-  c.num_attention_heads = 2;
-  c.attention_head_dim = 12;
-  c.in_channels = 4;
-  c.out_channels = 4;
-  c.text_dim = 16;
-  c.ffn_dim = 32;
-  c.num_layers = 3;
-  c.rope_max_seq_len = 32;
+  WanConfig c = test_util::TinyWanConfig(3);
   if (i2v_21) {
     c.in_channels = 12;
     c.image_dim = 8;
