@@ -20,9 +20,16 @@
 namespace baton {
 namespace {
 
+// `text` as one word for /bin/sh: single-quoted, each ' as '\''.
+std::string ShellQuoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 // What `baton-tools FLAG` prints on stdout; empty when it cannot be run or fails.
 std::string ToolsOutput(const std::string& flag) {
-  const std::string command = ToolsBinary() + " " + flag + " 2>/dev/null";
+  const std::string command = ShellQuoted(ToolsBinary()) + " " + flag + " 2>/dev/null";
   std::FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return "";
   std::string text;
