@@ -4,6 +4,7 @@
 #include <absl/strings/str_split.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -61,16 +62,10 @@ std::string Usage(bool all) {
   return usage;
 }
 
+// A name the help groups list that is not one of this binary's commands (RunClient looks for those first).
 bool IsTool(const std::string& name) {
   for (const CommandGroup& group : CommandGroups()) {
-    for (const std::string& n : group.names) {
-      if (n == name) {
-        for (const Command& c : ClientCommands()) {
-          if (c.name == name) return false;
-        }
-        return true;
-      }
-    }
+    if (std::find(group.names.begin(), group.names.end(), name) != group.names.end()) return true;
   }
   return false;
 }

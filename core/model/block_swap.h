@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/device/transfer.h"
@@ -73,6 +74,13 @@ class BlockSwap {
   int resident_ ABSL_GUARDED_BY(mu_) = 0;
   int peak_resident_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// `piece`, under `swap` when block `b` is one of its swapped blocks (null swap: `piece` itself).
+template <typename A>
+std::function<A(const A&)> SwappedPiece(const std::shared_ptr<BlockSwap>& swap, size_t b,
+                                        std::function<A(const A&)> piece) {
+  return swap != nullptr && b < swap->blocks() ? swap->Wrap(b, std::move(piece)) : piece;
+}
 
 // A stage's checks (throw, as a forward does): with `swap` (null: none) the first swap->blocks() of its `blocks` blocks
 // must be recomputed, and a forward may not record a graph through them (their weights are gone once they ran).

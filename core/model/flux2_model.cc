@@ -118,11 +118,7 @@ std::vector<std::function<Flux2Activations(const Flux2Activations&)>> Flux2Stage
   }
   using Piece = std::function<Flux2Activations(const Flux2Activations&)>;
   size_t block_index = 0;  // the block's place in the range, as BlockModules lists them
-  // A block's piece, under the block swap when the block is one of the swapped.
-  auto block_piece = [&](Piece piece) {
-    const size_t b = block_index++;
-    return swap_ != nullptr && b < swap_->blocks() ? swap_->Wrap(b, std::move(piece)) : piece;
-  };
+  auto block_piece = [&](Piece piece) { return SwappedPiece(swap_, block_index++, std::move(piece)); };
   for (auto& block : double_blocks_) {
     pieces.push_back(block_piece([&block, &k](const Flux2Activations& in) {
       Flux2Activations a = in;

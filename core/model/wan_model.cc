@@ -214,7 +214,7 @@ std::vector<std::function<TensorMap(const TensorMap&)>> WanStageImpl::Pieces(con
                                                         &sin](const TensorMap& in) {
       return TensorMap{{"x", block(Need(in, "x"), context, proj, cos, sin)}};
     };
-    pieces.push_back(swap_ != nullptr && b < swap_->blocks() ? swap_->Wrap(b, std::move(piece)) : piece);
+    pieces.push_back(SwappedPiece(swap_, b, std::move(piece)));
   }
   if (range_.has_head) {
     pieces.push_back([this, &k](const TensorMap& in) { return TensorMap{{"output", Head(Need(in, "x"), k)}}; });
