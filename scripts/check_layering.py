@@ -77,6 +77,7 @@ ALLOWED = [
     # Pipeline planning: partition, schedule, chunks, memory model.
     ("core/pipeline", "core/model", "plans are made from a model's config and ModelFamily's block figures"),
     ("core/pipeline", "core/quant", "8-bit weights change a stage's bytes"),
+    ("core/pipeline", "core/lora", "each adapter type's parameter count sizes a stage's adapters and their state"),
     # Encoders: prompts and images to the cached conditioning a job trains on.
     ("core/encode", "core/text", "prompts go through the text encoders"),
     ("core/encode", "core/vae", "images and clips go through the VAE encoders"),

@@ -39,6 +39,8 @@ v1::ConfigureRequest ConfigureRequestFor(const PipelineSpec& pipeline, const std
   for (const auto& t : pipeline.lora.targets) req.mutable_lora()->add_targets(t);
   req.mutable_lora()->set_dropout(static_cast<float>(pipeline.lora.dropout));
   req.mutable_lora()->set_dtype(pipeline.lora_dtype);
+  req.mutable_lora()->set_type(AdapterTypeName(pipeline.lora.type));
+  req.mutable_lora()->set_lokr_factor(static_cast<int32_t>(pipeline.lora.lokr_factor));
   if (i + 1 < p) req.set_next_address(addresses[i + 1]);
   if (i > 0) req.set_prev_address(addresses[i - 1]);
   if (chunks.size() > 1) {

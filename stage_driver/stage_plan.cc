@@ -32,6 +32,8 @@ absl::StatusOr<PartitionOptions> StagePartitionOptions(const PipelineSpec& pipel
   popts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
   ASSIGN_OR_RETURN(popts.quantize, ParseWeightQuant(pipeline.quantize));
   popts.lora_rank = pipeline.lora.rank;
+  popts.lora_type = pipeline.lora.type;
+  popts.lokr_factor = pipeline.lora.lokr_factor;
   popts.micro_batches = static_cast<int>(pipeline.micro_batches);
   popts.devices = PlanDevices(pipeline.devices, stages, remote_workers);
   popts.device = popts.devices.empty() ? PlanDevice::kCpu : popts.devices[0];

@@ -43,6 +43,7 @@ absl::Status CheckScalars(const v1::ConfigureRequest& req) {
     return Bad(absl::StrCat("LoRA rank ", lora.rank(), " is outside [1, ", kMaxLoraRank, "]"));
   }
   if (!std::isfinite(lora.alpha()) || lora.alpha() <= 0) return Bad(absl::StrCat("LoRA alpha ", lora.alpha()));
+  if (lora.lokr_factor() < -1) return Bad(absl::StrCat("LoKr factor ", lora.lokr_factor()));
   if (!(lora.dropout() >= 0 && lora.dropout() < 1)) {
     return Bad(absl::StrCat("LoRA dropout ", lora.dropout(), " is outside [0, 1)"));
   }
@@ -136,6 +137,8 @@ absl::StatusOr<PreparedStage> PrepareConfigure(const v1::ConfigureRequest& req, 
   out.lora.targets.assign(req.lora().targets().begin(), req.lora().targets().end());
   out.lora.dropout = req.lora().dropout();
   out.lora.seed = req.seed();
+  ASSIGN_OR_RETURN(out.lora.type, ParseAdapterType(req.lora().type().empty() ? "lora" : req.lora().type()));
+  out.lora.lokr_factor = req.lora().lokr_factor() == 0 ? -1 : req.lora().lokr_factor();
   // The adapters' math: fp32 (empty: what a coordinator that predates the field means) or the compute dtype.
   ASSIGN_OR_RETURN(out.lora.dtype, ParseDtype(req.lora().dtype().empty() ? "fp32" : req.lora().dtype()));
   if (out.lora.dtype != at::kFloat && out.lora.dtype != out.dtype) {

@@ -305,6 +305,29 @@ TEST_F(PipelineTest, OptimizerRecipesMatchTrainLocalInEveryPlacementAndResume) {
   }
 }
 
+// lora.type: dora, loha and lokr reach every stage worker (ConfigureRequest.lora.type): two stages with the
+// stage-local optimizer train bitwise the adapters of one process (train-local), in each type's own file.
+TEST_F(PipelineTest, LoraTypesTrainTheAdaptersOfOneProcessBitwise) {
+  for (const auto& [type, factor] : std::vector<std::pair<AdapterType, int64_t>>{
+           {AdapterType::kDora, -1}, {AdapterType::kLoha, -1}, {AdapterType::kLokr, 4}}) {
+    JobConfig job = Job("1f1b", true);
+    job.lora.type = type;
+    job.lora.lokr_factor = factor;
+    const std::string ref = absl::StrCat(AdapterTypeName(type), "_ref"),
+                      pp = absl::StrCat(AdapterTypeName(type), "_pp");
+    ASSERT_TRUE(RunLocalTraining(job, JoinPath(*dir_, ref), 0).ok());
+    auto run = RunCoordinator(job, Options(2, pp));
+    ASSERT_TRUE(run.ok()) << run.status();
+    const auto a = Lora(ref), b = Lora(pp);
+    ASSERT_FALSE(a.empty());
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [k, v] : a) {
+      ASSERT_TRUE(b.count(k)) << k;
+      EXPECT_TRUE(at::equal(v, b.at(k))) << AdapterTypeName(type) << ": " << k;
+    }
+  }
+}
+
 TEST_F(PipelineTest, NonFiniteStepIsNotAppliedAndStopsTheRun) {
   // lr 1e30: step 1 is finite but throws the LoRA far off, so step 2's loss is NaN. Neither trainer may apply
   // it: both fail naming the step and the micro-batch, and step 1's checkpoint stays the last LoRA.

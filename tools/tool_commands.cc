@@ -304,6 +304,8 @@ absl::StatusOr<PartitionOptions> PlanOptionsFromArgs(const Args& args) {
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(args.Get("dtype")));
   opts.bytes_per_param = static_cast<int>(c10::elementSize(dtype));
   ASSIGN_OR_RETURN(opts.lora_rank, args.GetInt("rank"));
+  ASSIGN_OR_RETURN(opts.lora_type, ParseAdapterType(args.Get("lora-type")));
+  ASSIGN_OR_RETURN(opts.lokr_factor, args.GetInt("lokr-factor"));
   const std::string lora_dtype = args.Get("lora-dtype").empty() ? args.Get("dtype") : args.Get("lora-dtype");
   if (lora_dtype != "fp32" && lora_dtype != args.Get("dtype")) {
     return absl::InvalidArgumentError(
@@ -434,6 +436,8 @@ Command PlanCommand() {
        {"device", "cuda | cpu (the fixed per-process memory: estimated on cuda, measured on cpu)", "cuda"},
        {"micro-batches", "micro-batches per step (in-flight activations); 0 = as many as stages", "0"},
        {"rank", "LoRA rank", "16"},
+       {"lora-type", "the adapter (job key lora.type): lora | dora | loha | lokr (their parameters and state)", "lora"},
+       {"lokr-factor", "LoKr's factor (job key lora.factor); -1 near the square root", "-1"},
        {"lora-dtype",
         "the adapters' math (job key lora_dtype:): fp32 (each adapted input copied to fp32 under bf16) | the --dtype "
         "(the default, as the job key's)"},

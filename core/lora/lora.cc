@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/keys/flux2_keys.h"
+#include "core/lora/adapter_file.h"
 #include "core/lora/lora_linear.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
@@ -22,17 +23,19 @@ namespace {
 
 constexpr char kLoraA[] = ".lora_A.weight";
 constexpr char kLoraB[] = ".lora_B.weight";
+constexpr char kMagnitude[] = ".lora_magnitude_vector";  // DoRA's, by PEFT's saved name
 
 bool InsideBlock(const std::string& name) {
   return absl::StartsWith(name, "transformer_blocks.") || absl::StartsWith(name, "single_transformer_blocks.") ||
          absl::StartsWith(name, "blocks.");  // Wan
 }
 
-// Groups PEFT-named tensors by module: module → (A, B).
+// Groups PEFT-named tensors by module: module → (A, B). DoRA's magnitudes are skipped (their module has A and B).
 absl::StatusOr<std::map<std::string, std::pair<at::Tensor, at::Tensor>>> GroupByModule(
     const std::map<std::string, at::Tensor>& params) {
   std::map<std::string, std::pair<at::Tensor, at::Tensor>> out;
   for (const auto& [name, t] : params) {
+    if (absl::EndsWith(name, kMagnitude)) continue;
     if (absl::EndsWith(name, kLoraA)) {
       out[name.substr(0, name.size() - strlen(kLoraA))].first = t;
     } else if (absl::EndsWith(name, kLoraB)) {
@@ -141,10 +144,21 @@ bool LoraTargetMatches(const std::string& name, const std::vector<std::string>& 
 absl::StatusOr<int> AttachLora(torch::nn::Module& root, const LoraSpec& spec) {
   if (spec.rank <= 0) return absl::InvalidArgumentError("LoRA rank must be positive");
   if (spec.dropout < 0 || spec.dropout >= 1) return absl::InvalidArgumentError("LoRA dropout must be in [0, 1)");
+  const bool factors = spec.type == AdapterType::kLoha || spec.type == AdapterType::kLokr;
+  if (factors && spec.dropout > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoRA dropout does not apply to ", AdapterTypeName(spec.type), " (peft's has no input dropout)"));
+  }
   int count = 0;
   for (auto& [name, linear] : NamedLoraLinears(root)) {
     if (!LoraTargetMatches(name, spec.targets)) continue;
-    linear->AttachLora(spec.rank, spec.alpha, spec.dropout, MixSeed(spec.seed, HashName(name)));
+    if (spec.type == AdapterType::kLokr && spec.lokr_factor > 0 &&
+        (linear->in_features() % spec.lokr_factor != 0 || linear->out_features() % spec.lokr_factor != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("LoKr factor ", spec.lokr_factor, " does not divide ", name, " (",
+                                                     linear->in_features(), " -> ", linear->out_features(), ")"));
+    }
+    linear->AttachAdapter(spec.type, spec.rank, spec.alpha, spec.dropout, spec.lokr_factor,
+                          MixSeed(spec.seed, HashName(name)));
     linear->set_math_dtype(spec.dtype);
     linear->set_layer_id(HashName(name));
     ++count;
@@ -155,9 +169,7 @@ absl::StatusOr<int> AttachLora(torch::nn::Module& root, const LoraSpec& spec) {
 std::map<std::string, at::Tensor> LoraParameters(torch::nn::Module& root) {
   std::map<std::string, at::Tensor> out;
   for (auto& [name, linear] : NamedLoraLinears(root)) {
-    if (!linear->has_lora()) continue;
-    out[name + kLoraA] = linear->lora_A();
-    out[name + kLoraB] = linear->lora_B();
+    for (const auto& [suffix, t] : linear->adapter_parameters()) out[name + "." + suffix] = t;
   }
   return out;
 }
@@ -224,6 +236,7 @@ absl::Status SaveLoraDiffusers(const std::string& path, const std::map<std::stri
   adapter["transformer.target_modules"] = std::vector<std::string>(target_names.begin(), target_names.end());
   adapter["transformer.peft_type"] = "LORA";
   adapter["transformer.bias"] = "none";
+  if (spec.type == AdapterType::kDora) adapter["transformer.use_dora"] = true;
   auto meta = Metadata(spec, extra_metadata);
   meta["lora_adapter_metadata"] = adapter.dump();
   return WriteSafetensors(path, out, meta);
@@ -231,6 +244,13 @@ absl::Status SaveLoraDiffusers(const std::string& path, const std::map<std::stri
 
 absl::StatusOr<std::map<std::string, at::Tensor>> LoraTensorsBfl(const std::map<std::string, at::Tensor>& params,
                                                                  double scale) {
+  for (const auto& [name, t] : params) {
+    if (absl::EndsWith(name, kMagnitude) || !(absl::EndsWith(name, kLoraA) || absl::EndsWith(name, kLoraB))) {
+      return absl::UnimplementedError(
+          absl::StrCat("the original (BFL/ComfyUI) naming holds plain LoRA only: ", name,
+                       " is a DoRA, LoHa or LoKr parameter (not built yet; use the diffusers/PEFT or LyCORIS file)"));
+    }
+  }
   ASSIGN_OR_RETURN(auto modules, GroupByModule(params));
   // BFL module → chunks (A, B) in chunk order.
   std::map<std::string, std::vector<std::pair<at::Tensor, at::Tensor>>> fused;
@@ -303,6 +323,7 @@ absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::strin
   for (const auto& key : file->Keys()) {
     ASSIGN_OR_RETURN(raw[key], file->Load(key, at::kFloat));
   }
+  if (IsLycorisFile(raw)) return LycorisAdapters(path, raw);
   std::map<std::string, LoraWeights> out;
   bool bfl = !raw.empty() && absl::StartsWith(raw.begin()->first, "diffusion_model.");
   if (!bfl) {
@@ -324,6 +345,11 @@ absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::strin
     for (auto& [module, ab] : *grouped) {
       RETURN_IF_ERROR(CheckAdapterShapes(path, module, ab.first, ab.second));
       out[module] = LoraWeights{ab.first, ab.second, scaling.ScaleFor(module, ab.first.size(0))};
+      auto magnitude = params.find(module + kMagnitude);
+      if (magnitude != params.end()) {
+        out[module].type = AdapterType::kDora;
+        out[module].other["lora_magnitude_vector"] = magnitude->second;
+      }
     }
     return out;
   }
@@ -374,10 +400,42 @@ absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::strin
   return out;
 }
 
-absl::StatusOr<int> AttachLoraWeights(torch::nn::Module& root, const std::map<std::string, LoraWeights>& weights,
+namespace {
+
+// Why a LoHa or LoKr adapter from a file cannot sit on a Linear in → out ("" when it fits).
+std::string FactorsMisfit(const LoraWeights& w, int64_t in, int64_t out) {
+  std::vector<std::string> shapes;
+  for (const auto& [name, t] : w.other) {
+    if (t.dim() != 2) return absl::StrCat(name, " is ", ShapeString(t.sizes()), ", not a matrix");
+    shapes.push_back(absl::StrCat(name, " ", ShapeString(t.sizes())));
+  }
+  auto at = [&](const char* n) { return w.other.count(n) ? w.other.at(n) : at::Tensor(); };
+  bool fits;
+  if (w.type == AdapterType::kLoha) {
+    const at::Tensor a1 = at("hada_w1_a"), b1 = at("hada_w1_b"), a2 = at("hada_w2_a"), b2 = at("hada_w2_b");
+    fits = a1.size(0) == out && a2.size(0) == out && b1.size(1) == in && b2.size(1) == in && a1.size(1) == b1.size(0) &&
+           a2.size(1) == b2.size(0);
+  } else {
+    const at::Tensor w1 = at("lokr_w1"), w2 = at("lokr_w2"), w2a = at("lokr_w2_a"), w2b = at("lokr_w2_b");
+    const bool full = w2.defined();
+    const int64_t rows = full ? w2.size(0) : w2a.size(0), cols = full ? w2.size(1) : w2b.size(1);
+    fits = (full || w2a.size(1) == w2b.size(0)) && w1.size(0) * rows == out && w1.size(1) * cols == in;
+  }
+  if (fits) return "";
+  return absl::StrCat(absl::StrJoin(shapes, ", "), " do not fit a Linear ", in, " -> ", out);
+}
+
+}  // namespace
+
+absl::StatusOr<int> AttachLoraWeights(torch::nn::Module& root, const std::map<std::string, LoraWeights>& file_weights,
                                       double multiplier) {
   std::map<std::string, LoraLinear> linears;
-  for (auto& [name, linear] : NamedLoraLinears(root)) linears.emplace(name, linear);
+  std::vector<std::string> names;
+  for (auto& [name, linear] : NamedLoraLinears(root)) {
+    linears.emplace(name, linear);
+    names.push_back(name);
+  }
+  ASSIGN_OR_RETURN(const auto weights, ResolveLycorisNames(file_weights, names));
   std::vector<std::string> problems;
   for (const auto& [module, w] : weights) {
     auto it = linears.find(module);
@@ -386,6 +444,11 @@ absl::StatusOr<int> AttachLoraWeights(torch::nn::Module& root, const std::map<st
       continue;
     }
     LoraLinearImpl& linear = *it->second;
+    if (w.type == AdapterType::kLoha || w.type == AdapterType::kLokr) {
+      std::string misfit = FactorsMisfit(w, linear.in_features(), linear.out_features());
+      if (!misfit.empty()) problems.push_back(absl::StrCat(module, " (", misfit, ")"));
+      continue;
+    }
     const int64_t r = w.A.dim() == 2 ? w.A.size(0) : -1;
     if (r <= 0 || w.A.size(1) != linear.in_features() || w.B.dim() != 2 || w.B.size(0) != linear.out_features() ||
         w.B.size(1) != r) {
@@ -400,10 +463,10 @@ absl::StatusOr<int> AttachLoraWeights(torch::nn::Module& root, const std::map<st
   at::NoGradGuard no_grad;
   for (const auto& [module, w] : weights) {
     LoraLinearImpl& linear = *linears.at(module);
-    const int64_t r = w.A.size(0);
-    linear.AttachLora(r, w.scale * multiplier * static_cast<double>(r), 0.0, 0);
-    linear.lora_A().copy_(w.A);
-    linear.lora_B().copy_(w.B);
+    std::map<std::string, at::Tensor> tensors = w.other;
+    if (w.A.defined()) tensors["lora_A.weight"] = w.A;
+    if (w.B.defined()) tensors["lora_B.weight"] = w.B;
+    linear.AttachAdapterTensors(w.type, w.scale * multiplier, tensors);
   }
   return static_cast<int>(weights.size());
 }
@@ -412,8 +475,14 @@ std::map<std::string, at::Tensor> LoraWeightsToParameters(const std::map<std::st
                                                           double target_scale) {
   std::map<std::string, at::Tensor> out;
   for (const auto& [module, w] : weights) {
-    out[module + kLoraA] = w.A;
-    out[module + kLoraB] = std::abs(w.scale - target_scale) < 1e-12 ? w.B : w.B * (w.scale / target_scale);
+    std::map<std::string, at::Tensor> all = w.other;
+    if (w.A.defined()) all["lora_A.weight"] = w.A;
+    if (w.B.defined()) all["lora_B.weight"] = w.B;
+    const std::string linear = LinearFactorName(w.type);
+    for (const auto& [name, t] : all) {
+      const bool fold = name == linear && std::abs(w.scale - target_scale) >= 1e-12;
+      out[module + "." + name] = fold ? t * (w.scale / target_scale) : t;
+    }
   }
   return out;
 }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/lora/adapter_type.h"
+
 namespace baton {
 
 struct LoraSpec {
@@ -23,6 +25,8 @@ struct LoraSpec {
   // The adapters' math: fp32 (as stored), or the compute dtype (bf16: tensor cores, as PEFT's adapters cast to the
   // base dtype). The adapters themselves stay fp32 either way (the optimizer's masters); see LoraLinearImpl.
   at::ScalarType dtype = at::kFloat;
+  AdapterType type = AdapterType::kLora;  // lora | dora | loha | lokr (adapter_type.h)
+  int64_t lokr_factor = -1;               // LoKr's decompose_factor: -1 near √dim, else must divide in and out
 };
 
 // "attention" | "all-linear" | a comma-separated list of target names.
@@ -57,9 +61,13 @@ void SetLoraDropoutSeed(torch::nn::Module& root, uint64_t seed);
 
 // One adapter as stored in a file, keyed by diffusers module name.
 struct LoraWeights {
-  at::Tensor A;        // [r, in]
-  at::Tensor B;        // [out, r]
+  at::Tensor A;        // [r, in] (lora, dora)
+  at::Tensor B;        // [out, r] (lora, dora)
   double scale = 1.0;  // alpha / r
+  AdapterType type = AdapterType::kLora;
+  // The other parameters by PEFT name after the module: DoRA's "lora_magnitude_vector"; every factor of LoHa and
+  // LoKr ("hada_w1_a", ..., "lokr_w1", ...).
+  std::map<std::string, at::Tensor> other;
 };
 
 // Saves adapters (PEFT names → tensors, as from LoraParameters) in diffusers/PEFT format (alpha/r folded into B).

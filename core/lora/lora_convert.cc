@@ -61,6 +61,13 @@ absl::StatusOr<std::string> ConvertWan(const std::string& in, const std::string&
 absl::StatusOr<std::string> ConvertFlux2(const std::string& in, const std::string& out, const std::string& to) {
   ASSIGN_OR_RETURN(auto weights, LoadLoraFile(in));
   if (weights.empty()) return absl::InvalidArgumentError(absl::StrCat(in, ": no LoRA adapters"));
+  for (const auto& [module, w] : weights) {
+    if (w.type != AdapterType::kLora) {
+      return absl::UnimplementedError(absl::StrCat(in, ": ", module, " is a ", AdapterTypeName(w.type),
+                                                   " adapter; lora-convert converts plain LoRA only (not built yet "
+                                                   "for dora, loha and lokr, whose Baton files load as they are)"));
+    }
+  }
   const int64_t rank = weights.begin()->second.A.size(0);
   for (const auto& [module, w] : weights) {
     if (w.A.size(0) != rank) {

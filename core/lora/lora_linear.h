@@ -1,5 +1,6 @@
-// A bias-free Linear layer with a frozen weight and an optional LoRA adapter (PEFT semantics):
+// A bias-free Linear layer with a frozen weight and an optional adapter (PEFT semantics), plain LoRA:
 //   y = x·Wᵀ + (alpha/rank) · B(A(dropout(x)))
+// or DoRA, LoHa or LoKr (adapter_type.h), each under PEFT's parameter names.
 // Every Linear inside the FLUX.2 blocks is one of these, so LoRA can target any of them by its diffusers
 // name. The frozen weight never requires grad; the adapter matrices are fp32 whatever the compute dtype (the
 // optimizer's masters) and are the only trainable parameters. Their math runs in fp32 or in the compute dtype.
@@ -10,15 +11,17 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/lora/adapter_type.h"
 #include "core/quant/weight_quant.h"
 
 namespace baton {
 
-// Whether a module tensor name is a LoRA adapter's ("....lora_A.weight", "....lora_B.weight"), not a frozen weight.
+// Whether a module tensor name is an adapter's ("....lora_A.weight", "....hada_w1_a", ...), not a frozen weight.
 bool IsLoraParameterName(const std::string& name);
 
 class LoraLinearImpl : public torch::nn::Module {
@@ -31,7 +34,18 @@ class LoraLinearImpl : public torch::nn::Module {
   // Creates lora_A [rank, in] (Kaiming-uniform, a=√5, as PEFT; drawn from a generator seeded by `init_seed`)
   // and lora_B [out, rank] (zeros), both fp32 on the weight's device, requiring grad.
   void AttachLora(int64_t rank, double alpha, double dropout, uint64_t init_seed);
-  bool has_lora() const { return lora_A_.defined(); }
+  // Attaches an adapter of `type` initialised as peft does (seeded as above): DoRA's magnitude is the frozen weight's
+  // row norms; LoHa's w2_b and LoKr's w1 are zeros and the other factors Kaiming-uniform (a=√5). `dropout` must be
+  // 0 for LoHa and LoKr (peft's have none); `lokr_factor` is LoKr's decompose_factor (-1: near √dim).
+  void AttachAdapter(AdapterType type, int64_t rank, double alpha, double dropout, int64_t lokr_factor,
+                     uint64_t init_seed);
+  // Attaches an adapter of `type` holding fp32 copies of `tensors` (PEFT names after the module, the shapes a file
+  // gives them) at `scale`: inference with a loaded file. Shapes are the caller's to check (AttachLoraWeights).
+  void AttachAdapterTensors(AdapterType type, double scale, const std::map<std::string, at::Tensor>& tensors);
+  bool has_lora() const { return !adapter_params_.empty(); }
+  AdapterType adapter_type() const { return type_; }
+  // The adapter's parameters by their name after the module ("lora_A.weight", "hada_w1_a", ...), fp32.
+  const std::vector<std::pair<std::string, at::Tensor>>& adapter_parameters() const { return adapter_params_; }
   int64_t rank() const { return rank_; }
   double scale() const { return scale_; }
   at::Tensor& lora_A() { return lora_A_; }  // [rank, in] fp32
@@ -74,6 +88,14 @@ class LoraLinearImpl : public torch::nn::Module {
  private:
   // y plus the adapter's delta for input x (generic path: any dtype, dropout, device).
   at::Tensor AddLora(const at::Tensor& x, at::Tensor y);
+  // y = x·Wᵀ with the adapter of any type applied.
+  at::Tensor AddAdapter(const at::Tensor& x, const at::Tensor& y);
+  at::Tensor AddDora(const at::Tensor& x, const at::Tensor& y);
+  // x promoted to the adapter's math dtype, dropout-masked in training.
+  at::Tensor AdapterInput(const at::Tensor& x) const;
+  // An adapter parameter as the math uses it: as stored, or cast to math_dtype_ (a differentiable cast).
+  at::Tensor Math(const at::Tensor& t) const;
+  at::Tensor& Param(const std::string& name);
   // lora_A_ / lora_B_ as the math uses them: as stored, or cast to math_dtype_ (a differentiable cast).
   at::Tensor MathA() const;
   at::Tensor MathB() const;
@@ -88,6 +110,8 @@ class LoraLinearImpl : public torch::nn::Module {
   uint64_t layer_id_ = 0;
   at::ScalarType math_dtype_ = at::kFloat;
   at::Tensor lora_A_, lora_B_;
+  AdapterType type_ = AdapterType::kLora;
+  std::vector<std::pair<std::string, at::Tensor>> adapter_params_;
 };
 TORCH_MODULE(LoraLinear);
 

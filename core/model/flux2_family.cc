@@ -212,7 +212,8 @@ Flux2Pieces SizePieces(const Flux2Config& c) {
 int64_t LoraParams(const std::vector<std::pair<std::string, std::vector<int64_t>>>& linears, const PlanShape& shape) {
   int64_t total = 0;
   for (const auto& [module, s] : linears) {
-    if (LoraTargetMatches(module, shape.lora_targets)) total += shape.lora_rank * (s[0] + s[1]);
+    if (!LoraTargetMatches(module, shape.lora_targets)) continue;
+    total += AdapterParameterCount(shape.lora_type, s[1], s[0], shape.lora_rank, shape.lokr_factor);  // s: [out, in]
   }
   return total;
 }

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/lora/adapter_type.h"
 #include "core/model/stage_build.h"
 #include "core/quant/weight_quant.h"
 
@@ -106,6 +107,8 @@ struct PlanShape {
   int64_t text_tokens = 512;     // the text part
   int64_t reference_tokens = 0;  // FLUX.2 reference images' part (through every block; the head skips them)
   int64_t lora_rank = 16;
+  AdapterType lora_type = AdapterType::kLora;  // each type's parameter count (adapter_type.h)
+  int64_t lokr_factor = -1;
   std::vector<std::string> lora_targets;  // resolved targets (ModelFamily::LoraTargets)
 };
 

@@ -332,17 +332,21 @@ std::string ExplainMiss(const PlanSource& source, const PlanModel& model, const 
 
 }  // namespace
 
-int64_t DoubleBlockLoraParams(const Flux2Config& c, int64_t rank, bool all_linear) {
+int64_t DoubleBlockLoraParams(const Flux2Config& c, int64_t rank, bool all_linear, AdapterType type,
+                              int64_t lokr_factor) {
   const int64_t d = c.inner_dim(), m = c.mlp_hidden_dim();
-  if (!all_linear) return rank * 4 * (d + d);  // image stream to_q, to_k, to_v, to_out.0
+  auto n = [&](int64_t in, int64_t out) { return AdapterParameterCount(type, in, out, rank, lokr_factor); };
+  if (!all_linear) return 4 * n(d, d);  // image stream to_q, to_k, to_v, to_out.0
   // Both streams' q, k, v, out; both SwiGLU feed-forwards (linear_in D->2M, linear_out M->D).
-  return rank * (8 * (d + d) + 2 * ((d + 2 * m) + (m + d)));
+  return 8 * n(d, d) + 2 * (n(d, 2 * m) + n(m, d));
 }
 
-int64_t SingleBlockLoraParams(const Flux2Config& c, int64_t rank, bool all_linear) {
+int64_t SingleBlockLoraParams(const Flux2Config& c, int64_t rank, bool all_linear, AdapterType type,
+                              int64_t lokr_factor) {
   const int64_t d = c.inner_dim(), m = c.mlp_hidden_dim();
   // to_qkv_mlp_proj D -> 3D+2M and to_out (D+M) -> D are the only linears; both sets target them.
-  return rank * ((d + 3 * d + 2 * m) + (d + m + d));
+  return AdapterParameterCount(type, d, 3 * d + 2 * m, rank, lokr_factor) +
+         AdapterParameterCount(type, d + m, d, rank, lokr_factor);
 }
 
 double StageComputeCost(const Flux2Config& c, const PartitionOptions& o, int64_t block_begin, int64_t block_end,

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/lora/adapter_type.h"
 #include "core/model/flux2_config.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/stage_memory.h"
@@ -114,6 +115,8 @@ struct PartitionOptions {
   int bytes_per_param = 2;  // frozen weights' compute dtype: bf16 = 2, fp32 = 4 (1 = everything 8-bit)
   WeightQuant quantize = WeightQuant::kNone;  // block linears in 8 bits (int8/fp8), the rest bytes_per_param
   int64_t lora_rank = 16;
+  AdapterType lora_type = AdapterType::kLora;  // the adapters' parameters per type (core/lora/adapter_type.h)
+  int64_t lokr_factor = -1;
   // false: diffusers' FLUX.2 defaults (double: to_q/k/v, to_out.0; single: to_qkv_mlp_proj, to_out).
   // true: every block linear (adds add_q/k/v_proj, to_add_out and both feed-forwards of double blocks).
   bool all_linear = false;
@@ -194,8 +197,10 @@ int64_t LoraInputCopyBytes(const PlanModel& model, const PartitionOptions& optio
 int64_t TransientBytes(const PlanModel& model, const PartitionOptions& options);
 
 // LoRA parameters one block carries at `rank` (r x (in + out) per targeted linear).
-int64_t DoubleBlockLoraParams(const Flux2Config& config, int64_t rank, bool all_linear);
-int64_t SingleBlockLoraParams(const Flux2Config& config, int64_t rank, bool all_linear);
+int64_t DoubleBlockLoraParams(const Flux2Config& config, int64_t rank, bool all_linear,
+                              AdapterType type = AdapterType::kLora, int64_t lokr_factor = -1);
+int64_t SingleBlockLoraParams(const Flux2Config& config, int64_t rank, bool all_linear,
+                              AdapterType type = AdapterType::kLora, int64_t lokr_factor = -1);
 
 // Contiguous split minimizing the largest stage cost subject to every stage's estimate fitting its
 // budget; ties go to the split with the smallest sum of squared stage costs. If no split fits, returns a

@@ -47,8 +47,8 @@ PlanSource Flux2PlanSource(const Flux2Config& config) {
                                 config.num_single_layers);
     m.hidden_size = config.inner_dim();
     m.frozen = ComputeFrozenSizes(config, o.quantize, o.bytes_per_param);
-    const int64_t dbl = DoubleBlockLoraParams(config, o.lora_rank, o.all_linear);
-    const int64_t sgl = SingleBlockLoraParams(config, o.lora_rank, o.all_linear);
+    const int64_t dbl = DoubleBlockLoraParams(config, o.lora_rank, o.all_linear, o.lora_type, o.lokr_factor);
+    const int64_t sgl = SingleBlockLoraParams(config, o.lora_rank, o.all_linear, o.lora_type, o.lokr_factor);
     for (int64_t b = 0; b < config.num_blocks(); ++b) {
       m.block_lora.push_back(config.IsDoubleBlock(b) ? dbl : sgl);
       m.block_streams.push_back(config.IsDoubleBlock(b) ? 2 : 1);  // image and text streams, or the joined one
@@ -92,6 +92,8 @@ PlanSource FamilyPlanSource(const ModelFamily& model) {
     shape.text_tokens = o.text_tokens_per_micro_batch;
     shape.reference_tokens = o.reference_tokens_per_micro_batch;
     shape.lora_rank = o.lora_rank;
+    shape.lora_type = o.lora_type;
+    shape.lokr_factor = o.lokr_factor;
     ASSIGN_OR_RETURN(shape.lora_targets, model.LoraTargets(o.all_linear ? "all-linear" : "attention"));
     PlanModel m;
     m.name = model.name() == "wan" ? "Wan" : model.name();

@@ -3,6 +3,7 @@
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 
+#include "core/lora/adapter_file.h"
 #include "core/lora/lora.h"
 #include "core/tensor/safetensors.h"
 #include "core/train/optimizer.h"
@@ -77,7 +78,10 @@ namespace {
 absl::Status SaveLoraFiles(const std::string& dir, const std::string& stem,
                            const std::map<std::string, at::Tensor>& params, const JobConfig& job,
                            const std::map<std::string, std::string>& meta, const ModelFamily& model) {
-  RETURN_IF_ERROR(SaveLoraDiffusers(JoinPath(dir, stem + ".safetensors"), params, job.lora, meta));
+  const bool lycoris = job.lora.type == AdapterType::kLoha || job.lora.type == AdapterType::kLokr;
+  const std::string path = JoinPath(dir, stem + ".safetensors");
+  RETURN_IF_ERROR(lycoris ? SaveLycoris(path, params, job.lora, meta)
+                          : SaveLoraDiffusers(path, params, job.lora, meta));
   if (job.save_bfl) {
     // In a subfolder: diffusers' load_lora_weights(dir) guesses among the folder's top-level .safetensors files.
     RETURN_IF_ERROR(MakeDirs(JoinPath(dir, kBflLoraSubdir)));

@@ -222,18 +222,34 @@ absl::Status ParseEncode(Reader& r, YAML::Node root, JobConfig& job) {
   return absl::OkStatus();
 }
 
-// lora: {rank, alpha, targets, dropout} (alpha defaults to the rank, with or without the section).
+// lora: {type, factor}: the adapter type and LoKr's factor; keys that do not apply to the type are errors.
+absl::Status ParseLoraType(Reader& r, YAML::Node l, JobConfig& job) {
+  std::string type = "lora";
+  RETURN_IF_ERROR(r.Get(l, "type", &type));
+  auto parsed = ParseAdapterType(type);
+  RETURN_IF_ERROR(r.Check(parsed.ok(), l, "type", absl::StrCat("is '", type, "' (want lora, dora, loha or lokr)")));
+  job.lora.type = *parsed;
+  const bool lokr = job.lora.type == AdapterType::kLokr, factors = lokr || job.lora.type == AdapterType::kLoha;
+  RETURN_IF_ERROR(r.Check(lokr || !l["factor"].IsDefined(), l, "factor",
+                          absl::StrCat("applies to type: lokr only (this LoRA is ", type, ")")));
+  RETURN_IF_ERROR(r.Get(l, "factor", &job.lora.lokr_factor));
+  RETURN_IF_ERROR(r.Check(job.lora.lokr_factor == -1 || job.lora.lokr_factor > 0, l, "factor",
+                          "must be -1 (factors near the square root) or a positive divisor of every adapted layer"));
+  RETURN_IF_ERROR(r.Check(!factors || !l["dropout"].IsDefined(), l, "dropout",
+                          absl::StrCat("does not apply to type: ", type, " (peft's ", type, " has no input dropout)")));
+  return r.Check(!factors || !l["plus_ratio"].IsDefined(), l, "plus_ratio",
+                 absl::StrCat("does not apply to type: ", type, " (LoRA+ scales the up projections of lora and dora; ",
+                              type, " has none)"));
+}
+
+// lora: {type, factor, rank, alpha, targets, dropout, plus_ratio} (alpha defaults to the rank, with or without the
+// section).
 absl::Status ParseLora(Reader& r, YAML::Node root, JobConfig& job) {
   job.lora.alpha = static_cast<double>(job.lora.rank);
   if (!root["lora"].IsDefined()) return absl::OkStatus();
   YAML::Node l = root["lora"];
-  RETURN_IF_ERROR(r.Keys(l, "lora", {"type", "rank", "alpha", "targets", "dropout", "plus_ratio"}));
-  std::string type = "lora";
-  RETURN_IF_ERROR(r.Get(l, "type", &type));
-  RETURN_IF_ERROR(r.Check(type == "lora", l, "type",
-                          absl::StrCat("is '", type,
-                                       "': the LoRA variants (lokr, loha, dora) are not built yet; Baton "
-                                       "trains plain LoRA (type: lora)")));
+  RETURN_IF_ERROR(r.Keys(l, "lora", {"type", "factor", "rank", "alpha", "targets", "dropout", "plus_ratio"}));
+  RETURN_IF_ERROR(ParseLoraType(r, l, job));
   RETURN_IF_ERROR(r.Get(l, "rank", &job.lora.rank));
   RETURN_IF_ERROR(r.Check(job.lora.rank > 0, l, "rank", "must be positive"));
   job.lora.alpha = static_cast<double>(job.lora.rank);
@@ -515,6 +531,9 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   RETURN_IF_ERROR(ParseValidation(r, root, job.validation));
   RETURN_IF_ERROR(ParseSamples(r, root, job.samples));
   RETURN_IF_ERROR(ParseLora(r, root, job));
+  RETURN_IF_ERROR(r.Check(!job.save_bfl || job.lora.type == AdapterType::kLora, root, "save_bfl",
+                          absl::StrCat("holds plain LoRA only; the original naming of ", AdapterTypeName(job.lora.type),
+                                       " is not built yet (lora.safetensors loads as it is)")));
   RETURN_IF_ERROR(r.Get(root, "init_lora", &job.init_lora));
   auto targets = ResolveLoraTargets(job.lora_targets);
   if (!targets.ok()) return Annotate(targets.status(), source);
@@ -577,6 +596,9 @@ std::string JobHash(const JobConfig& j) {
   if (j.quantize != "none") absl::StrAppend(&s, "|quantize=", j.quantize);  // absent: older hashes stay valid
   if (!j.expert.empty()) absl::StrAppend(&s, "|expert=", j.expert);
   if (j.lora_dtype != "fp32") absl::StrAppend(&s, "|lora_dtype=", j.lora_dtype);
+  if (j.lora.type != AdapterType::kLora) {
+    absl::StrAppend(&s, "|lora_type=", AdapterTypeName(j.lora.type), "|factor=", j.lora.lokr_factor);
+  }
   if (!j.sweep_member.empty()) absl::StrAppend(&s, "|member=", j.sweep_member);
   return absl::StrFormat("%016x", HashName(s));
 }

@@ -106,7 +106,10 @@ bool IsOptimizerStateKey(const std::string& key) {
   return key == kOptimizerStepKey || absl::StartsWith(key, kProdigyScalarsPrefix) || !StateParam(key).empty();
 }
 
-bool IsUpProjection(const std::string& param) { return absl::EndsWith(param, "lora_B.weight"); }
+// peft's create_loraplus_optimizer puts lora_B and every 1-D parameter (DoRA's magnitude) in the faster group.
+bool IsUpProjection(const std::string& param) {
+  return absl::EndsWith(param, "lora_B.weight") || absl::EndsWith(param, ".lora_magnitude_vector");
+}
 
 std::map<std::string, at::Tensor> EmaWeights(const std::map<std::string, at::Tensor>& params,
                                              const std::map<std::string, at::Tensor>& state) {

@@ -37,7 +37,8 @@ std::string StateParam(const std::string& key);
 at::ScalarType StateDtype(const std::string& key);
 // Whether `key` is the optimizer's (the step count, a moment, an EMA) rather than an adapter's.
 bool IsOptimizerStateKey(const std::string& key);
-// LoRA+: whether `param` is an up projection (PEFT's lora_B), which learns at plus_ratio × the rate.
+// LoRA+: whether `param` is an up projection (PEFT's lora_B) or DoRA's magnitude (peft's LoRA+ groups 1-D parameters
+// with lora_B), which learn at plus_ratio × the rate.
 bool IsUpProjection(const std::string& param);
 // The adapters' EMA as the evaluations use it (`ema: {evals}`): state[EmaKey(p)] for each of `params`, or the param
 // itself where the state holds none yet (before the first step the EMA is the adapters). Shares their tensors.

@@ -1,0 +1,42 @@
+// The files of the adapter types beyond plain LoRA (adapter_type.h): DoRA in diffusers/PEFT naming, LoHa and LoKr
+// in LyCORIS naming (SaveLycoris says how).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <absl/status/statusor.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/lora/lora.h"
+
+namespace baton {
+
+// The parameter whose scaling scales the adapter's ΔW linearly: "lora_B.weight" (lora, dora), "hada_w1_a", "lokr_w1".
+const char* LinearFactorName(AdapterType type);
+
+// "lycoris_" + module with '.' → '_'.
+std::string LycorisModuleName(const std::string& module);
+
+// DoRA's file is plain LoRA's (lora.h) plus "transformer.<module>.lora_magnitude_vector" and "use_dora": true in
+// lora_adapter_metadata: what diffusers' load_lora_adapter / peft read.
+// Saves LoHa or LoKr adapters (PEFT names → tensors, as from LoraParameters) in LyCORIS naming:
+// "lycoris_<module with dots as underscores>.hada_w1_a" (…, ".lokr_w1", ...) and ".alpha" = the rank, the scale folded
+// into hada_w1_a / lokr_w1: what lycoris-lora's create_lycoris_from_weights reads on a diffusers transformer, and the
+// "lycoris_" keys ComfyUI maps for diffusers-named models.
+absl::Status SaveLycoris(const std::string& path, const std::map<std::string, at::Tensor>& params, const LoraSpec& spec,
+                         const std::map<std::string, std::string>& metadata);
+
+// Whether a file's keys are LyCORIS-named ("lycoris_...").
+bool IsLycorisFile(const std::map<std::string, at::Tensor>& raw);
+// A LyCORIS file's LoHa and LoKr adapters keyed by their LyCORIS module name (ResolveLycorisNames maps them to the
+// model's modules). The scale is ".alpha" / rank (LyCORIS' rule: 1 for a LoKr whose factors are both full).
+absl::StatusOr<std::map<std::string, LoraWeights>> LycorisAdapters(const std::string& path,
+                                                                   const std::map<std::string, at::Tensor>& raw);
+// Renames LyCORIS-keyed adapters to the module among `modules` whose LyCORIS name they carry (other keys pass
+// through). Errors name the adapters no module matches.
+absl::StatusOr<std::map<std::string, LoraWeights>> ResolveLycorisNames(std::map<std::string, LoraWeights> weights,
+                                                                       const std::vector<std::string>& modules);
+
+}  // namespace baton

@@ -1,0 +1,196 @@
+"""Referee: the LoRA types beyond plain LoRA (DoRA, LoHa, LoKr) against peft and lycoris-lora on a tiny FLUX.2.
+
+Gradients: peft puts a random adapter of each type (LoraConfig(use_dora=True), LoHaConfig, LoKrConfig, every factor
+non-zero) on diffusers' Flux2Transformer2DModel; the adapter is written as Baton reads it (DoRA in diffusers/PEFT
+naming with lora_alpha in its metadata, LoHa and LoKr in LyCORIS naming with ".alpha") and a job starts from it
+(`init_lora`); `baton step-grads` runs one step's forward and backward; peft, fed the step's own inputs and target,
+must give the same loss and every adapter gradient (DoRA's magnitude included).
+Files: `baton train-local` trains each type for a few steps; the file it writes loads where users load that type
+(DoRA: diffusers' load_lora_adapter, i.e. peft; LoHa and LoKr: lycoris-lora's create_lycoris_from_weights on the
+diffusers transformer) and gives `baton forward --lora`'s output.
+
+Tolerance: 1e-5 of the largest value (fp32 on both sides; the difference is summation order).
+"""
+
+import copy
+import json
+import os
+import unittest
+
+import torch
+from lycoris import create_lycoris_from_weights
+from peft import LoHaConfig, LoKrConfig, LoraConfig, get_peft_model_state_dict
+from safetensors.torch import load_file, save_file
+
+from flux2_tiny import baton_forward, diffusers_forward, make_inputs, make_model, write_config
+from referee import baton, max_rel_error, temp_dir
+
+TOLERANCE = 1e-5
+MIN_EFFECT = 1e-2  # a trained adapter must move the output by at least this (relative)
+CONFIG = dict(
+    patch_size=1, in_channels=8, num_layers=2, num_single_layers=2, attention_head_dim=16, num_attention_heads=2,
+    joint_attention_dim=24, timestep_guidance_channels=256, axes_dims_rope=[4, 4, 4, 4], guidance_embeds=True,
+)
+# Baton's all-linear: every Linear inside the blocks.
+BLOCK_LINEARS = (r"(transformer_blocks\.\d+\.(attn\.(to_q|to_k|to_v|to_out\.0|add_q_proj|add_k_proj|add_v_proj|to_add_out)"
+                 r"|ff\.linear_in|ff\.linear_out|ff_context\.linear_in|ff_context\.linear_out)"
+                 r"|single_transformer_blocks\.\d+\.attn\.(to_qkv_mlp_proj|to_out))")
+# rank, alpha (scale ≠ 1 everywhere) and the peft config of each type. LoKr at rank 2 keeps w2 decomposed on every
+# layer of this model (peft decomposes when r < max(out_k, in_n) / 2), so LyCORIS applies the file's alpha too.
+TYPES = {
+    "dora": (4, 8, lambda: LoraConfig(r=4, lora_alpha=8, target_modules=BLOCK_LINEARS, use_dora=True,
+                                      init_lora_weights=False)),
+    "loha": (4, 8, lambda: LoHaConfig(r=4, alpha=8, target_modules=BLOCK_LINEARS, init_weights=False)),
+    "lokr": (2, 6, lambda: LoKrConfig(r=2, alpha=6, target_modules=BLOCK_LINEARS, init_weights=False)),
+}
+
+
+def peft_name(name):
+    """peft's parameter name → the saved (and Baton's) name."""
+    return name.replace(".default", "").replace("lora_magnitude_vector.weight", "lora_magnitude_vector")
+
+
+def write_init_file(kind, model, path, alpha):
+    """The peft adapter on `model` as Baton reads it: diffusers/PEFT naming (DoRA) or LyCORIS naming (LoHa, LoKr)."""
+    sd = {k: v.detach().clone().contiguous() for k, v in get_peft_model_state_dict(model).items()}
+    if kind == "dora":
+        meta = {"format": "pt", "lora_adapter_metadata": json.dumps({"transformer.r": 4, "transformer.lora_alpha": alpha})}
+        save_file({"transformer." + k: v for k, v in sd.items()}, path, metadata=meta)
+        return
+    out = {}
+    for k, v in sd.items():
+        module, param = k.rsplit(".", 1)
+        lyco = "lycoris_" + module.replace(".", "_")
+        out[f"{lyco}.{param}"] = v
+        out[f"{lyco}.alpha"] = torch.tensor(float(alpha))
+    save_file(out, path, metadata={"format": "pt"})
+
+
+class VariantGradientsTest(unittest.TestCase):
+    """One step's loss and adapter gradients, Baton against peft, for each type."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp_handle = temp_dir()
+        cls.tmp = cls.tmp_handle.name
+        cls.base = make_model(53, **CONFIG)
+        cls.folder = os.path.join(cls.tmp, "transformer")
+        cls.base.save_pretrained(cls.folder)
+        config = os.path.join(cls.tmp, "config.json")
+        write_config(cls.base, config)
+        cls.cache = os.path.join(cls.tmp, "cache")
+        baton("synthetic-cache", "--config", config, "--out", cls.cache, "--samples", 4, "--grids", "2x3", "--text-len", 5)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp_handle.cleanup()
+
+    def check_type(self, kind):
+        rank, alpha, make_config = TYPES[kind]
+        torch.manual_seed(17)
+        model = copy.deepcopy(self.base)
+        model.add_adapter(make_config())
+        init = os.path.join(self.tmp, f"init_{kind}.safetensors")
+        write_init_file(kind, model, init, alpha)
+        job = os.path.join(self.tmp, f"job_{kind}.yaml")
+        with open(job, "w") as f:
+            f.write(f"model: {self.folder}\ndataset: {self.cache}\n"
+                    f"lora: {{type: {kind}, rank: {rank}, alpha: {alpha}, targets: all-linear}}\n"
+                    f"init_lora: {init}\nsteps: 1\nbatch_size: 2\nmicro_batches: 1\nseed: 5\n")
+        out = os.path.join(self.tmp, f"grads_{kind}.safetensors")
+        baton("step-grads", "--job", job, "--output", out)
+        got = load_file(out)
+
+        inputs = {k.removeprefix("mb0/in/"): v for k, v in got.items() if k.startswith("mb0/in/")}
+        pred = model(**inputs, return_dict=False)[0]
+        loss = torch.nn.functional.mse_loss(pred.float(), got["mb0/target"].float())
+        loss.backward()
+        grads = {peft_name(n): p.grad for n, p in model.named_parameters() if p.requires_grad}
+        self.assertEqual(len(grads), len([k for k in got if k.startswith("grad/")]), kind)
+        loss_err = abs(got["mb0/loss"].item() - loss.item()) / abs(loss.item())
+        worst, worst_name = 0.0, ""
+        for name, expected in grads.items():
+            key = "grad/" + name
+            self.assertIn(key, got, kind)
+            self.assertGreater(expected.abs().max().item(), 0.0, f"{kind}: {name} has no gradient to compare")
+            err = max_rel_error(got[key], expected)
+            if err > worst:
+                worst, worst_name = err, name
+        print(f"{kind}: loss rel err {loss_err:.2e}; {len(grads)} gradients, worst rel err {worst:.2e} ({worst_name})")
+        self.assertLess(loss_err, TOLERANCE, kind)
+        self.assertLess(worst, TOLERANCE, f"{kind}: {worst_name}")
+
+    def test_dora(self):
+        self.check_type("dora")
+
+    def test_loha(self):
+        self.check_type("loha")
+
+    def test_lokr(self):
+        self.check_type("lokr")
+
+
+class VariantFilesTest(unittest.TestCase):
+    """A file `baton train-local` writes for each type, loaded by the library users load that type with."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp_handle = temp_dir()
+        cls.tmp = cls.tmp_handle.name
+        cls.model = make_model(59, **CONFIG)
+        cls.folder = os.path.join(cls.tmp, "transformer")
+        cls.model.save_pretrained(cls.folder)
+        config = os.path.join(cls.tmp, "config.json")
+        write_config(cls.model, config)
+        cls.cache = os.path.join(cls.tmp, "cache")
+        baton("synthetic-cache", "--config", config, "--out", cls.cache, "--samples", 4, "--grids", "2x3", "--text-len", 5)
+        cls.inputs = make_inputs(cls.model, 7, 2, 3, 4, 6)
+        cls.plain = diffusers_forward(cls.model, cls.inputs)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp_handle.cleanup()
+
+    def train(self, kind, extra=""):
+        rank, alpha, _ = TYPES[kind]
+        job = os.path.join(self.tmp, f"job_{kind}.yaml")
+        with open(job, "w") as f:
+            f.write(f"model: {self.folder}\ndataset: {self.cache}\n"
+                    f"lora: {{type: {kind}, rank: {rank}, alpha: {alpha}, targets: all-linear{extra}}}\n"
+                    "steps: 3\nbatch_size: 2\nseed: 3\noptimizer: {lr: 0.05}\n")
+        out = os.path.join(self.tmp, f"out_{kind}")
+        baton("train-local", "--job", job, "--output", out)
+        return os.path.join(out, "lora.safetensors")
+
+    def compare(self, kind, path, expected):
+        got = baton_forward(self.tmp, self.folder, self.inputs, "--lora", path)
+        err, effect = max_rel_error(got, expected), max_rel_error(self.plain, expected)
+        print(f"{kind}: rel error {err:.2e} (adapter effect {effect:.2e})")
+        self.assertGreater(effect, MIN_EFFECT, f"{kind}: the adapter barely changes the output")
+        self.assertLess(err, TOLERANCE, kind)
+
+    def test_dora_loads_in_diffusers(self):
+        path = self.train("dora")
+        transformer = copy.deepcopy(self.model)
+        transformer.load_lora_adapter(path, prefix="transformer", adapter_name="baton")
+        self.assertTrue(any("lora_magnitude_vector" in n for n, _ in transformer.named_parameters()))
+        self.compare("dora (load_lora_adapter)", path, diffusers_forward(transformer, self.inputs))
+
+    def check_lycoris(self, kind, extra=""):
+        path = self.train(kind, extra)
+        transformer = copy.deepcopy(self.model)
+        network, _ = create_lycoris_from_weights(1.0, path, transformer)
+        # 12 Linears in each of the 2 double blocks, 2 in each of the 2 single blocks.
+        self.assertEqual(len(network.loras), 2 * 12 + 2 * 2, f"{kind}: LyCORIS found every adapted Linear")
+        network.apply_to()
+        self.compare(f"{kind} (create_lycoris_from_weights)", path, diffusers_forward(transformer, self.inputs))
+
+    def test_loha_loads_in_lycoris(self):
+        self.check_lycoris("loha")
+
+    def test_lokr_loads_in_lycoris(self):
+        self.check_lycoris("lokr", ", factor: 4")
+
+
+if __name__ == "__main__":
+    unittest.main()
