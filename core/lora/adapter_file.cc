@@ -31,13 +31,19 @@ absl::StatusOr<LoraWeights> OneLycorisAdapter(const std::string& path, const std
     alpha = parts["alpha"];
     parts.erase("alpha");
   }
+  for (const auto& [name, t] : parts) {
+    if (t.dim() != 2 || t.numel() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": LyCORIS module ", module, ".", name, " is ",
+                                                     ShapeString(t.sizes()), ", not a non-empty matrix"));
+    }
+  }
   int64_t rank = 0;
   bool full = false;
   if (parts.count("hada_w1_a")) {
     w.type = AdapterType::kLoha;
     for (const char* n : {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b"}) {
-      if (!parts.count(n) || parts[n].dim() != 2) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": LoHa module ", module, " lacks a 2-D ", n));
+      if (!parts.count(n)) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": LoHa module ", module, " lacks ", n));
       }
     }
     rank = parts["hada_w1_b"].size(0);

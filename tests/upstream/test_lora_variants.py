@@ -9,6 +9,7 @@ Files: `baton train-local` trains each type for a few steps; the file it writes 
 (DoRA: diffusers' load_lora_adapter, i.e. peft; LoHa and LoKr: lycoris-lora's create_lycoris_from_weights on the
 diffusers transformer) and gives `baton forward --lora`'s output.
 
+Wan: the tiny Wan with a random peft adapter of each type, `baton forward --lora` against peft's forward.
 Tolerance: 1e-5 of the largest value (fp32 on both sides; the difference is summation order).
 """
 
@@ -18,6 +19,7 @@ import os
 import unittest
 
 import torch
+from diffusers import WanTransformer3DModel
 from lycoris import create_lycoris_from_weights
 from peft import LoHaConfig, LoKrConfig, LoraConfig, get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
@@ -25,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from flux2_tiny import baton_forward, diffusers_forward, make_inputs, make_model, write_config
 from referee import baton, max_rel_error, temp_dir
 
+WAN_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "models", "wan-tiny.json")
 TOLERANCE = 1e-5
 MIN_EFFECT = 1e-2  # a trained adapter must move the output by at least this (relative)
 CONFIG = dict(
@@ -190,6 +193,47 @@ class VariantFilesTest(unittest.TestCase):
 
     def test_lokr_loads_in_lycoris(self):
         self.check_lycoris("lokr", ", factor: 4")
+
+
+class WanVariantsTest(unittest.TestCase):
+    """The tiny Wan with a random adapter of each type made by peft: `baton forward --lora` gives peft's output."""
+
+    def test_each_type_on_wan(self):
+        with open(WAN_CONFIG) as f:
+            config = {k: v for k, v in json.load(f).items() if k != "_class_name"}
+        g = torch.Generator().manual_seed(1)
+        inputs = dict(hidden_states=torch.randn(1, 4, 2, 8, 8, generator=g), timestep=torch.tensor([700.0]),
+                      encoder_hidden_states=torch.randn(1, 5, 16, generator=g))
+        handle = temp_dir()
+        tmp = handle.name
+        torch.manual_seed(0)
+        plain = WanTransformer3DModel(**config).eval()
+        plain.save_pretrained(os.path.join(tmp, "transformer"))
+        save_file(inputs, os.path.join(tmp, "inputs.safetensors"))
+        with torch.no_grad():
+            base = plain(**inputs).sample
+        wan_targets = ["to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.net.2"]
+        configs = {
+            "dora": LoraConfig(r=4, lora_alpha=8, target_modules=wan_targets, use_dora=True, init_lora_weights=False),
+            "loha": LoHaConfig(r=4, alpha=8, target_modules=wan_targets, init_weights=False),
+            "lokr": LoKrConfig(r=2, alpha=6, target_modules=wan_targets, init_weights=False),
+        }
+        for kind, peft_config in configs.items():
+            torch.manual_seed(23)
+            model = copy.deepcopy(plain)
+            model.add_adapter(peft_config)
+            with torch.no_grad():
+                expected = model(**inputs).sample
+            path = os.path.join(tmp, f"{kind}.safetensors")
+            write_init_file(kind, model, path, 8 if kind != "lokr" else 6)
+            out = os.path.join(tmp, "out.safetensors")
+            baton("forward", "--model", os.path.join(tmp, "transformer"), "--inputs",
+                  os.path.join(tmp, "inputs.safetensors"), "--output", out, "--lora", path)
+            err, effect = max_rel_error(load_file(out)["output"], expected), max_rel_error(base, expected)
+            print(f"wan {kind}: rel error {err:.2e} (adapter effect {effect:.2e})")
+            self.assertGreater(effect, MIN_EFFECT, kind)
+            self.assertLess(err, TOLERANCE, kind)
+        handle.cleanup()
 
 
 if __name__ == "__main__":
