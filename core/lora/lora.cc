@@ -455,7 +455,8 @@ absl::StatusOr<int> AttachLoraWeights(torch::nn::Module& root, const std::map<st
       problems.push_back(absl::StrCat(module, " (lora_A [", absl::StrJoin(w.A.sizes(), ", "), "], lora_B [",
                                       absl::StrJoin(w.B.sizes(), ", "), "] do not fit a Linear ", linear.in_features(),
                                       " -> ", linear.out_features(), ")"));
-    } else if (w.type == AdapterType::kDora && !w.other.at("lora_magnitude_vector").sizes().equals({linear.out_features()})) {
+    } else if (w.type == AdapterType::kDora &&
+               !w.other.at("lora_magnitude_vector").sizes().equals({linear.out_features()})) {
       problems.push_back(absl::StrCat(module, " (lora_magnitude_vector ",
                                       ShapeString(w.other.at("lora_magnitude_vector").sizes()), " is not [",
                                       linear.out_features(), "])"));

@@ -209,6 +209,16 @@ Flux2Pieces SizePieces(const Flux2Config& c) {
   return p;
 }
 
+// The adapted linears' out x in elements (their sum and the largest) into `b`.
+void AddAdaptedElements(const std::vector<std::pair<std::string, std::vector<int64_t>>>& linears,
+                        const PlanShape& shape, BlockPlanInfo& b) {
+  for (const auto& [module, s] : linears) {
+    if (!LoraTargetMatches(module, shape.lora_targets)) continue;
+    b.adapted_elements += s[0] * s[1];
+    b.largest_adapted = std::max(b.largest_adapted, s[0] * s[1]);
+  }
+}
+
 int64_t LoraParams(const std::vector<std::pair<std::string, std::vector<int64_t>>>& linears, const PlanShape& shape) {
   int64_t total = 0;
   for (const auto& [module, s] : linears) {
@@ -327,6 +337,7 @@ BlockPlanInfo Flux2Family::Block(int64_t global_index, const PlanShape& shape) c
   b.params = dbl ? p.double_params : p.single_params;
   b.linear_params = dbl ? p.double_linear : p.single_linear;
   b.lora_params = LoraParams(dbl ? p.double_linears : p.single_linears, shape);
+  AddAdaptedElements(dbl ? p.double_linears : p.single_linears, shape, b);
   // Double and single blocks do the same linear work per token (partition.h's cost model).
   b.macs_per_token = 4 * d * d + 3 * m * d;
   b.attention_macs = 2 * t * t * d;

@@ -97,6 +97,8 @@ struct BlockPlanInfo {
   double extra_macs = 0;              // forward MACs scaling with neither (embedders, head: their own token counts)
   int64_t largest_linear_params = 0;  // the largest of its block-linear weights (dequantized one at a time)
   int64_t lora_input_elements = 0;    // per micro-batch: tokens x in_features summed over the adapted linears
+  int64_t adapted_elements = 0;       // out x in summed over the adapted linears (LoHa's and DoRA's matrices)
+  int64_t largest_adapted = 0;        // out x in of the largest adapted linear
   std::string kind;                   // "double", "single", "block": RenderPlan groups consecutive kinds
   int64_t kind_index = 0;             // index within its kind (diffusers numbering)
 };

@@ -141,6 +141,8 @@ BlockPlanInfo WanFamily::Block(int64_t global_index, const PlanShape& shape) con
   for (const std::string& t : shape.lora_targets) {
     auto [in, out] = TargetShape(c, t);
     b.lora_params += AdapterParameterCount(shape.lora_type, in, out, shape.lora_rank, shape.lokr_factor);
+    b.adapted_elements += in * out;
+    b.largest_adapted = std::max(b.largest_adapted, in * out);
     // Cross-attention keys and values read the text; every other linear the video tokens.
     const bool reads_text = t == "attn2.to_k" || t == "attn2.to_v" || absl::StartsWith(t, "attn2.add_");
     b.lora_input_elements += in * static_cast<int64_t>(reads_text ? text : video);

@@ -68,7 +68,8 @@ Bounds BestSplit(const PlanModel& c, const PartitionOptions& o, int p, int k) {
 // Bytes of activations a worker keeps: `in_flight` chunk-activations of its largest chunk (see the header).
 int64_t ActivationBytes(const PlanModel& c, const PartitionOptions& o, int in_flight, int64_t max_blocks) {
   const int64_t unit = o.tokens_per_micro_batch * c.hidden_size * o.activation_bytes;
-  const int64_t graph = kBlockWorkingFactor * unit + LoraInputCopyBytes(c, o);  // one block's graph (partition.h)
+  const int64_t graph = kBlockWorkingFactor * unit + LoraInputCopyBytes(c, o) +
+                        AdapterMatrixBytes(c, o, true);  // one block's graph (partition.h)
   if (o.recompute == RecomputePolicy::kNone) return in_flight * max_blocks * graph;
   return in_flight * max_blocks * unit + graph;
 }

@@ -58,11 +58,18 @@ int64_t LoraInputCopyBytes(const PlanModel& m, const PartitionOptions& o) {
   return o.lora_dropout ? m.block_lora_input * o.activation_bytes : 0;
 }
 
+int64_t AdapterMatrixBytes(const PlanModel& m, const PartitionOptions& o, bool graph) {
+  const int64_t bytes = o.lora_fp32 || o.activation_bytes >= 4 ? 4 : o.activation_bytes;
+  if (graph) return o.lora_type == AdapterType::kLoha ? 3 * m.block_adapted_elements * bytes : 0;
+  return o.lora_type == AdapterType::kDora ? 2 * m.largest_adapted * bytes : 0;
+}
+
 int64_t TransientBytes(const PlanModel& m, const PartitionOptions& o) {
-  if (o.quantize == WeightQuant::kNone || m.largest_quantized_linear == 0) return 0;
+  const int64_t adapter = AdapterMatrixBytes(m, o, /*graph=*/false);
+  if (o.quantize == WeightQuant::kNone || m.largest_quantized_linear == 0) return adapter;
   const int64_t dequantized = m.largest_quantized_linear * o.bytes_per_param;
   const int64_t tile = o.bytes_per_param < 4 ? std::min(kDequantTileBytes, m.largest_quantized_linear * 4) : 0;
-  return dequantized + tile;
+  return dequantized + tile + adapter;
 }
 
 namespace {
@@ -82,7 +89,7 @@ class Sizer {
       lora_prefix_[b + 1] = lora_prefix_[b] + m.block_lora[b];
     }
     act_unit_ = o.tokens_per_micro_batch * m.hidden_size * o.activation_bytes;
-    graph_ = kBlockWorkingFactor * act_unit_ + LoraInputCopyBytes(m, o);
+    graph_ = kBlockWorkingFactor * act_unit_ + LoraInputCopyBytes(m, o) + AdapterMatrixBytes(m, o, /*graph=*/true);
     transient_ = TransientBytes(m, o);
     for (int k = 0; k < stages; ++k) {
       overhead_.push_back(o.overhead_bytes >= 0 ? o.overhead_bytes : DeviceProcessBytes(o.StageDevice(k)));

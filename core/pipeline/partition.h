@@ -63,10 +63,12 @@ constexpr int64_t kOffloadHeadroomBytes = 1'000'000'000;  // see "Block swap" be
 //              flash/memory-efficient attention kernel (no seq^2 term).
 //              A block run with its graph also keeps, under a compute dtype narrower than fp32, the fp32 copy of
 //              each adapted linear's input that the adapter path makes (PEFT's numerics: the adapters are fp32):
-//              PlanModel::block_lora_input elements x 4 bytes, added to that block's graph.
+//              PlanModel::block_lora_input elements x 4 bytes, added to that block's graph; LoHa's [out, in]
+//              matrices too (AdapterMatrixBytes).
 //   transient = with 8-bit weights, one linear's weight dequantized to the compute dtype for its matmul (the
 //              largest: PlanModel::largest_quantized_linear), plus one fp32 tile of the dequantization
-//              (kDequantTileBytes) when the compute dtype is narrower; one at a time, so once per stage
+//              (kDequantTileBytes) when the compute dtype is narrower; one at a time, so once per stage; and DoRA's
+//              two [out, in] matrices of the largest adapted linear (AdapterMatrixBytes)
 //   overhead = the stage's device's fixed per-process cost (DeviceProcessBytes: measured on CPU, estimated on
 //              CUDA), unless overhead_bytes overrides it
 //   est_memory_bytes = weights + lora + act + transient + overhead
@@ -168,6 +170,10 @@ struct PlanModel {
   // Per micro-batch, the elements of the adapted linears' inputs in the block that has the most (tokens x
   // in_features summed over its adapted linears; each gets its own fp32 copy: see the memory model).
   int64_t block_lora_input = 0;
+  // out x in elements of the adapted linears: summed in the block that has the most, and the largest one (LoHa keeps
+  // three such matrices per linear in a block's graph, DoRA builds two at a time: see AdapterMatrixBytes).
+  int64_t block_adapted_elements = 0;
+  int64_t largest_adapted = 0;
   std::function<std::string(int64_t begin, int64_t end)> describe;  // "double 0-7, single 0-11"
   int64_t num_blocks() const { return static_cast<int64_t>(block_lora.size()); }
 };
@@ -195,6 +201,10 @@ struct Plan {
 // The memory model's extra terms (StageSpec): one block graph's fp32 copies of the adapters' inputs, and `transient`.
 int64_t LoraInputCopyBytes(const PlanModel& model, const PartitionOptions& options);
 int64_t TransientBytes(const PlanModel& model, const PartitionOptions& options);
+// The [out, in] matrices the adapter type adds, in the adapters' math dtype: LoHa's block graph keeps w1a·w1b,
+// w2a·w2b and ΔW for each adapted linear (`graph`, added to one block's graph); DoRA builds B·A and W + s·B·A for
+// one linear at a time (`transient`). Plain LoRA and LoKr build none.
+int64_t AdapterMatrixBytes(const PlanModel& model, const PartitionOptions& options, bool graph);
 
 // LoRA parameters one block carries at `rank` (r x (in + out) per targeted linear).
 int64_t DoubleBlockLoraParams(const Flux2Config& config, int64_t rank, bool all_linear,

@@ -395,6 +395,31 @@ TEST(PartitionTest, LoraParamsMatchDiffusersDefaultsAndGrowWithAllLinear) {
   EXPECT_EQ(DoubleBlockLoraParams(dev, 0, true), 0);
 }
 
+// Each LoRA type's parameters and matrices: DoRA adds a magnitude per output and builds two [out, in] matrices at a
+// time; LoHa has twice LoRA's parameters and keeps three [out, in] matrices per adapted linear in a block's graph; LoKr
+// has a fraction of LoRA's parameters and no matrices. The plan's stages grow (or shrink) accordingly.
+TEST(PartitionTest, EachLoraTypeCountsItsParametersAndMatrices) {
+  const Flux2Config dev = LoadPartitionModel("flux2-dev");
+  const int64_t d = dev.inner_dim();
+  EXPECT_EQ(DoubleBlockLoraParams(dev, 16, false, AdapterType::kDora), DoubleBlockLoraParams(dev, 16, false) + 4 * d);
+  EXPECT_EQ(DoubleBlockLoraParams(dev, 16, false, AdapterType::kLoha), 2 * DoubleBlockLoraParams(dev, 16, false));
+  EXPECT_LT(DoubleBlockLoraParams(dev, 16, false, AdapterType::kLokr), DoubleBlockLoraParams(dev, 16, false) / 10);
+  auto memory = [&](AdapterType type) {
+    PartitionOptions o = Stages(3);
+    o.lora_type = type;
+    auto plan = PartitionFlux2(dev, o);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    int64_t total = 0;
+    for (const StageSpec& s : plan->stages) total += s.est_memory_bytes;
+    return total;
+  };
+  const int64_t lora = memory(AdapterType::kLora);
+  // DoRA: per stage two of the largest adapted linear's [out, in] (fp32 math), single blocks' to_qkv_mlp_proj.
+  EXPECT_GE(memory(AdapterType::kDora) - lora, 3 * 2 * int64_t{4} * d * (3 * d + 2 * dev.mlp_hidden_dim()));
+  EXPECT_GT(memory(AdapterType::kLoha), memory(AdapterType::kDora));
+  EXPECT_LT(memory(AdapterType::kLokr), lora);
+}
+
 TEST(PartitionTest, RejectsBadOptions) {
   const Flux2Config dev = LoadPartitionModel("flux2-dev");
   EXPECT_FALSE(PartitionFlux2(dev, Stages(0)).ok());

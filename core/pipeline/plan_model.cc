@@ -4,6 +4,8 @@
 #include <absl/strings/str_format.h>
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "core/model/flux2_model.h"
 #include "core/model/model_family.h"
@@ -34,6 +36,16 @@ int64_t Flux2BlockLoraInput(const Flux2Config& config, const PartitionOptions& o
   const int64_t dbl = o.all_linear ? t * (5 * d + m) : t_img * 4 * d;
   const int64_t sgl = config.num_single_layers > 0 ? t * (2 * d + m) : 0;
   return std::max(config.num_layers > 0 ? dbl : 0, sgl);
+}
+
+// (Σ out x in of the adapted linears in the block that has the most, the largest adapted linear's out x in).
+std::pair<int64_t, int64_t> Flux2AdaptedElements(const Flux2Config& config, bool all_linear) {
+  const int64_t d = config.inner_dim(), m = config.mlp_hidden_dim();
+  const int64_t dbl = config.num_layers == 0 ? 0 : all_linear ? 8 * d * d + 2 * (d * 2 * m + m * d) : 4 * d * d;
+  const int64_t sgl = config.num_single_layers == 0 ? 0 : d * (3 * d + 2 * m) + (d + m) * d;
+  int64_t largest = config.num_layers == 0 ? 0 : all_linear ? 2 * d * m : d * d;
+  if (config.num_single_layers > 0) largest = std::max(largest, d * (3 * d + 2 * m));
+  return {std::max(dbl, sgl), largest};
 }
 
 }  // namespace
@@ -67,6 +79,7 @@ PlanSource Flux2PlanSource(const Flux2Config& config) {
     m.describe = [config](int64_t begin, int64_t end) { return DescribeBlocks(config, begin, end); };
     m.largest_quantized_linear = o.quantize == WeightQuant::kNone ? 0 : LargestQuantizedParam(config);
     m.block_lora_input = Flux2BlockLoraInput(config, o);
+    std::tie(m.block_adapted_elements, m.largest_adapted) = Flux2AdaptedElements(config, o.all_linear);
     return m;
   };
 }
@@ -106,6 +119,8 @@ PlanSource FamilyPlanSource(const ModelFamily& model) {
       m.block_lora.push_back(info.lora_params);
       if (b == 0) m.block_macs = ForwardMacs(info, shape.tokens);
       m.block_lora_input = std::max(m.block_lora_input, info.lora_input_elements);
+      m.block_adapted_elements = std::max(m.block_adapted_elements, info.adapted_elements);
+      m.largest_adapted = std::max(m.largest_adapted, info.largest_adapted);
       if (o.quantize != WeightQuant::kNone) {
         m.largest_quantized_linear = std::max(m.largest_quantized_linear, info.largest_linear_params);
       }
