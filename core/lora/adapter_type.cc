@@ -30,6 +30,20 @@ const char* AdapterTypeName(AdapterType type) {
   return "?";
 }
 
+const char* AdapterDisplayName(AdapterType type) {
+  switch (type) {
+    case AdapterType::kLora:
+      return "LoRA";
+    case AdapterType::kDora:
+      return "DoRA";
+    case AdapterType::kLoha:
+      return "LoHa";
+    case AdapterType::kLokr:
+      return "LoKr";
+  }
+  return "?";
+}
+
 std::pair<int64_t, int64_t> LokrFactorization(int64_t dim, int64_t factor) {
   if (factor > 0 && dim % factor == 0) return {factor, dim / factor};
   if (factor == -1) factor = dim;

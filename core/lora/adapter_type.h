@@ -22,6 +22,7 @@ enum class AdapterType { kLora, kDora, kLoha, kLokr };
 
 absl::StatusOr<AdapterType> ParseAdapterType(const std::string& name);  // "lora" | "dora" | "loha" | "lokr"
 const char* AdapterTypeName(AdapterType type);
+const char* AdapterDisplayName(AdapterType type);  // "LoRA" | "DoRA" | "LoHa" | "LoKr"
 
 // peft's (and LyCORIS') factorization of a dimension into m ≤ n with m·n = dim: m = `factor` when it divides dim,
 // else the pair nearest √dim with m ≤ factor (factor -1: no bound).

@@ -546,13 +546,13 @@ std::string RenderPlan(const Plan& plan) {
   const PlanModel& model = *plan.model;
   std::string out = absl::StrFormat(
       "%s plan: %s on %d stage%s; %s schedule; frozen weights %d B/param%s; "
-      "LoRA rank %d (%s); %d tokens/micro-batch (%d text%s)%s\n",
+      "%s rank %d (%s); %d tokens/micro-batch (%d text%s)%s\n",
       model.name, model.summary, plan.stages.size(), plan.stages.size() == 1 ? "" : "s", ScheduleKindName(o.schedule),
       o.bytes_per_param,
       o.quantize == WeightQuant::kNone ? ""
                                        : absl::StrCat(", block linears ", WeightQuantName(o.quantize), " (1 B/param)"),
-      o.lora_rank, o.all_linear ? "all linears" : "default targets", o.tokens_per_micro_batch,
-      o.text_tokens_per_micro_batch,
+      AdapterDisplayName(o.lora_type), o.lora_rank, o.all_linear ? "all linears" : "default targets",
+      o.tokens_per_micro_batch, o.text_tokens_per_micro_batch,
       o.reference_tokens_per_micro_batch > 0
           ? absl::StrCat(", ", o.reference_tokens_per_micro_batch, " of reference images")
           : "",
