@@ -69,20 +69,27 @@ def write_init_file(kind, model, path, alpha):
     save_file(out, path, metadata={"format": "pt"})
 
 
+def tiny_model_and_cache(cls, seed):
+    """A random tiny FLUX.2 (returned) saved under a new temporary folder (cls.tmp, cls.folder) with a synthetic
+    cache for it (cls.cache)."""
+    cls.tmp_handle = temp_dir()
+    cls.tmp = cls.tmp_handle.name
+    model = make_model(seed, **CONFIG)
+    cls.folder = os.path.join(cls.tmp, "transformer")
+    model.save_pretrained(cls.folder)
+    config = os.path.join(cls.tmp, "config.json")
+    write_config(model, config)
+    cls.cache = os.path.join(cls.tmp, "cache")
+    baton("synthetic-cache", "--config", config, "--out", cls.cache, "--samples", 4, "--grids", "2x3", "--text-len", 5)
+    return model
+
+
 class VariantGradientsTest(unittest.TestCase):
     """One step's loss and adapter gradients, Baton against peft, for each type."""
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp_handle = temp_dir()
-        cls.tmp = cls.tmp_handle.name
-        cls.base = make_model(53, **CONFIG)
-        cls.folder = os.path.join(cls.tmp, "transformer")
-        cls.base.save_pretrained(cls.folder)
-        config = os.path.join(cls.tmp, "config.json")
-        write_config(cls.base, config)
-        cls.cache = os.path.join(cls.tmp, "cache")
-        baton("synthetic-cache", "--config", config, "--out", cls.cache, "--samples", 4, "--grids", "2x3", "--text-len", 5)
+        cls.base = tiny_model_and_cache(cls, 53)
 
     @classmethod
     def tearDownClass(cls):
@@ -138,15 +145,7 @@ class VariantFilesTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp_handle = temp_dir()
-        cls.tmp = cls.tmp_handle.name
-        cls.model = make_model(59, **CONFIG)
-        cls.folder = os.path.join(cls.tmp, "transformer")
-        cls.model.save_pretrained(cls.folder)
-        config = os.path.join(cls.tmp, "config.json")
-        write_config(cls.model, config)
-        cls.cache = os.path.join(cls.tmp, "cache")
-        baton("synthetic-cache", "--config", config, "--out", cls.cache, "--samples", 4, "--grids", "2x3", "--text-len", 5)
+        cls.model = tiny_model_and_cache(cls, 59)
         cls.inputs = make_inputs(cls.model, 7, 2, 3, 4, 6)
         cls.plain = diffusers_forward(cls.model, cls.inputs)
 
