@@ -2,7 +2,9 @@
 //   build/bin/baton_fuzz_replay_tests --write_corpus tests/fuzz/corpus
 // Seeds are small (the whole corpus stays well under 1 MB) and deterministic (fixed seeds).
 #include <ATen/ATen.h>
+#include <absl/strings/str_cat.h>
 
+#include "core/lora/adapter_file.h"
 #include "core/lora/lora.h"
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
@@ -121,6 +123,24 @@ encode: {images: data/dogs, encoder_worker: "127.0.0.1:5000", resolution: 512, t
   Write(dir, "job", "minimal.yaml", "model: m\ndataset: d\nsteps: 1\n");
 }
 
+// DoRA (diffusers naming with lora_magnitude_vector), LoHa and LoKr (LyCORIS naming), as Baton writes them.
+void VariantLoraSeeds(const std::string& dir, const std::string& tmp) {
+  const Flux2Config config = test_util::TinyFlux2Config();
+  const std::string path = JoinPath(tmp, "variant.safetensors");
+  for (AdapterType type : {AdapterType::kDora, AdapterType::kLoha, AdapterType::kLokr}) {
+    LoraSpec spec{2, 4.0, {"to_q", "attn.to_out"}, 0.0, 3};
+    spec.type = type;
+    Flux2Stage stage(config, Flux2StageRange::Full(config), at::TensorOptions());
+    Require(AttachLora(*stage, spec).ok(), "attaching the adapters");
+    at::manual_seed(5);
+    TensorMap params;
+    for (auto& [name, p] : LoraParameters(*stage)) params[name] = at::randn_like(p);
+    const bool lycoris = type != AdapterType::kDora;
+    Require((lycoris ? SaveLycoris(path, params, spec, {}) : SaveLoraDiffusers(path, params, spec)).ok(), "saving");
+    Write(dir, "lora", absl::StrCat(AdapterTypeName(type), ".safetensors"), *ReadFile(path));
+  }
+}
+
 void LoraSeeds(const std::string& dir) {
   const Flux2Config config = test_util::TinyFlux2Config();
   const absl::StatusOr<std::vector<std::string>> targets = ResolveLoraTargets("attention");
@@ -155,6 +175,7 @@ void LoraSeeds(const std::string& dir) {
                    {"diffusion_model.double_blocks.0.img_attn.proj.lora_B.weight", at::randn({16, 2})},
                    {"diffusion_model.double_blocks.0.img_attn.proj.alpha", at::scalar_tensor(4.0)}};
   Write(dir, "lora", "bfl_alpha.safetensors", *SerializeSafetensors(bfl, {}));
+  VariantLoraSeeds(dir, tmp);
   (void)RemoveAll(tmp);
 }
 
