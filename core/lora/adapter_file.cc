@@ -62,6 +62,17 @@ absl::StatusOr<LoraWeights> OneLycorisAdapter(const std::string& path, const std
                                                    "(lokr_w1, ...): it has ",
                                                    absl::StrJoin(names, ", ")));
   }
+  for (const auto& [name, t] : parts) {
+    const std::set<std::string> known =
+        w.type == AdapterType::kLoha ? std::set<std::string>{"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b"}
+                                     : std::set<std::string>{"lokr_w1", full ? "lokr_w2" : "lokr_w2_a", "lokr_w2_b"};
+    if (!known.count(name) || (full && name == "lokr_w2_b")) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": LyCORIS module ", module, " has ", name,
+                                                     ", which Baton's ", AdapterTypeName(w.type),
+                                                     " does not have (Tucker factors, DoRA scales and split LoKr w1 "
+                                                     "are not built)"));
+    }
+  }
   w.scale = 1.0;  // LyCORIS: no alpha, or a LoKr of two full factors, applies scale 1
   if (alpha.defined() && !full && rank > 0) {
     const double a = alpha.numel() == 1 ? alpha.item<double>() : std::nan("");

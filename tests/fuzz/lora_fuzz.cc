@@ -1,5 +1,5 @@
 // Fuzz target: the LoRA file reader (core/lora/lora.h LoadLoraFile, core/train/init_lora.h LoadInitLora). The
-// input is a safetensors file in PEFT, diffusers or BFL naming. Whatever LoadLoraFile accepts is a set of
+// input is a safetensors file in PEFT, diffusers, BFL or LyCORIS naming. Whatever LoadLoraFile accepts is a set of
 // matrices (A [r, in], B [out, r]) with a finite scale, and attaching it to the tiny FLUX.2 model
 // (core/testing/tiny_flux2.h; `baton forward --lora`) or starting a job from it (`init_lora`, rank 2,
 // attention targets) succeeds or fails with an error: never a crash, never a tensor of another shape.
@@ -46,7 +46,13 @@ bool RunLora(const uint8_t* data, size_t size) {
   bool accepted = weights.ok();
   if (accepted) {
     for (const auto& [module, w] : *weights) {
+      if (w.type == AdapterType::kLoha || w.type == AdapterType::kLokr) {
+        Require(!w.A.defined() && !w.B.defined() && !w.other.empty(), "LoHa and LoKr carry their factors alone");
+        for (const auto& [name, t] : w.other) Require(t.dim() == 2, "LoHa and LoKr factors are matrices");
+        continue;
+      }
       Require(w.A.dim() == 2 && w.B.dim() == 2 && w.B.size(1) == w.A.size(0), "A is [r, in] and B is [out, r]");
+      if (w.type == AdapterType::kDora) Require(w.other.at("lora_magnitude_vector").defined(), "DoRA has a magnitude");
       Require(std::isfinite(w.scale), "the scale is finite");
     }
     Flux2Stage stage(Config(), Flux2StageRange::Full(Config()), at::TensorOptions());
