@@ -85,24 +85,12 @@ void LoraLinearImpl::AttachAdapter(AdapterType type, int64_t rank, double alpha,
   TORCH_CHECK(dropout == 0.0 || type == AdapterType::kLora || type == AdapterType::kDora,
               "AttachAdapter: ", AdapterTypeName(type), " has no input dropout");
   type_ = type;
-  if (type != AdapterType::kLora && type != AdapterType::kDora) {
-    rank_ = rank;
-    scale_ = alpha / static_cast<double>(rank);
-    dropout_ = 0.0;
-    // Drawn on the CPU in the order of AdapterParameterShapes, so the values do not depend on the device.
-    auto gen = at::detail::createCPUGenerator(init_seed);
-    auto opts = at::TensorOptions().dtype(at::kFloat).device(weight.device());
-    for (const auto& [name, shape] : AdapterParameterShapes(type, in_features_, out_features_, rank, lokr_factor)) {
-      const bool zeros = name == "hada_w2_b" || name == "lokr_w1";
-      const double bound = 1.0 / std::sqrt(static_cast<double>(shape[1]));  // kaiming_uniform(a=√5), fan_in
-      at::Tensor t =
-          zeros ? at::zeros(shape, at::kFloat) : at::rand(shape, gen, at::kFloat).mul_(2 * bound).sub_(bound);
-      adapter_params_.emplace_back(name, register_parameter(name, t.to(opts.device()), /*requires_grad=*/true));
-    }
-    return;
-  }
   rank_ = rank;
   scale_ = alpha / static_cast<double>(rank);
+  if (type != AdapterType::kLora && type != AdapterType::kDora) {
+    AttachFactors(lokr_factor, init_seed);
+    return;
+  }
   dropout_ = dropout;
   // Generated on CPU so the values do not depend on the device.
   auto gen = at::detail::createCPUGenerator(init_seed);
@@ -123,6 +111,18 @@ void LoraLinearImpl::AttachAdapter(AdapterType type, int64_t rank, double alpha,
         weight.is_meta() ? at::empty({out_features_}, opts) : DoraInitialMagnitude(frozen_weight()).to(opts.device());
     adapter_params_.emplace_back("lora_magnitude_vector",
                                  register_parameter("lora_magnitude_vector", magnitude, /*requires_grad=*/true));
+  }
+}
+
+void LoraLinearImpl::AttachFactors(int64_t lokr_factor, uint64_t init_seed) {
+  dropout_ = 0.0;
+  // Drawn on the CPU in the order of AdapterParameterShapes, so the values do not depend on the device.
+  auto gen = at::detail::createCPUGenerator(init_seed);
+  for (const auto& [name, shape] : AdapterParameterShapes(type_, in_features_, out_features_, rank_, lokr_factor)) {
+    const bool zeros = name == "hada_w2_b" || name == "lokr_w1";
+    const double bound = 1.0 / std::sqrt(static_cast<double>(shape[1]));  // kaiming_uniform(a=√5), fan_in
+    at::Tensor t = zeros ? at::zeros(shape, at::kFloat) : at::rand(shape, gen, at::kFloat).mul_(2 * bound).sub_(bound);
+    adapter_params_.emplace_back(name, register_parameter(name, t.to(weight.device()), /*requires_grad=*/true));
   }
 }
 

@@ -88,6 +88,8 @@ class LoraLinearImpl : public torch::nn::Module {
  private:
   // y plus the adapter's delta for input x (generic path: any dtype, dropout, device).
   at::Tensor AddLora(const at::Tensor& x, at::Tensor y);
+  // LoHa's or LoKr's factors (type_, rank_ set), initialised as peft does.
+  void AttachFactors(int64_t lokr_factor, uint64_t init_seed);
   // y = x·Wᵀ with the adapter of any type applied.
   at::Tensor AddAdapter(const at::Tensor& x, const at::Tensor& y);
   at::Tensor AddDora(const at::Tensor& x, const at::Tensor& y);
