@@ -402,6 +402,14 @@ absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::strin
 
 namespace {
 
+// Every tensor of one adapter by its PEFT name after the module ("lora_A.weight", "hada_w1_a", ...).
+std::map<std::string, at::Tensor> AdapterTensors(const LoraWeights& w) {
+  std::map<std::string, at::Tensor> all = w.other;
+  if (w.A.defined()) all["lora_A.weight"] = w.A;
+  if (w.B.defined()) all["lora_B.weight"] = w.B;
+  return all;
+}
+
 // Why a LoHa or LoKr adapter from a file cannot sit on a Linear in → out ("" when it fits).
 std::string FactorsMisfit(const LoraWeights& w, int64_t in, int64_t out) {
   std::vector<std::string> shapes;
@@ -468,10 +476,7 @@ absl::StatusOr<int> AttachLoraWeights(torch::nn::Module& root, const std::map<st
   at::NoGradGuard no_grad;
   for (const auto& [module, w] : weights) {
     LoraLinearImpl& linear = *linears.at(module);
-    std::map<std::string, at::Tensor> tensors = w.other;
-    if (w.A.defined()) tensors["lora_A.weight"] = w.A;
-    if (w.B.defined()) tensors["lora_B.weight"] = w.B;
-    linear.AttachAdapterTensors(w.type, w.scale * multiplier, tensors);
+    linear.AttachAdapterTensors(w.type, w.scale * multiplier, AdapterTensors(w));
   }
   return static_cast<int>(weights.size());
 }
@@ -480,11 +485,8 @@ std::map<std::string, at::Tensor> LoraWeightsToParameters(const std::map<std::st
                                                           double target_scale) {
   std::map<std::string, at::Tensor> out;
   for (const auto& [module, w] : weights) {
-    std::map<std::string, at::Tensor> all = w.other;
-    if (w.A.defined()) all["lora_A.weight"] = w.A;
-    if (w.B.defined()) all["lora_B.weight"] = w.B;
     const std::string linear = LinearFactorName(w.type);
-    for (const auto& [name, t] : all) {
+    for (const auto& [name, t] : AdapterTensors(w)) {
       const bool fold = name == linear && std::abs(w.scale - target_scale) >= 1e-12;
       out[module + "." + name] = fold ? t * (w.scale / target_scale) : t;
     }

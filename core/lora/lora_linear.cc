@@ -156,14 +156,6 @@ at::Tensor LoraLinearImpl::Math(const at::Tensor& t) const {
   return math_dtype_ == at::kFloat || t.scalar_type() == math_dtype_ ? t : t.to(math_dtype_);
 }
 
-at::Tensor LoraLinearImpl::MathA() const {
-  return math_dtype_ == at::kFloat || lora_A_.scalar_type() == math_dtype_ ? lora_A_ : lora_A_.to(math_dtype_);
-}
-
-at::Tensor LoraLinearImpl::MathB() const {
-  return math_dtype_ == at::kFloat || lora_B_.scalar_type() == math_dtype_ ? lora_B_ : lora_B_.to(math_dtype_);
-}
-
 at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
   // 8-bit weights: the quantized matmul keeps only the 8-bit weight for backward (never a dequantized copy).
   if (quant_ != WeightQuant::kNone) return AddAdapter(x, frozen_matmul(x));
@@ -171,8 +163,8 @@ at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
   const bool onednn = UsesOnednn(x, w);
   // The fused path covers the common case (adapter math in the compute dtype, no dropout); the rest stays generic.
   if (onednn && type_ == AdapterType::kLora && lora_A_.defined() && (dropout_ == 0.0 || !is_training())) {
-    const at::Tensor a = MathA();
-    if (a.scalar_type() == x.scalar_type()) return LoraLinearOnednn(x, w, a, MathB(), scale_);
+    const at::Tensor a = Math(lora_A_);
+    if (a.scalar_type() == x.scalar_type()) return LoraLinearOnednn(x, w, a, Math(lora_B_), scale_);
   }
   return AddAdapter(x, onednn ? FrozenLinearOnednn(x, w) : at::matmul(x, w.t()));
 }
@@ -211,7 +203,7 @@ at::Tensor LoraLinearImpl::AdapterInput(const at::Tensor& x) const {
 }
 
 at::Tensor LoraLinearImpl::AddDora(const at::Tensor& x, const at::Tensor& y) {
-  const at::Tensor a = MathA(), b = MathB(), m = Math(Param("lora_magnitude_vector"));
+  const at::Tensor a = Math(lora_A_), b = Math(lora_B_), m = Math(Param("lora_magnitude_vector"));
   const at::Tensor h = AdapterInput(x);
   const at::Tensor w = frozen_weight().to(h.scalar_type());
   const at::Tensor base = y.to(h.scalar_type());
@@ -222,7 +214,7 @@ at::Tensor LoraLinearImpl::AddDora(const at::Tensor& x, const at::Tensor& y) {
 
 at::Tensor LoraLinearImpl::AddLora(const at::Tensor& x, at::Tensor y) {
   if (!lora_A_.defined()) return y;
-  const at::Tensor a = MathA(), b = MathB();
+  const at::Tensor a = Math(lora_A_), b = Math(lora_B_);
   const at::Tensor h = AdapterInput(x);
   at::Tensor delta = at::matmul(at::matmul(h, a.t()), b.t()) * scale_;
   return y + delta.to(y.scalar_type());

@@ -98,9 +98,6 @@ class LoraLinearImpl : public torch::nn::Module {
   // An adapter parameter as the math uses it: as stored, or cast to math_dtype_ (a differentiable cast).
   at::Tensor Math(const at::Tensor& t) const;
   at::Tensor& Param(const std::string& name);
-  // lora_A_ / lora_B_ as the math uses them: as stored, or cast to math_dtype_ (a differentiable cast).
-  at::Tensor MathA() const;
-  at::Tensor MathB() const;
 
   int64_t in_features_, out_features_;
   at::ScalarType compute_dtype_;  // what frozen_weight() returns
