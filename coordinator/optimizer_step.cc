@@ -26,7 +26,8 @@ PipelineStepRecord RecordOf(const JobConfig& job, int64_t step, const StepOutput
   rec.loss = loss_sum / static_cast<double>(job.micro_batches);
   rec.replica_micro_batches = outputs.replica_micro_batches;
   for (const v1::StepSummary& s : outputs.summaries) {
-    rec.stages.push_back({s.forward_seconds(), s.backward_seconds(), s.idle_seconds(), s.memory_bytes()});
+    rec.stages.push_back({s.forward_seconds(), s.backward_seconds(), s.idle_seconds(), s.memory_bytes(),
+                          s.device_forward_seconds() + s.device_backward_seconds(), s.memory_reserved_bytes()});
   }
   return rec;
 }

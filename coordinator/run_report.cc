@@ -45,14 +45,23 @@ nlohmann::ordered_json StepLine(const PipelineStepRecord& rec) {
   nlohmann::ordered_json line = StepRecordJson(rec);
   nlohmann::ordered_json busy = nlohmann::ordered_json::array(), idle = nlohmann::ordered_json::array();
   nlohmann::ordered_json memory = nlohmann::ordered_json::array();
+  nlohmann::ordered_json device = nlohmann::ordered_json::array(), reserved = nlohmann::ordered_json::array();
+  bool on_device = false;
   for (const StageStepStats& st : rec.stages) {
     busy.push_back(st.forward_seconds + st.backward_seconds);
     idle.push_back(st.idle_seconds);
     memory.push_back(st.memory_bytes);
+    device.push_back(st.device_seconds);
+    reserved.push_back(st.memory_reserved_bytes);
+    on_device = on_device || st.device_seconds > 0 || st.memory_reserved_bytes > 0;
   }
   line["stage_busy_seconds"] = busy;
   line["stage_idle_seconds"] = idle;
   line["stage_memory_bytes"] = memory;
+  if (on_device) {  // CUDA stages: the device's own busy time (events) and reserved peak
+    line["stage_device_busy_seconds"] = device;
+    line["stage_memory_reserved_bytes"] = reserved;
+  }
   line["coordinator_seconds"] = {{"prepare", rec.prepare_seconds}, {"optimizer", rec.optimizer_seconds}};
   line["coordinator_link_bytes"] = {{"data", rec.link_data_bytes},
                                     {"adapters", rec.link_adapter_bytes},

@@ -70,6 +70,9 @@ struct CoordinatorOptions : StageDriverOptions {
 struct StageStepStats {
   double forward_seconds = 0, backward_seconds = 0, idle_seconds = 0;
   uint64_t memory_bytes = 0;  // what the stage held (v1::StepSummary.memory_bytes); 0: unknown
+  // On CUDA (v1::StepSummary): the device's seconds in the actions and the peak reserved bytes; 0 on the CPU.
+  double device_seconds = 0;
+  uint64_t memory_reserved_bytes = 0;
 };
 
 struct PipelineStepRecord : StepRecord {

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/device/bulk_copy.h"
 #include "core/device/readback.h"
 #include "core/train/grad_norm.h"
 #include "core/util/clock.h"
@@ -232,9 +233,7 @@ int64_t LocalOptimizer::Steps() const {
 
 LocalOptimizer::Tensors LocalOptimizer::State() const {
   if (!optimizer_) return loaded_.empty() ? Tensors{{kOptimizerStepKey, at::scalar_tensor(0, at::kLong)}} : loaded_;
-  Tensors state;
-  for (const auto& [name, t] : optimizer_->StateDict()) state[name] = t.to(at::kCPU).clone();
-  return state;
+  return DownloadAll(optimizer_->StateDict());  // a few copies, one wait
 }
 
 LocalOptimizer::Tensors LocalOptimizer::StateView() const {

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/device/allocator_settings.h"
 #include "core/device/binary_flags.h"
 #include "core/device/determinism.h"
 #include "stage_worker/stage_worker_command.h"
@@ -27,6 +28,7 @@ ABSL_FLAG(std::string, metrics, "",
 
 int main(int argc, char** argv) {
   baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA
+  baton::PreferExpandableSegments();
   baton::ParseBinaryFlags(
       argc, argv,
       "stage_worker --listen HOST:PORT (--tls_dir DIR | --insecure) [--model_root DIR] [--device cpu|cuda:N] "

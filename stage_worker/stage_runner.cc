@@ -63,7 +63,7 @@ std::string WorkName(const v1::StepPlan& plan) { return baton::WorkName(plan.ste
 }  // namespace
 
 StageRunner::StageRunner(StageRunnerOptions options) : options_(std::move(options)), inbox_(options_.inbox_bytes) {}
-StageRunner::~StageRunner() = default;
+StageRunner::~StageRunner() { ForgetDevicePeakOwner(reinterpret_cast<uintptr_t>(this)); }
 
 std::string StageRunner::name() const {
   return absl::StrCat("stage ", stage_index_.load(), " (", options_.address, ")");
@@ -514,6 +514,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
   std::optional<ComputeTurns::Turn> turn;  // the worker's compute, taken in turns with its other pipelines
   if (options_.compute_turns) turn.emplace(options_.compute_turns->Take(ComputeTurns::Kind::kForward));
   auto t0 = Clock::now();
+  step.forward_spans.Begin();
   progress_.Set(absl::StrCat("forward of ", WorkName(plan), " micro-batch ", mb));
   absl::Status shape = absl::OkStatus();
   absl::Status run = TorchCall("forward", [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) {
@@ -537,6 +538,7 @@ absl::Status StageRunner::Forward(const v1::StepPlan& plan, int32_t chunk, int32
       SendAsync(*next_, Header(plan, mb, v1::EnvelopeHeader::ACTIVATION, NextChunk(chunk)), out);
     }
   });
+  step.forward_spans.End();
   turn.reset();
   const double seconds = Since(t0);
   summary.set_forward_seconds(summary.forward_seconds() + seconds);
@@ -569,6 +571,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
   std::optional<ComputeTurns::Turn> turn;  // the worker's compute, taken in turns with its other pipelines
   if (options_.compute_turns) turn.emplace(options_.compute_turns->Take(ComputeTurns::Kind::kBackward));
   auto t0 = Clock::now();
+  step.backward_spans.Begin();
   progress_.Set(absl::StrCat("backward of step ", plan.step(), " micro-batch ", mb));
   const bool recompute = config_.recompute();
   absl::Status run = TorchCall("backward", [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) {
@@ -602,6 +605,7 @@ absl::Status StageRunner::Backward(const v1::StepPlan& plan, int32_t chunk, int3
       torch::autograd::backward(roots, root_grads);
     }
   });
+  step.backward_spans.End();
   turn.reset();
   const double seconds = Since(t0);
   summary.set_backward_seconds(summary.backward_seconds() + seconds);
@@ -662,7 +666,14 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, c
   // A Configure of a newer generation (a recovery) aborts this step without waiting for the coordinator's cancel.
   const uint64_t generation = config_.generation();
   auto aborted = [&] { return generation_.load() != generation || (cancelled && cancelled()); };
+  // The GPU check's traced steps ($BATON_KINETO_TRACE): this thread's operators and the device's kernels.
+  std::optional<KinetoTrace> trace;
+  if (plan.pass() == 0 && trace_window_.Covers(plan.step())) trace.emplace(device_);
   auto summary = RunActions(plan, aborted, sink);
+  if (trace) {
+    const absl::Status saved = trace->Save(trace_window_.Path(stage_index_, plan.step()));
+    if (!saved.ok()) LogWarning(name(), ": the Kineto trace was not saved: ", saved.message());
+  }
   if (beat.joinable()) {
     {
       absl::MutexLock beat_lock(&beat_mu);
@@ -687,7 +698,7 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
   summary.set_step(plan.step());
   for (int i = 0; i < plan.micro_batches(); ++i) summary.add_losses(0.0f);
 
-  StepState step;
+  StepState step(device_);
   metrics_.SetInFlight(0);  // a failed step may have left some
   // A step's gradients start from zero: an aborted attempt's partial sums are dropped (with the stage's own adapters no
   // LORA_WEIGHTS push zeroes them, as it does with the coordinator's).
@@ -727,8 +738,7 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunActions(const v1::StepPlan& plan
   inbox_.DropBefore(plan.step() + 1);
   FillLosses(step, summary);
   FillByteCounts(summary);
-  const int64_t held = device_.is_cuda() ? TakeDevicePeakAllocatedBytes(device_.index()) : ResidentMemoryBytes();
-  summary.set_memory_bytes(held > 0 ? static_cast<uint64_t>(held) : 0);
+  FillDeviceFigures(step, summary);
   TrimPinnedHost();
   return summary;
 }
@@ -746,6 +756,19 @@ absl::Status StageRunner::FlushPeers(const v1::StepPlan& plan, const std::functi
     if (peer) RETURN_IF_ERROR(Annotate(flushed, name()));
   }
   return absl::OkStatus();
+}
+
+void StageRunner::FillDeviceFigures(StepState& step, v1::StepSummary& summary) {
+  summary.set_device_forward_seconds(step.forward_spans.TakeSeconds());
+  summary.set_device_backward_seconds(step.backward_spans.TakeSeconds());
+  if (!device_.is_cuda()) {
+    const int64_t resident = ResidentMemoryBytes();
+    summary.set_memory_bytes(resident > 0 ? static_cast<uint64_t>(resident) : 0);
+    return;
+  }
+  const DevicePeakBytes peak = TakeDevicePeakBytes(device_.index(), reinterpret_cast<uintptr_t>(this));
+  summary.set_memory_bytes(peak.allocated > 0 ? static_cast<uint64_t>(peak.allocated) : 0);
+  summary.set_memory_reserved_bytes(peak.reserved > 0 ? static_cast<uint64_t>(peak.reserved) : 0);
 }
 
 void StageRunner::FillLosses(StepState& step, v1::StepSummary& summary) {
@@ -777,7 +800,7 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunPass(const v1::StepPlan& plan, c
                                                      const GradSink& sink) {
   v1::StepSummary summary;
   summary.set_step(plan.step());
-  StepState step;
+  StepState step(device_);
   // Eval mode (no LoRA dropout) for the pass only; the training step window and the adapters' gradients are untouched.
   std::vector<bool> was_training;
   for (auto& chunk : chunks_) {

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "baton/v1/stage.pb.h"
+#include "core/device/device_spans.h"
+#include "core/device/kineto_trace.h"
 #include "core/device/transfer.h"
 #include "core/model/model_family.h"
 #include "core/model/stage_build.h"
@@ -131,11 +133,13 @@ class StageRunner {
   };
   // One RunStep's working state.
   struct StepState {
+    explicit StepState(at::Device device) : forward_spans(device), backward_spans(device) {}
     std::map<std::pair<int32_t, int32_t>, MicroBatchState> live;  // (chunk, micro-batch) between its F and B
     std::map<int32_t, TensorMap> constants;                       // per micro-batch, shared by the chunks
     std::map<int32_t, at::Tensor> outputs;                        // a forward-only pass's last-stage outputs
     std::map<int32_t, at::Tensor> losses;  // last stage: [] fp32 on the device per micro-batch, read once per step
     bool weights_loaded = false;
+    DeviceSpans forward_spans, backward_spans;  // the device's own time in the actions (CUDA events)
   };
 
   absl::Status Forward(const v1::StepPlan& plan, int32_t chunk, int32_t mb, const std::function<bool()>& cancelled,
@@ -182,6 +186,9 @@ class StageRunner {
   void FillByteCounts(v1::StepSummary& summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) ABSL_LOCKS_EXCLUDED(rope_mu_);
   // The step's losses (kept on the device) into the summary: one device → host copy per step, not per micro-batch.
   void FillLosses(StepState& step, v1::StepSummary& summary);
+  // The step's device seconds (events) and memory: on CUDA the peaks since this runner's last step (allocated and
+  // reserved; another pipeline on the worker does not cut the period short), on the CPU the resident set.
+  void FillDeviceFigures(StepState& step, v1::StepSummary& summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // After a step on CUDA: the pinned host allocator's cache back to the system when over its budget.
   void TrimPinnedHost() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // Whether `req` is the configured request but for the neighbours, the generation and the run: the stage as built
@@ -245,6 +252,7 @@ class StageRunner {
   LocalOptimizer optimizer_ ABSL_GUARDED_BY(run_mu_);
   // Its adapters and state in host shared memory, when the coordinator asks for one (JoinGroupRequest.host_copy).
   HostStateCopy host_copy_ ABSL_GUARDED_BY(run_mu_);
+  const StageTraceWindow trace_window_ = StageTraceWindow::FromEnvironment();
   // LoadState's work: `state` (adapters and optimizer state, checked against the stage) made the stage's.
   absl::Status LoadStateLocked(const TensorMap& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // The host copy rewritten with the current adapters and state (a failure is logged, and ends the copies).

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 
+#include "core/device/bulk_copy.h"
 #include "core/train/common.h"
 #include "core/train/optimizer.h"
 #include "core/util/log.h"
@@ -101,15 +102,14 @@ absl::Status StageRunner::LoadStateLocked(const TensorMap& tensors) {
   for (const auto& [key, t] : tensors) {
     (IsOptimizerStateKey(key) ? state : adapters)[key] = t;
   }
-  const std::shared_ptr<DeviceTransfer> transfer = Transfer();
-  for (auto& [key, w] : adapters) w = transfer->Upload(w);
-  RETURN_IF_ERROR(AssignAllLora(std::move(adapters)));
+  RETURN_IF_ERROR(AssignAllLora(UploadAll(adapters, device_)));  // a few copies, none waited for
   return Annotate(optimizer_.Load(state), name());
 }
 
 void StageRunner::WriteHostCopy() {
-  TensorMap state = optimizer_.StateView();  // written from the live tensors (the run lock is held)
+  TensorMap state = optimizer_.StateView();  // the live tensors (the run lock is held)
   for (const auto& [name, p] : AllLora()) state[name] = p.detach().to(at::kFloat);
+  state = DownloadAll(state);  // a few copies and one wait, not one synchronizing copy per tensor
   const bool first = host_copy_.writes() == 0;
   absl::StatusOr<double> seconds = host_copy_.Write(state);
   if (!seconds.ok()) {

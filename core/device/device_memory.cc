@@ -4,9 +4,11 @@
 #include <absl/strings/str_cat.h>
 #include <absl/synchronization/mutex.h>
 
+#include <map>
 #include <set>
 #include <string>
 
+#include "core/device/peak_periods.h"
 #include "core/device/pinned_host.h"
 #include "core/metrics/families.h"
 #include "core/util/log.h"
@@ -42,18 +44,43 @@ bool CudaAllocatorReady() {
 #endif
 }
 
-int64_t TakeDevicePeakAllocatedBytes(int index) {
+namespace {
+
+struct PeakOwners {
+  std::map<int, PeakPeriods> allocated, reserved;  // by device index
+};
+ABSL_CONST_INIT absl::Mutex g_peaks_mu(absl::kConstInit);
+PeakOwners& Peaks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_peaks_mu) {
+  static auto* peaks = new PeakOwners();
+  return *peaks;
+}
+
+}  // namespace
+
+DevicePeakBytes TakeDevicePeakBytes(int index, uint64_t owner) {
 #ifdef BATON_WITH_CUDA
-  if (!CudaAllocatorReady()) return -1;
+  if (!CudaAllocatorReady()) return {};
   const auto device = static_cast<c10::DeviceIndex>(index);
+  absl::MutexLock lock(&g_peaks_mu);  // the read and the reset as one, against other owners' takes
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
-  const auto& allocated = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const auto& allocated = stats.allocated_bytes[aggregate];
+  const auto& reserved = stats.reserved_bytes[aggregate];
   c10::cuda::CUDACachingAllocator::resetPeakStats(device);
-  return allocated.peak;
+  return {Peaks().allocated[index].Take(owner, allocated.peak, allocated.current),
+          Peaks().reserved[index].Take(owner, reserved.peak, reserved.current)};
 #else
   (void)index;
-  return -1;
+  (void)owner;
+  return {};
 #endif
+}
+
+void ForgetDevicePeakOwner(uint64_t owner) {
+  absl::MutexLock lock(&g_peaks_mu);
+  for (auto* periods : {&Peaks().allocated, &Peaks().reserved}) {
+    for (auto& [device, p] : *periods) p.Forget(owner);
+  }
 }
 
 namespace {

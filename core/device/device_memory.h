@@ -19,8 +19,15 @@ void RefreshDeviceMemoryGauges();
 // Whether libtorch's CUDA caching allocator has been initialized in this process (false without CUDA).
 bool CudaAllocatorReady();
 
-// The peak bytes the caching allocator held allocated on cuda:`index` since the last call (or since CUDA started),
-// and starts the next period; -1 before CUDA's allocator is initialized or without CUDA.
-int64_t TakeDevicePeakAllocatedBytes(int index);
+// The peak bytes the caching allocator held allocated and reserved on cuda:`index` since `owner`'s last call (or
+// since CUDA started), and starts its next period; other owners' calls do not shorten it (core/device/peak_periods.h).
+// -1 before CUDA's allocator is initialized or without CUDA. Thread-safe.
+struct DevicePeakBytes {
+  int64_t allocated = -1;
+  int64_t reserved = -1;
+};
+DevicePeakBytes TakeDevicePeakBytes(int index, uint64_t owner);
+// Ends `owner`'s periods (on every device).
+void ForgetDevicePeakOwner(uint64_t owner);
 
 }  // namespace baton

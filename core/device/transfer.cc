@@ -31,7 +31,10 @@ DeviceTransfer::DeviceTransfer(at::Device device) : device_(device) {
 DeviceTransfer::~DeviceTransfer() = default;
 
 at::Tensor DeviceTransfer::Upload(const at::Tensor& host, std::optional<at::ScalarType> dtype) {
-  if (!device_.is_cuda()) return dtype ? host.to(*dtype) : host;
+  if (!device_.is_cuda()) {  // CPU: the tensor itself; meta (the placement tests): a plain copy
+    const at::Tensor on_device = host.to(device_);
+    return dtype ? on_device.to(*dtype) : on_device;
+  }
 #ifdef BATON_WITH_CUDA
   c10::cuda::CUDAGuard guard(device_);
   const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(device_.index());

@@ -11,6 +11,7 @@
 #include "core/model/flux2_input_checks.h"
 #include "core/model/flux2_ops.h"
 #include "core/model/quantize_module.h"
+#include "core/model/rope_cache.h"
 #include "core/model/stage_build.h"
 #include "core/model/stage_io.h"
 #include "core/tensor/shape.h"
@@ -146,16 +147,19 @@ class Flux2ShellModel : public ShellModel {
       at::NoGradGuard no_grad;
       auto guidance = in.find("guidance");
       const bool use_guidance = config_.guidance_embeds && guidance != in.end();
-      k = shell_(in.at("timestep"), use_guidance ? guidance->second : at::Tensor(), img_ids, txt_ids, dtype);
+      k = shell_->Modulations(in.at("timestep"), use_guidance ? guidance->second : at::Tensor(), dtype);
+      k.target_tokens = TargetTokens(img_ids);
       int64_t h = 0, w = 0;
-      // A training grid gets the short key the stages' caches are sized for; any other ids a key of their values.
+      // A training grid gets the short key the stages' caches are sized for; any other ids a key of their values
+      // (the shell's own cache keys on the values themselves: a hash may collide).
+      std::string exact_key;
       if (IsGrid(img_ids, txt_ids, &h, &w)) {
-        out.tables_key = RopeKey(h, w, txt_ids.size(0));
+        out.tables_key = exact_key = RopeKey(h, w, txt_ids.size(0));
       } else {
-        const at::Tensor ids = at::cat({img_ids.to(at::kCPU, at::kLong), txt_ids.to(at::kCPU, at::kLong)}).contiguous();
-        const std::string bytes(static_cast<const char*>(ids.data_ptr()), ids.numel() * ids.element_size());
-        out.tables_key = absl::StrCat("ids", std::hash<std::string>()(bytes), "t", txt_ids.size(0));
+        exact_key = PositionIdsKey(img_ids, txt_ids);
+        out.tables_key = absl::StrCat("ids", std::hash<std::string>()(exact_key), "t", txt_ids.size(0));
       }
+      std::tie(k.rope_cos, k.rope_sin) = rope_.Get(exact_key, [&] { return shell_->Rope(img_ids, txt_ids); });
     }));
     const at::Device device = shell_->device();
     out.inputs = {{"hidden_states", in.at("hidden_states").to(device)},
@@ -170,6 +174,7 @@ class Flux2ShellModel : public ShellModel {
  private:
   Flux2Shell shell_;
   Flux2Config config_;
+  RopeTableCache rope_;
 };
 
 // Frozen parameter shapes by piece, from a meta-device model (no memory): computed once per config.

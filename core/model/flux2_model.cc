@@ -75,12 +75,15 @@ Flux2Constants Flux2ShellImpl::Modulations(const at::Tensor& timestep, const at:
 Flux2Constants Flux2ShellImpl::forward(const at::Tensor& timestep, const at::Tensor& guidance,
                                        const at::Tensor& img_ids, const at::Tensor& txt_ids, at::ScalarType dtype) {
   Flux2Constants k = Modulations(timestep, guidance, dtype);
-  auto [img_cos, img_sin] = RopeTables(img_ids.to(device()), config_.axes_dims_rope, config_.rope_theta);
-  auto [txt_cos, txt_sin] = RopeTables(txt_ids.to(device()), config_.axes_dims_rope, config_.rope_theta);
-  k.rope_cos = at::cat({txt_cos, img_cos}, 0);
-  k.rope_sin = at::cat({txt_sin, img_sin}, 0);
+  std::tie(k.rope_cos, k.rope_sin) = Rope(img_ids, txt_ids);
   k.target_tokens = TargetTokens(img_ids);
   return k;
+}
+
+std::pair<at::Tensor, at::Tensor> Flux2ShellImpl::Rope(const at::Tensor& img_ids, const at::Tensor& txt_ids) {
+  auto [img_cos, img_sin] = RopeTables(img_ids.to(device()), config_.axes_dims_rope, config_.rope_theta);
+  auto [txt_cos, txt_sin] = RopeTables(txt_ids.to(device()), config_.axes_dims_rope, config_.rope_theta);
+  return {at::cat({txt_cos, img_cos}, 0), at::cat({txt_sin, img_sin}, 0)};
 }
 
 Flux2StageImpl::Flux2StageImpl(const Flux2Config& c, const Flux2StageRange& range, const at::TensorOptions& options)

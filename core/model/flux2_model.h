@@ -47,6 +47,8 @@ class Flux2ShellImpl : public torch::nn::Module {
                          const at::Tensor& txt_ids, at::ScalarType dtype);
   // The modulation part only (no RoPE): temb → the four flat modulation tensors.
   Flux2Constants Modulations(const at::Tensor& timestep, const at::Tensor& guidance, at::ScalarType dtype);
+  // The RoPE part only: (cos, sin) [St+Si, Dh] fp32 on the shell's device, text rows first.
+  std::pair<at::Tensor, at::Tensor> Rope(const at::Tensor& img_ids, const at::Tensor& txt_ids);
   at::Device device() const { return t_linear_1_->weight.device(); }
 
  private:

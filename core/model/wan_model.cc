@@ -146,8 +146,8 @@ absl::StatusOr<ShellOutputs> WanShellImpl::Run(const TensorMap& in, at::ScalarTy
     out.constants["context"] = context;
     // Host metadata, as FLUX.2's txt_len: the head reads it to unpatchify (on a device it would cost a sync).
     out.constants["grid"] = at::tensor(std::vector<int64_t>{f, h, w}, at::kLong);
-    auto [cos, sin] = WanRopeTables(config_, f, h, w, device);
     out.tables_key = WanTablesKey(f, h, w);
+    auto [cos, sin] = rope_.Get(out.tables_key, [&] { return WanRopeTables(config_, f, h, w, device); });
     out.tables["rope_cos"] = cos;
     out.tables["rope_sin"] = sin;
   }));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/model/model_family.h"
+#include "core/model/rope_cache.h"
 #include "core/model/wan_blocks.h"
 #include "core/model/wan_config.h"
 
@@ -41,6 +42,7 @@ class WanShellImpl : public torch::nn::Module, public ShellModel {
   WanLinear time_1_, time_2_, time_proj_, text_1_, text_2_, image_ff_1_, image_ff_2_;
   WanLayerNorm image_norm1_, image_norm2_;
   at::Tensor image_pos_embed_;
+  RopeTableCache rope_;
 };
 TORCH_MODULE(WanShell);
 

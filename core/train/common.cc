@@ -3,6 +3,7 @@
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 
+#include "core/device/bulk_copy.h"
 #include "core/lora/adapter_file.h"
 #include "core/lora/lora.h"
 #include "core/tensor/safetensors.h"
@@ -122,9 +123,7 @@ absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string,
 }
 
 std::map<std::string, at::Tensor> CloneToCpuFloat(const std::map<std::string, at::Tensor>& tensors) {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, t] : tensors) out[name] = t.detach().to(at::kCPU, at::kFloat).clone();
-  return out;
+  return DownloadAll(tensors, at::kFloat);
 }
 
 }  // namespace baton

@@ -12,22 +12,38 @@
 namespace baton {
 namespace {
 
+// A micro-batch's tensors on the model's device: its floating inputs, target, loss mask and weighting, each copied
+// once from pinned memory on the transfer's side stream (no synchronization; the compute stream waits for the copy
+// on the device). Integer metadata (FLUX.2's position ids, Wan's grid) stays on the host, where the shell reads it
+// as numbers: on a device every read would be a synchronization.
+MicroBatch Uploaded(DeviceTransfer& transfer, const MicroBatch& mb) {
+  MicroBatch out = mb;
+  auto up = [&](const at::Tensor& t) { return t.defined() ? transfer.Upload(t) : t; };
+  for (auto& [name, t] : out.model_inputs) {
+    if (t.is_floating_point()) t = up(t);
+  }
+  out.target = up(mb.target);
+  out.loss_mask = up(mb.loss_mask);
+  out.loss_weighting = up(mb.loss_weighting);
+  return out;
+}
+
 // The forward and backward passes of every micro-batch: the gradients of the mean loss summed into the adapters'
-// .grad, each micro-batch's loss as a device scalar (fp32). Nothing is read back.
+// .grad, each micro-batch's loss as a device scalar (fp32). Nothing is read back. The next micro-batch's upload is
+// queued once this one's passes are, so on a GPU it travels while they compute.
 absl::StatusOr<std::vector<at::Tensor>> ForwardBackward(LocalModel& model, const std::vector<MicroBatch>& micro_batches,
                                                         int64_t& samples) {
-  const at::Device device = model.device;
   const at::ScalarType dtype = model.dtype;
+  if (!model.transfer) model.transfer = std::make_unique<DeviceTransfer>(model.device);
   std::vector<at::Tensor> losses;
-  for (const MicroBatch& mb : micro_batches) {
-    TensorMap model_inputs;
-    // Integer metadata (FLUX.2's position ids, Wan's grid) stays on the host, where the shell reads it as numbers: on a
-    // device every read would be a synchronization.
-    RETURN_IF_ERROR(TorchCall("moving the inputs", [&] {
-      for (const auto& [name, t] : mb.model_inputs) model_inputs[name] = t.is_floating_point() ? t.to(device) : t;
-    }));
+  MicroBatch next;
+  RETURN_IF_ERROR(TorchCall("uploading the inputs", [&] {
+    if (!micro_batches.empty()) next = Uploaded(*model.transfer, micro_batches[0]);
+  }));
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const MicroBatch mb = std::move(next);
     // The frozen shell (no graph): the stage's inputs, its constants and tables, which the stage takes merged.
-    ASSIGN_OR_RETURN(ShellOutputs shell, model.shell->Run(model_inputs, dtype));
+    ASSIGN_OR_RETURN(ShellOutputs shell, model.shell->Run(mb.model_inputs, dtype));
     TensorMap constants = shell.constants;
     for (const auto& [name, t] : shell.tables) constants[name] = t;
     RETURN_IF_ERROR(TorchCall("training step", [&] {
@@ -39,6 +55,7 @@ absl::StatusOr<std::vector<at::Tensor>> ForwardBackward(LocalModel& model, const
       (loss * static_cast<double>(loss_scale)).backward();
       losses.push_back(loss.detach().to(at::kFloat));
       samples += static_cast<int64_t>(mb.samples.size());
+      if (i + 1 < micro_batches.size()) next = Uploaded(*model.transfer, micro_batches[i + 1]);
     }));
   }
   return losses;

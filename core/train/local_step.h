@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device/transfer.h"
 #include "core/model/model_family.h"
 #include "core/train/batches.h"
 #include "core/train/job.h"
@@ -27,6 +28,7 @@ struct LocalModel {
   std::unique_ptr<StageModel> stage;  // every block, the embedders and the head
   at::Device device = at::kCPU;
   at::ScalarType dtype = at::kFloat;
+  std::unique_ptr<DeviceTransfer> transfer;  // the micro-batches' uploads; made on the first step
 };
 
 struct LocalStepResult {

@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "core/device/bulk_copy.h"
 #include "core/device/readback.h"
 #include "core/tensor/shape.h"
 #include "core/train/adamw8bit.h"
@@ -154,6 +155,15 @@ at::Tensor Optimizer::ProdigyEstimate(const std::map<std::string, at::Tensor>& p
   return ProdigyTerms(opt_, prodigy_, ProdigyDlr(opt_, prodigy_, lr), state_, params, g, names).flatten();
 }
 
+void Optimizer::MoveStateTo(at::Device device) {
+  std::map<std::string, at::Tensor> away;
+  for (const auto& [key, t] : state_) {
+    if (t.defined() && t.device() != device) away[key] = t;
+  }
+  if (away.empty()) return;
+  for (auto& [key, t] : UploadAll(away, device)) state_[key] = std::move(t);
+}
+
 absl::Status Optimizer::StepWith(std::map<std::string, at::Tensor>& params,
                                  const std::map<std::string, at::Tensor>& grads, double lr,
                                  const ProdigyOutcome* outcome) {
@@ -171,6 +181,7 @@ absl::Status Optimizer::StepWith(std::map<std::string, at::Tensor>& params,
     }
   }
   at::NoGradGuard no_grad;
+  MoveStateTo(device);
   if (opt_.ema.enabled() && steps_ == 0) {  // EMAModel's shadow: a copy of the parameters it was made from
     for (const auto& [name, p] : params) state_[EmaKey(name)] = p.clone();
   }

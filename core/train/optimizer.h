@@ -90,6 +90,9 @@ class Optimizer {
                      const std::vector<std::string>& names, double lr);
   void AdafactorStep(std::map<std::string, at::Tensor>& params, const std::vector<at::Tensor>& grads,
                      const std::vector<std::string>& names, double lr);
+  // Loaded state (a resume, a rollback) arrives on the host: onto the parameters' device in a few copies before the
+  // step, not one synchronizing copy per tensor as each is first taken.
+  void MoveStateTo(at::Device device);
   // Step, with Prodigy's outcome given (StepProdigy) or made here.
   absl::Status StepWith(std::map<std::string, at::Tensor>& params, const std::map<std::string, at::Tensor>& grads,
                         double lr, const ProdigyOutcome* outcome);

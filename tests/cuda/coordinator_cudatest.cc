@@ -41,16 +41,17 @@ class CudaCoordinatorTest : public ::testing::Test {
         WriteSyntheticCache(JoinPath(dir_, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
             .ok());
   }
-  static std::string Job(const std::string& devices, const std::string& extra = "") {
-    return absl::StrCat(
-        "lora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\nsteps: 3\n"
-        "batch_size: 4\nmicro_batches: 4\nschedule: 1f1b\nrecompute: true\nseed: 3\n"
-        "dtype: fp32\ndevices: ",
-        devices, "\n", extra);
+  static std::string Job(const std::string& devices, const std::string& extra = "", int steps = 3) {
+    return absl::StrCat("lora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\nsteps: ", steps,
+                        "\n"
+                        "batch_size: 4\nmicro_batches: 4\nschedule: 1f1b\nrecompute: true\nseed: 3\n"
+                        "dtype: fp32\ndevices: ",
+                        devices, "\n", extra);
   }
   // `coordinator --stages N --replicas R --job <out>/job.yaml --output <out>`; true when the run completed (exit 0, or
   // an exit-time crash after a complete run, which is reported and recorded).
-  bool Run(const std::string& job_yaml, const std::string& out, int stages, int replicas = 1) {
+  bool Run(const std::string& job_yaml, const std::string& out, int stages, int replicas = 1, size_t steps = 3,
+           const std::string& flags = "") {
     const std::string out_dir = JoinPath(dir_, out);
     EXPECT_TRUE(MakeDirs(out_dir).ok());
     const std::string job_path = JoinPath(out_dir, "job.yaml");
@@ -59,12 +60,12 @@ class CudaCoordinatorTest : public ::testing::Test {
                     .ok());
     const std::string cmd =
         absl::StrCat(JoinPath(test_util::BinDir(), "coordinator"), " --stages ", stages, " --replicas ", replicas,
-                     " --job ", job_path, " --output ", out_dir, " --rpc_timeout_s 120; echo \"exit=$?\"");
+                     " --job ", job_path, " --output ", out_dir, " --rpc_timeout_s 120 ", flags, "; echo \"exit=$?\"");
     const test_util::CommandResult r = test_util::RunCommand(cmd, /*with_stderr=*/true);
     const size_t at = r.output.rfind("exit=");
     const int code = at == std::string::npos ? -1 : std::atoi(r.output.c_str() + at + 5);
     const bool complete =
-        test_util::ReadTrainLog(out_dir).size() == 3 && PathExists(JoinPath(out_dir, "lora.safetensors"));
+        test_util::ReadTrainLog(out_dir).size() == steps && PathExists(JoinPath(out_dir, "lora.safetensors"));
     if (code != 0 && complete) {
       std::printf("EXIT CRASH: %s finished its run, then exited with %d (128+signal: %d)\n", out.c_str(), code,
                   code > 128 ? code - 128 : 0);
@@ -96,9 +97,33 @@ TEST_F(CudaCoordinatorTest, TwoStagesOnOneGpuGiveTheCpuRunsLora) {
     for (size_t i = 0; i < cpu.size(); ++i) {
       const double want = cpu[i]["loss"].get<double>();
       EXPECT_NEAR(gpu[i]["loss"].get<double>(), want, 1e-5 * want) << exchange << " step " << i + 1;
+      // The stages' own device time (CUDA events) and reserved peak, on the GPU run only.
+      EXPECT_FALSE(cpu[i].contains("stage_device_busy_seconds"));
+      ASSERT_TRUE(gpu[i].contains("stage_device_busy_seconds") && gpu[i].contains("stage_memory_reserved_bytes"))
+          << gpu[i].dump();
+      for (size_t s = 0; s < 2; ++s) {
+        EXPECT_GT(gpu[i]["stage_device_busy_seconds"][s].get<double>(), 0.0) << gpu[i].dump();
+        EXPECT_GE(gpu[i]["stage_memory_reserved_bytes"][s].get<int64_t>(),
+                  gpu[i]["stage_memory_bytes"][s].get<int64_t>())
+            << gpu[i].dump();
+      }
     }
     ExpectSameLora(absl::StrCat("cpu_", exchange), absl::StrCat("gpu_", exchange));
   }
+}
+
+// A rollback on the device: a run stopped after its step-2 checkpoint and resumed to step 4 loads every stage's
+// adapters and AdamW moments back onto cuda:0 (LoadState: the bulk upload, the moments moved beside the adapters
+// before the next update) and ends as the run that never stopped (deterministic: the same kernels both times).
+TEST_F(CudaCoordinatorTest, AResumeLoadsTheStagesStateBackOntoTheDevice) {
+  const std::string extra = "replica_exchange: allreduce\ncheckpoint_every: 2\ndeterministic: true\n";
+  ASSERT_TRUE(Run(Job("[cuda:0, cuda:0]", extra, 4), "straight", 2, 1, 4));
+  ASSERT_TRUE(Run(Job("[cuda:0, cuda:0]", extra, 2), "resumed", 2, 1, 2));
+  ASSERT_TRUE(Run(Job("[cuda:0, cuda:0]", extra, 4), "resumed", 2, 1, 4, "--resume"));
+  auto a = test_util::LoadRunLora(JoinPath(dir_, "straight")), b = test_util::LoadRunLora(JoinPath(dir_, "resumed"));
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) EXPECT_TRUE(at::equal(t, b.at(name))) << name;
 }
 
 // The stage-local optimizer on the device (replica_exchange: allreduce): 2 replicas x 2 stages, all four on cuda:0
