@@ -17,13 +17,18 @@ Measurements (random weights written here; inputs fixed; LoRA rank 16 on the att
              replica: the stage-local optimizer). replicas_2x1_allreduce: two replicas of one stage on the same
              device, their gradients summed by the allreduce exchange (2 micro-batches a step, one per replica).
              plan_1s / plan_2s: `baton plan` for the same config.
+             agreement_<lora>: Baton's loss and LoRA gradients at the initial adapters (bench_vs_pytorch --grads_out)
+             against diffusers + peft's at the same precision, within AGREEMENT_TOLERANCE (else the part fails).
+             baton_1p rows also run one step under c10's sync debug mode (--sync_sites_out): every host-device
+             synchronization besides the read-back, with its backtrace.
              pytorch_compile_<lora>: diffusers + peft with regional compilation (each transformer block's forward
-             compiled: diffusers' compile_repeated_blocks, what diffusers recommends for training), after every
-             Baton row, under its own timeout (--compile_timeout).
+             compiled: diffusers' compile_repeated_blocks, what diffusers recommends for training), last, under
+             its own timeout (--compile_timeout).
   dev_slice  FLUX.2-dev at real width (D = 6144, joint 15360): 1 double + 2 single and 2 double + 4 single blocks,
              baton_1p each; their difference is the cost of 1 double + 2 single blocks, scaled by block parameters
              to the whole 8 + 48 blocks; bytes likewise. plan_dev_int8: `baton plan` of the whole model on two 24 GB
-             cards with int8 weights.
+             cards with int8 weights. offload_<n>_of_6: the 2 + 4 slice through `coordinator --stages 1` (the
+             stage-local optimizer) with `offload: {blocks: n}`, n = 0, a quarter and half of its blocks.
 Like for like, every row: the same adapter precision on both sides (the row's lora_dtype), the same determinism
 (--deterministic, default false: libtorch's defaults, which bench_vs_pytorch keeps; the coordinator rows write
 `deterministic:` accordingly; PyTorch sets torch.use_deterministic_algorithms and cuDNN to match), the same CPU
@@ -289,6 +294,59 @@ def binary_has_flag(path, flag):
         return False
 
 
+def grads_path(work, side, lora_dtype):
+    return os.path.join(work, f"grads_{side}_{lora_dtype}.safetensors")
+
+
+# Baton against diffusers + peft on one micro-batch, the same weights, adapters and precision. With a bf16 base the
+# two sides round differently at every op (bf16 keeps 8 bits: 3.9e-3 relative per rounding) and sum in other
+# orders, over a forward and a backward through every block: the loss within 1e-2 and the gradients within 5e-2
+# of peft's (‖Δ‖/‖g‖ over every adapter), no tensor beyond 0.25. An fp32 base (the CPU rehearsal): 1e-4, 1e-3, 1e-2.
+# A wrong scale, a missed adapter or a transposed factor is off by O(1).
+AGREEMENT_TOLERANCE = {"bf16": {"loss": 1e-2, "grads": 5e-2, "worst_tensor": 0.25},
+                       "fp32": {"loss": 1e-4, "grads": 1e-3, "worst_tensor": 1e-2}}
+
+
+def agreement(args, work, lora_dtype):
+    """Baton's loss and LoRA gradients at the initial adapters against diffusers + peft's: relative errors, and an
+    error (this part FAILED in the report) beyond AGREEMENT_TOLERANCE for the base dtype."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    sides = {s: grads_path(work, s, lora_dtype) for s in ("baton", "pytorch")}
+    missing = [p for p in sides.values() if not os.path.exists(p)]
+    if missing:
+        raise RuntimeError(f"no gradients from {', '.join(missing)} (its row failed, or this build lacks --grads_out)")
+    g = {s: load_file(p) for s, p in sides.items()}
+    loss = {}
+    for s, p in sides.items():
+        with safe_open(p, "pt") as f:
+            loss[s] = float(f.metadata()["loss"])
+    if set(g["baton"]) != set(g["pytorch"]):
+        only = sorted(set(g["baton"]) ^ set(g["pytorch"]))[:4]
+        raise RuntimeError(f"the two sides' adapters differ: {only}")
+    diff2 = ref2 = 0.0
+    per = {}
+    for n, ref in g["pytorch"].items():
+        d = (g["baton"][n].double() - ref.double()).norm().item()
+        r = ref.double().norm().item()
+        diff2, ref2 = diff2 + d * d, ref2 + r * r
+        per[n] = d / max(r, 1e-30)
+    worst = max(per, key=per.get)
+    tol = AGREEMENT_TOLERANCE["bf16" if args.dtype == "bf16" else "fp32"]
+    res = {"lora_dtype": lora_dtype, "base_dtype": args.dtype, "tensors": len(per),
+           "loss_baton": loss["baton"], "loss_pytorch": loss["pytorch"],
+           "loss_rel_err": abs(loss["baton"] - loss["pytorch"]) / max(abs(loss["pytorch"]), 1e-30),
+           "grads_rel_err": (diff2 ** 0.5) / max(ref2 ** 0.5, 1e-30), "worst_tensor": worst,
+           "worst_tensor_rel_err": per[worst], "tolerance": tol}
+    beyond = [k for k, t in (("loss_rel_err", "loss"), ("grads_rel_err", "grads"), ("worst_tensor_rel_err",
+                                                                                     "worst_tensor"))
+              if not res[k] <= tol[t]]
+    if beyond:
+        raise RuntimeError("Baton and diffusers + peft disagree beyond the tolerance: "
+                           + ", ".join(f"{k} {res[k]:.3g}" for k in beyond) + f" ({json.dumps(res)})")
+    return res
+
+
 def run_baton_1p(args, work, timeout, lora_dtype):
     """bench_vs_pytorch on the device: 2 checked steps, warm-up, timed steps; peak device memory."""
     exe = os.path.join(args.bin_dir, "bench_vs_pytorch")
@@ -305,6 +363,11 @@ def run_baton_1p(args, work, timeout, lora_dtype):
         raise RuntimeError(f"this build's bench_vs_pytorch has no --lora_dtype: no {lora_dtype} adapter math yet")
     if args.trace_dir:
         cmd += ["--trace_out", os.path.join(args.trace_dir, f"baton_1p_{os.path.basename(work)}_{lora_dtype}_trace.json")]
+    if binary_has_flag(exe, "grads_out"):
+        cmd += ["--grads_out", grads_path(work, "baton", lora_dtype)]
+    sync_sites = os.path.join(work, f"sync_sites_{lora_dtype}.json")
+    if binary_has_flag(exe, "sync_sites_out"):
+        cmd += ["--sync_sites_out", sync_sites]
     with PeakMemory(args.cuda) as mem:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         timer = threading.Timer(timeout, proc.kill)
@@ -328,19 +391,24 @@ def run_baton_1p(args, work, timeout, lora_dtype):
             timer.cancel()
             if proc.poll() is None:
                 proc.kill()
+    syncs = json.load(open(sync_sites)) if os.path.exists(sync_sites) else None
     r = {"s_per_step": round(statistics.median(timed["seconds"]), 5), "losses": first["loss"],
          "grad_norm_step1": first["grad_norm"][0],
          "allocator_peak_allocated_bytes": timed.get("device_peak_allocated_bytes", 0),
          "allocator_peak_reserved_bytes": timed.get("device_peak_reserved_bytes", 0),
          "lora_tensors": ready.get("lora_tensors"), "optimizer": "AdamW in the process (train-local's step)",
          "adapters": lora_note("baton", lora_dtype, args.dtype), **mem.result(), **common(args, lora_dtype, "baton_1p")}
+    if syncs is not None:  # one more step under c10's sync debug mode: what it waits for besides its read-back
+        r["syncs_outside_readback"] = syncs["syncs_outside_readback"]
+        r["sync_sites"] = [s[:1500] for s in syncs["sites"][:8]]
     if note:
         r["note"] = note
     return r
 
 
 # ---- Baton through the coordinator -----------------------------------------------------------------------------
-def run_coordinator(args, work, stages, timeout, lora_dtype, exchange="coordinator", replicas=1, deterministic=None):
+def run_coordinator(args, work, stages, timeout, lora_dtype, exchange="coordinator", replicas=1, deterministic=None,
+                    offload=0):
     s_cache = os.path.join(work, "cache")
     if not os.path.exists(s_cache):
         grid = args.shape["grid"]
@@ -349,10 +417,14 @@ def run_coordinator(args, work, stages, timeout, lora_dtype, exchange="coordinat
                         "--grids", f"{grid}x{grid}", "--text-len", str(args.shape["text"]), "--seed", "1"],
                        check=True, timeout=timeout)
     det = args.deterministic if deterministic is None else deterministic
-    steps = 2 + args.warmup + args.steps
+    # One row's stage workers also trace two steps after the timed ones (Kineto; not timed themselves).
+    traced = bool(args.trace_dir) and stages == 2 and exchange == "allreduce" and replicas == 1 and not offload \
+        and det == args.deterministic
+    timed_end = 2 + args.warmup + args.steps
+    steps = timed_end + (2 if traced else 0)
     dev = args.device_name
     name = f"{stages}s{'_local' if exchange == 'allreduce' and replicas == 1 else ''}_r{replicas}_{lora_dtype}" + \
-        ("" if det == args.deterministic else ("_det" if det else "_nondet"))
+        ("" if det == args.deterministic else ("_det" if det else "_nondet")) + (f"_offload{offload}" if offload else "")
 
     def job_text(with_lora_dtype):
         return (f"model: {work}/transformer\ndataset: {s_cache}\nlora: {{rank: 16, alpha: 16, targets: attention}}\n"
@@ -362,7 +434,8 @@ def run_coordinator(args, work, stages, timeout, lora_dtype, exchange="coordinat
                 + (f"lora_dtype: {lora_dtype}\n" if with_lora_dtype else "")
                 + f"threads: {args.threads}\ndevices: [{', '.join([dev] * (stages * replicas))}]\n"
                 f"deterministic: {str(det).lower()}\nreplica_exchange: {exchange}\n"
-                + (f"replicas: {replicas}\n" if replicas > 1 else ""))
+                + (f"replicas: {replicas}\n" if replicas > 1 else "")
+                + (f"offload: {{blocks: {offload}}}\n" if offload else ""))
 
     def attempt(with_lora_dtype):
         job = os.path.join(work, f"job_{name}.yaml")
@@ -370,9 +443,13 @@ def run_coordinator(args, work, stages, timeout, lora_dtype, exchange="coordinat
             f.write(job_text(with_lora_dtype))
         out = os.path.join(work, f"run_{name}")
         shutil.rmtree(out, ignore_errors=True)
+        env = dict(os.environ)
+        if traced:
+            env.update(BATON_KINETO_TRACE=os.path.join(args.trace_dir, f"coordinator_{name}"),
+                       BATON_KINETO_TRACE_STEPS=f"{timed_end},2")
         with PeakMemory(args.cuda) as mem:
             r = subprocess.run([os.path.join(args.bin_dir, "coordinator"), "--stages", str(stages), "--job", job,
-                                "--output", out], capture_output=True, text=True, timeout=timeout)
+                                "--output", out], capture_output=True, text=True, timeout=timeout, env=env)
         return r, out, mem
 
     note = None
@@ -394,7 +471,7 @@ def run_coordinator(args, work, stages, timeout, lora_dtype, exchange="coordinat
     if r.returncode != 0 and not (r.returncode < 0 and len(log) == steps):
         raise RuntimeError(f"coordinator --stages {stages} ({exchange}, {replicas} replica(s)) exited "
                            f"{r.returncode}: {r.stderr.strip()[-600:]}")
-    timed = [x["step_seconds"] for x in log[2 + args.warmup:]] or [x["step_seconds"] for x in log]
+    timed = [x["step_seconds"] for x in log[2 + args.warmup:timed_end]] or [x["step_seconds"] for x in log]
     optimizer = ("AdamW in the coordinator (replica_exchange: coordinator: gradients up, adapters down each step)"
                  if exchange == "coordinator" else
                  "AdamW on each stage's device (replica_exchange: allreduce"
@@ -402,6 +479,11 @@ def run_coordinator(args, work, stages, timeout, lora_dtype, exchange="coordinat
     res = {"s_per_step": round(statistics.median(timed), 5), "steps": len(log), "stages": stages,
            "replicas": replicas, "samples_per_step": replicas, "losses": [x["loss"] for x in log[:2]],
            "stage_busy_seconds_last": log[-1].get("stage_busy_seconds"),
+           # CUDA events on each stage's compute stream (the host's stage_busy_seconds time launches there)
+           "stage_device_busy_seconds_last": log[-1].get("stage_device_busy_seconds"),
+           "stage_memory_bytes_last": log[-1].get("stage_memory_bytes"),
+           "stage_memory_reserved_bytes_last": log[-1].get("stage_memory_reserved_bytes"),
+           "offload_blocks": offload,
            "coordinator_seconds_last": log[-1].get("coordinator_seconds"),
            "replica_allreduce_seconds_last": log[-1].get("replica_allreduce_seconds"),
            "exit_code": r.returncode, "optimizer": optimizer, "adapters": lora_note("baton", lora_dtype, args.dtype),
@@ -436,7 +518,7 @@ def pytorch_child(spec):
     """Runs in a child process (bench_gpu.py --pytorch_child SPEC): one PyTorch row, its result as the last line."""
     from diffusers import Flux2Transformer2DModel
     from peft import LoraConfig, set_peft_model_state_dict
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file, save_file
     dev, work, cuda = spec["device"], spec["work"], spec["device"].startswith("cuda")
     torch.set_num_threads(spec["threads"])
     torch.use_deterministic_algorithms(spec["deterministic"])
@@ -472,20 +554,24 @@ def pytorch_child(spec):
                     n += 1
             compiled = f"regional: block.compile() on each of {n} transformer blocks"
 
-    def step():
+    def step(grads_out=None):
         t = time.perf_counter()
         pred = model(hidden_states=x["hidden_states"].to(base), encoder_hidden_states=x["encoder_hidden_states"].to(base),
                      timestep=x["timestep"], img_ids=x["img_ids"], txt_ids=x["txt_ids"], guidance=x["guidance"],
                      return_dict=False)[0]
         loss = (pred.float() - x["target"].float()).pow(2).mean()
         loss.backward()
+        if grads_out:  # the agreement row's: the gradients at the initial adapters, under Baton's (PEFT) names
+            save_file({n.replace(".default", ""): p.grad.detach().float().cpu().contiguous()
+                       for n, p in model.named_parameters() if p.requires_grad},
+                      grads_out, metadata={"loss": repr(loss.item())})
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss_v, g = loss.item(), grad_norm.item()  # synchronizes
         return time.perf_counter() - t, loss_v, g
 
-    first = [step() for _ in range(2)]
+    first = [step(spec.get("grads_out")), step()]
     warm = time.time() - t0
     for _ in range(spec["warmup"]):
         step()
@@ -511,7 +597,7 @@ def run_pytorch(args, work, targets, lora_dtype, compiled, timeout):
     spec = {"device": args.device_name, "work": work, "targets": targets, "dtype": args.dtype,
             "lora_dtype": lora_dtype, "compile": compiled, "threads": args.threads,
             "deterministic": args.deterministic, "warmup": args.warmup, "steps": args.steps,
-            "trace_dir": args.trace_dir}
+            "trace_dir": args.trace_dir, "grads_out": None if compiled else grads_path(work, "pytorch", lora_dtype)}
     env = dict(os.environ)
     if args.deterministic:
         env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
@@ -552,10 +638,11 @@ def main():
                    help="every row's determinism (bench_vs_pytorch knows only libtorch's defaults, i.e. false)")
     p.add_argument("--small", action="store_true")
     p.add_argument("--out", required=True)
-    p.add_argument("--only", default="klein,pytorch,coordinator,local,replicas,dev_slice,compile",
+    p.add_argument("--only", default="klein,pytorch,coordinator,local,replicas,dev_slice,offload,compile",
                    help="klein: Baton in one process and the plans; pytorch: eager; coordinator: the coordinator "
                    "exchange, 1 and 2 stages; local: the stage-local optimizer (allreduce at one replica), 1 and 2 "
-                   "stages; replicas: 2 replicas, the allreduce exchange; dev_slice; compile: regional torch.compile")
+                   "stages; replicas: 2 replicas, the allreduce exchange; dev_slice; offload: block swap on the dev "
+                   "slice (with dev_slice); compile: regional torch.compile")
     p.add_argument("--trace_dir", default="", help="also save profiler traces (Baton 1 process, PyTorch eager), the "
                    "coordinator runs' train logs, and run a 2-stage coordinator with the other determinism")
     p.add_argument("--warmup", type=int, default=1)
@@ -589,7 +676,7 @@ def main():
         RESULTS["gpu"] = torch.cuda.get_device_name(0)
     work_root = tempfile.mkdtemp(prefix="baton-gpu-")
     main_lora = loras[0]
-    # Most wanted first: the overall timeout may cut the tail. torch.compile comes after every Baton row.
+    # Most wanted first: the overall timeout may cut the tail. torch.compile comes last.
     try:
         holder = {}
         args.shape = shape(args, "klein")
@@ -613,6 +700,8 @@ def main():
             if "pytorch" in only:
                 part(f"klein_pytorch_eager_{ld}", args.out,
                      lambda: run_pytorch(args, tw, holder["targets"], ld, False, timeout_for(T)))
+            if {"klein", "pytorch"} <= only:
+                part(f"klein_agreement_{ld}", args.out, agreement, args, tw, ld)
         if tw:
             pair(main_lora)
             for stages in (1, 2):
@@ -631,11 +720,6 @@ def main():
                                              not args.deterministic))
             for ld in loras[1:]:
                 pair(ld)
-            # After every klein Baton row, in its own process under its own timeout: a compiler failure (the H100's
-            # "illegal memory access" inside Inductor) is this row's error and takes nothing else with it.
-            if "compile" in only:
-                part(f"klein_pytorch_compile_{main_lora}", args.out,
-                     lambda: run_pytorch(args, tw, holder["targets"], main_lora, True, timeout_for(args.compile_timeout)))
         if "dev_slice" in only:
             base = shape(args, "dev")
             args.shape = base
@@ -654,8 +738,21 @@ def main():
                 part(f"dev_write_{d}x{s}", args.out, write)
                 if f"{d}x{s}" in sizes:
                     part(f"dev_baton_1p_{d}x{s}", args.out, lambda: run_baton_1p(args, dwork, timeout_for(T), main_lora))
+                if (d, s) == (2, 4) and "offload" in only and "2x4" in sizes:
+                    # Block swap at FLUX.2-dev's block size: 0, a quarter and half of the slice's blocks in host
+                    # memory, one stage, the stage-local optimizer (the coordinator rows' like-for-like).
+                    for n in (0, (d + s) // 4, (d + s) // 2):
+                        part(f"dev_offload_{n}_of_{d + s}", args.out,
+                             lambda n=n: run_coordinator(args, dwork, 1, timeout_for(T), main_lora, "allreduce",
+                                                         offload=n))
                 shutil.rmtree(dwork, ignore_errors=True)
             part("dev_extrapolation", args.out, extrapolate, base, sizes)
+        # Last, in its own process under its own timeout: a compiler failure (the H100's "illegal memory access"
+        # inside Inductor) is this row's error and takes nothing else with it.
+        if tw and "compile" in only:
+            args.shape = RESULTS["klein_shape"]
+            part(f"klein_pytorch_compile_{main_lora}", args.out,
+                 lambda: run_pytorch(args, tw, holder["targets"], main_lora, True, timeout_for(args.compile_timeout)))
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
         save(args.out)

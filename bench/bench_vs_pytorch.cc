@@ -9,7 +9,8 @@
 //
 //   bench_vs_pytorch --model DIR --inputs FILE --lora FILE [--threads 1] [--rank 16] [--alpha 16]
 //                    [--targets attention] [--lr 1e-3] [--clip 1.0] [--cpu_linear onednn|aten]
-//                    [--device cpu|cuda:N] [--dtype fp32|bf16] [--lora_dtype fp32|bf16]
+//                    [--device cpu|cuda:N] [--dtype fp32|bf16] [--lora_dtype fp32|bf16] [--grads_out FILE]
+//                    [--sync_sites_out FILE] [--trace_out FILE]
 //
 // --device/--dtype place the frozen weights, adapters and step on a device in a compute dtype (the masters and
 // AdamW stay fp32, on that device, as in train-local); --lora_dtype is the adapters' math (default: --dtype, as the
@@ -31,7 +32,7 @@
 #include <absl/status/statusor.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
-#include <torch/csrc/autograd/profiler_kineto.h>
+#include <absl/strings/str_format.h>
 
 #include <chrono>
 #include <cstdio>
@@ -39,11 +40,13 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
 
 #include "bench/bench_flags.h"
 #include "core/device/device.h"
+#include "core/device/kineto_trace.h"
+#include "core/device/readback.h"
+#include "core/device/sync_watch.h"
 #include "core/device/threads.h"
 #include "core/lora/cpu_linear.h"
 #include "core/lora/lora.h"
@@ -53,6 +56,7 @@
 #include "core/train/common.h"
 #include "core/train/local_step.h"
 #include "core/train/optimizer.h"
+#include "core/util/files.h"
 #include "core/util/status.h"
 
 #ifdef BATON_WITH_CUDA
@@ -73,6 +77,12 @@ ABSL_FLAG(std::string, cpu_linear, "onednn", "the GEMM behind the frozen Linears
 ABSL_FLAG(std::string, device, "cpu", "cpu | cuda:N");
 ABSL_FLAG(std::string, dtype, "fp32", "compute dtype: fp32 | bf16");
 ABSL_FLAG(std::string, lora_dtype, "", "the adapters' math: fp32 | the compute dtype (default)");
+ABSL_FLAG(std::string, grads_out, "",
+          "also write the LoRA gradients of the first micro-batch at the initial adapters (fp32, PEFT names; "
+          "metadata: the loss) to this safetensors file before the first step (the GPU check's agreement row)");
+ABSL_FLAG(std::string, sync_sites_out, "",
+          "after the steps, run one more under c10's sync debug mode and write every host-device synchronization "
+          "outside its read-back, with a backtrace, to this JSON file");
 ABSL_FLAG(std::string, trace_out, "",
           "after stdin closes, run 2 more steps under libtorch's profiler (Kineto: CPU ops and CUDA kernels) and save "
           "their Chrome trace here");
@@ -214,19 +224,31 @@ absl::StatusOr<StepResult> Step(Trainer& t) {
 
 // Two steps under libtorch's Kineto profiler, saved as a Chrome trace (chrome://tracing, Perfetto) at `path`.
 absl::Status TraceSteps(Trainer& t, const std::string& path) {
-  namespace prof = torch::autograd::profiler;
-  using torch::profiler::impl::ActivityType;
-  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
-  std::set<ActivityType> activities = {ActivityType::CPU};
-  if (t.model.device.is_cuda()) activities.insert(ActivityType::CUDA);
-  prof::prepareProfiler(config, activities);
-  prof::enableProfiler(config, activities);
-  absl::Status status = absl::OkStatus();
-  for (int i = 0; i < 2 && status.ok(); ++i) status = Step(t).status();
-  std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
-  RETURN_IF_ERROR(status);
-  result->save(path);
-  return absl::OkStatus();
+  KinetoTrace trace(t.model.device);
+  for (int i = 0; i < 2; ++i) RETURN_IF_ERROR(Step(t).status());
+  return trace.Save(path);
+}
+
+// The gradients at the initial adapters, before any step changes them (RunLocalForwardBackward zeroes them again).
+absl::Status WriteInitialGradients(Trainer& t, const std::string& path) {
+  ASSIGN_OR_RETURN(LocalGradients g, RunLocalForwardBackward(t.model, t.micro_batches));
+  return WriteSafetensors(path, g.grads, {{"loss", absl::StrFormat("%.17g", g.losses.at(0))}});
+}
+
+// One step under SyncWatch: its synchronizations besides the read-back, as JSON.
+absl::Status WriteSyncSites(Trainer& t, const std::string& path) {
+  const int64_t readbacks = ReadBackCount();
+  nlohmann::ordered_json out;
+  {
+    SyncWatch watch;
+    RETURN_IF_ERROR(RunLocalStep(t.model, t.micro_batches, t.step, t.step + 1, t.opt, *t.optimizer, t.master).status());
+    out["syncs_outside_readback"] = watch.sites().size();
+    out["sites"] = watch.sites();
+  }
+  ++t.step;
+  Synchronize(t.model.device);  // the bench's own, outside the watch
+  out["readbacks"] = ReadBackCount() - readbacks;
+  return WriteFileAtomic(path, out.dump(1) + "\n");
 }
 
 absl::Status Run(int argc, char** argv) {
@@ -242,6 +264,8 @@ absl::Status Run(int argc, char** argv) {
   ready["device"] = trainer->model.device.str();
   ready["dtype"] = a.dtype;
   ready["device_peak_allocated_bytes"] = DevicePeakBytes(trainer->model.device).first;
+  const std::string grads_out = absl::GetFlag(FLAGS_grads_out);
+  if (!grads_out.empty()) RETURN_IF_ERROR(WriteInitialGradients(*trainer, grads_out));
   std::cout << ready.dump() << std::endl;
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -264,6 +288,8 @@ absl::Status Run(int argc, char** argv) {
     out["device_peak_reserved_bytes"] = peak_reserved;
     std::cout << out.dump() << std::endl;
   }
+  const std::string sync_sites = absl::GetFlag(FLAGS_sync_sites_out);
+  if (!sync_sites.empty()) RETURN_IF_ERROR(WriteSyncSites(*trainer, sync_sites));
   const std::string trace = absl::GetFlag(FLAGS_trace_out);
   if (!trace.empty()) RETURN_IF_ERROR(TraceSteps(*trainer, trace));
   return absl::OkStatus();

@@ -52,6 +52,109 @@ def sec(s):
     return f"{s:.4f}" if isinstance(s, (int, float)) else "—"
 
 
+def agreement_lines(bp, errors):
+    """Baton's loss and gradients at the initial adapters against diffusers + peft's (bench_gpu.py agreement)."""
+    md = ["", "Baton against diffusers + peft at the initial adapters (same weights, micro-batch and precision; "
+          "relative errors, tolerance in brackets):", ""]
+    keys = sorted(k for k in list(bp) + list(errors) if k.startswith("klein_agreement_"))
+    for key in keys:
+        r = bp.get(key)
+        if r is None:
+            md.append(f"- {key}: FAILED: {errors.get(key, '')[:400]}")
+            continue
+        t = r["tolerance"]
+        md.append(f"- {key} ({r['tensors']} adapter tensors, base {r['base_dtype']}): loss {r['loss_rel_err']:.2e} "
+                  f"[{t['loss']}], gradients {r['grads_rel_err']:.2e} [{t['grads']}], worst tensor "
+                  f"{r['worst_tensor_rel_err']:.2e} [{t['worst_tensor']}] ({r['worst_tensor']}): within")
+    return md if keys else []
+
+
+def stage_lines(bp):
+    """The coordinator rows' stages: busy by the host's clock and by CUDA events, and their memory peaks."""
+    md = ["", "Stages of the coordinator rows, last step (busy by the host's clock | by CUDA events on the compute "
+          "stream; allocator peak allocated / reserved):", ""]
+    n = 0
+    for key, r in bp.items():
+        if "stage_busy_seconds_last" not in r:
+            continue
+        host, dev = r.get("stage_busy_seconds_last") or [], r.get("stage_device_busy_seconds_last") or []
+        alloc, res = r.get("stage_memory_bytes_last") or [], r.get("stage_memory_reserved_bytes_last") or []
+        cells = []
+        for i, h in enumerate(host):
+            d = dev[i] if i < len(dev) else None
+            cells.append(f"stage {i}: {sec(h)} | {sec(d) if d else '—'} s, "
+                         f"{gib(alloc[i] if i < len(alloc) else 0)} / {gib(res[i] if i < len(res) else 0)}")
+        md.append(f"- {key} ({sec(r.get('s_per_step'))} s/step): " + "; ".join(cells))
+        n += 1
+    return md if n else []
+
+
+def overhead_lines(bp):
+    """What a process holds on the device beyond its caching allocator's reserve (the CUDA context, cuBLAS and cuDNN
+    workspaces, kernels): nvidia-smi's peak for the process less the allocator's peak reserved. The planner assumes
+    1 GB (kCudaProcessBytes, core/pipeline/stage_memory.h)."""
+    md = []
+    for key, r in bp.items():
+        smi = r.get("peak_memory_mib_per_process") or []
+        reserved = r.get("allocator_peak_reserved_bytes") or 0
+        if key.startswith(("klein_baton_1p", "dev_baton_1p")) and len(smi) == 1 and reserved > 0:
+            md.append(f"- {key}: {gib(smi[0] * 2**20 - reserved)} (nvidia-smi {smi[0] / 1024:.2f} GiB, reserved "
+                      f"{gib(reserved)})")
+    return ["", "Device memory beyond the allocator per process (the planner assumes 1 GB, kCudaProcessBytes):",
+            ""] + md if md else []
+
+
+def sync_lines(bp):
+    """What one step of Baton in one process waits for besides its read-back (c10's sync debug mode)."""
+    md = []
+    for key, r in bp.items():
+        if "syncs_outside_readback" in r:
+            md.append(f"- {key}: {r['syncs_outside_readback']} synchronizations outside the step's read-back")
+            md += [f"  - `{s.splitlines()[0][:200] if s else ''}` ..." for s in r.get("sync_sites", [])[:4]]
+    return ["", "Host-device synchronizations in one step (sync debug mode):", ""] + md if md else []
+
+
+def offload_lines(bp, errors, skipped):
+    """Block swap at FLUX.2-dev's block size: the step with 0, a quarter and half of the slice's blocks swapped."""
+    keys = sorted((k for k in set(bp) | set(errors) | set(skipped) if k.startswith("dev_offload_")),
+                  key=lambda k: int(k.split("_")[2]))
+    if not keys:
+        return []
+    md = ["", "## Block swap (`offload: {blocks: n}`), FLUX.2-dev's block size, 1 stage", "",
+          "| blocks swapped | s/step | ÷ none swapped | stage peak allocated |", "|---|---|---|---|"]
+    base = bp.get(keys[0], {}).get("s_per_step")
+    for k in keys:
+        r = bp.get(k)
+        if r is None:
+            md.append(f"| {k} | {'FAILED' if k in errors else 'skipped'} | — | — |")
+            continue
+        ratio = f"{r['s_per_step'] / base:.3f}" if base and r.get("s_per_step") else "—"
+        md.append(f"| {k.split('_')[2]} of {k.split('_')[4]} | {sec(r.get('s_per_step'))} | {ratio} | "
+                  f"{gib((r.get('stage_memory_bytes_last') or [0])[0])} |")
+    return md + ["", "Target (issue 48): half swapped at most 1.15x none swapped."]
+
+
+def trace_lines(traces):
+    """Kineto summaries (bench/trace_summary.py): per trace, the GPU's busy and idle time, top kernels, waits."""
+    if not traces:
+        return []
+    md = ["", "## Where the step goes (Kineto traces, per step; raw traces in traces.tar)", ""]
+    for t in traces:
+        if "error" in t:
+            md.append(f"- {t['trace']}: {t['error']}")
+            continue
+        if "gpu_busy_ms_per_step" in t:
+            md.append(f"- **{t['trace']}**: GPU busy {t['gpu_busy_ms_per_step']} ms, idle {t['gpu_idle_ms_per_step']} "
+                      f"ms of {t['gpu_span_ms_per_step']} ms")
+            md += [f"  - {k['ms_per_step']} ms ({k['calls_per_step']:g}x) `{k['name'][:90]}`" for k in t["top_kernels"][:6]]
+            md += [f"  - copy {c['kind']}: {c['per_step']:g}x, {c['ms_per_step']} ms" for c in t.get("copies", [])]
+        else:
+            md.append(f"- **{t['trace']}** (CPU): " + ", ".join(f"{o['name']} {o['ms_per_step']} ms"
+                                                          for o in t.get("top_cpu_ops", [])[:5]))
+        md += [f"  - host waits: {w['call']} {w['per_step']:g}x, {w['ms_per_step']} ms" for w in t.get("host_waits", [])]
+    return md
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--work", required=True)
@@ -68,7 +171,8 @@ def main():
         ok = rc == "0"
         parts.append({"part": name, "ok": ok, "rc": rc, "seconds": int(seconds), "timed_out": timed_out == "1",
                       "log": {"setup": "build.log", "build": "build.log", "env": "build.log",
-                              "ctest_cuda": "ctest.log", "transfer": "transfer.log", "bench": "bench.log"}.get(name)})
+                              "ctest_cuda": "ctest.log", "transfer": "transfer.log", "bench": "bench.log",
+                              "traces": "bench.log"}.get(name)})
     bench = {}
     try:
         bench = json.loads(read(os.path.join(a.work, "bench.json")) or "{}")
@@ -77,12 +181,16 @@ def main():
     transfer = last_json_line(read(os.path.join(a.out, "transfer.log")), '"bench":"transfer"')
     ctest = ctest_results(read(os.path.join(a.out, "ctest.log")))
     env = read(os.path.join(a.work, "env.txt"))
+    try:
+        traces = json.loads(read(os.path.join(a.work, "trace_summary.json")) or "{}").get("traces", [])
+    except ValueError:
+        traces = []
     failed = [x["part"] for x in parts if not x["ok"]] + [f"bench.{k}" for k in bench.get("errors", {})] + \
         [f"bench.{k} (skipped)" for k in bench.get("skipped", {})]
     report = {"date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M:%S"), "device": a.device,
               "mode": "cpu rehearsal (--small)" if a.small == "1" else f"{a.device} real sizes",
               "wall_seconds": a.wall, "deadline_seconds": a.deadline, "parts": parts, "failed": failed, "env": env,
-              "ctest_cuda": ctest, "transfer": transfer, "bench": bench}
+              "ctest_cuda": ctest, "transfer": transfer, "bench": bench, "traces": traces}
     with open(os.path.join(a.out, "gpu_report.json"), "w") as f:
         json.dump(report, f, indent=1)
 
@@ -111,7 +219,7 @@ def main():
            f"peak memory, every row: {bench.get('memory_source', '?')}. Like for like: each row's PyTorch eager "
            "ratio is against eager at the same adapter precision.", "",
            "| run | adapters | optimizer | s/step | samples/step | peak memory per process | allocator peak "
-           "allocated | `baton plan` estimate per stage | deterministic | PyTorch eager s/step ÷ this |",
+           "allocated / reserved | `baton plan` estimate per stage | deterministic | PyTorch eager s/step ÷ this |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     errors, skipped = bench.get("errors", {}), bench.get("skipped", {})
     loras = bench.get("lora_dtypes") or [bench.get("dtype", "fp32")]
@@ -159,13 +267,15 @@ def main():
             label += f" ({r['note']})"
         optimizer = (r.get("optimizer") or "—").split(" (")[0]
         md.append(f"| {label} | {r.get('adapters', ld)} | {optimizer} | {sec(r.get('s_per_step'))} | "
-                  f"{r.get('samples_per_step', 1)} | {mem} | {gib(r.get('allocator_peak_allocated_bytes'))} | "
+                  f"{r.get('samples_per_step', 1)} | {mem} | {gib(r.get('allocator_peak_allocated_bytes'))} / "
+                  f"{gib(r.get('allocator_peak_reserved_bytes'))} | "
                   f"{est or '—'} | {det_text} | {ratio} |")
     md += ["", "Losses of steps 1 and 2 (Baton in one process, PyTorch eager and torch.compile take one fixed "
            "micro-batch and should agree, bf16 rows to bf16's precision; the coordinator rows train on a synthetic "
            "cache with their own noise draws):", ""]
     md += [f"- {key}: {', '.join(f'{x:.5f}' for x in r.get('losses', []))}" for key, r in bp.items()
            if key.startswith("klein_") and r.get("losses")]
+    md += agreement_lines(bp, errors) + stage_lines(bp) + sync_lines(bp) + overhead_lines(bp)
     md += ["", "Determinism per row:", ""]
     md += [f"- {key}: {r['determinism'].get('how')}" for key, r in bp.items()
            if key.startswith("klein_") and r.get("determinism")]
@@ -190,6 +300,7 @@ def main():
                f"{gib(ex['full_model_peak_bytes'])} on one device, {gib(ex['full_model_peak_bytes_per_stage_of_2'])} "
                f"per stage of two. {ex['note']}."]
 
+    md += offload_lines(bp, errors, skipped) + trace_lines(traces)
     md += ["", "## Stage-to-stage transfer (loopback gRPC)", ""]
     if transfer:
         md += [f"device path: {transfer.get('device')} -> pinned host -> gRPC -> pinned host -> {transfer.get('device')}",

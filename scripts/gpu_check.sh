@@ -2,21 +2,23 @@
 # The GPU check: one command on a lent GPU machine (python3 + torch 2.11, CMake, ninja, nvcc, g++; no network)
 # that builds Baton from this checkout and gpu_kit/ (scripts/gpu_pack.sh) against the machine's own torch, then
 # measures, and writes OUTDIR/gpu_report.json and OUTDIR/gpu_report.md (+ build.log, ctest.log, bench.log,
-# transfer.log). Parts: setup, build, env (nvidia-smi, --version), ctest -L cuda, transfer (bench_transfer
-# --device), bench (bench/bench_gpu.py: step time and memory at real sizes, Baton in one process, through the
+# transfer.log, traces.tar: at most 8 files of 16 MiB come back from the device tool). Parts: setup, build, env
+# (nvidia-smi, --version), ctest -L cuda, transfer (bench_transfer --device), bench (bench/bench_gpu.py: step time
+# and memory at real sizes, Baton in one process, its loss and gradients against diffusers + peft's, through the
 # coordinator with the optimizer there or on the stages, two replicas with the allreduce exchange, each beside
-# diffusers + peft eager at the same adapter precision; baton plan; regional torch.compile after the Baton rows; the
-# FLUX.2-dev slice). Each part runs under its own timeout inside one overall deadline, and each bench row under its
-# own timeout inside the bench's, so a failing part or row still leaves a report that names it. --device cpu
-# --small is the CPU rehearsal (scripts/gpu_rehearse.sh).
+# diffusers + peft eager at the same adapter precision; baton plan; the FLUX.2-dev slice with block swap; regional
+# torch.compile last), traces (Kineto traces of both sides summarised here by bench/trace_summary.py, the raw ones
+# packed into traces.tar). Each part runs under its own timeout inside one overall deadline (8 minutes), and each
+# bench row under its own timeout inside the bench's, so a failing part or row still leaves a report that names it.
+# --device cpu --small is the CPU rehearsal (scripts/gpu_rehearse.sh).
 #
 #   scripts/gpu_check.sh OUTDIR [--device cuda|cpu] [--small] [--kit DIR] [--build DIR] [--deadline S]
-#                        [--parts setup,build,env,ctest_cuda,transfer,bench] [--bench_args "ARGS"]
+#                        [--parts setup,build,env,ctest_cuda,transfer,bench,traces] [--bench_args "ARGS"]
 # --parts runs only the parts named (a follow-up call on a fresh machine still needs setup and build);
-# --bench_args goes to bench/bench_gpu.py (e.g. "--only klein,pytorch --trace_dir OUTDIR/traces").
-# Environment: GPU_CHECK_JOBS (build parallelism, default nproc), GPU_CHECK_BUILD_TIMEOUT (s, default 330),
-# GPU_CHECK_BENCH_TIMEOUT (s for the whole bench, default 480), GPU_CHECK_PART_TIMEOUT (s per bench row, default
-# 150), GPU_CHECK_COMPILE_TIMEOUT (s for the torch.compile row, default 240).
+# --bench_args goes to bench/bench_gpu.py (e.g. "--only klein,pytorch"; traces go to the work folder's traces/).
+# Environment: GPU_CHECK_JOBS (build parallelism, default nproc), GPU_CHECK_BUILD_TIMEOUT (s, default 270),
+# GPU_CHECK_BENCH_TIMEOUT (s for the whole bench, default 420), GPU_CHECK_PART_TIMEOUT (s per bench row, default
+# 120), GPU_CHECK_COMPILE_TIMEOUT (s for the torch.compile row, default 180).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -25,8 +27,8 @@ DEVICE=cuda
 SMALL=0
 KIT=$REPO/gpu_kit
 BUILD=$REPO/build-gpu
-DEADLINE_S=540  # 9 minutes, build included
-PARTS=setup,build,env,ctest_cuda,transfer,bench
+DEADLINE_S=480  # 8 minutes, build included: a second call fits in the session's 15 minutes of device time
+PARTS=setup,build,env,ctest_cuda,transfer,bench,traces
 BENCH_ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,7 +46,7 @@ done
 [ -n "$OUT" ] || { echo "usage: scripts/gpu_check.sh OUTDIR [--device cuda|cpu] [--small]" >&2; exit 2; }
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
-rm -f "$OUT"/{gpu_report.json,gpu_report.md,build.log,ctest.log,transfer.log,bench.log}
+rm -f "$OUT"/{gpu_report.json,gpu_report.md,build.log,ctest.log,transfer.log,bench.log,traces.tar}
 START=$(date +%s)
 JOBS=${GPU_CHECK_JOBS:-$(nproc)}
 WORK=$(mktemp -d /tmp/baton-gpu-check.XXXXXX)
@@ -133,7 +135,7 @@ build() {
     baton_cuda_tests
 }
 export -f build
-run_part build "${GPU_CHECK_BUILD_TIMEOUT:-330}" "$OUT/build.log" build
+run_part build "${GPU_CHECK_BUILD_TIMEOUT:-270}" "$OUT/build.log" build
 
 # ---- env: the machine and each binary's --version ----------------------------------------------------------------
 envinfo() {
@@ -170,12 +172,44 @@ SMALL_FLAG=""
 [ "$SMALL" = 1 ] && SMALL_FLAG=--small
 # The bench knows its own budget (what the deadline leaves, at most 480 s): a row with too little time left is
 # skipped and named instead of the whole part timing out.
-BENCH_MAX=${GPU_CHECK_BENCH_TIMEOUT:-480}
-BENCH_BUDGET=$(($(left) - 30))
+BENCH_MAX=${GPU_CHECK_BENCH_TIMEOUT:-420}
+BENCH_BUDGET=$(($(left) - 45))  # the traces part and the report after it
 [ "$BENCH_BUDGET" -gt "$BENCH_MAX" ] && BENCH_BUDGET=$BENCH_MAX
 run_part bench $BENCH_MAX "$OUT/bench.log" env PYTHONUNBUFFERED=1 $PY bench/bench_gpu.py --bin_dir "$BIN" \
-  --device "$DEVICE" $SMALL_FLAG --out "$WORK/bench.json" --part_timeout "${GPU_CHECK_PART_TIMEOUT:-150}" \
-  --compile_timeout "${GPU_CHECK_COMPILE_TIMEOUT:-240}" --time_budget "$BENCH_BUDGET" $BENCH_ARGS
+  --device "$DEVICE" $SMALL_FLAG --out "$WORK/bench.json" --part_timeout "${GPU_CHECK_PART_TIMEOUT:-120}" \
+  --compile_timeout "${GPU_CHECK_COMPILE_TIMEOUT:-180}" --time_budget "$BENCH_BUDGET" --trace_dir "$WORK/traces" \
+  $BENCH_ARGS
+
+# ---- traces: summarised here; the raw ones back compressed, smallest first, within the device tool's 16 MiB -------
+traces() {
+  set -e
+  mkdir -p "$WORK/traces"
+  $PY bench/trace_summary.py "$WORK/traces" >"$WORK/trace_summary.json"
+  cd "$WORK/traces"
+  # Python's lzma: the GPU machine may lack xz
+  $PY -c 'import glob, lzma, os, shutil
+for f in glob.glob("*"):
+    if not f.endswith(".xz"):
+        with open(f, "rb") as src, lzma.open(f + ".xz", "wb", preset=3) as dst:
+            shutil.copyfileobj(src, dst)
+        os.remove(f)'
+
+  local total=0 size f keep=()
+  while IFS= read -r f; do
+    size=$(stat -c %s "$f")
+    if [ $((total + size)) -gt $((15 << 20)) ]; then
+      echo "traces: $f left out ($size bytes compressed)"
+      continue
+    fi
+    total=$((total + size))
+    keep+=("$f")
+  done < <(ls -S -r -- *.xz 2>/dev/null)
+  [ "${#keep[@]}" -gt 0 ] && tar -cf "$OUT/traces.tar" "${keep[@]}"
+  echo "traces: ${#keep[@]} files, $total bytes in $OUT/traces.tar"
+}
+export -f traces
+export OUT
+run_part traces 60 "$OUT/bench.log" traces
 
 # ---- report ---------------------------------------------------------------------------------------------------
 $PY bench/gpu_report.py --work "$WORK" --out "$OUT" --device "$DEVICE" --small "$SMALL" \
