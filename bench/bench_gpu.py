@@ -28,7 +28,8 @@ Measurements (random weights written here; inputs fixed; LoRA rank 16 on the att
              baton_1p each; their difference is the cost of 1 double + 2 single blocks, scaled by block parameters
              to the whole 8 + 48 blocks; bytes likewise. plan_dev_int8: `baton plan` of the whole model on two 24 GB
              cards with int8 weights. offload_<n>_of_6: the 2 + 4 slice through `coordinator --stages 1` (the
-             stage-local optimizer) with `offload: {blocks: n}`, n = 0, a quarter and half of its blocks.
+             stage-local optimizer) with `offload: {blocks: n}`, n = 0, a quarter and half of its blocks, every
+             block recomputed (`recompute: true`, which swap needs).
 Like for like, every row: the same adapter precision on both sides (the row's lora_dtype), the same determinism
 (--deterministic, default false: libtorch's defaults, which bench_vs_pytorch keeps; the coordinator rows write
 `deterministic:` accordingly; PyTorch sets torch.use_deterministic_algorithms and cuDNN to match), the same CPU
@@ -408,7 +409,7 @@ def run_baton_1p(args, work, timeout, lora_dtype):
 
 # ---- Baton through the coordinator -----------------------------------------------------------------------------
 def run_coordinator(args, work, stages, timeout, lora_dtype, exchange="coordinator", replicas=1, deterministic=None,
-                    offload=0):
+                    offload=None):
     s_cache = os.path.join(work, "cache")
     if not os.path.exists(s_cache):
         grid = args.shape["grid"]
@@ -418,18 +419,22 @@ def run_coordinator(args, work, stages, timeout, lora_dtype, exchange="coordinat
                        check=True, timeout=timeout)
     det = args.deterministic if deterministic is None else deterministic
     # One row's stage workers also trace two steps after the timed ones (Kineto; not timed themselves).
-    traced = bool(args.trace_dir) and stages == 2 and exchange == "allreduce" and replicas == 1 and not offload \
+    traced = bool(args.trace_dir) and stages == 2 and exchange == "allreduce" and replicas == 1 and offload is None \
         and det == args.deterministic
     timed_end = 2 + args.warmup + args.steps
     steps = timed_end + (2 if traced else 0)
     dev = args.device_name
     name = f"{stages}s{'_local' if exchange == 'allreduce' and replicas == 1 else ''}_r{replicas}_{lora_dtype}" + \
-        ("" if det == args.deterministic else ("_det" if det else "_nondet")) + (f"_offload{offload}" if offload else "")
+        ("" if det == args.deterministic else ("_det" if det else "_nondet")) + \
+        (f"_offload{offload}" if offload is not None else "")
 
     def job_text(with_lora_dtype):
         return (f"model: {work}/transformer\ndataset: {s_cache}\nlora: {{rank: 16, alpha: 16, targets: attention}}\n"
                 f"optimizer: {{lr: 1.0e-3, clip: 1.0}}\nsteps: {steps}\nbatch_size: {replicas}\n"
-                f"micro_batches: {replicas}\nschedule: 1f1b\nrecompute: false\nseed: 1\n"
+                f"micro_batches: {replicas}\nschedule: 1f1b\nseed: 1\n"
+                # block swap streams the blocks the backward recomputes: the offload series (none swapped included,
+                # like for like) recomputes every block
+                f"recompute: {'false' if offload is None else 'true'}\n"
                 f"checkpoint_every: {steps + 1}\ndtype: {args.dtype}\n"
                 + (f"lora_dtype: {lora_dtype}\n" if with_lora_dtype else "")
                 + f"threads: {args.threads}\ndevices: [{', '.join([dev] * (stages * replicas))}]\n"
@@ -483,7 +488,7 @@ def run_coordinator(args, work, stages, timeout, lora_dtype, exchange="coordinat
            "stage_device_busy_seconds_last": log[-1].get("stage_device_busy_seconds"),
            "stage_memory_bytes_last": log[-1].get("stage_memory_bytes"),
            "stage_memory_reserved_bytes_last": log[-1].get("stage_memory_reserved_bytes"),
-           "offload_blocks": offload,
+           "offload_blocks": offload or 0, "recompute": offload is not None,
            "coordinator_seconds_last": log[-1].get("coordinator_seconds"),
            "replica_allreduce_seconds_last": log[-1].get("replica_allreduce_seconds"),
            "exit_code": r.returncode, "optimizer": optimizer, "adapters": lora_note("baton", lora_dtype, args.dtype),
@@ -740,7 +745,7 @@ def main():
                     part(f"dev_baton_1p_{d}x{s}", args.out, lambda: run_baton_1p(args, dwork, timeout_for(T), main_lora))
                 if (d, s) == (2, 4) and "offload" in only and "2x4" in sizes:
                     # Block swap at FLUX.2-dev's block size: 0, a quarter and half of the slice's blocks in host
-                    # memory, one stage, the stage-local optimizer (the coordinator rows' like-for-like).
+                    # memory, one stage, the stage-local optimizer, every block recomputed (what swap needs).
                     for n in (0, (d + s) // 4, (d + s) // 2):
                         part(f"dev_offload_{n}_of_{d + s}", args.out,
                              lambda n=n: run_coordinator(args, dwork, 1, timeout_for(T), main_lora, "allreduce",

@@ -109,7 +109,9 @@ absl::Status StageRunner::LoadStateLocked(const TensorMap& tensors) {
 void StageRunner::WriteHostCopy() {
   TensorMap state = optimizer_.StateView();  // the live tensors (the run lock is held)
   for (const auto& [name, p] : AllLora()) state[name] = p.detach().to(at::kFloat);
-  state = DownloadAll(state);  // a few copies and one wait, not one synchronizing copy per tensor
+  // A few copies and one wait, not one synchronizing copy per tensor; on the CPU the live tensors themselves (written
+  // out before this lock is released).
+  state = DownloadAll(state, std::nullopt, HostTensors::kShare);
   const bool first = host_copy_.writes() == 0;
   absl::StatusOr<double> seconds = host_copy_.Write(state);
   if (!seconds.ok()) {

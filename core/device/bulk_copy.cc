@@ -65,7 +65,8 @@ at::Tensor Packed(const Bucket& b, const std::map<std::string, at::Tensor>& tens
 }  // namespace
 
 std::map<std::string, at::Tensor> DownloadAll(const std::map<std::string, at::Tensor>& tensors,
-                                              std::optional<at::ScalarType> dtype, int64_t bucket_bytes) {
+                                              std::optional<at::ScalarType> dtype, HostTensors host,
+                                              int64_t bucket_bytes) {
   std::map<std::string, at::Tensor> out;
   std::vector<std::pair<at::Tensor, size_t>> pending;  // pinned host buffers being filled, by bucket
   const std::vector<Bucket> buckets = Buckets(tensors, dtype, bucket_bytes, /*align_bytes=*/1);  // packed by cat
@@ -77,7 +78,7 @@ std::map<std::string, at::Tensor> DownloadAll(const std::map<std::string, at::Te
     if (!b.device.is_cuda()) {
       for (const std::string& name : b.names) {
         const at::Tensor& t = tensors.at(name);
-        out[name] = t.detach().to(at::kCPU, b.dtype, /*non_blocking=*/false, /*copy=*/true).contiguous();
+        out[name] = t.detach().to(at::kCPU, b.dtype, /*non_blocking=*/false, host == HostTensors::kCopy).contiguous();
       }
       continue;
     }

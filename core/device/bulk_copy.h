@@ -15,11 +15,17 @@ namespace baton {
 
 inline constexpr int64_t kBulkCopyBucketBytes = int64_t{64} << 20;
 
+// What DownloadAll does with tensors already on the host: copies (the result never aliases the input, which its
+// owner goes on changing) or the tensors themselves where their dtype and layout already fit (a reader done with
+// them before they change).
+enum class HostTensors { kCopy, kShare };
+
 // Every tensor on the host, contiguous, in `dtype` when given (else its own): CUDA tensors as views into a few pinned
 // buffers (packed on the device one bucket at a time, so the packing holds at most a bucket of extra device memory),
-// host tensors as copies (the result never aliases the input). Complete when it returns.
+// host tensors as `host` says. Complete when it returns.
 std::map<std::string, at::Tensor> DownloadAll(const std::map<std::string, at::Tensor>& tensors,
                                               std::optional<at::ScalarType> dtype = std::nullopt,
+                                              HostTensors host = HostTensors::kCopy,
                                               int64_t bucket_bytes = kBulkCopyBucketBytes);
 
 // Every tensor onto `device`: to CUDA as views into a few device buffers, each filled by one copy from a pinned

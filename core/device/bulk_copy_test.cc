@@ -26,6 +26,8 @@ TEST(BulkCopyTest, HostTensorsDownloadAsCopiesInTheAskedDtype) {
   const auto fp32 = DownloadAll(in, at::kFloat);
   EXPECT_EQ(fp32.at("b.weight").scalar_type(), at::kFloat);
   EXPECT_TRUE(at::equal(fp32.at("b.weight"), in.at("b.weight").to(at::kFloat)));
+  const auto shared = DownloadAll(in, std::nullopt, HostTensors::kShare);
+  EXPECT_EQ(shared.at("a.weight").data_ptr(), in.at("a.weight").data_ptr()) << "shared where it already fits";
   const auto same = UploadAll(in, at::kCPU);
   EXPECT_TRUE(same.at("a.weight").is_same(in.at("a.weight"))) << "already there: passed through";
 }

@@ -103,12 +103,12 @@ TEST_F(CudaStepSyncTest, BulkCopiesCarryEveryTensorExactlyBothWays) {
       EXPECT_TRUE(watch.sites().empty()) << Joined(watch.sites());
     }
     for (const auto& [name, t] : device) EXPECT_TRUE(t.is_cuda()) << name;
-    const auto back = DownloadAll(device, std::nullopt, bucket);
+    const auto back = DownloadAll(device, std::nullopt, HostTensors::kCopy, bucket);
     for (const auto& [name, t] : host) {
       EXPECT_TRUE(back.at(name).is_cpu() && back.at(name).is_pinned()) << name;
       EXPECT_TRUE(at::equal(back.at(name), t)) << name << " bucket " << bucket;
     }
-    const auto fp32 = DownloadAll({{"b", device.at("a.lora_B.weight")}}, at::kFloat, bucket);
+    const auto fp32 = DownloadAll({{"b", device.at("a.lora_B.weight")}}, at::kFloat, HostTensors::kCopy, bucket);
     EXPECT_TRUE(at::equal(fp32.at("b"), host.at("a.lora_B.weight").to(at::kFloat)));
   }
 }
