@@ -83,8 +83,7 @@ void PrintProgress(const PipelineStepRecord& rec, int64_t start_step, int64_t to
   double eta = elapsed / static_cast<double>(done) * static_cast<double>(left);
   std::string busy_text;
   for (size_t i = 0; i < rec.stages.size(); ++i) {
-    absl::StrAppend(&busy_text, i ? " " : "",
-                    absl::StrFormat("%.2f", rec.stages[i].forward_seconds + rec.stages[i].backward_seconds));
+    absl::StrAppend(&busy_text, i ? " " : "", absl::StrFormat("%.2f", BusySeconds(rec.stages[i])));
   }
   // absl::StrCat, not " " + std::string: GCC 12 -O3 reports a false -Wrestrict on the latter.
   if (rec.replica_micro_batches.size() > 1) {

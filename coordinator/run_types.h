@@ -75,6 +75,12 @@ struct StageStepStats {
   uint64_t memory_reserved_bytes = 0;
 };
 
+// What a stage computed in the step, as users see it (the progress line, the job service): on CUDA the device's own
+// time, from events (the host's clock there times the launches); elsewhere forward + backward.
+inline double BusySeconds(const StageStepStats& s) {
+  return s.device_seconds > 0 ? s.device_seconds : s.forward_seconds + s.backward_seconds;
+}
+
 struct PipelineStepRecord : StepRecord {
   std::vector<StageStepStats> stages;
   // The coordinator's own serial work in the step (train_log.jsonl: coordinator_seconds): waiting for the

@@ -137,7 +137,7 @@ void JobQueue::OnStep(int64_t id, const PipelineStepRecord& rec) {
   while (job.info.stage_totals_size() < static_cast<int>(rec.stages.size())) job.info.add_stage_totals();
   for (size_t i = 0; i < rec.stages.size(); ++i) {
     v1::StageStats* s = p.add_stages();
-    s->set_busy_seconds(rec.stages[i].forward_seconds + rec.stages[i].backward_seconds);
+    s->set_busy_seconds(BusySeconds(rec.stages[i]));
     s->set_idle_seconds(rec.stages[i].idle_seconds);
     s->set_memory_bytes(static_cast<int64_t>(rec.stages[i].memory_bytes));
     v1::StageStats* total = job.info.mutable_stage_totals(static_cast<int>(i));

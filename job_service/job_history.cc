@@ -64,7 +64,9 @@ v1::StepProgress StepFromLine(const nlohmann::json& j, int64_t total_steps) {
   s.set_step_seconds(j.value("step_seconds", 0.0));
   s.set_samples_per_second(j.value("samples_per_second", 0.0));
   if (j.contains("stage_busy_seconds") && j.contains("stage_idle_seconds")) {
-    const auto& busy = j["stage_busy_seconds"];
+    // CUDA stages: the device's own time (BusySeconds), as the live events said
+    const auto& busy =
+        j.contains("stage_device_busy_seconds") ? j["stage_device_busy_seconds"] : j["stage_busy_seconds"];
     const auto& idle = j["stage_idle_seconds"];
     const nlohmann::json memory = j.value("stage_memory_bytes", nlohmann::json::array());
     for (size_t i = 0; i < busy.size() && i < idle.size(); ++i) {

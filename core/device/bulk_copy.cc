@@ -87,17 +87,17 @@ std::map<std::string, at::Tensor> DownloadAll(const std::map<std::string, at::Te
     // Packed on the current stream; the packed buffer goes back to that stream's pool when this iteration ends and
     // is reused only by work queued after the copy, so one bucket of device memory serves them all.
     const at::Tensor flat = Packed(b, tensors);
-    at::Tensor host = at::empty({b.numel}, at::TensorOptions(b.dtype).pinned_memory(true));
-    host.copy_(flat, /*non_blocking=*/true);
+    at::Tensor pinned = at::empty({b.numel}, at::TensorOptions(b.dtype).pinned_memory(true));
+    pinned.copy_(flat, /*non_blocking=*/true);
     copied.emplace_back();
     copied.back().record(c10::cuda::getCurrentCUDAStream(b.device.index()));
-    pending.emplace_back(host, i);
+    pending.emplace_back(pinned, i);
 #endif
   }
 #ifdef BATON_WITH_CUDA
   for (auto& event : copied) event.synchronize();
 #endif
-  for (const auto& [host, i] : pending) Unpack(host, buckets[i], tensors, out);
+  for (const auto& [pinned, i] : pending) Unpack(pinned, buckets[i], tensors, out);
   return out;
 }
 
@@ -113,14 +113,14 @@ std::map<std::string, at::Tensor> UploadAll(const std::map<std::string, at::Tens
   c10::cuda::CUDAGuard guard(device);
   for (const Bucket& b : Buckets(to_move, std::nullopt, bucket_bytes, /*align_bytes=*/256)) {
     // Packed on the host (a CUDA source is copied to the host first: rare, and correct), then one copy; the pinned
-    // allocator keeps `host` until the copy has run.
-    at::Tensor host = at::empty({b.numel}, at::TensorOptions(b.dtype).pinned_memory(true));
+    // allocator keeps `pinned` until the copy has run.
+    at::Tensor pinned = at::empty({b.numel}, at::TensorOptions(b.dtype).pinned_memory(true));
     for (size_t i = 0; i < b.names.size(); ++i) {
       const at::Tensor& t = to_move.at(b.names[i]);
-      host.narrow(0, b.offsets[i], t.numel()).copy_(t.detach().reshape(-1).to(at::kCPU));
+      pinned.narrow(0, b.offsets[i], t.numel()).copy_(t.detach().reshape(-1).to(at::kCPU));
     }
     at::Tensor flat = at::empty({b.numel}, at::TensorOptions(b.dtype).device(device));
-    flat.copy_(host, /*non_blocking=*/true);
+    flat.copy_(pinned, /*non_blocking=*/true);
     Unpack(flat, b, to_move, out);
   }
 #else

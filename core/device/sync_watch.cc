@@ -57,12 +57,17 @@ SyncWatch::~SyncWatch() { c10::cuda::warning_state().set_sync_debug_mode(state_-
 
 std::vector<std::string> SyncWatch::sites() const { return state_->handler.sites(); }
 
+// Without a watch the mode is never written, only read: ReadBack on many threads races with nothing.
 IntendedSync::IntendedSync() : previous_(static_cast<int>(c10::cuda::warning_state().get_sync_debug_mode())) {
-  c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  if (previous_ != static_cast<int>(c10::cuda::SyncDebugMode::L_DISABLED)) {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  }
 }
 
 IntendedSync::~IntendedSync() {
-  c10::cuda::warning_state().set_sync_debug_mode(static_cast<c10::cuda::SyncDebugMode>(previous_));
+  if (previous_ != static_cast<int>(c10::cuda::SyncDebugMode::L_DISABLED)) {
+    c10::cuda::warning_state().set_sync_debug_mode(static_cast<c10::cuda::SyncDebugMode>(previous_));
+  }
 }
 #else
 struct SyncWatch::State {};

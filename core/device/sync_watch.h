@@ -26,7 +26,8 @@ class SyncWatch {
   std::unique_ptr<State> state_;
 };
 
-// While one lives, synchronizations are not reported (ReadBack's own).
+// While one lives, synchronizations are not reported (ReadBack's own). Writes the process-wide mode only while a
+// SyncWatch has set it (tests, the GPU check), one thread at a time.
 class IntendedSync {
  public:
   IntendedSync();
