@@ -41,8 +41,9 @@ class CudaCoordinatorTest : public ::testing::Test {
         WriteSyntheticCache(JoinPath(dir_, "cache"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
             .ok());
   }
-  static std::string Job(const std::string& devices, const std::string& extra = "", int steps = 3) {
-    return absl::StrCat("lora: {rank: 4, targets: all-linear}\noptimizer: {lr: 0.01}\nsteps: ", steps,
+  static std::string Job(const std::string& devices, const std::string& extra = "", int steps = 3,
+                         const std::string& lora = "{rank: 4, targets: all-linear}") {
+    return absl::StrCat("lora: ", lora, "\noptimizer: {lr: 0.01}\nsteps: ", steps,
                         "\n"
                         "batch_size: 4\nmicro_batches: 4\nschedule: 1f1b\nrecompute: true\nseed: 3\n"
                         "dtype: fp32\ndevices: ",
@@ -124,6 +125,20 @@ TEST_F(CudaCoordinatorTest, AResumeLoadsTheStagesStateBackOntoTheDevice) {
   ASSERT_FALSE(a.empty());
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) EXPECT_TRUE(at::equal(t, b.at(name))) << name;
+}
+
+// Every LoRA type on the device: DoRA's magnitudes and norms, LoHa's Hadamard product of two low-rank products and
+// LoKr's Kronecker product (never built: w1·X·w2ᵀ) train on cuda:0 as on the CPU, through 2 stages with the stage-local
+// optimizer, and read back (the saved LoRA: diffusers naming for DoRA, LyCORIS for LoHa and LoKr) within the
+// tolerance above.
+TEST_F(CudaCoordinatorTest, EachLoraTypeTrainsOnTheDeviceAsOnTheCpu) {
+  for (const char* type : {"dora", "loha", "lokr"}) {
+    const std::string lora = absl::StrCat("{rank: 4, targets: all-linear, type: ", type, "}");
+    const std::string extra = "replica_exchange: allreduce\n";
+    ASSERT_TRUE(Run(Job("[cpu, cpu]", extra, 3, lora), absl::StrCat("cpu_", type), 2));
+    ASSERT_TRUE(Run(Job("[cuda:0, cuda:0]", extra, 3, lora), absl::StrCat("gpu_", type), 2));
+    ExpectSameLora(absl::StrCat("cpu_", type), absl::StrCat("gpu_", type));
+  }
 }
 
 // The stage-local optimizer on the device (replica_exchange: allreduce): 2 replicas x 2 stages, all four on cuda:0
