@@ -719,12 +719,6 @@ def main():
             if "replicas" in only:
                 part(f"klein_replicas_2x1_allreduce_{main_lora}", args.out,
                      lambda: run_coordinator(args, tw, 1, timeout_for(T), main_lora, "allreduce", 2))
-            if args.trace_dir and "coordinator" in only:
-                part(f"klein_coordinator_2s_{main_lora}_{'nondet' if args.deterministic else 'det'}", args.out,
-                     lambda: run_coordinator(args, tw, 2, timeout_for(T), main_lora, "coordinator", 1,
-                                             not args.deterministic))
-            for ld in loras[1:]:
-                pair(ld)
         if "dev_slice" in only:
             base = shape(args, "dev")
             args.shape = base
@@ -752,10 +746,18 @@ def main():
                                                          offload=n))
                 shutil.rmtree(dwork, ignore_errors=True)
             part("dev_extrapolation", args.out, extrapolate, base, sizes)
+        # Then the other adapter precision and the other determinism (wanted less than block swap at dev's size).
+        args.shape = RESULTS["klein_shape"]
+        if tw:
+            for ld in loras[1:]:
+                pair(ld)
+            if args.trace_dir and "coordinator" in only:
+                part(f"klein_coordinator_2s_{main_lora}_{'nondet' if args.deterministic else 'det'}", args.out,
+                     lambda: run_coordinator(args, tw, 2, timeout_for(T), main_lora, "coordinator", 1,
+                                             not args.deterministic))
         # Last, in its own process under its own timeout: a compiler failure (the H100's "illegal memory access"
         # inside Inductor) is this row's error and takes nothing else with it.
         if tw and "compile" in only:
-            args.shape = RESULTS["klein_shape"]
             part(f"klein_pytorch_compile_{main_lora}", args.out,
                  lambda: run_pytorch(args, tw, holder["targets"], main_lora, True, timeout_for(args.compile_timeout)))
     finally:
