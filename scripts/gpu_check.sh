@@ -170,10 +170,10 @@ run_part transfer 90 "$OUT/transfer.log" "$BIN/bench_transfer" --device="$DEV_NA
 # ---- bench: step time and memory at real sizes, baton plan, the FLUX.2-dev slice, PyTorch ----------------------
 SMALL_FLAG=""
 [ "$SMALL" = 1 ] && SMALL_FLAG=--small
-# The bench knows its own budget (what the deadline leaves, at most 480 s): a row with too little time left is
+# The bench knows its own budget (what the deadline leaves, at most 420 s): a row with too little time left is
 # skipped and named instead of the whole part timing out.
 BENCH_MAX=${GPU_CHECK_BENCH_TIMEOUT:-420}
-BENCH_BUDGET=$(($(left) - 45))  # the traces part and the report after it
+BENCH_BUDGET=$(($(left) - 100))  # the traces part and the report after it
 [ "$BENCH_BUDGET" -gt "$BENCH_MAX" ] && BENCH_BUDGET=$BENCH_MAX
 run_part bench $BENCH_MAX "$OUT/bench.log" env PYTHONUNBUFFERED=1 $PY bench/bench_gpu.py --bin_dir "$BIN" \
   --device "$DEVICE" $SMALL_FLAG --out "$WORK/bench.json" --part_timeout "${GPU_CHECK_PART_TIMEOUT:-120}" \
@@ -186,30 +186,27 @@ traces() {
   mkdir -p "$WORK/traces"
   $PY bench/trace_summary.py "$WORK/traces" >"$WORK/trace_summary.json"
   cd "$WORK/traces"
-  # Python's lzma: the GPU machine may lack xz
-  $PY -c 'import glob, lzma, os, shutil
-for f in glob.glob("*"):
-    if not f.endswith(".xz"):
-        with open(f, "rb") as src, lzma.open(f + ".xz", "wb", preset=3) as dst:
+  # Python's gzip and tarfile (the GPU machine may lack xz), smallest first, within 15 MiB and 45 s.
+  $PY -c 'import gzip, os, shutil, sys, tarfile, time
+t0, total, kept = time.time(), 0, 0
+with tarfile.open(sys.argv[1], "w") as tar:
+    for f in sorted((f for f in os.listdir(".") if os.path.isfile(f)), key=os.path.getsize):
+        if time.time() - t0 > 45:
+            print(f"traces: {f} left out (out of time)")
+            continue
+        with open(f, "rb") as src, gzip.open(f + ".gz", "wb", compresslevel=6) as dst:
             shutil.copyfileobj(src, dst)
-        os.remove(f)'
-
-  local total=0 size f keep=()
-  while IFS= read -r f; do
-    size=$(stat -c %s "$f")
-    if [ $((total + size)) -gt $((15 << 20)) ]; then
-      echo "traces: $f left out ($size bytes compressed)"
-      continue
-    fi
-    total=$((total + size))
-    keep+=("$f")
-  done < <(ls -S -r -- *.xz 2>/dev/null)
-  [ "${#keep[@]}" -gt 0 ] && tar -cf "$OUT/traces.tar" "${keep[@]}"
-  echo "traces: ${#keep[@]} files, $total bytes in $OUT/traces.tar"
+        size = os.path.getsize(f + ".gz")
+        if total + size > 15 << 20:
+            print(f"traces: {f} left out ({size} bytes compressed)")
+            continue
+        tar.add(f + ".gz")
+        total, kept = total + size, kept + 1
+print(f"traces: {kept} files, {total} bytes in {sys.argv[1]}")' "$OUT/traces.tar"
 }
 export -f traces
 export OUT
-run_part traces 60 "$OUT/bench.log" traces
+run_part traces 75 "$OUT/bench.log" traces
 
 # ---- report ---------------------------------------------------------------------------------------------------
 $PY bench/gpu_report.py --work "$WORK" --out "$OUT" --device "$DEVICE" --small "$SMALL" \
