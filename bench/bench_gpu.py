@@ -45,6 +45,7 @@ rewritten after each, so a part that fails or times out leaves the others' figur
 """
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -287,12 +288,18 @@ def common(args, lora_dtype, who):
 
 
 # ---- Baton in one process --------------------------------------------------------------------------------------
-def binary_has_flag(path, flag):
+@functools.lru_cache(maxsize=None)
+def help_text(path):
+    """`path --help`, asked once per binary (each run loads libtorch)."""
     try:
         r = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=30)
-        return f"--{flag}" in r.stdout + r.stderr or f"-{flag}" in r.stdout + r.stderr
+        return r.stdout + r.stderr
     except (OSError, subprocess.TimeoutExpired):
-        return False
+        return ""
+
+
+def binary_has_flag(path, flag):
+    return f"-{flag}" in help_text(path)
 
 
 def grads_path(work, side, lora_dtype):
