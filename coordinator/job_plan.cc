@@ -106,6 +106,7 @@ absl::Status CheckJobPlan(const JobConfig& job, int stages, std::string* frozen_
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseDtype(job.dtype));
   ASSIGN_OR_RETURN(std::unique_ptr<ModelFamily> model, OpenModel(job.model, job.model_config));
   RETURN_IF_ERROR(Annotate(CheckSamplesPossible(job, *model), job.source));
+  RETURN_IF_ERROR(CheckLoraOutputsPossible(job, *model));
   if (!job.encode.encoder_worker.empty()) return absl::OkStatus();  // the cache is built at run time
   ASSIGN_OR_RETURN(auto cache, OpenTrainingCache(job, *model));
   ASSIGN_OR_RETURN(auto plans, PlanReplicas(job, options, *model, *cache, dtype, /*quiet=*/true));
@@ -125,6 +126,7 @@ absl::StatusOr<JobSetup> SetUpJob(const JobConfig& job, const CoordinatorOptions
   s.micro_batches = static_cast<int>(job.micro_batches);
   ASSIGN_OR_RETURN(s.dtype, ParseDtype(job.dtype));
   ASSIGN_OR_RETURN(s.model, OpenModel(job.model, job.model_config));
+  RETURN_IF_ERROR(CheckLoraOutputsPossible(job, *s.model));
   RETURN_IF_ERROR(RunEncodeStep(job, options.rpc_timeout, options.quiet).status());  // no `encode:`: nothing to do
   ASSIGN_OR_RETURN(s.cache, OpenTrainingCache(job, *s.model));
   const CacheReader& cache = *s.cache;

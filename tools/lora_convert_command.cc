@@ -24,13 +24,15 @@ absl::Status LoraConvert(const Args& args) {
 }  // namespace
 
 Command LoraConvertCommand() {
-  return {
-      "lora-convert",
-      "Rewrite a LoRA file (Wan or FLUX.2, told from its keys) in diffusers or original/ComfyUI naming.",
-      {{"in", "LoRA .safetensors: diffusers/PEFT, original/ComfyUI (diffusion_model.) or kohya (lora_unet_)", "", true},
-       {"out", "output .safetensors", "", true},
-       {"to", "diffusers | original", "", true}},
-      LoraConvert};
+  return {"lora-convert",
+          "Rewrite a LoRA file (Wan or FLUX.2, told from its keys) in diffusers or original/ComfyUI naming.",
+          {{"in",
+            "LoRA .safetensors (lora, dora, loha, lokr): diffusers/PEFT, LyCORIS (lycoris_), original/ComfyUI "
+            "(diffusion_model.) or kohya (lora_unet_)",
+            "", true},
+           {"out", "output .safetensors", "", true},
+           {"to", "diffusers (Baton's own: LyCORIS for loha and lokr) | original", "", true}},
+          LoraConvert};
 }
 
 }  // namespace baton

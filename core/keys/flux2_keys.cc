@@ -1,9 +1,12 @@
 #include "core/keys/flux2_keys.h"
 
 #include <absl/strings/match.h>
+#include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
+#include <absl/strings/str_replace.h>
 #include <absl/strings/str_split.h>
+#include <absl/types/span.h>
 
 #include <cstdlib>
 
@@ -139,6 +142,28 @@ std::vector<std::string> BflToDiffusers(const std::string& bfl_key) {
       if (rest == r.bfl) add(base + r.diffusers, true);
   }
   return out;
+}
+
+std::optional<std::string> Flux2ModuleFromUnderscored(absl::string_view name) {
+  auto underscored = [](absl::string_view s) { return absl::StrReplaceAll(s, {{".", "_"}}); };
+  for (const Rule& r : kModelRules) {
+    if (name == underscored(r.diffusers)) return std::string(r.diffusers);
+  }
+  auto in_blocks = [&](absl::string_view prefix, absl::Span<const Rule> rules) -> std::optional<std::string> {
+    absl::string_view rest = name;
+    if (!absl::ConsumePrefix(&rest, prefix) || !absl::ConsumePrefix(&rest, "_")) return std::nullopt;
+    const size_t end = rest.find('_');
+    int index;
+    if (end == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(0, end), &index) || index < 0) {
+      return std::nullopt;
+    }
+    for (const Rule& r : rules) {
+      if (rest.substr(end + 1) == underscored(r.diffusers)) return absl::StrCat(prefix, ".", index, ".", r.diffusers);
+    }
+    return std::nullopt;
+  };
+  if (auto module = in_blocks("transformer_blocks", kDoubleRules)) return module;
+  return in_blocks("single_transformer_blocks", kSingleRules);
 }
 
 at::Tensor SwapHalves(const at::Tensor& t) {

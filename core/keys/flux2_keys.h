@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <absl/status/statusor.h>
+#include <absl/strings/string_view.h>
 
 #include <map>
 #include <optional>
@@ -33,6 +34,10 @@ std::vector<std::string> BflToDiffusers(const std::string& bfl_key);
 absl::StatusOr<std::map<std::string, at::Tensor>> DiffusersToBflStateDict(
     const std::map<std::string, at::Tensor>& diffusers);
 absl::StatusOr<std::map<std::string, at::Tensor>> BflToDiffusersStateDict(const std::map<std::string, at::Tensor>& bfl);
+
+// The diffusers module a LyCORIS/kohya name gives with its dots as underscores ("transformer_blocks_0_attn_to_q" →
+// "transformer_blocks.0.attn.to_q"), among the Linears a LoRA may adapt; nullopt for any other name.
+std::optional<std::string> Flux2ModuleFromUnderscored(absl::string_view name);
 
 // Swaps the two halves of a tensor along dim 0 ((shift, scale) <-> (scale, shift)).
 at::Tensor SwapHalves(const at::Tensor& t);

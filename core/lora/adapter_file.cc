@@ -23,8 +23,10 @@ std::pair<std::string, std::string> SplitFactorName(const std::string& name) {
   return {name.substr(0, dot), name.substr(dot + 1)};
 }
 
-absl::StatusOr<LoraWeights> OneLycorisAdapter(const std::string& path, const std::string& module,
-                                              std::map<std::string, at::Tensor> parts) {
+}  // namespace
+
+absl::StatusOr<LoraWeights> LycorisAdapterFromParts(const std::string& path, const std::string& module,
+                                                    std::map<std::string, at::Tensor> parts) {
   LoraWeights w;
   at::Tensor alpha;
   if (parts.count("alpha")) {
@@ -85,8 +87,6 @@ absl::StatusOr<LoraWeights> OneLycorisAdapter(const std::string& path, const std
   return w;
 }
 
-}  // namespace
-
 const char* LinearFactorName(AdapterType type) {
   switch (type) {
     case AdapterType::kLoha:
@@ -126,6 +126,43 @@ absl::Status SaveLycoris(const std::string& path, const std::map<std::string, at
   return WriteSafetensors(path, out, meta);
 }
 
+LoraWeights WithScaleFolded(const LoraWeights& w) {
+  auto host = [](const at::Tensor& t) { return t.detach().to(at::kFloat).cpu().contiguous(); };
+  LoraWeights out;
+  out.type = w.type;
+  if (w.A.defined()) out.A = host(w.A);
+  if (w.B.defined()) out.B = host(w.B);
+  for (const auto& [name, t] : w.other) out.other[name] = host(t);
+  if (w.scale != 1.0) {
+    const std::string linear = LinearFactorName(w.type);
+    at::Tensor& factor = linear == "lora_B.weight" ? out.B : out.other[linear];
+    factor = factor * w.scale;
+  }
+  return out;
+}
+
+int64_t LycorisRank(const LoraWeights& w) {
+  auto size = [&](const char* name, int dim) { return w.other.count(name) ? w.other.at(name).size(dim) : 0; };
+  return w.type == AdapterType::kLoha ? size("hada_w1_b", 0) : size("lokr_w2_a", 1);
+}
+
+absl::Status SaveLycorisAdapters(const std::string& path, const std::map<std::string, LoraWeights>& adapters,
+                                 const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [module, w] : adapters) {
+    if (w.type != AdapterType::kLoha && w.type != AdapterType::kLokr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LyCORIS files hold loha or lokr: ", module, " is ", AdapterTypeName(w.type)));
+    }
+    const std::string base = LycorisModuleName(module);
+    for (const auto& [name, t] : WithScaleFolded(w).other) out[base + "." + name] = t;
+    if (LycorisRank(w) > 0) out[base + ".alpha"] = at::scalar_tensor(static_cast<double>(LycorisRank(w)), at::kFloat);
+  }
+  std::map<std::string, std::string> meta = metadata;
+  meta["format"] = "pt";
+  return WriteSafetensors(path, out, meta);
+}
+
 bool IsLycorisFile(const std::map<std::string, at::Tensor>& raw) {
   return !raw.empty() && absl::StartsWith(raw.begin()->first, kLycorisPrefix);
 }
@@ -142,7 +179,7 @@ absl::StatusOr<std::map<std::string, LoraWeights>> LycorisAdapters(const std::st
   }
   std::map<std::string, LoraWeights> out;
   for (auto& [module, parts] : by_module) {
-    ASSIGN_OR_RETURN(out[module], OneLycorisAdapter(path, module, std::move(parts)));
+    ASSIGN_OR_RETURN(out[module], LycorisAdapterFromParts(path, module, std::move(parts)));
   }
   return out;
 }

@@ -28,6 +28,21 @@ std::string LycorisModuleName(const std::string& module);
 absl::Status SaveLycoris(const std::string& path, const std::map<std::string, at::Tensor>& params, const LoraSpec& spec,
                          const std::map<std::string, std::string>& metadata);
 
+// One LoHa or LoKr adapter from its tensors by LyCORIS name after the module ("hada_w1_a", ..., "alpha"), checked:
+// every factor a non-empty matrix, none missing, none Baton's types lack (errors name `path` and `module`).
+absl::StatusOr<LoraWeights> LycorisAdapterFromParts(const std::string& path, const std::string& module,
+                                                    std::map<std::string, at::Tensor> parts);
+
+// The adapter on the host in fp32 with its scale folded into its linear factor (LinearFactorName), scale 1.
+LoraWeights WithScaleFolded(const LoraWeights& w);
+// The rank LyCORIS and ComfyUI divide a LoHa's or LoKr's ".alpha" by: hada_w1_b's rows, lokr_w2_a's columns; 0 for a
+// LoKr with a full w2 (scale 1 whatever its alpha).
+int64_t LycorisRank(const LoraWeights& w);
+// Saves LoHa and LoKr adapters (diffusers module → weights, any scales) in LyCORIS naming, each scale folded in and
+// ".alpha" = its LycorisRank: as SaveLycoris, for adapters of different ranks (lora-convert).
+absl::Status SaveLycorisAdapters(const std::string& path, const std::map<std::string, LoraWeights>& adapters,
+                                 const std::map<std::string, std::string>& metadata);
+
 // Whether a file's keys are LyCORIS-named ("lycoris_...").
 bool IsLycorisFile(const std::map<std::string, at::Tensor>& raw);
 // A LyCORIS file's LoHa and LoKr adapters keyed by their LyCORIS module name (ResolveLycorisNames maps them to the

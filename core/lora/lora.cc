@@ -13,6 +13,8 @@
 #include "core/keys/flux2_keys.h"
 #include "core/lora/adapter_file.h"
 #include "core/lora/lora_linear.h"
+#include "core/lora/original_adapters.h"
+#include "core/lora/wan_lora_names.h"
 #include "core/tensor/safetensors.h"
 #include "core/tensor/shape.h"
 #include "core/util/seed.h"
@@ -244,45 +246,8 @@ absl::Status SaveLoraDiffusers(const std::string& path, const std::map<std::stri
 
 absl::StatusOr<std::map<std::string, at::Tensor>> LoraTensorsBfl(const std::map<std::string, at::Tensor>& params,
                                                                  double scale) {
-  for (const auto& [name, t] : params) {
-    if (absl::EndsWith(name, kMagnitude) || !(absl::EndsWith(name, kLoraA) || absl::EndsWith(name, kLoraB))) {
-      return absl::UnimplementedError(
-          absl::StrCat("the original (BFL/ComfyUI) naming holds plain LoRA only: ", name,
-                       " is a DoRA, LoHa or LoKr parameter (not built yet; use the diffusers/PEFT or LyCORIS file)"));
-    }
-  }
-  ASSIGN_OR_RETURN(auto modules, GroupByModule(params));
-  // BFL module → chunks (A, B) in chunk order.
-  std::map<std::string, std::vector<std::pair<at::Tensor, at::Tensor>>> fused;
-  for (const auto& [module, ab] : modules) {
-    auto loc = DiffusersToBfl(module);
-    if (!loc) return absl::InvalidArgumentError(absl::StrCat("no BFL name for LoRA module ", module));
-    auto& slot = fused[loc->key];
-    slot.resize(loc->num_chunks);
-    at::Tensor b = ab.second.detach().to(at::kFloat).cpu();
-    if (loc->swap_halves) b = SwapHalves(b);
-    slot[loc->chunk] = {ab.first.detach().to(at::kFloat).cpu(), b};
-  }
-  std::map<std::string, at::Tensor> out;
-  for (auto& [bfl, chunks] : fused) {
-    std::vector<at::Tensor> as, bs;
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      if (!chunks[i].first.defined()) {
-        return absl::InvalidArgumentError(absl::StrCat("BFL format fuses q, k and v: adapter ", i, " of ", bfl,
-                                                       " is missing (target all three or use the diffusers format)"));
-      }
-      as.push_back(chunks[i].first);
-      bs.push_back(chunks[i].second);
-    }
-    at::Tensor a = at::cat(as, 0);                               // [n·r, in]
-    at::Tensor b = bs.size() == 1 ? bs[0] : at::block_diag(bs);  // [n·out, n·r]
-    std::string base = "diffusion_model." + bfl;
-    out[base + kLoraA] = a;
-    // alpha/r folded into B and no ".alpha" tensor: diffusers' FLUX.2 converter accepts only lora_A/lora_B keys
-    // (it raises on leftovers) and, like ComfyUI without ".alpha", applies the adapter with scale 1.
-    out[base + kLoraB] = scale != 1.0 ? b * scale : b;
-  }
-  return out;
+  ASSIGN_OR_RETURN(auto adapters, AdaptersFromParameters(params, scale));
+  return AdaptersToOriginal(adapters, Flux2OriginalNaming());
 }
 
 absl::Status SaveLoraBfl(const std::string& path, const std::map<std::string, at::Tensor>& params, const LoraSpec& spec,
@@ -303,18 +268,6 @@ absl::Status CheckAdapterShapes(const std::string& path, const std::string& modu
                                                  " (want [r, in] and [out, r], r >= 1)"));
 }
 
-// A BFL ".alpha": one finite number; the scale is alpha / rank.
-absl::StatusOr<double> BflScale(const std::string& path, const std::string& module, const at::Tensor& alpha,
-                                int64_t rank) {
-  const double value = alpha.numel() == 1 ? alpha.item<double>() : std::nan("");
-  if (!std::isfinite(value)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": LoRA module ", module,
-                                                   ".alpha must be one finite number, is ", alpha.numel(),
-                                                   " values of shape ", ShapeString(alpha.sizes())));
-  }
-  return value / static_cast<double>(rank);
-}
-
 }  // namespace
 
 absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::string& path) {
@@ -324,77 +277,34 @@ absl::StatusOr<std::map<std::string, LoraWeights>> LoadLoraFile(const std::strin
     ASSIGN_OR_RETURN(raw[key], file->Load(key, at::kFloat));
   }
   if (IsLycorisFile(raw)) return LycorisAdapters(path, raw);
+  if (!raw.empty() && absl::StartsWith(raw.begin()->first, "diffusion_model.")) {
+    std::vector<std::string> keys;
+    for (const auto& [key, t] : raw) keys.push_back(key);
+    return AdaptersFromOriginal(path, raw, LooksLikeWanLora(keys) ? WanOriginalNaming() : Flux2OriginalNaming());
+  }
   std::map<std::string, LoraWeights> out;
-  bool bfl = !raw.empty() && absl::StartsWith(raw.begin()->first, "diffusion_model.");
-  if (!bfl) {
-    PeftScaling scaling;
-    auto it = file->metadata().find("lora_adapter_metadata");
-    if (it != file->metadata().end()) {
-      auto parsed = ParsePeftScaling(it->second);
-      if (!parsed.ok()) return Annotate(parsed.status(), path);
-      scaling = *parsed;
-    }
-    std::map<std::string, at::Tensor> params;
-    for (auto& [key, t] : raw) {
-      absl::string_view name = key;
-      absl::ConsumePrefix(&name, "transformer.");
-      params[std::string(name)] = t;
-    }
-    auto grouped = GroupByModule(params);
-    if (!grouped.ok()) return Annotate(grouped.status(), path);
-    for (auto& [module, ab] : *grouped) {
-      RETURN_IF_ERROR(CheckAdapterShapes(path, module, ab.first, ab.second));
-      out[module] = LoraWeights{ab.first, ab.second, scaling.ScaleFor(module, ab.first.size(0))};
-      auto magnitude = params.find(module + kMagnitude);
-      if (magnitude != params.end()) {
-        out[module].type = AdapterType::kDora;
-        out[module].other["lora_magnitude_vector"] = magnitude->second;
-      }
-    }
-    return out;
+  PeftScaling scaling;
+  auto it = file->metadata().find("lora_adapter_metadata");
+  if (it != file->metadata().end()) {
+    auto parsed = ParsePeftScaling(it->second);
+    if (!parsed.ok()) return Annotate(parsed.status(), path);
+    scaling = *parsed;
   }
-  std::map<std::string, std::map<std::string, at::Tensor>> by_module;  // bfl module → {A, B, alpha}
+  std::map<std::string, at::Tensor> params;
   for (auto& [key, t] : raw) {
-    std::string name = key.substr(strlen("diffusion_model."));
-    for (const char* suffix : {kLoraA, kLoraB, ".alpha"}) {
-      if (absl::EndsWith(name, suffix)) {
-        by_module[name.substr(0, name.size() - strlen(suffix))][suffix] = t;
-      }
-    }
+    absl::string_view name = key;
+    absl::ConsumePrefix(&name, "transformer.");
+    params[std::string(name)] = t;
   }
-  for (auto& [bfl, parts] : by_module) {
-    if (!parts.count(kLoraA) || !parts.count(kLoraB)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": LoRA module ", bfl, " lacks lora_A or lora_B"));
-    }
-    at::Tensor a = parts[kLoraA], b = parts[kLoraB];
-    RETURN_IF_ERROR(CheckAdapterShapes(path, bfl, a, b));
-    double scale = 1.0;
-    if (parts.count(".alpha")) {
-      ASSIGN_OR_RETURN(scale, BflScale(path, bfl, parts[".alpha"], a.size(0)));
-    }
-    auto names = BflToDiffusers(bfl + ".weight");
-    if (names.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": unknown BFL LoRA module ", bfl));
-    const int64_t n = static_cast<int64_t>(names.size());
-    auto strip = [](const std::string& s) { return s.substr(0, s.size() - strlen(".weight")); };
-    if (n == 1) {
-      auto loc = DiffusersToBfl(names[0]);
-      out[strip(names[0])] = LoraWeights{a, loc && loc->swap_halves ? SwapHalves(b) : b, scale};
-      continue;
-    }
-    // Fused qkv: exact split when B is block-diagonal with n equal blocks, else share A (as diffusers does).
-    bool block_diag = a.size(0) % n == 0 && b.size(0) % n == 0;
-    const int64_t r = a.size(0) / n, out_dim = b.size(0) / n;
-    if (block_diag) {
-      at::Tensor mask = at::block_diag(std::vector<at::Tensor>(n, at::ones({out_dim, r})));
-      block_diag = at::equal(b * (1 - mask), at::zeros_like(b));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      if (block_diag) {
-        out[strip(names[i])] = LoraWeights{a.narrow(0, i * r, r).contiguous(),
-                                           b.narrow(0, i * out_dim, out_dim).narrow(1, i * r, r).contiguous(), scale};
-      } else {
-        out[strip(names[i])] = LoraWeights{a, b.narrow(0, i * out_dim, out_dim).contiguous(), scale};
-      }
+  auto grouped = GroupByModule(params);
+  if (!grouped.ok()) return Annotate(grouped.status(), path);
+  for (auto& [module, ab] : *grouped) {
+    RETURN_IF_ERROR(CheckAdapterShapes(path, module, ab.first, ab.second));
+    out[module] = LoraWeights{ab.first, ab.second, scaling.ScaleFor(module, ab.first.size(0))};
+    auto magnitude = params.find(module + kMagnitude);
+    if (magnitude != params.end()) {
+      out[module].type = AdapterType::kDora;
+      out[module].other["lora_magnitude_vector"] = magnitude->second;
     }
   }
   return out;

@@ -57,7 +57,8 @@ void SetLoraDropoutSeed(torch::nn::Module& root, uint64_t seed);
 //                   "transformer.lora_alpha": r, ...}} (files from peft with lora_alpha ≠ r load too)
 //   BFL/ComfyUI:    "diffusion_model.<BFL module>.lora_A.weight" / ".lora_B.weight" with alpha/r folded into B
 //                   (no ".alpha": diffusers' converter rejects it; files that have one still load), the img/txt
-//                   q,k,v adapters fused into one qkv adapter (A stacked, B block-diagonal: exact, rank 3r).
+//                   q,k,v adapters fused into one qkv adapter (A stacked, B block-diagonal: exact, rank 3r);
+//                   DoRA, LoHa and LoKr in the same naming: original_adapters.h.
 
 // One adapter as stored in a file, keyed by diffusers module name.
 struct LoraWeights {

@@ -2,12 +2,15 @@
 
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/strip.h>
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "core/lora/adapter_file.h"
 #include "core/lora/lora.h"
+#include "core/lora/original_adapters.h"
 #include "core/lora/wan_lora_names.h"
 #include "core/tensor/safetensors.h"
 #include "core/util/files.h"
@@ -61,13 +64,6 @@ absl::StatusOr<std::string> ConvertWan(const std::string& in, const std::string&
 absl::StatusOr<std::string> ConvertFlux2(const std::string& in, const std::string& out, const std::string& to) {
   ASSIGN_OR_RETURN(auto weights, LoadLoraFile(in));
   if (weights.empty()) return absl::InvalidArgumentError(absl::StrCat(in, ": no LoRA adapters"));
-  for (const auto& [module, w] : weights) {
-    if (w.type != AdapterType::kLora) {
-      return absl::UnimplementedError(absl::StrCat(in, ": ", module, " is a ", AdapterTypeName(w.type),
-                                                   " adapter; lora-convert converts plain LoRA only (not built yet "
-                                                   "for dora, loha and lokr, whose Baton files load as they are)"));
-    }
-  }
   const int64_t rank = weights.begin()->second.A.size(0);
   for (const auto& [module, w] : weights) {
     if (w.A.size(0) != rank) {
@@ -84,6 +80,69 @@ absl::StatusOr<std::string> ConvertFlux2(const std::string& in, const std::strin
                       " naming");
 }
 
+// A LyCORIS file's adapters renamed to the modules of the family whose names they all carry.
+absl::StatusOr<const OriginalNaming*> ResolveLycorisFamily(const std::string& in,
+                                                           std::map<std::string, LoraWeights>& weights) {
+  for (const OriginalNaming* naming : {&Flux2OriginalNaming(), &WanOriginalNaming()}) {
+    std::map<std::string, LoraWeights> renamed;
+    for (const auto& [name, w] : weights) {
+      auto module = naming->from_underscored(std::string(absl::StripPrefix(name, "lycoris_")));
+      if (!module) break;
+      renamed[*module] = w;
+    }
+    if (renamed.size() == weights.size()) {
+      weights = std::move(renamed);
+      return naming;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(in, ": LyCORIS modules that name no FLUX.2 or Wan Linear (", weights.begin()->first, ", ...)"));
+}
+
+// DoRA, LoHa and LoKr files, any naming (diffusers/PEFT, LyCORIS, original), into `to`: the original naming, or
+// Baton's own (diffusers/PEFT for dora, LyCORIS for loha and lokr).
+absl::StatusOr<std::string> ConvertVariants(const std::string& in, const std::string& out, const std::string& to,
+                                            const std::vector<std::string>& keys) {
+  ASSIGN_OR_RETURN(auto weights, LoadLoraFile(in));
+  if (weights.empty()) return absl::InvalidArgumentError(absl::StrCat(in, ": no adapters"));
+  const OriginalNaming* naming = LooksLikeWanLora(keys) ? &WanOriginalNaming() : &Flux2OriginalNaming();
+  if (absl::StartsWith(keys.front(), "lycoris_")) {
+    ASSIGN_OR_RETURN(naming, ResolveLycorisFamily(in, weights));
+  }
+  const AdapterType type = weights.begin()->second.type;
+  for (const auto& [module, w] : weights) {
+    if (w.type != type) {
+      return absl::InvalidArgumentError(absl::StrCat(in, ": adapters of two types (", module, " is ",
+                                                     AdapterTypeName(w.type), ", others ", AdapterTypeName(type), ")"));
+    }
+  }
+  const char* family = naming == &WanOriginalNaming() ? "Wan" : "FLUX.2";
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"baton_lora_type", AdapterTypeName(type)}};
+  std::string wrote = "original (ComfyUI)";
+  if (to == "original") {
+    ASSIGN_OR_RETURN(auto sd, AdaptersToOriginal(weights, *naming));
+    RETURN_IF_ERROR(WriteSafetensors(out, sd, meta));
+  } else if (type == AdapterType::kLoha || type == AdapterType::kLokr) {
+    RETURN_IF_ERROR(SaveLycorisAdapters(out, weights, meta));
+    wrote = "LyCORIS";
+  } else {
+    const int64_t rank = weights.begin()->second.A.size(0);
+    for (const auto& [module, w] : weights) {
+      if (w.A.size(0) != rank) {
+        return absl::InvalidArgumentError(absl::StrCat(in, ": DoRA adapters of different ranks (", module, " has ",
+                                                       w.A.size(0), ", others ", rank, ") cannot be converted"));
+      }
+    }
+    LoraSpec spec;
+    spec.rank = rank;
+    spec.alpha = static_cast<double>(rank);  // scale 1: each adapter's own scale is folded in below
+    spec.type = type;
+    RETURN_IF_ERROR(SaveLoraDiffusers(out, LoraWeightsToParameters(weights, 1.0), spec, meta));
+    wrote = "diffusers/PEFT";
+  }
+  return absl::StrCat(weights.size(), " ", family, " ", AdapterDisplayName(type), " adapters in ", wrote, " naming");
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ConvertLoraFile(const std::string& in, const std::string& out, const std::string& to) {
@@ -92,8 +151,10 @@ absl::StatusOr<std::string> ConvertLoraFile(const std::string& in, const std::st
   }
   ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(in));
   if (!DirName(out).empty()) RETURN_IF_ERROR(MakeDirs(DirName(out)));
-  absl::StatusOr<std::string> done =
-      LooksLikeWanLora(file->Keys()) ? ConvertWan(in, out, to, *file) : ConvertFlux2(in, out, to);
+  const std::vector<std::string> keys = file->Keys();
+  absl::StatusOr<std::string> done = HasAdapterVariantKeys(keys) ? ConvertVariants(in, out, to, keys)
+                                     : LooksLikeWanLora(keys)    ? ConvertWan(in, out, to, *file)
+                                                                 : ConvertFlux2(in, out, to);
   if (!done.ok()) return Annotate(done.status(), in);
   return done;
 }

@@ -83,6 +83,22 @@ std::optional<std::string> MapModule(absl::string_view module, bool from_diffuse
 
 std::string Underscored(absl::string_view s) { return absl::StrReplaceAll(s, {{".", "_"}}); }
 
+// A dots-to-underscores name → the table's name in the diffusers (or original) column. Underscores are ambiguous
+// ("self_attn_q"), so each known name is compared underscored.
+std::optional<std::string> FromUnderscored(absl::string_view module, bool diffusers) {
+  auto pick = [&](const std::pair<const char*, const char*>& row) { return diffusers ? row.first : row.second; };
+  if (auto block = SplitBlock(module, '_')) {
+    for (const auto& row : kBlockModules) {
+      if (block->second == Underscored(pick(row))) return absl::StrCat("blocks.", block->first, ".", pick(row));
+    }
+    return std::nullopt;
+  }
+  for (const auto& row : kGlobalModules) {
+    if (module == Underscored(pick(row))) return std::string(pick(row));
+  }
+  return std::nullopt;
+}
+
 // A key split into naming-free module and part ("A", "B" or "alpha").
 struct KeyParts {
   std::string module;
@@ -149,19 +165,9 @@ std::optional<std::string> WanDiffusersToOriginalModule(absl::string_view module
 
 std::optional<std::string> WanOriginalToDiffusersModule(absl::string_view module) { return MapModule(module, false); }
 
-std::optional<std::string> WanKohyaToOriginalModule(absl::string_view module) {
-  // Underscores are ambiguous ("self_attn_q"), so compare with each known original name underscored.
-  if (auto block = SplitBlock(module, '_')) {
-    for (const auto& row : kBlockModules) {
-      if (block->second == Underscored(row.second)) return absl::StrCat("blocks.", block->first, ".", row.second);
-    }
-    return std::nullopt;
-  }
-  for (const auto& row : kGlobalModules) {
-    if (module == Underscored(row.second)) return std::string(row.second);
-  }
-  return std::nullopt;
-}
+std::optional<std::string> WanModuleFromUnderscored(absl::string_view module) { return FromUnderscored(module, true); }
+
+std::optional<std::string> WanKohyaToOriginalModule(absl::string_view module) { return FromUnderscored(module, false); }
 
 absl::StatusOr<WanLoraNaming> DetectWanLoraNaming(const std::vector<std::string>& keys) {
   if (keys.empty()) return absl::InvalidArgumentError("the LoRA file has no tensors");

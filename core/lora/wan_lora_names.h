@@ -18,6 +18,8 @@ namespace baton {
 // nullopt for a module that is not a Wan linear a LoRA may target.
 std::optional<std::string> WanDiffusersToOriginalModule(absl::string_view module);
 std::optional<std::string> WanOriginalToDiffusersModule(absl::string_view module);
+// A diffusers module name with its dots as underscores (LyCORIS: "blocks_3_attn2_add_k_proj") → the name.
+std::optional<std::string> WanModuleFromUnderscored(absl::string_view module);
 // kohya/musubi's dots-to-underscores name ("blocks_3_cross_attn_k_img", without "lora_unet_") → original name.
 std::optional<std::string> WanKohyaToOriginalModule(absl::string_view module);
 

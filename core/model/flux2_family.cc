@@ -3,6 +3,7 @@
 #include <absl/base/thread_annotations.h>
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 #include <absl/synchronization/mutex.h>
 
 #include <algorithm>
@@ -461,6 +462,20 @@ absl::StatusOr<std::vector<std::string>> Flux2Family::LoraTargets(const std::str
 }
 
 absl::StatusOr<TensorMap> Flux2Family::LoraToOriginalNames(const TensorMap& peft) const { return LoraTensorsBfl(peft); }
+
+// BFL fuses each double block's q, k and v (img and txt) into one Linear; a LoKr cannot be written across them.
+absl::Status Flux2Family::CheckOriginalNaming(const LoraSpec& spec) const {
+  if (spec.type != AdapterType::kLokr) return absl::OkStatus();
+  std::vector<std::string> fused;
+  for (const char* leaf : {"to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"}) {
+    if (LoraTargetMatches(absl::StrCat("transformer_blocks.0.attn.", leaf), spec.targets)) fused.push_back(leaf);
+  }
+  if (fused.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "save_bfl: a LoKr on ", absl::StrJoin(fused, ", "),
+      " has no FLUX.2 original (BFL/ComfyUI) naming: BFL fuses q, k and v into one Linear, and Kronecker products "
+      "stacked are not one (leave them out of lora.targets, or load lora.safetensors, LyCORIS-named)"));
+}
 
 absl::StatusOr<TensorMap> Flux2Family::LoraFromOriginalNames(const TensorMap& original) const {
   return absl::UnimplementedError(

@@ -54,6 +54,7 @@ class Flux2Family : public ModelFamily {
   absl::StatusOr<std::vector<std::string>> LoraTargets(const std::string& preset_or_list) const override;
   absl::StatusOr<TensorMap> LoraToOriginalNames(const TensorMap& peft) const override;
   absl::StatusOr<TensorMap> LoraFromOriginalNames(const TensorMap& original) const override;
+  absl::Status CheckOriginalNaming(const LoraSpec& spec) const override;
 
   const Flux2Config& config() const { return config_; }
   const Flux2Checkpoint* checkpoint() const { return checkpoint_.get(); }

@@ -213,6 +213,8 @@ class ModelFamily {
   virtual absl::StatusOr<std::vector<std::string>> LoraTargets(const std::string& preset_or_list) const = 0;
   virtual absl::StatusOr<TensorMap> LoraToOriginalNames(const TensorMap& peft) const = 0;
   virtual absl::StatusOr<TensorMap> LoraFromOriginalNames(const TensorMap& original) const = 0;
+  // Whether adapters of `spec` (its type over its targets) have an original naming (save_bfl), checked before a run.
+  virtual absl::Status CheckOriginalNaming(const LoraSpec& spec) const = 0;
 };
 
 absl::StatusOr<std::unique_ptr<ModelFamily>> OpenModel(const std::string& path, const std::string& config_path = "");

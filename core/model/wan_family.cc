@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/lora/lora.h"
+#include "core/lora/original_adapters.h"
 #include "core/lora/wan_lora_names.h"
 #include "core/model/quantize_module.h"
 #include "core/model/stage_build.h"
@@ -308,9 +309,11 @@ absl::StatusOr<std::vector<std::string>> WanFamily::LoraTargets(const std::strin
 }
 
 absl::StatusOr<TensorMap> WanFamily::LoraToOriginalNames(const TensorMap& peft) const {
-  ASSIGN_OR_RETURN(auto adapters, ParseWanLora(peft));
-  return WanLoraToOriginalStateDict(adapters);
+  ASSIGN_OR_RETURN(auto adapters, AdaptersFromParameters(peft, 1.0));
+  return AdaptersToOriginal(adapters, WanOriginalNaming());
 }
+
+absl::Status WanFamily::CheckOriginalNaming(const LoraSpec& spec) const { return absl::OkStatus(); }  // no fusion
 
 // Baton's internal names are diffusers' without the "transformer." prefix.
 absl::StatusOr<TensorMap> WanFamily::LoraFromOriginalNames(const TensorMap& original) const {

@@ -56,6 +56,7 @@ class WanFamily : public ModelFamily {
   // The original/ComfyUI naming ("diffusion_model.blocks.N.self_attn.q"), core/lora/wan_lora_names.h.
   absl::StatusOr<TensorMap> LoraToOriginalNames(const TensorMap& peft) const override;
   absl::StatusOr<TensorMap> LoraFromOriginalNames(const TensorMap& original) const override;
+  absl::Status CheckOriginalNaming(const LoraSpec& spec) const override;
 
  private:
   WanConfig config_;

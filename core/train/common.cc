@@ -86,12 +86,14 @@ absl::Status SaveLoraFiles(const std::string& dir, const std::string& stem,
   if (job.save_bfl) {
     // In a subfolder: diffusers' load_lora_weights(dir) guesses among the folder's top-level .safetensors files.
     RETURN_IF_ERROR(MakeDirs(JoinPath(dir, kBflLoraSubdir)));
-    // alpha/r folded into lora_B under the PEFT names, then the family's original naming (FLUX.2: BFL, fused qkv).
+    // alpha/r folded into the linear factor (lora_B, hada_w1_a, lokr_w1) under the PEFT names, then the family's
+    // original naming (FLUX.2: BFL, fused qkv).
     const double scale = job.lora.alpha / static_cast<double>(job.lora.rank);
+    const std::string linear = absl::StrCat(".", LinearFactorName(job.lora.type));
     std::map<std::string, at::Tensor> folded;
     for (const auto& [name, t] : params) {
       at::Tensor v = t.detach().to(at::kFloat).cpu();
-      folded[name] = absl::EndsWith(name, ".lora_B.weight") && scale != 1.0 ? v * scale : v;
+      folded[name] = absl::EndsWith(name, linear) && scale != 1.0 ? v * scale : v;
     }
     ASSIGN_OR_RETURN(auto original, model.LoraToOriginalNames(folded));
     RETURN_IF_ERROR(WriteSafetensors(JoinPath(JoinPath(dir, kBflLoraSubdir), stem + "_bfl.safetensors"), original,
@@ -120,6 +122,10 @@ absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string,
   }
   meta["baton_ema_decay"] = absl::StrCat(job.optimizer.ema.decay);
   return SaveLoraFiles(dir, "lora_ema", ema, job, meta, model);
+}
+
+absl::Status CheckLoraOutputsPossible(const JobConfig& job, const ModelFamily& model) {
+  return job.save_bfl ? Annotate(model.CheckOriginalNaming(job.lora), job.source) : absl::OkStatus();
 }
 
 std::map<std::string, at::Tensor> CloneToCpuFloat(const std::map<std::string, at::Tensor>& tensors) {

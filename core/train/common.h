@@ -60,6 +60,8 @@ inline constexpr char kBflLoraSubdir[] = "bfl";
 absl::Status SaveLoraOutputs(const std::string& dir, const std::map<std::string, at::Tensor>& params,
                              const JobConfig& job, int64_t step, const ModelFamily& model,
                              const std::map<std::string, at::Tensor>& optimizer_state);
+// Whether SaveLoraOutputs can write the job's adapters (save_bfl: the family's original naming), before a run.
+absl::Status CheckLoraOutputsPossible(const JobConfig& job, const ModelFamily& model);
 
 // Clones tensors to fp32 CPU (master copies, checkpoints).
 std::map<std::string, at::Tensor> CloneToCpuFloat(const std::map<std::string, at::Tensor>& tensors);

@@ -531,9 +531,6 @@ absl::StatusOr<JobConfig> ParseJobYamlOrThrow(const std::string& text, const std
   RETURN_IF_ERROR(ParseValidation(r, root, job.validation));
   RETURN_IF_ERROR(ParseSamples(r, root, job.samples));
   RETURN_IF_ERROR(ParseLora(r, root, job));
-  RETURN_IF_ERROR(r.Check(!job.save_bfl || job.lora.type == AdapterType::kLora, root, "save_bfl",
-                          absl::StrCat("holds plain LoRA only; the original naming of ", AdapterTypeName(job.lora.type),
-                                       " is not built yet (lora.safetensors loads as it is)")));
   RETURN_IF_ERROR(r.Get(root, "init_lora", &job.init_lora));
   auto targets = ResolveLoraTargets(job.lora_targets);
   if (!targets.ok()) return Annotate(targets.status(), source);

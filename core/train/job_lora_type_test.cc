@@ -37,6 +37,12 @@ TEST(JobLoraTypeTest, TakesEachTypeAndLokrsFactor) {
   EXPECT_EQ(lokr->lora.lokr_factor, 16);
   auto dora = ParseLoraTypeJob("lora: {type: dora, rank: 8, dropout: 0.1, plus_ratio: 16}\n");
   ASSERT_TRUE(dora.ok()) << dora.status();
+  for (const char* type :
+       {"dora", "loha", "lokr"}) {  // each has an original naming (a LoKr across fused Linears: at plan)
+    auto job = ParseLoraTypeJob(absl::StrCat("lora: {type: ", type, "}\nsave_bfl: true\n"));
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_TRUE(job->save_bfl);
+  }
 }
 
 TEST(JobLoraTypeTest, RefusesWhatDoesNotApplyNamingFileAndLine) {
@@ -45,7 +51,6 @@ TEST(JobLoraTypeTest, RefusesWhatDoesNotApplyNamingFileAndLine) {
   ExpectLoraTypeRefused("lora: {type: lokr, factor: 0}\n", "jobs/variant.yaml:4", "positive divisor");
   ExpectLoraTypeRefused("lora: {type: loha, dropout: 0.1}\n", "jobs/variant.yaml:4", "does not apply to type: loha");
   ExpectLoraTypeRefused("lora: {type: lokr, plus_ratio: 16}\n", "jobs/variant.yaml:4", "does not apply to type: lokr");
-  ExpectLoraTypeRefused("lora: {type: dora}\nsave_bfl: true\n", "jobs/variant.yaml:5", "holds plain LoRA only");
 }
 
 }  // namespace

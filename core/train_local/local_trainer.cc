@@ -65,6 +65,7 @@ absl::StatusOr<LocalRun> OpenLocalRun(const JobConfig& job) {
   ASSIGN_OR_RETURN(at::Device device, ParseDevice(job.devices.empty() ? "cpu" : job.devices[0]));
   ApplyDeterminism(device, job.deterministic);
   ASSIGN_OR_RETURN(run.family, OpenModel(job.model, job.model_config));
+  RETURN_IF_ERROR(CheckLoraOutputsPossible(job, *run.family));
   ASSIGN_OR_RETURN(run.cache, OpenTrainingCache(job, *run.family));
   ASSIGN_OR_RETURN(StepSampler sampler, StepSampler::Create(run.cache.get(), job, run.family.get()));
   run.sampler.emplace(std::move(sampler));

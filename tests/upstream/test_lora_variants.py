@@ -8,23 +8,32 @@ must give the same loss and every adapter gradient (DoRA's magnitude included).
 Files: `baton train-local` trains each type for a few steps; the file it writes loads where users load that type
 (DoRA: diffusers' load_lora_adapter, i.e. peft; LoHa and LoKr: lycoris-lora's create_lycoris_from_weights on the
 diffusers transformer) and gives `baton forward --lora`'s output.
+Original (ComfyUI) naming, `save_bfl: true` (original_naming.py): the BFL file of DoRA and LoHa, applied by
+lycoris-lora to Linears named and weighted as BFL's (q, k, v fused by to_bfl_state_dict), acts as the diffusers file
+applied by peft or lycoris-lora; a LoKr off the fused Linears loads with diffusers' own FLUX.2 LoKr loader (ai-toolkit's
+format) and gives `baton forward --lora` on the BFL file; across q, k and v it is refused before training.
 
-Wan: the tiny Wan with a random peft adapter of each type, `baton forward --lora` against peft's forward.
+Wan: the tiny Wan with a random peft adapter of each type, `baton forward --lora` against peft's forward; the file
+`baton lora-convert --to original` writes names each module as diffusers' Wan converter maps back to the adapted
+Linear, and lycoris-lora applying it to Linears of those names acts as peft's adapters.
 Tolerance: 1e-5 of the largest value (fp32 on both sides; the difference is summation order).
 """
 
 import copy
 import json
 import os
+import re
 import unittest
 
 import torch
-from diffusers import WanTransformer3DModel
+from diffusers import Flux2Pipeline, WanTransformer3DModel
+from diffusers.loaders.lora_conversion_utils import _convert_non_diffusers_wan_lora_to_diffusers
 from lycoris import create_lycoris_from_weights
 from peft import LoHaConfig, LoKrConfig, LoraConfig, get_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 
-from flux2_tiny import baton_forward, diffusers_forward, make_inputs, make_model, write_config
+from flux2_tiny import baton_forward, diffusers_forward, make_inputs, make_model, to_bfl_state_dict, write_config
+from original_naming import effective_weights, lycoris_on_original_tree, original_modules
 from referee import baton, max_rel_error, temp_dir
 
 WAN_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "models", "wan-tiny.json")
@@ -38,6 +47,9 @@ CONFIG = dict(
 BLOCK_LINEARS = (r"(transformer_blocks\.\d+\.(attn\.(to_q|to_k|to_v|to_out\.0|add_q_proj|add_k_proj|add_v_proj|to_add_out)"
                  r"|ff\.linear_in|ff\.linear_out|ff_context\.linear_in|ff_context\.linear_out)"
                  r"|single_transformer_blocks\.\d+\.attn\.(to_qkv_mlp_proj|to_out))")
+# Every block Linear BFL keeps apart (BFL fuses q, k and v).
+LOKR_UNFUSED = ("to_out.0,to_add_out,ff.linear_in,ff.linear_out,ff_context.linear_in,ff_context.linear_out,"
+                "attn.to_qkv_mlp_proj,attn.to_out")
 # rank, alpha (scale ≠ 1 everywhere) and the peft config of each type. LoKr at rank 2 keeps w2 decomposed on every
 # layer of this model (peft decomposes when r < max(out_k, in_n) / 2), so LyCORIS applies the file's alpha too.
 TYPES = {
@@ -153,16 +165,40 @@ class VariantFilesTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp_handle.cleanup()
 
-    def train(self, kind, extra=""):
+    def train(self, kind, extra="", targets="all-linear", check=True, save_bfl=True):
+        """Trains `kind`; returns the run's lora.safetensors (with save_bfl, bfl/lora_bfl.safetensors beside it)."""
         rank, alpha, _ = TYPES[kind]
         job = os.path.join(self.tmp, f"job_{kind}.yaml")
         with open(job, "w") as f:
             f.write(f"model: {self.folder}\ndataset: {self.cache}\n"
-                    f"lora: {{type: {kind}, rank: {rank}, alpha: {alpha}, targets: all-linear{extra}}}\n"
-                    "steps: 3\nbatch_size: 2\nseed: 3\noptimizer: {lr: 0.05}\n")
+                    f"lora: {{type: {kind}, rank: {rank}, alpha: {alpha}, targets: '{targets}'{extra}}}\n"
+                    f"steps: 3\nbatch_size: 2\nseed: 3\noptimizer: {{lr: 0.05}}\nsave_bfl: {str(save_bfl).lower()}\n")
         out = os.path.join(self.tmp, f"out_{kind}")
-        baton("train-local", "--job", job, "--output", out)
-        return os.path.join(out, "lora.safetensors")
+        proc = baton("train-local", "--job", job, "--output", out, check=check)
+        return os.path.join(out, "lora.safetensors") if check else proc
+
+    def check_original_naming(self, kind, path, transformer):
+        """The run's original-naming file (bfl/lora_bfl.safetensors), applied by lycoris-lora to Linears with BFL's
+        names and weights (to_bfl_state_dict: q, k and v fused, written apart from Baton), acts as `transformer` (the
+        run's own file applied by the library users load it with) after the same fusion."""
+        names = [n for n, _ in self.model.named_modules() if re.fullmatch(BLOCK_LINEARS, n)]
+        acting = dict(self.model.state_dict())
+        for name, w in effective_weights(transformer, names).items():
+            acting[name + ".weight"] = w
+        expected = to_bfl_state_dict(acting)
+        base = {k.removesuffix(".weight"): v for k, v in to_bfl_state_dict(self.model.state_dict()).items()}
+        bfl = os.path.join(os.path.dirname(path), "bfl", "lora_bfl.safetensors")
+        got = lycoris_on_original_tree(bfl, base, self.tmp)
+        self.assertEqual(len(got), 2 * 8 + 2 * 2, f"{kind}: 8 BFL Linears per double block, 2 per single block")
+        worst = max(max_rel_error(w, expected[m + ".weight"]) for m, w in got.items())
+        effect = max(max_rel_error(base[m], expected[m + ".weight"]) for m in got)
+        print(f"{kind}, original naming (lycoris-lora on BFL names): rel error {worst:.2e} (adapter effect {effect:.2e})")
+        self.assertGreater(effect, MIN_EFFECT, kind)
+        self.assertLess(worst, TOLERANCE, kind)
+        # `baton lora-convert` takes it back to Baton's own naming (diffusers/PEFT, LyCORIS), which acts the same.
+        back = os.path.join(self.tmp, f"{kind}_back.safetensors")
+        baton("lora-convert", "--in", bfl, "--out", back, "--to", "diffusers")
+        self.compare(f"{kind}, original naming converted back", back, diffusers_forward(transformer, self.inputs))
 
     def compare(self, kind, path, expected):
         got = baton_forward(self.tmp, self.folder, self.inputs, "--lora", path)
@@ -177,21 +213,41 @@ class VariantFilesTest(unittest.TestCase):
         transformer.load_lora_adapter(path, prefix="transformer", adapter_name="baton")
         self.assertTrue(any("lora_magnitude_vector" in n for n, _ in transformer.named_parameters()))
         self.compare("dora (load_lora_adapter)", path, diffusers_forward(transformer, self.inputs))
+        self.check_original_naming("dora", path, transformer)
 
-    def check_lycoris(self, kind, extra=""):
-        path = self.train(kind, extra)
+    def check_lycoris(self, kind, extra="", targets="all-linear", save_bfl=True):
+        path = self.train(kind, extra, targets, save_bfl=save_bfl)
         transformer = copy.deepcopy(self.model)
         network, _ = create_lycoris_from_weights(1.0, path, transformer)
-        # 12 Linears in each of the 2 double blocks, 2 in each of the 2 single blocks.
-        self.assertEqual(len(network.loras), 2 * 12 + 2 * 2, f"{kind}: LyCORIS found every adapted Linear")
         network.apply_to()
         self.compare(f"{kind} (create_lycoris_from_weights)", path, diffusers_forward(transformer, self.inputs))
+        return path, transformer, len(network.loras)
 
     def test_loha_loads_in_lycoris(self):
-        self.check_lycoris("loha")
+        path, transformer, adapted = self.check_lycoris("loha")
+        # 12 Linears in each of the 2 double blocks, 2 in each of the 2 single blocks.
+        self.assertEqual(adapted, 2 * 12 + 2 * 2, "loha: LyCORIS found every adapted Linear")
+        self.check_original_naming("loha", path, transformer)
 
     def test_lokr_loads_in_lycoris(self):
-        self.check_lycoris("lokr", ", factor: 4")
+        _, _, adapted = self.check_lycoris("lokr", ", factor: 4", save_bfl=False)
+        self.assertEqual(adapted, 2 * 12 + 2 * 2, "lokr: LyCORIS found every adapted Linear")
+
+    def test_lokr_original_naming_loads_in_diffusers(self):
+        """A LoKr off the fused q, k, v: its BFL file loads with diffusers' FLUX.2 LoKr loader (ai-toolkit's format);
+        across q, k and v it is refused before training (Kronecker products stacked are not one)."""
+        refused = self.train("lokr", ", factor: 4", check=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("has no FLUX.2 original (BFL/ComfyUI) naming", refused.stderr)
+        path, _, adapted = self.check_lycoris("lokr", ", factor: 4", LOKR_UNFUSED)
+        self.assertEqual(adapted, 2 * 6 + 2 * 2, "lokr: LyCORIS found every adapted Linear")
+        bfl = os.path.join(os.path.dirname(path), "bfl", "lora_bfl.safetensors")
+        state_dict, metadata = Flux2Pipeline.lora_state_dict(bfl, return_lora_metadata=True)
+        transformer = copy.deepcopy(self.model)
+        Flux2Pipeline.load_lora_into_transformer(state_dict, transformer=transformer, adapter_name="baton",
+                                                 metadata=metadata)
+        self.compare("lokr, original naming (Flux2Pipeline.load_lora_weights)", bfl,
+                     diffusers_forward(transformer, self.inputs))
 
 
 class WanVariantsTest(unittest.TestCase):
@@ -232,7 +288,32 @@ class WanVariantsTest(unittest.TestCase):
             print(f"wan {kind}: rel error {err:.2e} (adapter effect {effect:.2e})")
             self.assertGreater(effect, MIN_EFFECT, kind)
             self.assertLess(err, TOLERANCE, kind)
+            original = os.path.join(tmp, f"{kind}_original.safetensors")
+            baton("lora-convert", "--in", path, "--out", original, "--to", "original")
+            baton("forward", "--model", os.path.join(tmp, "transformer"), "--inputs",
+                  os.path.join(tmp, "inputs.safetensors"), "--output", out, "--lora", original)
+            self.assertLess(max_rel_error(load_file(out)["output"], expected), TOLERANCE, f"{kind}, original naming")
+            self.check_wan_original_naming(kind, tmp, original, plain, model)
         handle.cleanup()
+
+    def check_wan_original_naming(self, kind, tmp, original, plain, model):
+        """`baton lora-convert --to original`'s file: each module under the name diffusers' Wan converter maps back to
+        the adapted Linear, and lycoris-lora applying the file to Linears of those names and weights acts as peft's."""
+        base, expected = {}, {}
+        acting = effective_weights(model, [n for n, m in model.named_modules() if hasattr(m, "base_layer")])
+        for module in original_modules(load_file(original)):
+            dummy = {f"diffusion_model.{module}.lora_{p}.weight": torch.zeros(1, 1) for p in "AB"}
+            diffusers = {k.removeprefix("transformer.").rsplit(".lora_", 1)[0]
+                         for k in _convert_non_diffusers_wan_lora_to_diffusers(dummy)}
+            self.assertEqual(len(diffusers), 1, module)
+            name = diffusers.pop()
+            base[module] = plain.get_submodule(name).weight.detach()
+            expected[module] = acting.pop(name)
+        self.assertEqual(acting, {}, f"{kind}: adapted Linears the original file lacks")
+        got = lycoris_on_original_tree(original, base, tmp)
+        worst = max(max_rel_error(w, expected[m]) for m, w in got.items())
+        print(f"wan {kind}, original naming (lycoris-lora on Wan's names): rel error {worst:.2e}")
+        self.assertLess(worst, TOLERANCE, kind)
 
 
 if __name__ == "__main__":
