@@ -205,8 +205,8 @@ TEST_F(RecoveryTest, AnUnreachableRemoteWorkerIsSaidWithinTheStallTimeoutThenPer
   ASSERT_TRUE(workers.ok()) << workers.status();
   CoordinatorOptions o = Options("unreachable_remote");
   o.workers = (*workers)->addresses();
-  o.stall_timeout = absl::Seconds(4);  // lines after 2 s, then every 4 s
-  constexpr double kStoppedSeconds = 14;
+  o.stall_timeout = absl::Seconds(4);     // lines after 2 s, then every 4 s
+  constexpr double kStoppedSeconds = 11;  // three lines (2, 6, 10 s) before it is back
   struct Said {
     double at;  // seconds after the SIGSTOP
     StageOutage outage;
