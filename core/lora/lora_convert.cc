@@ -60,20 +60,28 @@ absl::StatusOr<std::string> ConvertWan(const std::string& in, const std::string&
                       kNamingNames[static_cast<int>(naming)], " naming)");
 }
 
-// FLUX.2 through the existing readers/writers: every adapter must share one rank (the files' metadata has one r).
+// The spec of a diffusers/PEFT file for lora or dora adapters: one rank (the file's metadata has one r), alpha = r
+// (scale 1: each adapter's own scale is folded into B).
+absl::StatusOr<LoraSpec> OneRankSpec(const std::string& in, const std::map<std::string, LoraWeights>& weights,
+                                     AdapterType type) {
+  LoraSpec spec;
+  spec.type = type;
+  spec.rank = weights.begin()->second.A.size(0);
+  spec.alpha = static_cast<double>(spec.rank);
+  for (const auto& [module, w] : weights) {
+    if (w.A.size(0) != spec.rank) {
+      return absl::InvalidArgumentError(absl::StrCat(in, ": adapters of different ranks (", module, " has ",
+                                                     w.A.size(0), ", others ", spec.rank, ") cannot be converted"));
+    }
+  }
+  return spec;
+}
+
+// FLUX.2 through the existing readers/writers.
 absl::StatusOr<std::string> ConvertFlux2(const std::string& in, const std::string& out, const std::string& to) {
   ASSIGN_OR_RETURN(auto weights, LoadLoraFile(in));
   if (weights.empty()) return absl::InvalidArgumentError(absl::StrCat(in, ": no LoRA adapters"));
-  const int64_t rank = weights.begin()->second.A.size(0);
-  for (const auto& [module, w] : weights) {
-    if (w.A.size(0) != rank) {
-      return absl::InvalidArgumentError(absl::StrCat(in, ": FLUX.2 adapters of different ranks (", module, " has ",
-                                                     w.A.size(0), ", others ", rank, ") cannot be converted"));
-    }
-  }
-  LoraSpec spec;
-  spec.rank = rank;
-  spec.alpha = static_cast<double>(rank);  // scale 1: each adapter's own scale is folded into B below
+  ASSIGN_OR_RETURN(const LoraSpec spec, OneRankSpec(in, weights, AdapterType::kLora));
   auto params = LoraWeightsToParameters(weights, 1.0);
   RETURN_IF_ERROR(to == "original" ? SaveLoraBfl(out, params, spec) : SaveLoraDiffusers(out, params, spec));
   return absl::StrCat(weights.size(), " FLUX.2 LoRA adapters in ", to == "original" ? "BFL/original" : "diffusers",
@@ -126,17 +134,7 @@ absl::StatusOr<std::string> ConvertVariants(const std::string& in, const std::st
     RETURN_IF_ERROR(SaveLycorisAdapters(out, weights, meta));
     wrote = "LyCORIS";
   } else {
-    const int64_t rank = weights.begin()->second.A.size(0);
-    for (const auto& [module, w] : weights) {
-      if (w.A.size(0) != rank) {
-        return absl::InvalidArgumentError(absl::StrCat(in, ": DoRA adapters of different ranks (", module, " has ",
-                                                       w.A.size(0), ", others ", rank, ") cannot be converted"));
-      }
-    }
-    LoraSpec spec;
-    spec.rank = rank;
-    spec.alpha = static_cast<double>(rank);  // scale 1: each adapter's own scale is folded in below
-    spec.type = type;
+    ASSIGN_OR_RETURN(const LoraSpec spec, OneRankSpec(in, weights, type));
     RETURN_IF_ERROR(SaveLoraDiffusers(out, LoraWeightsToParameters(weights, 1.0), spec, meta));
     wrote = "diffusers/PEFT";
   }
