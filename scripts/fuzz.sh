@@ -14,7 +14,8 @@
 #   scripts/fuzz.sh --no-build               # only run, exit 77 (skipped) when the tree is not built (ctest fuzz_bounded)
 # Built at -O1, as libFuzzer's documentation builds its targets (quicker to compile than -O3; the sanitizers see the
 # same faults).
-# Environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_SECONDS (10), JOBS (nproc), CXX_FUZZ (clang++-14).
+# Environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_SECONDS (10), JOBS (nproc), CXX_FUZZ (clang++-14), MAIN_BUILD_DIR
+# (build: the main build whose generated protobuf code the tree links when it is there, instead of compiling it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
@@ -33,10 +34,14 @@ if [[ $MODE == no-build && ! -f $BUILD_DIR/build.ninja ]]; then
   exit 77
 fi
 if [[ ! -f $BUILD_DIR/build.ninja ]]; then
+  # The main build's generated protobuf code, linked rather than compiled again (proto/CMakeLists.txt says why).
+  MAIN_BUILD_DIR=${MAIN_BUILD_DIR:-build}
+  PROTO_FROM=
+  [[ -f $MAIN_BUILD_DIR/proto/libbaton_proto.a ]] && PROTO_FROM=$(realpath "$MAIN_BUILD_DIR")
   TORCH_PREFIX=$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$CXX_FUZZ" \
     -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DBATON_FUZZ=ON \
-    -DBATON_BUILD_TESTS=OFF -DBATON_BUILD_BENCH=OFF >/dev/null
+    -DBATON_BUILD_TESTS=OFF -DBATON_BUILD_BENCH=OFF ${PROTO_FROM:+-DBATON_PROTO_FROM="$PROTO_FROM"} >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]/%/_fuzz}"
 [[ $MODE == build-only ]] && exit 0

@@ -13,7 +13,7 @@ BUILD=${BUILD_DIR:-build}
 # The fuzz targets' clang + ASan/UBSan tree (ctest fuzz_bounded runs them 10 s each), built here rather than inside
 # a test, where its compile starved the tests beside it.
 echo "test: building the fuzz targets in $BUILD/fuzz"
-FUZZ_BUILD_DIR=$BUILD/fuzz scripts/fuzz.sh --build-only || [[ $? == 77 ]]
+FUZZ_BUILD_DIR=$BUILD/fuzz MAIN_BUILD_DIR=$BUILD scripts/fuzz.sh --build-only || [[ $? == 77 ]]
 ROOT=$PWD
 cd "$BUILD"
 rm -rf test-results

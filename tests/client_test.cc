@@ -1,6 +1,9 @@
 // The baton CLI's model commands, run in-process through RunTool exactly as a user types them.
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_split.h>
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include "core/model/flux2_model.h"
 #include "core/model/flux2_weights.h"
@@ -228,24 +231,45 @@ class MalformedInputsTest : public ::testing::Test {
             {"empty", "", "0 bytes"},
             {"no tensors", Bytes({}), "missing"}};
   }
-  // Runs `command` (its flags but the inputs file's) on each case's file: exit 1, the expected words, the path.
-  // The processes run side by side (each is mostly libtorch's start-up), so the whole list takes seconds.
+  // Runs `command` (its flags but the inputs file's) on each case's file: exit 1, the expected words, the path. The
+  // first kOwnProcesses cases run as processes of their own (exit 1, never an abort); the rest one after another in
+  // one `baton command-server` beside them (tools/command_server.h: each as `baton ARGS` would run, libtorch's start
+  // paid once; a case that crashed would take the server down and leave the rest unanswered, failing them).
   static void ExpectEachRefused(const std::string& command, const std::string& inputs_flag,
                                 const std::vector<Case>& cases) {
+    constexpr size_t kOwnProcesses = 2;
     const std::string work = test_util::MakeTempDir("malformed_case");
-    std::string script;
+    const std::string baton = JoinPath(test_util::BinDir(), "baton");
+    const std::string requests = JoinPath(work, "requests.jsonl"), answers = JoinPath(work, "answers.jsonl");
+    std::string script, lines;
     for (size_t i = 0; i < cases.size(); ++i) {
       const std::string path = JoinPath(work, absl::StrCat("case", i, ".safetensors"));
       ASSERT_TRUE(WriteFileAtomic(path, cases[i].bytes).ok());
-      absl::StrAppend(&script, "(", JoinPath(test_util::BinDir(), "baton"), " ", command, " ", inputs_flag, " ", path,
-                      " --output ", path, ".out >", path, ".log 2>&1; echo $? >", path, ".rc) & ");
+      const std::string args = absl::StrCat(command, " ", inputs_flag, " ", path, " --output ", path, ".out");
+      if (i < kOwnProcesses) {
+        absl::StrAppend(&script, "(", baton, " ", args, " >", path, ".log 2>&1; echo $? >", path, ".rc) & ");
+      } else {
+        const std::vector<std::string> argv = absl::StrSplit(args, ' ', absl::SkipEmpty());
+        nlohmann::json request = {{"args", argv}, {"stdout", path + ".stdout"}, {"stderr", path + ".log"}};
+        absl::StrAppend(&lines, request.dump(), "\n");
+      }
     }
-    ASSERT_EQ(test_util::RunCommand(script + "wait").exit_code, 0);
+    ASSERT_TRUE(WriteFileAtomic(requests, lines).ok());
+    ASSERT_EQ(test_util::RunCommand(absl::StrCat(script, baton, " command-server <", requests, " >", answers, "; wait"))
+                  .exit_code,
+              0);
+    const std::vector<std::string> served = absl::StrSplit(ReadFile(answers).value_or(""), '\n', absl::SkipEmpty());
+    auto exit_code = [&](size_t i, const std::string& path) -> std::string {
+      if (i < kOwnProcesses) return ReadFile(path + ".rc").value_or("?");
+      if (i - kOwnProcesses >= served.size()) return "(no answer: the command server ended before this case)";
+      return absl::StrCat(nlohmann::json::parse(served[i - kOwnProcesses])["rc"].get<int>(), "\n");
+    };
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case& c = cases[i];
       const std::string path = JoinPath(work, absl::StrCat("case", i, ".safetensors"));
-      const std::string output = ReadFile(path + ".log").value_or("(no output)");
-      EXPECT_EQ(ReadFile(path + ".rc").value_or("?"), "1\n") << command << ", " << c.label << ":\n" << output;
+      const std::string output =
+          ReadFile(path + ".log").value_or("(no output)") + ReadFile(path + ".stdout").value_or("");
+      EXPECT_EQ(exit_code(i, path), "1\n") << command << ", " << c.label << ":\n" << output;
       EXPECT_NE(output.find(path), std::string::npos) << c.label << ": the message names the file\n" << output;
       EXPECT_NE(output.find(c.expect), std::string::npos) << c.label << ": expected '" << c.expect << "'\n" << output;
     }
