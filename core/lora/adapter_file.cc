@@ -141,9 +141,10 @@ LoraWeights WithScaleFolded(const LoraWeights& w) {
   return out;
 }
 
-int64_t LycorisRank(const LoraWeights& w) {
+at::Tensor LycorisAlpha(const LoraWeights& w) {
   auto size = [&](const char* name, int dim) { return w.other.count(name) ? w.other.at(name).size(dim) : 0; };
-  return w.type == AdapterType::kLoha ? size("hada_w1_b", 0) : size("lokr_w2_a", 1);
+  const int64_t rank = w.type == AdapterType::kLoha ? size("hada_w1_b", 0) : size("lokr_w2_a", 1);
+  return at::scalar_tensor(static_cast<double>(rank > 0 ? rank : 1), at::kFloat);
 }
 
 absl::Status SaveLycorisAdapters(const std::string& path, const std::map<std::string, LoraWeights>& adapters,
@@ -156,7 +157,7 @@ absl::Status SaveLycorisAdapters(const std::string& path, const std::map<std::st
     }
     const std::string base = LycorisModuleName(module);
     for (const auto& [name, t] : WithScaleFolded(w).other) out[base + "." + name] = t;
-    if (LycorisRank(w) > 0) out[base + ".alpha"] = at::scalar_tensor(static_cast<double>(LycorisRank(w)), at::kFloat);
+    out[base + ".alpha"] = LycorisAlpha(w);
   }
   std::map<std::string, std::string> meta = metadata;
   meta["format"] = "pt";

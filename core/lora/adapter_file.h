@@ -35,11 +35,12 @@ absl::StatusOr<LoraWeights> LycorisAdapterFromParts(const std::string& path, con
 
 // The adapter on the host in fp32 with its scale folded into its linear factor (LinearFactorName), scale 1.
 LoraWeights WithScaleFolded(const LoraWeights& w);
-// The rank LyCORIS and ComfyUI divide a LoHa's or LoKr's ".alpha" by: hada_w1_b's rows, lokr_w2_a's columns; 0 for a
-// LoKr with a full w2 (scale 1 whatever its alpha).
-int64_t LycorisRank(const LoraWeights& w);
+// The ".alpha" a LoHa or LoKr gets once its scale is folded in, so that readers apply scale 1: the rank LyCORIS and
+// ComfyUI divide it by (hada_w1_b's rows, lokr_w2_a's columns), or 1 for a LoKr with a full w2 (readers apply scale
+// 1 there whatever it says; lycoris-lora still needs one).
+at::Tensor LycorisAlpha(const LoraWeights& w);
 // Saves LoHa and LoKr adapters (diffusers module → weights, any scales) in LyCORIS naming, each scale folded in and
-// ".alpha" = its LycorisRank: as SaveLycoris, for adapters of different ranks (lora-convert).
+// ".alpha" its LycorisAlpha: as SaveLycoris, for adapters of different ranks (lora-convert).
 absl::Status SaveLycorisAdapters(const std::string& path, const std::map<std::string, LoraWeights>& adapters,
                                  const std::map<std::string, std::string>& metadata);
 

@@ -151,7 +151,7 @@ std::map<std::string, at::Tensor> OriginalTensors(const std::string& module, Lor
     return out;
   }
   for (const auto& [name, t] : w.other) out[base + name] = t;
-  if (LycorisRank(w) > 0) out[base + "alpha"] = at::scalar_tensor(static_cast<double>(LycorisRank(w)), at::kFloat);
+  out[base + "alpha"] = LycorisAlpha(w);
   return out;
 }
 

@@ -40,6 +40,7 @@ const OriginalNaming& WanOriginalNaming();
 //               magnitude: the norm is over each output row, as peft's lora_magnitude_vector)
 //   loha:       ".hada_w1_a", ".hada_w1_b", ".hada_w2_a", ".hada_w2_b" and ".alpha" = the rank
 //   lokr:       ".lokr_w1", ".lokr_w2" or ".lokr_w2_a" / ".lokr_w2_b", and ".alpha" = the rank when w2 is decomposed
+//               (1 with a full w2, where readers apply scale 1 anyway)
 // Fused modules: lora and dora with A stacked and B block-diagonal (magnitudes stacked), loha with w1_a and w2_a
 // block-diagonal and w1_b, w2_b stacked (rank n·r); Kronecker products stacked are not one, so a lokr on a fused
 // module is an error. Reading splits fused modules back (block-diagonal parts to their own rank).

@@ -168,6 +168,21 @@ TEST(OriginalAdaptersNamingTest, ALokrAcrossFusedLinearsIsAnErrorThatSaysWhy) {
   EXPECT_NE(sd.status().message().find("adapter 1 of them is missing"), std::string::npos) << sd.status();
 }
 
+TEST(OriginalAdaptersNamingTest, ALokrWithAFullW2GetsTheAlphaLycorisNeedsAndReadsBackAtScaleOne) {
+  at::manual_seed(7);
+  LoraWeights w;
+  w.type = AdapterType::kLokr;
+  w.scale = 0.5;
+  w.other = {{"lokr_w1", Random({2, 2})}, {"lokr_w2", Random({kHidden / 2, kHidden / 2})}};
+  auto sd = AdaptersToOriginal({{"transformer_blocks.0.attn.to_out.0", w}}, Flux2OriginalNaming());
+  ASSERT_TRUE(sd.ok()) << sd.status();
+  EXPECT_EQ(sd->at("diffusion_model.double_blocks.0.img_attn.proj.alpha").item<float>(), 1.0f);
+  auto back = AdaptersFromOriginal("f.safetensors", *sd, Flux2OriginalNaming());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->at("transformer_blocks.0.attn.to_out.0").scale, 1.0);
+  EXPECT_TRUE(at::allclose(Delta(back->at("transformer_blocks.0.attn.to_out.0")), Delta(w), 1e-6, 1e-6));
+}
+
 TEST(OriginalAdaptersNamingTest, WanModulesKeepTheirShapeUnderTheOriginalNames) {
   at::manual_seed(5);
   std::map<std::string, LoraWeights> adapters = {

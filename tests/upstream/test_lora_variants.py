@@ -246,8 +246,17 @@ class VariantFilesTest(unittest.TestCase):
         transformer = copy.deepcopy(self.model)
         Flux2Pipeline.load_lora_into_transformer(state_dict, transformer=transformer, adapter_name="baton",
                                                  metadata=metadata)
-        self.compare("lokr, original naming (Flux2Pipeline.load_lora_weights)", bfl,
-                     diffusers_forward(transformer, self.inputs))
+        expected = diffusers_forward(transformer, self.inputs)
+        self.compare("lokr, original naming (Flux2Pipeline.load_lora_weights)", bfl, expected)
+        # `baton lora-convert --to diffusers` writes it LyCORIS-named again, which lycoris-lora loads the same.
+        back = os.path.join(self.tmp, "lokr_back.safetensors")
+        baton("lora-convert", "--in", bfl, "--out", back, "--to", "diffusers")
+        lycoris_model = copy.deepcopy(self.model)
+        network, _ = create_lycoris_from_weights(1.0, back, lycoris_model)
+        network.apply_to()
+        err = max_rel_error(diffusers_forward(lycoris_model, self.inputs), expected)
+        print(f"lokr, original naming converted back (create_lycoris_from_weights): rel error {err:.2e}")
+        self.assertLess(err, TOLERANCE)
 
 
 class WanVariantsTest(unittest.TestCase):
