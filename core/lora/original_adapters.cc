@@ -36,6 +36,11 @@ at::Tensor& Part(LoraWeights& w, const std::string& name) {
   if (name == kPartB) return w.B;
   return w.other[name];
 }
+const at::Tensor& Part(const LoraWeights& w, const std::string& name) {
+  if (name == kPartA) return w.A;
+  if (name == kPartB) return w.B;
+  return w.other.at(name);
+}
 
 // The factors whose rows are the adapter's output rows (a lokr_w1 row spans out_k of them).
 std::vector<std::string> RowFactors(AdapterType type) {
@@ -51,7 +56,7 @@ std::vector<std::string> RowFactors(AdapterType type) {
   }
 }
 
-absl::Status CheckRowsDivide(const std::string& module, LoraWeights& w, int64_t n, const char* why) {
+absl::Status CheckRowsDivide(const std::string& module, const LoraWeights& w, int64_t n, const char* why) {
   for (const auto& name : RowFactors(w.type)) {
     const at::Tensor& t = Part(w, name);
     if (t.size(0) % n != 0) {
@@ -76,7 +81,7 @@ absl::StatusOr<LoraWeights> Fuse(const std::string& module, const std::vector<Lo
   out.type = parts.front().type;
   auto all = [&](const std::string& name) {
     std::vector<at::Tensor> ts;
-    for (auto part : parts) ts.push_back(Part(part, name));
+    for (const auto& part : parts) ts.push_back(Part(part, name));
     return ts;
   };
   for (const auto& part : parts) {
