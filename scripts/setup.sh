@@ -19,6 +19,9 @@ PACKAGES=(
   libgloo-dev  # declarations only: c10d's Gloo header includes them (collective/); the code is libtorch's
   libavcodec-dev libavformat-dev libswscale-dev libavutil-dev  # video clips (core/video)
   clang-14 libclang-rt-14-dev  # the fuzz targets' build (scripts/fuzz.sh)
+  # The browser tests (ctest -L browser) drive Debian's Chromium, headless, through its driver. Installed here with the
+  # rest, in one apt-get (one index update), so that scripts/test.sh after scripts/demo.sh installs nothing.
+  chromium chromium-driver
 )
 # A python3 that already makes venvs (e.g. pyenv's) needs neither Debian python package.
 command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || PACKAGES+=(python3 python3-venv)

@@ -8,7 +8,10 @@ test, or a suite that crashed or timed out before GoogleTest wrote its XML) coun
 
   test_summary.py BUILD_DIR
   test_summary.py --costs BUILD_DIR tests/ctest_costs.txt   # keep this run's test times for the next fresh build
+--costs also writes tests/suite_times.txt beside it: each GoogleTest suite's time inside its process, from which
+cmake/gtest_suites.py groups the quick suites of a binary into one process.
 """
+import datetime
 import glob
 import os
 import sys
@@ -82,19 +85,61 @@ COSTS_HEADER = """# ctest's cost data (Testing/Temporary/CTestCostData.txt: name
 """
 
 
+SUITE_TIMES_HEADER = """# Each GoogleTest suite's time inside its process in one full run, its SetUpTestSuite included: binary, suite,
+# seconds (its shards summed).
+# cmake/gtest_suites.py runs the quick ones of a binary in one process. Regenerate: scripts/test_summary.py --costs.
+"""
+
+
+def suite_seconds(root):
+    """[(suite, seconds)] of one XML file: each suite's time plus the gap before it (its SetUpTestSuite, which
+    GoogleTest's own time leaves out; the previous suite's TearDownTestSuite too), the last one's teardown as well."""
+    def stamp(element):
+        return datetime.datetime.fromisoformat(element.get("timestamp")).timestamp()
+    suites = list(root.iter("testsuite"))
+    if not suites or root.get("timestamp") is None or any(s.get("timestamp") is None for s in suites):
+        return [(s.get("name"), float(s.get("time", 0))) for s in suites]
+    found, end = [], stamp(root)
+    for s in suites:
+        seconds = float(s.get("time", 0))
+        found.append([s.get("name"), max(0.0, stamp(s) - end) + seconds])
+        end = stamp(s) + seconds
+    found[-1][1] += max(0.0, stamp(root) + float(root.get("time", 0)) - end)
+    return [tuple(f) for f in found]
+
+
+def write_suite_times(results_dir, out):
+    """Every suite's in-process seconds from this run's XML files, one "binary suite seconds" line each."""
+    times = {}
+    for path in sorted(glob.glob(os.path.join(results_dir, "*.xml"))):
+        binary = os.path.basename(path).split(".", 1)[0]
+        try:
+            root = ET.parse(path).getroot()
+        except ET.ParseError:
+            continue
+        for suite, seconds in suite_seconds(root):
+            times[(binary, suite)] = times.get((binary, suite), 0.0) + seconds
+    with open(out, "w") as f:
+        f.write(SUITE_TIMES_HEADER + "".join(f"{b} {s} {t:.3f}\n" for (b, s), t in sorted(times.items())))
+    print(f"wrote {len(times)} suite times to {out}")
+
+
 def write_costs(build_dir, out):
-    """This build's ctest cost data (the passed tests' mean times) as the committed seed for fresh builds."""
+    """This build's ctest cost data (the passed tests' mean times) as the committed seed for fresh builds, and each
+    suite's in-process time (write_suite_times) beside it."""
     lines = []
+    ran = {name for _, _, name in ctest_tests(os.path.join(build_dir, "ctest-junit.xml"))}  # not gone ones
     with open(os.path.join(build_dir, "Testing", "Temporary", "CTestCostData.txt")) as f:
         for line in f:
             if line.startswith("---"):
                 break  # the failed tests' list follows
             parts = line.split()
-            if len(parts) == 3:
+            if len(parts) == 3 and parts[0] in ran:
                 lines.append(f"{parts[0]} 1 {float(parts[2]):.2f}\n")
     with open(out, "w") as f:
         f.write(COSTS_HEADER + "".join(lines))
     print(f"wrote {len(lines)} test times to {out}")
+    write_suite_times(os.path.join(build_dir, "test-results"), os.path.join(os.path.dirname(out), "suite_times.txt"))
     return 0
 
 

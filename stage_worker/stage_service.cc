@@ -24,6 +24,7 @@ namespace baton {
 
 grpc::Status StageServiceImpl::Configure(grpc::ServerContext*, const v1::ConfigureRequest* req,
                                          v1::ConfigureResponse* resp) {
+  const InFlight call(in_flight_);
   auto result = tenants_->Configure(*req);
   if (!result.ok()) {
     LogError("Configure failed: ", result.status().ToString());
@@ -34,6 +35,7 @@ grpc::Status StageServiceImpl::Configure(grpc::ServerContext*, const v1::Configu
 }
 
 grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck* ack) {
+  const InFlight call(in_flight_);
   const auto t0 = std::chrono::steady_clock::now();
   // The header is checked before a byte of tensor data is read, and the envelope may bring at most what the
   // inbox can still hold: a foreign, stale or oversized push costs neither memory nor the running job.
@@ -69,6 +71,7 @@ grpc::Status StageServiceImpl::Push(grpc::ServerContext*, grpc::ServerReader<v1:
 
 grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepPlan* plan,
                                        grpc::ServerWriter<v1::StepReply>* writer) {
+  const InFlight call(in_flight_);
   const std::shared_ptr<StageRunner> runner = tenants_->For(plan->job_id());
   v1::StepReply reply;
   absl::Mutex write_mu;  // the heartbeat thread and the gradient sink share the stream
@@ -102,6 +105,7 @@ grpc::Status StageServiceImpl::RunStep(grpc::ServerContext* ctx, const v1::StepP
 
 grpc::Status StageServiceImpl::GetLora(grpc::ServerContext*, const v1::GetLoraRequest* req,
                                        grpc::ServerWriter<v1::TensorChunk>* writer) {
+  const InFlight call(in_flight_);
   const std::shared_ptr<StageRunner> runner = tenants_->For(req->job_id());
   auto lora = runner->CurrentLora(req->job_id(), req->config_hash(), req->with_optimizer_state());
   if (!lora.ok()) return ToGrpcStatus(lora.status());
@@ -126,19 +130,23 @@ grpc::Status Reply(absl::StatusOr<Response> result, Response* resp) {
 
 grpc::Status StageServiceImpl::JoinGroup(grpc::ServerContext* ctx, const v1::JoinGroupRequest* req,
                                          v1::JoinGroupResponse* resp) {
+  const InFlight call(in_flight_);
   return Reply(tenants_->For(req->job_id())->JoinGroup(*req, PeerHost(ctx->peer())), resp);
 }
 
 grpc::Status StageServiceImpl::Reduce(grpc::ServerContext*, const v1::ReduceRequest* req, v1::ReduceResponse* resp) {
+  const InFlight call(in_flight_);
   return Reply(tenants_->For(req->job_id())->Reduce(*req), resp);
 }
 
 grpc::Status StageServiceImpl::Update(grpc::ServerContext*, const v1::UpdateRequest* req, v1::UpdateResponse* resp) {
+  const InFlight call(in_flight_);
   return Reply(tenants_->For(req->job_id())->Update(*req), resp);
 }
 
 grpc::Status StageServiceImpl::LoadState(grpc::ServerContext*, grpc::ServerReader<v1::Envelope>* reader,
                                          v1::PushAck* ack) {
+  const InFlight call(in_flight_);
   // The coordinator's, over mutual TLS: a stage's adapters and AdamW's two moments (FLUX.2-dev's rank-16 stage 1:
   // 0.55 GB), within the default limits.
   EnvelopeLimits limits;
@@ -156,20 +164,23 @@ grpc::Status StageServiceImpl::LoadState(grpc::ServerContext*, grpc::ServerReade
 
 grpc::Status StageServiceImpl::Shutdown(grpc::ServerContext*, const google::protobuf::Empty*,
                                         google::protobuf::Empty*) {
+  const InFlight call(in_flight_);
   if (shutdown_) shutdown_();
   return grpc::Status::OK;
 }
 
 grpc::Status StageServiceImpl::Release(grpc::ServerContext*, const v1::ReleaseRequest* req, google::protobuf::Empty*) {
+  const InFlight call(in_flight_);
   tenants_->Release(req->job_id(), req->config_hash());
   return grpc::Status::OK;
 }
 
 namespace {
 constexpr std::chrono::seconds kShutdownGrace{8};  // StopServer's drain, then the runner's teardown
-// What a stopping worker gives the calls in flight. Nothing of the job's is lost by cutting them (the coordinator holds
-// the state), and a stop at the end of a run finds a call or two parked waiting for the next step: 2 s of every
-// worker's exit (and of every test run) went to waiting them out.
+// What a stopping worker gives the calls in its handlers. Nothing of the job's is lost by cutting them (the coordinator
+// holds the state). With none in a handler it stops at once: gRPC's shutdown also waits for its clients to close their
+// connections, and the coordinator and the neighbour stages close theirs only when they exit, after this worker (that
+// waited out the grace on every stop: 0.18 s on average, 44 stops of three integration suites).
 constexpr std::chrono::milliseconds kInFlightGrace{250};
 }  // namespace
 
@@ -196,7 +207,7 @@ absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions&
     std::fflush(stderr);
     std::_Exit(1);
   }).detach();
-  StopServer(*started.server, {}, kInFlightGrace);
+  StopServer(*started.server, {}, service.calls_in_flight() > 0 ? kInFlightGrace : std::chrono::milliseconds{0});
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -34,10 +35,25 @@ class StageServiceImpl final : public v1::StageService::Service {
 
   // Set once the server exists; Shutdown() uses it.
   void set_shutdown_callback(std::function<void()> cb) { shutdown_ = std::move(cb); }
+  // Calls inside a handler now (a stopping worker with none has nothing to wait for).
+  int calls_in_flight() const { return in_flight_.load(); }
 
  private:
+  // Counts one call for the life of its handler.
+  class InFlight {
+   public:
+    explicit InFlight(std::atomic<int>& count) : count_(count) { ++count_; }
+    ~InFlight() { --count_; }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+
+   private:
+    std::atomic<int>& count_;
+  };
+
   StageTenants* tenants_;
   std::function<void()> shutdown_;
+  std::atomic<int> in_flight_{0};
 };
 
 // Runs a stage worker server on `listen` ("host:port", port 0 = any free port) until Shutdown or
