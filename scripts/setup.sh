@@ -7,7 +7,8 @@
 #      transformers, tokenizers, safetensors). Reinstalled only when requirements.txt changes.
 #   3. CMake finds that libtorch through torch.utils.cmake_prefix_path.
 # Environment: BUILD_DIR (build), JOBS (nproc), CXX (clang++-14 when installed), CMAKE_ARGS, BUILD_TARGETS (the
-# targets to build, space-separated; empty: everything, the tests included).
+# targets to build, space-separated; empty: everything, the tests included), BROWSER (1; 0: no Chromium, for a build
+# without the tests such as deploy/docker's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,10 +20,10 @@ PACKAGES=(
   libgloo-dev  # declarations only: c10d's Gloo header includes them (collective/); the code is libtorch's
   libavcodec-dev libavformat-dev libswscale-dev libavutil-dev  # video clips (core/video)
   clang-14 libclang-rt-14-dev  # the fuzz targets' build (scripts/fuzz.sh)
-  # The browser tests (ctest -L browser) drive Debian's Chromium, headless, through its driver. Installed here with the
-  # rest, in one apt-get (one index update), so that scripts/test.sh after scripts/demo.sh installs nothing.
-  chromium chromium-driver
 )
+# The browser tests (ctest -L browser) drive Debian's Chromium, headless, through its driver. Installed here with the
+# rest, in one apt-get (one index update), so that scripts/test.sh after scripts/demo.sh installs nothing.
+[[ ${BROWSER:-1} == 0 ]] || PACKAGES+=(chromium chromium-driver)
 # A python3 that already makes venvs (e.g. pyenv's) needs neither Debian python package.
 command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || PACKAGES+=(python3 python3-venv)
 scripts/install_packages.sh "${PACKAGES[@]}"
