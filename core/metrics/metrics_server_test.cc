@@ -2,9 +2,13 @@
 // family of core/metrics/families.h held to Prometheus' own lint (`promtool check metrics`).
 #include "core/metrics/metrics_server.h"
 
+#include <absl/cleanup/cleanup.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
+#include <utility>
+#include <vector>
 
 #include "core/metrics/families.h"
 #include "core/metrics/process_memory.h"
@@ -80,29 +84,40 @@ TEST(MetricsServerTest, ABusyPortIsUnavailable) {
 TEST(MetricsFamiliesTest, PassPromtoolLint) {
   const std::string promtool = "/usr/bin/promtool";
   if (!PathExists(promtool)) GTEST_SKIP() << "no " << promtool << " (scripts/setup.sh installs prometheus)";
+  // The series added here to the process-wide families go again at the end: the suites after this one in the same
+  // process (cmake/gtest_suites.py's quick groups) see the families as they were.
+  std::vector<std::function<void()>> added;
+  const absl::Cleanup remove_added = [&added] {
+    for (auto& remove : added) remove();
+  };
+  auto add = [&added](auto& family, const prometheus::Labels& labels, auto&&... args) -> auto& {
+    auto& metric = family.Add(labels, std::forward<decltype(args)>(args)...);
+    added.push_back([&family, &metric] { family.Remove(&metric); });
+    return metric;
+  };
   ProcessMetrics& p = ProcessFamilies();
-  p.rpc_errors.Add({{"side", "client"}, {"method", "StageService/RunStep"}, {"code", "UNAVAILABLE"}}).Increment();
-  p.device_memory_allocated.Add({{"device", "cuda:0"}}).Set(1);
+  add(p.rpc_errors, {{"side", "client"}, {"method", "StageService/RunStep"}, {"code", "UNAVAILABLE"}}).Increment();
+  add(p.device_memory_allocated, {{"device", "cuda:0"}}).Set(1);
   const prometheus::Labels job = {{"job", "lint"}};
   CoordinatorMetrics& c = CoordinatorFamilies();
-  c.steps_completed.Add(job).Increment();
+  add(c.steps_completed, job).Increment();
   for (auto* g : {&c.step, &c.steps_target, &c.loss, &c.learning_rate, &c.gradient_norm, &c.samples_per_second,
                   &c.checkpoint_last_success_timestamp_seconds}) {
-    g->Add(job).Set(1);
+    add(*g, job).Set(1);
   }
-  c.step_duration_seconds.Add(job, StepDurationBuckets()).Observe(0.5);
-  c.checkpoint_duration_seconds.Add(job, CheckpointDurationBuckets()).Observe(0.5);
-  c.stage_up.Add({{"job", "lint"}, {"stage", "0"}, {"peer", "127.0.0.1:1"}}).Set(1);
+  add(c.step_duration_seconds, job, StepDurationBuckets()).Observe(0.5);
+  add(c.checkpoint_duration_seconds, job, CheckpointDurationBuckets()).Observe(0.5);
+  add(c.stage_up, {{"job", "lint"}, {"stage", "0"}, {"peer", "127.0.0.1:1"}}).Set(1);
   const prometheus::Labels stage = {{"job", "lint"}, {"stage", "0"}},
                            link = {{"job", "lint"}, {"stage", "0"}, {"peer", "coordinator"}};
   StageMetrics& s = StageFamilies();
-  for (auto* f : {&s.forward_seconds, &s.backward_seconds, &s.idle_seconds}) f->Add(stage).Increment(1);
-  s.microbatches_in_flight.Add(stage).Set(1);
-  s.worker_configured.Add(stage).Set(1);
-  for (auto* f : {&s.link_sent_bytes, &s.link_received_bytes, &s.link_transfer_seconds}) f->Add(link).Increment(1);
+  for (auto* f : {&s.forward_seconds, &s.backward_seconds, &s.idle_seconds}) add(*f, stage).Increment(1);
+  add(s.microbatches_in_flight, stage).Set(1);
+  add(s.worker_configured, stage).Set(1);
+  for (auto* f : {&s.link_sent_bytes, &s.link_received_bytes, &s.link_transfer_seconds}) add(*f, link).Increment(1);
   EncoderMetrics& e = EncoderFamilies();
-  for (auto* f : {&e.samples_encoded, &e.samples_kept, &e.samples_failed}) f->Add({}).Increment();
-  e.sample_seconds.Add({}, EncoderSampleBuckets()).Observe(0.1);
+  for (auto* f : {&e.samples_encoded, &e.samples_kept, &e.samples_failed}) add(*f, {}).Increment();
+  add(e.sample_seconds, {}, EncoderSampleBuckets()).Observe(0.1);
 
   auto server = MetricsServer::Start("127.0.0.1:0", "coordinator");
   ASSERT_TRUE(server.ok()) << server.status();
