@@ -10,9 +10,8 @@
 # with build-fuzz/bin/<target>_fuzz FILE, minimize (-minimize_crash=1), fix the code, and add the file to
 # tests/fuzz/regressions/<target>/: baton_fuzz_replay_tests runs it in every normal build from then on.
 # Needs clang-14 and libclang-rt-14-dev (Debian 12; scripts/setup.sh installs them).
-#   scripts/fuzz.sh --build-only             # only build (scripts/test.sh: beside ctest, at the lowest priority)
-#   scripts/fuzz.sh --no-build               # only run, exit 77 (skipped) when the tree is not built (ctest fuzz_bounded);
-#                                            # first waits for the build scripts/test.sh started (BUILD_DIR.status)
+#   scripts/fuzz.sh --build-only             # only build (scripts/test.sh, before ctest, beside the main build)
+#   scripts/fuzz.sh --no-build               # only run, exit 77 (skipped) when the tree is not built (ctest fuzz_bounded)
 # Built at -O1, as libFuzzer's documentation builds its targets (quicker to compile than -O3; the sanitizers see the
 # same faults).
 # Environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_SECONDS (10), JOBS (nproc), CXX_FUZZ (clang++-14), MAIN_BUILD_DIR
@@ -30,30 +29,6 @@ case ${1:-} in --build-only | --no-build) MODE=${1#--}; shift ;; esac
 TARGETS=("$@")
 ((${#TARGETS[@]})) || TARGETS=(wire safetensors job lora stage)
 
-# scripts/test.sh builds the tree beside ctest and writes BUILD_DIR.status: "building PID", then "STATUS SECONDS".
-wait_for_build() {
-  local status_file=$BUILD_DIR.status
-  [[ -f $status_file ]] || return 0
-  local state pid waited=0
-  read -r state pid <"$status_file"
-  while [[ $state == building ]]; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      echo "fuzz: the build scripts/test.sh started (pid $pid) is gone; rerun scripts/test.sh or scripts/fuzz.sh"
-      exit 1
-    fi
-    ((waited % 60)) || echo "fuzz: waiting for the fuzz tree's build beside the tests ($BUILD_DIR.log)"
-    sleep 2
-    waited=$((waited + 2))
-    read -r state pid <"$status_file"
-  done
-  ((waited == 0)) || echo "fuzz: waited $waited s for the fuzz tree's build"
-  if [[ $state != 0 && $state != 77 ]]; then
-    echo "fuzz: the fuzz tree's build failed (exit $state); the end of $BUILD_DIR.log:"
-    tail -n 40 "$BUILD_DIR.log"
-    exit 1
-  fi
-}
-[[ $MODE == no-build ]] && wait_for_build
 if [[ $MODE == no-build && ! -f $BUILD_DIR/build.ninja ]]; then
   echo "fuzz: skipped: $BUILD_DIR is not built (scripts/test.sh builds it before ctest; or run scripts/fuzz.sh)"
   exit 77
@@ -71,5 +46,4 @@ fi
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]/%/_fuzz}"
 [[ $MODE == build-only ]] && exit 0
 regex=$(printf '|fuzz_%s$' "${TARGETS[@]}")
-# The targets side by side: fuzz_bounded holds every core (PROCESSORS) and runs last, once the other tests are done.
-ctest --test-dir "$BUILD_DIR" -L fuzz -R "${regex:1}" --output-on-failure -j "${JOBS:-$(nproc)}"
+ctest --test-dir "$BUILD_DIR" -L fuzz -R "${regex:1}" --output-on-failure
