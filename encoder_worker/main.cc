@@ -9,6 +9,7 @@
 #include "core/device/binary_flags.h"
 #include "core/device/device.h"
 #include "encoder_worker/encoder_worker_command.h"
+#include "rpc/grpc_options.h"
 
 ABSL_FLAG(std::string, dataset, "",
           "dataset folder: images (FLUX.2) or video files / frame folders (Wan) with same-named .txt captions");
@@ -95,6 +96,7 @@ baton::EncoderWorkerCommand CommandFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  baton::PrepareGrpcPolling();  // before anything initializes gRPC
   baton::ParseBinaryFlags(argc, argv,
                           "encoder_worker --dataset DIR --cache DIR --model PIPELINE_DIR [--threads K] [--shard i/N]\n"
                           "                      [--metrics HOST:PORT] [--follow_links_into DIR,...] [--control DIR]\n"

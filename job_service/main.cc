@@ -13,6 +13,7 @@
 #include "core/device/device.h"
 #include "core/util/stop_signals.h"
 #include "job_service/coordinator_command.h"
+#include "rpc/grpc_options.h"
 
 ABSL_FLAG(int, stages, 2, "number of pipeline stages (of each replica)");
 ABSL_FLAG(int, replicas, 0,
@@ -94,6 +95,7 @@ baton::CoordinatorCommand CommandFromFlags(baton::StopFlags& flags) {
 
 int main(int argc, char** argv) {
   baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA
+  baton::PrepareGrpcPolling();         // before anything initializes gRPC
   baton::ParseBinaryFlags(
       argc, argv,
       "coordinator --stages N [--replicas R] --job JOB.yaml [--workers host:port,...|a,b;c,d|@FILE] [--steps K] "

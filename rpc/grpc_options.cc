@@ -3,6 +3,9 @@
 #include <grpc/grpc.h>
 #include <grpcpp/create_channel.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "rpc/rpc_metrics.h"
 
 namespace baton {
@@ -31,6 +34,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
   // Every channel counts its failed calls in baton_rpc_errors_total{side="client"}.
   return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, MakeChannelArguments(options),
                                                                  RpcErrorClientInterceptors());
+}
+
+void PrepareGrpcPolling() {
+  ::setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", std::to_string(kBackupPollMs).c_str(), /*overwrite=*/0);
 }
 
 void ApplyServerOptions(grpc::ServerBuilder& builder, const GrpcOptions& options) {

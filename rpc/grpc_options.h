@@ -40,6 +40,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
 // (otherwise the server answers frequent pings with GOAWAY "too_many_pings").
 void ApplyServerOptions(grpc::ServerBuilder& builder, const GrpcOptions& options = {});
 
+// First thing in main, before gRPC initializes: a channel whose calls failed fast (its peer was down) makes progress on
+// its next connection attempt only when gRPC's backup poller runs, every 5 s by default, since no call waits on it;
+// each step of a reconnect (TCP, TLS, HTTP/2) then waited for a tick, and `baton ui` saw a restarted job service 15 s
+// after it listened. Sets GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS to kBackupPollMs unless the environment has it.
+inline constexpr int kBackupPollMs = 100;
+void PrepareGrpcPolling();
+
 // std::chrono::system_clock::now() + timeout, for ClientContext::set_deadline. InfiniteDuration gives
 // the far future; a negative timeout gives now (the call fails with DEADLINE_EXCEEDED at once).
 std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout);

@@ -3,6 +3,9 @@
 #include <grpc/grpc.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 namespace baton {
 namespace {
 
@@ -25,6 +28,24 @@ TEST(GrpcOptionsTest, ChannelArgumentsCarryLimitsAndKeepalive) {
   EXPECT_EQ(IntArg(args, GRPC_ARG_KEEPALIVE_TIMEOUT_MS), 5000);
   EXPECT_EQ(IntArg(args, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS), 1);
   EXPECT_EQ(IntArg(args, GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA), 0);
+}
+
+TEST(GrpcOptionsTest, PrepareGrpcPollingKeepsAUsersSetting) {
+  constexpr char kVar[] = "GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS";
+  const char* was = std::getenv(kVar);
+  const std::string saved = was ? was : "";
+  ::unsetenv(kVar);
+  PrepareGrpcPolling();
+  ASSERT_NE(std::getenv(kVar), nullptr);
+  EXPECT_EQ(std::string(std::getenv(kVar)), std::to_string(kBackupPollMs));
+  ::setenv(kVar, "2500", 1);
+  PrepareGrpcPolling();
+  EXPECT_EQ(std::string(std::getenv(kVar)), "2500");
+  if (was) {
+    ::setenv(kVar, saved.c_str(), 1);
+  } else {
+    ::unsetenv(kVar);
+  }
 }
 
 TEST(GrpcOptionsTest, DeadlineAfter) {

@@ -8,6 +8,7 @@
 #include "core/device/allocator_settings.h"
 #include "core/device/binary_flags.h"
 #include "core/device/determinism.h"
+#include "rpc/grpc_options.h"
 #include "stage_worker/stage_worker_command.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "address to serve on (host:port; port 0 picks a free one)");
@@ -29,6 +30,7 @@ ABSL_FLAG(std::string, metrics, "",
 int main(int argc, char** argv) {
   baton::PrepareCudaDeterminismEnv();  // before anything initializes CUDA
   baton::PreferExpandableSegments();
+  baton::PrepareGrpcPolling();  // before anything initializes gRPC
   baton::ParseBinaryFlags(
       argc, argv,
       "stage_worker --listen HOST:PORT (--tls_dir DIR | --insecure) [--model_root DIR] [--device cpu|cuda:N] "
