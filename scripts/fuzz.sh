@@ -13,7 +13,9 @@
 #   scripts/fuzz.sh --build-only             # only build (scripts/test.sh, before ctest, beside the main build)
 #   scripts/fuzz.sh --no-build               # only run, exit 77 (skipped) when the tree is not built (ctest fuzz_bounded)
 # Built at -O1, as libFuzzer's documentation builds its targets (quicker to compile than -O3; the sanitizers see the
-# same faults).
+# same faults; -O0 compiled in half the time but fuzzed 3-7x fewer inputs in the same 10 s), each library in one unity
+# unit (64 sources; the main build's 8 keeps its parallelism): the sanitizers' instrumented template code is then
+# compiled once per library, not once per 8 files (335 -> 274 s of compile, 173 -> 142 s on 2 cores).
 # Environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_SECONDS (10), JOBS (nproc), CXX_FUZZ (clang++-14), MAIN_BUILD_DIR
 # (build: the main build whose generated protobuf code the tree links when it is there, instead of compiling it).
 set -euo pipefail
@@ -41,7 +43,7 @@ if [[ ! -f $BUILD_DIR/build.ninja ]]; then
   TORCH_PREFIX=$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$CXX_FUZZ" \
     -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DBATON_FUZZ=ON \
-    -DBATON_BUILD_TESTS=OFF -DBATON_BUILD_BENCH=OFF ${PROTO_FROM:+-DBATON_PROTO_FROM="$PROTO_FROM"} >/dev/null
+    -DBATON_BUILD_TESTS=OFF -DBATON_BUILD_BENCH=OFF -DBATON_UNITY_BATCH=64 ${PROTO_FROM:+-DBATON_PROTO_FROM="$PROTO_FROM"} >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]/%/_fuzz}"
 [[ $MODE == build-only ]] && exit 0
