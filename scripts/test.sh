@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: set up (packages, venv, the build scripts/demo.sh makes), check formatting, build the fuzz
-# targets' sanitized tree beside it, run ctest, and name every test case (scripts/test_summary.py); last, the time
+# targets' sanitized tree, then run ctest, and name every test case (scripts/test_summary.py); last, the time
 # each part took ("test: parts: ...").
 # Includes the upstream referee tests (ctest -L upstream), which run diffusers/peft/transformers/tokenizers
 # from .venv on tiny random weights, and the browser tests (ctest -L browser), which drive `baton ui` in Chromium.
