@@ -115,6 +115,14 @@ std::optional<BflLocation> DiffusersToBfl(const std::string& diffusers_key) {
   return std::nullopt;
 }
 
+std::vector<std::string> Flux2FusedLeaves() {
+  std::vector<std::string> leaves;
+  for (const Rule& r : kDoubleRules) {
+    if (r.num_chunks > 1) leaves.push_back(r.diffusers);
+  }
+  return leaves;
+}
+
 std::vector<std::string> BflToDiffusers(const std::string& bfl_key) {
   const auto [module, suffix_] = SplitSuffix(bfl_key);
   const std::string& suffix = suffix_;  // captured below (see DiffusersToBfl)

@@ -26,6 +26,10 @@ struct BflLocation {
 // Module names map the same way without the ".weight"/".scale" suffix handling (used for LoRA keys).
 std::optional<BflLocation> DiffusersToBfl(const std::string& diffusers_key);
 
+// The modules of a double block (after "transformer_blocks.N.") that BFL fuses with others into one Linear: the
+// img and txt q, k and v ("attn.to_q", ..., "attn.add_v_proj").
+std::vector<std::string> Flux2FusedLeaves();
+
 // The diffusers keys a BFL key expands to (3 for fused qkv), in chunk order.
 std::vector<std::string> BflToDiffusers(const std::string& bfl_key);
 

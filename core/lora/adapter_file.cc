@@ -108,22 +108,17 @@ absl::Status SaveLycoris(const std::string& path, const std::map<std::string, at
     return absl::InvalidArgumentError(
         absl::StrCat("LyCORIS files hold loha or lokr, not ", AdapterTypeName(spec.type)));
   }
-  const double scale = spec.alpha / static_cast<double>(spec.rank);
-  std::map<std::string, at::Tensor> out;
-  std::set<std::string> modules;
+  std::map<std::string, LoraWeights> adapters;
   for (const auto& [name, t] : params) {
     auto [module, param] = SplitFactorName(name);
-    at::Tensor v = t.detach().to(at::kFloat).cpu();
-    out[LycorisModuleName(module) + "." + param] = param == LinearFactorName(spec.type) && scale != 1.0 ? v * scale : v;
-    modules.insert(module);
-  }
-  for (const auto& module : modules) {
-    out[LycorisModuleName(module) + ".alpha"] = at::scalar_tensor(static_cast<double>(spec.rank), at::kFloat);
+    LoraWeights& w = adapters[module];
+    w.type = spec.type;
+    w.scale = spec.alpha / static_cast<double>(spec.rank);
+    w.other[param] = t;
   }
   std::map<std::string, std::string> meta = metadata;
-  meta["format"] = "pt";
   meta["baton_lora_type"] = AdapterTypeName(spec.type);
-  return WriteSafetensors(path, out, meta);
+  return SaveLycorisAdapters(path, adapters, meta);
 }
 
 LoraWeights WithScaleFolded(const LoraWeights& w) {

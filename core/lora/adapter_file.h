@@ -21,10 +21,11 @@ std::string LycorisModuleName(const std::string& module);
 
 // DoRA's file is plain LoRA's (lora.h) plus "transformer.<module>.lora_magnitude_vector" and "use_dora": true in
 // lora_adapter_metadata: what diffusers' load_lora_adapter / peft read.
-// Saves LoHa or LoKr adapters (PEFT names → tensors, as from LoraParameters) in LyCORIS naming:
-// "lycoris_<module with dots as underscores>.hada_w1_a" (…, ".lokr_w1", ...) and ".alpha" = the rank, the scale folded
-// into hada_w1_a / lokr_w1: what lycoris-lora's create_lycoris_from_weights reads on a diffusers transformer, and the
-// "lycoris_" keys ComfyUI maps for diffusers-named models.
+// Saves LoHa or LoKr adapters (PEFT names → tensors, as from LoraParameters) in LyCORIS naming, as
+// SaveLycorisAdapters does (one writer), with "baton_lora_type" in the metadata:
+// "lycoris_<module with dots as underscores>.hada_w1_a" (…, ".lokr_w1", ...) and ".alpha" (LycorisAlpha), the scale
+// folded into hada_w1_a / lokr_w1: what lycoris-lora's create_lycoris_from_weights reads on a diffusers transformer,
+// and the "lycoris_" keys ComfyUI maps for diffusers-named models.
 absl::Status SaveLycoris(const std::string& path, const std::map<std::string, at::Tensor>& params, const LoraSpec& spec,
                          const std::map<std::string, std::string>& metadata);
 
@@ -40,7 +41,7 @@ LoraWeights WithScaleFolded(const LoraWeights& w);
 // 1 there whatever it says; lycoris-lora still needs one).
 at::Tensor LycorisAlpha(const LoraWeights& w);
 // Saves LoHa and LoKr adapters (diffusers module → weights, any scales) in LyCORIS naming, each scale folded in and
-// ".alpha" its LycorisAlpha: as SaveLycoris, for adapters of different ranks (lora-convert).
+// ".alpha" its LycorisAlpha; adapters may differ in rank (lora-convert).
 absl::Status SaveLycorisAdapters(const std::string& path, const std::map<std::string, LoraWeights>& adapters,
                                  const std::map<std::string, std::string>& metadata);
 

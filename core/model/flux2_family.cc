@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "core/keys/flux2_keys.h"
 #include "core/lora/lora.h"
 #include "core/model/flux2_input_checks.h"
 #include "core/model/flux2_ops.h"
@@ -467,8 +468,8 @@ absl::StatusOr<TensorMap> Flux2Family::LoraToOriginalNames(const TensorMap& peft
 absl::Status Flux2Family::CheckOriginalNaming(const LoraSpec& spec) const {
   if (spec.type != AdapterType::kLokr) return absl::OkStatus();
   std::vector<std::string> fused;
-  for (const char* leaf : {"to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj"}) {
-    if (LoraTargetMatches(absl::StrCat("transformer_blocks.0.attn.", leaf), spec.targets)) fused.push_back(leaf);
+  for (const std::string& leaf : Flux2FusedLeaves()) {
+    if (LoraTargetMatches(absl::StrCat("transformer_blocks.0.", leaf), spec.targets)) fused.push_back(leaf);
   }
   if (fused.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
