@@ -24,6 +24,7 @@ TEST(StageMetricsTest, PeerLabelFromTheEnvelopeSender) {
 }
 
 TEST(StageMetricsTest, CountsOnlyOnceConfiguredAndUnderTheJobAndStage) {
+  constexpr char kJob[] = "stage-metrics-dog";  // a name no other test of this process binds
   // The counters are the process's: another test's pipelines may have left series (counters never go back).
   std::string text = Scrape();
   const double forward_before = SumSamples(text, "baton_stage_forward_seconds_total");
@@ -36,7 +37,7 @@ TEST(StageMetricsTest, CountsOnlyOnceConfiguredAndUnderTheJobAndStage) {
   EXPECT_EQ(SumSamples(text, "baton_stage_forward_seconds_total"), forward_before);
   EXPECT_EQ(SumSamples(text, "baton_link_sent_bytes_total"), sent_before);
 
-  m.Configure("dog", 1);
+  m.Configure(kJob, 1);
   m.AddForwardSeconds(0.5);
   m.AddBackwardSeconds(1.25);
   m.AddIdleSeconds(0.125);
@@ -45,28 +46,28 @@ TEST(StageMetricsTest, CountsOnlyOnceConfiguredAndUnderTheJobAndStage) {
   m.Link("stage0").Received(700, 0.25);
   m.Link("stage0").Received(300, 0.25);
   text = Scrape();
-  const std::map<std::string, std::string> labels = {{"job", "dog"}, {"stage", "1"}};
+  const std::map<std::string, std::string> labels = {{"job", kJob}, {"stage", "1"}};
   EXPECT_EQ(SumSamples(text, "baton_worker_configured"), 1) << "the unconfigured series is gone:\n" << text;
   EXPECT_EQ(SumSamples(text, "baton_worker_configured", labels), 1);
   EXPECT_EQ(SumSamples(text, "baton_stage_forward_seconds_total", labels), 0.5);
   EXPECT_EQ(SumSamples(text, "baton_stage_backward_seconds_total", labels), 1.25);
   EXPECT_EQ(SumSamples(text, "baton_stage_idle_seconds_total", labels), 0.125);
   EXPECT_EQ(SumSamples(text, "baton_microbatches_in_flight", labels), 3);
-  EXPECT_EQ(SumSamples(text, "baton_link_sent_bytes_total", {{"job", "dog"}, {"stage", "1"}, {"peer", "stage2"}}),
-            1000);
-  EXPECT_EQ(SumSamples(text, "baton_link_received_bytes_total", {{"peer", "stage0"}}), 1000);
-  EXPECT_EQ(SumSamples(text, "baton_link_transfer_seconds_total", {{"peer", "stage0"}}), 0.5);
+  EXPECT_EQ(SumSamples(text, "baton_link_sent_bytes_total", {{"job", kJob}, {"stage", "1"}, {"peer", "stage2"}}), 1000);
+  EXPECT_EQ(SumSamples(text, "baton_link_received_bytes_total", {{"job", kJob}, {"peer", "stage0"}}), 1000);
+  EXPECT_EQ(SumSamples(text, "baton_link_transfer_seconds_total", {{"job", kJob}, {"peer", "stage0"}}), 0.5);
 
   m.Configure("", 0);  // another job: a worker shows only its current binding as configured
   text = Scrape();
   EXPECT_EQ(SumSamples(text, "baton_worker_configured"), 1);
   EXPECT_EQ(SumSamples(text, "baton_worker_configured", {{"job", "unnamed"}, {"stage", "0"}, {"replica", "0"}}), 1);
 
-  m.Configure("dog", 0, /*replica=*/1);  // stage 0 of the second data-parallel replica
+  m.Configure(kJob, 0, /*replica=*/1);  // stage 0 of the second data-parallel replica
   m.AddForwardSeconds(0.25);
   text = Scrape();
-  EXPECT_EQ(SumSamples(text, "baton_worker_configured", {{"job", "dog"}, {"stage", "0"}, {"replica", "1"}}), 1);
-  EXPECT_EQ(SumSamples(text, "baton_stage_forward_seconds_total", {{"stage", "0"}, {"replica", "1"}}), 0.25);
+  EXPECT_EQ(SumSamples(text, "baton_worker_configured", {{"job", kJob}, {"stage", "0"}, {"replica", "1"}}), 1);
+  EXPECT_EQ(SumSamples(text, "baton_stage_forward_seconds_total", {{"job", kJob}, {"stage", "0"}, {"replica", "1"}}),
+            0.25);
 }
 
 // Pipelines on one shared worker: one that goes (released) takes its gauges with it; two bound to the same labels
