@@ -594,9 +594,12 @@ std::string RenderPlan(const Plan& plan) {
       &out,
       "(compute = share of a micro-batch's multiply-adds, double and single blocks alike per token, plus on cpu "
       "stages a fixed cost per pass of each token stream (a double block runs two); memory is an "
-      "estimate: weights (block linears 8-bit when quantized) + LoRA + activations (a block's graph includes the fp32 "
-      "copies of the adapters' inputs under bf16) + transient (one 8-bit weight dequantized for its matmul) + the "
-      "stage device's fixed per-process overhead (cpu: measured; cuda: estimated, not measured)",
+      "estimate: weights (block linears 8-bit when quantized) + LoRA + activations",
+      o.lora_fp32 && o.activation_bytes < 4 ? " (a block's graph includes the fp32 copies of the adapters' inputs: "
+                                              "lora_dtype fp32 under a narrower compute dtype)"
+                                            : "",
+      " + transient (one 8-bit weight dequantized for its matmul) + the stage device's fixed per-process overhead "
+      "(cpu: measured; cuda: estimated, not measured)",
       ".\n * LoRA+grad: fp32 LoRA weights and their gradients on the stage; ",
       o.local_optimizer ? absl::StrCat("with the stage-local optimizer (replica_exchange: allreduce) also the "
                                        "optimizer's state and the step's held and reduced gradient sums (",

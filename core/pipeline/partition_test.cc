@@ -343,6 +343,12 @@ TEST(PartitionTest, AdaptersInTheComputeDtypeKeepNoFp32CopyOfTheirInputs) {
   }
   // FLUX.2-dev's single block keeps ~566 MB less per micro-batch at 1024 px (the figure).
   EXPECT_NEAR(static_cast<double>(copy_fp32) / 1e6, 566, 1);
+  // The plan's footnote says the copies are counted only when they are.
+  const std::string copies = "fp32 copies of the adapters' inputs";
+  auto fp32_math = PartitionFlux2(dev, Stages(2));
+  ASSERT_TRUE(fp32_math.ok());
+  EXPECT_EQ(RenderPlan(*bf16_math).find(copies), std::string::npos) << RenderPlan(*bf16_math);
+  EXPECT_NE(RenderPlan(*fp32_math).find(copies), std::string::npos) << RenderPlan(*fp32_math);
 }
 
 // With 8-bit weights one weight at a time is dequantized for its matmul: the largest, FLUX.2-dev's
