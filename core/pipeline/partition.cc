@@ -380,9 +380,10 @@ absl::StatusOr<Plan> PartitionFlux2(const Flux2Config& config, const PartitionOp
   return Partition(Flux2PlanSource(config), o);
 }
 
-absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions& o) {
-  ASSIGN_OR_RETURN(PlanModel model, source(o));
-  const int64_t n = model.num_blocks();
+namespace {
+
+// The options' own errors, before any sizing (`n`: the model's blocks).
+absl::Status CheckPartitionOptions(const PartitionOptions& o, int64_t n) {
   const int p = o.stages;
   if (p < 1) return absl::InvalidArgumentError(absl::StrCat("stages must be >= 1; got ", p));
   if (p > n) {
@@ -439,6 +440,58 @@ absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions&
     return absl::InvalidArgumentError(
         absl::StrCat("devices: give none or one per stage (", p, "); got ", o.devices.size()));
   }
+  return absl::OkStatus();
+}
+
+// Stage k holding blocks [i, j), sized by `z`.
+StageSpec SizedStage(const Sizer& z, const PartitionOptions& o, const std::vector<int64_t>& budgets, int k, int64_t i,
+                     int64_t j) {
+  StageSpec s;
+  s.index = k;
+  s.block_begin = i;
+  s.block_end = j;
+  s.has_embedders = k == 0;
+  s.has_head = k == o.stages - 1;
+  s.cost = z.Cost(k, i, j);
+  s.params = z.Params(k, i, j);
+  s.param_bytes = z.Weights(k, i, j);  // less the swapped blocks, plus their buffers (below)
+  s.lora_params = z.Lora(i, j);
+  s.lora_bytes = LoraBytes(s.lora_params, o);
+  s.in_flight = z.InFlight(k);
+  s.offload_blocks = z.Offload(k, i, j);
+  s.host_bytes = z.SwappedBytes(i, s.offload_blocks);
+  s.param_bytes += z.SwapBufferBytes(i, s.offload_blocks) - s.host_bytes;
+  s.recompute_blocks = z.Recompute(k, i, j);
+  s.activation_bytes = z.Activation(k, j - i, s.recompute_blocks);
+  s.activation_bytes_per_mb_no_recompute = z.ActivationPerMicroBatch(j - i, 0);
+  s.activation_bytes_per_mb_recompute = z.ActivationPerMicroBatch(j - i, j - i);
+  s.overhead_bytes = z.Overhead(k);
+  s.transient_bytes = z.Transient();
+  s.device = o.StageDevice(k);
+  s.est_memory_bytes = z.Memory(k, i, j);
+  s.budget_bytes = budgets.empty() ? 0 : budgets[k];
+  return s;
+}
+
+// The plan's line when it fits: its tightest stage against its budget and its slowest stage's share.
+std::string FitsMessage(const Plan& plan) {
+  const auto tight =
+      std::max_element(plan.stages.begin(), plan.stages.end(),
+                       [](const StageSpec& a, const StageSpec& b) { return a.est_memory_bytes < b.est_memory_bytes; });
+  return absl::StrCat("fits: largest stage estimate ~", FormatByteSize(tight->est_memory_bytes), " (stage ",
+                      tight->index, ")",
+                      tight->budget_bytes > 0 ? absl::StrCat(" of ", FormatByteSize(tight->budget_bytes)) : "",
+                      "; slowest stage carries ", absl::StrFormat("%.1f%%", 100.0 * plan.max_cost / plan.total_cost),
+                      " of the compute");
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions& o) {
+  ASSIGN_OR_RETURN(PlanModel model, source(o));
+  RETURN_IF_ERROR(CheckPartitionOptions(o, model.num_blocks()));
+  const int p = o.stages;
+  const size_t nb = o.memory_budget_bytes.size();
   std::vector<int64_t> budgets;
   if (nb > 0) budgets = nb == 1 ? std::vector<int64_t>(p, o.memory_budget_bytes[0]) : o.memory_budget_bytes;
 
@@ -465,47 +518,11 @@ absl::StatusOr<Plan> Partition(const PlanSource& source, const PartitionOptions&
   }
 
   for (int k = 0; k < p; ++k) {
-    const int64_t i = bounds[k], j = bounds[k + 1];
-    StageSpec s;
-    s.index = k;
-    s.block_begin = i;
-    s.block_end = j;
-    s.has_embedders = k == 0;
-    s.has_head = k == p - 1;
-    s.cost = z.Cost(k, i, j);
-    s.params = z.Params(k, i, j);
-    s.param_bytes = z.Weights(k, i, j);  // less the swapped blocks, plus their buffers (below)
-    s.lora_params = z.Lora(i, j);
-    s.lora_bytes = LoraBytes(s.lora_params, o);
-    s.in_flight = z.InFlight(k);
-    s.offload_blocks = z.Offload(k, i, j);
-    s.host_bytes = z.SwappedBytes(i, s.offload_blocks);
-    s.param_bytes += z.SwapBufferBytes(i, s.offload_blocks) - s.host_bytes;
-    s.recompute_blocks = z.Recompute(k, i, j);
-    s.activation_bytes = z.Activation(k, j - i, s.recompute_blocks);
-    s.activation_bytes_per_mb_no_recompute = z.ActivationPerMicroBatch(j - i, 0);
-    s.activation_bytes_per_mb_recompute = z.ActivationPerMicroBatch(j - i, j - i);
-    s.overhead_bytes = z.Overhead(k);
-    s.transient_bytes = z.Transient();
-    s.device = o.StageDevice(k);
-    s.est_memory_bytes = z.Memory(k, i, j);
-    s.budget_bytes = budgets.empty() ? 0 : budgets[k];
-    plan.max_cost = std::max(plan.max_cost, s.cost);
-    plan.total_cost += s.cost;
-    plan.stages.push_back(s);
+    plan.stages.push_back(SizedStage(z, o, budgets, k, bounds[k], bounds[k + 1]));
+    plan.max_cost = std::max(plan.max_cost, plan.stages.back().cost);
+    plan.total_cost += plan.stages.back().cost;
   }
-  if (plan.fits) {
-    const auto tight = std::max_element(
-        plan.stages.begin(), plan.stages.end(),
-        [](const StageSpec& a, const StageSpec& b) { return a.est_memory_bytes < b.est_memory_bytes; });
-    plan.message = absl::StrCat(
-        "fits: largest stage estimate ~", FormatByteSize(tight->est_memory_bytes), " (stage ", tight->index, ")",
-        tight->budget_bytes > 0 ? absl::StrCat(" of ", FormatByteSize(tight->budget_bytes)) : "",
-        "; slowest stage carries ", absl::StrFormat("%.1f%%", 100.0 * plan.max_cost / plan.total_cost),
-        " of the compute");
-  } else {
-    plan.message = ExplainMiss(source, model, o, z, plan.stages, budgets);
-  }
+  plan.message = plan.fits ? FitsMessage(plan) : ExplainMiss(source, model, o, z, plan.stages, budgets);
   return plan;
 }
 
