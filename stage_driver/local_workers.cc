@@ -149,10 +149,16 @@ void LocalWorkers::HandleLine(Child* c, std::string line) {
 }
 
 void LocalWorkers::ReaderMain(Child* c) {
+  const int out = Spawn(c);
+  if (out >= 0) ReadOutput(c, out);
+}
+
+int LocalWorkers::Spawn(Child* c) {
   auto fail = [&](std::string why) {
     absl::MutexLock lock(&mu_);
     c->spawn_error = std::move(why);
     c->spawn_done = true;
+    return -1;
   };
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return fail(absl::StrCat("pipe: ", ErrnoText()));
@@ -184,12 +190,14 @@ void LocalWorkers::ReaderMain(Child* c) {
     c->pid = pid;
     c->spawn_done = true;
   }
+  return out[0];
+}
 
-  ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
+void LocalWorkers::ReadOutput(Child* c, int out_fd) {
+  ::fcntl(out_fd, F_SETFL, ::fcntl(out_fd, F_GETFL) | O_NONBLOCK);
   std::string pending;
   bool stopping = false;
   size_t drained_after_stop = 0;  // bounded, in case something in the group still writes after SIGKILL
-  int out_fd = out[0];
   char buf[4096];
   while (true) {
     if (out_fd >= 0) {

@@ -73,6 +73,10 @@ class LocalWorkers {
   // Runs on one thread per child: forks and execs it (that thread is the PDEATHSIG parent, and lives until
   // Stop has reaped the child), then forwards its output line by line.
   void ReaderMain(Child* c) ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts the child with its output on a pipe; returns the pipe's read end, or -1 (c->spawn_error says why).
+  int Spawn(Child* c) ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands each line of the child's output to HandleLine until its end, or until Stop wakes it (then drains it).
+  void ReadOutput(Child* c, int out_fd) ABSL_LOCKS_EXCLUDED(mu_);
   void HandleLine(Child* c, std::string line) ABSL_LOCKS_EXCLUDED(mu_);
   bool ReapLocked(Child& c, bool block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WaitListening(int i, std::chrono::steady_clock::time_point deadline) ABSL_LOCKS_EXCLUDED(mu_);
