@@ -127,9 +127,8 @@ std::string StageSet::Describe(int stage) {
   return workers ? workers->Describe(stage) : "";
 }
 
-absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
+std::vector<int> StageSet::Lost(int suspect) {
   const int p = static_cast<int>(addresses_.size());
-  std::vector<int> lost;
   // A quick health check tells who is gone, including a process still dying.
   std::vector<absl::Status> quick(p);
   LocalWorkers* const local = this->local();
@@ -139,48 +138,53 @@ absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
                    : StageClient(i, addresses_[i], options_.rpc_timeout).WaitReady(absl::Seconds(2), stop_);
     return absl::OkStatus();
   });
+  std::vector<int> lost;
   for (int i = 0; i < p; ++i) {
     if (!quick[i].ok()) lost.push_back(i);
   }
-  if (options_.shared_workers) {
-    for (int i : lost) {  // another pipeline may have restarted it already
-      if (stop_()) return absl::CancelledError("stopped while restarting a stage worker");
-      auto address = options_.shared_workers->Revive(i, addresses_[i], options_.worker_restart_timeout);
-      if (!address.ok()) {
-        return Annotate(address.status(), absl::StrCat("stage ", i, " (", addresses_[i], ") could not be restarted"));
-      }
-      addresses_[i] = *address;
+  return lost;
+}
+
+absl::Status StageSet::RestartLocal(const std::vector<int>& lost) {
+  for (int i : lost) {
+    if (stop_()) return absl::CancelledError("stopped while restarting a stage worker");
+    const absl::Duration timeout = options_.worker_restart_timeout;
+    auto address = options_.shared_workers  // another pipeline may have restarted it already
+                       ? options_.shared_workers->Revive(i, addresses_[i], timeout)
+                       : local_->Restart(i, timeout);
+    if (!address.ok()) {
+      return Annotate(address.status(), absl::StrCat("stage ", i, " (", addresses_[i], ") could not be restarted"));
     }
-  } else if (local_) {
-    for (int i : lost) {
-      if (stop_()) return absl::CancelledError("stopped while restarting a stage worker");
-      auto address = local_->Restart(i, options_.worker_restart_timeout);
-      if (!address.ok()) {
-        return Annotate(address.status(), absl::StrCat("stage ", i, " (", addresses_[i], ") could not be restarted"));
-      }
-      addresses_[i] = *address;
-    }
-  } else {
-    // Remote: the lost ones get worker_restart_timeout to answer again (restarted by systemd/Kubernetes).
-    // Said while it lasts (OutageWatch): which stage does not answer, and for how long.
-    const std::string doing =
-        absl::StrCat("waiting up to ", absl::FormatDuration(options_.worker_restart_timeout), " for it to come back");
-    RETURN_IF_ERROR(ParallelFor(static_cast<int>(lost.size()), [&](int k) -> absl::Status {
-      const int i = lost[k];
-      const double silent = fleet_->client(i).SecondsSinceHeard();  // the outage began before its step failed
-      StageClient client(i, addresses_[i], options_.rpc_timeout);
-      absl::Status s = client.WaitReady(options_.worker_restart_timeout, [&] {
-        if (stop_()) return true;
-        fleet_->outages().Silent(i, client.name(), silent, doing);
-        return false;
-      });
-      if (s.ok()) fleet_->outages().Answered(i);
-      if (s.ok() || absl::IsCancelled(s)) return s;
-      return absl::DeadlineExceededError(absl::StrCat("stage ", i, " (", addresses_[i], ") did not come back within ",
-                                                      absl::FormatDuration(options_.worker_restart_timeout), ": ",
-                                                      s.message()));
-    }));
+    addresses_[i] = *address;
   }
+  return absl::OkStatus();
+}
+
+absl::Status StageSet::AwaitRemote(const std::vector<int>& lost) {
+  // Said while it lasts (OutageWatch): which stage does not answer, and for how long.
+  const std::string doing =
+      absl::StrCat("waiting up to ", absl::FormatDuration(options_.worker_restart_timeout), " for it to come back");
+  return ParallelFor(static_cast<int>(lost.size()), [&](int k) -> absl::Status {
+    const int i = lost[k];
+    const double silent = fleet_->client(i).SecondsSinceHeard();  // the outage began before its step failed
+    StageClient client(i, addresses_[i], options_.rpc_timeout);
+    absl::Status s = client.WaitReady(options_.worker_restart_timeout, [&] {
+      if (stop_()) return true;
+      fleet_->outages().Silent(i, client.name(), silent, doing);
+      return false;
+    });
+    if (s.ok()) fleet_->outages().Answered(i);
+    if (s.ok() || absl::IsCancelled(s)) return s;
+    return absl::DeadlineExceededError(absl::StrCat("stage ", i, " (", addresses_[i], ") did not come back within ",
+                                                    absl::FormatDuration(options_.worker_restart_timeout), ": ",
+                                                    s.message()));
+  });
+}
+
+absl::StatusOr<std::vector<int>> StageSet::Recover(int suspect) {
+  const std::vector<int> lost = Lost(suspect);
+  // Local workers are restarted; remote ones get worker_restart_timeout to answer again (systemd/Kubernetes).
+  RETURN_IF_ERROR(options_.shared_workers || local_ ? RestartLocal(lost) : AwaitRemote(lost));
   fleet_->NewGeneration();
   RETURN_IF_ERROR(Connect());
   RETURN_IF_ERROR(Configure());

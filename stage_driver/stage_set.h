@@ -55,6 +55,11 @@ class StageSet {
  private:
   absl::StatusOr<std::vector<std::string>> StartWorkers();
   absl::Status Connect();
+  // Recover's steps: the stages that do not answer (and `suspect`); their local workers restarted (own or shared);
+  // remote ones waited for.
+  std::vector<int> Lost(int suspect);
+  absl::Status RestartLocal(const std::vector<int>& lost);
+  absl::Status AwaitRemote(const std::vector<int>& lost);
   v1::ConfigureRequest ConfigureRequestFor(int i) const;
   void ReleaseOnSharedWorkers();  // once; best-effort (a worker that is gone holds nothing)
 
