@@ -17,9 +17,11 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "baton/v1/job_service.pb.h"
@@ -143,6 +145,8 @@ class JobQueue {
   void Restarted(Job& job, int64_t first_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Persist(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
+  // One job.json read back (job_store.cc); nullopt, said in the log, when it cannot be read as a record.
+  static std::optional<std::pair<int64_t, Job>> ParseRecord(const std::string& path, const std::string& text);
   // Empty id: the running job, else the newest.
   const Job* FindLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobInfo InfoLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // with its queue position

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <utility>
 
 #include "coordinator/checkpoint.h"
 #include "core/util/files.h"
@@ -36,6 +39,36 @@ void JobQueue::Persist(const Job& job) const {
   if (!s.ok()) LogWarning("job ", job.info.job_id(), ": cannot record its state: ", s.ToString());
 }
 
+// A job.json's job with its id, its history and checkpoints from its output folder; nullopt (said) when the record
+// cannot be read as one: not JSON, a field missing or of another type (a record cut short, or of another version).
+std::optional<std::pair<int64_t, JobQueue::Job>> JobQueue::ParseRecord(const std::string& path,
+                                                                       const std::string& text) {
+  Job job;
+  int64_t id = 0;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (!google::protobuf::util::JsonStringToMessage(j.at("info").dump(), &job.info).ok() ||
+        !absl::SimpleAtoi(job.info.job_id(), &id)) {
+      throw std::invalid_argument("its info is not a job's");
+    }
+    job.submitted = {j.at("yaml").get<std::string>(),        job.info.job_file(),
+                     j.at("working_dir").get<std::string>(), job.info.name(),
+                     j.at("steps").get<int64_t>(),           j.value("sweep_member", "")};
+    job.resume = j.value("resume", false);
+  } catch (const std::exception& e) {  // nlohmann's parse and type errors, and the one above
+    LogWarning("skipping unreadable ", path, ": ", e.what());
+    return std::nullopt;
+  }
+  LoggedHistory logged =
+      ReadTrainLogHistory(JoinPath(job.info.output_dir(), "train_log.jsonl"), job.info.total_steps());
+  job.steps = std::move(logged.steps);
+  job.evals = std::move(logged.evals);
+  job.run_seconds = logged.run_seconds;
+  auto checkpoints = ListCheckpointSteps(job.info.output_dir());
+  if (checkpoints.ok()) job.checkpoints = *checkpoints;
+  return std::make_pair(id, std::move(job));
+}
+
 absl::Status JobQueue::Reload() {
   std::error_code ec;
   std::vector<std::pair<int64_t, Job>> found;
@@ -43,26 +76,7 @@ absl::Status JobQueue::Reload() {
     const std::string path = JoinPath(entry.path().string(), "job.json");
     if (!PathExists(path)) continue;
     ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-    auto j = nlohmann::json::parse(text, nullptr, false);
-    Job job;
-    if (j.is_discarded() || !google::protobuf::util::JsonStringToMessage(j["info"].dump(), &job.info).ok()) {
-      LogWarning("skipping unreadable ", path);
-      continue;
-    }
-    job.submitted = {j["yaml"].get<std::string>(),        job.info.job_file(),
-                     j["working_dir"].get<std::string>(), job.info.name(),
-                     j["steps"].get<int64_t>(),           j.value("sweep_member", "")};
-    job.resume = j.value("resume", false);
-    LoggedHistory logged =
-        ReadTrainLogHistory(JoinPath(job.info.output_dir(), "train_log.jsonl"), job.info.total_steps());
-    job.steps = std::move(logged.steps);
-    job.evals = std::move(logged.evals);
-    job.run_seconds = logged.run_seconds;
-    auto checkpoints = ListCheckpointSteps(job.info.output_dir());
-    if (checkpoints.ok()) job.checkpoints = *checkpoints;
-    int64_t id = 0;
-    if (!absl::SimpleAtoi(job.info.job_id(), &id)) continue;
-    found.emplace_back(id, std::move(job));
+    if (auto record = ParseRecord(path, text)) found.push_back(std::move(*record));
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   absl::MutexLock lock(&mu_);
