@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -18,10 +19,12 @@ enum class Fault { kNone, kOffset, kSha, kNoSha, kShort };
 class ChunkService final : public v1::JobService::Service {
  public:
   explicit ChunkService(std::string file) : file_(std::move(file)) {}
-  Fault fault = Fault::kNone;
+  // Set by the test while the handler of the download it gave up on may still be writing (ThreadSanitizer).
+  std::atomic<Fault> fault{Fault::kNone};
 
   grpc::Status Download(grpc::ServerContext*, const v1::DownloadRequest*,
                         grpc::ServerWriter<v1::FileChunk>* writer) override {
+    const Fault fault = this->fault.load();
     Sha256 hash;
     hash.Update(file_);
     const std::string sha = DigestToHex(hash.Finish());
