@@ -189,10 +189,12 @@ absl::Status RunStageWorker(const std::string& listen, const StageRunnerOptions&
   StageRunnerOptions opts = options;
   StageTenants tenants(opts);
   StageServiceImpl service(&tenants);
-  ASSIGN_OR_RETURN(StartedServer started, StartServer("stage_worker", listen, &service, kStageServiceName));
-  const std::string& address = started.address;
+  // Set before the server starts: a Shutdown call may come as soon as it listens (ThreadSanitizer saw the callback
+  // written by this thread while a handler read it).
   std::atomic<bool>& stop = InstallStopSignals(SecondSignal::kStops).stop;
   service.set_shutdown_callback([&stop] { stop = true; });
+  ASSIGN_OR_RETURN(StartedServer started, StartServer("stage_worker", listen, &service, kStageServiceName));
+  const std::string& address = started.address;
   tenants.set_address(address);  // the runners name themselves with its address in errors
   on_listening(address);
   while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -34,6 +34,7 @@ class StageServiceImpl final : public v1::StageService::Service {
   grpc::Status LoadState(grpc::ServerContext* ctx, grpc::ServerReader<v1::Envelope>* reader, v1::PushAck* ack) override;
 
   // Set once the server exists; Shutdown() uses it.
+  // Before the server starts: the handlers read it unlocked.
   void set_shutdown_callback(std::function<void()> cb) { shutdown_ = std::move(cb); }
   // Calls inside a handler now (a stopping worker with none has nothing to wait for).
   int calls_in_flight() const { return in_flight_.load(); }

@@ -335,7 +335,9 @@ TEST_F(SecurityTest, BatonCertsMakesFilesGrpcAccepts) {
   }
   auto ours = RunCommand(absl::StrCat(BinDir(), "/baton health ", address, " --tls-dir ", out, "/client"), true);
   // (Other CAs' and plaintext clients are refused: StrangersAreRefusedAndTheJobIsUnharmed, rpc/tls_test.cc.)
-  auto none = RunCommand(absl::StrCat(BinDir(), "/baton health ", address), true);
+  // None at all: not even the BATON_TLS_DIR another suite of this process may have set (JobServiceTest's).
+  auto none =
+      RunCommand(absl::StrCat("env -u BATON_TLS_DIR -u BATON_TOKEN ", BinDir(), "/baton health ", address), true);
   ::kill(pid, SIGTERM);
   ::waitpid(pid, nullptr, 0);
   ASSERT_FALSE(address.empty()) << ReadFile(log).value_or("");
