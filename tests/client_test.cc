@@ -190,6 +190,10 @@ TEST(ClientTest, PlanSaysWhenFlux2DevDoesNotFit) {
   EXPECT_EQ(RunTool({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "1f1b"}), 0);
   EXPECT_EQ(RunTool({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "interleaved", "--chunks", "2"}),
             0);
+  // Without --chunks, interleaved runs 2 chunks per stage as the job key does; 1 chunk is refused.
+  EXPECT_EQ(RunTool({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "interleaved"}), 0);
+  EXPECT_EQ(RunTool({"schedule", "--stages", "4", "--micro-batches", "8", "--kind", "interleaved", "--chunks", "1"}),
+            1);
   // Interleaving needs micro-batches in multiples of the stages, and --chunks only goes with it.
   EXPECT_EQ(RunTool({"schedule", "--stages", "4", "--micro-batches", "6", "--kind", "interleaved", "--chunks", "2"}),
             1);

@@ -257,6 +257,7 @@ absl::Status PrintSchedule(const Args& args) {
   ASSIGN_OR_RETURN(int64_t chunks, args.GetInt("chunks"));
   ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(args.Get("kind")));
   const bool interleaved = kind == ScheduleKind::kInterleaved1F1B;
+  if (chunks == 0) chunks = interleaved ? 2 : 1;  // as the job key chunks: defaults
   if (chunks > 1 && !interleaved) {
     return absl::InvalidArgumentError(
         absl::StrCat("--chunks ", chunks, " needs --kind interleaved (", ScheduleKindName(kind), " runs 1 chunk)"));
@@ -280,11 +281,6 @@ absl::Status PrintSchedule(const Args& args) {
                 static_cast<long long>(stages), static_cast<long long>(m));
   }
   std::fputs(RenderTimeline(timeline, static_cast<int>(width)).c_str(), stdout);
-  if (interleaved) {
-    std::printf(
-        "note: a plan and its simulation only -- the trainer (coordinator, train-local) runs gpipe and 1f1b only "
-        "for now.\n");
-  }
   return absl::OkStatus();
 }
 
@@ -400,7 +396,10 @@ Command ScheduleCommand() {
           {{"stages", "pipeline stages", "", true},
            {"micro-batches", "micro-batches per step", "", true},
            {"kind", "gpipe | 1f1b | interleaved (the job key schedule: takes the same names)", "1f1b"},
-           {"chunks", "model chunks per stage (virtual stages); > 1 only with --kind interleaved", "1"},
+           {"chunks",
+            "model chunks per stage (virtual stages), > 1 only with --kind interleaved; 0: as the job key (2 "
+            "interleaved, else 1)",
+            "0"},
            {"width", "timeline width in characters (0 = automatic)", "0"}},
           PrintSchedule};
 }

@@ -450,8 +450,10 @@ absl::Status ParseSweep(Reader& r, YAML::Node root, JobConfig& job) {
   }
   RETURN_IF_ERROR(r.Check(job.replicas == 1, root, "sweep", "needs one replica (`replicas: 1`): its members share it"));
   RETURN_IF_ERROR(r.Check(job.expert != "both", root, "sweep", "trains one expert (expert: high or low)"));
-  RETURN_IF_ERROR(r.Check(job.encode.images.empty(), root, "sweep",
-                          "needs the cache built first (`baton encode`, then `dataset:` without `encode:`)"));
+  RETURN_IF_ERROR(
+      r.Check(job.encode.images.empty(), root, "sweep",
+              "needs the cache built first (`encoder_worker --dataset IMAGES --cache DIR`, then `dataset: DIR` without "
+              "`encode:`)"));
   auto members = ExpandSweep(job);
   if (!members.ok())
     return absl::InvalidArgumentError(absl::StrCat(Where(job.source, s), ": ", members.status().message()));

@@ -185,7 +185,7 @@ struct SamplesConfig {
   bool enabled() const { return every > 0; }
 };
 
-// A job file, with example values:
+// A job file, with example values (docs/jobs.md's tables hold every key with its default and range):
 //   model: out/demo/pipeline            # diffusers transformer or pipeline folder, or a BFL .safetensors
 //   model_config: ""                    # config.json for a BFL single file
 //   expert: both                        # Wan 2.2 A14B: high | low | both (one LoRA per expert, core/train/experts.h)
@@ -199,7 +199,12 @@ struct SamplesConfig {
 //   timesteps: {sampling: none, logit_mean: 0.0, logit_std: 1.0, mode_scale: 1.29, shift: none, shift_steps: 50}
 //   steps: 30, batch_size: 4, micro_batches: 4, schedule: 1f1b, recompute: auto, seed: 42
 //   checkpoint_every: 10, dtype: fp32, devices: [cpu, cpu], guidance: 3.5, save_bfl: false, threads: 1
-//   lora_dtype: bf16                    # the adapters' math: the job's dtype (default) or fp32
+//   lora_dtype: fp32                    # the adapters' math: the job's dtype (default) or fp32 (under dtype: bf16)
+//   loss: {weighting: sigma_sqrt}       # none | sigma_sqrt | cosmap (core/train/common.h)
+//   ema: {decay: 0.999, evals: both}    # optional: an EMA of the adapters (core/train/optimizer.h)
+//   offload: {blocks: 8}                # block swap on each stage: none | auto | {blocks: N}
+//   replica_exchange: auto, state_every: 20, wire_dtype: none, deterministic: true
+//   resolutions: [512, 1024]            # of a cache encoded at several resolutions, the ones trained
 //   quantize: none                      # none | int8 | fp8: the blocks' frozen Linear weights in 8 bits
 //   schedule: interleaved, chunks: 2    # interleaved 1F1B: chunks (2..26, default 2) model chunks per stage
 //   memory_per_stage: [24GB, 24GB]      # optional: the partitioner keeps every stage within its budget
