@@ -142,8 +142,7 @@ absl::StatusOr<CacheBuildReport> RunCacheBuild(SampleEncoder& encoder, const Cac
     progress.current = item.name;
     auto group = group_files.find(item.name);
     const std::vector<std::string> files =
-        group != group_files.end() ? group->second
-                                   : std::vector<std::string>{absl::StrCat("records/", item.name, ".safetensors")};
+        group != group_files.end() ? group->second : std::vector<std::string>{CacheRecordFile(item.name)};
     if (auto kept = keep_group(i, files)) {
       for (const CacheRecordInfo& r : *kept) {
         index.records.push_back(r);

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <set>
 
 #include "core/data/cache.h"
 #include "core/metrics/families.h"
@@ -254,6 +256,37 @@ TEST_F(CacheBuilderTest, EncodesThenSkipsUnchangedSamples) {
   EXPECT_EQ(second->kept, 2);
   EXPECT_EQ(second->encoded, 0);
   EXPECT_EQ(encoder_.image_calls, 0);
+}
+
+// File names near the file system's 255 bytes (82 CJK characters make 246): each record gets a file of at most 239
+// bytes (its temporary's suffix fits), two such names differing only at the end get two, and a rerun keeps both.
+TEST_F(CacheBuilderTest, LongFileNamesGetRecordFilesOfTheirOwn) {
+  std::string stem;
+  for (int i = 0; i < 82; ++i) stem += "\xe7\x8c\xab";  // 猫, 3 bytes in UTF-8
+  auto png = EncodePng(Solid(64, 64, 40));
+  ASSERT_TRUE(png.ok());
+  for (const std::string& name : {stem + "1", stem + "2"}) {  // 251-byte names: no room for a temporary's suffix
+    std::ofstream(JoinPath(data_, name + ".png"), std::ios::binary) << *png;
+    std::ofstream(JoinPath(data_, name + ".txt")) << "a cat";
+  }
+  auto first = BuildCache(encoder_, options_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->encoded, 4);
+  for (const FileError& e : first->errors) ADD_FAILURE() << e.status;
+  auto reader = CacheReader::Open(options_.cache_dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::set<std::string> files;
+  for (const CacheRecordInfo& r : (*reader)->index().records) {
+    const std::string base = r.file.substr(r.file.find('/') + 1);
+    EXPECT_LE(base.size(), 239u) << r.id;
+    EXPECT_TRUE(PathExists(JoinPath(options_.cache_dir, r.file))) << r.file;
+    files.insert(r.file);
+  }
+  EXPECT_EQ(files.size(), 4u);
+  for (size_t i = 0; i < (*reader)->size(); ++i) EXPECT_TRUE((*reader)->Load(i).ok()) << i;
+  auto second = BuildCache(encoder_, options_);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->kept, 4);
 }
 
 TEST_F(CacheBuilderTest, ChangedCaptionOrEncoderReencodes) {

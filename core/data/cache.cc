@@ -19,6 +19,7 @@
 #include "core/util/files.h"
 #include "core/util/log.h"
 #include "core/util/seed.h"
+#include "core/util/sha256.h"
 #include "core/util/status.h"
 
 namespace baton {
@@ -40,6 +41,16 @@ at::Tensor VideoFromPattern(const at::Tensor& pattern, int64_t frames, int64_t h
 }
 
 }  // namespace
+
+std::string CacheRecordFile(const std::string& id) {
+  constexpr size_t kMaxName = 255 - 16;  // room for the atomic write's ".tmp.<pid>"
+  const std::string suffix = ".safetensors";
+  if (id.size() + suffix.size() <= kMaxName) return absl::StrCat("records/", id, suffix);
+  const std::string tag = absl::StrCat("~", Sha256Hex(id).substr(0, 16));
+  size_t keep = kMaxName - suffix.size() - tag.size();
+  while (keep > 0 && (static_cast<unsigned char>(id[keep]) & 0xC0) == 0x80) --keep;  // not inside a UTF-8 character
+  return absl::StrCat("records/", id.substr(0, keep), tag, suffix);
+}
 
 std::string CacheRecordInfo::Group() const {
   const std::string suffix = absl::StrCat("#", window);
@@ -465,7 +476,7 @@ absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const s
   RETURN_IF_ERROR(MakeDirs(JoinPath(dir, "records")));
   CacheRecordInfo info;
   info.id = id;
-  info.file = absl::StrCat("records/", id, ".safetensors");
+  info.file = CacheRecordFile(id);
   info.grid_h = sample.grid_h;
   info.grid_w = sample.grid_w;
   info.text_len = sample.prompt_embeds.size(0);

@@ -178,6 +178,10 @@ class CacheReader {
   CacheIndex index_;
 };
 
+// A record's file, relative to the cache: records/<id>.safetensors, or, where that name and its temporary's suffix
+// would pass the file system's 255 bytes (a long caption-like file name, ~75 CJK characters), the id cut at a
+// character boundary plus "~" and 16 hex of its SHA-256, so every sample gets a file and two long ids never share one.
+std::string CacheRecordFile(const std::string& id);
 // Writes one record file atomically and returns its index entry.
 absl::StatusOr<CacheRecordInfo> WriteCacheRecord(const std::string& dir, const std::string& id, const std::string& hash,
                                                  const std::string& encoder, const CacheSample& sample,

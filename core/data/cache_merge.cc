@@ -43,11 +43,11 @@ bool SameFolder(const std::string& a, const std::string& b) {
   return ra.ok() && rb.ok() && *ra == *rb;
 }
 
-// The builder names a record's file records/<id>.safetensors; an index naming anything else (a path out of the
-// folder) is not taken.
+// The builder names a record's file CacheRecordFile(id); an index naming anything else (a path out of the folder) is
+// not taken.
 bool IsRecordFile(const CacheRecordInfo& r) {
   return !r.id.empty() && r.id != "." && r.id != ".." && r.id.find('/') == std::string::npos &&
-         r.file == absl::StrCat("records/", r.id, ".safetensors");
+         r.file == CacheRecordFile(r.id);
 }
 
 // Reads the record back and holds it to its shard's index entry, as CacheReader::Load does, and to the encoder.

@@ -91,7 +91,8 @@ bool DecodePngRaw(PngIo* io, Image* out) {
   if (color_type == PNG_COLOR_TYPE_GRAY || color_type == PNG_COLOR_TYPE_GRAY_ALPHA) {
     png_set_gray_to_rgb(png);
   }
-  if (color_type & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);
+  // Alpha is dropped as PIL's convert("RGB") drops it, whether stored or made by expanding a palette's tRNS chunk.
+  if ((color_type & PNG_COLOR_MASK_ALPHA) || png_get_valid(png, info, PNG_INFO_tRNS)) png_set_strip_alpha(png);
   int passes = png_set_interlace_handling(png);
   png_read_update_info(png, info);
   if (png_get_channels(png, info) != 3 || png_get_rowbytes(png, info) != width * 3) {

@@ -23,7 +23,8 @@ using ::testing::HasSubstr;
 // Writes a PNG of any color type / bit depth straight through libpng, so the decoder's
 // conversions are tested against files it did not write itself. `rows` holds packed samples.
 std::string RawPng(int w, int h, int color_type, int bit_depth, const std::vector<uint8_t>& data,
-                   const std::vector<png_color>& palette = {}, bool interlaced = false) {
+                   const std::vector<png_color>& palette = {}, bool interlaced = false,
+                   const std::vector<png_byte>& palette_alpha = {}) {
   std::string out;
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   png_infop info = png_create_info_struct(png);
@@ -36,6 +37,9 @@ std::string RawPng(int w, int h, int color_type, int bit_depth, const std::vecto
   png_set_IHDR(png, info, w, h, bit_depth, color_type, interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE,
                PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   if (!palette.empty()) png_set_PLTE(png, info, palette.data(), palette.size());
+  if (!palette_alpha.empty()) {
+    png_set_tRNS(png, info, palette_alpha.data(), static_cast<int>(palette_alpha.size()), nullptr);
+  }
   png_write_info(png, info);
   size_t row_bytes = data.size() / h;
   std::vector<png_bytep> rows(h);
@@ -128,6 +132,12 @@ TEST(ImageTest, PngColorTypesBecomeRgb8) {
   ASSERT_TRUE(pal.ok()) << pal.status();
   EXPECT_EQ(Px(*pal, 0, 0), std::vector<uint8_t>({250, 128, 7}));
   EXPECT_EQ(Px(*pal, 1, 0), std::vector<uint8_t>({1, 2, 3}));
+  // Palette with transparency (tRNS; PIL "P" images saved with transparency=, pngquant): the palette's colors, as
+  // PIL's convert("RGB") gives them; the expanded alpha dropped.
+  auto trns = DecodeImage(RawPng(2, 1, PNG_COLOR_TYPE_PALETTE, 8, {1, 0}, palette, false, {0}), "t.png");
+  ASSERT_TRUE(trns.ok()) << trns.status();
+  EXPECT_EQ(Px(*trns, 0, 0), std::vector<uint8_t>({250, 128, 7}));
+  EXPECT_EQ(Px(*trns, 1, 0), std::vector<uint8_t>({1, 2, 3}));
   // RGBA: alpha dropped, color kept (PIL convert("RGB")).
   auto rgba = DecodeImage(RawPng(1, 1, PNG_COLOR_TYPE_RGBA, 8, {9, 8, 7, 0}), "a.png");
   ASSERT_TRUE(rgba.ok()) << rgba.status();

@@ -196,8 +196,16 @@ absl::Status MakeDirs(const std::string& path) {
   return absl::OkStatus();
 }
 
-bool PathExists(const std::string& path) { return std::filesystem::exists(path); }
-bool IsDirectory(const std::string& path) { return std::filesystem::is_directory(path); }
+// The error_code overloads: a name too long, a link loop or a folder without search permission is "no", never an
+// exception out of a scan.
+bool PathExists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+bool IsDirectory(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
 
 std::string JoinPath(absl::string_view a, absl::string_view b) {
   if (a.empty()) return std::string(b);
