@@ -57,19 +57,21 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   if (req->dataset_dir().empty() || req->cache_dir().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "dataset_dir and cache_dir are required");
   }
-  if (!req->quantize().empty() && req->quantize() != WeightQuantName(quantize_)) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("the job asks for a ", req->quantize(),
-                                     " text encoder (encode.quantize); this "
-                                     "encoder worker runs ",
-                                     WeightQuantName(quantize_), " (start it with --quantize ", req->quantize(), ")"));
+  if (!req->quantize().empty() && req->quantize() != WeightQuantName(config_.quantize)) {
+    return grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("the job asks for a ", req->quantize(),
+                     " text encoder (encode.quantize); this "
+                     "encoder worker runs ",
+                     WeightQuantName(config_.quantize), " (start it with --quantize ", req->quantize(), ")"));
   }
   // The cache folder, and the records/ folder a build writes and prunes, must resolve inside the cache root
   // (symlinks included): the service never writes or deletes elsewhere.
-  auto cache_dir = ResolveForWriteInsideRoot(cache_root_.empty() ? "." : cache_root_, req->cache_dir(), "cache_dir");
+  auto cache_dir =
+      ResolveForWriteInsideRoot(config_.cache_root.empty() ? "." : config_.cache_root, req->cache_dir(), "cache_dir");
   if (cache_dir.ok()) {
-    auto records = ResolveForWriteInsideRoot(cache_root_.empty() ? "." : cache_root_, JoinPath(*cache_dir, "records"),
-                                             "cache_dir/records");
+    auto records = ResolveForWriteInsideRoot(config_.cache_root.empty() ? "." : config_.cache_root,
+                                             JoinPath(*cache_dir, "records"), "cache_dir/records");
     if (!records.ok()) cache_dir = records.status();
   }
   if (!cache_dir.ok()) {
@@ -80,18 +82,23 @@ grpc::Status EncoderServiceImpl::EncodeDataset(grpc::ServerContext* ctx, const v
   options.dataset_dir = req->dataset_dir();
   options.cache_dir = *cache_dir;
   options.trigger = req->trigger();
-  options.follow_links_into = follow_links_into_;
+  options.follow_links_into = config_.follow_links_into;
   options.control_dir = req->control_dir();
-  // Wan clips: the request's frame buckets and extraction (encoder_worker's flags of the same names).
+  // Wan clips: the worker's --max_frames and --frame_stride; the request's frame buckets and extraction (the job's
+  // encode keys of the flags' names), else the worker's flags.
+  options.video = config_.video;
   auto frames = CheckFrameBuckets(std::vector<int64_t>(req->frames().begin(), req->frames().end()));
   if (!frames.ok()) return ToGrpcStatus(Annotate(frames.status(), "frames"));
-  options.video.frame_buckets = *frames;
-  options.extraction = {req->frame_extraction().empty() ? "head" : req->frame_extraction(), req->clips_per_video(),
-                        req->slide_stride() > 0 ? req->slide_stride() : 1};
+  if (!frames->empty()) options.video.frame_buckets = *frames;
+  options.extraction = config_.extraction;
+  if (!req->frame_extraction().empty()) {
+    options.extraction = {req->frame_extraction(), req->clips_per_video(),
+                          req->slide_stride() > 0 ? req->slide_stride() : 1};
+  }
   if (absl::Status s = CheckClipExtraction(options.extraction); !s.ok()) return ToGrpcStatus(s);
   options.resolutions.assign(req->resolutions().begin(), req->resolutions().end());
   if (options.resolutions.empty()) {
-    options.resolutions = req->resolution() > 0 ? std::vector<int64_t>{req->resolution()} : default_resolutions_;
+    options.resolutions = req->resolution() > 0 ? std::vector<int64_t>{req->resolution()} : config_.default_resolutions;
   }
   if (!ValidResolutions(options.resolutions)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -188,10 +195,8 @@ grpc::Status EncoderServiceImpl::EncodePrompts(grpc::ServerContext* ctx, const v
   return grpc::Status::OK;
 }
 
-absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen,
-                          const std::vector<int64_t>& default_resolutions, const std::string& cache_root,
-                          WeightQuant quantize, const std::vector<std::string>& follow_links_into) {
-  EncoderServiceImpl service(encoder, default_resolutions, cache_root, quantize, follow_links_into);
+absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, const EncoderServiceConfig& config) {
+  EncoderServiceImpl service(encoder, config);
   ASSIGN_OR_RETURN(StartedServer started, StartServer("encoder_worker", listen, &service, kEncoderServiceName));
   const std::string& address = started.address;
   const std::atomic<bool>& stop = InstallStopSignals(SecondSignal::kStops).stop;

@@ -11,24 +11,34 @@
 
 #include "baton/v1/encoder.grpc.pb.h"
 #include "core/quant/weight_quant.h"
+#include "core/video/clip_windows.h"
+#include "core/video/video_bucket.h"
 #include "encoder_worker/cache_builder.h"
 
 namespace baton {
 
+// The worker's own flags, which every request runs under or falls back to.
+struct EncoderServiceConfig {
+  // A request's resolutions when it names none (--resolution).
+  std::vector<int64_t> default_resolutions;
+  // Caches are written only inside it (realpath; "" = the working directory): a request naming a cache elsewhere is
+  // refused with PERMISSION_DENIED.
+  std::string cache_root;
+  // The text encoder's precision (--quantize); a request asking for another is refused with FAILED_PRECONDITION.
+  WeightQuant quantize = WeightQuant::kNone;
+  // The folders outside a dataset that its symlinks may lead into (--follow_links_into; a request cannot widen it).
+  std::vector<std::string> follow_links_into;
+  // Wan clips: --max_frames and --frame_stride for every request (no job key sets them), --frames for a request
+  // naming no frame buckets.
+  VideoBucketSpec video;
+  // --frame_extraction, --clips_per_video, --slide_stride for a request naming no frame_extraction.
+  ClipExtraction extraction;
+};
+
 class EncoderServiceImpl final : public v1::EncoderService::Service {
  public:
-  // Caches are written only inside `cache_root` (realpath; "" = the working directory): a request naming a cache
-  // elsewhere is refused with PERMISSION_DENIED. `quantize`: the text encoder's precision (--quantize); a request
-  // asking for another is refused with FAILED_PRECONDITION. `follow_links_into`: the folders outside a dataset that
-  // its symlinks may lead into (--follow_links_into; a request cannot widen it).
-  // `default_resolutions`: a request's when it names none (--resolution).
-  EncoderServiceImpl(SampleEncoder* encoder, std::vector<int64_t> default_resolutions, std::string cache_root,
-                     WeightQuant quantize = WeightQuant::kNone, std::vector<std::string> follow_links_into = {})
-      : encoder_(encoder),
-        default_resolutions_(std::move(default_resolutions)),
-        cache_root_(std::move(cache_root)),
-        quantize_(quantize),
-        follow_links_into_(std::move(follow_links_into)) {}
+  EncoderServiceImpl(SampleEncoder* encoder, EncoderServiceConfig config)
+      : encoder_(encoder), config_(std::move(config)) {}
   grpc::Status EncodeDataset(grpc::ServerContext* ctx, const v1::EncodeDatasetRequest* req,
                              grpc::ServerWriter<v1::EncodeProgress>* writer) override;
   grpc::Status EncodePrompts(grpc::ServerContext* ctx, const v1::EncodePromptsRequest* req,
@@ -41,17 +51,11 @@ class EncoderServiceImpl final : public v1::EncoderService::Service {
   // Held by the call encoding with encoder_: EncodeDataset refuses to wait for it, EncodePrompts waits.
   absl::Mutex busy_;
   SampleEncoder* const encoder_ ABSL_PT_GUARDED_BY(busy_);
-  const std::vector<int64_t> default_resolutions_;
-  const std::string cache_root_;
-  const WeightQuant quantize_;
-  const std::vector<std::string> follow_links_into_;
+  const EncoderServiceConfig config_;
 };
 
 // Serves EncoderService on `listen` until SIGTERM/SIGINT; prints "LISTENING host:port" once up.
-absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen,
-                          const std::vector<int64_t>& default_resolutions, const std::string& cache_root,
-                          WeightQuant quantize = WeightQuant::kNone,
-                          const std::vector<std::string>& follow_links_into = {});
+absl::Status ServeEncoder(SampleEncoder* encoder, const std::string& listen, const EncoderServiceConfig& config);
 
 // One line of progress ("[####......]  12/40  0.8 s/sample  ETA 22s  cat_01.jpg").
 std::string RenderEncodeProgress(const CacheBuildProgress& p, double seconds_per_encoded);

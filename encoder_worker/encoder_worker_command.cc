@@ -184,9 +184,16 @@ int RunEncoderWorkerCommand(const EncoderWorkerCommand& command) {
     return 1;
   }
   if (!command.listen.empty()) {
-    absl::Status s =
-        ServeEncoder(encoder->get(), command.listen, *resolutions,
-                     command.cache_root.empty() ? "." : command.cache_root, *quantize, command.follow_links_into);
+    EncoderServiceConfig config;
+    config.default_resolutions = *resolutions;
+    config.cache_root = command.cache_root.empty() ? "." : command.cache_root;
+    config.quantize = *quantize;
+    config.follow_links_into = command.follow_links_into;
+    config.video.max_frames = command.max_frames;
+    config.video.stride = command.frame_stride;
+    config.video.frame_buckets = *frame_buckets;
+    config.extraction = {command.frame_extraction, command.clips_per_video, command.slide_stride};
+    absl::Status s = ServeEncoder(encoder->get(), command.listen, config);
     if (!s.ok()) std::fprintf(stderr, "encoder_worker: %s\n", s.ToString().c_str());
     return s.ok() ? 0 : 1;
   }

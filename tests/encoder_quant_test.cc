@@ -75,7 +75,8 @@ TEST_F(EncoderQuantTest, TheServiceRefusesAnotherPrecision) {
   auto encoder = Flux2SampleEncoder::Open(pipeline_, options);
   ASSERT_TRUE(encoder.ok()) << encoder.status();
   EXPECT_NE((*encoder)->identity().find(":text-int8"), std::string::npos) << (*encoder)->identity();
-  EncoderServiceImpl service(encoder->get(), {64}, root_, WeightQuant::kInt8);
+  EncoderServiceImpl service(encoder->get(),
+                             {.default_resolutions = {64}, .cache_root = root_, .quantize = WeightQuant::kInt8});
   auto local = test_util::ServeEncoder(&service);
   ASSERT_TRUE(local->server);
   auto& stub = local->stub;

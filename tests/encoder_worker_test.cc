@@ -164,7 +164,7 @@ TEST_F(EncoderWorkerTest, LinksOutOfTheDatasetFailTheirRecordUnlessTheOperatorOp
 TEST_F(EncoderWorkerTest, ServiceModeEncodesOnDemand) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), {64}, *root_);
+  EncoderServiceImpl service(encoder->get(), {.default_resolutions = {64}, .cache_root = *root_});
   auto local = test_util::ServeEncoder(&service);
   ASSERT_TRUE(local->server);
   auto& stub = local->stub;
@@ -225,7 +225,7 @@ TEST_F(EncoderWorkerTest, ServiceWritesOnlyInsideItsCacheRootAndKeepsForeignFile
   const std::string elsewhere = JoinPath(*root_, "elsewhere");
   ASSERT_TRUE(MakeDirs(allowed).ok());
   ASSERT_TRUE(MakeDirs(elsewhere).ok());
-  EncoderServiceImpl service(encoder->get(), {64}, allowed);
+  EncoderServiceImpl service(encoder->get(), {.default_resolutions = {64}, .cache_root = allowed});
   auto local = test_util::ServeEncoder(&service);
   ASSERT_TRUE(local->server);
   auto& stub = local->stub;
@@ -285,7 +285,7 @@ TlsEncoderServer StartTlsEncoderServer(EncoderServiceImpl& service) {
 TEST_F(EncoderWorkerTest, CoordinatorEncodesOnDemandThenTrains) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), {64}, *root_);
+  EncoderServiceImpl service(encoder->get(), {.default_resolutions = {64}, .cache_root = *root_});
   TlsEncoderServer worker = StartTlsEncoderServer(service);
   std::string cache = JoinPath(*root_, "ondemand_cache");
   auto job = ParseJobYaml(absl::StrCat(
@@ -309,7 +309,7 @@ TEST_F(EncoderWorkerTest, CoordinatorEncodesOnDemandThenTrains) {
 TEST_F(EncoderWorkerTest, SamplePromptsAreEncodedOnTheWorker) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), {64}, *root_);
+  EncoderServiceImpl service(encoder->get(), {.default_resolutions = {64}, .cache_root = *root_});
   TlsEncoderServer worker = StartTlsEncoderServer(service);
   const absl::Duration timeout = absl::Seconds(60);
 
@@ -339,7 +339,7 @@ TEST_F(EncoderWorkerTest, SamplePromptsAreEncodedOnTheWorker) {
 TEST_F(EncoderWorkerTest, CoordinatorWithoutATextEncoderRendersSamplesThroughTheWorker) {
   auto encoder = Flux2SampleEncoder::Open(Pipeline(), {});
   ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), {64}, *root_);
+  EncoderServiceImpl service(encoder->get(), {.default_resolutions = {64}, .cache_root = *root_});
   TlsEncoderServer worker = StartTlsEncoderServer(service);
   // The coordinator's copy of the pipeline has no text encoder and no tokenizer (a host too small for them).
   const std::string model = JoinPath(*root_, "no_text_encoder");

@@ -198,7 +198,7 @@ TEST(WanEncoderWorkerTest, StillsShortClipsAndLongVideosFillTheFrameBucketsByMod
   options.max_sequence_length = 32;
   auto encoder = WanSampleEncoder::Open(pipeline, options);
   ASSERT_TRUE(encoder.ok()) << encoder.status();
-  EncoderServiceImpl service(encoder->get(), {32}, root);
+  EncoderServiceImpl service(encoder->get(), {.default_resolutions = {32}, .cache_root = root});
   auto local = test_util::ServeEncoder(&service);
   ASSERT_TRUE(local->server);
   auto encode = [&](const std::vector<int64_t>& frames) {
@@ -223,6 +223,31 @@ TEST(WanEncoderWorkerTest, StillsShortClipsAndLongVideosFillTheFrameBucketsByMod
   std::vector<std::string> ids;
   for (const CacheRecordInfo& r : index->records) ids.push_back(r.id);
   EXPECT_EQ(ids, modes[2].second);
+
+  // A request naming no frames or extraction runs under the worker's flags, --max_frames and --frame_stride always
+  // (no job key sets them): stride 2, at most 5 frames: "long" (21 frames) keeps 5 of its 11, 2 latent frames;
+  // "short" (6) keeps 1 of its 3.
+  EncoderServiceConfig flags{.default_resolutions = {32}, .cache_root = root};
+  flags.video.max_frames = 5;
+  flags.video.stride = 2;
+  EncoderServiceImpl flagged(encoder->get(), flags);
+  auto flagged_local = test_util::ServeEncoder(&flagged);
+  ASSERT_TRUE(flagged_local->server);
+  v1::EncodeDatasetRequest plain;
+  plain.set_dataset_dir(data);
+  plain.set_cache_dir(JoinPath(root, "cache_flags"));
+  grpc::ClientContext ctx;
+  auto reader = flagged_local->stub->EncodeDataset(&ctx, plain);
+  v1::EncodeProgress msg;
+  while (reader->Read(&msg)) {
+  }
+  grpc::Status status = reader->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  auto flagged_index = ReadCacheIndex(JoinPath(root, "cache_flags"));
+  ASSERT_TRUE(flagged_index.ok());
+  std::map<std::string, int64_t> frames;
+  for (const CacheRecordInfo& r : flagged_index->records) frames[r.id] = r.frames;
+  EXPECT_EQ(frames, (std::map<std::string, int64_t>{{"long", 2}, {"short", 1}, {"still.png", 1}}));
 }
 
 // Several resolutions of a clip: one record at each ("<clip>@<resolution>"), its latent grid within that area.
