@@ -7,21 +7,13 @@
 #include <filesystem>
 #include <vector>
 
+#include "encoder_worker/sidecar.h"
+
 namespace baton {
 
 absl::StatusOr<std::string> FindMaskFile(const std::string& image_name, const std::vector<std::string>& names) {
-  const std::string stem = std::filesystem::path(image_name).stem().string();
-  std::string found;
-  for (const char* ext : {".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG"}) {
-    const std::string candidate = absl::StrCat(stem, ".mask", ext);
-    if (!std::binary_search(names.begin(), names.end(), candidate)) continue;
-    if (!found.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(image_name, " has two masks, ", found, " and ", candidate, ": keep one"));
-    }
-    found = candidate;
-  }
-  return found;
+  return FindSidecar(names, std::filesystem::path(image_name).stem().string(), {".mask.png", ".mask.jpg", ".mask.jpeg"},
+                     image_name, "masks");
 }
 
 absl::Status CheckMaskImage(const Image& mask, int width, int height, const std::string& path) {

@@ -14,8 +14,9 @@
 
 namespace baton {
 
-// The mask file of the sample image `image_name` among the folder's file names (sorted): "" when none;
-// InvalidArgument naming both when there are two (cat.mask.png and cat.mask.jpg).
+// The mask file of the sample image `image_name` among the folder's file names (sorted): its stem + ".mask.png",
+// ".mask.jpg" or ".mask.jpeg" in any case; "" when none; InvalidArgument naming both when there are two (cat.mask.png
+// and cat.mask.jpg).
 absl::StatusOr<std::string> FindMaskFile(const std::string& image_name, const std::vector<std::string>& names);
 
 // InvalidArgument naming `path` unless the decoded mask is gray-scale (R = G = B at every pixel), `width` x `height`

@@ -20,13 +20,14 @@ Image TwoHalves(int w, int h, uint8_t left, uint8_t right) {
 }
 
 TEST(LossMaskTest, AMaskIsTheStemWithDotMaskAndOneImageExtension) {
-  const std::vector<std::string> names = {"a.jpg", "a.mask.png", "a.txt",      "b.png", "b.txt",
-                                          "c.JPG", "c.mask.JPG", "c.mask.png", "c.txt"};
+  const std::vector<std::string> names = {"a.jpg",      "a.mask.png", "a.txt", "b.png",      "b.txt",         "c.JPG",
+                                          "c.mask.JPG", "c.mask.png", "c.txt", "d.Mask.Png", "d.masking.png", "d.png"};
   EXPECT_EQ(*FindMaskFile("a.jpg", names), "a.mask.png");
   EXPECT_EQ(*FindMaskFile("b.png", names), "");
+  EXPECT_EQ(*FindMaskFile("d.png", names), "d.Mask.Png");  // any case, as the scan takes it for a mask
   auto two = FindMaskFile("c.JPG", names);
   ASSERT_FALSE(two.ok());
-  EXPECT_NE(two.status().message().find("c.JPG has two masks, c.mask.png and c.mask.JPG"), std::string::npos)
+  EXPECT_NE(two.status().message().find("c.JPG has two masks, c.mask.JPG and c.mask.png"), std::string::npos)
       << two.status();
 }
 

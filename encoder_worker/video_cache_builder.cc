@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 
 #include "core/data/cache.h"
 #include "core/image/image.h"
 #include "core/tensor/shape.h"
 #include "core/util/status.h"
+#include "core/video/video_io.h"
 #include "encoder_worker/cache_build_loop.h"
 #include "encoder_worker/loss_mask.h"
 #include "encoder_worker/video_dataset.h"
@@ -21,11 +21,7 @@ namespace {
 // BucketClipToPixels treats each frame.
 absl::StatusOr<Image> CoveringTheFrames(const std::string& image_path, const at::Tensor& pixels) {
   ASSIGN_OR_RETURN(Image image, ReadImageFile(image_path));
-  const int h = static_cast<int>(pixels.size(3)), w = static_cast<int>(pixels.size(4));
-  const double scale = std::max(static_cast<double>(w) / image.width, static_cast<double>(h) / image.height);
-  Image covered = ResizeImage(image, std::max(w, static_cast<int>(std::ceil(image.width * scale))),
-                              std::max(h, static_cast<int>(std::ceil(image.height * scale))));
-  return CenterCrop(covered, w, h);
+  return CoverAndCrop(image, static_cast<int>(pixels.size(4)), static_cast<int>(pixels.size(3)));
 }
 
 // The clip's pixels with frame 0 replaced by `image_path` (CoveringTheFrames): the first frame an image-to-video
@@ -35,6 +31,13 @@ absl::StatusOr<at::Tensor> WithFirstFrameFrom(const std::string& image_path, con
   at::Tensor out = pixels.clone();
   out.select(2, 0).copy_(ImageToPixels(image));
   return out;
+}
+
+// A clip's mask must be the size of its frames (docs/jobs.md, "Masked loss"): checked against the first frame.
+absl::Status CheckClipMaskSize(const VideoSample& sample) {
+  ASSIGN_OR_RETURN(Image mask, ReadImageFile(sample.mask_path));
+  ASSIGN_OR_RETURN(Clip first, ReadClip(sample.path, 1));
+  return CheckMaskImage(mask, first.frames.at(0).width, first.frames.at(0).height, sample.mask_path);
 }
 
 // Whether `sample` is cut into several clips (records "<name>#<window>"): a video, with an extraction mode but head.
@@ -101,6 +104,7 @@ absl::StatusOr<std::vector<CacheRecordInfo>> EncodeVideoSample(SampleEncoder& en
     ASSIGN_OR_RETURN(at::Tensor pixels, StillToPixels(image, spec));
     clips.push_back(pixels);
   } else {
+    if (!sample.mask_path.empty()) RETURN_IF_ERROR(CheckClipMaskSize(sample));
     ASSIGN_OR_RETURN(clips, LoadClipWindows(sample.path, spec, options.extraction));
   }
   const bool windows = Windowed(sample, options);

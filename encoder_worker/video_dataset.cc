@@ -12,6 +12,8 @@
 #include "core/util/files.h"
 #include "core/util/sha256.h"
 #include "core/util/status.h"
+#include "core/video/video_io.h"
+#include "encoder_worker/sidecar.h"
 
 namespace baton {
 namespace {
@@ -23,20 +25,6 @@ bool IsFrameImage(const fs::path& p) {
   return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
 }
 
-// The frame files of a frame folder, sorted (ReadFrameFolder's order): every entry with a frame image's name but a
-// folder, so a dangling link among them is named by the read.
-absl::StatusOr<std::vector<std::string>> FrameNames(const std::string& path) {
-  std::vector<std::string> frames;
-  std::error_code ec;
-  for (fs::directory_iterator it(path, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    std::error_code type_ec;
-    if (IsFrameImage(it->path()) && !it->is_directory(type_ec)) frames.push_back(it->path().filename().string());
-  }
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot list frame folder ", path, ": ", ec.message()));
-  std::sort(frames.begin(), frames.end());
-  return frames;
-}
-
 // The clip's bytes into `h`: the file, or a frame folder's image files (name and bytes, in ReadFrameFolder's order),
 // each read through `fence`.
 absl::Status HashClipBytes(const DatasetFence& fence, const std::string& path, bool is_folder, Sha256& h) {
@@ -46,7 +34,7 @@ absl::Status HashClipBytes(const DatasetFence& fence, const std::string& path, b
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(fence.Check(path));
-  ASSIGN_OR_RETURN(std::vector<std::string> frames, FrameNames(path));
+  ASSIGN_OR_RETURN(std::vector<std::string> frames, ListFrameFiles(path));
   if (frames.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no .png/.jpg frames in the folder"));
   for (const std::string& f : frames) {
     ASSIGN_OR_RETURN(std::string bytes, fence.Read(JoinPath(path, f)));
@@ -56,13 +44,14 @@ absl::Status HashClipBytes(const DatasetFence& fence, const std::string& path, b
   return absl::OkStatus();
 }
 
-// The first of stem.png, stem.jpg, stem.jpeg in `dir` (a dangling link counts: it is named, not passed over), or "".
-std::string SidecarImage(const std::string& dir, const std::string& stem) {
-  for (const char* ext : {".png", ".jpg", ".jpeg"}) {
-    const std::string path = JoinPath(dir, stem + ext);
-    if (SomethingAt(path) && !IsDirectory(path)) return path;
-  }
-  return "";
+// The folder's stem + `kind` + .png, .jpg or .jpeg, `kind` and the extension in any case (a dangling link counts: it is
+// named, not passed over), as a path; "" when none; an error when two are. `names`: the folder's files, sorted.
+absl::StatusOr<std::string> SidecarImage(const std::string& dir, const std::vector<std::string>& names,
+                                         const std::string& stem, const std::string& kind, const std::string& owner,
+                                         const std::string& what) {
+  ASSIGN_OR_RETURN(std::string name,
+                   FindSidecar(names, stem, {kind + ".png", kind + ".jpg", kind + ".jpeg"}, owner, what));
+  return name.empty() ? name : JoinPath(dir, name);
 }
 
 // The settings a clip's record depends on besides its bytes and caption; the later ones only when not the default, so
@@ -76,20 +65,24 @@ std::string ClipSettings(const VideoBucketSpec& spec, const ClipExtraction& e) {
 }
 
 // The mask beside a clip or still (stem.mask.png, .jpg, .jpeg): checked, and its bytes into `h`.
-absl::Status LoadVideoMask(const DatasetFence& fence, const std::string& stem, VideoSample& s, Sha256& h) {
-  s.mask_path = SidecarImage(fence.dir(), stem + ".mask");
+absl::Status LoadVideoMask(const DatasetFence& fence, const std::vector<std::string>& names, const std::string& stem,
+                           const Image* still, VideoSample& s, Sha256& h) {
+  ASSIGN_OR_RETURN(s.mask_path, SidecarImage(fence.dir(), names, stem, ".mask", s.path, "masks"));
   if (s.mask_path.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::string bytes, fence.Read(s.mask_path));
   ASSIGN_OR_RETURN(Image mask, DecodeImage(bytes, s.mask_path));
-  RETURN_IF_ERROR(CheckMaskImage(mask, mask.width, mask.height, s.mask_path));  // its size is the frames' to be
+  // Gray, white somewhere, and a still's size; a clip's frames' size is checked when the clip is decoded.
+  RETURN_IF_ERROR(
+      CheckMaskImage(mask, still ? still->width : mask.width, still ? still->height : mask.height, s.mask_path));
   h.Update("mask");
   h.UpdateFramed(bytes);
   return absl::OkStatus();
 }
 
 // A still image of the folder: its caption, and a hash of its bytes, caption, trigger, area and mask.
-absl::StatusOr<VideoSample> LoadStillSample(const DatasetFence& fence, const std::string& name,
-                                            const std::string& trigger, const VideoBucketSpec& spec) {
+absl::StatusOr<VideoSample> LoadStillSample(const DatasetFence& fence, const std::vector<std::string>& names,
+                                            const std::string& name, const std::string& trigger,
+                                            const VideoBucketSpec& spec) {
   VideoSample s;
   s.name = name;
   s.still = true;
@@ -102,21 +95,21 @@ absl::StatusOr<VideoSample> LoadStillSample(const DatasetFence& fence, const std
   ASSIGN_OR_RETURN(std::string caption, ReadCaption(fence, s.caption_path));
   s.caption = ApplyTrigger(caption, trigger);
   ASSIGN_OR_RETURN(std::string bytes, fence.Read(s.path));
-  RETURN_IF_ERROR(DecodeImage(bytes, s.path).status());
+  ASSIGN_OR_RETURN(Image image, DecodeImage(bytes, s.path));
   Sha256 h;
   h.Update("baton-still-v1");
   h.UpdateFramed(bytes);
   h.UpdateFramed(caption);
   h.UpdateFramed(trigger);
   h.UpdateFramed(absl::StrCat(spec.target_area, "/", spec.step));
-  RETURN_IF_ERROR(LoadVideoMask(fence, stem, s, h));
+  RETURN_IF_ERROR(LoadVideoMask(fence, names, stem, &image, s, h));
   s.content_hash = DigestToHex(h.Finish());
   return s;
 }
 
-absl::StatusOr<VideoSample> LoadVideoSample(const DatasetFence& fence, const std::string& name, bool is_folder,
-                                            const std::string& trigger, const VideoBucketSpec& spec,
-                                            const ClipExtraction& extraction) {
+absl::StatusOr<VideoSample> LoadVideoSample(const DatasetFence& fence, const std::vector<std::string>& names,
+                                            const std::string& name, bool is_folder, const std::string& trigger,
+                                            const VideoBucketSpec& spec, const ClipExtraction& extraction) {
   const std::string& dir = fence.dir();
   VideoSample s;
   s.name = name;
@@ -134,12 +127,12 @@ absl::StatusOr<VideoSample> LoadVideoSample(const DatasetFence& fence, const std
   h.UpdateFramed(trigger);
   h.UpdateFramed(ClipSettings(spec, extraction));
   const std::string stem = is_folder ? name : fs::path(name).stem().string();
-  s.image_path = SidecarImage(dir, stem);
+  ASSIGN_OR_RETURN(s.image_path, SidecarImage(dir, names, stem, "", s.path, "first-frame images"));
   if (!s.image_path.empty()) {
     ASSIGN_OR_RETURN(std::string image, fence.Read(s.image_path));
     h.UpdateFramed(image);
   }
-  RETURN_IF_ERROR(LoadVideoMask(fence, stem, s, h));
+  RETURN_IF_ERROR(LoadVideoMask(fence, names, stem, nullptr, s, h));
   s.content_hash = DigestToHex(h.Finish());
   return s;
 }
@@ -161,13 +154,14 @@ absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const Vide
   }
   std::vector<std::pair<std::string, bool>> clips;  // name, is a frame folder
   std::vector<std::string> images;                  // image files: first frames, masks or stills
+  std::vector<std::string> names;                   // every file and folder, for the sidecars
   fs::directory_iterator it(dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot list dataset folder ", dir, ": ", ec.message()));
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     if (ec) return absl::InternalError(absl::StrCat("error listing ", dir, ": ", ec.message()));
     const std::string name = it->path().filename().string();
     if (name.empty() || name[0] == '.') continue;
-    if (options.include && !options.include(name)) continue;  // another worker's share
+    names.push_back(name);
     std::error_code type_ec;
     const bool video_name = IsVideoExtension(absl::AsciiStrToLower(it->path().extension().string()));
     if (it->is_directory(type_ec)) {
@@ -178,12 +172,16 @@ absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const Vide
       images.push_back(name);
     }
   }
-  std::sort(clips.begin(), clips.end());
-  // An image whose stem is a clip's is that clip's first frame (image-to-video); the others are stills.
+  std::sort(names.begin(), names.end());
+  // An image whose stem is a clip's is that clip's first frame (image-to-video); the others are stills. Paired over
+  // the whole folder, then each worker keeps its share (`include`): a first frame follows its clip.
   std::set<std::string> clip_stems;
   for (const auto& [name, is_folder] : clips) clip_stems.insert(is_folder ? name : fs::path(name).stem().string());
   for (const std::string& name : images) {
     if (!clip_stems.count(fs::path(name).stem().string())) clips.push_back({name, false});
+  }
+  if (options.include) {
+    std::erase_if(clips, [&](const auto& clip) { return !options.include(clip.first); });  // another worker's share
   }
   std::sort(clips.begin(), clips.end());
   ASSIGN_OR_RETURN(const DatasetFence fence, DatasetFence::Make(dir, options.follow_links_into));
@@ -191,8 +189,8 @@ absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const Vide
   ds.dir = dir;
   for (const auto& [name, is_folder] : clips) {
     auto sample = IsFrameImage(fs::path(name)) && !is_folder
-                      ? LoadStillSample(fence, name, options.trigger, spec)
-                      : LoadVideoSample(fence, name, is_folder, options.trigger, spec, extraction);
+                      ? LoadStillSample(fence, names, name, options.trigger, spec)
+                      : LoadVideoSample(fence, names, name, is_folder, options.trigger, spec, extraction);
     if (sample.ok()) {
       ds.samples.push_back(*std::move(sample));
     } else {
@@ -205,7 +203,7 @@ absl::StatusOr<VideoDataset> ScanVideoDataset(const std::string& dir, const Vide
 absl::Status CheckVideoSampleInside(const DatasetFence& fence, const VideoSample& sample) {
   RETURN_IF_ERROR(fence.Check(sample.path));
   if (IsDirectory(sample.path)) {
-    ASSIGN_OR_RETURN(std::vector<std::string> frames, FrameNames(sample.path));
+    ASSIGN_OR_RETURN(std::vector<std::string> frames, ListFrameFiles(sample.path));
     for (const std::string& f : frames) RETURN_IF_ERROR(fence.Check(JoinPath(sample.path, f)));
   }
   if (!sample.image_path.empty()) RETURN_IF_ERROR(fence.Check(sample.image_path));

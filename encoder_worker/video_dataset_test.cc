@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
 
+#include "core/image/image.h"
 #include "core/util/files.h"
 
 namespace baton {
@@ -139,6 +141,48 @@ TEST_F(VideoDatasetTest, LinksIntoAFolderTheOperatorOpenedAreFollowed) {
     // caption was read, and judged, by the scan).
     EXPECT_EQ(CheckVideoSampleInside(*closed, s).ok(), s.name == "ok.mp4" || s.name == "run.mp4") << s.name;
   }
+}
+
+// A clip's first-frame image and mask are found in any case of their extension, as the scan classifies them; two
+// first frames are refused by name; a still's mask of another size is refused; a first frame whose clip is another
+// worker's share is neither a still nor encoded here.
+TEST_F(VideoDatasetTest, SidecarsInAnyCaseAndFirstFramesFollowTheirClipsShare) {
+  ASSERT_TRUE(WritePng(JoinPath(dir_, "walk.PNG"), Image(32, 16)).ok());
+  Write("walk.mp4", "video bytes");
+  Write("walk.txt", "a walk");
+  Image white(32, 16);
+  std::fill(white.pixels.begin(), white.pixels.end(), 255);
+  ASSERT_TRUE(WritePng(JoinPath(dir_, "walk.Mask.png"), white).ok());
+  Write("two.mp4", "video bytes");
+  Write("two.txt", "two first frames");
+  ASSERT_TRUE(WritePng(JoinPath(dir_, "two.png"), Image(32, 16)).ok());
+  ASSERT_TRUE(WritePng(JoinPath(dir_, "two.jpg.png"), Image(32, 16)).ok());  // a still of its own (stem "two.jpg")
+  ASSERT_TRUE(WritePng(JoinPath(dir_, "two.JPEG"), Image(32, 16)).ok());
+  ASSERT_TRUE(WritePng(JoinPath(dir_, "still.png"), Image(32, 16)).ok());
+  Write("still.txt", "a still");
+  ASSERT_TRUE(WritePng(JoinPath(dir_, "still.mask.png"), Image(64, 16)).ok());
+  Write("two.jpg.txt", "a still named like a first frame");
+  auto ds = ScanVideoDataset(dir_, VideoBucketSpec{});
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  std::map<std::string, const VideoSample*> samples;
+  for (const VideoSample& s : ds->samples) samples[s.name] = &s;
+  ASSERT_TRUE(samples.count("walk.mp4"));
+  EXPECT_EQ(samples["walk.mp4"]->image_path, JoinPath(dir_, "walk.PNG"));
+  EXPECT_EQ(samples["walk.mp4"]->mask_path, JoinPath(dir_, "walk.Mask.png"));
+  EXPECT_TRUE(samples.count("two.jpg.png"));
+  auto errors = ErrorsByName(*ds);
+  ASSERT_TRUE(errors.count("two.mp4"));
+  EXPECT_THAT(std::string(errors["two.mp4"].message()), HasSubstr("has two first-frame images"));
+  ASSERT_TRUE(errors.count("still.png"));
+  EXPECT_THAT(std::string(errors["still.png"].message()), HasSubstr("the mask is 64x16, its image 32x16"));
+
+  // Shares: walk.mp4 another worker's, walk.PNG (its first frame) this one's.
+  ScanOptions mine;
+  mine.include = [](const std::string& name) { return name != "walk.mp4"; };
+  auto share = ScanVideoDataset(dir_, VideoBucketSpec{}, mine);
+  ASSERT_TRUE(share.ok()) << share.status();
+  for (const VideoSample& s : share->samples) EXPECT_NE(s.name.substr(0, 4), "walk") << s.name;
+  EXPECT_EQ(ErrorsByName(*share).count("walk.PNG"), 0u);
 }
 
 }  // namespace

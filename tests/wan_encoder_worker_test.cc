@@ -250,6 +250,24 @@ TEST(WanEncoderWorkerTest, StillsShortClipsAndLongVideosFillTheFrameBucketsByMod
   EXPECT_EQ(frames, (std::map<std::string, int64_t>{{"long", 2}, {"short", 1}, {"still.png", 1}}));
 }
 
+// A clip's mask must be the size of its frames, as an image's is (docs/jobs.md, "Masked loss"): one of another size
+// fails that clip by name instead of weighting the wrong tokens.
+TEST(WanEncoderWorkerTest, AClipsMaskOfAnotherSizeFailsTheClipByName) {
+  const std::string root = test_util::MakeTempDir("wan_mask_size");
+  const std::string pipeline = JoinPath(root, "pipeline");
+  ASSERT_TRUE(WriteTinyWanPipeline(pipeline, 0).ok());
+  const std::string data = JoinPath(root, "data");
+  WriteFrameFolder(JoinPath(data, "bar_frames"));  // 48x32 frames
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "bar_frames.txt"), "a green bar moving right").ok());
+  Image mask(32, 32);
+  std::fill(mask.pixels.begin(), mask.pixels.end(), 255);
+  ASSERT_TRUE(WritePng(JoinPath(data, "bar_frames.mask.png"), mask).ok());
+  auto run = test_util::RunCommand(Worker(data, JoinPath(root, "cache"), pipeline), /*with_stderr=*/true);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("bar_frames.mask.png: the mask is 32x32, its image 48x32"), std::string::npos)
+      << run.output;
+}
+
 // Several resolutions of a clip: one record at each ("<clip>@<resolution>"), its latent grid within that area.
 TEST(WanEncoderWorkerTest, SeveralResolutionsCacheEachClipAtEach) {
   const std::string root = test_util::MakeTempDir("wan_resolutions");
@@ -314,6 +332,20 @@ TEST(WanEncoderWorkerTest, ImageToVideoConditioningTakesASidecarImageAsTheFirstF
   EXPECT_TRUE(at::equal(sidecar.latents, own.latents));  // the clip itself is unchanged
   EXPECT_TRUE(at::equal(sidecar.condition.slice(0, 0, 4), own.condition.slice(0, 0, 4)));
   EXPECT_GT((sidecar.condition - own.condition).abs().max().item<double>(), 1e-3);
+
+  // A first-frame image equal to the clip's frame 0 conditions as the frame itself does, also where the scale to the
+  // bucket is not whole (70x45 frames into 64x32: 41.1 rows), so the image and the frames are scaled alike.
+  const std::string pan = JoinPath(data, "pan");
+  ASSERT_TRUE(MakeDirs(pan).ok());
+  Image frame(70, 45);
+  for (size_t i = 0; i < frame.pixels.size(); ++i) frame.pixels[i] = static_cast<uint8_t>((i * 37) % 251);
+  for (int f = 0; f < 5; ++f) ASSERT_TRUE(WritePng(JoinPath(pan, absl::StrCat("f", f, ".png")), frame).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(data, "pan.txt"), "a pan").ok());
+  ASSERT_EQ(test_util::RunCommand(Worker(data, cache, pipeline)).exit_code, 0);
+  const CacheSample frame_itself = load("pan");
+  ASSERT_TRUE(WritePng(JoinPath(data, "pan.png"), frame).ok());
+  ASSERT_EQ(test_util::RunCommand(Worker(data, cache, pipeline)).exit_code, 0);
+  EXPECT_TRUE(at::equal(load("pan").condition, frame_itself.condition));
 }
 
 TEST(WanEncoderWorkerTest, ClipWithoutCaptionOrUndecodableFailsAlone) {

@@ -9,17 +9,13 @@
 #include "core/video/clip_windows.h"
 
 namespace baton {
-namespace {
 
-// Scales (aspect kept) so the image covers width × height, then center-crops (core/image's resize rules).
 Image CoverAndCrop(const Image& src, int width, int height) {
   const double scale = std::max(static_cast<double>(width) / src.width, static_cast<double>(height) / src.height);
   const int w = std::max(width, static_cast<int>(std::lround(src.width * scale)));
   const int h = std::max(height, static_cast<int>(std::lround(src.height * scale)));
   return CenterCrop(ResizeImage(src, w, h), width, height);
 }
-
-}  // namespace
 
 int64_t LargestFourKPlusOne(int64_t n) { return n < 1 ? 0 : ((n - 1) / 4) * 4 + 1; }
 

@@ -44,6 +44,10 @@ int64_t LargestFourKPlusOne(int64_t n);
 absl::StatusOr<VideoBucket> ChooseVideoBucket(const VideoBucketSpec& spec, int64_t source_frames, int width,
                                               int height);
 
+// `src` scaled (aspect kept, sides rounded to nearest) to cover width × height, then center-cropped to it: each
+// frame's treatment, and that of an image standing for a frame (an image-to-video first frame, a loss mask).
+Image CoverAndCrop(const Image& src, int width, int height);
+
 // Frames start·stride, (start + 1)·stride, ... (bucket.frames of them) of `clip`, each scaled to cover the bucket
 // (aspect kept) and center-cropped, as pixels [1, 3, F, H, W] fp32 in [-1, 1] (the Wan VAE's input).
 at::Tensor BucketClipToPixels(const Clip& clip, const VideoBucket& bucket, int64_t stride, int64_t start = 0);

@@ -10,9 +10,9 @@ extern "C" {
 #include <absl/strings/ascii.h>
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
-#include <dirent.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 
 #include "core/util/files.h"
@@ -156,15 +156,47 @@ absl::StatusOr<Clip> ReadVideoFile(const std::string& path, int64_t max_frames) 
   return clip;
 }
 
-absl::StatusOr<Clip> ReadFrameFolder(const std::string& dir) {
-  std::vector<std::string> names;
-  std::unique_ptr<DIR, int (*)(DIR*)> handle(opendir(dir.c_str()), closedir);
-  if (!handle) return absl::NotFoundError(absl::StrCat(dir, ": cannot open the frame folder"));
-  while (dirent* e = readdir(handle.get())) {
-    if (IsFrameImageName(e->d_name)) names.push_back(e->d_name);
+bool FrameNameLess(const std::string& a, const std::string& b) {
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (!digit(a[i]) || !digit(b[j])) {
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+      ++i, ++j;
+      continue;
+    }
+    size_t ie = i, je = j;  // the digit runs [i, ie) and [j, je), compared by value: length without leading zeros
+    while (ie < a.size() && digit(a[ie])) ++ie;
+    while (je < b.size() && digit(b[je])) ++je;
+    size_t ia = i, jb = j;
+    while (ia + 1 < ie && a[ia] == '0') ++ia;
+    while (jb + 1 < je && b[jb] == '0') ++jb;
+    if (ie - ia != je - jb) return ie - ia < je - jb;
+    if (int c = a.compare(ia, ie - ia, b, jb, je - jb); c != 0) return c < 0;
+    i = ie, j = je;
   }
-  std::sort(names.begin(), names.end());
+  if (i < a.size() || j < b.size()) return j < b.size();  // a prefix of the other comes first
+  return a < b;                                           // equal but for zero padding
+}
+
+absl::StatusOr<std::vector<std::string>> ListFrameFiles(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code type_ec;  // a dangling link is kept, and named by the read
+    if (name[0] != '.' && IsFrameImageName(name) && !it->is_directory(type_ec)) names.push_back(name);
+  }
+  if (ec) return absl::NotFoundError(absl::StrCat(dir, ": cannot list the frame folder: ", ec.message()));
+  std::sort(names.begin(), names.end(), FrameNameLess);
+  return names;
+}
+
+absl::StatusOr<Clip> ReadFrameFolder(const std::string& dir, int64_t max_frames) {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListFrameFiles(dir));
   if (names.empty()) return absl::InvalidArgumentError(absl::StrCat(dir, ": no .png/.jpg/.jpeg frames"));
+  if (max_frames >= 0 && static_cast<int64_t>(names.size()) > max_frames) names.resize(max_frames);
   Clip clip;
   for (const auto& name : names) {
     ASSIGN_OR_RETURN(Image img, ReadImageFile(JoinPath(dir, name)));
@@ -180,9 +212,7 @@ absl::StatusOr<Clip> ReadFrameFolder(const std::string& dir) {
 
 absl::StatusOr<Clip> ReadClip(const std::string& path, int64_t max_frames) {
   if (IsDirectory(path)) {
-    ASSIGN_OR_RETURN(Clip clip, ReadFrameFolder(path));
-    if (max_frames >= 0 && static_cast<int64_t>(clip.frames.size()) > max_frames) clip.frames.resize(max_frames);
-    return clip;
+    return ReadFrameFolder(path, max_frames);
   }
   return ReadVideoFile(path, max_frames);
 }

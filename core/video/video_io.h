@@ -25,10 +25,17 @@ struct Clip {
 // file. Sides above kMaxImageSide are rejected.
 absl::StatusOr<Clip> ReadVideoFile(const std::string& path, int64_t max_frames = -1);
 
-// Frames from a folder of PNG/JPEG files (names with a .png/.jpg/.jpeg extension, any case, in byte-wise sorted
-// order; other files are ignored), decoded with core/image. INVALID_ARGUMENT when there are none or their sizes
-// differ (naming the first odd one).
-absl::StatusOr<Clip> ReadFrameFolder(const std::string& dir);
+// The order of a folder's frames: runs of digits compare by their value ("frame_2.png" before "frame_10.png", as
+// unpadded exports need), the rest byte by byte; names equal but for zero padding fall back to bytes.
+bool FrameNameLess(const std::string& a, const std::string& b);
+
+// A frame folder's frame files: names with a .png/.jpg/.jpeg extension, any case, that are not folders and do not
+// start with "." (macOS's "._0001.png"), in FrameNameLess order. NOT_FOUND when the folder cannot be listed.
+absl::StatusOr<std::vector<std::string>> ListFrameFiles(const std::string& dir);
+
+// The first `max_frames` (−1: all) frames of ListFrameFiles, decoded with core/image. INVALID_ARGUMENT when there are
+// none or their sizes differ (naming the first odd one).
+absl::StatusOr<Clip> ReadFrameFolder(const std::string& dir, int64_t max_frames = -1);
 
 // A video file (ReadVideoFile) or a folder of frames (ReadFrameFolder), by what `path` is.
 absl::StatusOr<Clip> ReadClip(const std::string& path, int64_t max_frames = -1);

@@ -156,6 +156,32 @@ TEST(VideoIoTest, FrameFolderIsReadInSortedOrder) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(clip->frames[i].pixels, frames[i].pixels) << i;  // PNG is lossless
 }
 
+// Unpadded exports (frame_1.png ... frame_10.png) are read in frame order, not byte order; macOS's "._" forks and
+// other dotfiles are not frames.
+TEST(VideoIoTest, FrameFolderOrdersNumbersByValueAndSkipsDotfiles) {
+  EXPECT_TRUE(FrameNameLess("frame_2.png", "frame_10.png"));
+  EXPECT_FALSE(FrameNameLess("frame_10.png", "frame_2.png"));
+  EXPECT_TRUE(FrameNameLess("f002.png", "f010.png"));  // padded names keep their byte order
+  EXPECT_TRUE(FrameNameLess("a9.png", "b1.png"));
+  EXPECT_TRUE(FrameNameLess("2.png", "02.png") != FrameNameLess("02.png", "2.png"));  // a total order
+  const std::string dir = MakeTempDir("video_unpadded");
+  const auto frames = MovingClip(11, 32, 32);
+  for (int i = 0; i < 11; ++i) ASSERT_TRUE(WritePng(JoinPath(dir, absl::StrCat(i + 1, ".png")), frames[i]).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dir, "._1.png"), "a resource fork").ok());
+  auto names = ListFrameFiles(dir);
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_EQ(names->front(), "1.png");
+  EXPECT_EQ(names->at(9), "10.png");
+  EXPECT_EQ(names->size(), 11u);
+  auto clip = ReadClip(dir);
+  ASSERT_TRUE(clip.ok()) << clip.status();
+  ASSERT_EQ(clip->frames.size(), 11u);
+  for (int i = 0; i < 11; ++i) EXPECT_EQ(clip->frames[i].pixels, frames[i].pixels) << i;
+  auto head = ReadClip(dir, 3);  // only the frames asked for are decoded
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->frames.size(), 3u);
+}
+
 TEST(VideoIoTest, UnreadableInputsAreClearErrors) {
   const std::string dir = MakeTempDir("video_errors");
   auto missing = ReadVideoFile(JoinPath(dir, "nope.mp4"));
