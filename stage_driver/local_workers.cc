@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -109,6 +110,11 @@ namespace {
   ::dup2(devnull, STDIN_FILENO);
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(out_fd, STDERR_FILENO);
+  // Nothing else of the driving process reaches the worker (a checkpoint file being written, a TLS folder's lock, a
+  // socket): an inherited descriptor would keep a pruned file's space or a dead owner's flock alive with the worker.
+  if (::syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
+    for (int fd = 3; fd < 65536; ++fd) ::close(fd);  // kernels before 5.9
+  }
   // Blocked signals and ignored dispositions survive exec; the worker must see SIGTERM and SIGPIPE normally.
   sigset_t none;
   sigemptyset(&none);

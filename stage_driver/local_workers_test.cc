@@ -3,6 +3,7 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_split.h>
 #include <absl/time/clock.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -83,6 +84,27 @@ TEST(LocalWorkersTest, StartsWorkersAndParsesAddresses) {
     EXPECT_EQ(*args, "--listen 127.0.0.1:0 --threads 3 --device cpu --metrics_port 0\n");
   }
   EXPECT_NE(pids[0], pids[1]);
+}
+
+// A worker inherits no descriptor of the driving process but its output pipe and /dev/null: here one opened without
+// O_CLOEXEC, as a library might, is not among the worker's.
+TEST(LocalWorkersTest, WorkersInheritNoOtherDescriptors) {
+  TempDir tmp;
+  const std::string dir = tmp.path();
+  const std::string held = JoinPath(dir, "held_open");
+  ASSERT_TRUE(WriteFileAtomic(held, "x").ok());
+  const int fd = ::open(held.c_str(), O_RDONLY);  // inheritable
+  ASSERT_GE(fd, 0);
+  LocalWorkerOptions opts;
+  opts.binary = WriteFakeWorker(dir, R"(ls -l /proc/$$/fd > "$DIR/fds"
+echo "LISTENING 127.0.0.1:12345"
+exec sleep 30)");
+  auto w = LocalWorkers::Start(1, opts);
+  ::close(fd);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto fds = ReadFile(JoinPath(dir, "fds"));
+  ASSERT_TRUE(fds.ok()) << fds.status();
+  EXPECT_EQ(fds->find("held_open"), std::string::npos) << *fds;
 }
 
 TEST(LocalWorkersTest, StopKillsChildren) {

@@ -20,6 +20,8 @@ uint64_t EnvelopeBytes(const v1::EnvelopeHeader& header, const TensorMap& tensor
   for (const auto& [name, t] : tensors) bytes += name.size() + static_cast<uint64_t>(t.nbytes());
   return bytes;
 }
+// How often WaitReady asks a server that is not serving yet.
+constexpr absl::Duration kHealthRetry = absl::Milliseconds(100);
 }  // namespace
 
 TrafficBytes& TrafficBytes::operator+=(const LinkTraffic& t) {
@@ -76,15 +78,28 @@ absl::Status StageClient::WaitReady(absl::Duration timeout, const std::function<
     return absl::UnavailableError(absl::StrCat(name(), ": no stage worker answered within ",
                                                absl::FormatDuration(timeout), " (is it running and reachable?)"));
   }
-  // Connected to something: make sure it is a stage worker that is not shutting down.
-  auto state = CheckHealth(channel_, address_, kStageServiceName, std::max(deadline - absl::Now(), absl::Seconds(1)));
-  if (!state.ok() && state.status().code() == absl::StatusCode::kNotFound) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name(), ": the server there is not a stage worker (it does not serve ", kStageServiceName, ")"));
-  }
-  if (!state.ok()) return Named(state.status(), "health check");
-  if (*state != HealthState::kServing) {
-    return absl::UnavailableError(absl::StrCat(name(), ": the stage worker is ", HealthStateName(*state)));
+  // Connected to something: make sure it is a stage worker that serves. A server between listening and marking its
+  // services (rpc/server_start.cc) answers NOT_FOUND, one starting or stopping NOT_SERVING or UNAVAILABLE: each is
+  // asked again until the deadline, NOT_FOUND for a second only (after that it is another kind of server).
+  const absl::Time not_found_until = std::min(deadline, absl::Now() + absl::Seconds(1));
+  while (true) {
+    auto state = CheckHealth(channel_, address_, kStageServiceName, std::max(deadline - absl::Now(), absl::Seconds(1)));
+    if (state.ok() && *state == HealthState::kServing) break;
+    const absl::StatusCode code = state.ok() ? absl::StatusCode::kOk : state.status().code();
+    const bool again = code == absl::StatusCode::kNotFound
+                           ? absl::Now() < not_found_until
+                           : (code == absl::StatusCode::kOk || code == absl::StatusCode::kUnavailable) &&
+                                 absl::Now() + kHealthRetry < deadline;
+    if (!again) {
+      if (code == absl::StatusCode::kNotFound) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            name(), ": the server there is not a stage worker (it does not serve ", kStageServiceName, ")"));
+      }
+      if (!state.ok()) return Named(state.status(), "health check");
+      return absl::UnavailableError(absl::StrCat(name(), ": the stage worker is ", HealthStateName(*state)));
+    }
+    if (stop && stop()) return absl::CancelledError(absl::StrCat(name(), ": stopped while waiting for it"));
+    absl::SleepFor(kHealthRetry);
   }
   if (up_ != nullptr) up_->Set(1);
   return absl::OkStatus();

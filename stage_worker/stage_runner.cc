@@ -1,6 +1,7 @@
 #include "stage_worker/stage_runner.h"
 
 #include <ATen/Parallel.h>
+#include <absl/cleanup/cleanup.h>
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -663,23 +664,30 @@ absl::StatusOr<v1::StepSummary> StageRunner::RunStep(const v1::StepPlan& plan, c
       }
     });
   }
+  // Joined on every way out: a joinable std::thread destroyed by an exception would end the process.
+  const absl::Cleanup stop_beat = [&] {
+    if (!beat.joinable()) return;
+    {
+      absl::MutexLock beat_lock(&beat_mu);
+      done = true;
+    }
+    beat.join();
+  };
   // A Configure of a newer generation (a recovery) aborts this step without waiting for the coordinator's cancel.
   const uint64_t generation = config_.generation();
   auto aborted = [&] { return generation_.load() != generation || (cancelled && cancelled()); };
   // The GPU check's traced steps ($BATON_KINETO_TRACE): this thread's operators and the device's kernels.
   std::optional<KinetoTrace> trace;
   if (plan.pass() == 0 && trace_window_.Covers(plan.step())) trace.emplace(device_);
-  auto summary = RunActions(plan, aborted, sink);
+  // Most of the step's libtorch calls sit inside TorchCall; an allocation outside one (an upload, a gradient flatten
+  // running out of device memory) fails the step with its status (RESOURCE_EXHAUSTED for memory), not the process.
+  absl::StatusOr<v1::StepSummary> summary = absl::InternalError("unset");
+  const absl::Status threw = TorchCall(
+      "the step", [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) { summary = RunActions(plan, aborted, sink); });
+  if (!threw.ok()) summary = Annotate(threw, name());
   if (trace) {
     const absl::Status saved = trace->Save(trace_window_.Path(stage_index_, plan.step()));
     if (!saved.ok()) LogWarning(name(), ": the Kineto trace was not saved: ", saved.message());
-  }
-  if (beat.joinable()) {
-    {
-      absl::MutexLock beat_lock(&beat_mu);
-      done = true;
-    }
-    beat.join();
   }
   return summary;
 }

@@ -166,6 +166,23 @@ TEST_F(StageRunnerTest, OneStageStepMatchesInProcessGradients) {
   for (const auto& [name, g] : expect) EXPECT_TRUE(at::equal(grads.at(name), g)) << name;
 }
 
+// An exception out of a step's libtorch work (here the gradient hand-over running out of memory) fails the step with
+// RESOURCE_EXHAUSTED while the heartbeat thread runs, instead of ending the worker (std::terminate).
+TEST_F(StageRunnerTest, OutOfMemoryInAStepFailsTheStepNotTheWorker) {
+  auto lora = runner_->CurrentLora("job", "hash");
+  ASSERT_TRUE(lora.ok());
+  auto in = test_util::MakeTinyInputs(config_, 2, 2, 3, 4, 8);
+  at::Tensor target = at::randn({2, 6, config_.in_channels});
+  Flux2Constants k;
+  DeliverStep(in, target, *lora, &k);
+  auto summary = runner_->RunStep(
+      Plan(1), nullptr, [](const std::string&, const at::Tensor&) -> absl::Status { throw std::bad_alloc(); },
+      [](const v1::StageHeartbeat&) {});
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kResourceExhausted) << summary.status();
+  EXPECT_NE(summary.status().message().find("the step"), std::string::npos) << summary.status();
+}
+
 // A recovery's reconfigure (same model, a newer generation) drops what the aborted step left in the inbox and
 // every late envelope of the older generation; the new generation's envelopes are taken.
 TEST_F(StageRunnerTest, RecoveryReconfigureDropsTheAbortedStepsData) {

@@ -9,6 +9,9 @@
 #include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "baton/v1/encoder.grpc.pb.h"
 #include "core/testing/paths.h"
 #include "core/testing/run_command.h"
@@ -83,6 +86,29 @@ TEST(HealthTest, CoordinatorRefusesAServerThatIsNotAStageWorker) {
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
   EXPECT_NE(status.message().find("stage 1 (127.0.0.1:"), absl::string_view::npos) << status;
   EXPECT_NE(status.message().find("not a stage worker"), absl::string_view::npos) << status;
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+// A stage worker caught between listening and marking its service (NOT_FOUND), or not serving yet, is asked again:
+// the wait ends when it serves, instead of failing the run (a remote worker restarting during a recovery).
+TEST(HealthTest, WaitReadyWaitsForAStageWorkerThatIsNotServingYet) {
+  ASSERT_TRUE(LocalWorkerSecurityArgs().ok());
+  EnableHealthService();
+  v1::EncoderService::Service stand_in;  // any service: the health entry is what WaitReady reads
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", PeerServerCredentials(*GetProcessSecurity()), &port);
+  builder.RegisterService(&stand_in);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_TRUE(server && port != 0);
+  std::thread marks([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    MarkServing(*server, {kStageServiceName});
+  });
+  StageClient client(1, "127.0.0.1:" + std::to_string(port), absl::Seconds(5));
+  absl::Status status = client.WaitReady(absl::Seconds(5));
+  marks.join();
+  EXPECT_TRUE(status.ok()) << status;
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 

@@ -44,7 +44,7 @@ at::Tensor LossWeighting(const std::string& scheme, const at::Tensor& sigmas) {
 absl::StatusOr<std::unique_ptr<JsonlWriter>> JsonlWriter::Open(const std::string& path, bool append) {
   auto w = std::make_unique<JsonlWriter>();
   w->path_ = path;
-  w->file_ = std::fopen(path.c_str(), append ? "a" : "w");
+  w->file_ = std::fopen(path.c_str(), append ? "ae" : "we");  // e: O_CLOEXEC, kept from forked workers
   if (!w->file_) return absl::InternalError(absl::StrCat("cannot open ", path, " for writing"));
   return w;
 }

@@ -144,7 +144,7 @@ absl::StatusOr<std::string> ResolveInsideRoot(const std::string& root, const std
 }
 
 absl::Status FsyncPath(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("cannot open for fsync", path);
   int rc = ::fsync(fd);
   ::close(fd);
@@ -165,7 +165,7 @@ absl::Status RenameDurable(const std::string& from, const std::string& to) {
 absl::Status WriteFileAtomic(const std::string& path, absl::string_view data) {
   RETURN_IF_ERROR(WriteFault(path));  // tests: a full disk on demand (write_fault.h)
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create", tmp);
   const char* p = data.data();
   size_t left = data.size();
