@@ -10,6 +10,7 @@
 
 #include "core/device/bulk_copy.h"
 #include "core/device/readback.h"
+#include "core/tensor/torch_call.h"
 #include "core/train/grad_norm.h"
 #include "core/util/clock.h"
 #include "core/util/status.h"
@@ -97,10 +98,14 @@ absl::Status LocalOptimizer::StartReduce(int64_t step) {
   // group, and is joined by the next StartReduce or the destructor. The copy to the host (Gloo sums host memory) is
   // made there too, off the compute thread.
   JoinEnded();
-  std::thread reduce([group = flight.group, host = flight.flat, on_device = FlattenOnDevice(), promise]() mutable {
+  at::Tensor flat;
+  RETURN_IF_ERROR(TorchCall("flattening the held gradients", [&] { flat = FlattenOnDevice(); }));
+  std::thread reduce([group = flight.group, host = flight.flat, on_device = std::move(flat), promise]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
-    *host = on_device.to(at::kCPU).contiguous();
-    absl::Status status = group->AllreduceSum(*host);
+    // A copy that throws (device memory, a sticky CUDA error) is this reduction's failure, not the process's.
+    absl::Status status =
+        TorchCall("copying the gradient sum to the host", [&] { *host = on_device.to(at::kCPU).contiguous(); });
+    if (status.ok()) status = group->AllreduceSum(*host);
     on_device = at::Tensor();  // the device buffer released before the outcome is seen
     group.reset();
     promise->set_value({status, SecondsSince(t0)});

@@ -63,11 +63,18 @@ std::string WorkName(const v1::StepPlan& plan) { return baton::WorkName(plan.ste
 
 }  // namespace
 
-StageRunner::StageRunner(StageRunnerOptions options) : options_(std::move(options)), inbox_(options_.inbox_bytes) {}
+StageRunner::StageRunner(StageRunnerOptions options)
+    : options_(std::move(options)), address_(options_.address), inbox_(options_.inbox_bytes) {}
+
+void StageRunner::set_address(const std::string& address) {
+  absl::MutexLock lock(&address_mu_);
+  address_ = address;
+}
 StageRunner::~StageRunner() { ForgetDevicePeakOwner(reinterpret_cast<uintptr_t>(this)); }
 
 std::string StageRunner::name() const {
-  return absl::StrCat("stage ", stage_index_.load(), " (", options_.address, ")");
+  absl::MutexLock lock(&address_mu_);
+  return absl::StrCat("stage ", stage_index_.load(), " (", address_, ")");
 }
 
 std::map<std::string, at::Tensor> StageRunner::AllLora() {

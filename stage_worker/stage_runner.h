@@ -117,7 +117,7 @@ class StageRunner {
   // This worker's metrics (bound to its job and stage at Configure); the RPC front end counts links with it.
   StageInstruments& metrics() { return metrics_; }
   // Our own address, known only once the server has bound its port.
-  void set_address(const std::string& address) { options_.address = address; }
+  void set_address(const std::string& address) ABSL_LOCKS_EXCLUDED(address_mu_);
 
  private:
   struct MicroBatchState {
@@ -209,7 +209,11 @@ class StageRunner {
   // All chunks' adapters by PEFT name (names are global block paths, so chunks never collide).
   std::map<std::string, at::Tensor> AllLora() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
-  StageRunnerOptions options_;  // address set before the worker announces it (set_address): read without locks
+  StageRunnerOptions options_;  // fixed after construction (the address is address_)
+  // Our own address for messages: set once the server has bound its port, while handlers may already name us (a
+  // coordinator polls a fixed --listen port before LISTENING is printed).
+  mutable absl::Mutex address_mu_;
+  std::string address_ ABSL_GUARDED_BY(address_mu_);
   StageInstruments metrics_;
   // Held by Configure, RunStep and CurrentLora: one at a time uses or replaces the configured stage.
   absl::Mutex run_mu_;
