@@ -114,6 +114,17 @@ absl::StatusOr<int64_t> RollBack(PeerExchange& exchange, int64_t start_step, int
   return from;
 }
 
+// The replica the validation and sample passes run on: the first ready one (replica 0 unless it is being recovered
+// or was lost for good: the passes neither wait for a recovery nor fail with the replica); when none is, replica 0
+// after its recovery has ended (the passes then recover it as a one-replica run would).
+int EvalReplica(ReplicaSet& replicas) {
+  for (int r = 0; r < replicas.size(); ++r) {
+    if (replicas.Ready(r)) return r;
+  }
+  replicas.SettleReplica(0);
+  return 0;
+}
+
 // What follows step `step` (0-based): the checkpoint (the last step's, a stop's, every checkpoint_every), the
 // coordinator's copy of a stage-local optimizer's state every state_every steps (what a lost stage costs), and the
 // validation and sample passes.
@@ -142,8 +153,9 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
                                              StartState& start, int64_t total_steps, JsonlWriter& log,
                                              TrainingEvals& evals) {
   std::map<std::string, at::Tensor>& master = start.master;
-  // Validation and samples between steps: forward-only passes through replica 0's stages, with the current adapters
-  // and, as the job's ema.evals asks, their EMA (the passes leave a stage-local optimizer's adapters as they were).
+  // Validation and samples between steps: forward-only passes through one replica's stages (EvalReplica), with the
+  // current adapters and, as the job's ema.evals asks, their EMA (the passes leave a stage-local optimizer's adapters
+  // as they were).
   StageDenoiser stage_denoiser(*setup.model, *setup.shell, setup.dtype, setup.micro_batches, replicas.pipeline(0),
                                master);
   const Denoiser denoiser = stage_denoiser.AsDenoiser();
@@ -151,15 +163,22 @@ absl::StatusOr<CoordinatorResult> TrainSteps(const JobConfig& job, const Coordin
   const Denoiser ema = job.optimizer.ema.evals_ema() ? stage_denoiser.With(ema_master) : Denoiser();
   // A stage-local optimizer's state into `master` and `optimizer`, after `done` steps; a stage lost meanwhile is
   // recovered first (the read then finds the state lost: the caller rolls back).
+  // Several replicas: Pull reads the first ready one that holds the state and passes over any that fails; only when
+  // none answers is a lost stage recovered here, in replica 0 once its own background recovery has ended (two
+  // recoveries of one pipeline at once would race on its workers and clients).
   auto read_back = [&](int64_t done) -> absl::Status {
     if (exchange == nullptr) return absl::OkStatus();
-    return replicas.pipeline(0).RunBetweenSteps(done, absl::StrCat("read-back (after step ", done, ")"),
-                                                [&] { return exchange->Pull(master, optimizer); });
+    auto pull = [&] { return exchange->Pull(master, optimizer); };
+    if (replicas.size() > 1) {
+      if (pull().ok()) return absl::OkStatus();
+      replicas.SettleReplica(0);
+    }
+    return replicas.pipeline(0).RunBetweenSteps(done, absl::StrCat("read-back (after step ", done, ")"), pull);
   };
   auto evaluate = [&](int64_t done) -> absl::Status {
     if (!evals.Due(done, total_steps, start.step)) return absl::OkStatus();
     RETURN_IF_ERROR(read_back(done));  // the passes push `master`
-    replicas.SettleReplica(0);         // the passes run on replica 0: back from any recovery first
+    stage_denoiser.set_pipeline(replicas.pipeline(EvalReplica(replicas)));
     stage_denoiser.set_step(done);
     if (ema) ema_master = EmaWeights(master, optimizer.StateDict());
     ASSIGN_OR_RETURN(EvalReport report, evals.Run(done, total_steps, start.step, denoiser, ema, log));

@@ -12,7 +12,7 @@ StageDenoiser::StageDenoiser(const ModelFamily& model, ShellModel& shell, at::Sc
       shell_(shell),
       dtype_(dtype),
       micro_batches_(micro_batches),
-      pipeline_(pipeline),
+      pipeline_(&pipeline),
       master_(master) {}
 
 Denoiser StageDenoiser::AsDenoiser() { return With(master_); }
@@ -33,7 +33,7 @@ absl::StatusOr<std::vector<at::Tensor>> StageDenoiser::Run(const std::vector<Noi
       ASSIGN_OR_RETURN(ShellOutputs out, shell_.Run(inputs, dtype_));
       shell.push_back(std::move(out));
     }
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> pass, pipeline_.RunForwardPass(step_, next_pass_++, shell, adapters));
+    ASSIGN_OR_RETURN(std::vector<at::Tensor> pass, pipeline_->RunForwardPass(step_, next_pass_++, shell, adapters));
     for (at::Tensor& t : pass) outputs.push_back(t.to(at::kFloat));
   }
   return outputs;

@@ -22,6 +22,8 @@ class StageDenoiser {
 
   // The training step the next passes follow (their messages name it).
   void set_step(int64_t step) { step_ = step; }
+  // The pipeline the next passes run on (a replica that is not being recovered).
+  void set_pipeline(StagePipeline& pipeline) { pipeline_ = &pipeline; }
   Denoiser AsDenoiser();
   // The same passes with other adapters than `master` (the EMA's), read at each call; `adapters` must outlive it.
   Denoiser With(const std::map<std::string, at::Tensor>& adapters);
@@ -34,7 +36,7 @@ class StageDenoiser {
   ShellModel& shell_;
   at::ScalarType dtype_;
   int micro_batches_;
-  StagePipeline& pipeline_;
+  StagePipeline* pipeline_;
   const std::map<std::string, at::Tensor>& master_;
   int64_t step_ = 0;
   uint64_t next_pass_ = 1;  // passes are numbered 1, 2, ... through the run

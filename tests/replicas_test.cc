@@ -542,6 +542,39 @@ TEST_F(ReplicasTest, AReplicaThatNeverComesBackDoesNotDelayTheEndOfTheRun) {
   EXPECT_LT(tail, 10.0) << "the end of the run waited for the lost replica";
 }
 
+// The same with replica 0 lost for good during step 2, validation due every 2 steps and checkpoints every 2: the passes
+// and the read-backs run on replica 1, neither waiting for replica 0's recovery nor failing with it. Before, each
+// validation joined replica 0's recovery (--worker_restart_timeout_s) and then failed the run. (A stage that dies
+// between a step and a pass is found by the pass, which recovers it as a one-replica run would: the test below.)
+TEST_F(ReplicasTest, ValidationGoesOnWhenReplicaZeroNeverComesBack) {
+  LocalWorkerOptions lopts;  // "remote" workers: started here, never restarted by the coordinator
+  lopts.binary = JoinPath(test_util::BinDir(), "stage_worker");
+  lopts.extra_args = *LocalWorkerSecurityArgs();
+  lopts.extra_args.push_back("--model_root=" + *dir_);
+  auto workers = LocalWorkers::Start(2, lopts);
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  const JobConfig job = Job(absl::StrCat("replica_split: equal\ncheckpoint_every: 2\nvalidation: {every: 2, dataset: ",
+                                         JoinPath(*dir_, "cache"), ", samples: 2, timesteps: [0.5]}\n"));
+  CoordinatorOptions options = Options(1, 2, "zero_never_back", /*steps=*/6);
+  options.workers = (*workers)->addresses();
+  options.worker_restart_timeout = absl::Seconds(30);
+  std::vector<int64_t> evaluated;
+  options.hooks.on_eval = [&](const EvalReport& report) { evaluated.push_back(report.step); };
+  std::chrono::steady_clock::time_point killed;
+  options.hooks.on_step = [&](const PipelineStepRecord& rec) {
+    if (rec.step != 1) return;
+    ASSERT_TRUE((*workers)->Kill(0, SIGKILL).ok());  // replica 0's only stage, before step 2
+    killed = std::chrono::steady_clock::now();
+  };
+  auto run = RunCoordinator(job, options);
+  const double after_kill = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_EQ(run->steps.size(), 6u);
+  EXPECT_EQ(run->steps.back().replica_micro_batches, (std::vector<int>{0, 4}));
+  EXPECT_EQ(evaluated, (std::vector<int64_t>{0, 2, 4, 6}));
+  EXPECT_LT(after_kill, 20.0) << "the passes waited for replica 0's recovery";
+}
+
 // A stage of replica 0 (which runs the validation passes) killed just before a validation pass, under the stage-local
 // optimizer: the pass is redone after the restart, and the restarted stage, which lost its adapters and moments, is
 // loaded with the other replica's before its next slice. The LoRA is the uninterrupted run's, bitwise (the replica is

@@ -35,7 +35,7 @@ absl::StatusOr<std::vector<CacheSample>> ValidationRecords(const JobConfig& job,
     const int64_t n = static_cast<int64_t>(own->size());
     for (int64_t i = 0; i < (v.samples > 0 ? std::min(v.samples, n) : n); ++i) picked.push_back(i);
   } else {
-    ASSIGN_OR_RETURN(picked, HeldOutRecords(training_cache.index(), v.held_out()));
+    ASSIGN_OR_RETURN(picked, HeldOutRecords(training_cache, v.held_out()));
   }
   if (picked.empty()) return absl::InvalidArgumentError("validation: the validation dataset has no records");
   std::vector<CacheSample> out;

@@ -42,6 +42,23 @@ class ValidationTest : public ::testing::Test {
   Flux2Family family_{TinyFlux2Config(), nullptr};
 };
 
+// Two datasets whose files share names (001.png in each) are 24 images, not 12: the same counts hold out the same
+// number of images, and every image but one may be held out.
+TEST_F(ValidationTest, HeldOutImagesOfSeveralDatasetsAreTheirFoldersOwn) {
+  const Flux2Config c = TinyFlux2Config();
+  ASSERT_TRUE(
+      WriteSyntheticCache(JoinPath(dir_, "twin"), c.in_channels, c.joint_attention_dim, 12, {{2, 2}, {2, 3}}, 5, 3)
+          .ok());
+  auto both = CacheReader::OpenAll({JoinPath(dir_, "cache"), JoinPath(dir_, "twin")}, {});
+  ASSERT_TRUE(both.ok()) << both.status();
+  ASSERT_EQ((*both)->size(), 24u);
+  auto three = HeldOutRecords(**both, 3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->size(), 3u);
+  EXPECT_TRUE(HeldOutRecords(**both, 23).ok());
+  EXPECT_FALSE(HeldOutRecords(**both, 24).ok());
+}
+
 TEST_F(ValidationTest, HeldOutRecordsAreStableAndNeverTrainedOn) {
   auto a = HeldOutRecords(cache_->index(), 3), b = HeldOutRecords(cache_->index(), 3);
   ASSERT_TRUE(a.ok() && b.ok());

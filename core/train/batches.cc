@@ -5,6 +5,7 @@
 #include <absl/strings/str_join.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "core/train/common.h"
@@ -31,12 +32,18 @@ uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index) {
   return MixSeed(base, MixSeed(static_cast<uint64_t>(step), static_cast<uint64_t>(index)));
 }
 
-absl::StatusOr<std::vector<int64_t>> HeldOutRecords(const CacheIndex& index, int64_t count) {
+namespace {
+
+// HeldOutRecords with record i in folder source(i).
+absl::StatusOr<std::vector<int64_t>> HeldOutBySource(const CacheIndex& index, int64_t count,
+                                                     const std::function<int(size_t)>& source) {
   if (count <= 0) return std::vector<int64_t>{};
   // By image, not by record: an image cached at several resolutions is held out at all of them or at none.
   std::map<std::string, std::vector<int64_t>> by_name;
   for (size_t i = 0; i < index.records.size(); ++i) {
-    by_name[index.records[i].SampleName()].push_back(static_cast<int64_t>(i));
+    const int k = source(i);
+    const std::string name = index.records[i].SampleName();
+    by_name[k == 0 ? name : absl::StrCat(k, "|", name)].push_back(static_cast<int64_t>(i));
   }
   const int64_t n = static_cast<int64_t>(by_name.size());
   if (count >= n) {
@@ -54,13 +61,23 @@ absl::StatusOr<std::vector<int64_t>> HeldOutRecords(const CacheIndex& index, int
   return out;
 }
 
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> HeldOutRecords(const CacheIndex& index, int64_t count) {
+  return HeldOutBySource(index, count, [](size_t) { return 0; });
+}
+
+absl::StatusOr<std::vector<int64_t>> HeldOutRecords(const CacheReader& cache, int64_t count) {
+  return HeldOutBySource(cache.index(), count, [&cache](size_t i) { return cache.source(i); });
+}
+
 absl::StatusOr<StepSampler> StepSampler::Create(const CacheReader* cache, const JobConfig& job,
                                                 const ModelFamily* family) {
   StepSampler s;
   s.cache_ = cache;
   s.job_ = job;
   s.family_ = family;
-  ASSIGN_OR_RETURN(std::vector<int64_t> held_out, HeldOutRecords(cache->index(), job.validation.held_out()));
+  ASSIGN_OR_RETURN(std::vector<int64_t> held_out, HeldOutRecords(*cache, job.validation.held_out()));
   ASSIGN_OR_RETURN(s.order_, DataOrder::Create(*cache, job, held_out));
   const std::vector<DatasetSource> sources = job.Sources();
   s.empty_prompts_.resize(sources.size());

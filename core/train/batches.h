@@ -49,8 +49,10 @@ uint64_t MicroBatchDropoutSeed(uint64_t base, int64_t step, int64_t index);
 // order of a hash of their names (CacheRecordInfo::SampleName: one record each, or one per resolution), so the choice
 // is deterministic, spread over the buckets, and stays the same when records are added to the cache (a new image is
 // held out only if it sorts before a held-out one). Sorted by index. InvalidArgument when `count` leaves nothing to
-// train on.
+// train on. Of several datasets (a CacheReader over `datasets:`), an image is its folder's: a.png in two folders is
+// two images (the first folder's keep the one-folder order).
 absl::StatusOr<std::vector<int64_t>> HeldOutRecords(const CacheIndex& index, int64_t count);
+absl::StatusOr<std::vector<int64_t>> HeldOutRecords(const CacheReader& cache, int64_t count);
 
 // Sampling: step s takes micro-batches [s·m, (s+1)·m) of the endless sequence core/train/data_order.h gives (epochs
 // of shuffled, bucketed micro-batches over the job's datasets, with their repeats or weights), so a step can mix
