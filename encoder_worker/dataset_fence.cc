@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 #include "core/util/files.h"
 #include "core/util/status.h"
@@ -22,12 +23,16 @@ namespace {
 class FdCloser {
  public:
   explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() { ::close(fd_); }
+  ~FdCloser() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   FdCloser(const FdCloser&) = delete;
   FdCloser& operator=(const FdCloser&) = delete;
+  // The descriptor, no longer closed here.
+  int release() { return std::exchange(fd_, -1); }
 
  private:
-  const int fd_;
+  int fd_;
 };
 
 // The canonical path of the file open as `fd`; where /proc is not mounted, `path` resolved by name.
@@ -91,8 +96,7 @@ absl::Status DatasetFence::Check(const std::string& path) const {
   return real.status();
 }
 
-absl::StatusOr<std::string> DatasetFence::Read(const std::string& path, uint64_t max_bytes,
-                                               absl::string_view what) const {
+absl::StatusOr<int> DatasetFence::OpenJudged(const std::string& path, uint64_t* size) const {
   RETURN_IF_ERROR(Check(path));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
@@ -108,7 +112,37 @@ absl::StatusOr<std::string> DatasetFence::Read(const std::string& path, uint64_t
     return absl::InternalError(absl::StrCat("cannot stat ", path, ": ", std::strerror(errno)));
   }
   if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  *size = static_cast<uint64_t>(st.st_size);
+  return closer.release();
+}
+
+absl::Status DatasetFence::HashFramed(const std::string& path, Sha256& h) const {
+  uint64_t size = 0;
+  ASSIGN_OR_RETURN(const int fd, OpenJudged(path, &size));
+  FdCloser closer(fd);
+  h.UpdateFrameLength(size);
+  std::string buffer(1 << 20, '\0');
+  uint64_t got = 0;
+  while (true) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::InternalError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+    if (n == 0) break;
+    got += static_cast<uint64_t>(n);
+    if (got > size) break;
+    h.Update(buffer.data(), static_cast<size_t>(n));
+  }
+  if (got != size) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " changed while read (", size, " bytes, then ", got, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> DatasetFence::Read(const std::string& path, uint64_t max_bytes,
+                                               absl::string_view what) const {
+  uint64_t size = 0;
+  ASSIGN_OR_RETURN(const int fd, OpenJudged(path, &size));
+  FdCloser closer(fd);
   if (size > max_bytes) return OverLimit(path, what, absl::StrCat(size), max_bytes);
   // Up to one byte past the limit: enough to tell a file that grew while read, never more.
   const uint64_t cap = max_bytes == kNoLimit ? kNoLimit : max_bytes + 1;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/util/sha256.h"
+
 namespace baton {
 
 // True when anything is at `path`, a dangling link included (lstat, not stat).
@@ -37,6 +39,9 @@ class DatasetFence {
   // M bytes" or "PATH is not a regular file".
   absl::StatusOr<std::string> Read(const std::string& path, uint64_t max_bytes = kNoLimit,
                                    absl::string_view what = "file") const;
+  // The regular file at `path`, judged as Read judges it, into `h` as h.UpdateFramed(Read(path)) would put it, read a
+  // MiB at a time (a video of any size costs no memory). INVALID_ARGUMENT when it changes size while read.
+  absl::Status HashFramed(const std::string& path, Sha256& h) const;
 
   const std::string& dir() const { return dir_; }
 
@@ -44,6 +49,9 @@ class DatasetFence {
   DatasetFence(std::string dir, std::vector<std::string> roots) : dir_(std::move(dir)), roots_(std::move(roots)) {}
   // OK when canonical `real` lies inside one of roots_; else PERMISSION_DENIED naming `path`.
   absl::Status Judge(const std::string& path, const std::string& real) const;
+  // `path` checked, opened and judged as opened: its descriptor (the caller's to close) and, when a regular file, its
+  // size.
+  absl::StatusOr<int> OpenJudged(const std::string& path, uint64_t* size) const;
 
   std::string dir_;                 // the dataset folder as given, for messages
   std::vector<std::string> roots_;  // canonical: the dataset folder, then the operator's --follow_links_into

@@ -148,12 +148,15 @@ absl::StatusOr<CacheBuildReport> BuildVideoCache(SampleEncoder& encoder, const C
   std::vector<Item> item_of;
   std::vector<CacheBuildItem> items;
   std::vector<FileError> errors;
+  bool first_scan = true;
   for (const auto& [resolution, buckets] : BuildResolutions(options)) {
     VideoBucketSpec spec = options.video;
     spec.target_area = buckets.target_area;
     ASSIGN_OR_RETURN(VideoDataset dataset,
                      ScanVideoDataset(options.dataset_dir, spec, scan_options, options.extraction));
-    errors.insert(errors.end(), dataset.errors.begin(), dataset.errors.end());
+    // A file's scan error is the same at every resolution: reported (and counted) once.
+    if (first_scan) errors.insert(errors.end(), dataset.errors.begin(), dataset.errors.end());
+    first_scan = false;
     for (const VideoSample& sample : dataset.samples) {
       items.push_back({RecordId(sample.name, resolution), sample.path, sample.content_hash});
       item_of.push_back({spec, resolution, sample});

@@ -28,11 +28,7 @@ bool IsFrameImage(const fs::path& p) {
 // The clip's bytes into `h`: the file, or a frame folder's image files (name and bytes, in ReadFrameFolder's order),
 // each read through `fence`.
 absl::Status HashClipBytes(const DatasetFence& fence, const std::string& path, bool is_folder, Sha256& h) {
-  if (!is_folder) {
-    ASSIGN_OR_RETURN(std::string bytes, fence.Read(path));
-    h.UpdateFramed(bytes);
-    return absl::OkStatus();
-  }
+  if (!is_folder) return fence.HashFramed(path, h);  // a MiB at a time: a video's size costs no memory
   RETURN_IF_ERROR(fence.Check(path));
   ASSIGN_OR_RETURN(std::vector<std::string> frames, ListFrameFiles(path));
   if (frames.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no .png/.jpg frames in the folder"));

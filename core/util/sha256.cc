@@ -92,11 +92,14 @@ void Sha256::Update(const void* data, size_t size) {
 void Sha256::Update(absl::string_view data) { Update(data.data(), data.size()); }
 
 void Sha256::UpdateFramed(absl::string_view data) {
+  UpdateFrameLength(data.size());
+  Update(data);
+}
+
+void Sha256::UpdateFrameLength(uint64_t n) {
   uint8_t len[8];
-  uint64_t n = data.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
   Update(len, sizeof(len));
-  Update(data);
 }
 
 Sha256::Digest Sha256::Finish() {

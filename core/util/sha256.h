@@ -23,6 +23,8 @@ class Sha256 {
   // Appends a 64-bit little-endian length followed by the bytes: unambiguous framing when several
   // fields are hashed together ("ab"+"c" and "a"+"bc" differ).
   void UpdateFramed(absl::string_view data);
+  // UpdateFramed's length alone, for bytes that then arrive in pieces (Update): `n` must be their total.
+  void UpdateFrameLength(uint64_t n);
 
   // Pads, returns the digest and resets the object for a new message.
   Digest Finish();

@@ -6,6 +6,7 @@
 #include <absl/strings/str_split.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "core/tensor/torch_call.h"
 #include "core/util/status.h"
@@ -87,16 +88,37 @@ absl::StatusOr<std::vector<at::Tensor>> LoadClipWindows(const std::string& path,
   for (int64_t f : spec.frame_buckets) longest = std::max(longest, f);
   const int64_t needed = e.mode == "head" ? (std::max<int64_t>(1, longest) - 1) * std::max<int64_t>(1, spec.stride) + 1
                                           : -1;  // every frame: the clips run to the end
-  ASSIGN_OR_RETURN(Clip clip, ReadClip(path, needed));
-  const int64_t frames = static_cast<int64_t>(clip.frames.size());
-  auto bucket = ChooseVideoBucket(spec, frames, clip.frames[0].width, clip.frames[0].height);
+  // Frame by frame, keeping only every stride-th, already at the bucket's size (which the first frame's size sets; the
+  // frame count only picks the bucket's length): a long video costs its sampled frames at the bucket's size, not its
+  // frames at their own. CoverAndCrop on each as BucketClipToPixels does, so the pixels are the same.
+  VideoBucketSpec size_only = spec;
+  size_only.frame_buckets.clear();
+  size_only.min_frames = 1;
+  std::optional<VideoBucket> size;
+  int width = 0, height = 0;
+  std::vector<Image> sampled;
+  auto keep = [&](Image frame, int64_t index) -> absl::Status {
+    if (index == 0) {
+      width = frame.width;
+      height = frame.height;
+      ASSIGN_OR_RETURN(size, ChooseVideoBucket(size_only, 1, width, height));
+    }
+    if (index % spec.stride == 0) sampled.push_back(CoverAndCrop(frame, size->width, size->height));
+    return absl::OkStatus();
+  };
+  auto frames = StreamClip(path, needed, keep);
+  if (!frames.ok()) return frames.status();
+  if (!size) return absl::InvalidArgumentError(absl::StrCat(path, ": no frames"));
+  auto bucket = ChooseVideoBucket(spec, *frames, width, height);
   if (!bucket.ok()) return Annotate(bucket.status(), path);
-  const int64_t sampled = (frames + spec.stride - 1) / spec.stride;
   std::vector<at::Tensor> out;
-  for (int64_t start : ClipStarts(e, sampled, bucket->frames)) {
+  for (int64_t start : ClipStarts(e, static_cast<int64_t>(sampled.size()), bucket->frames)) {
     at::Tensor pixels;
-    RETURN_IF_ERROR(
-        TorchCall("bucketing the clip", [&] { pixels = BucketClipToPixels(clip, *bucket, spec.stride, start); }));
+    RETURN_IF_ERROR(TorchCall("bucketing the clip", [&] {
+      std::vector<at::Tensor> clip;
+      for (int64_t i = 0; i < bucket->frames; ++i) clip.push_back(ImageToPixels(sampled[start + i]));
+      pixels = at::stack(clip, 2);  // [1, 3, H, W] each → [1, 3, F, H, W]
+    }));
     out.push_back(std::move(pixels));
   }
   return out;

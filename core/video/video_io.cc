@@ -47,6 +47,8 @@ struct Decoder {
   std::unique_ptr<SwsContext, SwsFreer> sws;
   int stream = -1;
   double fps = 0.0;
+  int width = 0, height = 0;  // frame 0's
+  int64_t delivered = 0;      // frames handed to the sink
 };
 
 absl::StatusOr<Decoder> OpenDecoder(const std::string& path) {
@@ -77,15 +79,17 @@ absl::StatusOr<Decoder> OpenDecoder(const std::string& path) {
   return d;
 }
 
-// One decoded frame → RGB8 (the converter is made on the first frame; every frame must keep that size).
-absl::Status AppendRgb(Decoder& d, const AVFrame* f, const std::string& path, Clip* clip) {
+// One decoded frame → RGB8, to the sink (the converter is made on the first frame; every frame must keep that size).
+absl::Status DeliverRgb(Decoder& d, const AVFrame* f, const std::string& path, const FrameSink& sink) {
   if (f->width <= 0 || f->height <= 0 || f->width > kMaxImageSide || f->height > kMaxImageSide) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": frame size ", f->width, "x", f->height, " out of range"));
   }
-  if (!clip->frames.empty() && (f->width != clip->frames[0].width || f->height != clip->frames[0].height)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": frame ", clip->frames.size(), " is ", f->width, "x",
-                                                   f->height, ", frame 0 was ", clip->frames[0].width, "x",
-                                                   clip->frames[0].height));
+  if (d.delivered == 0) {
+    d.width = f->width;
+    d.height = f->height;
+  } else if (f->width != d.width || f->height != d.height) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": frame ", d.delivered, " is ", f->width, "x", f->height,
+                                                   ", frame 0 was ", d.width, "x", d.height));
   }
   if (!d.sws) {
     d.sws.reset(sws_getContext(f->width, f->height, static_cast<AVPixelFormat>(f->format), f->width, f->height,
@@ -96,20 +100,20 @@ absl::Status AppendRgb(Decoder& d, const AVFrame* f, const std::string& path, Cl
   uint8_t* dst[4] = {img.pixels.data(), nullptr, nullptr, nullptr};
   int dst_stride[4] = {3 * f->width, 0, 0, 0};
   sws_scale(d.sws.get(), f->data, f->linesize, 0, f->height, dst, dst_stride);
-  clip->frames.push_back(std::move(img));
-  return absl::OkStatus();
+  return sink(std::move(img), d.delivered++);
 }
 
 // Receives every frame the decoder has ready. Sets *done once max_frames frames are in.
-absl::Status Drain(Decoder& d, AVFrame* frame, const std::string& path, int64_t max_frames, Clip* clip, bool* done) {
+absl::Status Drain(Decoder& d, AVFrame* frame, const std::string& path, int64_t max_frames, const FrameSink& sink,
+                   bool* done) {
   while (true) {
     int rc = avcodec_receive_frame(d.codec.get(), frame);
     if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return absl::OkStatus();
     if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": decoding failed (", AvError(rc), ")"));
-    absl::Status s = AppendRgb(d, frame, path, clip);
+    absl::Status s = DeliverRgb(d, frame, path, sink);
     av_frame_unref(frame);
     RETURN_IF_ERROR(s);
-    if (max_frames >= 0 && static_cast<int64_t>(clip->frames.size()) >= max_frames) {
+    if (max_frames >= 0 && d.delivered >= max_frames) {
       *done = true;
       return absl::OkStatus();
     }
@@ -121,12 +125,11 @@ bool IsFrameImageName(const std::string& name) {
   return absl::EndsWith(lower, ".png") || absl::EndsWith(lower, ".jpg") || absl::EndsWith(lower, ".jpeg");
 }
 
-}  // namespace
-
-absl::StatusOr<Clip> ReadVideoFile(const std::string& path, int64_t max_frames) {
+// Every frame of a video file to `sink` (StreamClip's); the stream's frame rate into *fps.
+absl::StatusOr<int64_t> StreamVideoFile(const std::string& path, int64_t max_frames, const FrameSink& sink,
+                                        double* fps) {
   ASSIGN_OR_RETURN(Decoder d, OpenDecoder(path));
-  Clip clip;
-  clip.fps = d.fps;
+  if (fps != nullptr) *fps = d.fps;
   FramePtr frame(av_frame_alloc());
   PacketPtr packet(av_packet_alloc());
   if (!frame || !packet) return absl::ResourceExhaustedError("av_frame_alloc / av_packet_alloc failed");
@@ -135,24 +138,40 @@ absl::StatusOr<Clip> ReadVideoFile(const std::string& path, int64_t max_frames) 
     int rc = av_read_frame(d.format.get(), packet.get());
     if (rc == AVERROR_EOF) break;
     if (rc < 0) {
-      if (!clip.frames.empty()) break;  // a damaged tail: keep the frames decoded so far
+      if (d.delivered > 0) break;  // a damaged tail: keep the frames decoded so far
       return absl::InvalidArgumentError(absl::StrCat(path, ": reading failed (", AvError(rc), ")"));
     }
     if (packet->stream_index == d.stream) rc = avcodec_send_packet(d.codec.get(), packet.get());
     av_packet_unref(packet.get());
     if (rc < 0 && rc != AVERROR(EAGAIN)) {
-      if (!clip.frames.empty()) break;
+      if (d.delivered > 0) break;
       return absl::InvalidArgumentError(absl::StrCat(path, ": corrupt video packet (", AvError(rc), ")"));
     }
-    RETURN_IF_ERROR(Drain(d, frame.get(), path, max_frames, &clip, &done));
+    RETURN_IF_ERROR(Drain(d, frame.get(), path, max_frames, sink, &done));
   }
   if (!done) {  // flush the decoder's delayed frames
     avcodec_send_packet(d.codec.get(), nullptr);
-    RETURN_IF_ERROR(Drain(d, frame.get(), path, max_frames, &clip, &done));
+    RETURN_IF_ERROR(Drain(d, frame.get(), path, max_frames, sink, &done));
   }
-  if (clip.frames.empty() && max_frames != 0) {
+  if (d.delivered == 0 && max_frames != 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": no video frames could be decoded"));
   }
+  return d.delivered;
+}
+
+// Collects a stream's frames.
+FrameSink Collect(Clip* clip) {
+  return [clip](Image frame, int64_t) {
+    clip->frames.push_back(std::move(frame));
+    return absl::OkStatus();
+  };
+}
+
+}  // namespace
+
+absl::StatusOr<Clip> ReadVideoFile(const std::string& path, int64_t max_frames) {
+  Clip clip;
+  RETURN_IF_ERROR(StreamVideoFile(path, max_frames, Collect(&clip), &clip.fps).status());
   return clip;
 }
 
@@ -193,21 +212,40 @@ absl::StatusOr<std::vector<std::string>> ListFrameFiles(const std::string& dir) 
   return names;
 }
 
-absl::StatusOr<Clip> ReadFrameFolder(const std::string& dir, int64_t max_frames) {
-  ASSIGN_OR_RETURN(std::vector<std::string> names, ListFrameFiles(dir));
-  if (names.empty()) return absl::InvalidArgumentError(absl::StrCat(dir, ": no .png/.jpg/.jpeg frames"));
+namespace {
+
+// Every frame of a frame folder to `sink` (StreamClip's).
+absl::StatusOr<int64_t> StreamFrameFolder(const std::string& path, int64_t max_frames, const FrameSink& sink) {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListFrameFiles(path));
+  if (names.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no .png/.jpg/.jpeg frames"));
   if (max_frames >= 0 && static_cast<int64_t>(names.size()) > max_frames) names.resize(max_frames);
-  Clip clip;
-  for (const auto& name : names) {
-    ASSIGN_OR_RETURN(Image img, ReadImageFile(JoinPath(dir, name)));
-    if (!clip.frames.empty() && (img.width != clip.frames[0].width || img.height != clip.frames[0].height)) {
-      return absl::InvalidArgumentError(absl::StrCat(dir, ": frame ", name, " is ", img.width, "x", img.height, ", ",
-                                                     names[0], " is ", clip.frames[0].width, "x", clip.frames[0].height,
+  int width = 0, height = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSIGN_OR_RETURN(Image img, ReadImageFile(JoinPath(path, names[i])));
+    if (i == 0) {
+      width = img.width;
+      height = img.height;
+    } else if (img.width != width || img.height != height) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": frame ", names[i], " is ", img.width, "x", img.height,
+                                                     ", ", names[0], " is ", width, "x", height,
                                                      " (all frames must have one size)"));
     }
-    clip.frames.push_back(std::move(img));
+    RETURN_IF_ERROR(sink(std::move(img), static_cast<int64_t>(i)));
   }
+  return static_cast<int64_t>(names.size());
+}
+
+}  // namespace
+
+absl::StatusOr<Clip> ReadFrameFolder(const std::string& dir, int64_t max_frames) {
+  Clip clip;
+  RETURN_IF_ERROR(StreamFrameFolder(dir, max_frames, Collect(&clip)).status());
   return clip;
+}
+
+absl::StatusOr<int64_t> StreamClip(const std::string& path, int64_t max_frames, const FrameSink& sink) {
+  if (IsDirectory(path)) return StreamFrameFolder(path, max_frames, sink);
+  return StreamVideoFile(path, max_frames, sink, nullptr);
 }
 
 absl::StatusOr<Clip> ReadClip(const std::string& path, int64_t max_frames) {

@@ -7,6 +7,7 @@
 #include <absl/status/statusor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ absl::StatusOr<Clip> ReadFrameFolder(const std::string& dir, int64_t max_frames 
 
 // A video file (ReadVideoFile) or a folder of frames (ReadFrameFolder), by what `path` is.
 absl::StatusOr<Clip> ReadClip(const std::string& path, int64_t max_frames = -1);
+
+// Each frame in order, with its index from 0, as it is decoded; a sink's error ends the read with it.
+using FrameSink = std::function<absl::Status(Image frame, int64_t index)>;
+// ReadClip frame by frame: one decoded frame at a time, so a long video costs what the sink keeps of it. Returns the
+// frames delivered; the same errors as ReadClip.
+absl::StatusOr<int64_t> StreamClip(const std::string& path, int64_t max_frames, const FrameSink& sink);
 
 // Writes `frames` (non-empty, equal sizes, even width and height) at `fps` to `path`; the container comes from
 // the extension (.avi, .mp4, .mkv, ...); an MP4's index goes first (faststart). codec "mpeg4" (default: small, lossy,

@@ -11,6 +11,7 @@
 
 #include "core/testing/tiny_flux2.h"
 #include "core/util/files.h"
+#include "core/video/clip_windows.h"
 #include "core/video/video_bucket.h"
 #include "core/video/video_io.h"
 
@@ -202,6 +203,31 @@ TEST(VideoIoTest, UnreadableInputsAreClearErrors) {
   auto m = ReadClip(mixed);
   ASSERT_FALSE(m.ok());
   EXPECT_TRUE(absl::StrContains(m.status().message(), "b.png")) << m.status();
+}
+
+// The clips are cut from frames read one at a time, every stride-th kept at the bucket's size: each mode's pixels are
+// bitwise those of the whole clip read at once and bucketed from its full-size frames (BucketClipToPixels).
+TEST(VideoBucketTest, StreamedWindowsEqualTheWholeClipBucketed) {
+  const std::string path = JoinPath(MakeTempDir("video_windows"), "clip.avi");
+  ASSERT_TRUE(WriteVideoFile(path, MovingClip(23, 70, 50), 16).ok());
+  VideoBucketSpec spec;
+  spec.stride = 2;
+  spec.max_frames = 5;
+  auto whole = ReadClip(path);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  auto bucket = ChooseVideoBucket(spec, static_cast<int64_t>(whole->frames.size()), 70, 50);
+  ASSERT_TRUE(bucket.ok()) << bucket.status();
+  for (const ClipExtraction& e : {ClipExtraction{"head", 0, 1}, ClipExtraction{"chunk", 0, 1},
+                                  ClipExtraction{"slide", 0, 3}, ClipExtraction{"uniform", 3, 1}}) {
+    auto windows = LoadClipWindows(path, spec, e);
+    ASSERT_TRUE(windows.ok()) << e.mode << ": " << windows.status();
+    const std::vector<int64_t> starts = ClipStarts(e, 12, bucket->frames);  // 23 frames at stride 2: 12 sampled
+    ASSERT_EQ(windows->size(), starts.size()) << e.mode;
+    for (size_t k = 0; k < starts.size(); ++k) {
+      EXPECT_TRUE(at::equal((*windows)[k], BucketClipToPixels(*whole, *bucket, spec.stride, starts[k])))
+          << e.mode << " clip " << k;
+    }
+  }
 }
 
 TEST(VideoBucketTest, LoadClipPixelsSamplesBucketsAndScales) {
