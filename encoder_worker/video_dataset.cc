@@ -122,6 +122,11 @@ absl::StatusOr<VideoSample> LoadVideoSample(const DatasetFence& fence, const std
   h.UpdateFramed(caption);
   h.UpdateFramed(trigger);
   h.UpdateFramed(ClipSettings(spec, extraction));
+  // A clip the decoder turns (a phone's portrait clip) hashes its turn: caches made before clips were turned encode it
+  // again; every other clip keeps its hash.
+  if (!is_folder) {
+    if (const int turn = VideoDisplayRotation(s.path); turn != 0) h.UpdateFramed(absl::StrCat("turned ", turn));
+  }
   const std::string stem = is_folder ? name : fs::path(name).stem().string();
   ASSIGN_OR_RETURN(s.image_path, SidecarImage(dir, names, stem, "", s.path, "first-frame images"));
   if (!s.image_path.empty()) {

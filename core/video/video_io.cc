@@ -3,6 +3,7 @@
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/display.h>
 #include <libavutil/imgutils.h>
 #include <libswscale/swscale.h>
 }
@@ -12,9 +13,12 @@ extern "C" {
 #include <absl/strings/str_cat.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
+#include "core/image/exif.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 #include "core/video/av_error.h"
@@ -47,9 +51,24 @@ struct Decoder {
   std::unique_ptr<SwsContext, SwsFreer> sws;
   int stream = -1;
   double fps = 0.0;
-  int width = 0, height = 0;  // frame 0's
+  int width = 0, height = 0;  // frame 0's, as stored
   int64_t delivered = 0;      // frames handed to the sink
+  int orientation = 1;        // the display matrix's turn, as an EXIF orientation (1 none, 6, 3, 8: 90, 180, 270 cw)
 };
+
+// The EXIF orientation that turns frames as `stream`'s display matrix says: ffmpeg's autorotate (theta = −the
+// matrix's counterclockwise rotation, rounded to a multiple of 90); 1 without one.
+int DisplayOrientation(const AVStream* stream) {
+  size_t size = 0;
+  const uint8_t* data = av_stream_get_side_data(stream, AV_PKT_DATA_DISPLAYMATRIX, &size);
+  if (data == nullptr || size < 9 * sizeof(int32_t)) return 1;
+  int32_t matrix[9];
+  std::memcpy(matrix, data, sizeof(matrix));
+  const double theta = -av_display_rotation_get(matrix);
+  if (!std::isfinite(theta)) return 1;
+  const int quarter = ((static_cast<int>(std::lround(theta / 90.0)) % 4) + 4) % 4;
+  return quarter == 1 ? 6 : quarter == 2 ? 3 : quarter == 3 ? 8 : 1;
+}
 
 absl::StatusOr<Decoder> OpenDecoder(const std::string& path) {
   if (!PathExists(path)) return absl::NotFoundError(absl::StrCat(path, ": no such video file"));
@@ -76,6 +95,7 @@ absl::StatusOr<Decoder> OpenDecoder(const std::string& path) {
         absl::StrCat(path, ": cannot open the ", codec->name, " decoder (", AvError(rc), ")"));
   }
   if (st->avg_frame_rate.num > 0 && st->avg_frame_rate.den > 0) d.fps = av_q2d(st->avg_frame_rate);
+  d.orientation = DisplayOrientation(st);
   return d;
 }
 
@@ -100,6 +120,7 @@ absl::Status DeliverRgb(Decoder& d, const AVFrame* f, const std::string& path, c
   uint8_t* dst[4] = {img.pixels.data(), nullptr, nullptr, nullptr};
   int dst_stride[4] = {3 * f->width, 0, 0, 0};
   sws_scale(d.sws.get(), f->data, f->linesize, 0, f->height, dst, dst_stride);
+  if (d.orientation != 1) img = ApplyExifOrientation(img, d.orientation);
   return sink(std::move(img), d.delivered++);
 }
 
@@ -168,6 +189,25 @@ FrameSink Collect(Clip* clip) {
 }
 
 }  // namespace
+
+int VideoDisplayRotation(const std::string& path) {
+  av_log_set_level(AV_LOG_QUIET);
+  AVFormatContext* fmt = nullptr;
+  if (avformat_open_input(&fmt, path.c_str(), nullptr, nullptr) < 0) return 0;
+  std::unique_ptr<AVFormatContext, FormatCloser> format(fmt);
+  const int stream = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  if (stream < 0) return 0;
+  switch (DisplayOrientation(fmt->streams[stream])) {
+    case 6:
+      return 90;
+    case 3:
+      return 180;
+    case 8:
+      return 270;
+    default:
+      return 0;
+  }
+}
 
 absl::StatusOr<Clip> ReadVideoFile(const std::string& path, int64_t max_frames) {
   Clip clip;

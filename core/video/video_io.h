@@ -21,9 +21,10 @@ struct Clip {
 };
 
 // Decodes the best video stream of `path`, converting each frame to RGB8 (libswscale, bicubic for any pixel
-// format). Stops after `max_frames` frames (−1: all). INVALID_ARGUMENT for a file libavformat cannot open, no
-// video stream, no decoder, a corrupt stream before any frame, or zero decoded frames; NOT_FOUND for a missing
-// file. Sides above kMaxImageSide are rejected.
+// format) and turning it as the stream's display matrix says (a phone's portrait clip, stored sideways: ffmpeg's
+// autorotate, multiples of 90 degrees). Stops after `max_frames` frames (−1: all). INVALID_ARGUMENT for a file
+// libavformat cannot open, no video stream, no decoder, a corrupt stream before any frame, or zero decoded frames;
+// NOT_FOUND for a missing file. Sides above kMaxImageSide are rejected.
 absl::StatusOr<Clip> ReadVideoFile(const std::string& path, int64_t max_frames = -1);
 
 // The order of a folder's frames: runs of digits compare by their value ("frame_2.png" before "frame_10.png", as
@@ -38,6 +39,10 @@ absl::StatusOr<std::vector<std::string>> ListFrameFiles(const std::string& dir);
 // none or their sizes differ (naming the first odd one).
 absl::StatusOr<Clip> ReadFrameFolder(const std::string& dir, int64_t max_frames = -1);
 
+// How ReadVideoFile turns `path`'s frames: 0, 90, 180 or 270 degrees clockwise (its display matrix); 0 for a file
+// libavformat cannot open (its read names the error).
+int VideoDisplayRotation(const std::string& path);
+
 // A video file (ReadVideoFile) or a folder of frames (ReadFrameFolder), by what `path` is.
 absl::StatusOr<Clip> ReadClip(const std::string& path, int64_t max_frames = -1);
 
@@ -51,7 +56,9 @@ absl::StatusOr<int64_t> StreamClip(const std::string& path, int64_t max_frames, 
 // the extension (.avi, .mp4, .mkv, ...); an MP4's index goes first (faststart). codec "mpeg4" (default: small, lossy,
 // near-lossless at quantiser 2), "h264" (x264 at CRF 12, what browsers play; Unimplemented without an H.264 encoder)
 // or "mjpeg". YUV 4:2:0, so colours come back close, not exact.
+// `display_rotation`: a display matrix turning the frames that many degrees clockwise when played (0: none), as phones
+// store portrait clips (90: the "rotate=90" of a phone held upright).
 absl::Status WriteVideoFile(const std::string& path, const std::vector<Image>& frames, int fps,
-                            const std::string& codec = "mpeg4");
+                            const std::string& codec = "mpeg4", int display_rotation = 0);
 
 }  // namespace baton

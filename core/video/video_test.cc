@@ -205,6 +205,33 @@ TEST(VideoIoTest, UnreadableInputsAreClearErrors) {
   EXPECT_TRUE(absl::StrContains(m.status().message(), "b.png")) << m.status();
 }
 
+// A phone's portrait clip is stored sideways with a display matrix: the frames come back turned as a player shows them
+// (ffmpeg's autorotate): 90 degrees clockwise for a phone's rotate=90, counterclockwise for 270, upside down for 180;
+// the block at the stored frame's top-left corner lands where the turn puts it.
+TEST(VideoIoTest, ADisplayMatrixTurnsTheFramesAsPlayersDo) {
+  const std::string dir = MakeTempDir("video_rotation");
+  Image frame(64, 32);  // a white block at the stored frame's top-left corner
+  for (int y = 0; y < 8; ++y) {
+    for (int x = 0; x < 16; ++x) std::fill(frame.at(x, y), frame.at(x, y) + 3, 255);
+  }
+  struct Case {
+    int display_rotation, width, height, x, y;  // the block's centre after the turn
+  };
+  for (const Case& c :
+       {Case{0, 64, 32, 8, 4}, Case{90, 32, 64, 28, 8}, Case{270, 32, 64, 4, 56}, Case{180, 64, 32, 56, 28}}) {
+    const std::string path = JoinPath(dir, absl::StrCat("turned", c.display_rotation, ".mp4"));
+    ASSERT_TRUE(WriteVideoFile(path, {frame, frame}, 16, "mpeg4", c.display_rotation).ok());
+    EXPECT_EQ(VideoDisplayRotation(path), c.display_rotation);
+    auto clip = ReadClip(path);
+    ASSERT_TRUE(clip.ok()) << clip.status();
+    const Image& got = clip->frames.at(0);
+    EXPECT_EQ(got.width, c.width) << c.display_rotation;
+    EXPECT_EQ(got.height, c.height) << c.display_rotation;
+    EXPECT_GT(got.at(c.x, c.y)[0], 200) << c.display_rotation;  // the block, where a player shows it
+    EXPECT_LT(got.at(got.width - 1 - c.x, got.height - 1 - c.y)[0], 60) << c.display_rotation;
+  }
+}
+
 // The clips are cut from frames read one at a time, every stride-th kept at the bucket's size: each mode's pixels are
 // bitwise those of the whole clip read at once and bucketed from its full-size frames (BucketClipToPixels).
 TEST(VideoBucketTest, StreamedWindowsEqualTheWholeClipBucketed) {

@@ -2,6 +2,7 @@
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/display.h>
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
 }
@@ -38,7 +39,8 @@ struct Muxer {
   }
 };
 
-absl::Status Open(Muxer& m, const std::string& path, int width, int height, int fps, const std::string& codec_name) {
+absl::Status Open(Muxer& m, const std::string& path, int width, int height, int fps, const std::string& codec_name,
+                  int display_rotation) {
   av_log_set_level(AV_LOG_QUIET);
   int rc = avformat_alloc_output_context2(&m.format, nullptr, nullptr, path.c_str());
   if (rc < 0 || m.format == nullptr) {
@@ -80,6 +82,12 @@ absl::Status Open(Muxer& m, const std::string& path, int width, int height, int 
   if (rc >= 0) rc = avcodec_parameters_from_context(m.stream->codecpar, m.codec);
   if (rc < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open the encoder (", AvError(rc), ")"));
   m.stream->time_base = m.codec->time_base;
+  if (display_rotation != 0) {  // how a player turns the frames, as a phone records a portrait clip
+    auto* matrix =
+        reinterpret_cast<int32_t*>(av_stream_new_side_data(m.stream, AV_PKT_DATA_DISPLAYMATRIX, 9 * sizeof(int32_t)));
+    if (matrix == nullptr) return absl::ResourceExhaustedError("libav allocation failed");
+    av_display_rotation_set(matrix, display_rotation);
+  }
   m.frame->format = m.codec->pix_fmt;
   m.frame->width = width;
   m.frame->height = height;
@@ -116,14 +124,14 @@ absl::Status Encode(Muxer& m, AVFrame* frame, const std::string& path) {
 }  // namespace
 
 absl::Status WriteVideoFile(const std::string& path, const std::vector<Image>& frames, int fps,
-                            const std::string& codec) {
+                            const std::string& codec, int display_rotation) {
   if (frames.empty() || fps <= 0) return absl::InvalidArgumentError("WriteVideoFile: need frames and fps > 0");
   const int w = frames[0].width, h = frames[0].height;
   if (w <= 0 || h <= 0 || w % 2 != 0 || h % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("WriteVideoFile: ", w, "x", h, " (sides must be even, > 0)"));
   }
   Muxer m;
-  RETURN_IF_ERROR(Open(m, path, w, h, fps, codec));
+  RETURN_IF_ERROR(Open(m, path, w, h, fps, codec, display_rotation));
   std::vector<uint8_t> padded(static_cast<size_t>(3) * w * h + kSwscaleReadPast, 0);
   for (size_t i = 0; i < frames.size(); ++i) {
     if (frames[i].width != w || frames[i].height != h) {
