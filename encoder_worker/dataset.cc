@@ -3,6 +3,7 @@
 #include <absl/strings/ascii.h>
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 #include <absl/strings/str_replace.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "core/text/utf8.h"
 #include "core/util/files.h"
+#include "core/util/log.h"
 #include "core/util/sha256.h"
 #include "core/util/status.h"
 #include "encoder_worker/dataset_fence.h"
@@ -110,7 +112,8 @@ absl::StatusOr<DatasetSample> LoadSample(const DatasetFence& fence, const std::s
 // The folder's file names, sorted, without dotfiles and folders (a dangling link is listed: its read names it);
 // `include`, when set, picks among them. `noun` says which folder it is in messages ("dataset", "control").
 absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& dir, const char* noun,
-                                                    const std::function<bool(const std::string&)>& include) {
+                                                    const std::function<bool(const std::string&)>& include,
+                                                    std::vector<std::string>* folders = nullptr) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
     return absl::NotFoundError(absl::StrCat(noun, " folder ", dir, " does not exist"));
@@ -133,7 +136,10 @@ absl::StatusOr<std::vector<std::string>> ListFolder(const std::string& dir, cons
     std::error_code type_ec;
     // A folder (even one named x.png) is not a sample; a link that is dangling or leads to something other than a
     // file is, to be named as such by the read.
-    if (!it->is_regular_file(type_ec) && (!it->is_symlink(type_ec) || it->is_directory(type_ec))) continue;
+    if (!it->is_regular_file(type_ec) && (!it->is_symlink(type_ec) || it->is_directory(type_ec))) {
+      if (folders != nullptr && it->is_directory(type_ec)) folders->push_back(name);
+      continue;
+    }
     names.push_back(std::move(name));
   }
   std::sort(names.begin(), names.end());
@@ -184,7 +190,16 @@ absl::StatusOr<Dataset> ScanDataset(const std::string& dir, const ScanOptions& o
   if (options.include) {
     include = [&options](const std::string& name) { return IsMaskFileName(name) || options.include(name); };
   }
-  ASSIGN_OR_RETURN(const std::vector<std::string> names, ListFolder(dir, "dataset", include));
+  std::vector<std::string> folders;
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, ListFolder(dir, "dataset", include, &folders));
+  if (!folders.empty()) {  // not read, but said: a user's nested folders are not silently left out
+    std::sort(folders.begin(), folders.end());
+    LogWarning("dataset ", dir, ": ", folders.size(), folders.size() == 1 ? " subfolder is" : " subfolders are",
+               " not read (",
+               absl::StrJoin(folders.begin(), folders.begin() + std::min<size_t>(folders.size(), 5), ", "),
+               folders.size() > 5 ? ", ..." : "",
+               "): an image dataset is one folder; encode each as its own cache and list them in `datasets:`");
+  }
   ASSIGN_OR_RETURN(const DatasetFence fence, DatasetFence::Make(dir, options.follow_links_into));
   std::optional<ControlFolder> control;
   if (!options.control_dir.empty()) {

@@ -244,6 +244,7 @@ TEST(DatasetsJobTest, BadDatasetsAreRefusedWithFileAndLine) {
       {"model: m\ndatasets: [{path: a, weight: 0.5, repeats: 2}]\n", "'weight' and repeats are exclusive"},
       {"model: m\ndataset: d\ndatasets: [a]\n", "job.yaml:3: 'datasets' and dataset are exclusive"},
       {"model: m\ndatasets: [a, a]\n", "dataset a is listed twice"},
+      {"model: m\ndatasets: [cache/a, ./cache/a/]\n", "dataset ./cache/a/ is listed twice"},
       {"model: m\ndatasets: [{repeats: 2}]\n", "'path' is required"},
       {"model: m\ndatasets: [{path: a, shuffle: true}]\n", "unknown key 'shuffle' in a datasets entry"},
       {"model: m\ndatasets: []\n", "'datasets' must list 1 to 64"},

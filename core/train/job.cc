@@ -362,7 +362,10 @@ absl::Status ParseDatasets(Reader& r, YAML::Node root, JobConfig& job) {
   for (const YAML::Node& n : list) {
     DatasetSource d;
     RETURN_IF_ERROR(ParseDatasetSource(r, n, d));
-    if (!paths.insert(d.path).second) {
+    // Spelled alike: "cache/a", "cache/a/" and "./cache/a" are one folder (a link to it is the user's to see).
+    std::string spelled = std::filesystem::path(d.path).lexically_normal().string();
+    while (spelled.size() > 1 && spelled.back() == '/') spelled.pop_back();
+    if (!paths.insert(spelled).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(Where(job.source, n), ": dataset ", d.path, " is listed twice; give it once (with repeats)"));
     }
