@@ -185,8 +185,24 @@ absl::StatusOr<v1::HistoryResponse> JobQueue::History(const std::string& job_id,
   return history;
 }
 
+WatchCursor AfterRestarts(WatchCursor cursor, uint64_t restarts, int64_t restarted_from,
+                          const std::vector<int64_t>& checkpoints, const std::vector<v1::WatchEvent>& evals) {
+  if (cursor.restarts_seen != WatchCursor::kNone && cursor.restarts_seen != restarts) {
+    // What was seen after the step the run went back to was dropped (Restarted) and is being redone.
+    cursor.from_step = std::min(cursor.from_step, restarted_from);
+    cursor.checkpoints_seen = std::min<size_t>(
+        cursor.checkpoints_seen,
+        std::count_if(checkpoints.begin(), checkpoints.end(), [&](int64_t s) { return s <= restarted_from; }));
+    cursor.evals_seen = std::min<size_t>(
+        cursor.evals_seen,
+        std::count_if(evals.begin(), evals.end(), [&](const auto& e) { return EvalStep(e) <= restarted_from; }));
+  }
+  cursor.restarts_seen = restarts;
+  return cursor;
+}
+
 absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uint64_t seen_version,
-                                                  const WatchCursor& cursor, absl::Duration timeout) const {
+                                                  const WatchCursor& given, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   std::string id = job_id;
   if (id.empty()) {
@@ -198,6 +214,8 @@ absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uin
   auto changed = [&] { return job->version != seen_version; };
   mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
   JobUpdate update;
+  update.from = AfterRestarts(given, job->restarts, job->restarted_from, job->checkpoints, job->evals);
+  const WatchCursor& cursor = update.from;
   update.job = InfoLocked(*job);
   update.version = job->version;
   auto after = std::upper_bound(job->steps.begin(), job->steps.end(), cursor.from_step,
@@ -364,6 +382,8 @@ void JobQueue::Restarted(Job& job, int64_t first_step) {
       std::remove_if(job.checkpoints.begin(), job.checkpoints.end(), [&](int64_t step) { return step > first_step; }),
       job.checkpoints.end());
   job.run_seconds = 0;  // the ETA is this run's pace
+  ++job.restarts;
+  job.restarted_from = first_step;
 }
 
 // job.json: the JobInfo (proto JSON) and what it takes to queue the job again.

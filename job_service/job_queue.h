@@ -46,7 +46,17 @@ struct WatchCursor {
   // The job's first outage notices (kLiveOnly: those said before the first update, which a watch does not replay).
   static constexpr uint64_t kLiveOnly = UINT64_MAX;
   uint64_t outages_seen = kLiveOnly;
+  // The job's resumes this watcher has seen (kNone: none yet known): after another, the cursor goes back to the step
+  // the run went back to, so the steps and evaluations redone are seen again.
+  static constexpr uint64_t kNone = UINT64_MAX;
+  uint64_t restarts_seen = kNone;
 };
+
+// `cursor` for a job resumed `restarts` times, the last from step `restarted_from`, whose checkpoints and evaluations
+// are now these: after a resume it had not seen, taken back to that step (the steps and evaluations after it were
+// dropped and are being redone, so a watcher sees them again); else as given. Either way it notes `restarts`.
+WatchCursor AfterRestarts(WatchCursor cursor, uint64_t restarts, int64_t restarted_from,
+                          const std::vector<int64_t>& checkpoints, const std::vector<v1::WatchEvent>& evals);
 
 // What a watcher has not seen yet: the job now, and the steps, checkpoints and evaluations after its cursor.
 struct JobUpdate {
@@ -56,6 +66,7 @@ struct JobUpdate {
   std::vector<v1::WatchEvent> evals;    // validation or samples events after the first `evals_seen`, in order
   std::vector<v1::WatchEvent> outages;  // outage events after the first `outages_seen`, in order
   uint64_t outages_seen = 0;            // the cursor's outages_seen after these
+  WatchCursor from;                     // the cursor these follow: the one given, or where a resume took it back
   uint64_t version = 0;                 // pass back to WaitForUpdate
   bool ended() const { return job.state() >= v1::JOB_STATE_FINISHED; }
 };
@@ -110,6 +121,8 @@ class JobQueue {
     std::vector<v1::WatchEvent> evals;   // each with its validation or samples set
     std::deque<v1::WatchEvent> outages;  // each with its outage set: the last kKeptOutages of outage_count
     uint64_t outage_count = 0;
+    uint64_t restarts = 0;       // runs resumed from a checkpoint (Restarted)
+    int64_t restarted_from = 0;  // the step the last one went back to
     uint64_t version = 1;
     double run_seconds = 0;    // sum of step times, for the ETA
     bool resume = false;       // continue from the newest checkpoint in the output folder

@@ -138,6 +138,7 @@ grpc::Status JobServiceImpl::Watch(grpc::ServerContext* ctx, const v1::WatchRequ
     if (!update.ok()) return ToGrpcStatus(update.status());
     id = update->job.job_id();  // an empty id follows the job it found first
     version = update->version;
+    cursor = update->from;  // taken back to where a resume went back to
     // A checkpoint or an evaluation after step k follows step k's event; the client asked for what came after
     // req->from_step (evaluations at that step included: they ran after it).
     size_t c = 0, e = 0;
