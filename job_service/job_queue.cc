@@ -38,10 +38,18 @@ JobQueue::JobQueue(CoordinatorOptions base, std::string output_root, std::string
 JobQueue::~JobQueue() { Shutdown(); }
 
 absl::Status JobQueue::Start() {
-  RETURN_IF_ERROR(MakeDirs(root_));
-  RETURN_IF_ERROR(Reload());
-  runner_ = std::thread([this] { RunnerMain(); });
+  RETURN_IF_ERROR(Load());
+  Run();
   return absl::OkStatus();
+}
+
+absl::Status JobQueue::Load() {
+  RETURN_IF_ERROR(MakeDirs(root_));
+  return Reload();
+}
+
+void JobQueue::Run() {
+  runner_ = std::thread([this] { RunnerMain(); });
 }
 
 absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted) {

@@ -84,8 +84,12 @@ class JobQueue {
   JobQueue(CoordinatorOptions base, std::string output_root, std::string data_root = "");
   ~JobQueue();  // Shutdown()
 
-  // Reloads <root>/*/job.json and starts the runner thread.
+  // Reloads <root>/*/job.json and starts the runner thread: Load, then Run.
   absl::Status Start();
+  // Reloads <root>/*/job.json (the history, the queue, the jobs a stop interrupted), running nothing yet.
+  absl::Status Load();
+  // Starts the runner thread: the queue's jobs run from now (the service calls it once its port is bound).
+  void Run();
   // Parses, validates (InvalidArgument with file:line) and queues a job (a sweep: one job per member, in order; the
   // first member's is returned).
   absl::StatusOr<v1::JobInfo> Submit(const SubmittedJob& submitted) ABSL_LOCKS_EXCLUDED(mu_);

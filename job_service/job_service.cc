@@ -240,7 +240,8 @@ absl::Status RunJobService(const JobServiceOptions& options,
     LogInfo("submitted jobs may read only inside --data_root ", *root);
   }
   JobQueue queue(options.base, options.output_root, options.data_root);
-  RETURN_IF_ERROR(queue.Start());
+  // The records first, the port next, the jobs last: a port in use is said at once, with no job to stop.
+  RETURN_IF_ERROR(queue.Load());
   JobServiceImpl service(&queue);
   ServerSetup setup;
   setup.program = "coordinator";
@@ -257,6 +258,7 @@ absl::Status RunJobService(const JobServiceOptions& options,
     builder.SetResourceQuota(quota);
   };
   ASSIGN_OR_RETURN(StartedServer started, StartServer(setup));
+  queue.Run();
   const std::string& address = started.address;
   on_listening(address);
   while (!shutdown->load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
