@@ -5,14 +5,16 @@
 #include "coordinator/pipeline_trainer.h"
 #include "coordinator/sweep_runs.h"
 #include "core/train/experts.h"
+#include "core/train/lr_schedule.h"
 #include "core/util/log.h"
 #include "core/util/status.h"
 
 namespace baton {
 
 absl::StatusOr<CoordinatorResult> RunCoordinatorJob(const JobConfig& job, const CoordinatorOptions& options) {
-  if (!job.sweep.empty()) return RunSweepJob(job, options);
   const int64_t steps = options.steps > 0 ? options.steps : job.steps;
+  RETURN_IF_ERROR(CheckStepsWithinSchedule(job.optimizer, job.steps, steps));
+  if (!job.sweep.empty()) return RunSweepJob(job, options);
   ASSIGN_OR_RETURN(std::vector<ExpertRun> runs, PlanExpertRuns(job, options.output_dir, steps));
   if (runs.size() == 1 && runs[0].name.empty()) return RunCoordinator(job, options);
   for (const std::string& line : DescribeExpertRuns(runs, steps)) {

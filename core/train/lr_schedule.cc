@@ -1,5 +1,7 @@
 #include "core/train/lr_schedule.h"
 
+#include <absl/strings/str_cat.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -44,6 +46,18 @@ double ScheduleFactor(const OptimizerConfig& opt, int64_t s, int64_t total) {
 }
 
 }  // namespace
+
+absl::Status CheckStepsWithinSchedule(const OptimizerConfig& opt, int64_t job_steps, int64_t steps) {
+  if (steps <= job_steps || (opt.type == "adafactor" && opt.adafactor.relative_step)) return absl::OkStatus();
+  if (opt.schedule == "constant" || opt.schedule == "constant_with_warmup") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--steps ", steps, " runs past the job's `steps: ", job_steps, "`, where its ", opt.schedule,
+                   " learning-rate schedule ends (after it diffusers' schedule ",
+                   opt.schedule == "linear" || opt.schedule == "polynomial" || opt.schedule == "cosine_with_restarts"
+                       ? "stays at its floor"
+                       : "climbs back",
+                   "): raise `steps:` in the job file to ", steps, " instead (a --resume keeps the run's state)"));
+}
 
 double LearningRate(const OptimizerConfig& opt, int64_t step, int64_t total_steps) {
   if (opt.type == "adafactor" && opt.adafactor.relative_step) {  // Adafactor._get_lr's relative step at step k

@@ -1,6 +1,8 @@
 // The learning rate of each step: the job's base rate times diffusers' schedule (optimization.py's get_scheduler).
 #pragma once
 
+#include <absl/status/status.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,5 +18,11 @@ namespace baton {
 double LearningRate(const OptimizerConfig& opt, int64_t step, int64_t total_steps);
 // The schedules LearningRate knows (diffusers' names).
 const std::vector<std::string>& LearningRateSchedules();
+
+// A run of `steps` steps of a job of `job_steps` (coordinator / train-local --steps K): the first K steps of the job's
+// run, its schedule over job_steps, so a later --resume continues it bit for bit. Past job_steps a schedule that decays
+// would run on as diffusers' lambda does (linear and polynomial at their floor, cosine back up): INVALID_ARGUMENT
+// saying to raise `steps:` instead. Constant schedules and Adafactor's relative step may run past.
+absl::Status CheckStepsWithinSchedule(const OptimizerConfig& opt, int64_t job_steps, int64_t steps);
 
 }  // namespace baton

@@ -19,6 +19,7 @@
 #include "core/train/experts.h"
 #include "core/train/init_lora.h"
 #include "core/train/local_step.h"
+#include "core/train/lr_schedule.h"
 #include "core/train/optimizer.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
@@ -114,6 +115,7 @@ absl::StatusOr<StepGradients> ComputeStepGradients(const JobConfig& job_file, in
 absl::StatusOr<LocalTrainResult> RunLocalTraining(const JobConfig& job, const std::string& output_dir, int64_t steps,
                                                   const std::function<void(const StepRecord&)>& on_step) {
   if (steps <= 0) steps = job.steps;
+  RETURN_IF_ERROR(CheckStepsWithinSchedule(job.optimizer, job.steps, steps));
   ASSIGN_OR_RETURN(std::vector<ExpertRun> runs, PlanExpertRuns(job, output_dir, steps));
   for (const std::string& line : DescribeExpertRuns(runs, steps)) std::printf("%s\n", line.c_str());
   LocalTrainResult all;
