@@ -7,6 +7,7 @@
 #include <absl/synchronization/mutex.h>
 
 #include <algorithm>
+#include <map>
 
 #include "core/keys/flux2_keys.h"
 #include "core/lora/lora.h"
@@ -464,14 +465,26 @@ absl::StatusOr<std::vector<std::string>> Flux2Family::LoraTargets(const std::str
 
 absl::StatusOr<TensorMap> Flux2Family::LoraToOriginalNames(const TensorMap& peft) const { return LoraTensorsBfl(peft); }
 
-// BFL fuses each double block's q, k and v (img and txt) into one Linear; a LoKr cannot be written across them.
+// BFL fuses each double block's q, k and v (img and txt) into one Linear: a fused Linear's adapter needs all three of
+// its parts (known before training, not at the first save), and a LoKr cannot be written across them.
 absl::Status Flux2Family::CheckOriginalNaming(const LoraSpec& spec) const {
-  if (spec.type != AdapterType::kLokr) return absl::OkStatus();
+  std::map<std::string, std::pair<std::vector<std::string>, std::vector<std::string>>> groups;  // parts, targeted
   std::vector<std::string> fused;
   for (const std::string& leaf : Flux2FusedLeaves()) {
-    if (LoraTargetMatches(absl::StrCat("transformer_blocks.0.", leaf), spec.targets)) fused.push_back(leaf);
+    const std::string module = DiffusersToBfl(absl::StrCat("transformer_blocks.0.", leaf))->key;
+    groups[module].first.push_back(leaf);
+    if (!LoraTargetMatches(absl::StrCat("transformer_blocks.0.", leaf), spec.targets)) continue;
+    groups[module].second.push_back(leaf);
+    fused.push_back(leaf);
   }
-  if (fused.empty()) return absl::OkStatus();
+  for (const auto& [module, parts] : groups) {
+    if (parts.second.empty() || parts.second.size() == parts.first.size()) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "save_bfl: BFL fuses ", absl::StrJoin(parts.first, ", "), " into one Linear (", module,
+        "), and lora.targets adapts only ", absl::StrJoin(parts.second, ", "),
+        ": target all of them or none, or leave save_bfl off (lora.safetensors, diffusers-named, has any subset)"));
+  }
+  if (spec.type != AdapterType::kLokr || fused.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "save_bfl: a LoKr on ", absl::StrJoin(fused, ", "),
       " has no FLUX.2 original (BFL/ComfyUI) naming: BFL fuses q, k and v into one Linear, and Kronecker products "
