@@ -3,6 +3,9 @@
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 
+#include <limits>
+#include <vector>
+
 #include "core/device/bulk_copy.h"
 #include "core/lora/adapter_file.h"
 #include "core/lora/lora.h"
@@ -31,7 +34,12 @@ at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target, co
   }
   if (!loss_mask.defined()) return squared.mean();
   at::Tensor mask = loss_mask.to(pred.device(), at::kFloat).expand_as(squared);
-  return (squared * mask).sum() / mask.sum();
+  // Each record's weighted mean over its own elements, then the mean over the records: a record's share of the step
+  // does not depend on its micro-batch-mates' masks (nor on how the batch is cut into micro-batches), and with every
+  // weight 1 it is the unmasked mean.
+  std::vector<int64_t> within(squared.dim() - 1);
+  for (size_t d = 0; d < within.size(); ++d) within[d] = static_cast<int64_t>(d) + 1;
+  return ((squared * mask).sum(within) / mask.sum(within).clamp_min(std::numeric_limits<float>::min())).mean();
 }
 
 at::Tensor LossWeighting(const std::string& scheme, const at::Tensor& sigmas) {

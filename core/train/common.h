@@ -20,8 +20,9 @@ namespace baton {
 absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);  // fp32 | bf16 | fp16
 
 // Flow-matching loss: mean squared error in fp32. pred, target: the same shape ([b, Si, C] for FLUX.2). A defined
-// `loss_mask` (weights in [0, 1], broadcastable to the target: ModelFamily::LossMask) makes it the weighted mean
-// Σ w·(pred − target)² / Σ w over the elements (0/1 weights: the mean over the elements kept).
+// `loss_mask` (weights in [0, 1], broadcastable to the target: ModelFamily::LossMask) makes each record's term the
+// weighted mean Σ w·(pred − target)² / Σ w over its elements (0/1 weights: the mean over the elements kept), and the
+// loss the mean of the records' terms.
 // A defined `weighting` ([b], LossWeighting) multiplies each sample's squared errors (not the normalisation), as
 // diffusers' trainers weight their loss.
 at::Tensor FlowMatchingLoss(const at::Tensor& pred, const at::Tensor& target, const at::Tensor& loss_mask = {},

@@ -22,6 +22,13 @@ TEST(MaskedLossTest, TheLossIsTheMaskWeightedMeanOfTheSquaredErrors) {
   // Per token Σ_c (p − t)²: 5, 1, 18, 1; weighted: 5 + 0.5 + 0 + 0.25 = 5.75 over Σ w · C = 1.75 · 2.
   EXPECT_NEAR(FlowMatchingLoss(pred, target, mask).item<double>(), 5.75 / 3.5, 1e-7);
   EXPECT_NEAR(FlowMatchingLoss(pred, target).item<double>(), 25.0 / 8, 1e-7);
+
+  // Two records in one micro-batch: each its own weighted mean, then their mean, so a record with one weighted token
+  // weighs what it weighs alone (not 1/17 of the pair's weights): the same loss however the batch is cut.
+  const at::Tensor pair_pred = at::cat({pred, pred * 2});
+  const at::Tensor pair_mask = at::cat({mask, at::ones({1, 4, 1})});
+  const double first = 5.75 / 3.5, second = 4.0 * 25.0 / 8;
+  EXPECT_NEAR(FlowMatchingLoss(pair_pred, at::zeros({2, 4, 2}), pair_mask).item<double>(), (first + second) / 2, 1e-6);
 }
 
 // A cache of 4 records on a 2 x 2 grid, records 1 and 3 with a mask; micro-batches of 2.
