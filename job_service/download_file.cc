@@ -5,8 +5,10 @@
 #include <regex>
 
 #include "coordinator/checkpoint.h"
+#include "core/lora/adapter_file.h"
 #include "core/lora/lora_convert.h"
 #include "core/sample/sample_renderer.h"
+#include "core/tensor/safetensors.h"
 #include "core/util/files.h"
 #include "core/util/status.h"
 
@@ -30,19 +32,34 @@ absl::StatusOr<std::string> DownloadPath(const v1::DownloadRequest& req, const s
   return JoinPath(SampleStepDir(output_dir, req.samples_step()), file);
 }
 
-// The LoRA at `path` in original/ComfyUI naming, through a private temporary folder.
-absl::StatusOr<std::string> ConvertedLora(const std::string& path) {
+// The LoRA at `path` as a download: a checkpoint's raw adapters (`step` > 0) first written as the job's
+// lora.safetensors is (SaveLoraDiffusers / SaveLycoris with `lora`), then in original/ComfyUI naming when `original`;
+// through a private temporary folder.
+absl::StatusOr<std::string> LoraBytes(const std::string& path, int64_t step, const LoraSpec& lora, bool original) {
+  if (step <= 0 && !original) return ReadFile(path);
   ASSIGN_OR_RETURN(const std::string dir, MakePrivateTempDir("baton-download-"));
-  const std::string out = JoinPath(dir, "original.safetensors");
-  const absl::Status converted = ConvertLoraFile(path, out, "original").status();
-  absl::StatusOr<std::string> bytes = converted.ok() ? ReadFile(out) : absl::StatusOr<std::string>(converted);
+  auto written = [&]() -> absl::StatusOr<std::string> {
+    std::string file = path;
+    if (step > 0) {
+      ASSIGN_OR_RETURN(const TensorMap params, LoadAllSafetensors(path));
+      file = JoinPath(dir, "lora.safetensors");
+      const std::map<std::string, std::string> meta = {{"software", "baton"}, {"baton_step", std::to_string(step)}};
+      const bool lycoris = lora.type == AdapterType::kLoha || lora.type == AdapterType::kLokr;
+      RETURN_IF_ERROR(lycoris ? SaveLycoris(file, params, lora, meta) : SaveLoraDiffusers(file, params, lora, meta));
+    }
+    if (!original) return ReadFile(file);
+    const std::string out = JoinPath(dir, "original.safetensors");
+    RETURN_IF_ERROR(ConvertLoraFile(file, out, "original").status());
+    return ReadFile(out);
+  }();
   (void)RemoveAll(dir);
-  return bytes;
+  return written;
 }
 
 }  // namespace
 
-absl::StatusOr<DownloadFile> ReadDownloadFile(const v1::DownloadRequest& req, const std::string& output_dir) {
+absl::StatusOr<DownloadFile> ReadDownloadFile(const v1::DownloadRequest& req, const std::string& output_dir,
+                                              const LoraSpec& lora) {
   const bool original = req.naming() == "original";
   if (!original && !req.naming().empty() && req.naming() != "diffusers") {
     return absl::InvalidArgumentError(absl::StrCat("naming must be diffusers or original, not '", req.naming(), "'"));
@@ -58,12 +75,11 @@ absl::StatusOr<DownloadFile> ReadDownloadFile(const v1::DownloadRequest& req, co
     return absl::NotFoundError(absl::StrCat("job ", req.job_id(), " has no ", path, hint));
   }
   DownloadFile file;
-  file.name = path.substr(path.rfind('/') + 1);
-  if (original) {
-    file.name = "lora_original.safetensors";
-    ASSIGN_OR_RETURN(file.bytes, ConvertedLora(path));
-  } else {
+  file.name = original ? "lora_original.safetensors" : path.substr(path.rfind('/') + 1);
+  if (req.has_samples_step()) {
     ASSIGN_OR_RETURN(file.bytes, ReadFile(path));
+  } else {
+    ASSIGN_OR_RETURN(file.bytes, LoraBytes(path, req.checkpoint_step(), lora, original));
   }
   return file;
 }

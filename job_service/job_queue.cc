@@ -111,6 +111,13 @@ absl::StatusOr<v1::JobInfo> JobQueue::Get(const std::string& job_id) const {
   return InfoLocked(*job);
 }
 
+absl::StatusOr<LoraSpec> JobQueue::Lora(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  const Job* job = FindLocked(job_id);
+  if (job == nullptr) return absl::NotFoundError(job_id.empty() ? "no jobs yet" : absl::StrCat("no job ", job_id));
+  return job->config.lora;
+}
+
 std::vector<v1::JobInfo> JobQueue::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<v1::JobInfo> out;

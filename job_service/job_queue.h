@@ -95,6 +95,8 @@ class JobQueue {
   absl::StatusOr<v1::JobInfo> Submit(const SubmittedJob& submitted) ABSL_LOCKS_EXCLUDED(mu_);
   // By id; empty id: the running job, else the newest one. NotFound.
   absl::StatusOr<v1::JobInfo> Get(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The job's adapters (its lora: spec), what a checkpoint's raw LoRA is written out with for a download.
+  absl::StatusOr<LoraSpec> Lora(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // Running, then queued in order, then ended ones newest first.
   std::vector<v1::JobInfo> List() const ABSL_LOCKS_EXCLUDED(mu_);
   // Running: stop after the current step with a checkpoint. Queued: dropped (STOPPED). Ended: FailedPrecondition.

@@ -193,7 +193,9 @@ grpc::Status JobServiceImpl::Download(grpc::ServerContext* ctx, const v1::Downlo
   auto info = queue_->Get(req->job_id());
   if (!info.ok()) return ToGrpcStatus(info.status());
   if (req->job_id().empty()) return ToGrpcStatus(absl::InvalidArgumentError("job_id is required"));
-  absl::StatusOr<DownloadFile> file = ReadDownloadFile(*req, info->output_dir());
+  absl::StatusOr<LoraSpec> lora = queue_->Lora(req->job_id());
+  if (!lora.ok()) return ToGrpcStatus(lora.status());
+  absl::StatusOr<DownloadFile> file = ReadDownloadFile(*req, info->output_dir(), *lora);
   if (!file.ok()) return ToGrpcStatus(file.status());
   const std::string& data = file->bytes;
   const std::string& file_name = file->name;
