@@ -115,7 +115,10 @@ absl::StatusOr<LoraSpec> JobQueue::Lora(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   const Job* job = FindLocked(job_id);
   if (job == nullptr) return absl::NotFoundError(job_id.empty() ? "no jobs yet" : absl::StrCat("no job ", job_id));
-  return job->config.lora;
+  // From the job file as submitted (a sweep member's value applied): a finished job reloaded after a restart keeps
+  // only that, not its parsed config.
+  ASSIGN_OR_RETURN(const JobConfig config, ParseSubmittedJob(job->submitted));
+  return config.lora;
 }
 
 std::vector<v1::JobInfo> JobQueue::List() const {

@@ -72,7 +72,14 @@ std::optional<std::pair<int64_t, JobQueue::Job>> JobQueue::ParseRecord(const std
 absl::Status JobQueue::Reload() {
   std::error_code ec;
   std::vector<std::pair<int64_t, Job>> found;
+  int64_t highest_folder = 0;  // of every <name>-<id> folder, a damaged record's too: its id is never given again
   for (const auto& entry : std::filesystem::directory_iterator(root_, ec)) {
+    const std::string folder = entry.path().filename().string();
+    int64_t folder_id = 0;
+    if (const size_t dash = folder.rfind('-');
+        dash != std::string::npos && absl::SimpleAtoi(folder.substr(dash + 1), &folder_id)) {
+      highest_folder = std::max(highest_folder, folder_id);
+    }
     const std::string path = JoinPath(entry.path().string(), "job.json");
     if (!PathExists(path)) continue;
     ASSIGN_OR_RETURN(std::string text, ReadFile(path));
@@ -80,6 +87,7 @@ absl::Status JobQueue::Reload() {
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   absl::MutexLock lock(&mu_);
+  next_id_ = std::max(next_id_, highest_folder + 1);
   for (auto& [id, job] : found) {
     next_id_ = std::max(next_id_, id + 1);
     // A job the service was running when it died (SIGKILL, a crash, the host) resumes from its newest checkpoint,

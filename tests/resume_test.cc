@@ -190,5 +190,20 @@ TEST_F(ResumeTest, RestartedQueueStartsAJobInterruptedBeforeItsFirstCheckpointFr
   EXPECT_TRUE(PathExists(JoinPath(output_dir, "lora.safetensors")));
 }
 
+// A job folder whose job.json cannot be read keeps its id: the next job gets a new id and folder, never that one's
+// (it adopted the old job's checkpoints and samples, and overwrote its train log).
+TEST_F(ResumeTest, ADamagedRecordsIdIsNeverGivenAgain) {
+  const std::string root = JoinPath(*dir_, "damaged_queue");
+  ASSERT_TRUE(MakeDirs(JoinPath(root, "old-11/checkpoints/step-6")).ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(root, "old-11/job.json"), "{\"info\": ").ok());  // cut short
+  JobQueue queue(Options(1, "unused"), root);
+  ASSERT_TRUE(queue.Load().ok());  // the records only: nothing runs
+  auto info = queue.Submit({Yaml(), "job.yaml", *dir_, "new", 0});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->job_id(), "12");
+  EXPECT_NE(info->output_dir(), JoinPath(root, "old-11"));
+  queue.Shutdown();
+}
+
 }  // namespace
 }  // namespace baton
