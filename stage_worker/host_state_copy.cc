@@ -116,7 +116,9 @@ void HostStateCopy::Use(const std::string& job_id, const std::string& run_id, in
   }
   path_ = path;
   writes_ = 0;
-  DeleteOrphans(prefix, suffix);
+  // Orphans are this job's copies of this stage whatever the run: on shared stage workers a run's id is "<job
+  // hash>-<run suffix>" (coordinator/pipeline_trainer.cc), and the run resumed after a killed job service has another.
+  DeleteOrphans(absl::StrCat(kFilePrefix, FileSafe(job_id.substr(0, job_id.find('-'))), "-"), suffix);
 }
 
 void HostStateCopy::DeleteOrphans(const std::string& prefix, const std::string& suffix) const {

@@ -99,6 +99,24 @@ TEST_F(HostStateCopyTest, ADroppedCopyIsDeletedAndCopiesOfRunsThatAreGoneToo) {
   EXPECT_EQ(Files(dir_), std::vector<std::string>{"baton-state-job2-old-run-s0.safetensors"});
 }
 
+// On shared stage workers a run is known as "<job hash>-<run suffix>": a resumed run (another suffix) deletes the
+// copies of the same job and stage whose writer is gone (a job service killed with its workers), and keeps those of a
+// run of the same job file that is still going.
+TEST_F(HostStateCopyTest, AResumedRunOnSharedWorkersDeletesItsJobsCopiesOfRunsThatAreGone) {
+  const pid_t gone = ::fork();
+  if (gone == 0) _exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  ASSERT_TRUE(WriteSafetensors(JoinPath(dir_, "baton-state-4f2a-9e8fa954-run1-s0.safetensors"), State(3),
+                               {{"pid", std::to_string(gone)}})
+                  .ok());
+  HostStateCopy same_job_running;  // the same job file submitted twice, that run still going
+  same_job_running.Use("4f2a-6d52193f", "run2", 0);
+  ASSERT_TRUE(same_job_running.Write(State(1)).ok());
+  HostStateCopy resumed;
+  resumed.Use("4f2a-1fc3526c", "run3", 0);
+  EXPECT_EQ(Files(dir_), std::vector<std::string>{"baton-state-4f2a-6d52193f-run2-s0.safetensors"});
+}
+
 TEST_F(HostStateCopyTest, WithoutTheFolderThereIsNoCopy) {
   ::setenv("BATON_STATE_COPY_DIR", JoinPath(dir_, "missing").c_str(), 1);
   HostStateCopy copy;
