@@ -34,6 +34,9 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(cons
   flags.cert = args.Get("tls-cert");
   flags.key = args.Get("tls-key");
   flags.insecure = args.GetBool("insecure");
+  // An --insecure typed on the command line wins over a folder the environment gave (BATON_TLS_DIR, exported as
+  // deploy/README.md shows): the user asked for plaintext to this server.
+  if (flags.insecure && flags.dir == Env("BATON_TLS_DIR")) flags.dir.clear();
   auto security = LoadProcessSecurity(flags, "baton", /*require_identity=*/false);
   if (!security.ok()) {
     std::string message(security.status().message());
@@ -42,6 +45,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(cons
           "baton: no transport security given: pass --tls-dir DIR (ca.crt and token, e.g. baton certs' "
           "DIR/client; or env BATON_TLS_DIR), or --tls-ca FILE with --token-file FILE (or $BATON_TOKEN), or "
           "--insecure for a server started with --insecure";
+    } else if (flags.insecure) {
+      message = "baton: --insecure and --tls-dir, --tls-ca, --tls-cert or --tls-key exclude each other";
     }
     return absl::Status(security.status().code(), message);
   }

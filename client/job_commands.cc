@@ -63,6 +63,8 @@ absl::Status Submit(const Args& args) {
   if (::getcwd(cwd, sizeof cwd) != nullptr) req.set_working_dir(cwd);
   req.set_name(args.Get("name"));
   ASSIGN_OR_RETURN(int64_t steps, args.GetInt("steps"));
+  if (steps < 0)
+    return absl::InvalidArgumentError(absl::StrCat("--steps ", steps, ": a step count is >= 1 (0: the job's)"));
   req.set_steps(steps);
   ASSIGN_OR_RETURN(auto client, Connect(args));
   ASSIGN_OR_RETURN(const v1::SubmitResponse resp, client->Submit("", req));
@@ -211,6 +213,11 @@ absl::Status Download(const Args& args) {
     }
     if (args.Has("samples")) return absl::InvalidArgumentError("--naming applies to LoRA files, not to samples");
     req.set_naming("original");
+  }
+  const std::string out = args.Get("out");
+  if (IsDirectory(out) || out.empty() || out.back() == '/') {  // said before a byte is fetched
+    return absl::InvalidArgumentError(absl::StrCat("--out ", out, " is a folder: give the file to write (e.g. ",
+                                                   JoinPath(out, "lora.safetensors"), ")"));
   }
   ASSIGN_OR_RETURN(auto client, Connect(args));
   std::string data, sha;

@@ -222,13 +222,13 @@ WatchCursor AfterRestarts(WatchCursor cursor, uint64_t restarts, int64_t restart
 absl::StatusOr<JobUpdate> JobQueue::WaitForUpdate(const std::string& job_id, uint64_t seen_version,
                                                   const WatchCursor& given, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
+  // No id: the running job, else the first queued, else the newest (as status and the docs say).
   std::string id = job_id;
-  if (id.empty()) {
-    if (running_.empty() && queue_.empty()) return absl::NotFoundError("no job is running or queued");
+  if (id.empty() && (!running_.empty() || !queue_.empty())) {
     id = absl::StrCat(!running_.empty() ? *running_.begin() : queue_.front());
   }
   const Job* job = FindLocked(id);
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job ", id));
+  if (job == nullptr) return absl::NotFoundError(id.empty() ? "no jobs yet" : absl::StrCat("no job ", id));
   auto changed = [&] { return job->version != seen_version; };
   mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
   JobUpdate update;

@@ -53,6 +53,10 @@ absl::StatusOr<JobConfig> ParseSubmittedJob(const SubmittedJob& submitted) {
   for (DatasetSource& d : job.datasets) d.path = Resolve(d.path, base);
   job.init_lora = Resolve(job.init_lora, base);
   job.validation.dataset = Resolve(job.validation.dataset, base);
+  if (submitted.steps < 0) {  // the service's own check: another client may send one
+    return absl::InvalidArgumentError(
+        absl::StrCat(submitted.job_file, ": --steps ", submitted.steps, " is not a step count (>= 1; 0: the job's)"));
+  }
   if (submitted.steps > kMaxJobSteps) {
     return absl::InvalidArgumentError(
         absl::StrCat(submitted.job_file, ": --steps ", submitted.steps, " is over the limit of ", kMaxJobSteps));

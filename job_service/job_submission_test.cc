@@ -109,6 +109,10 @@ TEST(JobSubmissionTest, StepsOverrideHasTheStepLimit) {
   ASSERT_FALSE(job.ok());
   EXPECT_NE(job.status().message().find("jobs/a.yaml: --steps 1000001 is over the limit of 1000000"), std::string::npos)
       << job.status();
+  s.steps = -1;  // was taken as "the job's"
+  auto negative = ParseSubmittedJob(s);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("--steps -1 is not a step count"), std::string::npos) << negative.status();
 }
 
 TEST(JobSubmissionTest, NamesAreFitForFolders) {

@@ -247,6 +247,10 @@ TEST_F(JobServiceTest, SecondJobWaitsForTheFirstAndWatchStreamsEveryStep) {
   v1::JobInfo ja = service_->Status(a), jb = service_->Status(b);
   EXPECT_EQ(ja.state(), v1::JOB_STATE_FINISHED) << ja.error();
   EXPECT_EQ(jb.state(), v1::JOB_STATE_FINISHED) << jb.error();
+  // Nothing running or queued: a watch without an id follows the newest job (it had NOT_FOUND).
+  auto newest = Baton("watch --plain");
+  EXPECT_EQ(newest.exit_code, 0) << newest.output;
+  EXPECT_NE(newest.output.find(absl::StrCat("job ", b, " finished")), std::string::npos) << newest.output;
   EXPECT_GE(jb.start_time_unix(), ja.end_time_unix()) << "the second job started before the first ended";
   ASSERT_EQ(jb.stage_totals_size(), 2);
   EXPECT_GT(jb.stage_totals(0).busy_seconds(), 0);

@@ -186,7 +186,9 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view data) {
     return ErrnoError("fsync failed for", tmp);
   }
   ::close(fd);
-  return RenameDurable(tmp, path);
+  absl::Status renamed = RenameDurable(tmp, path);
+  if (!renamed.ok()) ::unlink(tmp.c_str());  // nothing left behind (a folder in the way, a vanished parent)
+  return renamed;
 }
 
 absl::Status MakeDirs(const std::string& path) {
