@@ -94,9 +94,10 @@ absl::Status List(const Args& args) {
   std::printf("%-6s %-24s %-9s %-13s %-9s %-9s %s\n", "ID", "NAME", "STATE", "STEP", "LOSS", "S/STEP", "ETA/QUEUE");
   for (const v1::JobInfo& j : resp.jobs()) {
     const v1::StepProgress& s = j.last_step();
-    std::string when = j.state() == v1::JOB_STATE_QUEUED    ? absl::StrCat("#", j.queue_position())
-                       : j.state() == v1::JOB_STATE_RUNNING ? FormatDuration(s.eta_seconds())
-                                                            : Clock(j.end_time_unix());
+    std::string when = j.state() == v1::JOB_STATE_QUEUED ? absl::StrCat("#", j.queue_position())
+                       : j.state() == v1::JOB_STATE_RUNNING
+                           ? (j.has_last_step() ? FormatDuration(s.eta_seconds()) : "-")
+                           : Clock(j.end_time_unix());
     std::printf("%-6s %-24s %-9s %-13s %-9s %-9s %s\n", j.job_id().c_str(), j.name().c_str(),
                 JobStateName(j.state()).c_str(), absl::StrCat(s.step(), "/", j.total_steps()).c_str(),
                 j.has_last_step() ? absl::StrFormat("%.5f", s.loss()).c_str() : "-",
@@ -148,6 +149,11 @@ absl::Status Watch(const Args& args) {
   if (tty) std::printf("%s\n", JobSummaryLine(last).c_str());
   if (last.state() == v1::JOB_STATE_FAILED) {
     return absl::AbortedError(absl::StrCat("job ", last.job_id(), " failed: ", last.error()));
+  }
+  if (last.resumes_on_restart()) {  // not the job's end: `watch && download` must not take a mid-run LoRA
+    return absl::UnavailableError(absl::StrCat("job ", last.job_id(),
+                                               " was stopped by the job service's shutdown; the service resumes it "
+                                               "when it starts again (watch it then)"));
   }
   return absl::OkStatus();
 }

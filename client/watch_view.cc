@@ -60,7 +60,9 @@ std::string JobPanel(const v1::JobInfo& job, int bar_width) {
     absl::StrAppend(
         &out, absl::StrFormat("loss %.5f  lr %.2e  %.3f s/step  %.1f samples/s  elapsed %s  ETA %s\n", step.loss(),
                               step.learning_rate(), step.step_seconds(), step.samples_per_second(),
-                              FormatDuration(Elapsed(job)), FormatDuration(step.eta_seconds())));
+                              FormatDuration(Elapsed(job)),
+                              // only a running job has a time left
+                              job.state() == v1::JOB_STATE_RUNNING ? FormatDuration(step.eta_seconds()) : "-"));
   }
   for (int i = 0; i < step.stages_size(); ++i) {
     const double busy = step.stages(i).busy_seconds() / std::max(step.step_seconds(), 1e-9);

@@ -54,6 +54,9 @@ TEST(WatchViewTest, PlainLineAndPanelShowStepLossPaceAndStageBusy) {
   EXPECT_NE(panel.find("ETA 2m30s"), std::string::npos) << panel;
   EXPECT_EQ(panel.find("validation"), std::string::npos) << panel;  // none yet
   EXPECT_EQ(panel.find("replica"), std::string::npos) << panel;     // one pipeline
+  job.set_state(v1::JOB_STATE_STOPPED);  // a stopped job has no time left (its last step's ETA was shown)
+  EXPECT_NE(JobPanel(job, 8).find("ETA -\n"), std::string::npos) << JobPanel(job, 8);
+  job.set_state(v1::JOB_STATE_RUNNING);
 
   step->add_replica_micro_batches(3);  // two data-parallel replicas, the second slower
   step->add_replica_micro_batches(1);

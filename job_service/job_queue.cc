@@ -418,6 +418,7 @@ const JobQueue::Job* JobQueue::FindLocked(const std::string& job_id) const {
 
 v1::JobInfo JobQueue::InfoLocked(const Job& job) const {
   v1::JobInfo info = job.info;
+  info.set_resumes_on_restart(job.interrupted && info.state() == v1::JOB_STATE_STOPPED);
   info.set_queue_position(0);
   if (info.state() == v1::JOB_STATE_QUEUED) {
     int64_t id = 0;

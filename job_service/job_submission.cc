@@ -88,8 +88,10 @@ absl::Status ValidateSubmittedJob(const SubmittedJob& submitted, const JobConfig
     auto inside = ResolveForWriteInsideRoot(data_root, k.path, k.key);
     if (!inside.ok()) {
       const std::string key = std::string(k.key).substr(0, std::string(k.key).find('.'));  // the top-level key
+      // The folder itself, not the flag as typed ("." means nothing to a user on another machine).
       return absl::PermissionDeniedError(absl::StrCat(KeyPosition(submitted, key), ": ", k.key, ": ", k.path,
-                                                      " is outside the job service's --data_root ", data_root));
+                                                      " is outside the job service's --data_root ",
+                                                      RealPath(data_root).value_or(data_root)));
     }
   }
   for (const PathKey& k : keys) {

@@ -495,7 +495,14 @@ TEST_F(JobServiceTest, SigtermCheckpointsTheRunningJobAndARestartedServiceResume
     ASSERT_FALSE(running.empty() || queued.empty());
     v1::JobInfo r = first.WaitFor(running, [](const v1::JobInfo& j) { return j.last_step().step() >= 2; });
     ASSERT_GE(r.last_step().step(), 2) << first.log();
+    // A watch that sees the shutdown's stop does not report the job's end (`watch && download` took a mid-run LoRA).
+    test_util::CommandResult watched;
+    std::thread watcher([&] { watched = Baton(absl::StrCat("watch ", running, " --plain"), &first); });
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     EXPECT_EQ(first.Terminate(), 0) << first.log();
+    watcher.join();
+    EXPECT_EQ(watched.exit_code, 1) << watched.output;
+    EXPECT_NE(watched.output.find("stopped by the job service's shutdown"), std::string::npos) << watched.output;
     auto record = ReadFile(JoinPath(r.output_dir(), "job.json"));
     ASSERT_TRUE(record.ok());
     EXPECT_NE(record->find("JOB_STATE_STOPPED"), std::string::npos) << *record;

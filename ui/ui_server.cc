@@ -308,7 +308,8 @@ void UiServer::Version(Call& call, const std::string& id) {
       absl::StrCat(job->last_step().step(), "/", job->state(), "/", job->last_checkpoint_step(), "/",
                    job->last_validation().step(), "/", job->outages_size(), "/", job->stop_requested());
   const std::string samples = absl::StrCat(job->has_last_samples(), "/", job->last_samples().step());
-  const bool ended = job->state() >= v1::JOB_STATE_FINISHED;
+  // A job its service's shutdown stopped is resumed by the restarted service: the page keeps following it.
+  const bool ended = job->state() >= v1::JOB_STATE_FINISHED && !job->resumes_on_restart();
   call.out.Send({200,
                  "application/json",
                  {},
