@@ -94,6 +94,13 @@ TEST_F(SweepTest, MembersAreNamedByTheirValuesAndRefuseWhatCannotBeSwept) {
     const std::string yaml = absl::StrCat("model: m\ndataset: d\nsweep: ", bad, "\n");
     EXPECT_FALSE(ParseJobYaml(yaml).ok()) << bad;
   }
+  // A swept lr is checked as the job file's is: Adafactor's relative step ignores it (the members trained alike), and
+  // polynomial's end rate bounds it.
+  for (const char* optimizer : {"{type: adafactor}", "{schedule: polynomial}"}) {
+    const std::string yaml =
+        absl::StrCat("model: m\ndataset: d\noptimizer: ", optimizer, "\nsweep: {optimizer.lr: [1e-8, 1e-4]}\n");
+    EXPECT_FALSE(ParseJobYaml(yaml).ok()) << optimizer;
+  }
 }
 
 TEST_F(SweepTest, EachMemberEqualsTheMemberTrainedAlone) {

@@ -37,6 +37,13 @@ absl::Status Apply(const std::string& key, const std::string& value, JobConfig& 
   };
   if (key == "optimizer.lr") {
     if (!absl::SimpleAtod(value, &job.optimizer.lr) || !(job.optimizer.lr > 0)) return bad("must be a positive number");
+    // As the job file's lr is checked: members that would train alike, or a rate under the schedule's floor.
+    if (job.optimizer.type == "adafactor" && job.optimizer.adafactor.relative_step) {
+      return bad("does not apply: Adafactor with relative_step sets its own rate (give relative_step: false)");
+    }
+    if (job.optimizer.schedule == "polynomial" && job.optimizer.lr <= 1e-7) {
+      return bad("is not above the polynomial schedule's end rate 1e-7 (diffusers refuses it)");
+    }
   } else if (key == "lora.rank") {
     if (!absl::SimpleAtoi(value, &job.lora.rank) || job.lora.rank <= 0) return bad("must be a positive integer");
     if (!job.lora_alpha_set) job.lora.alpha = static_cast<double>(job.lora.rank);
