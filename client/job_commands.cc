@@ -72,6 +72,12 @@ absl::Status Submit(const Args& args) {
       "job %s (%s) %s; output %s on the coordinator\n", resp.job_id().c_str(), resp.job().name().c_str(),
       resp.queue_position() == 0 ? "starts now" : absl::StrCat("queued at position ", resp.queue_position()).c_str(),
       resp.job().output_dir().c_str());
+  for (const v1::JobInfo& member : resp.sweep_members()) {  // a sweep: every member is a job of its own
+    std::printf("job %s (%s) %s; output %s on the coordinator\n", member.job_id().c_str(), member.name().c_str(),
+                member.queue_position() == 0 ? "starts now"
+                                             : absl::StrCat("queued at position ", member.queue_position()).c_str(),
+                member.output_dir().c_str());
+  }
   return absl::OkStatus();
 }
 

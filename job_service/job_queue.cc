@@ -52,7 +52,7 @@ void JobQueue::Run() {
   runner_ = std::thread([this] { RunnerMain(); });
 }
 
-absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted) {
+absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted, std::vector<v1::JobInfo>* others) {
   ASSIGN_OR_RETURN(JobConfig config, ParseSubmittedJob(submitted));
   std::vector<std::pair<SubmittedJob, JobConfig>> jobs;  // the job, or one per member of its sweep
   if (config.sweep.empty()) {
@@ -77,7 +77,8 @@ absl::StatusOr<v1::JobInfo> JobQueue::Submit(const SubmittedJob& submitted) {
   if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");
   const v1::JobInfo first = EnqueueLocked(std::move(jobs[0].first), std::move(jobs[0].second), keys[0]);
   for (size_t i = 1; i < jobs.size(); ++i) {
-    EnqueueLocked(std::move(jobs[i].first), std::move(jobs[i].second), keys[i]);
+    v1::JobInfo member = EnqueueLocked(std::move(jobs[i].first), std::move(jobs[i].second), keys[i]);
+    if (others != nullptr) others->push_back(std::move(member));
   }
   return first;
 }

@@ -91,8 +91,9 @@ class JobQueue {
   // Starts the runner thread: the queue's jobs run from now (the service calls it once its port is bound).
   void Run();
   // Parses, validates (InvalidArgument with file:line) and queues a job (a sweep: one job per member, in order; the
-  // first member's is returned).
-  absl::StatusOr<v1::JobInfo> Submit(const SubmittedJob& submitted) ABSL_LOCKS_EXCLUDED(mu_);
+  // first member's is returned, the others' into `others`).
+  absl::StatusOr<v1::JobInfo> Submit(const SubmittedJob& submitted, std::vector<v1::JobInfo>* others = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // By id; empty id: the running job, else the newest one. NotFound.
   absl::StatusOr<v1::JobInfo> Get(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // The job's adapters (its lora: spec), what a checkpoint's raw LoRA is written out with for a download.

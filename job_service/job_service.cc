@@ -50,11 +50,13 @@ class JobServiceImpl final : public v1::JobService::Service {
   grpc::Status Submit(grpc::ServerContext*, const v1::SubmitRequest* req, v1::SubmitResponse* resp) override {
     SubmittedJob s{req->job_yaml(), req->job_file().empty() ? "<job>" : req->job_file(), req->working_dir(),
                    req->name(), req->steps()};
-    auto info = queue_->Submit(s);
+    std::vector<v1::JobInfo> others;
+    auto info = queue_->Submit(s, &others);
     if (!info.ok()) return ToGrpcStatus(info.status());
     resp->set_job_id(info->job_id());
     resp->set_queue_position(info->queue_position());
     *resp->mutable_job() = *info;
+    for (v1::JobInfo& member : others) *resp->add_sweep_members() = std::move(member);
     return grpc::Status::OK;
   }
 

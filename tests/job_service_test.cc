@@ -289,6 +289,7 @@ TEST_F(JobServiceTest, AJobOfTheSameModelJoinsTheRunningOneAndASweepRunsItsMembe
   const std::string m1 = Submit(sweep, &out);
   ASSERT_FALSE(m1.empty()) << out;
   const std::string m2 = absl::StrCat(std::stoll(m1) + 1);
+  EXPECT_NE(out.find(absl::StrCat("job ", m2, " (sweep.lr_0.02)")), std::string::npos) << "every member said: " << out;
   const v1::JobInfo first_member = service_->WaitFor(m1, Ended), second_member = service_->WaitFor(m2, Ended);
   EXPECT_EQ(first_member.name(), "sweep.lr_0.01");
   EXPECT_EQ(second_member.name(), "sweep.lr_0.02");
