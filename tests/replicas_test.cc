@@ -73,6 +73,16 @@ pid_t ListeningPid(const std::string& address, const std::vector<pid_t>& pids) {
 
 class ReplicasTest : public ::testing::Test {
  protected:
+  // Stage workers started here as remote ones are: the coordinator never restarts them.
+  static std::unique_ptr<LocalWorkers> RemoteWorkers(int n) {
+    LocalWorkerOptions lopts;
+    lopts.binary = JoinPath(test_util::BinDir(), "stage_worker");
+    lopts.extra_args = *LocalWorkerSecurityArgs();
+    lopts.extra_args.push_back("--model_root=" + *dir_);
+    auto workers = LocalWorkers::Start(n, lopts);
+    EXPECT_TRUE(workers.ok()) << workers.status();
+    return workers.ok() ? std::move(*workers) : nullptr;
+  }
   static void SetUpTestSuite() {
     dir_ = new std::string(test_util::MakeTempDir("replicas"));
     test_util::WriteTinyModelAndTwoBucketCache(*dir_);
@@ -511,21 +521,17 @@ TEST_F(ReplicasTest, AReplicaLostAfterItsSliceIsTakenOutWhenItCannotBeReconfigur
 // end of the run (its last checkpoint, the exit) does not wait --worker_restart_timeout_s for it: the recovery still
 // waiting is given up when the run ends. Before, the run ended that timeout (60 s) after its last step.
 TEST_F(ReplicasTest, AReplicaThatNeverComesBackDoesNotDelayTheEndOfTheRun) {
-  LocalWorkerOptions lopts;  // "remote" workers: started here, never restarted by the coordinator
-  lopts.binary = JoinPath(test_util::BinDir(), "stage_worker");
-  lopts.extra_args = *LocalWorkerSecurityArgs();
-  lopts.extra_args.push_back("--model_root=" + *dir_);
-  auto workers = LocalWorkers::Start(2, lopts);
-  ASSERT_TRUE(workers.ok()) << workers.status();
+  auto workers = RemoteWorkers(2);
+  ASSERT_NE(workers, nullptr);
   const JobConfig job = Job("replica_split: equal\ncheckpoint_every: 2\n");
   CoordinatorOptions options = Options(1, 2, "never_back", /*steps=*/8);
-  options.workers = (*workers)->addresses();
+  options.workers = workers->addresses();
   options.worker_restart_timeout = absl::Seconds(60);  // the default
   std::atomic<int> recoveries{0};
   options.hooks.on_recovery = [&](int64_t, int, const std::string&) { ++recoveries; };
   std::chrono::steady_clock::time_point last_step;
   options.hooks.on_step = [&](const PipelineStepRecord& rec) {
-    if (rec.step == 2) ASSERT_TRUE((*workers)->Kill(1, SIGKILL).ok());  // replica 1's only stage
+    if (rec.step == 2) ASSERT_TRUE(workers->Kill(1, SIGKILL).ok());  // replica 1's only stage
     last_step = std::chrono::steady_clock::now();
   };
   auto run = RunCoordinator(job, options);
@@ -547,23 +553,19 @@ TEST_F(ReplicasTest, AReplicaThatNeverComesBackDoesNotDelayTheEndOfTheRun) {
 // validation joined replica 0's recovery (--worker_restart_timeout_s) and then failed the run. (A stage that dies
 // between a step and a pass is found by the pass, which recovers it as a one-replica run would: the test below.)
 TEST_F(ReplicasTest, ValidationGoesOnWhenReplicaZeroNeverComesBack) {
-  LocalWorkerOptions lopts;  // "remote" workers: started here, never restarted by the coordinator
-  lopts.binary = JoinPath(test_util::BinDir(), "stage_worker");
-  lopts.extra_args = *LocalWorkerSecurityArgs();
-  lopts.extra_args.push_back("--model_root=" + *dir_);
-  auto workers = LocalWorkers::Start(2, lopts);
-  ASSERT_TRUE(workers.ok()) << workers.status();
+  auto workers = RemoteWorkers(2);
+  ASSERT_NE(workers, nullptr);
   const JobConfig job = Job(absl::StrCat("replica_split: equal\ncheckpoint_every: 2\nvalidation: {every: 2, dataset: ",
                                          JoinPath(*dir_, "cache"), ", samples: 2, timesteps: [0.5]}\n"));
   CoordinatorOptions options = Options(1, 2, "zero_never_back", /*steps=*/6);
-  options.workers = (*workers)->addresses();
+  options.workers = workers->addresses();
   options.worker_restart_timeout = absl::Seconds(30);
   std::vector<int64_t> evaluated;
   options.hooks.on_eval = [&](const EvalReport& report) { evaluated.push_back(report.step); };
   std::chrono::steady_clock::time_point killed;
   options.hooks.on_step = [&](const PipelineStepRecord& rec) {
     if (rec.step != 1) return;
-    ASSERT_TRUE((*workers)->Kill(0, SIGKILL).ok());  // replica 0's only stage, before step 2
+    ASSERT_TRUE(workers->Kill(0, SIGKILL).ok());  // replica 0's only stage, before step 2
     killed = std::chrono::steady_clock::now();
   };
   auto run = RunCoordinator(job, options);
