@@ -195,7 +195,9 @@ grpc::Status JobServiceImpl::Download(grpc::ServerContext* ctx, const v1::Downlo
   auto info = queue_->Get(req->job_id());
   if (!info.ok()) return ToGrpcStatus(info.status());
   if (req->job_id().empty()) return ToGrpcStatus(absl::InvalidArgumentError("job_id is required"));
-  absl::StatusOr<LoraSpec> lora = queue_->Lora(req->job_id());
+  // Only a checkpoint's LoRA is written out with the job's spec (its YAML parsed again): the rest need none.
+  absl::StatusOr<LoraSpec> lora = LoraSpec{};
+  if (req->checkpoint_step() > 0 && !req->has_samples_step()) lora = queue_->Lora(req->job_id());
   if (!lora.ok()) return ToGrpcStatus(lora.status());
   absl::StatusOr<DownloadFile> file = ReadDownloadFile(*req, info->output_dir(), *lora);
   if (!file.ok()) return ToGrpcStatus(file.status());
